@@ -1,0 +1,28 @@
+"""edbatch: learned batching of dynamic neural networks."""
+
+from edbatch.errors import (
+    DataFormatError,
+    EdbatchError,
+    GraphError,
+    InvalidActionError,
+    ScheduleError,
+    UnknownNameError,
+)
+from edbatch.graph import Graph, GraphBuilder, OpType, Vocab, merge_graphs
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DataFormatError",
+    "EdbatchError",
+    "Graph",
+    "GraphBuilder",
+    "GraphError",
+    "InvalidActionError",
+    "OpType",
+    "ScheduleError",
+    "UnknownNameError",
+    "Vocab",
+    "__version__",
+    "merge_graphs",
+]

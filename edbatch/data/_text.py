@@ -1,0 +1,67 @@
+"""Private helpers shared by the data parsers: strict UTF-8 reading and line splitting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edbatch.errors import DataFormatError
+
+__all__ = ["read_lines", "read_text", "shorten"]
+
+
+def read_text(path: str | Path) -> str:
+    """Read a whole file as UTF-8 text.
+
+    Args:
+        path: File to read.
+
+    Returns:
+        The decoded text (``\\r\\n`` line ends are left as they are).
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        DataFormatError: If the bytes are not valid UTF-8 (names the line of the first bad byte).
+    """
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        bad = raw[exc.start : exc.end]
+        raise DataFormatError(
+            path,
+            line,
+            f"bytes {bad!r} at column {column} that are not UTF-8",
+            "UTF-8 encoded text",
+            "re-encode the file as UTF-8 (e.g. with iconv)",
+        ) from None
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Read a UTF-8 file and split it into lines, numbered like editors and ``wc -l`` do.
+
+    Only ``\\n`` separates lines (a trailing ``\\r`` is dropped), so line numbers in error
+    messages match what an editor shows even if a sentence contains exotic Unicode breaks.
+
+    Args:
+        path: File to read.
+
+    Returns:
+        The lines without their terminators; ``lines[i]`` is line ``i + 1``. A final newline
+        does not produce an extra empty line.
+    """
+    text = read_text(path)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if "\r" in text:
+        lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+    return lines
+
+
+def shorten(text: str, limit: int = 60) -> str:
+    """Return ``repr(text)``, cut to about ``limit`` characters for use in error messages."""
+    if len(text) > limit:
+        return repr(text[:limit]) + "..."
+    return repr(text)

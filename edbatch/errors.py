@@ -1,0 +1,67 @@
+"""Exception hierarchy of edbatch.
+
+Every error message follows one pattern: what was wrong, the offending value, what was
+expected, and how to fix it. Each class also inherits the matching builtin so callers can
+catch ``ValueError`` / ``KeyError`` as usual.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = [
+    "DataFormatError",
+    "EdbatchError",
+    "GraphError",
+    "InvalidActionError",
+    "ScheduleError",
+    "UnknownNameError",
+    "did_you_mean",
+]
+
+
+class EdbatchError(Exception):
+    """Base class of every error raised by edbatch."""
+
+
+class GraphError(EdbatchError, ValueError):
+    """A dataflow graph is malformed (forward reference, cycle, arity, shape, unknown op)."""
+
+
+class ScheduleError(EdbatchError, ValueError):
+    """A schedule does not execute its graph correctly (missing node, dependency order)."""
+
+
+class InvalidActionError(EdbatchError, ValueError):
+    """A policy chose an op type that has no ready node (a masked action)."""
+
+
+class UnknownNameError(EdbatchError, KeyError):
+    """A name (op type, workload, scheduler) is not registered."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message; keep it readable.
+        return str(self.args[0]) if self.args else ""
+
+
+class DataFormatError(EdbatchError, ValueError):
+    """A data file is malformed; the message names ``file:line``, what was found and expected."""
+
+    def __init__(self, path: str | Path, line: int, found: str, expected: str, fix: str = "") -> None:
+        self.path = str(path)
+        self.line = line
+        self.found = found
+        self.expected = expected
+        msg = f"{self.path}:{line}: found {found}; expected {expected}"
+        if fix:
+            msg += f". Fix: {fix}"
+        super().__init__(msg)
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """Return a ``" Did you mean 'x'?"`` hint (or ``""``) for an unknown ``name``."""
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
+    if not close:
+        return ""
+    return " Did you mean " + " or ".join(repr(c) for c in close) + "?"

@@ -1,0 +1,398 @@
+"""The graph IR: op types (batching signatures), a vocabulary, and the frozen :class:`Graph`.
+
+"Build with objects, run on arrays": :class:`~edbatch.graph.builder.GraphBuilder` hands out
+node ids; the frozen :class:`Graph` holds numpy arrays (op ids, CSR operands, depth, instance
+id) that schedulers, the environment and the executor read.
+
+Example:
+    >>> from edbatch.graph import OpType, Vocab, GraphBuilder
+    >>> vocab = Vocab([OpType("leaf", "lookup", (), (4,)),
+    ...                OpType("node", "add", ((4,), (4,)), (4,))])
+    >>> b = GraphBuilder(vocab)
+    >>> x, y = b.add("leaf", attr=3), b.add("leaf", attr=5)
+    >>> z = b.add("node", x, y)
+    >>> g = b.build(outputs=[z])
+    >>> print(g)
+    graph(3 nodes, 2 op types, 1 instances)
+      %0 = leaf() attr=3
+      %1 = leaf() attr=5
+      %2 = node(%0, %1)
+    >>> g.depth.tolist()
+    [0, 0, 1]
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from edbatch.errors import GraphError, UnknownNameError, did_you_mean
+
+__all__ = ["COMPLEX_KINDS", "Graph", "Node", "OpType", "Shape", "Vocab"]
+
+Shape = tuple[int, ...]
+
+#: Op kinds DyNet's agenda tie-break treats as "complex" (deferred on ties).
+COMPLEX_KINDS = frozenset({"affine", "matmul"})
+
+
+@dataclass(frozen=True, slots=True)
+class OpType:
+    """A batching signature: two nodes batch together iff they have the same op type.
+
+    Attributes:
+        name: unique name within a vocabulary, ``<workload>.<op>`` or a bare primitive name.
+        kind: the kernel family that runs it (``"affine"``, ``"tanh"``, ``"tree_lstm.leaf"``).
+        in_shapes: one shape per operand slot, or ``None`` for a variadic / unchecked op.
+        out_shape: shape of one node's output (without the batch dimension).
+        params: names of the parameters the op reads; part of the signature.
+        batchable: ``False`` for ops that always run alone (DyNet's type 0).
+    """
+
+    name: str
+    kind: str
+    in_shapes: tuple[Shape, ...] | None
+    out_shape: Shape
+    params: tuple[str, ...] = ()
+    batchable: bool = True
+
+    @property
+    def arity(self) -> int | None:
+        """Number of operands, or ``None`` when variadic."""
+        return None if self.in_shapes is None else len(self.in_shapes)
+
+    @property
+    def is_complex(self) -> bool:
+        """Whether DyNet's agenda tie-break defers this op (matrix products)."""
+        return self.kind in COMPLEX_KINDS
+
+
+class Vocab(Sequence[OpType]):
+    """An ordered, immutable set of op types; the index of an op type is its ``op_id``.
+
+    The op id doubles as the RL action id, so a workload's vocabulary is fixed up front and
+    is identical for every graph it emits.
+    """
+
+    __slots__ = ("_ops", "_index", "_batchable")
+
+    def __init__(self, ops: Iterable[OpType]) -> None:
+        self._ops: tuple[OpType, ...] = tuple(ops)
+        self._index: dict[str, int] = {}
+        for i, op in enumerate(self._ops):
+            if op.name in self._index:
+                raise GraphError(
+                    f"duplicate op type name {op.name!r} at positions {self._index[op.name]} "
+                    f"and {i}; give every op type of a vocabulary a unique name"
+                )
+            self._index[op.name] = i
+        self._batchable = np.array([op.batchable for op in self._ops], dtype=bool)
+        self._batchable.setflags(write=False)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        return self._ops[i]
+
+    def __iter__(self) -> Iterator[OpType]:
+        return iter(self._ops)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Vocab) and self._ops == other._ops
+
+    def __hash__(self) -> int:
+        return hash(self._ops)
+
+    def __repr__(self) -> str:
+        return f"Vocab({[op.name for op in self._ops]})"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Op type names in op-id order."""
+        return tuple(op.name for op in self._ops)
+
+    def id(self, name: str) -> int:
+        """Return the op id of ``name``; raise :class:`UnknownNameError` with a hint."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise UnknownNameError(
+                f"unknown op type {name!r}; this vocabulary has {len(self)} op types "
+                f"({', '.join(self.names[:8])}{', ...' if len(self) > 8 else ''})."
+                + did_you_mean(name, self._index)
+                + " Add the op type to the workload's vocabulary or fix the name."
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    @property
+    def batchable(self) -> NDArray[np.bool_]:
+        """Boolean mask over op ids: which op types may form batches."""
+        return self._batchable
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A read-only view of one node, for debugging and tests."""
+
+    id: int
+    op: OpType
+    operands: tuple[int, ...]
+    attr: int
+    depth: int
+    instance: int
+
+    def __str__(self) -> str:
+        args = ", ".join(f"%{u}" for u in self.operands)
+        tail = f" attr={self.attr}" if self.attr >= 0 else ""
+        return f"%{self.id} = {self.op.name}({args}){tail}"
+
+
+def _frozen(a: NDArray, dtype: type) -> NDArray:  # type: ignore[type-arg]
+    out = np.ascontiguousarray(a, dtype=dtype)
+    out.setflags(write=False)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """A typed dataflow DAG in topological order, stored as read-only numpy arrays.
+
+    Node ``v`` runs op ``vocab[op_ids[v]]`` on the outputs of nodes
+    ``operand_ids[operand_ptr[v]:operand_ptr[v + 1]]`` (in slot order). Every operand id is
+    smaller than the node id, so node id order is a topological order. Construct graphs with
+    :class:`~edbatch.graph.builder.GraphBuilder` or :func:`~edbatch.graph.merge.merge_graphs`.
+
+    Attributes:
+        vocab: the op types; ``op_ids`` index into it.
+        op_ids: ``int32[N]`` op id per node.
+        operand_ptr: ``int64[N+1]`` CSR row pointers into ``operand_ids``.
+        operand_ids: ``int32[E]`` producer node ids, by slot.
+        attrs: ``int64[N]`` one integer payload per node (token id, label), ``-1`` if unused.
+        instance: ``int32[N]`` which data instance of the mini-batch a node belongs to.
+        outputs: ``int32[M]`` nodes whose values the caller wants (losses, roots).
+        depth: ``int32[N]`` longest path (in edges) from a source to the node.
+    """
+
+    vocab: Vocab
+    op_ids: NDArray[np.int32]
+    operand_ptr: NDArray[np.int64]
+    operand_ids: NDArray[np.int32]
+    attrs: NDArray[np.int64]
+    instance: NDArray[np.int32]
+    outputs: NDArray[np.int32]
+    depth: NDArray[np.int32] = field(repr=False)
+
+    @classmethod
+    def from_arrays(
+        cls,
+        vocab: Vocab,
+        op_ids: NDArray,  # type: ignore[type-arg]
+        operand_ptr: NDArray,  # type: ignore[type-arg]
+        operand_ids: NDArray,  # type: ignore[type-arg]
+        *,
+        attrs: NDArray | None = None,  # type: ignore[type-arg]
+        instance: NDArray | None = None,  # type: ignore[type-arg]
+        outputs: Sequence[int] | NDArray | None = None,  # type: ignore[type-arg]
+        depth: NDArray | None = None,  # type: ignore[type-arg]
+        validate: bool = True,
+    ) -> Graph:
+        """Freeze arrays into a graph, computing depth if absent, and validate it."""
+        n = len(op_ids)
+        op_ids = _frozen(op_ids, np.int32)
+        operand_ptr = _frozen(operand_ptr, np.int64)
+        operand_ids = _frozen(operand_ids, np.int32)
+        attrs = _frozen(np.full(n, -1) if attrs is None else attrs, np.int64)
+        instance = _frozen(np.zeros(n) if instance is None else instance, np.int32)
+        outputs = _frozen(np.zeros(0) if outputs is None else np.asarray(outputs), np.int32)
+        if validate:
+            _validate_arrays(vocab, op_ids, operand_ptr, operand_ids, attrs, instance, outputs)
+        if depth is None:
+            depth = _compute_depth(operand_ptr, operand_ids)
+        return cls(vocab, op_ids, operand_ptr, operand_ids, attrs, instance, outputs,
+                   _frozen(depth, np.int32))
+
+    # ------------------------------------------------------------------ basic facts
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes ``N``."""
+        return len(self.op_ids)
+
+    @property
+    def num_edges(self) -> int:
+        """Number of operand references ``E``."""
+        return len(self.operand_ids)
+
+    @functools.cached_property
+    def num_instances(self) -> int:
+        """Number of data instances merged into this graph."""
+        return int(self.instance.max()) + 1 if self.num_nodes else 0
+
+    def operands(self, node_id: int) -> NDArray[np.int32]:
+        """Producer ids of ``node_id``'s operands, in slot order."""
+        return self.operand_ids[self.operand_ptr[node_id]:self.operand_ptr[node_id + 1]]
+
+    def node(self, node_id: int) -> Node:
+        """A readable view of one node."""
+        if not 0 <= node_id < self.num_nodes:
+            raise GraphError(f"node id {node_id} out of range; the graph has {self.num_nodes} nodes")
+        return Node(node_id, self.vocab[int(self.op_ids[node_id])],
+                    tuple(int(u) for u in self.operands(node_id)), int(self.attrs[node_id]),
+                    int(self.depth[node_id]), int(self.instance[node_id]))
+
+    @functools.cached_property
+    def arity(self) -> NDArray[np.int64]:
+        """``int64[N]`` number of operands per node."""
+        return np.diff(self.operand_ptr)
+
+    @functools.cached_property
+    def type_counts(self) -> NDArray[np.int64]:
+        """``int64[K]`` number of nodes per op type."""
+        return np.bincount(self.op_ids, minlength=len(self.vocab))
+
+    @functools.cached_property
+    def batchable_node(self) -> NDArray[np.bool_]:
+        """``bool[N]``: whether each node's op type is batchable."""
+        return self.vocab.batchable[self.op_ids] if self.num_nodes else np.zeros(0, bool)
+
+    # ------------------------------------------------------------------ derived structure
+    @functools.cached_property
+    def users(self) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+        """Consumers in CSR form ``(user_ptr int64[N+1], user_ids int32[E])``.
+
+        A node that reads the same producer in two slots appears twice, matching the
+        per-slot operand counts the frontier keeps.
+        """
+        consumer = np.repeat(np.arange(self.num_nodes, dtype=np.int32), self.arity)
+        order = np.argsort(self.operand_ids, kind="stable")
+        user_ids = consumer[order]
+        ptr = np.zeros(self.num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.operand_ids, minlength=self.num_nodes), out=ptr[1:])
+        return ptr, user_ids
+
+    @functools.cached_property
+    def levels(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Nodes grouped by depth: ``(order, level_ptr)``; level d is ``order[ptr[d]:ptr[d+1]]``."""
+        order = np.argsort(self.depth, kind="stable").astype(np.int64)
+        counts = np.bincount(self.depth) if self.num_nodes else np.zeros(0, np.int64)
+        ptr = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        return order, ptr
+
+    def structure_key(self) -> bytes:
+        """A hash of the graph's structure (ops, operands, attrs), for schedule caching."""
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=16)
+        for a in (self.op_ids, self.operand_ptr, self.operand_ids):
+            h.update(a.tobytes())
+        h.update("\0".join(self.vocab.names).encode())
+        return h.digest()
+
+    # ------------------------------------------------------------------ checks and dumps
+    def validate(self) -> None:
+        """Check every invariant; raise :class:`GraphError` naming the node and the fix."""
+        _validate_arrays(self.vocab, self.op_ids, self.operand_ptr, self.operand_ids,
+                         self.attrs, self.instance, self.outputs)
+
+    def __str__(self) -> str:
+        lines = [f"graph({self.num_nodes} nodes, {len(self.vocab)} op types, "
+                 f"{self.num_instances} instances)"]
+        limit = 200
+        for v in range(min(self.num_nodes, limit)):
+            lines.append("  " + str(self.node(v)))
+        if self.num_nodes > limit:
+            lines.append(f"  ... {self.num_nodes - limit} more nodes")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"Graph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
+                f"vocab={len(self.vocab)} ops, instances={self.num_instances})")
+
+
+def _compute_depth(operand_ptr: NDArray[np.int64], operand_ids: NDArray[np.int32]) -> NDArray:  # type: ignore[type-arg]
+    n = len(operand_ptr) - 1
+    depth = [0] * n
+    ptr = operand_ptr.tolist()
+    ids = operand_ids.tolist()
+    for v in range(n):
+        a, b = ptr[v], ptr[v + 1]
+        if a != b:
+            depth[v] = max([depth[u] for u in ids[a:b]]) + 1
+    return np.asarray(depth, dtype=np.int32)
+
+
+def _validate_arrays(vocab: Vocab, op_ids: NDArray, operand_ptr: NDArray,  # type: ignore[type-arg]
+                     operand_ids: NDArray, attrs: NDArray, instance: NDArray,  # type: ignore[type-arg]
+                     outputs: NDArray) -> None:  # type: ignore[type-arg]
+    n, k = len(op_ids), len(vocab)
+    if len(operand_ptr) != n + 1 or (n >= 0 and len(operand_ptr) and operand_ptr[0] != 0):
+        raise GraphError(f"operand_ptr must have N+1 = {n + 1} entries starting at 0, "
+                         f"got {len(operand_ptr)}; build graphs with GraphBuilder")
+    if np.any(np.diff(operand_ptr) < 0) or operand_ptr[-1] != len(operand_ids):
+        raise GraphError("operand_ptr must be non-decreasing and end at len(operand_ids)")
+    if len(attrs) != n or len(instance) != n:
+        raise GraphError(f"attrs and instance must have one entry per node ({n})")
+    bad = np.flatnonzero((op_ids < 0) | (op_ids >= k))
+    if len(bad):
+        v = int(bad[0])
+        raise GraphError(f"node %{v} has unknown op id {int(op_ids[v])}; the vocabulary has "
+                         f"{k} op types (ids 0..{k - 1}). Add the op type to the vocabulary")
+    consumer = np.repeat(np.arange(n, dtype=np.int64), np.diff(operand_ptr))
+    bad = np.flatnonzero((operand_ids < 0) | (operand_ids >= consumer))
+    if len(bad):
+        e = int(bad[0])
+        v, u = int(consumer[e]), int(operand_ids[e])
+        what = "itself (a cycle)" if u == v else (
+            f"%{u}, which does not exist yet" if u >= 0 else f"invalid id {u}")
+        raise GraphError(
+            f"node %{v} ({vocab[int(op_ids[v])].name}) refers to {what}: nodes may only use "
+            f"earlier nodes (topological order). Create the operand before its user; a graph "
+            f"that needs a later node contains a cycle")
+    _check_arity_and_shapes(vocab, op_ids, operand_ptr, operand_ids, consumer)
+    bad = np.flatnonzero((outputs < 0) | (outputs >= n))
+    if len(bad):
+        raise GraphError(f"output {int(outputs[bad[0]])} is not a node id (graph has {n} nodes)")
+
+
+def _check_arity_and_shapes(vocab: Vocab, op_ids: NDArray, operand_ptr: NDArray,  # type: ignore[type-arg]
+                            operand_ids: NDArray, consumer: NDArray) -> None:  # type: ignore[type-arg]
+    arity_of = np.array([-1 if op.arity is None else op.arity for op in vocab], dtype=np.int64)
+    arity = np.diff(operand_ptr)
+    want = arity_of[op_ids] if len(op_ids) else np.zeros(0, np.int64)
+    bad = np.flatnonzero((want >= 0) & (want != arity))
+    if len(bad):
+        v = int(bad[0])
+        op = vocab[int(op_ids[v])]
+        raise GraphError(f"node %{v} ({op.name}) has {int(arity[v])} operands; op type "
+                         f"{op.name!r} takes exactly {op.arity}. Pass {op.arity} operands")
+    # Shapes: compare the producer's out_shape with the consumer slot's in_shape, per edge.
+    shape_ids: dict[Shape, int] = {}
+    out_sid = np.array([shape_ids.setdefault(op.out_shape, len(shape_ids)) for op in vocab])
+    max_arity = max([op.arity or 0 for op in vocab], default=0)
+    in_sid = np.full((len(vocab), max(max_arity, 1)), -1, dtype=np.int64)
+    for i, op in enumerate(vocab):
+        for s, shape in enumerate(op.in_shapes or ()):
+            in_sid[i, s] = shape_ids.setdefault(shape, len(shape_ids))
+    if not len(operand_ids):
+        return
+    slot = np.arange(len(operand_ids)) - np.repeat(operand_ptr[:-1], arity)
+    cop = op_ids[consumer]
+    checked = arity_of[cop] >= 0
+    want_sid = np.where(checked, in_sid[cop, np.minimum(slot, in_sid.shape[1] - 1)], -1)
+    got_sid = out_sid[op_ids[operand_ids]]
+    bad = np.flatnonzero(checked & (want_sid != got_sid))
+    if len(bad):
+        e = int(bad[0])
+        v, u, s = int(consumer[e]), int(operand_ids[e]), int(slot[e])
+        op, prod = vocab[int(op_ids[v])], vocab[int(op_ids[u])]
+        raise GraphError(
+            f"shape mismatch at node %{v} ({op.name}) operand {s}: %{u} ({prod.name}) produces "
+            f"shape {prod.out_shape}, but {op.name!r} expects {op.in_shapes[s]} in slot {s}. "  # type: ignore[index]
+            f"Fix the operand order or the op types' shapes")

@@ -1,0 +1,46 @@
+"""Scheduling: frontier bookkeeping, policies, heuristics, bounds and the exact optimum."""
+
+from edbatch.schedule.bounds import (
+    lower_bound,
+    remaining_lower_bound,
+    type_chain_lengths,
+    typewise_graph,
+)
+from edbatch.schedule.frontier import Frontier, FrontierView
+from edbatch.schedule.heuristics import (
+    AgendaPolicy,
+    CompleteLevelAgendaPolicy,
+    DynetAgendaPolicy,
+    MaxFrontierPolicy,
+    RandomPolicy,
+    TypewiseGreedyPolicy,
+    depth_schedule,
+    typewise_greedy_backward,
+)
+from edbatch.schedule.policy import Policy, PolicyScheduler, Scheduler, run_policy
+from edbatch.schedule.reverse import reverse_graph
+from edbatch.schedule.schedule import Batch, Schedule
+
+__all__ = [
+    "AgendaPolicy",
+    "Batch",
+    "CompleteLevelAgendaPolicy",
+    "DynetAgendaPolicy",
+    "Frontier",
+    "FrontierView",
+    "MaxFrontierPolicy",
+    "Policy",
+    "PolicyScheduler",
+    "RandomPolicy",
+    "Schedule",
+    "Scheduler",
+    "TypewiseGreedyPolicy",
+    "depth_schedule",
+    "lower_bound",
+    "remaining_lower_bound",
+    "reverse_graph",
+    "run_policy",
+    "type_chain_lengths",
+    "typewise_graph",
+    "typewise_greedy_backward",
+]

@@ -1,0 +1,127 @@
+"""Static analyses behind the lower bound and the type-wise frontier count (DESIGN 2.2).
+
+* :func:`type_chain_lengths` gives, per node and op type, the largest number of nodes of that
+  type on any path *starting* at the node. Because the unexecuted part of a graph is closed
+  under users, the longest same-type chain among unexecuted nodes starts at a ready node, so
+  the bound of any frontier is one ``max`` over the ready rows (:func:`remaining_lower_bound`).
+* :func:`lower_bound` is ED-Batch's LB: unbatchable nodes + sum over types of the longest
+  same-type chain.
+* :func:`typewise_graph` gives each node's *type-wise predecessors* (nearest ancestors of its
+  own type), computed with word-parallel bitsets level by level.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from edbatch.graph.ir import Graph
+
+__all__ = ["lower_bound", "remaining_lower_bound", "type_chain_lengths", "typewise_graph"]
+
+
+def _segments(ptr: NDArray[np.int64], nodes: NDArray[np.int64]) -> tuple[NDArray, NDArray]:  # type: ignore[type-arg]
+    """Flat indices of the CSR rows ``nodes`` and each row's length."""
+    starts = ptr[nodes]
+    lens = ptr[nodes + 1] - starts
+    total = int(lens.sum())
+    idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(total)
+    return idx, lens
+
+
+def type_chain_lengths(graph: Graph) -> NDArray[np.int32]:
+    """``int32[N, K]``: max number of type-``k`` nodes on a path starting at each node."""
+    n, k = graph.num_nodes, len(graph.vocab)
+    down = np.zeros((n, k), dtype=np.int32)
+    if n == 0:
+        return down
+    down[np.arange(n), graph.op_ids] = 1
+    order, lptr = graph.levels
+    uptr, uids = graph.users
+    for d in range(len(lptr) - 2, -1, -1):
+        nodes = order[lptr[d]:lptr[d + 1]]
+        nodes = nodes[uptr[nodes + 1] > uptr[nodes]]
+        if not len(nodes):
+            continue
+        idx, lens = _segments(uptr, nodes)
+        best = np.maximum.reduceat(down[uids[idx]], np.cumsum(lens) - lens, axis=0)
+        down[nodes] += best
+    return down
+
+
+def lower_bound(graph: Graph, down: NDArray[np.int32] | None = None) -> int:
+    """ED-Batch's LB: number of unbatchable nodes + sum over types of the longest chain."""
+    if graph.num_nodes == 0:
+        return 0
+    down = type_chain_lengths(graph) if down is None else down
+    batchable = graph.vocab.batchable
+    return int((~graph.batchable_node).sum()) + int(down[:, batchable].max(axis=0).sum())
+
+
+def remaining_lower_bound(down: NDArray[np.int32], batchable: NDArray[np.bool_],
+                          ready_nodes: NDArray[np.int64], unbatchable_left: int) -> int:
+    """LB of the unexecuted part of a graph, given all ready nodes (any type)."""
+    if not len(ready_nodes):
+        return unbatchable_left
+    return unbatchable_left + int(down[ready_nodes][:, batchable].max(axis=0).sum())
+
+
+_CHUNK_BITS = 4096
+
+
+def typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
+    """Type-wise predecessor counts and successor lists.
+
+    ``u`` is a type-wise predecessor of ``v`` when both have the same op type and some path
+    from ``u`` to ``v`` has no other node of that type. A node is in the type-wise frontier
+    when all its type-wise predecessors have run, i.e. it has no unexecuted ancestor of its
+    type.
+
+    Returns:
+        ``(pred_count int32[N], succ_ptr int64[N+1], succ_ids int32[T])``.
+    """
+    n, k = graph.num_nodes, len(graph.vocab)
+    op = graph.op_ids.astype(np.int64)
+    order, lptr = graph.levels
+    optr = graph.operand_ptr
+    level_edges = []
+    for d in range(1, len(lptr) - 1):
+        nodes = order[lptr[d]:lptr[d + 1]]
+        idx, lens = _segments(optr, nodes)
+        level_edges.append((nodes, graph.operand_ids[idx].astype(np.int64),
+                            np.cumsum(lens) - lens))
+    src_parts, dst_parts = [], []
+    for c0 in range(0, n, _CHUNK_BITS):
+        c1 = min(n, c0 + _CHUNK_BITS)
+        words = (c1 - c0 + 63) // 64
+        ids = np.arange(c0, c1)
+        word_of, bit_of = (ids - c0) >> 6, np.left_shift(np.uint64(1), ((ids - c0) & 63).astype(np.uint64))
+        typemask = np.zeros((k, words), dtype=np.uint64)
+        np.bitwise_or.at(typemask, (op[ids], word_of), bit_of)
+        notmask = ~typemask
+        near = np.zeros((n, words), dtype=np.uint64)
+        for nodes, src, starts in level_edges:
+            if nodes.max() < c0:
+                continue
+            contrib = near[src] & notmask[op[src]]
+            inside = np.flatnonzero((src >= c0) & (src < c1))
+            if len(inside):
+                s = src[inside] - c0
+                contrib[inside, s >> 6] |= np.left_shift(np.uint64(1), (s & 63).astype(np.uint64))
+            near[nodes] = np.bitwise_or.reduceat(contrib, starts, axis=0)
+        pred = near & typemask[op]
+        rows, cols = np.nonzero(pred)
+        if not len(rows):
+            continue
+        bits = np.unpackbits(pred[rows, cols].view(np.uint8).reshape(-1, 8), axis=1,
+                             bitorder="little")
+        i, b = np.nonzero(bits)
+        src_parts.append(c0 + cols[i] * 64 + b)
+        dst_parts.append(rows[i])
+    src = np.concatenate(src_parts) if src_parts else np.zeros(0, np.int64)
+    dst = np.concatenate(dst_parts) if dst_parts else np.zeros(0, np.int64)
+    pred_count = np.bincount(dst, minlength=n).astype(np.int32)
+    perm = np.argsort(src, kind="stable")
+    succ_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=succ_ptr[1:])
+    return pred_count, succ_ptr, dst[perm].astype(np.int32)

@@ -1,0 +1,185 @@
+"""The batching heuristics edbatch compares against, each named after its source (DESIGN 3).
+
+Ties are broken deterministically: by ascending op id unless the source says otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from edbatch.graph.ir import Graph
+from edbatch.schedule.frontier import FrontierView
+from edbatch.schedule.policy import run_policy
+from edbatch.schedule.reverse import reverse_graph
+from edbatch.schedule.schedule import Batch, Schedule
+
+__all__ = [
+    "AgendaPolicy",
+    "CompleteLevelAgendaPolicy",
+    "DynetAgendaPolicy",
+    "MaxFrontierPolicy",
+    "RandomPolicy",
+    "TypewiseGreedyPolicy",
+    "depth_schedule",
+    "typewise_greedy_backward",
+]
+
+_EPS = 1e-3  # DyNet's sum / (count + 1e-3)
+
+
+def depth_schedule(graph: Graph) -> Schedule:
+    """Depth-based batching (TensorFlow Fold; DyNet ``--dynet-autobatch 2``).
+
+    One batch per distinct (depth, op type), in increasing depth then op id; unbatchable
+    nodes run alone. Static, so it needs no frontier: nodes of one depth never depend on
+    each other.
+    """
+    t0 = time.perf_counter()
+    n = graph.num_nodes
+    depth = graph.depth.astype(np.int64)
+    op = graph.op_ids.astype(np.int64)
+    # Unbatchable nodes get a key of their own so they stay singletons.
+    solo = ~graph.batchable_node
+    group = np.where(solo, len(graph.vocab) + np.arange(n), op)
+    order = np.lexsort((np.arange(n), group, depth))
+    d, gk = depth[order], group[order]
+    cuts = np.flatnonzero((np.diff(d) != 0) | (np.diff(gk) != 0)) + 1
+    batches = tuple(
+        Batch(int(op[part[0]]), part.astype(np.int32), forced=bool(solo[part[0]]))
+        for part in np.split(order, cuts) if len(part))
+    return Schedule(batches, "depth", seconds=time.perf_counter() - t0)
+
+
+class DynetAgendaPolicy:
+    """DyNet's agenda (``--dynet-autobatch 1``): lowest *static* mean depth of the type.
+
+    The mean is over all nodes of the type in the graph, ``sum / (count + 1e-3)``. Candidates
+    are scanned in op-id order; on a tie the later one wins unless its op kind is complex
+    (matrix products are deferred, as in DyNet).
+    """
+
+    def __init__(self) -> None:
+        self._graph: Graph | None = None
+
+    def _prepare(self, graph: Graph) -> None:
+        k = len(graph.vocab)
+        total = np.bincount(graph.op_ids, weights=graph.depth, minlength=k)
+        self._mean = total / (graph.type_counts + _EPS)
+        self._complex = np.array([op.is_complex for op in graph.vocab], dtype=bool)
+        self._graph = graph
+
+    def choose(self, view: FrontierView) -> int:
+        """Pick the ready type with the lowest static mean depth."""
+        if view.graph is not self._graph:
+            self._prepare(view.graph)
+        best, best_avg = -1, np.inf
+        for a in np.flatnonzero(view.mask).tolist():
+            avg = self._mean[a]
+            if avg < best_avg or (avg == best_avg and not self._complex[a]):
+                best, best_avg = a, avg
+        return best
+
+
+class AgendaPolicy:
+    """ED-Batch's agenda (``--ooc-autobatch 1``): lowest mean depth of *remaining* nodes.
+
+    The mean is over the type's unexecuted nodes, ``sum / (count + 1e-3)``, updated after
+    every batch; ties go to the smallest op id.
+    """
+
+    def choose(self, view: FrontierView) -> int:
+        """Pick the ready type with the lowest remaining mean depth."""
+        avg = view.remaining_depth_sum / (view.remaining_count + _EPS)
+        return int(np.argmin(np.where(view.mask > 0, avg, np.inf)))
+
+
+class CompleteLevelAgendaPolicy:
+    """DyNet strategy 3: agenda restricted to types whose ready nodes complete their levels.
+
+    A ready type qualifies when, for every depth among its ready nodes, all its unexecuted
+    nodes of that depth are ready. Among qualifying types (or all ready types if none
+    qualifies) it picks the lowest static mean depth, like :class:`DynetAgendaPolicy`.
+    """
+
+    def __init__(self) -> None:
+        self._agenda = DynetAgendaPolicy()
+        self._graph: Graph | None = None
+
+    def choose(self, view: FrontierView) -> int:
+        """Pick among types whose ready nodes make up whole (depth, type) groups."""
+        graph = view.graph
+        if graph is not self._graph:
+            self._agenda._prepare(graph)
+            # Unexecuted node count per (op, depth), flattened; the policy's own choices are
+            # executed by the caller, so it keeps this count itself.
+            self._width = int(graph.depth.max()) + 1
+            key = graph.op_ids.astype(np.int64) * self._width + graph.depth
+            self._pairs = np.bincount(key, minlength=len(graph.vocab) * self._width)
+            self._graph = graph
+        ready = np.flatnonzero(view.mask)
+        qualifying = []
+        for a in ready.tolist():
+            nodes = view.ready_nodes(a)
+            d, c = np.unique(graph.depth[nodes], return_counts=True)
+            if np.array_equal(self._pairs[a * self._width + d], c):
+                qualifying.append(a)
+        best, best_avg = -1, np.inf
+        for a in qualifying or ready.tolist():
+            avg = self._agenda._mean[a]
+            if avg < best_avg or (avg == best_avg and not self._agenda._complex[a]):
+                best, best_avg = a, avg
+        nodes = view.ready_nodes(best)
+        np.subtract.at(self._pairs, best * self._width + graph.depth[nodes].astype(np.int64), 1)
+        return best
+
+
+class MaxFrontierPolicy:
+    """Greedy: the ready type with the most ready nodes (ties: smallest op id)."""
+
+    def choose(self, view: FrontierView) -> int:
+        """Pick the largest ready batch."""
+        return int(np.argmax(np.where(view.mask > 0, view.ready_count, -1)))
+
+
+class TypewiseGreedyPolicy:
+    """Type-wise ratio greedy, forward: the ready type maximising ``|F(a)| / T(a)``.
+
+    ``T(a)`` is the type-wise frontier count (DESIGN 2.2); the ratio is ED-Batch's reward
+    term. Ties go to the smallest op id.
+    """
+
+    needs_typewise = True
+
+    def choose(self, view: FrontierView) -> int:
+        """Pick the most complete ready batch."""
+        assert view.typewise_count is not None
+        ratio = view.ready_count / np.maximum(view.typewise_count, 1)
+        return int(np.argmax(np.where(view.mask > 0, ratio, -1.0)))
+
+
+def typewise_greedy_backward(graph: Graph) -> Schedule:
+    """ED-Batch strategy 8 (``typewiseLB``): the type-wise greedy run from the sinks.
+
+    Schedules the reversed graph with :class:`TypewiseGreedyPolicy` and reverses the batch
+    list, which is a valid forward schedule.
+    """
+    t0 = time.perf_counter()
+    rev = reverse_graph(graph)
+    n = graph.num_nodes
+    back = run_policy(rev, TypewiseGreedyPolicy())
+    batches = tuple(Batch(b.op_id, np.sort((n - 1 - b.node_ids).astype(np.int32)), b.forced)
+                    for b in reversed(back.batches))
+    return Schedule(batches, "typewise_greedy_backward", seconds=time.perf_counter() - t0)
+
+
+class RandomPolicy:
+    """Uniformly random ready type, from a seeded ``numpy`` generator."""
+
+    def __init__(self, seed: int | np.random.Generator = 0) -> None:
+        self.rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+    def choose(self, view: FrontierView) -> int:
+        """Pick any ready type."""
+        return int(self.rng.choice(np.flatnonzero(view.mask)))

@@ -1,0 +1,119 @@
+"""Batch and Schedule: the frozen output of every scheduler."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from edbatch.errors import ScheduleError
+from edbatch.graph.ir import Graph
+
+__all__ = ["Batch", "Schedule"]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Nodes of one op type that run as one kernel call.
+
+    Attributes:
+        op_id: the op type of every node in the batch.
+        node_ids: ``int32`` node ids, ascending.
+        forced: ``True`` for an unbatchable node run alone outside the policy's control.
+    """
+
+    op_id: int
+    node_ids: NDArray[np.int32]
+    forced: bool = False
+
+    def __len__(self) -> int:
+        return len(self.node_ids)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Batches in execution order, and who produced them.
+
+    Example:
+        >>> from edbatch.graph import OpType, Vocab, GraphBuilder
+        >>> b = GraphBuilder(Vocab([OpType("x", "lookup", (), (1,))]))
+        >>> _ = b.add("x"), b.add("x")
+        >>> s = Schedule((Batch(0, np.array([0, 1], np.int32)),), "manual")
+        >>> s.validate(b.build()); s.num_batches
+        1
+    """
+
+    batches: tuple[Batch, ...]
+    scheduler: str
+    seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def num_batches(self) -> int:
+        """Number of kernel launches, forced singleton batches included."""
+        return len(self.batches)
+
+    @property
+    def num_decisions(self) -> int:
+        """Number of batches chosen by the policy (not forced)."""
+        return sum(1 for b in self.batches if not b.forced)
+
+    def step_of(self, num_nodes: int) -> NDArray[np.int64]:
+        """``int64[N]`` index of the batch that runs each node (``-1`` if none does)."""
+        step = np.full(num_nodes, -1, dtype=np.int64)
+        if self.batches:
+            nodes = np.concatenate([b.node_ids for b in self.batches]).astype(np.int64)
+            sizes = [len(b) for b in self.batches]
+            step[nodes] = np.repeat(np.arange(len(self.batches)), sizes)
+        return step
+
+    def validate(self, graph: Graph) -> None:
+        """Check that the schedule runs every node once, by op type, after its operands.
+
+        Raises:
+            ScheduleError: naming the first offending batch and node.
+        """
+        n = graph.num_nodes
+        seen = np.zeros(n, dtype=np.int64)
+        for i, b in enumerate(self.batches):
+            ids = np.asarray(b.node_ids, dtype=np.int64)
+            if not len(ids):
+                raise ScheduleError(f"batch {i} is empty; drop empty batches")
+            if ids.min() < 0 or ids.max() >= n:
+                raise ScheduleError(f"batch {i} names node {int(ids.max())} but the graph has "
+                                    f"{n} nodes; the schedule was made for another graph")
+            wrong = ids[graph.op_ids[ids] != b.op_id]
+            if len(wrong):
+                v = int(wrong[0])
+                raise ScheduleError(
+                    f"batch {i} runs op {graph.vocab[b.op_id].name!r} but node %{v} is "
+                    f"{graph.vocab[int(graph.op_ids[v])].name!r}; a batch holds one op type")
+            if len(ids) > 1 and not graph.vocab[b.op_id].batchable:
+                raise ScheduleError(f"batch {i} puts {len(ids)} nodes of unbatchable op "
+                                    f"{graph.vocab[b.op_id].name!r} together; run them alone")
+            np.add.at(seen, ids, 1)
+        bad = np.flatnonzero(seen != 1)
+        if len(bad):
+            v = int(bad[0])
+            raise ScheduleError(f"node %{v} ({graph.vocab[int(graph.op_ids[v])].name}) runs "
+                                f"{int(seen[v])} times; every node must run exactly once")
+        step = self.step_of(n)
+        consumer = np.repeat(np.arange(n), graph.arity)
+        late = np.flatnonzero(step[graph.operand_ids] >= step[consumer])
+        if len(late):
+            e = int(late[0])
+            v, u = int(consumer[e]), int(graph.operand_ids[e])
+            raise ScheduleError(f"node %{v} runs in batch {int(step[v])} but its operand %{u} "
+                                f"runs in batch {int(step[u])}; operands must run earlier")
+
+    @classmethod
+    def from_node_lists(cls, graph: Graph, batches: Sequence[Sequence[int]],
+                        scheduler: str) -> Schedule:
+        """Build a schedule from lists of node ids (op types are read from the graph)."""
+        out = []
+        for ids in batches:
+            arr = np.sort(np.asarray(ids, dtype=np.int32))
+            op = int(graph.op_ids[arr[0]]) if len(arr) else -1
+            out.append(Batch(op, arr, forced=not graph.vocab[op].batchable))
+        return cls(tuple(out), scheduler)
