@@ -7,11 +7,13 @@ children per internal node; workloads that need binary trees check that themselv
 
 from __future__ import annotations
 
+import gc
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from edbatch.data._text import read_lines, shorten
 from edbatch.errors import DataFormatError
@@ -79,6 +81,30 @@ class Tree:
             stack.extend(reversed(node.children))
 
 
+def _node_factory() -> Callable[[int, tuple[Tree, ...], str | None], Tree]:
+    """Return a constructor equivalent to ``Tree(label, children, word)``, about 2x faster.
+
+    It writes the slots through their member descriptors, skipping the frozen-dataclass
+    ``__init__`` (three ``object.__setattr__`` calls); parsing builds ~40 nodes per sentence.
+    """
+    new = object.__new__
+    set_label = Tree.label.__set__  # type: ignore[attr-defined]
+    set_children = Tree.children.__set__  # type: ignore[attr-defined]
+    set_word = Tree.word.__set__  # type: ignore[attr-defined]
+
+    def make(label: int, children: tuple[Tree, ...], word: str | None) -> Tree:
+        node = new(Tree)
+        set_label(node, label)
+        set_children(node, children)
+        set_word(node, word)
+        return node
+
+    return make
+
+
+_make_node = _node_factory()
+
+
 def _column(text: str, token_index: int) -> int:
     """1-based column where token number ``token_index`` of ``text`` starts."""
     for k, match in enumerate(_TOKEN.finditer(text)):
@@ -87,20 +113,34 @@ def _column(text: str, token_index: int) -> int:
     return len(text) + 1
 
 
+def _fail(
+    path: str, line: int, text: str, k: int, found: str, expected: str, fix: str
+) -> NoReturn:
+    raise DataFormatError(path, line, f"{found} at column {_column(text, k)}", expected, fix)
+
+
+_LABELS: dict[str, int] = {}  # label text -> int, shared by all parses (a handful of entries)
+
+
 def _label(raw: str, text: str, k: int, path: str, line: int) -> int:
+    """Convert (and cache) a label; fail on an empty or non-integer label at token ``k``."""
+    if not raw:
+        _fail(path, line, text, k, "'(' without a label", "an integer label right after '('",
+              "write the label first, e.g. '(2 word)'")
     if _INT.fullmatch(raw) is None:
-        raise DataFormatError(
-            path,
-            line,
-            f"label {shorten(raw)} at column {_column(text, k)}",
-            "an integer label after '(' (e.g. '(2 word)')",
-            "every constituent must start with its integer label",
-        )
-    return int(raw)
+        _fail(path, line, text, k, f"the label {shorten(raw)}",
+              "an integer label after '(' (e.g. '(2 word)')",
+              "every constituent must start with its integer label")
+    value = int(raw)
+    if len(_LABELS) < 256:
+        _LABELS[raw] = value
+    return value
 
 
 def parse_tree(text: str, *, path: str = "<string>", line: int = 1) -> Tree:
     """Parse one bracketed tree such as ``(3 (2 a) (4 (3 good) (2 film)))``.
+
+    Tokens are separated by ASCII whitespace only (a U+00A0 inside a word is part of it).
 
     Args:
         text: The tree in PTB bracket form (surrounding whitespace is ignored).
@@ -116,96 +156,98 @@ def parse_tree(text: str, *, path: str = "<string>", line: int = 1) -> Tree:
             word, or a word mixed with sub-trees. The message names ``path:line`` and the column.
     """
     tokens = _TOKEN.findall(text)
-    cache: dict[str, int] = {}
-    # Open constituents: [label, children, word, token index of the '('].
-    stack: list[list[Any]] = []
-    root: Tree | None = None
+    labels = _LABELS
+    make = _make_node
+    nodes: list[Tree] = []  # finished nodes whose parent is still open, left to right
+    frames: list[tuple[int, int, int]] = []  # open constituents: (label, first child, token)
     for k, (leaf_label, leaf_word, open_label, close, word) in enumerate(tokens):
-        if root is not None:
-            if close:
-                _fail(path, line, text, k, "an extra ')' after the tree closed", "end of line",
-                      "remove the extra ')'")
-            _fail(path, line, text, k, "a token after the tree closed", "end of line",
-                  "put one tree per line")
-        if leaf_word:
-            label = cache.get(leaf_label)
+        if leaf_word:  # a whole "(label word)": by far the most common token
+            if not frames and nodes:
+                _fail(path, line, text, k, "a second tree after the tree closed",
+                      "end of line", "put one tree per line")
+            label = labels.get(leaf_label)
             if label is None:
-                label = cache[leaf_label] = _label(leaf_label, text, k, path, line)
-            node = Tree(label, (), leaf_word)
+                label = _label(leaf_label, text, k, path, line)
+            nodes.append(make(label, (), leaf_word))
         elif close:
-            if not stack:
-                _fail(path, line, text, k, "an extra ')'", "a matching '(' before it",
-                      "remove the extra ')'")
-            label, children, tree_word, start = stack.pop()
-            if not children and tree_word is None:
-                _fail(path, line, text, start, "a constituent with a label but no word or "
-                      "children", "'(label word)' or '(label subtree...)'", "add the word")
-            node = Tree(label, tuple(children), tree_word)
-        elif word:
-            _add_word(stack, word, text, k, path, line)
-            continue
+            if not frames:
+                _fail(path, line, text, k, "an extra ')'" + (" after the tree closed" if nodes
+                      else ""), "a matching '(' before it", "remove the extra ')'")
+            label, first, _ = frames.pop()
+            children = tuple(nodes[first:])
+            del nodes[first:]
+            nodes.append(make(label, children, None))
+        elif word:  # a valid tree has every word inside a "(label word)" token
+            _word_error(tokens, frames, nodes, text, k, path, line)
         else:
-            _check_open_label(tokens, k, open_label, text, path, line)
-            if stack and stack[-1][2] is not None:
-                _fail(path, line, text, k, "a sub-tree after a word", "only sub-trees or only "
-                      "one word inside a constituent", "wrap the word as '(label word)'")
-            label = _label(open_label, text, k, path, line)
-            stack.append([label, [], None, k])
-            continue
-        if stack:
-            _add_child(stack, node, text, k, path, line)
-        else:
-            root = node
-    if stack:
-        _fail(path, line, text, stack[-1][3], f"{len(stack)} unclosed '('",
-              "a ')' for every '('", f"add {len(stack)} ')' at the end of the line")
-    if root is None:
+            if not frames and nodes:
+                _fail(path, line, text, k, "a second tree after the tree closed",
+                      "end of line", "put one tree per line")
+            _check_open(tokens, text, k, path, line)
+            label = labels.get(open_label)
+            if label is None:
+                label = _label(open_label, text, k, path, line)
+            frames.append((label, len(nodes), k))
+    if frames:
+        _fail(path, line, text, frames[-1][2], f"{len(frames)} unclosed '('",
+              "a ')' for every '('", f"add {len(frames)} ')' at the end of the line")
+    if not nodes:
         _fail(path, line, text, 0, "no tree", "a bracketed tree '(label ...)'",
               "remove the line or add the tree")
-    return root
+    return nodes[0]
 
 
-def _check_open_label(
-    tokens: list[tuple[str, ...]], k: int, label: str, text: str, path: str, line: int
-) -> None:
-    if label:
+def _check_open(tokens: list[tuple[str, ...]], text: str, k: int, path: str, line: int) -> None:
+    """Reject ``()`` and ``(label)`` at the opening bracket ``k``."""
+    if k + 1 >= len(tokens) or not tokens[k + 1][3]:
         return
-    if k + 1 < len(tokens) and tokens[k + 1][3]:
+    raw = tokens[k][2]
+    if not raw:
         _fail(path, line, text, k, "an empty constituent '()'", "'(label ...)'",
               "remove the '()' or add a label and content")
-    _fail(path, line, text, k, "'(' without a label", "an integer label right after '('",
-          "write the label first, e.g. '(2 word)'")
+    _label(raw, text, k, path, line)  # a non-integer label is the first thing to report
+    _fail(path, line, text, k, f"the constituent '({raw})' with a label but no word or "
+          "children", "'(label word)' or '(label subtree...)'",
+          "add the word or remove the constituent")
 
 
-def _add_word(stack: list[list[Any]], word: str, text: str, k: int, path: str, line: int) -> None:
-    if not stack:
-        _fail(path, line, text, k, f"the word {shorten(word)} outside any bracket",
-              "a tree starting with '('", "wrap the line as '(label ...)'")
-    top = stack[-1]
-    if top[2] is not None:
-        _fail(path, line, text, k, f"a second word {shorten(word)} in a pre-terminal that "
-              f"already holds {shorten(top[2])}", "exactly one word per '(label word)'",
-              "wrap each word in its own '(label word)'")
-    if top[1]:
-        _fail(path, line, text, k, f"the word {shorten(word)} after sub-trees",
-              "only sub-trees or only one word inside a constituent",
-              "wrap the word as '(label word)'")
-    top[2] = word
-
-
-def _add_child(stack: list[list[Any]], node: Tree, text: str, k: int, path: str, line: int) -> None:
-    top = stack[-1]
-    if top[2] is not None:
-        _fail(path, line, text, k, f"a sub-tree after the word {shorten(top[2])}",
-              "only sub-trees or only one word inside a constituent",
-              "wrap the word as '(label word)'")
-    top[1].append(node)
-
-
-def _fail(
-    path: str, line: int, text: str, k: int, found: str, expected: str, fix: str
+def _word_error(
+    tokens: list[tuple[str, ...]], frames: list[tuple[int, int, int]], nodes: list[Tree],
+    text: str, k: int, path: str, line: int,
 ) -> NoReturn:
-    raise DataFormatError(path, line, f"{found} at column {_column(text, k)}", expected, fix)
+    """Explain why the bare word at token ``k`` (not inside a ``(label word)``) is wrong."""
+    word = shorten(tokens[k][4])
+    if not frames:
+        where = "after the tree closed" if nodes else "before the first '('"
+        _fail(path, line, text, k, f"the word {word} {where}",
+              "a single tree '(label ...)' on the line", "wrap the line as '(label ...)'")
+    if len(nodes) > frames[-1][1]:
+        _fail(path, line, text, k, f"the word {word} after sub-trees",
+              "only sub-trees or only one word inside a constituent",
+              "wrap the word as '(label word)'")
+    if k + 1 >= len(tokens):
+        _fail(path, line, text, frames[-1][2], f"{len(frames)} unclosed '('",
+              "a ')' for every '('", f"add {len(frames)} ')' at the end of the line")
+    nxt = tokens[k + 1]
+    if nxt[4]:
+        _fail(path, line, text, k + 1, f"a second word {shorten(nxt[4])} in a pre-terminal "
+              f"that already holds {word}", "exactly one word per '(label word)'",
+              "wrap each word in its own '(label word)'")
+    _fail(path, line, text, k + 1, f"a sub-tree after the word {word}",
+          "only sub-trees or only one word inside a constituent",
+          "wrap the word as '(label word)'")
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector (it dominates the time of building many nodes)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def load_trees(path: str | Path) -> list[Tree]:
@@ -223,11 +265,13 @@ def load_trees(path: str | Path) -> list[Tree]:
             file holds no tree at all.
     """
     name = str(path)
-    trees = [
-        parse_tree(text, path=name, line=i)
-        for i, text in enumerate(read_lines(path), start=1)
-        if text.strip(_WS)
-    ]
+    lines = read_lines(path)
+    with _gc_paused():
+        trees = [
+            parse_tree(text, path=name, line=i)
+            for i, text in enumerate(lines, start=1)
+            if text.strip(_WS)
+        ]
     if not trees:
         raise DataFormatError(name, 1, "an empty file (no trees)",
                               "one bracketed tree per line", "check the path and the file")

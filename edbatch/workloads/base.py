@@ -1,0 +1,179 @@
+"""The Workload contract, the mini-batch graph builder and the graph sampler.
+
+A workload owns its dataset reader, its op vocabulary (at one of two granularities) and
+the emission of one instance's nodes. Everything downstream (schedulers, the env, the
+executor) only sees graphs over ``workload.vocab``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from edbatch.errors import GraphError, UnknownNameError, did_you_mean
+from edbatch.graph import Graph, GraphBuilder, OpType, Vocab, merge_graphs
+
+__all__ = [
+    "DATA_DIR",
+    "LOSS_SUM",
+    "Granularity",
+    "GraphSampler",
+    "Workload",
+    "check_granularity",
+    "loss_sum_op",
+]
+
+#: The data shipped with the repository (see data/README.md for provenance and licenses).
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+
+Granularity = Literal["cell", "primitive"]
+
+#: Name of the unbatchable variadic op that sums the per-instance losses of a mini-batch.
+LOSS_SUM = "loss_sum"
+
+
+def check_granularity(granularity: str) -> Granularity:
+    """Validate a granularity name."""
+    if granularity not in ("cell", "primitive"):
+        raise UnknownNameError(
+            f"unknown granularity {granularity!r}; expected 'cell' (one op type per cell, "
+            f"like ED-Batch's blocks) or 'primitive' (matmul, add, tanh ... as DyNet sees them)"
+            + did_you_mean(granularity, ["cell", "primitive"]))
+    return granularity  # type: ignore[return-value]
+
+
+class Workload(abc.ABC):
+    """A dynamic-NN workload over a real data set.
+
+    Subclasses set :attr:`name`, build :attr:`vocab` in ``__init__`` and implement
+    :meth:`load`, :meth:`emit` and :meth:`param_shapes`.
+
+    Attributes:
+        name: registry name, e.g. ``"tree_lstm"``.
+        granularity: ``"cell"`` or ``"primitive"``.
+        vocab: the op types every graph of this workload uses (ids are RL actions).
+    """
+
+    name: str = ""
+    granularity: Granularity
+    vocab: Vocab
+
+    def __init__(self, granularity: str = "cell", data_dir: str | Path | None = None) -> None:
+        self.granularity = check_granularity(granularity)
+        self.data_dir = Path(data_dir) if data_dir is not None else DATA_DIR
+        self._cache: dict[tuple[str, int], Graph] = {}
+        self._splits: dict[str, Sequence[Any]] = {}
+
+    # ------------------------------------------------------------------ subclass API
+    @property
+    @abc.abstractmethod
+    def splits(self) -> tuple[str, ...]:
+        """Names of the available splits, e.g. ``("train", "dev", "test")``."""
+
+    @abc.abstractmethod
+    def _load(self, split: str) -> Sequence[Any]:
+        """Read one split from disk (called once per split, then cached)."""
+
+    @abc.abstractmethod
+    def emit(self, instance: Any, builder: GraphBuilder) -> list[int]:
+        """Append one instance's nodes to ``builder``; return its output (loss) node ids."""
+
+    @abc.abstractmethod
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shape of every parameter named in the vocabulary's ``OpType.params``."""
+
+    # ------------------------------------------------------------------ shared machinery
+    def load(self, split: str) -> Sequence[Any]:
+        """The instances of ``split`` (cached)."""
+        if split not in self.splits:
+            raise UnknownNameError(
+                f"workload {self.name!r} has no split {split!r}; available: "
+                f"{list(self.splits)}." + did_you_mean(split, self.splits))
+        if split not in self._splits:
+            self._splits[split] = self._load(split)
+        return self._splits[split]
+
+    def instance_graph(self, split: str, index: int) -> Graph:
+        """The graph of one instance (cached; merging cached graphs is cheap)."""
+        key = (split, index)
+        graph = self._cache.get(key)
+        if graph is None:
+            builder = GraphBuilder(self.vocab)
+            outputs = self.emit(self.load(split)[index], builder)
+            graph = self._cache[key] = builder.build(outputs)
+        return graph
+
+    def build_graph(self, instances: Sequence[Any], *, loss_sum: bool = True) -> Graph:
+        """Build the mini-batch graph of ``instances`` directly with one builder.
+
+        With ``loss_sum`` a final unbatchable node sums every instance's outputs, as the
+        single loss node of a DyNet mini-batch graph does.
+        """
+        builder = GraphBuilder(self.vocab)
+        outputs: list[int] = []
+        for i, inst in enumerate(instances):
+            builder.instance = i
+            outputs.extend(self.emit(inst, builder))
+        if loss_sum and LOSS_SUM in self.vocab:
+            builder.instance = 0
+            outputs = [builder.add(LOSS_SUM, *outputs)]
+        return builder.build(outputs)
+
+    def minibatch(self, split: str, indices: Sequence[int], *, loss_sum: bool = True) -> Graph:
+        """Merge the cached instance graphs of ``indices`` into one mini-batch graph."""
+        graphs = [self.instance_graph(split, int(i)) for i in indices]
+        has_sum = loss_sum and LOSS_SUM in self.vocab
+        return merge_graphs(graphs, reduce_op=LOSS_SUM if has_sum else None)
+
+    def batches(self, split: str, batch_size: int, *, limit: int | None = None
+                ) -> Iterator[Graph]:
+        """Consecutive mini-batch graphs over ``split`` (the last one may be smaller)."""
+        if batch_size < 1:
+            raise GraphError(f"batch_size must be >= 1, got {batch_size}")
+        n = len(self.load(split))
+        for k, start in enumerate(range(0, n, batch_size)):
+            if limit is not None and k >= limit:
+                return
+            yield self.minibatch(split, range(start, min(n, start + batch_size)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(granularity={self.granularity!r}, ops={len(self.vocab)})"
+
+
+class GraphSampler:
+    """Samples mini-batch graphs of one workload split with a caller-supplied generator.
+
+    Both the environment and the trainers draw graphs through this, so they see the same
+    distribution.
+
+    Args:
+        workload: the workload.
+        split: which split to sample from.
+        batch_size: instances per mini-batch graph.
+    """
+
+    def __init__(self, workload: Workload, split: str, batch_size: int) -> None:
+        if batch_size < 1:
+            raise GraphError(f"batch_size must be >= 1, got {batch_size}")
+        self.workload, self.split, self.batch_size = workload, split, batch_size
+        self.num_instances = len(workload.load(split))
+
+    @property
+    def vocab(self) -> Vocab:
+        """The workload's vocabulary."""
+        return self.workload.vocab
+
+    def __call__(self, rng: np.random.Generator) -> Graph:
+        """Draw ``batch_size`` instances without replacement and merge their graphs."""
+        size = min(self.batch_size, self.num_instances)
+        idx = rng.choice(self.num_instances, size=size, replace=False)
+        return self.workload.minibatch(self.split, np.sort(idx))
+
+
+def loss_sum_op(out_shape: tuple[int, ...] = (1,)) -> OpType:
+    """The unbatchable variadic op that sums every loss of a mini-batch (DyNet's final sum)."""
+    return OpType(LOSS_SUM, "sum", None, out_shape, batchable=False)
