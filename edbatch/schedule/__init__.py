@@ -20,6 +20,7 @@ from edbatch.schedule.heuristics import (
 from edbatch.schedule.policy import Policy, PolicyScheduler, Scheduler, run_policy
 from edbatch.schedule.reverse import reverse_graph
 from edbatch.schedule.schedule import Batch, Schedule
+from edbatch.schedule.zoo import HEURISTICS, SCHEDULERS, NamedScheduler, make_scheduler
 
 __all__ = [
     "AgendaPolicy",
@@ -28,15 +29,19 @@ __all__ = [
     "DynetAgendaPolicy",
     "Frontier",
     "FrontierView",
+    "HEURISTICS",
     "MaxFrontierPolicy",
+    "NamedScheduler",
     "Policy",
     "PolicyScheduler",
     "RandomPolicy",
+    "SCHEDULERS",
     "Schedule",
     "Scheduler",
     "TypewiseGreedyPolicy",
     "depth_schedule",
     "lower_bound",
+    "make_scheduler",
     "remaining_lower_bound",
     "reverse_graph",
     "run_policy",

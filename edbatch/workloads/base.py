@@ -59,6 +59,8 @@ class Workload(abc.ABC):
     """
 
     name: str = ""
+    #: The split the evaluation entry point uses unless told otherwise.
+    default_eval_split: str = "dev"
     granularity: Granularity
     vocab: Vocab
 

@@ -1,0 +1,1 @@
+"""Hydra entry points of edbatch (the only place that imports Hydra)."""

@@ -1,0 +1,45 @@
+"""Shared fixtures: tiny hand-made graphs over a small vocabulary."""
+
+from __future__ import annotations
+
+import pytest
+
+from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
+
+H = 4
+
+
+def small_vocab() -> Vocab:
+    """leaf (lookup), node (binary cell), unary (tanh), loss and an unbatchable sum."""
+    return Vocab([
+        OpType("leaf", "lookup", (), (H,), ("E",)),
+        OpType("node", "cell", ((H,), (H,)), (H,), ("W",)),
+        OpType("tanh", "tanh", ((H,),), (H,)),
+        OpType("loss", "pick_nll", ((H,),), (1,)),
+        OpType("sum", "sum", None, (1,), batchable=False),
+    ])
+
+
+def left_chain_tree(b: GraphBuilder, leaves: int) -> int:
+    """A left-deep binary tree over ``leaves`` leaves; returns the root."""
+    root = b.add("leaf", attr=0)
+    for i in range(1, leaves):
+        root = b.add("node", root, b.add("leaf", attr=i))
+    return root
+
+
+@pytest.fixture
+def vocab() -> Vocab:
+    return small_vocab()
+
+
+@pytest.fixture
+def two_trees(vocab: Vocab) -> Graph:
+    """Two left-deep trees (3 and 2 leaves) with a tanh and loss each, and a final sum."""
+    b = GraphBuilder(vocab)
+    losses = []
+    for i, leaves in enumerate((3, 2)):
+        b.instance = i
+        losses.append(b.add("loss", b.add("tanh", left_chain_tree(b, leaves)), attr=1))
+    b.instance = 0
+    return b.build([b.add("sum", *losses)])
