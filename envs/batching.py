@@ -1,0 +1,263 @@
+"""BatchingEnv: ED-Batch's batching MDP as a Gymnasium environment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from numpy.typing import NDArray
+
+from edbatch.errors import GraphError, InvalidActionError, UnknownNameError, did_you_mean
+from edbatch.graph import Graph, OpType, Vocab
+from edbatch.schedule import Frontier, lower_bound
+from edbatch.workloads import GraphSampler, make_workload
+from envs.encoding import (
+    ENCODINGS,
+    OBS_HIGH,
+    encode_observation,
+    encode_state,
+    observation_size,
+)
+
+__all__ = ["REWARDS", "BatchingEnv", "CostModel", "GraphSource", "MaskedDiscrete"]
+
+#: A graph source: a sampler (``rng -> Graph``) or a fixed list of graphs.
+GraphSource = Callable[[np.random.Generator], Graph] | Sequence[Graph]
+#: Estimated cost (e.g. seconds) of one kernel launch of an op type over ``n`` nodes.
+CostModel = Callable[[OpType, int], float]
+
+REWARDS = ("ed_batch", "unit", "cost_model")
+
+
+class MaskedDiscrete(spaces.Discrete):
+    """``Discrete`` whose ``sample()`` without a mask draws from the env's current mask.
+
+    Actions are validated by the env, not by the space: ``contains`` is the plain
+    ``Discrete`` check. Sampling a random *allowed* action is what checkers and random
+    baselines need from an environment whose action set changes every step.
+    """
+
+    def __init__(self, n: int, mask_fn: Callable[[], NDArray[np.int8]] | None = None,
+                 seed: int | None = None) -> None:
+        super().__init__(n, seed=seed)
+        self.mask_fn = mask_fn
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.int64:
+        """Sample an action; without ``mask``/``probability``, an allowed one."""
+        if mask is None and probability is None and self.mask_fn is not None:
+            current = self.mask_fn()
+            if current is not None and current.any():
+                mask = current.astype(np.int8)
+        return super().sample(mask=mask, probability=probability)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MaskedDiscrete:
+        out = MaskedDiscrete(int(self.n), None)
+        out.np_random.bit_generator.state = self.np_random.bit_generator.state
+        return out
+
+
+class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
+    """Pick the op type to batch next; all its ready nodes run as one kernel.
+
+    ## Description
+    A mini-batch dataflow graph is sampled at ``reset``. At each step the agent picks an op
+    type; every ready node of that type runs as one batch. Unbatchable nodes run alone as
+    forced steps inside ``step`` (they still count as batches). The episode ends when every
+    node has run. Fewer batches is better; the lower bound LB is reported in ``info``.
+
+    ## Action Space
+    ``Discrete(K)`` over the workload's op types. Only batchable types with ready nodes are
+    allowed: ``info["action_mask"]`` (int8, Gymnasium convention) and ``action_masks()``
+    (bool, sb3-contrib convention). A masked action raises :class:`InvalidActionError`.
+
+    ## Observation Space
+    ``Box(0, 4, (7K,), float32)`` from :func:`envs.encoding.encode_observation`: mask,
+    scaled ready counts, ``|F(a)|/T(a)``, scaled ``T(a)``, remaining fraction, remaining
+    mean depth, last op. ``info["state_key"]`` holds the hashable key of ``encoding`` for
+    tabular learners.
+
+    ## Rewards
+    ``ed_batch``: ``-1 + |F(a)|/T(a)`` (DESIGN 2.5); ``unit``: ``-1`` per decision;
+    ``cost_model``: ``-cost_model(op, batch size)``.
+
+    ## Arguments
+    graphs: a sampler or a list of graphs (sampled uniformly); or ``workload`` (+ ``split``,
+    ``batch_size``, ``granularity``, ``workload_kwargs``) to sample mini-batches of a
+    registered workload. ``encoding``, ``reward``, ``cost_model``, ``max_steps``.
+    ``on_invalid``: ``"raise"`` (default) raises on a masked action; ``"noop"`` leaves the
+    state unchanged, returns reward -1 and ``info["invalid_action"] = True``. Use ``noop``
+    only for generic tools that step with actions drawn in another state (Gymnasium's
+    ``check_env`` samples an action before a seeded reset and steps it after).
+
+    ## Examples
+        >>> import gymnasium as gym, envs
+        >>> from edbatch.workloads.synthetic import random_binary_trees
+        >>> g = random_binary_trees(np.random.default_rng(0), num_trees=4, max_leaves=6)
+        >>> env = gym.make("edbatch/Batching-v0", graphs=[g])
+        >>> obs, info = env.reset(seed=0)
+        >>> done = False
+        >>> while not done:
+        ...     action = int(np.flatnonzero(info["action_mask"])[0])
+        ...     obs, r, done, trunc, info = env.step(action)
+        >>> info["num_batches"] >= info["lower_bound"]
+        True
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
+
+    def __init__(self, graphs: GraphSource | None = None, *, workload: str | None = None,
+                 split: str = "train", batch_size: int = 64, granularity: str = "cell",
+                 workload_kwargs: dict[str, Any] | None = None, encoding: str = "sorted",
+                 reward: str = "ed_batch", cost_model: CostModel | None = None,
+                 max_steps: int | None = None, on_invalid: str = "raise",
+                 render_mode: str | None = None) -> None:
+        self._source, self.vocab = _resolve_source(graphs, workload, split, batch_size,
+                                                   granularity, workload_kwargs or {})
+        if reward not in REWARDS:
+            raise UnknownNameError(f"unknown reward {reward!r}; choose one of {list(REWARDS)}."
+                                   + did_you_mean(reward, REWARDS))
+        if reward == "cost_model" and cost_model is None:
+            raise UnknownNameError("reward='cost_model' needs a cost_model callable "
+                                   "(op type, batch size) -> cost")
+        if encoding not in ENCODINGS:
+            raise UnknownNameError(f"unknown encoding {encoding!r}; choose one of "
+                                   f"{list(ENCODINGS)}." + did_you_mean(encoding, ENCODINGS))
+        self.encoding, self.reward_kind, self.cost_model = encoding, reward, cost_model
+        if on_invalid not in ("raise", "noop"):
+            raise UnknownNameError(f"on_invalid must be 'raise' or 'noop', got {on_invalid!r}")
+        self.max_steps, self.render_mode, self.on_invalid = max_steps, render_mode, on_invalid
+        k = len(self.vocab)
+        self.action_space = MaskedDiscrete(k, self._current_mask)
+        self.observation_space = spaces.Box(0.0, OBS_HIGH, (observation_size(k),), np.float32)
+        self.graph: Graph | None = None
+        self.frontier: Frontier | None = None
+        self._lb = 0
+        self._steps = 0
+
+    # ------------------------------------------------------------------ Gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[NDArray[np.float32], dict[str, Any]]:
+        """Sample a graph (or take ``options["graph"]``) and run the initial forced steps."""
+        super().reset(seed=seed)
+        graph = (options or {}).get("graph")
+        if graph is None:
+            graph = self._sample()
+        if graph.vocab != self.vocab:
+            raise GraphError("options['graph'] uses another vocabulary than this env; make "
+                             "the env from the same workload as the graph")
+        if not graph.batchable_node.any():
+            raise GraphError("the graph has no batchable node, so there is no decision to make")
+        self.graph, self._steps = graph, 0
+        self.frontier = Frontier(graph, typewise=True)
+        self._lb = lower_bound(graph)
+        self._run_forced()
+        return self._observe(), self._info()
+
+    def step(self, action: Any) -> tuple[NDArray[np.float32], SupportsFloat, bool, bool,
+                                         dict[str, Any]]:
+        """Run every ready node of op type ``action`` as one batch, then forced steps."""
+        f = self.frontier
+        if f is None or f.done:
+            raise InvalidActionError("step() called on a finished episode; call reset() first")
+        a = int(action)
+        if not (0 <= a < len(self.vocab)) or not f.mask()[a]:
+            if self.on_invalid == "raise":
+                raise InvalidActionError(f._invalid_message(a))
+            self._steps += 1
+            truncated = self.max_steps is not None and self._steps >= self.max_steps
+            return self._observe(), -1.0, False, truncated, {**self._info(),
+                                                               "invalid_action": True}
+        reward = self._reward(a)
+        f.pop(a)
+        self._steps += 1
+        self._run_forced()
+        terminated = f.done
+        truncated = not terminated and self.max_steps is not None and self._steps >= self.max_steps
+        return self._observe(), reward, terminated, truncated, self._info()
+
+    def _current_mask(self) -> NDArray[np.int8] | None:
+        return None if self.frontier is None else self.frontier.mask()
+
+    def action_masks(self) -> NDArray[np.bool_]:
+        """Boolean mask of allowed actions (the name sb3-contrib's MaskablePPO looks for)."""
+        assert self.frontier is not None, "call reset() first"
+        return self.frontier.mask().astype(bool)
+
+    def render(self) -> str | None:
+        """ANSI text: batches so far and the ready op types with their counts."""
+        if self.render_mode != "ansi" or self.frontier is None:
+            return None
+        f = self.frontier
+        ready = ", ".join(f"{self.vocab[int(a)].name}:{int(f.ready_count[a])}"
+                          for a in np.flatnonzero(f.mask()))
+        return f"batches={f.num_batches} lb={self._lb} ready=[{ready}]"
+
+    # ------------------------------------------------------------------ helpers
+    def _sample(self) -> Graph:
+        if callable(self._source):
+            return self._source(self.np_random)
+        return self._source[int(self.np_random.integers(len(self._source)))]
+
+    def _run_forced(self) -> None:
+        assert self.frontier is not None
+        while self.frontier.pop_forced() is not None:
+            pass
+
+    def _reward(self, a: int) -> float:
+        f = self.frontier
+        assert f is not None and f.typewise_count is not None
+        if self.reward_kind == "ed_batch":
+            return -1.0 + float(f.ready_count[a]) / float(max(f.typewise_count[a], 1))
+        if self.reward_kind == "unit":
+            return -1.0
+        assert self.cost_model is not None
+        return -float(self.cost_model(self.vocab[a], int(f.ready_count[a])))
+
+    def _observe(self) -> NDArray[np.float32]:
+        assert self.frontier is not None
+        return encode_observation(self.frontier.view())
+
+    def _info(self) -> dict[str, Any]:
+        f = self.frontier
+        assert f is not None
+        mask = f.mask()
+        info: dict[str, Any] = {
+            "action_mask": mask,
+            "num_batches": f.num_batches,
+            "lower_bound": self._lb,
+            "ratio": f.num_batches / max(self._lb, 1),
+        }
+        if not f.done:
+            info["state_key"] = encode_state(f.view(), self.encoding)
+        return info
+
+
+def _resolve_source(graphs: GraphSource | None, workload: str | None, split: str,
+                    batch_size: int, granularity: str, kwargs: dict[str, Any]
+                    ) -> tuple[GraphSource, Vocab]:
+    if graphs is None and workload is None:
+        raise GraphError("BatchingEnv needs a graph source: graphs=<sampler or list of graphs> "
+                         "or workload=<name> (with split and batch_size)")
+    if graphs is None:
+        wl = make_workload(str(workload), granularity=granularity, **kwargs)
+        sampler = GraphSampler(wl, split, batch_size)
+        return sampler, wl.vocab
+    if isinstance(graphs, GraphSampler):
+        return graphs, graphs.vocab
+    if callable(graphs):
+        vocab = getattr(graphs, "vocab", None)
+        if vocab is None:
+            raise GraphError("a graph sampler passed to BatchingEnv needs a .vocab attribute")
+        return graphs, vocab
+    graphs = list(graphs)
+    if not graphs:
+        raise GraphError("BatchingEnv got an empty list of graphs")
+    vocab = graphs[0].vocab
+    for i, g in enumerate(graphs):
+        if g.vocab != vocab:
+            raise GraphError(f"graph {i} has another vocabulary than graph 0; all graphs of "
+                             f"one env must come from the same workload")
+    return graphs, vocab

@@ -1,0 +1,111 @@
+"""State encodings of a frontier: hashable keys for tabular learners and a fixed-size vector.
+
+ED-Batch's three encodings (DESIGN 2.3), over the batchable op types with ready nodes:
+
+* ``base``: the ready types in ascending id (the set of ready types);
+* ``sorted``: the ready types by ready count, largest first (ties: smaller id first);
+* ``max``: the ``base`` tuple followed by the type with the most ready nodes.
+
+edbatch adds ``complete``: ``base`` plus, per ready type, whether its ready batch is already
+complete (``|F(a)| == T(a)``: no later node of the type can join it). It tells a learner
+which types can run now without ever needing another batch on that chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from edbatch.errors import UnknownNameError, did_you_mean
+from edbatch.schedule import FrontierView
+
+__all__ = ["ENCODINGS", "OBS_HIGH", "StateKey", "encode_observation", "encode_state", "fallback_action",
+           "observation_size"]
+
+StateKey = tuple[int, ...]
+
+#: Upper bound of every observation entry (log-scaled counts are clipped to it).
+OBS_HIGH = 4.0
+
+
+def _base(view: FrontierView) -> StateKey:
+    return tuple(np.flatnonzero(view.mask).tolist())
+
+
+def _sorted(view: FrontierView) -> StateKey:
+    ready = np.flatnonzero(view.mask)
+    order = np.lexsort((ready, -view.ready_count[ready]))
+    return tuple(ready[order].tolist())
+
+
+def _max(view: FrontierView) -> StateKey:
+    ready = np.flatnonzero(view.mask)
+    top = int(ready[np.argmax(view.ready_count[ready])])
+    return (*ready.tolist(), top)
+
+
+def _complete(view: FrontierView) -> StateKey:
+    ready = np.flatnonzero(view.mask)
+    if view.typewise_count is None:
+        raise UnknownNameError("encoding 'complete' needs T(a); create the frontier with "
+                               "typewise=True")
+    full = view.ready_count[ready] >= view.typewise_count[ready]
+    return tuple((2 * ready + full).tolist())
+
+
+#: name -> encoder. Every key is a tuple of small ints (hashable, JSON-friendly).
+ENCODINGS: dict[str, Callable[[FrontierView], StateKey]] = {
+    "base": _base,
+    "sorted": _sorted,
+    "max": _max,
+    "complete": _complete,
+}
+
+
+def encode_state(view: FrontierView, encoding: str) -> StateKey:
+    """The hashable state key of ``view`` under ``encoding``."""
+    try:
+        fn = ENCODINGS[encoding]
+    except KeyError:
+        raise UnknownNameError(f"unknown encoding {encoding!r}; available: {list(ENCODINGS)}."
+                               + did_you_mean(encoding, ENCODINGS)) from None
+    return fn(view)
+
+
+def fallback_action(key: StateKey, encoding: str) -> int:
+    """ED-Batch's rule for unseen states: the last element of the state vector (DESIGN 2.8)."""
+    last = key[-1]
+    return last // 2 if encoding == "complete" else last
+
+
+def observation_size(num_ops: int) -> int:
+    """Length of :func:`encode_observation`'s vector for a vocabulary of ``num_ops``."""
+    return 7 * num_ops
+
+
+def encode_observation(view: FrontierView) -> NDArray[np.float32]:
+    """Fixed-size float vector for deep RL: 7 blocks of one entry per op type.
+
+    Blocks: mask; log1p(ready count)/8; ready/T ratio; log1p(T)/8; remaining fraction of the
+    type; mean depth of the type's remaining nodes / (max depth + 1); one-hot of the last op.
+    """
+    k = len(view.mask)
+    graph = view.graph
+    total = np.maximum(graph.type_counts, 1)
+    tw = view.typewise_count if view.typewise_count is not None else view.ready_count
+    mean_depth = view.remaining_depth_sum / np.maximum(view.remaining_count, 1)
+    last = np.zeros(k, dtype=np.float64)
+    if view.last_op >= 0:
+        last[view.last_op] = 1.0
+    blocks = (
+        view.mask.astype(np.float64),
+        np.log1p(view.ready_count) / 8.0,
+        np.where(view.mask > 0, view.ready_count / np.maximum(tw, 1), 0.0),
+        np.log1p(tw) / 8.0,
+        view.remaining_count / total,
+        mean_depth / (float(graph.depth.max(initial=0)) + 1.0),
+        last,
+    )
+    return np.minimum(np.concatenate(blocks), OBS_HIGH).astype(np.float32)
