@@ -16,6 +16,7 @@ __all__ = [
     "EdbatchError",
     "GraphError",
     "InvalidActionError",
+    "PolicyFileError",
     "ScheduleError",
     "UnknownNameError",
     "did_you_mean",
@@ -43,6 +44,14 @@ class UnknownNameError(EdbatchError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message; keep it readable.
         return str(self.args[0]) if self.args else ""
+
+
+class PolicyFileError(EdbatchError, ValueError):
+    """A saved policy file is missing, corrupt, or does not match the workload."""
+
+    def __init__(self, path: str | Path, problem: str, fix: str) -> None:
+        self.path = str(path)
+        super().__init__(f"{self.path}: {problem}. Fix: {fix}")
 
 
 class DataFormatError(EdbatchError, ValueError):

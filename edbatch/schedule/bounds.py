@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -29,8 +31,24 @@ def _segments(ptr: NDArray[np.int64], nodes: NDArray[np.int64]) -> tuple[NDArray
     return idx, lens
 
 
+_CHAINS: weakref.WeakKeyDictionary[Graph, NDArray[np.int32]] = weakref.WeakKeyDictionary()
+_TYPEWISE: weakref.WeakKeyDictionary[Graph, tuple[NDArray, NDArray, NDArray]] = (  # type: ignore[type-arg]
+    weakref.WeakKeyDictionary())
+
+
 def type_chain_lengths(graph: Graph) -> NDArray[np.int32]:
-    """``int32[N, K]``: max number of type-``k`` nodes on a path starting at each node."""
+    """``int32[N, K]``: max number of type-``k`` nodes on a path starting at each node.
+
+    Cached per graph object (graphs are immutable); the result is read-only.
+    """
+    cached = _CHAINS.get(graph)
+    if cached is None:
+        cached = _CHAINS[graph] = _type_chain_lengths(graph)
+        cached.setflags(write=False)
+    return cached
+
+
+def _type_chain_lengths(graph: Graph) -> NDArray[np.int32]:
     n, k = graph.num_nodes, len(graph.vocab)
     down = np.zeros((n, k), dtype=np.int32)
     if n == 0:
@@ -70,7 +88,7 @@ _CHUNK_BITS = 4096
 
 
 def typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
-    """Type-wise predecessor counts and successor lists.
+    """Type-wise predecessor counts and successor lists (cached per graph, read-only).
 
     ``u`` is a type-wise predecessor of ``v`` when both have the same op type and some path
     from ``u`` to ``v`` has no other node of that type. A node is in the type-wise frontier
@@ -80,6 +98,15 @@ def typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], 
     Returns:
         ``(pred_count int32[N], succ_ptr int64[N+1], succ_ids int32[T])``.
     """
+    cached = _TYPEWISE.get(graph)
+    if cached is None:
+        cached = _TYPEWISE[graph] = _typewise_graph(graph)
+        for a in cached:
+            a.setflags(write=False)
+    return cached  # type: ignore[return-value]
+
+
+def _typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
     n, k = graph.num_nodes, len(graph.vocab)
     op = graph.op_ids.astype(np.int64)
     order, lptr = graph.levels

@@ -95,8 +95,8 @@ class Frontier:
         self.last_op = -1
         self.typewise_count: NDArray[np.int64] | None = None
         if typewise:
-            self._tw_pending, self._tw_ptr, self._tw_ids = (
-                a.copy() if i == 0 else a for i, a in enumerate(typewise_graph(graph)))
+            pred_count, self._tw_ptr, self._tw_ids = typewise_graph(graph)
+            self._tw_pending = pred_count.copy()
             free = self._tw_pending == 0
             self.typewise_count = np.bincount(graph.op_ids[free], minlength=k).astype(np.int64)
         self._release(np.flatnonzero(self._pending == 0).astype(np.int32))

@@ -1,0 +1,210 @@
+"""FSMPolicy: ED-Batch's finite-state-machine batching policy and its JSON artifact.
+
+The FSM maps an encoded frontier state (see :mod:`envs.encoding`) to the op type to batch;
+states missing from the table go to a fallback policy. The artifact is a JSON file with a
+schema version, the op-type names of the workload it was trained on, the encoding, the table,
+the fallback and training metadata. Writes are atomic (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edbatch.errors import PolicyFileError, UnknownNameError, did_you_mean
+from edbatch.graph import Vocab
+from edbatch.schedule import (
+    AgendaPolicy,
+    DynetAgendaPolicy,
+    FrontierView,
+    MaxFrontierPolicy,
+    Policy,
+    TypewiseGreedyPolicy,
+)
+from envs.encoding import ENCODINGS, StateKey, encode_state, fallback_action
+
+__all__ = ["FALLBACKS", "FORMAT", "SCHEMA_VERSION", "FSMPolicy", "make_fallback"]
+
+FORMAT = "edbatch.fsm"
+SCHEMA_VERSION = 1
+
+
+class _EdBatchFallback:
+    """ED-Batch's rule for unseen states: the last element of the state vector."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self.needs_typewise = encoding == "complete"
+
+    def choose(self, view: FrontierView) -> int:
+        return fallback_action(encode_state(view, self.encoding), self.encoding)
+
+
+#: fallback name -> factory(encoding) -> Policy
+FALLBACKS: dict[str, Callable[[str], Policy]] = {
+    "ed_batch": _EdBatchFallback,
+    "typewise_greedy": lambda _enc: TypewiseGreedyPolicy(),
+    "dynet_agenda": lambda _enc: DynetAgendaPolicy(),
+    "ed_batch_agenda": lambda _enc: AgendaPolicy(),
+    "max_frontier": lambda _enc: MaxFrontierPolicy(),
+}
+
+
+def make_fallback(name: str, encoding: str) -> Policy:
+    """The fallback policy called ``name`` (for states the table does not know)."""
+    if name not in FALLBACKS:
+        raise UnknownNameError(f"unknown fallback {name!r}; choose one of {list(FALLBACKS)}."
+                               + did_you_mean(name, FALLBACKS))
+    return FALLBACKS[name](encoding)
+
+
+class FSMPolicy:
+    """A table ``state key -> op id`` plus a fallback; counts table hits and misses.
+
+    Args:
+        table: encoded state -> op id to batch.
+        encoding: name of the state encoding (a key of :data:`envs.encoding.ENCODINGS`).
+        op_names: op-type names of the vocabulary the table's ids refer to.
+        fallback: name of the fallback policy (:data:`FALLBACKS`).
+        metadata: free-form training metadata saved with the artifact.
+    """
+
+    def __init__(self, table: Mapping[StateKey, int], encoding: str, op_names: tuple[str, ...],
+                 fallback: str = "ed_batch", metadata: Mapping[str, Any] | None = None) -> None:
+        if encoding not in ENCODINGS:
+            raise UnknownNameError(f"unknown encoding {encoding!r}; choose one of "
+                                   f"{list(ENCODINGS)}." + did_you_mean(encoding, ENCODINGS))
+        self.table = dict(table)
+        self.encoding, self.op_names = encoding, tuple(op_names)
+        self.fallback_name = fallback
+        self.fallback = make_fallback(fallback, encoding)
+        self.metadata = dict(metadata or {})
+        self.needs_typewise = encoding == "complete" or getattr(self.fallback,
+                                                                "needs_typewise", False)
+        self.hits = self.misses = 0
+
+    @property
+    def num_states(self) -> int:
+        """Number of states in the table."""
+        return len(self.table)
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of decisions since the last reset whose state was in the table."""
+        total = self.hits + self.misses
+        return self.hits / total if total else float("nan")
+
+    def reset_stats(self) -> None:
+        """Zero the hit and miss counters."""
+        self.hits = self.misses = 0
+
+    def choose(self, view: FrontierView) -> int:
+        """The table's action for this state, or the fallback's."""
+        action = self.table.get(encode_state(view, self.encoding))
+        if action is not None and view.mask[action]:
+            self.hits += 1
+            return action
+        self.misses += 1
+        return self.fallback.choose(view)
+
+    # ------------------------------------------------------------------ artifact
+    def to_json(self) -> dict[str, Any]:
+        """The artifact as a JSON-ready dict."""
+        return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "encoding": self.encoding,
+                "op_types": list(self.op_names), "fallback": self.fallback_name,
+                "table": [[list(k), int(a)] for k, a in sorted(self.table.items())],
+                "metadata": self.metadata}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the artifact atomically: a crash never leaves a half-written file."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.to_json(), f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, vocab: Vocab | None = None) -> FSMPolicy:
+        """Read an artifact; check it against ``vocab`` (the workload's) if given.
+
+        Raises:
+            PolicyFileError: missing, corrupt, wrong format or version, or trained on a
+                workload with other op types.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise PolicyFileError(path, "no such policy file",
+                                  "train one with `python -m experiments.train` or fix the path")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PolicyFileError(path, f"not valid JSON ({e})",
+                                  "the file is corrupt; re-train or restore it") from None
+        return cls._from_json(path, data, vocab)
+
+    @classmethod
+    def _from_json(cls, path: Path, data: Any, vocab: Vocab | None) -> FSMPolicy:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise PolicyFileError(path, f"not an edbatch FSM policy (format field is "
+                                  f"{data.get('format') if isinstance(data, dict) else None!r})",
+                                  "pass a file written by FSMPolicy.save")
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise PolicyFileError(path, f"schema version {data.get('schema_version')!r}, this "
+                                  f"edbatch reads version {SCHEMA_VERSION}", "re-train the policy")
+        try:
+            names = tuple(str(n) for n in data["op_types"])
+            table = {tuple(int(x) for x in k): int(a) for k, a in data["table"]}
+            encoding, fallback = str(data["encoding"]), str(data["fallback"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise PolicyFileError(path, f"malformed field ({type(e).__name__}: {e})",
+                                  "the file is corrupt; re-train or restore it") from None
+        if vocab is not None and names != vocab.names:
+            raise PolicyFileError(path, _vocab_mismatch(names, vocab.names),
+                                  "load the policy with the workload (and granularity) it was "
+                                  "trained on, or re-train it on this one")
+        bad = [(k, a) for k, a in table.items() if not 0 <= a < len(names)]
+        if bad:
+            raise PolicyFileError(path, f"table entry {bad[0]} names op id {bad[0][1]} outside "
+                                  f"0..{len(names) - 1}", "the file is corrupt; re-train it")
+        return cls(table, encoding, names, fallback, data.get("metadata", {}))
+
+
+def _vocab_mismatch(saved: tuple[str, ...], current: tuple[str, ...]) -> str:
+    if len(saved) != len(current):
+        return (f"trained on {len(saved)} op types, but the workload has {len(current)} "
+                f"(first difference: {_first_diff(saved, current)})")
+    return f"op types differ from the workload's: {_first_diff(saved, current)}"
+
+
+def _first_diff(a: tuple[str, ...], b: tuple[str, ...]) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"op {i} is {x!r} in the file but {y!r} in the workload"
+    i = min(len(a), len(b))
+    extra = a[i] if len(a) > i else b[i]
+    return f"op {i} ({extra!r}) exists in only one of them"
+
+
+def greedy_action(q: Mapping[int, float], key: StateKey, encoding: str) -> int:
+    """Argmax of a state's Q values; ties go to the first action in key order."""
+    best, best_q = -1, -np.inf
+    for x in key:
+        a = x // 2 if encoding == "complete" else x
+        v = q.get(a, 0.0)
+        if v > best_q:
+            best, best_q = a, v
+    return best
