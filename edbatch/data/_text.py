@@ -10,13 +10,13 @@ __all__ = ["read_lines", "read_text", "shorten"]
 
 
 def read_text(path: str | Path) -> str:
-    """Read a whole file as UTF-8 text.
+    r"""Read a whole file as UTF-8 text.
 
     Args:
         path: File to read.
 
     Returns:
-        The decoded text (``\\r\\n`` line ends are left as they are).
+        The decoded text (``\r\n`` line ends are left as they are).
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
@@ -39,9 +39,9 @@ def read_text(path: str | Path) -> str:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """Read a UTF-8 file and split it into lines, numbered like editors and ``wc -l`` do.
+    r"""Read a UTF-8 file and split it into lines, numbered like editors and ``wc -l`` do.
 
-    Only ``\\n`` separates lines (a trailing ``\\r`` is dropped), so line numbers in error
+    Only ``\n`` separates lines (a trailing ``\r`` is dropped), so line numbers in error
     messages match what an editor shows even if a sentence contains exotic Unicode breaks.
 
     Args:

@@ -25,11 +25,13 @@ __all__ = ["Tree", "load_trees", "parse_tree"]
 # whitespace separates tokens: SST words may contain U+00A0 (e.g. "8\u00a01\\/2" in train.txt),
 # which the original C++ readers keep inside the word.
 _WS = " \t\n\r\f\v"
+_OTHER_WS = re.compile(r"[\t\n\r\f\v]")
+_TO_SPACE = str.maketrans("\t\n\r\f\v", "     ")  # 1:1, so columns are unchanged
 _TOKEN = re.compile(
-    rf"\([{_WS}]*([^{_WS}()]+)[{_WS}]+([^{_WS}()]+)[{_WS}]*\)"  # 1, 2: label, word
-    rf"|\([{_WS}]*([^{_WS}()]*)"  # 3: opening bracket and its label
+    r"\( *([^ ()]+) +([^ ()]+) *\)"  # 1, 2: label and word of a pre-terminal
+    r"|\( *([^ ()]*)"  # 3: opening bracket and its label
     r"|(\))"  # 4: closing bracket
-    rf"|([^{_WS}()]+)"  # 5: word outside a pre-terminal
+    r"|([^ ()]+)"  # 5: word outside a pre-terminal
 )
 _INT = re.compile(r"[+-]?[0-9]+")
 
@@ -74,6 +76,7 @@ class Tree:
         return best
 
     def _preorder(self) -> Iterator[Tree]:
+        """Yield the nodes in pre-order (root, then children left to right), iteratively."""
         stack: list[Tree] = [self]
         while stack:
             node = stack.pop()
@@ -88,11 +91,13 @@ def _node_factory() -> Callable[[int, tuple[Tree, ...], str | None], Tree]:
     ``__init__`` (three ``object.__setattr__`` calls); parsing builds ~40 nodes per sentence.
     """
     new = object.__new__
-    set_label = Tree.label.__set__  # type: ignore[attr-defined]
-    set_children = Tree.children.__set__  # type: ignore[attr-defined]
-    set_word = Tree.word.__set__  # type: ignore[attr-defined]
+    slots = vars(Tree)  # the member descriptors of the three slots
+    set_label = slots["label"].__set__
+    set_children = slots["children"].__set__
+    set_word = slots["word"].__set__
 
     def make(label: int, children: tuple[Tree, ...], word: str | None) -> Tree:
+        """Build ``Tree(label, children, word)`` without the dataclass ``__init__``."""
         node = new(Tree)
         set_label(node, label)
         set_children(node, children)
@@ -116,6 +121,7 @@ def _column(text: str, token_index: int) -> int:
 def _fail(
     path: str, line: int, text: str, k: int, found: str, expected: str, fix: str
 ) -> NoReturn:
+    """Raise a :class:`DataFormatError` naming the column of token ``k``."""
     raise DataFormatError(path, line, f"{found} at column {_column(text, k)}", expected, fix)
 
 
@@ -128,7 +134,7 @@ def _label(raw: str, text: str, k: int, path: str, line: int) -> int:
         _fail(path, line, text, k, "'(' without a label", "an integer label right after '('",
               "write the label first, e.g. '(2 word)'")
     if _INT.fullmatch(raw) is None:
-        _fail(path, line, text, k, f"the label {shorten(raw)}",
+        _fail(path, line, text, k, f"the non-integer label {shorten(raw)}",
               "an integer label after '(' (e.g. '(2 word)')",
               "every constituent must start with its integer label")
     value = int(raw)
@@ -155,6 +161,8 @@ def parse_tree(text: str, *, path: str = "<string>", line: int = 1) -> Tree:
             constituent ``()``, a token after the tree closes, a pre-terminal with more than one
             word, or a word mixed with sub-trees. The message names ``path:line`` and the column.
     """
+    if _OTHER_WS.search(text):
+        text = text.translate(_TO_SPACE)
     tokens = _TOKEN.findall(text)
     labels = _LABELS
     make = _make_node

@@ -1,0 +1,324 @@
+"""The exact optimum of the batching MDP, by depth-first branch and bound.
+
+The MDP is the one of DESIGN 2.4: a decision runs *all* ready nodes of one batchable op type
+as one batch; ready unbatchable nodes run alone as forced steps before every decision. The
+cost of a trajectory is its number of batches, forced ones included, so the optimum is the
+fewest kernel launches any MDP policy can reach. (Every valid schedule, MDP-shaped or not,
+can be replayed as an MDP trajectory with no more batches, see :func:`_replay`, so this is
+also the optimum over all schedules.)
+
+Search:
+
+* state: the set of executed nodes, held as a :class:`Frontier` with type-wise counts;
+* heuristic ``h``: :func:`remaining_lower_bound` over the ready nodes, with the per-node
+  chain lengths ``down`` computed once. It is admissible (a lower bound) and consistent:
+  a decision on type ``a`` shortens only type ``a``'s longest chain, by at most one;
+* incumbent: the best of the non-learned heuristics, so search stops at once when one of
+  them already meets the root bound (the usual case on trees and chains);
+* transposition table: executed-set bitmask -> smallest ``g`` seen; a state reached again
+  with no smaller ``g`` is pruned;
+* dominance: a ready type whose ready nodes are all its unexecuted nodes is taken at once as
+  the only child (proof at :func:`_dominant`);
+* child order: smallest ``f = g + h`` first, then the largest type-wise ratio ``|F|/T``.
+
+When the node budget runs out the result is ``"gave_up"`` with the incumbent and the best
+proven bound: the smallest ``f`` over unexplored nodes (never below the root bound).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from edbatch.graph.ir import Graph
+from edbatch.schedule.bounds import remaining_lower_bound, type_chain_lengths
+from edbatch.schedule.frontier import Frontier
+from edbatch.schedule.heuristics import (
+    AgendaPolicy,
+    TypewiseGreedyPolicy,
+    depth_schedule,
+    typewise_greedy_backward,
+)
+from edbatch.schedule.policy import run_policy
+from edbatch.schedule.schedule import Batch, Schedule
+
+__all__ = ["ExactResult", "ExactScheduler", "exact_schedule"]
+
+
+@dataclass(frozen=True)
+class ExactResult:
+    """Outcome of :func:`exact_schedule`.
+
+    Attributes:
+        status: ``"optimal"`` when ``num_batches`` is proven minimal, ``"gave_up"`` when the
+            node budget ran out first.
+        num_batches: batches of the best schedule found (an upper bound on the optimum).
+        lower_bound: best proven lower bound; equals ``num_batches`` when optimal.
+        schedule: the best schedule found (scheduler name ``"exact"``).
+        expanded: search nodes expanded.
+        seconds: wall time, heuristics and static analysis included.
+    """
+
+    status: Literal["optimal", "gave_up"]
+    num_batches: int
+    lower_bound: int
+    schedule: Schedule
+    expanded: int
+    seconds: float
+
+    @property
+    def optimal(self) -> bool:
+        """Whether the result is proven optimal."""
+        return self.status == "optimal"
+
+
+class _Node:
+    """A search node: a frontier state, its cost so far and the step that reached it."""
+
+    __slots__ = ("frontier", "done", "g", "f", "ratio", "parent", "step")
+
+    def __init__(self, frontier: Frontier, done: NDArray[np.bool_], g: int, f: int,
+                 ratio: float, parent: _Node | None, step: tuple[Batch, ...]) -> None:
+        self.frontier, self.done, self.g, self.f = frontier, done, g, f
+        self.ratio, self.parent, self.step = ratio, parent, step
+
+    def batches(self) -> list[Batch]:
+        """Every batch from the root to this node, in order."""
+        parts: list[tuple[Batch, ...]] = []
+        node: _Node | None = self
+        while node is not None:
+            parts.append(node.step)
+            node = node.parent
+        return [b for part in reversed(parts) for b in part]
+
+
+def _clone(frontier: Frontier) -> Frontier:
+    """An independent copy of ``frontier``: its mutable arrays and lists are copied.
+
+    The static parts (graph, users, type-wise successor lists) are shared. Ready chunks are
+    never written in place, so copying the per-type lists (not the arrays) suffices.
+    """
+    out = copy.copy(frontier)
+    out._pending = frontier._pending.copy()
+    out._ready = [list(chunks) for chunks in frontier._ready]
+    out._forced = list(frontier._forced)
+    out.ready_count = frontier.ready_count.copy()
+    out.remaining_count = frontier.remaining_count.copy()
+    out.remaining_depth_sum = frontier.remaining_depth_sum.copy()
+    if frontier.typewise_count is not None:
+        out._tw_pending = frontier._tw_pending.copy()
+        out.typewise_count = frontier.typewise_count.copy()
+    return out
+
+
+def _drain(frontier: Frontier) -> list[Batch]:
+    """Run every forced (unbatchable) step that is ready, as the MDP does."""
+    out = []
+    while (b := frontier.pop_forced()) is not None:
+        out.append(b)
+    return out
+
+
+def _dominant(frontier: Frontier, ready: NDArray[np.int64]) -> int:
+    """A ready type all of whose unexecuted nodes are ready, or ``-1``.
+
+    Taking such a type ``a`` at once is safe. *Monotonicity:* if executed sets satisfy
+    ``S ⊆ S'``, replaying any action sequence from ``S'`` (skipping actions with no ready
+    node) keeps the executed set a superset of the one reached from ``S`` -- a node ready at
+    ``S`` is, at ``S'``, ready or executed -- so ``OPT(S') <= OPT(S)``. Now let ``σ`` be an
+    optimal sequence from ``S``; it contains at least one ``a``-decision, because the
+    ``a``-nodes must run. After taking ``a`` first, no ``a``-node is left, so replaying ``σ``
+    skips all its ``a``-decisions and costs at most ``|σ| - 1`` more decisions: ``1 + (|σ| -
+    1) <= |σ|``. Unbatchable nodes cost one batch each on every path. Hence some optimal
+    sequence starts with ``a``.
+    """
+    full = ready[frontier.ready_count[ready] == frontier.remaining_count[ready]]
+    return int(full[0]) if len(full) else -1
+
+
+class _Search:
+    """Depth-first branch and bound over frontier states of one graph."""
+
+    def __init__(self, graph: Graph, node_budget: int) -> None:
+        self.graph = graph
+        self.budget = node_budget
+        self.down = type_chain_lengths(graph)
+        self.batchable = graph.vocab.batchable
+        self.solo_types = ~self.batchable
+        self.table: dict[bytes, int] = {}
+        self.expanded = 0
+        self.best_cost = np.iinfo(np.int64).max
+        self.best_batches: list[Batch] = []
+
+    def h(self, frontier: Frontier) -> int:
+        """Admissible estimate of the batches still needed from ``frontier``."""
+        unbatchable_left = int(frontier.remaining_count[self.solo_types].sum())
+        return remaining_lower_bound(self.down, self.batchable, frontier.all_ready(),
+                                     unbatchable_left)
+
+    def root(self) -> _Node:
+        frontier = Frontier(self.graph, typewise=True)
+        step = tuple(_drain(frontier))
+        done = np.zeros(self.graph.num_nodes, dtype=bool)
+        for b in step:
+            done[b.node_ids] = True
+        g = len(step)
+        return _Node(frontier, done, g, g + self.h(frontier), 1.0, None, step)
+
+    def offer(self, cost: int, batches: list[Batch]) -> None:
+        """Record a complete schedule if it beats the incumbent."""
+        if cost < self.best_cost:
+            self.best_cost, self.best_batches = cost, batches
+
+    def children(self, node: _Node) -> list[_Node]:
+        """Open children of ``node``, best first; completed ones update the incumbent."""
+        fr = node.frontier
+        ready = np.flatnonzero(fr.mask())
+        dom = _dominant(fr, ready)
+        actions = [dom] if dom >= 0 else ready.tolist()
+        tw = fr.typewise_count
+        assert tw is not None
+        kids = []
+        for a in actions:
+            ratio = float(fr.ready_count[a]) / max(int(tw[a]), 1)
+            child = _clone(fr)
+            step = (child.pop(a), *_drain(child))
+            done = node.done.copy()
+            for b in step:
+                done[b.node_ids] = True
+            g = node.g + len(step)
+            if child.done:
+                self.offer(g, [*node.batches(), *step])
+                continue
+            f = g + self.h(child)
+            if f >= self.best_cost:
+                continue
+            key = np.packbits(done).tobytes()
+            seen = self.table.get(key)
+            if seen is not None and seen <= g:
+                continue
+            self.table[key] = g
+            kids.append(_Node(child, done, g, f, ratio, node, step))
+        kids.sort(key=lambda n: (-n.f, n.ratio))  # popped from the end: best last
+        return kids
+
+    def run(self, root: _Node, root_lb: int) -> int:
+        """Search until proven optimal or out of budget; return the proven lower bound."""
+        stack: list[list[_Node]] = [[root]]
+        while stack:
+            top = stack[-1]
+            if not top:
+                stack.pop()
+                continue
+            node = top[-1]
+            if node.f >= self.best_cost:
+                top.pop()
+                continue
+            if self.expanded >= self.budget:
+                open_f = min(n.f for level in stack for n in level if n.f < self.best_cost)
+                return max(root_lb, min(int(self.best_cost), open_f))
+            top.pop()
+            self.expanded += 1
+            stack.append(self.children(node))
+            if self.best_cost <= root_lb:
+                break
+        return int(self.best_cost)
+
+
+def _replay(graph: Graph, schedule: Schedule) -> list[Batch]:
+    """Turn any valid schedule into an MDP trajectory with no more batches.
+
+    For each batch of the schedule in order, take its op type if it has ready nodes (every
+    ready node of that type runs); forced steps run whenever ready. The executed set stays a
+    superset of the schedule's, so every decision is matched or skipped.
+    """
+    frontier = Frontier(graph)
+    out = _drain(frontier)
+    for b in schedule.batches:
+        if frontier.done:
+            break
+        if graph.vocab.batchable[b.op_id] and frontier.ready_count[b.op_id]:
+            out.append(frontier.pop(b.op_id))
+            out.extend(_drain(frontier))
+    return out
+
+
+def _heuristic_incumbents(graph: Graph) -> list[Schedule]:
+    return [run_policy(graph, TypewiseGreedyPolicy()), typewise_greedy_backward(graph),
+            run_policy(graph, AgendaPolicy()), depth_schedule(graph)]
+
+
+def exact_schedule(graph: Graph, *, node_budget: int = 200_000,
+                   initial: Schedule | None = None) -> ExactResult:
+    """The minimum number of batches of ``graph`` under the batching MDP.
+
+    Args:
+        graph: the graph to schedule.
+        node_budget: most search nodes to expand before giving up.
+        initial: a valid schedule to start from (e.g. a learned policy's); the best
+            heuristic schedule is used as well.
+
+    Returns:
+        An :class:`ExactResult`; with ``status == "gave_up"`` its ``lower_bound`` is the best
+        bound proven before the budget ran out.
+
+    Raises:
+        ScheduleError: ``initial`` is not a valid schedule of ``graph``.
+
+    Example:
+        >>> import numpy as np
+        >>> from edbatch.workloads.synthetic import chains
+        >>> r = exact_schedule(chains(np.random.default_rng(1), 3, 6, 3))
+        >>> r.status, r.num_batches == r.lower_bound
+        ('optimal', True)
+    """
+    t0 = time.perf_counter()
+    if initial is not None:
+        initial.validate(graph)
+    if graph.num_nodes == 0:  # Frontier cannot be built on an empty graph
+        empty = Schedule((), "exact", seconds=time.perf_counter() - t0)
+        return ExactResult("optimal", 0, 0, empty, 0, empty.seconds)
+    search = _Search(graph, node_budget)
+    root = search.root()
+    root_lb = root.f
+    candidates = _heuristic_incumbents(graph) + ([initial] if initial is not None else [])
+    for sched in sorted(candidates, key=lambda s: s.num_batches):
+        batches = _replay(graph, sched)
+        search.offer(len(batches), batches)
+    if root.frontier.done:
+        search.offer(root.g, list(root.step))
+    proven = root_lb if search.best_cost <= root_lb else search.run(root, root_lb)
+    best = int(search.best_cost)
+    status: Literal["optimal", "gave_up"] = "optimal" if proven >= best else "gave_up"
+    seconds = time.perf_counter() - t0
+    schedule = Schedule(tuple(search.best_batches), "exact", seconds=seconds)
+    return ExactResult(status, best, min(proven, best), schedule, search.expanded, seconds)
+
+
+class ExactScheduler:
+    """:func:`exact_schedule` as a :data:`~edbatch.schedule.policy.Scheduler`.
+
+    Args:
+        node_budget: search nodes per graph before settling for the best schedule found.
+
+    Attributes:
+        last_result: the :class:`ExactResult` of the most recent call (``None`` before).
+    """
+
+    name = "exact"
+
+    def __init__(self, node_budget: int = 200_000) -> None:
+        self.node_budget = node_budget
+        self.last_result: ExactResult | None = None
+
+    def __call__(self, graph: Graph) -> Schedule:
+        self.last_result = exact_schedule(graph, node_budget=self.node_budget)
+        return self.last_result.schedule
+
+    def __repr__(self) -> str:
+        return f"ExactScheduler(node_budget={self.node_budget})"

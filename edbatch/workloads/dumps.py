@@ -1,0 +1,178 @@
+"""ED-Batch's exported graph dumps as a workload (``data/graphs/<workload>_B<b>/G<k>.txt``).
+
+The dumps are already condensed typed DAGs (one node per cell or loss, no get nodes), so
+there is nothing to choose at emission time: ``granularity`` is validated and ignored. The
+vocabulary is abstract: op type ``type<t>`` for every signature id ``t`` of the folder,
+``type0`` unbatchable (DyNet's type 0), every other type batchable. A graph built from one
+dump keeps the file's node indices as node ids.
+
+Example:
+    >>> w = DumpWorkload("mvrnn_B1")
+    >>> g = w.instance_graph("all", 0)
+    >>> g.num_nodes, w.vocab.names[:3], bool(w.vocab[0].batchable)
+    (16, ('type0', 'type1', 'type2'), False)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edbatch.data.dumps import GraphDump, load_dump_folder
+from edbatch.errors import GraphError, did_you_mean
+from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
+from edbatch.workloads.base import Workload
+
+__all__ = ["DumpWorkload", "dump_vocab", "graph_from_dump"]
+
+_SLICE = re.compile(r"(first|rest):([0-9]+)")
+
+
+def dump_vocab(num_types: int) -> Vocab:
+    """``type0 .. type<T-1>``: abstract variadic ops; ``type0`` is unbatchable."""
+    if num_types < 1:
+        raise GraphError(f"num_types must be >= 1 (type 0 is the unbatchable type), "
+                         f"got {num_types}")
+    return Vocab(OpType(f"type{t}", "abstract", None, (), batchable=t != 0)
+                 for t in range(num_types))
+
+
+def _check_types(dump: GraphDump, num_types: int) -> None:
+    bad = np.flatnonzero(dump.types >= num_types)
+    if len(bad):
+        v = int(bad[0])
+        raise GraphError(
+            f"{dump.path}: node {v} has type {int(dump.types[v])}, but the vocabulary has only "
+            f"{num_types} op types (ids 0..{num_types - 1}); raise num_types to at least "
+            f"{int(dump.types.max()) + 1}, or pass num_types=None to infer it from the folder")
+
+
+def _sinks(dump: GraphDump) -> np.ndarray:
+    return np.flatnonzero(np.bincount(dump.args, minlength=dump.num_nodes) == 0)
+
+
+def graph_from_dump(dump: GraphDump, vocab: Vocab) -> Graph:
+    """Freeze one dump into a :class:`Graph` (vectorized); outputs are its sinks.
+
+    Node ``v`` of the graph is line ``v + 2`` of the file: op id = the dump's type id.
+
+    Raises:
+        GraphError: a type id does not fit ``vocab`` (the message names file and node).
+    """
+    _check_types(dump, len(vocab))
+    return Graph.from_arrays(vocab, dump.types, dump.arg_ptr, dump.args, outputs=_sinks(dump))
+
+
+def _resolve_folder(folder: str | Path, data_dir: Path) -> Path:
+    path = Path(folder)
+    if path.is_dir():
+        return path
+    shipped = data_dir / "graphs" / path
+    if not path.is_absolute() and shipped.is_dir():
+        return shipped
+    known = sorted(p.name for p in (data_dir / "graphs").glob("*") if p.is_dir())
+    raise FileNotFoundError(
+        f"dump folder {str(folder)!r} not found (also looked in {data_dir / 'graphs'}); "
+        f"shipped folders: {known}. Pass a folder of G<k>.txt files"
+        + did_you_mean(str(folder), known))
+
+
+class DumpWorkload(Workload):
+    """Every ``G<k>.txt`` of one dump folder, as instances of a workload.
+
+    Splits: ``"all"`` (every dump, ordered by ``k``), ``"train"`` (``G0``, the graph ED-Batch
+    trains its FSM on) and ``"test"`` (the others). :meth:`load` also accepts
+    ``"first:k"`` / ``"rest:k"`` for the first ``k`` dumps and the remaining ones.
+
+    Args:
+        folder: a folder of dumps, or the name of one under ``<data_dir>/graphs``
+            (``"mvrnn_B1"``).
+        granularity: validated but ignored: dumps are already condensed to cells.
+        num_types: vocabulary size ``T``; by default 1 + the largest type id of the folder.
+            Fix it to share one vocabulary (and RL action space) across folders.
+        data_dir: the data root (defaults to the repository's ``data/``).
+
+    Raises:
+        GraphError: a dump holds a type id ``>= num_types``.
+        FileNotFoundError: the folder does not exist.
+    """
+
+    name = "dumps"
+
+    def __init__(self, folder: str | Path, granularity: str = "cell",
+                 num_types: int | None = None, data_dir: str | Path | None = None) -> None:
+        super().__init__(granularity, data_dir)
+        self.folder = _resolve_folder(folder, self.data_dir)
+        self.dumps: list[GraphDump] = load_dump_folder(self.folder)
+        inferred = 1 + max(int(d.types.max()) for d in self.dumps)
+        self.num_types = inferred if num_types is None else int(num_types)
+        self.vocab = dump_vocab(self.num_types)
+        for d in self.dumps:
+            _check_types(d, self.num_types)
+        self._graphs: dict[str, Graph] = {}
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """``("all", "train", "test")``; see the class docstring for ``first:k``/``rest:k``."""
+        return ("all", "train", "test")
+
+    def load(self, split: str) -> Sequence[Any]:
+        """The dumps of ``split``; also ``"first:k"`` and ``"rest:k"``."""
+        match = _SLICE.fullmatch(split)
+        if match is None:
+            return super().load(split)
+        k = int(match.group(2))
+        return self.dumps[:k] if match.group(1) == "first" else self.dumps[k:]
+
+    def _load(self, split: str) -> Sequence[Any]:
+        if split == "train":
+            return self.dumps[:1]
+        return self.dumps[1:] if split == "test" else list(self.dumps)
+
+    def _graph(self, dump: GraphDump) -> Graph:
+        graph = self._graphs.get(dump.path)
+        if graph is None:
+            graph = self._graphs[dump.path] = graph_from_dump(dump, self.vocab)
+        return graph
+
+    def instance_graph(self, split: str, index: int) -> Graph:
+        """The graph of one dump, built vectorized (node ids = file node indices)."""
+        try:
+            return self._graph(self.load(split)[index])
+        except IndexError:
+            raise IndexError(
+                f"split {split!r} of {self.folder} has {len(self.load(split))} dumps; "
+                f"index {index} is out of range") from None
+
+    def emit(self, instance: Any, builder: GraphBuilder) -> list[int]:
+        """Append a dump's nodes to ``builder``; return its sinks (nodes without users)."""
+        dump: GraphDump = instance
+        _check_types(dump, len(builder.vocab))
+        base = len(builder)
+        ptr, args = dump.arg_ptr.tolist(), (dump.args + base).tolist()
+        for v, t in enumerate(dump.types.tolist()):
+            builder.add(t, *args[ptr[v]:ptr[v + 1]])
+        return (_sinks(dump) + base).tolist()
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Dump op types read no parameters."""
+        return {}
+
+    def graphs(self) -> list[Graph]:
+        """The graph of every dump, in file order (``G0``, ``G1``, ...)."""
+        return [self._graph(d) for d in self.dumps]
+
+    def protocol_split(self, k: int = 1) -> tuple[list[Graph], list[Graph]]:
+        """ED-Batch's protocol: train on the first ``k`` graphs, evaluate on the rest."""
+        if not 0 <= k <= len(self.dumps):
+            raise GraphError(f"protocol_split needs 0 <= k <= {len(self.dumps)} (the folder "
+                             f"has {len(self.dumps)} dumps), got k={k}")
+        graphs = self.graphs()
+        return graphs[:k], graphs[k:]
+
+    def __repr__(self) -> str:
+        return f"DumpWorkload({str(self.folder)!r}, graphs={len(self.dumps)}, ops={self.num_types})"
