@@ -57,7 +57,8 @@ class PolicyFileError(EdbatchError, ValueError):
 class DataFormatError(EdbatchError, ValueError):
     """A data file is malformed; the message names ``file:line``, what was found and expected."""
 
-    def __init__(self, path: str | Path, line: int, found: str, expected: str, fix: str = "") -> None:
+    def __init__(self, path: str | Path, line: int, found: str, expected: str,
+                 fix: str = "") -> None:
         self.path = str(path)
         self.line = line
         self.found = found

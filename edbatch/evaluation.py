@@ -80,7 +80,8 @@ def summarize(records: Sequence[Record]) -> list[SummaryRow]:
         mean_lb = sum(r.lower_bound for r in rs) / len(rs)
         nodes = sum(r.num_nodes for r in rs)
         rows.append(SummaryRow(
-            workload, scheduler, len(rs), nodes / len(rs), mean_b, max(r.num_batches for r in rs), mean_lb,
+            workload, scheduler, len(rs), nodes / len(rs), mean_b,
+            max(r.num_batches for r in rs), mean_lb,
             mean_b / mean_lb if mean_lb else math.nan,
             1e6 * sum(r.sched_seconds for r in rs) / max(nodes, 1)))
     return rows

@@ -40,7 +40,7 @@ class MaskedDiscrete(spaces.Discrete):
     baselines need from an environment whose action set changes every step.
     """
 
-    def __init__(self, n: int, mask_fn: Callable[[], NDArray[np.int8]] | None = None,
+    def __init__(self, n: int, mask_fn: Callable[[], NDArray[np.int8] | None] | None = None,
                  seed: int | None = None) -> None:
         super().__init__(n, seed=seed)
         self.mask_fn = mask_fn

@@ -21,8 +21,8 @@ from numpy.typing import NDArray
 from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.schedule import FrontierView
 
-__all__ = ["ENCODINGS", "OBS_HIGH", "StateKey", "encode_observation", "encode_state", "fallback_action",
-           "observation_size"]
+__all__ = ["ENCODINGS", "OBS_HIGH", "StateKey", "encode_observation", "encode_state",
+           "fallback_action", "observation_size"]
 
 StateKey = tuple[int, ...]
 

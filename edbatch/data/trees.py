@@ -143,7 +143,7 @@ def _label(raw: str, text: str, k: int, path: str, line: int) -> int:
     return value
 
 
-def parse_tree(text: str, *, path: str = "<string>", line: int = 1) -> Tree:
+def parse_tree(text: str, *, path: str = "<string>", line: int = 1) -> Tree:  # noqa: C901
     """Parse one bracketed tree such as ``(3 (2 a) (4 (3 good) (2 film)))``.
 
     Tokens are separated by ASCII whitespace only (a U+00A0 inside a word is part of it).

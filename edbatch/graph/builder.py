@@ -24,10 +24,10 @@ class GraphBuilder:
         >>> b = GraphBuilder(Vocab([OpType("x", "lookup", (), (2,))]))
         >>> b.add("x", attr=1)
         0
-        >>> b.add("x", 0)
+        >>> b.add("x", 0)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        edbatch.errors.GraphError: node %1 (x) gets 1 operands; op type 'x' takes exactly 0. Pass 0 operands
+        edbatch.errors.GraphError: node %1 (x) gets 1 operands; op type 'x' takes exactly 0...
     """
 
     __slots__ = ("vocab", "instance", "_ops", "_attrs", "_inst", "_operands", "_ptr", "_depth",

@@ -155,7 +155,7 @@ class Node:
 
 
 def _frozen(a: NDArray, dtype: type) -> NDArray:  # type: ignore[type-arg]
-    out = np.ascontiguousarray(a, dtype=dtype)
+    out: NDArray = np.ascontiguousarray(a, dtype=dtype)  # type: ignore[type-arg]
     out.setflags(write=False)
     return out
 
@@ -241,7 +241,8 @@ class Graph:
     def node(self, node_id: int) -> Node:
         """A readable view of one node."""
         if not 0 <= node_id < self.num_nodes:
-            raise GraphError(f"node id {node_id} out of range; the graph has {self.num_nodes} nodes")
+            raise GraphError(f"node id {node_id} out of range; the graph has "
+                             f"{self.num_nodes} nodes")
         return Node(node_id, self.vocab[int(self.op_ids[node_id])],
                     tuple(int(u) for u in self.operands(node_id)), int(self.attrs[node_id]),
                     int(self.depth[node_id]), int(self.instance[node_id]))

@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from edbatch.errors import GraphError
 from edbatch.graph.ir import Graph
 
-__all__ = ["merge_graphs"]
+__all__ = ["MergeProvenance", "merge_graphs", "merge_provenance"]
+
+
+@dataclass(frozen=True)
+class MergeProvenance:
+    """How a merged graph was made: its parts, their node offsets and the reduce node."""
+
+    parts: tuple[Graph, ...]
+    node_offsets: tuple[int, ...]
+    reduce_node: int | None
+
+
+_PROVENANCE: weakref.WeakKeyDictionary[Graph, MergeProvenance] = weakref.WeakKeyDictionary()
+
+
+def merge_provenance(graph: Graph) -> MergeProvenance | None:
+    """The parts a graph was merged from, if :func:`merge_graphs` made it (else ``None``).
+
+    Analyses that decompose over disjoint parts (the type-wise graph) use this to reuse
+    their cached per-part results.
+    """
+    return _PROVENANCE.get(graph)
 
 
 def merge_graphs(graphs: Sequence[Graph], *, reduce_op: int | str | None = None) -> Graph:
@@ -63,5 +86,9 @@ def merge_graphs(graphs: Sequence[Graph], *, reduce_op: int | str | None = None)
         instance = np.append(instance, 0)
         depth = np.append(depth, (depth[outputs].max() + 1) if len(outputs) else 0)
         outputs = np.array([n], dtype=np.int32)
-    return Graph.from_arrays(vocab, op_ids, operand_ptr, operand_ids, attrs=attrs,
-                             instance=instance, outputs=outputs, depth=depth, validate=False)
+    merged = Graph.from_arrays(vocab, op_ids, operand_ptr, operand_ids, attrs=attrs,
+                               instance=instance, outputs=outputs, depth=depth, validate=False)
+    _PROVENANCE[merged] = MergeProvenance(tuple(graphs), tuple(int(o) for o in node_off),
+                                          int(merged.num_nodes - 1) if reduce_op is not None
+                                          else None)
+    return merged

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edbatch.graph.ir import Graph
+from edbatch.graph.merge import merge_provenance
 
 __all__ = ["lower_bound", "remaining_lower_bound", "type_chain_lengths", "typewise_graph"]
 
@@ -85,6 +86,8 @@ def remaining_lower_bound(down: NDArray[np.int32], batchable: NDArray[np.bool_],
 
 
 _CHUNK_BITS = 4096
+#: Graphs up to this many nodes use Python big-int bitsets (fast for small graphs).
+_SMALL_GRAPH = 20_000
 
 
 def typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
@@ -100,13 +103,88 @@ def typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], 
     """
     cached = _TYPEWISE.get(graph)
     if cached is None:
-        cached = _TYPEWISE[graph] = _typewise_graph(graph)
+        merged = _typewise_from_parts(graph)
+        if merged is not None:
+            cached = merged
+        elif graph.num_nodes <= _SMALL_GRAPH:
+            cached = _typewise_small(graph)
+        else:
+            cached = _typewise_bitset(graph)
+        _TYPEWISE[graph] = cached
         for a in cached:
             a.setflags(write=False)
     return cached  # type: ignore[return-value]
 
 
-def _typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
+def _typewise_from_parts(graph: Graph
+                         ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]] | None:
+    """Assemble a merged graph's type-wise graph from its (cached) parts.
+
+    Parts are disjoint, so type-wise relations stay inside a part; the one reduce node
+    added by the merge only matters if its op type also occurs inside the parts.
+    """
+    prov = merge_provenance(graph)
+    if prov is None:
+        return None
+    if prov.reduce_node is not None:
+        op = int(graph.op_ids[prov.reduce_node])
+        if graph.vocab[op].batchable and any(p.type_counts[op] for p in prov.parts):
+            return None
+    counts, ptrs, ids = [], [np.zeros(1, np.int64)], []
+    edge_base = 0
+    for part, off in zip(prov.parts, prov.node_offsets):
+        pc, sp, si = typewise_graph(part)
+        counts.append(pc)
+        ptrs.append(sp[1:] + edge_base)
+        ids.append(si + np.int32(off))
+        edge_base += len(si)
+    if prov.reduce_node is not None:
+        counts.append(np.zeros(1, np.int32))
+        ptrs.append(np.array([edge_base], np.int64))
+    return (np.concatenate(counts).astype(np.int32), np.concatenate(ptrs).astype(np.int64),
+            np.concatenate(ids).astype(np.int32))
+
+
+def _typewise_small(graph: Graph
+                    ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
+    """Sequential version with Python ints as bitsets (one bit per node)."""
+    n = graph.num_nodes
+    op = graph.op_ids.tolist()
+    ptr = graph.operand_ptr.tolist()
+    args = graph.operand_ids.tolist()
+    typemask = [0] * len(graph.vocab)
+    for v, a in enumerate(op):
+        typemask[a] |= 1 << v
+    # contrib[u]: what u passes to its users: its own bit, plus its ancestors of other types.
+    notmask = [~m for m in typemask]
+    contrib = [0] * n
+    src: list[int] = []
+    dst: list[int] = []
+    for v in range(n):
+        acc = 0
+        for u in args[ptr[v]:ptr[v + 1]]:
+            acc |= contrib[u]
+        contrib[v] = (acc & notmask[op[v]]) | (1 << v)
+        preds = acc & typemask[op[v]]
+        while preds:
+            low = preds & -preds
+            src.append(low.bit_length() - 1)
+            dst.append(v)
+            preds ^= low
+    return _csr(n, np.asarray(src, np.int64), np.asarray(dst, np.int64))
+
+
+def _csr(n: int, src: NDArray[np.int64], dst: NDArray[np.int64]
+         ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
+    pred_count = np.bincount(dst, minlength=n).astype(np.int32)
+    perm = np.argsort(src, kind="stable")
+    succ_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=succ_ptr[1:])
+    return pred_count, succ_ptr, dst[perm].astype(np.int32)
+
+
+def _typewise_bitset(graph: Graph
+                     ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
     n, k = graph.num_nodes, len(graph.vocab)
     op = graph.op_ids.astype(np.int64)
     order, lptr = graph.levels
@@ -122,7 +200,8 @@ def _typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64],
         c1 = min(n, c0 + _CHUNK_BITS)
         words = (c1 - c0 + 63) // 64
         ids = np.arange(c0, c1)
-        word_of, bit_of = (ids - c0) >> 6, np.left_shift(np.uint64(1), ((ids - c0) & 63).astype(np.uint64))
+        word_of = (ids - c0) >> 6
+        bit_of = np.left_shift(np.uint64(1), ((ids - c0) & 63).astype(np.uint64))
         typemask = np.zeros((k, words), dtype=np.uint64)
         np.bitwise_or.at(typemask, (op[ids], word_of), bit_of)
         notmask = ~typemask
@@ -147,8 +226,4 @@ def _typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64],
         dst_parts.append(rows[i])
     src = np.concatenate(src_parts) if src_parts else np.zeros(0, np.int64)
     dst = np.concatenate(dst_parts) if dst_parts else np.zeros(0, np.int64)
-    pred_count = np.bincount(dst, minlength=n).astype(np.int32)
-    perm = np.argsort(src, kind="stable")
-    succ_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=succ_ptr[1:])
-    return pred_count, succ_ptr, dst[perm].astype(np.int32)
+    return _csr(n, src, dst)

@@ -80,7 +80,7 @@ class ExactResult:
 class _Node:
     """A search node: a frontier state, its cost so far and the step that reached it."""
 
-    __slots__ = ("frontier", "done", "g", "f", "ratio", "parent", "step")
+    __slots__ = ("done", "f", "frontier", "g", "parent", "ratio", "step")
 
     def __init__(self, frontier: Frontier, done: NDArray[np.bool_], g: int, f: int,
                  ratio: float, parent: _Node | None, step: tuple[Batch, ...]) -> None:
@@ -128,14 +128,14 @@ def _dominant(frontier: Frontier, ready: NDArray[np.int64]) -> int:
     """A ready type all of whose unexecuted nodes are ready, or ``-1``.
 
     Taking such a type ``a`` at once is safe. *Monotonicity:* if executed sets satisfy
-    ``S ⊆ S'``, replaying any action sequence from ``S'`` (skipping actions with no ready
-    node) keeps the executed set a superset of the one reached from ``S`` -- a node ready at
-    ``S`` is, at ``S'``, ready or executed -- so ``OPT(S') <= OPT(S)``. Now let ``σ`` be an
-    optimal sequence from ``S``; it contains at least one ``a``-decision, because the
-    ``a``-nodes must run. After taking ``a`` first, no ``a``-node is left, so replaying ``σ``
-    skips all its ``a``-decisions and costs at most ``|σ| - 1`` more decisions: ``1 + (|σ| -
-    1) <= |σ|``. Unbatchable nodes cost one batch each on every path. Hence some optimal
-    sequence starts with ``a``.
+    ``S <= S'`` (subset), replaying any action sequence from ``S'`` (skipping actions with no
+    ready node) keeps the executed set a superset of the one reached from ``S`` -- a node
+    ready at ``S`` is, at ``S'``, ready or executed -- so ``OPT(S') <= OPT(S)``. Now let
+    ``seq`` be an optimal sequence from ``S``; it holds at least one ``a``-decision, because
+    the ``a``-nodes must run. After taking ``a`` first, no ``a``-node is left, so replaying
+    ``seq`` skips all its ``a``-decisions and costs at most ``len(seq) - 1`` more decisions:
+    ``1 + (len(seq) - 1) <= len(seq)``. Unbatchable nodes cost one batch each on every path.
+    Hence some optimal sequence starts with ``a``: taking more nodes earlier never hurts.
     """
     full = ready[frontier.ready_count[ready] == frontier.remaining_count[ready]]
     return int(full[0]) if len(full) else -1

@@ -29,7 +29,8 @@ class FrontierView:
         graph: the graph being scheduled (static facts such as mean depth per type).
         mask: ``int8[K]``, 1 where a batchable op type has ready nodes (Gymnasium convention).
         ready_count: ``int64[K]`` ready nodes per type, ``|F(a)|``.
-        typewise_count: ``int64[K]`` ED-Batch's ``T(a)``, or ``None`` if not tracked.
+        typewise_count: ``int64[K]`` ED-Batch's ``T(a)`` (0 for unbatchable types), or
+            ``None`` if not tracked.
         remaining_count: ``int64[K]`` unexecuted nodes per type.
         remaining_depth_sum: ``float64[K]`` sum of depths of unexecuted nodes per type.
         last_op: op id of the previous decision, ``-1`` before the first.
@@ -99,6 +100,7 @@ class Frontier:
             self._tw_pending = pred_count.copy()
             free = self._tw_pending == 0
             self.typewise_count = np.bincount(graph.op_ids[free], minlength=k).astype(np.int64)
+            self.typewise_count[~self._batchable] = 0  # T is only defined for batchable types
         self._release(np.flatnonzero(self._pending == 0).astype(np.int32))
 
     # ------------------------------------------------------------------ queries
@@ -196,6 +198,8 @@ class Frontier:
             self._release(fresh)
 
     def _release(self, nodes: NDArray[np.int32]) -> None:
+        if not len(nodes):
+            return
         types = self._op[nodes]
         if len(nodes) == 1:
             a = int(types[0])

@@ -173,7 +173,7 @@ class GraphSampler:
         """Draw ``batch_size`` instances without replacement and merge their graphs."""
         size = min(self.batch_size, self.num_instances)
         idx = rng.choice(self.num_instances, size=size, replace=False)
-        return self.workload.minibatch(self.split, np.sort(idx))
+        return self.workload.minibatch(self.split, np.sort(idx).tolist())
 
 
 def loss_sum_op(out_shape: tuple[int, ...] = (1,)) -> OpType:

@@ -109,10 +109,12 @@ def _emit_dag(rng: np.random.Generator, b: GraphBuilder, num_nodes: int, num_typ
     for v in range(num_nodes):
         lo = 0 if max_span is None else max(0, v - max_span)
         fan_in = int(rng.integers(0, min(max_fan_in, v - lo) + 1))
-        args = (lo + rng.choice(v - lo, size=fan_in, replace=False)) if fan_in else []
-        used[np.asarray(args, dtype=np.int64)] = True
+        args: list[int] = []
+        if fan_in:
+            args = np.sort(lo + rng.choice(v - lo, size=fan_in, replace=False)).tolist()
+            used[args] = True
         op = solo if rng.random() < unbatchable_prob else int(rng.integers(0, num_types))
-        b.add(op, *(base + int(u) for u in np.sort(args)))
+        b.add(op, *(base + u for u in args))
     return (base + np.flatnonzero(~used)).tolist()
 
 

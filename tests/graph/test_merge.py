@@ -7,7 +7,6 @@ import pytest
 
 from edbatch.errors import GraphError
 from edbatch.graph import GraphBuilder, OpType, Vocab, merge_graphs
-
 from tests.conftest import left_chain_tree, small_vocab
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -28,7 +28,7 @@ def brute_force(graph: Graph) -> int:
     batchable = graph.vocab.batchable.tolist()
     args = [frozenset(graph.operands(v).tolist()) for v in range(n)]
 
-    @lru_cache(maxsize=None)
+    @cache
     def best(done: frozenset[int]) -> int:
         executed, cost = set(done), 0
         while True:  # forced steps: ready unbatchable nodes, one batch each

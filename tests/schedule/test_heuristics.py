@@ -17,7 +17,6 @@ from edbatch.schedule import (
     make_scheduler,
     reverse_graph,
 )
-
 from tests.conftest import small_vocab
 
 

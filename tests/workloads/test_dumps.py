@@ -80,7 +80,7 @@ def test_design_6_2_batch_counts_on_the_test_graphs(folder: str) -> None:
     means = (np.mean(lb), np.mean([agenda(g).num_batches for g in test]),
              np.mean([depth_schedule(g).num_batches for g in test]))
     assert tuple(round(float(m), 1) for m in means) == EXPECTED[folder]
-    for g, bound in zip(test, lb):
+    for g, bound in zip(test, lb, strict=True):
         assert run_policy(g, TypewiseGreedyPolicy()).num_batches == bound
         assert typewise_greedy_backward(g).num_batches == bound
 
