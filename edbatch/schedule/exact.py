@@ -98,22 +98,8 @@ class _Node:
 
 
 def _clone(frontier: Frontier) -> Frontier:
-    """An independent copy of ``frontier``: its mutable arrays and lists are copied.
-
-    The static parts (graph, users, type-wise successor lists) are shared. Ready chunks are
-    never written in place, so copying the per-type lists (not the arrays) suffices.
-    """
-    out = copy.copy(frontier)
-    out._pending = frontier._pending.copy()
-    out._ready = [list(chunks) for chunks in frontier._ready]
-    out._forced = list(frontier._forced)
-    out.ready_count = frontier.ready_count.copy()
-    out.remaining_count = frontier.remaining_count.copy()
-    out.remaining_depth_sum = frontier.remaining_depth_sum.copy()
-    if frontier.typewise_count is not None:
-        out._tw_pending = frontier._tw_pending.copy()
-        out.typewise_count = frontier.typewise_count.copy()
-    return out
+    """An independent copy of ``frontier`` (static parts shared)."""
+    return frontier.copy()
 
 
 def _drain(frontier: Frontier) -> list[Batch]:

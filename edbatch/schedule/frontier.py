@@ -2,12 +2,16 @@
 
 Kahn's algorithm by op type: each node keeps the number of operand slots still unexecuted;
 popping a batch decrements its users and releases the ones that reach zero into per-type
-ready lists. Work per node is amortized O(1) and vectorized per batch with numpy. With
+ready lists. Work is O(1) per edge. The bookkeeping runs on flat Python lists because
+batches are often small (a lattice batch holds ~10 nodes), where numpy's per-call overhead
+would dominate; policies still see numpy arrays through :class:`FrontierView`. With
 ``typewise=True`` it also maintains ED-Batch's type-wise frontier count ``T(a)``.
 """
 
 from __future__ import annotations
 
+import copy
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,11 +26,46 @@ __all__ = ["Frontier", "FrontierView"]
 
 
 @dataclass(frozen=True, slots=True)
+class _Static:
+    """Per-graph lists the frontier reads (built once per graph and cached)."""
+
+    op: list[int]
+    depth: list[int]
+    arity: list[int]
+    user_ptr: list[int]
+    user_ids: list[int]
+    batchable: list[bool]
+    batchable_np: NDArray[np.bool_]
+
+
+_STATIC: weakref.WeakKeyDictionary[Graph, _Static] = weakref.WeakKeyDictionary()
+
+
+def _static(graph: Graph) -> _Static:
+    s = _STATIC.get(graph)
+    if s is None:
+        uptr, uids = graph.users
+        s = _STATIC[graph] = _Static(
+            graph.op_ids.tolist(), graph.depth.tolist(), graph.arity.tolist(), uptr.tolist(),
+            uids.tolist(), graph.vocab.batchable.tolist(), graph.vocab.batchable)
+    return s
+
+
+def _array(values: list[int] | list[float], dtype: type) -> NDArray:  # type: ignore[type-arg]
+    out = np.array(values, dtype=dtype)
+    out.setflags(write=False)
+    return out
+
+
 class FrontierView:
-    """What a policy may look at; arrays are read-only and indexed by op id.
+    """What a policy may look at: a snapshot of a frontier, with read-only numpy arrays.
+
+    Arrays are indexed by op id and built on first access. A view describes the frontier
+    at the time :meth:`Frontier.view` was called; :meth:`ready_nodes` reads the live
+    frontier, so use it before the next pop.
 
     Attributes:
-        graph: the graph being scheduled (static facts such as mean depth per type).
+        graph: the graph being scheduled (static facts such as depth).
         mask: ``int8[K]``, 1 where a batchable op type has ready nodes (Gymnasium convention).
         ready_count: ``int64[K]`` ready nodes per type, ``|F(a)|``.
         typewise_count: ``int64[K]`` ED-Batch's ``T(a)`` (0 for unbatchable types), or
@@ -38,31 +77,82 @@ class FrontierView:
         num_executed: nodes executed so far.
     """
 
-    graph: Graph
-    mask: NDArray[np.int8]
-    ready_count: NDArray[np.int64]
-    typewise_count: NDArray[np.int64] | None
-    remaining_count: NDArray[np.int64]
-    remaining_depth_sum: NDArray[np.float64]
-    last_op: int
-    num_batches: int
-    num_executed: int
-    _frontier: Frontier
+    __slots__ = ("_cache", "_count", "_frontier", "_remaining", "_remaining_depth", "_tw",
+                 "graph", "last_op", "num_batches", "num_executed")
 
-    def ready_nodes(self, op_id: int) -> NDArray[np.int32]:
-        """Ready node ids of one op type (ascending)."""
-        return self._frontier.ready_nodes(op_id)
+    def __init__(self, frontier: Frontier) -> None:
+        self.graph = frontier.graph
+        self._frontier = frontier
+        self._count = list(frontier._count)
+        self._remaining = list(frontier._remaining)
+        self._remaining_depth = list(frontier._remaining_depth)
+        self._tw = None if frontier._tw is None else list(frontier._tw)
+        self.last_op = frontier.last_op
+        self.num_batches = frontier.num_batches
+        self.num_executed = frontier.num_executed
+        self._cache: dict[str, NDArray] = {}  # type: ignore[type-arg]
 
     @property
-    def ready_ops(self) -> NDArray[np.int64]:
-        """Op ids with ready nodes, ascending."""
-        return np.flatnonzero(self.mask)
+    def ready_count(self) -> NDArray[np.int64]:
+        """``|F(a)|`` per op type."""
+        if "ready" not in self._cache:
+            self._cache["ready"] = _array(self._count, np.int64)
+        return self._cache["ready"]
 
+    @property
+    def mask(self) -> NDArray[np.int8]:
+        """1 where a batchable op type has ready nodes."""
+        if "mask" not in self._cache:
+            m = ((self.ready_count > 0) & self._frontier._s.batchable_np).astype(np.int8)
+            m.setflags(write=False)
+            self._cache["mask"] = m
+        return self._cache["mask"]
 
-def _readonly(a: NDArray) -> NDArray:  # type: ignore[type-arg]
-    v = a.view()
-    v.setflags(write=False)
-    return v
+    @property
+    def typewise_count(self) -> NDArray[np.int64] | None:
+        """``T(a)`` per op type, or ``None`` if not tracked."""
+        if self._tw is None:
+            return None
+        if "tw" not in self._cache:
+            self._cache["tw"] = _array(self._tw, np.int64)
+        return self._cache["tw"]
+
+    @property
+    def remaining_count(self) -> NDArray[np.int64]:
+        """Unexecuted nodes per op type."""
+        if "rem" not in self._cache:
+            self._cache["rem"] = _array(self._remaining, np.int64)
+        return self._cache["rem"]
+
+    @property
+    def remaining_depth_sum(self) -> NDArray[np.float64]:
+        """Sum of the depths of unexecuted nodes per op type."""
+        if "remd" not in self._cache:
+            self._cache["remd"] = _array(self._remaining_depth, np.float64)
+        return self._cache["remd"]
+
+    @property
+    def ready_ops(self) -> list[int]:
+        """Batchable op ids with ready nodes, ascending (no numpy)."""
+        b = self._frontier._s.batchable
+        return [a for a, c in enumerate(self._count) if c and b[a]]
+
+    def count(self, op_id: int) -> int:
+        """``|F(a)|`` of one op type (a plain int; no array is built)."""
+        return self._count[op_id]
+
+    def remaining(self, op_id: int) -> tuple[int, float]:
+        """(unexecuted nodes, sum of their depths) of one op type."""
+        return self._remaining[op_id], self._remaining_depth[op_id]
+
+    def typewise(self, op_id: int) -> int:
+        """``T(a)`` of one op type (requires a frontier with ``typewise=True``)."""
+        assert self._tw is not None, "create the Frontier with typewise=True"
+        return self._tw[op_id]
+
+    def ready_nodes(self, op_id: int) -> NDArray[np.int32]:
+        """Ready node ids of one op type (ascending), read from the live frontier."""
+        return self._frontier.ready_nodes(op_id)
 
 
 class Frontier:
@@ -80,28 +170,26 @@ class Frontier:
 
     def __init__(self, graph: Graph, *, typewise: bool = False) -> None:
         self.graph = graph
+        self._s = s = _static(graph)
         k = len(graph.vocab)
-        self._op = graph.op_ids
-        self._batchable = graph.vocab.batchable
-        self._uptr, self._uids = graph.users
-        self._pending = graph.arity.astype(np.int32)  # unexecuted operand slots per node
-        self._ready: list[list[NDArray[np.int32]]] = [[] for _ in range(k)]
+        self._pending = list(s.arity)  # unexecuted operand slots per node
+        self._ready: list[list[int]] = [[] for _ in range(k)]
+        self._count = [0] * k
         self._forced: list[int] = []
-        self.ready_count = np.zeros(k, dtype=np.int64)
-        self.remaining_count = graph.type_counts.astype(np.int64)
-        self.remaining_depth_sum = np.bincount(graph.op_ids, weights=graph.depth,
-                                               minlength=k).astype(np.float64)
+        self._remaining: list[int] = graph.type_counts.tolist()
+        self._remaining_depth: list[float] = np.bincount(
+            graph.op_ids, weights=graph.depth, minlength=k).tolist()
         self.num_executed = 0
         self.num_batches = 0
         self.last_op = -1
-        self.typewise_count: NDArray[np.int64] | None = None
+        self._tw: list[int] | None = None
         if typewise:
             pred_count, self._tw_ptr, self._tw_ids = typewise_graph(graph)
             self._tw_pending = pred_count.copy()
-            free = self._tw_pending == 0
-            self.typewise_count = np.bincount(graph.op_ids[free], minlength=k).astype(np.int64)
-            self.typewise_count[~self._batchable] = 0  # T is only defined for batchable types
-        self._release(np.flatnonzero(self._pending == 0).astype(np.int32))
+            counts = np.bincount(graph.op_ids[pred_count == 0], minlength=k)
+            counts[~s.batchable_np] = 0  # T is only defined for batchable types
+            self._tw = counts.tolist()
+        self._release(np.flatnonzero(graph.arity == 0).tolist())
 
     # ------------------------------------------------------------------ queries
     @property
@@ -114,31 +202,68 @@ class Frontier:
         """Whether an unbatchable node is ready (it must run before the next decision)."""
         return bool(self._forced)
 
+    @property
+    def ready_count(self) -> NDArray[np.int64]:
+        """``int64[K]`` ready nodes per op type (a fresh array)."""
+        return np.array(self._count, dtype=np.int64)
+
+    @property
+    def remaining_count(self) -> NDArray[np.int64]:
+        """``int64[K]`` unexecuted nodes per op type (a fresh array)."""
+        return np.array(self._remaining, dtype=np.int64)
+
+    @property
+    def remaining_depth_sum(self) -> NDArray[np.float64]:
+        """``float64[K]`` sum of depths of unexecuted nodes per op type (a fresh array)."""
+        return np.array(self._remaining_depth, dtype=np.float64)
+
+    @property
+    def typewise_count(self) -> NDArray[np.int64] | None:
+        """``int64[K]`` type-wise frontier counts ``T(a)``, or ``None`` if not tracked."""
+        return None if self._tw is None else np.array(self._tw, dtype=np.int64)
+
+    def count(self, op_id: int) -> int:
+        """``|F(a)|`` of one op type (no array built)."""
+        return self._count[op_id]
+
+    def typewise(self, op_id: int) -> int:
+        """``T(a)`` of one op type; requires ``typewise=True``."""
+        assert self._tw is not None, "create the Frontier with typewise=True"
+        return self._tw[op_id]
+
     def mask(self) -> NDArray[np.int8]:
         """``int8[K]``: 1 for batchable op types with ready nodes."""
-        return ((self.ready_count > 0) & self._batchable).astype(np.int8)
+        return ((np.array(self._count) > 0) & self._s.batchable_np).astype(np.int8)
 
     def ready_nodes(self, op_id: int) -> NDArray[np.int32]:
-        """Ready node ids of ``op_id``, ascending (chunks are merged in place)."""
-        chunks = self._ready[op_id]
-        if len(chunks) > 1:
-            merged = np.sort(np.concatenate(chunks))
-            chunks[:] = [merged]
-        return chunks[0] if chunks else np.zeros(0, dtype=np.int32)
+        """Ready node ids of ``op_id``, ascending."""
+        nodes = self._ready[op_id]
+        nodes.sort()
+        return np.array(nodes, dtype=np.int32)
 
     def all_ready(self) -> NDArray[np.int64]:
         """Every ready node id, unbatchable ones included."""
-        parts = [c for chunks in self._ready for c in chunks]
-        parts.append(np.asarray(self._forced, dtype=np.int32))
-        return np.concatenate(parts).astype(np.int64)
+        out = [v for nodes in self._ready for v in nodes]
+        out.extend(self._forced)
+        return np.array(out, dtype=np.int64)
 
     def view(self) -> FrontierView:
-        """A read-only snapshot handle for policies."""
-        tw = self.typewise_count
-        return FrontierView(self.graph, self.mask(), _readonly(self.ready_count),
-                            None if tw is None else _readonly(tw),
-                            _readonly(self.remaining_count), _readonly(self.remaining_depth_sum),
-                            self.last_op, self.num_batches, self.num_executed, self)
+        """A read-only snapshot for policies."""
+        return FrontierView(self)
+
+    def copy(self) -> Frontier:
+        """An independent copy (the graph and static lists are shared)."""
+        out = copy.copy(self)
+        out._pending = list(self._pending)
+        out._ready = [list(nodes) for nodes in self._ready]
+        out._count = list(self._count)
+        out._forced = list(self._forced)
+        out._remaining = list(self._remaining)
+        out._remaining_depth = list(self._remaining_depth)
+        if self._tw is not None:
+            out._tw = list(self._tw)
+            out._tw_pending = self._tw_pending.copy()
+        return out
 
     # ------------------------------------------------------------------ transitions
     def pop(self, op_id: int) -> Batch:
@@ -147,88 +272,73 @@ class Frontier:
         Raises:
             InvalidActionError: ``op_id`` has no ready node or is unbatchable.
         """
-        if not (0 <= op_id < len(self._ready)) or not self.ready_count[op_id] \
-                or not self._batchable[op_id]:
+        if not (0 <= op_id < len(self._count)) or not self._count[op_id] \
+                or not self._s.batchable[op_id]:
             raise InvalidActionError(self._invalid_message(op_id))
-        nodes = self.ready_nodes(op_id)
+        nodes = self._ready[op_id]
+        nodes.sort()
         self._ready[op_id] = []
-        self.ready_count[op_id] = 0
+        self._count[op_id] = 0
         self.last_op = op_id
-        if self.typewise_count is not None:
-            self._advance_typewise(op_id, nodes)
+        batch = Batch(op_id, np.array(nodes, dtype=np.int32))
+        if self._tw is not None:
+            self._advance_typewise(op_id, batch.node_ids)
         self._execute(op_id, nodes)
-        return Batch(op_id, nodes)
+        return batch
 
     def pop_forced(self) -> Batch | None:
         """Run the most recently released unbatchable node alone, or return ``None``."""
         if not self._forced:
             return None
         v = self._forced.pop()
-        op_id = int(self._op[v])
-        nodes = np.array([v], dtype=np.int32)
-        self._execute(op_id, nodes)
-        return Batch(op_id, nodes, forced=True)
+        op_id = self._s.op[v]
+        self._execute(op_id, [v])
+        return Batch(op_id, np.array([v], dtype=np.int32), forced=True)
 
     def _invalid_message(self, op_id: object) -> str:
         vocab = self.graph.vocab
-        ready = [vocab[int(a)].name for a in np.flatnonzero(self.mask())]
+        ready = [vocab[a].name for a in range(len(vocab))
+                 if self._count[a] and self._s.batchable[a]]
         name = vocab[op_id].name if isinstance(op_id, (int, np.integer)) and \
             0 <= op_id < len(vocab) else "<no such op>"
         return (f"op type {op_id!r} ({name}) has no ready batchable node; ready op types are "
                 f"{ready}. Choose an action allowed by the action mask")
 
-    def _execute(self, op_id: int, nodes: NDArray[np.int32]) -> None:
+    def _execute(self, op_id: int, nodes: list[int]) -> None:
+        s = self._s
+        depth, uptr, uids, pending = s.depth, s.user_ptr, s.user_ids, self._pending
         self.num_executed += len(nodes)
         self.num_batches += 1
-        self.remaining_count[op_id] -= len(nodes)
-        self.remaining_depth_sum[op_id] -= float(self.graph.depth[nodes].sum())
-        if len(nodes) == 1:
-            v = int(nodes[0])
-            users = self._uids[self._uptr[v]:self._uptr[v + 1]]
-        else:
-            idx, _ = _segments(self._uptr, nodes.astype(np.int64))
-            users = self._uids[idx]
-        if not len(users):
-            return
-        np.subtract.at(self._pending, users, 1)
-        fresh = users[self._pending[users] == 0]
-        if len(fresh) > 1:
-            fresh = np.unique(fresh)
-        if len(fresh):
+        self._remaining[op_id] -= len(nodes)
+        self._remaining_depth[op_id] -= sum([depth[v] for v in nodes])
+        fresh = []
+        for v in nodes:
+            for i in range(uptr[v], uptr[v + 1]):
+                u = uids[i]
+                left = pending[u] - 1
+                pending[u] = left
+                if not left:
+                    fresh.append(u)
+        if fresh:
             self._release(fresh)
 
-    def _release(self, nodes: NDArray[np.int32]) -> None:
-        if not len(nodes):
-            return
-        types = self._op[nodes]
-        if len(nodes) == 1:
-            a = int(types[0])
-            if self._batchable[a]:
-                self._ready[a].append(nodes)
-                self.ready_count[a] += 1
+    def _release(self, nodes: list[int]) -> None:
+        op, batchable, ready, count = self._s.op, self._s.batchable, self._ready, self._count
+        for u in nodes:
+            a = op[u]
+            if batchable[a]:
+                ready[a].append(u)
+                count[a] += 1
             else:
-                self._forced.append(int(nodes[0]))
-            return
-        order = np.argsort(types, kind="stable")
-        types, nodes = types[order], nodes[order]
-        cuts = np.flatnonzero(np.diff(types)) + 1
-        starts = np.concatenate([[0], cuts])
-        ends = np.concatenate([cuts, [len(nodes)]])
-        for s, e in zip(starts.tolist(), ends.tolist()):
-            a = int(types[s])
-            if self._batchable[a]:
-                self._ready[a].append(nodes[s:e])
-                self.ready_count[a] += e - s
-            else:
-                self._forced.extend(nodes[s:e].tolist())
+                self._forced.append(u)
 
     def _advance_typewise(self, op_id: int, nodes: NDArray[np.int32]) -> None:
-        assert self.typewise_count is not None
+        assert self._tw is not None
         idx, _ = _segments(self._tw_ptr, nodes.astype(np.int64))
-        succ = self._tw_ids[idx]
         freed = 0
-        if len(succ):
+        if len(idx):
+            succ = self._tw_ids[idx]
             np.subtract.at(self._tw_pending, succ, 1)
             fresh = succ[self._tw_pending[succ] == 0]
             freed = len(np.unique(fresh)) if len(fresh) > 1 else len(fresh)
-        self.typewise_count[op_id] += freed - len(nodes)
+        self._tw[op_id] += freed - len(nodes)

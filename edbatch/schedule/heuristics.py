@@ -66,8 +66,8 @@ class DynetAgendaPolicy:
     def _prepare(self, graph: Graph) -> None:
         k = len(graph.vocab)
         total = np.bincount(graph.op_ids, weights=graph.depth, minlength=k)
-        self._mean = total / (graph.type_counts + _EPS)
-        self._complex = np.array([op.is_complex for op in graph.vocab], dtype=bool)
+        self._mean = (total / (graph.type_counts + _EPS)).tolist()
+        self._complex = [op.is_complex for op in graph.vocab]
         self._graph = graph
 
     def choose(self, view: FrontierView) -> int:
@@ -75,7 +75,7 @@ class DynetAgendaPolicy:
         if view.graph is not self._graph:
             self._prepare(view.graph)
         best, best_avg = -1, np.inf
-        for a in np.flatnonzero(view.mask).tolist():
+        for a in view.ready_ops:
             avg = self._mean[a]
             if avg < best_avg or (avg == best_avg and not self._complex[a]):
                 best, best_avg = a, avg
@@ -91,8 +91,13 @@ class AgendaPolicy:
 
     def choose(self, view: FrontierView) -> int:
         """Pick the ready type with the lowest remaining mean depth."""
-        avg = view.remaining_depth_sum / (view.remaining_count + _EPS)
-        return int(np.argmin(np.where(view.mask > 0, avg, np.inf)))
+        best, best_avg = -1, np.inf
+        for a in view.ready_ops:
+            count, depth_sum = view.remaining(a)
+            avg = depth_sum / (count + _EPS)
+            if avg < best_avg:
+                best, best_avg = a, avg
+        return best
 
 
 class CompleteLevelAgendaPolicy:
@@ -118,15 +123,15 @@ class CompleteLevelAgendaPolicy:
             key = graph.op_ids.astype(np.int64) * self._width + graph.depth
             self._pairs = np.bincount(key, minlength=len(graph.vocab) * self._width)
             self._graph = graph
-        ready = np.flatnonzero(view.mask)
+        ready = view.ready_ops
         qualifying = []
-        for a in ready.tolist():
+        for a in ready:
             nodes = view.ready_nodes(a)
             d, c = np.unique(graph.depth[nodes], return_counts=True)
             if np.array_equal(self._pairs[a * self._width + d], c):
                 qualifying.append(a)
         best, best_avg = -1, np.inf
-        for a in qualifying or ready.tolist():
+        for a in qualifying or ready:
             avg = self._agenda._mean[a]
             if avg < best_avg or (avg == best_avg and not self._agenda._complex[a]):
                 best, best_avg = a, avg
@@ -140,7 +145,7 @@ class MaxFrontierPolicy:
 
     def choose(self, view: FrontierView) -> int:
         """Pick the largest ready batch."""
-        return int(np.argmax(np.where(view.mask > 0, view.ready_count, -1)))
+        return max(view.ready_ops, key=lambda a: (view.count(a), -a))
 
 
 class TypewiseGreedyPolicy:
@@ -154,9 +159,12 @@ class TypewiseGreedyPolicy:
 
     def choose(self, view: FrontierView) -> int:
         """Pick the most complete ready batch."""
-        assert view.typewise_count is not None
-        ratio = view.ready_count / np.maximum(view.typewise_count, 1)
-        return int(np.argmax(np.where(view.mask > 0, ratio, -1.0)))
+        best, best_ratio = -1, -1.0
+        for a in view.ready_ops:
+            ratio = view.count(a) / max(view.typewise(a), 1)
+            if ratio > best_ratio:
+                best, best_ratio = a, ratio
+        return best
 
 
 def typewise_greedy_backward(graph: Graph) -> Schedule:
@@ -182,4 +190,5 @@ class RandomPolicy:
 
     def choose(self, view: FrontierView) -> int:
         """Pick any ready type."""
-        return int(self.rng.choice(np.flatnonzero(view.mask)))
+        ready = view.ready_ops
+        return ready[int(self.rng.integers(len(ready)))]
