@@ -1,0 +1,82 @@
+"""Tabular Q-learning: ED-Batch's behaviour on dumps, generalisation, resume."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edbatch.errors import PolicyFileError
+from edbatch.schedule import lower_bound
+from edbatch.workloads.dumps import DumpWorkload
+from edbatch.workloads.synthetic import random_lattices
+from policies import QLearningConfig, evaluate_policy, train_q_table
+from policies.q_learning import _update
+
+
+@pytest.mark.parametrize("encoding", ["base", "sorted", "max", "complete"])
+def test_ed_batch_setting_reaches_lb_on_mvrnn_dumps(encoding: str) -> None:
+    graphs = DumpWorkload("mvrnn_B1").graphs()
+    result = train_q_table(graphs[:1], QLearningConfig(encoding=encoding))
+    assert result.best_ratio < 1.01 and result.episodes == 50  # early stop at first eval
+    ratio, batches, lb = evaluate_policy(result.policy, graphs[1:])
+    assert batches == lb == 108  # 9 test graphs x LB 12 (DESIGN 6.2: every FSM = LB)
+
+
+def test_bilstm_dumps_match_design_with_ed_batch_fallback() -> None:
+    graphs = DumpWorkload("bilstm_B1").graphs()
+    result = train_q_table(graphs[:1], QLearningConfig(encoding="base"))
+    _, batches, lb = evaluate_policy(result.policy, graphs[1:])
+    assert round(batches / 9, 1) == 115.9 and round(lb / 9, 1) == 107.8  # DESIGN 6.2 E_base
+
+
+def test_multi_graph_training_with_typewise_fallback_reaches_lb_on_unseen() -> None:
+    graphs = DumpWorkload("bilstm_B1").graphs()
+    cfg = QLearningConfig(encoding="base", fallback="typewise_greedy")
+    result = train_q_table(graphs[:3], cfg)
+    ratio, _, _ = evaluate_policy(result.policy, graphs[3:])
+    assert ratio == 1.0
+
+
+def test_update_clipped_bootstrap_is_truncated_monte_carlo() -> None:
+    cfg = QLearningConfig(n_step=2, alpha=1.0)
+    states = [(0,), (1,), (2,)]
+    q = {s: {s[0]: -5.0} for s in states}
+    _update(q, states, [0, 1, 2], [-1.0, -0.5, -0.25], cfg)
+    assert q[(0,)][0] == -1.5  # -1 - 0.5, then V(s2) clipped to max(0, -5) = 0
+    q = {s: {s[0]: -5.0} for s in states}
+    _update(q, states, [0, 1, 2], [-1.0, -0.5, -0.25], replace(cfg, clip_bootstrap=False))
+    assert q[(0,)][0] == -6.5  # -1 - 0.5 + V(s2) = -5
+
+
+def test_killed_run_resumes_from_checkpoint_and_ends_identical(tmp_path: Path) -> None:
+    graphs = [random_lattices(np.random.default_rng(i), 4, 14, 4) for i in range(4)]
+    cfg = QLearningConfig(max_episodes=40, eval_every=10, early_stop_ratio=0.0, seed=5)
+    full = train_q_table(graphs, cfg)
+    ckpt = tmp_path / "ckpt.json"
+
+    def kill_at_25(row: dict) -> None:
+        if row["episode"] == 25:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_q_table(graphs, cfg, checkpoint=ckpt, callback=kill_at_25)
+    resumed = train_q_table(graphs, cfg, checkpoint=ckpt)
+    assert [r["episode"] for r in resumed.history] == list(range(21, 41))  # from episode 20
+    assert resumed.policy.table == full.policy.table
+    assert resumed.best_ratio == full.best_ratio
+    with pytest.raises(PolicyFileError, match="another configuration"):
+        train_q_table(graphs, replace(cfg, alpha=0.1), checkpoint=ckpt)
+    ckpt.write_text("{broken")
+    with pytest.raises(PolicyFileError, match="corrupt checkpoint"):
+        train_q_table(graphs, cfg, checkpoint=ckpt)
+
+
+def test_policy_beats_or_matches_heuristic_fallback_on_train() -> None:
+    graphs = [random_lattices(np.random.default_rng(i), 6, 20, 4) for i in range(3)]
+    result = train_q_table(graphs, QLearningConfig(max_episodes=100, fallback="typewise_greedy"))
+    ratio, batches, lb = evaluate_policy(result.policy, graphs)
+    assert lb == sum(lower_bound(g) for g in graphs)
+    assert ratio == pytest.approx(result.best_ratio)
