@@ -35,14 +35,21 @@ def _graphs(workload: Workload, split: str, batch_size: int, limit: int | None
         yield f"{split}/{k}", graph
 
 
-def _workloads(cfg: DictConfig) -> Iterator[tuple[str, Workload]]:
-    """Instantiate every selected workload at every requested granularity."""
+def _workloads(cfg: DictConfig) -> Iterator[tuple[str, Workload, dict[str, Any]]]:
+    """Instantiate every selected workload at every requested granularity.
+
+    A workload config may hold an ``eval`` node (``split``, ``batch_size``) with its own
+    evaluation defaults; it is not passed to the constructor.
+    """
     for name, node in (cfg.workload or {}).items():
+        node = OmegaConf.to_container(node, resolve=True)
+        assert isinstance(node, dict)
+        overrides = node.pop("eval", None) or {}
         grans = cfg.granularities if "granularity" in node else [None]
         for gran in grans:
             kwargs: dict[str, Any] = {} if gran is None else {"granularity": gran}
             label = name if gran is None else f"{name}/{gran}"
-            yield label, instantiate(node, **kwargs)
+            yield label, instantiate(node, **kwargs), overrides
 
 
 def evaluate(cfg: DictConfig) -> list[Record]:
@@ -51,10 +58,11 @@ def evaluate(cfg: DictConfig) -> list[Record]:
     if not schedulers:
         raise UnknownNameError("no scheduler selected; pass e.g. scheduler=[depth,dynet_agenda]")
     records: list[Record] = []
-    for label, workload in _workloads(cfg):
-        split = cfg.split or workload.default_eval_split
+    for label, workload, overrides in _workloads(cfg):
+        split = cfg.split or overrides.get("split") or workload.default_eval_split
+        batch_size = overrides.get("batch_size", cfg.batch_size)
         log.info("evaluating %s on %s split %r", list(schedulers), label, split)
-        recs = evaluate_schedulers(_graphs(workload, split, cfg.batch_size, cfg.limit),
+        recs = evaluate_schedulers(_graphs(workload, split, batch_size, cfg.limit),
                                    schedulers, label)
         write_jsonl(recs, cfg.results_file)  # per workload, so a crash loses nothing done
         records.extend(recs)

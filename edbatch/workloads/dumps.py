@@ -102,6 +102,7 @@ class DumpWorkload(Workload):
     """
 
     name = "dumps"
+    default_eval_split = "test"  # every dump after G0 (ED-Batch trains on G0)
 
     def __init__(self, folder: str | Path, granularity: str = "cell",
                  num_types: int | None = None, data_dir: str | Path | None = None) -> None:

@@ -82,6 +82,7 @@ class Seq2Seq(Workload):
     """
 
     name = "seq2seq"
+    default_eval_split = "test"  # tst2013; tst2012 stands in for the missing train set
 
     def __init__(self, granularity: str = "cell", embed_dim: int = 128, hidden_dim: int = 128,
                  vocab_size: int | None = None, max_len: int | None = None,
