@@ -1,6 +1,7 @@
 """Scheduling: frontier bookkeeping, policies, heuristics, bounds and the exact optimum."""
 
 from edbatch.schedule.bounds import (
+    heights,
     lower_bound,
     remaining_lower_bound,
     type_chain_lengths,
@@ -9,6 +10,7 @@ from edbatch.schedule.bounds import (
 from edbatch.schedule.frontier import Frontier, FrontierView
 from edbatch.schedule.heuristics import (
     AgendaPolicy,
+    CriticalPathPolicy,
     CompleteLevelAgendaPolicy,
     DynetAgendaPolicy,
     MaxFrontierPolicy,
@@ -26,6 +28,7 @@ __all__ = [
     "AgendaPolicy",
     "Batch",
     "CompleteLevelAgendaPolicy",
+    "CriticalPathPolicy",
     "DynetAgendaPolicy",
     "Frontier",
     "FrontierView",
@@ -40,6 +43,7 @@ __all__ = [
     "Scheduler",
     "TypewiseGreedyPolicy",
     "depth_schedule",
+    "heights",
     "lower_bound",
     "make_scheduler",
     "remaining_lower_bound",

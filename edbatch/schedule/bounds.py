@@ -20,7 +20,8 @@ from numpy.typing import NDArray
 from edbatch.graph.ir import Graph
 from edbatch.graph.merge import merge_provenance
 
-__all__ = ["lower_bound", "remaining_lower_bound", "type_chain_lengths", "typewise_graph"]
+__all__ = ["heights", "lower_bound", "remaining_lower_bound", "type_chain_lengths",
+           "typewise_graph"]
 
 
 def _segments(ptr: NDArray[np.int64], nodes: NDArray[np.int64]) -> tuple[NDArray, NDArray]:  # type: ignore[type-arg]
@@ -66,6 +67,32 @@ def _type_chain_lengths(graph: Graph) -> NDArray[np.int32]:
         best = np.maximum.reduceat(down[uids[idx]], np.cumsum(lens) - lens, axis=0)
         down[nodes] += best
     return down
+
+
+_HEIGHTS: weakref.WeakKeyDictionary[Graph, NDArray[np.int64]] = weakref.WeakKeyDictionary()
+
+
+def heights(graph: Graph) -> NDArray[np.int64]:
+    """``int64[N]``: number of nodes on the longest path from each node to a sink.
+
+    The critical-path length of the unexecuted graph is the largest height among the ready
+    nodes. Cached per graph; read-only.
+    """
+    cached = _HEIGHTS.get(graph)
+    if cached is None:
+        n = graph.num_nodes
+        h = np.ones(n, dtype=np.int64)
+        order, lptr = graph.levels
+        uptr, uids = graph.users
+        for d in range(len(lptr) - 2, -1, -1):
+            nodes = order[lptr[d]:lptr[d + 1]]
+            nodes = nodes[uptr[nodes + 1] > uptr[nodes]]
+            if len(nodes):
+                idx, lens = _segments(uptr, nodes)
+                h[nodes] += np.maximum.reduceat(h[uids[idx]], np.cumsum(lens) - lens)
+        h.setflags(write=False)
+        cached = _HEIGHTS[graph] = h
+    return cached
 
 
 def lower_bound(graph: Graph, down: NDArray[np.int32] | None = None) -> int:

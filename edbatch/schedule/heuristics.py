@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from edbatch.graph.ir import Graph
+from edbatch.schedule.bounds import heights
 from edbatch.schedule.frontier import FrontierView
 from edbatch.schedule.policy import run_policy
 from edbatch.schedule.reverse import reverse_graph
@@ -17,6 +18,7 @@ from edbatch.schedule.schedule import Batch, Schedule
 
 __all__ = [
     "AgendaPolicy",
+    "CriticalPathPolicy",
     "CompleteLevelAgendaPolicy",
     "DynetAgendaPolicy",
     "MaxFrontierPolicy",
@@ -164,6 +166,35 @@ class TypewiseGreedyPolicy:
             ratio = view.count(a) / max(view.typewise(a), 1)
             if ratio > best_ratio:
                 best, best_ratio = a, ratio
+        return best
+
+
+class CriticalPathPolicy:
+    """Critical path first: the type whose ready nodes include the one with the longest
+    remaining path to a sink (list scheduling's classic priority), ties broken by the
+    type-wise ratio ``|F(a)|/T(a)`` and then the smallest op id.
+
+    edbatch's addition to the heuristics: delaying the node on the critical path delays the
+    end of the schedule, while the ratio prefers batches that no later node could join.
+    """
+
+    needs_typewise = True
+
+    def __init__(self) -> None:
+        self._graph: Graph | None = None
+        self._height: list[int] = []
+
+    def choose(self, view: FrontierView) -> int:
+        """Pick the type holding the highest ready node."""
+        if view.graph is not self._graph:
+            self._graph, self._height = view.graph, heights(view.graph).tolist()
+        h = self._height
+        best, best_key = -1, (-1, -1.0)
+        for a in view.ready_ops:
+            top = max([h[v] for v in view.ready_nodes(a).tolist()])
+            key = (top, view.count(a) / max(view.typewise(a), 1))
+            if key > best_key:
+                best, best_key = a, key
         return best
 
 

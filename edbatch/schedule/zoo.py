@@ -9,6 +9,7 @@ from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph
 from edbatch.schedule.heuristics import (
     AgendaPolicy,
+    CriticalPathPolicy,
     CompleteLevelAgendaPolicy,
     DynetAgendaPolicy,
     MaxFrontierPolicy,
@@ -61,6 +62,8 @@ SCHEDULERS: dict[str, tuple[Callable[..., Scheduler], str]] = {
     "typewise_greedy_backward": (
         lambda: NamedScheduler(typewise_greedy_backward, "typewise_greedy_backward"),
         "ED-Batch autobatch 8: the ratio greedy run backwards from the sinks"),
+    "critical_path": (lambda: PolicyScheduler(CriticalPathPolicy(), "critical_path"),
+                      "critical path first (longest remaining path), ties by |F(a)|/T(a)"),
     "random": (lambda seed=0: PolicyScheduler(RandomPolicy(seed), "random"),
                "uniformly random ready op type (seeded)"),
     "exact": (_exact, "exact optimum by branch-and-bound with the LB heuristic (budgeted)"),
@@ -68,7 +71,7 @@ SCHEDULERS: dict[str, tuple[Callable[..., Scheduler], str]] = {
 
 #: The heuristics every comparison table shows by default.
 HEURISTICS = ("depth", "dynet_agenda", "ed_batch_agenda", "dynet_level_agenda",
-              "max_frontier", "typewise_greedy", "typewise_greedy_backward")
+              "max_frontier", "typewise_greedy", "typewise_greedy_backward", "critical_path")
 
 
 def make_scheduler(name: str, **kwargs: Any) -> Scheduler:
