@@ -6,9 +6,13 @@ ED-Batch's three encodings (DESIGN 2.3), over the batchable op types with ready 
 * ``sorted``: the ready types by ready count, largest first (ties: smaller id first);
 * ``max``: the ``base`` tuple followed by the type with the most ready nodes.
 
-edbatch adds ``complete``: ``base`` plus, per ready type, whether its ready batch is already
-complete (``|F(a)| == T(a)``: no later node of the type can join it). It tells a learner
-which types can run now without ever needing another batch on that chain.
+edbatch adds two richer keys (both need ``T(a)``, i.e. a type-wise frontier):
+
+* ``complete``: ``base`` where each ready type also says whether its batch is already
+  complete (``|F(a)| == T(a)``: no later node of the type can join it);
+* ``hints``: ``base``, a separator ``-1``, then the critical-path type (the one holding the
+  ready node with the longest remaining path) and the type with the best ``|F(a)|/T(a)``.
+  The learner then decides, state by state, which signal to follow (or neither).
 """
 
 from __future__ import annotations
@@ -19,10 +23,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edbatch.errors import UnknownNameError, did_you_mean
-from edbatch.schedule import FrontierView
+from edbatch.schedule import FrontierView, heights
 
-__all__ = ["ENCODINGS", "OBS_HIGH", "StateKey", "encode_observation", "encode_state",
-           "fallback_action", "observation_size"]
+__all__ = ["ENCODINGS", "NEEDS_TYPEWISE", "OBS_HIGH", "StateKey", "encode_observation",
+           "encode_state", "fallback_action", "key_actions", "observation_size"]
 
 StateKey = tuple[int, ...]
 
@@ -55,13 +59,41 @@ def _complete(view: FrontierView) -> StateKey:
     return tuple((2 * ready + full).tolist())
 
 
+def _hints(view: FrontierView) -> StateKey:
+    ready = view.ready_ops
+    if view.typewise_count is None:
+        raise UnknownNameError("encoding 'hints' needs T(a); create the frontier with "
+                               "typewise=True")
+    h = heights(view.graph)
+    ratio = {a: view.count(a) / max(view.typewise(a), 1) for a in ready}
+    critical = max(ready, key=lambda a: (int(h[view.ready_nodes(a)].max()), ratio[a], -a))
+    complete = max(ready, key=lambda a: (ratio[a], -a))
+    return (*ready, -1, critical, complete)
+
+
 #: name -> encoder. Every key is a tuple of small ints (hashable, JSON-friendly).
 ENCODINGS: dict[str, Callable[[FrontierView], StateKey]] = {
     "base": _base,
     "sorted": _sorted,
     "max": _max,
     "complete": _complete,
+    "hints": _hints,
 }
+
+#: Encodings whose keys need the type-wise frontier count T(a).
+NEEDS_TYPEWISE = frozenset({"complete", "hints"})
+
+
+def key_actions(key: StateKey, encoding: str) -> list[int]:
+    """The op ids named by a key's entries, in key order (repeats kept, separators dropped).
+
+    Exploration draws uniformly from this list, as ED-Batch draws from the state vector.
+    """
+    if encoding == "complete":
+        return [x // 2 for x in key]
+    if encoding == "hints":
+        return [x for x in key if x >= 0]
+    return list(key)
 
 
 def encode_state(view: FrontierView, encoding: str) -> StateKey:
@@ -76,8 +108,7 @@ def encode_state(view: FrontierView, encoding: str) -> StateKey:
 
 def fallback_action(key: StateKey, encoding: str) -> int:
     """ED-Batch's rule for unseen states: the last element of the state vector (DESIGN 2.8)."""
-    last = key[-1]
-    return last // 2 if encoding == "complete" else last
+    return key_actions(key, encoding)[-1]
 
 
 def observation_size(num_ops: int) -> int:

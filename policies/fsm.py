@@ -21,15 +21,23 @@ from edbatch.errors import PolicyFileError, UnknownNameError, did_you_mean
 from edbatch.graph import Vocab
 from edbatch.schedule import (
     AgendaPolicy,
+    CriticalPathPolicy,
     DynetAgendaPolicy,
     FrontierView,
     MaxFrontierPolicy,
     Policy,
     TypewiseGreedyPolicy,
 )
-from envs.encoding import ENCODINGS, StateKey, encode_state, fallback_action
+from envs.encoding import (
+    ENCODINGS,
+    NEEDS_TYPEWISE,
+    StateKey,
+    encode_state,
+    fallback_action,
+    key_actions,
+)
 
-__all__ = ["FALLBACKS", "FORMAT", "SCHEMA_VERSION", "FSMPolicy", "make_fallback"]
+__all__ = ["FALLBACKS", "FORMAT", "SCHEMA_VERSION", "FSMPolicy", "FSMScheduler", "make_fallback"]
 
 FORMAT = "edbatch.fsm"
 SCHEMA_VERSION = 1
@@ -40,7 +48,7 @@ class _EdBatchFallback:
 
     def __init__(self, encoding: str) -> None:
         self.encoding = encoding
-        self.needs_typewise = encoding == "complete"
+        self.needs_typewise = encoding in NEEDS_TYPEWISE
 
     def choose(self, view: FrontierView) -> int:
         return fallback_action(encode_state(view, self.encoding), self.encoding)
@@ -53,6 +61,7 @@ FALLBACKS: dict[str, Callable[[str], Policy]] = {
     "dynet_agenda": lambda _enc: DynetAgendaPolicy(),
     "ed_batch_agenda": lambda _enc: AgendaPolicy(),
     "max_frontier": lambda _enc: MaxFrontierPolicy(),
+    "critical_path": lambda _enc: CriticalPathPolicy(),
 }
 
 
@@ -85,8 +94,8 @@ class FSMPolicy:
         self.fallback_name = fallback
         self.fallback = make_fallback(fallback, encoding)
         self.metadata = dict(metadata or {})
-        self.needs_typewise = encoding == "complete" or getattr(self.fallback,
-                                                                "needs_typewise", False)
+        self.needs_typewise = encoding in NEEDS_TYPEWISE or getattr(self.fallback,
+                                                                    "needs_typewise", False)
         self.hits = self.misses = 0
 
     @property
@@ -202,9 +211,30 @@ def _first_diff(a: tuple[str, ...], b: tuple[str, ...]) -> str:
 def greedy_action(q: Mapping[int, float], key: StateKey, encoding: str) -> int:
     """Argmax of a state's Q values; ties go to the first action in key order."""
     best, best_q = -1, -np.inf
-    for x in key:
-        a = x // 2 if encoding == "complete" else x
+    for a in key_actions(key, encoding):
         v = q.get(a, 0.0)
         if v > best_q:
             best, best_q = a, v
     return best
+
+
+class FSMScheduler:
+    """A saved FSM artifact as a :data:`~edbatch.schedule.Scheduler` (for evaluation).
+
+    The artifact is loaded once; every graph's vocabulary is checked against the op types
+    the policy was trained on, and a mismatch raises :class:`PolicyFileError`.
+    """
+
+    def __init__(self, path: str | Path, name: str = "fsm") -> None:
+        self.path, self.name = Path(path), name
+        self.policy = FSMPolicy.load(self.path)
+
+    def __call__(self, graph: Any) -> Any:
+        from edbatch.schedule import run_policy
+
+        if graph.vocab.names != self.policy.op_names:
+            raise PolicyFileError(self.path, _vocab_mismatch(self.policy.op_names,
+                                                             graph.vocab.names),
+                                  "evaluate the policy on the workload (and granularity) it "
+                                  "was trained on")
+        return run_policy(graph, self.policy, name=self.name)

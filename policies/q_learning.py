@@ -23,10 +23,11 @@ from tqdm.auto import tqdm
 from edbatch.errors import GraphError, PolicyFileError
 from edbatch.graph import Graph
 from edbatch.schedule import Frontier, lower_bound, run_policy
-from envs.encoding import StateKey, encode_state
-from policies.fsm import FSMPolicy, greedy_action
+from envs.encoding import StateKey, encode_state, key_actions
+from policies.fsm import FSMPolicy, greedy_action, make_fallback
 
-__all__ = ["QLearningConfig", "TrainResult", "evaluate_policy", "train_q_table"]
+__all__ = ["QLearningConfig", "QLearningTrainer", "TrainResult", "evaluate_policy",
+           "train_q_table"]
 
 QTable = dict[StateKey, dict[int, float]]
 
@@ -59,6 +60,12 @@ class QLearningConfig:
     """ED-Batch's quirk: bootstrap with max(0, max Q), which is always 0 (no bootstrap)."""
     fallback: str = "ed_batch"
     """Policy for states not in the table (ed_batch rule or a heuristic name)."""
+    warm_start: bool = False
+    """Initialise a new state's Q values so that the greedy choice is the fallback's
+    action (others start slightly lower); exploration then tries to improve on it."""
+    fallback_snapshot: bool = False
+    """Count the empty table (the fallback alone) as the first snapshot, so the result is
+    never worse than the fallback on the validation graphs (not in ED-Batch)."""
     seed: int = 0
     """Seed of the exploration and graph-sampling generator."""
 
@@ -88,10 +95,10 @@ def _to_policy(q: QTable, cfg: QLearningConfig, names: tuple[str, ...],
 
 
 def _episode(graph: Graph, q: QTable, cfg: QLearningConfig, rng: np.random.Generator,
-             eps: float) -> tuple[list[StateKey], list[int], list[float], int]:
+             eps: float, fallback: Any = None) -> tuple[list[StateKey], list[int], list[float],
+                                                     int]:
     """One epsilon-greedy rollout with ED-Batch's reward -1 + |F(a)|/T(a)."""
     f = Frontier(graph, typewise=True)
-    complete = cfg.encoding == "complete"
     states: list[StateKey] = []
     actions: list[int] = []
     rewards: list[float] = []
@@ -103,11 +110,15 @@ def _episode(graph: Graph, q: QTable, cfg: QLearningConfig, rng: np.random.Gener
         view = f.view()
         key = encode_state(view, cfg.encoding)
         qs = q.get(key)
+        actions_in_key = key_actions(key, cfg.encoding)
         if qs is None:
-            qs = q[key] = {(x // 2 if complete else x): 0.0 for x in key}
+            qs = q[key] = dict.fromkeys(actions_in_key, 0.0)
+            if fallback is not None:
+                for a in qs:
+                    qs[a] = -0.01
+                qs[fallback.choose(view)] = 0.0
         if rng.random() < eps:  # uniform over the state vector's entries, as ED-Batch
-            x = key[int(rng.integers(len(key)))]
-            a = x // 2 if complete else x
+            a = actions_in_key[int(rng.integers(len(actions_in_key)))]
         else:
             a = greedy_action(qs, key, cfg.encoding)
         assert f.typewise_count is not None
@@ -164,11 +175,15 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
     history: list[dict[str, float]] = []
     if checkpoint is not None and Path(checkpoint).is_file():
         q, best_q, best_ratio, episode, eps, seconds = _load_checkpoint(checkpoint, cfg, rng)
+    if cfg.fallback_snapshot and episode == 0 and not best_q:
+        # The empty table is the fallback policy alone: the first snapshot to beat.
+        best_ratio, _, _ = evaluate_policy(_to_policy({}, cfg, names, meta), val)
+    warm = make_fallback(cfg.fallback, cfg.encoding) if cfg.warm_start else None
     t0 = time.perf_counter() - seconds
     bar = tqdm(total=cfg.max_episodes, initial=episode, disable=not progress, desc="q-learning")
     while episode < cfg.max_episodes and best_ratio >= cfg.early_stop_ratio:
         graph = train_graphs[int(rng.integers(len(train_graphs)))]
-        states, actions, rewards, batches = _episode(graph, q, cfg, rng, eps)
+        states, actions, rewards, batches = _episode(graph, q, cfg, rng, eps, warm)
         _update(q, states, actions, rewards, cfg)
         episode += 1
         row = {"episode": episode, "train/epsilon": eps, "train/episode_return": sum(rewards),
@@ -190,7 +205,7 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
     bar.close()
     seconds = time.perf_counter() - t0
     meta.update(episodes=episode, best_ratio=best_ratio, train_seconds=seconds)
-    policy = _to_policy(best_q or q, cfg, names, meta)
+    policy = _to_policy(best_q, cfg, names, meta)
     return TrainResult(policy, best_ratio, episode, seconds, history)
 
 
@@ -227,3 +242,25 @@ def _load_checkpoint(path: str | Path, cfg: QLearningConfig, rng: np.random.Gene
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise PolicyFileError(path, f"corrupt checkpoint ({type(e).__name__}: {e})",
                               "delete it to start training afresh") from None
+
+
+class QLearningTrainer:
+    """Config-friendly wrapper: ``QLearningTrainer(**hparams).fit(train, val, ...)``.
+
+    Every trainer of :mod:`policies` has this shape, so the training entry point can call
+    any of them the same way.
+    """
+
+    name = "q_learning"
+
+    def __init__(self, **hparams: Any) -> None:
+        self.config = QLearningConfig(**hparams)
+
+    def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
+            checkpoint: str | Path | None = None,
+            callback: Callable[[dict[str, float]], None] | None = None,
+            progress: bool = False, metadata: dict[str, Any] | None = None) -> TrainResult:
+        """Train on ``train_graphs``, select on ``val_graphs``."""
+        return train_q_table(train_graphs, self.config, val_graphs=val_graphs,
+                             checkpoint=checkpoint, callback=callback, progress=progress,
+                             metadata=metadata)

@@ -10,8 +10,8 @@ from edbatch.schedule.bounds import (
 from edbatch.schedule.frontier import Frontier, FrontierView
 from edbatch.schedule.heuristics import (
     AgendaPolicy,
-    CriticalPathPolicy,
     CompleteLevelAgendaPolicy,
+    CriticalPathPolicy,
     DynetAgendaPolicy,
     MaxFrontierPolicy,
     RandomPolicy,

@@ -27,7 +27,6 @@ proven bound: the smallest ``f`` over unexplored nodes (never below the root bou
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
 from typing import Literal

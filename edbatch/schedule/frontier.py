@@ -52,7 +52,7 @@ def _static(graph: Graph) -> _Static:
 
 
 def _array(values: list[int] | list[float], dtype: type) -> NDArray:  # type: ignore[type-arg]
-    out = np.array(values, dtype=dtype)
+    out: NDArray = np.array(values, dtype=dtype)  # type: ignore[type-arg]
     out.setflags(write=False)
     return out
 

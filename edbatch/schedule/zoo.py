@@ -9,8 +9,8 @@ from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph
 from edbatch.schedule.heuristics import (
     AgendaPolicy,
-    CriticalPathPolicy,
     CompleteLevelAgendaPolicy,
+    CriticalPathPolicy,
     DynetAgendaPolicy,
     MaxFrontierPolicy,
     RandomPolicy,

@@ -21,7 +21,7 @@ def test_ed_batch_setting_reaches_lb_on_mvrnn_dumps(encoding: str) -> None:
     graphs = DumpWorkload("mvrnn_B1").graphs()
     result = train_q_table(graphs[:1], QLearningConfig(encoding=encoding))
     assert result.best_ratio < 1.01 and result.episodes == 50  # early stop at first eval
-    ratio, batches, lb = evaluate_policy(result.policy, graphs[1:])
+    _ratio, batches, lb = evaluate_policy(result.policy, graphs[1:])
     assert batches == lb == 108  # 9 test graphs x LB 12 (DESIGN 6.2: every FSM = LB)
 
 
@@ -77,6 +77,6 @@ def test_killed_run_resumes_from_checkpoint_and_ends_identical(tmp_path: Path) -
 def test_policy_beats_or_matches_heuristic_fallback_on_train() -> None:
     graphs = [random_lattices(np.random.default_rng(i), 6, 20, 4) for i in range(3)]
     result = train_q_table(graphs, QLearningConfig(max_episodes=100, fallback="typewise_greedy"))
-    ratio, batches, lb = evaluate_policy(result.policy, graphs)
+    ratio, _batches, lb = evaluate_policy(result.policy, graphs)
     assert lb == sum(lower_bound(g) for g in graphs)
     assert ratio == pytest.approx(result.best_ratio)

@@ -1,0 +1,122 @@
+"""Main job: train FSMs on real workloads and compare them with the heuristics and LB.
+
+``python -m experiments.compare``: for every workload, ED-Batch's learner (one training graph,
+its exact constants) and edbatch's learner (several training graphs, critical-path fallback)
+are trained for every seed; both FSMs and the configured heuristics are then evaluated on
+unseen evaluation graphs. Prints a table (mean batches and ratio to LB; FSM rows give
+mean +- std over seeds, states, hit rate and training time) and writes JSON lines, a CSV and
+a PNG.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from typing import Any
+
+import hydra
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from edbatch.evaluation import (
+    Record,
+    evaluate_schedulers,
+    pivot_table,
+    summarize,
+    write_csv,
+    write_jsonl,
+)
+from edbatch.schedule import PolicyScheduler
+from experiments._common import graph_set, one_workload, seed_everything
+from experiments.plots import plot_batches
+
+log = logging.getLogger(__name__)
+
+
+def compare(cfg: DictConfig) -> tuple[list[Record], list[dict[str, Any]]]:
+    """Train, evaluate, and return the evaluation records and per-run training stats."""
+    torch.set_num_threads(1)
+    heuristics = {name: instantiate(node) for name, node in cfg.scheduler.items()}
+    records: list[Record] = []
+    runs: list[dict[str, Any]] = []
+    for name, node in cfg.workload.items():
+        label, workload, overrides = one_workload({name: node})
+        split = cfg.eval_split or overrides.get("split") or workload.default_eval_split
+        bs = overrides.get("batch_size", cfg.batch_size)
+        eval_graphs = graph_set(workload, split, bs, cfg.eval_limit)
+        val = graph_set(workload, cfg.train_split, bs, cfg.val_from_train)
+        recs = evaluate_schedulers([(f"{split}/{k}", g) for k, g in enumerate(eval_graphs)],
+                                   heuristics, label)
+        for seed in cfg.seeds:
+            seed_everything(seed)
+            train = graph_set(workload, cfg.train_split, bs, cfg.num_train_graphs,
+                              shuffle_seed=seed)
+            for tname, tnode in cfg.trainers.items():
+                trainer = instantiate(tnode, seed=seed)
+                graphs = train[:1] if tname == "ed_batch" else train
+                result = trainer.fit(graphs, graphs if tname == "ed_batch" else val,
+                                     metadata={"workload": label, "seed": seed})
+                policy = result.policy
+                policy.reset_stats()
+                sched = {f"fsm_{tname}": PolicyScheduler(policy, f"fsm_{tname}")}
+                recs += evaluate_schedulers(
+                    [(f"{split}/{k}/seed{seed}", g) for k, g in enumerate(eval_graphs)],
+                    sched, label)
+                runs.append({"workload": label, "trainer": tname, "seed": seed,
+                             "episodes": result.episodes, "seconds": result.seconds,
+                             "states": policy.num_states, "hit_rate": policy.hit_rate})
+                log.info("%s %s seed %d: %d episodes, %.1fs, %d states, hit rate %.3f",
+                         label, tname, seed, result.episodes, result.seconds,
+                         policy.num_states, policy.hit_rate)
+        write_jsonl(recs, cfg.results_file)
+        records.extend(recs)
+    return records, runs
+
+
+def _seed_spread(records: list[Record]) -> dict[tuple[str, str], str]:
+    """'mean +- std' of the batches/LB ratio over seeds, per (workload, FSM)."""
+    per: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for r in records:
+        if r.scheduler.startswith("fsm_"):
+            seed = r.graph_id.rsplit("/seed", 1)[1]
+            d = per.setdefault((r.workload, r.scheduler), {}).setdefault(seed, [0, 0])
+            d[0] += r.num_batches
+            d[1] += r.lower_bound
+    out = {}
+    for key, seeds in per.items():
+        ratios = [b / lb for b, lb in seeds.values()]
+        std = statistics.stdev(ratios) if len(ratios) > 1 else 0.0
+        out[key] = f"{statistics.mean(ratios):.3f} +- {std:.3f} ({len(ratios)} seeds)"
+    return out
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="compare")
+def main(cfg: DictConfig) -> float:
+    """Hydra entry point; returns edbatch's FSM mean ratio to LB."""
+    from rich.console import Console
+    from rich.table import Table
+
+    records, runs = compare(cfg)
+    rows = summarize(records)
+    write_csv(rows, cfg.summary_file)
+    names = [*cfg.scheduler, *(f"fsm_{t}" for t in cfg.trainers)]
+    plot_batches(rows, cfg.plot_file, names)
+    console = Console(width=220)
+    console.print(pivot_table(rows, names))
+    stats = Table(title="FSM training (per seed)")
+    for col in ("workload", "trainer", "seed", "episodes", "seconds", "states", "hit rate"):
+        stats.add_column(col, justify="right")
+    for r in runs:
+        stats.add_row(r["workload"], r["trainer"], str(r["seed"]), str(r["episodes"]),
+                      f"{r['seconds']:.1f}", str(r["states"]), f"{r['hit_rate']:.3f}")
+    console.print(stats)
+    for (workload, fsm), text in _seed_spread(records).items():
+        console.print(f"{workload} {fsm}: batches/LB {text}")
+    print(f"results: {cfg.results_file}\nsummary: {cfg.summary_file}\nplot: {cfg.plot_file}")
+    fsm_ratios = [r.ratio_to_lb for r in rows if r.scheduler == "fsm_fsm"]
+    return sum(fsm_ratios) / max(len(fsm_ratios), 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Matplotlib figures of the experiments (PNG files)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from edbatch.evaluation import SummaryRow
+
+__all__ = ["plot_batches", "plot_learning_curve"]
+
+
+def plot_batches(rows: Sequence[SummaryRow], path: str | Path,
+                 schedulers: Sequence[str] | None = None) -> Path:
+    """Grouped bars: mean batches / LB per scheduler, one group per workload."""
+    workloads = list(dict.fromkeys(r.workload for r in rows))
+    names = list(schedulers or dict.fromkeys(r.scheduler for r in rows))
+    cell = {(r.workload, r.scheduler): r for r in rows}
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(workloads) * max(len(names), 1) / 4), 4))
+    width = 0.8 / max(len(names), 1)
+    for i, name in enumerate(names):
+        ys = [cell[(w, name)].ratio_to_lb if (w, name) in cell else 0.0 for w in workloads]
+        ax.bar([k + i * width for k in range(len(workloads))], ys, width, label=name)
+    ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label="LB")
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(workloads))], workloads,
+                  rotation=20, ha="right")
+    ax.set_ylabel("mean batches / lower bound")
+    ax.set_title("Batches per mini-batch graph, relative to the lower bound")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_learning_curve(history: Sequence[dict[str, float]], path: str | Path,
+                        title: str = "") -> Path:
+    """Greedy evaluation ratio (and its best so far) against training episodes."""
+    pts = [(h["episode"], h["eval/ratio_to_lb"]) for h in history if "eval/ratio_to_lb" in h
+           and "episode" in h]
+    best = [(h["episode"], h["eval/best_ratio_to_lb"]) for h in history
+            if "eval/best_ratio_to_lb" in h]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if pts:
+        ax.plot(*zip(*pts), marker="o", label="greedy FSM")
+    if best:
+        ax.plot(*zip(*best), linestyle="--", label="best snapshot")
+    ax.axhline(1.0, color="black", linewidth=1, linestyle=":", label="LB")
+    ax.set_xlabel("episode")
+    ax.set_ylabel("batches / LB (validation)")
+    ax.set_title(title or "Learning curve")
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,165 @@
+"""Deep-RL baselines through the same env: sb3-contrib MaskablePPO and SB3 DQN.
+
+Both learn on the fixed-size vector observation of :class:`envs.BatchingEnv`. MaskablePPO
+uses the action masks in training and inference. SB3's DQN has no masks: it trains with the
+env's ``on_invalid="noop"`` (a masked action costs -1 and changes nothing) and acts with a
+masked argmax over its Q-values. :func:`distill_fsm` turns either network into an FSM table
+over the encoded states it visits, so the executor never runs a network per decision.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from edbatch.graph import Graph
+from edbatch.schedule import Frontier, FrontierView, run_policy
+from envs.batching import BatchingEnv
+from envs.encoding import encode_observation, encode_state
+from policies.fsm import FSMPolicy
+from policies.q_learning import TrainResult, evaluate_policy
+
+__all__ = ["DQNTrainer", "MaskablePPOTrainer", "SB3Policy", "distill_fsm"]
+
+
+class SB3Policy:
+    """A trained SB3 model used as a :class:`~edbatch.schedule.Policy` (one net call per
+    decision), always choosing an allowed action."""
+
+    needs_typewise = True
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def choose(self, view: FrontierView) -> int:
+        """Masked greedy action of the network."""
+        obs = encode_observation(view)
+        mask = view.mask.astype(bool)
+        q_net = getattr(self.model, "q_net", None)
+        if q_net is not None:  # DQN: masked argmax over Q-values
+            with torch.no_grad():
+                q = q_net(torch.as_tensor(obs[None], device=self.model.device))[0]
+            q = q.cpu().numpy()
+            return int(np.argmax(np.where(mask, q, -np.inf)))
+        action, _ = self.model.predict(obs, action_masks=mask, deterministic=True)
+        return int(action)
+
+
+def distill_fsm(policy: Any, graphs: Sequence[Graph], encoding: str, fallback: str,
+                metadata: dict[str, Any] | None = None) -> FSMPolicy:
+    """Record ``policy``'s decisions on ``graphs`` as an FSM (majority action per state)."""
+    votes: dict[tuple[int, ...], Counter[int]] = {}
+    for graph in graphs:
+        f = Frontier(graph, typewise=True)
+        while True:
+            while f.pop_forced() is not None:
+                pass
+            if f.done:
+                break
+            view = f.view()
+            action = policy.choose(view)
+            votes.setdefault(encode_state(view, encoding), Counter())[action] += 1
+            f.pop(action)
+    table = {key: c.most_common(1)[0][0] for key, c in votes.items()}
+    names = graphs[0].vocab.names
+    return FSMPolicy(table, encoding, names, fallback, metadata)
+
+
+class _SB3Trainer:
+    """Shared fit(): build the env, learn, distill, select nothing (one final model)."""
+
+    name = "sb3"
+
+    def __init__(self, total_timesteps: int = 20_000, encoding: str = "hints",
+                 fallback: str = "critical_path", reward: str = "ed_batch", seed: int = 0,
+                 **algo_kwargs: Any) -> None:
+        self.total_timesteps, self.encoding, self.fallback = total_timesteps, encoding, fallback
+        self.reward, self.seed, self.algo_kwargs = reward, seed, algo_kwargs
+
+    def _make_model(self, env: BatchingEnv) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _env(self, graphs: Sequence[Graph]) -> BatchingEnv:
+        return BatchingEnv(graphs=list(graphs), reward=self.reward, encoding="base")
+
+    def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
+            checkpoint: str | Path | None = None,
+            callback: Callable[[dict[str, float]], None] | None = None,
+            progress: bool = False, metadata: dict[str, Any] | None = None) -> TrainResult:
+        """Learn for ``total_timesteps`` env steps, then distill the net into an FSM."""
+        t0 = time.perf_counter()
+        model = self._make_model(self._env(train_graphs))
+        model.learn(total_timesteps=self.total_timesteps, progress_bar=False,
+                    callback=_EpisodeCallback(callback) if callback else None)
+        net = SB3Policy(model)
+        meta = {"trainer": self.name, "total_timesteps": self.total_timesteps,
+                "seed": self.seed, **(metadata or {})}
+        fsm = distill_fsm(net, list(train_graphs), self.encoding, self.fallback, meta)
+        ratio, _, _ = evaluate_policy(fsm, list(val_graphs))
+        seconds = time.perf_counter() - t0
+        fsm.metadata.update(best_ratio=ratio, train_seconds=seconds)
+        result = TrainResult(fsm, ratio, 0, seconds)
+        result.history.append({"eval/ratio_to_lb": ratio,
+                               "eval/net_ratio_to_lb": _net_ratio(net, val_graphs)})
+        self.network = net
+        return result
+
+
+def _net_ratio(net: SB3Policy, graphs: Sequence[Graph]) -> float:
+    batches = sum(run_policy(g, net).num_batches for g in graphs)
+    from edbatch.schedule import lower_bound
+
+    return batches / max(sum(lower_bound(g) for g in graphs), 1)
+
+
+class MaskablePPOTrainer(_SB3Trainer):
+    """sb3-contrib MaskablePPO on the vector observation, with action masks."""
+
+    name = "maskable_ppo"
+
+    def _make_model(self, env: BatchingEnv) -> Any:
+        from sb3_contrib import MaskablePPO
+
+        kwargs = {"n_steps": 512, "batch_size": 128, "verbose": 0, **self.algo_kwargs}
+        return MaskablePPO("MlpPolicy", env, seed=self.seed, device="cpu", **kwargs)
+
+
+class DQNTrainer(_SB3Trainer):
+    """SB3 DQN; masked actions are no-ops costing -1 in training, masked argmax at inference."""
+
+    name = "dqn"
+
+    def _env(self, graphs: Sequence[Graph]) -> BatchingEnv:
+        return BatchingEnv(graphs=list(graphs), reward=self.reward, encoding="base",
+                           on_invalid="noop", max_steps=20_000)
+
+    def _make_model(self, env: BatchingEnv) -> Any:
+        from stable_baselines3 import DQN
+
+        kwargs = {"learning_starts": 500, "buffer_size": 50_000, "verbose": 0,
+                  "exploration_fraction": 0.3, **self.algo_kwargs}
+        return DQN("MlpPolicy", env, seed=self.seed, device="cpu", **kwargs)
+
+
+class _EpisodeCallback:
+    """Forward finished-episode stats (``train/...`` keys) to a metrics callback."""
+
+    def __new__(cls, fn: Callable[[dict[str, float]], None]) -> Any:
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        class TrackerCallback(BaseCallback):
+            def _on_step(self) -> bool:
+                for info, done in zip(self.locals.get("infos", []), self.locals.get("dones", [])):
+                    if done:
+                        fn({"episode": self.num_timesteps,
+                            "train/num_batches": float(info.get("num_batches", 0)),
+                            "train/ratio_to_lb": float(info.get("ratio", 0.0))})
+                return True
+
+        return TrackerCallback()
