@@ -10,6 +10,7 @@ best snapshot every 50 episodes, early stop at 1.01 x LB, at most 1000 episodes.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ __all__ = ["QLearningConfig", "QLearningTrainer", "TrainResult", "evaluate_polic
            "train_q_table"]
 
 QTable = dict[StateKey, dict[int, float]]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
     history: list[dict[str, float]] = []
     if checkpoint is not None and Path(checkpoint).is_file():
         q, best_q, best_ratio, episode, eps, seconds = _load_checkpoint(checkpoint, cfg, rng)
+        log.info("resuming from checkpoint %s at episode %d", checkpoint, episode)
     if cfg.fallback_snapshot and episode == 0 and not best_q:
         # The empty table is the fallback policy alone: the first snapshot to beat.
         best_ratio, _, _ = evaluate_policy(_to_policy({}, cfg, names, meta), val)

@@ -1,0 +1,83 @@
+"""experiments.train and experiments.compare end to end (tiny budgets), trackers, launchers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from edbatch.workloads import make_workload
+from policies import FSMPolicy
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["workload=lattice_lstm", "num_train_graphs=1", "num_val_graphs=1", "batch_size=16",
+        "trainer.max_episodes=20", "trainer.eval_every=10", "trainer.early_stop_ratio=0",
+        "progress=false"]
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=full_env, text=True,
+                          capture_output=True, timeout=300)
+
+
+def test_train_saves_artifact_checkpoint_and_curve_and_resumes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    r = _run("experiments.train", *TINY, f"run_dir={run_dir}")
+    assert r.returncode == 0, r.stderr
+    policy = FSMPolicy.load(run_dir / "policy.json", make_workload("lattice_lstm").vocab)
+    assert policy.metadata["workload"] == "lattice_lstm" and policy.metadata["seed"] == 0
+    assert policy.metadata["episodes"] == 20 and len(policy.metadata["git_sha"]) >= 7
+    ckpt = json.loads((run_dir / "checkpoint.json").read_text())
+    assert ckpt["episode"] == 20
+    assert (run_dir / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    again = _run("experiments.train", *TINY, f"run_dir={run_dir}")  # rerun: resumes, done
+    assert again.returncode == 0, again.stderr
+    assert "resuming from checkpoint" in again.stderr + again.stdout
+
+
+def test_train_with_wandb_offline_logs_run_and_artifact(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    r = _run("experiments.train", *TINY, f"run_dir={run_dir}", "logger=wandb",
+             env={"WANDB_MODE": "offline"})
+    assert r.returncode == 0, r.stderr
+    runs = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    assert list(runs[0].glob("run-*.wandb"))
+
+
+def test_bad_trainer_option_is_rejected(tmp_path: Path) -> None:
+    r = _run("experiments.train", *TINY, f"run_dir={tmp_path}", "trainer.encodng=base")
+    assert r.returncode != 0 and "encodng" in r.stderr
+
+
+def test_joblib_multirun_trains_one_policy_per_seed(tmp_path: Path) -> None:
+    r = _run("experiments.train", "-m", *TINY, "seed=0,1", "hydra/launcher=joblib",
+             "hydra.launcher.n_jobs=2", f"run_dir={tmp_path}/s${{seed}}",
+             f"hydra.sweep.dir={tmp_path}/sweep")
+    assert r.returncode == 0, r.stderr
+    seeds = {FSMPolicy.load(tmp_path / f"s{k}" / "policy.json").metadata["seed"] for k in (0, 1)}
+    assert seeds == {0, 1}
+
+
+def test_submitit_local_launcher_runs_jobs(tmp_path: Path) -> None:
+    r = _run("experiments.train", "-m", *TINY, "seed=3", "hydra/launcher=submitit_local",
+             f"run_dir={tmp_path}/s${{seed}}", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert r.returncode == 0, r.stderr
+    assert FSMPolicy.load(tmp_path / "s3" / "policy.json").metadata["seed"] == 3
+
+
+def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
+    r = _run("experiments.compare", "eval_limit=1", "num_train_graphs=1", "batch_size=16",
+             "trainers.ed_batch.max_episodes=20", "trainers.fsm.max_episodes=20",
+             "scheduler=[depth,typewise_greedy]", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    names = {x["scheduler"] for x in lines}
+    assert names == {"depth", "typewise_greedy", "fsm_ed_batch", "fsm_fsm"}
+    assert {x["workload"] for x in lines} == {"tree_lstm", "lattice_lstm"}
+    assert all(x["num_batches"] >= x["lower_bound"] for x in lines)
+    assert "FSM training (per seed)" in r.stdout
+    assert (tmp_path / "batches.png").read_bytes()[:4] == b"\x89PNG"
