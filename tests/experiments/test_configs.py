@@ -33,12 +33,18 @@ def test_every_workload_config_instantiates(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", SCHEDULERS)
-def test_every_scheduler_config_instantiates_and_schedules(name: str) -> None:
+def test_every_scheduler_config_instantiates_and_schedules(name: str, tmp_path: Path) -> None:
     import numpy as np
 
-    cfg = _compose([f"scheduler=[{name}]"])
-    scheduler = instantiate(cfg.scheduler[name])
+    from policies import FSMPolicy
+
     graph = random_binary_trees(np.random.default_rng(0), 3, 5)
+    overrides = [f"scheduler=[{name}]"]
+    if name == "fsm":  # needs a trained artifact
+        path = FSMPolicy({}, "base", graph.vocab.names).save(tmp_path / "p.json")
+        overrides.append(f"scheduler.fsm.path={path}")
+    cfg = _compose(overrides)
+    scheduler = instantiate(cfg.scheduler[name])
     schedule = scheduler(graph)
     assert isinstance(schedule, Schedule) and schedule.scheduler == name
     schedule.validate(graph)
