@@ -30,7 +30,7 @@ from edbatch.data._text import read_lines
 from edbatch.data.trees import Tree, load_trees
 from edbatch.errors import DataFormatError, GraphError
 from edbatch.graph import GraphBuilder, OpType
-from edbatch.workloads.base import Workload, loss_sum_op
+from edbatch.workloads.base import Workload
 from edbatch.workloads.primitives import OpSet
 
 __all__ = [
@@ -302,18 +302,11 @@ class TreeWorkload(Workload):
         self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
         self.word_vocab = WordVocab.from_file(self._path("train"), vocab_size)
         self.num_words = len(self.word_vocab)
-        ops = OpSet()
         self._cell_ops: tuple[int, int, int] | None = None
-        if self.granularity == "cell":
-            names = self._declare_cells(ops)
-        else:
-            self._declare_primitives(ops)
-        ops.add(loss_sum_op())
-        self.vocab = ops.vocab()
+        names = self._declare_vocab()
         if self.granularity == "cell":
             leaf, internal, loss = (self.vocab.id(n) for n in names)
             self._cell_ops = (leaf, internal, loss)
-        self._params = dict(ops.params)
 
     # ------------------------------------------------------------------ subclass hooks
     def _shapes(self) -> dict[str, tuple[int, ...]]:

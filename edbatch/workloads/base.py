@@ -16,6 +16,7 @@ import numpy as np
 
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab, merge_graphs
+from edbatch.workloads.primitives import OpSet
 
 __all__ = [
     "DATA_DIR",
@@ -87,6 +88,29 @@ class Workload(abc.ABC):
     @abc.abstractmethod
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shape of every parameter named in the vocabulary's ``OpType.params``."""
+
+    def _declare_cells(self, ops: OpSet) -> Any:
+        """Declare the cell-granularity op types (override in workloads that use
+        :meth:`_declare_vocab`)."""
+        raise NotImplementedError
+
+    def _declare_primitives(self, ops: OpSet) -> Any:
+        """Declare the primitive-granularity op types (see :meth:`_declare_cells`)."""
+        raise NotImplementedError
+
+    def _declare_vocab(self) -> Any:
+        """Declare the granularity's op types plus the final loss sum.
+
+        Sets :attr:`vocab` and the parameter shapes; returns what the declaring hook
+        returned (e.g. the cell op names).
+        """
+        ops = OpSet()
+        hook = self._declare_cells if self.granularity == "cell" else self._declare_primitives
+        declared = hook(ops)
+        ops.add(loss_sum_op())
+        self.vocab = ops.vocab()
+        self._params: dict[str, tuple[int, ...]] = dict(ops.params)
+        return declared
 
     # ------------------------------------------------------------------ shared machinery
     def load(self, split: str) -> Sequence[Any]:

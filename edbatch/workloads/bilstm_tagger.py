@@ -48,7 +48,7 @@ from edbatch.workloads._seq import (
     lstm_params,
     unroll,
 )
-from edbatch.workloads.base import Workload, loss_sum_op
+from edbatch.workloads.base import Workload
 from edbatch.workloads.primitives import OpSet
 
 __all__ = ["BiLSTMTagger", "TaggedInstance", "split_bounds"]
@@ -119,14 +119,7 @@ class BiLSTMTagger(Workload):
         self.tag_names = tuple(sorted({t for s in self._sentences for t in s.tags}))
         self.tag_index = {t: i for i, t in enumerate(self.tag_names)}
         self.num_words = len(self.word_index) + 1
-        ops = OpSet()
-        if self.granularity == "cell":
-            self._declare_cells(ops)
-        else:
-            self._declare_primitives(ops)
-        ops.add(loss_sum_op())
-        self.vocab = ops.vocab()
-        self._params = dict(ops.params)
+        self._declare_vocab()
         if self.granularity == "cell":
             ids = self.vocab.id
             self._lookup_id, self._zero_id = ids("bilstm.lookup"), ids("bilstm.zero_state")

@@ -61,7 +61,7 @@ from edbatch.workloads._seq import (
     gru_params,
     lstm_params,
 )
-from edbatch.workloads.base import Workload, loss_sum_op
+from edbatch.workloads.base import Workload
 from edbatch.workloads.primitives import OpSet
 
 __all__ = ["LatticeGRU", "LatticeInstance", "LatticeLSTM"]
@@ -138,14 +138,7 @@ class _LatticeWorkload(Workload):
                        num_tags=num_tags, max_in_degree=max_in_degree)
         self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
         self.vocab_size, self.num_tags, self.max_in_degree = vocab_size, num_tags, max_in_degree
-        ops = OpSet()
-        if self.granularity == "cell":
-            self._declare_cells(ops)
-        else:
-            self._declare_primitives(ops)
-        ops.add(loss_sum_op())
-        self.vocab = ops.vocab()
-        self._params = dict(ops.params)
+        self._declare_vocab()
         if self.granularity == "cell":
             ids = self.vocab.id
             p = self.name

@@ -45,7 +45,7 @@ from edbatch.workloads._seq import (
     declare_cell,
     lstm_params,
 )
-from edbatch.workloads.base import Workload, loss_sum_op
+from edbatch.workloads.base import Workload
 from edbatch.workloads.primitives import OpSet
 
 __all__ = ["PairInstance", "Seq2Seq"]
@@ -112,14 +112,7 @@ class Seq2Seq(Workload):
         self.target_vocab = load_vocab(folder / "vocab.vi")
         self.num_source = self._rows(len(self.source_vocab))
         self.num_target = self._rows(len(self.target_vocab))
-        ops = OpSet()
-        if self.granularity == "cell":
-            self._declare_cells(ops)
-        else:
-            self._declare_primitives(ops)
-        ops.add(loss_sum_op())
-        self.vocab = ops.vocab()
-        self._params = dict(ops.params)
+        self._declare_vocab()
         if self.granularity == "cell":
             self._zero_id, self._enc_id, self._dec_id, self._loss_id = (
                 self.vocab.id(f"seq2seq.{op}") for op in ("zero_state", "enc", "dec", "loss"))
