@@ -48,7 +48,7 @@ class SummaryRow:
 
 def evaluate_schedulers(graphs: Iterable[tuple[str, Graph]],
                         schedulers: Mapping[str, Scheduler], workload: str,
-                        *, validate: bool = True) -> list[Record]:
+                        *, validate: bool = True, progress: bool = False) -> list[Record]:
     """Run every scheduler on every graph; validate each schedule; return the records.
 
     Args:
@@ -56,9 +56,12 @@ def evaluate_schedulers(graphs: Iterable[tuple[str, Graph]],
         schedulers: name -> scheduler.
         workload: the workload label written into each record.
         validate: check each schedule against its graph (cheap; on by default).
+        progress: show a progress bar over the graphs.
     """
+    from tqdm.auto import tqdm
+
     records = []
-    for graph_id, graph in graphs:
+    for graph_id, graph in tqdm(graphs, desc=workload, disable=not progress, leave=False):
         lb = lower_bound(graph)
         for name, scheduler in schedulers.items():
             schedule = scheduler(graph)

@@ -47,7 +47,7 @@ def compare(cfg: DictConfig) -> tuple[list[Record], list[dict[str, Any]]]:
         eval_graphs = graph_set(workload, split, bs, cfg.eval_limit)
         val = graph_set(workload, cfg.train_split, bs, cfg.val_from_train)
         recs = evaluate_schedulers([(f"{split}/{k}", g) for k, g in enumerate(eval_graphs)],
-                                   heuristics, label)
+                                   heuristics, label, progress=True)
         for seed in cfg.seeds:
             seed_everything(seed)
             train = graph_set(workload, cfg.train_split, bs, cfg.num_train_graphs,

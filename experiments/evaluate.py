@@ -63,7 +63,7 @@ def evaluate(cfg: DictConfig) -> list[Record]:
         batch_size = overrides.get("batch_size", cfg.batch_size)
         log.info("evaluating %s on %s split %r", list(schedulers), label, split)
         recs = evaluate_schedulers(_graphs(workload, split, batch_size, cfg.limit),
-                                   schedulers, label)
+                                   schedulers, label, progress=cfg.progress)
         write_jsonl(recs, cfg.results_file)  # per workload, so a crash loses nothing done
         records.extend(recs)
     return records
