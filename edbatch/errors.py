@@ -14,6 +14,7 @@ from pathlib import Path
 __all__ = [
     "DataFormatError",
     "EdbatchError",
+    "ExecutionError",
     "GraphError",
     "InvalidActionError",
     "PolicyFileError",
@@ -44,6 +45,11 @@ class UnknownNameError(EdbatchError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message; keep it readable.
         return str(self.args[0]) if self.args else ""
+
+
+class ExecutionError(EdbatchError, RuntimeError):
+    """A kernel failed while running a graph; the message names the node or batch, its op
+    type and the original exception (which is also chained as ``__cause__``)."""
 
 
 class PolicyFileError(EdbatchError, ValueError):

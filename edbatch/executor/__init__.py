@@ -1,0 +1,17 @@
+"""Graph execution: the kernel registry, cell kernels, parameters and the reference executor.
+
+Importing this package registers every kernel (primitive kinds in
+:mod:`~edbatch.executor.kernels`, cell kinds in :mod:`~edbatch.executor.cells_trees` and
+:mod:`~edbatch.executor.cells_seq`).
+"""
+
+from __future__ import annotations
+
+from edbatch.errors import ExecutionError
+from edbatch.executor import cells_seq, cells_trees  # noqa: F401  (register the cell kernels)
+from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
+from edbatch.executor.params import init_params
+from edbatch.executor.reference import reference_loss, run_reference
+
+__all__ = ["KERNELS", "ExecutionError", "Kernel", "init_params", "kernel_for",
+           "reference_loss", "run_reference"]

@@ -1,0 +1,256 @@
+"""The kernel registry and the primitive kernels (one per ``OpType.kind``).
+
+A kernel runs one op type on a batch of ``B`` nodes::
+
+    kernel(op, inputs, params, attrs) -> Tensor[B, prod(op.out_shape)]
+
+* ``inputs[k]`` is ``[B, prod(op.in_shapes[k])]``: row ``i`` is node ``i``'s ``k``-th operand,
+  flattened. A variadic op (``in_shapes is None``, e.g. ``loss_sum``) gets every operand of
+  its single node, each ``[1, d]``.
+* ``params`` maps parameter names (at least ``op.params``) to tensors: weights
+  ``(out, in)``, biases ``(out,)``, embedding tables ``(rows, dim)``. Kernels read them by
+  *position* in ``op.params``, so one kernel serves every workload that declares the kind.
+* ``attrs`` is ``int64[B]``, the nodes' :attr:`Graph.attrs` (token id or label, ``-1`` if
+  unused), on the inputs' device.
+
+Kernels are pure and autograd-friendly: they never write into their inputs or parameters,
+and a batch of ``B`` equals ``B`` batches of one up to float rounding. An output may share
+memory with an input (``slice`` returns a view), so callers must not write into either.
+
+Slice bounds come from the op type itself: :func:`parse_slice` reads them from the name
+``slice/{start}:{stop}/{dim}`` that :meth:`~edbatch.workloads.primitives.OpSet.slice` gives.
+
+Example:
+    >>> import torch
+    >>> from edbatch.graph import OpType
+    >>> op = OpType("slice/1:3/4", "slice", ((4,),), (2,))
+    >>> KERNELS.get("slice")(op, [torch.arange(8.0).view(2, 4)], {}, torch.full((2,), -1))
+    tensor([[1., 2.],
+            [5., 6.]])
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from edbatch.errors import GraphError, UnknownNameError, did_you_mean
+from edbatch.graph import OpType
+from edbatch.registry import Registry
+
+__all__ = ["KERNELS", "Kernel", "kernel_for", "new_zeros", "op_params", "parse_slice",
+           "pick_nll"]
+
+#: ``kernel(op, inputs, params, attrs) -> [B, prod(op.out_shape)]``.
+Kernel = Callable[[OpType, Sequence[Tensor], Mapping[str, Tensor], Tensor], Tensor]
+
+#: Op kind -> kernel. Importing :mod:`edbatch.executor` registers every kernel.
+KERNELS: Registry[Kernel] = Registry(
+    "op kind",
+    hint="Op kind 'abstract' (ED-Batch graph dumps, synthetic workloads) has no semantics: "
+         "such graphs can only be scheduled, not executed. A new op kind needs a kernel "
+         "registered with @KERNELS.register(kind) in an imported module.")
+
+_SLICE_NAME = re.compile(r"slice/(\d+):(\d+)/(\d+)")
+
+
+def kernel_for(op: OpType) -> Kernel:
+    """The kernel of ``op.kind``.
+
+    Raises:
+        UnknownNameError: no kernel is registered for the kind; the message names the op
+            type, suggests close kinds and says that dump graphs cannot be executed.
+    """
+    if op.kind not in KERNELS:
+        raise UnknownNameError(f"op type {op.name!r} has no kernel: "
+                               + KERNELS.unknown_message(op.kind))
+    return KERNELS.get(op.kind)
+
+
+def op_params(op: OpType, params: Mapping[str, Tensor], count: int) -> tuple[Tensor, ...]:
+    """The tensors of ``op.params`` in declaration order, checking there are ``count``.
+
+    Raises:
+        GraphError: the op type declares another number of parameters than its kind reads.
+        UnknownNameError: a declared parameter is missing from ``params``.
+    """
+    if len(op.params) != count:
+        raise GraphError(f"op type {op.name!r} (kind {op.kind!r}) declares parameters "
+                         f"{list(op.params)}, but kernel {op.kind!r} reads {count}; declare "
+                         f"the op type with {count} parameters in the kernel's order")
+    out = []
+    for name in op.params:
+        tensor = params.get(name)
+        if tensor is None:
+            raise UnknownNameError(
+                f"parameter {name!r} of op type {op.name!r} is missing from params "
+                f"({len(params)} given).{did_you_mean(name, params)} Create the parameters "
+                f"with edbatch.executor.init_params(workload)")
+        out.append(tensor)
+    return tuple(out)
+
+
+def new_zeros(batch: int, width: int, params: Mapping[str, Tensor], attrs: Tensor) -> Tensor:
+    """``zeros[batch, width]`` on ``attrs``' device, in the parameters' (or default) dtype."""
+    dtype = next(iter(params.values())).dtype if params else torch.get_default_dtype()
+    return torch.zeros(batch, width, dtype=dtype, device=attrs.device)
+
+
+def parse_slice(op: OpType) -> tuple[int, int]:
+    """The ``(start, stop)`` bounds of a slice op type named ``slice/{start}:{stop}/{dim}``.
+
+    Raises:
+        GraphError: the name does not have that form, or disagrees with the op's shapes.
+    """
+    m = _SLICE_NAME.fullmatch(op.name)
+    if m is None:
+        raise GraphError(f"slice op type {op.name!r} has no bounds in its name; expected "
+                         f"'slice/{{start}}:{{stop}}/{{dim}}' as OpSet.slice declares it")
+    start, stop, dim = (int(g) for g in m.groups())
+    in_dim = math.prod(op.in_shapes[0]) if op.in_shapes else -1
+    if not 0 <= start < stop <= dim or in_dim != dim or math.prod(op.out_shape) != stop - start:
+        raise GraphError(f"slice op type {op.name!r}: bounds {start}:{stop} of a {dim} vector "
+                         f"do not match its in_shapes {op.in_shapes} and out_shape "
+                         f"{op.out_shape}; expected 0 <= start < stop <= dim, in = (dim,) "
+                         f"and out = (stop - start,)")
+    return start, stop
+
+
+def pick_nll(logits: Tensor, labels: Tensor) -> Tensor:
+    """``-log_softmax(logits)[label]`` per row, as ``[B, 1]`` (raises on a bad label)."""
+    return F.cross_entropy(logits, labels, reduction="none").unsqueeze(1)
+
+
+# ---------------------------------------------------------------------- primitive kernels
+@KERNELS.register("lookup")
+def lookup(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+           attrs: Tensor) -> Tensor:
+    """Row ``attr`` of the embedding table ``op.params[0]`` (raises on a negative id)."""
+    (table,) = op_params(op, params, 1)
+    return F.embedding(attrs, table)
+
+
+@KERNELS.register("affine")
+def affine(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+           attrs: Tensor) -> Tensor:
+    """``x W^T + b`` with ``(W, b) = op.params``."""
+    weight, bias = op_params(op, params, 2)
+    return F.linear(inputs[0], weight, bias)
+
+
+@KERNELS.register("tanh")
+def tanh(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+         attrs: Tensor) -> Tensor:
+    """Element-wise ``tanh``."""
+    return torch.tanh(inputs[0])
+
+
+@KERNELS.register("sigmoid")
+def sigmoid(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+            attrs: Tensor) -> Tensor:
+    """Element-wise logistic sigmoid."""
+    return torch.sigmoid(inputs[0])
+
+
+@KERNELS.register("one_minus")
+def one_minus(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+              attrs: Tensor) -> Tensor:
+    """Element-wise ``1 - x``."""
+    return 1.0 - inputs[0]
+
+
+@KERNELS.register("half")
+def half(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+         attrs: Tensor) -> Tensor:
+    """Element-wise ``x * 0.5`` (the ``/ 2`` of Tree-GRU's child average)."""
+    return inputs[0] * 0.5
+
+
+@KERNELS.register("add")
+def add(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+        attrs: Tensor) -> Tensor:
+    """Element-wise ``a + b``."""
+    return inputs[0] + inputs[1]
+
+
+@KERNELS.register("cmult")
+def cmult(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+          attrs: Tensor) -> Tensor:
+    """Element-wise product ``a * b``."""
+    return inputs[0] * inputs[1]
+
+
+@KERNELS.register("concat")
+def concat(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+           attrs: Tensor) -> Tensor:
+    """``[a; b; ...]`` per row."""
+    return torch.cat(list(inputs), dim=1)
+
+
+@KERNELS.register("slice")
+def slice_(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+           attrs: Tensor) -> Tensor:
+    """Columns ``start:stop`` (bounds from the op name, see :func:`parse_slice`); a view."""
+    start, stop = parse_slice(op)
+    return inputs[0][:, start:stop]
+
+
+@KERNELS.register("zero")
+def zero(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+         attrs: Tensor) -> Tensor:
+    """A zero vector per node (initial recurrent state)."""
+    return new_zeros(attrs.shape[0], math.prod(op.out_shape), params, attrs)
+
+
+@KERNELS.register("pick_nll")
+def pick_nll_kernel(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+                    attrs: Tensor) -> Tensor:
+    """``-log_softmax(x)[label]`` with ``label = attr``; output ``[B, 1]``."""
+    return pick_nll(inputs[0], attrs)
+
+
+@KERNELS.register("matvec")
+def matvec(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+           attrs: Tensor) -> Tensor:
+    """``M v`` for a node-produced matrix ``M`` (``rows * cols``, row-major) and ``v``."""
+    m, v = inputs
+    rows, cols = math.prod(op.out_shape), v.shape[1]
+    return torch.bmm(m.reshape(-1, rows, cols), v.unsqueeze(2)).squeeze(2)
+
+
+def affine_rows_of(stacked: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """``W X + b 1^T`` per row of ``stacked`` (flattened ``X``), flattened back.
+
+    ``X`` is ``(W.shape[1], cols)`` row-major; ``b`` is added to every column.
+    """
+    x = stacked.reshape(stacked.shape[0], weight.shape[1], -1)
+    return (torch.matmul(weight, x) + bias.unsqueeze(1)).reshape(stacked.shape[0], -1)
+
+
+@KERNELS.register("affine_rows")
+def affine_rows(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+                attrs: Tensor) -> Tensor:
+    """MV-RNN's matrix affine: ``W_M [M_l; M_r] + b_M`` on the flattened ``2H x H`` stack."""
+    weight, bias = op_params(op, params, 2)
+    return affine_rows_of(inputs[0], weight, bias)
+
+
+@KERNELS.register("sum")
+def sum_(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+         attrs: Tensor) -> Tensor:
+    """Element-wise sum of all operands, left to right (``[1, d]`` operands broadcast).
+
+    Serves the variadic ``loss_sum`` (every operand ``[1, d]``, output ``[1, d]``) and the
+    batchable ``k``-ary state sums of the lattices. No operands give a zero row.
+    """
+    if not inputs:
+        return new_zeros(1, math.prod(op.out_shape), params, attrs)
+    out = inputs[0]
+    for x in inputs[1:]:
+        out = out + x
+    return out
