@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,8 @@ from edbatch.schedule import Frontier, lower_bound, run_policy
 from envs.encoding import StateKey, encode_state, key_actions
 from policies.fsm import FSMPolicy, greedy_action, make_fallback
 
-__all__ = ["QLearningConfig", "QLearningTrainer", "TrainResult", "evaluate_policy",
-           "train_q_table"]
+__all__ = ["AUTO_FALLBACKS", "QLearningConfig", "QLearningTrainer", "TrainResult",
+           "evaluate_policy", "select_fallback", "train_q_table"]
 
 QTable = dict[StateKey, dict[int, float]]
 log = logging.getLogger(__name__)
@@ -61,7 +61,8 @@ class QLearningConfig:
     clip_bootstrap: bool = True
     """ED-Batch's quirk: bootstrap with max(0, max Q), which is always 0 (no bootstrap)."""
     fallback: str = "ed_batch"
-    """Policy for states not in the table (ed_batch rule or a heuristic name)."""
+    """Policy for states not in the table (ed_batch rule or a heuristic name), or ``auto``:
+    the heuristic fallback with the fewest batches on the validation graphs."""
     warm_start: bool = False
     """Initialise a new state's Q values so that the greedy choice is the fallback's
     action (others start slightly lower); exploration then tries to improve on it."""
@@ -88,6 +89,17 @@ def evaluate_policy(policy: FSMPolicy, graphs: Sequence[Graph]) -> tuple[float, 
     batches = sum(run_policy(g, policy).num_batches for g in graphs)
     lb = sum(lower_bound(g) for g in graphs)
     return batches / max(lb, 1), batches, lb
+
+
+#: Heuristic fallbacks ``fallback="auto"`` chooses from.
+AUTO_FALLBACKS = ("critical_path", "typewise_greedy", "dynet_agenda", "ed_batch_agenda")
+
+
+def select_fallback(graphs: Sequence[Graph], encoding: str) -> str:
+    """The heuristic (of :data:`AUTO_FALLBACKS`) with the fewest batches on ``graphs``."""
+    scores = {name: evaluate_policy(FSMPolicy({}, encoding, graphs[0].vocab.names, name),
+                                    graphs)[1] for name in AUTO_FALLBACKS}
+    return min(AUTO_FALLBACKS, key=lambda n: scores[n])
 
 
 def _to_policy(q: QTable, cfg: QLearningConfig, names: tuple[str, ...],
@@ -168,6 +180,9 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
         raise GraphError("train_q_table needs at least one training graph")
     vocab = train_graphs[0].vocab
     val = list(val_graphs) if val_graphs is not None else list(train_graphs)
+    if cfg.fallback == "auto":
+        cfg = replace(cfg, fallback=select_fallback(val, cfg.encoding))
+        log.info("fallback chosen on the validation graphs: %s", cfg.fallback)
     names = vocab.names
     meta = {"config": asdict(cfg), **(metadata or {})}
     rng = np.random.default_rng(cfg.seed)

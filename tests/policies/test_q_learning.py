@@ -80,3 +80,16 @@ def test_policy_beats_or_matches_heuristic_fallback_on_train() -> None:
     ratio, _batches, lb = evaluate_policy(result.policy, graphs)
     assert lb == sum(lower_bound(g) for g in graphs)
     assert ratio == pytest.approx(result.best_ratio)
+
+
+def test_auto_fallback_picks_the_best_heuristic_on_validation_graphs() -> None:
+    from edbatch.schedule import make_scheduler
+    from policies.q_learning import AUTO_FALLBACKS, select_fallback
+
+    graphs = DumpWorkload("bilstm_B1").graphs()[1:4]
+    totals = {n: sum(make_scheduler(n)(g).num_batches for g in graphs) for n in AUTO_FALLBACKS}
+    chosen = select_fallback(graphs, "hints")
+    assert totals[chosen] == min(totals.values())
+    result = train_q_table(graphs, QLearningConfig(fallback="auto", max_episodes=10))
+    assert result.policy.fallback_name == chosen
+    assert result.policy.metadata["config"]["fallback"] == chosen
