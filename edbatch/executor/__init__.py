@@ -13,5 +13,8 @@ from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
 from edbatch.executor.params import init_params
 from edbatch.executor.reference import reference_loss, run_reference
 
-__all__ = ["KERNELS", "ExecutionError", "Kernel", "init_params", "kernel_for",
-           "reference_loss", "run_reference"]
+__all__ = ["KERNELS", "ExecutionError", "Kernel", "RunResult", "TorchExecutor", "execute",
+           "init_params", "kernel_for", "reference_loss", "run_reference"]
+
+# Last: the batched executor imports the memory planner, which imports the kernels above.
+from edbatch.executor.torch_executor import RunResult, TorchExecutor, execute

@@ -1,0 +1,238 @@
+"""Executor-speed benchmark: node-by-node reference vs batched naive vs batched planned.
+
+For each workload (cell level) and model size, on the first ``--minibatches`` dev mini-batches
+of ``--batch-size`` instances, with one CPU thread, it reports the median inference time
+(forward, no autograd) and training time (forward with autograd + backward) per mini-batch:
+
+* ``reference``: :func:`~edbatch.executor.run_reference`, every node alone;
+* ``naive`` / ``planned``: :class:`~edbatch.executor.torch_executor.TorchExecutor` with the
+  schedule of each ``--schedulers`` entry and that memory strategy,
+
+together with the kernel calls, the plan's zero-copy fraction and gathers, and the planning
+time. It asserts nothing; it prints a table and writes JSON.
+
+    python benchmarks/executor_speed.py [--repeats 5] [--out results/executor_speed.json]
+    python benchmarks/executor_speed.py --zero-copy-table [--out results/zero_copy.json]
+
+``--zero-copy-table`` instead prints the plan statistics for every real workload x
+granularity x scheduler x strategy (and the per-read upper bound), without running kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from edbatch.executor import init_params, reference_loss, run_reference
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.graph import Graph
+from edbatch.memory import STRATEGIES, MemoryPlan, plan_memory, zero_copy_upper_bound
+from edbatch.schedule import Schedule, make_scheduler
+from edbatch.workloads import REAL_WORKLOADS, make_workload
+
+SIZES = {"300x150": (300, 150), "128x128": (128, 128)}
+
+
+def _machine() -> dict[str, str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {"cpu": cpu, "cores": str(os.cpu_count()), "load_1m": f"{load[0]:.2f}",
+            "python": platform.python_version(), "torch": torch.__version__,
+            "threads": str(torch.get_num_threads())}
+
+
+def _median_ms(fns: list[Callable[[], Any]], repeats: int) -> float:
+    """Median wall time (ms) of ``repeats`` calls of each function, after one warm-up each."""
+    times = []
+    for fn in fns:
+        fn()
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def _train_reference(graph: Graph, params: Mapping[str, Tensor]) -> None:
+    torch.autograd.grad(reference_loss(graph, params), list(params.values()),
+                        allow_unused=True)
+
+
+def _bench_size(name: str, size: str, args: argparse.Namespace, rows: list[dict[str, Any]]
+                ) -> None:
+    embed, hidden = SIZES[size]
+    wl = make_workload(name, granularity="cell", embed_dim=embed, hidden_dim=hidden)
+    graphs = list(wl.batches(wl.default_eval_split, args.batch_size, limit=args.minibatches))
+    params = dict(init_params(wl, torch.Generator().manual_seed(0)))
+    base = {"workload": name, "size": size, "num_nodes": graphs[0].num_nodes}
+
+    def add(row: dict[str, Any]) -> None:
+        rows.append({**base, **row})
+        ref = next(r for r in rows if r["method"] == "reference" and r["workload"] == name
+                   and r["size"] == size)
+        print(f"{name:<14} {size:<8} {row['scheduler']:<16} {row['method']:<10} "
+              f"{row['kernel_calls']:>7} {row.get('zero_copy', float('nan')):>6.3f} "
+              f"{row.get('gathers', 0):>7} {row['infer_ms']:>9.2f} {row['train_ms']:>9.2f} "
+              f"{ref['infer_ms'] / row['infer_ms']:>7.2f}x "
+              f"{ref['train_ms'] / row['train_ms']:>6.2f}x", flush=True)
+
+    with torch.no_grad():
+        infer = _median_ms([functools.partial(run_reference, g, params) for g in graphs],
+                           args.ref_repeats)
+    train = _median_ms([functools.partial(_train_reference, g, params) for g in graphs],
+                       args.ref_repeats)
+    add({"scheduler": "-", "method": "reference", "kernel_calls": graphs[0].num_nodes,
+         "infer_ms": infer, "train_ms": train})
+    for scheduler in args.schedulers:
+        schedules = [make_scheduler(scheduler)(g) for g in graphs]
+        plans: dict[str, list[MemoryPlan]] = {}
+        plan_ms: dict[str, float] = {}
+        infer_fns: dict[str, list[Callable[[], Any]]] = {}
+        train_fns: dict[str, list[Callable[[], Any]]] = {}
+        ex = TorchExecutor()
+        for strategy in STRATEGIES:
+            t0 = time.perf_counter()
+            plans[strategy] = [plan_memory(g, s, strategy)
+                               for g, s in zip(graphs, schedules, strict=True)]
+            plan_ms[strategy] = 1e3 * (time.perf_counter() - t0) / len(graphs)
+            runs = list(zip(graphs, schedules, plans[strategy], strict=True))
+            infer_fns[strategy] = [functools.partial(ex.run, g, s, p, params)
+                                   for g, s, p in runs]
+            train_fns[strategy] = [functools.partial(_train_step, ex, g, s, p, params)
+                                   for g, s, p in runs]
+        infer_ms = _interleaved_median_ms(infer_fns, args.repeats)
+        train_ms = _interleaved_median_ms(train_fns, args.repeats)
+        for strategy in STRATEGIES:
+            stats = plans[strategy][0].stats()
+            res = ex.run(graphs[0], schedules[0], plans[strategy][0], params, grad=True).stats
+            add({"scheduler": scheduler, "method": strategy,
+                 "kernel_calls": schedules[0].num_batches, "infer_ms": infer_ms[strategy],
+                 "train_ms": train_ms[strategy], "plan_ms": plan_ms[strategy],
+                 "zero_copy": stats["memory/zero_copy_fraction"],
+                 "zero_copy_rows": stats["memory/zero_copy_row_fraction"],
+                 "gathers": int(stats["memory/gather_kernels"]),
+                 "gathered_mb": stats["memory/gathered_bytes"] / 2**20,
+                 "train_views": int(res["exec/num_views"]),
+                 "train_gathers": int(res["exec/num_gathers"])})
+
+
+def _interleaved_median_ms(fns: Mapping[str, list[Callable[[], Any]]], repeats: int
+                           ) -> dict[str, float]:
+    """Median ms per call of each contender, calls interleaved so load drifts hit all alike."""
+    for group in fns.values():
+        for fn in group:
+            fn()  # warm-up (compilation, allocator)
+    times: dict[str, list[float]] = {label: [] for label in fns}
+    for _ in range(repeats):
+        for i in range(max(len(group) for group in fns.values())):
+            for label, group in fns.items():
+                t0 = time.perf_counter()
+                group[i % len(group)]()
+                times[label].append(time.perf_counter() - t0)
+    return {label: 1e3 * statistics.median(t) for label, t in times.items()}
+
+
+def _train_step(ex: TorchExecutor, graph: Graph, schedule: Schedule, plan: MemoryPlan,
+                params: Mapping[str, Tensor]) -> None:
+    loss = ex.run(graph, schedule, plan, params, grad=True).loss
+    assert loss is not None
+    torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+
+
+def speed(args: argparse.Namespace) -> dict[str, Any]:
+    """The speed table."""
+    results: dict[str, Any] = {"machine": _machine(), "args": vars(args), "rows": []}
+    print(f"machine: {results['machine']}")
+    header = (f"{'workload':<14} {'size':<8} {'scheduler':<16} {'method':<10} {'kernels':>7} "
+              f"{'0copy':>6} {'gathers':>7} {'infer ms':>9} {'train ms':>9} "
+              f"{'inf x':>8} {'trn x':>7}")
+    print(header + "\n" + "-" * len(header))
+    for name in args.workloads:
+        for size in args.sizes:
+            _bench_size(name, size, args, results["rows"])
+    return results
+
+
+def zero_copy_table(args: argparse.Namespace) -> dict[str, Any]:
+    """Plan statistics for every real workload x granularity x scheduler x strategy."""
+    results: dict[str, Any] = {"machine": _machine(), "args": vars(args), "rows": []}
+    header = (f"{'workload':<14} {'gran':<9} {'scheduler':<24} {'reads':>6} {'bound':>6} "
+              f"{'naive':>6} {'planned':>7} {'naive/row':>9} {'plan/row':>8} {'gathers':>11} "
+              f"{'plan s':>7}")
+    print(header + "\n" + "-" * len(header))
+    for name in REAL_WORKLOADS:
+        for granularity in ("cell", "primitive"):
+            wl = make_workload(name, granularity=granularity)
+            split = wl.default_eval_split
+            n = min(args.batch_size, len(wl.load(split)))
+            graph = wl.minibatch(split, range(n))
+            for scheduler in args.schedulers:
+                schedule = make_scheduler(scheduler)(graph)
+                plans = {s: plan_memory(graph, schedule, s) for s in STRATEGIES}
+                st = {s: p.stats() for s, p in plans.items()}
+                bound = zero_copy_upper_bound(graph, schedule)
+                row = {"workload": name, "granularity": granularity, "scheduler": scheduler,
+                       "num_batches": schedule.num_batches, "bound": bound,
+                       **{f"{s}/{k.split('/')[1]}": v for s in STRATEGIES
+                          for k, v in st[s].items()}}
+                results["rows"].append(row)
+                gathers = "/".join(str(int(st[s]["memory/gather_kernels"])) for s in STRATEGIES)
+                print(f"{name:<14} {granularity:<9} {scheduler:<24} "
+                      f"{int(st['planned']['memory/operand_reads']):>6} {bound:>6.3f} "
+                      f"{st['naive']['memory/zero_copy_fraction']:>6.3f} "
+                      f"{st['planned']['memory/zero_copy_fraction']:>7.3f} "
+                      f"{st['naive']['memory/zero_copy_row_fraction']:>9.3f} "
+                      f"{st['planned']['memory/zero_copy_row_fraction']:>8.3f} {gathers:>11} "
+                      f"{st['planned']['memory/plan_seconds']:>7.2f}", flush=True)
+    return results
+
+
+def main() -> None:
+    """Parse arguments, run the benchmark, print and save the results."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", nargs="+",
+                        default=["tree_lstm", "lattice_lstm", "bilstm_tagger"])
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--schedulers", nargs="+",
+                        default=["depth", "ed_batch_agenda", "typewise_greedy"])
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--minibatches", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--ref-repeats", type=int, default=2)
+    parser.add_argument("--zero-copy-table", action="store_true",
+                        help="print plan statistics for every workload instead of timings")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.zero_copy_table:
+        if args.schedulers == parser.get_default("schedulers"):
+            args.schedulers = ["depth", "dynet_agenda", "ed_batch_agenda", "typewise_greedy",
+                               "critical_path"]
+        results = zero_copy_table(args)
+    else:
+        results = speed(args)
+    out = Path(args.out or ("results/zero_copy.json" if args.zero_copy_table
+                            else "results/executor_speed.json"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

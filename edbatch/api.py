@@ -1,0 +1,445 @@
+"""The user API: register ``torch.nn.Module`` cells, write per-instance code, run it batched.
+
+A :class:`DynamicBatch` records the dataflow graph of one mini-batch while ordinary Python
+code (tree recursion, loops over lattices) calls registered cells on :class:`Handle` s. Its
+:meth:`~DynamicBatch.run` schedules the graph with any scheduler or policy, plans memory and
+executes it with :class:`~edbatch.executor.torch_executor.TorchExecutor`: one call of each
+module per batch, on all the rows of that batch. Modules must treat rows independently (as
+``nn.Linear`` does); their own parameters are used, so gradients reach them as usual.
+
+Every registered cell is an op type of kind ``user.<name>`` whose kernel (in the batch's own
+kernel table, passed to the executor) calls the module. A DynamicBatch is long-lived (like a
+model); each :meth:`~DynamicBatch.run` ends one mini-batch and starts the next one.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> _ = torch.manual_seed(0)
+    >>> batch = DynamicBatch()
+    >>> embed = nn.Embedding(10, 4)
+    >>> cell = batch.cell(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), "step", [4], 4)
+    >>> loss = batch.cell(lambda h: h.pow(2).sum(1), "sq", [4], ())
+    >>> for words in ([1, 2, 3], [4, 5]):
+    ...     with batch.instance():
+    ...         h = batch.lookup(embed, words[0])
+    ...         for w in words[1:]:
+    ...             h = cell(h)
+    ...         batch.add_loss(loss(h))
+    >>> out = batch.run("typewise_greedy")
+    >>> out.loss.shape, out.num_batches
+    (torch.Size([]), 5)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from edbatch.errors import GraphError
+from edbatch.executor import KERNELS, Kernel
+from edbatch.executor.torch_executor import RunResult, TorchExecutor
+from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
+from edbatch.memory import Strategy, plan_memory
+from edbatch.schedule import Policy, PolicyScheduler, Schedule, Scheduler, make_scheduler
+
+__all__ = ["BatchResult", "Cell", "DynamicBatch", "Handle", "SchedulerLike", "ShapeLike"]
+
+#: A shape given by the user: an int (a vector width) or a tuple.
+ShapeLike = int | Sequence[int]
+#: A scheduler for :meth:`DynamicBatch.run`: a registered name, a Policy or a Scheduler.
+SchedulerLike = str | Policy | Scheduler
+
+
+
+def _shape(value: ShapeLike, what: str) -> tuple[int, ...]:
+    shape = (value,) if isinstance(value, int) else tuple(value)
+    if not all(isinstance(d, int) and d >= 1 for d in shape):
+        raise GraphError(f"{what} must be an int or a tuple of positive ints, got {value!r}")
+    return shape
+
+
+@dataclass(frozen=True, eq=False)
+class Handle:
+    """A node of a :class:`DynamicBatch`'s mini-batch ``generation``: pass it to cells.
+
+    ``shape`` is the shape of its value (one row); ``op_name`` names its op type.
+    """
+
+    batch: DynamicBatch
+    generation: int
+    node_id: int
+    shape: tuple[int, ...]
+    op_name: str
+
+    def __repr__(self) -> str:
+        return f"Handle(%{self.node_id} = {self.op_name}, shape={self.shape})"
+
+
+class Cell:
+    """A module registered in a :class:`DynamicBatch` as the op type ``user.<name>``.
+
+    Create it with :meth:`DynamicBatch.cell`; call it on handles (``h = cell(left, right)``,
+    or ``cell(h, attr=label)`` when it takes an attribute) to add a node.
+
+    ``module`` is called on batches as ``module(*inputs[, attrs]) -> [B, *out_shape]``
+    (``attrs``: the nodes' ``int64[B]`` attributes, if ``takes_attr``); ``op`` is the op type.
+    """
+
+    def __init__(self, batch: DynamicBatch, module: Callable[..., Tensor], name: str,
+                 in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
+                 takes_attr: bool) -> None:
+        self.batch, self.module, self.name, self.takes_attr = batch, module, name, takes_attr
+        self.op = OpType(f"user.{name}", f"user.{name}", tuple(in_shapes), out_shape)
+
+    def __repr__(self) -> str:
+        return f"Cell({self.name!r}, in_shapes={self.op.in_shapes}, out={self.op.out_shape})"
+
+    def __call__(self, *operands: Handle, attr: int | None = None) -> Handle:
+        """Add one node running this cell on ``operands``; return its handle.
+
+        Raises:
+            GraphError: wrong operand count, an operand that is not a handle of the current
+                mini-batch, a shape other than ``in_shapes``, a missing or unexpected attr.
+        """
+        if self.takes_attr != (attr is not None):
+            need = "needs attr=<int>" if self.takes_attr else "takes no attr"
+            raise GraphError(f"cell {self.name!r} {need} (registered with "
+                             f"takes_attr={self.takes_attr}); fix the call or the registration")
+        in_shapes = self.op.in_shapes or ()
+        if len(operands) != len(in_shapes):
+            raise GraphError(f"cell {self.name!r} takes {len(in_shapes)} operands (in_shapes="
+                             f"{list(in_shapes)}), got {len(operands)}; pass one handle per slot")
+        for slot, (handle, want) in enumerate(zip(operands, in_shapes)):
+            self.batch._check_handle(handle, f"cell {self.name!r} operand {slot}")
+            if handle.shape != want:
+                raise GraphError(
+                    f"cell {self.name!r} operand {slot} has shape {handle.shape} (node "
+                    f"%{handle.node_id}, {handle.op_name}), but the cell was registered with "
+                    f"in_shapes[{slot}] = {want}; pass a handle of shape {want} or register "
+                    f"another cell for shape {handle.shape}")
+        return self.batch._add(self.op, [h.node_id for h in operands],
+                               -1 if attr is None else int(attr))
+
+    def kernel(self, op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+               attrs: Tensor) -> Tensor:
+        """The executor kernel of this cell's op kind (``params`` unused: see the module)."""
+        return self.forward_rows(inputs, attrs)
+
+    def forward_rows(self, inputs: Sequence[Tensor], attrs: Tensor) -> Tensor:
+        """Run the module on flattened rows ``[B, d_k]``; return ``[B, prod(out_shape)]``."""
+        size, want = attrs.shape[0], (attrs.shape[0], *self.op.out_shape)
+        xs = [x.reshape(size, *s) for x, s in zip(inputs, self.op.in_shapes or ())]
+        out = self.module(*xs, attrs) if self.takes_attr else self.module(*xs)
+        if not isinstance(out, Tensor) or tuple(out.shape) != want:
+            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            fix = f"out_shape={got[1:]}" if isinstance(got, tuple) else "a tensor output"
+            raise GraphError(
+                f"cell {self.name!r}: module {type(self.module).__name__} returned {got} for "
+                f"a batch of {size} with input shapes {[tuple(x.shape) for x in xs]}; "
+                f"expected {want}. Fix the module or declare {fix}")
+        return out.reshape(size, -1)
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What :meth:`DynamicBatch.run` returns.
+
+    ``loss`` is the sum of the :meth:`~DynamicBatch.add_loss` terms (a scalar; ``None`` if
+    none), ``graph`` and ``schedule`` what ran, ``run`` the executor's
+    :class:`~edbatch.executor.torch_executor.RunResult` (stats, time); ``result[handle]``
+    reads a requested handle's value.
+    """
+
+    loss: Tensor | None
+    graph: Graph
+    schedule: Schedule
+    run: RunResult
+    batch: DynamicBatch
+    generation: int
+
+    @property
+    def num_batches(self) -> int:
+        """Kernel launches of the schedule (batches)."""
+        return self.schedule.num_batches
+
+    def __getitem__(self, handle: Handle) -> Tensor:
+        """The value of a requested handle, shaped ``handle.shape``.
+
+        Raises:
+            GraphError: the handle is of another mini-batch or was not requested.
+        """
+        if handle.batch is not self.batch or handle.generation != self.generation:
+            raise GraphError(f"{handle!r} is not a node of the mini-batch of this result; "
+                             f"read values from the result of the run that computed them")
+        value = self.run.outputs.get(handle.node_id)
+        if value is None:
+            raise GraphError(f"{handle!r} was not requested; pass it in "
+                             f"run(outputs=[...]) to read its value")
+        return value.reshape(handle.shape)
+
+    def stack(self, handles: Sequence[Handle]) -> Tensor:
+        """The values of ``handles`` stacked: ``[len(handles), *shape]``."""
+        return torch.stack([self[h] for h in handles])
+
+
+class DynamicBatch:
+    """Records one mini-batch of per-instance model code, then runs it batched.
+
+    Register modules as cells once (:meth:`cell`; :meth:`lookup` registers embeddings
+    itself), then for every mini-batch: open one :meth:`instance` per data instance, call
+    cells on handles, mark losses with :meth:`add_loss`, and :meth:`run`. The vocabulary
+    grows as op types are registered and keeps that order, so it is the same for every
+    mini-batch once all cells exist (as a trained FSM policy needs).
+
+    Args:
+        device: where inputs and the executor's buffers live (modules must be there too).
+        dtype: the executor's arena dtype.
+    """
+
+    def __init__(self, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32) -> None:
+        self.device, self.dtype = torch.device(device), dtype
+        #: The executor's kernels: the shared ``lookup`` (inputs) and ``sum`` (loss), and one
+        #: per cell (this batch's own table, so cells never enter the global registry).
+        self.kernels: dict[str, Kernel] = {k: KERNELS.get(k) for k in ("lookup", "sum")}
+        self._ops: list[OpType] = []
+        self._op_ids: dict[str, int] = {}
+        self._cells: dict[str, Cell] = {}
+        self._embeddings: dict[int, Cell] = {}
+        self._generation = 0
+        self._clear()
+
+    def _clear(self) -> None:  # forget the recorded mini-batch; its handles become stale
+        self._generation += 1
+        self._node_ops: list[int] = []
+        self._node_operands: list[list[int]] = []
+        self._node_attrs: list[int] = []
+        self._node_instances: list[int] = []
+        self._rows: dict[str, list[Tensor]] = {}
+        self._losses: list[int] = []
+        self._instance = self._num_instances = 0
+
+    @property
+    def vocab(self) -> Vocab:
+        """The op types registered so far, in registration order (op id = position)."""
+        return Vocab(self._ops)
+
+    # ------------------------------------------------------------------ registration
+    def cell(self, module: Callable[..., Tensor], name: str, in_shapes: Sequence[ShapeLike],
+             out_shape: ShapeLike, *, takes_attr: bool = False) -> Cell:
+        """Register ``module`` as the cell (op type) ``user.<name>`` and return it.
+
+        The module is probed once with a zero batch of one row (eval mode, no grad) to
+        check that it returns ``[1, *out_shape]``.
+
+        Args:
+            module: ``module(*inputs[, attrs])`` with ``inputs[k]`` of shape
+                ``[B, *in_shapes[k]]`` (and ``attrs`` ``int64[B]`` if ``takes_attr``); it
+                must return ``[B, *out_shape]`` and treat rows independently.
+            name: the cell name, unique in this batch (letters, digits, ``_``).
+            in_shapes: one shape (or int width) per operand.
+            out_shape: the shape of one output row; ``()`` for one number per row (losses).
+            takes_attr: the module also gets each node's integer ``attr`` (label, token).
+
+        Raises:
+            GraphError: the name is taken, a shape is invalid, or the probe raised or
+                returned the wrong shape (the message names the cell, got and expected).
+        """
+        if not name or not name.replace("_", "").isalnum():
+            raise GraphError(f"cell name {name!r} must be non-empty letters, digits and _")
+        ins = [_shape(s, f"cell {name!r} in_shapes[{k}]") for k, s in enumerate(in_shapes)]
+        out = () if out_shape == () else _shape(out_shape, f"cell {name!r} out_shape")
+        new = Cell(self, module, name, ins, out, takes_attr)
+        old = self._cells.get(new.op.kind)
+        if old is not None:
+            if old.module is module and old.op == new.op and old.takes_attr == takes_attr:
+                return old
+            raise GraphError(f"cell {name!r} is already registered as {old!r} (module "
+                             f"{type(old.module).__name__}); give this cell another name")
+        self._probe(new)
+        self.kernels[new.op.kind] = new.kernel
+        self._register(new.op)
+        self._cells[new.op.kind] = new
+        return new
+
+    def _register(self, op: OpType) -> None:
+        if op.name not in self._op_ids:
+            self._op_ids[op.name] = len(self._ops)
+            self._ops.append(op)
+
+    def _probe(self, cell: Cell) -> None:
+        shapes = cell.op.in_shapes or ()
+        xs = [torch.zeros(1, math.prod(s), device=self.device, dtype=self.dtype)
+              for s in shapes]
+        module = cell.module
+        training = getattr(module, "training", False)
+        if isinstance(module, nn.Module):
+            module.eval()  # e.g. batch norm cannot run on one row in training mode
+        try:
+            with torch.no_grad():
+                cell.forward_rows(xs, torch.zeros(1, dtype=torch.int64, device=self.device))
+        except GraphError:
+            raise
+        except Exception as e:
+            raise GraphError(f"cell {cell.name!r}: module {type(module).__name__} raised "
+                             f"{type(e).__name__}: {e} on a probe batch of zeros with input "
+                             f"shapes {[(1, *s) for s in shapes]}; check in_shapes and the "
+                             f"module") from e
+        finally:
+            if isinstance(module, nn.Module):
+                module.train(training)
+
+    # ------------------------------------------------------------------ recording
+    @contextmanager
+    def instance(self) -> Iterator[int]:
+        """Nodes created inside belong to a new data instance; yields its id."""
+        previous = self._instance
+        try:
+            yield self.next_instance()
+        finally:
+            self._instance = previous
+
+    def next_instance(self) -> int:
+        """Start a new data instance (no context manager); return its id."""
+        self._instance = self._num_instances
+        self._num_instances += 1
+        return self._instance
+
+    def _add(self, op: OpType, operands: list[int], attr: int) -> Handle:
+        node = len(self._node_ops)
+        self._node_ops.append(self._op_ids[op.name])
+        self._node_operands.append(operands)
+        self._node_attrs.append(attr)
+        self._node_instances.append(self._instance)
+        return Handle(self, self._generation, node, op.out_shape, op.name)
+
+    def _check_handle(self, handle: object, where: str) -> None:
+        if not isinstance(handle, Handle):
+            raise GraphError(f"{where} is a {type(handle).__name__}, not a Handle; operands "
+                             f"must be handles; wrap a constant tensor with batch.input(row)")
+        if handle.batch is not self:
+            raise GraphError(f"{where}: {handle!r} belongs to another DynamicBatch; create "
+                             f"every handle of a mini-batch with the batch that runs it")
+        if handle.generation != self._generation:
+            raise GraphError(f"{where}: {handle!r} is from a mini-batch that already ran "
+                             f"(run() starts a new one); rebuild it in the current mini-batch")
+
+    def input(self, row: Tensor) -> Handle:
+        """A node holding the constant ``row`` (gradients flow back to it if it needs them).
+
+        Its op type is ``input/<shape>`` (one per shape), a lookup into the stacked rows.
+        """
+        shape = tuple(row.shape)
+        if not shape or not all(shape):
+            raise GraphError(f"input rows need a non-empty shape, got {shape}; reshape "
+                             f"scalars to (1,)")
+        name = "input/" + "x".join(map(str, shape))
+        op = OpType(name, "lookup", (), shape, (f"api.{name}",))
+        self._register(op)
+        rows = self._rows.setdefault(name, [])
+        rows.append(row.reshape(-1))
+        return self._add(op, [], len(rows) - 1)
+
+    def lookup(self, embedding: nn.Embedding, index: int, *, name: str | None = None
+               ) -> Handle:
+        """Row ``index`` of ``embedding``; on first use it becomes a cell named ``name``
+        (default ``embedding<k>``) whose forward runs on the batched indices.
+
+        Raises:
+            GraphError: ``index`` is out of range (the message names the cell).
+        """
+        cell = self._embeddings.get(id(embedding))
+        if cell is None:
+            name = name or f"embedding{len(self._embeddings)}"
+            cell = self.cell(embedding, name, [], embedding.embedding_dim, takes_attr=True)
+            self._embeddings[id(embedding)] = cell
+        if not 0 <= index < embedding.num_embeddings:
+            raise GraphError(f"cell {cell.name!r}: index {index} is out of range for an "
+                             f"embedding of {embedding.num_embeddings} rows; map unknown "
+                             f"items to a valid row")
+        return cell(attr=index)
+
+    def add_loss(self, handle: Handle) -> None:
+        """Add ``handle`` (one number per row) to the mini-batch loss that ``run`` returns."""
+        self._check_handle(handle, "add_loss")
+        if math.prod(handle.shape) != 1:
+            raise GraphError(f"add_loss: {handle!r} has shape {handle.shape}, not one number; "
+                             f"declare the loss cell with out_shape=() and reduce per row")
+        self._losses.append(handle.node_id)
+
+    # ------------------------------------------------------------------ running
+    def graph(self, outputs: Sequence[Handle] = ()) -> tuple[Graph, int | None]:
+        """Build the mini-batch graph; return it and its loss-sum node (``None`` if none).
+
+        The graph's outputs are the loss sum (an unbatchable ``loss_sum`` over every
+        :meth:`add_loss` term, if any), then ``outputs``.
+        """
+        for h in outputs:
+            self._check_handle(h, "run(outputs=...)")
+        ops = list(self._ops)
+        if self._losses:
+            ops.append(OpType("loss_sum", "sum", None, (1,), batchable=False))
+        builder = GraphBuilder(Vocab(ops))
+        for op_id, operands, attr, inst in zip(self._node_ops, self._node_operands,
+                                               self._node_attrs, self._node_instances):
+            builder.instance = inst
+            builder.add(op_id, *operands, attr=attr)
+        heads: list[int] = []
+        if self._losses:
+            builder.instance = 0
+            heads.append(builder.add(len(ops) - 1, *self._losses))
+        graph = builder.build(heads + [h.node_id for h in outputs])
+        return graph, (heads[0] if heads else None)
+
+    def run(self, scheduler: SchedulerLike = "typewise_greedy", *,
+            outputs: Sequence[Handle] = (), strategy: Strategy = "planned",
+            grad: bool = True) -> BatchResult:
+        """Schedule, plan and execute the recorded mini-batch, then start a new one.
+
+        Args:
+            scheduler: a registered scheduler name (see :data:`edbatch.schedule.SCHEDULERS`),
+                a :class:`~edbatch.schedule.Policy`, or a scheduler ``graph -> Schedule``.
+            outputs: handles whose values the result should hold.
+            strategy: memory planning strategy (``"planned"`` or ``"naive"``).
+            grad: build the autograd graph (training); ``False`` runs in place, no grad.
+
+        Returns:
+            The :class:`BatchResult` (loss, requested values, graph, schedule, stats).
+
+        Raises:
+            UnknownNameError: an unknown scheduler name (with a did-you-mean hint).
+            GraphError: nothing was recorded, or a handle is not of this mini-batch.
+        """
+        make = _as_scheduler(scheduler)
+        if not self._node_ops:
+            raise GraphError("DynamicBatch.run: the mini-batch is empty; call cells (inside "
+                             "batch.instance()) before run()")
+        graph, loss_node = self.graph(outputs)
+        schedule = make(graph)
+        plan = plan_memory(graph, schedule, strategy)
+        params = {f"api.{name}": torch.stack(rows).to(self.device, self.dtype)
+                  for name, rows in self._rows.items()}  # input rows; cells own their params
+        executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels)
+        result = executor.run(graph, schedule, plan, params, grad=grad)
+        result.stats.update(plan.stats())
+        loss = None if loss_node is None else result.outputs[loss_node].reshape(())
+        out = BatchResult(loss, graph, schedule, result, self, self._generation)
+        self._clear()
+        return out
+
+
+def _as_scheduler(scheduler: SchedulerLike) -> Scheduler:
+    """A scheduler from a registered name, a policy or a scheduler callable."""
+    if isinstance(scheduler, str):
+        return make_scheduler(scheduler)
+    if isinstance(scheduler, Policy):
+        return PolicyScheduler(scheduler)
+    if not callable(scheduler):
+        raise GraphError(f"scheduler must be a name, a Policy or a callable graph -> Schedule, "
+                         f"got {type(scheduler).__name__}")
+    return scheduler

@@ -1,0 +1,17 @@
+"""Memory planning: arenas, row orders and zero-copy operand reads (DESIGN section 4)."""
+
+from __future__ import annotations
+
+from edbatch.memory.plan import FP32_BYTES, MemoryPlan, Operand, Region
+from edbatch.memory.planner import STRATEGIES, Strategy, plan_memory, zero_copy_upper_bound
+
+__all__ = [
+    "FP32_BYTES",
+    "STRATEGIES",
+    "MemoryPlan",
+    "Operand",
+    "Region",
+    "Strategy",
+    "plan_memory",
+    "zero_copy_upper_bound",
+]

@@ -1,0 +1,194 @@
+"""The memory plan: where every node's output row lives and how every batch reads its operands.
+
+A :class:`MemoryPlan` is the frozen output of :func:`~edbatch.memory.planner.plan_memory`. It
+holds one *arena* (a ``rows x width`` matrix) per distinct flattened output width; every node
+owns exactly one row of the arena of its width. Each batch writes its outputs to one
+contiguous :class:`Region` (rows in the batch's ``row_order``) and reads each operand slot
+either as a zero-copy view (a :class:`Region`: the producers' rows are consecutive, ascending
+and aligned with the batch's row order) or as a gather (an ``index_select`` of arena rows).
+
+Example:
+    >>> import numpy as np
+    >>> r = Region(0, 4, 7)
+    >>> len(r), Operand.of_view(r).is_view
+    (3, True)
+    >>> g = Operand.of_gather(1, np.array([5, 2]))
+    >>> g.is_view, g.arena, g.num_rows
+    (False, 1, 2)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["FP32_BYTES", "MemoryPlan", "Operand", "Region"]
+
+#: Bytes per element used by :meth:`MemoryPlan.stats` (the fp32 width).
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """Rows ``[start, stop)`` of arena ``arena``.
+
+    Attributes:
+        arena: index into :attr:`MemoryPlan.arenas`.
+        start: first row.
+        stop: one past the last row.
+    """
+
+    arena: int
+    start: int
+    stop: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start <= self.stop:
+            raise ValueError(f"Region rows must satisfy 0 <= start <= stop, got "
+                             f"[{self.start}, {self.stop})")
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __contains__(self, row: object) -> bool:
+        return isinstance(row, (int, np.integer)) and self.start <= int(row) < self.stop
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Operand:
+    """How one operand slot of one batch is read: exactly one of a view or a gather.
+
+    Use :meth:`of_view` / :meth:`of_gather` to build one.
+
+    Attributes:
+        view: zero-copy read of these rows, or ``None``.
+        gather: ``int64`` arena rows to ``index_select`` (in the batch's row order), or ``None``.
+        arena: the arena read (``view.arena`` for a view).
+    """
+
+    view: Region | None
+    gather: NDArray[np.int64] | None
+    arena: int
+
+    def __post_init__(self) -> None:
+        if (self.view is None) == (self.gather is None):
+            raise ValueError("an Operand is exactly one of a view or a gather")
+        if self.view is not None and self.view.arena != self.arena:
+            raise ValueError(f"view arena {self.view.arena} != operand arena {self.arena}")
+
+    @classmethod
+    def of_view(cls, region: Region) -> Operand:
+        """A zero-copy read of ``region``."""
+        return cls(region, None, region.arena)
+
+    @classmethod
+    def of_gather(cls, arena: int, rows: NDArray[np.integer]) -> Operand:
+        """A gather of ``rows`` (global rows of ``arena``, in read order)."""
+        g = np.ascontiguousarray(rows, dtype=np.int64)
+        g.setflags(write=False)
+        return cls(None, g, arena)
+
+    @property
+    def is_view(self) -> bool:
+        """Whether the read is zero-copy."""
+        return self.view is not None
+
+    @property
+    def num_rows(self) -> int:
+        """Number of rows read."""
+        return len(self.view) if self.view is not None else len(self.gather)  # type: ignore[arg-type]
+
+    def rows(self) -> NDArray[np.int64]:
+        """The arena rows read, in order (a range for a view)."""
+        if self.view is not None:
+            return np.arange(self.view.start, self.view.stop, dtype=np.int64)
+        return self.gather  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        if self.view is not None:
+            return f"Operand(view=[{self.view.start}:{self.view.stop}] of arena {self.arena})"
+        return f"Operand(gather {self.num_rows} rows of arena {self.arena})"
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryPlan:
+    """Arenas, node rows, per-batch row orders, output regions and operand reads.
+
+    Batch ``b`` of the schedule writes its outputs, in the order ``row_order[b]``, to the
+    contiguous region ``outputs[b]``; ``operands[b][k]`` tells how it reads operand slot ``k``
+    (a variadic op's single node has one slot per operand). ``node_row[v]`` is the row of node
+    ``v`` in arena ``node_arena[v]``.
+
+    Attributes:
+        strategy: the planner strategy that produced it (``"naive"`` or ``"planned"``).
+        arenas: ``(rows, width)`` per arena; one arena per distinct flattened output width.
+        node_row: ``int64[N]`` row of each node in its arena.
+        node_arena: ``int32[N]`` arena of each node.
+        row_order: per batch, ``int32`` node ids in output-row order.
+        outputs: per batch, the region its outputs are written to.
+        operands: per batch, per operand slot, how the slot is read.
+        forced: per batch, whether it is an unbatchable forced batch (excluded from the
+            zero-copy fraction).
+        seconds: planning wall time.
+    """
+
+    strategy: str
+    arenas: tuple[tuple[int, int], ...]
+    node_row: NDArray[np.int64]
+    node_arena: NDArray[np.int32]
+    row_order: tuple[NDArray[np.int32], ...]
+    outputs: tuple[Region, ...]
+    operands: tuple[tuple[Operand, ...], ...]
+    forced: tuple[bool, ...] = ()
+    seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def num_batches(self) -> int:
+        """Number of batches planned."""
+        return len(self.outputs)
+
+    def arena_width(self, arena: int) -> int:
+        """Row width (elements) of ``arena``."""
+        return self.arenas[arena][1]
+
+    def stats(self) -> dict[str, float]:
+        """Plan metrics with ``memory/`` keys.
+
+        ``zero_copy_fraction`` is the share of operand reads (one read = one operand slot of
+        one batch) of batched, non-forced batches that are views (1.0 when there are none);
+        ``zero_copy_row_fraction`` weights reads by their rows. ``gather_kernels`` counts
+        gathers over all batches, ``gathered_bytes`` their fp32 bytes, ``arena_bytes`` the fp32
+        size of all arenas.
+        """
+        reads = views = rows = view_rows = 0
+        gathers = gathered = 0
+        forced = self.forced or (False,) * self.num_batches
+        for b, slots in enumerate(self.operands):
+            for op in slots:
+                if not op.is_view:
+                    gathers += 1
+                    gathered += op.num_rows * self.arena_width(op.arena) * FP32_BYTES
+                if forced[b]:
+                    continue
+                reads += 1
+                rows += op.num_rows
+                if op.is_view:
+                    views += 1
+                    view_rows += op.num_rows
+        return {
+            "memory/zero_copy_fraction": views / reads if reads else 1.0,
+            "memory/zero_copy_row_fraction": view_rows / rows if rows else 1.0,
+            "memory/operand_reads": float(reads),
+            "memory/gather_kernels": float(gathers),
+            "memory/gathered_bytes": float(gathered),
+            "memory/arena_bytes": float(sum(r * w for r, w in self.arenas) * FP32_BYTES),
+            "memory/plan_seconds": self.seconds,
+        }
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (f"MemoryPlan({self.strategy!r}, {self.num_batches} batches, "
+                f"{len(self.arenas)} arenas, zero_copy={s['memory/zero_copy_fraction']:.3f}, "
+                f"gathers={int(s['memory/gather_kernels'])})")

@@ -1,0 +1,394 @@
+"""Train a tree sentiment classifier with batched execution: ``python -m experiments.train_model``.
+
+The model is a cell-granularity SST tree workload (Tree-LSTM by default) with a loss at every
+tree node. Every mini-batch graph is scheduled by the configured scheduler (a heuristic name or
+a trained FSM artifact), memory-planned, and run forward and backward by
+:class:`~edbatch.executor.torch_executor.TorchExecutor`; Adam updates the parameters.
+
+Dev accuracy is computed at the roots: the mini-batch graph's outputs are extended with each
+tree's root state (the operand of the instance's last loss node: the workloads emit nodes in
+post-order, the root last), and ``logits = W_out h_root + b_out`` is computed from the
+workload's parameters. Fine-grained accuracy is the 5-class argmax; binary accuracy drops
+neutral roots (label 2) and predicts positive when ``p3 + p4 > p0 + p1``.
+
+Mini-batches are made once from a seeded permutation (their graphs, schedules and memory
+plans are cached); each epoch visits them in a new seeded order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+import torch
+import torch.nn.functional as F
+from numpy.typing import NDArray
+from omegaconf import DictConfig
+from torch import Tensor
+
+from edbatch.executor import init_params
+from edbatch.executor.torch_executor import RunResult, TorchExecutor
+from edbatch.graph import Graph
+from edbatch.memory import MemoryPlan, plan_memory
+from edbatch.schedule import Schedule, Scheduler, make_scheduler
+from edbatch.tracking import Tracker
+from edbatch.workloads import Workload
+from experiments._common import make_tracker, one_workload, seed_everything
+
+__all__ = ["Minibatch", "RootScores", "prepare_minibatch", "root_nodes", "train_model"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Minibatch:
+    """A scheduled, planned mini-batch graph whose outputs are the loss sum, then the roots.
+
+    Attributes:
+        graph: the mini-batch graph; ``graph.outputs = [loss_node, *roots]``.
+        schedule: its schedule.
+        plan: its memory plan.
+        loss_node: the ``loss_sum`` node (sum of every tree node's loss).
+        roots: ``int32[T]`` root state node of each tree.
+        labels: ``int64[T]`` root label of each tree.
+        num_tree_nodes: labelled tree nodes (loss terms) in the mini-batch.
+    """
+
+    graph: Graph
+    schedule: Schedule
+    plan: MemoryPlan
+    loss_node: int
+    roots: NDArray[np.int32]
+    labels: NDArray[np.int64]
+    num_tree_nodes: int
+
+
+@dataclass
+class RootScores:
+    """Running counts of root predictions and of the loss."""
+
+    fine: int = 0
+    binary: int = 0
+    binary_total: int = 0
+    trees: int = 0
+    loss: float = 0.0
+    tree_nodes: int = 0
+
+    def add(self, logits: Tensor, labels: Tensor, loss: float, tree_nodes: int) -> None:
+        """Count one mini-batch's root predictions (``logits [T, 5]``, ``labels [T]``)."""
+        probs = logits.softmax(dim=1)
+        self.fine += int((probs.argmax(dim=1) == labels).sum())
+        polar = labels != 2
+        positive = probs[:, 3:].sum(dim=1) > probs[:, :2].sum(dim=1)
+        self.binary += int((positive == (labels > 2))[polar].sum())
+        self.binary_total += int(polar.sum())
+        self.trees += len(labels)
+        self.loss += loss
+        self.tree_nodes += tree_nodes
+
+    def metrics(self, stage: str) -> dict[str, float]:
+        """``<stage>/fine_accuracy``, ``binary_accuracy``, ``loss`` (per tree node)."""
+        return {f"{stage}/fine_accuracy": self.fine / max(self.trees, 1),
+                f"{stage}/binary_accuracy": self.binary / max(self.binary_total, 1),
+                f"{stage}/loss": self.loss / max(self.tree_nodes, 1),
+                f"{stage}/num_trees": float(self.trees)}
+
+
+def root_nodes(graph: Graph, loss_op: int) -> tuple[NDArray[np.int32], NDArray[np.int64]]:
+    """Each instance's root state node and root label.
+
+    The root's loss is the last loss node of its instance (post-order emission); its single
+    operand is the root state and its attr the root label.
+    """
+    losses = np.flatnonzero(graph.op_ids == loss_op)
+    last = np.full(graph.num_instances, -1, dtype=np.int64)
+    np.maximum.at(last, graph.instance[losses], losses)
+    roots = graph.operand_ids[graph.operand_ptr[last]]
+    return roots.astype(np.int32), graph.attrs[last].astype(np.int64)
+
+
+def prepare_minibatch(workload: Workload, split: str, indices: Sequence[int],
+                      scheduler: Scheduler, strategy: str) -> Minibatch:
+    """Merge, schedule and plan one mini-batch; add the root states to the graph's outputs."""
+    merged = workload.minibatch(split, indices)
+    schedule = scheduler(merged)  # on the merged graph: the scheduler reuses its parts' caches
+    loss_op = merged.vocab.id(f"{workload.name}.loss")
+    roots, labels = root_nodes(merged, loss_op)
+    loss_node = int(merged.outputs[0])
+    graph = Graph.from_arrays(merged.vocab, merged.op_ids, merged.operand_ptr,
+                              merged.operand_ids, attrs=merged.attrs, instance=merged.instance,
+                              outputs=np.concatenate([[loss_node], roots]), depth=merged.depth,
+                              validate=False)
+    plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
+    return Minibatch(graph, schedule, plan, loss_node, roots, labels,
+                     int(merged.type_counts[loss_op]))
+
+
+def root_logits(result: RunResult, batch: Minibatch, params: Mapping[str, Tensor],
+                prefix: str) -> Tensor:
+    """``W_out h_root + b_out`` for every tree of the mini-batch, ``[T, classes]``."""
+    weight, bias = params[f"{prefix}.W_out"], params[f"{prefix}.W_out.b"]
+    states = torch.cat([result.outputs[int(v)] for v in batch.roots])
+    return F.linear(states[:, :weight.shape[1]], weight, bias)
+
+
+class _Cache:
+    """Mini-batches of one split, prepared on first use and kept."""
+
+    def __init__(self, workload: Workload, split: str, chunks: list[list[int]],
+                 scheduler: Scheduler, strategy: str) -> None:
+        self.workload, self.split, self.chunks = workload, split, chunks
+        self.scheduler, self.strategy = scheduler, strategy
+        self._done: dict[int, Minibatch] = {}
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def get(self, k: int) -> Minibatch:
+        """Mini-batch ``k`` (prepared now if it is the first use)."""
+        if k not in self._done:
+            self._done[k] = prepare_minibatch(self.workload, self.split, self.chunks[k],
+                                              self.scheduler, self.strategy)
+        return self._done[k]
+
+    def __iter__(self) -> Iterator[Minibatch]:
+        return (self.get(k) for k in range(len(self)))
+
+
+def _chunks(num: int, limit: int | None, batch_size: int, seed: int | None) -> list[list[int]]:
+    """Consecutive chunks of the first ``limit`` instances, seeded-shuffled if ``seed``."""
+    order = np.arange(num if limit is None else min(limit, num))
+    if seed is not None:
+        np.random.default_rng(seed).shuffle(order)
+    return [sorted(order[i:i + batch_size].tolist()) for i in range(0, len(order), batch_size)]
+
+
+def make_model_scheduler(name: str, fsm: str | None) -> Scheduler:
+    """A heuristic by registry name, or the FSM artifact at ``fsm`` when given."""
+    if fsm:
+        from policies import FSMScheduler
+
+        return FSMScheduler(fsm)
+    return make_scheduler(name)
+
+
+def evaluate(executor: TorchExecutor, params: Mapping[str, Tensor], batches: _Cache,
+             prefix: str) -> dict[str, float]:
+    """Root accuracies and the per-node loss over every mini-batch (no grad, in place)."""
+    scores = RootScores()
+    with torch.no_grad():
+        for mb in batches:
+            res = executor.run(mb.graph, mb.schedule, mb.plan, params, grad=False)
+            scores.add(root_logits(res, mb, params, prefix), torch.from_numpy(mb.labels),
+                       float(res.outputs[mb.loss_node].sum()), mb.num_tree_nodes)
+    return scores.metrics("eval")
+
+
+class _Trainer:
+    """The training loop's state: parameters, optimizer, budget, counters and history."""
+
+    def __init__(self, cfg: DictConfig, workload: Workload, tracker: Tracker) -> None:
+        self.cfg, self.workload, self.tracker = cfg, workload, tracker
+        self.params = init_params(workload, torch.Generator().manual_seed(cfg.seed),
+                                  device=cfg.device)
+        self.opt = torch.optim.Adam(self.params.values(), lr=cfg.lr,
+                                    weight_decay=cfg.weight_decay)
+        self.executor = TorchExecutor(cfg.device)
+        scheduler = make_model_scheduler(cfg.scheduler, cfg.fsm)
+        n_train = len(workload.load(cfg.train_split))
+        self.train = _Cache(workload, cfg.train_split, _chunks(
+            n_train, cfg.train_limit, cfg.batch_size, cfg.seed), scheduler, cfg.strategy)
+        self.dev = _Cache(workload, cfg.eval_split, _chunks(
+            len(workload.load(cfg.eval_split)), cfg.eval_limit, cfg.eval_batch_size, None),
+            scheduler, cfg.strategy)
+        self.history: list[dict[str, float]] = []
+        self.step, self.trees, self.seconds, self.prepare_seconds = 0, 0, 0.0, 0.0
+        self.batches, self.nodes = 0, 0
+        self.deadline = math.inf if cfg.time_budget_s is None else float(cfg.time_budget_s)
+
+    @property
+    def out_of_time(self) -> bool:
+        """Whether the training time budget is spent."""
+        return self.seconds >= self.deadline or (
+            self.cfg.max_steps is not None and self.step >= self.cfg.max_steps)
+
+    def train_step(self, mb: Minibatch, scores: RootScores) -> None:
+        """One forward/backward/Adam step on a mini-batch (loss: mean over tree nodes)."""
+        res = self.executor.run(mb.graph, mb.schedule, mb.plan, self.params, grad=True)
+        loss = res.outputs[mb.loss_node].reshape(())
+        with torch.no_grad():  # before the update: the predictions the loss was computed for
+            logits = root_logits(res, mb, self.params, self.workload.name)
+        self.opt.zero_grad(set_to_none=True)
+        (loss / mb.num_tree_nodes).backward()  # type: ignore[no-untyped-call]
+        self.opt.step()
+        scores.add(logits, torch.from_numpy(mb.labels), loss.item(), mb.num_tree_nodes)
+        self.step += 1
+        self.trees += len(mb.roots)
+        self.batches += mb.schedule.num_batches
+        self.nodes += mb.graph.num_nodes
+
+    def epoch(self, epoch: int) -> dict[str, float]:
+        """Train one epoch (or until the budget is spent); return its train metrics."""
+        order = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.train))
+        scores, window = RootScores(), RootScores()
+        for k in order.tolist():
+            if self.out_of_time:
+                break
+            start = time.perf_counter()
+            mb = self.train.get(k)
+            self.prepare_seconds += time.perf_counter() - start
+            self.train_step(mb, window)
+            self.seconds += time.perf_counter() - start
+            if self.step % self.cfg.log_every == 0:
+                self._log(window.metrics("train"))
+                _merge(scores, window)
+                window = RootScores()
+            if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
+                self.eval()
+        _merge(scores, window)
+        return scores.metrics("train")
+
+    def _log(self, metrics: dict[str, float]) -> None:
+        row = {**metrics, **self.rates(), "train/epoch": self.epochs_done}
+        self.history.append(row)
+        self.tracker.log(row, step=self.step)
+
+    @property
+    def epochs_done(self) -> float:
+        """Training trees seen, in epochs of the (limited) training set."""
+        return self.trees / max(1, sum(len(c) for c in self.train.chunks))
+
+    def rates(self) -> dict[str, float]:
+        """Throughput and schedule size so far."""
+        steps = max(self.step, 1)
+        return {"train/examples_per_s": self.trees / max(self.seconds, 1e-9),
+                "train/seconds": self.seconds,
+                "train/prepare_seconds": self.prepare_seconds,
+                "train/batches_per_minibatch": self.batches / steps,
+                "train/nodes_per_minibatch": self.nodes / steps}
+
+    def eval(self) -> dict[str, float]:
+        """Dev metrics now; logged and kept in the history."""
+        start = time.perf_counter()
+        row = evaluate(self.executor, self.params, self.dev, self.workload.name)
+        row["eval/seconds"] = time.perf_counter() - start
+        row["train/epoch"] = self.epochs_done
+        self.history.append(row)
+        self.tracker.log(row, step=self.step)
+        return row
+
+
+def _merge(into: RootScores, part: RootScores) -> None:
+    for name in ("fine", "binary", "binary_total", "trees", "tree_nodes"):
+        setattr(into, name, getattr(into, name) + getattr(part, name))
+    into.loss += part.loss
+
+
+def _plot(history: Sequence[dict[str, float]], path: str | Path, title: str) -> Path:
+    """Train loss and dev accuracies (fine, binary) against epochs, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(key: str) -> tuple[list[float], list[float]]:
+        pts = [(h["train/epoch"], h[key]) for h in history if key in h]
+        return [x for x, _ in pts], [y for _, y in pts]
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    left.plot(*series("train/loss"), label="train (window)")
+    left.plot(*series("eval/loss"), marker="o", label="dev")
+    left.set(xlabel="epoch", ylabel="loss per tree node", title="loss")
+    for key, label in (("eval/fine_accuracy", "dev fine (5 classes)"),
+                       ("eval/binary_accuracy", "dev binary"),
+                       ("train/binary_accuracy", "train binary (window)")):
+        right.plot(*series(key), marker="o" if key.startswith("eval") else None, label=label)
+    right.set(xlabel="epoch", ylabel="root accuracy", title="accuracy")
+    for ax in (left, right):
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _fit(trainer: _Trainer) -> list[dict[str, float]]:
+    """Epoch loop with evaluation after each epoch (and every ``eval_every`` steps)."""
+    cfg, evals = trainer.cfg, []
+    for epoch in range(1, cfg.epochs + 1):
+        if trainer.out_of_time:
+            break
+        start = time.perf_counter()
+        train = trainer.epoch(epoch)
+        row = {**trainer.eval(), **train}
+        evals.append(row)
+        log.info("epoch %d (%.1f epochs of %d trees, %.0fs): train loss %.3f | dev fine %.4f "
+                 "binary %.4f | %.1f trees/s, %.1f batches per mini-batch (%s)", epoch,
+                 trainer.epochs_done, sum(len(c) for c in trainer.train.chunks),
+                 time.perf_counter() - start, train["train/loss"], row["eval/fine_accuracy"],
+                 row["eval/binary_accuracy"], trainer.rates()["train/examples_per_s"],
+                 trainer.rates()["train/batches_per_minibatch"], trainer.train.scheduler)
+    return evals
+
+
+def train_model(cfg: DictConfig) -> dict[str, Any]:
+    """Train, evaluate on dev, write the JSON summary and the PNG; return the summary."""
+    torch.set_num_threads(cfg.num_threads)
+    seed_everything(cfg.seed)
+    name, workload, _ = one_workload(cfg.workload, granularity="cell")
+    sched_name = "fsm" if cfg.fsm else cfg.scheduler
+    run_name = f"{name}__{sched_name}__{cfg.seed}__{int(time.time())}"
+    tracker = make_tracker(cfg.logger, cfg, run_name)
+    try:
+        trainer = _Trainer(cfg, workload, tracker)
+        start = time.perf_counter()
+        evals = _fit(trainer)
+        final = evals[-1] if evals else trainer.eval()
+        best = max((h["eval/binary_accuracy"] for h in trainer.history
+                    if "eval/binary_accuracy" in h), default=final["eval/binary_accuracy"])
+        summary: dict[str, Any] = {
+            "workload": name, "scheduler": sched_name, "seed": cfg.seed,
+            "embed_dim": workload.embed_dim, "hidden_dim": workload.hidden_dim,  # type: ignore[attr-defined]
+            "steps": trainer.step, "epochs": trainer.epochs_done,
+            "train_trees": sum(len(c) for c in trainer.train.chunks),
+            "eval_trees": int(final["eval/num_trees"]),
+            "wall_seconds": time.perf_counter() - start, **trainer.rates(),
+            **{k: v for k, v in final.items() if k.startswith("eval/")},
+            "eval/best_binary_accuracy": best, "num_threads": cfg.num_threads,
+            "device": cfg.device, "cpu_count": os.cpu_count(), "history": trainer.history}
+        tracker.log({k: v for k, v in summary.items() if k.startswith("eval/")},
+                    step=trainer.step)
+        path = Path(cfg.summary)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=1) + "\n")
+        _plot(trainer.history, cfg.plot, run_name)
+        tracker.log_artifact(path, f"summary-{name}", "summary")
+        log.info("dev fine %.4f binary %.4f after %d steps (%.2f epochs, %.0fs); wrote %s",
+                 final["eval/fine_accuracy"], final["eval/binary_accuracy"], trainer.step,
+                 trainer.epochs_done, summary["wall_seconds"], path)
+        return summary
+    finally:
+        tracker.finish()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train_model")
+def main(cfg: DictConfig) -> float:
+    """Hydra entry point; returns the final dev binary accuracy (for sweeps)."""
+    return float(train_model(cfg)["eval/binary_accuracy"])
+
+
+if __name__ == "__main__":
+    main()
