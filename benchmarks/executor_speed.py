@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -39,22 +37,10 @@ from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import STRATEGIES, MemoryPlan, plan_memory, zero_copy_upper_bound
 from edbatch.schedule import Schedule, make_scheduler
+from edbatch.tracking import machine_info
 from edbatch.workloads import REAL_WORKLOADS, make_workload
 
 SIZES = {"300x150": (300, 150), "128x128": (128, 128)}
-
-
-def _machine() -> dict[str, str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    return {"cpu": cpu, "cores": str(os.cpu_count()), "load_1m": f"{load[0]:.2f}",
-            "python": platform.python_version(), "torch": torch.__version__,
-            "threads": str(torch.get_num_threads())}
 
 
 def _median_ms(fns: list[Callable[[], Any]], repeats: int) -> float:
@@ -157,7 +143,7 @@ def _train_step(ex: TorchExecutor, graph: Graph, schedule: Schedule, plan: Memor
 
 def speed(args: argparse.Namespace) -> dict[str, Any]:
     """The speed table."""
-    results: dict[str, Any] = {"machine": _machine(), "args": vars(args), "rows": []}
+    results: dict[str, Any] = {"machine": machine_info(), "args": vars(args), "rows": []}
     print(f"machine: {results['machine']}")
     header = (f"{'workload':<14} {'size':<8} {'scheduler':<16} {'method':<10} {'kernels':>7} "
               f"{'0copy':>6} {'gathers':>7} {'infer ms':>9} {'train ms':>9} "
@@ -171,7 +157,7 @@ def speed(args: argparse.Namespace) -> dict[str, Any]:
 
 def zero_copy_table(args: argparse.Namespace) -> dict[str, Any]:
     """Plan statistics for every real workload x granularity x scheduler x strategy."""
-    results: dict[str, Any] = {"machine": _machine(), "args": vars(args), "rows": []}
+    results: dict[str, Any] = {"machine": machine_info(), "args": vars(args), "rows": []}
     header = (f"{'workload':<14} {'gran':<9} {'scheduler':<24} {'reads':>6} {'bound':>6} "
               f"{'naive':>6} {'planned':>7} {'naive/row':>9} {'plan/row':>8} {'gathers':>11} "
               f"{'plan s':>7}")

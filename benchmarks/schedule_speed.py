@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from edbatch.schedule import (
     type_chain_lengths,
     typewise_graph,
 )
+from edbatch.tracking import machine_info
 from edbatch.workloads import make_workload
 
 
@@ -49,18 +48,6 @@ def _fresh(graph: Graph) -> Graph:
                              depth=graph.depth, validate=False)
 
 
-def _machine() -> dict[str, str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    return {"cpu": cpu, "cores": str(os.cpu_count()), "load_1m": f"{load[0]:.2f}",
-            "python": platform.python_version()}
-
-
 def main() -> None:
     """Parse arguments, run the benchmark, print and save the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -71,7 +58,7 @@ def main() -> None:
     parser.add_argument("--out", default="results/schedule_speed.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    results: dict[str, Any] = {"machine": _machine(), "rows": []}
+    results: dict[str, Any] = {"machine": machine_info(), "rows": []}
     print(f"machine: {results['machine']}")
     header = f"{'workload':<14} {'contender':<28} {'us/node':>9} {'batches':>8}"
     print(header + "\n" + "-" * len(header))

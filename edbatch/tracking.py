@@ -7,12 +7,13 @@ offline by default (no account needed); ``mode="online"`` syncs when configured.
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["NullTracker", "Tracker", "WandbTracker", "git_sha"]
+__all__ = ["NullTracker", "Tracker", "WandbTracker", "git_sha", "machine_info"]
 
 
 class Tracker(Protocol):
@@ -97,3 +98,23 @@ def git_sha() -> str:
         return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def machine_info() -> dict[str, str]:
+    """CPU model, cores, 1-minute load, Python, torch and its thread count (for benchmarks)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    info = {"cpu": cpu, "cores": str(os.cpu_count()), "load_1m": f"{load[0]:.2f}",
+            "python": platform.python_version()}
+    try:
+        import torch
+
+        info.update(torch=torch.__version__, threads=str(torch.get_num_threads()))
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        pass
+    return info

@@ -7,15 +7,13 @@ children per internal node; workloads that need binary trees check that themselv
 
 from __future__ import annotations
 
-import gc
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from edbatch.data._text import read_lines, shorten
+from edbatch.data._text import gc_paused, read_lines, shorten
 from edbatch.errors import DataFormatError
 
 __all__ = ["Tree", "load_trees", "parse_tree"]
@@ -246,18 +244,6 @@ def _word_error(
           "wrap the word as '(label word)'")
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector (it dominates the time of building many nodes)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def load_trees(path: str | Path) -> list[Tree]:
     """Load one bracketed tree per non-blank line.
 
@@ -274,7 +260,7 @@ def load_trees(path: str | Path) -> list[Tree]:
     """
     name = str(path)
     lines = read_lines(path)
-    with _gc_paused():
+    with gc_paused():
         trees = [
             parse_tree(text, path=name, line=i)
             for i, text in enumerate(lines, start=1)

@@ -18,15 +18,13 @@ constituent) passes its child's state through unchanged and only adds its own lo
 from __future__ import annotations
 
 import functools
-import gc
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from edbatch.data._text import read_lines
+from edbatch.data._text import gc_paused, read_lines
 from edbatch.data.trees import Tree, load_trees
 from edbatch.errors import DataFormatError, GraphError
 from edbatch.graph import GraphBuilder, OpType
@@ -193,18 +191,6 @@ def _flatten(tree: Tree, ids: dict[str, int]) -> tuple[NodeRow, ...] | str:
     return tuple(rows)
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while many small tuples are created."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _line_of(path: Path, tree_index: int) -> int:
     """Line number of the ``tree_index``-th tree (load_trees skips blank lines)."""
     lines = [i for i, text in enumerate(read_lines(path), start=1) if text.strip(_ASCII_WS)]
@@ -358,7 +344,7 @@ class TreeWorkload(Workload):
         path = self._path(split)
         trees = load_split_trees(path)
         ids = self.word_vocab.ids
-        with _gc_paused():  # a full collection over the cached trees would triple the time
+        with gc_paused():  # a full collection over the cached trees would triple the time
             flat = [_flatten(tree, ids) for tree in trees]
         instances: list[TreeInstance] = []
         for k, (tree, rows) in enumerate(zip(trees, flat, strict=True)):
