@@ -61,8 +61,10 @@ cell-level mini-batch and 2-4 s for a 100k-node primitive one, in pure Python.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -81,13 +83,34 @@ Strategy = Literal["naive", "planned"]
 STRATEGIES: tuple[Strategy, ...] = ("naive", "planned")
 
 
-def plan_memory(graph: Graph, schedule: Schedule, strategy: Strategy = "planned") -> MemoryPlan:
+_CACHE: OrderedDict[bytes, MemoryPlan] = OrderedDict()
+_CACHE_SIZE = 256
+
+
+def _cache_key(graph: Graph, schedule: Schedule, strategy: str) -> bytes:
+    """Structure of the graph + the schedule's batches + the strategy (attrs do not matter)."""
+    h = hashlib.blake2b(graph.structure_key(), digest_size=16)
+    h.update(strategy.encode())
+    h.update(np.array([len(b) for b in schedule.batches], dtype=np.int64).tobytes())
+    if schedule.batches:
+        h.update(np.concatenate([b.node_ids for b in schedule.batches]).astype(np.int32)
+                 .tobytes())
+    return h.digest()
+
+
+def plan_memory(graph: Graph, schedule: Schedule, strategy: Strategy = "planned", *,
+                cache: bool = True) -> MemoryPlan:
     """Plan arenas, row orders and operand reads for ``schedule`` on ``graph``.
+
+    A plan depends only on the graph's structure and the schedule, so plans are memoised by
+    a hash of both (an LRU of 256 plans): mini-batches whose structure repeats (the same
+    instances in another epoch, identical sentences) are planned once.
 
     Args:
         graph: the graph.
         schedule: a valid schedule of ``graph``.
         strategy: ``"naive"`` (schedule order, node-id order) or ``"planned"``.
+        cache: look the plan up in, and store it into, the memo.
 
     Returns:
         The frozen :class:`~edbatch.memory.plan.MemoryPlan`.
@@ -108,6 +131,19 @@ def plan_memory(graph: Graph, schedule: Schedule, strategy: Strategy = "planned"
     if strategy not in STRATEGIES:
         raise UnknownNameError(f"unknown memory strategy {strategy!r}; expected one of "
                                f"{list(STRATEGIES)}." + did_you_mean(strategy, STRATEGIES))
+    key = _cache_key(graph, schedule, strategy) if cache else b""
+    if cache and key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    plan = _plan(graph, schedule, strategy)
+    if cache:
+        _CACHE[key] = plan
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return plan
+
+
+def _plan(graph: Graph, schedule: Schedule, strategy: Strategy) -> MemoryPlan:
     start = time.perf_counter()
     orders = [np.asarray(b.node_ids, dtype=np.int32) for b in schedule.batches]
     best = _Layout(graph, schedule, orders, range(len(orders)))

@@ -273,3 +273,19 @@ def test_planning_is_deterministic() -> None:
     a, b = (plan_memory(graph, schedule, "planned") for _ in range(2))
     assert np.array_equal(a.node_row, b.node_row)
     assert all(np.array_equal(x, y) for x, y in zip(a.row_order, b.row_order, strict=True))
+
+
+def test_plans_are_memoised_by_structure_and_schedule() -> None:
+    from edbatch.graph import Graph
+    from edbatch.workloads import make_workload
+
+    wl = make_workload("tree_lstm", embed_dim=8, hidden_dim=8)
+    g = wl.minibatch("dev", range(8))
+    sched = make_scheduler("typewise_greedy")(g)
+    plan = plan_memory(g, sched)
+    copy = Graph.from_arrays(g.vocab, g.op_ids, g.operand_ptr, g.operand_ids,
+                             attrs=np.zeros_like(g.attrs), outputs=g.outputs)
+    assert plan_memory(copy, sched) is plan  # same structure, other attrs: reused
+    other = make_scheduler("depth")(g)
+    assert plan_memory(g, other) is not plan
+    assert plan_memory(g, sched, cache=False) is not plan
