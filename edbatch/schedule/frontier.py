@@ -154,6 +154,10 @@ class FrontierView:
         """Ready node ids of one op type (ascending), read from the live frontier."""
         return self._frontier.ready_nodes(op_id)
 
+    def max_over_ready(self, op_id: int, values: list[int]) -> int:
+        """``max(values[v])`` over the ready nodes of one op type (no array is built)."""
+        return max([values[v] for v in self._frontier._ready[op_id]])
+
 
 class Frontier:
     """Ready-set bookkeeping for one graph (the only mutable object of scheduling).

@@ -191,7 +191,7 @@ class CriticalPathPolicy:
         h = self._height
         best, best_key = -1, (-1, -1.0)
         for a in view.ready_ops:
-            top = max([h[v] for v in view.ready_nodes(a).tolist()])
+            top = view.max_over_ready(a, h)
             key = (top, view.count(a) / max(view.typewise(a), 1))
             if key > best_key:
                 best, best_key = a, key
