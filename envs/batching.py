@@ -154,7 +154,7 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         self.frontier = Frontier(graph, typewise=True)
         self._lb = lower_bound(graph)
         self._run_forced()
-        return self._observe(), self._info()
+        return self._snapshot()
 
     def step(self, action: Any) -> tuple[NDArray[np.float32], SupportsFloat, bool, bool,
                                          dict[str, Any]]:
@@ -168,15 +168,16 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
                 raise InvalidActionError(f._invalid_message(a))
             self._steps += 1
             truncated = self.max_steps is not None and self._steps >= self.max_steps
-            return self._observe(), -1.0, False, truncated, {**self._info(),
-                                                               "invalid_action": True}
+            obs, info = self._snapshot()
+            return obs, -1.0, False, truncated, {**info, "invalid_action": True}
         reward = self._reward(a)
         f.pop(a)
         self._steps += 1
         self._run_forced()
         terminated = f.done
         truncated = not terminated and self.max_steps is not None and self._steps >= self.max_steps
-        return self._observe(), reward, terminated, truncated, self._info()
+        obs, info = self._snapshot()
+        return obs, reward, terminated, truncated, info
 
     def _current_mask(self) -> NDArray[np.int8] | None:
         return None if self.frontier is None else self.frontier.mask()
@@ -208,31 +209,28 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
 
     def _reward(self, a: int) -> float:
         f = self.frontier
-        assert f is not None and f.typewise_count is not None
+        assert f is not None
         if self.reward_kind == "ed_batch":
-            return -1.0 + float(f.ready_count[a]) / float(max(f.typewise_count[a], 1))
+            return -1.0 + f.count(a) / max(f.typewise(a), 1)
         if self.reward_kind == "unit":
             return -1.0
         assert self.cost_model is not None
-        return -float(self.cost_model(self.vocab[a], int(f.ready_count[a])))
+        return -float(self.cost_model(self.vocab[a], f.count(a)))
 
-    def _observe(self) -> NDArray[np.float32]:
-        assert self.frontier is not None
-        return encode_observation(self.frontier.view())
-
-    def _info(self) -> dict[str, Any]:
+    def _snapshot(self) -> tuple[NDArray[np.float32], dict[str, Any]]:
+        """Observation and info of the current state, from one frontier view."""
         f = self.frontier
         assert f is not None
-        mask = f.mask()
+        view = f.view()
         info: dict[str, Any] = {
-            "action_mask": mask,
+            "action_mask": np.array(view.mask),
             "num_batches": f.num_batches,
             "lower_bound": self._lb,
             "ratio": f.num_batches / max(self._lb, 1),
         }
         if not f.done:
-            info["state_key"] = encode_state(f.view(), self.encoding)
-        return info
+            info["state_key"] = encode_state(view, self.encoding)
+        return encode_observation(view), info
 
 
 def _resolve_source(graphs: GraphSource | None, workload: str | None, split: str,

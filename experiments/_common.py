@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -73,10 +72,3 @@ def make_tracker(node: Any, cfg: DictConfig, name: str) -> Tracker:
     # Not recursive: run_config holds the whole config, whose logger node has a _target_.
     return instantiate(node, _recursive_=False, run_config=config,  # type: ignore[no-any-return]
                        name=name)
-
-
-def mean_ratio(graphs: Sequence[Graph], batches: Sequence[int]) -> float:
-    """Sum of batches over sum of lower bounds."""
-    from edbatch.schedule import lower_bound
-
-    return sum(batches) / max(sum(lower_bound(g) for g in graphs), 1)

@@ -54,8 +54,9 @@ def compare(cfg: DictConfig) -> tuple[list[Record], list[dict[str, Any]]]:
                               shuffle_seed=seed)
             for tname, tnode in cfg.trainers.items():
                 trainer = instantiate(tnode, seed=seed)
-                graphs = train[:1] if tname == "ed_batch" else train
-                result = trainer.fit(graphs, graphs if tname == "ed_batch" else val,
+                one = tname in cfg.one_graph_trainers  # ED-Batch's protocol: G0 only
+                graphs = train[:1] if one else train
+                result = trainer.fit(graphs, graphs if one else val,
                                      metadata={"workload": label, "seed": seed})
                 policy = result.policy
                 policy.reset_stats()
