@@ -30,8 +30,9 @@ def split_state(state: Tensor) -> tuple[Tensor, Tensor]:
     return state[:, :hidden], state[:, hidden:]
 
 
-def lstm_step(x: Tensor, h: Tensor, c: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """One fused LSTM step; return the new states ``[h'; c']`` as ``[B, 2H]``.
+def lstm_step(x: Tensor, h: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
+              out: Tensor | None = None) -> Tensor:
+    """One fused LSTM step; return the new states ``[h'; c']`` as ``[B, 2H]`` (into ``out``).
 
     ``[i f o u] = W [x; h] + b``; ``i, f, o = sigmoid(.)``, ``u = tanh(.)``;
     ``c' = f*c + i*u``; ``h' = o*tanh(c')`` (the order of
@@ -43,7 +44,7 @@ def lstm_step(x: Tensor, h: Tensor, c: Tensor, weight: Tensor, bias: Tensor) -> 
     i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:]
     u = torch.tanh(g[:, 3 * hidden:])
     c2 = f * c + i * u
-    return torch.cat([o * torch.tanh(c2), c2], dim=1)
+    return torch.cat([o * torch.tanh(c2), c2], dim=1, out=out)
 
 
 def gru_step(x: Tensor, h: Tensor, w_rz: Tensor, b_rz: Tensor, w_c: Tensor,

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor.cells import gru_step, lstm_step, split_state, state_loss, zero_state
-from edbatch.executor.kernels import KERNELS, lookup, op_params, pick_nll
+from edbatch.executor.kernels import KERNELS, lookup, op_params, pick_nll, writes_out
 from edbatch.graph import OpType
 
 __all__ = ["bilstm_l1", "bilstm_l2", "bilstm_loss", "lattice_gru_arc", "lattice_lstm_arc",
@@ -32,12 +32,13 @@ KERNELS.register("bilstm.lookup")(lookup)
 
 
 # ---------------------------------------------------------------------- lattices
+@writes_out
 def lattice_lstm_arc(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                     attrs: Tensor) -> Tensor:
+                     attrs: Tensor, out: Tensor | None = None) -> Tensor:
     """LSTM arc: ``x = emb[token]``, one LSTM step from the source state ``[h; c]``."""
     emb, weight, bias = op_params(op, params, 3)
     h, c = split_state(inputs[0])
-    return lstm_step(F.embedding(attrs, emb), h, c, weight, bias)
+    return lstm_step(F.embedding(attrs, emb), h, c, weight, bias, out)
 
 
 def lattice_gru_arc(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
@@ -53,21 +54,23 @@ for _arc in ("char_arc", "word_arc"):
 
 
 # ---------------------------------------------------------------------- BiLSTM tagger
+@writes_out
 def bilstm_l1(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-              attrs: Tensor) -> Tensor:
+              attrs: Tensor, out: Tensor | None = None) -> Tensor:
     """Layer-1 LSTM step: operands ``(x_t, previous state [h; c])``."""
     weight, bias = op_params(op, params, 2)
     h, c = split_state(inputs[1])
-    return lstm_step(inputs[0], h, c, weight, bias)
+    return lstm_step(inputs[0], h, c, weight, bias, out)
 
 
+@writes_out
 def bilstm_l2(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-              attrs: Tensor) -> Tensor:
+              attrs: Tensor, out: Tensor | None = None) -> Tensor:
     """Layer-2 LSTM step: operands ``(f1_t, b1_t, previous state)``; input ``[h(f1); h(b1)]``."""
     weight, bias = op_params(op, params, 2)
     h, c = split_state(inputs[2])
     x = torch.cat([split_state(inputs[0])[0], split_state(inputs[1])[0]], dim=1)
-    return lstm_step(x, h, c, weight, bias)
+    return lstm_step(x, h, c, weight, bias, out)
 
 
 for _dir in ("fwd", "bwd"):
@@ -87,10 +90,11 @@ def bilstm_loss(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tenso
 # ---------------------------------------------------------------------- seq2seq
 @KERNELS.register("seq2seq.enc")
 @KERNELS.register("seq2seq.dec")
+@writes_out
 def seq2seq_step(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                 attrs: Tensor) -> Tensor:
+                 attrs: Tensor, out: Tensor | None = None) -> Tensor:
     """Encoder / decoder step: ``x = tanh(E2H emb[token] + b)``, then one LSTM step."""
     emb, w_e2h, b_e2h, weight, bias = op_params(op, params, 5)
     h, c = split_state(inputs[0])
     x = torch.tanh(F.linear(F.embedding(attrs, emb), w_e2h, b_e2h))
-    return lstm_step(x, h, c, weight, bias)
+    return lstm_step(x, h, c, weight, bias, out)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor.cells import split_state, state_loss
-from edbatch.executor.kernels import KERNELS, affine_rows_of, op_params
+from edbatch.executor.kernels import KERNELS, affine_rows_of, derived, op_params, writes_out
 from edbatch.graph import OpType
 
 __all__ = ["mvrnn_internal", "mvrnn_leaf", "tree_gru_internal", "tree_gru_leaf",
@@ -27,20 +27,22 @@ for _kind in ("tree_lstm.loss", "tree_gru.loss", "mvrnn.loss"):
 
 # ---------------------------------------------------------------------- Tree-LSTM
 @KERNELS.register("tree_lstm.leaf")
+@writes_out
 def tree_lstm_leaf(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                   attrs: Tensor) -> Tensor:
+                   attrs: Tensor, out: Tensor | None = None) -> Tensor:
     """``x = E[w]``; ``[i; o; u] = W_iou x + b``; ``c = i*u``; ``h = o*tanh(c)``; ``[h; c]``."""
     emb, weight, bias = op_params(op, params, 3)
     g = F.linear(F.embedding(attrs, emb), weight, bias)
     hidden = g.shape[1] // 3
     io = torch.sigmoid(g[:, :2 * hidden])
     c = io[:, :hidden] * torch.tanh(g[:, 2 * hidden:])
-    return torch.cat([io[:, hidden:] * torch.tanh(c), c], dim=1)
+    return torch.cat([io[:, hidden:] * torch.tanh(c), c], dim=1, out=out)
 
 
 @KERNELS.register("tree_lstm.internal")
+@writes_out
 def tree_lstm_internal(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                       attrs: Tensor) -> Tensor:
+                       attrs: Tensor, out: Tensor | None = None) -> Tensor:
     """Binary Tree-LSTM node with one fused matmul for ``i, o, u, f1, f2``.
 
     ``[i; o; u] = U_iou [h1; h2] + b``, ``f_k = sigmoid(U_fk h_k + b_f)``;
@@ -50,15 +52,15 @@ def tree_lstm_internal(op: OpType, inputs: Sequence[Tensor], params: Mapping[str
     u_iou, b_iou, u_f1, u_f2, b_f = op_params(op, params, 5)
     (h1, c1), (h2, c2) = split_state(inputs[0]), split_state(inputs[1])
     hidden = h1.shape[1]
-    forget = torch.cat([F.pad(u_f1, (0, u_f2.shape[1])), F.pad(u_f2, (u_f1.shape[1], 0))])
-    weight = torch.cat([u_iou, forget], dim=0)  # rows: i, o, u, f1, f2
-    bias = torch.cat([b_iou, b_f, b_f])
+    weight = derived(params, f"{op.name}.fused_weight", lambda: torch.cat([
+        u_iou, F.pad(u_f1, (0, u_f2.shape[1])), F.pad(u_f2, (u_f1.shape[1], 0))]))
+    bias = derived(params, f"{op.name}.fused_bias", lambda: torch.cat([b_iou, b_f, b_f]))
     g = F.linear(torch.cat([h1, h2], dim=1), weight, bias)
     io = torch.sigmoid(g[:, :2 * hidden])
     u = torch.tanh(g[:, 2 * hidden:3 * hidden])
     f = torch.sigmoid(g[:, 3 * hidden:])
     c = io[:, :hidden] * u + f[:, :hidden] * c1 + f[:, hidden:] * c2
-    return torch.cat([io[:, hidden:] * torch.tanh(c), c], dim=1)
+    return torch.cat([io[:, hidden:] * torch.tanh(c), c], dim=1, out=out)
 
 
 # ---------------------------------------------------------------------- Tree-GRU

@@ -43,8 +43,8 @@ from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.graph import OpType
 from edbatch.registry import Registry
 
-__all__ = ["KERNELS", "Kernel", "kernel_for", "new_zeros", "op_params", "parse_slice",
-           "pick_nll"]
+__all__ = ["KERNELS", "Kernel", "RunParams", "derived", "kernel_for", "new_zeros", "op_params",
+           "parse_slice", "pick_nll", "stacked_sum", "writes_out"]
 
 #: ``kernel(op, inputs, params, attrs) -> [B, prod(op.out_shape)]``.
 Kernel = Callable[[OpType, Sequence[Tensor], Mapping[str, Tensor], Tensor], Tensor]
@@ -55,6 +55,41 @@ KERNELS: Registry[Kernel] = Registry(
     hint="Op kind 'abstract' (ED-Batch graph dumps, synthetic workloads) has no semantics: "
          "such graphs can only be scheduled, not executed. A new op kind needs a kernel "
          "registered with @KERNELS.register(kind) in an imported module.")
+
+class RunParams(dict[str, Tensor]):
+    """The parameters of one batched run, plus a memo of tensors derived from them.
+
+    The executor wraps its ``params`` in one per run, so a kernel called for many batches
+    (e.g. one per tree level) builds a fused weight once per run (see :func:`derived`);
+    under autograd the derived tensor is part of the graph, so gradients reach the
+    parameters it was made from.
+    """
+
+    def __init__(self, params: Mapping[str, Tensor]) -> None:
+        super().__init__(params)
+        self.memo: dict[str, Tensor] = {}
+
+
+def writes_out(kernel: Kernel) -> Kernel:
+    """Mark a kernel that accepts ``out=`` (a ``[B, width]`` tensor it fills and returns).
+
+    The in-place executor then hands it the batch's arena region, saving a copy; called
+    without ``out`` the kernel computes exactly the same values into a new tensor.
+    """
+    kernel.writes_out = True  # type: ignore[attr-defined]
+    return kernel
+
+
+def derived(params: Mapping[str, Tensor], key: str, make: Callable[[], Tensor]) -> Tensor:
+    """``make()``, computed once per run when ``params`` is a :class:`RunParams`."""
+    memo = getattr(params, "memo", None)
+    if memo is None:
+        return make()
+    value = memo.get(key)
+    if value is None:
+        value = memo[key] = make()
+    return value
+
 
 _SLICE_NAME = re.compile(r"slice/(\d+):(\d+)/(\d+)")
 
@@ -243,14 +278,23 @@ def affine_rows(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tenso
 @KERNELS.register("sum")
 def sum_(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
          attrs: Tensor) -> Tensor:
-    """Element-wise sum of all operands, left to right (``[1, d]`` operands broadcast).
+    """Element-wise sum of all operands.
 
-    Serves the variadic ``loss_sum`` (every operand ``[1, d]``, output ``[1, d]``) and the
-    batchable ``k``-ary state sums of the lattices. No operands give a zero row.
+    Serves the variadic ``loss_sum`` (every operand ``[1, d]``, output ``[1, d]``: the rows
+    are stacked and reduced with :func:`stacked_sum`, which the batched executor calls on the
+    stacked read directly) and the batchable ``k``-ary state sums of the lattices (left to
+    right). No operands give a zero row.
     """
     if not inputs:
         return new_zeros(1, math.prod(op.out_shape), params, attrs)
+    if op.arity is None:
+        return stacked_sum(torch.cat(list(inputs)))
     out = inputs[0]
     for x in inputs[1:]:
         out = out + x
     return out
+
+
+def stacked_sum(rows: Tensor) -> Tensor:
+    """``[k, d] -> [1, d]``: the variadic sum of ``k`` stacked operand rows."""
+    return rows.sum(0, keepdim=True)

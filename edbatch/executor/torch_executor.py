@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import OrderedDict
@@ -47,20 +48,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor.kernels import Kernel, kernel_for
+from edbatch.executor._reads import Read, RowLocator, inplace_read, merged, to_device
+from edbatch.executor.kernels import KERNELS, Kernel, RunParams, kernel_for, stacked_sum
 from edbatch.graph import Graph, OpType
-from edbatch.memory.plan import MemoryPlan, Operand, Region
+from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.memory.planner import Strategy, plan_memory
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["RunResult", "TorchExecutor", "execute"]
 
-#: A compiled operand read: called with the arenas (inference) or batch outputs (training).
-_Read = Callable[[Sequence[Tensor]], Tensor]
 
 
 @dataclass(frozen=True)
@@ -94,20 +93,22 @@ class _Step:
     width: int
     out_arena: int
     out_start: int
-    reads: tuple[_Read, ...]
+    reads: tuple[Read, ...]
     split: bool  # a variadic op: one merged read, split into [1, d] rows
+    stacked: bool  # a variadic sum: the merged read is reduced directly (no split)
+    writes_out: bool  # the kernel fills the arena region itself (inference)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Program:
     """Compiled steps for both modes, plus the read counts of each mode."""
 
     steps: tuple[_Step, ...]
-    grad_steps: tuple[_Step, ...]
+    grad_steps: Callable[[], tuple[_Step, ...]]  # compiled on first use (training only)
     arenas: tuple[tuple[int, int], ...]
     outputs: tuple[tuple[int, int, int, int], ...]  # node, arena, row, batch-local row
-    output_batch: tuple[int, ...]
-    counts: dict[bool, tuple[int, int, int]]  # grad -> (views, gathers, gathered rows)
+    output_batch: list[int]  # filled with the training reads
+    counts: dict[bool, list[int]]  # grad -> [views, gathers, gathered rows]
 
 
 class TorchExecutor:
@@ -120,11 +121,18 @@ class TorchExecutor:
         kernels: op kind -> kernel; defaults to the registered kernels
             (:func:`~edbatch.executor.kernels.kernel_for`).
         cache_size: compiled programs kept (keyed by the graph and plan objects).
+        profile: also time every operand read (gathers, concatenations and views) and
+            kernel call separately, into ``exec/read_seconds``, ``exec/gather_seconds``
+            and ``exec/kernel_seconds`` (synchronising CUDA around each); slower, for
+            breakdowns only.
     """
 
     def __init__(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                 *, kernels: Mapping[str, Kernel] | None = None, cache_size: int = 8) -> None:
+                 *, kernels: Mapping[str, Kernel] | None = None, cache_size: int = 8,
+                 profile: bool = False) -> None:
         self.device = torch.device(device)
+        self.profile = profile
+        self._timer = _Timer(self.device) if profile else None
         self.dtype = dtype
         self.kernels = kernels
         self.cache_size = cache_size
@@ -160,7 +168,11 @@ class TorchExecutor:
         start = time.perf_counter()
         program, compiled = self._program(graph, schedule, plan)
         compile_s = time.perf_counter() - start
-        params = self._on_device(params)
+        params = RunParams(self._on_device(params))
+        if grad:
+            program.grad_steps()  # compile the training reads outside the timed part
+        if self._timer is not None:
+            self._timer.reset()
         cuda = self.device.type == "cuda"
         if cuda:  # time on the device's stream with CUDA events
             begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
@@ -186,6 +198,8 @@ class TorchExecutor:
                  "exec/gathered_rows": float(rows), "exec/num_kernel_calls":
                  float(len(program.steps)), "exec/seconds": seconds,
                  "exec/compile_seconds": compile_s if compiled else 0.0}
+        if self._timer is not None:
+            stats.update(self._timer.stats())
         return RunResult(outputs, loss, len(program.steps), stats, seconds)
 
     # ---------------------------------------------------------------- running
@@ -195,14 +209,28 @@ class TorchExecutor:
         return {name: p.to(self.device, non_blocking=True) for name, p in params.items()}
 
     def _call(self, i: int, step: _Step, sources: Sequence[Tensor],
-              params: Mapping[str, Tensor]) -> Tensor:
+              params: Mapping[str, Tensor], out: Tensor | None = None) -> Tensor:
+        timer = self._timer
+        if timer is not None:
+            return timer.call(self, i, step, sources, params, out)
         inputs: list[Tensor]
         if step.split:
-            inputs = list(step.reads[0](sources).split(1))
+            merged = step.reads[0](sources)
+            if step.stacked:
+                return stacked_sum(merged)
+            inputs = list(merged.split(1))
         else:
             inputs = [read(sources) for read in step.reads]
+        return self._kernel(i, step, inputs, params, out)
+
+    def _kernel(self, i: int, step: _Step, inputs: list[Tensor],
+                params: Mapping[str, Tensor], out: Tensor | None) -> Tensor:
         try:
-            out = step.kernel(step.op, inputs, params, step.attrs)
+            if out is not None:
+                out = step.kernel(step.op, inputs, params, step.attrs,  # type: ignore[call-arg]
+                                  out=out)
+            else:
+                out = step.kernel(step.op, inputs, params, step.attrs)
         except Exception as e:
             raise ExecutionError(
                 f"batch {i} (op type {step.op.name!r}, kind {step.op.kind!r}, {step.size} "
@@ -219,14 +247,17 @@ class TorchExecutor:
         arenas = [torch.empty((rows, width), device=self.device, dtype=self.dtype)
                   for rows, width in program.arenas]
         for i, step in enumerate(program.steps):
-            out = self._call(i, step, arenas, params)
-            arenas[step.out_arena][step.out_start:step.out_start + step.size].copy_(out)
+            region = arenas[step.out_arena][step.out_start:step.out_start + step.size]
+            if step.writes_out:
+                self._call(i, step, arenas, params, region)
+            else:
+                region.copy_(self._call(i, step, arenas, params))
         return {v: arenas[a][r:r + 1].clone() for v, a, r, _ in program.outputs}
 
     def _run_grad(self, program: _Program, params: Mapping[str, Tensor]
                   ) -> dict[int, Tensor]:
         outs: list[Tensor] = []
-        for i, step in enumerate(program.grad_steps):
+        for i, step in enumerate(program.grad_steps()):
             outs.append(self._call(i, step, outs, params))
         return {v: outs[b][r:r + 1]
                 for (v, _, _, r), b in zip(program.outputs, program.output_batch, strict=True)}
@@ -246,119 +277,96 @@ class TorchExecutor:
         return program, True
 
 
-def _to_device(array: NDArray, device: torch.device) -> Tensor:  # type: ignore[type-arg]
-    """Host index array -> device tensor; on CUDA through pinned memory, non-blocking."""
-    host = torch.from_numpy(np.ascontiguousarray(array))
-    if device.type != "cuda":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
-
-
 def _compile(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
              kernels: Mapping[str, Kernel] | None) -> _Program:
-    """Precompute kernels, attrs and both modes' operand reads for every batch."""
-    locate = _RowLocator(plan)
-    steps, grad_steps = [], []
+    """Precompute kernels, attrs and the inference reads of every batch.
+
+    The training reads (which depend on which batch produced each row) are compiled on the
+    first training run of the program.
+    """
+    steps: list[_Step] = []
+    operand_lists: list[tuple[Operand, ...]] = []
     counts = {False: [0, 0, 0], True: [0, 0, 0]}
+    all_attrs = to_device(graph.attrs, device)
+    sum_kernel = KERNELS.get("sum")
     for b, batch in enumerate(schedule.batches):
         op: OpType = graph.vocab[batch.op_id]
         kernel = kernels[op.kind] if kernels is not None else kernel_for(op)
         order = plan.row_order[b]
-        attrs = _to_device(graph.attrs[order].astype(np.int64), device)
+        attrs = all_attrs[torch.from_numpy(order.astype(np.int64)).to(device)] \
+            if len(order) > 1 else all_attrs[int(order[0]):int(order[0]) + 1]
         region = plan.outputs[b]
         operands = plan.operands[b]
         split = op.arity is None and len(operands) > 1 and \
             len({o.arena for o in operands}) == 1
         if split:
             rows = np.concatenate([o.rows() for o in operands])
-            operands = (_merged(operands[0].arena, rows),)
-        reads, grad_reads = [], []
-        for operand in operands:
-            reads.append(_inplace_read(operand, device, counts[False]))
-            grad_reads.append(locate.read(operand, device, counts[True]))
-        common = (op, kernel, attrs, len(order), math.prod(op.out_shape), region.arena,
-                  region.start)
-        steps.append(_Step(*common, tuple(reads), split))
-        grad_steps.append(_Step(*common, tuple(grad_reads), split))
-    outputs = tuple((int(v), int(plan.node_arena[v]), int(plan.node_row[v]),
-                     locate.local(int(plan.node_arena[v]), int(plan.node_row[v]))[1])
+            operands = (merged(operands[0].arena, rows),)
+        operand_lists.append(operands)
+        steps.append(_Step(
+            op, kernel, attrs, len(order), math.prod(op.out_shape), region.arena,
+            region.start, tuple(inplace_read(o, device, counts[False]) for o in operands),
+            split, split and kernel is sum_kernel, bool(getattr(kernel, "writes_out", False))))
+    outputs = tuple((int(v), int(plan.node_arena[v]), int(plan.node_row[v]), -1)
                     for v in graph.outputs)
-    output_batch = tuple(locate.local(a, r)[0] for _, a, r, _ in outputs)
-    return _Program(tuple(steps), tuple(grad_steps), plan.arenas, outputs, output_batch,
-                    {g: (c[0], c[1], c[2]) for g, c in counts.items()})
+    grad: list[tuple[_Step, ...]] = []
+    output_batch: list[int] = []
+
+    def grad_steps() -> tuple[_Step, ...]:
+        if not grad:
+            locate = RowLocator(plan)
+            grad.append(tuple(
+                dataclasses.replace(step, reads=tuple(locate.read(o, device, counts[True])
+                                                      for o in ops))
+                for step, ops in zip(steps, operand_lists, strict=True)))
+            output_batch.extend(locate.local(a, r)[0] for _, a, r, _ in outputs)
+            program.outputs = tuple((v, a, r, locate.local(a, r)[1])
+                                    for v, a, r, _ in outputs)
+        return grad[0]
+
+    program = _Program(tuple(steps), grad_steps, plan.arenas, outputs, output_batch, counts)
+    return program
 
 
-def _merged(arena: int, rows: NDArray[np.int64]) -> Operand:
-    """All operands of a variadic node as one read (a view when consecutive)."""
-    if len(rows) == 1 or bool(np.all(np.diff(rows) == 1)):
-        return Operand.of_view(Region(arena, int(rows[0]), int(rows[-1]) + 1))
-    return Operand.of_gather(arena, rows)
+class _Timer:
+    """Per-run split of execution time into operand reads and kernel calls (profiling)."""
 
+    def __init__(self, device: torch.device) -> None:
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.reset()
 
-def _inplace_read(operand: Operand, device: torch.device, counts: list[int]) -> _Read:
-    """Inference read: an arena slice or an ``index_select`` of arena rows."""
-    a = operand.arena
-    if operand.view is not None:
-        lo, hi = operand.view.start, operand.view.stop
-        counts[0] += 1
-        return lambda arenas: arenas[a][lo:hi]
-    idx = _to_device(operand.rows().copy(), device)
-    counts[1] += 1
-    counts[2] += len(idx)
-    return lambda arenas: arenas[a].index_select(0, idx)
+    def reset(self) -> None:
+        self.read_s = self.gather_s = self.kernel_s = 0.0  # gathers are part of reads
 
+    def stats(self) -> dict[str, float]:
+        return {"exec/read_seconds": self.read_s, "exec/gather_seconds": self.gather_s,
+                "exec/kernel_seconds": self.kernel_s}
 
-class _RowLocator:
-    """Maps arena rows to (batch, batch-local row) and builds training-mode reads."""
-
-    def __init__(self, plan: MemoryPlan) -> None:
-        self.batch_of = [np.full(rows, -1, dtype=np.int64) for rows, _ in plan.arenas]
-        self.start = np.array([r.start for r in plan.outputs], dtype=np.int64)
-        for b, r in enumerate(plan.outputs):
-            self.batch_of[r.arena][r.start:r.stop] = b
-
-    @staticmethod
-    def _slice(b: int, lo: int, hi: int, counts: list[int]) -> _Read:
-        counts[0] += 1
-        return lambda outs: outs[b][lo:hi]
-
-    def local(self, arena: int, row: int) -> tuple[int, int]:
-        """(batch, row within the batch's output) of one arena row."""
-        b = int(self.batch_of[arena][row])
-        return b, row - int(self.start[b])
-
-    def read(self, operand: Operand, device: torch.device, counts: list[int]) -> _Read:
-        """Training read over per-batch outputs (see the module docstring)."""
-        if operand.view is not None:
-            first = self.batch_of[operand.arena]
-            b = int(first[operand.view.start])
-            if b == int(first[operand.view.stop - 1]):  # inside one batch's region
-                lo = operand.view.start - int(self.start[b])
-                return self._slice(b, lo, lo + len(operand.view), counts)
-        rows = operand.rows()
-        batches = self.batch_of[operand.arena][rows]
-        local = rows - self.start[batches]
-        cut = np.flatnonzero((np.diff(batches) != 0) | (np.diff(local) != 1)) + 1
-        seg_lo = np.concatenate([[0], cut]).tolist()
-        seg_hi = np.concatenate([cut, [len(rows)]]).tolist()
-        pieces = [(int(batches[i]), int(local[i]), int(local[i]) + j - i)
-                  for i, j in zip(seg_lo, seg_hi, strict=True)]
-        if len(pieces) == 1:
-            return self._slice(*pieces[0], counts)
-        counts[1] += 1
-        counts[2] += len(rows)
-        distinct = list(dict.fromkeys(batches.tolist()))
-        if len(pieces) <= 2 * len(distinct) + 2:
-            return lambda outs: torch.cat([outs[b][lo:hi] for b, lo, hi in pieces])
-        groups = [(b, _to_device(local[batches == b].copy(), device))
-                  for b in distinct]
-        if len(groups) == 1:
-            (b, idx), = groups
-            return lambda outs: outs[b].index_select(0, idx)
-        grouped = np.concatenate([np.flatnonzero(batches == b) for b in distinct])
-        perm = _to_device(np.argsort(grouped, kind="stable"), device)
-        return lambda outs: torch.cat(
-            [outs[b].index_select(0, idx) for b, idx in groups]).index_select(0, perm)
+    def call(self, ex: TorchExecutor, i: int, step: _Step, sources: Sequence[Tensor],
+             params: Mapping[str, Tensor], out: Tensor | None) -> Tensor:
+        clock = time.perf_counter
+        self.sync()
+        t0 = t_read = clock()
+        inputs = []
+        for read in step.reads:
+            inputs.append(read(sources))
+            if getattr(read, "gather", False):
+                self.sync()
+                t1 = clock()
+                self.gather_s += t1 - t0
+                t0 = t1
+        self.sync()
+        t1 = clock()
+        self.read_s += t1 - t_read
+        if step.stacked:
+            result = stacked_sum(inputs[0])
+        else:
+            if step.split:
+                inputs = list(inputs[0].split(1))
+            result = ex._kernel(i, step, inputs, params, out)
+        self.sync()
+        self.kernel_s += clock() - t1
+        return result
 
 
 def execute(graph: Graph, schedule: Schedule | None = None, *, params: Mapping[str, Tensor],

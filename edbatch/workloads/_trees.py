@@ -24,11 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+from numpy.typing import NDArray
+
 from edbatch.data._text import gc_paused, read_lines
 from edbatch.data.trees import Tree, load_trees
 from edbatch.errors import DataFormatError, GraphError
-from edbatch.graph import GraphBuilder, OpType
-from edbatch.workloads.base import Workload
+from edbatch.graph import Graph, GraphBuilder, OpType
+from edbatch.workloads.base import LOSS_SUM, Workload
 from edbatch.workloads.primitives import OpSet
 
 __all__ = [
@@ -131,7 +134,7 @@ class WordVocab:
         return f"WordVocab({len(self)} ids)"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TreeInstance:
     """One sentence tree, flattened in post-order with word ids resolved.
 
@@ -143,6 +146,22 @@ class TreeInstance:
 
     tree: Tree
     nodes: tuple[NodeRow, ...]
+
+    @functools.cached_property
+    def _columns(self) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+        """``int64[n, 4]`` rows and ``int32[n]`` heights (0 for a leaf), computed once."""
+        rows = np.array(self.nodes, dtype=np.int64).reshape(-1, 4)
+        height = [0] * len(self.nodes)
+        for k, (_, left, right, _) in enumerate(self.nodes):
+            if left >= 0:
+                height[k] = max(height[left], height[right] if right >= 0 else 0) + 1
+        return rows, np.asarray(height, dtype=np.int32)
+
+    @property
+    def is_binary(self) -> bool:
+        """No unary node (SST's binarised trees have none)."""
+        rows = self._columns[0]
+        return not bool(np.any((rows[:, 1] >= 0) & (rows[:, 2] < 0)))
 
     @property
     def num_nodes(self) -> int:
@@ -365,6 +384,20 @@ class TreeWorkload(Workload):
         return fold_tree(instance.nodes, functools.partial(self._leaf, builder),
                          functools.partial(self._internal, builder),
                          functools.partial(self._loss, builder))
+
+    def build_graph(self, instances: Sequence[Any], *, loss_sum: bool = True) -> Graph:
+        """Build the mini-batch graph; at cell granularity with numpy, without a builder.
+
+        The result is node for node the graph :meth:`emit` would build (state then loss per
+        tree node, post-order); trees with a unary node take the builder path.
+        """
+        if self._cell_ops is None or not all(
+                isinstance(t, TreeInstance) and t.is_binary for t in instances):
+            return super().build_graph(instances, loss_sum=loss_sum)
+        from edbatch.workloads._tree_arrays import build_binary_cells
+
+        return build_binary_cells(instances, self.vocab, self._cell_ops,
+                                  self.vocab.id(LOSS_SUM) if loss_sum else None)
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shape of every parameter the vocabulary names (identical at both granularities)."""

@@ -1,0 +1,386 @@
+"""DyNet peers of three edbatch workloads, and the worker CLI that times them.
+
+The Tree-LSTM, Lattice-LSTM and BiLSTM tagger are written here the way a DyNet user writes
+them (as in the dynet-benchmark repository): ``dy.lookup``, one fused ``dy.affine_transform``
+per cell (``[i; o; u]`` for the Tree-LSTM, ``[i f o u]`` for the LSTM cells), ``dy.pick_range``
+gate slices, ``dy.logistic`` / ``dy.tanh`` / ``dy.cmult``, ``dy.pickneglogsoftmax`` per loss
+and one ``dy.esum`` per mini-batch after one ``dy.renew_cg()``. The equations and parameter
+values are exactly edbatch's (see :mod:`edbatch.workloads.tree_lstm`,
+:mod:`edbatch.workloads.lattice`, :mod:`edbatch.workloads.bilstm_tagger`), so a mini-batch's
+DyNet loss equals edbatch's reference loss up to float rounding.
+
+DyNet fixes its autobatch mode when it is imported, so the throughput harness runs this file
+once per mode as a subprocess::
+
+    PYTHONPATH=. python benchmarks/dynet_peer.py --workload tree_lstm --embed 300 \\
+        --hidden 150 --autobatch 1 --batch-size 64 --minibatches 4 --repeats 3 --warmup 1 \\
+        --params /tmp/tree_lstm_300x150.npz --modes infer train
+
+The parameters come from an ``.npz`` written by :func:`save_params` (importable without
+DyNet: ``dynet`` is imported only by :func:`init_dynet`). Per mini-batch the worker times
+graph construction (``renew_cg`` + every expression + ``esum``), ``forward``
+(``loss.value()``: DyNet's autobatch scheduling, execution and gathers), and in ``train``
+mode ``backward`` and ``update`` (``SimpleSGDTrainer``, learning rate 0 by default so every
+pass sees the same parameters). After ``--warmup`` untimed passes it takes the median over
+``--repeats`` passes of each phase per mini-batch and reports the sums over mini-batches.
+The last stdout line is one JSON object; bad input exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["PEERS", "PeerError", "bilstm_tagger_loss", "build_peer", "init_dynet",
+           "lattice_lstm_loss", "load_params", "main", "run_benchmark", "save_params",
+           "tree_lstm_loss"]
+
+#: Lookup tables (``add_lookup_parameters``) of each workload; every other array is a
+#: ``Parameters``.
+_LOOKUPS = {"tree_lstm": ("tree_lstm.E",),
+            "lattice_lstm": ("lattice_lstm.char_emb", "lattice_lstm.word_emb"),
+            "bilstm_tagger": ("bilstm.emb",)}
+MODES = ("infer", "train")
+Peer = Callable[[Any, dict[str, Any], int, Sequence[Any]], Any]
+
+
+class PeerError(Exception):
+    """Bad worker input (unknown workload, missing or mismatched parameter file)."""
+
+
+# ---------------------------------------------------------------------- parameters
+def save_params(path: str | Path, params: Mapping[str, Any]) -> Path:
+    """Write ``{name: tensor}`` (e.g. edbatch's ``init_params``) to an ``.npz`` for the worker.
+
+    Args:
+        path: the file to write (``numpy.savez`` appends ``.npz`` when it is missing).
+        params: parameter name -> torch tensor or numpy array.
+
+    Returns:
+        The path written.
+    """
+    arrays = {name: np.asarray(t.detach().cpu().numpy() if hasattr(t, "detach") else t,
+                               dtype=np.float32) for name, t in params.items()}
+    path = Path(path)
+    if path.suffix != ".npz":
+        path = path.with_name(path.name + ".npz")
+    np.savez(path, **arrays)
+    return path
+
+
+def load_params(path: str | Path, shapes: Mapping[str, tuple[int, ...]], workload: str = ""
+                ) -> dict[str, np.ndarray]:
+    """Read an ``.npz`` of parameters and check it against ``shapes`` (``param_shapes()``).
+
+    Raises:
+        PeerError: the file is missing or unreadable, a name is missing or unexpected, or a
+            shape differs; the message names the offending value and how to fix it.
+    """
+    fix = (f"write it with benchmarks.dynet_peer.save_params(path, edbatch.executor."
+           f"init_params(make_workload({workload!r}, granularity='cell', embed_dim=E, "
+           f"hidden_dim=H))) using the same --embed and --hidden")
+    path = Path(path)
+    if not path.is_file():
+        raise PeerError(f"params file {str(path)!r} does not exist; {fix}")
+    try:
+        with np.load(path) as npz:
+            arrays = {name: np.ascontiguousarray(npz[name], dtype=np.float32)
+                      for name in npz.files}
+    except (OSError, ValueError) as e:
+        raise PeerError(f"cannot read params file {str(path)!r} ({e}); {fix}") from e
+    missing = [n for n in shapes if n not in arrays]
+    extra = [n for n in arrays if n not in shapes]
+    if missing or extra:
+        raise PeerError(f"params file {str(path)!r} does not match workload {workload!r}: "
+                        f"missing parameters {missing}, unexpected parameters {extra}; {fix}")
+    for name, shape in shapes.items():
+        if arrays[name].shape != tuple(shape):
+            raise PeerError(f"parameter {name!r} in {str(path)!r} has shape "
+                            f"{arrays[name].shape}, but workload {workload!r} expects "
+                            f"{tuple(shape)}; {fix}")
+    return arrays
+
+
+def init_dynet(autobatch: int, *, mem: str = "2048", seed: int = 1) -> Any:
+    """Import DyNet with ``autobatch`` (the mode is fixed for the process at first import).
+
+    Raises:
+        RuntimeError: DyNet was already imported with another autobatch mode.
+    """
+    if "dynet" not in sys.modules:
+        import dynet_config
+        dynet_config.set(autobatch=autobatch, mem=mem, random_seed=seed)
+    import dynet
+    import dynet_config
+    conf = dynet_config.get()
+    actual = int(conf["autobatch"]) if conf else 0
+    if actual != autobatch:
+        raise RuntimeError(f"DyNet is already initialised with autobatch={actual} in this "
+                           f"process, not {autobatch}; run one process per autobatch mode")
+    return dynet
+
+
+def build_peer(dy: Any, workload: str, arrays: Mapping[str, np.ndarray]
+               ) -> tuple[Any, dict[str, Any]]:
+    """A DyNet ``ParameterCollection`` holding ``arrays`` and the name -> parameter map."""
+    model = dy.ParameterCollection()
+    lookups = _LOOKUPS[workload]
+    params: dict[str, Any] = {}
+    for name, value in arrays.items():
+        add = model.add_lookup_parameters if name in lookups else model.add_parameters
+        params[name] = add(value.shape, init=value)
+    return model, params
+
+
+# ---------------------------------------------------------------------- models
+def _lstm(dy: Any, weight: Any, bias: Any, x: Any, h: Any, c: Any, hid: int
+          ) -> tuple[Any, Any]:
+    """``[i f o u] = W [x; h] + b``; ``c' = f*c + i*u``; ``h' = o*tanh(c')``."""
+    g = dy.affine_transform([bias, weight, dy.concatenate([x, h])])
+    i = dy.logistic(dy.pick_range(g, 0, hid))
+    f = dy.logistic(dy.pick_range(g, hid, 2 * hid))
+    o = dy.logistic(dy.pick_range(g, 2 * hid, 3 * hid))
+    u = dy.tanh(dy.pick_range(g, 3 * hid, 4 * hid))
+    c2 = dy.cmult(f, c) + dy.cmult(i, u)
+    return dy.cmult(o, dy.tanh(c2)), c2
+
+
+def tree_lstm_loss(dy: Any, p: dict[str, Any], hid: int, batch: Sequence[Any]) -> Any:
+    """Build the Tree-LSTM graph of ``batch`` (``TreeInstance``\\ s); return the summed loss."""
+    dy.renew_cg()
+    emb, w_iou, b_iou = p["tree_lstm.E"], p["tree_lstm.W_iou"], p["tree_lstm.W_iou.b"]
+    u_iou, bu_iou = p["tree_lstm.U_iou"], p["tree_lstm.U_iou.b"]
+    u_f1, u_f2, b_f = p["tree_lstm.U_f1"], p["tree_lstm.U_f2"], p["tree_lstm.b_f"]
+    w_out, b_out = p["tree_lstm.W_out"], p["tree_lstm.W_out.b"]
+    affine, pick, sig, tanh, cmult = (dy.affine_transform, dy.pick_range, dy.logistic,
+                                      dy.tanh, dy.cmult)
+    losses = []
+    for inst in batch:
+        states: list[tuple[Any, Any]] = []
+        for word, left, right, label in inst.nodes:
+            if left < 0:
+                g = affine([b_iou, w_iou, dy.lookup(emb, word)])
+                i, o, u = sig(pick(g, 0, hid)), sig(pick(g, hid, 2 * hid)), tanh(
+                    pick(g, 2 * hid, 3 * hid))
+                c = cmult(i, u)
+                s = (cmult(o, tanh(c)), c)
+            elif right < 0:
+                s = states[left]  # a unary node passes its child's state through
+            else:
+                (h1, c1), (h2, c2) = states[left], states[right]
+                g = affine([bu_iou, u_iou, dy.concatenate([h1, h2])])
+                i, o, u = sig(pick(g, 0, hid)), sig(pick(g, hid, 2 * hid)), tanh(
+                    pick(g, 2 * hid, 3 * hid))
+                f1 = sig(affine([b_f, u_f1, h1]))
+                f2 = sig(affine([b_f, u_f2, h2]))
+                c = cmult(i, u) + cmult(f1, c1) + cmult(f2, c2)
+                s = (cmult(o, tanh(c)), c)
+            states.append(s)
+            losses.append(dy.pickneglogsoftmax(affine([b_out, w_out, s[0]]), label))
+    return dy.esum(losses)
+
+
+def lattice_lstm_loss(dy: Any, p: dict[str, Any], hid: int, batch: Sequence[Any]) -> Any:
+    """Build the Lattice-LSTM graph of ``batch`` (``LatticeInstance``\\ s); return the loss."""
+    dy.renew_cg()
+    embs = (p["lattice_lstm.char_emb"], p["lattice_lstm.word_emb"])
+    cells = ((p["lattice_lstm.char_cell"], p["lattice_lstm.char_cell.b"]),
+             (p["lattice_lstm.word_cell"], p["lattice_lstm.word_cell.b"]))
+    w_out, b_out = p["lattice_lstm.out"], p["lattice_lstm.out.b"]
+    zero = dy.zeros(hid)
+    losses = []
+    for inst in batch:
+        ptr, src, kind, token, tags = (inst.arc_ptr, inst.arc_src, inst.arc_kind,
+                                       inst.arc_token, inst.tags)
+        hs, cs = [zero], [zero]
+        for node in range(1, inst.num_states):
+            arcs = []
+            for a in range(ptr[node], ptr[node + 1]):
+                k, j = kind[a], src[a]
+                arcs.append(_lstm(dy, *cells[k], dy.lookup(embs[k], token[a]), hs[j], cs[j],
+                                  hid))
+            if len(arcs) == 1:
+                h, c = arcs[0]
+            else:
+                h, c = dy.esum([a[0] for a in arcs]), dy.esum([a[1] for a in arcs])
+            hs.append(h)
+            cs.append(c)
+            losses.append(dy.pickneglogsoftmax(dy.affine_transform([b_out, w_out, h]),
+                                               tags[node]))
+    return dy.esum(losses)
+
+
+def bilstm_tagger_loss(dy: Any, p: dict[str, Any], hid: int, batch: Sequence[Any]) -> Any:
+    """Build the BiLSTM-tagger graph of ``batch`` (``TaggedInstance``\\ s); return the loss."""
+    dy.renew_cg()
+    emb = p["bilstm.emb"]
+    l1f, l1b, l2f, l2b = ((p[f"bilstm.{d}"], p[f"bilstm.{d}.b"])
+                          for d in ("l1_fwd", "l1_bwd", "l2_fwd", "l2_bwd"))
+    w_hid, b_hid, w_out, b_out = (p["bilstm.hidden"], p["bilstm.hidden.b"], p["bilstm.out"],
+                                  p["bilstm.out.b"])
+    zero = dy.zeros(hid)
+
+    def run(cell: tuple[Any, Any], xs: list[Any], backward: bool) -> list[Any]:
+        out: list[Any] = [None] * len(xs)
+        h, c = zero, zero
+        for t in (range(len(xs) - 1, -1, -1) if backward else range(len(xs))):
+            h, c = _lstm(dy, *cell, xs[t], h, c, hid)
+            out[t] = h
+        return out
+
+    losses = []
+    for inst in batch:
+        xs = [dy.lookup(emb, w) for w in inst.word_ids]
+        f1, b1 = run(l1f, xs, False), run(l1b, xs, True)
+        x2 = [dy.concatenate([f, b]) for f, b in zip(f1, b1)]
+        f2, b2 = run(l2f, x2, False), run(l2b, x2, True)
+        for f, b, tag in zip(f2, b2, inst.tag_ids):
+            hidden = dy.tanh(dy.affine_transform([b_hid, w_hid, dy.concatenate([f, b])]))
+            losses.append(dy.pickneglogsoftmax(dy.affine_transform([b_out, w_out, hidden]),
+                                               tag))
+    return dy.esum(losses)
+
+
+#: Workload name -> graph builder ``(dy, params, hidden, instances) -> loss expression``.
+PEERS: dict[str, Peer] = {"tree_lstm": tree_lstm_loss, "lattice_lstm": lattice_lstm_loss,
+                          "bilstm_tagger": bilstm_tagger_loss}
+
+
+# ---------------------------------------------------------------------- timing
+def _one_pass(dy: Any, build: Callable[[Sequence[Any]], Any], batches: Sequence[Sequence[Any]],
+              trainer: Any | None) -> tuple[list[dict[str, float]], list[float]]:
+    """Run every mini-batch once; return per-batch phase times (s) and losses."""
+    clock = time.perf_counter
+    times, losses = [], []
+    for batch in batches:
+        t0 = clock()
+        loss = build(batch)
+        t1 = clock()
+        value = loss.value()
+        t2 = clock()
+        phase = {"construction": t1 - t0, "forward": t2 - t1}
+        if trainer is not None:
+            loss.backward()
+            t3 = clock()
+            trainer.update()
+            phase.update(backward=t3 - t2, update=clock() - t3)
+        times.append(phase)
+        losses.append(float(value))
+    return times, losses
+
+
+def run_benchmark(dy: Any, workload: str, params: dict[str, Any], model: Any, hidden: int,
+                  batches: Sequence[Sequence[Any]], modes: Sequence[str], *, repeats: int,
+                  warmup: int, lr: float = 0.0) -> tuple[dict[str, dict[str, float]],
+                                                         list[float]]:
+    """Time ``modes`` over ``batches``; return ``{mode: phase sums}`` and first-pass losses.
+
+    Each phase's value is the sum over mini-batches of the median over ``repeats`` timed
+    passes (after ``warmup`` untimed ones), in milliseconds; ``total_ms`` sums the phases and
+    ``items_per_s`` divides the instance count by it.
+    """
+    peer = PEERS[workload]
+
+    def build(batch: Sequence[Any]) -> Any:
+        return peer(dy, params, hidden, batch)
+
+    items = sum(len(b) for b in batches)
+    first: list[float] | None = None
+    report: dict[str, dict[str, float]] = {}
+    for mode in modes:
+        trainer = dy.SimpleSGDTrainer(model, learning_rate=lr) if mode == "train" else None
+        timed: list[list[dict[str, float]]] = []
+        for k in range(warmup + repeats):
+            times, losses = _one_pass(dy, build, batches, trainer)
+            first = losses if first is None else first
+            if k >= warmup:
+                timed.append(times)
+        phases = list(timed[0][0]) if batches else []
+        row = {f"{ph}_ms": 1e3 * sum(statistics.median(run[b][ph] for run in timed)
+                                     for b in range(len(batches))) for ph in phases}
+        row["total_ms"] = sum(row.values())
+        row["items_per_s"] = items / (row["total_ms"] / 1e3) if row["total_ms"] > 0 else 0.0
+        report[mode] = row
+    return report, first or []
+
+
+# ---------------------------------------------------------------------- CLI
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", required=True, help=f"one of {sorted(PEERS)}")
+    ap.add_argument("--embed", type=int, required=True)
+    ap.add_argument("--hidden", type=int, required=True)
+    ap.add_argument("--autobatch", type=int, choices=(0, 1, 2), required=True,
+                    help="DyNet autobatch mode: 0 off, 1 agenda (depth+type), 2 by depth")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--minibatches", type=int, default=0, help="first N mini-batches (0: all)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--params", required=True, help=".npz written by save_params")
+    ap.add_argument("--modes", nargs="+", default=list(MODES))
+    ap.add_argument("--lr", type=float, default=0.0, help="SimpleSGD learning rate (train)")
+    ap.add_argument("--mem", default="2048",
+                    help="DyNet memory pools in MB (dynet_config mem; allocating them is "
+                         "part of the start-up, not of the timings)")
+    return ap
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.workload not in PEERS:
+        raise PeerError(f"unknown workload {args.workload!r}; --workload must be one of "
+                        f"{sorted(PEERS)}")
+    bad = [m for m in args.modes if m not in MODES]
+    if bad or not args.modes:
+        raise PeerError(f"unknown mode(s) {bad}; --modes takes one or more of {list(MODES)}")
+    for flag, value, low in (("--embed", args.embed, 1), ("--hidden", args.hidden, 1),
+                             ("--batch-size", args.batch_size, 1),
+                             ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
+                             ("--minibatches", args.minibatches, 0)):
+        if value < low:
+            raise PeerError(f"{flag} {value} is invalid; pass an integer >= {low}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the worker; print the JSON report as the last stdout line. Return the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        _check_args(args)
+        from edbatch.workloads import make_workload
+
+        wl: Any = make_workload(args.workload, granularity="cell", embed_dim=args.embed,
+                                hidden_dim=args.hidden)
+        arrays = load_params(args.params, wl.param_shapes(), args.workload)
+    except (PeerError, ValueError) as e:
+        print(f"dynet_peer: error: {e}", file=sys.stderr)
+        return 2
+    instances = wl.load(wl.default_eval_split)
+    size = args.batch_size
+    batches = [instances[s:s + size] for s in range(0, len(instances), size)]
+    if args.minibatches:
+        batches = batches[:args.minibatches]
+    dy = init_dynet(args.autobatch, mem=args.mem)
+    model, params = build_peer(dy, args.workload, arrays)
+    report, losses = run_benchmark(dy, args.workload, params, model, args.hidden, batches,
+                                   args.modes, repeats=args.repeats, warmup=args.warmup,
+                                   lr=args.lr)
+    out = {"contender": f"dynet_autobatch{args.autobatch}", "autobatch": args.autobatch,
+           "workload": args.workload, "embed": args.embed, "hidden": args.hidden,
+           "batch_size": size, "num_minibatches": len(batches),
+           "items": sum(len(b) for b in batches), "losses": losses, **report}
+    sys.stderr.flush()
+    sys.stdout.flush()
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+    raise SystemExit(main())

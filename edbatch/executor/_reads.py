@@ -1,0 +1,110 @@
+"""Operand reads of the batched executor (arena views, gathers, training-mode reads).
+
+A read is a closure over the arenas (inference) or the per-batch outputs (training) that
+returns one operand tensor; reads that copy rows are marked (:func:`gather`) so a profiled
+run can time them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import Tensor
+
+from edbatch.memory.plan import MemoryPlan, Operand, Region
+
+__all__ = ["Read", "RowLocator", "gather", "inplace_read", "merged", "to_device"]
+
+#: A compiled operand read: called with the arenas (inference) or batch outputs (training).
+Read = Callable[[Sequence[Tensor]], Tensor]
+
+
+def to_device(array: NDArray, device: torch.device) -> Tensor:  # type: ignore[type-arg]
+    """Host index array -> device tensor; on CUDA through pinned memory, non-blocking."""
+    array = np.ascontiguousarray(array)
+    host = torch.from_numpy(array if array.flags.writeable else array.copy())
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def gather(read: Read) -> Read:
+    """Mark a read that copies rows (``index_select`` or ``cat``), for profiling."""
+    read.gather = True  # type: ignore[attr-defined]
+    return read
+
+
+def merged(arena: int, rows: NDArray[np.int64]) -> Operand:
+    """All operands of a variadic node as one read (a view when consecutive)."""
+    if len(rows) == 1 or bool(np.all(np.diff(rows) == 1)):
+        return Operand.of_view(Region(arena, int(rows[0]), int(rows[-1]) + 1))
+    return Operand.of_gather(arena, rows)
+
+
+def inplace_read(operand: Operand, device: torch.device, counts: list[int]) -> Read:
+    """Inference read: an arena slice or an ``index_select`` of arena rows."""
+    a = operand.arena
+    if operand.view is not None:
+        lo, hi = operand.view.start, operand.view.stop
+        counts[0] += 1
+        return lambda arenas: arenas[a][lo:hi]
+    idx = to_device(operand.rows().copy(), device)
+    counts[1] += 1
+    counts[2] += len(idx)
+    return gather(lambda arenas: arenas[a].index_select(0, idx))
+
+
+class RowLocator:
+    """Maps arena rows to (batch, batch-local row) and builds training-mode reads."""
+
+    def __init__(self, plan: MemoryPlan) -> None:
+        self.batch_of = [np.full(rows, -1, dtype=np.int64) for rows, _ in plan.arenas]
+        self.start = np.array([r.start for r in plan.outputs], dtype=np.int64)
+        for b, r in enumerate(plan.outputs):
+            self.batch_of[r.arena][r.start:r.stop] = b
+
+    @staticmethod
+    def _slice(b: int, lo: int, hi: int, counts: list[int]) -> Read:
+        counts[0] += 1
+        return lambda outs: outs[b][lo:hi]
+
+    def local(self, arena: int, row: int) -> tuple[int, int]:
+        """(batch, row within the batch's output) of one arena row."""
+        b = int(self.batch_of[arena][row])
+        return b, row - int(self.start[b])
+
+    def read(self, operand: Operand, device: torch.device, counts: list[int]) -> Read:
+        """Training read over per-batch outputs (see the module docstring)."""
+        if operand.view is not None:
+            first = self.batch_of[operand.arena]
+            b = int(first[operand.view.start])
+            if b == int(first[operand.view.stop - 1]):  # inside one batch's region
+                lo = operand.view.start - int(self.start[b])
+                return self._slice(b, lo, lo + len(operand.view), counts)
+        rows = operand.rows()
+        batches = self.batch_of[operand.arena][rows]
+        local = rows - self.start[batches]
+        cut = np.flatnonzero((np.diff(batches) != 0) | (np.diff(local) != 1)) + 1
+        seg_lo = np.concatenate([[0], cut]).tolist()
+        seg_hi = np.concatenate([cut, [len(rows)]]).tolist()
+        pieces = [(int(batches[i]), int(local[i]), int(local[i]) + j - i)
+                  for i, j in zip(seg_lo, seg_hi, strict=True)]
+        if len(pieces) == 1:
+            return self._slice(*pieces[0], counts)
+        counts[1] += 1
+        counts[2] += len(rows)
+        distinct = list(dict.fromkeys(batches.tolist()))
+        if len(pieces) <= 2 * len(distinct) + 2:
+            return gather(lambda outs: torch.cat([outs[b][lo:hi] for b, lo, hi in pieces]))
+        groups = [(b, to_device(local[batches == b].copy(), device))
+                  for b in distinct]
+        if len(groups) == 1:
+            (b, idx), = groups
+            return gather(lambda outs: outs[b].index_select(0, idx))
+        grouped = np.concatenate([np.flatnonzero(batches == b) for b in distinct])
+        perm = to_device(np.argsort(grouped, kind="stable"), device)
+        return gather(lambda outs: torch.cat(
+            [outs[b].index_select(0, idx) for b, idx in groups]).index_select(0, perm))
