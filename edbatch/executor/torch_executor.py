@@ -297,9 +297,9 @@ def _compile(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.d
             if len(order) > 1 else all_attrs[int(order[0]):int(order[0]) + 1]
         region = plan.outputs[b]
         operands = plan.operands[b]
-        split = op.arity is None and len(operands) > 1 and \
+        split = op.arity is None and len(order) == 1 and len(operands) > 0 and \
             len({o.arena for o in operands}) == 1
-        if split:
+        if split and len(operands) > 1:
             rows = np.concatenate([o.rows() for o in operands])
             operands = (merged(operands[0].arena, rows),)
         operand_lists.append(operands)

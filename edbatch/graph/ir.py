@@ -287,7 +287,7 @@ class Graph:
         return order, ptr
 
     def structure_key(self) -> bytes:
-        """A hash of the graph's structure (ops, operands, attrs), for schedule caching."""
+        """A hash of the graph's structure (op types and operands, not attrs), for caching."""
         import hashlib
 
         h = hashlib.blake2b(digest_size=16)

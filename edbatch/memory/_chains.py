@@ -217,7 +217,7 @@ class ChainPlanner:
         """Orders of the free pieces to try: node-id order, then per operand slot the order of
         the producers' current positions (their chains in key order, and reversed)."""
         cands = [sorted(free, key=lambda piece: piece[0])]
-        if not free:
+        if len(free) < 2:  # nothing to order (a single node: e.g. a variadic loss sum)
             return cands
         for k in range(len(self.operands[free[0][0]])):
             key = {piece[0]: self._position(self.operands[piece[0]][k]) for piece in free}

@@ -118,8 +118,9 @@ class MemoryPlan:
 
     Batch ``b`` of the schedule writes its outputs, in the order ``row_order[b]``, to the
     contiguous region ``outputs[b]``; ``operands[b][k]`` tells how it reads operand slot ``k``
-    (a variadic op's single node has one slot per operand). ``node_row[v]`` is the row of node
-    ``v`` in arena ``node_arena[v]``.
+    (a variadic op's node alone in its batch has one slot holding all its operands, in
+    operand order, when they share an arena, else one slot per operand). ``node_row[v]`` is
+    the row of node ``v`` in arena ``node_arena[v]``.
 
     Attributes:
         strategy: the planner strategy that produced it (``"naive"`` or ``"planned"``).

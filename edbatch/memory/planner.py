@@ -219,9 +219,21 @@ class _Layout:
         slot = _ranks(arity)
         variadic = np.array([op.arity is None for op in g.vocab])[g.op_ids[cons]]
         ebatch = np.repeat(batch, arity)
-        # a variadic op's single node: one read per operand
-        key = ebatch * (int(slot.max(initial=0)) + 1) + slot
+        # A variadic op's node alone in its batch reads all its operands as one slot (rows
+        # in operand order) when they share an arena, else one read per operand.
         single = np.repeat(variadic, arity)
+        if single.any():  # variadic nodes whose operands span several arenas
+            arenas = self.node_arena[g.operand_ids[edge[single]]].astype(np.int64)
+            owner = np.repeat(np.arange(len(cons)), arity)[single]
+            lo = np.full(len(cons), 1 << 30, dtype=np.int64)
+            hi = np.full(len(cons), -1, dtype=np.int64)
+            np.minimum.at(lo, owner, arenas)
+            np.maximum.at(hi, owner, arenas)
+            alone = np.bincount(batch, minlength=len(self.orders))[batch] == 1
+            merged = np.repeat((lo == hi) & alone, arity) & single
+            slot[merged] = 0
+            single &= ~merged
+        key = ebatch * (int(slot.max(initial=0)) + 1) + slot
         num_single = int(np.count_nonzero(single))
         key[single] = np.arange(num_single) - num_single  # distinct, negative, ascending
         order = np.argsort(key, kind="stable")

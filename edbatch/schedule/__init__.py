@@ -19,6 +19,7 @@ from edbatch.schedule.heuristics import (
     depth_schedule,
     typewise_greedy_backward,
 )
+from edbatch.schedule.memo import MemoScheduler
 from edbatch.schedule.policy import Policy, PolicyScheduler, Scheduler, run_policy
 from edbatch.schedule.reverse import reverse_graph
 from edbatch.schedule.schedule import Batch, Schedule
@@ -34,6 +35,7 @@ __all__ = [
     "FrontierView",
     "HEURISTICS",
     "MaxFrontierPolicy",
+    "MemoScheduler",
     "NamedScheduler",
     "Policy",
     "PolicyScheduler",

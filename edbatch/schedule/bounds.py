@@ -131,6 +131,8 @@ def typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], 
     cached = _TYPEWISE.get(graph)
     if cached is None:
         merged = _typewise_from_parts(graph)
+        if merged is None:
+            merged = _typewise_by_instance(graph)
         if merged is not None:
             cached = merged
         elif graph.num_nodes <= _SMALL_GRAPH:
@@ -170,6 +172,64 @@ def _typewise_from_parts(graph: Graph
         ptrs.append(np.array([edge_base], np.int64))
     return (np.concatenate(counts).astype(np.int32), np.concatenate(ptrs).astype(np.int64),
             np.concatenate(ids).astype(np.int32))
+
+
+_TypewiseArrays = tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]
+
+
+def _typewise_by_instance(graph: Graph) -> _TypewiseArrays | None:
+    """:func:`_typewise_small` one instance at a time (bitsets as wide as an instance).
+
+    Applies when every instance is a contiguous id range whose nodes only read nodes of the
+    same instance, except for unused nodes of a type that occurs once (the mini-batch's
+    ``loss_sum``), which have no type-wise relations. Returns ``None`` otherwise.
+    """
+    n = graph.num_nodes
+    inst = graph.instance.astype(np.int64)
+    if n == 0 or graph.num_instances < 2:
+        return None
+    consumer = np.repeat(np.arange(n, dtype=np.int64), graph.arity)
+    cross = np.unique(consumer[inst[graph.operand_ids] != inst[consumer]])
+    used = np.zeros(n, dtype=bool)
+    used[graph.operand_ids] = True
+    if len(cross) and (np.any(graph.type_counts[graph.op_ids[cross]] != 1)
+                       or np.any(used[cross])):
+        return None
+    alone = np.zeros(n, dtype=bool)
+    alone[cross] = True
+    own = inst[~alone]
+    if np.any(np.diff(own) < 0):
+        return None
+    ids = np.flatnonzero(~alone)
+    bounds = np.flatnonzero(np.diff(own)) + 1
+    starts = np.concatenate([[0], bounds]).tolist()
+    stops = np.concatenate([bounds, [len(ids)]]).tolist()
+    first, last = ids[starts], ids[np.asarray(stops) - 1]
+    if np.any(last - first + 1 != np.asarray(stops) - np.asarray(starts)):
+        return None  # an instance's nodes are interleaved with another's
+    op = graph.op_ids.tolist()
+    ptr = graph.operand_ptr.tolist()
+    args = graph.operand_ids.tolist()
+    src: list[int] = []
+    dst: list[int] = []
+    contrib = [0] * n
+    for lo, hi in zip(first.tolist(), (last + 1).tolist(), strict=True):
+        typemask: dict[int, int] = {}
+        for v in range(lo, hi):
+            typemask[op[v]] = typemask.get(op[v], 0) | (1 << (v - lo))
+        for v in range(lo, hi):
+            acc = 0
+            for u in args[ptr[v]:ptr[v + 1]]:
+                acc |= contrib[u]
+            mask = typemask[op[v]]
+            contrib[v] = (acc & ~mask) | (1 << (v - lo))
+            preds = acc & mask
+            while preds:
+                low = preds & -preds
+                src.append(lo + low.bit_length() - 1)
+                dst.append(v)
+                preds ^= low
+    return _csr(n, np.asarray(src, np.int64), np.asarray(dst, np.int64))
 
 
 def _typewise_small(graph: Graph

@@ -203,3 +203,18 @@ def test_bad_trees_are_reported_with_their_line(tmp_path: Path, dev: str, found:
     line = dev.count("\n")
     with pytest.raises(DataFormatError, match=rf"dev\.txt:{line}: found .*{found}"):
         wl.load("dev")
+
+
+@pytest.mark.parametrize("name", ["tree_lstm", "tree_gru", "mvrnn"])
+@pytest.mark.parametrize("loss_sum", [True, False])
+def test_vectorised_cell_build_equals_the_builder(name: str, loss_sum: bool) -> None:
+    from edbatch.workloads.base import Workload
+
+    wl = make_workload(name, granularity="cell", embed_dim=4, hidden_dim=4)
+    dev = wl.load("dev")
+    for chunk in (dev[:1], dev[:64], dev[200:300]):
+        fast = wl.build_graph(chunk, loss_sum=loss_sum)
+        slow = Workload.build_graph(wl, chunk, loss_sum=loss_sum)
+        for field in ("op_ids", "operand_ptr", "operand_ids", "attrs", "instance", "outputs",
+                      "depth"):
+            assert np.array_equal(getattr(fast, field), getattr(slow, field)), field

@@ -1,0 +1,172 @@
+"""Rows of ``benchmarks/throughput.py``: DyNet worker reports as rows, the loss check, the
+terminal table and the bar chart.
+
+A row is a dict with ``workload, size, mode, contender, framework, batches, *_ms, total_ms,
+items_per_s, overhead_share`` and, for some contenders, ``gathers`` (a count), ``gather_ms``
+(from a profiled pass), ``scale`` (> 1 when the contender ran on fewer mini-batches than the
+others: its ms are shown scaled to the full set) and ``loss_match`` (DyNet rows).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RATIO_REFERENCES", "check_losses", "dynet_rows", "plot_rows", "print_table",
+           "ratio_reference"]
+
+#: Contenders the speed ratio is taken against, first one present wins.
+RATIO_REFERENCES = ("dynet_autobatch1", "dynet_agenda")
+
+_COLUMNS = (("contender", 17), ("batches/mb", 10), ("constr ms", 10), ("sched ms", 9),
+            ("plan ms", 8), ("exec ms", 9), ("gath ms/#", 11), ("bwd ms", 9), ("upd ms", 7),
+            ("total ms", 10), ("ovh %", 6), ("items/s", 9), ("x ref", 7), ("loss", 5))
+
+
+def dynet_rows(report: dict[str, Any], modes: Sequence[str], **base: Any
+               ) -> list[dict[str, Any]]:
+    """Rows (one per mode) from a ``dynet_peer.py`` JSON report; ``base`` keys go first.
+
+    DyNet's ``forward`` (autobatch scheduling, gathers and kernels) is the ``execution``
+    phase; it has no separate scheduling or planning phase.
+    """
+    rows = []
+    for mode in modes:
+        r = report[mode]
+        ms = {"construction_ms": r["construction_ms"], "scheduling_ms": 0.0,
+              "planning_ms": 0.0, "execution_ms": r["forward_ms"],
+              "backward_ms": r.get("backward_ms", 0.0), "update_ms": r.get("update_ms", 0.0)}
+        rows.append({**base, "mode": mode, "contender": report["contender"],
+                     "framework": "dynet", "minibatches": len(report["losses"]),
+                     "items": report["items"], "scale": 1.0, **ms, "total_ms": r["total_ms"],
+                     "items_per_s": r["items_per_s"],
+                     "overhead_share": r["construction_ms"] / r["total_ms"],
+                     "loss": report["losses"][0], "losses": report["losses"]})
+    return rows
+
+
+def check_losses(rows: Sequence[dict[str, Any]], rtol: float = 1e-3) -> None:
+    """Set ``loss_match`` on every DyNet row: its per-mini-batch losses against those of the
+    edbatch row with the most mini-batches (all within relative tolerance ``rtol``)."""
+    ref = max((r for r in rows if r["framework"] == "edbatch"), default=None,
+              key=lambda r: len(r["losses"]))
+    for row in rows:
+        if row["framework"] != "dynet" or ref is None:
+            continue
+        errs = [abs(a - b) / max(abs(a), abs(b), 1e-12)
+                for a, b in zip(row["losses"], ref["losses"])]
+        row["loss_max_rel_err"] = max(errs, default=math.nan)
+        row["loss_match"] = bool(errs) and max(errs) <= rtol
+        row["loss_reference"] = ref["contender"]
+
+
+def ratio_reference(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The row the ``x ref`` column divides by (DyNet agenda, else edbatch's agenda)."""
+    for name in RATIO_REFERENCES:
+        for row in rows:
+            if row["contender"] == name:
+                return row
+    return None
+
+
+def _gathers(row: dict[str, Any]) -> str:
+    if "gathers" not in row:
+        return "-"
+    ms = f"{row['gather_ms'] * row.get('scale', 1.0):.1f}" if "gather_ms" in row else "-"
+    return f"{ms}/{row['gathers']}"
+
+
+def _cells(row: dict[str, Any], ref: dict[str, Any] | None) -> list[str]:
+    scale = row.get("scale", 1.0)
+    dynet = row["framework"] == "dynet"
+
+    def ms(key: str, na: bool = False) -> str:
+        return "-" if na else f"{row[key] * scale:.1f}"
+
+    train = row["mode"] == "train"
+    ratio = f"{row['items_per_s'] / ref['items_per_s']:.2f}" if ref else "-"
+    loss = {True: "ok", False: "DIFF"}.get(row.get("loss_match"), "")  # type: ignore[arg-type]
+    batches = f"{row['batches']:.1f}" if "batches" in row else "-"
+    return [row["contender"] + ("*" if scale != 1.0 else ""), batches, ms("construction_ms"),
+            ms("scheduling_ms", dynet), ms("planning_ms", dynet), ms("execution_ms"),
+            _gathers(row), ms("backward_ms", not train), ms("update_ms", not train),
+            ms("total_ms"), f"{100 * row['overhead_share']:.0f}",
+            f"{row['items_per_s']:.0f}", ratio, loss]
+
+
+def print_table(rows: Sequence[dict[str, Any]]) -> None:
+    """Print one workload x size x mode block (rows share those three keys)."""
+    if not rows:
+        return
+    first, ref = rows[0], ratio_reference(rows)
+    items = max(r["items"] for r in rows)
+    print(f"\n{first['workload']} {first['size']} {first['mode']}: {items} instances "
+          f"({max(r['minibatches'] for r in rows)} mini-batches of 64); "
+          f"x ref = items/s / {ref['contender'] if ref else '-'}")
+    header = " ".join(f"{name:>{w}}" if i else f"{name:<{w}}"
+                      for i, (name, w) in enumerate(_COLUMNS))
+    print(header + "\n" + "-" * len(header))
+    for row in rows:
+        cells = _cells(row, ref)
+        print(" ".join(f"{c:>{w}}" if i else f"{c:<{w}}"
+                       for i, (c, (_, w)) in enumerate(zip(cells, _COLUMNS))))
+    notes = []
+    scaled = [r for r in rows if r.get("scale", 1.0) != 1.0]
+    for r in scaled:
+        notes.append(f"* {r['contender']}: timed on the first {r['minibatches']} mini-batch(es) "
+                     f"({r['items']} instances); ms scaled x{r['scale']:.2f} to the full set, "
+                     f"items/s as measured")
+    if any(r["framework"] == "dynet" for r in rows):
+        notes.append("DyNet: exec = forward (its autobatch scheduling, gathers and kernels); "
+                     "loss = per-mini-batch losses vs edbatch (rel tol 1e-3)")
+    notes.append("gath ms/#: time of operand gathers (inside exec, from one extra profiled "
+                 "pass) / their count; ovh % = (construction + scheduling + planning) / total")
+    print("\n".join(notes), flush=True)
+
+
+def plot_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Bar chart: one panel per workload x mode, items/s per contender grouped by size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    contenders = list(dict.fromkeys(r["contender"] for r in rows))
+    sizes = list(dict.fromkeys(r["size"] for r in rows))
+    fig, axes = plt.subplots(max(len(workloads), 1), max(len(modes), 1), squeeze=False,
+                             figsize=(5.5 * max(len(modes), 1), 3.6 * max(len(workloads), 1)))
+    width = 0.8 / max(len(contenders), 1)
+    colors = plt.get_cmap("tab10")
+    for i, wl in enumerate(workloads):
+        for j, mode in enumerate(modes):
+            ax = axes[i][j]
+            for k, c in enumerate(contenders):
+                vals = [next((r["items_per_s"] for r in rows if r["workload"] == wl
+                              and r["mode"] == mode and r["contender"] == c
+                              and r["size"] == s), math.nan) for s in sizes]
+                xs = [x + (k - (len(contenders) - 1) / 2) * width for x in range(len(sizes))]
+                dynet = c.startswith("dynet_autobatch")
+                ax.bar(xs, vals, width, label=c, color=colors(k % 10),
+                       hatch="//" if dynet else None, edgecolor="white" if dynet else None)
+            ax.set_xticks(range(len(sizes)), sizes)
+            ax.set_yscale("log")
+            low = [r["items_per_s"] for r in rows if r["workload"] == wl and r["mode"] == mode
+                   and r["items_per_s"] > 0]
+            if low:
+                ax.set_ylim(bottom=min(low) / 2)
+            ax.set_title(f"{wl} / {mode}")
+            ax.set_ylabel("items/s (log)")
+            ax.grid(axis="y", alpha=0.3, which="both")
+    if rows:
+        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle("edbatch vs DyNet throughput (1 CPU thread, mini-batches of 64)")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

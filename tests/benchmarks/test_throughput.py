@@ -1,0 +1,136 @@
+"""``benchmarks/throughput.py`` end to end on a tiny model: rows, losses, files, errors.
+
+Nothing here asserts anything about speed: one mini-batch, one pass, no warm-up, ``8x6``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import _throughput_report as report
+from benchmarks import throughput as tp
+
+__all__: list[str] = []
+
+TINY = ["--workloads", "tree_lstm", "--sizes", "8x6", "--minibatches", "1", "--repeats", "1",
+        "--warmup", "0", "--fsm-episodes", "2"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """One tiny run without DyNet; returns the results and its folder."""
+    tmp = tmp_path_factory.mktemp("throughput")
+    results = tp.main([*TINY, "--no-dynet", "--policy-dir", str(tmp / "policies"),
+                       "--out", str(tmp / "out.json"), "--plot", str(tmp / "out.png")])
+    return results, tmp
+
+
+def test_a_row_per_contender_and_mode_with_positive_totals(run: tuple[dict[str, Any], Path]
+                                                            ) -> None:
+    results, tmp = run
+    saved = json.loads((tmp / "out.json").read_text())
+    assert saved["rows"] == json.loads(json.dumps(results["rows"]))
+    keys = {(r["contender"], r["mode"]) for r in saved["rows"]}
+    assert keys == {(c, m) for c in tp.EDBATCH_CONTENDERS for m in tp.MODES}
+    for row in saved["rows"]:
+        assert row["total_ms"] > 0 and row["items_per_s"] > 0, row
+        assert row["items"] == 64 and row["batches"] >= 1
+        assert 0 <= row["overhead_share"] <= 1
+        parts = sum(row[f"{p}_ms"] for p in tp.PHASES)
+        assert math.isclose(parts, row["total_ms"], rel_tol=1e-9)
+        assert (row["backward_ms"] > 0) == (row["mode"] == "train")
+    for key in ("machine", "args", "loadavg_before", "loadavg_after", "policies", "dynet"):
+        assert key in saved
+    assert saved["dynet"]["used"] is False and "--no-dynet" in saved["dynet"]["note"]
+
+
+def test_edbatch_contenders_agree_with_the_unbatched_reference(
+        run: tuple[dict[str, Any], Path]) -> None:
+    rows = run[0]["rows"]
+    ref = next(r["loss"] for r in rows if r["contender"] == "unbatched" and r["mode"] == "infer")
+    for row in rows:
+        assert row["loss"] == pytest.approx(ref, rel=1e-4), row["contender"]
+
+
+def test_plot_is_written_and_policy_saved_then_reloaded(run: tuple[dict[str, Any], Path],
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    results, tmp = run
+    assert (tmp / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    info = results["policies"]["tree_lstm"]
+    assert info["trained"] and Path(info["path"]).is_file()
+    again = tp.main([*TINY, "--no-dynet", "--contenders", "fsm", "--modes", "infer",
+                     "--policy-dir", str(tmp / "policies"), "--out", str(tmp / "again.json"),
+                     "--plot", str(tmp / "again.png")])
+    assert again["policies"]["tree_lstm"]["trained"] is False
+    assert [r["contender"] for r in again["rows"]] == ["fsm"]
+    assert "loaded FSM policy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--sizes", "300by150"], "300by150"),
+    (["--sizes", "0x8"], "0x8"),
+    (["--contenders", "fsm_planned"], "fsm_planned"),
+    (["--modes", "eval"], "eval"),
+])
+def test_bad_arguments_fail_with_argparse_naming_the_value(
+        argv: list[str], named: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        tp.build_parser().parse_args(argv)
+    assert e.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_loss_match_against_a_stub_worker(tmp_path: Path) -> None:
+    """The subprocess path and the loss cross-check, with a worker that needs no DyNet."""
+    stub = tmp_path / "peer.py"
+    stub.write_text(
+        "import json, sys\n"
+        "a = sys.argv\n"
+        "ab = int(a[a.index('--autobatch') + 1])\n"
+        "loss = 10.0 if ab == 1 else 11.0\n"
+        "ph = {'construction_ms': 1.0, 'forward_ms': 2.0, 'backward_ms': 3.0,\n"
+        "      'update_ms': 0.5, 'total_ms': 6.5, 'items_per_s': 64 / 6.5e-3}\n"
+        "print(json.dumps({'contender': f'dynet_autobatch{ab}', 'items': 64,\n"
+        "                  'losses': [loss], 'infer': ph, 'train': ph}))\n")
+    args = argparse.Namespace(contenders=["dynet_autobatch0", "dynet_autobatch1"],
+                              dynet_peer=stub, repeats=1, warmup=0, modes=["train"])
+    wl = tp.make_workload("tree_lstm", granularity="cell", embed_dim=8, hidden_dim=6)
+    errors: list[str] = []
+    rows = tp._dynet_rows("tree_lstm", "8x6", wl, 1, args, errors)
+    assert not errors and [r["contender"] for r in rows] == list(args.contenders)
+    edb = {"framework": "edbatch", "contender": "depth", "losses": [10.0 + 1e-4]}
+    report.check_losses([edb, *rows])
+    assert [r["loss_match"] for r in rows] == [False, True]
+    assert rows[1]["execution_ms"] == 2.0 and rows[1]["total_ms"] == 6.5
+
+
+def test_worker_failure_is_recorded_not_raised(tmp_path: Path) -> None:
+    stub = tmp_path / "peer.py"
+    stub.write_text("import sys\nprint('boom', file=sys.stderr)\nsys.exit(2)\n")
+    args = argparse.Namespace(contenders=["dynet_autobatch1"], dynet_peer=stub, repeats=1,
+                              warmup=0, modes=["infer"])
+    wl = tp.make_workload("tree_lstm", granularity="cell", embed_dim=8, hidden_dim=6)
+    errors: list[str] = []
+    assert tp._dynet_rows("tree_lstm", "8x6", wl, 1, args, errors) == []
+    assert len(errors) == 1 and "boom" in errors[0] and "exited 2" in errors[0]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("dynet") is None, reason="DyNet not installed")
+def test_real_dynet_worker_losses_match(run: tuple[dict[str, Any], Path]) -> None:
+    args = argparse.Namespace(contenders=["dynet_autobatch1"], dynet_peer=tp.DYNET_PEER,
+                              repeats=1, warmup=0, modes=["infer"])
+    wl = tp.make_workload("tree_lstm", granularity="cell", embed_dim=8, hidden_dim=6)
+    errors: list[str] = []
+    rows = run[0]["rows"] + tp._dynet_rows("tree_lstm", "8x6", wl, 1, args, errors)
+    assert not errors, errors
+    report.check_losses(rows)
+    assert rows[-1]["contender"] == "dynet_autobatch1" and rows[-1]["loss_match"] is True

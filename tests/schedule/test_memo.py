@@ -1,0 +1,54 @@
+"""MemoScheduler and the per-instance type-wise analysis."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edbatch.schedule import MemoScheduler, bounds, make_scheduler
+from edbatch.workloads import make_workload
+
+
+def test_memo_reuses_by_structure_not_identity() -> None:
+    wl = make_workload("tree_lstm", embed_dim=4, hidden_dim=4)
+    calls = []
+
+    def scheduler(graph):  # type: ignore[no-untyped-def]
+        calls.append(graph)
+        return make_scheduler("depth")(graph)
+
+    memo = MemoScheduler(scheduler, size=2)
+    dev = wl.load("dev")
+    a = memo(wl.build_graph(dev[:3]))
+    assert memo(wl.build_graph(dev[:3])) is a  # new object, same structure
+    memo(wl.build_graph(dev[3:6]))  # another structure
+    memo(wl.build_graph(dev[6:9]))  # evicts the first (size 2)
+    memo(wl.build_graph(dev[:3]))
+    assert (memo.hits, memo.misses, len(calls)) == (1, 4, 4)
+    with pytest.raises(ValueError, match="size"):
+        MemoScheduler(scheduler, size=0)
+
+
+@pytest.mark.parametrize("name", ["tree_lstm", "lattice_lstm", "bilstm_tagger", "seq2seq"])
+@pytest.mark.parametrize("granularity", ["cell", "primitive"])
+def test_typewise_by_instance_equals_whole_graph(name: str, granularity: str) -> None:
+    wl = make_workload(name, granularity=granularity, embed_dim=4, hidden_dim=4)
+    graph = wl.build_graph(wl.load(wl.default_eval_split)[:3])
+    split = bounds._typewise_by_instance(graph)
+    assert split is not None
+    for x, y in zip(split, bounds._typewise_small(graph), strict=True):
+        assert np.array_equal(x, y)
+
+
+def test_typewise_by_instance_declines_shared_nodes() -> None:
+    from edbatch.graph import GraphBuilder, OpType, Vocab
+
+    b = GraphBuilder(Vocab([OpType("x", "lookup", (), (1,)),
+                            OpType("f", "add", ((1,), (1,)), (1,))]))
+    b.instance = 0
+    x0 = b.add("x")
+    b.instance = 1
+    x1 = b.add("x")
+    y = b.add("f", x0, x1)  # instance 1 reads instance 0, and "f" is used below
+    b.add("f", y, x1)
+    assert bounds._typewise_by_instance(b.build()) is None
