@@ -17,15 +17,14 @@ edbatch adds two richer keys (both need ``T(a)``, i.e. a type-wise frontier):
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from edbatch.errors import UnknownNameError, did_you_mean
-from edbatch.graph import Graph
-from edbatch.schedule import FrontierView, heights
+from edbatch.schedule import FrontierView
+from edbatch.schedule.bounds import height_list
 
 __all__ = ["ENCODINGS", "NEEDS_TYPEWISE", "OBS_HIGH", "StateKey", "encode_observation",
            "encode_state", "fallback_action", "key_actions", "observation_size"]
@@ -61,22 +60,12 @@ def _complete(view: FrontierView) -> StateKey:
     return tuple((2 * ready + full).tolist())
 
 
-_HEIGHT_LISTS: weakref.WeakKeyDictionary[Graph, list[int]] = weakref.WeakKeyDictionary()
-
-
-def _height_list(graph: Graph) -> list[int]:
-    h = _HEIGHT_LISTS.get(graph)
-    if h is None:
-        h = _HEIGHT_LISTS[graph] = heights(graph).tolist()
-    return h
-
-
 def _hints(view: FrontierView) -> StateKey:
     ready = view.ready_ops
     if view.typewise_count is None:
         raise UnknownNameError("encoding 'hints' needs T(a); create the frontier with "
                                "typewise=True")
-    h = _height_list(view.graph)
+    h = height_list(view.graph)
     ratio = {a: view.count(a) / max(view.typewise(a), 1) for a in ready}
     critical = max(ready, key=lambda a: (view.max_over_ready(a, h), ratio[a], -a))
     complete = max(ready, key=lambda a: (ratio[a], -a))

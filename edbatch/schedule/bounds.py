@@ -95,6 +95,21 @@ def heights(graph: Graph) -> NDArray[np.int64]:
     return cached
 
 
+_HEIGHT_LISTS: weakref.WeakKeyDictionary[Graph, list[int]] = weakref.WeakKeyDictionary()
+
+
+def height_list(graph: Graph) -> list[int]:
+    """:func:`heights` as one shared Python list per graph (do not modify it).
+
+    Policies index it per node, and :meth:`FrontierView.max_over_ready` keeps its running
+    maxima per values list, so every user of a graph's heights should pass this one.
+    """
+    cached = _HEIGHT_LISTS.get(graph)
+    if cached is None:
+        cached = _HEIGHT_LISTS[graph] = heights(graph).tolist()
+    return cached
+
+
 def lower_bound(graph: Graph, down: NDArray[np.int32] | None = None) -> int:
     """ED-Batch's LB: number of unbatchable nodes + sum over types of the longest chain."""
     if graph.num_nodes == 0:
@@ -131,7 +146,7 @@ def typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], 
     cached = _TYPEWISE.get(graph)
     if cached is None:
         merged = _typewise_from_parts(graph)
-        if merged is None:
+        if merged is None and graph.num_nodes > _SPLIT_ABOVE:
             merged = _typewise_by_instance(graph)
         if merged is not None:
             cached = merged
@@ -174,50 +189,60 @@ def _typewise_from_parts(graph: Graph
             np.concatenate(ids).astype(np.int32))
 
 
+#: Above this many nodes, bitsets over the whole graph cost more than a pass per instance.
+_SPLIT_ABOVE = 6000
 _TypewiseArrays = tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]
 
 
 def _typewise_by_instance(graph: Graph) -> _TypewiseArrays | None:
     """:func:`_typewise_small` one instance at a time (bitsets as wide as an instance).
 
-    Applies when every instance is a contiguous id range whose nodes only read nodes of the
-    same instance, except for unused nodes of a type that occurs once (the mini-batch's
-    ``loss_sum``), which have no type-wise relations. Returns ``None`` otherwise.
+    Two kinds of node have no type-wise relation and are skipped: *inert* nodes, operand-free
+    nodes of a type whose nodes are all operand-free (a leaf shared by several instances after
+    :func:`~edbatch.graph.dedupe_leaves`), and unused nodes of a type that occurs once (the
+    mini-batch's ``loss_sum``). Applies when, apart from those, the instances are id ranges
+    that do not interleave and only read their own nodes; returns ``None`` otherwise.
     """
     n = graph.num_nodes
-    inst = graph.instance.astype(np.int64)
     if n == 0 or graph.num_instances < 2:
         return None
+    inst = graph.instance.astype(np.int64)
+    k = len(graph.vocab)
+    has_operands = np.bincount(graph.op_ids, weights=graph.arity > 0, minlength=k) > 0
+    inert = (graph.arity == 0) & ~has_operands[graph.op_ids]
     consumer = np.repeat(np.arange(n, dtype=np.int64), graph.arity)
-    cross = np.unique(consumer[inst[graph.operand_ids] != inst[consumer]])
+    producer = graph.operand_ids.astype(np.int64)
+    crossing = (inst[producer] != inst[consumer]) & ~inert[producer]
+    cross = np.unique(consumer[crossing])
     used = np.zeros(n, dtype=bool)
-    used[graph.operand_ids] = True
+    used[producer] = True
     if len(cross) and (np.any(graph.type_counts[graph.op_ids[cross]] != 1)
                        or np.any(used[cross])):
         return None
-    alone = np.zeros(n, dtype=bool)
-    alone[cross] = True
-    own = inst[~alone]
-    if np.any(np.diff(own) < 0):
+    skip = inert.copy()
+    skip[cross] = True
+    ids = np.flatnonzero(~skip)
+    own = inst[ids]
+    if len(ids) == 0 or np.any(np.diff(own) < 0):
         return None
-    ids = np.flatnonzero(~alone)
     bounds = np.flatnonzero(np.diff(own)) + 1
-    starts = np.concatenate([[0], bounds]).tolist()
-    stops = np.concatenate([bounds, [len(ids)]]).tolist()
-    first, last = ids[starts], ids[np.asarray(stops) - 1]
-    if np.any(last - first + 1 != np.asarray(stops) - np.asarray(starts)):
-        return None  # an instance's nodes are interleaved with another's
+    first = ids[np.concatenate([[0], bounds])].tolist()
+    last = ids[np.concatenate([bounds - 1, [len(ids) - 1]])].tolist()
     op = graph.op_ids.tolist()
     ptr = graph.operand_ptr.tolist()
     args = graph.operand_ids.tolist()
+    active = (~skip).tolist()
     src: list[int] = []
     dst: list[int] = []
-    contrib = [0] * n
-    for lo, hi in zip(first.tolist(), (last + 1).tolist(), strict=True):
+    contrib = [0] * n  # inert and skipped nodes pass nothing on
+    for lo, hi in zip(first, last, strict=True):
         typemask: dict[int, int] = {}
-        for v in range(lo, hi):
-            typemask[op[v]] = typemask.get(op[v], 0) | (1 << (v - lo))
-        for v in range(lo, hi):
+        for v in range(lo, hi + 1):
+            if active[v]:
+                typemask[op[v]] = typemask.get(op[v], 0) | (1 << (v - lo))
+        for v in range(lo, hi + 1):
+            if not active[v]:
+                continue
             acc = 0
             for u in args[ptr[v]:ptr[v + 1]]:
                 acc |= contrib[u]

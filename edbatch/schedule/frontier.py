@@ -155,8 +155,12 @@ class FrontierView:
         return self._frontier.ready_nodes(op_id)
 
     def max_over_ready(self, op_id: int, values: list[int]) -> int:
-        """``max(values[v])`` over the ready nodes of one op type (no array is built)."""
-        return max([values[v] for v in self._frontier._ready[op_id]])
+        """``max(values[v])`` over the ready nodes of one op type (no array is built).
+
+        Ready lists only grow until their type runs (then they are replaced), so the maximum
+        is kept per type and extended over the nodes released since the last call.
+        """
+        return self._frontier._max_over_ready(op_id, values)
 
 
 class Frontier:
@@ -178,6 +182,8 @@ class Frontier:
         k = len(graph.vocab)
         self._pending = list(s.arity)  # unexecuted operand slots per node
         self._ready: list[list[int]] = [[] for _ in range(k)]
+        #: op id -> (ready list, values, length seen, max): see FrontierView.max_over_ready
+        self._max_memo: dict[int, tuple[list[int], list[int], int, int]] = {}
         self._count = [0] * k
         self._forced: list[int] = []
         self._remaining: list[int] = graph.type_counts.tolist()
@@ -239,9 +245,23 @@ class Frontier:
         """``int8[K]``: 1 for batchable op types with ready nodes."""
         return ((np.array(self._count) > 0) & self._s.batchable_np).astype(np.int8)
 
+    def _max_over_ready(self, op_id: int, values: list[int]) -> int:
+        ready = self._ready[op_id]
+        n = len(ready)
+        memo = self._max_memo.get(op_id)
+        if memo is not None and memo[0] is ready and memo[1] is values and memo[2] <= n:
+            best = memo[3]
+            if n > memo[2]:
+                best = max(best, max([values[v] for v in ready[memo[2]:]]))
+        else:
+            best = max([values[v] for v in ready])
+        self._max_memo[op_id] = (ready, values, n, best)
+        return best
+
     def ready_nodes(self, op_id: int) -> NDArray[np.int32]:
         """Ready node ids of ``op_id``, ascending."""
         nodes = self._ready[op_id]
+        self._max_memo.pop(op_id, None)  # sorting reorders what the memo has seen
         nodes.sort()
         return np.array(nodes, dtype=np.int32)
 
@@ -260,6 +280,7 @@ class Frontier:
         out = copy.copy(self)
         out._pending = list(self._pending)
         out._ready = [list(nodes) for nodes in self._ready]
+        out._max_memo = {}
         out._count = list(self._count)
         out._forced = list(self._forced)
         out._remaining = list(self._remaining)
@@ -282,6 +303,7 @@ class Frontier:
         nodes = self._ready[op_id]
         nodes.sort()
         self._ready[op_id] = []
+        self._max_memo.pop(op_id, None)
         self._count[op_id] = 0
         self.last_op = op_id
         batch = Batch(op_id, np.array(nodes, dtype=np.int32))

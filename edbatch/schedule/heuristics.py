@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from edbatch.graph.ir import Graph
-from edbatch.schedule.bounds import heights
+from edbatch.schedule.bounds import height_list
 from edbatch.schedule.frontier import FrontierView
 from edbatch.schedule.policy import run_policy
 from edbatch.schedule.reverse import reverse_graph
@@ -187,7 +187,7 @@ class CriticalPathPolicy:
     def choose(self, view: FrontierView) -> int:
         """Pick the type holding the highest ready node."""
         if view.graph is not self._graph:
-            self._graph, self._height = view.graph, heights(view.graph).tolist()
+            self._graph, self._height = view.graph, height_list(view.graph)
         h = self._height
         best, best_key = -1, (-1, -1.0)
         for a in view.ready_ops:
