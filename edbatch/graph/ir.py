@@ -78,7 +78,7 @@ class Vocab(Sequence[OpType]):
     is identical for every graph it emits.
     """
 
-    __slots__ = ("_ops", "_index", "_batchable")
+    __slots__ = ("_ops", "_index", "_batchable", "signature")
 
     def __init__(self, ops: Iterable[OpType]) -> None:
         self._ops: tuple[OpType, ...] = tuple(ops)
@@ -92,6 +92,8 @@ class Vocab(Sequence[OpType]):
             self._index[op.name] = i
         self._batchable = np.array([op.batchable for op in self._ops], dtype=bool)
         self._batchable.setflags(write=False)
+        #: Bytes identifying every op type in full (hashed into Graph.structure_key).
+        self.signature: bytes = repr(self._ops).encode()
 
     def __len__(self) -> int:
         return len(self._ops)
@@ -287,13 +289,18 @@ class Graph:
         return order, ptr
 
     def structure_key(self) -> bytes:
-        """A hash of the graph's structure (op types and operands, not attrs), for caching."""
+        """A hash of the graph's structure, for caching schedules and memory plans.
+
+        Covers the op ids, the operands and the vocabulary's full op signatures (names,
+        kinds, shapes, parameters), so two workloads with equal op names but other sizes
+        never share a plan; ``attrs`` are not covered.
+        """
         import hashlib
 
         h = hashlib.blake2b(digest_size=16)
         for a in (self.op_ids, self.operand_ptr, self.operand_ids):
             h.update(a.tobytes())
-        h.update("\0".join(self.vocab.names).encode())
+        h.update(self.vocab.signature)
         return h.digest()
 
     # ------------------------------------------------------------------ checks and dumps

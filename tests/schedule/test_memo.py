@@ -65,3 +65,23 @@ def test_typewise_by_instance_after_dedupe(name: str) -> None:
     assert split is not None  # shared leaves are inert, so the split still applies
     for x, y in zip(split, bounds._typewise_small(graph), strict=True):
         assert np.array_equal(x, y)
+
+
+def test_plans_and_schedules_are_not_shared_across_model_sizes() -> None:
+    """Equal op names, other widths: the structure keys (and so the plan memo) differ."""
+    import torch
+
+    from edbatch.executor import TorchExecutor, init_params
+    from edbatch.memory import plan_memory
+
+    graphs, losses = [], []
+    for hidden in (6, 5):
+        wl = make_workload("tree_lstm", embed_dim=4, hidden_dim=hidden)
+        g = wl.build_graph(wl.load("dev")[:3])
+        graphs.append(g)
+        s = make_scheduler("depth")(g)
+        plan = plan_memory(g, s, "planned")  # memoised
+        assert plan.arenas[0][1] in (2 * hidden, 1)
+        res = TorchExecutor().run(g, s, plan, init_params(wl, torch.Generator().manual_seed(0)))
+        losses.append(res.loss)
+    assert graphs[0].structure_key() != graphs[1].structure_key()
