@@ -16,17 +16,19 @@ with one CPU thread and the same parameter values (``init_params`` seeded with 0
 * DyNet with autobatch 0, 1 (agenda) and 2 (depth), one ``benchmarks/dynet_peer.py``
   subprocess per (workload, size, autobatch), if ``dynet`` is installed.
 
-Every edbatch pass builds each mini-batch graph afresh (``construction``, which includes
-merging repeated leaves with :func:`~edbatch.graph.dedupe_leaves` unless ``--no-cse``),
-schedules it, plans its memory (no memo, except ``+memo``) and runs it with a fresh
-:class:`TorchExecutor` (``execution``; plus ``backward`` and an SGD ``update`` with learning
-rate 0 in training, as the DyNet worker's ``SimpleSGDTrainer``). Phases are medians over
-``--repeats`` passes per mini-batch, summed over mini-batches. The FSM is loaded from
-``--policy-dir/<workload> .json`` or trained there first (edbatch's learner with
-``conf/trainer/q_learning.yaml`` and ``conf/policy/fsm.yaml``, seed 0), before any timing.
-DyNet's per-mini-batch losses are checked against edbatch's (``loss_match``). It asserts
-nothing about speed; it prints a table per workload x size x mode, writes JSON and a PNG bar
-chart.
+Every edbatch pass constructs each mini-batch graph (``construction``: by default merging
+the per-instance graphs that :meth:`Workload.minibatch` builds on first sight and caches,
+the warm-up pass builds them; ``--construction fresh`` builds from the instances every pass,
+the analogue of DyNet's expression construction; both include merging repeated leaves with
+:func:`~edbatch.graph.dedupe_leaves` unless ``--no-cse``), schedules it, plans its memory
+(no memo, except ``+memo``) and runs it with a fresh :class:`TorchExecutor` (``execution``;
+plus ``backward`` and an SGD ``update`` with learning rate 0 in training, as the DyNet
+worker's ``SimpleSGDTrainer``). Phases are medians over ``--repeats`` passes per mini-batch,
+summed over mini-batches. The FSM is loaded from ``--policy-dir/<workload> .json`` or
+trained there first (edbatch's learner with ``conf/trainer/q_learning.yaml`` and
+``conf/policy/fsm.yaml``, seed 0), before any timing. DyNet's per-mini-batch losses are
+checked against edbatch's (``loss_match``). It asserts nothing about speed; it prints a
+table per workload x size x mode, writes JSON and a PNG bar chart.
 
     python benchmarks/throughput.py [--workloads tree_lstm] [--sizes 300x150] \\
         [--modes infer train] [--minibatches 4] [--repeats 3] [--no-dynet] \\
@@ -173,6 +175,8 @@ class _Job:
     schedulers: dict[str, Callable[[Graph], Schedule]]
     base: dict[str, Any]
     cse: bool = True
+    fresh: bool = False  # build from the instances every pass instead of merging cached ones
+    index: dict[int, range] | None = None  # id(chunk) -> its instance indices
 
 
 def _sgd_update(params: Iterable[Tensor], lr: float) -> None:
@@ -201,7 +205,8 @@ def _pass(job: _Job, contender: str, chunk: Sequence[Any], *, profile: bool = Fa
     """One mini-batch: phase seconds and info (loss, batches, executor stats)."""
     with torch.set_grad_enabled(job.train):
         clock = _Clock()
-        graph = job.wl.build_graph(chunk)
+        graph = job.wl.build_graph(chunk) if job.fresh else job.wl.minibatch(
+            job.wl.default_eval_split, job.index[id(chunk)])
         if job.cse and contender != "unbatched":
             graph = dedupe_leaves(graph)[0]
         clock.lap("construction")
@@ -305,7 +310,13 @@ def _edbatch_rows(name: str, size: str, wl: Workload, chunks: list[Sequence[Any]
                   for k, p in init_params(wl, torch.Generator().manual_seed(0)).items()}
         base = {"workload": name, "size": size, "embed": embed, "hidden": hidden,
                 "mode": mode}
-        job = _Job(wl, chunks, params, train, schedulers, base, not args.no_cse)
+        start = 0
+        index = {}
+        for chunk in chunks:
+            index[id(chunk)] = range(start, start + len(chunk))
+            start += len(chunk)
+        job = _Job(wl, chunks, params, train, schedulers, base, not args.no_cse,
+                   args.construction == "fresh", index)
         rows += _bench_job(job, contenders, args)
     return rows
 
@@ -419,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--no-dynet", action="store_true", help="skip the DyNet rows")
+    p.add_argument("--construction", choices=("cached", "fresh"), default="cached",
+                   help="cached: merge per-instance graphs built on first sight "
+                        "(Workload.minibatch); fresh: build every pass from the instances")
     p.add_argument("--no-cse", action="store_true",
                    help="do not merge repeated operand-free nodes (edbatch.graph.dedupe_leaves)")
     p.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)

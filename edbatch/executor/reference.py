@@ -66,7 +66,8 @@ def _failure(graph: Graph, v: int, op: OpType, inputs: Sequence[Tensor], problem
 
 
 def run_reference(graph: Graph, params: Mapping[str, Tensor], *,
-                  device: str | torch.device | None = None) -> dict[int, Tensor]:
+                  device: str | torch.device | None = None,
+                  kernels: Mapping[str, Kernel] | None = None) -> dict[int, Tensor]:
     """Run every node of ``graph`` alone (a batch of one), in node-id order.
 
     Args:
@@ -74,6 +75,8 @@ def run_reference(graph: Graph, params: Mapping[str, Tensor], *,
         params: parameter name -> tensor (e.g. from :func:`~edbatch.executor.init_params`).
         device: where to run; parameters are moved there (differentiably). Defaults to the
             parameters' device (CPU when there are none).
+        kernels: op kind -> kernel, overriding the registered kernels for those kinds (as
+            :class:`~edbatch.executor.torch_executor.TorchExecutor` takes them).
 
     Returns:
         ``{output node id: value [1, prod(out_shape)]}`` for every graph output.
@@ -88,7 +91,9 @@ def run_reference(graph: Graph, params: Mapping[str, Tensor], *,
         params = {name: p.to(dev) for name, p in params.items()}
     vocab = graph.vocab
     used = np.flatnonzero(graph.type_counts).tolist()
-    kernels: dict[int, Kernel] = {k: kernel_for(vocab[k]) for k in used}
+    override = kernels or {}
+    by_op: dict[int, Kernel] = {k: override.get(vocab[k].kind) or kernel_for(vocab[k])
+                                for k in used}
     attrs = torch.from_numpy(graph.attrs.copy()).to(dev)
     ptr, ids = graph.operand_ptr.tolist(), graph.operand_ids.tolist()
     frees = free_schedule(graph)
@@ -97,7 +102,7 @@ def run_reference(graph: Graph, params: Mapping[str, Tensor], *,
         op: OpType = vocab[k]
         inputs = [values[u] for u in ids[ptr[v]:ptr[v + 1]]]
         try:
-            out = kernels[k](op, inputs, params, attrs[v:v + 1])
+            out = by_op[k](op, inputs, params, attrs[v:v + 1])
         except Exception as e:
             raise _failure(graph, v, op, inputs, f"{type(e).__name__}: {e}") from e
         width = math.prod(op.out_shape)

@@ -118,8 +118,8 @@ class TorchExecutor:
         device: where arenas and per-batch tensors live (parameters must be there too; they
             are moved if not).
         dtype: arena dtype.
-        kernels: op kind -> kernel; defaults to the registered kernels
-            (:func:`~edbatch.executor.kernels.kernel_for`).
+        kernels: op kind -> kernel, overriding the registered kernels for those kinds; the
+            other kinds use :func:`~edbatch.executor.kernels.kernel_for`.
         cache_size: compiled programs kept (keyed by the graph and plan objects).
         profile: also time every operand read (gathers, concatenations and views) and
             kernel call separately, into ``exec/read_seconds``, ``exec/gather_seconds``
@@ -291,7 +291,9 @@ def _compile(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.d
     sum_kernel = KERNELS.get("sum")
     for b, batch in enumerate(schedule.batches):
         op: OpType = graph.vocab[batch.op_id]
-        kernel = kernels[op.kind] if kernels is not None else kernel_for(op)
+        kernel = kernels.get(op.kind) if kernels is not None else None
+        if kernel is None:
+            kernel = kernel_for(op)
         order = plan.row_order[b]
         attrs = all_attrs[torch.from_numpy(order.astype(np.int64)).to(device)] \
             if len(order) > 1 else all_attrs[int(order[0]):int(order[0]) + 1]

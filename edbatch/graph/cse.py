@@ -22,16 +22,21 @@ Example:
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numpy.typing import NDArray
 
 from edbatch.graph.ir import Graph
 
-__all__ = ["dedupe_leaves"]
+__all__ = ["dedupe_leaves", "dedupe_origin"]
 
 
 def dedupe_leaves(graph: Graph) -> tuple[Graph, NDArray[np.int64]]:
     """Merge operand-free nodes of equal (op type, attr) into the first of them.
+
+    Only op types whose nodes all have no operands take part (a variadic type with some
+    empty nodes does not), so the merged nodes have no type-wise relations either.
 
     Args:
         graph: the graph.
@@ -43,7 +48,9 @@ def dedupe_leaves(graph: Graph) -> tuple[Graph, NDArray[np.int64]]:
         itself is returned with the identity map.
     """
     n = graph.num_nodes
-    leaves = np.flatnonzero(graph.arity == 0)
+    k = len(graph.vocab)
+    has_operands = np.bincount(graph.op_ids, weights=graph.arity > 0, minlength=k) > 0
+    leaves = np.flatnonzero((graph.arity == 0) & ~has_operands[graph.op_ids])
     key = graph.op_ids[leaves].astype(np.int64) << 40 | (graph.attrs[leaves] + 1)
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     if len(first) == len(leaves):
@@ -61,4 +68,16 @@ def dedupe_leaves(graph: Graph) -> tuple[Graph, NDArray[np.int64]]:
                               attrs=graph.attrs[keep], instance=graph.instance[keep],
                               outputs=new_id[graph.outputs], depth=graph.depth[keep],
                               validate=False)
+    _ORIGIN[small] = (graph, keep, new_id)
     return small, new_id
+
+
+#: deduplicated graph -> (original graph, kept mask, new_id): lets analyses of the original
+#: (e.g. its type-wise graph, assembled from cached per-instance parts) carry over.
+_ORIGIN: weakref.WeakKeyDictionary[Graph, tuple[Graph, NDArray[np.bool_], NDArray[np.int64]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def dedupe_origin(graph: Graph) -> tuple[Graph, NDArray[np.bool_], NDArray[np.int64]] | None:
+    """``(original, kept mask, new_id)`` if ``graph`` came from :func:`dedupe_leaves`."""
+    return _ORIGIN.get(graph)

@@ -132,6 +132,11 @@ _CHUNK_BITS = 4096
 _SMALL_GRAPH = 20_000
 
 
+#: Above this many nodes, bitsets over the whole graph cost more than a pass per instance.
+_SPLIT_ABOVE = 6000
+_TypewiseArrays = tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]
+
+
 def typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
     """Type-wise predecessor counts and successor lists (cached per graph, read-only).
 
@@ -146,6 +151,8 @@ def typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], 
     cached = _TYPEWISE.get(graph)
     if cached is None:
         merged = _typewise_from_parts(graph)
+        if merged is None:
+            merged = _typewise_through_dedupe(graph)
         if merged is None and graph.num_nodes > _SPLIT_ABOVE:
             merged = _typewise_by_instance(graph)
         if merged is not None:
@@ -158,6 +165,27 @@ def typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], 
         for a in cached:
             a.setflags(write=False)
     return cached  # type: ignore[return-value]
+
+
+def _typewise_through_dedupe(graph: Graph) -> _TypewiseArrays | None:
+    """The original graph's type-wise graph, restricted to the nodes ``dedupe_leaves`` kept.
+
+    The dropped nodes are operand-free nodes of operand-free types, which have no type-wise
+    predecessor or successor, so only a renumbering is needed.
+    """
+    from edbatch.graph.cse import dedupe_origin
+
+    origin = dedupe_origin(graph)
+    if origin is None:
+        return None
+    original, keep, new_id = origin
+    pred, ptr, ids = typewise_graph(original)
+    counts = np.diff(ptr)[keep]
+    rows = np.repeat(keep, np.diff(ptr))
+    succ_ptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
+    np.cumsum(counts, out=succ_ptr[1:])
+    return (pred[keep].astype(np.int32), succ_ptr,
+            new_id[ids[rows]].astype(np.int32))
 
 
 def _typewise_from_parts(graph: Graph
@@ -189,9 +217,6 @@ def _typewise_from_parts(graph: Graph
             np.concatenate(ids).astype(np.int32))
 
 
-#: Above this many nodes, bitsets over the whole graph cost more than a pass per instance.
-_SPLIT_ABOVE = 6000
-_TypewiseArrays = tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]
 
 
 def _typewise_by_instance(graph: Graph) -> _TypewiseArrays | None:

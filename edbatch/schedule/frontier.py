@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from edbatch.errors import InvalidActionError
 from edbatch.graph.ir import Graph
-from edbatch.schedule.bounds import _segments, typewise_graph
+from edbatch.schedule.bounds import typewise_graph
 from edbatch.schedule.schedule import Batch
 
 __all__ = ["Frontier", "FrontierView"]
@@ -163,6 +163,19 @@ class FrontierView:
         return self._frontier._max_over_ready(op_id, values)
 
 
+_TW_LISTS: weakref.WeakKeyDictionary[Graph, tuple[list[int], list[int], list[int]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _typewise_lists(graph: Graph, ptr: NDArray[np.int64], ids: NDArray[np.int32],
+                    pred_count: NDArray[np.int32]) -> tuple[list[int], list[int], list[int]]:
+    """The type-wise CSR arrays as Python lists, converted once per graph (read-only)."""
+    cached = _TW_LISTS.get(graph)
+    if cached is None:
+        cached = _TW_LISTS[graph] = (ptr.tolist(), ids.tolist(), pred_count.tolist())
+    return cached
+
+
 class Frontier:
     """Ready-set bookkeeping for one graph (the only mutable object of scheduling).
 
@@ -194,8 +207,9 @@ class Frontier:
         self.last_op = -1
         self._tw: list[int] | None = None
         if typewise:
-            pred_count, self._tw_ptr, self._tw_ids = typewise_graph(graph)
-            self._tw_pending = pred_count.copy()
+            pred_count, ptr, ids = typewise_graph(graph)
+            self._tw_ptr, self._tw_ids, pending = _typewise_lists(graph, ptr, ids, pred_count)
+            self._tw_pending = list(pending)
             counts = np.bincount(graph.op_ids[pred_count == 0], minlength=k)
             counts[~s.batchable_np] = 0  # T is only defined for batchable types
             self._tw = counts.tolist()
@@ -287,7 +301,7 @@ class Frontier:
         out._remaining_depth = list(self._remaining_depth)
         if self._tw is not None:
             out._tw = list(self._tw)
-            out._tw_pending = self._tw_pending.copy()
+            out._tw_pending = list(self._tw_pending)
         return out
 
     # ------------------------------------------------------------------ transitions
@@ -308,7 +322,7 @@ class Frontier:
         self.last_op = op_id
         batch = Batch(op_id, np.array(nodes, dtype=np.int32))
         if self._tw is not None:
-            self._advance_typewise(op_id, batch.node_ids)
+            self._advance_typewise(op_id, nodes)
         self._execute(op_id, nodes)
         return batch
 
@@ -358,13 +372,17 @@ class Frontier:
             else:
                 self._forced.append(u)
 
-    def _advance_typewise(self, op_id: int, nodes: NDArray[np.int32]) -> None:
+    def _advance_typewise(self, op_id: int, nodes: list[int]) -> None:
+        """Retire ``nodes`` from the type-wise graph; a successor whose last type-wise
+        predecessor ran joins the type-wise frontier (plain lists: batches are small)."""
         assert self._tw is not None
-        idx, _ = _segments(self._tw_ptr, nodes.astype(np.int64))
+        ptr, ids, pending = self._tw_ptr, self._tw_ids, self._tw_pending
         freed = 0
-        if len(idx):
-            succ = self._tw_ids[idx]
-            np.subtract.at(self._tw_pending, succ, 1)
-            fresh = succ[self._tw_pending[succ] == 0]
-            freed = len(np.unique(fresh)) if len(fresh) > 1 else len(fresh)
+        for v in nodes:
+            for i in range(ptr[v], ptr[v + 1]):
+                u = ids[i]
+                left = pending[u] - 1
+                pending[u] = left
+                if not left:
+                    freed += 1
         self._tw[op_id] += freed - len(nodes)

@@ -162,3 +162,35 @@ def test_init_params_rules_and_determinism() -> None:
             assert not torch.equal(p, c[name])
     assert {n for n in a if is_embedding(n)} == {"lattice_lstm.char_emb",
                                                  "lattice_lstm.word_emb"}
+
+
+def test_kernel_overrides_fall_back_to_the_registry() -> None:
+    """A partial kernels mapping overrides its kinds; every other kind uses the registry."""
+    import torch
+
+    from edbatch.executor import init_params, run_reference
+    from edbatch.executor.kernels import KERNELS
+    from edbatch.executor.torch_executor import TorchExecutor
+    from edbatch.memory import plan_memory
+    from edbatch.schedule import make_scheduler
+    from edbatch.workloads import make_workload
+
+    wl = make_workload("tree_lstm", embed_dim=4, hidden_dim=3)
+    graph = wl.build_graph(wl.load("dev")[:2])
+    params = init_params(wl, torch.Generator().manual_seed(0))
+    calls = []
+
+    def doubled_loss(op, inputs, params, attrs):  # type: ignore[no-untyped-def]
+        calls.append(len(attrs))
+        return 2.0 * KERNELS.get("tree_lstm.loss")(op, inputs, params, attrs)
+
+    override = {"tree_lstm.loss": doubled_loss}
+    plain = run_reference(graph, params)
+    twice = run_reference(graph, params, kernels=override)
+    (v,) = plain
+    torch.testing.assert_close(twice[v], 2.0 * plain[v])
+    assert calls and sum(calls) == int(graph.type_counts[wl.vocab.id("tree_lstm.loss")])
+    schedule = make_scheduler("depth")(graph)
+    result = TorchExecutor(kernels=override).run(graph, schedule,
+                                                 plan_memory(graph, schedule), params)
+    torch.testing.assert_close(result.loss, 2.0 * plain[v].reshape(()))

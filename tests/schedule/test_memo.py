@@ -85,3 +85,15 @@ def test_plans_and_schedules_are_not_shared_across_model_sizes() -> None:
         res = TorchExecutor().run(g, s, plan, init_params(wl, torch.Generator().manual_seed(0)))
         losses.append(res.loss)
     assert graphs[0].structure_key() != graphs[1].structure_key()
+
+
+@pytest.mark.parametrize("name", ["tree_lstm", "lattice_lstm", "bilstm_tagger"])
+def test_typewise_carries_over_through_dedupe(name: str) -> None:
+    from edbatch.graph import dedupe_leaves
+
+    wl = make_workload(name, granularity="cell", embed_dim=4, hidden_dim=4)
+    merged = wl.minibatch(wl.default_eval_split, range(12))  # has per-instance provenance
+    small, _ = dedupe_leaves(merged)
+    derived = bounds.typewise_graph(small)  # from the merged graph's parts
+    for x, y in zip(derived, bounds._typewise_small(small), strict=True):
+        assert np.array_equal(x, y)
