@@ -16,7 +16,8 @@ from torch import Tensor
 
 from edbatch.memory.plan import MemoryPlan, Operand, Region
 
-__all__ = ["Read", "RowLocator", "gather", "inplace_read", "merged", "to_device"]
+__all__ = ["CatRead", "Read", "RowLocator", "SelectRead", "SliceRead", "gather", "inplace_read",
+           "merged", "to_device"]
 
 #: A compiled operand read: called with the arenas (inference) or batch outputs (training).
 Read = Callable[[Sequence[Tensor]], Tensor]
@@ -69,7 +70,7 @@ class RowLocator:
     @staticmethod
     def _slice(b: int, lo: int, hi: int, counts: list[int]) -> Read:
         counts[0] += 1
-        return lambda outs: outs[b][lo:hi]
+        return SliceRead(b, lo, hi)
 
     def local(self, arena: int, row: int) -> tuple[int, int]:
         """(batch, row within the batch's output) of one arena row."""
@@ -77,7 +78,8 @@ class RowLocator:
         return b, row - int(self.start[b])
 
     def read(self, operand: Operand, device: torch.device, counts: list[int]) -> Read:
-        """Training read over per-batch outputs (see the module docstring)."""
+        """Training read over the batches' (detached) outputs, with a ``route`` that sends
+        its gradient back to the producers' gradient buffers."""
         if operand.view is not None:
             first = self.batch_of[operand.arena]
             b = int(first[operand.view.start])
@@ -98,13 +100,76 @@ class RowLocator:
         counts[2] += len(rows)
         distinct = list(dict.fromkeys(batches.tolist()))
         if len(pieces) <= 2 * len(distinct) + 2:
-            return gather(lambda outs: torch.cat([outs[b][lo:hi] for b, lo, hi in pieces]))
-        groups = [(b, to_device(local[batches == b].copy(), device))
-                  for b in distinct]
-        if len(groups) == 1:
-            (b, idx), = groups
-            return gather(lambda outs: outs[b].index_select(0, idx))
-        grouped = np.concatenate([np.flatnonzero(batches == b) for b in distinct])
-        perm = to_device(np.argsort(grouped, kind="stable"), device)
-        return gather(lambda outs: torch.cat(
-            [outs[b].index_select(0, idx) for b, idx in groups]).index_select(0, perm))
+            return CatRead(pieces)
+        groups = []
+        for b in distinct:
+            pos = np.flatnonzero(batches == b)
+            groups.append((b, to_device(local[pos].copy(), device), to_device(pos, device)))
+        return SelectRead(groups, len(rows))
+
+
+class SliceRead:
+    """Rows ``lo:hi`` of batch ``b``'s output (zero-copy); backward adds into that slice."""
+
+    __slots__ = ("b", "hi", "lo")
+    gather = False
+
+    def __init__(self, b: int, lo: int, hi: int) -> None:
+        self.b, self.lo, self.hi = b, lo, hi
+
+    def __call__(self, outs: Sequence[Tensor]) -> Tensor:
+        return outs[self.b][self.lo:self.hi]
+
+    def route(self, grad: Tensor, bufs: Sequence[Tensor]) -> None:
+        """Add the read's gradient into its producer's gradient buffer."""
+        bufs[self.b][self.lo:self.hi] += grad
+
+
+class CatRead:
+    """A few row ranges of several batch outputs, concatenated."""
+
+    __slots__ = ("pieces",)
+    gather = True
+
+    def __init__(self, pieces: list[tuple[int, int, int]]) -> None:
+        self.pieces = pieces
+
+    def __call__(self, outs: Sequence[Tensor]) -> Tensor:
+        return torch.cat([outs[b][lo:hi] for b, lo, hi in self.pieces])
+
+    def route(self, grad: Tensor, bufs: Sequence[Tensor]) -> None:
+        """Add each piece's gradient rows into its producer's buffer."""
+        off = 0
+        for b, lo, hi in self.pieces:
+            bufs[b][lo:hi] += grad[off:off + hi - lo]
+            off += hi - lo
+
+
+class SelectRead:
+    """Scattered rows of one or more batch outputs: per producer ``(batch, its rows, their
+    positions in the read)``."""
+
+    __slots__ = ("groups", "rows")
+    gather = True
+
+    def __init__(self, groups: list[tuple[int, Tensor, Tensor]], rows: int) -> None:
+        self.groups, self.rows = groups, rows
+
+    def __call__(self, outs: Sequence[Tensor]) -> Tensor:
+        if len(self.groups) == 1:
+            b, idx, _ = self.groups[0]
+            return outs[b].index_select(0, idx)
+        first = outs[self.groups[0][0]]
+        out = first.new_empty((self.rows, first.shape[1]))
+        for b, idx, pos in self.groups:
+            out[pos] = outs[b].index_select(0, idx)
+        return out
+
+    def route(self, grad: Tensor, bufs: Sequence[Tensor]) -> None:
+        """``index_add_`` each producer's rows of the gradient into its buffer."""
+        if len(self.groups) == 1:
+            b, idx, _ = self.groups[0]
+            bufs[b].index_add_(0, idx, grad)
+            return
+        for b, idx, pos in self.groups:
+            bufs[b].index_add_(0, idx, grad.index_select(0, pos))

@@ -17,6 +17,12 @@ Two modes:
   plan reads as a view that lies inside one producer batch's region is a slice of that
   batch's output (zero-copy); any other read (a view spanning several batches, or a
   gather) is assembled with ``torch.cat`` of slices or ``index_select`` per producer batch.
+  With the registered kernels (which read parameters only from ``params``) the run is one
+  :class:`~edbatch.executor._train.BatchedRun` autograd function: each
+  batch records its own small graph on detached operands, and its backward routes operand
+  gradients into per-batch gradient buffers (slice additions, ``index_add_``) instead of
+  letting autograd materialise a producer-sized zero tensor per read. With custom
+  ``kernels`` (which may hold parameters of their own) plain autograd records the whole run.
 
 Both modes count their zero-copy reads and gathers in :attr:`RunResult.stats`
 (``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``).
@@ -52,6 +58,7 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor._reads import Read, RowLocator, inplace_read, merged, to_device
+from edbatch.executor._train import run_training
 from edbatch.executor.kernels import KERNELS, Kernel, RunParams, kernel_for, stacked_sum
 from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
@@ -178,7 +185,9 @@ class TorchExecutor:
             begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
             begin.record()
         start = time.perf_counter()
-        if grad:
+        if grad and self.kernels is None:
+            outputs = run_training(self, program, params)
+        elif grad:
             outputs = self._run_grad(program, params)
         else:
             with torch.no_grad():
@@ -256,6 +265,9 @@ class TorchExecutor:
 
     def _run_grad(self, program: _Program, params: Mapping[str, Tensor]
                   ) -> dict[int, Tensor]:
+        """Training with plain autograd over the whole run: custom kernels may hold
+        parameters of their own (e.g. the modules of :class:`~edbatch.api.DynamicBatch`),
+        which :class:`~edbatch.executor._train.BatchedRun` would not see."""
         outs: list[Tensor] = []
         for i, step in enumerate(program.grad_steps()):
             outs.append(self._call(i, step, outs, params))
