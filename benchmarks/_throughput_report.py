@@ -165,8 +165,6 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
         axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle("edbatch vs DyNet throughput (1 CPU thread, mini-batches of 64)")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from experiments.plots import save_figure
+
+    return save_figure(fig, path)

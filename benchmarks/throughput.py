@@ -205,8 +205,10 @@ def _pass(job: _Job, contender: str, chunk: Sequence[Any], *, profile: bool = Fa
     """One mini-batch: phase seconds and info (loss, batches, executor stats)."""
     with torch.set_grad_enabled(job.train):
         clock = _Clock()
-        graph = job.wl.build_graph(chunk) if job.fresh else job.wl.minibatch(
-            job.wl.default_eval_split, job.index[id(chunk)])
+        if job.fresh or job.index is None:
+            graph = job.wl.build_graph(chunk)
+        else:
+            graph = job.wl.minibatch(job.wl.default_eval_split, job.index[id(chunk)])
         if job.cse and contender != "unbatched":
             graph = dedupe_leaves(graph)[0]
         clock.lap("construction")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -12,7 +13,16 @@ import matplotlib.pyplot as plt
 
 from edbatch.evaluation import SummaryRow
 
-__all__ = ["plot_batches", "plot_learning_curve"]
+__all__ = ["plot_batches", "plot_learning_curve", "save_figure"]
+
+
+def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
+    """Write ``fig`` as a PNG (creating the folder), close it, return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    return out
 
 
 def plot_batches(rows: Sequence[SummaryRow], path: str | Path,
@@ -33,11 +43,7 @@ def plot_batches(rows: Sequence[SummaryRow], path: str | Path,
     ax.set_title("Batches per mini-batch graph, relative to the lower bound")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def plot_learning_curve(history: Sequence[dict[str, float]], path: str | Path,
@@ -58,8 +64,4 @@ def plot_learning_curve(history: Sequence[dict[str, float]], path: str | Path,
     ax.set_title(title or "Learning curve")
     ax.legend()
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)

@@ -318,11 +318,9 @@ def _plot(history: Sequence[dict[str, float]], path: str | Path, title: str) -> 
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    from experiments.plots import save_figure
+
+    return save_figure(fig, path)
 
 
 def _fit(trainer: _Trainer) -> list[dict[str, float]]:
