@@ -79,7 +79,7 @@ def _bench_workload(name: str, args: argparse.Namespace, results: dict[str, Any]
     graph = wl.build_graph(insts)
     wl.minibatch(split, idx)  # fill the per-instance cache
     contenders: list[tuple[str, Callable[[], Any], Callable[[Graph], Schedule] | None]] = [
-        ("build_graph (GraphBuilder)", lambda: wl.build_graph(insts), None),
+        ("build_graph", lambda: wl.build_graph(insts), None),
         ("merge cached instances", lambda: wl.minibatch(split, idx), None),
         ("analysis: chain lengths (LB)", lambda: type_chain_lengths(_fresh(graph)), None),
         ("analysis: type-wise graph", lambda: typewise_graph(_fresh(graph)), None),
