@@ -114,11 +114,13 @@ class FSMPolicy:
         self.hits = self.misses = 0
 
     def choose(self, view: FrontierView) -> int:
-        """The table's action for this state, or the fallback's."""
-        action = self.table.get(encode_state(view, self.encoding))
-        if action is not None and view.mask[action]:
-            self.hits += 1
-            return action
+        """The table's action for this state, or the fallback's (an empty table skips the
+        state encoding: every decision is the fallback's)."""
+        if self.table:
+            action = self.table.get(encode_state(view, self.encoding))
+            if action is not None and view.mask[action]:
+                self.hits += 1
+                return action
         self.misses += 1
         return self.fallback.choose(view)
 
