@@ -112,9 +112,9 @@ class BatchedRun(torch.autograd.Function):
             for n, g in zip(names, got[len(operands):], strict=True):
                 if g is not None:
                     if n in total:
-                        total[n].add_(g)  # our own buffer (the first gradient, cloned)
-                    else:
-                        total[n] = g.clone()
+                        total[n].add_(g)
+                    else:  # fresh from autograd (at most an alias of a buffer already used)
+                        total[n] = g.contiguous()
         return (None, None, None, *(total.get(n) for n in ctx.names))
 
 
