@@ -48,9 +48,7 @@ def dedupe_leaves(graph: Graph) -> tuple[Graph, NDArray[np.int64]]:
         itself is returned with the identity map.
     """
     n = graph.num_nodes
-    k = len(graph.vocab)
-    has_operands = np.bincount(graph.op_ids, weights=graph.arity > 0, minlength=k) > 0
-    leaves = np.flatnonzero((graph.arity == 0) & ~has_operands[graph.op_ids])
+    leaves = np.flatnonzero(graph.operand_free_types[graph.op_ids])
     key = graph.op_ids[leaves].astype(np.int64) << 40 | (graph.attrs[leaves] + 1)
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     if len(first) == len(leaves):

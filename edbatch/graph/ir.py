@@ -260,6 +260,13 @@ class Graph:
         return np.bincount(self.op_ids, minlength=len(self.vocab))
 
     @functools.cached_property
+    def operand_free_types(self) -> NDArray[np.bool_]:
+        """``bool[K]``: op types none of whose nodes in this graph has an operand."""
+        with_operands = np.bincount(self.op_ids, weights=self.arity > 0,
+                                    minlength=len(self.vocab))
+        return with_operands == 0
+
+    @functools.cached_property
     def batchable_node(self) -> NDArray[np.bool_]:
         """``bool[N]``: whether each node's op type is batchable."""
         return self.vocab.batchable[self.op_ids] if self.num_nodes else np.zeros(0, bool)

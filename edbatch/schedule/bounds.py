@@ -137,7 +137,7 @@ _SPLIT_ABOVE = 6000
 _TypewiseArrays = tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]
 
 
-def typewise_graph(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
+def typewise_graph(graph: Graph) -> _TypewiseArrays:
     """Type-wise predecessor counts and successor lists (cached per graph, read-only).
 
     ``u`` is a type-wise predecessor of ``v`` when both have the same op type and some path
@@ -188,8 +188,7 @@ def _typewise_through_dedupe(graph: Graph) -> _TypewiseArrays | None:
             new_id[ids[rows]].astype(np.int32))
 
 
-def _typewise_from_parts(graph: Graph
-                         ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]] | None:
+def _typewise_from_parts(graph: Graph) -> _TypewiseArrays | None:
     """Assemble a merged graph's type-wise graph from its (cached) parts.
 
     Parts are disjoint, so type-wise relations stay inside a part; the one reduce node
@@ -217,8 +216,6 @@ def _typewise_from_parts(graph: Graph
             np.concatenate(ids).astype(np.int32))
 
 
-
-
 def _typewise_by_instance(graph: Graph) -> _TypewiseArrays | None:
     """:func:`_typewise_small` one instance at a time (bitsets as wide as an instance).
 
@@ -232,9 +229,7 @@ def _typewise_by_instance(graph: Graph) -> _TypewiseArrays | None:
     if n == 0 or graph.num_instances < 2:
         return None
     inst = graph.instance.astype(np.int64)
-    k = len(graph.vocab)
-    has_operands = np.bincount(graph.op_ids, weights=graph.arity > 0, minlength=k) > 0
-    inert = (graph.arity == 0) & ~has_operands[graph.op_ids]
+    inert = graph.operand_free_types[graph.op_ids]
     consumer = np.repeat(np.arange(n, dtype=np.int64), graph.arity)
     producer = graph.operand_ids.astype(np.int64)
     crossing = (inst[producer] != inst[consumer]) & ~inert[producer]
@@ -261,58 +256,51 @@ def _typewise_by_instance(graph: Graph) -> _TypewiseArrays | None:
     dst: list[int] = []
     contrib = [0] * n  # inert and skipped nodes pass nothing on
     for lo, hi in zip(first, last, strict=True):
-        typemask: dict[int, int] = {}
-        for v in range(lo, hi + 1):
-            if active[v]:
-                typemask[op[v]] = typemask.get(op[v], 0) | (1 << (v - lo))
-        for v in range(lo, hi + 1):
-            if not active[v]:
-                continue
-            acc = 0
-            for u in args[ptr[v]:ptr[v + 1]]:
-                acc |= contrib[u]
-            mask = typemask[op[v]]
-            contrib[v] = (acc & ~mask) | (1 << (v - lo))
-            preds = acc & mask
-            while preds:
-                low = preds & -preds
-                src.append(lo + low.bit_length() - 1)
-                dst.append(v)
-                preds ^= low
+        _typewise_block(op, ptr, args, active, contrib, lo, hi + 1, src, dst)
     return _csr(n, np.asarray(src, np.int64), np.asarray(dst, np.int64))
 
 
-def _typewise_small(graph: Graph
-                    ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
+def _typewise_small(graph: Graph) -> _TypewiseArrays:
     """Sequential version with Python ints as bitsets (one bit per node)."""
     n = graph.num_nodes
-    op = graph.op_ids.tolist()
-    ptr = graph.operand_ptr.tolist()
-    args = graph.operand_ids.tolist()
-    typemask = [0] * len(graph.vocab)
-    for v, a in enumerate(op):
-        typemask[a] |= 1 << v
-    # contrib[u]: what u passes to its users: its own bit, plus its ancestors of other types.
-    notmask = [~m for m in typemask]
-    contrib = [0] * n
     src: list[int] = []
     dst: list[int] = []
-    for v in range(n):
+    _typewise_block(graph.op_ids.tolist(), graph.operand_ptr.tolist(),
+                    graph.operand_ids.tolist(), None, [0] * n, 0, n, src, dst)
+    return _csr(n, np.asarray(src, np.int64), np.asarray(dst, np.int64))
+
+
+def _typewise_block(op: list[int], ptr: list[int], args: list[int], active: list[bool] | None,
+                    contrib: list[int], lo: int, hi: int, src: list[int],
+                    dst: list[int]) -> None:
+    """Type-wise edges among nodes ``lo..hi-1`` (bit ``v - lo`` stands for node ``v``).
+
+    ``contrib[u]`` is what ``u`` passes to its users: its own bit plus its ancestors of other
+    types; a node's type-wise predecessors are the bits of its own type among its operands'
+    contributions. Nodes with ``active[v]`` false are skipped (they pass nothing on); the
+    edges are appended to ``src`` / ``dst``.
+    """
+    typemask: dict[int, int] = {}
+    for v in range(lo, hi):
+        if active is None or active[v]:
+            typemask[op[v]] = typemask.get(op[v], 0) | (1 << (v - lo))
+    for v in range(lo, hi):
+        if active is not None and not active[v]:
+            continue
         acc = 0
         for u in args[ptr[v]:ptr[v + 1]]:
             acc |= contrib[u]
-        contrib[v] = (acc & notmask[op[v]]) | (1 << v)
-        preds = acc & typemask[op[v]]
+        mask = typemask[op[v]]
+        contrib[v] = (acc & ~mask) | (1 << (v - lo))
+        preds = acc & mask
         while preds:
             low = preds & -preds
-            src.append(low.bit_length() - 1)
+            src.append(lo + low.bit_length() - 1)
             dst.append(v)
             preds ^= low
-    return _csr(n, np.asarray(src, np.int64), np.asarray(dst, np.int64))
 
 
-def _csr(n: int, src: NDArray[np.int64], dst: NDArray[np.int64]
-         ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
+def _csr(n: int, src: NDArray[np.int64], dst: NDArray[np.int64]) -> _TypewiseArrays:
     pred_count = np.bincount(dst, minlength=n).astype(np.int32)
     perm = np.argsort(src, kind="stable")
     succ_ptr = np.zeros(n + 1, dtype=np.int64)
@@ -320,8 +308,7 @@ def _csr(n: int, src: NDArray[np.int64], dst: NDArray[np.int64]
     return pred_count, succ_ptr, dst[perm].astype(np.int32)
 
 
-def _typewise_bitset(graph: Graph
-                     ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
+def _typewise_bitset(graph: Graph) -> _TypewiseArrays:
     n, k = graph.num_nodes, len(graph.vocab)
     op = graph.op_ids.astype(np.int64)
     order, lptr = graph.levels
