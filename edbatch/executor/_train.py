@@ -21,26 +21,18 @@ float summation order. Only first-order gradients are supported (no ``create_gra
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from edbatch.executor.kernels import RunParams, stacked_sum
+from edbatch.executor.kernels import RunParams
 
 if TYPE_CHECKING:
-    from edbatch.executor.torch_executor import TorchExecutor, _Program, _Step
+    from edbatch.executor.torch_executor import TorchExecutor, _Program
 
 __all__ = ["BatchedRun"]
-
-
-def _inputs(step: _Step, leaves: list[Tensor]) -> list[Tensor] | None:
-    """The kernel inputs made from the operand leaves (``None``: a stacked variadic sum)."""
-    if step.split:
-        return None if step.stacked else list(leaves[0].split(1))
-    return leaves
 
 
 class BatchedRun(torch.autograd.Function):
@@ -53,28 +45,16 @@ class BatchedRun(torch.autograd.Function):
                   for n, v in zip(names, values, strict=True)}
         params = RunParams(leaves)
         timer = executor._timer
-        clock = time.perf_counter
         dets: list[Tensor] = []
         tape: list[tuple[Tensor, list[Tensor]]] = []
         with torch.enable_grad():
             for i, step in enumerate(program.grad_steps()):
-                t0 = clock()
-                reads = [read(dets) for read in step.reads]
-                if timer is not None:
-                    timer.sync()
-                    t1 = clock()
-                    timer.read_s += t1 - t0
-                    timer.gather_s += (t1 - t0) if any(getattr(r, "gather", False)
-                                                       for r in step.reads) else 0.0
+                reads = timer.reads(step, dets) if timer is not None else \
+                    [read(dets) for read in step.reads]
                 operands = [x.detach().requires_grad_() for x in reads]
-                inputs = _inputs(step, operands)
-                if inputs is None:
-                    out = stacked_sum(operands[0])
-                else:
-                    out = executor._kernel(i, step, inputs, params, None)
-                if timer is not None:
-                    timer.sync()
-                    timer.kernel_s += clock() - t1
+                args = (i, step, operands, params, None)
+                out = executor._apply(*args) if timer is None else \
+                    timer.kernel(executor._apply, *args)
                 tape.append((out, operands))
                 dets.append(out.detach())
         ctx.program, ctx.tape, ctx.names = program, tape, names

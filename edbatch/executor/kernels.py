@@ -94,13 +94,15 @@ def derived(params: Mapping[str, Tensor], key: str, make: Callable[[], Tensor]) 
 _SLICE_NAME = re.compile(r"slice/(\d+):(\d+)/(\d+)")
 
 
-def kernel_for(op: OpType) -> Kernel:
-    """The kernel of ``op.kind``.
+def kernel_for(op: OpType, overrides: Mapping[str, Kernel] | None = None) -> Kernel:
+    """The kernel of ``op.kind``: ``overrides[op.kind]`` if given there, else the registered one.
 
     Raises:
         UnknownNameError: no kernel is registered for the kind; the message names the op
             type, suggests close kinds and says that dump graphs cannot be executed.
     """
+    if overrides is not None and op.kind in overrides:
+        return overrides[op.kind]
     if op.kind not in KERNELS:
         raise UnknownNameError(f"op type {op.name!r} has no kernel: "
                                + KERNELS.unknown_message(op.kind))

@@ -91,9 +91,7 @@ def run_reference(graph: Graph, params: Mapping[str, Tensor], *,
         params = {name: p.to(dev) for name, p in params.items()}
     vocab = graph.vocab
     used = np.flatnonzero(graph.type_counts).tolist()
-    override = kernels or {}
-    by_op: dict[int, Kernel] = {k: override.get(vocab[k].kind) or kernel_for(vocab[k])
-                                for k in used}
+    by_op: dict[int, Kernel] = {k: kernel_for(vocab[k], kernels) for k in used}
     attrs = torch.from_numpy(graph.attrs.copy()).to(dev)
     ptr, ids = graph.operand_ptr.tolist(), graph.operand_ids.tolist()
     frees = free_schedule(graph)

@@ -51,6 +51,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -220,17 +221,20 @@ class TorchExecutor:
     def _call(self, i: int, step: _Step, sources: Sequence[Tensor],
               params: Mapping[str, Tensor], out: Tensor | None = None) -> Tensor:
         timer = self._timer
-        if timer is not None:
-            return timer.call(self, i, step, sources, params, out)
-        inputs: list[Tensor]
+        if timer is None:
+            return self._apply(i, step, [read(sources) for read in step.reads], params, out)
+        operands = timer.reads(step, sources)
+        return timer.kernel(self._apply, i, step, operands, params, out)
+
+    def _apply(self, i: int, step: _Step, operands: list[Tensor],
+               params: Mapping[str, Tensor], out: Tensor | None) -> Tensor:
+        """Run batch ``i`` on its read operands (a variadic node's single merged read is
+        reduced directly if it is a sum, else split into its ``[1, d]`` rows)."""
         if step.split:
-            merged = step.reads[0](sources)
             if step.stacked:
-                return stacked_sum(merged)
-            inputs = list(merged.split(1))
-        else:
-            inputs = [read(sources) for read in step.reads]
-        return self._kernel(i, step, inputs, params, out)
+                return stacked_sum(operands[0])
+            operands = list(operands[0].split(1))
+        return self._kernel(i, step, operands, params, out)
 
     def _kernel(self, i: int, step: _Step, inputs: list[Tensor],
                 params: Mapping[str, Tensor], out: Tensor | None) -> Tensor:
@@ -303,9 +307,7 @@ def _compile(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.d
     sum_kernel = KERNELS.get("sum")
     for b, batch in enumerate(schedule.batches):
         op: OpType = graph.vocab[batch.op_id]
-        kernel = kernels.get(op.kind) if kernels is not None else None
-        if kernel is None:
-            kernel = kernel_for(op)
+        kernel = kernel_for(op, kernels)
         order = plan.row_order[b]
         attrs = all_attrs[torch.from_numpy(order.astype(np.int64)).to(device)] \
             if len(order) > 1 else all_attrs[int(order[0]):int(order[0]) + 1]
@@ -356,30 +358,28 @@ class _Timer:
         return {"exec/read_seconds": self.read_s, "exec/gather_seconds": self.gather_s,
                 "exec/kernel_seconds": self.kernel_s}
 
-    def call(self, ex: TorchExecutor, i: int, step: _Step, sources: Sequence[Tensor],
-             params: Mapping[str, Tensor], out: Tensor | None) -> Tensor:
+    def reads(self, step: _Step, sources: Sequence[Tensor]) -> list[Tensor]:
+        """The step's operand reads, timed (each copying read also into the gathers)."""
         clock = time.perf_counter
         self.sync()
-        t0 = t_read = clock()
-        inputs = []
+        start = clock()
+        out = []
         for read in step.reads:
-            inputs.append(read(sources))
+            t0 = clock()
+            out.append(read(sources))
             if getattr(read, "gather", False):
                 self.sync()
-                t1 = clock()
-                self.gather_s += t1 - t0
-                t0 = t1
+                self.gather_s += clock() - t0
         self.sync()
-        t1 = clock()
-        self.read_s += t1 - t_read
-        if step.stacked:
-            result = stacked_sum(inputs[0])
-        else:
-            if step.split:
-                inputs = list(inputs[0].split(1))
-            result = ex._kernel(i, step, inputs, params, out)
+        self.read_s += clock() - start
+        return out
+
+    def kernel(self, run: Callable[..., Tensor], *args: Any) -> Tensor:
+        """``run(*args)`` (a kernel call), timed."""
+        t0 = time.perf_counter()
+        result = run(*args)
         self.sync()
-        self.kernel_s += clock() - t1
+        self.kernel_s += time.perf_counter() - t0
         return result
 
 

@@ -194,3 +194,30 @@ def test_kernel_overrides_fall_back_to_the_registry() -> None:
     result = TorchExecutor(kernels=override).run(graph, schedule,
                                                  plan_memory(graph, schedule), params)
     torch.testing.assert_close(result.loss, 2.0 * plain[v].reshape(()))
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_profiled_run_splits_reads_and_kernels_without_changing_values(grad: bool) -> None:
+    import torch
+
+    from edbatch.executor import init_params
+    from edbatch.executor.torch_executor import TorchExecutor
+    from edbatch.memory import plan_memory
+    from edbatch.schedule import make_scheduler
+    from edbatch.workloads import make_workload
+
+    wl = make_workload("tree_lstm", embed_dim=6, hidden_dim=5)
+    graph = wl.minibatch("dev", range(8))
+    schedule = make_scheduler("depth")(graph)
+    plan = plan_memory(graph, schedule, "naive")
+    params = {k: p.requires_grad_(grad)
+              for k, p in init_params(wl, torch.Generator().manual_seed(0)).items()}
+    plain = TorchExecutor().run(graph, schedule, plan, params, grad=grad)
+    profiled = TorchExecutor(profile=True).run(graph, schedule, plan, params, grad=grad)
+    assert plain.loss is not None and profiled.loss is not None
+    assert torch.equal(plain.loss.detach(), profiled.loss.detach())
+    stats = profiled.stats
+    assert stats["exec/num_gathers"] > 0  # naive plan of trees: children are gathered
+    assert 0 < stats["exec/gather_seconds"] <= stats["exec/read_seconds"]
+    assert stats["exec/kernel_seconds"] > 0
+    assert "exec/read_seconds" not in plain.stats
