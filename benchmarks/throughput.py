@@ -169,14 +169,13 @@ class _Job:
     """One workload x size x mode: data, parameters and the edbatch schedulers."""
 
     wl: Workload
-    chunks: list[Sequence[Any]]
+    chunks: list[range]  # instance indices of each mini-batch in the evaluation split
     params: dict[str, Tensor]
     train: bool
     schedulers: dict[str, Callable[[Graph], Schedule]]
     base: dict[str, Any]
     cse: bool = True
     fresh: bool = False  # build from the instances every pass instead of merging cached ones
-    index: dict[int, range] | None = None  # id(chunk) -> its instance indices
 
 
 def _sgd_update(params: Iterable[Tensor], lr: float) -> None:
@@ -200,15 +199,17 @@ class _Clock:
         self.times[phase] = self._t - start
 
 
-def _pass(job: _Job, contender: str, chunk: Sequence[Any], *, profile: bool = False
+def _pass(job: _Job, contender: str, chunk: range, *, profile: bool = False
           ) -> tuple[dict[str, float], dict[str, float]]:
     """One mini-batch: phase seconds and info (loss, batches, executor stats)."""
     with torch.set_grad_enabled(job.train):
         clock = _Clock()
-        if job.fresh or job.index is None:
-            graph = job.wl.build_graph(chunk)
+        split = job.wl.default_eval_split
+        if job.fresh:
+            instances = job.wl.load(split)
+            graph = job.wl.build_graph([instances[i] for i in chunk])
         else:
-            graph = job.wl.minibatch(job.wl.default_eval_split, job.index[id(chunk)])
+            graph = job.wl.minibatch(split, chunk)
         if job.cse and contender != "unbatched":
             graph = dedupe_leaves(graph)[0]
         clock.lap("construction")
@@ -293,7 +294,7 @@ def _row(job: _Job, contender: str, samples: list[list[dict[str, float]]],
     return row
 
 
-def _edbatch_rows(name: str, size: str, wl: Workload, chunks: list[Sequence[Any]],
+def _edbatch_rows(name: str, size: str, wl: Workload, chunks: list[range],
                   policy: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
     """All edbatch rows of one workload x size (both modes)."""
     contenders = [c for c in args.contenders if c in EDBATCH_CONTENDERS]
@@ -312,13 +313,8 @@ def _edbatch_rows(name: str, size: str, wl: Workload, chunks: list[Sequence[Any]
                   for k, p in init_params(wl, torch.Generator().manual_seed(0)).items()}
         base = {"workload": name, "size": size, "embed": embed, "hidden": hidden,
                 "mode": mode}
-        start = 0
-        index = {}
-        for chunk in chunks:
-            index[id(chunk)] = range(start, start + len(chunk))
-            start += len(chunk)
         job = _Job(wl, chunks, params, train, schedulers, base, not args.no_cse,
-                   args.construction == "fresh", index)
+                   args.construction == "fresh")
         rows += _bench_job(job, contenders, args)
     return rows
 
@@ -379,7 +375,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"machine: {results['machine']}")
     print(results["dynet"]["note"])
     use_dynet = results["dynet"]["used"]
-    want_fsm = any(c in args.contenders for c in ("fsm", "fsm+planned"))
+    want_fsm = any(c.startswith("fsm") for c in args.contenders)
     for name in args.workloads:
         policy = None
         for size in args.sizes:
@@ -389,7 +385,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 policy, results["policies"][name] = load_or_train_policy(
                     name, wl, args.policy_dir, args.fsm_episodes)
             instances = wl.load(wl.default_eval_split)
-            chunks = [instances[i:i + BATCH_SIZE]
+            chunks = [range(i, min(i + BATCH_SIZE, len(instances)))
                       for i in range(0, len(instances), BATCH_SIZE)]
             chunks = chunks[:args.minibatches or len(chunks)]
             _log(f"{name} {size}: {len(chunks)} mini-batches of split "

@@ -134,3 +134,15 @@ def test_real_dynet_worker_losses_match(run: tuple[dict[str, Any], Path]) -> Non
     assert not errors, errors
     report.check_losses(rows)
     assert rows[-1]["contender"] == "dynet_autobatch1" and rows[-1]["loss_match"] is True
+
+
+@pytest.mark.parametrize("construction", ["cached", "fresh"])
+def test_memo_contender_alone_and_both_constructions(tmp_path: Path, construction: str) -> None:
+    """The memo contender needs the FSM even when no other FSM row is asked for."""
+    results = tp.main([*TINY, "--no-dynet", "--modes", "infer", "--construction", construction,
+                       "--contenders", "depth", "fsm+planned+memo",
+                       "--policy-dir", str(tmp_path / "policies"),
+                       "--out", str(tmp_path / "out.json"), "--plot", str(tmp_path / "out.png")])
+    rows = {r["contender"]: r for r in results["rows"]}
+    assert set(rows) == {"depth", "fsm+planned+memo"}
+    assert math.isclose(rows["depth"]["loss"], rows["fsm+planned+memo"]["loss"], rel_tol=1e-5)
