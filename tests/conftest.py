@@ -43,3 +43,23 @@ def two_trees(vocab: Vocab) -> Graph:
         losses.append(b.add("loss", b.add("tanh", left_chain_tree(b, leaves)), attr=1))
     b.instance = 0
     return b.build([b.add("sum", *losses)])
+
+
+def recurrent_chains(lengths: list[int], loss_kind: str = "pick_nll", width: int = 2) -> Graph:
+    """Independent recurrent chains, one instance each: a lookup (attr = step) and a
+    ``cell(x, h)`` per step from a zero state, a loss per step (attr 0: a ``pick_nll`` label,
+    ignored by other loss kinds), and one unbatchable ``sum`` of all losses."""
+    vocab = Vocab([OpType("x", "lookup", (), (width,)), OpType("h0", "zero", (), (width,)),
+                   OpType("cell", "cell", ((width,), (width,)), (width,)),
+                   OpType("loss", loss_kind, ((width,),), (1,)),
+                   OpType("sum", "sum", None, (1,), batchable=False)])
+    b = GraphBuilder(vocab)
+    losses = []
+    for i, n in enumerate(lengths):
+        b.instance = i
+        state = b.add("h0")
+        for t in range(n):
+            state = b.add("cell", b.add("x", attr=t), state)
+            losses.append(b.add("loss", state, attr=0))
+    b.instance = 0
+    return b.build([b.add("sum", *losses)])

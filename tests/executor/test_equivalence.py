@@ -12,10 +12,11 @@ from torch import Tensor
 from edbatch.errors import ExecutionError
 from edbatch.executor import init_params, reference_loss, run_reference
 from edbatch.executor.torch_executor import RunResult, TorchExecutor, execute
-from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
+from edbatch.graph import Graph, OpType
 from edbatch.memory import STRATEGIES, Strategy, plan_memory
 from edbatch.schedule import HEURISTICS, Schedule, depth_schedule, make_scheduler
 from edbatch.workloads import REAL_WORKLOADS, Workload, make_workload
+from tests.conftest import recurrent_chains
 
 GRANULARITIES = ("cell", "primitive")
 DEFAULT_SCHEDULERS = ("depth", "dynet_agenda", "typewise_greedy", "critical_path")
@@ -225,20 +226,7 @@ def tiny_params() -> dict[str, Tensor]:
 
 
 def chain_graph(lengths: list[int]) -> Graph:
-    vocab = Vocab([OpType("x", "lookup", (), (H,)), OpType("h0", "zero", (), (H,)),
-                   OpType("cell", "cell", ((H,), (H,)), (H,)),
-                   OpType("loss", "square", ((H,),), (1,)),
-                   OpType("sum", "sum", None, (1,), batchable=False)])
-    b = GraphBuilder(vocab)
-    losses = []
-    for i, n in enumerate(lengths):
-        b.instance = i
-        state = b.add("h0")
-        for t in range(n):
-            state = b.add("cell", b.add("x", attr=t), state)
-            losses.append(b.add("loss", state))
-    b.instance = 0
-    return b.build([b.add("sum", *losses)])
+    return recurrent_chains(lengths, "square")
 
 
 def tiny_reference(graph: Graph, params: Mapping[str, Tensor]) -> Tensor:

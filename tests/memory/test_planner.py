@@ -19,6 +19,7 @@ from edbatch.memory import (
 )
 from edbatch.schedule import HEURISTICS, Schedule, depth_schedule, make_scheduler
 from edbatch.workloads import REAL_WORKLOADS, make_workload
+from tests.conftest import recurrent_chains
 
 GRANULARITIES = ("cell", "primitive")
 #: Schedulers of the acceptance target (cell level, 64-instance dev mini-batch).
@@ -168,21 +169,7 @@ def test_tree_children_become_left_run_then_right_run() -> None:
 
 def chains(lengths: list[int]) -> Graph:
     """Independent recurrent chains: a lookup and a cell(x, h) per step, a loss per step."""
-    h = 2
-    vocab = Vocab([OpType("x", "lookup", (), (h,)), OpType("h0", "zero", (), (h,)),
-                   OpType("cell", "cell", ((h,), (h,)), (h,)),
-                   OpType("loss", "pick_nll", ((h,),), (1,)),
-                   OpType("sum", "sum", None, (1,), batchable=False)])
-    b = GraphBuilder(vocab)
-    losses = []
-    for i, n in enumerate(lengths):
-        b.instance = i
-        state = b.add("h0")
-        for t in range(n):
-            state = b.add("cell", b.add("x", attr=t), state)
-            losses.append(b.add("loss", state, attr=0))
-    b.instance = 0
-    return b.build([b.add("sum", *losses)])
+    return recurrent_chains(lengths, "pick_nll")
 
 
 def test_chains_of_different_lengths_read_states_as_views() -> None:
