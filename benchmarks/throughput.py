@@ -23,7 +23,8 @@ the analogue of DyNet's expression construction; both include merging repeated l
 :func:`~edbatch.graph.dedupe_leaves` unless ``--no-cse``), schedules it, plans its memory
 (no memo, except ``+memo``) and runs it with a fresh :class:`TorchExecutor` (``execution``;
 plus ``backward`` and an SGD ``update`` with learning rate 0 in training, as the DyNet
-worker's ``SimpleSGDTrainer``). Phases are medians over ``--repeats`` passes per mini-batch,
+worker's ``SimpleSGDTrainer``; training uses the cells' hand-written backwards where every
+kernel has one and sparse embedding gradients, as DyNet updates only the lookup rows read). Phases are medians over ``--repeats`` passes per mini-batch,
 summed over mini-batches. The FSM is loaded from ``--policy-dir/<workload> .json`` or
 trained there first (edbatch's learner with ``conf/trainer/q_learning.yaml`` and
 ``conf/policy/fsm.yaml``, seed 0), before any timing. DyNet's per-mini-batch losses are
@@ -223,7 +224,7 @@ def _pass(job: _Job, contender: str, chunk: range, *, profile: bool = False
             plan = plan_memory(graph, schedule, STRATEGY.get(contender, "naive"),
                                cache=contender in MEMO)
             clock.lap("planning")
-            ex = TorchExecutor(profile=True) if profile else TorchExecutor()
+            ex = TorchExecutor(profile=profile, sparse_grads=job.train)
             res = ex.run(graph, schedule, plan, job.params, grad=job.train)
             clock.lap("execution")
             assert res.loss is not None

@@ -16,8 +16,8 @@ from torch import Tensor
 
 from edbatch.memory.plan import MemoryPlan, Operand, Region
 
-__all__ = ["CatRead", "Read", "RowLocator", "SelectRead", "SliceRead", "gather", "inplace_read",
-           "merged", "to_device"]
+__all__ = ["CatRead", "Read", "RowLocator", "RowsRead", "SelectRead", "SliceRead", "gather",
+           "inplace_read", "merged", "to_device"]
 
 #: A compiled operand read: called with the arenas (inference) or batch outputs (training).
 Read = Callable[[Sequence[Tensor]], Tensor]
@@ -46,16 +46,35 @@ def merged(arena: int, rows: NDArray[np.int64]) -> Operand:
 
 
 def inplace_read(operand: Operand, device: torch.device, counts: list[int]) -> Read:
-    """Inference read: an arena slice or an ``index_select`` of arena rows."""
-    a = operand.arena
+    """Inference read: an arena slice or an ``index_select`` of arena rows (both also route
+    a gradient into a gradient arena of the same layout, for the analytic training mode)."""
     if operand.view is not None:
-        lo, hi = operand.view.start, operand.view.stop
         counts[0] += 1
-        return lambda arenas: arenas[a][lo:hi]
+        return SliceRead(operand.arena, operand.view.start, operand.view.stop)
     idx = to_device(operand.rows().copy(), device)
     counts[1] += 1
     counts[2] += len(idx)
-    return gather(lambda arenas: arenas[a].index_select(0, idx))
+    return RowsRead(operand.arena, idx)
+
+
+class RowsRead:
+    """Rows ``idx`` of tensor ``b`` (an ``index_select``); backward ``index_add_``s into them."""
+
+    __slots__ = ("b", "idx")
+    gather = True
+
+    def __init__(self, b: int, idx: Tensor) -> None:
+        self.b, self.idx = b, idx
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def __call__(self, outs: Sequence[Tensor]) -> Tensor:
+        return outs[self.b].index_select(0, self.idx)
+
+    def route(self, grad: Tensor, bufs: Sequence[Tensor]) -> None:
+        """Add the read's gradient rows into the gradient tensor of ``b``."""
+        bufs[self.b].index_add_(0, self.idx, grad)
 
 
 class RowLocator:
@@ -109,13 +128,17 @@ class RowLocator:
 
 
 class SliceRead:
-    """Rows ``lo:hi`` of batch ``b``'s output (zero-copy); backward adds into that slice."""
+    """Rows ``lo:hi`` of tensor ``b`` (an arena, or a batch's output in training; zero-copy);
+    backward adds into that slice."""
 
     __slots__ = ("b", "hi", "lo")
     gather = False
 
     def __init__(self, b: int, lo: int, hi: int) -> None:
         self.b, self.lo, self.hi = b, lo, hi
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
 
     def __call__(self, outs: Sequence[Tensor]) -> Tensor:
         return outs[self.b][self.lo:self.hi]

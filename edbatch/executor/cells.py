@@ -18,10 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor.kernels import new_zeros, op_params, pick_nll
+from edbatch.executor.kernels import (ParamGrads, new_zeros, op_params, pick_nll,
+                                      pick_nll_backward, with_backward)
 from edbatch.graph import OpType
 
-__all__ = ["gru_step", "lstm_step", "split_state", "state_loss", "zero_state"]
+__all__ = ["gru_step", "lstm_step", "lstm_step_backward", "split_state", "state_loss",
+           "zero_state"]
 
 
 def split_state(state: Tensor) -> tuple[Tensor, Tensor]:
@@ -31,20 +33,41 @@ def split_state(state: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def lstm_step(x: Tensor, h: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
-              out: Tensor | None = None) -> Tensor:
+              out: Tensor | None = None, save: list[Tensor] | None = None) -> Tensor:
     """One fused LSTM step; return the new states ``[h'; c']`` as ``[B, 2H]`` (into ``out``).
 
     ``[i f o u] = W [x; h] + b``; ``i, f, o = sigmoid(.)``, ``u = tanh(.)``;
     ``c' = f*c + i*u``; ``h' = o*tanh(c')`` (the order of
-    :func:`~edbatch.workloads.primitives.emit_lstm`).
+    :func:`~edbatch.workloads.primitives.emit_lstm`). With ``save``, appends what
+    :func:`lstm_step_backward` reads.
     """
     hidden = h.shape[1]
-    g = F.linear(torch.cat([x, h], dim=1), weight, bias)
+    xh = torch.cat([x, h], dim=1)
+    g = F.linear(xh, weight, bias)
     gates = torch.sigmoid(g[:, :3 * hidden])
     i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:]
     u = torch.tanh(g[:, 3 * hidden:])
     c2 = f * c + i * u
-    return torch.cat([o * torch.tanh(c2), c2], dim=1, out=out)
+    t = torch.tanh(c2)
+    if save is not None:
+        save += [xh, gates, u, c, t]
+    return torch.cat([o * t, c2], dim=1, out=out)
+
+
+def lstm_step_backward(saved: Sequence[Tensor], grad: Tensor, weight: Tensor
+                       ) -> tuple[Tensor, Tensor, Tensor]:
+    """Backward of :func:`lstm_step` from its saved tensors and ``d[h'; c']``.
+
+    Returns ``(d_gates, d[x; h], d_c)``; the weight gradient is ``d_gates^T [x; h]``.
+    """
+    xh, gates, u, c, t = saved
+    hidden = u.shape[1]
+    i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:]
+    dh = grad[:, :hidden]
+    dc2 = torch.addcmul(grad[:, hidden:], dh * o, 1.0 - t * t)
+    d_sig = torch.cat([dc2 * u, dc2 * c, dh * t], dim=1) * gates * (1.0 - gates)
+    d_gates = torch.cat([d_sig, dc2 * i * (1.0 - u * u)], dim=1)
+    return d_gates, d_gates @ weight, dc2 * f
 
 
 def gru_step(x: Tensor, h: Tensor, w_rz: Tensor, b_rz: Tensor, w_c: Tensor,
@@ -61,18 +84,44 @@ def gru_step(x: Tensor, h: Tensor, w_rz: Tensor, b_rz: Tensor, w_c: Tensor,
     return z * h + (1.0 - z) * cand
 
 
+def _state_loss_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
+                         params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
+                         ) -> list[Tensor | None]:
+    h, logits = saved
+    weight = params[op.params[0]]
+    d_logits = pick_nll_backward(logits, attrs, grad)
+    acc.linear(op.params, d_logits, h)
+    dh = d_logits @ weight
+    width = math.prod(op.in_shapes[0]) if op.in_shapes else dh.shape[1]
+    if width > dh.shape[1]:  # the loss reads the leading h of a wider state row
+        dh = torch.cat([dh, dh.new_zeros(dh.shape[0], width - dh.shape[1])], dim=1)
+    return [dh]
+
+
+@with_backward(_state_loss_backward)
 def state_loss(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-               attrs: Tensor) -> Tensor:
+               attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
     """``-log_softmax(W_out h + b_out)[label]`` where ``h`` leads the state row.
 
     ``h`` is the first ``W_out.shape[1]`` entries of the operand, so one kernel serves
     ``[h; c]`` LSTM states, ``h`` GRU states and MV-RNN's ``[v; vec(M)]``.
     """
     weight, bias = op_params(op, params, 2)
-    return pick_nll(F.linear(inputs[0][:, :weight.shape[1]], weight, bias), attrs)
+    h = inputs[0][:, :weight.shape[1]]
+    logits = F.linear(h, weight, bias)
+    if save is not None:
+        save += [h, logits]
+    return pick_nll(logits, attrs)
 
 
+def _no_operands(op: OpType, saved: Sequence[Tensor], grad: Tensor,
+                 params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
+                 ) -> list[Tensor | None]:
+    return []
+
+
+@with_backward(_no_operands)
 def zero_state(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-               attrs: Tensor) -> Tensor:
+               attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
     """The zero initial state of a recurrence, one row per node."""
     return new_zeros(attrs.shape[0], math.prod(op.out_shape), params, attrs)

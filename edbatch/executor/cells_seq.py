@@ -16,8 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor.cells import gru_step, lstm_step, split_state, state_loss, zero_state
-from edbatch.executor.kernels import KERNELS, lookup, op_params, pick_nll, writes_out
+from edbatch.executor.cells import (gru_step, lstm_step, lstm_step_backward, split_state,
+                                    state_loss, zero_state)
+from edbatch.executor.kernels import (KERNELS, ParamGrads, lookup, op_params, pick_nll,
+                                      pick_nll_backward, with_backward, writes_out)
 from edbatch.graph import OpType
 
 __all__ = ["bilstm_l1", "bilstm_l2", "bilstm_loss", "lattice_gru_arc", "lattice_lstm_arc",
@@ -31,14 +33,32 @@ for _kind in ("lattice_lstm.loss", "lattice_gru.loss", "seq2seq.loss"):
 KERNELS.register("bilstm.lookup")(lookup)
 
 
+def _zeros_right(g: Tensor, width: int) -> Tensor:
+    """``[g, 0]``: the gradient of a state row of which only the leading ``h`` was read."""
+    return torch.cat([g, g.new_zeros(g.shape[0], width - g.shape[1])], dim=1)
+
+
 # ---------------------------------------------------------------------- lattices
+def _lattice_lstm_arc_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
+                               params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
+                               ) -> list[Tensor | None]:
+    emb, weight, _ = op.params
+    d_gates, dxh, dc = lstm_step_backward(saved, grad, params[weight])
+    acc.linear(op.params[1:], d_gates, saved[0])
+    width = params[emb].shape[1]
+    acc.rows(emb, attrs, dxh[:, :width])
+    return [torch.cat([dxh[:, width:], dc], dim=1)]
+
+
+@with_backward(_lattice_lstm_arc_backward)
 @writes_out
 def lattice_lstm_arc(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                     attrs: Tensor, out: Tensor | None = None) -> Tensor:
+                     attrs: Tensor, out: Tensor | None = None,
+                     save: list[Tensor] | None = None) -> Tensor:
     """LSTM arc: ``x = emb[token]``, one LSTM step from the source state ``[h; c]``."""
     emb, weight, bias = op_params(op, params, 3)
     h, c = split_state(inputs[0])
-    return lstm_step(F.embedding(attrs, emb), h, c, weight, bias, out)
+    return lstm_step(F.embedding(attrs, emb), h, c, weight, bias, out, save)
 
 
 def lattice_gru_arc(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
@@ -54,23 +74,47 @@ for _arc in ("char_arc", "word_arc"):
 
 
 # ---------------------------------------------------------------------- BiLSTM tagger
+def _bilstm_l1_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
+                        params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
+                        ) -> list[Tensor | None]:
+    d_gates, dxh, dc = lstm_step_backward(saved, grad, params[op.params[0]])
+    acc.linear(op.params, d_gates, saved[0])
+    width = dxh.shape[1] - dc.shape[1]
+    return [dxh[:, :width], torch.cat([dxh[:, width:], dc], dim=1)]
+
+
+@with_backward(_bilstm_l1_backward)
 @writes_out
 def bilstm_l1(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-              attrs: Tensor, out: Tensor | None = None) -> Tensor:
+              attrs: Tensor, out: Tensor | None = None,
+              save: list[Tensor] | None = None) -> Tensor:
     """Layer-1 LSTM step: operands ``(x_t, previous state [h; c])``."""
     weight, bias = op_params(op, params, 2)
     h, c = split_state(inputs[1])
-    return lstm_step(inputs[0], h, c, weight, bias, out)
+    return lstm_step(inputs[0], h, c, weight, bias, out, save)
 
 
+def _bilstm_l2_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
+                        params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
+                        ) -> list[Tensor | None]:
+    d_gates, dxh, dc = lstm_step_backward(saved, grad, params[op.params[0]])
+    acc.linear(op.params, d_gates, saved[0])
+    hidden = dc.shape[1]
+    half = (dxh.shape[1] - hidden) // 2  # the layer-1 hidden size
+    return [_zeros_right(dxh[:, :half], 2 * half), _zeros_right(dxh[:, half:2 * half], 2 * half),
+            torch.cat([dxh[:, 2 * half:], dc], dim=1)]
+
+
+@with_backward(_bilstm_l2_backward)
 @writes_out
 def bilstm_l2(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-              attrs: Tensor, out: Tensor | None = None) -> Tensor:
+              attrs: Tensor, out: Tensor | None = None,
+              save: list[Tensor] | None = None) -> Tensor:
     """Layer-2 LSTM step: operands ``(f1_t, b1_t, previous state)``; input ``[h(f1); h(b1)]``."""
     weight, bias = op_params(op, params, 2)
     h, c = split_state(inputs[2])
     x = torch.cat([split_state(inputs[0])[0], split_state(inputs[1])[0]], dim=1)
-    return lstm_step(x, h, c, weight, bias, out)
+    return lstm_step(x, h, c, weight, bias, out, save)
 
 
 for _dir in ("fwd", "bwd"):
@@ -78,23 +122,58 @@ for _dir in ("fwd", "bwd"):
     KERNELS.register(f"bilstm.l2_{_dir}")(bilstm_l2)
 
 
+def _bilstm_loss_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
+                          params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
+                          ) -> list[Tensor | None]:
+    x, a, logits = saved
+    d_logits = pick_nll_backward(logits, attrs, grad)
+    acc.linear(op.params[2:], d_logits, a)
+    dz = (d_logits @ params[op.params[2]]) * (1.0 - a * a)
+    acc.linear(op.params[:2], dz, x)
+    dx = dz @ params[op.params[0]]
+    half = dx.shape[1] // 2
+    return [_zeros_right(dx[:, :half], 2 * half), _zeros_right(dx[:, half:], 2 * half)]
+
+
 @KERNELS.register("bilstm.loss")
+@with_backward(_bilstm_loss_backward)
 def bilstm_loss(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                attrs: Tensor) -> Tensor:
+                attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
     """``pick_nll(O tanh(H [h(f2); h(b2)] + b_H) + b_O, tag)`` for operands ``(f2, b2)``."""
     w_hidden, b_hidden, w_out, b_out = op_params(op, params, 4)
     x = torch.cat([split_state(inputs[0])[0], split_state(inputs[1])[0]], dim=1)
-    return pick_nll(F.linear(torch.tanh(F.linear(x, w_hidden, b_hidden)), w_out, b_out), attrs)
+    a = torch.tanh(F.linear(x, w_hidden, b_hidden))
+    logits = F.linear(a, w_out, b_out)
+    if save is not None:
+        save += [x, a, logits]
+    return pick_nll(logits, attrs)
 
 
 # ---------------------------------------------------------------------- seq2seq
+def _seq2seq_step_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
+                           params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
+                           ) -> list[Tensor | None]:
+    e, x = saved[:2]
+    d_gates, dxh, dc = lstm_step_backward(saved[2:], grad, params[op.params[3]])
+    acc.linear(op.params[3:], d_gates, saved[2])
+    dz = dxh[:, :x.shape[1]] * (1.0 - x * x)
+    acc.linear(op.params[1:3], dz, e)
+    acc.rows(op.params[0], attrs, dz @ params[op.params[1]])
+    return [torch.cat([dxh[:, x.shape[1]:], dc], dim=1)]
+
+
 @KERNELS.register("seq2seq.enc")
 @KERNELS.register("seq2seq.dec")
+@with_backward(_seq2seq_step_backward)
 @writes_out
 def seq2seq_step(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                 attrs: Tensor, out: Tensor | None = None) -> Tensor:
+                 attrs: Tensor, out: Tensor | None = None,
+                 save: list[Tensor] | None = None) -> Tensor:
     """Encoder / decoder step: ``x = tanh(E2H emb[token] + b)``, then one LSTM step."""
     emb, w_e2h, b_e2h, weight, bias = op_params(op, params, 5)
     h, c = split_state(inputs[0])
-    x = torch.tanh(F.linear(F.embedding(attrs, emb), w_e2h, b_e2h))
-    return lstm_step(x, h, c, weight, bias, out)
+    e = F.embedding(attrs, emb)
+    x = torch.tanh(F.linear(e, w_e2h, b_e2h))
+    if save is not None:
+        save += [e, x]
+    return lstm_step(x, h, c, weight, bias, out, save)

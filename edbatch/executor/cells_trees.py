@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor.cells import split_state, state_loss
-from edbatch.executor.kernels import KERNELS, affine_rows_of, derived, op_params, writes_out
+from edbatch.executor.kernels import (KERNELS, ParamGrads, affine_rows_of, derived, op_params,
+                                      with_backward, writes_out)
 from edbatch.graph import OpType
 
 __all__ = ["mvrnn_internal", "mvrnn_leaf", "tree_gru_internal", "tree_gru_leaf",
@@ -26,41 +27,106 @@ for _kind in ("tree_lstm.loss", "tree_gru.loss", "mvrnn.loss"):
 
 
 # ---------------------------------------------------------------------- Tree-LSTM
+def _gates_backward(grad: Tensor, io: Tensor, u: Tensor, t: Tensor
+                    ) -> tuple[Tensor, Tensor, Tensor]:
+    """Shared head of both Tree-LSTM backwards: ``(d[i; o] pre-activation, d u
+    pre-activation, d c)`` from ``d[h; c]``, with ``h = o*tanh(c)``, ``c = i*u + ...``."""
+    hidden = u.shape[1]
+    i, o = io[:, :hidden], io[:, hidden:]
+    dh = grad[:, :hidden]
+    dc = torch.addcmul(grad[:, hidden:], dh * o, 1.0 - t * t)
+    d_io = torch.cat([dc * u, dh * t], dim=1) * io * (1.0 - io)
+    return d_io, dc * i * (1.0 - u * u), dc
+
+
+def _tree_lstm_leaf_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
+                             params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
+                             ) -> list[Tensor | None]:
+    x, io, u, t = saved
+    d_io, d_u, _ = _gates_backward(grad, io, u, t)
+    d_g = torch.cat([d_io, d_u], dim=1)
+    acc.linear(op.params[1:], d_g, x)
+    acc.rows(op.params[0], attrs, d_g @ params[op.params[1]])
+    return []
+
+
 @KERNELS.register("tree_lstm.leaf")
+@with_backward(_tree_lstm_leaf_backward)
 @writes_out
 def tree_lstm_leaf(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                   attrs: Tensor, out: Tensor | None = None) -> Tensor:
+                   attrs: Tensor, out: Tensor | None = None,
+                   save: list[Tensor] | None = None) -> Tensor:
     """``x = E[w]``; ``[i; o; u] = W_iou x + b``; ``c = i*u``; ``h = o*tanh(c)``; ``[h; c]``."""
     emb, weight, bias = op_params(op, params, 3)
-    g = F.linear(F.embedding(attrs, emb), weight, bias)
+    x = F.embedding(attrs, emb)
+    g = F.linear(x, weight, bias)
     hidden = g.shape[1] // 3
     io = torch.sigmoid(g[:, :2 * hidden])
-    c = io[:, :hidden] * torch.tanh(g[:, 2 * hidden:])
-    return torch.cat([io[:, hidden:] * torch.tanh(c), c], dim=1, out=out)
+    u = torch.tanh(g[:, 2 * hidden:])
+    c = io[:, :hidden] * u
+    t = torch.tanh(c)
+    if save is not None:
+        save += [x, io, u, t]
+    return torch.cat([io[:, hidden:] * t, c], dim=1, out=out)
+
+
+def _fused(op: OpType, params: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
+    """The internal cell's fused weight ``[U_iou; diag(U_f1, U_f2)]`` and bias, once per run."""
+    u_iou, b_iou, u_f1, u_f2, b_f = op_params(op, params, 5)
+    weight = derived(params, f"{op.name}.fused_weight", lambda: torch.cat([
+        u_iou, F.pad(u_f1, (0, u_f2.shape[1])), F.pad(u_f2, (u_f1.shape[1], 0))]))
+    return weight, derived(params, f"{op.name}.fused_bias",
+                           lambda: torch.cat([b_iou, b_f, b_f]))
+
+
+def _tree_lstm_internal_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
+                                 params: Mapping[str, Tensor], attrs: Tensor,
+                                 acc: ParamGrads) -> list[Tensor | None]:
+    x, io, u, f, c1, c2, t = saved
+    hidden = u.shape[1]
+    d_io, d_u, dc = _gates_backward(grad, io, u, t)
+    d_f = torch.cat([dc * c1, dc * c2], dim=1) * f * (1.0 - f)
+    d_g = torch.cat([d_io, d_u, d_f], dim=1)
+    u_iou, b_iou, u_f1, u_f2, b_f = op.params
+
+    def finish(dy: Tensor, x: Tensor) -> dict[str, Tensor]:  # the fused weight's blocks
+        width, db = params[u_f1].shape[1], dy.sum(0)
+        return {u_iou: dy[:, :3 * hidden].t() @ x, b_iou: db[:3 * hidden],
+                u_f1: dy[:, 3 * hidden:4 * hidden].t() @ x[:, :width],
+                u_f2: dy[:, 4 * hidden:].t() @ x[:, width:],
+                b_f: db[3 * hidden:4 * hidden] + db[4 * hidden:]}
+
+    acc.linear(op.params, d_g, x, key=f"{op.name}.fused_weight", finish=finish)
+    dx = d_g @ _fused(op, params)[0]
+    return [torch.cat([dx[:, :hidden], dc * f[:, :hidden]], dim=1),
+            torch.cat([dx[:, hidden:], dc * f[:, hidden:]], dim=1)]
 
 
 @KERNELS.register("tree_lstm.internal")
+@with_backward(_tree_lstm_internal_backward)
 @writes_out
 def tree_lstm_internal(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                       attrs: Tensor, out: Tensor | None = None) -> Tensor:
+                       attrs: Tensor, out: Tensor | None = None,
+                       save: list[Tensor] | None = None) -> Tensor:
     """Binary Tree-LSTM node with one fused matmul for ``i, o, u, f1, f2``.
 
     ``[i; o; u] = U_iou [h1; h2] + b``, ``f_k = sigmoid(U_fk h_k + b_f)``;
     ``c = i*u + f1*c1 + f2*c2``; ``h = o*tanh(c)``. The forget weights enter the fused
     matrix as the block diagonal ``diag(U_f1, U_f2)`` next to ``U_iou``.
     """
-    u_iou, b_iou, u_f1, u_f2, b_f = op_params(op, params, 5)
     (h1, c1), (h2, c2) = split_state(inputs[0]), split_state(inputs[1])
     hidden = h1.shape[1]
-    weight = derived(params, f"{op.name}.fused_weight", lambda: torch.cat([
-        u_iou, F.pad(u_f1, (0, u_f2.shape[1])), F.pad(u_f2, (u_f1.shape[1], 0))]))
-    bias = derived(params, f"{op.name}.fused_bias", lambda: torch.cat([b_iou, b_f, b_f]))
-    g = F.linear(torch.cat([h1, h2], dim=1), weight, bias)
+    weight, bias = _fused(op, params)
+    x = torch.cat([h1, h2], dim=1)
+    g = F.linear(x, weight, bias)
     io = torch.sigmoid(g[:, :2 * hidden])
     u = torch.tanh(g[:, 2 * hidden:3 * hidden])
     f = torch.sigmoid(g[:, 3 * hidden:])
     c = io[:, :hidden] * u + f[:, :hidden] * c1 + f[:, hidden:] * c2
-    return torch.cat([io[:, hidden:] * torch.tanh(c), c], dim=1, out=out)
+    t = torch.tanh(c)
+    if save is not None:
+        save += [x, io, u, f, c1, c2, t]
+    return torch.cat([io[:, hidden:] * t, c], dim=1, out=out)
 
 
 # ---------------------------------------------------------------------- Tree-GRU

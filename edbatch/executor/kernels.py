@@ -43,8 +43,9 @@ from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.graph import OpType
 from edbatch.registry import Registry
 
-__all__ = ["KERNELS", "Kernel", "RunParams", "derived", "kernel_for", "new_zeros", "op_params",
-           "parse_slice", "pick_nll", "stacked_sum", "writes_out"]
+__all__ = ["KERNELS", "Backward", "Kernel", "ParamGrads", "RunParams", "derived", "kernel_for",
+           "new_zeros", "op_params", "parse_slice", "pick_nll", "pick_nll_backward",
+           "stacked_sum", "with_backward", "writes_out"]
 
 #: ``kernel(op, inputs, params, attrs) -> [B, prod(op.out_shape)]``.
 Kernel = Callable[[OpType, Sequence[Tensor], Mapping[str, Tensor], Tensor], Tensor]
@@ -68,6 +69,87 @@ class RunParams(dict[str, Tensor]):
     def __init__(self, params: Mapping[str, Tensor]) -> None:
         super().__init__(params)
         self.memo: dict[str, Tensor] = {}
+
+
+class ParamGrads:
+    """Parameter gradients of a hand-written backward pass, batched across batches.
+
+    A linear layer's weight gradient is ``sum_b dY_b^T X_b`` over every batch ``b`` that used
+    it; instead of one small matmul per batch, :meth:`linear` keeps ``(dY_b, X_b)`` and
+    :meth:`result` runs one ``cat(dY)^T cat(X)`` per layer (the many small batches of a
+    lattice or tagger become one large, efficient matmul). Embedding rows are likewise
+    collected and added with one ``index_add_`` per table, or returned as a sparse COO
+    gradient (``sparse_rows=True``: only the rows read, as DyNet updates lookup parameters;
+    plain SGD and ``torch.optim.SGD`` take it, Adam does not).
+    """
+
+    def __init__(self, *, sparse_rows: bool = False) -> None:
+        self.sparse_rows = sparse_rows
+        self._linear: dict[str, tuple[list[Tensor], list[Tensor], Finish]] = {}
+        self._rows: dict[str, tuple[list[Tensor], list[Tensor]]] = {}
+
+    def linear(self, names: Sequence[str], d_out: Tensor, x: Tensor, *, key: str | None = None,
+               finish: Finish | None = None) -> None:
+        """Record ``y = x W^T + b`` for ``names = (W, b, ...)``: ``dW += d_out^T x``,
+        ``db += sum(d_out)``. A fused weight built from several parameters passes its own
+        ``key`` and a ``finish(dY, X) -> {name: gradient}`` over the stacked records."""
+        k = key or names[0]
+        entry = self._linear.get(k)
+        if entry is None:
+            w, b = names[0], names[1]
+            entry = self._linear[k] = ([], [], finish or (lambda dy, x: {w: dy.t() @ x,
+                                                                          b: dy.sum(0)}))
+        entry[0].append(d_out)
+        entry[1].append(x)
+
+    def rows(self, name: str, index: Tensor, grad: Tensor) -> None:
+        """Record ``table[index]`` read by a lookup: ``d table[index] += grad``."""
+        entry = self._rows.setdefault(name, ([], []))
+        entry[0].append(index)
+        entry[1].append(grad)
+
+    def result(self, params: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """The summed gradient of every parameter recorded (others are absent)."""
+        out: dict[str, Tensor] = {}
+
+        def add(name: str, g: Tensor) -> None:
+            out[name] = out[name] + g if name in out else g
+
+        for d_outs, xs, finish in self._linear.values():
+            dy = d_outs[0] if len(d_outs) == 1 else torch.cat(d_outs)
+            for name, g in finish(dy, xs[0] if len(xs) == 1 else torch.cat(xs)).items():
+                add(name, g)
+        for name, (index, grads) in self._rows.items():
+            table, idx, rows = params[name], torch.cat(index), torch.cat(grads)
+            if self.sparse_rows:
+                add(name, torch.sparse_coo_tensor(idx.unsqueeze(0), rows, table.shape,
+                                                  check_invariants=False))
+            else:
+                add(name, torch.zeros_like(table).index_add_(0, idx, rows))
+        return out
+
+
+#: ``backward(op, saved, d_out, params, attrs, grads) -> operand gradients`` (``None`` for an
+#: operand that gets none); parameter gradients go to ``grads`` (:class:`ParamGrads`).
+Backward = Callable[[OpType, Sequence[Tensor], Tensor, Mapping[str, Tensor], Tensor,
+                     ParamGrads], list[Tensor | None]]
+#: ``finish(stacked d_out, stacked x) -> {parameter name: gradient}``.
+Finish = Callable[[Tensor, Tensor], dict[str, Tensor]]
+
+
+def with_backward(backward: Backward) -> Callable[[Kernel], Kernel]:
+    """Give a kernel a hand-written backward.
+
+    The kernel must accept ``save=`` (a list it appends the tensors ``backward`` reads to).
+    When every kernel of a program has one, the training mode runs the forward in place
+    without autograd and the backward by hand (:mod:`edbatch.executor._analytic`); the
+    values are the kernel's own and the gradients are checked against autograd through the
+    reference executor (``tests/executor/test_equivalence.py``, gradcheck in fp64).
+    """
+    def mark(kernel: Kernel) -> Kernel:
+        kernel.backward = backward  # type: ignore[attr-defined]
+        return kernel
+    return mark
 
 
 def writes_out(kernel: Kernel) -> Kernel:
@@ -163,10 +245,25 @@ def pick_nll(logits: Tensor, labels: Tensor) -> Tensor:
     return F.cross_entropy(logits, labels, reduction="none").unsqueeze(1)
 
 
+def pick_nll_backward(logits: Tensor, labels: Tensor, grad: Tensor) -> Tensor:
+    """``d logits`` of :func:`pick_nll` given ``grad`` ``[B, 1]``: ``(softmax - onehot) grad``."""
+    d = torch.softmax(logits, dim=1)
+    d[torch.arange(len(labels), device=labels.device), labels] -= 1.0
+    return d * grad
+
+
 # ---------------------------------------------------------------------- primitive kernels
+def _lookup_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
+                     params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
+                     ) -> list[Tensor | None]:
+    acc.rows(op.params[0], attrs, grad)
+    return []
+
+
 @KERNELS.register("lookup")
+@with_backward(_lookup_backward)
 def lookup(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-           attrs: Tensor) -> Tensor:
+           attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
     """Row ``attr`` of the embedding table ``op.params[0]`` (raises on a negative id)."""
     (table,) = op_params(op, params, 1)
     return F.embedding(attrs, table)
@@ -277,9 +374,17 @@ def affine_rows(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tenso
     return affine_rows_of(inputs[0], weight, bias)
 
 
+def _sum_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
+                  params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
+                  ) -> list[Tensor | None]:
+    grad = grad.clone()  # `grad` may be a view of the gradient arena the reads add into
+    return [grad] * len(saved)  # saved: the operands
+
+
 @KERNELS.register("sum")
+@with_backward(_sum_backward)
 def sum_(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-         attrs: Tensor) -> Tensor:
+         attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
     """Element-wise sum of all operands.
 
     Serves the variadic ``loss_sum`` (every operand ``[1, d]``, output ``[1, d]``: the rows
@@ -287,6 +392,8 @@ def sum_(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
     stacked read directly) and the batchable ``k``-ary state sums of the lattices (left to
     right). No operands give a zero row.
     """
+    if save is not None:
+        save += inputs
     if not inputs:
         return new_zeros(1, math.prod(op.out_shape), params, attrs)
     if op.arity is None:

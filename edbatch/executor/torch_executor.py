@@ -58,6 +58,7 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
+from edbatch.executor._analytic import analytic, run_analytic
 from edbatch.executor._reads import Read, RowLocator, inplace_read, merged, to_device
 from edbatch.executor._train import run_training
 from edbatch.executor.kernels import KERNELS, Kernel, RunParams, kernel_for, stacked_sum
@@ -133,12 +134,20 @@ class TorchExecutor:
             kernel call separately, into ``exec/read_seconds``, ``exec/gather_seconds``
             and ``exec/kernel_seconds`` (synchronising CUDA around each); slower, for
             breakdowns only.
+        hand_backward: in training, use the kernels' hand-written backwards when every
+            kernel of the program has one (:mod:`~edbatch.executor._analytic`); ``False``
+            always records per-batch autograd graphs (``BatchedRun``).
+        sparse_grads: with hand-written backwards, give embedding tables sparse COO
+            gradients holding only the rows read (as DyNet updates lookup parameters;
+            SGD takes them, Adam does not); otherwise gradients are dense.
     """
 
     def __init__(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                  *, kernels: Mapping[str, Kernel] | None = None, cache_size: int = 8,
-                 profile: bool = False) -> None:
+                 profile: bool = False, hand_backward: bool = True,
+                 sparse_grads: bool = False) -> None:
         self.device = torch.device(device)
+        self.hand_backward, self.sparse_grads = hand_backward, sparse_grads
         self.profile = profile
         self._timer = _Timer(self.device) if profile else None
         self.dtype = dtype
@@ -177,7 +186,8 @@ class TorchExecutor:
         program, compiled = self._program(graph, schedule, plan)
         compile_s = time.perf_counter() - start
         params = RunParams(self._on_device(params))
-        if grad:
+        hand = grad and self.kernels is None and self.hand_backward and analytic(program)
+        if grad and not hand:
             program.grad_steps()  # compile the training reads outside the timed part
         if self._timer is not None:
             self._timer.reset()
@@ -186,7 +196,9 @@ class TorchExecutor:
             begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
             begin.record()
         start = time.perf_counter()
-        if grad and self.kernels is None:
+        if hand:
+            outputs = run_analytic(self, program, params)
+        elif grad and self.kernels is None:
             outputs = run_training(self, program, params)
         elif grad:
             outputs = self._run_grad(program, params)
@@ -199,7 +211,7 @@ class TorchExecutor:
             seconds = begin.elapsed_time(end) / 1e3
         else:
             seconds = time.perf_counter() - start
-        views, gathers, rows = program.counts[grad]
+        views, gathers, rows = program.counts[grad and not hand]
         loss = None
         if len(outputs) == 1:
             (value,) = outputs.values()
@@ -237,13 +249,15 @@ class TorchExecutor:
         return self._kernel(i, step, operands, params, out)
 
     def _kernel(self, i: int, step: _Step, inputs: list[Tensor],
-                params: Mapping[str, Tensor], out: Tensor | None) -> Tensor:
+                params: Mapping[str, Tensor], out: Tensor | None,
+                save: list[Tensor] | None = None) -> Tensor:
+        kw: dict[str, Any] = {}
+        if out is not None:
+            kw["out"] = out
+        if save is not None:
+            kw["save"] = save
         try:
-            if out is not None:
-                out = step.kernel(step.op, inputs, params, step.attrs,  # type: ignore[call-arg]
-                                  out=out)
-            else:
-                out = step.kernel(step.op, inputs, params, step.attrs)
+            out = step.kernel(step.op, inputs, params, step.attrs, **kw)
         except Exception as e:
             raise ExecutionError(
                 f"batch {i} (op type {step.op.name!r}, kind {step.op.kind!r}, {step.size} "

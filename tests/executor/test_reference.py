@@ -196,8 +196,9 @@ def test_kernel_overrides_fall_back_to_the_registry() -> None:
     torch.testing.assert_close(result.loss, 2.0 * plain[v].reshape(()))
 
 
-@pytest.mark.parametrize("grad", [False, True])
-def test_profiled_run_splits_reads_and_kernels_without_changing_values(grad: bool) -> None:
+@pytest.mark.parametrize(("grad", "hand"), [(False, True), (True, True), (True, False)])
+def test_profiled_run_splits_reads_and_kernels_without_changing_values(grad: bool,
+                                                                       hand: bool) -> None:
     import torch
 
     from edbatch.executor import init_params
@@ -212,8 +213,9 @@ def test_profiled_run_splits_reads_and_kernels_without_changing_values(grad: boo
     plan = plan_memory(graph, schedule, "naive")
     params = {k: p.requires_grad_(grad)
               for k, p in init_params(wl, torch.Generator().manual_seed(0)).items()}
-    plain = TorchExecutor().run(graph, schedule, plan, params, grad=grad)
-    profiled = TorchExecutor(profile=True).run(graph, schedule, plan, params, grad=grad)
+    plain = TorchExecutor(hand_backward=hand).run(graph, schedule, plan, params, grad=grad)
+    profiled = TorchExecutor(profile=True, hand_backward=hand).run(graph, schedule, plan,
+                                                                   params, grad=grad)
     assert plain.loss is not None and profiled.loss is not None
     assert torch.equal(plain.loss.detach(), profiled.loss.detach())
     stats = profiled.stats

@@ -1,0 +1,120 @@
+"""Training mode with hand-written backwards: in-place forward, one gradient arena per arena.
+
+When every kernel of a program has a hand-written backward (:func:`~edbatch.executor.kernels.
+with_backward`: the LSTM-family and Tree-LSTM cells, their losses, lookups, zero states and
+sums), :class:`AnalyticRun` replaces :class:`~edbatch.executor._train.BatchedRun`:
+
+* **forward**: exactly the inference run (outputs written in place into the planned arenas,
+  operands read as the plan's views and gathers), except that each kernel also keeps the
+  tensors its backward reads; no autograd graph is recorded;
+* **backward**: one zero gradient arena per arena, same layout; batches are visited in
+  reverse schedule order (so a batch's output gradient is complete when it is reached), the
+  kernel's backward turns it into operand gradients, and each read routes its gradient back
+  with the inverse of the read (a slice addition for a view, ``index_add_`` for a gather);
+* **parameter gradients** are batched across batches (:class:`~edbatch.executor.kernels.
+  ParamGrads`): one ``dY^T X`` matmul per weight for the whole run instead of one per batch,
+  one ``index_add_`` per embedding table.
+
+This is how DyNet trains (hand-written backward per node type); per batch it costs a few
+element-wise kernels and one matmul, against an autograd graph walk. The values are the
+kernels' own (the same functions as inference); gradients agree with autograd through the
+node-by-node reference up to float summation order (``tests/executor/test_equivalence.py``;
+gradcheck in fp64). First-order only (no ``create_graph``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from edbatch.executor.kernels import ParamGrads, RunParams, stacked_sum
+
+if TYPE_CHECKING:
+    from edbatch.executor.torch_executor import TorchExecutor, _Program
+
+__all__ = ["AnalyticRun", "analytic"]
+
+
+def analytic(program: _Program) -> bool:
+    """Whether every step of ``program`` can run with hand-written backwards."""
+    return all(step.stacked or (not step.split and hasattr(step.kernel, "backward"))
+               for step in program.steps)
+
+
+class AnalyticRun(torch.autograd.Function):
+    """``apply(executor, program, names, *param_values) -> output rows`` (see module doc)."""
+
+    @staticmethod
+    def forward(ctx: Any, executor: TorchExecutor, program: _Program,  # type: ignore[override]
+                names: tuple[str, ...], *values: Tensor) -> tuple[Tensor, ...]:
+        params = RunParams(dict(zip(names, (v.detach() for v in values), strict=True)))
+        device, dtype = executor.device, executor.dtype
+        arenas = [torch.empty((rows, width), device=device, dtype=dtype)
+                  for rows, width in program.arenas]
+        saves: list[list[Tensor]] = []
+        timer = executor._timer
+        for i, step in enumerate(program.steps):
+            region = arenas[step.out_arena][step.out_start:step.out_start + step.size]
+            operands = timer.reads(step, arenas) if timer is not None else \
+                [read(arenas) for read in step.reads]
+            save: list[Tensor] = []
+            if step.stacked:
+                region.copy_(stacked_sum(operands[0]))
+            elif timer is not None:
+                timer.kernel(_fill, executor, i, step, operands, params, region, save)
+            else:
+                _fill(executor, i, step, operands, params, region, save)
+            saves.append(save)
+        ctx.program, ctx.saves, ctx.params, ctx.names = program, saves, params, names
+        ctx.dtype, ctx.device, ctx.sparse = dtype, device, executor.sparse_grads
+        return tuple(arenas[a][r:r + 1].clone() for _, a, r, _ in program.outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
+        program, saves, params = ctx.program, ctx.saves, ctx.params
+        bufs = [torch.zeros((rows, width), device=ctx.device, dtype=ctx.dtype)
+                for rows, width in program.arenas]
+        for (_, a, r, _), g in zip(program.outputs, grads, strict=True):
+            if g is not None:
+                bufs[a][r:r + 1] += g
+        acc = ParamGrads(sparse_rows=ctx.sparse)
+        steps = program.steps
+        for i in range(len(steps) - 1, -1, -1):
+            step = steps[i]
+            out = bufs[step.out_arena][step.out_start:step.out_start + step.size]
+            if step.stacked:
+                (read,) = step.reads  # all operand rows of the variadic sum, merged
+                read.route(out.clone().expand(len(read), out.shape[1]),  # type: ignore[arg-type]
+                           bufs)  # type: ignore[attr-defined]
+                continue
+            got = step.kernel.backward(step.op, saves[i], out,  # type: ignore[attr-defined]
+                                       params, step.attrs, acc)
+            for read, g in zip(step.reads, got, strict=False):
+                if g is not None:
+                    read.route(g, bufs)  # type: ignore[attr-defined]
+        total = acc.result(params)
+        return (None, None, None, *(total.get(n) if ctx.needs_input_grad[3 + k] else None
+                                    for k, n in enumerate(ctx.names)))
+
+
+def _fill(executor: TorchExecutor, i: int, step: Any, operands: list[Tensor],
+          params: Mapping[str, Tensor], region: Tensor, save: list[Tensor]) -> None:
+    """Run batch ``i`` into its arena region, keeping what its backward reads in ``save``."""
+    if step.writes_out:
+        executor._kernel(i, step, operands, params, region, save)
+    else:
+        region.copy_(executor._kernel(i, step, operands, params, None, save))
+
+
+def run_analytic(executor: TorchExecutor, program: _Program,
+                 params: Mapping[str, Tensor]) -> dict[int, Tensor]:
+    """Run ``program`` through :class:`AnalyticRun`; graph output id -> value row."""
+    names = tuple(params)
+    outputs: Sequence[Tensor] | Tensor = AnalyticRun.apply(executor, program, names,
+                                                           *params.values())
+    if isinstance(outputs, Tensor):
+        outputs = (outputs,)
+    return {v: t for (v, _, _, _), t in zip(program.outputs, outputs, strict=True)}

@@ -1,0 +1,124 @@
+"""Hand-written backwards (``edbatch.executor._analytic``): which programs use them, and their
+gradients against autograd (fp64), gradcheck, sparse embedding gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+from edbatch.executor import init_params, reference_loss
+from edbatch.executor._analytic import analytic
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.graph import Graph
+from edbatch.memory import STRATEGIES, MemoryPlan, Strategy, plan_memory
+from edbatch.schedule import Schedule, make_scheduler
+from edbatch.workloads import Workload, make_workload
+
+HAND = ("tree_lstm", "lattice_lstm", "bilstm_tagger", "seq2seq")
+AUTOGRAD = ("tree_gru", "mvrnn", "lattice_gru")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def small(name: str, granularity: str = "cell", dim: int = 6, **kw: int) -> Workload:
+    dims = {"hidden_dim": 4} if name == "mvrnn" else {"embed_dim": dim, "hidden_dim": dim - 1}
+    return make_workload(name, granularity=granularity, **dims, **kw)
+
+
+def setup(wl: Workload, count: int = 4, strategy: Strategy = "planned",
+          scheduler: str = "critical_path") -> tuple[Graph, Schedule, MemoryPlan]:
+    graph = wl.minibatch(wl.default_eval_split, range(count))
+    schedule = make_scheduler(scheduler)(graph)
+    return graph, schedule, plan_memory(graph, schedule, strategy)
+
+
+def gradients(wl: Workload, graph: Graph, schedule: Schedule, plan: MemoryPlan,
+              executor: TorchExecutor, dtype: torch.dtype = torch.float64
+              ) -> tuple[Tensor, dict[str, Tensor]]:
+    params = {k: p.requires_grad_() for k, p in
+              init_params(wl, torch.Generator().manual_seed(3), dtype=dtype).items()}
+    result = executor.run(graph, schedule, plan, params, grad=True)
+    assert result.loss is not None
+    grads = torch.autograd.grad(result.loss, list(params.values()), allow_unused=True)
+    return result.loss.detach(), {k: g for k, g in zip(params, grads, strict=True)
+                                  if g is not None}
+
+
+@pytest.mark.parametrize("granularity", ["cell", "primitive"])
+@pytest.mark.parametrize("name", HAND + AUTOGRAD)
+def test_which_programs_run_hand_written_backwards(name: str, granularity: str) -> None:
+    graph, schedule, plan = setup(small(name, granularity), count=2)
+    program, _ = TorchExecutor()._program(graph, schedule, plan)
+    # the LSTM-family cell programs: every kernel has a backward; primitive graphs (slices,
+    # affines, ...) and the GRU / MV-RNN cells fall back to per-batch autograd
+    assert analytic(program) == (name in HAND and granularity == "cell")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("name", HAND)
+def test_hand_backward_equals_autograd_in_fp64(name: str, strategy: Strategy) -> None:
+    wl = small(name)
+    graph, schedule, plan = setup(wl, strategy=strategy)
+    hand_loss, hand = gradients(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64))
+    auto_loss, auto = gradients(wl, graph, schedule, plan,
+                                TorchExecutor(dtype=torch.float64, hand_backward=False))
+    assert torch.equal(hand_loss, auto_loss)  # the same kernels compute the values
+    assert hand.keys() == auto.keys() and len(hand) == len(init_params(wl))
+    for k in hand:
+        torch.testing.assert_close(hand[k], auto[k], rtol=1e-10, atol=1e-12,
+                                   msg=f"gradient of {k} differs")
+
+
+@pytest.mark.parametrize("name", HAND[1:])  # tree_lstm: test_equivalence's gradcheck
+def test_gradcheck_through_hand_backward(name: str) -> None:
+    wl = small(name, dim=3, vocab_size=12)
+    graph, schedule, plan = setup(wl, count=2)
+    params = init_params(wl, torch.Generator().manual_seed(1), dtype=torch.float64)
+    names = list(params)
+    executor = TorchExecutor(dtype=torch.float64)
+
+    def loss(*values: Tensor) -> Tensor:
+        result = executor.run(graph, schedule, plan, dict(zip(names, values, strict=True)),
+                              grad=True)
+        assert result.loss is not None
+        return result.loss
+
+    inputs = tuple(p.detach().clone().requires_grad_(True) for p in params.values())
+    assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["tree_lstm", "bilstm_tagger"])
+def test_sparse_embedding_gradients_equal_dense_ones(name: str) -> None:
+    wl = small(name)
+    graph, schedule, plan = setup(wl)
+    _, dense = gradients(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64))
+    loss, sparse = gradients(wl, graph, schedule, plan,
+                             TorchExecutor(dtype=torch.float64, sparse_grads=True))
+    tables = [k for k, g in sparse.items() if g.is_sparse]
+    assert tables  # every model here has an embedding table
+    for k in dense:
+        torch.testing.assert_close(sparse[k].to_dense(), dense[k], rtol=1e-12, atol=1e-12)
+    params = init_params(wl, torch.Generator().manual_seed(3), dtype=torch.float64)
+    touched = sparse[tables[0]].coalesce().indices()[0]
+    assert 0 < len(touched) < params[tables[0]].shape[0]  # only the rows read
+    torch.testing.assert_close(loss, reference_loss(graph, params))
+    for k in tables:  # a plain SGD step takes the sparse gradient
+        p = params[k].clone()
+        p.add_(sparse[k], alpha=-0.1)
+        torch.testing.assert_close(p, params[k] - 0.1 * dense[k])
+
+
+def test_hand_backward_runs_twice_on_one_graph() -> None:
+    wl = small("lattice_lstm")
+    graph, schedule, plan = setup(wl)
+    params = {k: p.requires_grad_() for k, p in init_params(wl).items()}
+    result = TorchExecutor().run(graph, schedule, plan, params, grad=True)
+    assert result.loss is not None
+    first = torch.autograd.grad(result.loss, list(params.values()), retain_graph=True)
+    second = torch.autograd.grad(result.loss, list(params.values()))
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
