@@ -121,6 +121,11 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
     if any(r["framework"] == "dynet" for r in rows):
         notes.append("DyNet: exec = forward (its autobatch scheduling, gathers and kernels); "
                      "loss = per-mini-batch losses vs edbatch (rel tol 1e-3)")
+        runs = [f"{r['contender']} " + " / ".join(f"{v:.0f}" for v in r["items_per_s_runs"])
+                for r in rows if len(r.get("items_per_s_runs", ())) > 1]
+        if runs:
+            notes.append("DyNet items/s per run (before / after the edbatch passes; the "
+                         "faster is shown): " + ", ".join(runs))
     notes.append("gath ms/#: time of operand gathers (inside exec, from one extra profiled "
                  "pass) / their count; ovh % = (construction + scheduling + planning) / total")
     print("\n".join(notes), flush=True)

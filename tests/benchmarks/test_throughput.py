@@ -146,3 +146,17 @@ def test_memo_contender_alone_and_both_constructions(tmp_path: Path, constructio
     rows = {r["contender"]: r for r in results["rows"]}
     assert set(rows) == {"depth", "fsm+planned+memo"}
     assert math.isclose(rows["depth"]["loss"], rows["fsm+planned+memo"]["loss"], rel_tol=1e-5)
+
+
+def test_best_of_two_dynet_runs_keeps_the_faster_row_and_both_speeds() -> None:
+    def row(contender: str, mode: str, speed: float) -> dict[str, Any]:
+        return {"contender": contender, "mode": mode, "items_per_s": speed}
+
+    before = [row("dynet_autobatch1", "infer", 100.0), row("dynet_autobatch1", "train", 50.0)]
+    after = [row("dynet_autobatch1", "infer", 120.0), row("dynet_autobatch1", "train", 40.0)]
+    best = {(r["contender"], r["mode"]): r for r in tp.best_of([before, after])}
+    assert best["dynet_autobatch1", "infer"]["items_per_s"] == 120.0
+    assert best["dynet_autobatch1", "train"]["items_per_s"] == 50.0
+    assert best["dynet_autobatch1", "train"]["items_per_s_runs"] == [50.0, 40.0]
+    assert tp.best_of([after]) == [{**r, "items_per_s_runs": [r["items_per_s"]]}
+                                   for r in after]
