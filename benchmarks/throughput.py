@@ -27,10 +27,11 @@ the analogue of DyNet's expression construction; both include merging repeated l
 (no memo, except ``+memo``) and runs it with a fresh :class:`TorchExecutor` (``execution``;
 plus ``backward`` and an SGD ``update`` with learning rate 0 in training, as the DyNet
 worker's ``SimpleSGDTrainer``; training uses the cells' hand-written backwards where every
-kernel has one and sparse embedding gradients, as DyNet updates only the lookup rows read). Phases are medians over ``--repeats`` passes per mini-batch,
-summed over mini-batches. The FSM is loaded from ``--policy-dir/<workload> .json`` or
-trained there first (edbatch's learner with ``conf/trainer/q_learning.yaml`` and
-``conf/policy/fsm.yaml``, seed 0), before any timing. DyNet's per-mini-batch losses are
+kernel has one and sparse embedding gradients, as DyNet updates only the lookup rows
+read). Phases are medians over ``--repeats`` passes per mini-batch, summed over mini-batches.
+The FSM is loaded from ``--policy-dir/<workload> .json`` or trained there first (edbatch's
+learner with ``conf/trainer/q_learning.yaml`` and ``conf/policy/fsm.yaml``, seed 0), before
+any timing. DyNet's per-mini-batch losses are
 checked against edbatch's (``loss_match``). It asserts nothing about speed; it prints a
 table per workload x size x mode, writes JSON and a PNG bar chart.
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from edbatch.executor.kernels import ParamGrads, RunParams, stacked_sum
+from edbatch.executor.kernels import ParamGrads, stacked_sum
 
 if TYPE_CHECKING:
     from edbatch.executor.torch_executor import TorchExecutor, _Program
@@ -50,7 +50,7 @@ class AnalyticRun(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, executor: TorchExecutor, program: _Program,  # type: ignore[override]
                 names: tuple[str, ...], *values: Tensor) -> tuple[Tensor, ...]:
-        params = RunParams(dict(zip(names, (v.detach() for v in values), strict=True)))
+        params = dict(zip(names, (v.detach() for v in values), strict=True))
         device, dtype = executor.device, executor.dtype
         arenas = [torch.empty((rows, width), device=device, dtype=dtype)
                   for rows, width in program.arenas]
@@ -101,12 +101,11 @@ class AnalyticRun(torch.autograd.Function):
 
 
 def _fill(executor: TorchExecutor, i: int, step: Any, operands: list[Tensor],
-          params: Mapping[str, Tensor], region: Tensor, save: list[Tensor]) -> None:
+          params: Mapping[str, Tensor], region: Tensor, save: list[Tensor]) -> Tensor:
     """Run batch ``i`` into its arena region, keeping what its backward reads in ``save``."""
     if step.writes_out:
-        executor._kernel(i, step, operands, params, region, save)
-    else:
-        region.copy_(executor._kernel(i, step, operands, params, None, save))
+        return executor._kernel(i, step, operands, params, region, save)
+    return region.copy_(executor._kernel(i, step, operands, params, None, save))
 
 
 def run_analytic(executor: TorchExecutor, program: _Program,

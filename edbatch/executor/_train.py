@@ -27,8 +27,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from edbatch.executor.kernels import RunParams
-
 if TYPE_CHECKING:
     from edbatch.executor.torch_executor import TorchExecutor, _Program
 
@@ -43,7 +41,7 @@ class BatchedRun(torch.autograd.Function):
                 names: tuple[str, ...], *values: Tensor) -> tuple[Tensor, ...]:
         leaves = {n: v.detach().requires_grad_(v.requires_grad)
                   for n, v in zip(names, values, strict=True)}
-        params = RunParams(leaves)
+        params = leaves
         timer = executor._timer
         dets: list[Tensor] = []
         tape: list[tuple[Tensor, list[Tensor]]] = []

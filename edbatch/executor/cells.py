@@ -18,8 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor.kernels import (ParamGrads, new_zeros, op_params, pick_nll,
-                                      pick_nll_backward, with_backward)
+from edbatch.executor.kernels import (
+    ParamGrads,
+    new_zeros,
+    op_params,
+    pick_nll,
+    pick_nll_backward,
+    with_backward,
+)
 from edbatch.graph import OpType
 
 __all__ = ["gru_step", "lstm_step", "lstm_step_backward", "split_state", "state_loss",
@@ -60,7 +66,7 @@ def lstm_step_backward(saved: Sequence[Tensor], grad: Tensor, weight: Tensor
 
     Returns ``(d_gates, d[x; h], d_c)``; the weight gradient is ``d_gates^T [x; h]``.
     """
-    xh, gates, u, c, t = saved
+    _, gates, u, c, t = saved  # [x; h] is for the weight gradient
     hidden = u.shape[1]
     i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:]
     dh = grad[:, :hidden]

@@ -16,10 +16,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor.cells import (gru_step, lstm_step, lstm_step_backward, split_state,
-                                    state_loss, zero_state)
-from edbatch.executor.kernels import (KERNELS, ParamGrads, lookup, op_params, pick_nll,
-                                      pick_nll_backward, with_backward, writes_out)
+from edbatch.executor.cells import (
+    gru_step,
+    lstm_step,
+    lstm_step_backward,
+    split_state,
+    state_loss,
+    zero_state,
+)
+from edbatch.executor.kernels import (
+    KERNELS,
+    ParamGrads,
+    lookup,
+    op_params,
+    pick_nll,
+    pick_nll_backward,
+    with_backward,
+    writes_out,
+)
 from edbatch.graph import OpType
 
 __all__ = ["bilstm_l1", "bilstm_l2", "bilstm_loss", "lattice_gru_arc", "lattice_lstm_arc",

@@ -43,7 +43,7 @@ from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.graph import OpType
 from edbatch.registry import Registry
 
-__all__ = ["KERNELS", "Backward", "Kernel", "ParamGrads", "RunParams", "derived", "kernel_for",
+__all__ = ["KERNELS", "Backward", "Kernel", "ParamGrads", "kernel_for",
            "new_zeros", "op_params", "parse_slice", "pick_nll", "pick_nll_backward",
            "stacked_sum", "with_backward", "writes_out"]
 
@@ -56,20 +56,6 @@ KERNELS: Registry[Kernel] = Registry(
     hint="Op kind 'abstract' (ED-Batch graph dumps, synthetic workloads) has no semantics: "
          "such graphs can only be scheduled, not executed. A new op kind needs a kernel "
          "registered with @KERNELS.register(kind) in an imported module.")
-
-class RunParams(dict[str, Tensor]):
-    """The parameters of one batched run, plus a memo of tensors derived from them.
-
-    The executor wraps its ``params`` in one per run, so a kernel called for many batches
-    (e.g. one per tree level) builds a fused weight once per run (see :func:`derived`);
-    under autograd the derived tensor is part of the graph, so gradients reach the
-    parameters it was made from.
-    """
-
-    def __init__(self, params: Mapping[str, Tensor]) -> None:
-        super().__init__(params)
-        self.memo: dict[str, Tensor] = {}
-
 
 class ParamGrads:
     """Parameter gradients of a hand-written backward pass, batched across batches.
@@ -85,22 +71,15 @@ class ParamGrads:
 
     def __init__(self, *, sparse_rows: bool = False) -> None:
         self.sparse_rows = sparse_rows
-        self._linear: dict[str, tuple[list[Tensor], list[Tensor], Finish]] = {}
+        self._linear: dict[str, tuple[str, list[Tensor], list[Tensor]]] = {}
         self._rows: dict[str, tuple[list[Tensor], list[Tensor]]] = {}
 
-    def linear(self, names: Sequence[str], d_out: Tensor, x: Tensor, *, key: str | None = None,
-               finish: Finish | None = None) -> None:
-        """Record ``y = x W^T + b`` for ``names = (W, b, ...)``: ``dW += d_out^T x``,
-        ``db += sum(d_out)``. A fused weight built from several parameters passes its own
-        ``key`` and a ``finish(dY, X) -> {name: gradient}`` over the stacked records."""
-        k = key or names[0]
-        entry = self._linear.get(k)
-        if entry is None:
-            w, b = names[0], names[1]
-            entry = self._linear[k] = ([], [], finish or (lambda dy, x: {w: dy.t() @ x,
-                                                                          b: dy.sum(0)}))
-        entry[0].append(d_out)
-        entry[1].append(x)
+    def linear(self, names: Sequence[str], d_out: Tensor, x: Tensor) -> None:
+        """Record ``y = x W^T + b`` for ``names = (W, b)``: ``dW += d_out^T x``,
+        ``db += sum(d_out)`` (a bias shared by several weights gets their sum)."""
+        entry = self._linear.setdefault(names[0], (names[1], [], []))
+        entry[1].append(d_out)
+        entry[2].append(x)
 
     def rows(self, name: str, index: Tensor, grad: Tensor) -> None:
         """Record ``table[index]`` read by a lookup: ``d table[index] += grad``."""
@@ -115,10 +94,10 @@ class ParamGrads:
         def add(name: str, g: Tensor) -> None:
             out[name] = out[name] + g if name in out else g
 
-        for d_outs, xs, finish in self._linear.values():
+        for weight, (bias, d_outs, xs) in self._linear.items():
             dy = d_outs[0] if len(d_outs) == 1 else torch.cat(d_outs)
-            for name, g in finish(dy, xs[0] if len(xs) == 1 else torch.cat(xs)).items():
-                add(name, g)
+            add(weight, dy.t() @ (xs[0] if len(xs) == 1 else torch.cat(xs)))
+            add(bias, dy.sum(0))
         for name, (index, grads) in self._rows.items():
             table, idx, rows = params[name], torch.cat(index), torch.cat(grads)
             if self.sparse_rows:
@@ -133,8 +112,6 @@ class ParamGrads:
 #: operand that gets none); parameter gradients go to ``grads`` (:class:`ParamGrads`).
 Backward = Callable[[OpType, Sequence[Tensor], Tensor, Mapping[str, Tensor], Tensor,
                      ParamGrads], list[Tensor | None]]
-#: ``finish(stacked d_out, stacked x) -> {parameter name: gradient}``.
-Finish = Callable[[Tensor, Tensor], dict[str, Tensor]]
 
 
 def with_backward(backward: Backward) -> Callable[[Kernel], Kernel]:
@@ -160,17 +137,6 @@ def writes_out(kernel: Kernel) -> Kernel:
     """
     kernel.writes_out = True  # type: ignore[attr-defined]
     return kernel
-
-
-def derived(params: Mapping[str, Tensor], key: str, make: Callable[[], Tensor]) -> Tensor:
-    """``make()``, computed once per run when ``params`` is a :class:`RunParams`."""
-    memo = getattr(params, "memo", None)
-    if memo is None:
-        return make()
-    value = memo.get(key)
-    if value is None:
-        value = memo[key] = make()
-    return value
 
 
 _SLICE_NAME = re.compile(r"slice/(\d+):(\d+)/(\d+)")

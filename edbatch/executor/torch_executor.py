@@ -5,15 +5,22 @@
 it compiles (and caches) a program: per batch its kernel, its ``int64`` attrs in row order,
 and how to read every operand slot.
 
-Two modes:
+Three modes:
 
 * **Inference** (``grad=False``): runs under :func:`torch.no_grad`. One arena tensor per
   plan arena is allocated up front; each batch's output is written in place into its
   region, and operands are read as arena slices (the plan's views, which may span several
   batches' regions) or with ``index_select`` (the plan's gathers).
-* **Training** (``grad=True``): writing into a shared arena would bump the version of a
-  tensor autograd saved (an earlier slice of the same arena) and break ``backward``, so
-  each batch keeps its own output tensor and nothing is written in place. An operand the
+* **Training with hand-written backwards** (``grad=True``, the default whenever every kernel
+  of the program has one: the Tree-LSTM and LSTM-family cell workloads): the forward is the
+  inference run plus the tensors each kernel's backward reads, and one autograd function
+  (:class:`~edbatch.executor._analytic.AnalyticRun`) runs the kernels' backwards in reverse
+  schedule order over gradient arenas of the same layout, with weight gradients batched
+  across batches (``sparse_grads=True`` gives embedding tables sparse row gradients).
+* **Training with autograd** (``grad=True`` otherwise, or ``hand_backward=False``): writing
+  into a shared arena would bump the version of a tensor autograd saved (an earlier slice of
+  the same arena) and break ``backward``, so each batch keeps its own output tensor and
+  nothing is written in place. An operand the
   plan reads as a view that lies inside one producer batch's region is a slice of that
   batch's output (zero-copy); any other read (a view spanning several batches, or a
   gather) is assembled with ``torch.cat`` of slices or ``index_select`` per producer batch.
@@ -61,7 +68,7 @@ from edbatch.errors import ExecutionError
 from edbatch.executor._analytic import analytic, run_analytic
 from edbatch.executor._reads import Read, RowLocator, inplace_read, merged, to_device
 from edbatch.executor._train import run_training
-from edbatch.executor.kernels import KERNELS, Kernel, RunParams, kernel_for, stacked_sum
+from edbatch.executor.kernels import KERNELS, Kernel, kernel_for, stacked_sum
 from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.memory.planner import Strategy, plan_memory
@@ -185,7 +192,7 @@ class TorchExecutor:
         start = time.perf_counter()
         program, compiled = self._program(graph, schedule, plan)
         compile_s = time.perf_counter() - start
-        params = RunParams(self._on_device(params))
+        params = self._on_device(params)
         hand = grad and self.kernels is None and self.hand_backward and analytic(program)
         if grad and not hand:
             program.grad_steps()  # compile the training reads outside the timed part
