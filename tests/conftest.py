@@ -63,3 +63,25 @@ def recurrent_chains(lengths: list[int], loss_kind: str = "pick_nll", width: int
             losses.append(b.add("loss", state, attr=0))
     b.instance = 0
     return b.build([b.add("sum", *losses)])
+
+
+def assert_gradcheck(graph: Graph, schedule: object, plan: object,
+                     params: dict[str, object]) -> None:
+    """fp64 ``torch.autograd.gradcheck`` of the batched executor's training run over every
+    parameter (``params`` are float64 tensors)."""
+    import torch
+
+    from edbatch.executor.torch_executor import TorchExecutor
+
+    names = list(params)
+    executor = TorchExecutor(dtype=torch.float64)
+
+    def loss(*values: torch.Tensor) -> torch.Tensor:
+        result = executor.run(graph, schedule, plan,  # type: ignore[arg-type]
+                              dict(zip(names, values, strict=True)), grad=True)
+        assert result.loss is not None
+        return result.loss
+
+    inputs = tuple(p.detach().clone().requires_grad_(True)  # type: ignore[attr-defined]
+                   for p in params.values())
+    assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-5)

@@ -24,7 +24,7 @@ gradcheck in fp64). First-order only (no ``create_graph``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -106,14 +106,3 @@ def _fill(executor: TorchExecutor, i: int, step: Any, operands: list[Tensor],
     if step.writes_out:
         return executor._kernel(i, step, operands, params, region, save)
     return region.copy_(executor._kernel(i, step, operands, params, None, save))
-
-
-def run_analytic(executor: TorchExecutor, program: _Program,
-                 params: Mapping[str, Tensor]) -> dict[int, Tensor]:
-    """Run ``program`` through :class:`AnalyticRun`; graph output id -> value row."""
-    names = tuple(params)
-    outputs: Sequence[Tensor] | Tensor = AnalyticRun.apply(executor, program, names,
-                                                           *params.values())
-    if isinstance(outputs, Tensor):
-        outputs = (outputs,)
-    return {v: t for (v, _, _, _), t in zip(program.outputs, outputs, strict=True)}

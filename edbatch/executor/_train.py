@@ -96,12 +96,13 @@ class BatchedRun(torch.autograd.Function):
         return (None, None, None, *(total.get(n) for n in ctx.names))
 
 
-def run_training(executor: TorchExecutor, program: _Program,
-                 params: Mapping[str, Tensor]) -> dict[int, Tensor]:
-    """Run ``program`` through :class:`BatchedRun`; graph output id -> value row."""
+def run_training(executor: TorchExecutor, program: _Program, params: Mapping[str, Tensor],
+                 function: type[torch.autograd.Function] = BatchedRun) -> dict[int, Tensor]:
+    """Run ``program`` through ``function`` (:class:`BatchedRun`, or
+    :class:`~edbatch.executor._analytic.AnalyticRun`); graph output id -> value row."""
     names = tuple(params)
-    outputs: Sequence[Tensor] | Tensor = BatchedRun.apply(executor, program, names,
-                                                          *params.values())
+    outputs: Sequence[Tensor] | Tensor = function.apply(executor, program, names,
+                                                        *params.values())
     if isinstance(outputs, Tensor):
         outputs = (outputs,)
     return {v: t for (v, _, _, _), t in zip(program.outputs, outputs, strict=True)}

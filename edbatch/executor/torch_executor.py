@@ -65,7 +65,7 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor._analytic import analytic, run_analytic
+from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._reads import Read, RowLocator, inplace_read, merged, to_device
 from edbatch.executor._train import run_training
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for, stacked_sum
@@ -204,7 +204,7 @@ class TorchExecutor:
             begin.record()
         start = time.perf_counter()
         if hand:
-            outputs = run_analytic(self, program, params)
+            outputs = run_training(self, program, params, AnalyticRun)
         elif grad and self.kernels is None:
             outputs = run_training(self, program, params)
         elif grad:

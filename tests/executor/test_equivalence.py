@@ -16,7 +16,7 @@ from edbatch.graph import Graph, OpType
 from edbatch.memory import STRATEGIES, Strategy, plan_memory
 from edbatch.schedule import HEURISTICS, Schedule, depth_schedule, make_scheduler
 from edbatch.workloads import REAL_WORKLOADS, Workload, make_workload
-from tests.conftest import recurrent_chains
+from tests.conftest import assert_gradcheck, recurrent_chains
 
 GRANULARITIES = ("cell", "primitive")
 DEFAULT_SCHEDULERS = ("depth", "dynet_agenda", "typewise_greedy", "critical_path")
@@ -112,18 +112,8 @@ def test_gradcheck_through_batched_executor(granularity: str, strategy: Strategy
     graph = wl.minibatch("dev", small)
     schedule = make_scheduler("typewise_greedy")(graph)
     plan = plan_memory(graph, schedule, strategy)
-    params = init_params(wl, torch.Generator().manual_seed(1), dtype=torch.float64)
-    names = list(params)
-    executor = TorchExecutor(dtype=torch.float64)
-
-    def loss(*values: Tensor) -> Tensor:
-        result = executor.run(graph, schedule, plan, dict(zip(names, values, strict=True)),
-                              grad=True)
-        assert result.loss is not None
-        return result.loss
-
-    inputs = tuple(p.detach().clone().requires_grad_(True) for p in params.values())
-    assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-5)
+    assert_gradcheck(graph, schedule, plan,
+                     init_params(wl, torch.Generator().manual_seed(1), dtype=torch.float64))
 
 
 # ------------------------------------------------------------------ results and stats

@@ -14,6 +14,7 @@ from edbatch.graph import Graph
 from edbatch.memory import STRATEGIES, MemoryPlan, Strategy, plan_memory
 from edbatch.schedule import Schedule, make_scheduler
 from edbatch.workloads import Workload, make_workload
+from tests.conftest import assert_gradcheck
 
 HAND = ("tree_lstm", "lattice_lstm", "bilstm_tagger", "seq2seq")
 AUTOGRAD = ("tree_gru", "mvrnn", "lattice_gru")
@@ -77,18 +78,8 @@ def test_hand_backward_equals_autograd_in_fp64(name: str, strategy: Strategy) ->
 def test_gradcheck_through_hand_backward(name: str) -> None:
     wl = small(name, dim=3, vocab_size=12)
     graph, schedule, plan = setup(wl, count=2)
-    params = init_params(wl, torch.Generator().manual_seed(1), dtype=torch.float64)
-    names = list(params)
-    executor = TorchExecutor(dtype=torch.float64)
-
-    def loss(*values: Tensor) -> Tensor:
-        result = executor.run(graph, schedule, plan, dict(zip(names, values, strict=True)),
-                              grad=True)
-        assert result.loss is not None
-        return result.loss
-
-    inputs = tuple(p.detach().clone().requires_grad_(True) for p in params.values())
-    assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-5)
+    assert_gradcheck(graph, schedule, plan,
+                     init_params(wl, torch.Generator().manual_seed(1), dtype=torch.float64))
 
 
 @pytest.mark.parametrize("name", ["tree_lstm", "bilstm_tagger"])
