@@ -73,8 +73,11 @@ class RowsRead:
         return outs[self.b].index_select(0, self.idx)
 
     def route(self, grad: Tensor, bufs: Sequence[Tensor]) -> None:
-        """Add the read's gradient rows into the gradient tensor of ``b``."""
-        bufs[self.b].index_add_(0, self.idx, grad)
+        """Add the read's gradient rows into the gradient tensor of ``b`` (a narrower
+        gradient covers the leading columns)."""
+        dst = bufs[self.b]
+        (dst if grad.shape[1] == dst.shape[1] else dst[:, :grad.shape[1]]).index_add_(
+            0, self.idx, grad)
 
 
 class RowLocator:
@@ -144,8 +147,9 @@ class SliceRead:
         return outs[self.b][self.lo:self.hi]
 
     def route(self, grad: Tensor, bufs: Sequence[Tensor]) -> None:
-        """Add the read's gradient into its producer's gradient buffer."""
-        bufs[self.b][self.lo:self.hi] += grad
+        """Add the read's gradient into its producer's gradient buffer (a narrower gradient
+        covers the leading columns)."""
+        bufs[self.b][self.lo:self.hi, :grad.shape[1]] += grad
 
 
 class CatRead:

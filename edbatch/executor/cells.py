@@ -61,19 +61,27 @@ def lstm_step(x: Tensor, h: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
 
 
 def lstm_step_backward(saved: Sequence[Tensor], grad: Tensor, weight: Tensor
-                       ) -> tuple[Tensor, Tensor, Tensor]:
+                       ) -> tuple[Tensor, Tensor]:
     """Backward of :func:`lstm_step` from its saved tensors and ``d[h'; c']``.
 
-    Returns ``(d_gates, d[x; h], d_c)``; the weight gradient is ``d_gates^T [x; h]``.
+    Returns ``(d_gates, d[x; h; c])``; the weight gradient is ``d_gates^T [x; h]``.
     """
-    _, gates, u, c, t = saved  # [x; h] is for the weight gradient
-    hidden = u.shape[1]
+    xh, gates, u, c, t = saved
+    batch, hidden = u.shape
     i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:]
     dh = grad[:, :hidden]
     dc2 = torch.addcmul(grad[:, hidden:], dh * o, 1.0 - t * t)
-    d_sig = torch.cat([dc2 * u, dc2 * c, dh * t], dim=1) * gates * (1.0 - gates)
-    d_gates = torch.cat([d_sig, dc2 * i * (1.0 - u * u)], dim=1)
-    return d_gates, d_gates @ weight, dc2 * f
+    d_gates = torch.empty(batch, 4 * hidden, dtype=u.dtype, device=u.device)
+    torch.mul(dc2, u, out=d_gates[:, :hidden])
+    torch.mul(dc2, c, out=d_gates[:, hidden:2 * hidden])
+    torch.mul(dh, t, out=d_gates[:, 2 * hidden:3 * hidden])
+    d_gates[:, :3 * hidden].mul_(gates - gates * gates)
+    torch.mul(dc2 * i, 1.0 - u * u, out=d_gates[:, 3 * hidden:])
+    width = xh.shape[1]
+    d_in = torch.empty(batch, width + hidden, dtype=u.dtype, device=u.device)
+    torch.mm(d_gates, weight, out=d_in[:, :width])
+    torch.mul(dc2, f, out=d_in[:, width:])
+    return d_gates, d_in
 
 
 def gru_step(x: Tensor, h: Tensor, w_rz: Tensor, b_rz: Tensor, w_c: Tensor,
@@ -97,11 +105,7 @@ def _state_loss_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
     weight = params[op.params[0]]
     d_logits = pick_nll_backward(logits, attrs, grad)
     acc.linear(op.params, d_logits, h)
-    dh = d_logits @ weight
-    width = math.prod(op.in_shapes[0]) if op.in_shapes else dh.shape[1]
-    if width > dh.shape[1]:  # the loss reads the leading h of a wider state row
-        dh = torch.cat([dh, dh.new_zeros(dh.shape[0], width - dh.shape[1])], dim=1)
-    return [dh]
+    return [d_logits @ weight]  # the leading h of the state row
 
 
 @with_backward(_state_loss_backward)

@@ -47,21 +47,16 @@ for _kind in ("lattice_lstm.loss", "lattice_gru.loss", "seq2seq.loss"):
 KERNELS.register("bilstm.lookup")(lookup)
 
 
-def _zeros_right(g: Tensor, width: int) -> Tensor:
-    """``[g, 0]``: the gradient of a state row of which only the leading ``h`` was read."""
-    return torch.cat([g, g.new_zeros(g.shape[0], width - g.shape[1])], dim=1)
-
-
 # ---------------------------------------------------------------------- lattices
 def _lattice_lstm_arc_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
                                params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
                                ) -> list[Tensor | None]:
     emb, weight, _ = op.params
-    d_gates, dxh, dc = lstm_step_backward(saved, grad, params[weight])
+    d_gates, d_in = lstm_step_backward(saved, grad, params[weight])
     acc.linear(op.params[1:], d_gates, saved[0])
     width = params[emb].shape[1]
-    acc.rows(emb, attrs, dxh[:, :width])
-    return [torch.cat([dxh[:, width:], dc], dim=1)]
+    acc.rows(emb, attrs, d_in[:, :width])
+    return [d_in[:, width:]]
 
 
 @with_backward(_lattice_lstm_arc_backward)
@@ -91,10 +86,10 @@ for _arc in ("char_arc", "word_arc"):
 def _bilstm_l1_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
                         params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
                         ) -> list[Tensor | None]:
-    d_gates, dxh, dc = lstm_step_backward(saved, grad, params[op.params[0]])
+    d_gates, d_in = lstm_step_backward(saved, grad, params[op.params[0]])
     acc.linear(op.params, d_gates, saved[0])
-    width = dxh.shape[1] - dc.shape[1]
-    return [dxh[:, :width], torch.cat([dxh[:, width:], dc], dim=1)]
+    width = d_in.shape[1] - grad.shape[1]  # x's width
+    return [d_in[:, :width], d_in[:, width:]]
 
 
 @with_backward(_bilstm_l1_backward)
@@ -111,12 +106,10 @@ def bilstm_l1(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor]
 def _bilstm_l2_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
                         params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
                         ) -> list[Tensor | None]:
-    d_gates, dxh, dc = lstm_step_backward(saved, grad, params[op.params[0]])
+    d_gates, d_in = lstm_step_backward(saved, grad, params[op.params[0]])
     acc.linear(op.params, d_gates, saved[0])
-    hidden = dc.shape[1]
-    half = (dxh.shape[1] - hidden) // 2  # the layer-1 hidden size
-    return [_zeros_right(dxh[:, :half], 2 * half), _zeros_right(dxh[:, half:2 * half], 2 * half),
-            torch.cat([dxh[:, 2 * half:], dc], dim=1)]
+    half = (d_in.shape[1] - grad.shape[1]) // 2  # the layer-1 hidden size
+    return [d_in[:, :half], d_in[:, half:2 * half], d_in[:, 2 * half:]]  # h(f1), h(b1), state
 
 
 @with_backward(_bilstm_l2_backward)
@@ -146,7 +139,7 @@ def _bilstm_loss_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
     acc.linear(op.params[:2], dz, x)
     dx = dz @ params[op.params[0]]
     half = dx.shape[1] // 2
-    return [_zeros_right(dx[:, :half], 2 * half), _zeros_right(dx[:, half:], 2 * half)]
+    return [dx[:, :half], dx[:, half:]]  # the leading h of each state row
 
 
 @KERNELS.register("bilstm.loss")
@@ -168,12 +161,12 @@ def _seq2seq_step_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
                            params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
                            ) -> list[Tensor | None]:
     e, x = saved[:2]
-    d_gates, dxh, dc = lstm_step_backward(saved[2:], grad, params[op.params[3]])
+    d_gates, d_in = lstm_step_backward(saved[2:], grad, params[op.params[3]])
     acc.linear(op.params[3:], d_gates, saved[2])
-    dz = dxh[:, :x.shape[1]] * (1.0 - x * x)
+    dz = d_in[:, :x.shape[1]] * (1.0 - x * x)
     acc.linear(op.params[1:3], dz, e)
     acc.rows(op.params[0], attrs, dz @ params[op.params[1]])
-    return [torch.cat([dxh[:, x.shape[1]:], dc], dim=1)]
+    return [d_in[:, x.shape[1]:]]
 
 
 @KERNELS.register("seq2seq.enc")

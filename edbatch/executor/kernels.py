@@ -109,7 +109,8 @@ class ParamGrads:
 
 
 #: ``backward(op, saved, d_out, params, attrs, grads) -> operand gradients`` (``None`` for an
-#: operand that gets none); parameter gradients go to ``grads`` (:class:`ParamGrads`).
+#: operand that gets none; one narrower than its operand covers the leading columns, the
+#: rest is zero); parameter gradients go to ``grads`` (:class:`ParamGrads`).
 Backward = Callable[[OpType, Sequence[Tensor], Tensor, Mapping[str, Tensor], Tensor,
                      ParamGrads], list[Tensor | None]]
 
