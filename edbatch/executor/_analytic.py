@@ -24,13 +24,12 @@ gradcheck in fp64). First-order only (no ``create_graph``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from edbatch.executor.kernels import ParamGrads, stacked_sum
+from edbatch.executor.kernels import ParamGrads
 
 if TYPE_CHECKING:
     from edbatch.executor.torch_executor import TorchExecutor, _Program
@@ -51,25 +50,10 @@ class AnalyticRun(torch.autograd.Function):
     def forward(ctx: Any, executor: TorchExecutor, program: _Program,  # type: ignore[override]
                 names: tuple[str, ...], *values: Tensor) -> tuple[Tensor, ...]:
         params = dict(zip(names, (v.detach() for v in values), strict=True))
-        device, dtype = executor.device, executor.dtype
-        arenas = [torch.empty((rows, width), device=device, dtype=dtype)
-                  for rows, width in program.arenas]
         saves: list[list[Tensor]] = []
-        timer = executor._timer
-        for i, step in enumerate(program.steps):
-            region = arenas[step.out_arena][step.out_start:step.out_start + step.size]
-            operands = timer.reads(step, arenas) if timer is not None else \
-                [read(arenas) for read in step.reads]
-            save: list[Tensor] = []
-            if step.stacked:
-                region.copy_(stacked_sum(operands[0]))
-            elif timer is not None:
-                timer.kernel(_fill, executor, i, step, operands, params, region, save)
-            else:
-                _fill(executor, i, step, operands, params, region, save)
-            saves.append(save)
+        arenas = executor._run_inplace(program, params, saves)
         ctx.program, ctx.saves, ctx.params, ctx.names = program, saves, params, names
-        ctx.dtype, ctx.device, ctx.sparse = dtype, device, executor.sparse_grads
+        ctx.dtype, ctx.device, ctx.sparse = executor.dtype, executor.device, executor.sparse_grads
         return tuple(arenas[a][r:r + 1].clone() for _, a, r, _ in program.outputs)
 
     @staticmethod
@@ -99,10 +83,3 @@ class AnalyticRun(torch.autograd.Function):
         return (None, None, None, *(total.get(n) if ctx.needs_input_grad[3 + k] else None
                                     for k, n in enumerate(ctx.names)))
 
-
-def _fill(executor: TorchExecutor, i: int, step: Any, operands: list[Tensor],
-          params: Mapping[str, Tensor], region: Tensor, save: list[Tensor]) -> Tensor:
-    """Run batch ``i`` into its arena region, keeping what its backward reads in ``save``."""
-    if step.writes_out:
-        return executor._kernel(i, step, operands, params, region, save)
-    return region.copy_(executor._kernel(i, step, operands, params, None, save))

@@ -211,7 +211,8 @@ class TorchExecutor:
             outputs = self._run_grad(program, params)
         else:
             with torch.no_grad():
-                outputs = self._run_inplace(program, params)
+                arenas = self._run_inplace(program, params)
+            outputs = {v: arenas[a][r:r + 1].clone() for v, a, r, _ in program.outputs}
         if cuda:
             end.record()
             end.synchronize()
@@ -238,22 +239,25 @@ class TorchExecutor:
         return {name: p.to(self.device, non_blocking=True) for name, p in params.items()}
 
     def _call(self, i: int, step: _Step, sources: Sequence[Tensor],
-              params: Mapping[str, Tensor], out: Tensor | None = None) -> Tensor:
+              params: Mapping[str, Tensor], out: Tensor | None = None,
+              save: list[Tensor] | None = None) -> Tensor:
         timer = self._timer
         if timer is None:
-            return self._apply(i, step, [read(sources) for read in step.reads], params, out)
+            return self._apply(i, step, [read(sources) for read in step.reads], params, out,
+                               save)
         operands = timer.reads(step, sources)
-        return timer.kernel(self._apply, i, step, operands, params, out)
+        return timer.kernel(self._apply, i, step, operands, params, out, save)
 
     def _apply(self, i: int, step: _Step, operands: list[Tensor],
-               params: Mapping[str, Tensor], out: Tensor | None) -> Tensor:
+               params: Mapping[str, Tensor], out: Tensor | None,
+               save: list[Tensor] | None = None) -> Tensor:
         """Run batch ``i`` on its read operands (a variadic node's single merged read is
         reduced directly if it is a sum, else split into its ``[1, d]`` rows)."""
         if step.split:
             if step.stacked:
                 return stacked_sum(operands[0])
             operands = list(operands[0].split(1))
-        return self._kernel(i, step, operands, params, out)
+        return self._kernel(i, step, operands, params, out, save)
 
     def _kernel(self, i: int, step: _Step, inputs: list[Tensor],
                 params: Mapping[str, Tensor], out: Tensor | None,
@@ -276,17 +280,23 @@ class TorchExecutor:
                 f"({step.size}, {step.width}); fix the kernel")
         return out
 
-    def _run_inplace(self, program: _Program, params: Mapping[str, Tensor]
-                     ) -> dict[int, Tensor]:
+    def _run_inplace(self, program: _Program, params: Mapping[str, Tensor],
+                     saves: list[list[Tensor]] | None = None) -> list[Tensor]:
+        """Run every batch into freshly allocated arenas and return them; with ``saves``,
+        also collect per batch what its kernel's hand-written backward reads."""
         arenas = [torch.empty((rows, width), device=self.device, dtype=self.dtype)
                   for rows, width in program.arenas]
         for i, step in enumerate(program.steps):
             region = arenas[step.out_arena][step.out_start:step.out_start + step.size]
+            save: list[Tensor] | None = None
+            if saves is not None:
+                save = []
+                saves.append(save)
             if step.writes_out:
-                self._call(i, step, arenas, params, region)
+                self._call(i, step, arenas, params, region, save)
             else:
-                region.copy_(self._call(i, step, arenas, params))
-        return {v: arenas[a][r:r + 1].clone() for v, a, r, _ in program.outputs}
+                region.copy_(self._call(i, step, arenas, params, None, save))
+        return arenas
 
     def _run_grad(self, program: _Program, params: Mapping[str, Tensor]
                   ) -> dict[int, Tensor]:
