@@ -176,6 +176,20 @@ def _typewise_lists(graph: Graph, ptr: NDArray[np.int64], ids: NDArray[np.int32]
     return cached
 
 
+def _retire(nodes: list[int], ptr: list[int], ids: list[int], pending: list[int]) -> list[int]:
+    """Kahn's step over a CSR successor list: decrement each successor of ``nodes`` in
+    ``pending`` and return those that reach zero (plain lists: batches are often small)."""
+    fresh = []
+    for v in nodes:
+        for i in range(ptr[v], ptr[v + 1]):
+            u = ids[i]
+            left = pending[u] - 1
+            pending[u] = left
+            if not left:
+                fresh.append(u)
+    return fresh
+
+
 class Frontier:
     """Ready-set bookkeeping for one graph (the only mutable object of scheduling).
 
@@ -351,14 +365,7 @@ class Frontier:
         self.num_batches += 1
         self._remaining[op_id] -= len(nodes)
         self._remaining_depth[op_id] -= sum([depth[v] for v in nodes])
-        fresh = []
-        for v in nodes:
-            for i in range(uptr[v], uptr[v + 1]):
-                u = uids[i]
-                left = pending[u] - 1
-                pending[u] = left
-                if not left:
-                    fresh.append(u)
+        fresh = _retire(nodes, uptr, uids, pending)
         if fresh:
             self._release(fresh)
 
@@ -376,13 +383,5 @@ class Frontier:
         """Retire ``nodes`` from the type-wise graph; a successor whose last type-wise
         predecessor ran joins the type-wise frontier (plain lists: batches are small)."""
         assert self._tw is not None
-        ptr, ids, pending = self._tw_ptr, self._tw_ids, self._tw_pending
-        freed = 0
-        for v in nodes:
-            for i in range(ptr[v], ptr[v + 1]):
-                u = ids[i]
-                left = pending[u] - 1
-                pending[u] = left
-                if not left:
-                    freed += 1
-        self._tw[op_id] += freed - len(nodes)
+        freed = _retire(nodes, self._tw_ptr, self._tw_ids, self._tw_pending)
+        self._tw[op_id] += len(freed) - len(nodes)
