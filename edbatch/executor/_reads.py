@@ -1,8 +1,9 @@
 """Operand reads of the batched executor (arena views, gathers, training-mode reads).
 
-A read is a closure over the arenas (inference) or the per-batch outputs (training) that
-returns one operand tensor; reads that copy rows are marked (:func:`gather`) so a profiled
-run can time them apart.
+A read is a callable over the arenas (inference and hand-written-backward training) or the
+per-batch outputs (autograd training) that returns one operand tensor, with a ``route`` that
+adds the operand's gradient back where it came from; reads that copy rows have the class
+attribute ``gather = True`` so a profiled run can time them apart.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from torch import Tensor
 
 from edbatch.memory.plan import MemoryPlan, Operand, Region
 
-__all__ = ["CatRead", "Read", "RowLocator", "RowsRead", "SelectRead", "SliceRead", "gather",
+__all__ = ["CatRead", "Read", "RowLocator", "RowsRead", "SelectRead", "SliceRead",
            "inplace_read", "merged", "to_device"]
 
 #: A compiled operand read: called with the arenas (inference) or batch outputs (training).
@@ -30,12 +31,6 @@ def to_device(array: NDArray, device: torch.device) -> Tensor:  # type: ignore[t
     if device.type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
-
-
-def gather(read: Read) -> Read:
-    """Mark a read that copies rows (``index_select`` or ``cat``), for profiling."""
-    read.gather = True  # type: ignore[attr-defined]
-    return read
 
 
 def merged(arena: int, rows: NDArray[np.int64]) -> Operand:
