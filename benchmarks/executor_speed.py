@@ -9,9 +9,14 @@ of ``--batch-size`` instances, with one CPU thread, it reports the median infere
   schedule of each ``--schedulers`` entry and that memory strategy,
 
 together with the kernel calls, the plan's zero-copy fraction and gathers, and the planning
-time. It asserts nothing; it prints a table and writes JSON.
+time. With ``--device cuda`` everything runs on the GPU (each timed call ends with a device
+synchronisation, so times are wall times of the host dispatch and the GPU work together) and
+a ``planned+graph`` row replays a CUDA graph captured for each mini-batch's shape
+(``TorchExecutor(cuda_graphs=True)``; training runs stay eager, so its training column is
+the ``planned`` one's). It asserts nothing; it prints a table and writes JSON.
 
     python benchmarks/executor_speed.py [--repeats 5] [--out results/executor_speed.json]
+    python benchmarks/executor_speed.py --device cuda --out results/executor_speed_cuda.json
     python benchmarks/executor_speed.py --zero-copy-table [--out results/zero_copy.json]
 
 ``--zero-copy-table`` instead prints the plan statistics for every real workload x
@@ -43,14 +48,22 @@ from edbatch.workloads import REAL_WORKLOADS, make_workload
 SIZES = {"300x150": (300, 150), "128x128": (128, 128)}
 
 
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def _median_ms(fns: list[Callable[[], Any]], repeats: int) -> float:
-    """Median wall time (ms) of ``repeats`` calls of each function, after one warm-up each."""
+    """Median wall time (ms) of ``repeats`` calls of each function, after one warm-up each
+    (each call ends with a CUDA synchronisation when CUDA is in use)."""
     times = []
     for fn in fns:
         fn()
         for _ in range(repeats):
+            _sync()
             t0 = time.perf_counter()
             fn()
+            _sync()
             times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times)
 
@@ -65,8 +78,9 @@ def _bench_size(name: str, size: str, args: argparse.Namespace, rows: list[dict[
     embed, hidden = SIZES[size]
     wl = make_workload(name, granularity="cell", embed_dim=embed, hidden_dim=hidden)
     graphs = list(wl.batches(wl.default_eval_split, args.batch_size, limit=args.minibatches))
-    params = dict(init_params(wl, torch.Generator().manual_seed(0)))
-    base = {"workload": name, "size": size, "num_nodes": graphs[0].num_nodes}
+    params = dict(init_params(wl, torch.Generator().manual_seed(0), device=args.device))
+    base = {"workload": name, "size": size, "num_nodes": graphs[0].num_nodes,
+            "device": args.device}
 
     def add(row: dict[str, Any]) -> None:
         rows.append({**base, **row})
@@ -91,7 +105,8 @@ def _bench_size(name: str, size: str, args: argparse.Namespace, rows: list[dict[
         plan_ms: dict[str, float] = {}
         infer_fns: dict[str, list[Callable[[], Any]]] = {}
         train_fns: dict[str, list[Callable[[], Any]]] = {}
-        ex = TorchExecutor()
+        ex = TorchExecutor(args.device)
+        graphed = TorchExecutor(args.device, cuda_graphs=True)
         for strategy in STRATEGIES:
             t0 = time.perf_counter()
             plans[strategy] = [plan_memory(g, s, strategy)
@@ -102,14 +117,23 @@ def _bench_size(name: str, size: str, args: argparse.Namespace, rows: list[dict[
                                    for g, s, p in runs]
             train_fns[strategy] = [functools.partial(_train_step, ex, g, s, p, params)
                                    for g, s, p in runs]
+        methods = list(STRATEGIES)
+        if graphed.graphs is not None:
+            methods.append("planned+graph")
+            infer_fns["planned+graph"] = [functools.partial(graphed.run, g, s, p, params)
+                                          for g, s, p in runs]  # the planned runs
+            for fn in infer_fns["planned+graph"]:
+                fn()  # seen once before the warm-up: captured there, never while timed
         infer_ms = _interleaved_median_ms(infer_fns, args.repeats)
         train_ms = _interleaved_median_ms(train_fns, args.repeats)
-        for strategy in STRATEGIES:
+        train_ms["planned+graph"] = train_ms["planned"]
+        for method in methods:
+            strategy = "planned" if method == "planned+graph" else method
             stats = plans[strategy][0].stats()
             res = ex.run(graphs[0], schedules[0], plans[strategy][0], params, grad=True).stats
-            add({"scheduler": scheduler, "method": strategy,
-                 "kernel_calls": schedules[0].num_batches, "infer_ms": infer_ms[strategy],
-                 "train_ms": train_ms[strategy], "plan_ms": plan_ms[strategy],
+            add({"scheduler": scheduler, "method": method,
+                 "kernel_calls": schedules[0].num_batches, "infer_ms": infer_ms[method],
+                 "train_ms": train_ms[method], "plan_ms": plan_ms[strategy],
                  "zero_copy": stats["memory/zero_copy_fraction"],
                  "zero_copy_rows": stats["memory/zero_copy_row_fraction"],
                  "gathers": int(stats["memory/gather_kernels"]),
@@ -128,8 +152,10 @@ def _interleaved_median_ms(fns: Mapping[str, list[Callable[[], Any]]], repeats: 
     for _ in range(repeats):
         for i in range(max(len(group) for group in fns.values())):
             for label, group in fns.items():
+                _sync()
                 t0 = time.perf_counter()
                 group[i % len(group)]()
+                _sync()
                 times[label].append(time.perf_counter() - t0)
     return {label: 1e3 * statistics.median(t) for label, t in times.items()}
 
@@ -203,6 +229,8 @@ def main() -> None:
     parser.add_argument("--ref-repeats", type=int, default=2)
     parser.add_argument("--zero-copy-table", action="store_true",
                         help="print plan statistics for every workload instead of timings")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu or cuda[:N] (cuda adds the CUDA-graph replay row)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -13,6 +13,10 @@ with one CPU thread and the same parameter values (``init_params`` seeded with 0
   (``plan_memory``'s memo) reused by graph structure, so after the warm-up pass a repeated
   mini-batch costs a hash (what a second epoch over the same mini-batches costs, not a
   shuffled one);
+* on ``--device cuda`` also edbatch ``fsm+memo+cugraph``: ``fsm+planned+memo`` with one
+  executor kept across passes that replays a CUDA graph captured for each mini-batch's shape
+  (``TorchExecutor(cuda_graphs=True)``, inference; training stays eager). On CUDA every
+  timed phase ends with a device synchronisation, and DyNet (a CPU build) is skipped;
 * DyNet with autobatch 0, 1 (agenda) and 2 (depth), one ``benchmarks/dynet_peer.py``
   subprocess per (workload, size, autobatch), if ``dynet`` is installed; by default run
   before and after the edbatch passes, and the faster of the two runs counts (this VM's
@@ -77,8 +81,9 @@ __all__ = ["CONTENDERS", "DYNET_CONTENDERS", "EDBATCH_CONTENDERS", "build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DYNET_PEER = ROOT / "benchmarks" / "dynet_peer.py"
+GRAPHED = "fsm+memo+cugraph"  # CUDA only
 EDBATCH_CONTENDERS = ("unbatched", "depth", "dynet_agenda", "fsm", "fsm+planned",
-                      "fsm+planned+memo")
+                      "fsm+planned+memo", GRAPHED)
 DYNET_CONTENDERS = ("dynet_autobatch0", "dynet_autobatch1", "dynet_autobatch2")
 CONTENDERS = EDBATCH_CONTENDERS + DYNET_CONTENDERS
 WORKLOADS = ("tree_lstm", "lattice_lstm", "bilstm_tagger")
@@ -90,8 +95,8 @@ PROFILE_KEYS = {"gather_ms": "exec/gather_seconds", "read_ms": "exec/read_second
                 "kernel_ms": "exec/kernel_seconds", "compile_ms": "exec/compile_seconds"}
 LOSS_RTOL = 1e-3
 STRATEGY: dict[str, Strategy] = {"fsm+planned": "planned",  # the others: "naive"
-                                 "fsm+planned+memo": "planned"}
-MEMO = ("fsm+planned+memo",)  # schedules and plans reused across passes (by structure)
+                                 "fsm+planned+memo": "planned", GRAPHED: "planned"}
+MEMO = ("fsm+planned+memo", GRAPHED)  # schedules and plans reused across passes (by structure)
 LR = 0.0  # the DyNet worker's default: every pass sees the same parameters
 _CAN_PROFILE = "profile" in inspect.signature(TorchExecutor).parameters
 
@@ -181,6 +186,13 @@ class _Job:
     base: dict[str, Any]
     cse: bool = True
     fresh: bool = False  # build from the instances every pass instead of merging cached ones
+    device: str = "cpu"
+    graphed: TorchExecutor | None = None  # the GRAPHED contender's executor (kept)
+
+    def sync(self) -> None:
+        """Wait for the device (CUDA work is asynchronous; a phase ends when it is done)."""
+        if torch.device(self.device).type == "cuda":
+            torch.cuda.synchronize(self.device)
 
 
 def _sgd_update(params: Iterable[Tensor], lr: float) -> None:
@@ -220,6 +232,7 @@ def _pass(job: _Job, contender: str, chunk: range, *, profile: bool = False
         clock.lap("construction")
         if contender == "unbatched":
             loss = reference_loss(graph, job.params)
+            job.sync()
             clock.lap("execution")
             info = {"batches": float(graph.num_nodes)}
         else:
@@ -228,7 +241,8 @@ def _pass(job: _Job, contender: str, chunk: range, *, profile: bool = False
             plan = plan_memory(graph, schedule, STRATEGY.get(contender, "naive"),
                                cache=contender in MEMO)
             clock.lap("planning")
-            ex = TorchExecutor(profile=profile, sparse_grads=job.train)
+            ex = job.graphed if contender == GRAPHED and not profile and job.graphed else \
+                TorchExecutor(job.device, profile=profile, sparse_grads=job.train)
             res = ex.run(graph, schedule, plan, job.params, grad=job.train)
             clock.lap("execution")
             assert res.loss is not None
@@ -236,8 +250,10 @@ def _pass(job: _Job, contender: str, chunk: range, *, profile: bool = False
             info = {"batches": float(schedule.num_batches), **res.stats}
         if job.train:
             loss.backward()
+            job.sync()
             clock.lap("backward")
             _sgd_update(job.params.values(), LR)
+            job.sync()
             clock.lap("update")
     info["loss"] = float(loss.detach())
     return clock.times, info
@@ -302,24 +318,29 @@ def _row(job: _Job, contender: str, samples: list[list[dict[str, float]]],
 def _edbatch_rows(name: str, size: str, wl: Workload, chunks: list[range],
                   policy: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
     """All edbatch rows of one workload x size (both modes)."""
-    contenders = [c for c in args.contenders if c in EDBATCH_CONTENDERS]
+    cuda = torch.device(args.device).type == "cuda"
+    contenders = [c for c in args.contenders if c in EDBATCH_CONTENDERS
+                  and (cuda or c != GRAPHED)]
     schedulers: dict[str, Callable[[Graph], Schedule]] = {
         c: make_scheduler(c) for c in ("depth", "dynet_agenda") if c in contenders}
     if policy is not None:
         def fsm(graph: Graph) -> Schedule:
             return run_policy(graph, policy, name="fsm")
         schedulers.update({"fsm": fsm, "fsm+planned": fsm,
-                           "fsm+planned+memo": MemoScheduler(fsm)})
+                           "fsm+planned+memo": MemoScheduler(fsm), GRAPHED: MemoScheduler(fsm)})
     embed, hidden = _dims(size)
     rows: list[dict[str, Any]] = []
     for mode in args.modes:
         train = mode == "train"
         params = {k: p.detach().clone().requires_grad_(train)
-                  for k, p in init_params(wl, torch.Generator().manual_seed(0)).items()}
+                  for k, p in init_params(wl, torch.Generator().manual_seed(0),
+                                          device=args.device).items()}
         base = {"workload": name, "size": size, "embed": embed, "hidden": hidden,
-                "mode": mode}
+                "mode": mode, "device": args.device}
+        graphed = TorchExecutor(args.device, sparse_grads=train, cuda_graphs=True) \
+            if cuda else None
         job = _Job(wl, chunks, params, train, schedulers, base, not args.no_cse,
-                   args.construction == "fresh")
+                   args.construction == "fresh", args.device, graphed)
         rows += _bench_job(job, contenders, args)
     return rows
 
@@ -429,6 +450,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _dynet_note(args: argparse.Namespace) -> dict[str, Any]:
     wanted = any(c in DYNET_CONTENDERS for c in args.contenders)
+    if wanted and not args.no_dynet and torch.device(args.device).type != "cpu":
+        return {"used": False, "note": f"DyNet rows skipped: the DyNet peer is a CPU build and "
+                                       f"this run is on {args.device}."}
     if not wanted or args.no_dynet:
         why = "--no-dynet" if args.no_dynet else "no DyNet contender requested"
         return {"used": False, "note": f"DyNet rows skipped ({why})."}
@@ -470,6 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override max_episodes when training a missing FSM (testing)")
     p.add_argument("--dynet-peer", type=Path, default=DYNET_PEER,
                    help=argparse.SUPPRESS)
+    p.add_argument("--device", default="cpu",
+                   help="cpu or cuda[:N]: where edbatch runs (cuda adds fsm+memo+cugraph)")
     p.add_argument("--out", type=Path, default=Path("results/throughput.json"))
     p.add_argument("--plot", type=Path, default=Path("results/throughput.png"))
     return p

@@ -101,7 +101,8 @@ def git_sha() -> str:
 
 
 def machine_info() -> dict[str, str]:
-    """CPU model, cores, 1-minute load, Python, torch and its thread count (for benchmarks)."""
+    """CPU model, cores, 1-minute load, Python, torch, its thread count and the GPU if any
+    (for benchmarks)."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -115,6 +116,8 @@ def machine_info() -> dict[str, str]:
         import torch
 
         info.update(torch=torch.__version__, threads=str(torch.get_num_threads()))
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name()
     except ImportError:  # pragma: no cover - torch is a core dependency
         pass
     return info

@@ -85,7 +85,7 @@ class RootScores:
 
     def add(self, logits: Tensor, labels: Tensor, loss: float, tree_nodes: int) -> None:
         """Count one mini-batch's root predictions (``logits [T, 5]``, ``labels [T]``)."""
-        probs = logits.softmax(dim=1)
+        probs = logits.detach().cpu().softmax(dim=1)  # scored on the host, any device
         self.fine += int((probs.argmax(dim=1) == labels).sum())
         polar = labels != 2
         positive = probs[:, 3:].sum(dim=1) > probs[:, :2].sum(dim=1)
@@ -202,7 +202,7 @@ class _Trainer:
                                   device=cfg.device)
         self.opt = torch.optim.Adam(self.params.values(), lr=cfg.lr,
                                     weight_decay=cfg.weight_decay)
-        self.executor = TorchExecutor(cfg.device)
+        self.executor = TorchExecutor(cfg.device, cuda_graphs=cfg.cuda_graphs)
         scheduler = make_model_scheduler(cfg.scheduler, cfg.fsm)
         n_train = len(workload.load(cfg.train_split))
         self.train = _Cache(workload, cfg.train_split, _chunks(

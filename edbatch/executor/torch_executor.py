@@ -34,9 +34,11 @@ Three modes:
 Both modes count their zero-copy reads and gathers in :attr:`RunResult.stats`
 (``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``).
 
-On CUDA, the per-batch index tensors (attrs, gather rows) are compiled once per (graph, plan)
-and copied from pinned host memory without blocking, and the run is timed with CUDA events.
-CUDA-graph capture of repeating schedule shapes is not implemented.
+On CUDA, the index tensors (the attrs of all batches as one flat tensor, gather rows) are
+compiled once per (graph, plan) and copied from pinned host memory without blocking, and the
+run is timed with CUDA events. With ``cuda_graphs=True``, inference runs whose shape (graph
+structure, schedule, strategy) repeats are captured once as a CUDA graph and replayed, for
+graphs of that shape whatever their ``attrs`` (:mod:`~edbatch.executor._capture`).
 
 Example:
     >>> import torch
@@ -66,7 +68,9 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor._analytic import AnalyticRun, analytic
+from edbatch.executor._capture import Captured, GraphCache
 from edbatch.executor._reads import Read, RowLocator, inplace_read, merged, to_device
+from edbatch.executor._timer import Timer
 from edbatch.executor._train import run_training
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for, stacked_sum
 from edbatch.graph import Graph, OpType
@@ -125,6 +129,7 @@ class _Program:
     outputs: tuple[tuple[int, int, int, int], ...]  # node, arena, row, batch-local row
     output_batch: list[int]  # filled with the training reads
     counts: dict[bool, list[int]]  # grad -> [views, gathers, gathered rows]
+    attrs: Tensor  # every batch's attrs in plan row order (the steps' attrs are slices)
 
 
 class TorchExecutor:
@@ -147,16 +152,28 @@ class TorchExecutor:
         sparse_grads: with hand-written backwards, give embedding tables sparse COO
             gradients holding only the rows read (as DyNet updates lookup parameters;
             SGD takes them, Adam does not); otherwise gradients are dense.
+        cuda_graphs: on CUDA, capture the inference run of a shape seen before as a CUDA
+            graph and replay it for later graphs of that shape (``exec/cuda_graph`` is 1 in
+            a replayed run's stats); parameters must live on the device (moved parameters
+            are new tensors every run, so those runs stay eager). ``False`` on CPU.
+        capture_after: with ``cuda_graphs``, capture a shape on its ``capture_after``-th
+            repetition (0: on its first run).
     """
 
     def __init__(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                  *, kernels: Mapping[str, Kernel] | None = None, cache_size: int = 8,
                  profile: bool = False, hand_backward: bool = True,
-                 sparse_grads: bool = False) -> None:
+                 sparse_grads: bool = False, cuda_graphs: bool = False,
+                 capture_after: int = 1) -> None:
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None and \
+                torch.cuda.is_available():  # "cuda" means the current device: name it
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.hand_backward, self.sparse_grads = hand_backward, sparse_grads
         self.profile = profile
-        self._timer = _Timer(self.device) if profile else None
+        self._timer = Timer(self.device) if profile else None
+        self.graphs = GraphCache(capture_after) if cuda_graphs and \
+            self.device.type == "cuda" else None
         self.dtype = dtype
         self.kernels = kernels
         self.cache_size = cache_size
@@ -190,35 +207,30 @@ class TorchExecutor:
             raise ValueError(f"the plan has {plan.num_batches} batches but the schedule has "
                              f"{schedule.num_batches}; plan the memory of this schedule")
         start = time.perf_counter()
-        program, compiled = self._program(graph, schedule, plan)
+        on_device = self._on_device(params)
+        key = captured = None
+        if self.graphs is not None and not grad and self._timer is None:
+            key = self.graphs.key(graph, schedule, plan)
+            captured = self.graphs.lookup(key, on_device)
+        if captured is None:
+            program, compiled = self._program(graph, schedule, plan)
+        else:
+            program, compiled = captured.program, False
         compile_s = time.perf_counter() - start
-        params = self._on_device(params)
         hand = grad and self.kernels is None and self.hand_backward and analytic(program)
         if grad and not hand:
             program.grad_steps()  # compile the training reads outside the timed part
         if self._timer is not None:
             self._timer.reset()
-        cuda = self.device.type == "cuda"
-        if cuda:  # time on the device's stream with CUDA events
-            begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            begin.record()
-        start = time.perf_counter()
-        if hand:
-            outputs = run_training(self, program, params, AnalyticRun)
-        elif grad and self.kernels is None:
-            outputs = run_training(self, program, params)
-        elif grad:
-            outputs = self._run_grad(program, params)
-        else:
-            with torch.no_grad():
-                arenas = self._run_inplace(program, params)
-            outputs = {v: arenas[a][r:r + 1].clone() for v, a, r, _ in program.outputs}
-        if cuda:
-            end.record()
-            end.synchronize()
-            seconds = begin.elapsed_time(end) / 1e3
-        else:
-            seconds = time.perf_counter() - start
+        outputs, seconds = self._timed(lambda: self._dispatch(
+            graph, program, on_device, grad=grad, hand=hand, captured=captured))
+        capture_s = 0.0
+        if key is not None and captured is None and on_device is params and \
+                self.graphs is not None and self.graphs.due(key):
+            t0 = time.perf_counter()
+            self.graphs.capture(key, plan, _compile(graph, schedule, plan, self.device,
+                                                    self.kernels), self._run_inplace, params)
+            capture_s = time.perf_counter() - t0
         views, gathers, rows = program.counts[grad and not hand]
         loss = None
         if len(outputs) == 1:
@@ -227,12 +239,42 @@ class TorchExecutor:
         stats = {"exec/num_views": float(views), "exec/num_gathers": float(gathers),
                  "exec/gathered_rows": float(rows), "exec/num_kernel_calls":
                  float(len(program.steps)), "exec/seconds": seconds,
-                 "exec/compile_seconds": compile_s if compiled else 0.0}
+                 "exec/compile_seconds": compile_s if compiled else 0.0,
+                 "exec/cuda_graph": float(captured is not None),
+                 "exec/capture_seconds": capture_s}
         if self._timer is not None:
             stats.update(self._timer.stats())
         return RunResult(outputs, loss, len(program.steps), stats, seconds)
 
     # ---------------------------------------------------------------- running
+    def _timed(self, fn: Callable[[], Any]) -> tuple[Any, float]:
+        """``fn()`` and its seconds (on CUDA: between two events on the stream)."""
+        if self.device.type != "cuda":
+            start = time.perf_counter()
+            return fn(), time.perf_counter() - start
+        begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        begin.record()
+        result = fn()
+        end.record()
+        end.synchronize()
+        return result, begin.elapsed_time(end) / 1e3
+
+    def _dispatch(self, graph: Graph, program: _Program, params: Mapping[str, Tensor], *,
+                  grad: bool, hand: bool, captured: Captured | None) -> dict[int, Tensor]:
+        """The run proper, in the mode chosen (see the module docstring)."""
+        if hand:
+            return run_training(self, program, params, AnalyticRun)
+        if grad and self.kernels is None:
+            return run_training(self, program, params)
+        if grad:
+            return self._run_grad(program, params)
+        if captured is not None:
+            arenas = captured.replay(graph)
+        else:
+            with torch.no_grad():
+                arenas = self._run_inplace(program, params)
+        return {v: arenas[a][r:r + 1].clone() for v, a, r, _ in program.outputs}
+
     def _on_device(self, params: Mapping[str, Tensor]) -> Mapping[str, Tensor]:
         if all(p.device == self.device for p in params.values()):
             return params
@@ -334,14 +376,16 @@ def _compile(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.d
     steps: list[_Step] = []
     operand_lists: list[tuple[Operand, ...]] = []
     counts = {False: [0, 0, 0], True: [0, 0, 0]}
-    all_attrs = to_device(graph.attrs, device)
+    flat = to_device(graph.attrs[np.concatenate(plan.row_order)] if plan.row_order
+                     else np.zeros(0, np.int64), device)
+    offset = 0
     sum_kernel = KERNELS.get("sum")
     for b, batch in enumerate(schedule.batches):
         op: OpType = graph.vocab[batch.op_id]
         kernel = kernel_for(op, kernels)
         order = plan.row_order[b]
-        attrs = all_attrs[torch.from_numpy(order.astype(np.int64)).to(device)] \
-            if len(order) > 1 else all_attrs[int(order[0]):int(order[0]) + 1]
+        attrs = flat[offset:offset + len(order)]
+        offset += len(order)
         region = plan.outputs[b]
         operands = plan.operands[b]
         split = op.arity is None and len(order) == 1 and len(operands) > 0 and \
@@ -371,47 +415,9 @@ def _compile(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.d
                                     for v, a, r, _ in outputs)
         return grad[0]
 
-    program = _Program(tuple(steps), grad_steps, plan.arenas, outputs, output_batch, counts)
+    program = _Program(tuple(steps), grad_steps, plan.arenas, outputs, output_batch, counts,
+                       flat)
     return program
-
-
-class _Timer:
-    """Per-run split of execution time into operand reads and kernel calls (profiling)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        self.reset()
-
-    def reset(self) -> None:
-        self.read_s = self.gather_s = self.kernel_s = 0.0  # gathers are part of reads
-
-    def stats(self) -> dict[str, float]:
-        return {"exec/read_seconds": self.read_s, "exec/gather_seconds": self.gather_s,
-                "exec/kernel_seconds": self.kernel_s}
-
-    def reads(self, step: _Step, sources: Sequence[Tensor]) -> list[Tensor]:
-        """The step's operand reads, timed (each copying read also into the gathers)."""
-        clock = time.perf_counter
-        self.sync()
-        start = clock()
-        out = []
-        for read in step.reads:
-            t0 = clock()
-            out.append(read(sources))
-            if getattr(read, "gather", False):
-                self.sync()
-                self.gather_s += clock() - t0
-        self.sync()
-        self.read_s += clock() - start
-        return out
-
-    def kernel(self, run: Callable[..., Tensor], *args: Any) -> Tensor:
-        """``run(*args)`` (a kernel call), timed."""
-        t0 = time.perf_counter()
-        result = run(*args)
-        self.sync()
-        self.kernel_s += time.perf_counter() - t0
-        return result
 
 
 def execute(graph: Graph, schedule: Schedule | None = None, *, params: Mapping[str, Tensor],

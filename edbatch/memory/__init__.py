@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from edbatch.memory.plan import FP32_BYTES, MemoryPlan, Operand, Region
-from edbatch.memory.planner import STRATEGIES, Strategy, plan_memory, zero_copy_upper_bound
+from edbatch.memory.planner import (
+                                    STRATEGIES,
+                                    Strategy,
+                                    plan_key,
+                                    plan_memory,
+                                    zero_copy_upper_bound,
+)
 
 __all__ = [
     "FP32_BYTES",
@@ -12,6 +18,7 @@ __all__ = [
     "Operand",
     "Region",
     "Strategy",
+    "plan_key",
     "plan_memory",
     "zero_copy_upper_bound",
 ]

@@ -77,7 +77,7 @@ from edbatch.memory._chains import ChainPlanner
 from edbatch.memory.plan import MemoryPlan, Operand, Region
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["STRATEGIES", "Strategy", "plan_memory", "zero_copy_upper_bound"]
+__all__ = ["STRATEGIES", "Strategy", "plan_key", "plan_memory", "zero_copy_upper_bound"]
 
 Strategy = Literal["naive", "planned"]
 STRATEGIES: tuple[Strategy, ...] = ("naive", "planned")
@@ -87,8 +87,9 @@ _CACHE: OrderedDict[bytes, MemoryPlan] = OrderedDict()
 _CACHE_SIZE = 256
 
 
-def _cache_key(graph: Graph, schedule: Schedule, strategy: str) -> bytes:
-    """Structure of the graph + the schedule's batches + the strategy (attrs do not matter)."""
+def plan_key(graph: Graph, schedule: Schedule, strategy: str) -> bytes:
+    """What a plan depends on: the graph's structure, the schedule's batches and the
+    strategy (not ``attrs``); the key of the plan memo and of captured CUDA graphs."""
     h = hashlib.blake2b(graph.structure_key(), digest_size=16)
     h.update(strategy.encode())
     h.update(np.array([len(b) for b in schedule.batches], dtype=np.int64).tobytes())
@@ -131,7 +132,7 @@ def plan_memory(graph: Graph, schedule: Schedule, strategy: Strategy = "planned"
     if strategy not in STRATEGIES:
         raise UnknownNameError(f"unknown memory strategy {strategy!r}; expected one of "
                                f"{list(STRATEGIES)}." + did_you_mean(strategy, STRATEGIES))
-    key = _cache_key(graph, schedule, strategy) if cache else b""
+    key = plan_key(graph, schedule, strategy) if cache else b""
     if cache and key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]

@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 from edbatch.workloads.tree_lstm import TreeLSTM
 from policies import FSMPolicy
 
@@ -47,3 +50,13 @@ def test_train_model_runs_an_fsm_artifact_with_wandb_offline(tmp_path: Path) -> 
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["scheduler"] == "fsm" and 0.0 <= summary["eval/binary_accuracy"] <= 1.0
     assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_train_model_trains_on_cuda_with_graph_replayed_evaluation(tmp_path: Path) -> None:
+    r = _run(*TINY, f"run_dir={tmp_path}", "device=cuda", "eval_every=1")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["device"] == "cuda" and summary["steps"] == 3
+    assert 0.0 <= summary["eval/binary_accuracy"] <= 1.0

@@ -1,0 +1,164 @@
+"""CUDA-graph capture of inference runs whose schedule shape repeats.
+
+What a batched run launches (its kernels, operand slices and gathers, arena layout) depends
+only on the graph's structure, the schedule and the memory plan; the per-instance data is
+the graph's ``attrs`` (token ids, child positions), which a compiled program reads from one
+flat device tensor in plan row order. So inference runs of graphs with equal
+:func:`~edbatch.memory.plan_key` (and outputs) can replay one captured CUDA graph after one
+copy of the new ``attrs`` into that tensor: a single graph launch instead of one launch
+per kernel, gather and copy (on a GPU the per-batch launches, not the arithmetic, bound the
+small batches of dynamic networks).
+
+:class:`GraphCache` counts how often each shape is seen and captures it the ``capture_after``-th
+time it reappears (one-off shapes are never captured); it keeps up to ``size`` captured graphs
+(LRU), each with its own arenas, and a pinned staging buffer for ``attrs``. A captured graph
+reads the parameter tensors it was captured with, by address: parameters updated in place
+(an optimizer step) are seen by the next replay, and other parameter tensors trigger a new
+capture. A program that cannot be captured (e.g. a custom kernel that synchronises with the
+host) is run eagerly from then on, with a warning naming the error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import Tensor
+
+from edbatch.graph import Graph
+from edbatch.memory.plan import MemoryPlan
+from edbatch.memory.planner import plan_key
+from edbatch.schedule.schedule import Schedule
+
+__all__ = ["Captured", "GraphCache", "params_key"]
+
+
+def params_key(params: Mapping[str, Tensor]) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
+    """Name, address and shape of every parameter tensor (what a captured graph reads)."""
+    return tuple((name, p.data_ptr(), tuple(p.shape)) for name, p in params.items())
+
+
+@dataclass
+class Captured:
+    """One captured inference run.
+
+    Attributes:
+        cuda_graph: the ``torch.cuda.CUDAGraph``.
+        program: the program compiled for this capture alone (its ``attrs`` tensor is the
+            graph's input: :meth:`replay` overwrites it).
+        arenas: the arenas the graph writes (outputs are read from them after a replay).
+        order: node ids in the order of the program's flat ``attrs``.
+        host: pinned staging buffer for ``attrs``.
+        params: the parameter tensors the graph reads, kept alive so their memory is never
+            reused while the graph may replay.
+        params_key: :func:`params_key` of ``params``.
+        replays: how often it was replayed.
+    """
+
+    cuda_graph: Any
+    program: Any
+    arenas: list[Tensor]
+    order: NDArray[np.int64]
+    host: Tensor
+    params: tuple[Tensor, ...]
+    params_key: tuple[tuple[str, int, tuple[int, ...]], ...]
+    replays: int = 0
+
+    def replay(self, graph: Graph) -> list[Tensor]:
+        """Copy ``graph``'s attrs in and replay; returns the arenas (valid until the next
+        replay). The caller synchronises before the next replay (the staging buffer is
+        rewritten then)."""
+        self.host.numpy()[:] = graph.attrs[self.order]
+        self.program.attrs.copy_(self.host, non_blocking=True)
+        self.cuda_graph.replay()
+        self.replays += 1
+        return self.arenas
+
+
+class GraphCache:
+    """Captured CUDA graphs of inference runs, keyed by the run's shape.
+
+    Args:
+        capture_after: capture a shape the ``capture_after``-th time it is seen again (1:
+            on its second run; 0: on its first).
+        size: captured graphs kept (least recently used dropped first).
+    """
+
+    def __init__(self, capture_after: int = 1, size: int = 16) -> None:
+        if capture_after < 0 or size < 1:
+            raise ValueError(f"capture_after={capture_after} must be >= 0 and size={size} "
+                             f">= 1")
+        self.capture_after, self.size = capture_after, size
+        self.captured: OrderedDict[bytes, Captured] = OrderedDict()
+        self._seen: OrderedDict[bytes, int] = OrderedDict()
+        self._failed: set[bytes] = set()
+        self._stream: Any = None
+
+    @staticmethod
+    def key(graph: Graph, schedule: Schedule, plan: MemoryPlan) -> bytes:
+        """The run's shape: structure, schedule and strategy (:func:`plan_key`), outputs."""
+        h = hashlib.blake2b(plan_key(graph, schedule, plan.strategy), digest_size=16)
+        h.update(graph.outputs.tobytes())
+        return h.digest()
+
+    def lookup(self, key: bytes, params: Mapping[str, Tensor]) -> Captured | None:
+        """The graph captured for ``key`` with these parameter tensors, if any."""
+        hit = self.captured.get(key)
+        if hit is None or hit.params_key != params_key(params):
+            return None
+        self.captured.move_to_end(key)
+        return hit
+
+    def due(self, key: bytes) -> bool:
+        """Count one eager run of shape ``key``; whether to capture it now."""
+        if key in self._failed:
+            return False
+        n = self._seen.pop(key, 0)
+        self._seen[key] = n + 1
+        while len(self._seen) > 64 * self.size:
+            self._seen.popitem(last=False)
+        return n >= self.capture_after
+
+    def capture(self, key: bytes, plan: MemoryPlan, program: Any,
+                run: Callable[[Any, Mapping[str, Tensor]], list[Tensor]],
+                params: Mapping[str, Tensor]) -> Captured | None:
+        """Capture ``run(program, params)`` (one warm-up run first, on the capture stream).
+
+        ``program`` must be compiled for this capture alone; returns ``None`` (and never
+        tries ``key`` again) if the run cannot be captured.
+        """
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        stream = self._stream
+        cuda_graph = torch.cuda.CUDAGraph()
+        try:
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.no_grad(), torch.cuda.stream(stream):
+                run(program, params)
+            torch.cuda.current_stream().wait_stream(stream)
+            with torch.no_grad(), torch.cuda.graph(cuda_graph, stream=stream):
+                arenas = run(program, params)
+        except Exception as e:
+            self._failed.add(key)
+            torch.cuda.synchronize()
+            warnings.warn(f"CUDA-graph capture failed ({type(e).__name__}: {e}); this shape "
+                          f"runs eagerly (kernels that synchronise with the host, e.g. "
+                          f"`.item()` or data-dependent shapes, cannot be captured)",
+                          RuntimeWarning, stacklevel=3)
+            return None
+        order = (np.concatenate(plan.row_order).astype(np.int64) if plan.row_order
+                 else np.zeros(0, np.int64))
+        host = torch.empty(len(order), dtype=torch.int64).pin_memory()
+        entry = Captured(cuda_graph, program, arenas, order, host, tuple(params.values()),
+                         params_key(params))
+        self.captured[key] = entry
+        while len(self.captured) > self.size:
+            self.captured.popitem(last=False)
+        return entry
