@@ -15,7 +15,8 @@ with one CPU thread and the same parameter values (``init_params`` seeded with 0
   shuffled one);
 * on ``--device cuda`` also edbatch ``fsm+memo+cugraph``: ``fsm+planned+memo`` with one
   executor kept across passes that replays a CUDA graph captured for each mini-batch's shape
-  (``TorchExecutor(cuda_graphs=True)``, inference; training stays eager). On CUDA every
+  (``TorchExecutor(cuda_graphs=True)``; in training, forward and backward graphs, with dense
+  gradients, as sparse ones cannot be captured). On CUDA every
   timed phase ends with a device synchronisation, and DyNet (a CPU build) is skipped;
 * DyNet with autobatch 0, 1 (agenda) and 2 (depth), one ``benchmarks/dynet_peer.py``
   subprocess per (workload, size, autobatch), if ``dynet`` is installed; by default run
@@ -337,8 +338,7 @@ def _edbatch_rows(name: str, size: str, wl: Workload, chunks: list[range],
                                           device=args.device).items()}
         base = {"workload": name, "size": size, "embed": embed, "hidden": hidden,
                 "mode": mode, "device": args.device}
-        graphed = TorchExecutor(args.device, sparse_grads=train, cuda_graphs=True) \
-            if cuda else None
+        graphed = TorchExecutor(args.device, cuda_graphs=True) if cuda else None
         job = _Job(wl, chunks, params, train, schedulers, base, not args.no_cse,
                    args.construction == "fresh", args.device, graphed)
         rows += _bench_job(job, contenders, args)

@@ -32,12 +32,13 @@ from torch import Tensor
 from edbatch.executor.kernels import ParamGrads
 
 if TYPE_CHECKING:
-    from edbatch.executor.torch_executor import TorchExecutor, _Program
+    from edbatch.executor._program import Program
+    from edbatch.executor.torch_executor import TorchExecutor
 
 __all__ = ["AnalyticRun", "analytic"]
 
 
-def analytic(program: _Program) -> bool:
+def analytic(program: Program) -> bool:
     """Whether every step of ``program`` can run with hand-written backwards."""
     return all(step.stacked or (not step.split and hasattr(step.kernel, "backward"))
                for step in program.steps)
@@ -47,7 +48,7 @@ class AnalyticRun(torch.autograd.Function):
     """``apply(executor, program, names, *param_values) -> output rows`` (see module doc)."""
 
     @staticmethod
-    def forward(ctx: Any, executor: TorchExecutor, program: _Program,  # type: ignore[override]
+    def forward(ctx: Any, executor: TorchExecutor, program: Program,  # type: ignore[override]
                 names: tuple[str, ...], *values: Tensor) -> tuple[Tensor, ...]:
         params = dict(zip(names, (v.detach() for v in values), strict=True))
         saves: list[list[Tensor]] = []

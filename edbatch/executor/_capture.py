@@ -16,6 +16,14 @@ reads the parameter tensors it was captured with, by address: parameters updated
 (an optimizer step) are seen by the next replay, and other parameter tensors trigger a new
 capture. A program that cannot be captured (e.g. a custom kernel that synchronises with the
 host) is run eagerly from then on, with a warning naming the error.
+
+Training runs (dense gradients, registered kernels) are captured the same way, forward and
+backward, with :func:`torch.cuda.make_graphed_callables` over the run's autograd function
+(the hand-written backwards or ``BatchedRun``): the forward graph replays when the run is
+called, the backward graph when the loss is back-propagated. Parameter gradients come back
+as fresh tensors (cloned from the graph's static buffers, so accumulating into ``.grad``
+behaves as in an eager run); the run's outputs are the graph's static outputs and are
+overwritten by the next run of that shape.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from edbatch.memory.plan import MemoryPlan
 from edbatch.memory.planner import plan_key
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["Captured", "GraphCache", "params_key"]
+__all__ = ["Captured", "CapturedTraining", "GraphCache", "params_key"]
 
 
 def params_key(params: Mapping[str, Tensor]) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
@@ -82,6 +90,46 @@ class Captured:
         return self.arenas
 
 
+class _CloneGrads(torch.autograd.Function):
+    """Identity whose backward clones the gradients (the graphed backward returns views of
+    its static buffers, which autograd would otherwise install as ``.grad``)."""
+
+    @staticmethod
+    def forward(ctx: Any, *values: Tensor) -> tuple[Tensor, ...]:  # type: ignore[override]
+        return values
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
+        return tuple(None if g is None else g.clone() for g in grads)
+
+
+@dataclass
+class CapturedTraining:
+    """One captured training run (forward and backward graphs).
+
+    Attributes:
+        graphed: the graphed callable ``(*param_values) -> output rows``.
+        program: the program compiled for this capture alone (``attrs`` is its input).
+        order, host, params, params_key, replays: as in :class:`Captured`.
+    """
+
+    graphed: Callable[..., Any]
+    program: Any
+    order: NDArray[np.int64]
+    host: Tensor
+    params: tuple[Tensor, ...]
+    params_key: tuple[tuple[str, int, tuple[int, ...]], ...]
+    replays: int = 0
+
+    def replay(self, graph: Graph, values: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """Copy ``graph``'s attrs in and run the graphed forward; returns the output rows."""
+        self.host.numpy()[:] = graph.attrs[self.order]
+        self.program.attrs.copy_(self.host, non_blocking=True)
+        outputs = self.graphed(*_CloneGrads.apply(*values))
+        self.replays += 1
+        return (outputs,) if isinstance(outputs, Tensor) else tuple(outputs)
+
+
 class GraphCache:
     """Captured CUDA graphs of inference runs, keyed by the run's shape.
 
@@ -96,7 +144,7 @@ class GraphCache:
             raise ValueError(f"capture_after={capture_after} must be >= 0 and size={size} "
                              f">= 1")
         self.capture_after, self.size = capture_after, size
-        self.captured: OrderedDict[bytes, Captured] = OrderedDict()
+        self.captured: OrderedDict[bytes, Captured | CapturedTraining] = OrderedDict()
         self._seen: OrderedDict[bytes, int] = OrderedDict()
         self._failed: set[bytes] = set()
         self._stream: Any = None
@@ -108,7 +156,8 @@ class GraphCache:
         h.update(graph.outputs.tobytes())
         return h.digest()
 
-    def lookup(self, key: bytes, params: Mapping[str, Tensor]) -> Captured | None:
+    def lookup(self, key: bytes, params: Mapping[str, Tensor]
+               ) -> Captured | CapturedTraining | None:
         """The graph captured for ``key`` with these parameter tensors, if any."""
         hit = self.captured.get(key)
         if hit is None or hit.params_key != params_key(params):
@@ -129,7 +178,8 @@ class GraphCache:
     def capture(self, key: bytes, plan: MemoryPlan, program: Any,
                 run: Callable[[Any, Mapping[str, Tensor]], list[Tensor]],
                 params: Mapping[str, Tensor]) -> Captured | None:
-        """Capture ``run(program, params)`` (one warm-up run first, on the capture stream).
+        """Capture the inference ``run(program, params)`` (one warm-up run first, on the
+        capture stream).
 
         ``program`` must be compiled for this capture alone; returns ``None`` (and never
         tries ``key`` again) if the run cannot be captured.
@@ -146,19 +196,49 @@ class GraphCache:
             with torch.no_grad(), torch.cuda.graph(cuda_graph, stream=stream):
                 arenas = run(program, params)
         except Exception as e:
-            self._failed.add(key)
-            torch.cuda.synchronize()
-            warnings.warn(f"CUDA-graph capture failed ({type(e).__name__}: {e}); this shape "
-                          f"runs eagerly (kernels that synchronise with the host, e.g. "
-                          f"`.item()` or data-dependent shapes, cannot be captured)",
-                          RuntimeWarning, stacklevel=3)
+            self._failure(key, e)
             return None
-        order = (np.concatenate(plan.row_order).astype(np.int64) if plan.row_order
-                 else np.zeros(0, np.int64))
-        host = torch.empty(len(order), dtype=torch.int64).pin_memory()
-        entry = Captured(cuda_graph, program, arenas, order, host, tuple(params.values()),
-                         params_key(params))
+        order, host = _staging(plan)
+        return self._store(key, Captured(cuda_graph, program, arenas, order, host,
+                                         tuple(params.values()), params_key(params)))
+
+    def capture_training(self, key: bytes, plan: MemoryPlan, program: Any,
+                         fn: Callable[..., Any], params: Mapping[str, Tensor]
+                         ) -> CapturedTraining | None:
+        """Capture the training run ``fn(*param_values)`` (output rows), forward and
+        backward, with :func:`torch.cuda.make_graphed_callables`; ``None`` if it fails."""
+        # capture on fresh leaves aliasing the parameters: the parameters' own autograd
+        # accumulators (alive while any earlier loss is, on the default stream) must not
+        # take part in the capture, where they would invalidate it
+        aliases = tuple(p.detach().requires_grad_(p.requires_grad) for p in params.values())
+        try:
+            with torch.enable_grad():
+                graphed = torch.cuda.make_graphed_callables(
+                    fn, aliases, num_warmup_iters=2, allow_unused_input=True)
+        except Exception as e:
+            self._failure(key, e)
+            return None
+        order, host = _staging(plan)
+        return self._store(key, CapturedTraining(graphed, program, order, host,
+                                                 tuple(params.values()), params_key(params)))
+
+    def _store(self, key: bytes, entry: Any) -> Any:
         self.captured[key] = entry
         while len(self.captured) > self.size:
             self.captured.popitem(last=False)
         return entry
+
+    def _failure(self, key: bytes, error: Exception) -> None:
+        self._failed.add(key)
+        torch.cuda.synchronize()
+        warnings.warn(f"CUDA-graph capture failed ({type(error).__name__}: {error}); this "
+                      f"shape runs eagerly (kernels that synchronise with the host, e.g. "
+                      f"`.item()` or data-dependent shapes, cannot be captured)",
+                      RuntimeWarning, stacklevel=4)
+
+
+def _staging(plan: MemoryPlan) -> tuple[NDArray[np.int64], Tensor]:
+    """Node ids in flat-attrs order and a pinned host buffer for their attrs."""
+    order = (np.concatenate(plan.row_order).astype(np.int64) if plan.row_order
+             else np.zeros(0, np.int64))
+    return order, torch.empty(len(order), dtype=torch.int64).pin_memory()

@@ -28,7 +28,8 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from edbatch.executor.torch_executor import TorchExecutor, _Program
+    from edbatch.executor._program import Program
+    from edbatch.executor.torch_executor import TorchExecutor
 
 __all__ = ["BatchedRun"]
 
@@ -37,7 +38,7 @@ class BatchedRun(torch.autograd.Function):
     """``apply(executor, program, names, *param_values) -> output rows`` (see module doc)."""
 
     @staticmethod
-    def forward(ctx: Any, executor: TorchExecutor, program: _Program,  # type: ignore[override]
+    def forward(ctx: Any, executor: TorchExecutor, program: Program,  # type: ignore[override]
                 names: tuple[str, ...], *values: Tensor) -> tuple[Tensor, ...]:
         leaves = {n: v.detach().requires_grad_(v.requires_grad)
                   for n, v in zip(names, values, strict=True)}
@@ -96,7 +97,7 @@ class BatchedRun(torch.autograd.Function):
         return (None, None, None, *(total.get(n) for n in ctx.names))
 
 
-def run_training(executor: TorchExecutor, program: _Program, params: Mapping[str, Tensor],
+def run_training(executor: TorchExecutor, program: Program, params: Mapping[str, Tensor],
                  function: type[torch.autograd.Function] = BatchedRun) -> dict[int, Tensor]:
     """Run ``program`` through ``function`` (:class:`BatchedRun`, or
     :class:`~edbatch.executor._analytic.AnalyticRun`); graph output id -> value row."""

@@ -36,9 +36,10 @@ Both modes count their zero-copy reads and gathers in :attr:`RunResult.stats`
 
 On CUDA, the index tensors (the attrs of all batches as one flat tensor, gather rows) are
 compiled once per (graph, plan) and copied from pinned host memory without blocking, and the
-run is timed with CUDA events. With ``cuda_graphs=True``, inference runs whose shape (graph
-structure, schedule, strategy) repeats are captured once as a CUDA graph and replayed, for
-graphs of that shape whatever their ``attrs`` (:mod:`~edbatch.executor._capture`).
+run is timed with CUDA events. With ``cuda_graphs=True``, runs whose shape (graph structure,
+schedule, strategy) repeats are captured once as CUDA graphs and replayed, for graphs of that
+shape whatever their ``attrs`` (:mod:`~edbatch.executor._capture`): inference runs as one
+graph, training runs (registered kernels, dense gradients) as a forward and a backward graph.
 
 Example:
     >>> import torch
@@ -54,27 +55,24 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor._analytic import AnalyticRun, analytic
-from edbatch.executor._capture import Captured, GraphCache
-from edbatch.executor._reads import Read, RowLocator, inplace_read, merged, to_device
+from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
+from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._timer import Timer
-from edbatch.executor._train import run_training
-from edbatch.executor.kernels import KERNELS, Kernel, kernel_for, stacked_sum
-from edbatch.graph import Graph, OpType
-from edbatch.memory.plan import MemoryPlan, Operand
+from edbatch.executor._train import BatchedRun, run_training
+from edbatch.executor.kernels import Kernel, stacked_sum
+from edbatch.graph import Graph
+from edbatch.memory.plan import MemoryPlan
 from edbatch.memory.planner import Strategy, plan_memory
 from edbatch.schedule.schedule import Schedule
 
@@ -102,36 +100,6 @@ class RunResult:
     seconds: float = 0.0
 
 
-@dataclass(frozen=True)
-class _Step:
-    """One batch of the compiled program."""
-
-    op: OpType
-    kernel: Kernel
-    attrs: Tensor
-    size: int
-    width: int
-    out_arena: int
-    out_start: int
-    reads: tuple[Read, ...]
-    split: bool  # a variadic op: one merged read, split into [1, d] rows
-    stacked: bool  # a variadic sum: the merged read is reduced directly (no split)
-    writes_out: bool  # the kernel fills the arena region itself (inference)
-
-
-@dataclass
-class _Program:
-    """Compiled steps for both modes, plus the read counts of each mode."""
-
-    steps: tuple[_Step, ...]
-    grad_steps: Callable[[], tuple[_Step, ...]]  # compiled on first use (training only)
-    arenas: tuple[tuple[int, int], ...]
-    outputs: tuple[tuple[int, int, int, int], ...]  # node, arena, row, batch-local row
-    output_batch: list[int]  # filled with the training reads
-    counts: dict[bool, list[int]]  # grad -> [views, gathers, gathered rows]
-    attrs: Tensor  # every batch's attrs in plan row order (the steps' attrs are slices)
-
-
 class TorchExecutor:
     """Runs scheduled, memory-planned graphs with one kernel call per batch.
 
@@ -152,10 +120,13 @@ class TorchExecutor:
         sparse_grads: with hand-written backwards, give embedding tables sparse COO
             gradients holding only the rows read (as DyNet updates lookup parameters;
             SGD takes them, Adam does not); otherwise gradients are dense.
-        cuda_graphs: on CUDA, capture the inference run of a shape seen before as a CUDA
-            graph and replay it for later graphs of that shape (``exec/cuda_graph`` is 1 in
-            a replayed run's stats); parameters must live on the device (moved parameters
-            are new tensors every run, so those runs stay eager). ``False`` on CPU.
+        cuda_graphs: on CUDA, capture the run of a shape seen before as CUDA graphs and
+            replay them for later graphs of that shape (``exec/cuda_graph`` is 1 in a
+            replayed run's stats), inference and training (not with custom ``kernels`` or
+            ``sparse_grads`` in training); parameters must live on the device (moved
+            parameters are new tensors every run, so those runs stay eager). A replayed
+            training run's outputs are overwritten by the next run of its shape. No effect
+            on CPU.
         capture_after: with ``cuda_graphs``, capture a shape on its ``capture_after``-th
             repetition (0: on its first run).
     """
@@ -177,7 +148,7 @@ class TorchExecutor:
         self.dtype = dtype
         self.kernels = kernels
         self.cache_size = cache_size
-        self._cache: OrderedDict[tuple[int, int], tuple[Graph, MemoryPlan, _Program]] = \
+        self._cache: OrderedDict[tuple[int, int], tuple[Graph, MemoryPlan, Program]] = \
             OrderedDict()
 
     def __repr__(self) -> str:
@@ -209,8 +180,9 @@ class TorchExecutor:
         start = time.perf_counter()
         on_device = self._on_device(params)
         key = captured = None
-        if self.graphs is not None and not grad and self._timer is None:
-            key = self.graphs.key(graph, schedule, plan)
+        if self.graphs is not None and self._timer is None and \
+                (not grad or (self.kernels is None and not self.sparse_grads)):
+            key = self.graphs.key(graph, schedule, plan) + (b"/train" if grad else b"")
             captured = self.graphs.lookup(key, on_device)
         if captured is None:
             program, compiled = self._program(graph, schedule, plan)
@@ -228,8 +200,7 @@ class TorchExecutor:
         if key is not None and captured is None and on_device is params and \
                 self.graphs is not None and self.graphs.due(key):
             t0 = time.perf_counter()
-            self.graphs.capture(key, plan, _compile(graph, schedule, plan, self.device,
-                                                    self.kernels), self._run_inplace, params)
+            self._capture(key, graph, schedule, plan, params, grad)
             capture_s = time.perf_counter() - t0
         views, gathers, rows = program.counts[grad and not hand]
         loss = None
@@ -259,9 +230,33 @@ class TorchExecutor:
         end.synchronize()
         return result, begin.elapsed_time(end) / 1e3
 
-    def _dispatch(self, graph: Graph, program: _Program, params: Mapping[str, Tensor], *,
-                  grad: bool, hand: bool, captured: Captured | None) -> dict[int, Tensor]:
+    def _capture(self, key: bytes, graph: Graph, schedule: Schedule, plan: MemoryPlan,
+                 params: Mapping[str, Tensor], grad: bool) -> None:
+        """Capture this run's shape as a CUDA graph (a program compiled for it alone)."""
+        assert self.graphs is not None
+        program = compile_program(graph, schedule, plan, self.device, self.kernels)
+        if not grad:
+            self.graphs.capture(key, plan, program, self._run_inplace, params)
+            return
+        names = tuple(params)
+        function: type[torch.autograd.Function] = BatchedRun
+        if self.hand_backward and analytic(program):
+            function = AnalyticRun
+        else:
+            program.grad_steps()
+
+        def fn(*values: Tensor) -> Any:
+            return function.apply(self, program, names, *values)
+
+        self.graphs.capture_training(key, plan, program, fn, params)
+
+    def _dispatch(self, graph: Graph, program: Program, params: Mapping[str, Tensor], *,
+                  grad: bool, hand: bool, captured: Captured | CapturedTraining | None
+                  ) -> dict[int, Tensor]:
         """The run proper, in the mode chosen (see the module docstring)."""
+        if isinstance(captured, CapturedTraining):
+            rows = captured.replay(graph, tuple(params.values()))
+            return {v: t for (v, _, _, _), t in zip(program.outputs, rows, strict=True)}
         if hand:
             return run_training(self, program, params, AnalyticRun)
         if grad and self.kernels is None:
@@ -280,7 +275,7 @@ class TorchExecutor:
             return params
         return {name: p.to(self.device, non_blocking=True) for name, p in params.items()}
 
-    def _call(self, i: int, step: _Step, sources: Sequence[Tensor],
+    def _call(self, i: int, step: Step, sources: Sequence[Tensor],
               params: Mapping[str, Tensor], out: Tensor | None = None,
               save: list[Tensor] | None = None) -> Tensor:
         timer = self._timer
@@ -290,7 +285,7 @@ class TorchExecutor:
         operands = timer.reads(step, sources)
         return timer.kernel(self._apply, i, step, operands, params, out, save)
 
-    def _apply(self, i: int, step: _Step, operands: list[Tensor],
+    def _apply(self, i: int, step: Step, operands: list[Tensor],
                params: Mapping[str, Tensor], out: Tensor | None,
                save: list[Tensor] | None = None) -> Tensor:
         """Run batch ``i`` on its read operands (a variadic node's single merged read is
@@ -301,7 +296,7 @@ class TorchExecutor:
             operands = list(operands[0].split(1))
         return self._kernel(i, step, operands, params, out, save)
 
-    def _kernel(self, i: int, step: _Step, inputs: list[Tensor],
+    def _kernel(self, i: int, step: Step, inputs: list[Tensor],
                 params: Mapping[str, Tensor], out: Tensor | None,
                 save: list[Tensor] | None = None) -> Tensor:
         kw: dict[str, Any] = {}
@@ -322,7 +317,7 @@ class TorchExecutor:
                 f"({step.size}, {step.width}); fix the kernel")
         return out
 
-    def _run_inplace(self, program: _Program, params: Mapping[str, Tensor],
+    def _run_inplace(self, program: Program, params: Mapping[str, Tensor],
                      saves: list[list[Tensor]] | None = None) -> list[Tensor]:
         """Run every batch into freshly allocated arenas and return them; with ``saves``,
         also collect per batch what its kernel's hand-written backward reads."""
@@ -340,7 +335,7 @@ class TorchExecutor:
                 region.copy_(self._call(i, step, arenas, params, None, save))
         return arenas
 
-    def _run_grad(self, program: _Program, params: Mapping[str, Tensor]
+    def _run_grad(self, program: Program, params: Mapping[str, Tensor]
                   ) -> dict[int, Tensor]:
         """Training with plain autograd over the whole run: custom kernels may hold
         parameters of their own (e.g. the modules of :class:`~edbatch.api.DynamicBatch`),
@@ -353,71 +348,17 @@ class TorchExecutor:
 
     # ---------------------------------------------------------------- compiling
     def _program(self, graph: Graph, schedule: Schedule, plan: MemoryPlan
-                 ) -> tuple[_Program, bool]:
+                 ) -> tuple[Program, bool]:
         key = (id(graph), id(plan))
         hit = self._cache.get(key)
         if hit is not None and hit[0] is graph and hit[1] is plan:
             self._cache.move_to_end(key)
             return hit[2], False
-        program = _compile(graph, schedule, plan, self.device, self.kernels)
+        program = compile_program(graph, schedule, plan, self.device, self.kernels)
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return program, True
-
-
-def _compile(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
-             kernels: Mapping[str, Kernel] | None) -> _Program:
-    """Precompute kernels, attrs and the inference reads of every batch.
-
-    The training reads (which depend on which batch produced each row) are compiled on the
-    first training run of the program.
-    """
-    steps: list[_Step] = []
-    operand_lists: list[tuple[Operand, ...]] = []
-    counts = {False: [0, 0, 0], True: [0, 0, 0]}
-    flat = to_device(graph.attrs[np.concatenate(plan.row_order)] if plan.row_order
-                     else np.zeros(0, np.int64), device)
-    offset = 0
-    sum_kernel = KERNELS.get("sum")
-    for b, batch in enumerate(schedule.batches):
-        op: OpType = graph.vocab[batch.op_id]
-        kernel = kernel_for(op, kernels)
-        order = plan.row_order[b]
-        attrs = flat[offset:offset + len(order)]
-        offset += len(order)
-        region = plan.outputs[b]
-        operands = plan.operands[b]
-        split = op.arity is None and len(order) == 1 and len(operands) > 0 and \
-            len({o.arena for o in operands}) == 1
-        if split and len(operands) > 1:
-            rows = np.concatenate([o.rows() for o in operands])
-            operands = (merged(operands[0].arena, rows),)
-        operand_lists.append(operands)
-        steps.append(_Step(
-            op, kernel, attrs, len(order), math.prod(op.out_shape), region.arena,
-            region.start, tuple(inplace_read(o, device, counts[False]) for o in operands),
-            split, split and kernel is sum_kernel, bool(getattr(kernel, "writes_out", False))))
-    outputs = tuple((int(v), int(plan.node_arena[v]), int(plan.node_row[v]), -1)
-                    for v in graph.outputs)
-    grad: list[tuple[_Step, ...]] = []
-    output_batch: list[int] = []
-
-    def grad_steps() -> tuple[_Step, ...]:
-        if not grad:
-            locate = RowLocator(plan)
-            grad.append(tuple(
-                dataclasses.replace(step, reads=tuple(locate.read(o, device, counts[True])
-                                                      for o in ops))
-                for step, ops in zip(steps, operand_lists, strict=True)))
-            output_batch.extend(locate.local(a, r)[0] for _, a, r, _ in outputs)
-            program.outputs = tuple((v, a, r, locate.local(a, r)[1])
-                                    for v, a, r, _ in outputs)
-        return grad[0]
-
-    program = _Program(tuple(steps), grad_steps, plan.arenas, outputs, output_batch, counts,
-                       flat)
-    return program
 
 
 def execute(graph: Graph, schedule: Schedule | None = None, *, params: Mapping[str, Tensor],

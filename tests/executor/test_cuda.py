@@ -167,18 +167,59 @@ def test_cuda_graph_sees_in_place_updates_and_recaptures_for_new_parameter_tenso
     assert ex.run(graph, schedule, plan, fresh).stats["exec/cuda_graph"] == 1.0
 
 
-def test_cpu_parameters_and_training_runs_are_never_captured() -> None:
+def test_cpu_parameters_and_sparse_gradient_training_are_never_captured() -> None:
     wl, graph, schedule, plan = setup("bilstm_tagger", "cell", "planned")
     cpu = dict(init_params(wl, torch.Generator().manual_seed(0)))
-    ex = TorchExecutor(CUDA, cuda_graphs=True, capture_after=0)
+    ex = TorchExecutor(CUDA, cuda_graphs=True, capture_after=0, sparse_grads=True)
     for _ in range(3):  # parameters moved every run are new tensors: stays eager
         assert ex.run(graph, schedule, plan, cpu).stats["exec/cuda_graph"] == 0.0
-    params = cuda_params(wl)
+    params = {k: p.requires_grad_() for k, p in cuda_params(wl).items()}
     for _ in range(3):
         trained = ex.run(graph, schedule, plan, params, grad=True)
         assert trained.stats["exec/cuda_graph"] == 0.0 and trained.loss is not None
         assert trained.loss.requires_grad
     assert ex.graphs is not None and not ex.graphs.captured
+
+
+@pytest.mark.parametrize("name", [*HAND, "tree_gru", "lattice_gru"])
+def test_captured_training_runs_equal_eager_losses_and_gradients(name: str) -> None:
+    wl, graph, schedule, plan = setup(name, "cell", "planned")
+    other = shuffled_attrs(graph, seed=2)
+    params = {k: p.requires_grad_() for k, p in cuda_params(wl).items()}
+    eager, graphed = TorchExecutor(CUDA), TorchExecutor(CUDA, cuda_graphs=True)
+    for i, g in enumerate((graph, graph, other, graph, other)):
+        got = graphed.run(g, schedule, plan, params, grad=True)
+        assert got.stats["exec/cuda_graph"] == float(i >= 2), i
+        assert got.loss is not None and got.loss.requires_grad
+        loss = got.loss.detach().clone()
+        got_grads = grads_of(got.loss, params)
+        want = eager.run(g, schedule, plan, params, grad=True)
+        torch.testing.assert_close(loss, want.loss.detach(), atol=1e-5, rtol=1e-5)
+        for k, grad in grads_of(want.loss, params).items():
+            torch.testing.assert_close(got_grads[k], grad, atol=1e-5, rtol=1e-5, msg=k)
+
+
+def test_captured_training_accumulates_into_grad_like_eager_training() -> None:
+    wl, graph, schedule, plan = setup("tree_lstm", "cell", "planned")
+    other = shuffled_attrs(graph, seed=3)
+    params = {k: p.requires_grad_() for k, p in cuda_params(wl).items()}
+    graphed = TorchExecutor(CUDA, cuda_graphs=True, capture_after=0)
+    graphed.run(graph, schedule, plan, params, grad=True)  # eager, then captured
+    for g in (graph, other):  # two replays, .grad accumulated without zeroing
+        result = graphed.run(g, schedule, plan, params, grad=True)
+        assert result.stats["exec/cuda_graph"] == 1.0 and result.loss is not None
+        result.loss.backward()
+    got = {k: p.grad.clone() for k, p in params.items() if p.grad is not None}
+    for p in params.values():
+        p.grad = None
+    eager = TorchExecutor(CUDA)
+    for g in (graph, other):
+        loss = eager.run(g, schedule, plan, params, grad=True).loss
+        assert loss is not None
+        loss.backward()
+    for k, p in params.items():
+        if p.grad is not None:
+            torch.testing.assert_close(got[k], p.grad, atol=1e-5, rtol=1e-5, msg=k)
 
 
 def test_a_kernel_that_cannot_be_captured_runs_eagerly_with_a_warning() -> None:

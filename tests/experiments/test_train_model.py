@@ -21,7 +21,8 @@ TINY = ["workload.tree_lstm.embed_dim=8", "workload.tree_lstm.hidden_dim=8", "ep
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT), **(env or {})}
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    full_env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": path, **(env or {})}
     return subprocess.run([sys.executable, "-m", "experiments.train_model", *args], cwd=ROOT,
                           env=full_env, text=True, capture_output=True, timeout=300)
 
