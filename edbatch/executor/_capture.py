@@ -22,8 +22,10 @@ backward, with :func:`torch.cuda.make_graphed_callables` over the run's autograd
 (the hand-written backwards or ``BatchedRun``): the forward graph replays when the run is
 called, the backward graph when the loss is back-propagated. Parameter gradients come back
 as fresh tensors (cloned from the graph's static buffers, so accumulating into ``.grad``
-behaves as in an eager run); the run's outputs are the graph's static outputs and are
-overwritten by the next run of that shape.
+behaves as in an eager run); the run's outputs and saved activations are the graphs' static
+buffers, so a replayed run's outputs are overwritten, and its backward is no longer valid,
+once the next run of that shape starts: back-propagate each run before the next (as any
+training loop does).
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ class CapturedTraining:
 
 
 class GraphCache:
-    """Captured CUDA graphs of inference runs, keyed by the run's shape.
+    """Captured CUDA graphs of runs (inference, training), keyed by the run's shape.
 
     Args:
         capture_after: capture a shape the ``capture_after``-th time it is seen again (1:

@@ -125,8 +125,8 @@ class TorchExecutor:
             replayed run's stats), inference and training (not with custom ``kernels`` or
             ``sparse_grads`` in training); parameters must live on the device (moved
             parameters are new tensors every run, so those runs stay eager). A replayed
-            training run's outputs are overwritten by the next run of its shape. No effect
-            on CPU.
+            training run's outputs are overwritten, and its backward invalid, once the next
+            run of its shape starts (back-propagate each run first). No effect on CPU.
         capture_after: with ``cuda_graphs``, capture a shape on its ``capture_after``-th
             repetition (0: on its first run).
     """
