@@ -234,6 +234,8 @@ class TorchExecutor:
                  params: Mapping[str, Tensor], grad: bool) -> None:
         """Capture this run's shape as a CUDA graph (a program compiled for it alone)."""
         assert self.graphs is not None
+        if grad and not any(p.requires_grad for p in params.values()):
+            return  # nothing to differentiate: the eager run is all there is to it
         program = compile_program(graph, schedule, plan, self.device, self.kernels)
         if not grad:
             self.graphs.capture(key, plan, program, self._run_inplace, params)
