@@ -89,7 +89,8 @@ class RunResult:
         loss: the graph's single output as a scalar when it has exactly one output of one
             value, else ``None``.
         num_kernel_calls: kernel launches (one per batch).
-        stats: ``exec/`` metrics: zero-copy reads, gathers, gathered rows, compile time.
+        stats: ``exec/`` metrics: zero-copy reads, gathers, gathered rows, compile time,
+            whether a captured CUDA graph was replayed and the seconds spent capturing.
         seconds: wall time of the run (compilation excluded; CUDA synchronised).
     """
 
