@@ -34,12 +34,10 @@ import hashlib
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
-from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.graph import Graph
@@ -56,39 +54,48 @@ def params_key(params: Mapping[str, Tensor]) -> tuple[tuple[str, int, tuple[int,
 
 
 @dataclass
-class Captured:
-    """One captured inference run.
+class _Entry:
+    """What every captured run holds.
 
     Attributes:
-        cuda_graph: the ``torch.cuda.CUDAGraph``.
         program: the program compiled for this capture alone (its ``attrs`` tensor is the
-            graph's input: :meth:`replay` overwrites it).
-        arenas: the arenas the graph writes (outputs are read from them after a replay).
-        order: node ids in the order of the program's flat ``attrs``.
-        host: pinned staging buffer for ``attrs``.
-        params: the parameter tensors the graph reads, kept alive so their memory is never
-            reused while the graph may replay.
+            graphs' input, overwritten before every replay).
+        params: the parameter tensors the graphs read, kept alive so their memory is never
+            reused while the graphs may replay.
         params_key: :func:`params_key` of ``params``.
+        host: pinned staging buffer for ``attrs``.
         replays: how often it was replayed.
     """
 
-    cuda_graph: Any
     program: Any
-    arenas: list[Tensor]
-    order: NDArray[np.int64]
-    host: Tensor
     params: tuple[Tensor, ...]
     params_key: tuple[tuple[str, int, tuple[int, ...]], ...]
-    replays: int = 0
+    host: Tensor = field(init=False)
+    replays: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.host = torch.empty(len(self.program.attr_nodes), dtype=torch.int64).pin_memory()
+
+    def _load(self, graph: Graph) -> None:
+        """Copy ``graph``'s attrs into the program's attrs tensor (through ``host``; the
+        caller synchronises before the next replay, which rewrites it)."""
+        self.host.numpy()[:] = graph.attrs[self.program.attr_nodes]
+        self.program.attrs.copy_(self.host, non_blocking=True)
+        self.replays += 1
+
+
+@dataclass(kw_only=True)
+class Captured(_Entry):
+    """One captured inference run: ``cuda_graph`` writes ``arenas``."""
+
+    cuda_graph: Any
+    arenas: list[Tensor]
 
     def replay(self, graph: Graph) -> list[Tensor]:
-        """Copy ``graph``'s attrs in and replay; returns the arenas (valid until the next
-        replay). The caller synchronises before the next replay (the staging buffer is
-        rewritten then)."""
-        self.host.numpy()[:] = graph.attrs[self.order]
-        self.program.attrs.copy_(self.host, non_blocking=True)
+        """Load ``graph``'s attrs and replay; returns the arenas (valid until the next
+        replay)."""
+        self._load(graph)
         self.cuda_graph.replay()
-        self.replays += 1
         return self.arenas
 
 
@@ -105,30 +112,17 @@ class _CloneGrads(torch.autograd.Function):
         return tuple(None if g is None else g.clone() for g in grads)
 
 
-@dataclass
-class CapturedTraining:
-    """One captured training run (forward and backward graphs).
-
-    Attributes:
-        graphed: the graphed callable ``(*param_values) -> output rows``.
-        program: the program compiled for this capture alone (``attrs`` is its input).
-        order, host, params, params_key, replays: as in :class:`Captured`.
-    """
+@dataclass(kw_only=True)
+class CapturedTraining(_Entry):
+    """One captured training run: ``graphed(*param_values) -> output rows`` replays the
+    forward graph, and back-propagating its outputs the backward graph."""
 
     graphed: Callable[..., Any]
-    program: Any
-    order: NDArray[np.int64]
-    host: Tensor
-    params: tuple[Tensor, ...]
-    params_key: tuple[tuple[str, int, tuple[int, ...]], ...]
-    replays: int = 0
 
     def replay(self, graph: Graph, values: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        """Copy ``graph``'s attrs in and run the graphed forward; returns the output rows."""
-        self.host.numpy()[:] = graph.attrs[self.order]
-        self.program.attrs.copy_(self.host, non_blocking=True)
+        """Load ``graph``'s attrs and run the graphed forward; returns the output rows."""
+        self._load(graph)
         outputs = self.graphed(*_CloneGrads.apply(*values))
-        self.replays += 1
         return (outputs,) if isinstance(outputs, Tensor) else tuple(outputs)
 
 
@@ -177,7 +171,7 @@ class GraphCache:
             self._seen.popitem(last=False)
         return n >= self.capture_after
 
-    def capture(self, key: bytes, plan: MemoryPlan, program: Any,
+    def capture(self, key: bytes, program: Any,
                 run: Callable[[Any, Mapping[str, Tensor]], list[Tensor]],
                 params: Mapping[str, Tensor]) -> Captured | None:
         """Capture the inference ``run(program, params)`` (one warm-up run first, on the
@@ -200,11 +194,10 @@ class GraphCache:
         except Exception as e:
             self._failure(key, e)
             return None
-        order, host = _staging(plan)
-        return self._store(key, Captured(cuda_graph, program, arenas, order, host,
-                                         tuple(params.values()), params_key(params)))
+        return self._store(key, Captured(program, tuple(params.values()), params_key(params),
+                                         cuda_graph=cuda_graph, arenas=arenas))
 
-    def capture_training(self, key: bytes, plan: MemoryPlan, program: Any,
+    def capture_training(self, key: bytes, program: Any,
                          fn: Callable[..., Any], params: Mapping[str, Tensor]
                          ) -> CapturedTraining | None:
         """Capture the training run ``fn(*param_values)`` (output rows), forward and
@@ -220,9 +213,8 @@ class GraphCache:
         except Exception as e:
             self._failure(key, e)
             return None
-        order, host = _staging(plan)
-        return self._store(key, CapturedTraining(graphed, program, order, host,
-                                                 tuple(params.values()), params_key(params)))
+        return self._store(key, CapturedTraining(program, tuple(params.values()),
+                                                 params_key(params), graphed=graphed))
 
     def _store(self, key: bytes, entry: Any) -> Any:
         self.captured[key] = entry
@@ -237,10 +229,3 @@ class GraphCache:
                       f"shape runs eagerly (kernels that synchronise with the host, e.g. "
                       f"`.item()` or data-dependent shapes, cannot be captured)",
                       RuntimeWarning, stacklevel=4)
-
-
-def _staging(plan: MemoryPlan) -> tuple[NDArray[np.int64], Tensor]:
-    """Node ids in flat-attrs order and a pinned host buffer for their attrs."""
-    order = (np.concatenate(plan.row_order).astype(np.int64) if plan.row_order
-             else np.zeros(0, np.int64))
-    return order, torch.empty(len(order), dtype=torch.int64).pin_memory()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.executor._reads import Read, RowLocator, inplace_read, merged, to_device
@@ -55,10 +56,11 @@ class Program:
     output_batch: list[int]  # filled with the training reads
     counts: dict[bool, list[int]]  # grad -> [views, gathers, gathered rows]
     attrs: Tensor  # every batch's attrs in plan row order (the steps' attrs are slices)
+    attr_nodes: NDArray[np.int64]  # the node of each entry of ``attrs``
 
 
 def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
-             kernels: Mapping[str, Kernel] | None) -> Program:
+                    kernels: Mapping[str, Kernel] | None) -> Program:
     """Precompute kernels, attrs and the inference reads of every batch.
 
     The training reads (which depend on which batch produced each row) are compiled on the
@@ -67,8 +69,9 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     steps: list[Step] = []
     operand_lists: list[tuple[Operand, ...]] = []
     counts = {False: [0, 0, 0], True: [0, 0, 0]}
-    flat = to_device(graph.attrs[np.concatenate(plan.row_order)] if plan.row_order
-                     else np.zeros(0, np.int64), device)
+    attr_nodes = (np.concatenate(plan.row_order).astype(np.int64) if plan.row_order
+                  else np.zeros(0, np.int64))
+    flat = to_device(graph.attrs[attr_nodes], device)
     offset = 0
     sum_kernel = KERNELS.get("sum")
     for b, batch in enumerate(schedule.batches):
@@ -107,5 +110,5 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
         return grad[0]
 
     program = Program(tuple(steps), grad_steps, plan.arenas, outputs, output_batch, counts,
-                       flat)
+                      flat, attr_nodes)
     return program

@@ -190,20 +190,20 @@ class TorchExecutor:
         else:
             program, compiled = captured.program, False
         compile_s = time.perf_counter() - start
-        hand = grad and self.kernels is None and self.hand_backward and analytic(program)
-        if grad and not hand:
+        function = self._training_function(program) if grad else None
+        if grad and function is not AnalyticRun:
             program.grad_steps()  # compile the training reads outside the timed part
         if self._timer is not None:
             self._timer.reset()
         outputs, seconds = self._timed(lambda: self._dispatch(
-            graph, program, on_device, grad=grad, hand=hand, captured=captured))
+            graph, program, on_device, grad=grad, function=function, captured=captured))
         capture_s = 0.0
         if key is not None and captured is None and on_device is params and \
                 self.graphs is not None and self.graphs.due(key):
             t0 = time.perf_counter()
             self._capture(key, graph, schedule, plan, params, grad)
             capture_s = time.perf_counter() - t0
-        views, gathers, rows = program.counts[grad and not hand]
+        views, gathers, rows = program.counts[grad and function is not AnalyticRun]
         loss = None
         if len(outputs) == 1:
             (value,) = outputs.values()
@@ -231,6 +231,14 @@ class TorchExecutor:
         end.synchronize()
         return result, begin.elapsed_time(end) / 1e3
 
+    def _training_function(self, program: Program) -> type[torch.autograd.Function] | None:
+        """The autograd function a training run of ``program`` goes through: the
+        hand-written backwards where every kernel has one, else ``BatchedRun``; ``None``
+        with custom kernels (plain autograd, :meth:`_run_grad`)."""
+        if self.kernels is not None:
+            return None
+        return AnalyticRun if self.hand_backward and analytic(program) else BatchedRun
+
     def _capture(self, key: bytes, graph: Graph, schedule: Schedule, plan: MemoryPlan,
                  params: Mapping[str, Tensor], grad: bool) -> None:
         """Capture this run's shape as a CUDA graph (a program compiled for it alone)."""
@@ -239,31 +247,28 @@ class TorchExecutor:
             return  # nothing to differentiate: the eager run is all there is to it
         program = compile_program(graph, schedule, plan, self.device, self.kernels)
         if not grad:
-            self.graphs.capture(key, plan, program, self._run_inplace, params)
+            self.graphs.capture(key, program, self._run_inplace, params)
             return
         names = tuple(params)
-        function: type[torch.autograd.Function] = BatchedRun
-        if self.hand_backward and analytic(program):
-            function = AnalyticRun
-        else:
+        function = self._training_function(program)
+        assert function is not None  # custom kernels are never captured in training
+        if function is BatchedRun:
             program.grad_steps()
 
         def fn(*values: Tensor) -> Any:
             return function.apply(self, program, names, *values)
 
-        self.graphs.capture_training(key, plan, program, fn, params)
+        self.graphs.capture_training(key, program, fn, params)
 
     def _dispatch(self, graph: Graph, program: Program, params: Mapping[str, Tensor], *,
-                  grad: bool, hand: bool, captured: Captured | CapturedTraining | None
-                  ) -> dict[int, Tensor]:
+                  grad: bool, function: type[torch.autograd.Function] | None,
+                  captured: Captured | CapturedTraining | None) -> dict[int, Tensor]:
         """The run proper, in the mode chosen (see the module docstring)."""
         if isinstance(captured, CapturedTraining):
             rows = captured.replay(graph, tuple(params.values()))
             return {v: t for (v, _, _, _), t in zip(program.outputs, rows, strict=True)}
-        if hand:
-            return run_training(self, program, params, AnalyticRun)
-        if grad and self.kernels is None:
-            return run_training(self, program, params)
+        if function is not None:
+            return run_training(self, program, params, function)
         if grad:
             return self._run_grad(program, params)
         if captured is not None:

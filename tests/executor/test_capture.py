@@ -76,9 +76,9 @@ def test_which_runs_ask_for_a_capture() -> None:
     ex = TorchExecutor("cpu")
     ex.graphs = GraphCache(capture_after=1)  # as on CUDA, with the capture faked below
     calls: list[tuple[str, Any]] = []
-    ex.graphs.capture = lambda key, plan, program, run, params: calls.append(  # type: ignore
+    ex.graphs.capture = lambda key, program, run, params: calls.append(  # type: ignore
         ("infer", program))
-    ex.graphs.capture_training = lambda key, plan, program, fn, params: calls.append(  # type: ignore
+    ex.graphs.capture_training = lambda key, program, fn, params: calls.append(  # type: ignore
         ("train", program))
     for _ in range(3):  # first sight eager; then captured (faked: stays uncaptured)
         ex.run(graph, schedule, plan, params)
