@@ -26,8 +26,11 @@ from edbatch.schedule import (
     FrontierView,
     MaxFrontierPolicy,
     Policy,
+    PolicyScheduler,
+    Scheduler,
     TypewiseGreedyPolicy,
 )
+from edbatch.schedule.rollout import RolloutScheduler
 from envs.encoding import (
     ENCODINGS,
     NEEDS_TYPEWISE,
@@ -37,7 +40,8 @@ from envs.encoding import (
     key_actions,
 )
 
-__all__ = ["FALLBACKS", "FORMAT", "SCHEMA_VERSION", "FSMPolicy", "FSMScheduler", "make_fallback"]
+__all__ = ["FALLBACKS", "FORMAT", "LOOKAHEADS", "SCHEMA_VERSION", "FSMPolicy", "FSMScheduler",
+           "make_fallback"]
 
 FORMAT = "edbatch.fsm"
 SCHEMA_VERSION = 1
@@ -65,6 +69,12 @@ FALLBACKS: dict[str, Callable[[str], Policy]] = {
 }
 
 
+#: How an FSM schedules a whole graph: ``none`` follows its decisions; ``rollout`` improves on
+#: them by fortified rollout (:mod:`edbatch.schedule.rollout`) with the FSM as base policy:
+#: never more batches, at the price of one FSM rollout per (decision, ready op type).
+LOOKAHEADS = ("none", "rollout")
+
+
 def make_fallback(name: str, encoding: str) -> Policy:
     """The fallback policy called ``name`` (for states the table does not know)."""
     if name not in FALLBACKS:
@@ -82,13 +92,19 @@ class FSMPolicy:
         op_names: op-type names of the vocabulary the table's ids refer to.
         fallback: name of the fallback policy (:data:`FALLBACKS`).
         metadata: free-form training metadata saved with the artifact.
+        lookahead: how :meth:`scheduler` schedules whole graphs (:data:`LOOKAHEADS`).
     """
 
     def __init__(self, table: Mapping[StateKey, int], encoding: str, op_names: tuple[str, ...],
-                 fallback: str = "ed_batch", metadata: Mapping[str, Any] | None = None) -> None:
+                 fallback: str = "ed_batch", metadata: Mapping[str, Any] | None = None,
+                 lookahead: str = "none") -> None:
         if encoding not in ENCODINGS:
             raise UnknownNameError(f"unknown encoding {encoding!r}; choose one of "
                                    f"{list(ENCODINGS)}." + did_you_mean(encoding, ENCODINGS))
+        if lookahead not in LOOKAHEADS:
+            raise UnknownNameError(f"unknown lookahead {lookahead!r}; choose one of "
+                                   f"{list(LOOKAHEADS)}." + did_you_mean(lookahead, LOOKAHEADS))
+        self.lookahead = lookahead
         self.table = dict(table)
         self.encoding, self.op_names = encoding, tuple(op_names)
         self.fallback_name = fallback
@@ -124,11 +140,28 @@ class FSMPolicy:
         self.misses += 1
         return self.fallback.choose(view)
 
+    def fork(self) -> FSMPolicy:
+        """A policy with the same table and fallback rule and its own counters (and
+        fallback state), e.g. for rollouts that must not count as this policy's decisions."""
+        return FSMPolicy(self.table, self.encoding, self.op_names, self.fallback_name,
+                         self.metadata, self.lookahead)
+
+    def scheduler(self, name: str = "fsm") -> Scheduler:
+        """This policy as a whole-graph scheduler, with its :attr:`lookahead`.
+
+        ``none``: this policy's decisions (its hit and miss counters count them).
+        ``rollout``: fortified rollout over forks of this policy (counters untouched).
+        """
+        if self.lookahead == "rollout":
+            return RolloutScheduler([self.fork], name=name)
+        return PolicyScheduler(self, name)
+
     # ------------------------------------------------------------------ artifact
     def to_json(self) -> dict[str, Any]:
         """The artifact as a JSON-ready dict."""
         return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "encoding": self.encoding,
                 "op_types": list(self.op_names), "fallback": self.fallback_name,
+                "lookahead": self.lookahead,
                 "table": [[list(k), int(a)] for k, a in sorted(self.table.items())],
                 "metadata": self.metadata}
 
@@ -180,6 +213,7 @@ class FSMPolicy:
             names = tuple(str(n) for n in data["op_types"])
             table = {tuple(int(x) for x in k): int(a) for k, a in data["table"]}
             encoding, fallback = str(data["encoding"]), str(data["fallback"])
+            lookahead = str(data.get("lookahead", "none"))  # absent in older artifacts
         except (KeyError, TypeError, ValueError) as e:
             raise PolicyFileError(path, f"malformed field ({type(e).__name__}: {e})",
                                   "the file is corrupt; re-train or restore it") from None
@@ -191,7 +225,10 @@ class FSMPolicy:
         if bad:
             raise PolicyFileError(path, f"table entry {bad[0]} names op id {bad[0][1]} outside "
                                   f"0..{len(names) - 1}", "the file is corrupt; re-train it")
-        return cls(table, encoding, names, fallback, data.get("metadata", {}))
+        if lookahead not in LOOKAHEADS:
+            raise PolicyFileError(path, f"lookahead {lookahead!r} is not one of "
+                                  f"{list(LOOKAHEADS)}", "the file is corrupt; re-train it")
+        return cls(table, encoding, names, fallback, data.get("metadata", {}), lookahead)
 
 
 def _vocab_mismatch(saved: tuple[str, ...], current: tuple[str, ...]) -> str:
@@ -232,11 +269,9 @@ class FSMScheduler:
         self.policy = FSMPolicy.load(self.path)
 
     def __call__(self, graph: Any) -> Any:
-        from edbatch.schedule import run_policy
-
         if graph.vocab.names != self.policy.op_names:
             raise PolicyFileError(self.path, _vocab_mismatch(self.policy.op_names,
                                                              graph.vocab.names),
                                   "evaluate the policy on the workload (and granularity) it "
                                   "was trained on")
-        return run_policy(graph, self.policy, name=self.name)
+        return self.policy.scheduler(self.name)(graph)

@@ -69,6 +69,10 @@ class QLearningConfig:
     fallback_snapshot: bool = False
     """Count the empty table (the fallback alone) as the first snapshot, so the result is
     never worse than the fallback on the validation graphs (not in ED-Batch)."""
+    lookahead: str = "none"
+    """How the trained FSM schedules whole graphs: ``none`` or ``rollout`` (fortified rollout
+    over the FSM; see :data:`policies.fsm.LOOKAHEADS`). Training and snapshot selection use
+    the FSM's own decisions either way."""
     seed: int = 0
     """Seed of the exploration and graph-sampling generator."""
 
@@ -105,7 +109,7 @@ def select_fallback(graphs: Sequence[Graph], encoding: str) -> str:
 def _to_policy(q: QTable, cfg: QLearningConfig, names: tuple[str, ...],
                meta: dict[str, Any]) -> FSMPolicy:
     table = {s: greedy_action(qs, s, cfg.encoding) for s, qs in q.items()}
-    return FSMPolicy(table, cfg.encoding, names, cfg.fallback, meta)
+    return FSMPolicy(table, cfg.encoding, names, cfg.fallback, meta, cfg.lookahead)
 
 
 def _episode(graph: Graph, q: QTable, cfg: QLearningConfig, rng: np.random.Generator,

@@ -17,7 +17,7 @@ import numpy as np
 from edbatch.data._text import read_lines, shorten
 from edbatch.errors import DataFormatError
 
-__all__ = ["GraphDump", "load_dump", "load_dump_folder"]
+__all__ = ["GraphDump", "load_dump", "load_dump_folder", "save_dump"]
 
 _INT = re.compile(r"-?[0-9]+")
 _DUMP_NAME = re.compile(r"G([0-9]+)\.txt")
@@ -136,6 +136,46 @@ def load_dump(path: str | Path) -> GraphDump:
         args.extend(node_args)
         arg_ptr.append(len(args))
     return GraphDump(_frozen(types), _frozen(arg_ptr), _frozen(args), name)
+
+
+def save_dump(path: str | Path, types: np.ndarray, arg_ptr: np.ndarray, args: np.ndarray
+              ) -> Path:
+    """Write one graph in the dump format, atomically (temp file + rename).
+
+    Args:
+        path: the file to write (parent folders are created).
+        types: signature id per node (0 = unbatchable).
+        arg_ptr: CSR row pointers of the node arguments, length ``N + 1``.
+        args: the argument node indices; each must be an earlier node.
+
+    Raises:
+        ValueError: inconsistent arrays, a negative type or an argument that is not an
+            earlier node (the format needs topological order); nothing is written then.
+    """
+    types, arg_ptr, args = (np.asarray(a, dtype=np.int64) for a in (types, arg_ptr, args))
+    n = len(types)
+    if len(arg_ptr) != n + 1 or arg_ptr[0] != 0 or arg_ptr[-1] != len(args) \
+            or np.any(np.diff(arg_ptr) < 0):
+        raise ValueError(f"arg_ptr (length {len(arg_ptr)}) is not CSR row pointers for {n} "
+                         f"nodes and {len(args)} args")
+    if n and types.min() < 0:
+        raise ValueError(f"type {int(types.min())} is negative; types are signature ids >= 0")
+    owner = np.repeat(np.arange(n), np.diff(arg_ptr))
+    bad = np.flatnonzero((args < 0) | (args >= owner))
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"node {int(owner[i])} has argument {int(args[i])}, which is not an "
+                         f"earlier node; write nodes in topological order")
+    lines = [str(n)]
+    for v in range(n):
+        a = args[arg_ptr[v]:arg_ptr[v + 1]].tolist()
+        lines.append(" ".join(map(str, [int(types[v]), len(a), *a])))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
 
 
 def _frozen(values: list[int]) -> np.ndarray:

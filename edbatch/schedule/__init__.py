@@ -22,6 +22,7 @@ from edbatch.schedule.heuristics import (
 from edbatch.schedule.memo import MemoScheduler
 from edbatch.schedule.policy import Policy, PolicyScheduler, Scheduler, run_policy
 from edbatch.schedule.reverse import reverse_graph
+from edbatch.schedule.rollout import RolloutScheduler, rollout_schedule
 from edbatch.schedule.schedule import Batch, Schedule
 from edbatch.schedule.zoo import HEURISTICS, SCHEDULERS, NamedScheduler, make_scheduler
 
@@ -40,6 +41,7 @@ __all__ = [
     "Policy",
     "PolicyScheduler",
     "RandomPolicy",
+    "RolloutScheduler",
     "SCHEDULERS",
     "Schedule",
     "Scheduler",
@@ -50,6 +52,7 @@ __all__ = [
     "make_scheduler",
     "remaining_lower_bound",
     "reverse_graph",
+    "rollout_schedule",
     "run_policy",
     "type_chain_lengths",
     "typewise_graph",

@@ -19,6 +19,7 @@ from edbatch.schedule.heuristics import (
     typewise_greedy_backward,
 )
 from edbatch.schedule.policy import PolicyScheduler, Scheduler
+from edbatch.schedule.rollout import DEFAULT_BUDGET, RolloutScheduler
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["SCHEDULERS", "HEURISTICS", "NamedScheduler", "make_scheduler"]
@@ -64,6 +65,9 @@ SCHEDULERS: dict[str, tuple[Callable[..., Scheduler], str]] = {
         "ED-Batch autobatch 8: the ratio greedy run backwards from the sinks"),
     "critical_path": (lambda: PolicyScheduler(CriticalPathPolicy(), "critical_path"),
                       "critical path first (longest remaining path), ties by |F(a)|/T(a)"),
+    "rollout": (lambda budget=DEFAULT_BUDGET: RolloutScheduler(
+        [CriticalPathPolicy], budget=budget, name="rollout"),
+        "fortified rollout over the critical-path rule (one-step lookahead, budgeted)"),
     "random": (lambda seed=0: PolicyScheduler(RandomPolicy(seed), "random"),
                "uniformly random ready op type (seeded)"),
     "exact": (_exact, "exact optimum by branch-and-bound with the LB heuristic (budgeted)"),

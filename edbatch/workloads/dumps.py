@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from edbatch.data.dumps import GraphDump, load_dump_folder
+from edbatch.data.dumps import GraphDump, load_dump_folder, save_dump
 from edbatch.errors import GraphError, did_you_mean
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
 from edbatch.workloads.base import Workload
 
-__all__ = ["DumpWorkload", "dump_vocab", "graph_from_dump"]
+__all__ = ["DumpWorkload", "dump_vocab", "export_dumps", "graph_from_dump"]
 
 _SLICE = re.compile(r"(first|rest):([0-9]+)")
 
@@ -65,6 +65,43 @@ def graph_from_dump(dump: GraphDump, vocab: Vocab) -> Graph:
     """
     _check_types(dump, len(vocab))
     return Graph.from_arrays(vocab, dump.types, dump.arg_ptr, dump.args, outputs=_sinks(dump))
+
+
+def export_dumps(graphs: Sequence[Graph], folder: str | Path, *,
+                 merge: Sequence[tuple[str, str]] = ()) -> list[Path]:
+    """Write ``graphs`` as ED-Batch dumps ``folder/G<k>.txt`` (the format DumpWorkload reads).
+
+    Every batchable op type gets a signature id ``>= 1`` (in vocabulary order, shared by all
+    graphs of one vocabulary); unbatchable ones get 0.
+
+    Args:
+        graphs: graphs of one vocabulary, written as ``G0``, ``G1``, ...
+        folder: the output folder (created).
+        merge: ``(regex, name)`` pairs: op types whose name fully matches ``regex`` share the
+            signature of ``name``. ED-Batch's lattice dumps, for instance, give the state sums
+            of every arity one type: ``[(r".*\\.sum[0-9]+", "sum")]``.
+
+    Raises:
+        ValueError: graphs of different vocabularies, or a bad ``merge`` regex.
+    """
+    if not graphs:
+        return []
+    vocab = graphs[0].vocab
+    if any(g.vocab != vocab for g in graphs):
+        raise ValueError("export_dumps needs graphs of one vocabulary (one workload and "
+                         "granularity)")
+    try:
+        rules = [(re.compile(rx), name) for rx, name in merge]
+    except re.error as e:
+        raise ValueError(f"bad merge regex: {e}") from None
+    sig: dict[str, int] = {}
+    ids = np.zeros(len(vocab), dtype=np.int64)
+    for i, op in enumerate(vocab):
+        if op.batchable:
+            key = next((name for rx, name in rules if rx.fullmatch(op.name)), op.name)
+            ids[i] = sig.setdefault(key, len(sig) + 1)
+    return [save_dump(Path(folder) / f"G{k}.txt", ids[g.op_ids], g.operand_ptr, g.operand_ids)
+            for k, g in enumerate(graphs)]
 
 
 def _resolve_folder(folder: str | Path, data_dir: Path) -> Path:

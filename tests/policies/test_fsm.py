@@ -115,3 +115,34 @@ def test_complete_encoding_marks_full_batches() -> None:
     ready = view.ready_ops
     assert [x // 2 for x in key] == ready
     assert [x % 2 for x in key] == [int(view.count(a) >= view.typewise(a)) for a in ready]
+
+
+def test_lookahead_round_trip_and_never_worse(tmp_path: Path) -> None:
+    from edbatch.workloads import make_workload
+
+    g = next(iter(make_workload("lattice_lstm").batches("dev", 16, limit=1)))
+    plain = FSMPolicy({}, "hints", g.vocab.names, "critical_path")
+    ahead = FSMPolicy({}, "hints", g.vocab.names, "critical_path", lookahead="rollout")
+    path = ahead.save(tmp_path / "fsm.json")
+    loaded = FSMPolicy.load(path, g.vocab)
+    assert loaded.lookahead == "rollout"
+    s_plain, s_ahead = plain.scheduler("fsm")(g), loaded.scheduler("fsm")(g)
+    s_ahead.validate(g)
+    assert s_ahead.num_batches < s_plain.num_batches
+    assert loaded.hits + loaded.misses == 0  # rollouts run on forks
+    assert plain.misses > 0
+
+
+def test_artifacts_without_lookahead_load_as_none(tmp_path: Path, mvrnn) -> None:
+    g = mvrnn.graphs()[0]
+    data = FSMPolicy({}, "base", g.vocab.names).to_json()
+    del data["lookahead"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    assert FSMPolicy.load(path, g.vocab).lookahead == "none"
+    data["lookahead"] = "beam"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PolicyFileError, match="lookahead 'beam'"):
+        FSMPolicy.load(path, g.vocab)
+    with pytest.raises(UnknownNameError, match="unknown lookahead 'rolout'.*rollout"):
+        FSMPolicy({}, "base", g.vocab.names, lookahead="rolout")

@@ -149,3 +149,39 @@ def test_registry_sampler_and_folder_lookup(tmp_path: Path) -> None:
     (tmp_path / "G0.txt").write_text("2\n1 0\n2 1 0\n")
     own = DumpWorkload(tmp_path)
     assert own.graphs()[0].operand_ids.tolist() == [0] and len(own.vocab) == 3
+
+
+def test_save_dump_round_trips_the_file_bytes(tmp_path: Path) -> None:
+    from edbatch.data.dumps import save_dump
+
+    src = DATA_DIR / "graphs" / "bilstm_B1" / "G3.txt"
+    d = load_dump(src)
+    out = save_dump(tmp_path / "G3.txt", d.types, d.arg_ptr, d.args)
+    assert _read_plain(out) == _read_plain(src)
+    with pytest.raises(ValueError, match="node 1 has argument 1, which is not an earlier"):
+        save_dump(tmp_path / "bad.txt", np.array([1, 1]), np.array([0, 0, 1]), np.array([1]))
+    assert not (tmp_path / "bad.txt").exists()
+
+
+def test_export_dumps_keeps_structure_and_merges_types(tmp_path: Path) -> None:
+    """A lattice mini-batch exported with ED-Batch's condensation (one sum type) reloads as
+    the same DAG; the merged vocabulary keeps the other types apart."""
+    from edbatch.workloads.dumps import export_dumps
+
+    wl = make_workload("lattice_lstm")
+    graphs = list(wl.batches("dev", 8, limit=2))
+    export_dumps(graphs, tmp_path, merge=[(r".*\.sum[0-9]+", "sum")])
+    back = DumpWorkload(tmp_path)
+    assert len(back.dumps) == 2
+    for g, d in zip(graphs, back.dumps):
+        assert d.args.tolist() == g.operand_ids.tolist()
+        names = np.array(g.vocab.names)[g.op_ids]
+        sums = np.char.find(names.astype(str), ".sum") >= 0
+        assert len(set(d.types[sums].tolist())) == 1  # every arity -> one signature
+        others = {n: set(d.types[names == n].tolist()) for n in set(names[~sums].tolist())}
+        assert all(len(t) == 1 for t in others.values())
+        assert len({next(iter(t)) for t in others.values()}) == len(others)
+    with pytest.raises(ValueError, match="one vocabulary"):
+        export_dumps([graphs[0], next(iter(make_workload("tree_lstm").batches("dev", 2,
+                                                                                limit=1)))],
+                     tmp_path / "x")
