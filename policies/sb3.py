@@ -23,7 +23,7 @@ from edbatch.schedule import Frontier, FrontierView, run_policy
 from envs.batching import BatchingEnv
 from envs.encoding import encode_observation, encode_state
 from policies.fsm import FSMPolicy
-from policies.q_learning import TrainResult, evaluate_policy
+from policies.q_learning import TrainResult, evaluate_policy, select_fallback
 
 __all__ = ["DQNTrainer", "MaskablePPOTrainer", "SB3Policy", "distill_fsm"]
 
@@ -78,9 +78,10 @@ class _SB3Trainer:
 
     def __init__(self, total_timesteps: int = 20_000, encoding: str = "hints",
                  fallback: str = "critical_path", reward: str = "ed_batch", seed: int = 0,
-                 **algo_kwargs: Any) -> None:
+                 lookahead: str = "none", **algo_kwargs: Any) -> None:
         self.total_timesteps, self.encoding, self.fallback = total_timesteps, encoding, fallback
         self.reward, self.seed, self.algo_kwargs = reward, seed, algo_kwargs
+        self.lookahead = lookahead
 
     def _make_model(self, env: BatchingEnv) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -100,7 +101,12 @@ class _SB3Trainer:
         net = SB3Policy(model)
         meta = {"trainer": self.name, "total_timesteps": self.total_timesteps,
                 "seed": self.seed, **(metadata or {})}
-        fsm = distill_fsm(net, list(train_graphs), self.encoding, self.fallback, meta)
+        fallback = self.fallback
+        if fallback == "auto":  # as the tabular learner: the best heuristic on validation
+            fallback = select_fallback(list(val_graphs) or list(train_graphs), self.encoding)
+        fsm = distill_fsm(net, list(train_graphs), self.encoding, fallback, meta)
+        fsm = FSMPolicy(fsm.table, fsm.encoding, fsm.op_names, fallback, fsm.metadata,
+                        self.lookahead)
         ratio, _, _ = evaluate_policy(fsm, list(val_graphs))
         seconds = time.perf_counter() - t0
         fsm.metadata.update(best_ratio=ratio, train_seconds=seconds)

@@ -81,3 +81,18 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
     assert all(x["num_batches"] >= x["lower_bound"] for x in lines)
     assert "FSM training (per seed)" in r.stdout
     assert (tmp_path / "batches.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sb3_trainers_with_the_default_policy_resolve_the_auto_fallback(tmp_path: Path) -> None:
+    """`trainer=maskable_ppo` / `dqn` with `policy=fsm` (fallback auto, rollout lookahead):
+    the distilled FSM gets the heuristic chosen on the validation graphs."""
+    for trainer, steps in (("maskable_ppo", 300), ("dqn", 600)):
+        run_dir = tmp_path / trainer
+        r = _run("experiments.train", "workload=tree_lstm", f"trainer={trainer}",
+                 f"trainer.total_timesteps={steps}", "num_train_graphs=1", "num_val_graphs=1",
+                 "batch_size=8", "progress=false", f"run_dir={run_dir}")
+        assert r.returncode == 0, r.stderr[-2000:]
+        policy = FSMPolicy.load(run_dir / "policy.json")
+        assert policy.fallback_name in ("critical_path", "typewise_greedy", "dynet_agenda",
+                                        "ed_batch_agenda")
+        assert policy.lookahead == "rollout" and policy.metadata["trainer"] == trainer
