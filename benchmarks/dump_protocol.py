@@ -64,19 +64,12 @@ def compose(src: str, per_graph: int, graphs: int, folder: Path, seed: int = 0) 
     with replacement (batch-1 dumps -> batch-``per_graph`` graphs)."""
     import numpy as np
 
-    from edbatch.data.dumps import save_dump
-    from edbatch.workloads.dumps import DumpWorkload
+    from edbatch.workloads.dumps import DumpWorkload, export_dumps
 
-    dumps = DumpWorkload(src).dumps
+    wl = DumpWorkload(src)
     rng = np.random.default_rng(seed)
-    for k in range(graphs):
-        parts = [dumps[int(i)] for i in rng.integers(len(dumps), size=per_graph)]
-        offsets = np.cumsum([0] + [d.num_nodes for d in parts])
-        types = np.concatenate([d.types for d in parts])
-        args = np.concatenate([d.args + off for d, off in zip(parts, offsets)])
-        ptr = np.concatenate([[0]] + [d.arg_ptr[1:] + a for d, a in
-                                      zip(parts, np.cumsum([0] + [len(d.args) for d in parts]))])
-        save_dump(folder / f"G{k}.txt", types, ptr, args)
+    export_dumps([wl.minibatch("all", rng.integers(len(wl.dumps), size=per_graph))
+                  for _ in range(graphs)], folder)
     print(f"composed {graphs} graphs of {per_graph} dumps of {src} into {folder}")
 
 

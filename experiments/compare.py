@@ -59,13 +59,14 @@ def compare(cfg: DictConfig) -> tuple[list[Record], list[dict[str, Any]]]:
                 result = trainer.fit(graphs, graphs if one else val,
                                      metadata={"workload": label, "seed": seed})
                 policy = result.policy
+                policy.reset_stats()
                 sched = {f"fsm_{tname}": policy.scheduler(f"fsm_{tname}")}
                 recs += evaluate_schedulers(
                     [(f"{split}/{k}/seed{seed}", g) for k, g in enumerate(eval_graphs)],
                     sched, label)
-                policy.reset_stats()  # hit rate of the FSM's own decisions (no lookahead)
-                for g in eval_graphs:
-                    run_policy(g, policy)
+                if policy.lookahead != "none":  # rollouts ran on forks: count the FSM's
+                    for g in eval_graphs:         # own decisions for its hit rate
+                        run_policy(g, policy)
                 runs.append({"workload": label, "trainer": tname, "seed": seed,
                              "episodes": result.episodes, "seconds": result.seconds,
                              "states": policy.num_states, "hit_rate": policy.hit_rate})

@@ -52,7 +52,7 @@ class SB3Policy:
 
 
 def distill_fsm(policy: Any, graphs: Sequence[Graph], encoding: str, fallback: str,
-                metadata: dict[str, Any] | None = None) -> FSMPolicy:
+                metadata: dict[str, Any] | None = None, lookahead: str = "none") -> FSMPolicy:
     """Record ``policy``'s decisions on ``graphs`` as an FSM (majority action per state)."""
     votes: dict[tuple[int, ...], Counter[int]] = {}
     for graph in graphs:
@@ -68,7 +68,7 @@ def distill_fsm(policy: Any, graphs: Sequence[Graph], encoding: str, fallback: s
             f.pop(action)
     table = {key: c.most_common(1)[0][0] for key, c in votes.items()}
     names = graphs[0].vocab.names
-    return FSMPolicy(table, encoding, names, fallback, metadata)
+    return FSMPolicy(table, encoding, names, fallback, metadata, lookahead)
 
 
 class _SB3Trainer:
@@ -104,9 +104,8 @@ class _SB3Trainer:
         fallback = self.fallback
         if fallback == "auto":  # as the tabular learner: the best heuristic on validation
             fallback = select_fallback(list(val_graphs) or list(train_graphs), self.encoding)
-        fsm = distill_fsm(net, list(train_graphs), self.encoding, fallback, meta)
-        fsm = FSMPolicy(fsm.table, fsm.encoding, fsm.op_names, fallback, fsm.metadata,
-                        self.lookahead)
+        fsm = distill_fsm(net, list(train_graphs), self.encoding, fallback, meta,
+                          self.lookahead)
         ratio, _, _ = evaluate_policy(fsm, list(val_graphs))
         seconds = time.perf_counter() - t0
         fsm.metadata.update(best_ratio=ratio, train_seconds=seconds)

@@ -11,7 +11,7 @@ from edbatch.graph.ir import Graph
 from edbatch.schedule.frontier import Frontier, FrontierView
 from edbatch.schedule.schedule import Batch, Schedule
 
-__all__ = ["Policy", "PolicyScheduler", "Scheduler", "run_policy"]
+__all__ = ["Policy", "PolicyScheduler", "Scheduler", "drive", "run_policy"]
 
 
 @runtime_checkable
@@ -31,6 +31,18 @@ class Policy(Protocol):
 Scheduler = Callable[[Graph], Schedule]
 
 
+def drive(frontier: Frontier, choose: Callable[[Frontier], int]) -> list[Batch]:
+    """Run ``frontier`` to the end and return its batches: ready unbatchable nodes first
+    (forced steps), then ``choose(frontier)``'s op type at every decision."""
+    batches: list[Batch] = []
+    while True:
+        while (forced := frontier.pop_forced()) is not None:
+            batches.append(forced)
+        if frontier.done:
+            return batches
+        batches.append(frontier.pop(choose(frontier)))
+
+
 def run_policy(graph: Graph, policy: Policy, *, name: str | None = None) -> Schedule:
     """Schedule ``graph`` by asking ``policy`` at every decision; forced steps run first.
 
@@ -38,18 +50,15 @@ def run_policy(graph: Graph, policy: Policy, *, name: str | None = None) -> Sche
         InvalidActionError: the policy chose an op type without ready nodes.
     """
     t0 = time.perf_counter()
-    frontier = Frontier(graph, typewise=getattr(policy, "needs_typewise", False))
-    batches: list[Batch] = []
-    while True:
-        while (forced := frontier.pop_forced()) is not None:
-            batches.append(forced)
-        if frontier.done:
-            break
+
+    def choose(frontier: Frontier) -> int:
         op_id = policy.choose(frontier.view())
         if not (isinstance(op_id, int) or hasattr(op_id, "__index__")):
             raise InvalidActionError(f"policy {type(policy).__name__} returned {op_id!r}; "
                                      f"expected an int op id")
-        batches.append(frontier.pop(int(op_id)))
+        return int(op_id)
+
+    batches = drive(Frontier(graph, typewise=getattr(policy, "needs_typewise", False)), choose)
     return Schedule(tuple(batches), name or type(policy).__name__,
                     seconds=time.perf_counter() - t0)
 

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from edbatch.graph.ir import Graph
 from edbatch.schedule.bounds import lower_bound
 from edbatch.schedule.frontier import Frontier
-from edbatch.schedule.policy import Policy
-from edbatch.schedule.schedule import Batch, Schedule
+from edbatch.schedule.policy import Policy, drive
+from edbatch.schedule.schedule import Schedule
 
 __all__ = ["RolloutScheduler", "rollout_schedule"]
 
@@ -35,15 +35,8 @@ DEFAULT_BUDGET = 300_000
 
 def _complete(frontier: Frontier, policy: Policy) -> list[int]:
     """Run ``policy`` on ``frontier`` (consumed) to the end; return its decisions."""
-    decisions: list[int] = []
-    while True:
-        while frontier.pop_forced() is not None:
-            pass
-        if frontier.done:
-            return decisions
-        a = int(policy.choose(frontier.view()))
-        frontier.pop(a)
-        decisions.append(a)
+    batches = drive(frontier, lambda f: int(policy.choose(f.view())))
+    return [b.op_id for b in batches if not b.forced]
 
 
 def rollout_schedule(graph: Graph, bases: Sequence[Callable[[], Policy]], *,
@@ -77,9 +70,10 @@ def rollout_schedule(graph: Graph, bases: Sequence[Callable[[], Policy]], *,
     spent = 0
 
     def search(start: Frontier, first: int | None) -> None:
+        """Complete ``start`` with every base (the last one consumes it)."""
         nonlocal best_cost, best_tail, spent
-        for base in bases:
-            f = start.copy()
+        for i, base in enumerate(bases):
+            f = start if i == len(bases) - 1 else start.copy()
             before = f.num_batches
             tail = _complete(f, base())
             spent += f.num_batches - before
@@ -87,23 +81,22 @@ def rollout_schedule(graph: Graph, bases: Sequence[Callable[[], Policy]], *,
                 best_cost = f.num_batches
                 best_tail = tail if first is None else [first, *tail]
 
-    search(frontier, None)
-    batches: list[Batch] = []
-    while True:
-        while (forced := frontier.pop_forced()) is not None:
-            batches.append(forced)
-        if frontier.done:
-            break
-        ready = frontier.view().ready_ops
+    def decide(f: Frontier) -> int:
+        """Try every other ready type (budget and LB permitting); follow the best schedule."""
+        nonlocal best_tail
+        ready = f.view().ready_ops
         if len(ready) > 1 and spent < budget and best_cost > floor:
             planned = best_tail[0]
             for a in ready:
                 if a != planned:
-                    trial = frontier.copy()
+                    trial = f.copy()
                     trial.pop(a)
                     search(trial, a)
-        batches.append(frontier.pop(best_tail[0]))
-        best_tail = best_tail[1:]
+        action, best_tail = best_tail[0], best_tail[1:]
+        return action
+
+    search(frontier.copy(), None)
+    batches = drive(frontier, decide)
     return Schedule(tuple(batches), name, seconds=time.perf_counter() - t0)
 
 
