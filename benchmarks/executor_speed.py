@@ -186,8 +186,8 @@ def zero_copy_table(args: argparse.Namespace) -> dict[str, Any]:
     """Plan statistics for every real workload x granularity x scheduler x strategy."""
     results: dict[str, Any] = {"machine": machine_info(), "args": vars(args), "rows": []}
     header = (f"{'workload':<14} {'gran':<9} {'scheduler':<24} {'reads':>6} {'bound':>6} "
-              f"{'naive':>6} {'planned':>7} {'naive/row':>9} {'plan/row':>8} {'gathers':>11} "
-              f"{'plan s':>7}")
+              f"{'naive':>6} {'aligned':>7} {'planned':>7} {'naive/row':>9} {'plan/row':>8} "
+              f"{'gathers':>13} {'align s':>7} {'plan s':>7}")
     print(header + "\n" + "-" * len(header))
     for name in REAL_WORKLOADS:
         for granularity in ("cell", "primitive"):
@@ -209,9 +209,11 @@ def zero_copy_table(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"{name:<14} {granularity:<9} {scheduler:<24} "
                       f"{int(st['planned']['memory/operand_reads']):>6} {bound:>6.3f} "
                       f"{st['naive']['memory/zero_copy_fraction']:>6.3f} "
+                      f"{st['aligned']['memory/zero_copy_fraction']:>7.3f} "
                       f"{st['planned']['memory/zero_copy_fraction']:>7.3f} "
                       f"{st['naive']['memory/zero_copy_row_fraction']:>9.3f} "
-                      f"{st['planned']['memory/zero_copy_row_fraction']:>8.3f} {gathers:>11} "
+                      f"{st['planned']['memory/zero_copy_row_fraction']:>8.3f} {gathers:>13} "
+                      f"{st['aligned']['memory/plan_seconds']:>7.3f} "
                       f"{st['planned']['memory/plan_seconds']:>7.2f}", flush=True)
     return results
 

@@ -7,8 +7,9 @@ with one CPU thread and the same parameter values (``init_params`` seeded with 0
 * edbatch ``unbatched``: node by node (:func:`~edbatch.executor.run_reference`); slow, so
   timed on the first ``--unbatched-minibatches`` mini-batches only and scaled to items/s;
 * edbatch ``depth`` and ``dynet_agenda`` (the heuristics, naive memory), ``fsm`` (a learned
-  FSM policy, naive memory) and ``fsm+planned`` (the same FSM, planned memory), all cold:
-  every mini-batch scheduled and planned from scratch;
+  FSM policy, naive memory), ``fsm+aligned`` (the same FSM, the one-pass ``aligned`` memory
+  plan) and ``fsm+planned`` (the chain planner's ``planned`` memory), all cold: every
+  mini-batch scheduled and planned from scratch;
 * edbatch ``fsm+planned+memo``: the same, with schedules (:class:`MemoScheduler`) and plans
   (``plan_memory``'s memo) reused by graph structure, so after the warm-up pass a repeated
   mini-batch costs a hash (what a second epoch over the same mini-batches costs, not a
@@ -83,8 +84,8 @@ __all__ = ["CONTENDERS", "DYNET_CONTENDERS", "EDBATCH_CONTENDERS", "build_parser
 ROOT = Path(__file__).resolve().parents[1]
 DYNET_PEER = ROOT / "benchmarks" / "dynet_peer.py"
 GRAPHED = "fsm+memo+cugraph"  # CUDA only
-EDBATCH_CONTENDERS = ("unbatched", "depth", "dynet_agenda", "fsm", "fsm+planned",
-                      "fsm+planned+memo", GRAPHED)
+EDBATCH_CONTENDERS = ("unbatched", "depth", "dynet_agenda", "fsm", "fsm+aligned",
+                      "fsm+planned", "fsm+planned+memo", GRAPHED)
 DYNET_CONTENDERS = ("dynet_autobatch0", "dynet_autobatch1", "dynet_autobatch2")
 CONTENDERS = EDBATCH_CONTENDERS + DYNET_CONTENDERS
 WORKLOADS = ("tree_lstm", "lattice_lstm", "bilstm_tagger")
@@ -95,7 +96,8 @@ PHASES = ("construction", "scheduling", "planning", "execution", "backward", "up
 PROFILE_KEYS = {"gather_ms": "exec/gather_seconds", "read_ms": "exec/read_seconds",
                 "kernel_ms": "exec/kernel_seconds", "compile_ms": "exec/compile_seconds"}
 LOSS_RTOL = 1e-3
-STRATEGY: dict[str, Strategy] = {"fsm+planned": "planned",  # the others: "naive"
+STRATEGY: dict[str, Strategy] = {"fsm+aligned": "aligned",  # the others: "naive"
+                                 "fsm+planned": "planned",
                                  "fsm+planned+memo": "planned", GRAPHED: "planned"}
 MEMO = ("fsm+planned+memo", GRAPHED)  # schedules and plans reused across passes (by structure)
 LR = 0.0  # the DyNet worker's default: every pass sees the same parameters
@@ -327,7 +329,7 @@ def _edbatch_rows(name: str, size: str, wl: Workload, chunks: list[range],
     if policy is not None:
         def fsm(graph: Graph) -> Schedule:
             return run_policy(graph, policy, name="fsm")
-        schedulers.update({"fsm": fsm, "fsm+planned": fsm,
+        schedulers.update({"fsm": fsm, "fsm+aligned": fsm, "fsm+planned": fsm,
                            "fsm+planned+memo": MemoScheduler(fsm), GRAPHED: MemoScheduler(fsm)})
     embed, hidden = _dims(size)
     rows: list[dict[str, Any]] = []

@@ -405,7 +405,7 @@ class DynamicBatch:
             scheduler: a registered scheduler name (see :data:`edbatch.schedule.SCHEDULERS`),
                 a :class:`~edbatch.schedule.Policy`, or a scheduler ``graph -> Schedule``.
             outputs: handles whose values the result should hold.
-            strategy: memory planning strategy (``"planned"`` or ``"naive"``).
+            strategy: memory planning strategy (``"planned"``, ``"aligned"`` or ``"naive"``).
             grad: build the autograd graph (training); ``False`` runs in place, no grad.
 
         Returns:

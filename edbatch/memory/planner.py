@@ -11,6 +11,9 @@ Strategies:
 
 * ``"naive"`` (DyNet-like): batches are allocated in schedule order, rows in node-id order;
   a slot is a view only when that happens to line up.
+* ``"aligned"``: one backward pass orders each batch's rows by the read that consumes them
+  first (:mod:`edbatch.memory._aligned`), batches in schedule order; vectorised, a few
+  milliseconds per 64-instance mini-batch, for schedules planned once and run once.
 * ``"planned"``: the layout is built as a set of *successor chains*: a satisfied constraint
   "sequence ``s`` is consecutive" is the set of successor edges ``s[i] -> s[i+1]``. Edges are
   added atomically per constraint with an undo log, and a constraint is kept only if the edge
@@ -42,8 +45,9 @@ Strategies:
   3. Layout: batch-level chains are concatenated (by schedule order of their first batch)
      and rows are assigned per arena.
 
-  ``plan_memory`` runs the chain planner with and without deferral, and the naive layout,
-  and keeps the plan with most views, so **planned >= naive** by construction.
+  ``plan_memory`` runs the chain planner with and without deferral, the aligned and the
+  naive layout, and keeps the plan with most views, so **planned >= aligned >= naive** in
+  views by construction.
 
 Guarantees: every node gets exactly one row; every batch's outputs are one contiguous region;
 every operand marked as a view really reads its producers' rows in order (reads are classified
@@ -73,14 +77,15 @@ from numpy.typing import NDArray
 
 from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph
+from edbatch.memory._aligned import aligned_orders, follow_producers
 from edbatch.memory._chains import ChainPlanner
 from edbatch.memory.plan import MemoryPlan, Operand, Region
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["STRATEGIES", "Strategy", "plan_key", "plan_memory", "zero_copy_upper_bound"]
 
-Strategy = Literal["naive", "planned"]
-STRATEGIES: tuple[Strategy, ...] = ("naive", "planned")
+Strategy = Literal["naive", "aligned", "planned"]
+STRATEGIES: tuple[Strategy, ...] = ("naive", "aligned", "planned")
 
 
 _CACHE: OrderedDict[bytes, MemoryPlan] = OrderedDict()
@@ -110,7 +115,8 @@ def plan_memory(graph: Graph, schedule: Schedule, strategy: Strategy = "planned"
     Args:
         graph: the graph.
         schedule: a valid schedule of ``graph``.
-        strategy: ``"naive"`` (schedule order, node-id order) or ``"planned"``.
+        strategy: ``"naive"`` (schedule order, node-id order), ``"aligned"`` (one pass,
+            consumer order) or ``"planned"`` (the chain planner; most views, slowest).
         cache: look the plan up in, and store it into, the memo.
 
     Returns:
@@ -148,6 +154,14 @@ def _plan(graph: Graph, schedule: Schedule, strategy: Strategy) -> MemoryPlan:
     start = time.perf_counter()
     orders = [np.asarray(b.node_ids, dtype=np.int32) for b in schedule.batches]
     best = _Layout(graph, schedule, orders, range(len(orders)))
+    if strategy in ("aligned", "planned"):
+        orders, deferred = aligned_orders(graph, schedule)
+        cand = _Layout(graph, schedule, orders, range(len(orders)))
+        if deferred.any():
+            orders = follow_producers(graph, orders, deferred, cand.node_row, cand.node_arena)
+            cand = _Layout(graph, schedule, orders, range(len(orders)))
+        if cand.num_views > best.num_views:
+            best = cand
     if strategy == "planned":
         for defer in (True, False):
             planner = ChainPlanner(graph, schedule, defer)
