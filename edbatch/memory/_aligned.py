@@ -59,9 +59,9 @@ def aligned_orders(graph: Graph, schedule: Schedule
     orders: list[NDArray[np.int32]] = [np.zeros(0, dtype=np.int32)] * len(batches)
     for b in range(len(batches) - 1, -1, -1):
         ids = np.asarray(batches[b].node_ids, dtype=np.int64)
-        if len(ids) > 1 and not deferred[b]:
-            e = first[ids]
-            read = e >= 0
+        e = first[ids]
+        read = e >= 0
+        if len(ids) > 1 and not deferred[b] and read.any():
             e = np.where(read, e, 0)
             c = consumer[e]
             key = np.where(read, (step[c] * slots + slot[e]) * (n + 1) + pos[c], unread + ids)
