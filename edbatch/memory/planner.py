@@ -77,7 +77,7 @@ from numpy.typing import NDArray
 
 from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph
-from edbatch.memory._aligned import aligned_orders, follow_producers
+from edbatch.memory._aligned import aligned_orders
 from edbatch.memory._chains import ChainPlanner
 from edbatch.memory.plan import MemoryPlan, Operand, Region
 from edbatch.schedule.schedule import Schedule
@@ -155,11 +155,7 @@ def _plan(graph: Graph, schedule: Schedule, strategy: Strategy) -> MemoryPlan:
     orders = [np.asarray(b.node_ids, dtype=np.int32) for b in schedule.batches]
     best = _Layout(graph, schedule, orders, range(len(orders)))
     if strategy in ("aligned", "planned"):
-        orders, deferred = aligned_orders(graph, schedule)
-        cand = _Layout(graph, schedule, orders, range(len(orders)))
-        if deferred.any():
-            orders = follow_producers(graph, orders, deferred, cand.node_row, cand.node_arena)
-            cand = _Layout(graph, schedule, orders, range(len(orders)))
+        cand = _Layout(graph, schedule, aligned_orders(graph, schedule), range(len(orders)))
         if cand.num_views > best.num_views:
             best = cand
     if strategy == "planned":
