@@ -94,8 +94,13 @@ class _SB3Trainer:
             callback: Callable[[dict[str, float]], None] | None = None,
             progress: bool = False, metadata: dict[str, Any] | None = None) -> TrainResult:
         """Learn for ``total_timesteps`` env steps, then distill the net into an FSM."""
+        from stable_baselines3.common.logger import Logger
+
         t0 = time.perf_counter()
         model = self._make_model(self._env(train_graphs))
+        # SB3's default logger makes an empty /tmp/SB3-<time> folder on every learn(); ours
+        # writes nothing (episode stats go through ``callback``, i.e. W&B)
+        model.set_logger(Logger(folder=None, output_formats=[]))
         model.learn(total_timesteps=self.total_timesteps, progress_bar=False,
                     callback=_EpisodeCallback(callback) if callback else None)
         net = SB3Policy(model)

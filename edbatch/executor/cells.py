@@ -20,6 +20,7 @@ from torch import Tensor
 
 from edbatch.executor.kernels import (
     ParamGrads,
+    fast_tanh,
     new_zeros,
     op_params,
     pick_nll,
@@ -52,9 +53,9 @@ def lstm_step(x: Tensor, h: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
     g = F.linear(xh, weight, bias)
     gates = torch.sigmoid(g[:, :3 * hidden])
     i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:]
-    u = torch.tanh(g[:, 3 * hidden:])
+    u = fast_tanh(g[:, 3 * hidden:])
     c2 = f * c + i * u
-    t = torch.tanh(c2)
+    t = fast_tanh(c2)
     if save is not None:
         save += [xh, gates, u, c, t]
     return torch.cat([o * t, c2], dim=1, out=out)
@@ -94,7 +95,7 @@ def gru_step(x: Tensor, h: Tensor, w_rz: Tensor, b_rz: Tensor, w_c: Tensor,
     hidden = h.shape[1]
     rz = torch.sigmoid(F.linear(torch.cat([x, h], dim=1), w_rz, b_rz))
     r, z = rz[:, :hidden], rz[:, hidden:]
-    cand = torch.tanh(F.linear(torch.cat([x, r * h], dim=1), w_c, b_c))
+    cand = fast_tanh(F.linear(torch.cat([x, r * h], dim=1), w_c, b_c))
     return z * h + (1.0 - z) * cand
 
 

@@ -27,6 +27,7 @@ from edbatch.executor.cells import (
 from edbatch.executor.kernels import (
     KERNELS,
     ParamGrads,
+    fast_tanh,
     lookup,
     op_params,
     pick_nll,
@@ -149,7 +150,7 @@ def bilstm_loss(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tenso
     """``pick_nll(O tanh(H [h(f2); h(b2)] + b_H) + b_O, tag)`` for operands ``(f2, b2)``."""
     w_hidden, b_hidden, w_out, b_out = op_params(op, params, 4)
     x = torch.cat([split_state(inputs[0])[0], split_state(inputs[1])[0]], dim=1)
-    a = torch.tanh(F.linear(x, w_hidden, b_hidden))
+    a = fast_tanh(F.linear(x, w_hidden, b_hidden))
     logits = F.linear(a, w_out, b_out)
     if save is not None:
         save += [x, a, logits]
@@ -180,7 +181,7 @@ def seq2seq_step(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tens
     emb, w_e2h, b_e2h, weight, bias = op_params(op, params, 5)
     h, c = split_state(inputs[0])
     e = F.embedding(attrs, emb)
-    x = torch.tanh(F.linear(e, w_e2h, b_e2h))
+    x = fast_tanh(F.linear(e, w_e2h, b_e2h))
     if save is not None:
         save += [e, x]
     return lstm_step(x, h, c, weight, bias, out, save)

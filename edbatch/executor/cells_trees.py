@@ -19,6 +19,7 @@ from edbatch.executor.kernels import (
     KERNELS,
     ParamGrads,
     affine_rows_of,
+    fast_tanh,
     op_params,
     with_backward,
     writes_out,
@@ -68,9 +69,9 @@ def tree_lstm_leaf(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Te
     g = F.linear(x, weight, bias)
     hidden = g.shape[1] // 3
     io = torch.sigmoid(g[:, :2 * hidden])
-    u = torch.tanh(g[:, 2 * hidden:])
+    u = fast_tanh(g[:, 2 * hidden:])
     c = io[:, :hidden] * u
-    t = torch.tanh(c)
+    t = fast_tanh(c)
     if save is not None:
         save += [x, io, u, t]
     return torch.cat([io[:, hidden:] * t, c], dim=1, out=out)
@@ -112,10 +113,10 @@ def tree_lstm_internal(op: OpType, inputs: Sequence[Tensor], params: Mapping[str
     x = torch.cat([h1, h2], dim=1)
     g = F.linear(x, u_iou, b_iou)
     io = torch.sigmoid(g[:, :2 * hidden])
-    u = torch.tanh(g[:, 2 * hidden:])
+    u = fast_tanh(g[:, 2 * hidden:])
     f1, f2 = torch.sigmoid(F.linear(h1, u_f1, b_f)), torch.sigmoid(F.linear(h2, u_f2, b_f))
     c = io[:, :hidden] * u + f1 * c1 + f2 * c2
-    t = torch.tanh(c)
+    t = fast_tanh(c)
     if save is not None:
         save += [x, io, u, f1, f2, c1, c2, t]
     return torch.cat([io[:, hidden:] * t, c], dim=1, out=out)
@@ -129,7 +130,7 @@ def tree_gru_leaf(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Ten
     emb, weight, bias = op_params(op, params, 3)
     zc = F.linear(F.embedding(attrs, emb), weight, bias)
     hidden = zc.shape[1] // 2
-    return (1.0 - torch.sigmoid(zc[:, :hidden])) * torch.tanh(zc[:, hidden:])
+    return (1.0 - torch.sigmoid(zc[:, :hidden])) * fast_tanh(zc[:, hidden:])
 
 
 @KERNELS.register("tree_gru.internal")
@@ -146,7 +147,7 @@ def tree_gru_internal(op: OpType, inputs: Sequence[Tensor], params: Mapping[str,
     gates = torch.sigmoid(F.linear(torch.cat([h1, h2], dim=1), u_rz, b_rz))
     r1, r2 = gates[:, :hidden], gates[:, hidden:2 * hidden]
     z = gates[:, 2 * hidden:]
-    cand = torch.tanh(F.linear(torch.cat([r1 * h1, r2 * h2], dim=1), u_c, b_c))
+    cand = fast_tanh(F.linear(torch.cat([r1 * h1, r2 * h2], dim=1), u_c, b_c))
     return z * ((h1 + h2) * 0.5) + (1.0 - z) * cand
 
 
@@ -172,6 +173,6 @@ def mvrnn_internal(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Te
     mats = torch.cat([right[:, hidden:], left[:, hidden:]], dim=0)  # M_r then M_l
     vecs = torch.cat([left[:, :hidden], right[:, :hidden]], dim=0)  # v_l then v_r
     prods = torch.bmm(mats.reshape(2 * batch, hidden, hidden), vecs.unsqueeze(2)).squeeze(2)
-    v = torch.tanh(F.linear(torch.cat([prods[:batch], prods[batch:]], dim=1), weight, bias))
+    v = fast_tanh(F.linear(torch.cat([prods[:batch], prods[batch:]], dim=1), weight, bias))
     m = affine_rows_of(torch.cat([left[:, hidden:], right[:, hidden:]], dim=1), w_m, b_m)
     return torch.cat([v, m], dim=1)

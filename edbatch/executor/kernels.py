@@ -43,7 +43,7 @@ from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.graph import OpType
 from edbatch.registry import Registry
 
-__all__ = ["KERNELS", "Backward", "Kernel", "ParamGrads", "kernel_for",
+__all__ = ["FAST_TANH_MIN", "KERNELS", "Backward", "Kernel", "ParamGrads", "fast_tanh", "kernel_for",
            "new_zeros", "op_params", "parse_slice", "pick_nll", "pick_nll_backward",
            "stacked_sum", "with_backward", "writes_out"]
 
@@ -187,6 +187,31 @@ def new_zeros(batch: int, width: int, params: Mapping[str, Tensor], attrs: Tenso
     return torch.zeros(batch, width, dtype=dtype, device=attrs.device)
 
 
+#: Elements from which :func:`fast_tanh` takes the sigmoid form on the CPU.
+FAST_TANH_MIN = 6144
+
+
+def fast_tanh(x: Tensor) -> Tensor:
+    """``tanh(x)``, computed as ``2 sigmoid(2x) - 1`` on the CPU (``torch.tanh`` elsewhere).
+
+    The identity is exact; it is here for speed: torch's CPU ``tanh`` runs several times
+    slower than its ``sigmoid`` (on this project's AVX-512 VM, 1 thread, a float32
+    ``[1230, 150]`` block: 492 us against 133 us for this form), while the three ops cost
+    about 10 us of dispatch, so blocks under :data:`FAST_TANH_MIN` elements (the measured
+    break-even was about 4,500) keep ``torch.tanh``. In float32 the two agree to 1.8e-7
+    absolute over [-20, 20] (``torch.tanh`` is itself 3e-8 from the float64 value);
+    float64 stays at rounding level. Every kernel, and so the reference executor too, uses
+    it, so batched and node-by-node results stay equal. Differentiable: without autograd
+    the scaling is done in place.
+    """
+    if x.device.type != "cpu" or x.numel() < FAST_TANH_MIN:
+        return torch.tanh(x)
+    y = torch.sigmoid(x * 2.0)
+    if y.requires_grad:
+        return y * 2.0 - 1.0
+    return y.mul_(2.0).sub_(1.0)
+
+
 def parse_slice(op: OpType) -> tuple[int, int]:
     """The ``(start, stop)`` bounds of a slice op type named ``slice/{start}:{stop}/{dim}``.
 
@@ -247,8 +272,8 @@ def affine(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
 @KERNELS.register("tanh")
 def tanh(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
          attrs: Tensor) -> Tensor:
-    """Element-wise ``tanh``."""
-    return torch.tanh(inputs[0])
+    """Element-wise ``tanh`` (:func:`fast_tanh`)."""
+    return fast_tanh(inputs[0])
 
 
 @KERNELS.register("sigmoid")

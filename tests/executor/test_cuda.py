@@ -15,6 +15,7 @@ from torch import Tensor
 
 from edbatch.executor import init_params, reference_loss
 from edbatch.executor._reads import to_device
+from edbatch.executor.kernels import fast_tanh
 from edbatch.executor.torch_executor import TorchExecutor, execute
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
 from edbatch.memory import STRATEGIES, MemoryPlan, Strategy, plan_memory
@@ -276,3 +277,8 @@ def test_cuda_without_an_index_means_the_current_device_and_parameters_stay_put(
     assert ex.device == torch.device("cuda", torch.cuda.current_device())
     params = {"w": torch.zeros(2, device=CUDA)}
     assert ex._on_device(params) is params  # no per-run copy of parameters on the device
+
+
+def test_fast_tanh_is_torch_tanh_on_cuda() -> None:
+    x = torch.linspace(-20, 20, 10_001, device="cuda")
+    assert torch.equal(fast_tanh(x), torch.tanh(x))  # the sigmoid form is for the CPU only

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from edbatch.errors import GraphError, UnknownNameError
 from edbatch.executor import KERNELS, init_params, kernel_for
-from edbatch.executor.kernels import op_params, parse_slice
+from edbatch.executor.kernels import FAST_TANH_MIN, fast_tanh, op_params, parse_slice
 from edbatch.graph import OpType
 from edbatch.registry import Registry
 from edbatch.workloads import REAL_WORKLOADS, make_workload
@@ -94,6 +94,24 @@ def call(kind: str, op: OpType, inputs: list[torch.Tensor],
     b = inputs[0].shape[0] if inputs else len(attrs or [0])
     a = torch.tensor(attrs if attrs is not None else [-1] * b)
     return KERNELS[kind](op, inputs, params or {}, a)
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 2e-7), (torch.float64, 1e-15)])
+def test_fast_tanh_matches_tanh(dtype: torch.dtype, atol: float) -> None:
+    x = torch.cat([torch.linspace(-30, 30, FAST_TANH_MIN + 100_001, dtype=dtype),
+                   torch.tensor([0.0, -0.0, 1e-30, float("inf"), float("-inf")], dtype=dtype)])
+    keep = x.clone()
+    y = fast_tanh(x)
+    assert y.dtype == dtype and torch.equal(x, keep)  # the input is never written
+    torch.testing.assert_close(y, torch.tanh(x), rtol=0, atol=atol)
+    assert torch.isnan(fast_tanh(torch.tensor([float("nan")], dtype=dtype))).all()
+
+
+def test_fast_tanh_gradient() -> None:
+    x = torch.linspace(-4, 4, FAST_TANH_MIN + 41, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(fast_tanh, (x,), fast_mode=True)
+    (g,) = torch.autograd.grad(fast_tanh(x).sum(), x)
+    torch.testing.assert_close(g, 1 - torch.tanh(x.detach()) ** 2)
 
 
 def test_elementwise_semantics() -> None:
