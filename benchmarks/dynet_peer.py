@@ -24,6 +24,12 @@ mode ``backward`` and ``update`` (``SimpleSGDTrainer``, learning rate 0 by defau
 pass sees the same parameters). After ``--warmup`` untimed passes it takes the median over
 ``--repeats`` passes of each phase per mini-batch and reports the sums over mini-batches.
 The last stdout line is one JSON object; bad input exits with code 2.
+
+With ``--serve`` the worker instead times one mini-batch per request, so the harness can
+interleave DyNet's passes with edbatch's (``benchmarks/_dynet_server.py``): after start-up
+it prints ``{"ready": ...}``, then answers each stdin line ``{"mode": "infer"|"train",
+"batch": k}`` with one line of that pass's phase seconds and loss (``{"error": ...}`` for a
+bad request), until end of input.
 """
 
 from __future__ import annotations
@@ -35,12 +41,12 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
 __all__ = ["PEERS", "PeerError", "bilstm_tagger_loss", "build_peer", "init_dynet",
-           "lattice_lstm_loss", "load_params", "main", "run_benchmark", "save_params",
+           "lattice_lstm_loss", "load_params", "main", "run_benchmark", "save_params", "serve",
            "tree_lstm_loss"]
 
 #: Lookup tables (``add_lookup_parameters``) of each workload; every other array is a
@@ -312,6 +318,28 @@ def run_benchmark(dy: Any, workload: str, params: dict[str, Any], model: Any, hi
     return report, first or []
 
 
+def serve(dy: Any, build: Callable[[Sequence[Any]], Any], batches: Sequence[Sequence[Any]],
+          model: Any, lr: float, requests: TextIO, replies: TextIO) -> None:
+    """Answer timing requests (see the module docstring) until ``requests`` ends."""
+    trainer = None
+    for line in requests:
+        try:
+            req = json.loads(line)
+            mode, k = req["mode"], int(req["batch"])
+            if mode not in MODES or not 0 <= k < len(batches):
+                raise ValueError(f"mode {mode!r} / batch {k} out of range: modes {list(MODES)}"
+                                 f", batches 0..{len(batches) - 1}")
+        except (ValueError, KeyError, TypeError) as e:
+            replies.write(json.dumps({"error": f"bad request {line.strip()!r}: {e}"}) + "\n")
+            replies.flush()
+            continue
+        if mode == "train" and trainer is None:
+            trainer = dy.SimpleSGDTrainer(model, learning_rate=lr)
+        times, losses = _one_pass(dy, build, [batches[k]], trainer if mode == "train" else None)
+        replies.write(json.dumps({**times[0], "loss": losses[0]}) + "\n")
+        replies.flush()
+
+
 # ---------------------------------------------------------------------- CLI
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -327,6 +355,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--params", required=True, help=".npz written by save_params")
     ap.add_argument("--modes", nargs="+", default=list(MODES))
     ap.add_argument("--lr", type=float, default=0.0, help="SimpleSGD learning rate (train)")
+    ap.add_argument("--serve", action="store_true",
+                    help="time one mini-batch per stdin request instead (see the docstring)")
     ap.add_argument("--mem", default="2048",
                     help="DyNet memory pools in MB (dynet_config mem; allocating them is "
                          "part of the start-up, not of the timings)")
@@ -368,6 +398,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         batches = batches[:args.minibatches]
     dy = init_dynet(args.autobatch, mem=args.mem)
     model, params = build_peer(dy, args.workload, arrays)
+    if args.serve:
+        print(json.dumps({"ready": True, "contender": f"dynet_autobatch{args.autobatch}",
+                          "sizes": [len(b) for b in batches]}), flush=True)
+        peer = PEERS[args.workload]
+        serve(dy, lambda batch: peer(dy, params, args.hidden, batch), batches, model, args.lr,
+              sys.stdin, sys.stdout)
+        return 0
     report, losses = run_benchmark(dy, args.workload, params, model, args.hidden, batches,
                                    args.modes, repeats=args.repeats, warmup=args.warmup,
                                    lr=args.lr)

@@ -20,10 +20,13 @@ with one CPU thread and the same parameter values (``init_params`` seeded with 0
   gradients, as sparse ones cannot be captured). On CUDA every
   timed phase ends with a device synchronisation, and DyNet (a CPU build) is skipped;
 * DyNet with autobatch 0, 1 (agenda) and 2 (depth), one ``benchmarks/dynet_peer.py``
-  subprocess per (workload, size, autobatch), if ``dynet`` is installed; by default run
-  before and after the edbatch passes, and the faster of the two runs counts (this VM's
-  speed drifts by up to ~45% over minutes; taking DyNet's best keeps the ratios
-  conservative).
+  subprocess per (workload, size, autobatch), if ``dynet`` is installed. By default each
+  worker stays up (``--serve``, :mod:`benchmarks._dynet_server`) and its mini-batch passes
+  are interleaved with edbatch's, in the same repeat loop and order, so every contender is
+  timed in the same minutes (this VM's speed drifts by tens of percent over minutes, which
+  moved DyNet-relative ratios by up to 0.7 when DyNet ran as a block). With
+  ``--no-dynet-interleave`` each worker runs all its passes as one block, before and after
+  the edbatch passes (``--dynet-runs 2``, the faster of the two runs counts) or after only.
 
 Every edbatch pass constructs each mini-batch graph (``construction``: by default merging
 the per-instance graphs that :meth:`Workload.minibatch` builds on first sight and caches,
@@ -42,7 +45,8 @@ checked against edbatch's (``loss_match``). It asserts nothing about speed; it p
 table per workload x size x mode, writes JSON and a PNG bar chart.
 
     python benchmarks/throughput.py [--workloads tree_lstm] [--sizes 300x150] \\
-        [--modes infer train] [--minibatches 4] [--repeats 3] [--no-dynet] [--dynet-runs 1] \\
+        [--modes infer train] [--minibatches 4] [--repeats 3] [--no-dynet] \\
+        [--no-dynet-interleave] [--dynet-runs 1] \\
         [--out results/throughput.json] [--plot results/throughput.png]
 
 Sizes are ``EMBEDxHIDDEN`` strings (any positive pair, e.g. ``8x6`` for a quick check).
@@ -62,7 +66,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +75,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from benchmarks._dynet_server import DynetServer, PeerServerError
 from edbatch.executor import init_params, reference_loss
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph, dedupe_leaves
@@ -191,6 +197,9 @@ class _Job:
     fresh: bool = False  # build from the instances every pass instead of merging cached ones
     device: str = "cpu"
     graphed: TorchExecutor | None = None  # the GRAPHED contender's executor (kept)
+    peers: dict[str, DynetServer] = field(default_factory=dict)  # interleaved DyNet workers
+    errors: list[str] = field(default_factory=list)  # failures of those workers
+    dead: set[str] = field(default_factory=set)  # the workers that failed (no more passes)
 
     def sync(self) -> None:
         """Wait for the device (CUDA work is asynchronous; a phase ends when it is done)."""
@@ -264,18 +273,30 @@ def _pass(job: _Job, contender: str, chunk: range, *, profile: bool = False
 
 def _bench_job(job: _Job, contenders: Sequence[str], args: argparse.Namespace
                ) -> list[dict[str, Any]]:
-    """Time every edbatch contender on ``job``, passes interleaved; one row each."""
+    """Time every contender on ``job`` (edbatch's and the interleaved DyNet workers), passes
+    interleaved; one row each. A DyNet worker that fails is recorded in ``job.errors`` and
+    gets no row."""
     limit = args.unbatched_minibatches or len(job.chunks)
     counts = {c: min(limit, len(job.chunks)) if c == "unbatched" else len(job.chunks)
               for c in contenders}
     samples: dict[str, list[list[dict[str, float]]]] = {
         c: [[] for _ in range(n)] for c, n in counts.items()}
     infos: dict[str, list[dict[str, float]]] = {c: [] for c in contenders}
+    failed = job.dead
     for r in range(args.warmup + args.repeats):
         for c in contenders:
             t0 = time.perf_counter()
-            for k in range(counts[c]):
-                times, info = _pass(job, c, job.chunks[k])
+            for k in range(counts[c] if c not in failed else 0):
+                if c in job.peers:
+                    try:
+                        times, info = _peer_pass(job, c, k)
+                    except PeerServerError as e:
+                        failed.add(c)
+                        job.errors.append(f"{job.base['workload']} {job.base['size']} {c}: {e}")
+                        _log(job.errors[-1])
+                        break
+                else:
+                    times, info = _pass(job, c, job.chunks[k])
                 if r == 0:
                     infos[c].append(info)
                 if r >= args.warmup:
@@ -283,7 +304,16 @@ def _bench_job(job: _Job, contenders: Sequence[str], args: argparse.Namespace
             _log(f"  {job.base['workload']} {job.base['size']} {job.base['mode']} {c}: "
                  f"pass {r + 1}/{args.warmup + args.repeats} "
                  f"{'(warm-up) ' if r < args.warmup else ''}{time.perf_counter() - t0:.2f}s")
-    return [_row(job, c, samples[c], infos[c]) for c in contenders]
+    return [_row(job, c, samples[c], infos[c]) for c in contenders if c not in failed]
+
+
+def _peer_pass(job: _Job, contender: str, k: int
+               ) -> tuple[dict[str, float], dict[str, float]]:
+    """One mini-batch pass of an interleaved DyNet worker; its ``forward`` (autobatch
+    scheduling, gathers and kernels) is the execution phase."""
+    phases, loss = job.peers[contender].run(job.base["mode"], k)
+    phases["execution"] = phases.pop("forward")
+    return phases, {"loss": loss}
 
 
 def _profile(job: _Job, contender: str, count: int) -> dict[str, float]:
@@ -307,11 +337,15 @@ def _row(job: _Job, contender: str, samples: list[list[dict[str, float]]],
     total = sum(ms.values())
     items = sum(len(c) for c in job.chunks[:n])
     overhead = ms["construction_ms"] + ms["scheduling_ms"] + ms["planning_ms"]
-    row = {**job.base, "contender": contender, "framework": "edbatch", "minibatches": n,
+    row = {**job.base, "contender": contender,
+           "framework": "dynet" if contender in job.peers else "edbatch", "minibatches": n,
            "items": items, "scale": sum(len(c) for c in job.chunks) / items,
-           "batches": statistics.mean(i["batches"] for i in infos), **ms, "total_ms": total,
+           **ms, "total_ms": total,
            "items_per_s": items / (total / 1e3), "overhead_share": overhead / total,
            "loss": infos[0]["loss"], "losses": [i["loss"] for i in infos]}
+    if contender in job.peers:
+        return row
+    row["batches"] = statistics.mean(i["batches"] for i in infos)
     if contender != "unbatched":
         row["gathers"] = int(sum(i.get("exec/num_gathers", 0.0) for i in infos))
         row.update(_profile(job, contender, n))
@@ -319,11 +353,15 @@ def _row(job: _Job, contender: str, samples: list[list[dict[str, float]]],
 
 
 def _edbatch_rows(name: str, size: str, wl: Workload, chunks: list[range],
-                  policy: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """All edbatch rows of one workload x size (both modes)."""
+                  policy: Any, args: argparse.Namespace,
+                  peers: dict[str, DynetServer] | None = None,
+                  errors: list[str] | None = None) -> list[dict[str, Any]]:
+    """All edbatch rows of one workload x size (both modes), and those of the interleaved
+    DyNet ``peers`` (their passes run between edbatch's; failures go to ``errors``)."""
     cuda = torch.device(args.device).type == "cuda"
+    peers, dead = peers or {}, set[str]()
     contenders = [c for c in args.contenders if c in EDBATCH_CONTENDERS
-                  and (cuda or c != GRAPHED)]
+                  and (cuda or c != GRAPHED)] + list(peers)
     schedulers: dict[str, Callable[[Graph], Schedule]] = {
         c: make_scheduler(c) for c in ("depth", "dynet_agenda") if c in contenders}
     if policy is not None:
@@ -342,8 +380,9 @@ def _edbatch_rows(name: str, size: str, wl: Workload, chunks: list[range],
                 "mode": mode, "device": args.device}
         graphed = TorchExecutor(args.device, cuda_graphs=True) if cuda else None
         job = _Job(wl, chunks, params, train, schedulers, base, not args.no_cse,
-                   args.construction == "fresh", args.device, graphed)
-        rows += _bench_job(job, contenders, args)
+                   args.construction == "fresh", args.device, graphed, peers,
+                   errors if errors is not None else [], dead)
+        rows += _bench_job(job, [c for c in contenders if c not in dead], args)
     return rows
 
 
@@ -351,6 +390,48 @@ def _edbatch_rows(name: str, size: str, wl: Workload, chunks: list[range],
 def dynet_available() -> bool:
     """Whether ``import dynet`` would work in a subprocess."""
     return importlib.util.find_spec("dynet") is not None
+
+
+def _save_peer_params(folder: Path, name: str, size: str, wl: Workload) -> Path:
+    """edbatch's initial parameters (seed 0) as the ``.npz`` the DyNet worker loads."""
+    path = folder / f"{name}_{size}.npz"
+    params = init_params(wl, torch.Generator().manual_seed(0))
+    np.savez(path, **{k: t.detach().numpy() for k, t in params.items()})  # type: ignore
+    return path
+
+
+def _peer_cmd(name: str, size: str, contender: str, num_minibatches: int,
+              args: argparse.Namespace, path: Path, *, serve: bool = False) -> list[str]:
+    """The DyNet worker's command line for one autobatch mode."""
+    embed, hidden = _dims(size)
+    return [sys.executable, str(args.dynet_peer), "--workload", name, "--embed", str(embed),
+            "--hidden", str(hidden), "--autobatch", contender[-1], "--batch-size",
+            str(BATCH_SIZE), "--minibatches", str(num_minibatches), "--repeats",
+            str(args.repeats), "--warmup", str(args.warmup), "--params", str(path),
+            "--modes", *args.modes, *(["--serve"] if serve else [])]
+
+
+def _peer_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def _start_peers(stack: ExitStack, name: str, size: str, wl: Workload, num_minibatches: int,
+                 args: argparse.Namespace, errors: list[str]) -> dict[str, DynetServer]:
+    """One serving DyNet worker per requested autobatch mode (closed with ``stack``); a
+    worker that fails to start is recorded in ``errors`` and left out."""
+    peers: dict[str, DynetServer] = {}
+    with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:  # read at start-up only
+        path = _save_peer_params(Path(tmp), name, size, wl)
+        for contender in (c for c in args.contenders if c in DYNET_CONTENDERS):
+            cmd = _peer_cmd(name, size, contender, num_minibatches, args, path, serve=True)
+            _log(f"  {name} {size} {contender} (interleaved): {' '.join(cmd[1:])}")
+            try:
+                peers[contender] = stack.enter_context(DynetServer(cmd, _peer_env(), ROOT))
+            except PeerServerError as e:
+                errors.append(f"{name} {size} {contender}: {e}")
+                _log(errors[-1])
+    return peers
 
 
 def _dynet_rows(name: str, size: str, wl: Workload, num_minibatches: int,
@@ -361,22 +442,12 @@ def _dynet_rows(name: str, size: str, wl: Workload, num_minibatches: int,
     embed, hidden = _dims(size)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
-        path = Path(tmp) / f"{name}_{size}.npz"
-        params = init_params(wl, torch.Generator().manual_seed(0))
-        np.savez(path, **{k: t.detach().numpy() for k, t in params.items()})  # type: ignore
+        path = _save_peer_params(Path(tmp), name, size, wl)
         for contender in (c for c in args.contenders if c in DYNET_CONTENDERS):
-            cmd = [sys.executable, str(args.dynet_peer), "--workload", name,
-                   "--embed", str(embed), "--hidden", str(hidden),
-                   "--autobatch", contender[-1], "--batch-size", str(BATCH_SIZE),
-                   "--minibatches", str(num_minibatches), "--repeats", str(args.repeats),
-                   "--warmup", str(args.warmup), "--params", str(path),
-                   "--modes", *args.modes]
+            cmd = _peer_cmd(name, size, contender, num_minibatches, args, path)
             _log(f"  {name} {size} {contender}: {' '.join(cmd[1:])}")
-            env = {**os.environ,
-                   "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                               os.environ.get("PYTHONPATH")]))}
-            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env,
-                                  check=False)
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                                  env=_peer_env(), check=False)
             try:
                 report = json.loads(proc.stdout.strip().splitlines()[-1])
             except (IndexError, json.JSONDecodeError):
@@ -433,6 +504,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             chunks = chunks[:args.minibatches or len(chunks)]
             _log(f"{name} {size}: {len(chunks)} mini-batches of split "
                  f"{wl.default_eval_split!r}")
+            if use_dynet and args.dynet_interleave:  # DyNet passes between edbatch's
+                with ExitStack() as stack:
+                    peers = _start_peers(stack, name, size, wl, len(chunks), args,
+                                         results["dynet_errors"])
+                    rows = _edbatch_rows(name, size, wl, chunks, policy, args, peers,
+                                         results["dynet_errors"])
+                check_losses(rows, LOSS_RTOL)
+                results["rows"] += rows
+                for mode in args.modes:
+                    print_table([r for r in rows if r["mode"] == mode])
+                continue
             runs: list[list[dict[str, Any]]] = []
             if use_dynet and args.dynet_runs > 1:  # bracket the edbatch passes
                 runs.append(_dynet_rows(name, size, wl, len(chunks), args,
@@ -461,6 +543,10 @@ def _dynet_note(args: argparse.Namespace) -> dict[str, Any]:
     if not dynet_available():
         return {"used": False, "note": "DyNet rows skipped: `import dynet` is not available "
                                        "(install it with: pip install -e \".[peers]\")."}
+    if args.dynet_interleave:
+        return {"used": True, "note": f"DyNet rows from {args.dynet_peer} (one serving process "
+                                      f"per autobatch mode, its passes interleaved with "
+                                      f"edbatch's)."}
     return {"used": True, "note": f"DyNet rows from {args.dynet_peer} (one process per "
                                   f"autobatch mode; the faster of {args.dynet_runs} run(s), "
                                   f"{'before and after' if args.dynet_runs > 1 else 'after'}"
@@ -481,6 +567,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--no-dynet", action="store_true", help="skip the DyNet rows")
+    p.add_argument("--dynet-interleave", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep one DyNet worker per autobatch mode running and interleave its "
+                        "passes with edbatch's (default); --no-dynet-interleave runs each "
+                        "worker's passes as one block (see --dynet-runs)")
     p.add_argument("--dynet-runs", type=int, choices=(1, 2), default=2,
                    help="2: DyNet runs before and after the edbatch passes, the faster run "
                         "counts (conservative under drift); 1: after only")

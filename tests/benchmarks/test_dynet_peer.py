@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -168,3 +169,31 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     args.update({k: (str(tmp_path / v) if k == "--params" else v) for k, v in change.items()})
     assert dp.main([x for kv in args.items() for x in kv]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_serving_worker_times_one_minibatch_per_request(tmp_path: Path) -> None:
+    """``--serve`` through the harness's client: reference losses per request, a bad request
+    answered with an error naming it (the worker stays up), a clean exit at end of input."""
+    from benchmarks._dynet_server import DynetServer, PeerServerError
+
+    wl = make_workload("bilstm_tagger", granularity="cell", embed_dim=EMBED, hidden_dim=HIDDEN)
+    params = _params(wl)
+    path = dp.save_params(tmp_path / "params.npz", params)
+    cmd = [sys.executable, str(SCRIPT), "--workload", "bilstm_tagger", "--embed", str(EMBED),
+           "--hidden", str(HIDDEN), "--autobatch", "1", "--batch-size", "2", "--minibatches",
+           "2", "--params", str(path), "--mem", "256", "--serve"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    instances = list(wl.load(wl.default_eval_split))
+    expected = [_reference(wl, instances[s:s + 2], params) for s in (0, 2)]
+    with DynetServer(cmd, env, ROOT) as server:
+        assert server.contender == "dynet_autobatch1" and server.sizes == [2, 2]
+        for mode, k in (("infer", 1), ("train", 0), ("infer", 0)):
+            phases, loss = server.run(mode, k)
+            assert loss == pytest.approx(expected[k], rel=1e-4)
+            assert set(phases) == ({"construction", "forward", "backward", "update"}
+                                   if mode == "train" else {"construction", "forward"})
+            assert all(v >= 0 for v in phases.values())
+        with pytest.raises(PeerServerError, match="batch 7 out of range"):
+            server.run("infer", 7)
+        assert server.run("infer", 1)[1] == pytest.approx(expected[1], rel=1e-4)
+    assert server.proc.returncode == 0

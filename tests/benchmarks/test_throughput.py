@@ -161,3 +161,69 @@ def test_best_of_two_dynet_runs_keeps_the_faster_row_and_both_speeds() -> None:
     assert best["dynet_autobatch1", "train"]["items_per_s_runs"] == [50.0, 40.0]
     assert tp.best_of([after]) == [{**r, "items_per_s_runs": [r["items_per_s"]]}
                                    for r in after]
+
+
+_SERVING_STUB = """\
+import json, sys
+a = sys.argv
+ab = int(a[a.index('--autobatch') + 1])
+die_at = {die_at}
+log = open({log!r}, 'a')
+if die_at == -1:
+    print('cannot start', file=sys.stderr)
+    sys.exit(2)
+hello = {{'ready': True, 'contender': f'dynet_autobatch{{ab}}', 'sizes': [64]}}
+print(json.dumps(hello), flush=True)
+for n, line in enumerate(sys.stdin):
+    req = json.loads(line)
+    log.write(f"{{req['mode']}} {{req['batch']}}\\n")
+    log.flush()
+    if n == die_at:
+        print('worker crashed', file=sys.stderr)
+        sys.exit(3)
+    ph = {{'construction': 0.001, 'forward': 0.002}}
+    if req['mode'] == 'train':
+        ph.update(backward=0.003, update=0.0005)
+    print(json.dumps({{**ph, 'loss': 10.0}}), flush=True)
+"""
+
+
+def _interleaved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, die_at: int | None
+                 ) -> tuple[dict[str, Any], list[str]]:
+    """A tiny run with depth and a serving stub worker (no DyNet needed)."""
+    log = tmp_path / "requests.log"
+    stub = tmp_path / "peer.py"
+    stub.write_text(_SERVING_STUB.format(die_at=die_at, log=str(log)))
+    monkeypatch.setattr(tp, "dynet_available", lambda: True)
+    results = tp.main([*TINY, "--repeats", "2", "--warmup", "1", "--contenders", "depth",
+                       "dynet_autobatch1", "--dynet-peer", str(stub),
+                       "--policy-dir", str(tmp_path / "policies"),
+                       "--out", str(tmp_path / "out.json"), "--plot", str(tmp_path / "out.png")])
+    return results, log.read_text().splitlines() if log.exists() else []
+
+
+def test_interleaved_dynet_worker_rows_and_requests(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    results, requests = _interleaved(tmp_path, monkeypatch, die_at=None)
+    assert "interleaved" in results["dynet"]["note"] and not results["dynet_errors"]
+    # one request per mini-batch pass, warm-up included, in the harness's pass order
+    assert requests == ["infer 0"] * 3 + ["train 0"] * 3
+    rows = {(r["contender"], r["mode"]): r for r in results["rows"]}
+    assert set(rows) == {(c, m) for c in ("depth", "dynet_autobatch1") for m in tp.MODES}
+    infer, train = rows["dynet_autobatch1", "infer"], rows["dynet_autobatch1", "train"]
+    assert infer["framework"] == "dynet" and "batches" not in infer
+    assert (infer["construction_ms"], infer["execution_ms"], infer["total_ms"]) == \
+        pytest.approx((1.0, 2.0, 3.0))
+    assert (train["backward_ms"], train["update_ms"], train["total_ms"]) == \
+        pytest.approx((3.0, 0.5, 6.5))
+    assert infer["losses"] == [10.0] and infer["loss_match"] is False  # the stub's loss is off
+
+
+@pytest.mark.parametrize(("die_at", "needle"), [(-1, "cannot start"), (1, "worker crashed")])
+def test_interleaved_worker_failure_is_recorded_not_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, die_at: int, needle: str) -> None:
+    results, requests = _interleaved(tmp_path, monkeypatch, die_at=die_at)
+    assert len(results["dynet_errors"]) == 1 and needle in results["dynet_errors"][0]
+    assert len(requests) == (0 if die_at < 0 else 2)  # no request after the crash
+    assert {r["contender"] for r in results["rows"]} == {"depth"}
+    assert {r["mode"] for r in results["rows"]} == set(tp.MODES)
