@@ -282,7 +282,7 @@ def _bench_job(job: _Job, contenders: Sequence[str], args: argparse.Namespace
     samples: dict[str, list[list[dict[str, float]]]] = {
         c: [[] for _ in range(n)] for c, n in counts.items()}
     infos: dict[str, list[dict[str, float]]] = {c: [] for c in contenders}
-    failed = job.dead
+    failed = job.dead  # shared by both modes' jobs: a dead worker stays dead
     for r in range(args.warmup + args.repeats):
         for c in contenders:
             t0 = time.perf_counter()
@@ -475,6 +475,21 @@ def best_of(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [{**row, "items_per_s_runs": seen[key]} for key, row in best.items()]
 
 
+def _rows_dynet_in_blocks(name: str, size: str, wl: Workload, chunks: list[range],
+                          policy: Any, args: argparse.Namespace, use_dynet: bool,
+                          errors: list[str]) -> list[dict[str, Any]]:
+    """edbatch's rows, then (``use_dynet``) DyNet's, each worker timed as one block before
+    and after the edbatch passes (``--dynet-runs 2``, the faster run counts) or after only."""
+    runs: list[list[dict[str, Any]]] = []
+    if use_dynet and args.dynet_runs > 1:  # bracket the edbatch passes
+        runs.append(_dynet_rows(name, size, wl, len(chunks), args, errors))
+    rows = _edbatch_rows(name, size, wl, chunks, policy, args)
+    if use_dynet:
+        runs.append(_dynet_rows(name, size, wl, len(chunks), args, errors))
+        rows += best_of(runs)
+    return rows
+
+
 # ---------------------------------------------------------------------- driver
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark described by parsed ``args``; return the JSON-ready results."""
@@ -510,20 +525,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                          results["dynet_errors"])
                     rows = _edbatch_rows(name, size, wl, chunks, policy, args, peers,
                                          results["dynet_errors"])
-                check_losses(rows, LOSS_RTOL)
-                results["rows"] += rows
-                for mode in args.modes:
-                    print_table([r for r in rows if r["mode"] == mode])
-                continue
-            runs: list[list[dict[str, Any]]] = []
-            if use_dynet and args.dynet_runs > 1:  # bracket the edbatch passes
-                runs.append(_dynet_rows(name, size, wl, len(chunks), args,
-                                        results["dynet_errors"]))
-            rows = _edbatch_rows(name, size, wl, chunks, policy, args)
-            if use_dynet:
-                runs.append(_dynet_rows(name, size, wl, len(chunks), args,
-                                        results["dynet_errors"]))
-                rows += best_of(runs)
+            else:
+                rows = _rows_dynet_in_blocks(name, size, wl, chunks, policy, args, use_dynet,
+                                             results["dynet_errors"])
             check_losses(rows, LOSS_RTOL)
             results["rows"] += rows
             for mode in args.modes:

@@ -227,3 +227,28 @@ def test_interleaved_worker_failure_is_recorded_not_raised(
     assert len(requests) == (0 if die_at < 0 else 2)  # no request after the crash
     assert {r["contender"] for r in results["rows"]} == {"depth"}
     assert {r["mode"] for r in results["rows"]} == set(tp.MODES)
+
+
+def test_block_timed_dynet_worker_runs_before_and_after(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--no-dynet-interleave``: one whole-run worker before and one after edbatch's passes;
+    the faster counts and both speeds are kept."""
+    stub = tmp_path / "peer.py"
+    count = tmp_path / "runs"
+    stub.write_text(
+        "import json, pathlib, sys\n"
+        f"p = pathlib.Path({str(count)!r})\n"
+        "n = int(p.read_text()) + 1 if p.exists() else 1\n"
+        "p.write_text(str(n))\n"
+        "ph = {'construction_ms': 1.0, 'forward_ms': float(n), 'total_ms': 1.0 + n,\n"
+        "      'items_per_s': 64 / ((1.0 + n) / 1e3)}\n"
+        "print(json.dumps({'contender': 'dynet_autobatch1', 'items': 64, 'losses': [10.0],\n"
+        "                  'infer': ph}))\n")
+    monkeypatch.setattr(tp, "dynet_available", lambda: True)
+    results = tp.main([*TINY, "--modes", "infer", "--contenders", "depth", "dynet_autobatch1",
+                       "--no-dynet-interleave", "--dynet-peer", str(stub),
+                       "--policy-dir", str(tmp_path / "policies"),
+                       "--out", str(tmp_path / "out.json"), "--plot", str(tmp_path / "out.png")])
+    assert count.read_text() == "2" and "before and after" in results["dynet"]["note"]
+    (row,) = [r for r in results["rows"] if r["contender"] == "dynet_autobatch1"]
+    assert row["execution_ms"] == 1.0 and len(row["items_per_s_runs"]) == 2  # run 1 was faster
