@@ -38,10 +38,13 @@ class DynetServer:
         self._err: IO[str] = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._err, text=True, cwd=cwd, env=dict(env))
-        hello = self._reply()
-        if not hello.get("ready"):
-            self.close()
-            raise PeerServerError(f"worker did not report ready: {hello}")
+        try:
+            hello = self._reply()
+            if not hello.get("ready"):
+                raise PeerServerError(f"worker did not report ready: {hello}")
+        except PeerServerError:
+            self.close()  # the pipes and the stderr file, also when the worker died
+            raise
         self.contender: str = hello["contender"]
         self.sizes: list[int] = hello["sizes"]
 

@@ -252,3 +252,20 @@ def test_block_timed_dynet_worker_runs_before_and_after(tmp_path: Path,
     assert count.read_text() == "2" and "before and after" in results["dynet"]["note"]
     (row,) = [r for r in results["rows"] if r["contender"] == "dynet_autobatch1"]
     assert row["execution_ms"] == 1.0 and len(row["items_per_s_runs"]) == 2  # run 1 was faster
+
+
+def test_a_worker_that_dies_at_start_leaves_no_open_pipes(tmp_path: Path) -> None:
+    import gc
+    import sys
+    import warnings
+
+    from benchmarks._dynet_server import DynetServer, PeerServerError
+
+    stub = tmp_path / "peer.py"
+    stub.write_text("import sys\nprint('no dynet here', file=sys.stderr)\nsys.exit(2)\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(PeerServerError, match="exited 2: no dynet here"):
+            DynetServer([sys.executable, str(stub)], {}, tmp_path)
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
