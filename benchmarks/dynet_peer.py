@@ -283,6 +283,13 @@ def _one_pass(dy: Any, build: Callable[[Sequence[Any]], Any], batches: Sequence[
     return times, losses
 
 
+def _builder(dy: Any, workload: str, params: dict[str, Any], hidden: int
+             ) -> Callable[[Sequence[Any]], Any]:
+    """``batch -> loss expression`` of ``workload``'s peer (a fresh graph per call)."""
+    peer = PEERS[workload]
+    return lambda batch: peer(dy, params, hidden, batch)
+
+
 def run_benchmark(dy: Any, workload: str, params: dict[str, Any], model: Any, hidden: int,
                   batches: Sequence[Sequence[Any]], modes: Sequence[str], *, repeats: int,
                   warmup: int, lr: float = 0.0) -> tuple[dict[str, dict[str, float]],
@@ -293,11 +300,7 @@ def run_benchmark(dy: Any, workload: str, params: dict[str, Any], model: Any, hi
     passes (after ``warmup`` untimed ones), in milliseconds; ``total_ms`` sums the phases and
     ``items_per_s`` divides the instance count by it.
     """
-    peer = PEERS[workload]
-
-    def build(batch: Sequence[Any]) -> Any:
-        return peer(dy, params, hidden, batch)
-
+    build = _builder(dy, workload, params, hidden)
     items = sum(len(b) for b in batches)
     first: list[float] | None = None
     report: dict[str, dict[str, float]] = {}
@@ -401,8 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.serve:
         print(json.dumps({"ready": True, "contender": f"dynet_autobatch{args.autobatch}",
                           "sizes": [len(b) for b in batches]}), flush=True)
-        peer = PEERS[args.workload]
-        serve(dy, lambda batch: peer(dy, params, args.hidden, batch), batches, model, args.lr,
+        serve(dy, _builder(dy, args.workload, params, args.hidden), batches, model, args.lr,
               sys.stdin, sys.stdout)
         return 0
     report, losses = run_benchmark(dy, args.workload, params, model, args.hidden, batches,
