@@ -40,20 +40,20 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from edbatch.api_policy import SchedulerLike, as_scheduler, load_policy, train_policy
+from edbatch.api_variadic import VariadicCell, segment_sum
 from edbatch.errors import GraphError
 from edbatch.executor import KERNELS, Kernel
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
 from edbatch.memory import Strategy, plan_memory
-from edbatch.schedule import Policy, PolicyScheduler, Schedule, Scheduler, make_scheduler
+from edbatch.schedule import Schedule
 
-__all__ = ["BatchResult", "Cell", "DynamicBatch", "Handle", "SchedulerLike", "ShapeLike"]
+__all__ = ["BatchResult", "Cell", "DynamicBatch", "Handle", "SchedulerLike", "ShapeLike",
+           "VariadicCell", "load_policy", "segment_sum", "train_policy"]
 
 #: A shape given by the user: an int (a vector width) or a tuple.
 ShapeLike = int | Sequence[int]
-#: A scheduler for :meth:`DynamicBatch.run`: a registered name, a Policy or a Scheduler.
-SchedulerLike = str | Policy | Scheduler
-
 
 
 def _shape(value: ShapeLike, what: str) -> tuple[int, ...]:
@@ -231,8 +231,12 @@ class DynamicBatch:
 
     # ------------------------------------------------------------------ registration
     def cell(self, module: Callable[..., Tensor], name: str, in_shapes: Sequence[ShapeLike],
-             out_shape: ShapeLike, *, takes_attr: bool = False) -> Cell:
+             out_shape: ShapeLike, *, takes_attr: bool = False,
+             variadic: bool = False) -> Cell:
         """Register ``module`` as the cell (op type) ``user.<name>`` and return it.
+
+        ``variadic=True``: the last of ``in_shapes`` repeats any number of times per call
+        (see :mod:`edbatch.api_variadic` for the module's call).
 
         The module is probed once with a zero batch of one row (eval mode, no grad) to
         check that it returns ``[1, *out_shape]``.
@@ -254,7 +258,11 @@ class DynamicBatch:
             raise GraphError(f"cell name {name!r} must be non-empty letters, digits and _")
         ins = [_shape(s, f"cell {name!r} in_shapes[{k}]") for k, s in enumerate(in_shapes)]
         out = () if out_shape == () else _shape(out_shape, f"cell {name!r} out_shape")
-        new = Cell(self, module, name, ins, out, takes_attr)
+        if variadic and takes_attr:
+            raise GraphError(f"cell {name!r}: a variadic cell takes no attr (its nodes' "
+                             f"attrs hold their operand counts); pass labels to another cell")
+        new = (VariadicCell(self, module, name, ins, out) if variadic
+               else Cell(self, module, name, ins, out, takes_attr))
         old = self._cells.get(new.op.kind)
         if old is not None:
             if old.module is module and old.op == new.op and old.takes_attr == takes_attr:
@@ -272,8 +280,9 @@ class DynamicBatch:
             self._op_ids[op.name] = len(self._ops)
             self._ops.append(op)
 
-    def _probe(self, cell: Cell) -> None:
-        shapes = cell.op.in_shapes or ()
+    def _probe(self, cell: Cell | VariadicCell) -> None:
+        shapes = (cell.fixed + (cell.each,) * 2 if isinstance(cell, VariadicCell)
+                  else cell.op.in_shapes or ())
         xs = [torch.zeros(1, math.prod(s), device=self.device, dtype=self.dtype)
               for s in shapes]
         module = cell.module
@@ -282,7 +291,11 @@ class DynamicBatch:
             module.eval()  # e.g. batch norm cannot run on one row in training mode
         try:
             with torch.no_grad():
-                cell.forward_rows(xs, torch.zeros(1, dtype=torch.int64, device=self.device))
+                if isinstance(cell, VariadicCell):
+                    cell.forward_rows(*cell.probe_inputs(self.device, self.dtype))
+                else:
+                    cell.forward_rows(xs, torch.zeros(1, dtype=torch.int64,
+                                                      device=self.device))
         except GraphError:
             raise
         except Exception as e:
@@ -372,6 +385,11 @@ class DynamicBatch:
                              f"declare the loss cell with out_shape=() and reduce per row")
         self._losses.append(handle.node_id)
 
+    def discard(self) -> None:
+        """Drop the recorded mini-batch without running it and start a new one; its handles
+        become stale (e.g. after :meth:`graph` collected it for policy training)."""
+        self._clear()
+
     # ------------------------------------------------------------------ running
     def graph(self, outputs: Sequence[Handle] = ()) -> tuple[Graph, int | None]:
         """Build the mini-batch graph; return it and its loss-sum node (``None`` if none).
@@ -415,7 +433,7 @@ class DynamicBatch:
             UnknownNameError: an unknown scheduler name (with a did-you-mean hint).
             GraphError: nothing was recorded, or a handle is not of this mini-batch.
         """
-        make = _as_scheduler(scheduler)
+        make = as_scheduler(scheduler)
         if not self._node_ops:
             raise GraphError("DynamicBatch.run: the mini-batch is empty; call cells (inside "
                              "batch.instance()) before run()")
@@ -431,15 +449,3 @@ class DynamicBatch:
         out = BatchResult(loss, graph, schedule, result, self, self._generation)
         self._clear()
         return out
-
-
-def _as_scheduler(scheduler: SchedulerLike) -> Scheduler:
-    """A scheduler from a registered name, a policy or a scheduler callable."""
-    if isinstance(scheduler, str):
-        return make_scheduler(scheduler)
-    if isinstance(scheduler, Policy):
-        return PolicyScheduler(scheduler)
-    if not callable(scheduler):
-        raise GraphError(f"scheduler must be a name, a Policy or a callable graph -> Schedule, "
-                         f"got {type(scheduler).__name__}")
-    return scheduler

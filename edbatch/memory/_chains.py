@@ -190,7 +190,7 @@ class ChainPlanner:
     def _slot_sequences(self, order: Sequence[int]) -> list[list[int]]:
         """Per operand slot, the producers in ``order`` (empty if they repeat)."""
         ops = self.operands
-        arity = len(ops[order[0]])
+        arity = min(len(ops[v]) for v in order)  # a variadic op's nodes may differ
         out = []
         for k in range(arity):
             seq = [ops[v][k] for v in order]
@@ -219,7 +219,7 @@ class ChainPlanner:
         cands = [sorted(free, key=lambda piece: piece[0])]
         if len(free) < 2:  # nothing to order (a single node: e.g. a variadic loss sum)
             return cands
-        for k in range(len(self.operands[free[0][0]])):
+        for k in range(min(len(self.operands[piece[0]]) for piece in free)):
             key = {piece[0]: self._position(self.operands[piece[0]][k]) for piece in free}
             # the chains the producers lie in, in key order and reversed
             rank = {c: i for i, c in enumerate(sorted({key[p[0]][:-1] for p in free}))}

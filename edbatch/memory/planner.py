@@ -184,7 +184,7 @@ def zero_copy_upper_bound(graph: Graph, schedule: Schedule) -> float:
         if b.forced:
             continue
         ids = np.asarray(b.node_ids, dtype=np.int64)
-        for k in range(int(graph.arity[ids[0]])):
+        for k in range(int(graph.arity[ids].min())):  # slots every node has (variadic ops)
             reads += 1
             prods = graph.operand_ids[graph.operand_ptr[ids] + k]
             if len(np.unique(prods)) != len(prods):
@@ -231,8 +231,10 @@ class _Layout:
         variadic = np.array([op.arity is None for op in g.vocab])[g.op_ids[cons]]
         ebatch = np.repeat(batch, arity)
         # A variadic op's node alone in its batch reads all its operands as one slot (rows
-        # in operand order) when they share an arena, else one read per operand.
-        single = np.repeat(variadic, arity)
+        # in operand order) when they share an arena, else one read per operand. Batched
+        # variadic nodes (user cells) read slot k from the nodes that have a k-th operand.
+        alone = np.bincount(batch, minlength=len(self.orders))[batch] == 1
+        single = np.repeat(variadic & alone, arity)
         if single.any():  # variadic nodes whose operands span several arenas
             arenas = self.node_arena[g.operand_ids[edge[single]]].astype(np.int64)
             owner = np.repeat(np.arange(len(cons)), arity)[single]
@@ -240,8 +242,7 @@ class _Layout:
             hi = np.full(len(cons), -1, dtype=np.int64)
             np.minimum.at(lo, owner, arenas)
             np.maximum.at(hi, owner, arenas)
-            alone = np.bincount(batch, minlength=len(self.orders))[batch] == 1
-            merged = np.repeat((lo == hi) & alone, arity) & single
+            merged = np.repeat(lo == hi, arity) & single
             slot[merged] = 0
             single &= ~merged
         key = ebatch * (int(slot.max(initial=0)) + 1) + slot

@@ -1,0 +1,175 @@
+"""Learned batching policies for a user's own model (the user API's training path).
+
+Record mini-batches with :class:`~edbatch.api.DynamicBatch` as usual, collect their graphs
+instead of running them (``graph, _ = batch.graph(); batch.discard()``), train an FSM on
+them with any of the project's trainers, save it, and pass it to ``batch.run(policy)``::
+
+    graphs = []
+    for chunk in chunks:                      # a few representative mini-batches
+        for item in chunk:
+            with batch.instance():
+                model.encode(item)
+        graphs.append(batch.graph()[0])
+        batch.discard()
+    policy = train_policy(graphs[:4], val_graphs=graphs[4:], path="policy.json")
+    out = batch.run(load_policy("policy.json"))
+
+The graphs' op types are the batch's cells in registration order (plus ``loss_sum`` when the
+mini-batch has losses), so register every cell before recording and in the same order in the
+program that uses the policy; a policy run on a graph with other op types is refused with the
+first difference. Trainers (:data:`TRAINERS`): ``fsm`` (edbatch's tabular learner, the
+``experiments.train`` default), ``ed_batch`` (ED-Batch's learner), ``maskable_ppo`` and
+``dqn`` (SB3, distilled into an FSM; need the ``rl`` extra), or any object with the
+trainers' ``fit(train_graphs, val_graphs, ...)`` method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from edbatch.errors import GraphError, UnknownNameError, did_you_mean
+from edbatch.graph import Graph
+from edbatch.schedule import Policy, PolicyScheduler, Schedule, Scheduler, make_scheduler
+
+__all__ = ["TRAINERS", "SchedulerLike", "as_scheduler", "load_policy", "train_policy"]
+
+#: A scheduler for ``DynamicBatch.run``: a registered name, a Policy or a Scheduler.
+SchedulerLike = str | Policy | Scheduler
+
+#: Trainer name -> (class path, default hyper-parameters); ``fsm`` mirrors
+#: ``conf/trainer/q_learning.yaml`` with ``conf/policy/fsm.yaml``.
+TRAINERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fsm": ("policies.q_learning:QLearningTrainer", {
+        "encoding": "hints", "fallback": "auto", "lookahead": "rollout",
+        "fallback_snapshot": True, "warm_start": True, "clip_bootstrap": False,
+        "max_episodes": 300}),
+    "ed_batch": ("policies.q_learning:QLearningTrainer", {}),
+    "maskable_ppo": ("policies.sb3:MaskablePPOTrainer", {"fallback": "auto"}),
+    "dqn": ("policies.sb3:DQNTrainer", {"fallback": "auto"}),
+}
+
+
+def _graphs(items: Sequence[Any], what: str) -> list[Graph]:
+    """Graphs from graphs or ``DynamicBatch.graph()`` pairs, all of one vocabulary."""
+    graphs = [g[0] if isinstance(g, tuple) else g for g in items]
+    for i, g in enumerate(graphs):
+        if not isinstance(g, Graph):
+            raise GraphError(f"{what}[{i}] is a {type(g).__name__}, not a Graph; pass the "
+                             f"graphs of DynamicBatch.graph() (or the pairs it returns)")
+    return graphs
+
+
+def _check_vocab(graphs: Sequence[Graph], names: tuple[str, ...], what: str) -> None:
+    for i, g in enumerate(graphs):
+        if g.vocab.names != names:
+            raise GraphError(f"{what}[{i}] has op types {list(g.vocab.names)}, but the first "
+                             f"training graph has {list(names)}; register the same cells in "
+                             f"the same order (and add losses to every mini-batch or none)")
+
+
+def train_policy(graphs: Sequence[Any], trainer: str | Any = "fsm", *,
+                 val_graphs: Sequence[Any] | None = None, path: str | Path | None = None,
+                 seed: int = 0, checkpoint: str | Path | None = None, progress: bool = False,
+                 **hparams: Any) -> Any:
+    """Train an FSM batching policy on recorded mini-batch graphs; optionally save it.
+
+    Args:
+        graphs: training graphs (``DynamicBatch.graph()`` results or their graphs).
+        trainer: a name of :data:`TRAINERS` or a trainer object with ``fit``.
+        val_graphs: graphs for snapshot selection and the ``auto`` fallback choice
+            (default: the training graphs).
+        path: where to save the policy artifact (JSON), if given.
+        seed: the trainer's seed.
+        checkpoint: the tabular learners' checkpoint file (resumes if it exists).
+        progress: show a progress bar.
+        **hparams: the trainer's hyper-parameters, over the defaults of :data:`TRAINERS`
+            (e.g. ``max_episodes=100``; see ``policies.QLearningConfig``).
+
+    Returns:
+        The trained :class:`policies.FSMPolicy`; ``policy.metadata["best_ratio"]`` is its
+        batches / lower bound on the validation graphs.
+
+    Raises:
+        GraphError: no graphs, a non-graph, or graphs with different op types.
+        UnknownNameError: an unknown trainer name or hyper-parameter.
+    """
+    train = _graphs(graphs, "graphs")
+    if not train:
+        raise GraphError("train_policy needs at least one graph; record mini-batches and "
+                         "collect batch.graph() before calling it")
+    val = _graphs(val_graphs, "val_graphs") if val_graphs is not None else train
+    names = train[0].vocab.names
+    _check_vocab(train, names, "graphs")
+    _check_vocab(val, names, "val_graphs")
+    if isinstance(trainer, str):
+        trainer = _make_trainer(trainer, seed, hparams)
+    elif hparams:
+        raise GraphError(f"hyper-parameters {sorted(hparams)} go to a trainer given by name; "
+                         f"set them on the trainer object {type(trainer).__name__} instead")
+    result = trainer.fit(train, val, checkpoint=checkpoint, progress=progress,
+                         metadata={"source": "edbatch.api", "trainer": getattr(
+                             trainer, "name", type(trainer).__name__), "seed": seed})
+    if path is not None:
+        result.policy.save(path)
+    return result.policy
+
+
+def _make_trainer(name: str, seed: int, hparams: dict[str, Any]) -> Any:
+    import importlib
+
+    if name not in TRAINERS:
+        raise UnknownNameError(f"unknown trainer {name!r}; choose one of {list(TRAINERS)}."
+                               + did_you_mean(name, TRAINERS))
+    target, defaults = TRAINERS[name]
+    module, cls = target.split(":")
+    kwargs = {**defaults, "seed": seed, **hparams}
+    try:
+        return getattr(importlib.import_module(module), cls)(**kwargs)
+    except TypeError as e:  # an unknown keyword of the trainer or its config
+        raise UnknownNameError(f"trainer {name!r} rejected its hyper-parameters "
+                               f"{sorted(hparams)}: {e}; see policies.QLearningConfig or "
+                               f"the SB3 trainers for the accepted names") from None
+
+
+def load_policy(path: str | Path) -> Any:
+    """Read a saved FSM policy (:meth:`policies.FSMPolicy.load`); ``batch.run(policy)``
+    checks each graph's op types against it.
+
+    Raises:
+        PolicyFileError: a missing, corrupt or foreign file.
+    """
+    from policies.fsm import FSMPolicy
+
+    return FSMPolicy.load(path)
+
+
+def fsm_scheduler(policy: Any) -> Scheduler:
+    """A trained FSM as a scheduler with its own lookahead, refusing graphs whose op types
+    differ from the ones it was trained on."""
+
+    def schedule(graph: Graph) -> Schedule:
+        if graph.vocab.names != policy.op_names:
+            raise GraphError(
+                f"the policy was trained on op types {list(policy.op_names)}, but this "
+                f"mini-batch has {list(graph.vocab.names)}; register the same cells in the "
+                f"same order as when the policy's graphs were recorded, or re-train it")
+        return policy.scheduler()(graph)
+
+    return schedule
+
+
+def as_scheduler(scheduler: SchedulerLike) -> Scheduler:
+    """A scheduler from a registered name, an FSM policy (see :func:`fsm_scheduler`), a
+    :class:`~edbatch.schedule.Policy` or a scheduler callable ``graph -> Schedule``."""
+    if isinstance(scheduler, str):
+        return make_scheduler(scheduler)
+    if hasattr(scheduler, "op_names") and hasattr(scheduler, "scheduler"):
+        return fsm_scheduler(scheduler)
+    if isinstance(scheduler, Policy):
+        return PolicyScheduler(scheduler)
+    if not callable(scheduler):
+        raise GraphError(f"scheduler must be a name, a Policy or a callable graph -> Schedule, "
+                         f"got {type(scheduler).__name__}")
+    return scheduler
