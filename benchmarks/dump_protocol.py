@@ -9,8 +9,9 @@ learned FSM (mean +- std over seeds) and the heuristics, and writes the JSON sum
 The dumps this repository cannot ship (ED-Batch's ``B64`` folders) are condensed graphs: one
 node per cell or loss. For lattices their statistics match edbatch's Lattice-LSTM cell graphs
 once the state sums of every arity share one type (``--merge-sums``, the default for lattice
-workloads): LB, DyNet agenda, depth and type-wise ratios then agree with DESIGN 6.2 to within
-a few percent. Pass ``--folder`` to run the protocol on real dumps instead.
+workloads): LB, DyNet agenda, depth and type-wise ratios then agree with
+docs/architecture.md 3.11 to within a few percent. Pass ``--folder`` to run the protocol on
+real dumps instead.
 
     python benchmarks/dump_protocol.py --workload lattice_lstm --seeds 0 1 2 3 4
     python benchmarks/dump_protocol.py --compose bilstm_B1 --graphs 8 --seeds 0 1

@@ -80,7 +80,7 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
     tabular learners.
 
     ## Rewards
-    ``ed_batch``: ``-1 + |F(a)|/T(a)`` (DESIGN 2.5); ``unit``: ``-1`` per decision;
+    ``ed_batch``: ``-1 + |F(a)|/T(a)`` (docs/architecture.md 3.5); ``unit``: ``-1`` per decision;
     ``cost_model``: ``-cost_model(op, batch size)``.
 
     ## Arguments

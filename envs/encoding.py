@@ -1,6 +1,6 @@
 """State encodings of a frontier: hashable keys for tabular learners and a fixed-size vector.
 
-ED-Batch's three encodings (DESIGN 2.3), over the batchable op types with ready nodes:
+ED-Batch's three encodings (docs/architecture.md 3.3), over the batchable op types with ready nodes:
 
 * ``base``: the ready types in ascending id (the set of ready types);
 * ``sorted``: the ready types by ready count, largest first (ties: smaller id first);
@@ -108,7 +108,8 @@ def encode_state(view: FrontierView, encoding: str) -> StateKey:
 
 
 def fallback_action(key: StateKey, encoding: str) -> int:
-    """ED-Batch's rule for unseen states: the last element of the state vector (DESIGN 2.8)."""
+    """ED-Batch's rule for unseen states: the last element of the state vector
+    (docs/architecture.md 3.7)."""
     return key_actions(key, encoding)[-1]
 
 

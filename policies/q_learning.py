@@ -1,4 +1,6 @@
-"""Tabular n-step Q-learning of an FSM batching policy, as ED-Batch does it (DESIGN 2.7).
+"""Tabular n-step Q-learning of an FSM batching policy, as ED-Batch does it.
+
+See docs/architecture.md 3.6.
 
 ED-Batch trains on one graph. :func:`train_q_table` trains on any list of graphs (one
 sampled per episode) and selects the best snapshot on validation graphs, so the FSM can be
@@ -148,7 +150,7 @@ def _episode(graph: Graph, q: QTable, cfg: QLearningConfig, rng: np.random.Gener
 
 def _update(q: QTable, states: list[StateKey], actions: list[int], rewards: list[float],
             cfg: QLearningConfig) -> None:
-    """n-step targets, updated in episode order (DESIGN 2.7)."""
+    """n-step targets, updated in episode order (docs/architecture.md 3.6)."""
     n, steps = cfg.n_step, len(rewards)
     for i in range(steps):
         j_end = min(i + n, steps)

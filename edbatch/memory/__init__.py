@@ -1,4 +1,4 @@
-"""Memory planning: arenas, row orders and zero-copy operand reads (DESIGN section 4)."""
+"""Memory planning: arenas, row orders and zero-copy operand reads (docs/architecture.md 3.9)."""
 
 from __future__ import annotations
 

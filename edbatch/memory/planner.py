@@ -1,11 +1,11 @@
 """``plan_memory``: lay out every node's output row so that batches read operands as views.
 
-Model (DESIGN section 4). One arena per flattened output width; each node owns one row. A batch
-writes its outputs to one contiguous region (*adjacency*), in its row order. Operand slot
-``k`` of a batch is a zero-copy view iff the producers of the ``k``-th operands of its nodes,
-taken in the batch's row order, occupy consecutive ascending rows (*alignment*); otherwise it
-is a gather. Forced (unbatchable, single-node) batches may gather and are not counted in the
-zero-copy fraction.
+Model (docs/architecture.md 3.9). One arena per flattened output width; each node owns one
+row. A batch writes its outputs to one contiguous region (*adjacency*), in its row order.
+Operand slot ``k`` of a batch is a zero-copy view iff the producers of the ``k``-th operands
+of its nodes, taken in the batch's row order, occupy consecutive ascending rows
+(*alignment*); otherwise it is a gather. Forced (unbatchable, single-node) batches may
+gather and are not counted in the zero-copy fraction.
 
 Strategies:
 

@@ -1,4 +1,6 @@
-"""Static analyses behind the lower bound and the type-wise frontier count (DESIGN 2.2).
+"""Static analyses behind the lower bound and the type-wise frontier count.
+
+See docs/architecture.md 3.2.
 
 * :func:`type_chain_lengths` gives, per node and op type, the largest number of nodes of that
   type on any path *starting* at the node. Because the unexecuted part of a graph is closed

@@ -1,11 +1,11 @@
 """The exact optimum of the batching MDP, by depth-first branch and bound.
 
-The MDP is the one of DESIGN 2.4: a decision runs *all* ready nodes of one batchable op type
-as one batch; ready unbatchable nodes run alone as forced steps before every decision. The
-cost of a trajectory is its number of batches, forced ones included, so the optimum is the
-fewest kernel launches any MDP policy can reach. (Every valid schedule, MDP-shaped or not,
-can be replayed as an MDP trajectory with no more batches, see :func:`_replay`, so this is
-also the optimum over all schedules.)
+The MDP is the one of docs/architecture.md 3.4: a decision runs *all* ready nodes of one
+batchable op type as one batch; ready unbatchable nodes run alone as forced steps before
+every decision. The cost of a trajectory is its number of batches, forced ones included, so
+the optimum is the fewest kernel launches any MDP policy can reach. (Every valid schedule,
+MDP-shaped or not, can be replayed as an MDP trajectory with no more batches, see
+:func:`_replay`, so this is also the optimum over all schedules.)
 
 Search:
 

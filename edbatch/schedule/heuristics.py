@@ -1,4 +1,6 @@
-"""The batching heuristics edbatch compares against, each named after its source (DESIGN 3).
+"""The batching heuristics edbatch compares against, each named after its source.
+
+See docs/architecture.md 3.8.
 
 Ties are broken deterministically: by ascending op id unless the source says otherwise.
 """
@@ -153,8 +155,8 @@ class MaxFrontierPolicy:
 class TypewiseGreedyPolicy:
     """Type-wise ratio greedy, forward: the ready type maximising ``|F(a)| / T(a)``.
 
-    ``T(a)`` is the type-wise frontier count (DESIGN 2.2); the ratio is ED-Batch's reward
-    term. Ties go to the smallest op id.
+    ``T(a)`` is the type-wise frontier count (docs/architecture.md 3.2); the ratio is
+    ED-Batch's reward term. Ties go to the smallest op id.
     """
 
     needs_typewise = True

@@ -1,11 +1,11 @@
 """BiLSTM tagger (ED-Batch's ``bilstm_tagger``) over the WikiNER sentences of ``data/tags/``.
 
-The model (DESIGN 5): word embeddings ``x_t = E[w_t]``; a 2-layer bidirectional LSTM whose
-second layer reads ``[f1_t; b1_t]`` (the first layer's forward and backward ``h``); and per
-token the loss block ``pick_neg_log_softmax(O tanh(H [f2_t; b2_t] + b_H) + b_O, tag_t)``.
-Every LSTM (one per layer and direction, each with its own weights) is
-``[i f o u] = W [x; h] + b``, ``c' = sigmoid(f)*c + sigmoid(i)*tanh(u)``,
-``h' = sigmoid(o)*tanh(c')``, from a zero initial state.
+The model (docs/architecture.md 3.10): word embeddings ``x_t = E[w_t]``; a 2-layer
+bidirectional LSTM whose second layer reads ``[f1_t; b1_t]`` (the first layer's forward and
+backward ``h``); and per token the loss block ``pick_neg_log_softmax(O tanh(H [f2_t; b2_t] +
+b_H) + b_O, tag_t)``. Every LSTM (one per layer and direction, each with its own weights) is
+``[i f o u] = W [x; h] + b``, ``c' = sigmoid(f)*c + sigmoid(i)*tanh(u)``, ``h' =
+sigmoid(o)*tanh(c')``, from a zero initial state.
 
 **Splits.** The benchmark's ``train.txt`` is missing from the data snapshot, so the one file
 ``tags/dev.txt`` is split deterministically in file order: ``"train"`` is the first 80% of

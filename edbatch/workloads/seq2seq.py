@@ -1,6 +1,6 @@
 """LSTM encoder-decoder (ED-Batch's ``lstm_nmt``) over IWSLT15 English -> Vietnamese.
 
-The model (DESIGN 5), teacher forced: the encoder reads every source token
+The model (docs/architecture.md 3.10), teacher forced: the encoder reads every source token
 ``<s> x_1 .. x_m </s>`` from a zero state; the decoder starts from the encoder's last state,
 reads the target inputs ``<s> y_1 .. y_n`` and predicts ``y_1 .. y_n </s>``. Each encoder or
 decoder step (with its own embedding table and weights) is an input projection followed by an

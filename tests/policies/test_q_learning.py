@@ -22,14 +22,15 @@ def test_ed_batch_setting_reaches_lb_on_mvrnn_dumps(encoding: str) -> None:
     result = train_q_table(graphs[:1], QLearningConfig(encoding=encoding))
     assert result.best_ratio < 1.01 and result.episodes == 50  # early stop at first eval
     _ratio, batches, lb = evaluate_policy(result.policy, graphs[1:])
-    assert batches == lb == 108  # 9 test graphs x LB 12 (DESIGN 6.2: every FSM = LB)
+    assert batches == lb == 108  # 9 test graphs x LB 12 (docs/architecture.md 3.11: every FSM = LB)
 
 
 def test_bilstm_dumps_match_design_with_ed_batch_fallback() -> None:
     graphs = DumpWorkload("bilstm_B1").graphs()
     result = train_q_table(graphs[:1], QLearningConfig(encoding="base"))
     _, batches, lb = evaluate_policy(result.policy, graphs[1:])
-    assert round(batches / 9, 1) == 115.9 and round(lb / 9, 1) == 107.8  # DESIGN 6.2 E_base
+    # docs/architecture.md 3.11, E_base
+    assert round(batches / 9, 1) == 115.9 and round(lb / 9, 1) == 107.8
 
 
 def test_multi_graph_training_with_typewise_fallback_reaches_lb_on_unseen() -> None:

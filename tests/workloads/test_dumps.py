@@ -1,4 +1,5 @@
-"""DumpWorkload: loading ED-Batch's graph dumps, and the batch counts of DESIGN 6.2."""
+"""DumpWorkload: loading ED-Batch's graph dumps, and the batch counts of
+docs/architecture.md 3.11."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from edbatch.workloads.dumps import DumpWorkload, dump_vocab, graph_from_dump
 
 FOLDERS = ("mvrnn_B1", "bilstm_B1")
 
-#: DESIGN 6.2, batch 1, mean over the test graphs G1..G9: (LB, DyNet agenda, depth).
+#: docs/architecture.md 3.11, batch 1, mean over the test graphs G1..G9: (LB, DyNet agenda, depth).
 EXPECTED = {"mvrnn_B1": (12.0, 19.7, 20.0), "bilstm_B1": (107.8, 121.1, 135.8)}
 
 
