@@ -132,6 +132,11 @@ def test_a_node_alone_in_its_batch_and_float32_training_step() -> None:
     assert out.loss.item() == pytest.approx(want.item(), abs=1e-5)
     out.loss.backward()
     assert model.gru.uh.weight.grad is not None and model.gru.uh.weight.grad.abs().sum() > 0
+    for strategy in ("naive", "planned"):  # inference: in place, no autograd
+        with model.batch.instance():
+            model.encode(tree)
+        infer = model.batch.run("typewise_greedy", strategy=strategy, grad=False)
+        assert infer.loss.item() == pytest.approx(want.item(), abs=1e-5)
 
 
 def test_variadic_errors_name_the_cell_and_the_fix() -> None:
