@@ -281,21 +281,18 @@ class DynamicBatch:
             self._ops.append(op)
 
     def _probe(self, cell: Cell | VariadicCell) -> None:
-        shapes = (cell.fixed + (cell.each,) * 2 if isinstance(cell, VariadicCell)
-                  else cell.op.in_shapes or ())
-        xs = [torch.zeros(1, math.prod(s), device=self.device, dtype=self.dtype)
-              for s in shapes]
-        module = cell.module
-        training = getattr(module, "training", False)
+        shapes = cell.probe_shapes if isinstance(cell, VariadicCell) else cell.op.in_shapes or ()
+        module, training = cell.module, getattr(cell.module, "training", False)
         if isinstance(module, nn.Module):
             module.eval()  # e.g. batch norm cannot run on one row in training mode
         try:
             with torch.no_grad():
                 if isinstance(cell, VariadicCell):
-                    cell.forward_rows(*cell.probe_inputs(self.device, self.dtype))
+                    cell.probe(self.device, self.dtype)
                 else:
-                    cell.forward_rows(xs, torch.zeros(1, dtype=torch.int64,
-                                                      device=self.device))
+                    cell.forward_rows([torch.zeros(1, math.prod(s), device=self.device,
+                                                   dtype=self.dtype) for s in shapes],
+                                      torch.zeros(1, dtype=torch.int64, device=self.device))
         except GraphError:
             raise
         except Exception as e:

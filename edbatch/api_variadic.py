@@ -23,7 +23,6 @@ operands, from which the kernel rebuilds ``segment``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -120,10 +119,13 @@ class VariadicCell:
                 f"Fix the module or declare out_shape={got[1:] if isinstance(got, tuple) else ''}")
         return out.reshape(size, -1)
 
-    def probe_inputs(self, device: torch.device, dtype: torch.dtype
-                     ) -> tuple[list[Tensor], Tensor, Tensor, int]:
-        """A probe call's arguments: one node with two repeated operands, all zeros."""
+    @property
+    def probe_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """Operand shapes of the registration probe: the fixed ones and two repeated ones."""
+        return (*self.fixed, self.each, self.each)
+
+    def probe(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Run the module on one node of zeros with two repeated operands (checks shapes)."""
         fixed = [torch.zeros(1, *s, device=device, dtype=dtype) for s in self.fixed]
-        rows = torch.zeros(2, math.prod(self.each), device=device, dtype=dtype)
-        segment = torch.zeros(2, dtype=torch.int64, device=device)
-        return fixed, rows.reshape(2, *self.each), segment, 1
+        rows = torch.zeros(2, *self.each, device=device, dtype=dtype)
+        self.forward_rows(fixed, rows, torch.zeros(2, dtype=torch.int64, device=device), 1)
