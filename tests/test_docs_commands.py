@@ -76,7 +76,8 @@ CHEAP: dict[str, str] = {
         f"{PY} -m experiments.train -m seed=0,1 hydra/launcher=joblib workload=tree_lstm "
         "num_train_graphs=1 num_val_graphs=1 trainer.max_episodes=2 progress=false",
     "python -m experiments.train -m seed=0,1,2,3,4 hydra/launcher=slurm":
-        f"{PY} -m experiments.train -m seed=0,1 hydra/launcher=slurm --cfg hydra",
+        f"{PY} -c 'import hydra_plugins.hydra_submitit_launcher.submitit_launcher' && "
+        f"{PY} -m experiments.train seed=0 hydra/launcher=slurm --cfg hydra",  # no SLURM here
     "python -m experiments.train workload=dumps workload.dumps.folder=bilstm_B1 batch_size=1 "
     "train_split=first:1 val_split=first:1":
         f"{PY} -m experiments.train workload=dumps workload.dumps.folder=bilstm_B1 "
@@ -113,7 +114,7 @@ def commands() -> list[tuple[str, str]]:
 
 
 COMMANDS = commands()
-IDS = [f"{f}:{c[:60]}" for f, c in COMMANDS]
+IDS = [f"{f}:{c}" for f, c in COMMANDS]
 
 
 def _parts(command: str) -> list[list[str]]:
