@@ -103,6 +103,26 @@ def test_child_sum_tree_gru_equals_naive_pytorch(scheduler: str, strategy: str) 
         torch.testing.assert_close(got[name], p.grad, atol=1e-6, rtol=0, msg=name)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_child_sum_tree_gru_on_cuda_equals_naive_on_cpu() -> None:
+    torch.manual_seed(0)
+    model = Model(DynamicBatch(device="cuda", dtype=torch.float64)).cuda()
+    trees = _trees(3)
+    for t in trees:
+        with model.batch.instance():
+            model.encode(t)
+    out = model.batch.run("typewise_greedy")
+    out.loss.backward()
+    got = {n: p.grad.cpu() for n, p in model.named_parameters()}
+    model.cpu().zero_grad()
+    want = sum(model.naive(t)[1] for t in trees)
+    want.backward()
+    assert out.loss.item() == pytest.approx(want.item(), abs=1e-6)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(got[name], p.grad, atol=1e-6, rtol=0, msg=name)
+
+
 def test_nodes_with_different_child_counts_share_a_batch() -> None:
     torch.manual_seed(0)
     model = Model(DynamicBatch())
