@@ -59,7 +59,7 @@ class Model(nn.Module):
     def __init__(self, batch: DynamicBatch) -> None:
         super().__init__()
         self.embed, self.gru, self.loss = nn.Embedding(10, E), ChildSumGRU(), Loss()
-        self.to(batch.dtype)
+        self.to(device=batch.device, dtype=batch.dtype)
         self.batch = batch
         self.node = batch.cell(self.gru, "node", [E, H], H, variadic=True)
         self.loss_cell = batch.cell(self.loss, "loss", [H], (), takes_attr=True)
@@ -107,7 +107,7 @@ def test_child_sum_tree_gru_equals_naive_pytorch(scheduler: str, strategy: str) 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_child_sum_tree_gru_on_cuda_equals_naive_on_cpu() -> None:
     torch.manual_seed(0)
-    model = Model(DynamicBatch(device="cuda", dtype=torch.float64)).cuda()
+    model = Model(DynamicBatch(device="cuda", dtype=torch.float64))
     trees = _trees(3)
     for t in trees:
         with model.batch.instance():
