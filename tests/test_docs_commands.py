@@ -142,9 +142,13 @@ def _target(words: list[str]) -> tuple[str, str, list[str]] | None:
 
 
 def _hydra_config(module: str) -> str | None:
+    """The entry point's config name; importing it registers any structured-config schemas
+    (ConfigStore) it declares, as running it would."""
     spec = importlib.util.find_spec(module)
     assert spec is not None and spec.origin is not None
     m = re.search(r"config_name=\"(\w+)\"", Path(spec.origin).read_text(encoding="utf-8"))
+    if m:
+        importlib.import_module(module)
     return m.group(1) if m else None
 
 
