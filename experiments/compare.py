@@ -28,6 +28,7 @@ from edbatch.evaluation import (
     write_jsonl,
 )
 from edbatch.schedule import run_policy
+from experiments._cli import guarded
 from experiments._common import graph_set, one_workload, seed_everything
 from experiments.plots import plot_batches
 
@@ -96,6 +97,7 @@ def _seed_spread(records: list[Record]) -> dict[tuple[str, str], str]:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="compare")
+@guarded
 def main(cfg: DictConfig) -> float:
     """Hydra entry point; returns edbatch's FSM mean ratio to LB."""
     from rich.console import Console
