@@ -30,8 +30,9 @@ UNBOUND = ("progress", "logger", "run_dir", "artifact", "checkpoint", "learning_
 
 def binding(cfg: DictConfig) -> dict[str, Any]:
     """The resolved config keys a run folder is bound to."""
-    out = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-           for k, v in cfg.items() if k not in UNBOUND}
+    keys = [str(k) for k in cfg.keys() if k not in UNBOUND]  # paths may need Hydra's runtime
+    out = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k])
+           else cfg[k] for k in keys}
     return json.loads(json.dumps(out, default=str))
 
 
