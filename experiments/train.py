@@ -51,9 +51,9 @@ def train(cfg: DictConfig) -> TrainResult:
         try:
             result = trainer.fit(
                 train_graphs, val_graphs, checkpoint=cfg.checkpoint, progress=cfg.progress,
-                callback=lambda row: tracker.log(
-                    {k: v for k, v in row.items() if k != "episode"},
-                    step=int(row["episode"])),
+                callback=lambda row: tracker.log(  # step: SB3 timesteps, or episodes
+                    {k: v for k, v in row.items() if k not in ("episode", "timestep")},
+                    step=int(row.get("timestep", row["episode"]))),
                 metadata={"workload": name, "granularity": workload.granularity,
                           "seed": cfg.seed, "git_sha": git_sha(), "trainer": trainer.name})
         except KeyboardInterrupt:
