@@ -193,6 +193,51 @@ for _name, _node in SCHEMAS.items():
     _store.store(name=_name, node=_node)
 
 
+#: Trainer hyper-parameters (any trainer of conf/trainer): (type, low, high), inclusive.
+TRAINER_RULES: dict[str, tuple[type, float, float]] = {
+    "max_episodes": (int, 1, float("inf")), "eval_every": (int, 1, float("inf")),
+    "n_step": (int, 1, float("inf")), "total_timesteps": (int, 1, float("inf")),
+    "eval_points": (int, 1, float("inf")), "alpha": (float, 1e-12, 1.0),
+    "gamma": (float, 0.0, 1.0), "eps_start": (float, 0.0, 1.0), "eps_min": (float, 0.0, 1.0),
+    "eps_decay": (float, 1e-12, 1.0), "early_stop_ratio": (float, 0.0, float("inf")),
+}
+#: Keys of the ``env`` group and their allowed values.
+ENV_CHOICES = {"reward": ("ed_batch", "unit", "cost_model"), "on_invalid": ("raise", "noop")}
+
+
+def _check_group(prefix: str, node: Any, rules: dict[str, tuple[type, float, float]]) -> None:
+    for key, (kind, low, high) in rules.items():
+        if not isinstance(node, dict) or key not in node:
+            continue
+        value = node[key]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            kind is float or isinstance(value, int)) and low <= value <= high
+        if not ok:
+            span = f">= {low:g}" if high == float("inf") else f"in [{low:g}, {high:g}]"
+            raise ConfigError(f"{prefix}.{key}", value, f"{'an int' if kind is int else 'a number'}"
+                              f" {span}", f"pass e.g. {prefix}.{key}=<{kind.__name__} {span}>")
+
+
+def _check_groups(cfg: DictConfig) -> None:
+    """The trainer hyper-parameters and env options the typed schemas leave to the groups."""
+    trainers = {}
+    if "trainer" in cfg and cfg.trainer is not None:
+        trainers["trainer"] = OmegaConf.to_container(cfg.trainer, resolve=False)
+    if "trainers" in cfg and cfg.trainers is not None:
+        for name in cfg.trainers:
+            trainers[f"trainers.{name}"] = OmegaConf.to_container(cfg.trainers[name],
+                                                                  resolve=False)
+    for prefix, node in trainers.items():
+        _check_group(prefix, node, TRAINER_RULES)
+    env = cfg.get("env")
+    if env is not None:
+        for key, choices in ENV_CHOICES.items():
+            if key in env and not OmegaConf.is_interpolation(env, key) and \
+                    env[key] not in choices:
+                raise ConfigError(f"env.{key}", env[key], f"one of {list(choices)}",
+                                  f"pass e.g. env.{key}={choices[0]}")
+
+
 def validate(cfg: DictConfig) -> Any:
     """Range-check a composed config through its schema's ``__post_init__``.
 
@@ -207,4 +252,6 @@ def validate(cfg: DictConfig) -> Any:
     values = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k])
               else cfg[k] for k in names
               if k in cfg and not OmegaConf.is_interpolation(cfg, k)}  # paths keep defaults
-    return schema(**values)
+    typed = schema(**values)
+    _check_groups(cfg)
+    return typed

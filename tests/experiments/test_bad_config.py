@@ -58,6 +58,11 @@ def test_wrong_type_or_unknown_key_fails_at_compose(entry: str, override: str,
     ("train_model", "time_budget_s=0", "time_budget_s"),
     ("train_model", "strategy=fast", "strategy"),
     ("train_model", "max_steps=-1", "max_steps"),
+    ("train", "trainer.alpha=abc", "trainer.alpha"),
+    ("train", "trainer.max_episodes=-5", "trainer.max_episodes"),
+    ("train", "trainer.eps_decay=1.5", "trainer.eps_decay"),
+    ("train", "env.reward=bogus", "env.reward"),
+    ("compare", "trainers.fsm.max_episodes=0", "trainers.fsm.max_episodes"),
 ])
 def test_out_of_range_value_is_a_config_error_naming_key_and_value(entry: str, override: str,
                                                                    key: str) -> None:
@@ -65,6 +70,15 @@ def test_out_of_range_value_is_a_config_error_naming_key_and_value(entry: str, o
     with pytest.raises(ConfigError, match=f"config key {key}=") as err:
         validate(cfg)
     assert err.value.key == key and "Fix:" in str(err.value)
+
+
+def test_sb3_trainer_budget_is_checked_and_env_choices_match_the_env() -> None:
+    from envs.batching import REWARDS
+    from experiments._schema import ENV_CHOICES
+
+    with pytest.raises(ConfigError, match="trainer.total_timesteps=-5"):
+        validate(_compose("train", ["trainer=maskable_ppo", "trainer.total_timesteps=-5"]))
+    assert ENV_CHOICES["reward"] == REWARDS
 
 
 @pytest.mark.parametrize("entry", ["train", "evaluate", "compare", "train_model"])
