@@ -44,6 +44,7 @@ from edbatch.api_policy import SchedulerLike, as_scheduler, load_policy, train_p
 from edbatch.api_variadic import VariadicCell, segment_sum
 from edbatch.errors import GraphError
 from edbatch.executor import KERNELS, Kernel
+from edbatch.executor.device import check_device, check_dtype
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
 from edbatch.memory import Strategy, plan_memory
@@ -203,7 +204,7 @@ class DynamicBatch:
 
     def __init__(self, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float32) -> None:
-        self.device, self.dtype = torch.device(device), dtype
+        self.device, self.dtype = check_device(device), check_dtype(dtype)
         #: The executor's kernels: the shared ``lookup`` (inputs) and ``sum`` (loss), and one
         #: per cell (this batch's own table, so cells never enter the global registry).
         self.kernels: dict[str, Kernel] = {k: KERNELS.get(k) for k in ("lookup", "sum")}

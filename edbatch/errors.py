@@ -12,12 +12,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = [
+    "ConfigError",
     "DataFormatError",
+    "DeviceError",
     "EdbatchError",
     "ExecutionError",
     "GraphError",
     "InvalidActionError",
     "PolicyFileError",
+    "RunDirError",
     "ScheduleError",
     "UnknownNameError",
     "did_you_mean",
@@ -73,6 +76,23 @@ class DataFormatError(EdbatchError, ValueError):
         if fix:
             msg += f". Fix: {fix}"
         super().__init__(msg)
+
+
+class ConfigError(EdbatchError, ValueError):
+    """A configuration value is out of range or inconsistent; names the key, the value, what
+    was expected and the fix."""
+
+    def __init__(self, key: str, value: object, expected: str, fix: str) -> None:
+        self.key, self.value = key, value
+        super().__init__(f"config key {key}={value!r}: expected {expected}. Fix: {fix}")
+
+
+class RunDirError(EdbatchError, ValueError):
+    """A run folder holds a run made with another configuration (or is otherwise unusable)."""
+
+
+class DeviceError(EdbatchError, ValueError):
+    """A device string is malformed or names a device this machine does not have."""
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

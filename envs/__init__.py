@@ -23,4 +23,7 @@ __all__ = ["ENCODINGS", "REWARDS", "BatchingEnv", "CostModel", "GraphSource", "S
            "encode_observation", "encode_state", "fallback_action", "observation_size"]
 
 if "edbatch/Batching-v0" not in gymnasium.registry:
-    gymnasium.register(id="edbatch/Batching-v0", entry_point="envs.batching:BatchingEnv")
+    # Gymnasium convention: every action of the declared space is a legal step() input, so
+    # the registered env makes a masked action a -1 no-op (BatchingEnv itself raises).
+    gymnasium.register(id="edbatch/Batching-v0", entry_point="envs.batching:BatchingEnv",
+                       kwargs={"on_invalid": "noop"})

@@ -71,7 +71,13 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
     ## Action Space
     ``Discrete(K)`` over the workload's op types. Only batchable types with ready nodes are
     allowed: ``info["action_mask"]`` (int8, Gymnasium convention) and ``action_masks()``
-    (bool, sb3-contrib convention). A masked action raises :class:`InvalidActionError`.
+    (bool, sb3-contrib convention). An action must be integral (Python ``int``, NumPy
+    integer, or a one-element NumPy integer array); a float, string, ``None`` or ``bool``
+    raises :class:`InvalidActionError` naming the value (``0.5`` is never truncated to 0).
+    A masked action raises :class:`InvalidActionError` with ``on_invalid="raise"`` (the
+    class default, what edbatch's learners use) and is a -1 no-op with ``"noop"`` (the
+    default of ``gym.make("edbatch/Batching-v0")``, so every action of the declared
+    ``Discrete`` space is a legal ``step`` input, as Gymnasium's ``check_env`` expects).
 
     ## Observation Space
     ``Box(0, 4, (7K,), float32)`` from :func:`envs.encoding.encode_observation`: mask,
@@ -87,10 +93,11 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
     graphs: a sampler or a list of graphs (sampled uniformly); or ``workload`` (+ ``split``,
     ``batch_size``, ``granularity``, ``workload_kwargs``) to sample mini-batches of a
     registered workload. ``encoding``, ``reward``, ``cost_model``, ``max_steps``.
-    ``on_invalid``: ``"raise"`` (default) raises on a masked action; ``"noop"`` leaves the
-    state unchanged, returns reward -1 and ``info["invalid_action"] = True``. Use ``noop``
-    only for generic tools that step with actions drawn in another state (Gymnasium's
-    ``check_env`` samples an action before a seeded reset and steps it after).
+    ``on_invalid``: ``"raise"`` (class default) raises on a masked action; ``"noop"`` (the
+    registered env's default) leaves the state unchanged, returns reward -1 and
+    ``info["invalid_action"] = True``. Generic tools step with actions drawn in another
+    state (Gymnasium's ``check_env`` samples an action before a seeded reset and steps it
+    after), so ``gym.make`` uses ``noop``; pass ``on_invalid="raise"`` there to be strict.
 
     ## Examples
         >>> import gymnasium as gym, envs
@@ -162,7 +169,7 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         f = self.frontier
         if f is None or f.done:
             raise InvalidActionError("step() called on a finished episode; call reset() first")
-        a = int(action)
+        a = _integral_action(action)
         if not (0 <= a < len(self.vocab)) or not f.mask()[a]:
             if self.on_invalid == "raise":
                 raise InvalidActionError(f._invalid_message(a))
@@ -231,6 +238,24 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         if not f.done:
             info["state_key"] = encode_state(view, self.encoding)
         return encode_observation(view), info
+
+
+def _integral_action(action: Any) -> int:
+    """``action`` as an int if it is integral (Python int, NumPy integer, or a 0-d / 1-element
+    NumPy integer array as SB3's ``predict`` returns); anything else raises.
+
+    ``bool`` is refused although it subclasses ``int``: ``True`` is never a meaningful op type.
+    Floats are refused even when whole (``1.0``): a float action means a continuous policy or
+    a bug upstream, and silently truncating ``0.5`` to ``0`` would hide it.
+    """
+    if isinstance(action, np.ndarray) and action.size == 1 and \
+            np.issubdtype(action.dtype, np.integer):
+        return int(action.reshape(()))
+    if isinstance(action, (int, np.integer)) and not isinstance(action, (bool, np.bool_)):
+        return int(action)
+    raise InvalidActionError(
+        f"action must be an integer op type id (Python int or NumPy integer), got "
+        f"{action!r} of type {type(action).__name__}; pass e.g. int(np.argmax(scores))")
 
 
 def _resolve_source(graphs: GraphSource | None, workload: str | None, split: str,

@@ -21,13 +21,14 @@ from omegaconf import DictConfig
 
 from edbatch.evaluation import (
     Record,
+    SummaryRow,
     evaluate_schedulers,
-    pivot_table,
     summarize,
     write_csv,
     write_jsonl,
 )
 from edbatch.schedule import run_policy
+from experiments._cli import guarded
 from experiments._common import graph_set, one_workload, seed_everything
 from experiments.plots import plot_batches
 
@@ -95,7 +96,60 @@ def _seed_spread(records: list[Record]) -> dict[tuple[str, str], str]:
     return out
 
 
+#: Terminal width of the main job's output.
+WIDTH = 100
+
+
+def _run_header(cfg: DictConfig, rows: list[SummaryRow]) -> str:
+    """What was run: data, split, evaluation graphs, batch size, seeds, learners."""
+    by_wl: dict[str, SummaryRow] = {}
+    for r in rows:
+        by_wl.setdefault(r.workload, r)
+    data = ", ".join(f"{w} ({r.num_graphs} graphs, ~{r.mean_nodes:.0f} nodes)"
+                     for w, r in by_wl.items())
+    split = cfg.eval_split or "each workload's default (dev/test)"
+    return (f"evaluated on: {data}\n"
+            f"split {split}; batch size {cfg.batch_size} instances per mini-batch graph; "
+            f"seeds {list(cfg.seeds)}; learners {list(cfg.trainers)} trained on "
+            f"{cfg.num_train_graphs} {cfg.train_split} graphs "
+            f"({', '.join(cfg.one_graph_trainers)}: 1)")
+
+
+LEGEND = ("LB: lower bound on the batches of a graph (unbatchable nodes + the longest "
+          "same-type chain per op type); each cell: mean batches per graph (batches / LB, "
+          "1.00 = the bound; bold = fewest). fsm_<learner>: the learned FSM policy. "
+          "hit rate: share of the FSM's decisions found in its table (the rest use its "
+          "fallback heuristic).")
+
+
+def scheduler_table(rows: list[SummaryRow], schedulers: list[str]) -> Any:
+    """One row per scheduler, one column per workload (fits ``WIDTH`` for any number of
+    schedulers): ``mean batches (ratio to LB)``, the fewest in bold; LB first."""
+    from rich.table import Table
+
+    workloads = list(dict.fromkeys(r.workload for r in rows))
+    cell = {(r.workload, r.scheduler): r for r in rows}
+    table = Table(title="Mean batches per mini-batch graph (batches / LB)")
+    table.add_column("scheduler")
+    for w in workloads:
+        table.add_column(w, justify="right")
+    lbs = [next((f"{r.mean_lower_bound:.1f}" for r in rows if r.workload == w), "-")
+           for w in workloads]
+    table.add_row("LB", *lbs, end_section=True)
+    best = {w: min((r.mean_batches for r in rows if r.workload == w), default=0.0)
+            for w in workloads}
+    for name in schedulers:
+        out = []
+        for w in workloads:
+            c = cell.get((w, name))
+            text = "-" if c is None else f"{c.mean_batches:.1f} ({c.ratio_to_lb:.2f})"
+            out.append(f"[bold]{text}[/bold]" if c and c.mean_batches == best[w] else text)
+        table.add_row(name, *out)
+    return table
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="compare")
+@guarded
 def main(cfg: DictConfig) -> float:
     """Hydra entry point; returns edbatch's FSM mean ratio to LB."""
     from rich.console import Console
@@ -106,8 +160,10 @@ def main(cfg: DictConfig) -> float:
     write_csv(rows, cfg.summary_file)
     names = [*cfg.scheduler, *(f"fsm_{t}" for t in cfg.trainers)]
     plot_batches(rows, cfg.plot_file, names)
-    console = Console(width=220)
-    console.print(pivot_table(rows, names))
+    console = Console(width=WIDTH)
+    console.print(_run_header(cfg, rows), highlight=False)
+    console.print(scheduler_table(rows, names))
+    console.print(LEGEND, highlight=False)
     stats = Table(title="FSM training (per seed)")
     for col in ("workload", "trainer", "seed", "episodes", "seconds", "states", "hit rate"):
         stats.add_column(col, justify="right")

@@ -25,6 +25,7 @@ from edbatch.evaluation import (
 )
 from edbatch.graph import Graph
 from edbatch.workloads import Workload
+from experiments._cli import guarded
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ def evaluate(cfg: DictConfig) -> list[Record]:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+@guarded
 def main(cfg: DictConfig) -> float:
     """Hydra entry point; returns the mean ratio to LB of the first scheduler."""
     from rich.console import Console

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 
 from edbatch.evaluation import SummaryRow
 
-__all__ = ["plot_batches", "plot_learning_curve", "save_figure"]
+__all__ = ["learning_curve_figure", "plot_batches", "plot_learning_curve", "save_figure"]
 
 
 def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
@@ -46,22 +46,29 @@ def plot_batches(rows: Sequence[SummaryRow], path: str | Path,
     return save_figure(fig, path, dpi=120)
 
 
-def plot_learning_curve(history: Sequence[dict[str, float]], path: str | Path,
-                        title: str = "") -> Path:
-    """Greedy evaluation ratio (and its best so far) against training episodes."""
-    pts = [(h["episode"], h["eval/ratio_to_lb"]) for h in history if "eval/ratio_to_lb" in h
-           and "episode" in h]
-    best = [(h["episode"], h["eval/best_ratio_to_lb"]) for h in history
-            if "eval/best_ratio_to_lb" in h]
+def learning_curve_figure(history: Sequence[dict[str, float]], title: str = "") -> Any:
+    """The learning curve as a matplotlib figure: validation batches/LB of the greedy policy
+    (and the best so far) against episodes, or against env timesteps when the rows carry
+    ``timestep`` (the SB3 trainers)."""
+    x = "timestep" if any("timestep" in h for h in history) else "episode"
+    pts = [(h[x], h["eval/ratio_to_lb"]) for h in history if "eval/ratio_to_lb" in h and x in h]
+    best = [(h[x], h["eval/best_ratio_to_lb"]) for h in history
+            if "eval/best_ratio_to_lb" in h and x in h]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     if pts:
-        ax.plot(*zip(*pts), marker="o", label="greedy FSM")
+        ax.plot(*zip(*pts), marker="o", label="greedy policy")
     if best:
-        ax.plot(*zip(*best), linestyle="--", label="best snapshot")
+        ax.plot(*zip(*best), linestyle="--", label="best so far")
     ax.axhline(1.0, color="black", linewidth=1, linestyle=":", label="LB")
-    ax.set_xlabel("episode")
+    ax.set_xlabel("env timestep" if x == "timestep" else "episode")
     ax.set_ylabel("batches / LB (validation)")
     ax.set_title(title or "Learning curve")
     ax.legend()
     fig.tight_layout()
-    return save_figure(fig, path, dpi=120)
+    return fig
+
+
+def plot_learning_curve(history: Sequence[dict[str, float]], path: str | Path,
+                        title: str = "") -> Path:
+    """:func:`learning_curve_figure` saved as a PNG."""
+    return save_figure(learning_curve_figure(history, title), path, dpi=120)

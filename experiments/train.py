@@ -1,13 +1,17 @@
 """Train a batching policy and save its FSM artifact: ``python -m experiments.train``.
 
-The run folder is deterministic (``runs/<workload>/<trainer>/seed<seed>``), so rerunning a
-killed experiment with the same config resumes from its last checkpoint.
+The run folder is deterministic (``runs/<workload>/<trainer>/seed<seed>``) and bound to the
+config that made it (``run_config.json``): rerunning a killed experiment with the same config
+resumes from its last checkpoint; a rerun with any other setting stops before changing
+anything and names the differing keys (``resume=restart`` starts the folder over, keeping the
+old run under ``replaced/``). Ctrl-C saves a checkpoint (tabular trainer) and exits in one line.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 import hydra
 import torch
@@ -15,7 +19,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from edbatch.tracking import git_sha
+from experiments._cli import guarded
 from experiments._common import graph_set, make_tracker, one_workload, seed_everything
+from experiments._rundir import bind_run_dir
 from experiments.plots import plot_learning_curve
 from policies import TrainResult
 
@@ -26,6 +32,11 @@ def train(cfg: DictConfig) -> TrainResult:
     """Build graphs, train with the configured trainer, save and track the artifact."""
     torch.set_num_threads(1)
     seed_everything(cfg.seed)
+    state = bind_run_dir(cfg, cfg.run_dir, [cfg.artifact, cfg.checkpoint, cfg.learning_curve],
+                         cfg.resume)
+    if state == "restart":
+        log.info("resume=restart: the previous run of %s moved to %s/replaced/", cfg.run_dir,
+                 cfg.run_dir)
     name, workload, _ = one_workload(cfg.workload)
     train_graphs = graph_set(workload, cfg.train_split, cfg.batch_size, cfg.num_train_graphs,
                              shuffle_seed=cfg.seed if cfg.shuffle else None)
@@ -37,12 +48,21 @@ def train(cfg: DictConfig) -> TrainResult:
         log.info("training %s on %d %s graphs of %s (%s), validating on %d %s graphs",
                  trainer.name, len(train_graphs), cfg.train_split, name, workload.granularity,
                  len(val_graphs), cfg.val_split)
-        result = trainer.fit(
-            train_graphs, val_graphs, checkpoint=cfg.checkpoint, progress=cfg.progress,
-            callback=lambda row: tracker.log(
-                {k: v for k, v in row.items() if k != "episode"}, step=int(row["episode"])),
-            metadata={"workload": name, "granularity": workload.granularity,
-                      "seed": cfg.seed, "git_sha": git_sha(), "trainer": trainer.name})
+        try:
+            result = trainer.fit(
+                train_graphs, val_graphs, checkpoint=cfg.checkpoint, progress=cfg.progress,
+                callback=lambda row: tracker.log(  # step: SB3 timesteps, or episodes
+                    {k: v for k, v in row.items() if k not in ("episode", "timestep")},
+                    step=int(row.get("timestep", row["episode"]))),
+                metadata={"workload": name, "granularity": workload.granularity,
+                          "seed": cfg.seed, "git_sha": git_sha(), "trainer": trainer.name})
+        except KeyboardInterrupt:
+            saved = Path(cfg.checkpoint)
+            raise KeyboardInterrupt(
+                f"training stopped by Ctrl-C; checkpoint {saved} saved, rerun the same "
+                f"command to resume" if saved.is_file() and trainer.name == "q_learning"
+                else f"training stopped by Ctrl-C; {trainer.name} keeps no checkpoint, "
+                     f"rerun to start again") from None
         path = result.policy.save(cfg.artifact)
         tracker.log_artifact(path, f"fsm-{name}", "policy")
         tracker.log({"train/best_ratio_to_lb": result.best_ratio,
@@ -50,15 +70,23 @@ def train(cfg: DictConfig) -> TrainResult:
                      "train/seconds": result.seconds})
         if result.history:
             plot_learning_curve(result.history, cfg.learning_curve, title=run_name)
-        log.info("best validation batches/LB %.4f after %d episodes (%.1fs); %d states; "
-                 "saved %s", result.best_ratio, result.episodes, result.seconds,
+        log.info("best validation batches/LB %.4f after %s (%.1fs); %d states; saved %s",
+                 result.best_ratio, _amount(result), result.seconds,
                  result.policy.num_states, path)
         return result
     finally:
         tracker.finish()
 
 
+def _amount(result: TrainResult) -> str:
+    """What the trainer counted: episodes (tabular) and/or env timesteps (SB3)."""
+    steps = getattr(result, "timesteps", None)
+    eps = f"{result.episodes} episodes"
+    return eps if not steps else f"{steps} timesteps ({eps})"
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+@guarded
 def main(cfg: DictConfig) -> float:
     """Hydra entry point; returns the best validation ratio (for sweeps)."""
     return train(cfg).best_ratio

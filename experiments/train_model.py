@@ -36,12 +36,14 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from edbatch.executor import init_params
+from edbatch.executor.device import check_device
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import MemoryPlan, plan_memory
 from edbatch.schedule import Schedule, Scheduler, make_scheduler
 from edbatch.tracking import Tracker
 from edbatch.workloads import Workload
+from experiments._cli import guarded
 from experiments._common import make_tracker, one_workload, seed_everything
 
 __all__ = ["Minibatch", "RootScores", "prepare_minibatch", "root_nodes", "train_model"]
@@ -198,8 +200,9 @@ class _Trainer:
 
     def __init__(self, cfg: DictConfig, workload: Workload, tracker: Tracker) -> None:
         self.cfg, self.workload, self.tracker = cfg, workload, tracker
+        device = check_device(cfg.device)
         self.params = init_params(workload, torch.Generator().manual_seed(cfg.seed),
-                                  device=cfg.device)
+                                  device=device)
         self.opt = torch.optim.Adam(self.params.values(), lr=cfg.lr,
                                     weight_decay=cfg.weight_decay)
         self.executor = TorchExecutor(cfg.device, cuda_graphs=cfg.cuda_graphs)
@@ -383,6 +386,7 @@ def train_model(cfg: DictConfig) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_model")
+@guarded
 def main(cfg: DictConfig) -> float:
     """Hydra entry point; returns the final dev binary accuracy (for sweeps)."""
     return float(train_model(cfg)["eval/binary_accuracy"])

@@ -207,7 +207,16 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
     bar = tqdm(total=cfg.max_episodes, initial=episode, disable=not progress, desc="q-learning")
     while episode < cfg.max_episodes and best_ratio >= cfg.early_stop_ratio:
         graph = train_graphs[int(rng.integers(len(train_graphs)))]
-        states, actions, rewards, batches = _episode(graph, q, cfg, rng, eps, warm)
+        rng_state = rng.bit_generator.state
+        try:
+            states, actions, rewards, batches = _episode(graph, q, cfg, rng, eps, warm)
+        except KeyboardInterrupt:  # Ctrl-C: keep every finished episode, then stop
+            rng.bit_generator.state = rng_state  # as before the unfinished episode
+            if checkpoint is not None:
+                _save_checkpoint(checkpoint, cfg, q, best_q, best_ratio, episode, eps,
+                                 time.perf_counter() - t0, rng)
+            bar.close()
+            raise
         _update(q, states, actions, rewards, cfg)
         episode += 1
         row = {"episode": episode, "train/epsilon": eps, "train/episode_return": sum(rewards),
@@ -263,6 +272,8 @@ def _load_checkpoint(path: str | Path, cfg: QLearningConfig, rng: np.random.Gene
         rng.bit_generator.state = data["rng"]
         return (table(data["q"]), table(data["best_q"]), float(data["best_ratio"]),
                 int(data["episode"]), float(data["epsilon"]), float(data["seconds"]))
+    except PolicyFileError:
+        raise
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise PolicyFileError(path, f"corrupt checkpoint ({type(e).__name__}: {e})",
                               "delete it to start training afresh") from None

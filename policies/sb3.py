@@ -78,10 +78,13 @@ class _SB3Trainer:
 
     def __init__(self, total_timesteps: int = 20_000, encoding: str = "hints",
                  fallback: str = "critical_path", reward: str = "ed_batch", seed: int = 0,
-                 lookahead: str = "none", **algo_kwargs: Any) -> None:
+                 lookahead: str = "none", eval_points: int = 10, **algo_kwargs: Any) -> None:
         self.total_timesteps, self.encoding, self.fallback = total_timesteps, encoding, fallback
         self.reward, self.seed, self.algo_kwargs = reward, seed, algo_kwargs
         self.lookahead = lookahead
+        #: Greedy evaluations of the network on the validation graphs during training (the
+        #: learning curve), evenly spaced in timesteps; the last one is at the end.
+        self.eval_points = max(1, int(eval_points))
 
     def _make_model(self, env: BatchingEnv) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -101,9 +104,13 @@ class _SB3Trainer:
         # SB3's default logger makes an empty /tmp/SB3-<time> folder on every learn(); ours
         # writes nothing (episode stats go through ``callback``, i.e. W&B)
         model.set_logger(Logger(folder=None, output_formats=[]))
-        model.learn(total_timesteps=self.total_timesteps, progress_bar=False,
-                    callback=_EpisodeCallback(callback) if callback else None)
         net = SB3Policy(model)
+        curve = _Curve(net, list(val_graphs) or list(train_graphs), callback,
+                       every=max(1, self.total_timesteps // self.eval_points))
+        model.learn(total_timesteps=self.total_timesteps, progress_bar=False,
+                    callback=_EpisodeCallback(curve))
+        if not curve.history or curve.history[-1]["timestep"] < model.num_timesteps:
+            curve.evaluate(model.num_timesteps)  # the curve ends at the final network
         meta = {"trainer": self.name, "total_timesteps": self.total_timesteps,
                 "seed": self.seed, **(metadata or {})}
         fallback = self.fallback
@@ -114,9 +121,11 @@ class _SB3Trainer:
         ratio, _, _ = evaluate_policy(fsm, list(val_graphs))
         seconds = time.perf_counter() - t0
         fsm.metadata.update(best_ratio=ratio, train_seconds=seconds)
-        result = TrainResult(fsm, ratio, 0, seconds)
-        result.history.append({"eval/ratio_to_lb": ratio,
-                               "eval/net_ratio_to_lb": _net_ratio(net, val_graphs)})
+        fsm.metadata.update(episodes=curve.episodes, timesteps=int(model.num_timesteps))
+        final = {**curve.history[-1], "eval/fsm_ratio_to_lb": ratio}
+        result = TrainResult(fsm, ratio, curve.episodes, seconds,
+                             [*curve.history[:-1], final])
+        result.timesteps = int(model.num_timesteps)  # type: ignore[attr-defined]
         self.network = net
         return result
 
@@ -157,19 +166,53 @@ class DQNTrainer(_SB3Trainer):
         return DQN("MlpPolicy", env, seed=self.seed, device="cpu", **kwargs)
 
 
-class _EpisodeCallback:
-    """Forward finished-episode stats (``train/...`` keys) to a metrics callback."""
+class _Curve:
+    """The SB3 learning curve: finished episodes, and every ``every`` timesteps the greedy
+    network's batches/LB on the validation graphs (``eval/ratio_to_lb``, and the best so
+    far), each row also sent to ``callback`` (the tracker: W&B ``train/``, ``eval/`` series).
 
-    def __new__(cls, fn: Callable[[dict[str, float]], None]) -> Any:
+    Rows carry ``timestep`` (the W&B step and the curve's x) and ``episode`` (finished
+    episodes so far)."""
+
+    def __init__(self, net: SB3Policy, graphs: Sequence[Graph],
+                 callback: Callable[[dict[str, float]], None] | None, every: int) -> None:
+        self.net, self.graphs, self.callback, self.every = net, graphs, callback, every
+        self.episodes, self.best = 0, float("inf")
+        self.history: list[dict[str, float]] = []
+
+    def _emit(self, row: dict[str, float]) -> None:
+        if self.callback is not None:
+            self.callback(row)
+
+    def episode_done(self, timestep: int, info: dict[str, Any]) -> None:
+        self.episodes += 1
+        self._emit({"timestep": timestep, "episode": self.episodes,
+                    "train/num_batches": float(info.get("num_batches", 0)),
+                    "train/ratio_to_lb": float(info.get("ratio", 0.0))})
+
+    def evaluate(self, timestep: int) -> None:
+        ratio = _net_ratio(self.net, self.graphs)
+        self.best = min(self.best, ratio)
+        row = {"timestep": timestep, "episode": self.episodes, "eval/ratio_to_lb": ratio,
+               "eval/best_ratio_to_lb": self.best, "train/episodes": float(self.episodes),
+               "train/timesteps": float(timestep)}
+        self.history.append(row)
+        self._emit(row)
+
+
+class _EpisodeCallback:
+    """SB3 callback feeding a :class:`_Curve`: finished episodes, periodic evaluations."""
+
+    def __new__(cls, curve: _Curve) -> Any:
         from stable_baselines3.common.callbacks import BaseCallback
 
-        class TrackerCallback(BaseCallback):
+        class CurveCallback(BaseCallback):
             def _on_step(self) -> bool:
                 for info, done in zip(self.locals.get("infos", []), self.locals.get("dones", [])):
                     if done:
-                        fn({"episode": self.num_timesteps,
-                            "train/num_batches": float(info.get("num_batches", 0)),
-                            "train/ratio_to_lb": float(info.get("ratio", 0.0))})
+                        curve.episode_done(self.num_timesteps, info)
+                if self.num_timesteps % curve.every == 0:
+                    curve.evaluate(self.num_timesteps)
                 return True
 
-        return TrackerCallback()
+        return CurveCallback()

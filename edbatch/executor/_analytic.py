@@ -33,7 +33,7 @@ from edbatch.executor.kernels import ParamGrads
 
 if TYPE_CHECKING:
     from edbatch.executor._program import Program
-    from edbatch.executor.torch_executor import TorchExecutor
+    from edbatch.executor._train import ExecutorHooks
 
 __all__ = ["AnalyticRun", "analytic"]
 
@@ -48,7 +48,7 @@ class AnalyticRun(torch.autograd.Function):
     """``apply(executor, program, names, *param_values) -> output rows`` (see module doc)."""
 
     @staticmethod
-    def forward(ctx: Any, executor: TorchExecutor, program: Program,  # type: ignore[override]
+    def forward(ctx: Any, executor: ExecutorHooks, program: Program,  # type: ignore[override]
                 names: tuple[str, ...], *values: Tensor) -> tuple[Tensor, ...]:
         params = dict(zip(names, (v.detach() for v in values), strict=True))
         saves: list[list[Tensor]] = []

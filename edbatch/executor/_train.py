@@ -22,23 +22,41 @@ float summation order. Only first-order gradients are supported (no ``create_gra
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from edbatch.executor._program import Program
-    from edbatch.executor.torch_executor import TorchExecutor
+    from edbatch.executor._program import Program, Step
+    from edbatch.executor._timer import Timer
 
-__all__ = ["BatchedRun"]
+__all__ = ["BatchedRun", "ExecutorHooks", "run_training"]
+
+
+class ExecutorHooks(Protocol):
+    """What the training paths need of their executor (:class:`~edbatch.executor.
+    torch_executor.TorchExecutor` provides it). A protocol, so this module and
+    :mod:`~edbatch.executor._analytic` never import the executor that imports them."""
+
+    dtype: torch.dtype
+    device: torch.device
+    sparse_grads: bool
+    _timer: Timer | None
+
+    def _apply(self, i: int, step: Step, operands: list[Tensor],
+               params: Mapping[str, Tensor], out: Tensor | None,
+               save: list[Tensor] | None = None) -> Tensor: ...
+
+    def _run_inplace(self, program: Program, params: Mapping[str, Tensor],
+                     saves: list[list[Tensor]] | None = None) -> list[Tensor]: ...
 
 
 class BatchedRun(torch.autograd.Function):
     """``apply(executor, program, names, *param_values) -> output rows`` (see module doc)."""
 
     @staticmethod
-    def forward(ctx: Any, executor: TorchExecutor, program: Program,  # type: ignore[override]
+    def forward(ctx: Any, executor: ExecutorHooks, program: Program,  # type: ignore[override]
                 names: tuple[str, ...], *values: Tensor) -> tuple[Tensor, ...]:
         leaves = {n: v.detach().requires_grad_(v.requires_grad)
                   for n, v in zip(names, values, strict=True)}
@@ -97,7 +115,7 @@ class BatchedRun(torch.autograd.Function):
         return (None, None, None, *(total.get(n) for n in ctx.names))
 
 
-def run_training(executor: TorchExecutor, program: Program, params: Mapping[str, Tensor],
+def run_training(executor: ExecutorHooks, program: Program, params: Mapping[str, Tensor],
                  function: type[torch.autograd.Function] = BatchedRun) -> dict[int, Tensor]:
     """Run ``program`` through ``function`` (:class:`BatchedRun`, or
     :class:`~edbatch.executor._analytic.AnalyticRun`); graph output id -> value row."""

@@ -70,6 +70,7 @@ from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._timer import Timer
 from edbatch.executor._train import BatchedRun, run_training
+from edbatch.executor.device import check_device, check_dtype
 from edbatch.executor.kernels import Kernel, stacked_sum
 from edbatch.graph import Graph
 from edbatch.memory.plan import MemoryPlan
@@ -137,7 +138,8 @@ class TorchExecutor:
                  profile: bool = False, hand_backward: bool = True,
                  sparse_grads: bool = False, cuda_graphs: bool = False,
                  capture_after: int = 1) -> None:
-        self.device = torch.device(device)
+        self.device = check_device(device)
+        dtype = check_dtype(dtype)
         if self.device.type == "cuda" and self.device.index is None and \
                 torch.cuda.is_available():  # "cuda" means the current device: name it
             self.device = torch.device("cuda", torch.cuda.current_device())

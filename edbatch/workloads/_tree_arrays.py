@@ -1,4 +1,7 @@
-"""Vectorised graph construction for binary trees at cell granularity.
+"""Flattened SST trees (:class:`TreeInstance`) and their vectorised graph construction.
+
+This module sits below :mod:`edbatch.workloads._trees` (which imports it, never the other
+way round).
 
 :func:`build_binary_cells` builds with numpy, from each instance's cached ``int64`` rows, the
 graph :func:`~edbatch.workloads._trees.emit_cells` would build node by node (~10x faster;
@@ -7,17 +10,72 @@ graph :func:`~edbatch.workloads._trees.emit_cells` would build node by node (~10
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
+from edbatch.data.trees import Tree
 from edbatch.graph import Graph, Vocab
 
-if TYPE_CHECKING:
-    from edbatch.workloads._trees import TreeInstance
+__all__ = ["NodeRow", "TreeInstance", "build_binary_cells"]
 
-__all__ = ["build_binary_cells"]
+#: One post-order node: ``(word_id, left, right, label)``. A leaf has ``left == right == -1``
+#: and ``word_id >= 0``; a binary node has both children's post-order indices and
+#: ``word_id == -1``; a unary node has ``right == -1``.
+NodeRow = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class TreeInstance:
+    """One sentence tree, flattened in post-order with word ids resolved.
+
+    Attributes:
+        tree: the parsed tree.
+        nodes: one :data:`NodeRow` ``(word_id, left, right, label)`` per tree node, children
+            before parents; the root is last.
+    """
+
+    tree: Tree
+    nodes: tuple[NodeRow, ...]
+
+    @functools.cached_property
+    def _columns(self) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+        """``int64[n, 4]`` rows and ``int32[n]`` heights (0 for a leaf), computed once."""
+        rows = np.array(self.nodes, dtype=np.int64).reshape(-1, 4)
+        height = [0] * len(self.nodes)
+        for k, (_, left, right, _) in enumerate(self.nodes):
+            if left >= 0:
+                height[k] = max(height[left], height[right] if right >= 0 else 0) + 1
+        return rows, np.asarray(height, dtype=np.int32)
+
+    @property
+    def is_binary(self) -> bool:
+        """No unary node (SST's binarised trees have none)."""
+        rows = self._columns[0]
+        return not bool(np.any((rows[:, 1] >= 0) & (rows[:, 2] < 0)))
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of tree nodes (each gets a state, unless unary, and a loss)."""
+        return len(self.nodes)
+
+    @property
+    def num_leaves(self) -> int:
+        """Number of pre-terminals (words)."""
+        return sum(1 for row in self.nodes if row[1] < 0)
+
+    @property
+    def num_binary(self) -> int:
+        """Number of internal nodes with two children."""
+        return sum(1 for row in self.nodes if row[2] >= 0)
+
+    @property
+    def num_unary(self) -> int:
+        """Number of internal nodes with one child (their state is the child's)."""
+        return sum(1 for row in self.nodes if row[1] >= 0 > row[2])
 
 
 def build_binary_cells(instances: Sequence[TreeInstance], vocab: Vocab,

@@ -20,17 +20,14 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-
-import numpy as np
-from numpy.typing import NDArray
 
 from edbatch.data._text import gc_paused, read_lines
 from edbatch.data.trees import Tree, load_trees
 from edbatch.errors import DataFormatError, GraphError
 from edbatch.graph import Graph, GraphBuilder, OpType
+from edbatch.workloads._tree_arrays import NodeRow, TreeInstance, build_binary_cells
 from edbatch.workloads.base import LOSS_SUM, Workload
 from edbatch.workloads.primitives import OpSet
 
@@ -52,10 +49,6 @@ _UNKNOWN = "<unk>"
 _ASCII_WS = " \t\n\r\f\v"  # what load_trees treats as a blank line
 
 S = TypeVar("S")
-#: One post-order node: ``(word_id, left, right, label)``. A leaf has ``left == right == -1``
-#: and ``word_id >= 0``; a binary node has both children's post-order indices and
-#: ``word_id == -1``; a unary node has ``right == -1``.
-NodeRow = tuple[int, int, int, int]
 
 
 def _file_key(path: str | Path) -> tuple[str, int, int]:
@@ -132,56 +125,6 @@ class WordVocab:
 
     def __repr__(self) -> str:
         return f"WordVocab({len(self)} ids)"
-
-
-@dataclass(frozen=True)
-class TreeInstance:
-    """One sentence tree, flattened in post-order with word ids resolved.
-
-    Attributes:
-        tree: the parsed tree.
-        nodes: one :data:`NodeRow` ``(word_id, left, right, label)`` per tree node, children
-            before parents; the root is last.
-    """
-
-    tree: Tree
-    nodes: tuple[NodeRow, ...]
-
-    @functools.cached_property
-    def _columns(self) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
-        """``int64[n, 4]`` rows and ``int32[n]`` heights (0 for a leaf), computed once."""
-        rows = np.array(self.nodes, dtype=np.int64).reshape(-1, 4)
-        height = [0] * len(self.nodes)
-        for k, (_, left, right, _) in enumerate(self.nodes):
-            if left >= 0:
-                height[k] = max(height[left], height[right] if right >= 0 else 0) + 1
-        return rows, np.asarray(height, dtype=np.int32)
-
-    @property
-    def is_binary(self) -> bool:
-        """No unary node (SST's binarised trees have none)."""
-        rows = self._columns[0]
-        return not bool(np.any((rows[:, 1] >= 0) & (rows[:, 2] < 0)))
-
-    @property
-    def num_nodes(self) -> int:
-        """Number of tree nodes (each gets a state, unless unary, and a loss)."""
-        return len(self.nodes)
-
-    @property
-    def num_leaves(self) -> int:
-        """Number of pre-terminals (words)."""
-        return sum(1 for row in self.nodes if row[1] < 0)
-
-    @property
-    def num_binary(self) -> int:
-        """Number of internal nodes with two children."""
-        return sum(1 for row in self.nodes if row[2] >= 0)
-
-    @property
-    def num_unary(self) -> int:
-        """Number of internal nodes with one child (their state is the child's)."""
-        return sum(1 for row in self.nodes if row[1] >= 0 > row[2])
 
 
 def _flatten(tree: Tree, ids: dict[str, int]) -> tuple[NodeRow, ...] | str:
@@ -394,8 +337,6 @@ class TreeWorkload(Workload):
         if self._cell_ops is None or not all(
                 isinstance(t, TreeInstance) and t.is_binary for t in instances):
             return super().build_graph(instances, loss_sum=loss_sum)
-        from edbatch.workloads._tree_arrays import build_binary_cells
-
         return build_binary_cells(instances, self.vocab, self._cell_ops,
                                   self.vocab.id(LOSS_SUM) if loss_sum else None)
 

@@ -194,3 +194,23 @@ def test_round_trip_random_binary_trees(tree: Tree, sep: str) -> None:
     assert parsed == tree
     assert parsed.leaves() == tree.leaves()
     assert parse_tree(f"  {text}\r") == tree
+
+
+@pytest.mark.parametrize("label", ["9", "-1", "5"])
+@pytest.mark.parametrize("workload", ["tree_lstm", "tree_gru", "mvrnn"])
+def test_sst_workloads_refuse_labels_outside_0_to_4_naming_file_and_line(
+        tmp_path: Path, label: str, workload: str) -> None:
+    """The SST domain (labels 0..4) is checked at load, with file:line, not at execution."""
+    from edbatch.workloads import make_workload
+
+    good = "(3 (2 An) (4 (3 (2 good) (3 film)) (2 .)))"
+    (tmp_path / "trees").mkdir()
+    for split in ("train", "dev", "test"):
+        (tmp_path / "trees" / f"{split}.txt").write_text(f"{good}\n{good}\n")
+    bad = good.replace("(4 (3 (2 good)", f"(4 (3 ({label} good)")
+    (tmp_path / "trees" / "dev.txt").write_text(f"{good}\n\n{bad}\n")
+    wl = make_workload(workload, data_dir=tmp_path)
+    assert len(wl.load("train")) == 2
+    with pytest.raises(DataFormatError, match=rf"dev.txt:3: found the label {label}; "
+                                              r"expected .*labels 0..4"):
+        wl.load("dev")

@@ -31,7 +31,7 @@ def test_check_env_passes_for_every_workload(workload: str) -> None:
               "batch_size": 4}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # render-mode notices only
-        check_env(gym.make(ENV_ID, on_invalid="noop", **kwargs).unwrapped)
+        check_env(gym.make(ENV_ID, **kwargs).unwrapped)  # the registered defaults
         sb3_check_env(envs.BatchingEnv(**kwargs), warn=False)
 
 
@@ -67,6 +67,43 @@ def test_masked_action_raises_and_changes_nothing() -> None:
     with pytest.raises(InvalidActionError, match="Choose an action allowed by the action mask"):
         env.step(bad)
     assert env.frontier.num_executed == before
+
+
+def test_default_registered_env_passes_gymnasium_check_env() -> None:
+    env = gym.make(ENV_ID, workload="tree_lstm", split="dev", batch_size=4)
+    assert env.unwrapped.on_invalid == "noop"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # render-mode notices only
+        check_env(env.unwrapped)
+    strict = gym.make(ENV_ID, workload="tree_lstm", split="dev", batch_size=4,
+                      on_invalid="raise")
+    with pytest.raises(InvalidActionError), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(strict.unwrapped)  # the class default is strict: masked actions raise
+
+
+@pytest.mark.parametrize("action", [0.5, 1.0, "0", "abc", None, True, np.bool_(False),
+                                    np.float32(1.0), [0], np.array([0.0]), np.array([0, 1])])
+@pytest.mark.parametrize("on_invalid", ["raise", "noop"])
+def test_non_integral_action_is_refused_naming_the_value(action: object, on_invalid: str
+                                                         ) -> None:
+    env = envs.BatchingEnv(graphs=_lattices(), on_invalid=on_invalid)
+    env.reset(seed=0)
+    before = env.frontier.num_executed
+    with pytest.raises(InvalidActionError, match="must be an integer op type id") as err:
+        env.step(action)
+    assert repr(action) in str(err.value)
+    assert env.frontier.num_executed == before
+
+
+def test_integral_actions_of_every_kind_are_accepted() -> None:
+    for kind in (int, np.int64, np.int32, np.uint8, lambda a: np.array(a),
+                 lambda a: np.array([a], dtype=np.int16)):
+        env = envs.BatchingEnv(graphs=_lattices(1))
+        _, info = env.reset(seed=0)
+        a = int(np.flatnonzero(info["action_mask"])[0])
+        _, _, _, _, info2 = env.step(kind(a))
+        assert info2["num_batches"] > info["num_batches"]
 
 
 def test_noop_mode_penalises_without_moving() -> None:

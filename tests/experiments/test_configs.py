@@ -9,6 +9,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 
+import experiments  # noqa: F401 - registers the config schemas
 from edbatch.schedule import Schedule
 from edbatch.workloads import Workload
 from edbatch.workloads.synthetic import random_binary_trees

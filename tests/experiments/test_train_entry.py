@@ -78,6 +78,12 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
     names = {x["scheduler"] for x in lines}
     assert names == {"depth", "typewise_greedy", "fsm_ed_batch", "fsm_fsm"}
     assert {x["workload"] for x in lines} == {"tree_lstm", "lattice_lstm"}
+    out = [x for x in r.stdout.splitlines() if not x.startswith("[20")]  # not log records
+    assert max(len(x) for x in out) <= 100, max(out, key=len)  # fits a 100-column terminal
+    text = " ".join(out)
+    for said in ("evaluated on: tree_lstm", "batch size 16", "seeds [0]", "LB: lower bound",
+                 "batches / LB", "hit rate:", "fsm_fsm", "learners ['ed_batch', 'fsm']"):
+        assert said in text, said
     assert all(x["num_batches"] >= x["lower_bound"] for x in lines)
     assert "FSM training (per seed)" in r.stdout
     assert (tmp_path / "batches.png").read_bytes()[:4] == b"\x89PNG"

@@ -12,6 +12,7 @@ from edbatch.errors import PolicyFileError
 from edbatch.schedule import run_policy
 from edbatch.workloads.dumps import DumpWorkload
 from edbatch.workloads.synthetic import random_lattices
+from experiments.plots import learning_curve_figure
 from policies import FSMPolicy, FSMScheduler
 from policies.sb3 import DQNTrainer, MaskablePPOTrainer
 
@@ -22,13 +23,25 @@ def test_sb3_trainer_learns_through_env_and_distills(trainer, tmp_path, monkeypa
     monkeypatch.delenv("SB3_LOGDIR", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where SB3's logger would write
     graphs = DumpWorkload("bilstm_B1").graphs()
-    t = trainer(total_timesteps=1500, seed=0)
-    result = t.fit(graphs[:2], graphs[2:4])
+    t = trainer(total_timesteps=1500, seed=0, eval_points=3)
+    rows: list[dict] = []
+    result = t.fit(graphs[:2], graphs[2:4], callback=rows.append)
     assert result.policy.num_states > 0 and result.policy.encoding == "hints"
     for g in graphs[4:6]:
         run_policy(g, t.network).validate(g)  # the net never picks a masked action
         run_policy(g, result.policy).validate(g)
-    assert result.history[0]["eval/net_ratio_to_lb"] >= 1.0
+    curve = [h for h in result.history if "eval/ratio_to_lb" in h]
+    assert len(curve) >= 2 and all(h["eval/ratio_to_lb"] >= 1.0 for h in curve)
+    assert [h["timestep"] for h in curve] == sorted({h["timestep"] for h in curve})
+    assert curve[-1]["timestep"] == result.timesteps >= 1500  # PPO: whole rollouts of 512
+    assert result.episodes == curve[-1]["episode"] > 0  # counted, not 0
+    assert result.history[-1]["eval/fsm_ratio_to_lb"] == result.best_ratio
+    sent = [r for r in rows if "eval/ratio_to_lb" in r]  # what W&B receives
+    assert [r["timestep"] for r in sent] == [h["timestep"] for h in curve]
+    assert sum(1 for r in rows if "train/num_batches" in r) == result.episodes
+    fig = learning_curve_figure(result.history)  # the PNG's figure is not an empty frame
+    line = fig.axes[0].lines[0]
+    assert len(line.get_xdata()) == len(curve) >= 2
     assert list(tmp_path.glob("SB3-*")) == []  # no empty SB3-<time> log folder left behind
 
 

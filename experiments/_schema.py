@@ -1,0 +1,257 @@
+"""Typed schemas of the entry points' configs, registered in Hydra's ConfigStore.
+
+Each ``conf/<entry>.yaml`` lists its schema first in its defaults (``- <entry>_schema``), the
+Hydra-docs "structured config as schema" pattern: OmegaConf then refuses, at compose time,
+a value of the wrong type (``batch_size=abc``: key, value and expected type in the message)
+and any key the schema does not declare. Config groups (``workload``, ``trainer``,
+``scheduler``...) are typed ``Any``: their own constructors check their options.
+
+Ranges (``batch_size >= 1``, ``limit`` positive or null, known granularities...) are checked
+by :func:`validate`, which each entry point calls first: it builds the dataclass from the
+composed config, so ``__post_init__`` runs, and raises :class:`~edbatch.errors.ConfigError`
+naming the key, the value and the fix.
+
+Importing :mod:`experiments` registers the schemas (the entry points do; a test composing
+the configs with Hydra's compose API must ``import experiments`` first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from edbatch.errors import ConfigError
+
+__all__ = ["SCHEMAS", "CompareConfig", "EvaluateConfig", "TrainConfig", "TrainModelConfig",
+           "validate"]
+
+
+def _at_least(cfg: Any, key: str, low: float, *, nullable: bool = False,
+              null_means: str = "") -> None:
+    value = getattr(cfg, key)
+    if value is None and nullable:
+        return
+    if value is None or value < low:
+        fix = f"pass {key}=N with N >= {low:g}"
+        if nullable:
+            fix += f", or {key}=null ({null_means})"
+        raise ConfigError(key, value, f"a number >= {low:g}" + (" or null" if nullable else ""),
+                          fix)
+
+
+def _one_of(cfg: Any, key: str, choices: tuple[str, ...]) -> None:
+    value = getattr(cfg, key)
+    values = value if isinstance(value, list) else [value]
+    for v in values:
+        if v not in choices:
+            raise ConfigError(key, value, f"one of {list(choices)}",
+                              f"pass e.g. {key}={choices[0]}")
+
+
+@dataclass
+class TrainConfig:
+    """``experiments.train``: train one batching policy (see conf/train.yaml)."""
+
+    workload: Any = None
+    trainer: Any = None
+    env: Any = None
+    policy: Any = None
+    logger: Any = None
+    seed: int = 0
+    batch_size: int = 64
+    train_split: str = "train"
+    val_split: str = "dev"
+    num_train_graphs: int | None = 4
+    num_val_graphs: int | None = 2
+    shuffle: bool = True
+    progress: bool = True
+    resume: str = "auto"
+    run_dir: str = "runs"
+    artifact: str = "policy.json"
+    checkpoint: str = "checkpoint.json"
+    learning_curve: str = "learning_curve.png"
+
+    def __post_init__(self) -> None:
+        _at_least(self, "batch_size", 1)
+        _at_least(self, "num_train_graphs", 1, nullable=True, null_means="the whole split")
+        _at_least(self, "num_val_graphs", 1, nullable=True, null_means="the whole split")
+        _one_of(self, "resume", ("auto", "restart"))
+
+
+@dataclass
+class EvaluateConfig:
+    """``experiments.evaluate``: compare schedulers (see conf/evaluate.yaml)."""
+
+    workload: Any = None
+    scheduler: Any = None
+    granularities: list[str] = field(default_factory=lambda: ["cell", "primitive"])
+    split: str | None = None
+    batch_size: int = 64
+    limit: int | None = 4
+    seed: int = 0
+    progress: bool = True
+    output_dir: str = "."
+    results_file: str = "results.jsonl"
+    summary_file: str = "summary.csv"
+
+    def __post_init__(self) -> None:
+        _at_least(self, "batch_size", 1)
+        _at_least(self, "limit", 1, nullable=True, null_means="the whole split")
+        _one_of(self, "granularities", ("cell", "primitive"))
+
+
+@dataclass
+class CompareConfig:
+    """``experiments.compare``: the main job (see conf/compare.yaml)."""
+
+    workload: Any = None
+    trainers: Any = None
+    env: Any = None
+    policy: Any = None
+    scheduler: Any = None
+    seeds: list[int] = field(default_factory=lambda: [0])
+    batch_size: int = 64
+    train_split: str = "train"
+    num_train_graphs: int = 4
+    one_graph_trainers: list[str] = field(default_factory=lambda: ["ed_batch"])
+    val_from_train: int = 2
+    eval_split: str | None = None
+    eval_limit: int | None = 4
+    seed: int = 0
+    output_dir: str = "."
+    results_file: str = "results.jsonl"
+    summary_file: str = "summary.csv"
+    plot_file: str = "batches.png"
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ConfigError("seeds", self.seeds, "a non-empty list of ints",
+                              "pass e.g. seeds=[0,1,2]")
+        _at_least(self, "batch_size", 1)
+        _at_least(self, "num_train_graphs", 1)
+        _at_least(self, "val_from_train", 1)
+        _at_least(self, "eval_limit", 1, nullable=True, null_means="the whole split")
+
+
+@dataclass
+class TrainModelConfig:
+    """``experiments.train_model``: train the tree sentiment model (conf/train_model.yaml)."""
+
+    workload: Any = None
+    logger: Any = None
+    seed: int = 0
+    scheduler: str = "typewise_greedy"
+    fsm: str | None = None
+    strategy: str = "planned"
+    device: str = "cpu"
+    cuda_graphs: bool = True
+    num_threads: int = 1
+    batch_size: int = 64
+    lr: float = 0.002
+    weight_decay: float = 0.0
+    epochs: int = 2
+    max_steps: int | None = None
+    time_budget_s: float | None = 150.0
+    train_split: str = "train"
+    train_limit: int | None = None
+    eval_split: str = "dev"
+    eval_limit: int | None = None
+    eval_batch_size: int = 256
+    log_every: int = 10
+    eval_every: int | None = 34
+    run_dir: str = "runs"
+    summary: str = "summary.json"
+    plot: str = "curves.png"
+    model_path: str | None = None      # the data-parallel helper's keys
+    dist_backend: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("num_threads", "batch_size", "eval_batch_size", "log_every"):
+            _at_least(self, key, 1)
+        _at_least(self, "epochs", 0)
+        _at_least(self, "weight_decay", 0)
+        if self.lr <= 0:
+            raise ConfigError("lr", self.lr, "a number > 0", "pass e.g. lr=0.002")
+        for key in ("max_steps", "train_limit", "eval_limit", "eval_every"):
+            _at_least(self, key, 1, nullable=True, null_means="no limit")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise ConfigError("time_budget_s", self.time_budget_s, "a number > 0 or null",
+                              "pass e.g. time_budget_s=150, or time_budget_s=null (no limit)")
+        _one_of(self, "strategy", ("planned", "aligned", "naive"))
+
+
+#: ConfigStore name -> schema; ``conf/<entry>.yaml`` lists ``<entry>_schema`` first.
+SCHEMAS: dict[str, type] = {"train_schema": TrainConfig, "evaluate_schema": EvaluateConfig,
+                            "compare_schema": CompareConfig,
+                            "train_model_schema": TrainModelConfig}
+
+_store = ConfigStore.instance()
+for _name, _node in SCHEMAS.items():
+    _store.store(name=_name, node=_node)
+
+
+#: Trainer hyper-parameters (any trainer of conf/trainer): (type, low, high), inclusive.
+TRAINER_RULES: dict[str, tuple[type, float, float]] = {
+    "max_episodes": (int, 1, float("inf")), "eval_every": (int, 1, float("inf")),
+    "n_step": (int, 1, float("inf")), "total_timesteps": (int, 1, float("inf")),
+    "eval_points": (int, 1, float("inf")), "alpha": (float, 1e-12, 1.0),
+    "gamma": (float, 0.0, 1.0), "eps_start": (float, 0.0, 1.0), "eps_min": (float, 0.0, 1.0),
+    "eps_decay": (float, 1e-12, 1.0), "early_stop_ratio": (float, 0.0, float("inf")),
+}
+#: Keys of the ``env`` group and their allowed values.
+ENV_CHOICES = {"reward": ("ed_batch", "unit", "cost_model"), "on_invalid": ("raise", "noop")}
+
+
+def _check_group(prefix: str, node: Any, rules: dict[str, tuple[type, float, float]]) -> None:
+    for key, (kind, low, high) in rules.items():
+        if not isinstance(node, dict) or key not in node:
+            continue
+        value = node[key]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            kind is float or isinstance(value, int)) and low <= value <= high
+        if not ok:
+            span = f">= {low:g}" if high == float("inf") else f"in [{low:g}, {high:g}]"
+            raise ConfigError(f"{prefix}.{key}", value, f"{'an int' if kind is int else 'a number'}"
+                              f" {span}", f"pass e.g. {prefix}.{key}=<{kind.__name__} {span}>")
+
+
+def _check_groups(cfg: DictConfig) -> None:
+    """The trainer hyper-parameters and env options the typed schemas leave to the groups."""
+    trainers = {}
+    if "trainer" in cfg and cfg.trainer is not None:
+        trainers["trainer"] = OmegaConf.to_container(cfg.trainer, resolve=False)
+    if "trainers" in cfg and cfg.trainers is not None:
+        for name in cfg.trainers:
+            trainers[f"trainers.{name}"] = OmegaConf.to_container(cfg.trainers[name],
+                                                                  resolve=False)
+    for prefix, node in trainers.items():
+        _check_group(prefix, node, TRAINER_RULES)
+    env = cfg.get("env")
+    if env is not None:
+        for key, choices in ENV_CHOICES.items():
+            if key in env and not OmegaConf.is_interpolation(env, key) and \
+                    env[key] not in choices:
+                raise ConfigError(f"env.{key}", env[key], f"one of {list(choices)}",
+                                  f"pass e.g. env.{key}={choices[0]}")
+
+
+def validate(cfg: DictConfig) -> Any:
+    """Range-check a composed config through its schema's ``__post_init__``.
+
+    Returns the typed dataclass instance (the entry points keep using ``cfg``). Interpolated
+    values (paths, ``seed: ${seeds.0}``) are not checked. Raises ConfigError.
+    """
+    schema = OmegaConf.get_type(cfg)
+    if schema not in SCHEMAS.values():
+        raise ConfigError("<config>", schema, f"one of {[s.__name__ for s in SCHEMAS.values()]}",
+                          "list the entry's schema first in its defaults")
+    names = [f.name for f in fields(schema) if f.type != "Any"]  # groups check themselves
+    values = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k])
+              else cfg[k] for k in names
+              if k in cfg and not OmegaConf.is_interpolation(cfg, k)}  # paths keep defaults
+    typed = schema(**values)
+    _check_groups(cfg)
+    return typed
