@@ -32,6 +32,7 @@ TorchFold (``torchfold`` 0.1.0 on PyPI, the dynamic-batching helper for PyTorch)
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -98,7 +99,7 @@ class TreeLSTMLevels(HandBatched):
         order, pos, starts = _levels(height)
         sorted_rows = allrows[order]
         levels = []
-        for lo, hi in zip(starts[1:-1], starts[2:]):
+        for lo, hi in itertools.pairwise(starts[1:]):
             kids = sorted_rows[lo:hi, 1:3]
             levels.append((lo, hi, torch.from_numpy(pos[kids[:, 0]]),
                            torch.from_numpy(pos[kids[:, 1]])))
@@ -156,7 +157,7 @@ class LatticeLSTMLevels(HandBatched):
         kind_a, token_a = np.concatenate(kind), np.concatenate(token)
         arc_level = lv_all[order][dst_p]
         levels = []
-        for lvl, (lo, hi) in enumerate(zip(starts[1:-1], starts[2:]), start=1):
+        for lvl, (lo, hi) in enumerate(itertools.pairwise(starts[1:]), start=1):
             parts = []
             for k in (0, 1):
                 sel = np.flatnonzero((arc_level == lvl) & (kind_a == k))
@@ -274,7 +275,7 @@ def torchfold_status() -> str | None:
         fold = torchfold.Fold()
         node = fold.add("leaf", 1)
         fold.apply(_Probe(), [[node]])
-    except Exception as e:  # noqa: BLE001 - any failure is the recorded reason
+    except Exception as e:  # any failure is the recorded reason
         return f"torchfold {getattr(torchfold, '__version__', '0.1.0')} on torch " \
                f"{torch.__version__}: Fold.add raised {type(e).__name__}: {e}"
     return None
