@@ -17,6 +17,7 @@ Contenders (see ``docs/benchmarks.md``):
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -247,13 +248,16 @@ def _profile(job: Job, contender: str, count: int) -> dict[str, float]:
     return out
 
 
-def _peak_rss(job: Job, contender: str, infos: list[dict[str, float]]) -> float:
+def _peak_rss(job: Job, contender: str, infos: list[dict[str, float]]) -> float | None:
     """MB: one extra pass on the first mini-batch under :func:`peak_rss_mb`; for a DyNet
-    worker, its peak RSS over the run less its RSS when it became ready."""
+    worker, its peak RSS over the run less its RSS when it became ready (``None`` if
+    unknown)."""
     if contender in job.peers:
-        peak = max((i.get("maxrss_mb", float("nan")) for i in infos), default=float("nan"))
-        return max(0.0, peak - job.peers[contender].ready_rss_mb)
-    return peak_rss_mb(lambda: _pass(job, contender, 0, 0))
+        peaks = [i["maxrss_mb"] for i in infos if "maxrss_mb" in i]
+        grown = max(peaks, default=math.nan) - job.peers[contender].ready_rss_mb
+        return None if math.isnan(grown) else max(0.0, grown)
+    grown = peak_rss_mb(lambda: _pass(job, contender, 0, 0))
+    return None if math.isnan(grown) else grown
 
 
 def _row(job: Job, contender: str, samples: list[list[dict[str, float]]],

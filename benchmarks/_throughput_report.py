@@ -100,7 +100,9 @@ def _cells(row: dict[str, Any], ref: dict[str, Any] | None) -> list[str]:
 
     train = row["mode"] == "train"
     ratio = f"{row['items_per_s'] / ref['items_per_s']:.2f}" if ref else "-"
-    floor = f"{row['floor_multiple']:.2f}" if row.get("floor_multiple") else "-"
+    fm = row.get("floor_multiple")
+    floor = "-" if not fm else f"{fm:.2f}" if fm < 10 else f"{fm:.1f}" if fm < 100 else \
+        f"{fm:.0f}"
     loss = {True: "ok", False: "DIFF"}.get(row.get("loss_match"), "")  # type: ignore[arg-type]
     batches = f"{row['batches']:.1f}" if "batches" in row else "-"
     rss = row.get("peak_rss_mb")

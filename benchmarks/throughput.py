@@ -92,6 +92,7 @@ SIZES = ("300x150", "128x128")
 MODES = ("infer", "train")
 BATCH_SIZE = 64
 LOSS_RTOL = 1e-3
+Plan = list[list[list[int]]]  # plan[r][k]: instance indices of mini-batch k of pass r
 
 
 def _log(msg: str) -> None:
@@ -179,7 +180,7 @@ def _schedulers(policy: Any, contenders: Sequence[str]) -> dict[str, Callable[[G
     return schedulers
 
 
-def _floors(wl: Workload, split: str, plan: list[list[list[int]]],
+def _floors(wl: Workload, split: str, plan: Plan,
             scheduler: Callable[[Graph], Schedule], train: bool) -> list[list[GemmFloor]]:
     """The GEMM floor of every planned mini-batch (built before any timing)."""
     gen = torch.Generator().manual_seed(0)
@@ -196,7 +197,7 @@ def _floors(wl: Workload, split: str, plan: list[list[list[int]]],
 
 
 def _edbatch_rows(name: str, size: str, wl: Workload, split: str,
-                  plan: list[list[list[int]]], policy: Any, args: argparse.Namespace,
+                  plans: dict[str, Plan], policy: Any, args: argparse.Namespace,
                   peers: dict[str, DynetServer] | None = None,
                   errors: list[str] | None = None) -> list[dict[str, Any]]:
     """All rows of one workload x size (both modes): edbatch's, the hand-batched PyTorch
@@ -210,12 +211,12 @@ def _edbatch_rows(name: str, size: str, wl: Workload, split: str,
     if HAND in args.contenders and HAND_BATCHED.get(name) and not cuda:
         contenders.append(HAND)
     contenders += list(peers)
-    schedulers = _schedulers(policy, contenders)
-    floor_scheduler = schedulers.get("fsm") or make_scheduler("depth")
     embed, hidden = _dims(size)
     rows: list[dict[str, Any]] = []
     for mode in args.modes:
-        train = mode == "train"
+        train, plan = mode == "train", plans[mode]
+        schedulers = _schedulers(policy, contenders)  # fresh memos per mode
+        floor_scheduler = schedulers.get("fsm") or make_scheduler("depth")
         params = {k: p.detach().clone().requires_grad_(train)
                   for k, p in init_params(wl, torch.Generator().manual_seed(0),
                                           device=args.device).items()}
@@ -328,16 +329,17 @@ def best_of(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 def _rows_dynet_in_blocks(name: str, size: str, wl: Workload, split: str,
-                          plan: list[list[list[int]]], policy: Any, args: argparse.Namespace,
+                          plans: dict[str, Plan], policy: Any, args: argparse.Namespace,
                           use_dynet: bool, errors: list[str]) -> list[dict[str, Any]]:
     """edbatch's rows, then (``use_dynet``) DyNet's, each worker timed as one block before
     and after the edbatch passes (``--dynet-runs 2``, the faster run counts) or after only."""
     runs: list[list[dict[str, Any]]] = []
+    count = len(next(iter(plans.values()))[0])
     if use_dynet and args.dynet_runs > 1:  # bracket the edbatch passes
-        runs.append(_dynet_rows(name, size, wl, len(plan[0]), args, errors))
-    rows = _edbatch_rows(name, size, wl, split, plan, policy, args)
+        runs.append(_dynet_rows(name, size, wl, count, args, errors))
+    rows = _edbatch_rows(name, size, wl, split, plans, policy, args)
     if use_dynet:
-        runs.append(_dynet_rows(name, size, wl, len(plan[0]), args, errors))
+        runs.append(_dynet_rows(name, size, wl, count, args, errors))
         rows += [{**r, "data": args.data} for r in best_of(runs)]
         add_ratios(rows)
     return rows
@@ -369,21 +371,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 policy, results["policies"][name] = load_or_train_policy(
                     name, wl, args.policy_dir, args.fsm_episodes)
             split = "train" if args.data == "reshuffled" else wl.default_eval_split
-            plan = minibatch_plan(args.data, len(wl.load("train")),
-                                  len(wl.load(wl.default_eval_split)), BATCH_SIZE,
-                                  args.minibatches, args.warmup + args.repeats, args.seed)
-            _log(f"{name} {size}: {len(plan[0])} mini-batches per pass of split {split!r} "
+            plans = {mode: minibatch_plan(  # a permutation per mode: nothing repeats in a run
+                args.data, len(wl.load("train")), len(wl.load(wl.default_eval_split)),
+                BATCH_SIZE, args.minibatches, args.warmup + args.repeats, args.seed + m)
+                for m, mode in enumerate(args.modes)}
+            count = len(plans[args.modes[0]][0])
+            _log(f"{name} {size}: {count} mini-batches per pass of split {split!r} "
                  f"({args.data})")
             if use_dynet and args.dynet_interleave:  # DyNet passes between edbatch's
                 with ExitStack() as stack:
-                    peers = _start_peers(stack, name, size, wl, len(plan[0]), args,
+                    peers = _start_peers(stack, name, size, wl, count, args,
                                          results["dynet_errors"])
-                    rows = _edbatch_rows(name, size, wl, split, plan, policy, args, peers,
+                    rows = _edbatch_rows(name, size, wl, split, plans, policy, args, peers,
                                          results["dynet_errors"])
             else:
-                rows = _rows_dynet_in_blocks(name, size, wl, split, plan, policy, args,
+                rows = _rows_dynet_in_blocks(name, size, wl, split, plans, policy, args,
                                              use_dynet, results["dynet_errors"])
-            check_losses(rows, LOSS_RTOL)
+            for mode in args.modes:
+                check_losses([r for r in rows if r["mode"] == mode], LOSS_RTOL)
             results["rows"] += rows
             for mode in args.modes:
                 print_table([r for r in rows if r["mode"] == mode])
