@@ -36,20 +36,16 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from edbatch.errors import GraphError, UnknownNameError, did_you_mean
+from edbatch.errors import GraphError
 from edbatch.executor import KERNELS, Kernel
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
 from edbatch.graph import Graph, OpType, Vocab
 from edbatch.memory import Strategy, plan_memory
 from edbatch.schedule import Policy, PolicyScheduler, Schedule, Scheduler, make_scheduler
-
-if TYPE_CHECKING:
-    from edbatch.api_builtins import BuiltinOp
 
 __all__ = ["BatchResult", "Cell", "DynamicBatch", "Handle", "SchedulerLike", "ShapeLike"]
 
@@ -57,7 +53,6 @@ __all__ = ["BatchResult", "Cell", "DynamicBatch", "Handle", "SchedulerLike", "Sh
 ShapeLike = int | Sequence[int]
 #: A scheduler for :meth:`DynamicBatch.run`: a registered name, a Policy or a Scheduler.
 SchedulerLike = str | Policy | Scheduler
-
 
 
 def _shape(value: ShapeLike, what: str) -> tuple[int, ...]:
@@ -216,36 +211,20 @@ class DynamicBatch:
         self._cells: dict[str, Cell] = {}
         self._embeddings: dict[int, Cell] = {}
         self._generation = 0
-        #: Parameters of built-in op types (:meth:`from_workload`), passed to the executor.
-        self.params: dict[str, Tensor] = {}
+        self.params: dict[str, Tensor] = {}  #: built-in op types' parameters (from_workload)
         self._clear()
 
     @classmethod
     def from_workload(cls, workload: object, params: Mapping[str, Tensor] | None = None,
-                      device: str | torch.device = "cpu",
-                      dtype: torch.dtype = torch.float32) -> DynamicBatch:
-        """A batch with ``workload``'s op types (fused cells, hand-written backwards) built
-        in, and ``params`` (e.g. ``init_params(workload, ...)``) as their parameters; get
-        each op with :meth:`op`. See :mod:`edbatch.api_builtins`."""
+                      **kw: object) -> DynamicBatch:
+        """A batch (``kw``: device, dtype) with ``workload``'s ops and ``params`` built in."""
         from edbatch.api_builtins import register_workload
+        return register_workload(cls(**kw), workload, params)  # type: ignore[arg-type]
 
-        return register_workload(cls(device, dtype), workload, params)
-
-    def op(self, name: str) -> BuiltinOp:
-        """The built-in op type ``name`` (registered by :meth:`from_workload`) as a callable
-        ``op(*handles, attr=...) -> Handle``.
-
-        Raises:
-            UnknownNameError: no such op type in this batch (with a did-you-mean hint).
-        """
-        from edbatch.api_builtins import BuiltinOp
-
-        if name not in self._op_ids or name.startswith(("user.", "input/")):
-            names = [o.name for o in self._ops if not o.name.startswith(("user.", "input/"))]
-            raise UnknownNameError(f"no built-in op type {name!r} in this batch; register a "
-                                   f"workload with DynamicBatch.from_workload. Known: "
-                                   f"{names[:8]}" + did_you_mean(name, names))
-        return BuiltinOp(self, self._ops[self._op_ids[name]])
+    def op(self, name: str) -> BuiltinOp:  # noqa: F821 (edbatch.api_builtins.BuiltinOp)
+        """The built-in op type ``name`` as a callable ``op(*handles, attr=...) -> Handle``."""
+        from edbatch.api_builtins import builtin_op
+        return builtin_op(self, name)
 
     def _clear(self) -> None:  # forget the recorded mini-batch; its handles become stale
         self._generation += 1
@@ -415,7 +394,6 @@ class DynamicBatch:
         for h in outputs:
             self._check_handle(h, "run(outputs=...)")
         from edbatch.api_builtins import assemble_graph
-
         ops = list(self._ops)
         if self._losses:
             ops.append(OpType("loss_sum", "sum", None, (1,), batchable=False))
@@ -434,7 +412,6 @@ class DynamicBatch:
             outputs: handles whose values the result should hold.
             strategy: memory planning strategy (``"planned"``, ``"aligned"`` or ``"naive"``).
             grad: build the autograd graph (training); ``False`` runs in place, no grad.
-            params: parameters of built-in op types for this run (default: ``self.params``).
 
         Returns:
             The :class:`BatchResult` (loss, requested values, graph, schedule, stats).
@@ -450,9 +427,8 @@ class DynamicBatch:
         graph, loss_node = self.graph(outputs)
         schedule = make(graph)
         plan = plan_memory(graph, schedule, strategy)
-        params = {**self.params, **(params or {}),  # built-in op types' parameters
-                  **{f"api.{name}": torch.stack(rows).to(self.device, self.dtype)
-                     for name, rows in self._rows.items()}}  # input rows; cells own theirs
+        params = {**self.params, **(params or {}), **{  # built-ins' params, then input rows
+            f"api.{n}": torch.stack(r).to(self.device, self.dtype) for n, r in self._rows.items()}}
         executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels)
         result = executor.run(graph, schedule, plan, params, grad=grad)
         result.stats.update(plan.stats())

@@ -34,7 +34,7 @@ import numpy as np
 from torch import Tensor
 
 from edbatch.api import Handle
-from edbatch.errors import GraphError
+from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
 from edbatch.graph import Graph, OpType, Vocab
 
@@ -48,7 +48,7 @@ except ImportError:  # pragma: no cover - the pure numpy/Python path of Graph.fr
 
 _new_handle = object.__new__
 
-__all__ = ["BuiltinOp", "assemble_graph", "register_workload", "take_graph"]
+__all__ = ["BuiltinOp", "assemble_graph", "builtin_op", "register_workload", "take_graph"]
 
 LOSS_SUM = "loss_sum"  # the API appends its own loss sum (the same op type as workloads')
 
@@ -101,6 +101,20 @@ class BuiltinOp:
         handle.__dict__.update(batch=batch, generation=gen, node_id=node,
                                shape=self.op.out_shape, op_name=self.op.name)
         return handle
+
+
+def builtin_op(batch: DynamicBatch, name: str) -> BuiltinOp:
+    """:meth:`DynamicBatch.op <edbatch.api.DynamicBatch.op>`: op type ``name`` of ``batch``.
+
+    Raises:
+        UnknownNameError: no such built-in op type in the batch (with a did-you-mean hint).
+    """
+    if name not in batch._op_ids or name.startswith(("user.", "input/")):
+        names = [o.name for o in batch._ops if not o.name.startswith(("user.", "input/"))]
+        raise UnknownNameError(f"no built-in op type {name!r} in this batch; register a "
+                               f"workload with DynamicBatch.from_workload. Known: "
+                               f"{names[:8]}" + did_you_mean(name, names))
+    return BuiltinOp(batch, batch._ops[batch._op_ids[name]])
 
 
 def register_workload(batch: DynamicBatch, workload: Any,
