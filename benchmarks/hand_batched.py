@@ -20,6 +20,7 @@ log-likelihood), so its loss on a mini-batch equals edbatch's reference loss:
 The element-wise ``tanh`` of the Tree- and Lattice-LSTM cells is edbatch's
 :func:`~edbatch.executor.kernels.fast_tanh` (the same arithmetic as the edbatch kernels, so
 the rows compare batching, not a tanh implementation); ``nn.LSTM`` uses its own kernels.
+Embedding lookups have sparse (row) gradients, as edbatch's training and DyNet's lookups.
 
 Each model is a :class:`HandBatched`: ``prepare(instances)`` builds the index arrays of a
 mini-batch (numpy; the ``construction`` phase) and ``forward(prepared)`` returns the loss.
@@ -114,7 +115,8 @@ class TreeLSTMLevels(HandBatched):
         dtype = p["E"].dtype
         hbuf = torch.zeros(n, hidden, dtype=dtype)
         cbuf = torch.zeros(n, hidden, dtype=dtype)
-        g = F.linear(F.embedding(prep["words"], p["E"]), p["W_iou"], p["W_iou.b"])
+        x = F.embedding(prep["words"], p["E"], sparse=True)  # row gradients, as edbatch's
+        g = F.linear(x, p["W_iou"], p["W_iou.b"])
         io, u = torch.sigmoid(g[:, :2 * hidden]), fast_tanh(g[:, 2 * hidden:])
         c = io[:, :hidden] * u
         hbuf[:leaves] = io[:, hidden:] * fast_tanh(c)
@@ -184,7 +186,8 @@ class LatticeLSTMLevels(HandBatched):
             for k, src, dst, token in parts:
                 emb, weight, bias = cells[k]
                 c_in = cbuf[src]
-                g = F.linear(torch.cat([F.embedding(token, emb), hbuf[src]], 1), weight, bias)
+                x = F.embedding(token, emb, sparse=True)
+                g = F.linear(torch.cat([x, hbuf[src]], 1), weight, bias)
                 gates = torch.sigmoid(g[:, :3 * hidden])
                 i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:]
                 c = f * c_in + i * fast_tanh(g[:, 3 * hidden:])
@@ -237,7 +240,7 @@ class BiLSTMPacked(HandBatched):
 
     def forward(self, prep: dict[str, Any]) -> Tensor:
         p = self.params
-        x = F.embedding(prep["words"], p["bilstm.emb"])
+        x = F.embedding(prep["words"], p["bilstm.emb"], sparse=True)
         packed = nn.utils.rnn.pack_padded_sequence(x, prep["lengths"], enforce_sorted=False)
         out, _ = self.lstm(packed)
         padded, _ = nn.utils.rnn.pad_packed_sequence(out)  # [T, B, 2H]
