@@ -47,6 +47,9 @@ class DynetServer:
             raise
         self.contender: str = hello["contender"]
         self.sizes: list[int] = hello["sizes"]
+        #: The worker's resident set (MB) when it became ready (its peak RSS is reported
+        #: with every pass as ``maxrss_mb``).
+        self.ready_rss_mb: float = float(hello.get("rss_mb", float("nan")))
 
     def _stderr_tail(self) -> str:
         self._err.seek(0)
@@ -63,11 +66,16 @@ class DynetServer:
         code = self.proc.wait()
         raise PeerServerError(f"worker exited {code}: {self._stderr_tail()}")
 
-    def run(self, mode: str, batch: int) -> tuple[dict[str, float], float]:
-        """Time mini-batch ``batch`` in ``mode``: (phase seconds, loss)."""
+    def run(self, mode: str, batch: int, indices: Sequence[int] | None = None,
+            split: str | None = None) -> tuple[dict[str, float], float]:
+        """Time mini-batch ``batch`` in ``mode`` (or, with ``indices``, the instances
+        ``indices`` of ``split``): (phase seconds, loss)."""
         assert self.proc.stdin is not None
+        req: dict[str, Any] = {"mode": mode, "batch": batch}
+        if indices is not None:
+            req.update(indices=[int(i) for i in indices], split=split)
         try:
-            self.proc.stdin.write(json.dumps({"mode": mode, "batch": batch}) + "\n")
+            self.proc.stdin.write(json.dumps(req) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             code = self.proc.wait()

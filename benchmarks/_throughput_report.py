@@ -14,15 +14,34 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RATIO_REFERENCES", "check_losses", "dynet_rows", "plot_rows", "print_table",
-           "ratio_reference"]
+__all__ = ["RATIO_REFERENCES", "add_ratios", "check_losses", "dynet_rows", "plot_rows",
+           "print_table", "ratio_reference"]
 
 #: Contenders the speed ratio is taken against, first one present wins.
 RATIO_REFERENCES = ("dynet_autobatch1", "dynet_agenda")
 
-_COLUMNS = (("contender", 17), ("batches/mb", 10), ("constr ms", 10), ("sched ms", 9),
-            ("plan ms", 8), ("exec ms", 9), ("gath ms/#", 11), ("bwd ms", 9), ("upd ms", 7),
-            ("total ms", 10), ("ovh %", 6), ("items/s", 9), ("x ref", 7), ("loss", 5))
+_COLUMNS = (("contender", 16), ("b/mb", 6), ("constr", 7), ("sch+pln", 7), ("exec", 7),
+            ("bwd+upd", 7), ("total", 7), ("ovh%", 4), ("items/s", 7), ("xDyN", 5),
+            ("xflr", 5), ("MB", 5), ("loss", 4))
+#: The contender ``ratio_to_dynet_agenda`` divides by.
+DYNET_AGENDA = "dynet_autobatch1"
+
+
+def add_ratios(rows: Sequence[dict[str, Any]]) -> None:
+    """Set ``ratio_to_dynet_agenda`` (items/s over DyNet agenda's, ``None`` without it) and
+    ``floor_multiple`` (total ms over the ``floor`` row's) on every row, per workload x size
+    x mode."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["workload"], row["size"], row["mode"]), []).append(row)
+    for group in groups.values():
+        ref = next((r for r in group if r["contender"] == DYNET_AGENDA), None)
+        floor = next((r for r in group if r["contender"] == "floor"), None)
+        for row in group:
+            row["ratio_to_dynet_agenda"] = (row["items_per_s"] / ref["items_per_s"]
+                                            if ref else None)
+            row["floor_multiple"] = (row["total_ms"] * row.get("scale", 1.0)
+                                     / floor["total_ms"] if floor else None)
 
 
 def dynet_rows(report: dict[str, Any], modes: Sequence[str], **base: Any
@@ -48,12 +67,13 @@ def dynet_rows(report: dict[str, Any], modes: Sequence[str], **base: Any
 
 
 def check_losses(rows: Sequence[dict[str, Any]], rtol: float = 1e-3) -> None:
-    """Set ``loss_match`` on every DyNet row: its per-mini-batch losses against those of the
-    edbatch row with the most mini-batches (all within relative tolerance ``rtol``)."""
+    """Set ``loss_match`` on every row but the reference and the floor: its per-mini-batch
+    losses against those of the edbatch row with the most mini-batches (all within relative
+    tolerance ``rtol``), on the same mini-batches."""
     ref = max((r for r in rows if r["framework"] == "edbatch"), default=None,
               key=lambda r: len(r["losses"]))
     for row in rows:
-        if row["framework"] != "dynet" or ref is None:
+        if row is ref or row["framework"] == "floor" or ref is None:
             continue
         errs = [abs(a - b) / max(abs(a), abs(b), 1e-12)
                 for a, b in zip(row["losses"], ref["losses"])]
@@ -71,29 +91,26 @@ def ratio_reference(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def _gathers(row: dict[str, Any]) -> str:
-    if "gathers" not in row:
-        return "-"
-    ms = f"{row['gather_ms'] * row.get('scale', 1.0):.1f}" if "gather_ms" in row else "-"
-    return f"{ms}/{row['gathers']}"
-
-
 def _cells(row: dict[str, Any], ref: dict[str, Any] | None) -> list[str]:
     scale = row.get("scale", 1.0)
-    dynet = row["framework"] == "dynet"
+    edbatch = row["framework"] == "edbatch"
 
-    def ms(key: str, na: bool = False) -> str:
-        return "-" if na else f"{row[key] * scale:.1f}"
+    def ms(*keys: str, na: bool = False) -> str:
+        return "-" if na else f"{sum(row[k] for k in keys) * scale:.1f}"
 
     train = row["mode"] == "train"
     ratio = f"{row['items_per_s'] / ref['items_per_s']:.2f}" if ref else "-"
+    fm = row.get("floor_multiple")
+    floor = "-" if not fm else f"{fm:.2f}" if fm < 10 else f"{fm:.1f}" if fm < 100 else \
+        f"{fm:.0f}"
     loss = {True: "ok", False: "DIFF"}.get(row.get("loss_match"), "")  # type: ignore[arg-type]
     batches = f"{row['batches']:.1f}" if "batches" in row else "-"
+    rss = row.get("peak_rss_mb")
     return [row["contender"] + ("*" if scale != 1.0 else ""), batches, ms("construction_ms"),
-            ms("scheduling_ms", dynet), ms("planning_ms", dynet), ms("execution_ms"),
-            _gathers(row), ms("backward_ms", not train), ms("update_ms", not train),
-            ms("total_ms"), f"{100 * row['overhead_share']:.0f}",
-            f"{row['items_per_s']:.0f}", ratio, loss]
+            ms("scheduling_ms", "planning_ms", na=not edbatch), ms("execution_ms"),
+            ms("backward_ms", "update_ms", na=not train), ms("total_ms"),
+            f"{100 * row['overhead_share']:.0f}", f"{row['items_per_s']:.0f}", ratio, floor,
+            "-" if rss is None or math.isnan(rss) else f"{rss:.0f}", loss]
 
 
 def print_table(rows: Sequence[dict[str, Any]]) -> None:
@@ -102,9 +119,10 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
         return
     first, ref = rows[0], ratio_reference(rows)
     items = max(r["items"] for r in rows)
-    print(f"\n{first['workload']} {first['size']} {first['mode']}: {items} instances "
-          f"({max(r['minibatches'] for r in rows)} mini-batches of 64); "
-          f"x ref = items/s / {ref['contender'] if ref else '-'}")
+    print(f"\n{first['workload']} {first['size']} {first['mode']}, "
+          f"{first.get('data', 'repeated')} mini-batches: {items} instances per pass "
+          f"({max(r['minibatches'] for r in rows)} of 64); xDyN = items/s / "
+          f"{ref['contender'] if ref else '-'}; xflr = total / floor")
     header = " ".join(f"{name:>{w}}" if i else f"{name:<{w}}"
                       for i, (name, w) in enumerate(_COLUMNS))
     print(header + "\n" + "-" * len(header))
@@ -126,8 +144,9 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
         if runs:
             notes.append("DyNet items/s per run (before / after the edbatch passes; the "
                          "faster is shown): " + ", ".join(runs))
-    notes.append("gath ms/#: time of operand gathers (inside exec, from one extra profiled "
-                 "pass) / their count; ovh % = (construction + scheduling + planning) / total")
+    notes.append("ms summed over the mini-batches of a pass (medians over passes); ovh% = "
+                 "(construction + scheduling + planning) / total; MB = peak RSS growth in "
+                 "one pass; loss = losses vs the edbatch reference (rel tol 1e-3)")
     print("\n".join(notes), flush=True)
 
 
@@ -145,7 +164,7 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     fig, axes = plt.subplots(max(len(workloads), 1), max(len(modes), 1), squeeze=False,
                              figsize=(5.5 * max(len(modes), 1), 3.6 * max(len(workloads), 1)))
     width = 0.8 / max(len(contenders), 1)
-    colors = plt.get_cmap("tab10")
+    colors = plt.get_cmap("tab20")
     for i, wl in enumerate(workloads):
         for j, mode in enumerate(modes):
             ax = axes[i][j]
@@ -155,7 +174,7 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
                               and r["size"] == s), math.nan) for s in sizes]
                 xs = [x + (k - (len(contenders) - 1) / 2) * width for x in range(len(sizes))]
                 dynet = c.startswith("dynet_autobatch")
-                ax.bar(xs, vals, width, label=c, color=colors(k % 10),
+                ax.bar(xs, vals, width, label=c, color=colors(k % 20),
                        hatch="//" if dynet else None, edgecolor="white" if dynet else None)
             ax.set_xticks(range(len(sizes)), sizes)
             ax.set_yscale("log")
@@ -168,7 +187,9 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
             ax.grid(axis="y", alpha=0.3, which="both")
     if rows:
         axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle("edbatch vs DyNet throughput (1 CPU thread, mini-batches of 64)")
+    data = ", ".join(dict.fromkeys(str(r.get("data", "repeated")) for r in rows))
+    fig.suptitle(f"edbatch vs DyNet vs hand-batched PyTorch ({data} mini-batches of 64, "
+                 f"1 CPU thread)")
     fig.tight_layout()
     from experiments.plots import save_figure
 

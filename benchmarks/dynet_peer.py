@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -321,26 +322,52 @@ def run_benchmark(dy: Any, workload: str, params: dict[str, Any], model: Any, hi
     return report, first or []
 
 
+def _maxrss_mb() -> float:
+    """This process's peak resident set so far (MB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+
+
 def serve(dy: Any, build: Callable[[Sequence[Any]], Any], batches: Sequence[Sequence[Any]],
-          model: Any, lr: float, requests: TextIO, replies: TextIO) -> None:
-    """Answer timing requests (see the module docstring) until ``requests`` ends."""
+          model: Any, lr: float, requests: TextIO, replies: TextIO,
+          resolve: Callable[[str, Sequence[int]], Sequence[Any]] | None = None) -> None:
+    """Answer timing requests (see the module docstring) until ``requests`` ends. A request
+    with ``indices`` (and ``split``) times those instances (via ``resolve``) instead of
+    mini-batch ``batch``."""
     trainer = None
     for line in requests:
         try:
             req = json.loads(line)
-            mode, k = req["mode"], int(req["batch"])
-            if mode not in MODES or not 0 <= k < len(batches):
+            mode, k = req["mode"], int(req.get("batch", 0))
+            if "indices" in req:
+                if resolve is None:
+                    raise ValueError("this worker cannot resolve instance indices")
+                batch = resolve(str(req.get("split")), [int(i) for i in req["indices"]])
+            elif 0 <= k < len(batches):
+                batch = batches[k]
+            if mode not in MODES or ("indices" not in req and not 0 <= k < len(batches)):
                 raise ValueError(f"mode {mode!r} / batch {k} out of range: modes {list(MODES)}"
                                  f", batches 0..{len(batches) - 1}")
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, IndexError) as e:
             replies.write(json.dumps({"error": f"bad request {line.strip()!r}: {e}"}) + "\n")
             replies.flush()
             continue
         if mode == "train" and trainer is None:
             trainer = dy.SimpleSGDTrainer(model, learning_rate=lr)
-        times, losses = _one_pass(dy, build, [batches[k]], trainer if mode == "train" else None)
-        replies.write(json.dumps({**times[0], "loss": losses[0]}) + "\n")
+        times, losses = _one_pass(dy, build, [batch], trainer if mode == "train" else None)
+        replies.write(json.dumps({**times[0], "loss": losses[0], "maxrss_mb": _maxrss_mb()})
+                      + "\n")
         replies.flush()
+
+
+def _rss_now_mb() -> float:
+    """This process's resident set now (MB; ``nan`` without ``/proc``)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return float("nan")
 
 
 # ---------------------------------------------------------------------- CLI
@@ -403,9 +430,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     model, params = build_peer(dy, args.workload, arrays)
     if args.serve:
         print(json.dumps({"ready": True, "contender": f"dynet_autobatch{args.autobatch}",
-                          "sizes": [len(b) for b in batches]}), flush=True)
+                          "sizes": [len(b) for b in batches], "rss_mb": _rss_now_mb()}),
+              flush=True)
         serve(dy, _builder(dy, args.workload, params, args.hidden), batches, model, args.lr,
-              sys.stdin, sys.stdout)
+              sys.stdin, sys.stdout, lambda split, idx: [wl.load(split)[i] for i in idx])
         return 0
     report, losses = run_benchmark(dy, args.workload, params, model, args.hidden, batches,
                                    args.modes, repeats=args.repeats, warmup=args.warmup,

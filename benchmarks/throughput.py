@@ -1,53 +1,43 @@
-"""Throughput benchmark: edbatch vs DyNet, inference and training items/s, side by side.
+"""Throughput benchmark: edbatch vs DyNet vs hand-batched PyTorch, items/s, side by side.
 
-For every workload (cell granularity) x model size x mode (``infer``, ``train``) it runs, on
-the first ``--minibatches`` mini-batches of 64 consecutive instances of the evaluation split,
-with one CPU thread and the same parameter values (``init_params`` seeded with 0):
+For every workload (cell granularity) x model size x mode (``infer``, ``train``), with one
+CPU thread and the same parameter values (``init_params`` seeded with 0) everywhere, every
+contender runs every mini-batch of 64 instances, interleaved: for each mini-batch all
+contenders run it in turn, the first one rotating, so all are timed in the same seconds.
 
-* edbatch ``unbatched``: node by node (:func:`~edbatch.executor.run_reference`); slow, so
-  timed on the first ``--unbatched-minibatches`` mini-batches only and scaled to items/s;
-* edbatch ``depth`` and ``dynet_agenda`` (the heuristics, naive memory), ``fsm`` (a learned
-  FSM policy, naive memory), ``fsm+aligned`` (the same FSM, the one-pass ``aligned`` memory
-  plan) and ``fsm+planned`` (the chain planner's ``planned`` memory), all cold: every
-  mini-batch scheduled and planned from scratch;
-* edbatch ``fsm+planned+memo``: the same, with schedules (:class:`MemoScheduler`) and plans
-  (``plan_memory``'s memo) reused by graph structure, so after the warm-up pass a repeated
-  mini-batch costs a hash (what a second epoch over the same mini-batches costs, not a
-  shuffled one);
-* on ``--device cuda`` also edbatch ``fsm+memo+cugraph``: ``fsm+planned+memo`` with one
-  executor kept across passes that replays a CUDA graph captured for each mini-batch's shape
-  (``TorchExecutor(cuda_graphs=True)``; in training, forward and backward graphs, with dense
-  gradients, as sparse ones cannot be captured). On CUDA every
-  timed phase ends with a device synchronisation, and DyNet (a CPU build) is skipped;
-* DyNet with autobatch 0, 1 (agenda) and 2 (depth), one ``benchmarks/dynet_peer.py``
-  subprocess per (workload, size, autobatch), if ``dynet`` is installed. By default each
-  worker stays up (``--serve``, :mod:`benchmarks._dynet_server`) and its mini-batch passes
-  are interleaved with edbatch's, in the same repeat loop and order, so every contender is
-  timed in the same minutes (this VM's speed drifts by tens of percent over minutes, which
-  moved DyNet-relative ratios by up to 0.7 when DyNet ran as a block). With
-  ``--no-dynet-interleave`` each worker runs all its passes as one block, before and after
-  the edbatch passes (``--dynet-runs 2``, the faster of the two runs counts) or after only.
+Data (``--data``): ``reshuffled`` (default) draws each pass's mini-batches anew from a
+seeded permutation of the *training* split (SST train for the trees, lattice train, the
+tagger's train part), so no mini-batch structure repeats within a run and memoisation
+by structure finds nothing; ``repeated`` runs the same first ``--minibatches`` mini-batches
+of the evaluation split every pass (the old mode; what a memo profits from). Every table
+and file says which.
 
-Every edbatch pass constructs each mini-batch graph (``construction``: by default merging
-the per-instance graphs that :meth:`Workload.minibatch` builds on first sight and caches,
-the warm-up pass builds them; ``--construction fresh`` builds from the instances every pass,
-the analogue of DyNet's expression construction; both include merging repeated leaves with
-:func:`~edbatch.graph.dedupe_leaves` unless ``--no-cse``), schedules it, plans its memory
-(no memo, except ``+memo``) and runs it with a fresh :class:`TorchExecutor` (``execution``;
-plus ``backward`` and an SGD ``update`` with learning rate 0 in training, as the DyNet
-worker's ``SimpleSGDTrainer``; training uses the cells' hand-written backwards where every
-kernel has one and sparse embedding gradients, as DyNet updates only the lookup rows
-read). Phases are medians over ``--repeats`` passes per mini-batch, summed over mini-batches.
-The FSM is loaded from ``--policy-dir/<workload> .json`` or trained there first (edbatch's
-learner with ``conf/trainer/q_learning.yaml`` and ``conf/policy/fsm.yaml``, seed 0), before
-any timing. DyNet's per-mini-batch losses are
-checked against edbatch's (``loss_match``). It asserts nothing about speed; it prints a
-table per workload x size x mode, writes JSON and a PNG bar chart.
+Construction (``--construction``): ``api`` (default) records each mini-batch with the
+public per-instance API (:mod:`benchmarks.models_api` on ``DynamicBatch.from_workload``,
+the workload's fused cells and parameters), as a user writes a model; ``fastbuild`` uses the
+workload's numpy builder (also the ``fsm+fastbuild`` contender); ``cached`` merges cached
+per-instance graphs. Leaf merging (:func:`~edbatch.graph.dedupe_leaves`) is off unless
+``--cse``; ``fsm+cse`` is the labelled contender with it.
+
+Contenders: edbatch ``unbatched`` (node by node, first ``--unbatched-minibatches`` only),
+``depth``, ``dynet_agenda``, ``fsm`` (learned FSM, naive memory), ``fsm+aligned``,
+``fsm+planned``, ``fsm+fastbuild``, ``fsm+cse``, ``fsm+planned+memo`` (schedules and plans
+reused by structure), on CUDA ``fsm+memo+cugraph``; ``pytorch_hand``
+(:mod:`benchmarks.hand_batched`); ``floor`` (the ``fsm`` schedule's GEMMs alone); DyNet
+``dynet_autobatch{0,1,2}`` (one ``benchmarks/dynet_peer.py --serve`` worker each, if
+``dynet`` is installed; ``--no-dynet-interleave`` times each worker as one block instead,
+``--data repeated`` only). TorchFold cannot run on this torch (the reason is in the JSON's
+``torchfold`` entry and in docs/benchmarks.md).
+
+Phases are medians over ``--repeats`` passes per mini-batch slot, summed over slots.
+Losses of every contender are checked against the edbatch reference row on the same
+mini-batches (``loss_match``). The JSON's ``rows`` hold ``items_per_s``,
+``ratio_to_dynet_agenda``, ``overhead_share``, ``floor_multiple``, ``peak_rss_mb`` and the
+per-phase ms (see docs/benchmarks.md). It asserts nothing about speed.
 
     python benchmarks/throughput.py [--workloads tree_lstm] [--sizes 300x150] \\
-        [--modes infer train] [--minibatches 4] [--repeats 3] [--no-dynet] \\
-        [--no-dynet-interleave] [--dynet-runs 1] \\
-        [--out results/throughput.json] [--plot results/throughput.png]
+        [--modes infer train] [--minibatches 4] [--repeats 3] [--data reshuffled] \\
+        [--no-dynet] [--out results/throughput.json] [--plot results/throughput.png]
 
 Sizes are ``EMBEDxHIDDEN`` strings (any positive pair, e.g. ``8x6`` for a quick check).
 """
@@ -56,58 +46,53 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import inspect
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import numpy as np
 import torch
-from torch import Tensor
 
 from benchmarks._dynet_server import DynetServer, PeerServerError
-from edbatch.executor import init_params, reference_loss
+from benchmarks._throughput_data import DATA_MODES, GemmFloor, gemm_shapes, minibatch_plan
+from benchmarks._throughput_passes import FLOOR, GRAPHED, HAND, PHASES, Job, bench_job
+from benchmarks._throughput_report import add_ratios
+from benchmarks.hand_batched import HAND_BATCHED, make_hand_batched, torchfold_status
+from edbatch.api import DynamicBatch
+from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
-from edbatch.graph import Graph, dedupe_leaves
-from edbatch.memory import Strategy, plan_memory
+from edbatch.graph import Graph
 from edbatch.schedule import MemoScheduler, Schedule, make_scheduler, run_policy
 from edbatch.tracking import machine_info
 from edbatch.workloads import Workload, make_workload
 
-__all__ = ["CONTENDERS", "DYNET_CONTENDERS", "EDBATCH_CONTENDERS", "build_parser",
+__all__ = ["CONTENDERS", "DYNET_CONTENDERS", "EDBATCH_CONTENDERS", "PHASES", "build_parser",
            "fsm_hparams", "load_or_train_policy", "main", "parse_size", "run"]
 
 ROOT = Path(__file__).resolve().parents[1]
 DYNET_PEER = ROOT / "benchmarks" / "dynet_peer.py"
-GRAPHED = "fsm+memo+cugraph"  # CUDA only
 EDBATCH_CONTENDERS = ("unbatched", "depth", "dynet_agenda", "fsm", "fsm+aligned",
-                      "fsm+planned", "fsm+planned+memo", GRAPHED)
+                      "fsm+planned", "fsm+fastbuild", "fsm+cse", "fsm+planned+memo", GRAPHED)
+OTHER_CONTENDERS = (HAND, FLOOR)
 DYNET_CONTENDERS = ("dynet_autobatch0", "dynet_autobatch1", "dynet_autobatch2")
-CONTENDERS = EDBATCH_CONTENDERS + DYNET_CONTENDERS
+CONTENDERS = EDBATCH_CONTENDERS + OTHER_CONTENDERS + DYNET_CONTENDERS
 WORKLOADS = ("tree_lstm", "lattice_lstm", "bilstm_tagger")
 SIZES = ("300x150", "128x128")
 MODES = ("infer", "train")
 BATCH_SIZE = 64
-PHASES = ("construction", "scheduling", "planning", "execution", "backward", "update")
-PROFILE_KEYS = {"gather_ms": "exec/gather_seconds", "read_ms": "exec/read_seconds",
-                "kernel_ms": "exec/kernel_seconds", "compile_ms": "exec/compile_seconds"}
 LOSS_RTOL = 1e-3
-STRATEGY: dict[str, Strategy] = {"fsm+aligned": "aligned",  # the others: "naive"
-                                 "fsm+planned": "planned",
-                                 "fsm+planned+memo": "planned", GRAPHED: "planned"}
-MEMO = ("fsm+planned+memo", GRAPHED)  # schedules and plans reused across passes (by structure)
-LR = 0.0  # the DyNet worker's default: every pass sees the same parameters
-_CAN_PROFILE = "profile" in inspect.signature(TorchExecutor).parameters
+Plan = list[list[list[int]]]  # plan[r][k]: instance indices of mini-batch k of pass r
 
 
 def _log(msg: str) -> None:
@@ -183,206 +168,74 @@ def load_or_train_policy(name: str, wl: Workload, policy_dir: str | Path,
 
 
 # ---------------------------------------------------------------------- edbatch passes
-@dataclass
-class _Job:
-    """One workload x size x mode: data, parameters and the edbatch schedulers."""
-
-    wl: Workload
-    chunks: list[range]  # instance indices of each mini-batch in the evaluation split
-    params: dict[str, Tensor]
-    train: bool
-    schedulers: dict[str, Callable[[Graph], Schedule]]
-    base: dict[str, Any]
-    cse: bool = True
-    fresh: bool = False  # build from the instances every pass instead of merging cached ones
-    device: str = "cpu"
-    graphed: TorchExecutor | None = None  # the GRAPHED contender's executor (kept)
-    peers: dict[str, DynetServer] = field(default_factory=dict)  # interleaved DyNet workers
-    errors: list[str] = field(default_factory=list)  # failures of those workers
-    dead: set[str] = field(default_factory=set)  # the workers that failed (no more passes)
-
-    def sync(self) -> None:
-        """Wait for the device (CUDA work is asynchronous; a phase ends when it is done)."""
-        if torch.device(self.device).type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-
-def _sgd_update(params: Iterable[Tensor], lr: float) -> None:
-    """Plain SGD, ``p -= lr * grad`` then clear the gradient (as DyNet's SimpleSGDTrainer)."""
-    with torch.no_grad():
-        for p in params:
-            if p.grad is not None:
-                p.add_(p.grad, alpha=-lr)
-                p.grad = None
-
-
-class _Clock:
-    """Lap timer: ``lap(phase)`` stores the seconds since the previous lap."""
-
-    def __init__(self) -> None:
-        self.times: dict[str, float] = {}
-        self._t = time.perf_counter()
-
-    def lap(self, phase: str) -> None:
-        start, self._t = self._t, time.perf_counter()
-        self.times[phase] = self._t - start
-
-
-def _pass(job: _Job, contender: str, chunk: range, *, profile: bool = False
-          ) -> tuple[dict[str, float], dict[str, float]]:
-    """One mini-batch: phase seconds and info (loss, batches, executor stats)."""
-    with torch.set_grad_enabled(job.train):
-        clock = _Clock()
-        split = job.wl.default_eval_split
-        if job.fresh:
-            instances = job.wl.load(split)
-            graph = job.wl.build_graph([instances[i] for i in chunk])
-        else:
-            graph = job.wl.minibatch(split, chunk)
-        if job.cse and contender != "unbatched":
-            graph = dedupe_leaves(graph)[0]
-        clock.lap("construction")
-        if contender == "unbatched":
-            loss = reference_loss(graph, job.params)
-            job.sync()
-            clock.lap("execution")
-            info = {"batches": float(graph.num_nodes)}
-        else:
-            schedule = job.schedulers[contender](graph)
-            clock.lap("scheduling")
-            plan = plan_memory(graph, schedule, STRATEGY.get(contender, "naive"),
-                               cache=contender in MEMO)
-            clock.lap("planning")
-            ex = job.graphed if contender == GRAPHED and not profile and job.graphed else \
-                TorchExecutor(job.device, profile=profile, sparse_grads=job.train)
-            res = ex.run(graph, schedule, plan, job.params, grad=job.train)
-            clock.lap("execution")
-            assert res.loss is not None
-            loss = res.loss
-            info = {"batches": float(schedule.num_batches), **res.stats}
-        if job.train:
-            loss.backward()
-            job.sync()
-            clock.lap("backward")
-            _sgd_update(job.params.values(), LR)
-            job.sync()
-            clock.lap("update")
-    info["loss"] = float(loss.detach())
-    return clock.times, info
-
-
-def _bench_job(job: _Job, contenders: Sequence[str], args: argparse.Namespace
-               ) -> list[dict[str, Any]]:
-    """Time every contender on ``job`` (edbatch's and the interleaved DyNet workers), passes
-    interleaved; one row each. A DyNet worker that fails is recorded in ``job.errors`` and
-    gets no row."""
-    limit = args.unbatched_minibatches or len(job.chunks)
-    counts = {c: min(limit, len(job.chunks)) if c == "unbatched" else len(job.chunks)
-              for c in contenders}
-    samples: dict[str, list[list[dict[str, float]]]] = {
-        c: [[] for _ in range(n)] for c, n in counts.items()}
-    infos: dict[str, list[dict[str, float]]] = {c: [] for c in contenders}
-    failed = job.dead  # shared by both modes' jobs: a dead worker stays dead
-    for r in range(args.warmup + args.repeats):
-        for c in contenders:
-            t0 = time.perf_counter()
-            for k in range(counts[c] if c not in failed else 0):
-                if c in job.peers:
-                    try:
-                        times, info = _peer_pass(job, c, k)
-                    except PeerServerError as e:
-                        failed.add(c)
-                        job.errors.append(f"{job.base['workload']} {job.base['size']} {c}: {e}")
-                        _log(job.errors[-1])
-                        break
-                else:
-                    times, info = _pass(job, c, job.chunks[k])
-                if r == 0:
-                    infos[c].append(info)
-                if r >= args.warmup:
-                    samples[c][k].append(times)
-            _log(f"  {job.base['workload']} {job.base['size']} {job.base['mode']} {c}: "
-                 f"pass {r + 1}/{args.warmup + args.repeats} "
-                 f"{'(warm-up) ' if r < args.warmup else ''}{time.perf_counter() - t0:.2f}s")
-    return [_row(job, c, samples[c], infos[c]) for c in contenders if c not in failed]
-
-
-def _peer_pass(job: _Job, contender: str, k: int
-               ) -> tuple[dict[str, float], dict[str, float]]:
-    """One mini-batch pass of an interleaved DyNet worker; its ``forward`` (autobatch
-    scheduling, gathers and kernels) is the execution phase."""
-    phases, loss = job.peers[contender].run(job.base["mode"], k)
-    phases["execution"] = phases.pop("forward")
-    return phases, {"loss": loss}
-
-
-def _profile(job: _Job, contender: str, count: int) -> dict[str, float]:
-    """Gather / kernel / compile ms from one extra profiled pass (if the executor can)."""
-    if not _CAN_PROFILE or contender == "unbatched":
-        return {}
-    out = dict.fromkeys(PROFILE_KEYS, 0.0)
-    for chunk in job.chunks[:count]:
-        _, info = _pass(job, contender, chunk, profile=True)
-        for col, key in PROFILE_KEYS.items():
-            out[col] += 1e3 * info.get(key, 0.0)
-    return out
-
-
-def _row(job: _Job, contender: str, samples: list[list[dict[str, float]]],
-         infos: list[dict[str, float]]) -> dict[str, Any]:
-    """Sum over mini-batches of the per-mini-batch median of each phase."""
-    n = len(samples)
-    ms = {f"{p}_ms": 1e3 * sum(statistics.median(s.get(p, 0.0) for s in mb) for mb in samples)
-          for p in PHASES}
-    total = sum(ms.values())
-    items = sum(len(c) for c in job.chunks[:n])
-    overhead = ms["construction_ms"] + ms["scheduling_ms"] + ms["planning_ms"]
-    row = {**job.base, "contender": contender,
-           "framework": "dynet" if contender in job.peers else "edbatch", "minibatches": n,
-           "items": items, "scale": sum(len(c) for c in job.chunks) / items,
-           **ms, "total_ms": total,
-           "items_per_s": items / (total / 1e3), "overhead_share": overhead / total,
-           "loss": infos[0]["loss"], "losses": [i["loss"] for i in infos]}
-    if contender in job.peers:
-        return row
-    row["batches"] = statistics.mean(i["batches"] for i in infos)
-    if contender != "unbatched":
-        row["gathers"] = int(sum(i.get("exec/num_gathers", 0.0) for i in infos))
-        row.update(_profile(job, contender, n))
-    return row
-
-
-def _edbatch_rows(name: str, size: str, wl: Workload, chunks: list[range],
-                  policy: Any, args: argparse.Namespace,
-                  peers: dict[str, DynetServer] | None = None,
-                  errors: list[str] | None = None) -> list[dict[str, Any]]:
-    """All edbatch rows of one workload x size (both modes), and those of the interleaved
-    DyNet ``peers`` (their passes run between edbatch's; failures go to ``errors``)."""
-    cuda = torch.device(args.device).type == "cuda"
-    peers, dead = peers or {}, set[str]()
-    contenders = [c for c in args.contenders if c in EDBATCH_CONTENDERS
-                  and (cuda or c != GRAPHED)] + list(peers)
+def _schedulers(policy: Any, contenders: Sequence[str]) -> dict[str, Callable[[Graph], Schedule]]:
     schedulers: dict[str, Callable[[Graph], Schedule]] = {
         c: make_scheduler(c) for c in ("depth", "dynet_agenda") if c in contenders}
     if policy is not None:
         def fsm(graph: Graph) -> Schedule:
             return run_policy(graph, policy, name="fsm")
         schedulers.update({"fsm": fsm, "fsm+aligned": fsm, "fsm+planned": fsm,
+                           "fsm+fastbuild": fsm, "fsm+cse": fsm,
                            "fsm+planned+memo": MemoScheduler(fsm), GRAPHED: MemoScheduler(fsm)})
+    return schedulers
+
+
+def _floors(wl: Workload, split: str, plan: Plan,
+            scheduler: Callable[[Graph], Schedule], train: bool) -> list[list[GemmFloor]]:
+    """The GEMM floor of every planned mini-batch (built before any timing)."""
+    gen = torch.Generator().manual_seed(0)
+    data = wl.load(split)
+    shapes = wl.param_shapes()
+    out = []
+    for passes in plan:
+        row = []
+        for idx in passes:
+            graph = wl.build_graph([data[i] for i in idx])
+            row.append(GemmFloor(gemm_shapes(graph, scheduler(graph), shapes), train, gen))
+        out.append(row)
+    return out
+
+
+def _edbatch_rows(name: str, size: str, wl: Workload, split: str,
+                  plans: dict[str, Plan], policy: Any, args: argparse.Namespace,
+                  peers: dict[str, DynetServer] | None = None,
+                  errors: list[str] | None = None) -> list[dict[str, Any]]:
+    """All rows of one workload x size (both modes): edbatch's, the hand-batched PyTorch
+    model's, the GEMM floor's and those of the interleaved DyNet ``peers`` (failures go to
+    ``errors``)."""
+    cuda = torch.device(args.device).type == "cuda"
+    peers, dead = peers or {}, set[str]()
+    contenders = [c for c in args.contenders if c in EDBATCH_CONTENDERS
+                  and (cuda or c != GRAPHED) and (policy is not None or not c.startswith(
+                      "fsm"))]
+    if HAND in args.contenders and HAND_BATCHED.get(name) and not cuda:
+        contenders.append(HAND)
+    contenders += list(peers)
     embed, hidden = _dims(size)
     rows: list[dict[str, Any]] = []
     for mode in args.modes:
-        train = mode == "train"
+        train, plan = mode == "train", plans[mode]
+        schedulers = _schedulers(policy, contenders)  # fresh memos per mode
+        floor_scheduler = schedulers.get("fsm") or make_scheduler("depth")
         params = {k: p.detach().clone().requires_grad_(train)
                   for k, p in init_params(wl, torch.Generator().manual_seed(0),
                                           device=args.device).items()}
         base = {"workload": name, "size": size, "embed": embed, "hidden": hidden,
-                "mode": mode, "device": args.device}
+                "mode": mode, "device": args.device, "data": args.data,
+                "construction": args.construction, "split": split}
         graphed = TorchExecutor(args.device, cuda_graphs=True) if cuda else None
-        job = _Job(wl, chunks, params, train, schedulers, base, not args.no_cse,
-                   args.construction == "fresh", args.device, graphed, peers,
-                   errors if errors is not None else [], dead)
-        rows += _bench_job(job, [c for c in contenders if c not in dead], args)
+        job = Job(wl, split, plan, params, train, schedulers, base, args.construction,
+                  args.cse, args.device, graphed, peers,
+                  errors if errors is not None else [], dead,
+                  api=DynamicBatch.from_workload(wl, params, device=args.device))
+        use = [c for c in contenders if c not in dead]
+        if HAND in use:
+            job.hand = make_hand_batched(wl, params)
+        if FLOOR in args.contenders:
+            job.floors = _floors(wl, split, plan, floor_scheduler, train)
+            use.append(FLOOR)
+        rows += bench_job(job, use, args)
+    add_ratios(rows)
     return rows
 
 
@@ -475,18 +328,20 @@ def best_of(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [{**row, "items_per_s_runs": seen[key]} for key, row in best.items()]
 
 
-def _rows_dynet_in_blocks(name: str, size: str, wl: Workload, chunks: list[range],
-                          policy: Any, args: argparse.Namespace, use_dynet: bool,
-                          errors: list[str]) -> list[dict[str, Any]]:
+def _rows_dynet_in_blocks(name: str, size: str, wl: Workload, split: str,
+                          plans: dict[str, Plan], policy: Any, args: argparse.Namespace,
+                          use_dynet: bool, errors: list[str]) -> list[dict[str, Any]]:
     """edbatch's rows, then (``use_dynet``) DyNet's, each worker timed as one block before
     and after the edbatch passes (``--dynet-runs 2``, the faster run counts) or after only."""
     runs: list[list[dict[str, Any]]] = []
+    count = len(next(iter(plans.values()))[0])
     if use_dynet and args.dynet_runs > 1:  # bracket the edbatch passes
-        runs.append(_dynet_rows(name, size, wl, len(chunks), args, errors))
-    rows = _edbatch_rows(name, size, wl, chunks, policy, args)
+        runs.append(_dynet_rows(name, size, wl, count, args, errors))
+    rows = _edbatch_rows(name, size, wl, split, plans, policy, args)
     if use_dynet:
-        runs.append(_dynet_rows(name, size, wl, len(chunks), args, errors))
-        rows += best_of(runs)
+        runs.append(_dynet_rows(name, size, wl, count, args, errors))
+        rows += [{**r, "data": args.data} for r in best_of(runs)]
+        add_ratios(rows)
     return rows
 
 
@@ -499,8 +354,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"machine": machine_info(), "loadavg_before": os.getloadavg(),
                                "args": {k: str(v) if isinstance(v, Path) else v
                                         for k, v in vars(args).items()},
+                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                               "git_sha": _git_sha(), "data": args.data,
                                "policies": {}, "dynet": _dynet_note(args), "dynet_errors": [],
-                               "rows": []}
+                               "torchfold": torchfold_status() or "runs", "rows": []}
     print(f"machine: {results['machine']}")
     print(results["dynet"]["note"])
     use_dynet = results["dynet"]["used"]
@@ -513,27 +370,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if want_fsm and policy is None:  # once per workload, before any timing
                 policy, results["policies"][name] = load_or_train_policy(
                     name, wl, args.policy_dir, args.fsm_episodes)
-            instances = wl.load(wl.default_eval_split)
-            chunks = [range(i, min(i + BATCH_SIZE, len(instances)))
-                      for i in range(0, len(instances), BATCH_SIZE)]
-            chunks = chunks[:args.minibatches or len(chunks)]
-            _log(f"{name} {size}: {len(chunks)} mini-batches of split "
-                 f"{wl.default_eval_split!r}")
+            split = "train" if args.data == "reshuffled" else wl.default_eval_split
+            plans = {mode: minibatch_plan(  # a permutation per mode: nothing repeats in a run
+                args.data, len(wl.load("train")), len(wl.load(wl.default_eval_split)),
+                BATCH_SIZE, args.minibatches, args.warmup + args.repeats, args.seed + m)
+                for m, mode in enumerate(args.modes)}
+            count = len(plans[args.modes[0]][0])
+            _log(f"{name} {size}: {count} mini-batches per pass of split {split!r} "
+                 f"({args.data})")
             if use_dynet and args.dynet_interleave:  # DyNet passes between edbatch's
                 with ExitStack() as stack:
-                    peers = _start_peers(stack, name, size, wl, len(chunks), args,
+                    peers = _start_peers(stack, name, size, wl, count, args,
                                          results["dynet_errors"])
-                    rows = _edbatch_rows(name, size, wl, chunks, policy, args, peers,
+                    rows = _edbatch_rows(name, size, wl, split, plans, policy, args, peers,
                                          results["dynet_errors"])
             else:
-                rows = _rows_dynet_in_blocks(name, size, wl, chunks, policy, args, use_dynet,
-                                             results["dynet_errors"])
-            check_losses(rows, LOSS_RTOL)
+                rows = _rows_dynet_in_blocks(name, size, wl, split, plans, policy, args,
+                                             use_dynet, results["dynet_errors"])
+            for mode in args.modes:
+                check_losses([r for r in rows if r["mode"] == mode], LOSS_RTOL)
             results["rows"] += rows
             for mode in args.modes:
                 print_table([r for r in rows if r["mode"] == mode])
     results["loadavg_after"] = os.getloadavg()
     return results
+
+
+def _git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=ROOT, check=False, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
 
 
 def _dynet_note(args: argparse.Namespace) -> dict[str, Any]:
@@ -564,8 +433,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", nargs="+", default=list(SIZES), type=parse_size,
                    help="EMBEDxHIDDEN, e.g. 300x150 128x128")
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--data", choices=DATA_MODES, default="reshuffled",
+                   help="reshuffled: every pass draws new mini-batches from a seeded "
+                        "permutation of the training split (default); repeated: the same "
+                        "first mini-batches of the eval split every pass")
+    p.add_argument("--seed", type=int, default=0, help="seed of the reshuffled permutation")
     p.add_argument("--minibatches", type=int, default=0,
-                   help="first N mini-batches of 64 of the eval split (0: all)")
+                   help="mini-batches of 64 per pass (0: all of the eval split when "
+                        "repeated; the training split spread over the passes when reshuffled)")
     p.add_argument("--unbatched-minibatches", type=int, default=1,
                    help="mini-batches the slow node-by-node contender runs (0: all)")
     p.add_argument("--repeats", type=int, default=3)
@@ -578,11 +453,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dynet-runs", type=int, choices=(1, 2), default=2,
                    help="2: DyNet runs before and after the edbatch passes, the faster run "
                         "counts (conservative under drift); 1: after only")
-    p.add_argument("--construction", choices=("cached", "fresh"), default="cached",
-                   help="cached: merge per-instance graphs built on first sight "
-                        "(Workload.minibatch); fresh: build every pass from the instances")
-    p.add_argument("--no-cse", action="store_true",
-                   help="do not merge repeated operand-free nodes (edbatch.graph.dedupe_leaves)")
+    p.add_argument("--construction", choices=("api", "fastbuild", "cached"), default="api",
+                   help="api: per-instance code on edbatch.api (benchmarks/models_api.py); "
+                        "fastbuild: the workload's numpy builder; cached: merge per-instance "
+                        "graphs built on first sight (Workload.minibatch)")
+    p.add_argument("--cse", action="store_true",
+                   help="merge repeated operand-free nodes (edbatch.graph.dedupe_leaves) for "
+                        "every edbatch contender (default: only fsm+cse does)")
     p.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
     p.add_argument("--policy-dir", default="results/throughput_policies",
                    help="FSM policies <workload>.json (trained here when missing)")
@@ -608,6 +485,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             parser.error(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if not args.dynet_interleave and args.data != "repeated":
+        parser.error("--no-dynet-interleave times DyNet over its own eval-split mini-batches; "
+                     "use it with --data repeated")
     results = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
@@ -617,5 +497,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))  # run as a script: make `benchmarks` importable
     main()

@@ -46,7 +46,7 @@ from edbatch.errors import GraphError
 from edbatch.executor import KERNELS, Kernel
 from edbatch.executor.device import check_device, check_dtype
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
-from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
+from edbatch.graph import Graph, OpType, Vocab
 from edbatch.memory import Strategy, plan_memory
 from edbatch.schedule import Schedule
 
@@ -55,7 +55,6 @@ __all__ = ["BatchResult", "Cell", "DynamicBatch", "Handle", "SchedulerLike", "Sh
 
 #: A shape given by the user: an int (a vector width) or a tuple.
 ShapeLike = int | Sequence[int]
-
 
 def _shape(value: ShapeLike, what: str) -> tuple[int, ...]:
     shape = (value,) if isinstance(value, int) else tuple(value)
@@ -213,7 +212,20 @@ class DynamicBatch:
         self._cells: dict[str, Cell] = {}
         self._embeddings: dict[int, Cell] = {}
         self._generation = 0
+        self.params: dict[str, Tensor] = {}  #: built-in op types' parameters (from_workload)
         self._clear()
+
+    @classmethod
+    def from_workload(cls, workload: object, params: Mapping[str, Tensor] | None = None,
+                      **kw: object) -> DynamicBatch:
+        """A batch (``kw``: device, dtype) with ``workload``'s ops and ``params`` built in."""
+        from edbatch.api_builtins import register_workload
+        return register_workload(cls(**kw), workload, params)  # type: ignore[arg-type]
+
+    def op(self, name: str) -> BuiltinOp:  # noqa: F821 (edbatch.api_builtins.BuiltinOp)
+        """The built-in op type ``name`` as a callable ``op(*handles, attr=...) -> Handle``."""
+        from edbatch.api_builtins import builtin_op
+        return builtin_op(self, name)
 
     def _clear(self) -> None:  # forget the recorded mini-batch; its handles become stale
         self._generation += 1
@@ -397,24 +409,17 @@ class DynamicBatch:
         """
         for h in outputs:
             self._check_handle(h, "run(outputs=...)")
+        from edbatch.api_builtins import assemble_graph
         ops = list(self._ops)
         if self._losses:
             ops.append(OpType("loss_sum", "sum", None, (1,), batchable=False))
-        builder = GraphBuilder(Vocab(ops))
-        for op_id, operands, attr, inst in zip(self._node_ops, self._node_operands,
-                                               self._node_attrs, self._node_instances):
-            builder.instance = inst
-            builder.add(op_id, *operands, attr=attr)
-        heads: list[int] = []
-        if self._losses:
-            builder.instance = 0
-            heads.append(builder.add(len(ops) - 1, *self._losses))
-        graph = builder.build(heads + [h.node_id for h in outputs])
-        return graph, (heads[0] if heads else None)
+        return assemble_graph(Vocab(ops), self._node_ops, self._node_operands,
+                              self._node_attrs, self._node_instances, self._losses,
+                              [h.node_id for h in outputs])
 
     def run(self, scheduler: SchedulerLike = "typewise_greedy", *,
             outputs: Sequence[Handle] = (), strategy: Strategy = "planned",
-            grad: bool = True) -> BatchResult:
+            grad: bool = True, params: Mapping[str, Tensor] | None = None) -> BatchResult:
         """Schedule, plan and execute the recorded mini-batch, then start a new one.
 
         Args:
@@ -438,8 +443,8 @@ class DynamicBatch:
         graph, loss_node = self.graph(outputs)
         schedule = make(graph)
         plan = plan_memory(graph, schedule, strategy)
-        params = {f"api.{name}": torch.stack(rows).to(self.device, self.dtype)
-                  for name, rows in self._rows.items()}  # input rows; cells own their params
+        params = {**self.params, **(params or {}), **{  # built-ins' params, then input rows
+            f"api.{n}": torch.stack(r).to(self.device, self.dtype) for n, r in self._rows.items()}}
         executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels)
         result = executor.run(graph, schedule, plan, params, grad=grad)
         result.stats.update(plan.stats())

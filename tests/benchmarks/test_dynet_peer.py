@@ -190,10 +190,15 @@ def test_serving_worker_times_one_minibatch_per_request(tmp_path: Path) -> None:
         for mode, k in (("infer", 1), ("train", 0), ("infer", 0)):
             phases, loss = server.run(mode, k)
             assert loss == pytest.approx(expected[k], rel=1e-4)
+            assert phases.pop("maxrss_mb") >= server.ready_rss_mb > 0
             assert set(phases) == ({"construction", "forward", "backward", "update"}
                                    if mode == "train" else {"construction", "forward"})
             assert all(v >= 0 for v in phases.values())
         with pytest.raises(PeerServerError, match="batch 7 out of range"):
             server.run("infer", 7)
         assert server.run("infer", 1)[1] == pytest.approx(expected[1], rel=1e-4)
+        # the reshuffled harness names the instances of each mini-batch
+        train = list(wl.load("train"))
+        loss = server.run("infer", 0, indices=[5, 3], split="train")[1]
+        assert loss == pytest.approx(_reference(wl, [train[5], train[3]], params), rel=1e-4)
     assert server.proc.returncode == 0

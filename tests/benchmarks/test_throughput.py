@@ -39,25 +39,55 @@ def test_a_row_per_contender_and_mode_with_positive_totals(run: tuple[dict[str, 
     assert saved["rows"] == json.loads(json.dumps(results["rows"]))
     keys = {(r["contender"], r["mode"]) for r in saved["rows"]}
     # the CUDA-graph contender runs on --device cuda only
-    assert keys == {(c, m) for c in tp.EDBATCH_CONTENDERS if c != tp.GRAPHED for m in tp.MODES}
+    assert keys == {(c, m) for c in (*tp.EDBATCH_CONTENDERS, *tp.OTHER_CONTENDERS)
+                    if c != tp.GRAPHED for m in tp.MODES}
     for row in saved["rows"]:
         assert row["total_ms"] > 0 and row["items_per_s"] > 0, row
-        assert row["items"] == 64 and row["batches"] >= 1
+        assert row["items"] == 64 and (row["framework"] != "edbatch" or row["batches"] >= 1)
         assert 0 <= row["overhead_share"] <= 1
         parts = sum(row[f"{p}_ms"] for p in tp.PHASES)
         assert math.isclose(parts, row["total_ms"], rel_tol=1e-9)
         assert (row["backward_ms"] > 0) == (row["mode"] == "train")
-    for key in ("machine", "args", "loadavg_before", "loadavg_after", "policies", "dynet"):
+    for key in ("machine", "args", "loadavg_before", "loadavg_after", "policies", "dynet",
+                "date", "git_sha", "data", "torchfold"):
         assert key in saved
     assert saved["dynet"]["used"] is False and "--no-dynet" in saved["dynet"]["note"]
 
 
-def test_edbatch_contenders_agree_with_the_unbatched_reference(
+def test_every_contender_agrees_with_the_unbatched_reference(
         run: tuple[dict[str, Any], Path]) -> None:
-    rows = run[0]["rows"]
-    ref = next(r["loss"] for r in rows if r["contender"] == "unbatched" and r["mode"] == "infer")
-    for row in rows:
-        assert row["loss"] == pytest.approx(ref, rel=1e-4), row["contender"]
+    """Same mini-batch, same loss: edbatch's rows, the hand-batched PyTorch model (TorchFold
+    cannot run on this torch: its reason is recorded instead)."""
+    results = run[0]
+    for mode in tp.MODES:
+        rows = [r for r in results["rows"] if r["mode"] == mode and r["contender"] != "floor"]
+        ref = next(r["loss"] for r in rows if r["contender"] == "unbatched")
+        assert {r["contender"] for r in rows} >= {"pytorch_hand", "fsm+cse", "fsm+fastbuild"}
+        for row in rows:
+            assert row["loss"] == pytest.approx(ref, rel=1e-4), row["contender"]
+            assert row.get("loss_match", True) is True, row["contender"]
+    assert results["torchfold"] == "runs" or "raised" in results["torchfold"]
+
+
+REQUIRED = {"workload": str, "mode": str, "contender": str, "data": str,
+            "items_per_s": float, "overhead_share": float, "total_ms": float,
+            **{f"{p}_ms": float for p in tp.PHASES}}
+
+
+def test_json_rows_hold_the_documented_schema(run: tuple[dict[str, Any], Path]) -> None:
+    saved = json.loads((run[1] / "out.json").read_text())
+    assert saved["data"] == "reshuffled"
+    floors = {r["mode"]: r for r in saved["rows"] if r["contender"] == "floor"}
+    for row in saved["rows"]:
+        for key, kind in REQUIRED.items():
+            assert isinstance(row[key], kind), (key, row)
+        assert row["mode"] in tp.MODES and row["data"] == "reshuffled"
+        assert row["ratio_to_dynet_agenda"] is None  # no DyNet in this run
+        assert row["floor_multiple"] == pytest.approx(
+            row["total_ms"] * row["scale"] / floors[row["mode"]]["total_ms"])
+        assert row["peak_rss_mb"] is None or row["peak_rss_mb"] >= 0
+    assert all(f["floor_multiple"] == pytest.approx(1.0) for f in floors.values())
+    assert all(f["gemms"] > 0 for f in floors.values())
 
 
 def test_plot_is_written_and_policy_saved_then_reloaded(run: tuple[dict[str, Any], Path],
@@ -126,18 +156,22 @@ def test_worker_failure_is_recorded_not_raised(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("dynet") is None, reason="DyNet not installed")
-def test_real_dynet_worker_losses_match(run: tuple[dict[str, Any], Path]) -> None:
-    args = argparse.Namespace(contenders=["dynet_autobatch1"], dynet_peer=tp.DYNET_PEER,
-                              repeats=1, warmup=0, modes=["infer"])
-    wl = tp.make_workload("tree_lstm", granularity="cell", embed_dim=8, hidden_dim=6)
-    errors: list[str] = []
-    rows = run[0]["rows"] + tp._dynet_rows("tree_lstm", "8x6", wl, 1, args, errors)
-    assert not errors, errors
-    report.check_losses(rows)
-    assert rows[-1]["contender"] == "dynet_autobatch1" and rows[-1]["loss_match"] is True
+def test_real_dynet_worker_losses_match_on_reshuffled_minibatches(tmp_path: Path) -> None:
+    """The interleaved worker runs the instances the harness names (reshuffled train
+    mini-batches) and its losses equal edbatch's and the hand-batched model's."""
+    results = tp.main([*TINY, "--repeats", "2", "--contenders", "depth", "pytorch_hand",
+                       "dynet_autobatch1", "--policy-dir", str(tmp_path / "policies"),
+                       "--out", str(tmp_path / "out.json"), "--plot", str(tmp_path / "out.png")])
+    assert not results["dynet_errors"], results["dynet_errors"]
+    rows = {(r["contender"], r["mode"]): r for r in results["rows"]}
+    for mode in tp.MODES:
+        assert rows["dynet_autobatch1", mode]["loss_match"] is True
+        assert rows["pytorch_hand", mode]["loss_match"] is True
+        assert rows["depth", mode]["ratio_to_dynet_agenda"] > 0
+        assert rows["dynet_autobatch1", mode]["peak_rss_mb"] >= 0
 
 
-@pytest.mark.parametrize("construction", ["cached", "fresh"])
+@pytest.mark.parametrize("construction", ["api", "fastbuild", "cached"])
 def test_memo_contender_alone_and_both_constructions(tmp_path: Path, construction: str) -> None:
     """The memo contender needs the FSM even when no other FSM row is asked for."""
     results = tp.main([*TINY, "--no-dynet", "--modes", "infer", "--construction", construction,
@@ -246,7 +280,7 @@ def test_block_timed_dynet_worker_runs_before_and_after(tmp_path: Path,
         "                  'infer': ph}))\n")
     monkeypatch.setattr(tp, "dynet_available", lambda: True)
     results = tp.main([*TINY, "--modes", "infer", "--contenders", "depth", "dynet_autobatch1",
-                       "--no-dynet-interleave", "--dynet-peer", str(stub),
+                       "--no-dynet-interleave", "--data", "repeated", "--dynet-peer", str(stub),
                        "--policy-dir", str(tmp_path / "policies"),
                        "--out", str(tmp_path / "out.json"), "--plot", str(tmp_path / "out.png")])
     assert count.read_text() == "2" and "before and after" in results["dynet"]["note"]

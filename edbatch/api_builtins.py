@@ -1,0 +1,208 @@
+"""Built-in op types in the user API, and the fast graph assembly of recorded mini-batches.
+
+:meth:`DynamicBatch.from_workload <edbatch.api.DynamicBatch.from_workload>` registers a
+workload's op types (its fused cells, whose kernels have hand-written backwards) in a
+:class:`~edbatch.api.DynamicBatch` together with their parameters, so that per-instance
+model code written against the public API does exactly the work of the workload's own graph
+builder: same op types, same kernels, same parameters. :meth:`DynamicBatch.op
+<edbatch.api.DynamicBatch.op>` returns a :class:`BuiltinOp` to call on handles.
+
+Example:
+    >>> import torch
+    >>> from edbatch.api import DynamicBatch
+    >>> from edbatch.executor import init_params
+    >>> from edbatch.workloads import make_workload
+    >>> wl = make_workload("tree_lstm", embed_dim=4, hidden_dim=3)
+    >>> batch = DynamicBatch.from_workload(wl, init_params(wl, torch.Generator().manual_seed(0)))
+    >>> leaf, internal, loss = (batch.op(f"tree_lstm.{n}") for n in ("leaf", "internal", "loss"))
+    >>> with batch.instance():
+    ...     a, b = leaf(attr=1), leaf(attr=2)
+    ...     for h in (a, b, internal(a, b)):
+    ...         batch.add_loss(loss(h, attr=3))
+    >>> out = batch.run("depth", grad=False)
+    >>> out.graph.num_nodes, out.num_batches
+    (7, 5)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from torch import Tensor
+
+from edbatch.api import Handle
+from edbatch.errors import GraphError, UnknownNameError, did_you_mean
+from edbatch.executor import KERNELS
+from edbatch.graph import Graph, OpType, Vocab
+
+if TYPE_CHECKING:
+    from edbatch.api import DynamicBatch
+
+try:  # numba (a dependency of the compiled runtime) computes node depths in one pass
+    from numba import njit
+except ImportError:  # pragma: no cover - the pure numpy/Python path of Graph.from_arrays
+    njit = None
+
+_new_handle = object.__new__
+
+__all__ = ["BuiltinOp", "assemble_graph", "builtin_op", "register_workload", "take_graph"]
+
+LOSS_SUM = "loss_sum"  # the API appends its own loss sum (the same op type as workloads')
+
+
+class BuiltinOp:
+    """A built-in op type (e.g. ``tree_lstm.internal``) of a :class:`DynamicBatch`.
+
+    Call it on handles (``h = internal(left, right)``, ``leaf(attr=word)``) to add a node;
+    the executor runs the op kind's registered kernel with the batch's parameters. Checks
+    are the cheap ones (operand count, handle of the current mini-batch); shapes are
+    checked for the whole graph at once when it is assembled.
+    """
+
+    __slots__ = ("_arity", "_op_id", "batch", "op")
+
+    def __init__(self, batch: DynamicBatch, op: OpType) -> None:
+        self.batch, self.op = batch, op
+        self._arity = -1 if op.arity is None else op.arity
+        self._op_id = batch._op_ids[op.name]
+
+    def __repr__(self) -> str:
+        return f"BuiltinOp({self.op.name!r}, in_shapes={self.op.in_shapes})"
+
+    def __call__(self, *operands: Handle, attr: int = -1) -> Handle:
+        """Add one node of this op on ``operands`` (``attr``: its integer payload).
+
+        Raises:
+            GraphError: wrong operand count, or an operand that is not a handle of the
+                current mini-batch of this batch.
+        """
+        if self._arity >= 0 and len(operands) != self._arity:
+            raise GraphError(f"op {self.op.name!r} takes {self._arity} operands (in_shapes="
+                             f"{list(self.op.in_shapes or ())}), got {len(operands)}; pass "
+                             f"one handle per slot")
+        batch = self.batch
+        gen = batch._generation
+        ids = []
+        for h in operands:
+            if getattr(h, "batch", None) is not batch or h.generation != gen:
+                batch._check_handle(h, f"op {self.op.name!r} operand {len(ids)}")
+            ids.append(h.node_id)
+        # DynamicBatch._add inlined (the recorder's hot path): four appends and a handle
+        # whose __dict__ is filled at once (the frozen dataclass __init__ costs ~1 us).
+        node = len(batch._node_ops)
+        batch._node_ops.append(self._op_id)
+        batch._node_operands.append(ids)
+        batch._node_attrs.append(attr)
+        batch._node_instances.append(batch._instance)
+        handle = _new_handle(Handle)
+        handle.__dict__.update(batch=batch, generation=gen, node_id=node,
+                               shape=self.op.out_shape, op_name=self.op.name)
+        return handle
+
+
+def builtin_op(batch: DynamicBatch, name: str) -> BuiltinOp:
+    """:meth:`DynamicBatch.op <edbatch.api.DynamicBatch.op>`: op type ``name`` of ``batch``.
+
+    Raises:
+        UnknownNameError: no such built-in op type in the batch (with a did-you-mean hint).
+    """
+    if name not in batch._op_ids or name.startswith(("user.", "input/")):
+        names = [o.name for o in batch._ops if not o.name.startswith(("user.", "input/"))]
+        raise UnknownNameError(f"no built-in op type {name!r} in this batch; register a "
+                               f"workload with DynamicBatch.from_workload. Known: "
+                               f"{names[:8]}" + did_you_mean(name, names))
+    return BuiltinOp(batch, batch._ops[batch._op_ids[name]])
+
+
+def register_workload(batch: DynamicBatch, workload: Any,
+                      params: Mapping[str, Tensor] | None = None) -> DynamicBatch:
+    """Register every op type of ``workload.vocab`` (but ``loss_sum``, which the API adds
+    itself) in ``batch``, with its registered kernel, and ``params`` as the batch's
+    parameters; return ``batch``.
+
+    Registered first in a fresh batch, the batch's graphs have exactly the workload's
+    vocabulary, so its trained FSM policies apply.
+
+    Raises:
+        GraphError: a name clash with a cell already registered, or missing parameters.
+        UnknownNameError: an op kind without a registered kernel.
+    """
+    vocab: Vocab = workload.vocab
+    for op in vocab:
+        if op.name == LOSS_SUM:
+            continue
+        known = batch._op_ids.get(op.name)
+        if known is not None and batch._ops[known] != op:
+            raise GraphError(f"op type {op.name!r} is already registered differently in this "
+                             f"batch; register the workload in a fresh DynamicBatch")
+        batch.kernels[op.kind] = KERNELS.get(op.kind)
+        batch._register(op)
+    if params is not None:
+        needed = {p for op in vocab for p in op.params}
+        missing = sorted(needed - set(params))
+        if missing:
+            raise GraphError(f"params lacks {missing[:4]} (of {len(missing)} missing) that "
+                             f"{getattr(workload, 'name', 'the workload')}'s op types read; "
+                             f"pass init_params(workload, ...)")
+        batch.params.update(params)
+    return batch
+
+
+def assemble_graph(vocab: Vocab, ops: Sequence[int], operands: Sequence[Sequence[int]],
+                   attrs: Sequence[int], instances: Sequence[int],
+                   loss_terms: Sequence[int], outputs: Sequence[int]) -> tuple[Graph, int | None]:
+    """Build a :class:`Graph` from the recorder's flat lists in a few numpy calls.
+
+    ``loss_terms`` (if any) become the operands of one final ``loss_sum`` node (the last
+    op type of ``vocab``); the graph's outputs are that node, then ``outputs``. Returns the
+    graph and the loss-sum node id (``None`` without loss terms).
+    """
+    n = len(ops)
+    counts = np.fromiter(map(len, operands), dtype=np.int64, count=n)
+    flat = np.fromiter(itertools.chain.from_iterable(operands), dtype=np.int32,
+                       count=int(counts.sum()))
+    op_ids = np.asarray(ops, dtype=np.int32)
+    attr = np.asarray(attrs, dtype=np.int64)
+    inst = np.asarray(instances, dtype=np.int32)
+    head = None
+    if loss_terms:
+        head = n
+        op_ids = np.append(op_ids, np.int32(len(vocab) - 1))
+        counts = np.append(counts, len(loss_terms))
+        flat = np.concatenate([flat, np.asarray(loss_terms, dtype=np.int32)])
+        attr = np.append(attr, -1)
+        inst = np.append(inst, np.int32(0))
+    ptr = np.zeros(len(op_ids) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    heads = [head] if head is not None else []
+    graph = Graph.from_arrays(vocab, op_ids, ptr, flat, attrs=attr, instance=inst,
+                              outputs=np.asarray(heads + list(outputs), dtype=np.int32),
+                              depth=None if _depth is None else _depth(ptr, flat))
+    return graph, head
+
+
+def _depth_py(ptr: np.ndarray, operands: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+    """Longest path from a source to each node (0 for a node without operands)."""
+    n = len(ptr) - 1
+    depth = np.zeros(n, dtype=np.int32)
+    for v in range(n):
+        d = 0
+        for e in range(ptr[v], ptr[v + 1]):
+            d = max(d, depth[operands[e]] + 1)
+        depth[v] = d
+    return depth
+
+
+_depth = None if njit is None else njit(cache=True, nogil=True)(_depth_py)
+
+
+def take_graph(batch: DynamicBatch, outputs: Sequence[Handle] = ()) -> tuple[Graph, int | None]:
+    """The recorded mini-batch's graph (as :meth:`DynamicBatch.graph`), then start the next
+    mini-batch without running this one (for callers that schedule and execute themselves,
+    e.g. benchmarks that time each phase)."""
+    graph = batch.graph(outputs)
+    batch._clear()
+    return graph

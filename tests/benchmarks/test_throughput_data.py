@@ -1,0 +1,65 @@
+"""The data modes of ``benchmarks/throughput.py`` and running it as README writes it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks._throughput_data import minibatch_plan
+from edbatch.workloads import make_workload
+
+__all__: list[str] = []
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", ["tree_lstm", "lattice_lstm", "bilstm_tagger"])
+def test_reshuffled_mode_never_repeats_a_structure_within_a_run(name: str) -> None:
+    wl = make_workload(name, granularity="cell", embed_dim=4, hidden_dim=3)
+    n = len(wl.load("train"))
+    train = wl.load("train")
+    keys = []
+    for seed in (0, 1):  # the two modes of a run use seeds s and s + 1
+        plan = minibatch_plan("reshuffled", n, 100, 64, 2, 3, seed)
+        assert len(plan) == 3 and all(len(p) == 2 for p in plan)
+        assert all(len(b) == 64 and len(set(b)) == 64 for p in plan for b in p)
+        keys += [wl.build_graph([train[i] for i in b]).structure_key() for p in plan for b in p]
+    assert len(set(keys)) == len(keys) == 12
+    again = minibatch_plan("reshuffled", n, 100, 64, 2, 3, 0)
+    assert again == minibatch_plan("reshuffled", n, 100, 64, 2, 3, 0)  # seeded
+
+
+def test_repeated_mode_repeats_the_first_eval_minibatches() -> None:
+    plan = minibatch_plan("repeated", 1000, 130, 64, 0, 2)
+    assert plan[0] == plan[1] == [list(range(64)), list(range(64, 128)), [128, 129]]
+    with pytest.raises(ValueError, match="shuffled"):
+        minibatch_plan("shuffled", 1000, 130, 64, 0, 2)
+
+
+def test_reshuffled_epochs_continue_past_one_permutation() -> None:
+    plan = minibatch_plan("reshuffled", 100, 10, 10, 6, 3)  # 180 draws from 100 instances
+    flat = [b for p in plan for b in p]
+    assert len(flat) == 18 and len({tuple(b) for b in flat}) == 18
+
+
+def test_the_script_runs_from_another_folder_without_pythonpath(tmp_path: Path) -> None:
+    """``python benchmarks/throughput.py`` as README writes it (it once failed with
+    ``ModuleNotFoundError: No module named 'benchmarks'``)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = tmp_path / "t.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "throughput.py"), "--workloads",
+           "tree_lstm", "--sizes", "8x6", "--minibatches", "1", "--repeats", "1", "--warmup",
+           "0", "--modes", "infer", "--contenders", "depth", "pytorch_hand", "floor",
+           "--no-dynet", "--out", str(out), "--plot", str(tmp_path / "t.png")]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["contender"] for r in rows} == {"depth", "pytorch_hand", "floor"}
+    assert all(r["data"] == "reshuffled" for r in rows)
+    assert "reshuffled mini-batches" in proc.stdout
