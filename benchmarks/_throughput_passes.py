@@ -31,8 +31,7 @@ from benchmarks._dynet_server import DynetServer, PeerServerError
 from benchmarks._throughput_data import GemmFloor, peak_rss_mb
 from benchmarks.hand_batched import HandBatched
 from benchmarks.models_api import RECORDERS
-from edbatch.api import DynamicBatch
-from edbatch.api_builtins import take_graph
+from edbatch.api import DynamicBatch, take_graph
 from edbatch.executor import reference_loss
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph, dedupe_leaves

@@ -17,10 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from edbatch.api import DynamicBatch, Handle, load_policy, segment_sum, train_policy
+from edbatch.api import DynamicBatch, Handle, segment_sum
 from edbatch.data.trees import Tree, load_trees
 from edbatch.schedule import lower_bound
 from edbatch.workloads.base import DATA_DIR
+from policies import load_policy, train_policy
 
 __all__ = ["ChildSumGRU", "TreeGRU", "main"]
 

@@ -8,6 +8,8 @@ from policies.q_learning import (
     evaluate_policy,
     train_q_table,
 )
+from policies.user import TRAINERS, load_policy, train_policy
 
-__all__ = ["FALLBACKS", "FSMPolicy", "FSMScheduler", "QLearningConfig", "QLearningTrainer",
-           "TrainResult", "evaluate_policy", "make_fallback", "train_q_table"]
+__all__ = ["FALLBACKS", "TRAINERS", "FSMPolicy", "FSMScheduler", "QLearningConfig",
+           "QLearningTrainer", "TrainResult", "evaluate_policy", "load_policy", "make_fallback",
+           "train_policy", "train_q_table"]

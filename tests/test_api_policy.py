@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from edbatch.api import DynamicBatch, load_policy, train_policy
+from edbatch.api import DynamicBatch
 from edbatch.errors import GraphError, PolicyFileError, UnknownNameError
 from edbatch.schedule import lower_bound
+from policies import load_policy, train_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 

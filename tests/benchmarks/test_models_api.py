@@ -9,8 +9,7 @@ import torch
 
 from benchmarks.hand_batched import make_hand_batched, torchfold_status
 from benchmarks.models_api import RECORDERS
-from edbatch.api import DynamicBatch
-from edbatch.api_builtins import take_graph
+from edbatch.api import DynamicBatch, take_graph
 from edbatch.errors import GraphError, UnknownNameError
 from edbatch.executor import init_params, reference_loss
 from edbatch.workloads import make_workload

@@ -24,7 +24,7 @@ operands, from which the kernel rebuilds ``segment``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -33,9 +33,12 @@ from edbatch.errors import GraphError
 from edbatch.graph import OpType
 
 if TYPE_CHECKING:
-    from edbatch.api import DynamicBatch, Handle
+    from edbatch.api._handles import Handle
 
 __all__ = ["VariadicCell", "segment_sum"]
+
+#: A :class:`~edbatch.api.DynamicBatch` (typed loosely: this module is imported by it).
+Batch = Any
 
 
 def segment_sum(rows: Tensor, segment: Tensor, size: int) -> Tensor:
@@ -52,7 +55,7 @@ class VariadicCell:
 
     takes_attr = False
 
-    def __init__(self, batch: DynamicBatch, module: Callable[..., Tensor], name: str,
+    def __init__(self, batch: Batch, module: Callable[..., Tensor], name: str,
                  in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]) -> None:
         if not in_shapes:
             raise GraphError(f"variadic cell {name!r} needs in_shapes with at least the "

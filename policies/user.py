@@ -1,4 +1,4 @@
-"""Learned batching policies for a user's own model (the user API's training path).
+"""Learned batching policies for a user's own model (``policies.train_policy``).
 
 Record mini-batches with :class:`~edbatch.api.DynamicBatch` as usual, collect their graphs
 instead of running them (``graph, _ = batch.graph(); batch.discard()``), train an FSM on
@@ -31,12 +31,9 @@ from typing import Any
 
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.graph import Graph
-from edbatch.schedule import Policy, PolicyScheduler, Schedule, Scheduler, make_scheduler
+from policies.fsm import FSMPolicy
 
-__all__ = ["TRAINERS", "SchedulerLike", "as_scheduler", "load_policy", "train_policy"]
-
-#: A scheduler for ``DynamicBatch.run``: a registered name, a Policy or a Scheduler.
-SchedulerLike = str | Policy | Scheduler
+__all__ = ["TRAINERS", "load_policy", "train_policy"]
 
 #: Trainer name -> (class path, default hyper-parameters); ``fsm`` mirrors
 #: ``conf/trainer/q_learning.yaml`` with ``conf/policy/fsm.yaml``.
@@ -133,43 +130,11 @@ def _make_trainer(name: str, seed: int, hparams: dict[str, Any]) -> Any:
                                f"the SB3 trainers for the accepted names") from None
 
 
-def load_policy(path: str | Path) -> Any:
+def load_policy(path: str | Path) -> FSMPolicy:
     """Read a saved FSM policy (:meth:`policies.FSMPolicy.load`); ``batch.run(policy)``
     checks each graph's op types against it.
 
     Raises:
         PolicyFileError: a missing, corrupt or foreign file.
     """
-    from policies.fsm import FSMPolicy
-
     return FSMPolicy.load(path)
-
-
-def fsm_scheduler(policy: Any) -> Scheduler:
-    """A trained FSM as a scheduler with its own lookahead, refusing graphs whose op types
-    differ from the ones it was trained on."""
-
-    def schedule(graph: Graph) -> Schedule:
-        if graph.vocab.names != policy.op_names:
-            raise GraphError(
-                f"the policy was trained on op types {list(policy.op_names)}, but this "
-                f"mini-batch has {list(graph.vocab.names)}; register the same cells in the "
-                f"same order as when the policy's graphs were recorded, or re-train it")
-        return policy.scheduler()(graph)
-
-    return schedule
-
-
-def as_scheduler(scheduler: SchedulerLike) -> Scheduler:
-    """A scheduler from a registered name, an FSM policy (see :func:`fsm_scheduler`), a
-    :class:`~edbatch.schedule.Policy` or a scheduler callable ``graph -> Schedule``."""
-    if isinstance(scheduler, str):
-        return make_scheduler(scheduler)
-    if hasattr(scheduler, "op_names") and hasattr(scheduler, "scheduler"):
-        return fsm_scheduler(scheduler)
-    if isinstance(scheduler, Policy):
-        return PolicyScheduler(scheduler)
-    if not callable(scheduler):
-        raise GraphError(f"scheduler must be a name, a Policy or a callable graph -> Schedule, "
-                         f"got {type(scheduler).__name__}")
-    return scheduler

@@ -28,18 +28,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from torch import Tensor
 
-from edbatch.api import Handle
+from edbatch.api._handles import Handle
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
 from edbatch.graph import Graph, OpType, Vocab
-
-if TYPE_CHECKING:
-    from edbatch.api import DynamicBatch
 
 try:  # numba (a dependency of the compiled runtime) computes node depths in one pass
     from numba import njit
@@ -49,6 +46,9 @@ except ImportError:  # pragma: no cover - the pure numpy/Python path of Graph.fr
 _new_handle = object.__new__
 
 __all__ = ["BuiltinOp", "assemble_graph", "builtin_op", "register_workload", "take_graph"]
+
+#: A :class:`~edbatch.api.DynamicBatch` (typed loosely: this module is imported by it).
+Batch = Any
 
 LOSS_SUM = "loss_sum"  # the API appends its own loss sum (the same op type as workloads')
 
@@ -64,7 +64,7 @@ class BuiltinOp:
 
     __slots__ = ("_arity", "_op_id", "batch", "op")
 
-    def __init__(self, batch: DynamicBatch, op: OpType) -> None:
+    def __init__(self, batch: Batch, op: OpType) -> None:
         self.batch, self.op = batch, op
         self._arity = -1 if op.arity is None else op.arity
         self._op_id = batch._op_ids[op.name]
@@ -103,7 +103,7 @@ class BuiltinOp:
         return handle
 
 
-def builtin_op(batch: DynamicBatch, name: str) -> BuiltinOp:
+def builtin_op(batch: Batch, name: str) -> BuiltinOp:
     """:meth:`DynamicBatch.op <edbatch.api.DynamicBatch.op>`: op type ``name`` of ``batch``.
 
     Raises:
@@ -117,8 +117,8 @@ def builtin_op(batch: DynamicBatch, name: str) -> BuiltinOp:
     return BuiltinOp(batch, batch._ops[batch._op_ids[name]])
 
 
-def register_workload(batch: DynamicBatch, workload: Any,
-                      params: Mapping[str, Tensor] | None = None) -> DynamicBatch:
+def register_workload(batch: Batch, workload: Any,
+                      params: Mapping[str, Tensor] | None = None) -> Batch:
     """Register every op type of ``workload.vocab`` (but ``loss_sum``, which the API adds
     itself) in ``batch``, with its registered kernel, and ``params`` as the batch's
     parameters; return ``batch``.
@@ -199,10 +199,10 @@ def _depth_py(ptr: np.ndarray, operands: np.ndarray) -> np.ndarray:  # type: ign
 _depth = None if njit is None else njit(cache=True, nogil=True)(_depth_py)
 
 
-def take_graph(batch: DynamicBatch, outputs: Sequence[Handle] = ()) -> tuple[Graph, int | None]:
+def take_graph(batch: Batch, outputs: Sequence[Handle] = ()) -> tuple[Graph, int | None]:
     """The recorded mini-batch's graph (as :meth:`DynamicBatch.graph`), then start the next
     mini-batch without running this one (for callers that schedule and execute themselves,
     e.g. benchmarks that time each phase)."""
     graph = batch.graph(outputs)
-    batch._clear()
+    batch.discard()
     return graph

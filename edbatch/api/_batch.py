@@ -1,33 +1,6 @@
-"""The user API: register ``torch.nn.Module`` cells, write per-instance code, run it batched.
+"""DynamicBatch: records one mini-batch of per-instance model code, then runs it batched.
 
-A :class:`DynamicBatch` records the dataflow graph of one mini-batch while ordinary Python
-code (tree recursion, loops over lattices) calls registered cells on :class:`Handle` s. Its
-:meth:`~DynamicBatch.run` schedules the graph with any scheduler or policy, plans memory and
-executes it with :class:`~edbatch.executor.torch_executor.TorchExecutor`: one call of each
-module per batch, on all the rows of that batch. Modules must treat rows independently (as
-``nn.Linear`` does); their own parameters are used, so gradients reach them as usual.
-
-Every registered cell is an op type of kind ``user.<name>`` whose kernel (in the batch's own
-kernel table, passed to the executor) calls the module. A DynamicBatch is long-lived (like a
-model); each :meth:`~DynamicBatch.run` ends one mini-batch and starts the next one.
-
-Example:
-    >>> import torch
-    >>> from torch import nn
-    >>> _ = torch.manual_seed(0)
-    >>> batch = DynamicBatch()
-    >>> embed = nn.Embedding(10, 4)
-    >>> cell = batch.cell(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), "step", [4], 4)
-    >>> loss = batch.cell(lambda h: h.pow(2).sum(1), "sq", [4], ())
-    >>> for words in ([1, 2, 3], [4, 5]):
-    ...     with batch.instance():
-    ...         h = batch.lookup(embed, words[0])
-    ...         for w in words[1:]:
-    ...             h = cell(h)
-    ...         batch.add_loss(loss(h))
-    >>> out = batch.run("typewise_greedy")
-    >>> out.loss.shape, out.num_batches
-    (torch.Size([]), 5)
+See :mod:`edbatch.api` for the overview and an example.
 """
 
 from __future__ import annotations
@@ -35,156 +8,22 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from edbatch.api_policy import SchedulerLike, as_scheduler, load_policy, train_policy
-from edbatch.api_variadic import VariadicCell, segment_sum
+from edbatch.api._builtins import BuiltinOp, assemble_graph, builtin_op, register_workload
+from edbatch.api._handles import BatchResult, Cell, Handle, ShapeLike, _shape
+from edbatch.api._schedulers import SchedulerLike, as_scheduler
+from edbatch.api._variadic import VariadicCell
 from edbatch.errors import GraphError
 from edbatch.executor import KERNELS, Kernel
 from edbatch.executor.device import check_device, check_dtype
-from edbatch.executor.torch_executor import RunResult, TorchExecutor
+from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph, OpType, Vocab
 from edbatch.memory import Strategy, plan_memory
-from edbatch.schedule import Schedule
 
-__all__ = ["BatchResult", "Cell", "DynamicBatch", "Handle", "SchedulerLike", "ShapeLike",
-           "VariadicCell", "load_policy", "segment_sum", "train_policy"]
-
-#: A shape given by the user: an int (a vector width) or a tuple.
-ShapeLike = int | Sequence[int]
-
-def _shape(value: ShapeLike, what: str) -> tuple[int, ...]:
-    shape = (value,) if isinstance(value, int) else tuple(value)
-    if not all(isinstance(d, int) and d >= 1 for d in shape):
-        raise GraphError(f"{what} must be an int or a tuple of positive ints, got {value!r}")
-    return shape
-
-
-@dataclass(frozen=True, eq=False)
-class Handle:
-    """A node of a :class:`DynamicBatch`'s mini-batch ``generation``: pass it to cells.
-
-    ``shape`` is the shape of its value (one row); ``op_name`` names its op type.
-    """
-
-    batch: DynamicBatch
-    generation: int
-    node_id: int
-    shape: tuple[int, ...]
-    op_name: str
-
-    def __repr__(self) -> str:
-        return f"Handle(%{self.node_id} = {self.op_name}, shape={self.shape})"
-
-
-class Cell:
-    """A module registered in a :class:`DynamicBatch` as the op type ``user.<name>``.
-
-    Create it with :meth:`DynamicBatch.cell`; call it on handles (``h = cell(left, right)``,
-    or ``cell(h, attr=label)`` when it takes an attribute) to add a node.
-
-    ``module`` is called on batches as ``module(*inputs[, attrs]) -> [B, *out_shape]``
-    (``attrs``: the nodes' ``int64[B]`` attributes, if ``takes_attr``); ``op`` is the op type.
-    """
-
-    def __init__(self, batch: DynamicBatch, module: Callable[..., Tensor], name: str,
-                 in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
-                 takes_attr: bool) -> None:
-        self.batch, self.module, self.name, self.takes_attr = batch, module, name, takes_attr
-        self.op = OpType(f"user.{name}", f"user.{name}", tuple(in_shapes), out_shape)
-
-    def __repr__(self) -> str:
-        return f"Cell({self.name!r}, in_shapes={self.op.in_shapes}, out={self.op.out_shape})"
-
-    def __call__(self, *operands: Handle, attr: int | None = None) -> Handle:
-        """Add one node running this cell on ``operands``; return its handle.
-
-        Raises:
-            GraphError: wrong operand count, an operand that is not a handle of the current
-                mini-batch, a shape other than ``in_shapes``, a missing or unexpected attr.
-        """
-        if self.takes_attr != (attr is not None):
-            need = "needs attr=<int>" if self.takes_attr else "takes no attr"
-            raise GraphError(f"cell {self.name!r} {need} (registered with "
-                             f"takes_attr={self.takes_attr}); fix the call or the registration")
-        in_shapes = self.op.in_shapes or ()
-        if len(operands) != len(in_shapes):
-            raise GraphError(f"cell {self.name!r} takes {len(in_shapes)} operands (in_shapes="
-                             f"{list(in_shapes)}), got {len(operands)}; pass one handle per slot")
-        for slot, (handle, want) in enumerate(zip(operands, in_shapes)):
-            self.batch._check_handle(handle, f"cell {self.name!r} operand {slot}")
-            if handle.shape != want:
-                raise GraphError(
-                    f"cell {self.name!r} operand {slot} has shape {handle.shape} (node "
-                    f"%{handle.node_id}, {handle.op_name}), but the cell was registered with "
-                    f"in_shapes[{slot}] = {want}; pass a handle of shape {want} or register "
-                    f"another cell for shape {handle.shape}")
-        return self.batch._add(self.op, [h.node_id for h in operands],
-                               -1 if attr is None else int(attr))
-
-    def kernel(self, op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-               attrs: Tensor) -> Tensor:
-        """The executor kernel of this cell's op kind (``params`` unused: see the module)."""
-        return self.forward_rows(inputs, attrs)
-
-    def forward_rows(self, inputs: Sequence[Tensor], attrs: Tensor) -> Tensor:
-        """Run the module on flattened rows ``[B, d_k]``; return ``[B, prod(out_shape)]``."""
-        size, want = attrs.shape[0], (attrs.shape[0], *self.op.out_shape)
-        xs = [x.reshape(size, *s) for x, s in zip(inputs, self.op.in_shapes or ())]
-        out = self.module(*xs, attrs) if self.takes_attr else self.module(*xs)
-        if not isinstance(out, Tensor) or tuple(out.shape) != want:
-            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            fix = f"out_shape={got[1:]}" if isinstance(got, tuple) else "a tensor output"
-            raise GraphError(
-                f"cell {self.name!r}: module {type(self.module).__name__} returned {got} for "
-                f"a batch of {size} with input shapes {[tuple(x.shape) for x in xs]}; "
-                f"expected {want}. Fix the module or declare {fix}")
-        return out.reshape(size, -1)
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """What :meth:`DynamicBatch.run` returns.
-
-    ``loss`` is the sum of the :meth:`~DynamicBatch.add_loss` terms (a scalar; ``None`` if
-    none), ``graph`` and ``schedule`` what ran, ``run`` the executor's
-    :class:`~edbatch.executor.torch_executor.RunResult` (stats, time); ``result[handle]``
-    reads a requested handle's value.
-    """
-
-    loss: Tensor | None
-    graph: Graph
-    schedule: Schedule
-    run: RunResult
-    batch: DynamicBatch
-    generation: int
-
-    @property
-    def num_batches(self) -> int:
-        """Kernel launches of the schedule (batches)."""
-        return self.schedule.num_batches
-
-    def __getitem__(self, handle: Handle) -> Tensor:
-        """The value of a requested handle, shaped ``handle.shape``.
-
-        Raises:
-            GraphError: the handle is of another mini-batch or was not requested.
-        """
-        if handle.batch is not self.batch or handle.generation != self.generation:
-            raise GraphError(f"{handle!r} is not a node of the mini-batch of this result; "
-                             f"read values from the result of the run that computed them")
-        value = self.run.outputs.get(handle.node_id)
-        if value is None:
-            raise GraphError(f"{handle!r} was not requested; pass it in "
-                             f"run(outputs=[...]) to read its value")
-        return value.reshape(handle.shape)
-
-    def stack(self, handles: Sequence[Handle]) -> Tensor:
-        """The values of ``handles`` stacked: ``[len(handles), *shape]``."""
-        return torch.stack([self[h] for h in handles])
+__all__ = ["DynamicBatch"]
 
 
 class DynamicBatch:
@@ -219,12 +58,10 @@ class DynamicBatch:
     def from_workload(cls, workload: object, params: Mapping[str, Tensor] | None = None,
                       **kw: object) -> DynamicBatch:
         """A batch (``kw``: device, dtype) with ``workload``'s ops and ``params`` built in."""
-        from edbatch.api_builtins import register_workload
         return register_workload(cls(**kw), workload, params)  # type: ignore[arg-type]
 
-    def op(self, name: str) -> BuiltinOp:  # noqa: F821 (edbatch.api_builtins.BuiltinOp)
+    def op(self, name: str) -> BuiltinOp:
         """The built-in op type ``name`` as a callable ``op(*handles, attr=...) -> Handle``."""
-        from edbatch.api_builtins import builtin_op
         return builtin_op(self, name)
 
     def _clear(self) -> None:  # forget the recorded mini-batch; its handles become stale
@@ -249,7 +86,7 @@ class DynamicBatch:
         """Register ``module`` as the cell (op type) ``user.<name>`` and return it.
 
         ``variadic=True``: the last of ``in_shapes`` repeats any number of times per call
-        (see :mod:`edbatch.api_variadic` for the module's call).
+        (see :mod:`edbatch.api._variadic` for the module's call).
 
         The module is probed once with a zero batch of one row (eval mode, no grad) to
         check that it returns ``[1, *out_shape]``.
@@ -409,7 +246,6 @@ class DynamicBatch:
         """
         for h in outputs:
             self._check_handle(h, "run(outputs=...)")
-        from edbatch.api_builtins import assemble_graph
         ops = list(self._ops)
         if self._losses:
             ops.append(OpType("loss_sum", "sum", None, (1,), batchable=False))

@@ -1,0 +1,163 @@
+"""Handles, cells and results of the user API (the pieces :class:`DynamicBatch` hands out).
+
+They know the batch that made them only through the small :class:`Recorder` protocol, so
+this module imports nothing of :mod:`edbatch.api._batch` (the import graph stays one way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from edbatch.errors import GraphError
+from edbatch.executor.torch_executor import RunResult
+from edbatch.graph import Graph, OpType
+from edbatch.schedule import Schedule
+
+__all__ = ["BatchResult", "Cell", "Handle", "Recorder", "ShapeLike"]
+
+
+class Recorder(Protocol):
+    """What handles and cells need of the batch recording them (a :class:`DynamicBatch`)."""
+
+    def _check_handle(self, handle: object, where: str) -> None: ...
+
+    def _add(self, op: OpType, operands: list[int], attr: int) -> Handle: ...
+
+
+#: A shape given by the user: an int (a vector width) or a tuple.
+ShapeLike = int | Sequence[int]
+
+def _shape(value: ShapeLike, what: str) -> tuple[int, ...]:
+    shape = (value,) if isinstance(value, int) else tuple(value)
+    if not all(isinstance(d, int) and d >= 1 for d in shape):
+        raise GraphError(f"{what} must be an int or a tuple of positive ints, got {value!r}")
+    return shape
+
+
+@dataclass(frozen=True, eq=False)
+class Handle:
+    """A node of a :class:`DynamicBatch`'s mini-batch ``generation``: pass it to cells.
+
+    ``shape`` is the shape of its value (one row); ``op_name`` names its op type.
+    """
+
+    batch: Any  # the DynamicBatch that recorded it
+    generation: int
+    node_id: int
+    shape: tuple[int, ...]
+    op_name: str
+
+    def __repr__(self) -> str:
+        return f"Handle(%{self.node_id} = {self.op_name}, shape={self.shape})"
+
+
+class Cell:
+    """A module registered in a :class:`DynamicBatch` as the op type ``user.<name>``.
+
+    Create it with :meth:`DynamicBatch.cell`; call it on handles (``h = cell(left, right)``,
+    or ``cell(h, attr=label)`` when it takes an attribute) to add a node.
+
+    ``module`` is called on batches as ``module(*inputs[, attrs]) -> [B, *out_shape]``
+    (``attrs``: the nodes' ``int64[B]`` attributes, if ``takes_attr``); ``op`` is the op type.
+    """
+
+    def __init__(self, batch: Recorder, module: Callable[..., Tensor], name: str,
+                 in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
+                 takes_attr: bool) -> None:
+        self.batch, self.module, self.name, self.takes_attr = batch, module, name, takes_attr
+        self.op = OpType(f"user.{name}", f"user.{name}", tuple(in_shapes), out_shape)
+
+    def __repr__(self) -> str:
+        return f"Cell({self.name!r}, in_shapes={self.op.in_shapes}, out={self.op.out_shape})"
+
+    def __call__(self, *operands: Handle, attr: int | None = None) -> Handle:
+        """Add one node running this cell on ``operands``; return its handle.
+
+        Raises:
+            GraphError: wrong operand count, an operand that is not a handle of the current
+                mini-batch, a shape other than ``in_shapes``, a missing or unexpected attr.
+        """
+        if self.takes_attr != (attr is not None):
+            need = "needs attr=<int>" if self.takes_attr else "takes no attr"
+            raise GraphError(f"cell {self.name!r} {need} (registered with "
+                             f"takes_attr={self.takes_attr}); fix the call or the registration")
+        in_shapes = self.op.in_shapes or ()
+        if len(operands) != len(in_shapes):
+            raise GraphError(f"cell {self.name!r} takes {len(in_shapes)} operands (in_shapes="
+                             f"{list(in_shapes)}), got {len(operands)}; pass one handle per slot")
+        for slot, (handle, want) in enumerate(zip(operands, in_shapes)):
+            self.batch._check_handle(handle, f"cell {self.name!r} operand {slot}")
+            if handle.shape != want:
+                raise GraphError(
+                    f"cell {self.name!r} operand {slot} has shape {handle.shape} (node "
+                    f"%{handle.node_id}, {handle.op_name}), but the cell was registered with "
+                    f"in_shapes[{slot}] = {want}; pass a handle of shape {want} or register "
+                    f"another cell for shape {handle.shape}")
+        return self.batch._add(self.op, [h.node_id for h in operands],
+                               -1 if attr is None else int(attr))
+
+    def kernel(self, op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+               attrs: Tensor) -> Tensor:
+        """The executor kernel of this cell's op kind (``params`` unused: see the module)."""
+        return self.forward_rows(inputs, attrs)
+
+    def forward_rows(self, inputs: Sequence[Tensor], attrs: Tensor) -> Tensor:
+        """Run the module on flattened rows ``[B, d_k]``; return ``[B, prod(out_shape)]``."""
+        size, want = attrs.shape[0], (attrs.shape[0], *self.op.out_shape)
+        xs = [x.reshape(size, *s) for x, s in zip(inputs, self.op.in_shapes or ())]
+        out = self.module(*xs, attrs) if self.takes_attr else self.module(*xs)
+        if not isinstance(out, Tensor) or tuple(out.shape) != want:
+            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            fix = f"out_shape={got[1:]}" if isinstance(got, tuple) else "a tensor output"
+            raise GraphError(
+                f"cell {self.name!r}: module {type(self.module).__name__} returned {got} for "
+                f"a batch of {size} with input shapes {[tuple(x.shape) for x in xs]}; "
+                f"expected {want}. Fix the module or declare {fix}")
+        return out.reshape(size, -1)
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What :meth:`DynamicBatch.run` returns.
+
+    ``loss`` is the sum of the :meth:`~DynamicBatch.add_loss` terms (a scalar; ``None`` if
+    none), ``graph`` and ``schedule`` what ran, ``run`` the executor's
+    :class:`~edbatch.executor.torch_executor.RunResult` (stats, time); ``result[handle]``
+    reads a requested handle's value.
+    """
+
+    loss: Tensor | None
+    graph: Graph
+    schedule: Schedule
+    run: RunResult
+    batch: Any  # the DynamicBatch that recorded it
+    generation: int
+
+    @property
+    def num_batches(self) -> int:
+        """Kernel launches of the schedule (batches)."""
+        return self.schedule.num_batches
+
+    def __getitem__(self, handle: Handle) -> Tensor:
+        """The value of a requested handle, shaped ``handle.shape``.
+
+        Raises:
+            GraphError: the handle is of another mini-batch or was not requested.
+        """
+        if handle.batch is not self.batch or handle.generation != self.generation:
+            raise GraphError(f"{handle!r} is not a node of the mini-batch of this result; "
+                             f"read values from the result of the run that computed them")
+        value = self.run.outputs.get(handle.node_id)
+        if value is None:
+            raise GraphError(f"{handle!r} was not requested; pass it in "
+                             f"run(outputs=[...]) to read its value")
+        return value.reshape(handle.shape)
+
+    def stack(self, handles: Sequence[Handle]) -> Tensor:
+        """The values of ``handles`` stacked: ``[len(handles), *shape]``."""
+        return torch.stack([self[h] for h in handles])
