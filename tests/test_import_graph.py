@@ -106,3 +106,13 @@ def test_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+LAYERS = {"edbatch": 0, "envs": 1, "policies": 2, "experiments": 3}
+
+
+def test_layers_import_downwards_only() -> None:
+    """edbatch (library) <- envs <- policies <- experiments: no package imports a later one."""
+    upward = [f"{m} -> {d}" for m, deps in import_graph().items() for d in deps
+              if LAYERS[d.split(".")[0]] > LAYERS[m.split(".")[0]]]
+    assert not upward, "imports against the layering: " + "; ".join(sorted(upward))
