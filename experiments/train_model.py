@@ -248,19 +248,26 @@ class _Trainer:
 
     @property
     def out_of_time(self) -> bool:
-        """Whether the training time budget is spent (on some rank: all stop together)."""
-        if self.cfg.max_steps is not None and self.step >= self.cfg.max_steps:
-            return True
-        return math.isfinite(self.deadline) and self.dp.any(self.seconds >= self.deadline)
+        """Whether the training budget is spent (the time on some rank: all stop together)."""
+        return self._max_steps_done or (
+            math.isfinite(self.deadline) and self.dp.any(self.seconds >= self.deadline))
 
-    def train_step(self, mb: Minibatch | None, scores: RootScores) -> None:
+    @property
+    def _max_steps_done(self) -> bool:
+        return self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
+
+    def train_step(self, mb: Minibatch | None, scores: RootScores) -> bool:
         """One forward/backward/Adam step on a mini-batch (loss: mean over tree nodes; this
-        rank's share of it when distributed, ``None`` for an empty share)."""
+        rank's share of it when distributed, ``None`` for an empty share); ``False`` (and
+        nothing done) if the time budget is spent (on some rank)."""
+        local = (0, 0) if mb is None else (mb.num_tree_nodes, len(mb.roots))
+        # the global mini-batch's counts, and whether to stop, in one collective
+        tree_nodes, trees, late = self.dp.sum([*local, self.seconds >= self.deadline])
+        if late:
+            return False
         self.opt.zero_grad(set_to_none=True)
         res = None if mb is None else \
             self.executor.run(mb.graph, mb.schedule, mb.plan, self.params, grad=True)
-        local = (0, 0) if mb is None else (mb.num_tree_nodes, len(mb.roots))
-        tree_nodes, trees = self.dp.sum(local)  # the global mini-batch's counts
         if res is not None and mb is not None:
             loss = res.outputs[mb.loss_node].reshape(())
             with torch.no_grad():  # before the update: the predictions the loss was made for
@@ -273,18 +280,21 @@ class _Trainer:
         self.opt.step()
         self.step += 1
         self.trees += int(trees)
+        return True
 
     def epoch(self, epoch: int) -> dict[str, float]:
         """Train one epoch (or until the budget is spent); return its train metrics."""
         order = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.train))
         scores, window = RootScores(), RootScores()
         for k in order.tolist():
-            if self.out_of_time:
+            if self._max_steps_done:
                 break
             start = time.perf_counter()
             mb = self.train.get(k)
-            self.prepare_seconds += time.perf_counter() - start
-            self.train_step(mb, window)
+            prepared = time.perf_counter()
+            if not self.train_step(mb, window):
+                break
+            self.prepare_seconds += prepared - start
             self.seconds += time.perf_counter() - start
             if self.step % self.cfg.log_every == 0:
                 window = window.reduced(self.dp)
