@@ -76,14 +76,21 @@ class DataParallel:
     @classmethod
     def from_env(cls, device: str = "cpu", backend: str | None = None) -> DataParallel:
         """Join the group ``torchrun`` describes in the environment (``WORLD_SIZE``,
-        ``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); a single process when
-        ``WORLD_SIZE`` is unset or 1.
+        ``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), or, in a SLURM job of
+        several tasks started by submitit (Hydra's ``hydra/launcher=slurm``), the group of
+        its tasks; a single process when there is neither.
 
         Args:
             device: the training device, ``cpu`` or ``cuda`` (each rank then uses
                 ``cuda:LOCAL_RANK``).
             backend: ``gloo`` or ``nccl``; ``None`` picks NCCL on CUDA, gloo on CPU.
         """
+        if "WORLD_SIZE" not in os.environ and os.environ.get("SUBMITIT_EXECUTOR") == "slurm" \
+                and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+            from submitit.helpers import TorchDistributedEnvironment
+
+            # RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the job's first node), MASTER_PORT
+            TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1:
             return cls()

@@ -100,6 +100,26 @@ def test_torchrun_two_ranks_match_one_process(tmp_path: Path, monkeypatch) -> No
     _check_same_training(tmp_path / "one", tmp_path / "two")
 
 
+def _slurm_task(rank: int, port: int, out: Path) -> None:
+    """A SLURM task as submitit starts it (the variables sbatch and submitit set)."""
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR"):
+        os.environ.pop(key, None)
+    os.environ.update(SUBMITIT_EXECUTOR="slurm", SLURM_JOB_ID="7", SLURM_NTASKS="2",
+                      SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank), SLURM_JOB_NUM_NODES="1",
+                      SLURM_NODEID="0", SLURM_JOB_NODELIST="127.0.0.1", MASTER_PORT=str(port))
+    dp = DataParallel.from_env("cpu")
+    total = dp.sum([rank + 1])
+    (out / f"rank{dp.rank}").write_text(f"{dp.world_size} {total[0]}")
+    dp.close()
+
+
+def test_a_slurm_job_of_two_tasks_forms_a_group_through_submitit(tmp_path: Path) -> None:
+    pytest.importorskip("submitit")
+    mp.start_processes(_slurm_task, args=(_free_port(), tmp_path), nprocs=2,
+                       start_method="fork")
+    assert [(tmp_path / f"rank{r}").read_text() for r in range(2)] == ["2 3.0", "2 3.0"]
+
+
 def test_single_process_data_parallel_is_the_identity() -> None:
     dp = DataParallel()
     assert not dp.enabled and dp.is_main and dp.shard([1, 2, 3]) == [1, 2, 3]
