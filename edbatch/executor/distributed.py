@@ -17,7 +17,7 @@ overlap, so :class:`DataParallel` all-reduces once after ``backward``:
    some rank; per embedding table given in ``sparse_rows``: a mask of the rows read), then
    one flat buffer: every dense gradient, and for each embedding table only the rows some
    rank read (the union), not the whole table (SST's 18k x 128 table is 9 MB; a mini-batch
-   of 32 trees reads about 500 rows). The table's gradient comes back dense (rows nobody
+   of 64 trees reads about 600 rows). The table's gradient comes back dense (rows nobody
    read are zero, as in the single-process gradient), which Adam needs.
 
 A parameter that got no gradient on any rank keeps ``grad = None`` (Adam skips it, as it
