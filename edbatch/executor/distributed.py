@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from edbatch.errors import EdbatchError
@@ -48,12 +49,6 @@ T = TypeVar("T")
 
 class DistributedSetupError(EdbatchError, RuntimeError):
     """The process group cannot be set up as asked (backend, device, environment)."""
-
-
-def _dist():  # type: ignore[no-untyped-def]
-    import torch.distributed as dist
-
-    return dist
 
 
 @dataclass(frozen=True)
@@ -94,7 +89,9 @@ class DataParallel:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1:
             return cls()
-        dist = _dist()
+        if not dist.is_available():
+            raise DistributedSetupError(f"WORLD_SIZE={world} asks for {world} ranks but this "
+                                        f"torch build has no torch.distributed")
         cuda = str(device).startswith("cuda")
         backend = backend or ("nccl" if cuda else "gloo")
         if backend not in ("gloo", "nccl"):
@@ -116,8 +113,8 @@ class DataParallel:
 
     def close(self) -> None:
         """Leave the process group (no-op for a single process)."""
-        if self.enabled and _dist().is_initialized():
-            _dist().destroy_process_group()
+        if self.enabled and dist.is_initialized():
+            dist.destroy_process_group()
 
     @property
     def enabled(self) -> bool:
@@ -144,14 +141,14 @@ class DataParallel:
         if self.enabled:
             with torch.no_grad():
                 for p in params:
-                    _dist().broadcast(p.data, src=0)
+                    dist.broadcast(p.data, src=0)
 
     def sum(self, values: Sequence[float], device: str | torch.device = "cpu") -> list[float]:
         """Element-wise sum of ``values`` over the ranks (float64; identity for one rank)."""
         if not self.enabled:
             return [float(v) for v in values]
         t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
-        _dist().all_reduce(t)
+        dist.all_reduce(t)
         return t.tolist()  # type: ignore[no-any-return]
 
     def any(self, flag: bool, device: str | torch.device = "cpu") -> bool:
@@ -159,7 +156,7 @@ class DataParallel:
         if not self.enabled:
             return flag
         t = torch.tensor([1.0 if flag else 0.0], device=device)
-        _dist().all_reduce(t, op=_dist().ReduceOp.MAX)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item() > 0)
 
     def sum_grads(self, params: Mapping[str, Tensor], sparse_rows: Collection[str] = ()
@@ -188,7 +185,7 @@ class DataParallel:
                 mask[idx[0]] = 1.0
             header.append(mask)
         head = torch.cat(header)
-        _dist().all_reduce(head)
+        dist.all_reduce(head)
         got = head[:len(names)] > 0
         unions, at = {}, len(names)
         for n in tables:
@@ -208,7 +205,7 @@ class DataParallel:
                 parts.append(torch.zeros(p.numel(), device=device, dtype=dtype) if g is None
                              else g.reshape(-1).to(dtype))
         flat = torch.cat(parts)
-        _dist().all_reduce(flat)
+        dist.all_reduce(flat)
         at = 0
         for k, n in enumerate(names):
             p = params[n]
