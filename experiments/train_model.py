@@ -13,6 +13,12 @@ neutral roots (label 2) and predicts positive when ``p3 + p4 > p0 + p1``.
 
 Mini-batches are made once from a seeded permutation (their graphs, schedules and memory
 plans are cached); each epoch visits them in a new seeded order.
+
+Under ``torchrun --nproc_per_node=N`` (docs/distributed.md) ``batch_size`` is the global
+mini-batch: each rank records, schedules and runs its share (every N-th tree of it, from its
+rank), the gradients are summed over the ranks before Adam steps
+(:class:`~edbatch.executor.distributed.DataParallel`), and rank 0 alone logs and writes files.
+Evaluation is sharded the same way (every N-th dev mini-batch) and its counts summed.
 """
 
 from __future__ import annotations
@@ -37,11 +43,13 @@ from torch import Tensor
 
 from edbatch.executor import init_params
 from edbatch.executor.device import check_device
+from edbatch.executor.distributed import DataParallel
+from edbatch.executor.params import is_embedding
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import MemoryPlan, plan_memory
 from edbatch.schedule import Schedule, Scheduler, make_scheduler
-from edbatch.tracking import Tracker
+from edbatch.tracking import NullTracker, Tracker
 from edbatch.workloads import Workload
 from experiments._cli import guarded
 from experiments._common import make_tracker, one_workload, seed_everything
@@ -96,6 +104,14 @@ class RootScores:
         self.trees += len(labels)
         self.loss += loss
         self.tree_nodes += tree_nodes
+
+    def reduced(self, dp: DataParallel) -> RootScores:
+        """These counts summed over the data-parallel ranks (``self`` for one process)."""
+        if not dp.enabled:
+            return self
+        fine, binary, total, trees, loss, nodes = dp.sum(
+            [self.fine, self.binary, self.binary_total, self.trees, self.loss, self.tree_nodes])
+        return RootScores(int(fine), int(binary), int(total), int(trees), loss, int(nodes))
 
     def metrics(self, stage: str) -> dict[str, float]:
         """``<stage>/fine_accuracy``, ``binary_accuracy``, ``loss`` (per tree node)."""
@@ -155,15 +171,18 @@ class _Cache:
     def __len__(self) -> int:
         return len(self.chunks)
 
-    def get(self, k: int) -> Minibatch:
-        """Mini-batch ``k`` (prepared now if it is the first use)."""
+    def get(self, k: int) -> Minibatch | None:
+        """Mini-batch ``k`` (prepared now if it is the first use); ``None`` if chunk ``k``
+        is empty (a rank's share of a global mini-batch smaller than the world)."""
+        if not self.chunks[k]:
+            return None
         if k not in self._done:
             self._done[k] = prepare_minibatch(self.workload, self.split, self.chunks[k],
                                               self.scheduler, self.strategy)
         return self._done[k]
 
     def __iter__(self) -> Iterator[Minibatch]:
-        return (self.get(k) for k in range(len(self)))
+        return (mb for mb in map(self.get, range(len(self))) if mb is not None)
 
 
 def _chunks(num: int, limit: int | None, batch_size: int, seed: int | None) -> list[list[int]]:
@@ -184,34 +203,45 @@ def make_model_scheduler(name: str, fsm: str | None) -> Scheduler:
 
 
 def evaluate(executor: TorchExecutor, params: Mapping[str, Tensor], batches: _Cache,
-             prefix: str) -> dict[str, float]:
-    """Root accuracies and the per-node loss over every mini-batch (no grad, in place)."""
+             prefix: str, dp: DataParallel | None = None) -> dict[str, float]:
+    """Root accuracies and the per-node loss over every mini-batch (no grad, in place);
+    with ``dp``, over every rank's mini-batches."""
     scores = RootScores()
     with torch.no_grad():
         for mb in batches:
             res = executor.run(mb.graph, mb.schedule, mb.plan, params, grad=False)
             scores.add(root_logits(res, mb, params, prefix), torch.from_numpy(mb.labels),
                        float(res.outputs[mb.loss_node].sum()), mb.num_tree_nodes)
-    return scores.metrics("eval")
+    return (scores if dp is None else scores.reduced(dp)).metrics("eval")
 
 
 class _Trainer:
     """The training loop's state: parameters, optimizer, budget, counters and history."""
 
-    def __init__(self, cfg: DictConfig, workload: Workload, tracker: Tracker) -> None:
+    def __init__(self, cfg: DictConfig, workload: Workload, tracker: Tracker,
+                 dp: DataParallel | None = None) -> None:
         self.cfg, self.workload, self.tracker = cfg, workload, tracker
-        device = check_device(cfg.device)
+        self.dp = dp = dp or DataParallel()
+        device = check_device(dp.device(cfg.device))
         self.params = init_params(workload, torch.Generator().manual_seed(cfg.seed),
                                   device=device)
+        dp.broadcast(self.params.values())  # identical start on every rank
         self.opt = torch.optim.Adam(self.params.values(), lr=cfg.lr,
                                     weight_decay=cfg.weight_decay)
-        self.executor = TorchExecutor(cfg.device, cuda_graphs=cfg.cuda_graphs)
+        # gloo: embedding tables travel as the rows read (sparse), NCCL: dense (keeps the
+        # CUDA-graph capture of training runs, which sparse gradients turn off)
+        sparse = dp.enabled and dp.backend == "gloo"
+        self.sparse_rows = {n for n in self.params if is_embedding(n)} if sparse else set()
+        self.executor = TorchExecutor(device, cuda_graphs=cfg.cuda_graphs,
+                                      sparse_grads=sparse)
         scheduler = make_model_scheduler(cfg.scheduler, cfg.fsm)
         n_train = len(workload.load(cfg.train_split))
-        self.train = _Cache(workload, cfg.train_split, _chunks(
-            n_train, cfg.train_limit, cfg.batch_size, cfg.seed), scheduler, cfg.strategy)
-        self.dev = _Cache(workload, cfg.eval_split, _chunks(
-            len(workload.load(cfg.eval_split)), cfg.eval_limit, cfg.eval_batch_size, None),
+        chunks = _chunks(n_train, cfg.train_limit, cfg.batch_size, cfg.seed)
+        self.train_trees = sum(len(c) for c in chunks)
+        self.train = _Cache(workload, cfg.train_split, [dp.shard(c) for c in chunks],
+                            scheduler, cfg.strategy)
+        self.dev = _Cache(workload, cfg.eval_split, dp.shard(_chunks(
+            len(workload.load(cfg.eval_split)), cfg.eval_limit, cfg.eval_batch_size, None)),
             scheduler, cfg.strategy)
         self.history: list[dict[str, float]] = []
         self.step, self.trees, self.seconds, self.prepare_seconds = 0, 0, 0.0, 0.0
@@ -220,44 +250,62 @@ class _Trainer:
 
     @property
     def out_of_time(self) -> bool:
-        """Whether the training time budget is spent."""
-        return self.seconds >= self.deadline or (
-            self.cfg.max_steps is not None and self.step >= self.cfg.max_steps)
+        """Whether the training budget is spent (the time on some rank: all stop together)."""
+        return self._max_steps_done or (
+            math.isfinite(self.deadline) and self.dp.any(self.seconds >= self.deadline))
 
-    def train_step(self, mb: Minibatch, scores: RootScores) -> None:
-        """One forward/backward/Adam step on a mini-batch (loss: mean over tree nodes)."""
-        res = self.executor.run(mb.graph, mb.schedule, mb.plan, self.params, grad=True)
-        loss = res.outputs[mb.loss_node].reshape(())
-        with torch.no_grad():  # before the update: the predictions the loss was computed for
-            logits = root_logits(res, mb, self.params, self.workload.name)
+    @property
+    def _max_steps_done(self) -> bool:
+        return self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
+
+    def train_step(self, mb: Minibatch | None, scores: RootScores) -> bool:
+        """One forward/backward/Adam step on a mini-batch (loss: mean over tree nodes; this
+        rank's share of it when distributed, ``None`` for an empty share); ``False`` (and
+        nothing done) if the time budget is spent (on some rank)."""
+        local = (0, 0) if mb is None else (mb.num_tree_nodes, len(mb.roots))
+        # the global mini-batch's counts, and whether to stop, in one collective
+        tree_nodes, trees, late = self.dp.sum([*local, self.seconds >= self.deadline])
+        if late:
+            return False
         self.opt.zero_grad(set_to_none=True)
-        (loss / mb.num_tree_nodes).backward()  # type: ignore[no-untyped-call]
+        res = None if mb is None else \
+            self.executor.run(mb.graph, mb.schedule, mb.plan, self.params, grad=True)
+        if res is not None and mb is not None:
+            loss = res.outputs[mb.loss_node].reshape(())
+            with torch.no_grad():  # before the update: the predictions the loss was made for
+                logits = root_logits(res, mb, self.params, self.workload.name)
+            (loss / tree_nodes).backward()  # type: ignore[no-untyped-call]
+            scores.add(logits, torch.from_numpy(mb.labels), loss.item(), mb.num_tree_nodes)
+            self.batches += mb.schedule.num_batches
+            self.nodes += mb.graph.num_nodes
+        self.dp.sum_grads(self.params, self.sparse_rows)
         self.opt.step()
-        scores.add(logits, torch.from_numpy(mb.labels), loss.item(), mb.num_tree_nodes)
         self.step += 1
-        self.trees += len(mb.roots)
-        self.batches += mb.schedule.num_batches
-        self.nodes += mb.graph.num_nodes
+        self.trees += int(trees)
+        return True
 
     def epoch(self, epoch: int) -> dict[str, float]:
         """Train one epoch (or until the budget is spent); return its train metrics."""
         order = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.train))
         scores, window = RootScores(), RootScores()
         for k in order.tolist():
-            if self.out_of_time:
+            if self._max_steps_done:
                 break
             start = time.perf_counter()
             mb = self.train.get(k)
-            self.prepare_seconds += time.perf_counter() - start
-            self.train_step(mb, window)
+            prepared = time.perf_counter()
+            if not self.train_step(mb, window):
+                break
+            self.prepare_seconds += prepared - start
             self.seconds += time.perf_counter() - start
             if self.step % self.cfg.log_every == 0:
+                window = window.reduced(self.dp)
                 self._log(window.metrics("train"))
                 _merge(scores, window)
                 window = RootScores()
             if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
                 self.eval()
-        _merge(scores, window)
+        _merge(scores, window.reduced(self.dp))
         return scores.metrics("train")
 
     def _log(self, metrics: dict[str, float]) -> None:
@@ -268,10 +316,11 @@ class _Trainer:
     @property
     def epochs_done(self) -> float:
         """Training trees seen, in epochs of the (limited) training set."""
-        return self.trees / max(1, sum(len(c) for c in self.train.chunks))
+        return self.trees / max(1, self.train_trees)
 
     def rates(self) -> dict[str, float]:
-        """Throughput and schedule size so far."""
+        """Throughput (global trees over this rank's seconds) and schedule size so far
+        (this rank's mini-batches when distributed)."""
         steps = max(self.step, 1)
         return {"train/examples_per_s": self.trees / max(self.seconds, 1e-9),
                 "train/seconds": self.seconds,
@@ -282,7 +331,7 @@ class _Trainer:
     def eval(self) -> dict[str, float]:
         """Dev metrics now; logged and kept in the history."""
         start = time.perf_counter()
-        row = evaluate(self.executor, self.params, self.dev, self.workload.name)
+        row = evaluate(self.executor, self.params, self.dev, self.workload.name, self.dp)
         row["eval/seconds"] = time.perf_counter() - start
         row["train/epoch"] = self.epochs_done
         self.history.append(row)
@@ -338,7 +387,7 @@ def _fit(trainer: _Trainer) -> list[dict[str, float]]:
         evals.append(row)
         log.info("epoch %d (%.1f epochs of %d trees, %.0fs): train loss %.3f | dev fine %.4f "
                  "binary %.4f | %.1f trees/s, %.1f batches per mini-batch (%s)", epoch,
-                 trainer.epochs_done, sum(len(c) for c in trainer.train.chunks),
+                 trainer.epochs_done, trainer.train_trees,
                  time.perf_counter() - start, train["train/loss"], row["eval/fine_accuracy"],
                  row["eval/binary_accuracy"], trainer.rates()["train/examples_per_s"],
                  trainer.rates()["train/batches_per_minibatch"], trainer.train.scheduler)
@@ -346,15 +395,28 @@ def _fit(trainer: _Trainer) -> list[dict[str, float]]:
 
 
 def train_model(cfg: DictConfig) -> dict[str, Any]:
-    """Train, evaluate on dev, write the JSON summary and the PNG; return the summary."""
+    """Train, evaluate on dev, write the JSON summary and the PNG; return the summary.
+
+    Under ``torchrun`` every rank runs this; rank 0 alone logs, tracks and writes files.
+    """
+    dp = DataParallel.from_env(cfg.device, cfg.get("dist_backend"))
+    try:
+        return _train_model(cfg, dp)
+    finally:
+        dp.close()
+
+
+def _train_model(cfg: DictConfig, dp: DataParallel) -> dict[str, Any]:
     torch.set_num_threads(cfg.num_threads)
     seed_everything(cfg.seed)
+    if not dp.is_main:
+        logging.getLogger().setLevel(logging.WARNING)
     name, workload, _ = one_workload(cfg.workload, granularity="cell")
     sched_name = "fsm" if cfg.fsm else cfg.scheduler
     run_name = f"{name}__{sched_name}__{cfg.seed}__{int(time.time())}"
-    tracker = make_tracker(cfg.logger, cfg, run_name)
+    tracker = make_tracker(cfg.logger, cfg, run_name) if dp.is_main else NullTracker()
     try:
-        trainer = _Trainer(cfg, workload, tracker)
+        trainer = _Trainer(cfg, workload, tracker, dp)
         start = time.perf_counter()
         evals = _fit(trainer)
         final = evals[-1] if evals else trainer.eval()
@@ -364,12 +426,15 @@ def train_model(cfg: DictConfig) -> dict[str, Any]:
             "workload": name, "scheduler": sched_name, "seed": cfg.seed,
             "embed_dim": workload.embed_dim, "hidden_dim": workload.hidden_dim,  # type: ignore[attr-defined]
             "steps": trainer.step, "epochs": trainer.epochs_done,
-            "train_trees": sum(len(c) for c in trainer.train.chunks),
+            "train_trees": trainer.train_trees,
             "eval_trees": int(final["eval/num_trees"]),
             "wall_seconds": time.perf_counter() - start, **trainer.rates(),
             **{k: v for k, v in final.items() if k.startswith("eval/")},
             "eval/best_binary_accuracy": best, "num_threads": cfg.num_threads,
+            "world_size": dp.world_size, "batch_size": cfg.batch_size,
             "device": cfg.device, "cpu_count": os.cpu_count(), "history": trainer.history}
+        if not dp.is_main:
+            return summary
         tracker.log({k: v for k, v in summary.items() if k.startswith("eval/")},
                     step=trainer.step)
         path = Path(cfg.summary)
@@ -377,9 +442,14 @@ def train_model(cfg: DictConfig) -> dict[str, Any]:
         path.write_text(json.dumps(summary, indent=1) + "\n")
         _plot(trainer.history, cfg.plot, run_name)
         tracker.log_artifact(path, f"summary-{name}", "summary")
-        log.info("dev fine %.4f binary %.4f after %d steps (%.2f epochs, %.0fs); wrote %s",
-                 final["eval/fine_accuracy"], final["eval/binary_accuracy"], trainer.step,
-                 trainer.epochs_done, summary["wall_seconds"], path)
+        if cfg.get("model_path"):
+            model = Path(cfg.model_path)
+            model.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({n: v.detach().cpu() for n, v in trainer.params.items()}, model)
+        log.info("dev fine %.4f binary %.4f after %d steps (%.2f epochs, %.0fs, %d rank%s); "
+                 "wrote %s", final["eval/fine_accuracy"], final["eval/binary_accuracy"],
+                 trainer.step, trainer.epochs_done, summary["wall_seconds"], dp.world_size,
+                 "s" if dp.enabled else "", path)
         return summary
     finally:
         tracker.finish()

@@ -1,0 +1,232 @@
+"""Data-parallel training of the executor's parameter dicts over :mod:`torch.distributed`.
+
+Each rank records, schedules and runs its own share of the global mini-batch; before the
+optimizer step the ranks sum their parameter gradients, so every rank takes the same step as
+one process over the whole mini-batch would.
+
+Why not ``DistributedDataParallel``: DDP wraps an ``nn.Module`` and overlaps bucketed
+all-reduces with per-parameter autograd hooks. The executor's parameters are a plain
+name -> tensor dict, and its training run is one ``autograd.Function`` whose hand-written
+backward hands back every parameter gradient at once, at the very end; there is nothing to
+overlap, so :class:`DataParallel` all-reduces once after ``backward``:
+
+1. :meth:`DataParallel.sum` adds up the ranks' loss-term counts *before* ``backward``, so a
+   rank back-propagates ``loss_sum / N_global`` (its share of the global mean), exactly the
+   scaling one process over the global mini-batch uses; the gradients then only need a SUM.
+2. :meth:`DataParallel.sum_grads` sends one small header (per parameter: got a gradient on
+   some rank; per embedding table given in ``sparse_rows``: a mask of the rows read), then
+   one flat buffer: every dense gradient, and for each embedding table only the rows some
+   rank read (the union), not the whole table (SST's 18k x 128 table is 9 MB; a mini-batch
+   of 64 trees reads about 600 rows). The table's gradient comes back dense (rows nobody
+   read are zero, as in the single-process gradient), which Adam needs.
+
+A parameter that got no gradient on any rank keeps ``grad = None`` (Adam skips it, as it
+would in one process). The all-reduce sums in a fixed order and hands every rank the same
+bytes, so the ranks' parameters stay identical without re-broadcasting them; they start
+identical through :meth:`DataParallel.broadcast`.
+
+With ``world_size == 1`` (no ``torchrun``) every method is a no-op or the identity, so a
+training loop calls them unconditionally.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from edbatch.errors import EdbatchError
+
+__all__ = ["DataParallel", "DistributedSetupError"]
+
+T = TypeVar("T")
+
+
+class DistributedSetupError(EdbatchError, RuntimeError):
+    """The process group cannot be set up as asked (backend, device, environment)."""
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """This process's place in the data-parallel group (rank 0 of 1 without ``torchrun``).
+
+    Attributes:
+        rank: global rank.
+        world_size: number of ranks.
+        local_rank: rank on this node (picks the CUDA device).
+        backend: ``gloo`` / ``nccl``; ``None`` when not distributed.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+
+    # ---------------------------------------------------------------- set-up
+    @classmethod
+    def from_env(cls, device: str = "cpu", backend: str | None = None) -> DataParallel:
+        """Join the group ``torchrun`` describes in the environment (``WORLD_SIZE``,
+        ``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), or, in a SLURM job of
+        several tasks started by submitit (Hydra's ``hydra/launcher=slurm``), the group of
+        its tasks; a single process when there is neither.
+
+        Args:
+            device: the training device, ``cpu`` or ``cuda`` (each rank then uses
+                ``cuda:LOCAL_RANK``).
+            backend: ``gloo`` or ``nccl``; ``None`` picks NCCL on CUDA, gloo on CPU.
+        """
+        if "WORLD_SIZE" not in os.environ and os.environ.get("SUBMITIT_EXECUTOR") == "slurm" \
+                and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+            from submitit.helpers import TorchDistributedEnvironment
+
+            # RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the job's first node), MASTER_PORT
+            TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return cls()
+        if not dist.is_available():
+            raise DistributedSetupError(f"WORLD_SIZE={world} asks for {world} ranks but this "
+                                        f"torch build has no torch.distributed")
+        cuda = str(device).startswith("cuda")
+        backend = backend or ("nccl" if cuda else "gloo")
+        if backend not in ("gloo", "nccl"):
+            raise DistributedSetupError(f"dist_backend={backend!r} is not supported; use "
+                                        f"'gloo' (CPU or CUDA) or 'nccl' (CUDA), or null")
+        if backend == "nccl" and not cuda:
+            raise DistributedSetupError("dist_backend='nccl' needs device=cuda; on the CPU use "
+                                        "dist_backend=gloo (or null)")
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if cuda:
+            if not torch.cuda.is_available() or local >= torch.cuda.device_count():
+                raise DistributedSetupError(
+                    f"rank with LOCAL_RANK={local} needs a CUDA device but this node has "
+                    f"{torch.cuda.device_count()}; lower --nproc_per_node or use device=cpu")
+            torch.cuda.set_device(local)
+        if not dist.is_initialized():
+            dist.init_process_group(backend)  # env:// rendezvous, set up by torchrun
+        return cls(dist.get_rank(), dist.get_world_size(), local, backend)
+
+    def close(self) -> None:
+        """Leave the process group (no-op for a single process)."""
+        if self.enabled and dist.is_initialized():
+            dist.destroy_process_group()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether there is more than one rank."""
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one that logs and writes files."""
+        return self.rank == 0
+
+    def device(self, device: str) -> str:
+        """This rank's device: ``cuda`` becomes ``cuda:LOCAL_RANK`` when distributed."""
+        return f"cuda:{self.local_rank}" if self.enabled and device == "cuda" else device
+
+    def shard(self, items: Sequence[T]) -> list[T]:
+        """This rank's share of ``items``: every ``world_size``-th, from ``rank`` (the shares
+        are disjoint, cover ``items`` and differ in size by at most one)."""
+        return list(items[self.rank::self.world_size])
+
+    # ---------------------------------------------------------------- collectives
+    def broadcast(self, params: Iterable[Tensor]) -> None:
+        """Copy rank 0's values of ``params`` to every rank, in place."""
+        if self.enabled:
+            with torch.no_grad():
+                for p in params:
+                    dist.broadcast(p.data, src=0)
+
+    def sum(self, values: Sequence[float], device: str | torch.device = "cpu") -> list[float]:
+        """Element-wise sum of ``values`` over the ranks (float64; identity for one rank)."""
+        if not self.enabled:
+            return [float(v) for v in values]
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
+        dist.all_reduce(t)
+        return t.tolist()  # type: ignore[no-any-return]
+
+    def any(self, flag: bool, device: str | torch.device = "cpu") -> bool:
+        """Whether ``flag`` is true on some rank (for decisions every rank must share)."""
+        if not self.enabled:
+            return flag
+        t = torch.tensor([1.0 if flag else 0.0], device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item() > 0)
+
+    def sum_grads(self, params: Mapping[str, Tensor], sparse_rows: Collection[str] = ()
+                  ) -> None:
+        """Replace every ``params[n].grad`` by its sum over the ranks (see the module doc).
+
+        Args:
+            params: name -> parameter, the same names in the same order on every rank.
+            sparse_rows: embedding tables whose gradients go as the union of the rows read;
+                their gradients may be sparse COO (the executor's ``sparse_grads``) or
+                dense; they come back dense.
+        """
+        if not self.enabled:
+            return
+        names = list(params)
+        ref = next(iter(params.values()))
+        device, dtype = ref.device, ref.dtype
+        tables = [n for n in names if n in sparse_rows and params[n].dim() == 2]
+        local_rows = {n: _rows_of(params[n].grad) for n in tables}
+        header = [torch.tensor([0.0 if params[n].grad is None else 1.0 for n in names],
+                               device=device)]
+        for n in tables:
+            mask = torch.zeros(params[n].shape[0], device=device)
+            idx = local_rows[n]
+            if idx is not None:
+                mask[idx[0]] = 1.0
+            header.append(mask)
+        head = torch.cat(header)
+        dist.all_reduce(head)
+        got = head[:len(names)] > 0
+        unions, at = {}, len(names)
+        for n in tables:
+            size = params[n].shape[0]
+            unions[n] = torch.nonzero(head[at:at + size] > 0).flatten()
+            at += size
+        parts: list[Tensor] = []
+        for n in names:
+            p, g = params[n], params[n].grad
+            if n in unions:
+                part = torch.zeros(len(unions[n]), p.shape[1], device=device, dtype=dtype)
+                idx = local_rows[n]
+                if idx is not None:  # rows of the union this rank read, in union order
+                    part.index_add_(0, torch.searchsorted(unions[n], idx[0]), idx[1])
+                parts.append(part.flatten())
+            else:
+                parts.append(torch.zeros(p.numel(), device=device, dtype=dtype) if g is None
+                             else g.reshape(-1).to(dtype))
+        flat = torch.cat(parts)
+        dist.all_reduce(flat)
+        at = 0
+        for k, n in enumerate(names):
+            p = params[n]
+            size = len(unions[n]) * p.shape[1] if n in unions else p.numel()
+            chunk = flat[at:at + size]
+            at += size
+            if not bool(got[k]):
+                p.grad = None
+            elif n in unions:
+                dense = torch.zeros_like(p)
+                dense[unions[n]] = chunk.view(-1, p.shape[1])
+                p.grad = dense
+            else:
+                p.grad = chunk.view_as(p).clone()
+
+
+def _rows_of(grad: Tensor | None) -> tuple[Tensor, Tensor] | None:
+    """``(row indices, row values)`` of a table gradient (indices may repeat: the values of
+    a repeated row add up), from a sparse COO or a dense gradient; ``None`` if none."""
+    if grad is None:
+        return None
+    if not grad.is_sparse:
+        grad = grad.to_sparse(sparse_dim=1)  # the non-zero rows
+    return grad._indices()[0], grad._values()
