@@ -42,6 +42,31 @@ CHEAP: dict[str, str] = {
         f"WANDB_MODE=disabled {PY} -m pytest -q -m \"not slow\" tests/test_api.py",
     "python examples/own_model.py --epochs 3":
         f"{PY} examples/own_model.py --trees 64 --batch-size 32 --epochs 1 --episodes 5",
+    # data-parallel training (docs/distributed.md)
+    "torchrun --nproc_per_node=2 -m experiments.train_model":
+        f"{PY} -m torch.distributed.run --standalone --nproc_per_node=2 -m experiments.train_model "
+        "epochs=1 max_steps=2 train_limit=64 eval_limit=64 eval_every=null batch_size=32",
+    "torchrun --nproc_per_node=2 -m experiments.train_model batch_size=128 max_steps=200 "
+    "time_budget_s=null":
+        f"{PY} -m torch.distributed.run --standalone --nproc_per_node=2 -m experiments.train_model "
+        "batch_size=128 max_steps=2 time_budget_s=null train_limit=256 eval_limit=64 "
+        "eval_every=null",
+    "torchrun --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint=node001:29400 "
+    "--rdzv_id=sst -m experiments.train_model batch_size=128":
+        f"({PY} -m torch.distributed.run --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d "
+        "--rdzv_endpoint=127.0.0.1:29431 --rdzv_id=sst -m experiments.train_model batch_size=32 "
+        "max_steps=2 train_limit=64 eval_limit=64 eval_every=null) & p=$!; "
+        f"{PY} -m torch.distributed.run --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d "
+        "--rdzv_endpoint=127.0.0.1:29431 --rdzv_id=sst -m experiments.train_model batch_size=32 "
+        "max_steps=2 train_limit=64 eval_limit=64 eval_every=null && wait $p",
+    "python -m experiments.train_model -m hydra/launcher=slurm hydra.launcher.nodes=2 "
+    "hydra.launcher.tasks_per_node=2 batch_size=128":
+        f"{PY} -c 'import hydra_plugins.hydra_submitit_launcher.submitit_launcher' && "
+        f"{PY} -m experiments.train_model hydra/launcher=slurm hydra.launcher.nodes=2 "
+        "hydra.launcher.tasks_per_node=2 batch_size=128 --cfg hydra",
+    "python benchmarks/ddp_scaling.py --steps 40 --per-rank-batch 32":
+        f"{PY} benchmarks/ddp_scaling.py --steps 3 --warmup 1 --per-rank-batch 4 --repeats 1 "
+        "--override workload.tree_lstm.embed_dim=8 workload.tree_lstm.hidden_dim=8",
     # training and evaluation (README, docs/training.md)
     "python -m experiments.train workload=lattice_lstm trainer=q_learning seed=1":
         f"{PY} -m experiments.train workload=lattice_lstm trainer=q_learning seed=1 "
