@@ -26,12 +26,12 @@ def assert_same(compiled: Schedule, python: Schedule) -> None:
     assert compiled.scheduler == python.scheduler
 
 
-_GRAPHS: dict[tuple[str, str], Graph] = {}
+_GRAPHS: dict[tuple[str, str, int], Graph] = {}
 
 
 def minibatch(workload: str, granularity: str, size: int = 8) -> Graph:
     """The first ``size`` instances of a workload's eval split as one graph (cached)."""
-    key = (workload, granularity)
+    key = (workload, granularity, size)
     if key not in _GRAPHS:
         wl = make_workload(workload, granularity=granularity)
         _GRAPHS[key] = wl.build_graph(wl.load(wl.default_eval_split)[:size])
