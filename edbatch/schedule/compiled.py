@@ -23,13 +23,15 @@ from numpy.typing import NDArray
 from edbatch.errors import ScheduleError, UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph
 from edbatch.schedule import _compiled as core
-from edbatch.schedule.bounds import heights, typewise_graph
+from edbatch.schedule import bounds
+from edbatch.schedule._compiled_analysis import heights_numba, typewise_graph_numba
 from edbatch.schedule.reverse import reverse_graph
 from edbatch.schedule.schedule import Batch, Schedule
 
 __all__ = ["BACKENDS", "COMPILED_ENCODINGS", "COMPILED_RULES", "CompiledFsmScheduler",
            "CompiledScheduler", "FsmTable", "compiled_schedule",
-           "compiled_typewise_greedy_backward", "fsm_supported", "resolve_backend"]
+           "compiled_typewise_greedy_backward", "fsm_supported", "heights", "resolve_backend",
+           "typewise"]
 
 BACKENDS = ("compiled", "python")
 
@@ -84,6 +86,31 @@ class _Arrays:
 
 
 _ARRAYS: weakref.WeakKeyDictionary[Graph, _Arrays] = weakref.WeakKeyDictionary()
+_TYPEWISE: weakref.WeakKeyDictionary[Graph, tuple[NDArray, NDArray, NDArray]] = (  # type: ignore[type-arg]
+    weakref.WeakKeyDictionary())
+_HEIGHTS: weakref.WeakKeyDictionary[Graph, NDArray[np.int64]] = weakref.WeakKeyDictionary()
+
+
+def typewise(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]:
+    """:func:`edbatch.schedule.bounds.typewise_graph` (same relation and row order), from its
+    cache if the Python analysis already ran on ``graph``, else compiled (cached per graph)."""
+    out = bounds._TYPEWISE.get(graph) or _TYPEWISE.get(graph)
+    if out is None:
+        out = _TYPEWISE[graph] = typewise_graph_numba(
+            graph.op_ids.astype(np.int64), graph.operand_ptr.astype(np.int64),
+            graph.operand_ids.astype(np.int64))
+    return out  # type: ignore[return-value]
+
+
+def heights(graph: Graph) -> NDArray[np.int64]:
+    """:func:`edbatch.schedule.bounds.heights`, compiled (cached per graph)."""
+    out = bounds._HEIGHTS.get(graph)
+    if out is None:
+        out = _HEIGHTS.get(graph)
+    if out is None:
+        arr = _arrays(graph)
+        out = _HEIGHTS[graph] = heights_numba(arr.uptr, arr.uids)
+    return out
 
 
 def _arrays(graph: Graph) -> _Arrays:
@@ -141,7 +168,7 @@ def compiled_schedule(graph: Graph, rule: str, name: str, *, encoding: str | Non
     arr = _arrays(graph)
     height = heights(graph) if need_h else _EMPTY_I
     if need_tw:
-        tw_pred, tw_ptr, tw_ids = typewise_graph(graph)
+        tw_pred, tw_ptr, tw_ids = typewise(graph)
     else:
         tw_pred, tw_ptr, tw_ids = _EMPTY_32, _EMPTY_I, _EMPTY_32
     tab = table if table is not None else _NO_TABLE

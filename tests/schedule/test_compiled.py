@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 
 from edbatch.errors import UnknownNameError
 from edbatch.graph import Graph
-from edbatch.schedule import COMPILED, Schedule, make_scheduler
+from edbatch.schedule import COMPILED, Schedule, heights, make_scheduler, typewise_graph
 from edbatch.schedule._compiled import key_hash, key_hash_numba
+from edbatch.schedule._compiled_analysis import typewise_graph_numba
 from edbatch.schedule.compiled import CompiledScheduler
+from edbatch.schedule.compiled import heights as compiled_heights
 from edbatch.workloads import REAL_WORKLOADS, make_workload
 from tests.schedule.test_properties import graphs
 
@@ -84,3 +86,32 @@ def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_python_only_schedulers_keep_python(two_trees: Graph) -> None:
     for name in ("depth", "dynet_level_agenda", "random", "rollout"):
         assert not isinstance(make_scheduler(name), CompiledScheduler)
+
+
+def assert_same_analyses(graph: Graph) -> None:
+    """Compiled type-wise graph and heights equal the Python analyses of a fresh graph."""
+    fresh = Graph.from_arrays(graph.vocab, graph.op_ids, graph.operand_ptr, graph.operand_ids,
+                              validate=False)
+    want = typewise_graph(graph)
+    got = typewise_graph_numba(fresh.op_ids.astype(np.int64),
+                               fresh.operand_ptr.astype(np.int64),
+                               fresh.operand_ids.astype(np.int64))
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    for v in range(graph.num_nodes):  # same successors per row (Python's row order varies)
+        lo, hi = want[1][v], want[1][v + 1]
+        assert sorted(got[2][lo:hi].tolist()) == sorted(want[2][lo:hi].tolist()), v
+    assert got[0].dtype == np.int32 and got[1].dtype == np.int64 and got[2].dtype == np.int32
+    np.testing.assert_array_equal(compiled_heights(fresh), heights(graph))
+
+
+@pytest.mark.parametrize("granularity", ["cell", "primitive"])
+@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+def test_compiled_analyses_equal_python(workload: str, granularity: str) -> None:
+    assert_same_analyses(minibatch(workload, granularity))
+
+
+@settings(max_examples=60, deadline=None)
+@given(graphs())
+def test_compiled_analyses_equal_python_on_random_dags(graph: Graph) -> None:
+    assert_same_analyses(graph)
