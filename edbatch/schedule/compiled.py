@@ -25,7 +25,7 @@ from edbatch.graph.ir import Graph
 from edbatch.schedule import _compiled as core
 from edbatch.schedule import bounds
 from edbatch.schedule._compiled_analysis import heights_numba, typewise_graph_numba
-from edbatch.schedule.reverse import reverse_graph
+from edbatch.schedule.bounds import _segments
 from edbatch.schedule.schedule import Batch, Schedule
 
 __all__ = ["BACKENDS", "COMPILED_ENCODINGS", "COMPILED_RULES", "CompiledFsmScheduler",
@@ -187,13 +187,39 @@ def _batches(bop: NDArray[np.int64], bforced: NDArray[np.bool_], bptr: NDArray[n
                  for i, (a, f) in enumerate(zip(bop.tolist(), bforced.tolist())))
 
 
+def _reversed_arrays(graph: Graph) -> tuple[NDArray[np.int64], ...]:
+    """:func:`~edbatch.schedule.reverse.reverse_graph`'s arrays without building a Graph:
+    ``(op, operand_ptr, operand_ids, user_ptr, user_ids)`` of the reversed graph, users in
+    the order :attr:`Graph.users` gives them (it decides the release order)."""
+    n = graph.num_nodes
+    uptr, uids = graph.users
+    lens = np.diff(uptr)[::-1]
+    optr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=optr[1:])
+    idx, _ = _segments(uptr, np.arange(n - 1, -1, -1, dtype=np.int64))
+    oids = n - 1 - uids[idx].astype(np.int64)
+    consumer = np.repeat(np.arange(n, dtype=np.int64), lens)
+    users = consumer[np.argsort(oids, kind="stable")]
+    rptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(oids, minlength=n), out=rptr[1:])
+    return graph.op_ids[::-1].astype(np.int64), optr, oids, rptr, users
+
+
 def compiled_typewise_greedy_backward(graph: Graph) -> Schedule:
     """:func:`~edbatch.schedule.heuristics.typewise_greedy_backward` on the compiled core."""
     t0 = time.perf_counter()
     n = graph.num_nodes
-    back, _, _ = compiled_schedule(reverse_graph(graph), "typewise_greedy", "backward")
+    arr = _arrays(graph)
+    op, optr, oids, uptr, uids = _reversed_arrays(graph)
+    tw_pred, tw_ptr, tw_ids = typewise_graph_numba(op, optr, oids)
+    zeros = np.zeros(n, np.int64)
+    bop, bforced, bptr, nodes, _, _ = core.run_schedule(
+        op, zeros, np.diff(optr), uptr, uids, arr.batchable, _EMPTY_I, tw_pred, tw_ptr,
+        tw_ids, arr.mean, arr.cplx, core.RULE_TYPEWISE_GREEDY, core.ENC_NONE, _NO_TABLE.hashes,
+        _NO_TABLE.actions)
+    back = _batches(bop, bforced, bptr, nodes)
     batches = tuple(Batch(b.op_id, np.sort((n - 1 - b.node_ids).astype(np.int32)), b.forced)
-                    for b in reversed(back.batches))
+                    for b in reversed(back))
     return Schedule(batches, "typewise_greedy_backward", seconds=time.perf_counter() - t0)
 
 
