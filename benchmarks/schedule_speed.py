@@ -176,8 +176,79 @@ def _bench_workload(name: str, args: argparse.Namespace, results: dict[str, Any]
             if sched_name == "fsm":
                 results["rows"][-1]["hit_rate"] = policy.hit_rate
                 results["rows"][-1]["table_states"] = len(table)
+        if sched_name in ("critical_path", "fsm"):
+            _core_row(name, sched_name, table, graph, args, results)
+    dec = _decision_us(graph, table)
+    results["decision_us"] = {**results.get("decision_us", {}), name: dec}
+    print(f"{name:<14} one decision alone (compiled): FSM hints key + table "
+          f"{dec['fsm_hints_table']:.3f} us, critical-path rule {dec['critical_path_rule']:.3f} us")
     print(f"{name:<14} ({n} nodes in the {len(insts)}-instance {split} graph; fsm table: "
           f"{len(table)} states, hit rate {policy.hit_rate:.2f})")
+
+
+def _core_row(name: str, label: str, table: dict, graph: Graph,  # type: ignore[type-arg]
+              args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """The compiled core alone on the cached graph: no Batch objects built."""
+    from edbatch.schedule.compiled import FsmTable, compiled_arrays
+
+    fsm = {"encoding": "hints", "table": FsmTable(table)} if label == "fsm" else {}
+    warm = _median_seconds(lambda: compiled_arrays(graph, "critical_path", **fsm), args.repeats)
+    s = make_scheduler("critical_path")(graph)
+    n, dec = graph.num_nodes, max(s.num_decisions, 1)
+    print(f"{name:<14} {label + ' (core, no Batch objects)':<28} {'compiled':<9} {'':>9} "
+          f"{1e6 * warm / n:9.3f} {1e6 * warm / dec:9.3f}")
+    results["rows"].append({
+        "workload": name, "granularity": args.granularity, "num_nodes": n,
+        "contender": f"{label} core", "backend": "compiled", "us_per_node_cached": 1e6 * warm / n,
+        "us_per_decision_cached": 1e6 * warm / dec, "num_decisions": s.num_decisions})
+
+
+_DECIDE_LOOP = None
+
+
+def _decision_us(graph: Graph, table: dict, reps: int = 200_000) -> dict[str, float]:  # type: ignore[type-arg]
+    """Microseconds per FSM decision alone (state key, hash, table search, fallback when
+    missed), on the graph's first frontier, in a compiled loop of ``reps`` decisions."""
+    global _DECIDE_LOOP
+    import numpy as np
+    from numba import njit
+
+    from edbatch.schedule import _compiled as core
+    from edbatch.schedule.compiled import FsmTable, _arrays, heights, typewise
+
+    if _DECIDE_LOOP is None:
+        @njit
+        def loop(reps, rule, enc, th, ta, key, k, rlen, tw, maxh, rem, remd, b, mean, cplx):  # type: ignore[no-untyped-def]
+            acc = 0
+            for _ in range(reps):
+                a, hit = core._decide(rule, enc, th, ta, key, k, rlen, tw, maxh, rem, remd, b,
+                                      mean, cplx)
+                acc += a + hit
+            return acc
+        _DECIDE_LOOP = loop
+    arr = _arrays(graph)
+    k = len(arr.batchable)
+    src = np.flatnonzero(graph.arity == 0)
+    rlen = np.bincount(arr.op[src], minlength=k) * arr.batchable
+    h = heights(graph)
+    maxh = np.full(k, -1, np.int64)
+    np.maximum.at(maxh, arr.op[src], h[src])
+    pred = typewise(graph)[0]
+    tw = np.bincount(arr.op[pred == 0], minlength=k) * arr.batchable
+    rem = np.bincount(arr.op, minlength=k)
+    remd = np.bincount(arr.op, weights=arr.depth, minlength=k)
+    key = np.empty(4 * k + 8, np.int64)
+    out = {}
+    for label, enc, tab in (("fsm_hints_table", core.ENC_HINTS, FsmTable(table)),
+                            ("critical_path_rule", core.ENC_NONE, FsmTable({}))):
+        args = (core.RULE_CRITICAL_PATH, enc, tab.hashes, tab.actions, key, k,
+                rlen.astype(np.int64), tw.astype(np.int64), maxh, rem.astype(np.int64),
+                remd.astype(np.float64), arr.batchable, arr.mean, arr.cplx)
+        _DECIDE_LOOP(10, *args)
+        t0 = time.perf_counter()
+        _DECIDE_LOOP(reps, *args)
+        out[label] = 1e6 * (time.perf_counter() - t0) / reps
+    return out
 
 
 def _row(name: str, label: str, backend: str, sched: Callable[[Graph], Schedule],

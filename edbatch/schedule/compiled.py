@@ -29,7 +29,7 @@ from edbatch.schedule.bounds import _segments
 from edbatch.schedule.schedule import Batch, Schedule
 
 __all__ = ["BACKENDS", "COMPILED_ENCODINGS", "COMPILED_RULES", "CompiledFsmScheduler",
-           "CompiledScheduler", "FsmTable", "compiled_schedule",
+           "CompiledScheduler", "FsmTable", "compiled_arrays", "compiled_schedule",
            "compiled_typewise_greedy_backward", "fsm_supported", "heights", "resolve_backend",
            "typewise"]
 
@@ -151,15 +151,11 @@ class FsmTable:
 _NO_TABLE = FsmTable({})
 
 
-def compiled_schedule(graph: Graph, rule: str, name: str, *, encoding: str | None = None,
-                      table: FsmTable | None = None) -> tuple[Schedule, int, int]:
-    """Schedule ``graph`` in compiled code with decision rule ``rule`` (a key of
-    :data:`COMPILED_RULES`); with ``encoding``, ``table`` is looked up first at each decision.
-
-    Returns:
-        ``(schedule, table hits, table misses)`` (both 0 without an encoding).
-    """
-    t0 = time.perf_counter()
+def compiled_arrays(graph: Graph, rule: str, *, encoding: str | None = None,
+                    table: FsmTable | None = None) -> tuple:  # type: ignore[type-arg]
+    """The core's raw result for ``graph`` (no :class:`Batch` objects):
+    ``(batch_op, batch_forced, batch_ptr, nodes, hits, misses)``, see
+    :func:`~edbatch.schedule._compiled.run_schedule`. Arguments as :func:`compiled_schedule`."""
     rule_id, need_tw, need_h = COMPILED_RULES[rule]
     enc_id = core.ENC_NONE
     if encoding is not None:
@@ -172,9 +168,22 @@ def compiled_schedule(graph: Graph, rule: str, name: str, *, encoding: str | Non
     else:
         tw_pred, tw_ptr, tw_ids = _EMPTY_32, _EMPTY_I, _EMPTY_32
     tab = table if table is not None else _NO_TABLE
-    bop, bforced, bptr, nodes, hits, misses = core.run_schedule(
+    return core.run_schedule(  # type: ignore[no-any-return]
         arr.op, arr.depth, arr.arity, arr.uptr, arr.uids, arr.batchable, height,
         tw_pred, tw_ptr, tw_ids, arr.mean, arr.cplx, rule_id, enc_id, tab.hashes, tab.actions)
+
+
+def compiled_schedule(graph: Graph, rule: str, name: str, *, encoding: str | None = None,
+                      table: FsmTable | None = None) -> tuple[Schedule, int, int]:
+    """Schedule ``graph`` in compiled code with decision rule ``rule`` (a key of
+    :data:`COMPILED_RULES`); with ``encoding``, ``table`` is looked up first at each decision.
+
+    Returns:
+        ``(schedule, table hits, table misses)`` (both 0 without an encoding).
+    """
+    t0 = time.perf_counter()
+    bop, bforced, bptr, nodes, hits, misses = compiled_arrays(graph, rule, encoding=encoding,
+                                                              table=table)
     return Schedule(_batches(bop, bforced, bptr, nodes), name,
                     seconds=time.perf_counter() - t0), int(hits), int(misses)
 
