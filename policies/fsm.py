@@ -30,6 +30,7 @@ from edbatch.schedule import (
     Scheduler,
     TypewiseGreedyPolicy,
 )
+from edbatch.schedule.compiled import CompiledFsmScheduler, fsm_supported, resolve_backend
 from edbatch.schedule.rollout import RolloutScheduler
 from envs.encoding import (
     ENCODINGS,
@@ -146,14 +147,19 @@ class FSMPolicy:
         return FSMPolicy(self.table, self.encoding, self.op_names, self.fallback_name,
                          self.metadata, self.lookahead)
 
-    def scheduler(self, name: str = "fsm") -> Scheduler:
+    def scheduler(self, name: str = "fsm", backend: str | None = None) -> Scheduler:
         """This policy as a whole-graph scheduler, with its :attr:`lookahead`.
 
-        ``none``: this policy's decisions (its hit and miss counters count them).
+        ``none``: this policy's decisions (its hit and miss counters count them), on the
+        compiled core (:mod:`edbatch.schedule.compiled`) when it knows the encoding and
+        fallback and ``backend`` (default ``$EDBATCH_BACKEND`` or ``compiled``) allows.
         ``rollout``: fortified rollout over forks of this policy (counters untouched).
         """
         if self.lookahead == "rollout":
             return RolloutScheduler([self.fork], name=name)
+        if resolve_backend(backend) == "compiled" and fsm_supported(self.encoding,
+                                                                    self.fallback_name):
+            return CompiledFsmScheduler(self, name)
         return PolicyScheduler(self, name)
 
     # ------------------------------------------------------------------ artifact

@@ -31,11 +31,27 @@ from numpy.typing import NDArray
 from edbatch.graph.ir import Graph
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["aligned_orders"]
+__all__ = ["aligned_orders", "aligned_orders_python"]
 
 
-def aligned_orders(graph: Graph, schedule: Schedule) -> list[NDArray[np.int32]]:
-    """Per-batch row orders: consumer order, deferred batches in their producers' order."""
+def aligned_orders(graph: Graph, schedule: Schedule,
+                   backend: str | None = None) -> list[NDArray[np.int32]]:
+    """Per-batch row orders: consumer order, deferred batches in their producers' order.
+
+    ``backend`` (default ``$EDBATCH_BACKEND`` or ``compiled``): ``compiled`` runs the
+    per-batch loop in numba (:mod:`edbatch.memory._aligned_compiled`), ``python`` runs
+    :func:`aligned_orders_python`, the oracle; both give the same orders.
+    """
+    from edbatch.memory._aligned_compiled import aligned_orders_compiled
+    from edbatch.schedule.compiled import resolve_backend
+
+    if resolve_backend(backend) == "compiled":
+        return aligned_orders_compiled(graph, schedule)
+    return aligned_orders_python(graph, schedule)
+
+
+def aligned_orders_python(graph: Graph, schedule: Schedule) -> list[NDArray[np.int32]]:
+    """:func:`aligned_orders` in numpy, one batch at a time (the reference)."""
     batches = schedule.batches
     n = graph.num_nodes
     step = schedule.step_of(n)

@@ -24,11 +24,12 @@ from edbatch.schedule.policy import Policy, PolicyScheduler, Scheduler, run_poli
 from edbatch.schedule.reverse import reverse_graph
 from edbatch.schedule.rollout import RolloutScheduler, rollout_schedule
 from edbatch.schedule.schedule import Batch, Schedule
-from edbatch.schedule.zoo import HEURISTICS, SCHEDULERS, NamedScheduler, make_scheduler
+from edbatch.schedule.zoo import COMPILED, HEURISTICS, SCHEDULERS, NamedScheduler, make_scheduler
 
 __all__ = [
     "AgendaPolicy",
     "Batch",
+    "COMPILED",
     "CompleteLevelAgendaPolicy",
     "CriticalPathPolicy",
     "DynetAgendaPolicy",

@@ -7,6 +7,7 @@ from typing import Any
 
 from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph
+from edbatch.schedule.compiled import CompiledScheduler, resolve_backend
 from edbatch.schedule.heuristics import (
     AgendaPolicy,
     CompleteLevelAgendaPolicy,
@@ -22,7 +23,7 @@ from edbatch.schedule.policy import PolicyScheduler, Scheduler
 from edbatch.schedule.rollout import DEFAULT_BUDGET, RolloutScheduler
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["SCHEDULERS", "HEURISTICS", "NamedScheduler", "make_scheduler"]
+__all__ = ["COMPILED", "SCHEDULERS", "HEURISTICS", "NamedScheduler", "make_scheduler"]
 
 
 class NamedScheduler:
@@ -78,10 +79,22 @@ HEURISTICS = ("depth", "dynet_agenda", "ed_batch_agenda", "dynet_level_agenda",
               "max_frontier", "typewise_greedy", "typewise_greedy_backward", "critical_path")
 
 
-def make_scheduler(name: str, **kwargs: Any) -> Scheduler:
-    """Instantiate a registered scheduler (``kwargs`` go to its factory)."""
+#: Registry names that run on the compiled core unless the Python backend is chosen.
+COMPILED = ("dynet_agenda", "ed_batch_agenda", "max_frontier", "typewise_greedy",
+            "typewise_greedy_backward", "critical_path")
+
+
+def make_scheduler(name: str, *, backend: str | None = None, **kwargs: Any) -> Scheduler:
+    """Instantiate a registered scheduler (``kwargs`` go to its factory).
+
+    ``backend``: ``"compiled"`` (default, or ``$EDBATCH_BACKEND``) runs the names in
+    :data:`COMPILED` on the numba core (:mod:`edbatch.schedule.compiled`), which gives
+    the same schedules as ``"python"`` (the reference implementation, kept as the oracle).
+    """
     entry = SCHEDULERS.get(name)
     if entry is None:
         raise UnknownNameError(f"unknown scheduler {name!r}; registered: {sorted(SCHEDULERS)}."
                                + did_you_mean(name, SCHEDULERS))
+    if resolve_backend(backend) == "compiled" and name in COMPILED and not kwargs:
+        return CompiledScheduler(name)
     return entry[0](**kwargs)

@@ -1,0 +1,84 @@
+"""Compiled static analyses for the compiled core: type-wise graph and critical-path heights.
+
+Node ids are a topological order (every operand id is smaller than its user's), so both are
+single passes over the ids. The Python versions in :mod:`edbatch.schedule.bounds` stay the
+oracle (tests compare them on every workload and on random DAGs).
+
+* :func:`typewise_graph_numba`: for each node ``v``, a depth-first walk up its operands that
+  stops at nodes of ``v``'s own type; those are its type-wise predecessors (some path reaches
+  ``v`` without another node of the type). A per-walk stamp visits each ancestor once. Cost:
+  the ancestors of ``v`` above its nearest same-type ones, small on trees, sequences and
+  lattices; a graph-wide walk only for types with few, late nodes (the mini-batch loss).
+* :func:`heights_numba`: longest path to a sink, in nodes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["heights_numba", "typewise_graph_numba"]
+
+
+@njit(cache=True)
+def typewise_graph_numba(op, optr, oids):  # type: ignore[no-untyped-def]
+    """``(pred_count int32[N], succ_ptr int64[N+1], succ_ids int32[T])``, rows ascending."""
+    n = len(op)
+    stamp = np.full(n, -1, np.int64)
+    stack = np.empty(max(n, 1), np.int64)
+    src = np.empty(max(n, 16), np.int64)
+    dst = np.empty(max(n, 16), np.int64)
+    m = 0
+    pred_count = np.zeros(n, np.int32)
+    for v in range(n):
+        t = op[v]
+        sp = 0
+        for i in range(optr[v], optr[v + 1]):
+            u = oids[i]
+            if stamp[u] != v:
+                stamp[u] = v
+                stack[sp] = u
+                sp += 1
+        while sp > 0:
+            sp -= 1
+            u = stack[sp]
+            if op[u] == t:
+                if m == len(src):
+                    src = np.concatenate((src, np.empty(m, np.int64)))
+                    dst = np.concatenate((dst, np.empty(m, np.int64)))
+                src[m] = u
+                dst[m] = v
+                m += 1
+                pred_count[v] += 1
+                continue
+            for i in range(optr[u], optr[u + 1]):
+                w = oids[i]
+                if stamp[w] != v:
+                    stamp[w] = v
+                    stack[sp] = w
+                    sp += 1
+    succ_ptr = np.zeros(n + 1, np.int64)
+    for e in range(m):
+        succ_ptr[src[e] + 1] += 1
+    for v in range(n):
+        succ_ptr[v + 1] += succ_ptr[v]
+    fill = succ_ptr[:-1].copy()
+    succ_ids = np.empty(m, np.int32)
+    for e in range(m):  # edges come in ascending dst order, so each row is ascending
+        succ_ids[fill[src[e]]] = dst[e]
+        fill[src[e]] += 1
+    return pred_count, succ_ptr, succ_ids
+
+
+@njit(cache=True)
+def heights_numba(uptr, uids):  # type: ignore[no-untyped-def]
+    """``int64[N]``: nodes on the longest path from each node to a sink."""
+    n = len(uptr) - 1
+    h = np.ones(n, np.int64)
+    for v in range(n - 1, -1, -1):
+        best = 0
+        for i in range(uptr[v], uptr[v + 1]):
+            if h[uids[i]] > best:
+                best = h[uids[i]]
+        h[v] += best
+    return h

@@ -1,0 +1,117 @@
+"""The compiled scheduling core against the Python oracle: identical schedules everywhere."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edbatch.errors import UnknownNameError
+from edbatch.graph import Graph
+from edbatch.schedule import COMPILED, Schedule, heights, make_scheduler, typewise_graph
+from edbatch.schedule._compiled import key_hash, key_hash_numba
+from edbatch.schedule._compiled_analysis import typewise_graph_numba
+from edbatch.schedule.compiled import CompiledScheduler
+from edbatch.schedule.compiled import heights as compiled_heights
+from edbatch.workloads import REAL_WORKLOADS, make_workload
+from tests.schedule.test_properties import graphs
+
+
+def assert_same(compiled: Schedule, python: Schedule) -> None:
+    """Same batches in the same order: op, forced flag, node ids (and their dtype)."""
+    assert compiled.num_batches == python.num_batches
+    for i, (c, p) in enumerate(zip(compiled.batches, python.batches, strict=True)):
+        assert (c.op_id, c.forced) == (p.op_id, p.forced), i
+        assert c.node_ids.dtype == p.node_ids.dtype == np.int32
+        np.testing.assert_array_equal(c.node_ids, p.node_ids, err_msg=f"batch {i}")
+    assert compiled.scheduler == python.scheduler
+
+
+_GRAPHS: dict[tuple[str, str, int], Graph] = {}
+
+
+def minibatch(workload: str, granularity: str, size: int = 8) -> Graph:
+    """The first ``size`` instances of a workload's eval split as one graph (cached)."""
+    key = (workload, granularity, size)
+    if key not in _GRAPHS:
+        wl = make_workload(workload, granularity=granularity)
+        _GRAPHS[key] = wl.build_graph(wl.load(wl.default_eval_split)[:size])
+    return _GRAPHS[key]
+
+
+@pytest.mark.parametrize("granularity", ["cell", "primitive"])
+@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+def test_compiled_equals_python_on_every_workload(workload: str, granularity: str) -> None:
+    graph = minibatch(workload, granularity)
+    for name in COMPILED:
+        compiled = make_scheduler(name)
+        assert isinstance(compiled, CompiledScheduler)
+        s = compiled(graph)
+        s.validate(graph)
+        assert_same(s, make_scheduler(name, backend="python")(graph))
+
+
+@settings(max_examples=60, deadline=None)
+@given(graphs())
+def test_compiled_equals_python_on_random_dags(graph: Graph) -> None:
+    for name in COMPILED:
+        assert_same(make_scheduler(name)(graph), make_scheduler(name, backend="python")(graph))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-1, 2**40), max_size=40))
+def test_key_hash_is_identical_in_python_and_numba(key: list[int]) -> None:
+    assert key_hash(tuple(key)) == key_hash_numba(np.array(key, dtype=np.int64))
+
+
+def test_key_hash_separates_prefixes_and_orders() -> None:
+    keys = [(), (0,), (0, 0), (1, 0), (0, 1), (0, 1, -1, 1, 0), (0, 1, -1, 0, 1)]
+    assert len({key_hash(k) for k in keys}) == len(keys)
+
+
+def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(make_scheduler("critical_path"), CompiledScheduler)
+    assert not isinstance(make_scheduler("critical_path", backend="python"), CompiledScheduler)
+    monkeypatch.setenv("EDBATCH_BACKEND", "python")
+    assert not isinstance(make_scheduler("critical_path"), CompiledScheduler)
+    assert isinstance(make_scheduler("critical_path", backend="compiled"), CompiledScheduler)
+    monkeypatch.setenv("EDBATCH_BACKEND", "numba")
+    with pytest.raises(UnknownNameError, match="EDBATCH_BACKEND.*'compiled'"):
+        make_scheduler("critical_path")
+    with pytest.raises(UnknownNameError, match="Did you mean 'python'"):
+        make_scheduler("depth", backend="pyton")
+
+
+def test_python_only_schedulers_keep_python(two_trees: Graph) -> None:
+    for name in ("depth", "dynet_level_agenda", "random", "rollout"):
+        assert not isinstance(make_scheduler(name), CompiledScheduler)
+
+
+def assert_same_analyses(graph: Graph) -> None:
+    """Compiled type-wise graph and heights equal the Python analyses of a fresh graph."""
+    fresh = Graph.from_arrays(graph.vocab, graph.op_ids, graph.operand_ptr, graph.operand_ids,
+                              validate=False)
+    want = typewise_graph(graph)
+    got = typewise_graph_numba(fresh.op_ids.astype(np.int64),
+                               fresh.operand_ptr.astype(np.int64),
+                               fresh.operand_ids.astype(np.int64))
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    for v in range(graph.num_nodes):  # same successors per row (Python's row order varies)
+        lo, hi = want[1][v], want[1][v + 1]
+        assert sorted(got[2][lo:hi].tolist()) == sorted(want[2][lo:hi].tolist()), v
+    assert got[0].dtype == np.int32 and got[1].dtype == np.int64 and got[2].dtype == np.int32
+    np.testing.assert_array_equal(compiled_heights(fresh), heights(graph))
+
+
+@pytest.mark.parametrize("granularity", ["cell", "primitive"])
+@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+def test_compiled_analyses_equal_python(workload: str, granularity: str) -> None:
+    assert_same_analyses(minibatch(workload, granularity))
+
+
+@settings(max_examples=60, deadline=None)
+@given(graphs())
+def test_compiled_analyses_equal_python_on_random_dags(graph: Graph) -> None:
+    assert_same_analyses(graph)
