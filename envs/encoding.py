@@ -32,8 +32,9 @@ from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.schedule import FrontierView
 from edbatch.schedule.bounds import height_list
 
-__all__ = ["ENCODINGS", "EXPERT_MAX_TYPES", "expert_code", "expert_key", "expert_key_code", "NEEDS_TYPEWISE", "OBS_HIGH", "StateKey", "encode_observation",
-           "encode_state", "fallback_action", "key_actions", "observation_size"]
+__all__ = ["ENCODINGS", "EXPERT_MAX_TYPES", "NEEDS_TYPEWISE", "OBS_HIGH", "StateKey",
+           "encode_observation", "encode_state", "expert_code", "expert_key", "expert_key_code",
+           "fallback_action", "key_actions", "observation_size"]
 
 StateKey = tuple[int, ...]
 
