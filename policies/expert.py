@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edbatch.errors import GraphError, InvalidActionError
 from edbatch.graph import Graph
 from edbatch.schedule import Frontier, lower_bound
@@ -39,7 +41,8 @@ from envs.encoding import StateKey, encode_state
 from policies.fsm import FSMPolicy, make_fallback
 from policies.q_learning import TrainResult, evaluate_policy, select_fallback
 
-__all__ = ["ExpertConfig", "ExpertTrainer", "fit_table", "teacher_samples", "train_expert"]
+__all__ = ["ExpertConfig", "ExpertTrainer", "fit_table", "resample_graphs", "teacher_samples",
+           "train_expert"]
 
 log = logging.getLogger(__name__)
 Votes = dict[StateKey, Counter[int]]
@@ -71,8 +74,67 @@ class ExpertConfig:
     """Policy for states not in the table, or ``auto`` (best heuristic on validation)."""
     lookahead: str = "none"
     """How the trained FSM schedules graphs: ``none`` or ``rollout``."""
+    augment: int = 8
+    """Extra graphs resampled (seeded, with replacement) from the independent parts of the
+    training graphs (a mini-batch's instances); half join the teacher's graphs, half the
+    selection graphs, so keys are pruned on graphs the teacher did not label."""
     seed: int = 0
-    """Recorded for the run; the procedure itself is deterministic."""
+    """Seed of the resampling (the rest is deterministic)."""
+
+
+def _parts(graph: Graph) -> list[np.ndarray]:
+    """Node sets of the graph's independent parts: weakly connected components once the
+    sinks with several operands (a mini-batch's loss sum) are dropped."""
+    n = graph.num_nodes
+    ptr, ids = graph.operand_ptr.tolist(), graph.operand_ids.tolist()
+    uptr, _ = graph.users
+    has_users = np.diff(uptr) > 0
+    drop = (~has_users) & (np.diff(graph.operand_ptr) > 1) & ~graph.batchable_node
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for v in np.flatnonzero(~drop).tolist():
+        for i in range(ptr[v], ptr[v + 1]):
+            a, b = find(v), find(ids[i])
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    roots = np.array([find(v) for v in range(n)])
+    keep = np.flatnonzero(~drop)
+    order = np.argsort(roots[keep], kind="stable")
+    keys = roots[keep][order]
+    cuts = np.flatnonzero(np.diff(keys)) + 1
+    return [np.sort(part) for part in np.split(keep[order], cuts)]
+
+
+def resample_graphs(graphs: Sequence[Graph], count: int, rng: np.random.Generator
+                    ) -> list[Graph]:
+    """``count`` graphs, each as many independent parts as its source graph, drawn with
+    replacement from that graph's parts (:func:`_parts`); none if a graph has one part."""
+    out: list[Graph] = []
+    pools = [(g, _parts(g)) for g in graphs]
+    pools = [(g, p) for g, p in pools if len(p) > 1]
+    for i in range(count if pools else 0):
+        g, parts = pools[i % len(pools)]
+        pick = rng.integers(len(parts), size=len(parts))
+        ops, ptr, args, offset = [], [0], [], 0
+        g_ptr, g_ids, g_op = g.operand_ptr, g.operand_ids, g.op_ids
+        for j in pick.tolist():
+            nodes = parts[j]
+            remap = np.full(g.num_nodes, -1, dtype=np.int64)
+            remap[nodes] = offset + np.arange(len(nodes))
+            for v in nodes.tolist():
+                ops.append(int(g_op[v]))
+                args.extend(remap[g_ids[g_ptr[v]:g_ptr[v + 1]]].tolist())
+                ptr.append(len(args))
+            offset += len(nodes)
+        out.append(Graph.from_arrays(g.vocab, np.array(ops), np.array(ptr),
+                                     np.array(args, dtype=np.int64)))
+    return out
 
 
 def _replay(graph: Graph, schedule: Schedule, encoding: str, votes: Votes) -> int:
@@ -154,6 +216,9 @@ def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig
         raise GraphError("train_expert needs at least one training graph")
     t0 = time.perf_counter()
     val = list(val_graphs) if val_graphs is not None else list(train_graphs)
+    extra = resample_graphs(train_graphs, cfg.augment, np.random.default_rng(cfg.seed))
+    half = (len(extra) + 1) // 2
+    train_graphs, val = [*train_graphs, *extra[:half]], [*val, *extra[half:]]
     fallback = cfg.fallback
     if fallback == "auto":
         fallback = select_fallback(val, cfg.encoding)
