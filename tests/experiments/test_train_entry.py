@@ -72,7 +72,8 @@ def test_submitit_local_launcher_runs_jobs(tmp_path: Path) -> None:
 def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
     r = _run("experiments.compare", "eval_limit=1", "num_train_graphs=1", "batch_size=16",
              "trainers.ed_batch.max_episodes=20", "trainers.fsm.max_episodes=20",
-             "trainers.expert.budget=5000", "scheduler=[depth,typewise_greedy]",
+             "trainers.expert.budget=5000",
+             "trainers.expert.augment=0", "scheduler=[depth,typewise_greedy]",
              f"hydra.run.dir={tmp_path}")
     assert r.returncode == 0, r.stderr
     lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
