@@ -6,6 +6,20 @@ order, as ED-Batch's data loader takes them) as ED-Batch graph dumps, then for e
 commands a user would type. Prints mean batches per test graph and the ratio to LB for the
 learned FSM (mean +- std over seeds) and the heuristics, and writes the JSON summary.
 
+Per seed it also reports the FSM's number of states, its table hit rate on the test graphs
+(its own decisions, lookahead off), its training time, and the ablation row
+``fsm_fallback_only``: the same fallback (and lookahead) with an empty table, i.e. what the
+learned table adds. The JSON ``rows`` carry ``states``, ``hit_rate`` and ``ratio_to_lb``;
+``graphs`` holds one row per (scheduler, seed, test graph), graphs named by file (``G1.txt``).
+
+``--policy ed_batch_fsm`` trains with ED-Batch's learner (``--trainer ed_batch``) by default;
+``--trainer`` picks any ``conf/trainer`` option (``expert``: expert iteration). ``--lookahead``
+overrides how the trained FSM schedules graphs (``none``: table lookups only).
+
+The test graphs are ``split=rest:K`` (every dump after the first K). To score a policy on every
+dump of a folder, G0 included, run ``python -m experiments.evaluate workload=[dumps]
+workload.dumps.folder=PATH split=all ...``: ``split=all`` means all dumps in file order.
+
 The dumps this repository cannot ship (ED-Batch's ``B64`` folders) are condensed graphs: one
 node per cell or loss. For lattices their statistics match edbatch's Lattice-LSTM cell graphs
 once the state sums of every arity share one type (``--merge-sums``, the default for lattice
@@ -13,7 +27,11 @@ workloads): LB, DyNet agenda, depth and type-wise ratios then agree with
 docs/architecture.md 3.11 to within a few percent. Pass ``--folder`` to run the protocol on
 real dumps instead.
 
+The summary goes to ``--out`` (default: under the system temp folder, never the checkout);
+``--keep`` keeps each seed's trained policy and evaluation records beside it.
+
     python benchmarks/dump_protocol.py --workload lattice_lstm --seeds 0 1 2 3 4
+    python benchmarks/dump_protocol.py --trainer expert --lookahead none --keep
     python benchmarks/dump_protocol.py --compose bilstm_B1 --graphs 8 --seeds 0 1
     python benchmarks/dump_protocol.py --folder PATH/lattice/B64 --seeds 0 1 2
 """
@@ -23,6 +41,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -74,8 +94,15 @@ def compose(src: str, per_graph: int, graphs: int, folder: Path, seed: int = 0) 
     print(f"composed {graphs} graphs of {per_graph} dumps of {src} into {folder}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+#: The trainer each policy option trains with unless ``--trainer`` says otherwise.
+DEFAULT_TRAINER = {"fsm": "q_learning", "ed_batch_fsm": "ed_batch"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="test graphs are split=rest:K; split=all (G0 included) "
+                                 "is every dump of the folder, for experiments.evaluate")
     ap.add_argument("--workload", default="lattice_lstm")
     ap.add_argument("--folder", type=Path, default=None,
                     help="existing dumps to evaluate on (skips the export)")
@@ -90,9 +117,85 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--policy", default="fsm", help="policy config group option (fsm | "
                     "ed_batch_fsm)")
-    ap.add_argument("--out", type=Path, default=Path("results/dump_protocol.json"))
-    args = ap.parse_args()
+    ap.add_argument("--trainer", default=None, help="trainer config group option (q_learning "
+                    "| ed_batch | expert | maskable_ppo | dqn); default: q_learning for fsm, "
+                    "ed_batch (ED-Batch's learner) for ed_batch_fsm")
+    ap.add_argument("--lookahead", choices=("none", "rollout"), default=None,
+                    help="how the FSM schedules graphs (default: the policy option's)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="summary JSON (default: <tmp>/edbatch-dump-protocol/<label>.json)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep each seed's policy.json and eval records in <out stem>_runs/")
+    ap.add_argument("--extra", nargs="*", default=[], metavar="OVERRIDE",
+                    help="more experiments.train overrides (e.g. trainer.rounds=3)")
+    return ap.parse_args(argv)
 
+
+def workload_label(args: argparse.Namespace) -> str:
+    """The name results carry: the exported workload, the composed folder, or the dump
+    folder's own name (its parent's for ED-Batch's ``B64``-style batch folders)."""
+    if args.folder is not None:
+        folder = Path(args.folder)
+        if re.fullmatch(r"B\d+", folder.name) and folder.parent.name:
+            return f"{folder.parent.name}_{folder.name}"
+        return folder.name
+    if args.compose:
+        return f"{Path(args.compose).name}_x{args.batch_size}"
+    return args.workload
+
+
+def default_out(label: str) -> Path:
+    """Where the summary goes without ``--out``: outside any checkout."""
+    return Path(tempfile.gettempdir()) / "edbatch-dump-protocol" / f"{label}.json"
+
+
+def train_overrides(args: argparse.Namespace, folder: Path, seed: int, run: Path) -> list[str]:
+    """The ``experiments.train`` overrides of one seed."""
+    trainer = args.trainer or DEFAULT_TRAINER.get(args.policy, "q_learning")
+    out = ["workload=dumps", f"workload.dumps.folder={folder}", f"policy={args.policy}",
+           f"trainer={trainer}", f"train_split=first:{args.k}", f"val_split=first:{args.k}",
+           "batch_size=1", f"num_train_graphs={args.k}", f"num_val_graphs={args.k}",
+           f"seed={seed}", "progress=false", f"run_dir={run}"]
+    if args.lookahead is not None:
+        out.append(f"++trainer.lookahead={args.lookahead}")
+    return out + list(args.extra)
+
+
+def table_stats(policy_path: Path, folder: Path, k: int) -> dict[str, Any]:
+    """States, hit rate (own decisions, no lookahead) and training time of a trained FSM,
+    and the per-graph batches of its fallback alone (same lookahead): the ablation."""
+    from edbatch.schedule import run_policy
+    from edbatch.workloads.dumps import DumpWorkload
+    from policies import FSMPolicy
+
+    wl = DumpWorkload(folder)
+    dumps = wl.load(f"rest:{k}")
+    graphs = [wl.instance_graph(f"rest:{k}", i) for i in range(len(dumps))]
+    policy = FSMPolicy.load(policy_path, wl.vocab)
+    policy.reset_stats()
+    for g in graphs:
+        run_policy(g, policy)
+    alone = FSMPolicy({}, policy.encoding, policy.op_names, policy.fallback_name,
+                      lookahead=policy.lookahead).scheduler("fsm_fallback_only")
+    meta = policy.metadata
+    return {"states": policy.num_states, "hit_rate": policy.hit_rate,
+            "train_seconds": meta.get("train_seconds"),
+            "fallback": policy.fallback_name, "lookahead": policy.lookahead,
+            "fallback_only": {Path(d.path).name: alone(g).num_batches
+                              for d, g in zip(dumps, graphs)}}
+
+
+def graph_names(folder: Path, k: int) -> list[str]:
+    """File names of the test dumps (``rest:k``), in evaluation order."""
+    from edbatch.workloads.dumps import DumpWorkload
+
+    return [Path(d.path).name for d in DumpWorkload(folder).load(f"rest:{k}")]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    label = workload_label(args)
+    out = args.out or default_out(label)
     with tempfile.TemporaryDirectory(prefix="edbatch-dumps-") as tmp:
         work = Path(tmp)
         folder = args.folder
@@ -103,44 +206,79 @@ def main() -> None:
             folder = work / "dumps"
             merge = args.merge_sums if args.merge_sums is not None else "lattice" in args.workload
             export(args.workload, args.graphs, args.batch_size, merge, folder)
-        common = ["workload=dumps", f"workload.dumps.folder={folder}"]
+        names = graph_names(folder, args.k)
         per_seed: dict[str, dict[int, float]] = defaultdict(dict)
+        per_graph: list[dict[str, Any]] = []
+        seed_stats: list[dict[str, Any]] = []
         lb: dict[str, int] = {}
         for seed in args.seeds:
             run = work / f"seed{seed}"
-            _run(["experiments.train", *common, f"policy={args.policy}",
-                  f"train_split=first:{args.k}", f"val_split=first:{args.k}", "batch_size=1",
-                  f"num_train_graphs={args.k}", f"num_val_graphs={args.k}", f"seed={seed}",
-                  "progress=false", f"run_dir={run}"])
+            _run(["experiments.train", *train_overrides(args, folder, seed, run)])
             scheds = ["fsm", *HEURISTICS] if seed == args.seeds[0] else ["fsm"]
             _run(["experiments.evaluate", "workload=[dumps]", f"workload.dumps.folder={folder}",
                   f"split=rest:{args.k}", "limit=null", f"scheduler=[{','.join(scheds)}]",
                   f"scheduler.fsm.path={run / 'policy.json'}", "progress=false",
                   f"hydra.run.dir={run / 'eval'}"])
             for r in _records(run / "eval" / "results.jsonl"):
+                graph = names[int(r["graph_id"].rsplit("/", 1)[1])]
                 per_seed[r["scheduler"]].setdefault(seed, 0.0)
                 per_seed[r["scheduler"]][seed] += r["num_batches"]
-                lb[r["graph_id"]] = r["lower_bound"]
-            print(f"seed {seed}: done", flush=True)
-    n = len(lb)
-    mean_lb = sum(lb.values()) / n
+                lb[graph] = r["lower_bound"]
+                per_graph.append({"scheduler": r["scheduler"], "seed": seed, "graph": graph,
+                                  "num_batches": r["num_batches"],
+                                  "lower_bound": r["lower_bound"]})
+            stats = table_stats(run / "policy.json", folder, args.k)
+            for graph, b in stats.pop("fallback_only").items():
+                per_seed["fsm_fallback_only"][seed] = per_seed["fsm_fallback_only"].get(
+                    seed, 0.0) + b
+                per_graph.append({"scheduler": "fsm_fallback_only", "seed": seed,
+                                  "graph": graph, "num_batches": b, "lower_bound": lb[graph]})
+            seed_stats.append({"seed": seed, **stats})
+            print(f"seed {seed}: {stats['states']} states, hit rate {stats['hit_rate']:.3f}, "
+                  f"trained in {stats['train_seconds'] or 0:.1f}s (fallback "
+                  f"{stats['fallback']}, lookahead {stats['lookahead']})", flush=True)
+            if args.keep:
+                kept = out.parent / f"{out.stem}_runs" / f"seed{seed}"
+                shutil.rmtree(kept, ignore_errors=True)
+                shutil.copytree(run, kept)
+    rows = summary_rows(per_seed, lb, seed_stats)
+    n, mean_lb = len(lb), sum(lb.values()) / len(lb)
+    print(f"\n{label}: {n} test graphs, mean LB {mean_lb:.1f}")
+    print(f"{'scheduler':<26}{'batches':>18}{'x LB':>8}{'states':>8}{'hit rate':>10}")
+    for r in sorted(rows, key=lambda r: r["mean_batches"]):
+        spread = f" +- {r['std_over_seeds']:.1f}" if r["seeds"] > 1 else ""
+        extra = (f"{r['states']:>8.1f}{r['hit_rate']:>10.3f}" if "states" in r else "")
+        print(f"{r['scheduler']:<26}{r['mean_batches']:>10.1f}{spread:>8}"
+              f"{r['ratio_to_lb']:>8.3f}{extra}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"workload": label, "folder": str(args.folder), "k": args.k,
+                               "policy": args.policy, "trainer": args.trainer
+                               or DEFAULT_TRAINER.get(args.policy, "q_learning"),
+                               "lookahead": args.lookahead, "seeds": args.seeds,
+                               "test_graphs": n, "mean_lb": mean_lb, "rows": rows,
+                               "per_seed": seed_stats, "graphs": per_graph}, indent=1))
+    print(f"wrote {out}")
+
+
+def summary_rows(per_seed: dict[str, dict[int, float]], lb: dict[str, int],
+                 seed_stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per scheduler: mean (and std over seeds) batches per test graph, ratio to LB;
+    the FSM's row adds mean states, hit rate and training time over seeds."""
+    n, mean_lb = len(lb), sum(lb.values()) / len(lb)
     rows = []
     for name, by_seed in per_seed.items():
         means = [b / n for b in by_seed.values()]
         m = statistics.fmean(means)
         sd = statistics.stdev(means) if len(means) > 1 else 0.0
-        rows.append({"scheduler": name, "mean_batches": m, "std_over_seeds": sd,
-                     "ratio_to_lb": m / mean_lb, "seeds": len(means)})
-    print(f"\n{n} test graphs, mean LB {mean_lb:.1f}")
-    print(f"{'scheduler':<26}{'batches':>18}{'x LB':>8}")
-    for r in sorted(rows, key=lambda r: r["mean_batches"]):
-        spread = f" +- {r['std_over_seeds']:.1f}" if r["seeds"] > 1 else ""
-        print(f"{r['scheduler']:<26}{r['mean_batches']:>10.1f}{spread:>8}{r['ratio_to_lb']:>8.3f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"workload": args.workload, "folder": str(args.folder),
-                                    "k": args.k, "seeds": args.seeds, "test_graphs": n,
-                                    "mean_lb": mean_lb, "rows": rows}, indent=1))
-    print(f"wrote {args.out}")
+        row: dict[str, Any] = {"scheduler": name, "mean_batches": m, "std_over_seeds": sd,
+                               "ratio_to_lb": m / mean_lb, "seeds": len(means)}
+        if name == "fsm" and seed_stats:
+            row["states"] = statistics.fmean(s["states"] for s in seed_stats)
+            row["hit_rate"] = statistics.fmean(s["hit_rate"] for s in seed_stats)
+            row["train_seconds"] = statistics.fmean(s["train_seconds"] or 0.0
+                                                    for s in seed_stats)
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":

@@ -13,6 +13,12 @@ edbatch adds two richer keys (both need ``T(a)``, i.e. a type-wise frontier):
 * ``hints``: ``base``, a separator ``-1``, then the critical-path type (the one holding the
   ready node with the longest remaining path) and the type with the best ``|F(a)|/T(a)``.
   The learner then decides, state by state, which signal to follow (or neither).
+* ``expert``: one code per ready type (ascending id), ``6 * a + 2 * gap + complete``: ``gap``
+  is how far the type's highest ready node (critical-path height) is below the highest ready
+  node of all types (0, 1, or 2 for "2 or more"), ``complete`` whether ``|F(a)| == T(a)``.
+  Graph-size free, so it generalises to unseen graphs; the key of the expert-iteration
+  learner (:mod:`policies.expert`). :func:`expert_key` computes it from per-type arrays and
+  :func:`expert_code` packs it into one ``int64`` (a compiled runtime's table key).
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.schedule import FrontierView
 from edbatch.schedule.bounds import height_list
 
-__all__ = ["ENCODINGS", "NEEDS_TYPEWISE", "OBS_HIGH", "StateKey", "encode_observation",
-           "encode_state", "fallback_action", "key_actions", "observation_size"]
+__all__ = ["ENCODINGS", "EXPERT_MAX_TYPES", "NEEDS_TYPEWISE", "OBS_HIGH", "StateKey",
+           "encode_observation", "encode_state", "expert_code", "expert_key", "expert_key_code",
+           "fallback_action", "key_actions", "observation_size"]
 
 StateKey = tuple[int, ...]
 
@@ -72,6 +79,89 @@ def _hints(view: FrontierView) -> StateKey:
     return (*ready, -1, critical, complete)
 
 
+#: Features per ready type in the ``expert`` key (``6 * a + feature``) and the largest
+#: vocabulary whose key fits one int64 code (``7 ** 22 < 2 ** 63``).
+EXPERT_FEATURES = 6
+EXPERT_MAX_TYPES = 22
+
+
+def expert_key(ready_count: NDArray[np.int64], typewise_count: NDArray[np.int64],
+               max_height: NDArray[np.int64]) -> StateKey:
+    """The ``expert`` state key from per-type arrays (a pure function).
+
+    Args:
+        ready_count: ``|F(a)|`` per op type (0: not ready; unbatchable types must be 0).
+        typewise_count: ``T(a)`` per op type.
+        max_height: per op type, the largest critical-path height among its ready nodes
+            (ignored where ``ready_count`` is 0).
+
+    Returns:
+        ``(6 * a + 2 * gap + complete, ...)`` over ready types ``a`` in ascending order.
+    """
+    ready = np.flatnonzero(np.asarray(ready_count) > 0)
+    if not len(ready):
+        return ()
+    h = np.asarray(max_height)[ready]
+    gap = np.minimum(h.max() - h, 2)
+    full = np.asarray(ready_count)[ready] >= np.asarray(typewise_count)[ready]
+    return tuple((EXPERT_FEATURES * ready + 2 * gap + full).tolist())
+
+
+def expert_key_code(key: StateKey) -> int:
+    """Pack an ``expert`` key into one int: digit ``a`` (base 7) is ``1 + feature`` of
+    ready type ``a`` and 0 if ``a`` is not ready (a bijection for up to
+    :data:`EXPERT_MAX_TYPES` op types)."""
+    code = 0
+    for x in key:
+        a, feat = divmod(int(x), EXPERT_FEATURES)
+        code += (1 + feat) * 7 ** a
+    return code
+
+
+def _expert_code_py(ready_count: NDArray[np.int64], typewise_count: NDArray[np.int64],
+                    max_height: NDArray[np.int64]) -> int:
+    """Pure-Python reference of :func:`expert_code` (what numba compiles)."""
+    k = len(ready_count)
+    top = -1
+    for a in range(k):
+        if ready_count[a] > 0 and max_height[a] > top:
+            top = max_height[a]
+    code = 0
+    power = 1
+    for a in range(k):
+        if ready_count[a] > 0:
+            gap = min(top - max_height[a], 2)
+            full = 1 if ready_count[a] >= typewise_count[a] else 0
+            code += (1 + 2 * gap + full) * power
+        power *= 7
+    return code
+
+
+try:  # numba is optional: the compiled twin for the runtime, else the Python reference
+    import numba
+
+    expert_code = numba.njit(cache=False, nogil=True)(_expert_code_py)
+except ImportError:  # pragma: no cover - numba is a dependency, but keep the key usable
+    expert_code = _expert_code_py
+expert_code.__doc__ = """The ``expert`` key of per-type arrays packed into one int64, compiled
+with numba (``expert_key_code(expert_key(...)) == expert_code(...)``; int64 arrays, at most
+:data:`EXPERT_MAX_TYPES` op types)."""
+
+
+def _expert(view: FrontierView) -> StateKey:
+    if view.typewise_count is None:
+        raise UnknownNameError("encoding 'expert' needs T(a); create the frontier with "
+                               "typewise=True")
+    h = height_list(view.graph)
+    ready = view.ready_ops
+    heights = np.zeros(len(view.mask), dtype=np.int64)
+    for a in ready:
+        heights[a] = view.max_over_ready(a, h)
+    counts = np.zeros(len(view.mask), dtype=np.int64)
+    counts[ready] = view.ready_count[ready]
+    return expert_key(counts, view.typewise_count, heights)
+
+
 #: name -> encoder. Every key is a tuple of small ints (hashable, JSON-friendly).
 ENCODINGS: dict[str, Callable[[FrontierView], StateKey]] = {
     "base": _base,
@@ -79,10 +169,11 @@ ENCODINGS: dict[str, Callable[[FrontierView], StateKey]] = {
     "max": _max,
     "complete": _complete,
     "hints": _hints,
+    "expert": _expert,
 }
 
 #: Encodings whose keys need the type-wise frontier count T(a).
-NEEDS_TYPEWISE = frozenset({"complete", "hints"})
+NEEDS_TYPEWISE = frozenset({"complete", "hints", "expert"})
 
 
 def key_actions(key: StateKey, encoding: str) -> list[int]:
@@ -94,6 +185,8 @@ def key_actions(key: StateKey, encoding: str) -> list[int]:
         return [x // 2 for x in key]
     if encoding == "hints":
         return [x for x in key if x >= 0]
+    if encoding == "expert":
+        return [x // EXPERT_FEATURES for x in key]
     return list(key)
 
 

@@ -27,7 +27,7 @@ from edbatch.evaluation import (
     write_csv,
     write_jsonl,
 )
-from edbatch.schedule import run_policy
+from edbatch.schedule import lower_bound, run_policy
 from experiments._cli import guarded
 from experiments._common import graph_set, one_workload, seed_everything
 from experiments.plots import plot_batches
@@ -68,15 +68,31 @@ def compare(cfg: DictConfig) -> tuple[list[Record], list[dict[str, Any]]]:
                 if policy.lookahead != "none":  # rollouts ran on forks: count the FSM's
                     for g in eval_graphs:         # own decisions for its hit rate
                         run_policy(g, policy)
+                fsm_b = sum(r.num_batches for r in recs[-len(eval_graphs):])
                 runs.append({"workload": label, "trainer": tname, "seed": seed,
                              "episodes": result.episodes, "seconds": result.seconds,
-                             "states": policy.num_states, "hit_rate": policy.hit_rate})
+                             "states": policy.num_states, "hit_rate": policy.hit_rate,
+                             "fallback": policy.fallback_name,
+                             "fsm_ratio": fsm_b / max(sum(lower_bound(g) for g in eval_graphs),
+                                                      1),
+                             "fallback_ratio": _fallback_ratio(policy, eval_graphs, fsm_b)})
                 log.info("%s %s seed %d: %d episodes, %.1fs, %d states, hit rate %.3f",
                          label, tname, seed, result.episodes, result.seconds,
                          policy.num_states, policy.hit_rate)
         write_jsonl(recs, cfg.results_file)
         records.extend(recs)
     return records, runs
+
+
+def _fallback_ratio(policy: Any, graphs: list[Any], fsm_batches: int) -> float:
+    """Batches/LB of the FSM's fallback alone (same lookahead, empty table): the ablation
+    that shows what the learned table adds. An empty table *is* the fallback alone."""
+    lb = max(sum(lower_bound(g) for g in graphs), 1)
+    if not policy.num_states:
+        return fsm_batches / lb
+    alone = type(policy)({}, policy.encoding, policy.op_names, policy.fallback_name,
+                         lookahead=policy.lookahead).scheduler("fallback_only")
+    return sum(alone(g).num_batches for g in graphs) / lb
 
 
 def _seed_spread(records: list[Record]) -> dict[tuple[str, str], str]:
@@ -164,12 +180,17 @@ def main(cfg: DictConfig) -> float:
     console.print(_run_header(cfg, rows), highlight=False)
     console.print(scheduler_table(rows, names))
     console.print(LEGEND, highlight=False)
-    stats = Table(title="FSM training (per seed)")
-    for col in ("workload", "trainer", "seed", "episodes", "seconds", "states", "hit rate"):
+    stats = Table(title="FSM training (per seed): what the learned table adds over its "
+                  "fallback alone")
+    for col in ("workload", "trainer", "seed", "episodes", "s", "states", "hit rate",
+                "fallback", "fsm/LB", "fallback/LB", "gain"):
         stats.add_column(col, justify="right")
     for r in runs:
+        gain = 1.0 - r["fsm_ratio"] / r["fallback_ratio"] if r["fallback_ratio"] else 0.0
         stats.add_row(r["workload"], r["trainer"], str(r["seed"]), str(r["episodes"]),
-                      f"{r['seconds']:.1f}", str(r["states"]), f"{r['hit_rate']:.3f}")
+                      f"{r['seconds']:.1f}", str(r["states"]), f"{r['hit_rate']:.3f}",
+                      r["fallback"], f"{r['fsm_ratio']:.3f}", f"{r['fallback_ratio']:.3f}",
+                      f"{100 * gain:+.1f}%")
     console.print(stats)
     for (workload, fsm), text in _seed_spread(records).items():
         console.print(f"{workload} {fsm}: batches/LB {text}")

@@ -89,8 +89,10 @@ class DynetAgendaPolicy:
 class AgendaPolicy:
     """ED-Batch's agenda (``--ooc-autobatch 1``): lowest mean depth of *remaining* nodes.
 
-    The mean is over the type's unexecuted nodes, ``sum / (count + 1e-3)``, updated after
-    every batch; ties go to the smallest op id.
+    The mean is the exact one over the type's unexecuted nodes, ``sum / count`` (a ready type
+    has at least one), updated after every batch; ties go to the smallest op id, as ED-Batch's
+    ``AgendaScheduler`` does (DyNet's ``sum / (count + 1e-3)`` would break ties of equal means
+    towards the type with fewer nodes).
     """
 
     def choose(self, view: FrontierView) -> int:
@@ -98,7 +100,7 @@ class AgendaPolicy:
         best, best_avg = -1, np.inf
         for a in view.ready_ops:
             count, depth_sum = view.remaining(a)
-            avg = depth_sum / (count + _EPS)
+            avg = depth_sum / count
             if avg < best_avg:
                 best, best_avg = a, avg
         return best

@@ -29,3 +29,75 @@ def test_lattice_protocol_trains_on_g0_and_reports_the_rest(tmp_path: Path) -> N
     # lattices: the FSM (a heuristic fallback chosen on G0, plus rollout) beats DyNet's agenda
     assert rows["fsm"]["mean_batches"] < rows["dynet_agenda"]["mean_batches"]
     assert all(r["ratio_to_lb"] >= 1.0 for r in rows.values())
+
+
+def _module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dump_protocol", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ed_batch_fsm_trains_with_ed_batchs_learner_unless_told_otherwise(tmp_path: Path) -> None:
+    dp = _module()
+    args = dp.parse_args(["--policy", "ed_batch_fsm"])
+    assert "trainer=ed_batch" in dp.train_overrides(args, tmp_path, 0, tmp_path / "r")
+    args = dp.parse_args(["--policy", "ed_batch_fsm", "--trainer", "expert",
+                          "--lookahead", "none"])
+    over = dp.train_overrides(args, tmp_path, 3, tmp_path / "r")
+    assert "trainer=expert" in over and "++trainer.lookahead=none" in over and "seed=3" in over
+    assert "trainer=q_learning" in dp.train_overrides(dp.parse_args([]), tmp_path, 0, tmp_path)
+
+
+def test_workload_label_follows_the_folder_and_default_out_is_outside_the_checkout() -> None:
+    dp = _module()
+    assert dp.workload_label(dp.parse_args(["--folder", "/x/bilstm/B64"])) == "bilstm_B64"
+    assert dp.workload_label(dp.parse_args(["--folder", "/x/mvrnn_B1"])) == "mvrnn_B1"
+    assert dp.workload_label(dp.parse_args(["--workload", "tree_lstm"])) == "tree_lstm"
+    out = dp.default_out("bilstm_B64")
+    assert SCRIPT.parents[1] not in out.resolve().parents and out.name == "bilstm_B64.json"
+
+
+def test_split_all_is_documented_in_the_help() -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and "split=all" in proc.stdout
+
+
+def test_table_stats_names_graphs_by_file_and_reports_the_ablation(tmp_path: Path) -> None:
+    from edbatch.workloads.dumps import DumpWorkload
+    from policies import FSMPolicy
+    from policies.expert import ExpertConfig, train_expert
+
+    dp = _module()
+    folder = SCRIPT.parents[1] / "data" / "graphs" / "mvrnn_B1"
+    wl = DumpWorkload(folder)
+    res = train_expert(wl.graphs()[:1], ExpertConfig(rounds=1, budget=5_000,
+                                                     fallback="critical_path"))
+    path = res.policy.save(tmp_path / "policy.json")
+    stats = dp.table_stats(path, folder, 1)
+    assert dp.graph_names(folder, 1)[0] == "G1.txt" == next(iter(stats["fallback_only"]))
+    assert len(stats["fallback_only"]) == len(wl.dumps) - 1
+    assert stats["states"] == FSMPolicy.load(path).num_states
+    assert 0.0 <= stats["hit_rate"] <= 1.0 and stats["train_seconds"] > 0
+
+
+@pytest.mark.slow
+def test_expert_protocol_rows_carry_states_hit_rate_and_the_ablation(tmp_path: Path) -> None:
+    out = tmp_path / "summary.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--workload", "lattice_lstm",
+                           "--graphs", "3", "--batch-size", "8", "--seeds", "0",
+                           "--trainer", "expert", "--lookahead", "none", "--keep",
+                           "--extra", "trainer.budget=20000", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900,
+                          cwd=SCRIPT.parents[1], check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    rows = {r["scheduler"]: r for r in data["rows"]}
+    assert {"fsm", "fsm_fallback_only"} <= set(rows)
+    assert {"states", "hit_rate", "ratio_to_lb"} <= set(rows["fsm"])
+    assert data["workload"] == "lattice_lstm" and data["trainer"] == "expert"
+    assert {g["graph"] for g in data["graphs"]} == {"G1.txt", "G2.txt"}
+    assert (tmp_path / "summary_runs" / "seed0" / "policy.json").is_file()

@@ -72,11 +72,13 @@ def test_submitit_local_launcher_runs_jobs(tmp_path: Path) -> None:
 def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
     r = _run("experiments.compare", "eval_limit=1", "num_train_graphs=1", "batch_size=16",
              "trainers.ed_batch.max_episodes=20", "trainers.fsm.max_episodes=20",
-             "scheduler=[depth,typewise_greedy]", f"hydra.run.dir={tmp_path}")
+             "trainers.expert.budget=5000",
+             "trainers.expert.augment=0", "scheduler=[depth,typewise_greedy]",
+             f"hydra.run.dir={tmp_path}")
     assert r.returncode == 0, r.stderr
     lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
     names = {x["scheduler"] for x in lines}
-    assert names == {"depth", "typewise_greedy", "fsm_ed_batch", "fsm_fsm"}
+    assert names == {"depth", "typewise_greedy", "fsm_ed_batch", "fsm_fsm", "fsm_expert"}
     assert {x["workload"] for x in lines} == {"tree_lstm", "lattice_lstm"}
     out = [x for x in r.stdout.splitlines() if not x.startswith("[20")]  # not log records
     assert max(len(x) for x in out) <= 100, max(out, key=len)  # fits a 100-column terminal
@@ -86,6 +88,7 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
         assert said in text, said
     assert all(x["num_batches"] >= x["lower_bound"] for x in lines)
     assert "FSM training (per seed)" in r.stdout
+    assert "fallback alone" in r.stdout and "table gain" in r.stdout
     assert (tmp_path / "batches.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -1,0 +1,288 @@
+"""Expert iteration: a search teacher labels decisions, a table-lookup FSM imitates it.
+
+Teacher: fortified rollout (:func:`edbatch.schedule.rollout.rollout_schedule`) with a large
+budget over the current student, and, on graphs small enough, the exact solver
+(:func:`edbatch.schedule.exact.exact_schedule`) where it proves optimality. Each teacher
+schedule is replayed through a frontier; every decision becomes a sample
+``(expert key of the state, op type the teacher batched)``.
+
+Student: an :class:`~policies.fsm.FSMPolicy` with the ``expert`` encoding (ready types with
+their critical-path gap and whether their type-wise frontier is complete: no graph-size
+term, so keys recur across graphs). Per key the teacher's majority action is kept when the
+key was seen ``min_count`` times and the majority holds at least ``confidence`` of the votes.
+Keys are then pruned on the validation graphs (a key goes when dropping it gives fewer
+batches), and the table is kept only if it needs no more batches than the fallback alone.
+
+Iteration: the student becomes the rollout's base policy, the improved schedules are added to
+the samples (aggregated over rounds, as DAgger does) and the student is refitted; the
+round with the fewest validation batches wins.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edbatch.errors import GraphError, InvalidActionError
+from edbatch.graph import Graph
+from edbatch.schedule import Frontier, lower_bound
+from edbatch.schedule.exact import exact_schedule
+from edbatch.schedule.policy import Policy, drive
+from edbatch.schedule.rollout import rollout_schedule
+from edbatch.schedule.schedule import Schedule
+from envs.encoding import StateKey, encode_state
+from policies.fsm import FSMPolicy, make_fallback
+from policies.q_learning import TrainResult, evaluate_policy, select_fallback
+
+__all__ = ["ExpertConfig", "ExpertTrainer", "fit_table", "resample_graphs", "teacher_samples",
+           "train_expert"]
+
+log = logging.getLogger(__name__)
+Votes = dict[StateKey, Counter[int]]
+
+
+@dataclass(frozen=True)
+class ExpertConfig:
+    """Hyper-parameters of expert iteration."""
+
+    rounds: int = 2
+    """Teacher/student rounds (round 0's teacher rolls out the fallback alone)."""
+    budget: int = 300_000
+    """Rollout budget per graph (batches popped inside rollouts)."""
+    exact_max_nodes: int = 400
+    """Graphs with at most this many nodes are also labelled by the exact solver."""
+    exact_node_budget: int = 50_000
+    """Search nodes of the exact solver per graph (labels only when it proves optimality)."""
+    min_count: int = 1
+    """Least teacher decisions in a state before it may enter the table."""
+    confidence: float = 0.5
+    """Least share of the teacher's votes the majority action needs."""
+    prune: bool = True
+    """Drop keys whose removal lowers the validation batches."""
+    max_prune_evals: int = 200
+    """Most validation evaluations spent pruning per round."""
+    encoding: str = "expert"
+    """State key (see :mod:`envs.encoding`)."""
+    fallback: str = "auto"
+    """Policy for states not in the table, or ``auto`` (best heuristic on validation)."""
+    lookahead: str = "none"
+    """How the trained FSM schedules graphs: ``none`` or ``rollout``."""
+    augment: int = 8
+    """Extra graphs resampled (seeded, with replacement) from the independent parts of the
+    training graphs (a mini-batch's instances); half join the teacher's graphs, half the
+    selection graphs, so keys are pruned on graphs the teacher did not label."""
+    seed: int = 0
+    """Seed of the resampling (the rest is deterministic)."""
+
+
+def _parts(graph: Graph) -> list[np.ndarray]:
+    """Node sets of the graph's independent parts: weakly connected components once the
+    sinks with several operands (a mini-batch's loss sum) are dropped."""
+    n = graph.num_nodes
+    ptr, ids = graph.operand_ptr.tolist(), graph.operand_ids.tolist()
+    uptr, _ = graph.users
+    has_users = np.diff(uptr) > 0
+    drop = (~has_users) & (np.diff(graph.operand_ptr) > 1) & ~graph.batchable_node
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for v in np.flatnonzero(~drop).tolist():
+        for i in range(ptr[v], ptr[v + 1]):
+            a, b = find(v), find(ids[i])
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    roots = np.array([find(v) for v in range(n)])
+    keep = np.flatnonzero(~drop)
+    order = np.argsort(roots[keep], kind="stable")
+    keys = roots[keep][order]
+    cuts = np.flatnonzero(np.diff(keys)) + 1
+    return [np.sort(part) for part in np.split(keep[order], cuts)]
+
+
+def resample_graphs(graphs: Sequence[Graph], count: int, rng: np.random.Generator
+                    ) -> list[Graph]:
+    """``count`` graphs, each as many independent parts as its source graph, drawn with
+    replacement from that graph's parts (:func:`_parts`); none if a graph has one part."""
+    out: list[Graph] = []
+    pools = [(g, _parts(g)) for g in graphs]
+    pools = [(g, p) for g, p in pools if len(p) > 1]
+    for i in range(count if pools else 0):
+        g, parts = pools[i % len(pools)]
+        pick = rng.integers(len(parts), size=len(parts))
+        ops, ptr, args, offset = [], [0], [], 0
+        g_ptr, g_ids, g_op = g.operand_ptr, g.operand_ids, g.op_ids
+        for j in pick.tolist():
+            nodes = parts[j]
+            remap = np.full(g.num_nodes, -1, dtype=np.int64)
+            remap[nodes] = offset + np.arange(len(nodes))
+            for v in nodes.tolist():
+                ops.append(int(g_op[v]))
+                args.extend(remap[g_ids[g_ptr[v]:g_ptr[v + 1]]].tolist())
+                ptr.append(len(args))
+            offset += len(nodes)
+        out.append(Graph.from_arrays(g.vocab, np.array(ops), np.array(ptr),
+                                     np.array(args, dtype=np.int64)))
+    return out
+
+
+def _replay(graph: Graph, schedule: Schedule, encoding: str, votes: Votes) -> int:
+    """Follow ``schedule``'s decisions on a fresh frontier and vote ``key -> op``; returns
+    the number of samples (0 if the schedule is not an MDP trajectory)."""
+    decisions = [b.op_id for b in schedule.batches if not b.forced]
+    keys: list[StateKey] = []
+    it = iter(decisions)
+
+    def choose(f: Frontier) -> int:
+        keys.append(encode_state(f.view(), encoding))
+        return next(it)
+
+    try:
+        drive(Frontier(graph, typewise=True), choose)
+    except (InvalidActionError, StopIteration):
+        return 0
+    for key, a in zip(keys, decisions):
+        votes.setdefault(key, Counter())[a] += 1
+    return len(keys)
+
+
+def teacher_samples(graphs: Sequence[Graph], bases: Sequence[Callable[[], Policy]],
+                    cfg: ExpertConfig, votes: Votes) -> dict[str, float]:
+    """Label every graph with the teacher (rollout, plus exact on small graphs) into
+    ``votes``; returns the teacher's batches/LB and sample counts."""
+    batches = lb = samples = exact = 0
+    for g in graphs:
+        sched = rollout_schedule(g, bases, budget=cfg.budget, name="teacher")
+        if g.num_nodes <= cfg.exact_max_nodes:
+            res = exact_schedule(g, node_budget=cfg.exact_node_budget, initial=sched)
+            if res.status == "optimal" and res.num_batches <= sched.num_batches:
+                n = _replay(g, res.schedule, cfg.encoding, votes)
+                if n:
+                    exact += 1
+                    sched = res.schedule
+                    samples += n
+                    batches += res.num_batches
+                    lb += lower_bound(g)
+                    continue
+        samples += _replay(g, sched, cfg.encoding, votes)
+        batches += sched.num_batches
+        lb += lower_bound(g)
+    return {"teacher_ratio": batches / max(lb, 1), "samples": samples, "exact_graphs": exact}
+
+
+def fit_table(votes: Votes, min_count: int, confidence: float) -> dict[StateKey, int]:
+    """Majority action per key (ties: smallest op id), kept where it is confident."""
+    table = {}
+    for key in sorted(votes):
+        counter = votes[key]
+        total = sum(counter.values())
+        a, n = min(counter.items(), key=lambda kv: (-kv[1], kv[0]))
+        if total >= min_count and n / total >= confidence:
+            table[key] = a
+    return table
+
+
+def _prune(table: dict[StateKey, int], votes: Votes, val: Sequence[Graph],
+           make: Callable[[dict[StateKey, int]], FSMPolicy], max_evals: int
+           ) -> tuple[dict[StateKey, int], int]:
+    """Backward elimination on the validation graphs, least-supported keys first."""
+    best = evaluate_policy(make(table), val)[1]
+    order = sorted(table, key=lambda k: (sum(votes[k].values()), k))
+    for key in order[:max_evals]:
+        trial = {k: a for k, a in table.items() if k != key}
+        b = evaluate_policy(make(trial), val)[1]
+        if b < best:
+            table, best = trial, b
+    return table, best
+
+
+def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig(), *,
+                 val_graphs: Sequence[Graph] | None = None,
+                 callback: Callable[[dict[str, float]], None] | None = None,
+                 metadata: dict[str, Any] | None = None) -> TrainResult:
+    """Expert iteration over ``train_graphs``; select on ``val_graphs`` (default: train)."""
+    if not train_graphs:
+        raise GraphError("train_expert needs at least one training graph")
+    t0 = time.perf_counter()
+    val = list(val_graphs) if val_graphs is not None else list(train_graphs)
+    extra = resample_graphs(train_graphs, cfg.augment, np.random.default_rng(cfg.seed))
+    half = (len(extra) + 1) // 2
+    train_graphs, val = [*train_graphs, *extra[:half]], [*val, *extra[half:]]
+    fallback = cfg.fallback
+    if fallback == "auto":
+        fallback = select_fallback(val, cfg.encoding)
+        log.info("fallback chosen on the validation graphs: %s", fallback)
+    names = train_graphs[0].vocab.names
+    meta: dict[str, Any] = {"config": {**asdict(cfg), "fallback": fallback}, **(metadata or {})}
+
+    def make(table: dict[StateKey, int]) -> FSMPolicy:
+        return FSMPolicy(table, cfg.encoding, names, fallback, meta, cfg.lookahead)
+
+    fb_batches = evaluate_policy(make({}), val)[1]
+    best_table: dict[StateKey, int] = {}
+    best_batches, lb = fb_batches, sum(lower_bound(g) for g in val)
+    votes: Votes = {}
+    history: list[dict[str, float]] = []
+    student = make({})
+    for rnd in range(cfg.rounds):
+        base = student.fork if student.table else (lambda: make_fallback(fallback,
+                                                                         cfg.encoding))
+        stats = teacher_samples(train_graphs, [base], cfg, votes)
+        table = fit_table(votes, cfg.min_count, cfg.confidence)
+        if cfg.prune and table:
+            table, batches = _prune(table, votes, val, make, cfg.max_prune_evals)
+        else:
+            batches = evaluate_policy(make(table), val)[1]
+        student = make(table)
+        row = {"episode": rnd + 1, "train/teacher_ratio": stats["teacher_ratio"],
+               "train/samples": stats["samples"], "train/exact_graphs": stats["exact_graphs"],
+               "train/keys_seen": len(votes), "train/num_states": len(table),
+               "eval/ratio_to_lb": batches / max(lb, 1),
+               "eval/fallback_ratio_to_lb": fb_batches / max(lb, 1)}
+        if batches < best_batches or (batches == best_batches
+                                      and len(table) > len(best_table)):
+            best_table, best_batches = table, batches
+        row["eval/best_ratio_to_lb"] = best_batches / max(lb, 1)
+        history.append(row)
+        log.info("expert round %d: teacher %.4f x LB, %d samples, %d keys, %d in table, "
+                 "validation %.4f x LB (fallback %.4f)", rnd, stats["teacher_ratio"],
+                 stats["samples"], len(votes), len(table), batches / max(lb, 1),
+                 fb_batches / max(lb, 1))
+        if callback is not None:
+            callback(row)
+    seconds = time.perf_counter() - t0
+    best_ratio = best_batches / max(lb, 1)
+    meta.update(rounds=cfg.rounds, best_ratio=best_ratio, train_seconds=seconds,
+                fallback_ratio=fb_batches / max(lb, 1),
+                teacher_ratio=history[-1]["train/teacher_ratio"] if history else None)
+    return TrainResult(make(best_table), best_ratio, cfg.rounds, seconds, history)
+
+
+class ExpertTrainer:
+    """Config-friendly wrapper: ``ExpertTrainer(**hparams).fit(train, val, ...)``."""
+
+    name = "expert"
+
+    def __init__(self, **hparams: Any) -> None:
+        self.config = ExpertConfig(**hparams)
+
+    def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
+            checkpoint: str | Path | None = None,
+            callback: Callable[[dict[str, float]], None] | None = None,
+            progress: bool = False, metadata: dict[str, Any] | None = None) -> TrainResult:
+        """Train on ``train_graphs``, select on ``val_graphs`` (no checkpoints: rounds are
+        short and deterministic)."""
+        del checkpoint, progress
+        return train_expert(train_graphs, self.config, val_graphs=val_graphs,
+                            callback=callback, metadata=metadata)
