@@ -73,7 +73,7 @@ from edbatch.api import DynamicBatch
 from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
-from edbatch.schedule import MemoScheduler, Schedule, make_scheduler, run_policy
+from edbatch.schedule import MemoScheduler, Schedule, make_scheduler
 from edbatch.tracking import machine_info
 from edbatch.workloads import Workload, make_workload
 
@@ -171,9 +171,8 @@ def load_or_train_policy(name: str, wl: Workload, policy_dir: str | Path,
 def _schedulers(policy: Any, contenders: Sequence[str]) -> dict[str, Callable[[Graph], Schedule]]:
     schedulers: dict[str, Callable[[Graph], Schedule]] = {
         c: make_scheduler(c) for c in ("depth", "dynet_agenda") if c in contenders}
-    if policy is not None:
-        def fsm(graph: Graph) -> Schedule:
-            return run_policy(graph, policy, name="fsm")
+    if policy is not None:  # the FSM's run-time path: a lookup per decision, no rollout
+        fsm = policy.runtime_scheduler("fsm")
         schedulers.update({"fsm": fsm, "fsm+aligned": fsm, "fsm+planned": fsm,
                            "fsm+fastbuild": fsm, "fsm+cse": fsm,
                            "fsm+planned+memo": MemoScheduler(fsm), GRAPHED: MemoScheduler(fsm)})

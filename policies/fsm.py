@@ -157,6 +157,12 @@ class FSMPolicy:
         """
         if self.lookahead == "rollout":
             return RolloutScheduler([self.fork], name=name)
+        return self.runtime_scheduler(name, backend)
+
+    def runtime_scheduler(self, name: str = "fsm", backend: str | None = None) -> Scheduler:
+        """This policy's own decisions, one table lookup each, whatever :attr:`lookahead`
+        says (the deployed run-time path): compiled when the core knows the encoding and
+        fallback and ``backend`` allows, else the Python :class:`PolicyScheduler`."""
         if resolve_backend(backend) == "compiled" and fsm_supported(self.encoding,
                                                                     self.fallback_name):
             return CompiledFsmScheduler(self, name)
