@@ -19,7 +19,7 @@ Decision rules (``RULE_*``) and FSM keys (``ENC_*``) read only those arrays. **A
 key** (e.g. a new FSM encoding): write an ``@njit`` function with the signature of
 :func:`_key_base`, ``(k, rlen, tw, maxh, rem, remd, batchable, out) -> length``, that writes
 the key's ints into ``out`` (length ``4 * K + 8``) and returns how many it wrote; give it an
-``ENC_*`` id, one branch in :func:`_encode`, and its name in
+``ENC_*`` id, one branch in :func:`_encode` (and :func:`_key_last`), and its name in
 :data:`edbatch.schedule.compiled.COMPILED_ENCODINGS`. Its Python twin must produce the same
 tuple, because FSM tables are looked up by :func:`key_hash` of the tuple (FNV-1a, 64 bit,
 identical in Python and here): tables travel as sorted ``int64`` hashes with their actions.
@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["ENC_BASE", "ENC_COMPLETE", "ENC_HINTS", "ENC_MAX", "ENC_NONE", "ENC_SORTED",
-           "RULE_CRITICAL_PATH", "RULE_DYNET_AGENDA", "RULE_ED_BATCH_AGENDA",
+__all__ = ["ENC_BASE", "ENC_COMPLETE", "ENC_EXPERT", "ENC_HINTS", "ENC_MAX", "ENC_NONE",
+           "ENC_SORTED", "RULE_CRITICAL_PATH", "RULE_DYNET_AGENDA", "RULE_ED_BATCH_AGENDA",
            "RULE_KEY_LAST", "RULE_MAX_FRONTIER", "RULE_TYPEWISE_GREEDY", "key_hash",
            "key_hash_numba", "run_schedule"]
 
@@ -49,8 +49,8 @@ ENC_SORTED = 1
 ENC_MAX = 2
 ENC_COMPLETE = 3
 ENC_HINTS = 4
-
-_EPS = 1e-3  # DyNet's sum / (count + 1e-3), as in heuristics.py
+ENC_EXPERT = 5
+_EXPERT_FEATURES = 6  # entries per ready type of the expert key (envs.encoding)
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
 _MASK = (1 << 64) - 1
@@ -134,8 +134,8 @@ def _rule(rule, k, rlen, tw, maxh, rem, remd, batchable, mean, cplx):  # type: i
                 avg = mean[a]
                 if avg < best_avg or (avg == best_avg and not cplx[a]):
                     best, best_avg = a, avg
-            else:  # RULE_ED_BATCH_AGENDA
-                avg = remd[a] / (rem[a] + _EPS)
+            else:  # RULE_ED_BATCH_AGENDA: exact remaining mean (a ready type has rem > 0)
+                avg = remd[a] / rem[a]
                 if avg < best_avg:
                     best, best_avg = a, avg
     return best
@@ -197,6 +197,23 @@ def _key_hints(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no
 
 
 @njit(cache=True)
+def _key_expert(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-untyped-def]
+    """``6 * a + 2 * min(top - maxh[a], 2) + (|F(a)| >= T(a))`` per ready type, ascending;
+    ``top``: the highest ready height of all types (``envs.encoding.expert_key``)."""
+    top = -1
+    for a in range(k):
+        if rlen[a] and batchable[a] and maxh[a] > top:
+            top = maxh[a]
+    n = 0
+    for a in range(k):
+        if rlen[a] and batchable[a]:
+            gap = min(top - maxh[a], 2)
+            out[n] = _EXPERT_FEATURES * a + 2 * gap + (1 if rlen[a] >= tw[a] else 0)
+            n += 1
+    return n
+
+
+@njit(cache=True)
 def _encode(enc, k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-untyped-def]
     if enc == ENC_BASE:
         return _key_base(k, rlen, tw, maxh, rem, remd, batchable, out)
@@ -206,6 +223,8 @@ def _encode(enc, k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[
         return _key_max(k, rlen, tw, maxh, rem, remd, batchable, out)
     if enc == ENC_COMPLETE:
         return _key_complete(k, rlen, tw, maxh, rem, remd, batchable, out)
+    if enc == ENC_EXPERT:
+        return _key_expert(k, rlen, tw, maxh, rem, remd, batchable, out)
     return _key_hints(k, rlen, tw, maxh, rem, remd, batchable, out)
 
 
@@ -213,6 +232,8 @@ def _encode(enc, k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[
 def _key_last(enc, out, n):  # type: ignore[no-untyped-def]
     """``envs.encoding.fallback_action``: the op named by the key's last entry."""
     x = out[n - 1]
+    if enc == ENC_EXPERT:
+        return x // _EXPERT_FEATURES
     return x // 2 if enc == ENC_COMPLETE else x
 
 

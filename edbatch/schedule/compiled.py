@@ -52,6 +52,7 @@ COMPILED_ENCODINGS: dict[str, tuple[int, bool, bool]] = {
     "max": (core.ENC_MAX, False, False),
     "complete": (core.ENC_COMPLETE, True, False),
     "hints": (core.ENC_HINTS, True, True),
+    "expert": (core.ENC_EXPERT, True, True),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 
@@ -10,7 +11,8 @@ from edbatch.schedule import FrontierView, PolicyScheduler, run_policy
 from edbatch.schedule.compiled import COMPILED_ENCODINGS, COMPILED_RULES, CompiledFsmScheduler
 from edbatch.workloads import REAL_WORKLOADS
 from envs.encoding import encode_state, key_actions
-from policies.fsm import FSMPolicy
+from policies.expert import ExpertConfig, fit_table, teacher_samples
+from policies.fsm import FSMPolicy, make_fallback
 from tests.schedule.test_compiled import assert_same, minibatch
 from tests.schedule.test_properties import graphs
 
@@ -67,6 +69,40 @@ def test_compiled_fsm_equals_python(workload: str, granularity: str) -> None:
         check(graph, encoding, "ed_batch", {})  # empty table: the fallback alone
 
 
+#: a teacher cheap enough for a unit test (rollout only, small budget, one graph)
+_TEACHER = ExpertConfig(rounds=1, budget=2_000, exact_max_nodes=0, prune=False, augment=0)
+
+
+def expert_tables(graph: Graph, train: Graph) -> dict[str, dict[tuple[int, ...], int]]:
+    """Two non-empty ``expert`` tables for ``graph``: the teacher's majority votes on
+    ``train`` (:mod:`policies.expert`, unpruned), and the Python policy's own keys on
+    ``graph`` mapped to seeded random ready types of the key."""
+    votes: dict = {}  # type: ignore[type-arg]
+    teacher_samples([train], [lambda: make_fallback("critical_path", "expert")], _TEACHER,
+                    votes)
+    rng = np.random.default_rng(0)
+    rec = _Recorder("expert", True)
+    run_policy(graph, rec)
+    own = {key: int(rng.choice(key_actions(key, "expert"))) for key in rec.table}
+    return {"teacher": fit_table(votes, 1, 0.5), "random": own}
+
+
+@pytest.mark.parametrize("granularity", ["cell", "primitive"])
+@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+def test_compiled_expert_fsm_equals_python(workload: str, granularity: str) -> None:
+    """The ``expert`` key (critical-path gap and completeness per ready type) on learned and
+    random non-empty tables: same schedule, hits and misses as the Python FSMPolicy."""
+    graph = minibatch(workload, granularity, 8)
+    tables = expert_tables(graph, minibatch(workload, granularity, 4))
+    for kind, table in tables.items():
+        assert table, kind
+        for fallback in ("critical_path", "ed_batch", "typewise_greedy"):
+            check(graph, "expert", fallback, table)
+    policy = FSMPolicy(tables["random"], "expert", graph.vocab.names, "critical_path")
+    policy.scheduler()(graph)
+    assert policy.hits > 0  # the random table answers some decisions
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("granularity", ["cell", "primitive"])
 @pytest.mark.parametrize("workload", REAL_WORKLOADS)
@@ -104,6 +140,7 @@ def test_unknown_encoding_keeps_the_python_path() -> None:
 @settings(max_examples=25, deadline=None)
 @given(graphs())
 def test_compiled_fsm_equals_python_on_random_dags(graph: Graph) -> None:
+    assert "expert" in COMPILED_ENCODINGS
     for encoding in COMPILED_ENCODINGS:
         table = table_for(graph, encoding)
         for fallback in ("ed_batch", "critical_path", "ed_batch_agenda"):
