@@ -30,6 +30,12 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PY = "{python}"  # the test's interpreter in CHEAP variants
 
 #: documented command -> the command the slow test runs (same entry point, tiny budget).
+#: A tiny throughput run (no DyNet; an 8x6 model; the policy trained in 2 episodes).
+THROUGHPUT_CHEAP = (f"{PY} benchmarks/throughput.py --workloads tree_lstm --sizes 8x6 "
+                    "--minibatches 1 --repeats 1 --warmup 1 --no-dynet --fsm-episodes 2 "
+                    "--contenders depth fsm pytorch_hand floor --out results/throughput.json "
+                    "--plot results/throughput.png")
+
 CHEAP: dict[str, str] = {
     # README: the main job and the test suite (the venv and install use this interpreter)
     "python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e . && "
@@ -42,6 +48,21 @@ CHEAP: dict[str, str] = {
         f"WANDB_MODE=disabled {PY} -m pytest -q -m \"not slow\" tests/test_api.py",
     "python examples/own_model.py --epochs 3":
         f"{PY} examples/own_model.py --trees 64 --batch-size 32 --epochs 1 --episodes 5",
+    # the expert learner (README) and the throughput benchmark (docs/benchmarks.md, results.md)
+    "python -m experiments.train workload=lattice_lstm trainer=expert policy.lookahead=none":
+        f"{PY} -m experiments.train workload=lattice_lstm trainer=expert policy.lookahead=none "
+        "num_train_graphs=1 num_val_graphs=1 batch_size=8 trainer.rounds=1 trainer.budget=2000 "
+        "progress=false",
+    "python benchmarks/throughput.py --workloads tree_lstm --minibatches 2":
+        THROUGHPUT_CHEAP,
+    "python benchmarks/throughput.py --workloads tree_lstm lattice_lstm bilstm_tagger --sizes "
+    "300x150 --minibatches 2 --repeats 3 --out results/throughput.json --plot "
+    "results/throughput.png":
+        THROUGHPUT_CHEAP,
+    "python benchmarks/throughput.py --workloads tree_lstm lattice_lstm bilstm_tagger --sizes "
+    "300x150 --minibatches 2 --repeats 3 --seed 0 --contenders depth dynet_agenda fsm "
+    "fsm+aligned fsm+fastbuild fsm+cse pytorch_hand floor dynet_autobatch1 dynet_autobatch2":
+        THROUGHPUT_CHEAP,
     # data-parallel training (docs/distributed.md)
     "torchrun --nproc_per_node=2 -m experiments.train_model":
         f"{PY} -m torch.distributed.run --standalone --nproc_per_node=2 -m experiments.train_model "
