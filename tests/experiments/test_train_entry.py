@@ -84,7 +84,7 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
     assert max(len(x) for x in out) <= 100, max(out, key=len)  # fits a 100-column terminal
     text = " ".join(out)
     for said in ("evaluated on: tree_lstm", "batch size 16", "seeds [0]", "LB: lower bound",
-                 "batches / LB", "hit rate:", "fsm_fsm", "learners ['ed_batch', 'fsm']"):
+                 "batches / LB", "hit rate:", "fsm_fsm", "learners ['ed_batch', 'fsm', 'expert']"):
         assert said in text, said
     assert all(x["num_batches"] >= x["lower_bound"] for x in lines)
     assert "FSM training (per seed)" in r.stdout
