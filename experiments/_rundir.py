@@ -1,4 +1,5 @@
-"""A run folder bound to the configuration that made it (``experiments.train``).
+"""A run folder bound to the configuration that made it (``experiments.train`` and
+``experiments.train_model``).
 
 The first run writes ``run_config.json``: the resolved config minus what does not change
 the result (paths, progress bars, the logger, ``resume``). A rerun into the same folder
@@ -28,9 +29,10 @@ UNBOUND = ("progress", "logger", "run_dir", "artifact", "checkpoint", "learning_
            "resume")
 
 
-def binding(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config keys a run folder is bound to."""
-    keys = [str(k) for k in cfg.keys() if k not in UNBOUND]  # paths may need Hydra's runtime
+def binding(cfg: DictConfig, unbound: tuple[str, ...] = UNBOUND) -> dict[str, Any]:
+    """The resolved config keys a run folder is bound to (all top-level keys but
+    ``unbound``)."""
+    keys = [str(k) for k in cfg.keys() if k not in unbound]  # paths may need Hydra's runtime
     out = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k])
            else cfg[k] for k in keys}
     return json.loads(json.dumps(out, default=str))
@@ -54,9 +56,14 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def bind_run_dir(cfg: DictConfig, run_dir: str | Path, files: list[str | Path],
-                 resume: str = "auto") -> str:
+                 resume: str = "auto", *, unbound: tuple[str, ...] = UNBOUND,
+                 write: bool = True) -> str:
     """Check (or write) ``run_dir``'s binding; return ``"new"``, ``"resume"`` or
     ``"restart"``. ``files`` are the run's outputs (artifact, checkpoint, curve).
+
+    ``unbound``: the top-level keys left out of the binding (paths, logging). ``write=False``
+    only checks (raises as below, moves and writes nothing): the data-parallel ranks other
+    than rank 0, which alone writes.
 
     Raises:
         RunDirError: the folder holds a run made with another configuration (or one without
@@ -64,7 +71,7 @@ def bind_run_dir(cfg: DictConfig, run_dir: str | Path, files: list[str | Path],
     """
     run_dir = Path(run_dir)
     paths = [Path(f) for f in files]
-    mine = binding(cfg)
+    mine = binding(cfg, unbound)
     bound = run_dir / BINDING_FILE
     outputs = [f for f in paths if f.exists()]
     existing = [f for f in [bound, *outputs] if f.exists()]
@@ -91,12 +98,14 @@ def bind_run_dir(cfg: DictConfig, run_dir: str | Path, files: list[str | Path],
                 f"resume=restart to start this folder over (the old run moves to "
                 f"{run_dir}/replaced/)")
         else:
-            dest = run_dir / "replaced" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"
-            dest.mkdir(parents=True)
-            for f in existing:
-                shutil.move(str(f), dest / f.name)
+            if write:
+                dest = run_dir / "replaced" / \
+                    f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}"
+                dest.mkdir(parents=True)
+                for f in existing:
+                    shutil.move(str(f), dest / f.name)
             state = "restart"
-    if state != "resume":
+    if state != "resume" and write:
         run_dir.mkdir(parents=True, exist_ok=True)
         tmp = bound.with_name(f".{bound.name}.tmp")
         tmp.write_text(json.dumps(mine, indent=1, sort_keys=True) + "\n")

@@ -167,6 +167,7 @@ class TrainModelConfig:
     plot: str = "curves.png"
     model_path: str | None = None      # the data-parallel helper's keys
     dist_backend: str | None = None
+    resume: str = "auto"
 
     def __post_init__(self) -> None:
         for key in ("num_threads", "batch_size", "eval_batch_size", "log_every"):
@@ -181,6 +182,7 @@ class TrainModelConfig:
             raise ConfigError("time_budget_s", self.time_budget_s, "a number > 0 or null",
                               "pass e.g. time_budget_s=150, or time_budget_s=null (no limit)")
         _one_of(self, "strategy", ("planned", "aligned", "naive"))
+        _one_of(self, "resume", ("auto", "restart"))
 
 
 #: ConfigStore name -> schema; ``conf/<entry>.yaml`` lists ``<entry>_schema`` first.

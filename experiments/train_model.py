@@ -19,6 +19,12 @@ mini-batch: each rank records, schedules and runs its share (every N-th tree of 
 rank), the gradients are summed over the ranks before Adam steps
 (:class:`~edbatch.executor.distributed.DataParallel`), and rank 0 alone logs and writes files.
 Evaluation is sharded the same way (every N-th dev mini-batch) and its counts summed.
+
+The run folder is bound to its config (``run_config.json``, as for ``experiments.train``;
+docs/errors.md): a rerun with the same config trains again from scratch and overwrites the
+summary, plot and model file (there is no checkpoint to resume); a rerun with any other
+setting stops before writing anything and names the differing keys (``resume=restart`` moves
+the old run to ``replaced/<time>/`` and starts over).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from edbatch.tracking import NullTracker, Tracker
 from edbatch.workloads import Workload
 from experiments._cli import guarded
 from experiments._common import make_tracker, one_workload, seed_everything
+from experiments._rundir import bind_run_dir
 
 __all__ = ["Minibatch", "RootScores", "prepare_minibatch", "root_nodes", "train_model"]
 
@@ -406,7 +413,30 @@ def train_model(cfg: DictConfig) -> dict[str, Any]:
         dp.close()
 
 
+#: Top-level keys a ``train_model`` run folder is not bound to: paths and the logger.
+UNBOUND = ("run_dir", "summary", "plot", "model_path", "logger", "resume")
+
+
+def bind_model_run_dir(cfg: DictConfig, dp: DataParallel) -> str:
+    """Check ``run_dir`` against ``run_config.json`` (every rank, before anything is
+    written; rank 0 alone writes the binding or moves an old run to ``replaced/``).
+
+    A folder holding a run (summary, plot or model file) made with another config is
+    refused (:class:`~edbatch.errors.RunDirError` naming the differing keys) unless
+    ``resume=restart``; the same config trains again from scratch (there is no checkpoint)
+    and overwrites the outputs.
+    """
+    outputs = [cfg.summary, cfg.plot, *([cfg.model_path] if cfg.get("model_path") else [])]
+    return bind_run_dir(cfg, cfg.run_dir, outputs, cfg.get("resume", "auto"),
+                        unbound=UNBOUND, write=dp.is_main)
+
+
 def _train_model(cfg: DictConfig, dp: DataParallel) -> dict[str, Any]:
+    state = bind_model_run_dir(cfg, dp)  # all ranks see the same files: all raise together
+    if state != "new":
+        log.info("%s: %s", cfg.run_dir, "the same config was run here before: training again "
+                 "from scratch, its outputs are overwritten" if state == "resume" else
+                 "resume=restart: the previous run moved to replaced/")
     torch.set_num_threads(cfg.num_threads)
     seed_everything(cfg.seed)
     if not dp.is_main:

@@ -114,11 +114,13 @@ def _tokens_with_columns(line: str) -> list[tuple[int, str]]:
     return [(m.start() + 1, m.group()) for m in re.finditer(r"\S+", line)]
 
 
-def load_lattices(path: str | Path) -> list[Lattice]:
+def load_lattices(path: str | Path, *, num_tags: int | None = None) -> list[Lattice]:
     """Load every lattice of an integer-stream file.
 
     Args:
         path: A file such as ``data/lattice/train.txt``.
+        num_tags: The size of the tag set: the tags of states ``1..L-1`` (the ones a model
+            predicts) must be below it. ``None`` checks only that tags are ``>= 0``.
 
     Returns:
         The lattices in file order; exactly as many as the header declares.
@@ -127,8 +129,10 @@ def load_lattices(path: str | Path) -> list[Lattice]:
         FileNotFoundError: If the file does not exist.
         DataFormatError: On an empty file, a non-integer token, a non-positive lattice count, a
             stream that ends inside a lattice, more or fewer lattices than declared, ``L < 1``,
-            a negative arc count, a negative tag, source state or token id, or an arc whose
-            source is not an earlier state. Messages name ``file:line`` and the lattice index.
+            a negative arc count, a negative tag, source state or token id, an arc whose
+            source is not an earlier state, a state ``i >= 1`` without an incoming arc (it
+            would be unreachable and its state undefined), or a tag ``>= num_tags``. Messages
+            name ``file:line`` and the lattice index.
     """
     name = str(path)
     text = read_text(path)
@@ -148,7 +152,7 @@ def load_lattices(path: str | Path) -> list[Lattice]:
             stream.fail(pos, f"{index} lattices (the file ends after lattice #{index - 1})",
                         f"{declared} lattices, as declared on line 1",
                         "fix the count on line 1 or restore the missing lattices")
-        lattice, pos = _parse_lattice(stream, pos, index)
+        lattice, pos = _parse_lattice(stream, pos, index, num_tags)
         lattices.append(lattice)
     if pos < len(values):
         _extra_tokens(stream, pos, declared)
@@ -173,7 +177,8 @@ def _extra_tokens(stream: _Stream, pos: int, declared: int) -> NoReturn:
                 "fix the count on line 1 or remove the trailing data")
 
 
-def _parse_lattice(stream: _Stream, pos: int, index: int) -> tuple[Lattice, int]:
+def _parse_lattice(stream: _Stream, pos: int, index: int,
+                   num_tags: int | None = None) -> tuple[Lattice, int]:
     """Parse lattice number ``index`` starting at token ``pos``; return it and the next pos."""
     values = stream.values
     n = len(values)
@@ -190,6 +195,11 @@ def _parse_lattice(stream: _Stream, pos: int, index: int) -> tuple[Lattice, int]
         bad = next(i for i, tag in enumerate(tags) if tag < 0)
         stream.fail(tag_start + bad, f"tag {tags[bad]} for state {bad} of lattice #{index}",
                     "a tag id >= 0", "fix the tag")
+    if num_tags is not None and length > 1 and max(tags[1:]) >= num_tags:
+        bad = next(i for i, tag in enumerate(tags) if i and tag >= num_tags)
+        stream.fail(tag_start + bad, f"tag {tags[bad]} for state {bad} of lattice #{index}",
+                    f"a tag id in 0..{num_tags - 1} (the tag set has {num_tags} tags)",
+                    "fix the tag, or use a workload with a larger num_tags")
     src: list[int] = []
     dst: list[int] = []
     tok: list[int] = []
@@ -200,6 +210,10 @@ def _parse_lattice(stream: _Stream, pos: int, index: int) -> tuple[Lattice, int]
         if k < 0:
             stream.fail(pos, f"arc count {k} for state {state} of lattice #{index}",
                         "a number of incoming arcs >= 0", "fix the arc count")
+        if k == 0 and state > 0:
+            stream.fail(pos, f"no incoming arc for state {state} of lattice #{index}",
+                        "at least one arc into every state i >= 1 (from an earlier state)",
+                        "add the missing arc, or remove the unreachable state")
         end = pos + 1 + 2 * k
         if end > n:
             _truncated(stream, index, f"{k} (source, token) arc pairs of state {state}")

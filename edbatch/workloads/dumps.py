@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from edbatch.data.dumps import GraphDump, load_dump_folder, save_dump
-from edbatch.errors import GraphError, did_you_mean
+from edbatch.errors import DataFormatError, GraphError, did_you_mean
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
 from edbatch.workloads.base import Workload
 
@@ -45,10 +45,11 @@ def _check_types(dump: GraphDump, num_types: int) -> None:
     bad = np.flatnonzero(dump.types >= num_types)
     if len(bad):
         v = int(bad[0])
-        raise GraphError(
-            f"{dump.path}: node {v} has type {int(dump.types[v])}, but the vocabulary has only "
-            f"{num_types} op types (ids 0..{num_types - 1}); raise num_types to at least "
-            f"{int(dump.types.max()) + 1}, or pass num_types=None to infer it from the folder")
+        raise DataFormatError(  # node v is line v + 2 (after the node count)
+            dump.path, v + 2, f"type {int(dump.types[v])} for node {v}",
+            f"a type id in 0..{num_types - 1} (the vocabulary has {num_types} op types)",
+            f"raise num_types to at least {int(dump.types.max()) + 1}, or pass "
+            f"num_types=None to infer it from the folder")
 
 
 def _sinks(dump: GraphDump) -> np.ndarray:
@@ -61,7 +62,7 @@ def graph_from_dump(dump: GraphDump, vocab: Vocab) -> Graph:
     Node ``v`` of the graph is line ``v + 2`` of the file: op id = the dump's type id.
 
     Raises:
-        GraphError: a type id does not fit ``vocab`` (the message names file and node).
+        DataFormatError: a type id does not fit ``vocab`` (names ``file:line`` and node).
     """
     _check_types(dump, len(vocab))
     return Graph.from_arrays(vocab, dump.types, dump.arg_ptr, dump.args, outputs=_sinks(dump))
@@ -134,7 +135,7 @@ class DumpWorkload(Workload):
         data_dir: the data root (defaults to the repository's ``data/``).
 
     Raises:
-        GraphError: a dump holds a type id ``>= num_types``.
+        DataFormatError: a dump holds a type id ``>= num_types`` (``file:line``).
         FileNotFoundError: the folder does not exist.
     """
 

@@ -182,3 +182,19 @@ def test_empty_file(tmp_path: Path, content: str) -> None:
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DataFormatError, match=r"empty.txt:1: found an empty file"):
         load_lattices(path)
+
+
+def test_tag_outside_the_tag_set_names_file_line_value_and_fix(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD_LINES)
+    assert len(load_lattices(path, num_tags=5)) == 2  # tags 0..4 fit
+    with pytest.raises(DataFormatError) as info:
+        load_lattices(path, num_tags=2)  # lattice #0's state 2 has tag 2
+    err = info.value
+    assert str(err).startswith(f"{path}:3: found tag 2 for state 2 of lattice #0")
+    assert "0..1" in err.expected and "num_tags" in str(err)
+
+
+def test_state_without_incoming_arc_names_file_line_and_fix(tmp_path: Path) -> None:
+    err = _error(tmp_path, _replace(5, "0"))  # state 1 of lattice #0: unreachable
+    assert err.line == 5 and "no incoming arc for state 1 of lattice #0" in err.found
+    assert "add the missing arc" in str(err)

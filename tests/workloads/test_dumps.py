@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edbatch.data.dumps import load_dump
-from edbatch.errors import GraphError
+from edbatch.errors import DataFormatError, GraphError
 from edbatch.graph import Graph
 from edbatch.schedule import (
     DynetAgendaPolicy,
@@ -87,13 +87,26 @@ def test_design_6_2_batch_counts_on_the_test_graphs(folder: str) -> None:
 
 
 def test_too_small_num_types_names_file_node_and_fix() -> None:
-    with pytest.raises(GraphError, match=r"G\d+\.txt: node \d+ has type \d+.*raise num_types"):
+    with pytest.raises(DataFormatError,
+                       match=r"G\d+\.txt:\d+: found type \d+ for node \d+.*raise num_types"):
         DumpWorkload("bilstm_B1", num_types=9)
     dump = load_dump(DATA_DIR / "graphs" / "mvrnn_B1" / "G1.txt")
-    with pytest.raises(GraphError, match=r"G1\.txt: node 31 has type 5"):
+    with pytest.raises(DataFormatError, match=r"G1\.txt:33: found type 5 for node 31"):
         graph_from_dump(dump, dump_vocab(5))
     with pytest.raises(GraphError, match="num_types must be >= 1"):
         dump_vocab(0)
+
+
+def test_type_outside_the_vocabulary_names_file_line_value_and_fix(tmp_path) -> None:
+    path = tmp_path / "G0.txt"
+    path.write_text("3\n1 0\n2 0\n7 2 0 1\n", encoding="utf-8")  # node 2 (line 4): type 7
+    dump = load_dump(path)
+    assert graph_from_dump(dump, dump_vocab(8)).num_nodes == 3
+    with pytest.raises(DataFormatError) as info:
+        graph_from_dump(dump, dump_vocab(4))
+    assert str(info.value).startswith(f"{path}:4: found type 7 for node 2; expected a type "
+                                      f"id in 0..3")
+    assert "raise num_types to at least 8" in str(info.value)
 
 
 def test_shared_vocabulary_across_folders() -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from edbatch.data.lattices import Lattice, load_lattices
-from edbatch.errors import GraphError
+from edbatch.errors import DataFormatError, GraphError
 from edbatch.graph import Graph
 from edbatch.schedule import (
     DynetAgendaPolicy,
@@ -220,7 +220,8 @@ def test_bad_constructor_arguments() -> None:
     with pytest.raises(KeyError, match="granularity"):
         LatticeGRU(granularity="cells")
     w = LatticeLSTM(num_tags=3)
-    with pytest.raises(GraphError, match=r"lattice #0 of split 'dev': state \d+ has tag"):
+    with pytest.raises(DataFormatError,
+                       match=r"dev\.txt:\d+: found tag \d+ for state \d+ of lattice #0"):
         w.load("dev")
 
 
