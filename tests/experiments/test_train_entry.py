@@ -88,7 +88,7 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
         assert said in text, said
     assert all(x["num_batches"] >= x["lower_bound"] for x in lines)
     assert "FSM training (per seed)" in r.stdout
-    assert "fallback alone" in r.stdout and "table gain" in r.stdout
+    assert "fallback alone" in r.stdout and "gain" in r.stdout
     assert (tmp_path / "batches.png").read_bytes()[:4] == b"\x89PNG"
 
 
