@@ -122,6 +122,12 @@ def test_reruns_that_differ_or_fail_change_nothing_of_the_first_run(tmp_path: Pa
 
 
 @pytest.mark.slow
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def test_ctrl_c_saves_a_checkpoint_and_exits_in_one_line(tmp_path: Path) -> None:
     run = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
@@ -136,7 +142,10 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_in_one_line(tmp_path: Path) -> None
             run / "train.log").read_text():
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.5)
-    time.sleep(3)  # some episodes
+    cpu0 = _cpu_seconds(proc.pid)  # some episodes: 3 s of the trainer's own CPU time, so a
+    while _cpu_seconds(proc.pid) - cpu0 < 3.0:  # loaded machine does not cut them short
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
