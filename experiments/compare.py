@@ -135,7 +135,8 @@ LEGEND = ("LB: lower bound on the batches of a graph (unbatchable nodes + the lo
           "same-type chain per op type); each cell: mean batches per graph (batches / LB, "
           "1.00 = the bound; bold = fewest). fsm_<learner>: the learned FSM policy. "
           "hit rate: share of the FSM's decisions found in its table (the rest use its "
-          "fallback heuristic).")
+          "fallback heuristic). Training table: ep episodes, s seconds, fsm/LB the FSM, fb/LB "
+          "its fallback alone, gain = 1 - fsm/fb.")
 
 
 def scheduler_table(rows: list[SummaryRow], schedulers: list[str]) -> Any:
@@ -168,6 +169,7 @@ def scheduler_table(rows: list[SummaryRow], schedulers: list[str]) -> Any:
 @guarded
 def main(cfg: DictConfig) -> float:
     """Hydra entry point; returns edbatch's FSM mean ratio to LB."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -181,10 +183,11 @@ def main(cfg: DictConfig) -> float:
     console.print(scheduler_table(rows, names))
     console.print(LEGEND, highlight=False)
     stats = Table(title="FSM training (per seed): what the learned table adds over its "
-                  "fallback alone")
-    for col in ("workload", "trainer", "seed", "episodes", "s", "states", "hit rate",
-                "fallback", "fsm/LB", "fallback/LB", "gain"):
-        stats.add_column(col, justify="right")
+                  "fallback alone", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)
+    for col in ("workload", "trainer", "seed", "ep", "s", "states", "hit", "fallback",
+                "fsm/LB", "fb/LB", "gain"):  # ep: episodes, s: seconds, hit: hit rate
+        stats.add_column(col, justify="right", no_wrap=True)
     for r in runs:
         gain = 1.0 - r["fsm_ratio"] / r["fallback_ratio"] if r["fallback_ratio"] else 0.0
         stats.add_row(r["workload"], r["trainer"], str(r["seed"]), str(r["episodes"]),
