@@ -16,6 +16,7 @@ from numba import njit
 from numpy.typing import NDArray
 
 from edbatch.graph.ir import Graph
+from edbatch.memory._first_reads import first_reads
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["aligned_orders_compiled"]
@@ -75,23 +76,7 @@ def aligned_orders_compiled(graph: Graph, schedule: Schedule) -> list[NDArray[np
     if not batches:
         return []
     step = schedule.step_of(n)
-    forced = np.array([b.forced for b in batches], dtype=bool)
-    arity = graph.arity.astype(np.int64)
-    consumer = np.repeat(np.arange(n, dtype=np.int64), arity)
-    slot = np.arange(len(graph.operand_ids), dtype=np.int64) - np.repeat(
-        graph.operand_ptr[:-1], arity)
-    producer = graph.operand_ids.astype(np.int64)
-    cstep = step[consumer]
-    feeds_batched = np.zeros(len(batches), dtype=bool)
-    feeds_batched[step[producer[~forced[cstep]]]] = True
-    deferred = ~feeds_batched & ~forced
-    keep = ~forced[cstep] & ~deferred[cstep]
-    consumer, slot, producer, cstep = consumer[keep], slot[keep], producer[keep], cstep[keep]
-    by_read = np.lexsort((consumer, slot, cstep))
-    first = np.full(n, -1, dtype=np.int64)
-    seen, at = np.unique(producer[by_read], return_index=True)
-    first[seen] = by_read[at]
-    slots = int(slot.max(initial=0)) + 1
+    arity, consumer, slot, deferred, first, slots = first_reads(graph, batches, step)
     sizes = np.array([len(b) for b in batches], dtype=np.int64)
     bptr = np.zeros(len(batches) + 1, dtype=np.int64)
     np.cumsum(sizes, out=bptr[1:])
