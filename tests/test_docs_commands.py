@@ -66,20 +66,23 @@ CHEAP: dict[str, str] = {
     # data-parallel training (docs/distributed.md)
     "torchrun --nproc_per_node=2 -m experiments.train_model":
         f"{PY} -m torch.distributed.run --standalone --nproc_per_node=2 -m experiments.train_model "
-        "epochs=1 max_steps=2 train_limit=64 eval_limit=64 eval_every=null batch_size=32",
+        "epochs=1 max_steps=2 train_limit=64 eval_limit=64 eval_every=null batch_size=32 "
+        "run_dir=runs/docs_model_1",
     "torchrun --nproc_per_node=2 -m experiments.train_model batch_size=128 max_steps=200 "
     "time_budget_s=null":
         f"{PY} -m torch.distributed.run --standalone --nproc_per_node=2 -m experiments.train_model "
         "batch_size=128 max_steps=2 time_budget_s=null train_limit=256 eval_limit=64 "
-        "eval_every=null",
+        "eval_every=null run_dir=runs/docs_model_2",
     "torchrun --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint=node001:29400 "
     "--rdzv_id=sst -m experiments.train_model batch_size=128":
         f"({PY} -m torch.distributed.run --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d "
         "--rdzv_endpoint=127.0.0.1:29431 --rdzv_id=sst -m experiments.train_model batch_size=32 "
-        "max_steps=2 train_limit=64 eval_limit=64 eval_every=null) & p=$!; "
+        "max_steps=2 train_limit=64 eval_limit=64 eval_every=null "
+        "run_dir=runs/docs_model_3) & p=$!; "
         f"{PY} -m torch.distributed.run --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d "
         "--rdzv_endpoint=127.0.0.1:29431 --rdzv_id=sst -m experiments.train_model batch_size=32 "
-        "max_steps=2 train_limit=64 eval_limit=64 eval_every=null && wait $p",
+        "max_steps=2 train_limit=64 eval_limit=64 eval_every=null "
+        "run_dir=runs/docs_model_3 && wait $p",
     "python -m experiments.train_model -m hydra/launcher=slurm hydra.launcher.nodes=2 "
     "hydra.launcher.tasks_per_node=2 batch_size=128":
         f"{PY} -c 'import hydra_plugins.hydra_submitit_launcher.submitit_launcher' && "
@@ -131,7 +134,7 @@ CHEAP: dict[str, str] = {
         "progress=false",
     "python -m experiments.train_model epochs=2":
         f"{PY} -m experiments.train_model epochs=1 max_steps=2 train_limit=64 eval_limit=64 "
-        "eval_every=null batch_size=32",
+        "eval_every=null batch_size=32 run_dir=runs/docs_model_4",
 }
 
 #: markers of ``python`` blocks that use the reader's own data (covered by examples/).

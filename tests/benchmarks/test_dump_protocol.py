@@ -23,9 +23,11 @@ def test_lattice_protocol_trains_on_g0_and_reports_the_rest(tmp_path: Path) -> N
     data = json.loads(out.read_text())
     assert data["test_graphs"] == 2 and data["seeds"] == [0, 1]
     rows = {r["scheduler"]: r for r in data["rows"]}
-    assert set(rows) == {"fsm", "dynet_agenda", "typewise_greedy", "typewise_greedy_backward",
-                         "critical_path"}
+    assert set(rows) == {"fsm", "fsm_fallback_only", "dynet_agenda", "typewise_greedy",
+                         "typewise_greedy_backward", "critical_path"}
     assert rows["fsm"]["seeds"] == 2 and rows["critical_path"]["seeds"] == 1
+    # the ablation row (the same fallback and lookahead, no table) is reported per seed too
+    assert rows["fsm_fallback_only"]["seeds"] == 2
     # lattices: the FSM (a heuristic fallback chosen on G0, plus rollout) beats DyNet's agenda
     assert rows["fsm"]["mean_batches"] < rows["dynet_agenda"]["mean_batches"]
     assert all(r["ratio_to_lb"] >= 1.0 for r in rows.values())
