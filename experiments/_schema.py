@@ -143,7 +143,7 @@ class TrainModelConfig:
     workload: Any = None
     logger: Any = None
     seed: int = 0
-    scheduler: str = "typewise_greedy"
+    batching: str = "typewise_greedy"
     fsm: str | None = None
     strategy: str = "planned"
     device: str = "cpu"

@@ -241,7 +241,7 @@ class _Trainer:
         self.sparse_rows = {n for n in self.params if is_embedding(n)} if sparse else set()
         self.executor = TorchExecutor(device, cuda_graphs=cfg.cuda_graphs,
                                       sparse_grads=sparse)
-        scheduler = make_model_scheduler(cfg.scheduler, cfg.fsm)
+        scheduler = make_model_scheduler(cfg.batching, cfg.fsm)
         n_train = len(workload.load(cfg.train_split))
         chunks = _chunks(n_train, cfg.train_limit, cfg.batch_size, cfg.seed)
         self.train_trees = sum(len(c) for c in chunks)
@@ -442,7 +442,7 @@ def _train_model(cfg: DictConfig, dp: DataParallel) -> dict[str, Any]:
     if not dp.is_main:
         logging.getLogger().setLevel(logging.WARNING)
     name, workload, _ = one_workload(cfg.workload, granularity="cell")
-    sched_name = "fsm" if cfg.fsm else cfg.scheduler
+    sched_name = "fsm" if cfg.fsm else cfg.batching
     run_name = f"{name}__{sched_name}__{cfg.seed}__{int(time.time())}"
     tracker = make_tracker(cfg.logger, cfg, run_name) if dp.is_main else NullTracker()
     try:

@@ -24,7 +24,7 @@ TINY = ["workload.tree_lstm.embed_dim=8", "workload.tree_lstm.hidden_dim=8", "ep
         "max_steps=2", "train_limit=32", "batch_size=16", "eval_limit=20",
         "eval_batch_size=20", "log_every=1", "eval_every=null", "time_budget_s=600"]
 #: (override, key the refusal names): workload sizes, optimisation, scheduling, budget
-#: (`scheduler=NAME` cannot be overridden: `conf/scheduler/` is a config group)
+#: (the heuristic is `batching=NAME`; `scheduler` names a config group of evaluate/compare)
 CHANGES = [("workload.tree_lstm.hidden_dim=16", "workload.tree_lstm.hidden_dim"),
            ("batch_size=8", "batch_size"), ("lr=0.01", "lr"), ("seed=1", "seed"),
            ("fsm=policy.json", "fsm"), ("strategy=naive", "strategy"),
