@@ -25,7 +25,7 @@ from edbatch.graph.ir import Graph
 from edbatch.schedule import _compiled as core
 from edbatch.schedule import bounds
 from edbatch.schedule._compiled_analysis import heights_numba, typewise_graph_numba
-from edbatch.schedule.bounds import _segments
+from edbatch.schedule.reverse import reversed_operands
 from edbatch.schedule.schedule import Batch, Schedule
 
 __all__ = ["BACKENDS", "COMPILED_ENCODINGS", "COMPILED_RULES", "CompiledFsmScheduler",
@@ -202,13 +202,8 @@ def _reversed_arrays(graph: Graph) -> tuple[NDArray[np.int64], ...]:
     ``(op, operand_ptr, operand_ids, user_ptr, user_ids)`` of the reversed graph, users in
     the order :attr:`Graph.users` gives them (it decides the release order)."""
     n = graph.num_nodes
-    uptr, uids = graph.users
-    lens = np.diff(uptr)[::-1]
-    optr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lens, out=optr[1:])
-    idx, _ = _segments(uptr, np.arange(n - 1, -1, -1, dtype=np.int64))
-    oids = n - 1 - uids[idx].astype(np.int64)
-    consumer = np.repeat(np.arange(n, dtype=np.int64), lens)
+    optr, oids = reversed_operands(graph)
+    consumer = np.repeat(np.arange(n, dtype=np.int64), np.diff(optr))
     users = consumer[np.argsort(oids, kind="stable")]
     rptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(oids, minlength=n), out=rptr[1:])
