@@ -1,0 +1,213 @@
+"""The training loop of ``experiments.train_model``: parameters, optimizer, budget, the
+epoch loop with its evaluations, and the curves' PNG.
+
+Mini-batches are made once from a seeded permutation (their graphs, schedules and memory
+plans are cached); each epoch visits them in a new seeded order.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from edbatch.executor import init_params
+from edbatch.executor.device import check_device
+from edbatch.executor.distributed import DataParallel
+from edbatch.executor.params import is_embedding
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.tracking import Tracker
+from edbatch.workloads import Workload
+from experiments._train_model_data import (
+    Minibatch,
+    MinibatchCache,
+    RootScores,
+    evaluate,
+    make_chunks,
+    make_model_scheduler,
+    merge_scores,
+    root_logits,
+)
+
+__all__ = ["Trainer", "fit", "plot_curves"]
+
+log = logging.getLogger("experiments.train_model")
+
+class Trainer:
+    """The training loop's state: parameters, optimizer, budget, counters and history."""
+
+    def __init__(self, cfg: DictConfig, workload: Workload, tracker: Tracker,
+                 dp: DataParallel | None = None) -> None:
+        self.cfg, self.workload, self.tracker = cfg, workload, tracker
+        self.dp = dp = dp or DataParallel()
+        device = check_device(dp.device(cfg.device))
+        self.params = init_params(workload, torch.Generator().manual_seed(cfg.seed),
+                                  device=device)
+        dp.broadcast(self.params.values())  # identical start on every rank
+        self.opt = torch.optim.Adam(self.params.values(), lr=cfg.lr,
+                                    weight_decay=cfg.weight_decay)
+        # gloo: embedding tables travel as the rows read (sparse), NCCL: dense (keeps the
+        # CUDA-graph capture of training runs, which sparse gradients turn off)
+        sparse = dp.enabled and dp.backend == "gloo"
+        self.sparse_rows = {n for n in self.params if is_embedding(n)} if sparse else set()
+        self.executor = TorchExecutor(device, cuda_graphs=cfg.cuda_graphs,
+                                      sparse_grads=sparse)
+        scheduler = make_model_scheduler(cfg.batching, cfg.fsm)
+        n_train = len(workload.load(cfg.train_split))
+        chunks = make_chunks(n_train, cfg.train_limit, cfg.batch_size, cfg.seed)
+        self.train_trees = sum(len(c) for c in chunks)
+        self.train = MinibatchCache(workload, cfg.train_split, [dp.shard(c) for c in chunks],
+                            scheduler, cfg.strategy)
+        self.dev = MinibatchCache(workload, cfg.eval_split, dp.shard(make_chunks(
+            len(workload.load(cfg.eval_split)), cfg.eval_limit, cfg.eval_batch_size, None)),
+            scheduler, cfg.strategy)
+        self.history: list[dict[str, float]] = []
+        self.step, self.trees, self.seconds, self.prepare_seconds = 0, 0, 0.0, 0.0
+        self.batches, self.nodes = 0, 0
+        self.deadline = math.inf if cfg.time_budget_s is None else float(cfg.time_budget_s)
+
+    @property
+    def out_of_time(self) -> bool:
+        """Whether the training budget is spent (the time on some rank: all stop together)."""
+        return self._max_steps_done or (
+            math.isfinite(self.deadline) and self.dp.any(self.seconds >= self.deadline))
+
+    @property
+    def _max_steps_done(self) -> bool:
+        return self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
+
+    def train_step(self, mb: Minibatch | None, scores: RootScores) -> bool:
+        """One forward/backward/Adam step on a mini-batch (loss: mean over tree nodes; this
+        rank's share of it when distributed, ``None`` for an empty share); ``False`` (and
+        nothing done) if the time budget is spent (on some rank)."""
+        local = (0, 0) if mb is None else (mb.num_tree_nodes, len(mb.roots))
+        # the global mini-batch's counts, and whether to stop, in one collective
+        tree_nodes, trees, late = self.dp.sum([*local, self.seconds >= self.deadline])
+        if late:
+            return False
+        self.opt.zero_grad(set_to_none=True)
+        res = None if mb is None else \
+            self.executor.run(mb.graph, mb.schedule, mb.plan, self.params, grad=True)
+        if res is not None and mb is not None:
+            loss = res.outputs[mb.loss_node].reshape(())
+            with torch.no_grad():  # before the update: the predictions the loss was made for
+                logits = root_logits(res, mb, self.params, self.workload.name)
+            (loss / tree_nodes).backward()  # type: ignore[no-untyped-call]
+            scores.add(logits, torch.from_numpy(mb.labels), loss.item(), mb.num_tree_nodes)
+            self.batches += mb.schedule.num_batches
+            self.nodes += mb.graph.num_nodes
+        self.dp.sum_grads(self.params, self.sparse_rows)
+        self.opt.step()
+        self.step += 1
+        self.trees += int(trees)
+        return True
+
+    def epoch(self, epoch: int) -> dict[str, float]:
+        """Train one epoch (or until the budget is spent); return its train metrics."""
+        order = np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.train))
+        scores, window = RootScores(), RootScores()
+        for k in order.tolist():
+            if self._max_steps_done:
+                break
+            start = time.perf_counter()
+            mb = self.train.get(k)
+            prepared = time.perf_counter()
+            if not self.train_step(mb, window):
+                break
+            self.prepare_seconds += prepared - start
+            self.seconds += time.perf_counter() - start
+            if self.step % self.cfg.log_every == 0:
+                window = window.reduced(self.dp)
+                self._log(window.metrics("train"))
+                merge_scores(scores, window)
+                window = RootScores()
+            if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
+                self.eval()
+        merge_scores(scores, window.reduced(self.dp))
+        return scores.metrics("train")
+
+    def _log(self, metrics: dict[str, float]) -> None:
+        row = {**metrics, **self.rates(), "train/epoch": self.epochs_done}
+        self.history.append(row)
+        self.tracker.log(row, step=self.step)
+
+    @property
+    def epochs_done(self) -> float:
+        """Training trees seen, in epochs of the (limited) training set."""
+        return self.trees / max(1, self.train_trees)
+
+    def rates(self) -> dict[str, float]:
+        """Throughput (global trees over this rank's seconds) and schedule size so far
+        (this rank's mini-batches when distributed)."""
+        steps = max(self.step, 1)
+        return {"train/examples_per_s": self.trees / max(self.seconds, 1e-9),
+                "train/seconds": self.seconds,
+                "train/prepare_seconds": self.prepare_seconds,
+                "train/batches_per_minibatch": self.batches / steps,
+                "train/nodes_per_minibatch": self.nodes / steps}
+
+    def eval(self) -> dict[str, float]:
+        """Dev metrics now; logged and kept in the history."""
+        start = time.perf_counter()
+        row = evaluate(self.executor, self.params, self.dev, self.workload.name, self.dp)
+        row["eval/seconds"] = time.perf_counter() - start
+        row["train/epoch"] = self.epochs_done
+        self.history.append(row)
+        self.tracker.log(row, step=self.step)
+        return row
+
+
+def plot_curves(history: Sequence[dict[str, float]], path: str | Path, title: str) -> Path:
+    """Train loss and dev accuracies (fine, binary) against epochs, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(key: str) -> tuple[list[float], list[float]]:
+        pts = [(h["train/epoch"], h[key]) for h in history if key in h]
+        return [x for x, _ in pts], [y for _, y in pts]
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    left.plot(*series("train/loss"), label="train (window)")
+    left.plot(*series("eval/loss"), marker="o", label="dev")
+    left.set(xlabel="epoch", ylabel="loss per tree node", title="loss")
+    for key, label in (("eval/fine_accuracy", "dev fine (5 classes)"),
+                       ("eval/binary_accuracy", "dev binary"),
+                       ("train/binary_accuracy", "train binary (window)")):
+        right.plot(*series(key), marker="o" if key.startswith("eval") else None, label=label)
+    right.set(xlabel="epoch", ylabel="root accuracy", title="accuracy")
+    for ax in (left, right):
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    from experiments.plots import save_figure
+
+    return save_figure(fig, path)
+
+
+def fit(trainer: Trainer) -> list[dict[str, float]]:
+    """Epoch loop with evaluation after each epoch (and every ``eval_every`` steps)."""
+    cfg, evals = trainer.cfg, []
+    for epoch in range(1, cfg.epochs + 1):
+        if trainer.out_of_time:
+            break
+        start = time.perf_counter()
+        train = trainer.epoch(epoch)
+        row = {**trainer.eval(), **train}
+        evals.append(row)
+        log.info("epoch %d (%.1f epochs of %d trees, %.0fs): train loss %.3f | dev fine %.4f "
+                 "binary %.4f | %.1f trees/s, %.1f batches per mini-batch (%s)", epoch,
+                 trainer.epochs_done, trainer.train_trees,
+                 time.perf_counter() - start, train["train/loss"], row["eval/fine_accuracy"],
+                 row["eval/binary_accuracy"], trainer.rates()["train/examples_per_s"],
+                 trainer.rates()["train/batches_per_minibatch"], trainer.train.scheduler)
+    return evals
+
