@@ -25,8 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from edbatch.errors import ConfigError
 
-__all__ = ["SCHEMAS", "CompareConfig", "EvaluateConfig", "TrainConfig", "TrainModelConfig",
-           "validate"]
+__all__ = ["SCHEMAS", "AutoConfig", "CompareConfig", "EvaluateConfig", "TrainConfig",
+           "TrainModelConfig", "validate"]
 
 
 def _at_least(cfg: Any, key: str, low: float, *, nullable: bool = False,
@@ -137,6 +137,16 @@ class CompareConfig:
 
 
 @dataclass
+class AutoConfig:
+    """``batching=auto``: the candidates timed on the first mini-batches, and how often."""
+
+    schedulers: list[str] = field(default_factory=lambda: [
+        "critical_path", "typewise_greedy", "depth", "dynet_agenda"])
+    strategies: list[str] = field(default_factory=lambda: ["aligned", "naive"])
+    trials: int = 3
+
+
+@dataclass
 class TrainModelConfig:
     """``experiments.train_model``: train the tree sentiment model (conf/train_model.yaml)."""
 
@@ -145,7 +155,9 @@ class TrainModelConfig:
     seed: int = 0
     batching: str = "typewise_greedy"
     fsm: str | None = None
+    fsm_lookahead: str = "none"
     strategy: str = "planned"
+    auto: AutoConfig = field(default_factory=AutoConfig)
     device: str = "cpu"
     cuda_graphs: bool = True
     num_threads: int = 1
@@ -183,6 +195,21 @@ class TrainModelConfig:
                               "pass e.g. time_budget_s=150, or time_budget_s=null (no limit)")
         _one_of(self, "strategy", ("planned", "aligned", "naive"))
         _one_of(self, "resume", ("auto", "restart"))
+        _one_of(self, "fsm_lookahead", ("none", "artifact"))
+        auto = self.auto if isinstance(self.auto, dict) else vars(self.auto)
+        if auto.get("trials", 1) < 1:
+            raise ConfigError("auto.trials", auto["trials"], "an int >= 1",
+                              "pass e.g. auto.trials=3")
+        for key in ("schedulers", "strategies"):
+            if not auto.get(key, [None]):
+                raise ConfigError(f"auto.{key}", auto[key], "a non-empty list",
+                                  f"pass e.g. auto.{key}=[aligned]" if key == "strategies"
+                                  else f"pass e.g. auto.{key}=[typewise_greedy,depth]")
+        bad = [s for s in auto.get("strategies", []) if s not in ("planned", "aligned", "naive")]
+        if bad:
+            raise ConfigError("auto.strategies", auto["strategies"],
+                              "a list of planned, aligned, naive",
+                              "pass e.g. auto.strategies=[aligned,naive]")
 
 
 #: ConfigStore name -> schema; ``conf/<entry>.yaml`` lists ``<entry>_schema`` first.

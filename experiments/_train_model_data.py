@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import Tensor
 
+from edbatch.executor.auto import AutoBatching, Candidate, make_candidates
 from edbatch.executor.distributed import DataParallel
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
 from edbatch.graph import Graph
@@ -26,9 +28,9 @@ from edbatch.memory import MemoryPlan, plan_memory
 from edbatch.schedule import Schedule, Scheduler, make_scheduler
 from edbatch.workloads import Workload
 
-__all__ = ["Minibatch", "MinibatchCache", "RootScores", "evaluate", "make_chunks",
-           "make_model_scheduler", "merge_scores", "prepare_minibatch", "root_logits",
-           "root_nodes"]
+__all__ = ["Built", "Minibatch", "MinibatchCache", "RootScores", "build_minibatch",
+           "evaluate", "finish_minibatch", "make_chunks", "make_model_scheduler",
+           "merge_scores", "model_candidates", "prepare_minibatch", "root_logits", "root_nodes"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Minibatch:
         roots: ``int32[T]`` root state node of each tree.
         labels: ``int64[T]`` root label of each tree.
         num_tree_nodes: labelled tree nodes (loss terms) in the mini-batch.
+        candidate: the label of the scheduler and strategy that made ``schedule``, ``plan``.
     """
 
     graph: Graph
@@ -52,6 +55,7 @@ class Minibatch:
     roots: NDArray[np.int32]
     labels: NDArray[np.int64]
     num_tree_nodes: int
+    candidate: str = ""
 
 
 @dataclass
@@ -106,11 +110,23 @@ def root_nodes(graph: Graph, loss_op: int) -> tuple[NDArray[np.int32], NDArray[n
     return roots.astype(np.int32), graph.attrs[last].astype(np.int64)
 
 
-def prepare_minibatch(workload: Workload, split: str, indices: Sequence[int],
-                      scheduler: Scheduler, strategy: str) -> Minibatch:
-    """Merge, schedule and plan one mini-batch; add the root states to the graph's outputs."""
+@dataclass(frozen=True)
+class Built:
+    """A mini-batch's construction, shared by every scheduler and memory strategy:
+    ``merged`` is the merged graph (scheduled: the schedulers reuse its parts' caches),
+    ``graph`` the same nodes with the roots among its outputs (planned and run)."""
+
+    merged: Graph
+    graph: Graph
+    loss_node: int
+    roots: NDArray[np.int32]
+    labels: NDArray[np.int64]
+    num_tree_nodes: int
+
+
+def build_minibatch(workload: Workload, split: str, indices: Sequence[int]) -> Built:
+    """Merge one mini-batch; add the root states to the graph's outputs."""
     merged = workload.minibatch(split, indices)
-    schedule = scheduler(merged)  # on the merged graph: the scheduler reuses its parts' caches
     loss_op = merged.vocab.id(f"{workload.name}.loss")
     roots, labels = root_nodes(merged, loss_op)
     loss_node = int(merged.outputs[0])
@@ -118,9 +134,22 @@ def prepare_minibatch(workload: Workload, split: str, indices: Sequence[int],
                               merged.operand_ids, attrs=merged.attrs, instance=merged.instance,
                               outputs=np.concatenate([[loss_node], roots]), depth=merged.depth,
                               validate=False)
-    plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
-    return Minibatch(graph, schedule, plan, loss_node, roots, labels,
-                     int(merged.type_counts[loss_op]))
+    return Built(merged, graph, loss_node, roots, labels, int(merged.type_counts[loss_op]))
+
+
+def finish_minibatch(built: Built, scheduler: Scheduler, strategy: str,
+                     label: str = "") -> Minibatch:
+    """Schedule and plan a built mini-batch (``label``: the candidate that did it)."""
+    schedule = scheduler(built.merged)
+    plan = plan_memory(built.graph, schedule, strategy)  # type: ignore[arg-type]
+    return Minibatch(built.graph, schedule, plan, built.loss_node, built.roots, built.labels,
+                     built.num_tree_nodes, label)
+
+
+def prepare_minibatch(workload: Workload, split: str, indices: Sequence[int],
+                      scheduler: Scheduler, strategy: str) -> Minibatch:
+    """Merge, schedule and plan one mini-batch; add the root states to the graph's outputs."""
+    return finish_minibatch(build_minibatch(workload, split, indices), scheduler, strategy)
 
 
 def root_logits(result: RunResult, batch: Minibatch, params: Mapping[str, Tensor],
@@ -132,26 +161,40 @@ def root_logits(result: RunResult, batch: Minibatch, params: Mapping[str, Tensor
 
 
 class MinibatchCache:
-    """Mini-batches of one split, prepared on first use and kept."""
+    """Mini-batches of one split, built on first use and kept, scheduled and planned by
+    the candidate asked for (the ``auto`` chooser's leader by default; a mini-batch made
+    by another candidate is scheduled and planned again, its construction reused)."""
 
     def __init__(self, workload: Workload, split: str, chunks: list[list[int]],
-                 scheduler: Scheduler, strategy: str) -> None:
-        self.workload, self.split, self.chunks = workload, split, chunks
-        self.scheduler, self.strategy = scheduler, strategy
+                 auto: AutoBatching) -> None:
+        self.workload, self.split, self.chunks, self.auto = workload, split, chunks, auto
+        self._built: dict[int, Built] = {}
         self._done: dict[int, Minibatch] = {}
 
     def __len__(self) -> int:
         return len(self.chunks)
 
-    def get(self, k: int) -> Minibatch | None:
-        """Mini-batch ``k`` (prepared now if it is the first use); ``None`` if chunk ``k``
-        is empty (a rank's share of a global mini-batch smaller than the world)."""
+    def built(self, k: int) -> Built | None:
+        """Mini-batch ``k``'s construction (made now if it is the first use); ``None`` if
+        chunk ``k`` is empty (a rank's share of a global mini-batch smaller than the world)."""
         if not self.chunks[k]:
             return None
-        if k not in self._done:
-            self._done[k] = prepare_minibatch(self.workload, self.split, self.chunks[k],
-                                              self.scheduler, self.strategy)
-        return self._done[k]
+        if k not in self._built:
+            self._built[k] = build_minibatch(self.workload, self.split, self.chunks[k])
+        return self._built[k]
+
+    def get(self, k: int, candidate: Candidate | None = None) -> Minibatch | None:
+        """Mini-batch ``k`` scheduled and planned by ``candidate`` (default: the chooser's
+        leader); ``None`` if chunk ``k`` is empty."""
+        built = self.built(k)
+        if built is None:
+            return None
+        candidate = candidate or self.auto.leader()
+        done = self._done.get(k)
+        if done is None or done.candidate != candidate.label:
+            done = self._done[k] = finish_minibatch(built, candidate.scheduler,
+                                                    candidate.strategy, candidate.label)
+        return done
 
     def __iter__(self) -> Iterator[Minibatch]:
         return (mb for mb in map(self.get, range(len(self))) if mb is not None)
@@ -165,13 +208,37 @@ def make_chunks(num: int, limit: int | None, batch_size: int, seed: int | None) 
     return [sorted(order[i:i + batch_size].tolist()) for i in range(0, len(order), batch_size)]
 
 
-def make_model_scheduler(name: str, fsm: str | None) -> Scheduler:
-    """A heuristic by registry name, or the FSM artifact at ``fsm`` when given."""
-    if fsm:
-        from policies import FSMScheduler
+def make_model_scheduler(name: str, fsm: str | None, lookahead: str = "none") -> Scheduler:
+    """A heuristic by registry name, or the FSM artifact at ``fsm`` when given: its run-time
+    path (one table lookup per decision) for ``lookahead="none"``, the lookahead saved in
+    the artifact (rollout: fewer batches, far slower scheduling) for ``"artifact"``."""
+    if not fsm:
+        return make_scheduler(name)
+    from policies import FSMScheduler
 
-        return FSMScheduler(fsm)
-    return make_scheduler(name)
+    artifact = FSMScheduler(fsm)  # loads the policy; checks each graph's op types
+    if lookahead == "artifact":
+        return artifact
+    runtime = artifact.policy.runtime_scheduler("fsm")
+
+    def schedule(graph: Graph) -> Schedule:
+        if graph.vocab.names != artifact.policy.op_names:
+            return artifact(graph)  # raises PolicyFileError naming the difference
+        return runtime(graph)
+
+    return schedule
+
+
+def model_candidates(batching: str, fsm: str | None, strategy: str,
+                     auto: Mapping[str, Any], lookahead: str = "none") -> list[Candidate]:
+    """What ``batching`` may run: one candidate (the heuristic or FSM with ``strategy``), or
+    for ``batching="auto"`` the ``auto`` schedulers (the FSM first, when given) crossed
+    with the ``auto`` memory strategies."""
+    if batching != "auto":
+        sched = make_model_scheduler(batching, fsm, lookahead)
+        return [Candidate(f"{'fsm' if fsm else batching}/{strategy}", sched, strategy)]
+    policy = make_model_scheduler("", fsm, lookahead) if fsm else None
+    return make_candidates(auto["schedulers"], auto["strategies"], policy)
 
 
 def evaluate(executor: TorchExecutor, params: Mapping[str, Tensor], batches: MinibatchCache,

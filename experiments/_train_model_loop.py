@@ -18,6 +18,7 @@ import torch
 from omegaconf import DictConfig
 
 from edbatch.executor import init_params
+from edbatch.executor.auto import AUTO_SCHEDULERS, AUTO_STRATEGIES, AutoBatching
 from edbatch.executor.device import check_device
 from edbatch.executor.distributed import DataParallel
 from edbatch.executor.params import is_embedding
@@ -30,14 +31,26 @@ from experiments._train_model_data import (
     RootScores,
     evaluate,
     make_chunks,
-    make_model_scheduler,
     merge_scores,
+    model_candidates,
     root_logits,
 )
 
-__all__ = ["Trainer", "fit", "plot_curves"]
+__all__ = ["Trainer", "fit", "make_auto", "plot_curves"]
 
 log = logging.getLogger("experiments.train_model")
+
+
+def make_auto(cfg: DictConfig, dp: DataParallel) -> AutoBatching:
+    """The chooser of ``cfg.batching``: one candidate, or ``auto``'s (all ranks choose
+    alike: on the medians summed over the ranks)."""
+    auto = cfg.get("auto") or {}
+    candidates = model_candidates(cfg.batching, cfg.fsm, cfg.strategy, {
+        "schedulers": auto.get("schedulers", AUTO_SCHEDULERS),
+        "strategies": auto.get("strategies", AUTO_STRATEGIES)}, cfg.get("fsm_lookahead", "none"))
+    return AutoBatching(candidates, int(auto.get("trials", 3)),
+                        agree=dp.sum if dp.enabled else None)
+
 
 class Trainer:
     """The training loop's state: parameters, optimizer, budget, counters and history."""
@@ -58,15 +71,15 @@ class Trainer:
         self.sparse_rows = {n for n in self.params if is_embedding(n)} if sparse else set()
         self.executor = TorchExecutor(device, cuda_graphs=cfg.cuda_graphs,
                                       sparse_grads=sparse)
-        scheduler = make_model_scheduler(cfg.batching, cfg.fsm)
+        self.auto = make_auto(cfg, dp)
         n_train = len(workload.load(cfg.train_split))
         chunks = make_chunks(n_train, cfg.train_limit, cfg.batch_size, cfg.seed)
         self.train_trees = sum(len(c) for c in chunks)
         self.train = MinibatchCache(workload, cfg.train_split, [dp.shard(c) for c in chunks],
-                            scheduler, cfg.strategy)
+                                    self.auto)
         self.dev = MinibatchCache(workload, cfg.eval_split, dp.shard(make_chunks(
             len(workload.load(cfg.eval_split)), cfg.eval_limit, cfg.eval_batch_size, None)),
-            scheduler, cfg.strategy)
+            self.auto)
         self.history: list[dict[str, float]] = []
         self.step, self.trees, self.seconds, self.prepare_seconds = 0, 0, 0.0, 0.0
         self.batches, self.nodes = 0, 0
@@ -116,10 +129,13 @@ class Trainer:
             if self._max_steps_done:
                 break
             start = time.perf_counter()
-            mb = self.train.get(k)
+            self.train.built(k)  # construction: the same whatever the candidate, not timed
+            candidate, timer = self.auto.current(), self.auto.clock()
+            mb = self.train.get(k, candidate)
             prepared = time.perf_counter()
             if not self.train_step(mb, window):
                 break
+            self.auto.record(candidate, self.auto.clock() - timer)  # scheduling to the step
             self.prepare_seconds += prepared - start
             self.seconds += time.perf_counter() - start
             if self.step % self.cfg.log_every == 0:
@@ -208,6 +224,6 @@ def fit(trainer: Trainer) -> list[dict[str, float]]:
                  trainer.epochs_done, trainer.train_trees,
                  time.perf_counter() - start, train["train/loss"], row["eval/fine_accuracy"],
                  row["eval/binary_accuracy"], trainer.rates()["train/examples_per_s"],
-                 trainer.rates()["train/batches_per_minibatch"], trainer.train.scheduler)
+                 trainer.rates()["train/batches_per_minibatch"], trainer.auto.leader().label)
     return evals
 

@@ -95,7 +95,7 @@ def _train_model(cfg: DictConfig, dp: DataParallel) -> dict[str, Any]:
     if not dp.is_main:
         logging.getLogger().setLevel(logging.WARNING)
     name, workload, _ = one_workload(cfg.workload, granularity="cell")
-    sched_name = "fsm" if cfg.fsm else cfg.batching
+    sched_name = "fsm" if cfg.fsm and cfg.batching != "auto" else cfg.batching
     run_name = f"{name}__{sched_name}__{cfg.seed}__{int(time.time())}"
     tracker = make_tracker(cfg.logger, cfg, run_name) if dp.is_main else NullTracker()
     try:
@@ -107,6 +107,8 @@ def _train_model(cfg: DictConfig, dp: DataParallel) -> dict[str, Any]:
                     if "eval/binary_accuracy" in h), default=final["eval/binary_accuracy"])
         summary: dict[str, Any] = {
             "workload": name, "scheduler": sched_name, "seed": cfg.seed,
+            "ran": trainer.auto.leader().label,  # scheduler/strategy (auto: the one chosen)
+            **({"auto": trainer.auto.summary()} if cfg.batching == "auto" else {}),
             "embed_dim": workload.embed_dim, "hidden_dim": workload.hidden_dim,  # type: ignore[attr-defined]
             "steps": trainer.step, "epochs": trainer.epochs_done,
             "train_trees": trainer.train_trees,
