@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from edbatch.api._builtins import BuiltinOp, assemble_graph, builtin_op, register_workload
 from edbatch.api._handles import BatchResult, Cell, Handle, ShapeLike, _shape
-from edbatch.api._schedulers import SchedulerLike, as_scheduler
+from edbatch.api._schedulers import SchedulerLike, as_scheduler, memory_strategy
 from edbatch.api._variadic import VariadicCell
 from edbatch.errors import GraphError
 from edbatch.executor import KERNELS, Kernel
@@ -22,6 +22,7 @@ from edbatch.executor.device import check_device, check_dtype
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph, OpType, Vocab
 from edbatch.memory import Strategy, plan_memory
+from edbatch.schedule import Scheduler
 
 __all__ = ["DynamicBatch"]
 
@@ -52,6 +53,7 @@ class DynamicBatch:
         self._embeddings: dict[int, Cell] = {}
         self._generation = 0
         self.params: dict[str, Tensor] = {}  #: built-in op types' parameters (from_workload)
+        self._kept: dict[str, Scheduler] = {}  # run("auto"): its timings last across runs
         self._clear()
 
     @classmethod
@@ -260,7 +262,9 @@ class DynamicBatch:
 
         Args:
             scheduler: a registered scheduler name (see :data:`edbatch.schedule.SCHEDULERS`),
-                a :class:`~edbatch.schedule.Policy`, or a scheduler ``graph -> Schedule``.
+                a :class:`~edbatch.schedule.Policy`, a scheduler ``graph -> Schedule``, or
+                ``"auto"`` / an :class:`AutoScheduler` (times the candidates on the first
+                mini-batches and keeps the fastest; it picks the memory strategy too).
             outputs: handles whose values the result should hold.
             strategy: memory planning strategy (``"planned"``, ``"aligned"`` or ``"naive"``).
             grad: build the autograd graph (training); ``False`` runs in place, no grad.
@@ -272,13 +276,13 @@ class DynamicBatch:
             UnknownNameError: an unknown scheduler name (with a did-you-mean hint).
             GraphError: nothing was recorded, or a handle is not of this mini-batch.
         """
-        make = as_scheduler(scheduler)
+        make = as_scheduler(scheduler, self._kept)
         if not self._node_ops:
             raise GraphError("DynamicBatch.run: the mini-batch is empty; call cells (inside "
                              "batch.instance()) before run()")
         graph, loss_node = self.graph(outputs)
         schedule = make(graph)
-        plan = plan_memory(graph, schedule, strategy)
+        plan = plan_memory(graph, schedule, memory_strategy(make, strategy))
         params = {**self.params, **(params or {}), **{  # built-ins' params, then input rows
             f"api.{n}": torch.stack(r).to(self.device, self.dtype) for n, r in self._rows.items()}}
         executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels)

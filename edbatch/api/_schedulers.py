@@ -2,27 +2,39 @@
 
 A registered scheduler name, a trained FSM policy (anything with ``op_names`` and
 ``scheduler()``, e.g. :class:`policies.FSMPolicy`: it runs with its own lookahead and refuses
-graphs of other op types), a :class:`~edbatch.schedule.Policy`, or a callable
-``graph -> Schedule``. Policies are recognised by their interface, so this layer imports
-nothing of ``policies`` (which builds on it).
+graphs of other op types), a :class:`~edbatch.schedule.Policy`, a callable
+``graph -> Schedule``, or ``"auto"`` / an :class:`AutoScheduler` (time the candidates on the
+first mini-batches, keep the fastest). Policies are recognised by their interface, so this
+layer imports nothing of ``policies`` (which builds on it).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 from edbatch.errors import GraphError
+from edbatch.executor.auto import (
+    AUTO_SCHEDULERS,
+    AUTO_STRATEGIES,
+    AutoBatching,
+    Candidate,
+    make_candidates,
+)
 from edbatch.graph import Graph
 from edbatch.schedule import Policy, PolicyScheduler, Schedule, Scheduler, make_scheduler
 
-__all__ = ["SchedulerLike", "as_scheduler", "fsm_scheduler"]
+__all__ = ["AutoScheduler", "SchedulerLike", "as_scheduler", "fsm_scheduler",
+           "memory_strategy"]
 
 #: A scheduler for ``DynamicBatch.run``: a registered name, a Policy or a Scheduler.
 SchedulerLike = str | Policy | Scheduler
 
 
-def fsm_scheduler(policy: Any) -> Scheduler:
-    """A trained FSM as a scheduler with its own lookahead, refusing graphs whose op types
+def fsm_scheduler(policy: Any, runtime: bool = False) -> Scheduler:
+    """A trained FSM as a scheduler with its own lookahead (``runtime``: its run-time path,
+    one table lookup per decision, whatever the lookahead), refusing graphs whose op types
     differ from the ones it was trained on."""
 
     def schedule(graph: Graph) -> Schedule:
@@ -31,14 +43,80 @@ def fsm_scheduler(policy: Any) -> Scheduler:
                 f"the policy was trained on op types {list(policy.op_names)}, but this "
                 f"mini-batch has {list(graph.vocab.names)}; register the same cells in the "
                 f"same order as when the policy's graphs were recorded, or re-train it")
-        return policy.scheduler()(graph)
+        make = policy.runtime_scheduler if runtime and hasattr(
+            policy, "runtime_scheduler") else policy.scheduler
+        return make()(graph)
 
     return schedule
 
 
-def as_scheduler(scheduler: SchedulerLike) -> Scheduler:
-    """A scheduler from a registered name, an FSM policy (see :func:`fsm_scheduler`), a
-    :class:`~edbatch.schedule.Policy` or a scheduler callable ``graph -> Schedule``."""
+class AutoScheduler:
+    """``scheduler="auto"``: times every candidate (scheduler x memory strategy) on the
+    first ``trials`` mini-batches each, round-robin, then keeps the fastest by median.
+
+    A mini-batch's time runs from the start of its scheduling to the start of the next
+    one's: planning, forward, your backward and optimizer step, and the recording of the
+    next mini-batch (the same for every candidate). :meth:`DynamicBatch.run
+    <edbatch.api.DynamicBatch.run>` plans memory with the current candidate's strategy
+    (:func:`memory_strategy`), whatever its ``strategy`` argument says.
+
+    Args:
+        policy: a trained FSM policy: its run-time path is the first candidate.
+        schedulers: registered heuristic names to try.
+        strategies: memory strategies to cross them with.
+        trials: timed mini-batches per candidate.
+        clock: seconds (``time.perf_counter``; tests inject a fake one).
+    """
+
+    def __init__(self, policy: Any = None, schedulers: Sequence[str] = AUTO_SCHEDULERS,
+                 strategies: Sequence[str] = AUTO_STRATEGIES, trials: int = 3,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        fsm = None if policy is None else fsm_scheduler(policy, runtime=True)
+        self.auto = AutoBatching(make_candidates(schedulers, strategies, fsm), trials, clock)
+        self._open: tuple[Candidate, float] | None = None
+        self.candidate = self.auto.current()  #: the candidate of the latest mini-batch
+
+    @property
+    def strategy(self) -> str:
+        """The memory strategy of the latest mini-batch's candidate."""
+        return self.candidate.strategy
+
+    @property
+    def chosen(self) -> str | None:
+        """The chosen candidate's label (``"<scheduler>/<strategy>"``), ``None`` while
+        timing."""
+        return None if self.auto.chosen is None else self.auto.chosen.label
+
+    def __call__(self, graph: Graph) -> Schedule:
+        now = self.auto.clock()
+        if self._open is not None:
+            self.auto.record(self._open[0], now - self._open[1])
+        self.candidate = self.auto.current()
+        self._open = (self.candidate, now) if self.auto.deciding else None
+        return self.candidate.scheduler(graph)
+
+    def __repr__(self) -> str:
+        return f"AutoScheduler(chosen={self.chosen!r})"
+
+
+def memory_strategy(scheduler: Scheduler, strategy: str) -> str:
+    """The memory strategy to plan with after ``scheduler`` ran: an
+    :class:`AutoScheduler`'s current candidate's, else ``strategy``."""
+    return scheduler.strategy if isinstance(scheduler, AutoScheduler) else strategy
+
+
+def as_scheduler(scheduler: SchedulerLike,
+                 kept: MutableMapping[str, Scheduler] | None = None) -> Scheduler:
+    """A scheduler from a registered name, ``"auto"`` (an :class:`AutoScheduler`, kept in
+    ``kept`` so its timings last across mini-batches), an FSM policy (see
+    :func:`fsm_scheduler`), a :class:`~edbatch.schedule.Policy` or a scheduler callable
+    ``graph -> Schedule``."""
+    if scheduler == "auto":
+        if kept is None:
+            return AutoScheduler()
+        if "auto" not in kept:
+            kept["auto"] = AutoScheduler()
+        return kept["auto"]
     if isinstance(scheduler, str):
         return make_scheduler(scheduler)
     if hasattr(scheduler, "op_names") and hasattr(scheduler, "scheduler"):
