@@ -31,7 +31,7 @@ from benchmarks._dynet_server import DynetServer, PeerServerError
 from benchmarks._throughput_data import GemmFloor, peak_rss_mb
 from benchmarks.hand_batched import HandBatched
 from benchmarks.models_api import RECORDERS
-from edbatch.api import DynamicBatch, take_graph
+from edbatch.api import AutoScheduler, DynamicBatch, memory_strategy, take_graph
 from edbatch.executor import reference_loss
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph, dedupe_leaves
@@ -159,8 +159,9 @@ def _pass(job: Job, contender: str, r: int, k: int, *, profile: bool = False
             else:
                 schedule = job.schedulers[contender](graph)
                 clock.lap("scheduling")
-                plan = plan_memory(graph, schedule, STRATEGY.get(contender, "naive"),
-                                   cache=contender in MEMO)
+                plan = plan_memory(graph, schedule, memory_strategy(  # auto: its candidate's
+                    job.schedulers[contender], STRATEGY.get(contender, "naive")),
+                    cache=contender in MEMO)
                 clock.lap("planning")
                 ex = job.graphed if contender == GRAPHED and not profile and job.graphed else \
                     TorchExecutor(job.device, profile=profile, sparse_grads=job.train)
@@ -176,6 +177,8 @@ def _pass(job: Job, contender: str, r: int, k: int, *, profile: bool = False
             _sgd_update(update, LR)
             job.sync()
             clock.lap("update")
+        if isinstance(job.schedulers.get(contender), AutoScheduler):
+            job.schedulers[contender].stop()  # type: ignore[attr-defined]  # its trial ends
     info["loss"] = float(loss.detach())
     return clock.times, info
 

@@ -69,7 +69,7 @@ from benchmarks._throughput_data import DATA_MODES, GemmFloor, gemm_shapes, mini
 from benchmarks._throughput_passes import FLOOR, GRAPHED, HAND, PHASES, Job, bench_job
 from benchmarks._throughput_report import add_ratios
 from benchmarks.hand_batched import HAND_BATCHED, make_hand_batched, torchfold_status
-from edbatch.api import DynamicBatch
+from edbatch.api import AutoScheduler, DynamicBatch
 from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
@@ -83,7 +83,8 @@ __all__ = ["CONTENDERS", "DYNET_CONTENDERS", "EDBATCH_CONTENDERS", "PHASES", "bu
 ROOT = Path(__file__).resolve().parents[1]
 DYNET_PEER = ROOT / "benchmarks" / "dynet_peer.py"
 EDBATCH_CONTENDERS = ("unbatched", "depth", "dynet_agenda", "fsm", "fsm+aligned",
-                      "fsm+planned", "fsm+fastbuild", "fsm+cse", "fsm+planned+memo", GRAPHED)
+                      "fsm+planned", "fsm+fastbuild", "fsm+cse", "fsm+planned+memo", GRAPHED,
+                      "auto")
 OTHER_CONTENDERS = (HAND, FLOOR)
 DYNET_CONTENDERS = ("dynet_autobatch0", "dynet_autobatch1", "dynet_autobatch2")
 CONTENDERS = EDBATCH_CONTENDERS + OTHER_CONTENDERS + DYNET_CONTENDERS
@@ -171,6 +172,8 @@ def load_or_train_policy(name: str, wl: Workload, policy_dir: str | Path,
 def _schedulers(policy: Any, contenders: Sequence[str]) -> dict[str, Callable[[Graph], Schedule]]:
     schedulers: dict[str, Callable[[Graph], Schedule]] = {
         c: make_scheduler(c) for c in ("depth", "dynet_agenda") if c in contenders}
+    if "auto" in contenders:  # the candidates (the FSM's run-time path first) timed in turn
+        schedulers["auto"] = AutoScheduler(policy)
     if policy is not None:  # the FSM's run-time path: a lookup per decision, no rollout
         fsm = policy.runtime_scheduler("fsm")
         schedulers.update({"fsm": fsm, "fsm+aligned": fsm, "fsm+planned": fsm,
@@ -360,7 +363,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"machine: {results['machine']}")
     print(results["dynet"]["note"])
     use_dynet = results["dynet"]["used"]
-    want_fsm = any(c.startswith("fsm") for c in args.contenders)
+    want_fsm = any(c.startswith("fsm") or c == "auto" for c in args.contenders)
     for name in args.workloads:
         policy = None
         for size in args.sizes:
@@ -459,7 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cse", action="store_true",
                    help="merge repeated operand-free nodes (edbatch.graph.dedupe_leaves) for "
                         "every edbatch contender (default: only fsm+cse does)")
-    p.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    p.add_argument("--contenders", nargs="+", default=[c for c in CONTENDERS if c != "auto"],
+                   choices=CONTENDERS, help="auto (not run by default): the FSM and the "
+                   "heuristics x aligned/naive timed on the first mini-batches, the fastest kept")
     p.add_argument("--policy-dir", default="results/throughput_policies",
                    help="FSM policies <workload>.json (trained here when missing)")
     p.add_argument("--fsm-episodes", type=int, default=None,

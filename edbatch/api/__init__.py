@@ -33,8 +33,9 @@ Example:
 from edbatch.api._batch import DynamicBatch
 from edbatch.api._builtins import BuiltinOp, take_graph
 from edbatch.api._handles import BatchResult, Cell, Handle, ShapeLike
-from edbatch.api._schedulers import AutoScheduler, SchedulerLike
+from edbatch.api._schedulers import AutoScheduler, SchedulerLike, memory_strategy
 from edbatch.api._variadic import VariadicCell, segment_sum
 
 __all__ = ["AutoScheduler", "BatchResult", "BuiltinOp", "Cell", "DynamicBatch", "Handle",
-           "SchedulerLike", "ShapeLike", "VariadicCell", "segment_sum", "take_graph"]
+           "SchedulerLike", "ShapeLike", "VariadicCell", "memory_strategy", "segment_sum",
+           "take_graph"]

@@ -95,6 +95,13 @@ class AutoScheduler:
         self._open = (self.candidate, now) if self.auto.deciding else None
         return self.candidate.scheduler(graph)
 
+    def stop(self) -> None:
+        """End the latest mini-batch's trial now (e.g. after its optimizer step, when other
+        work runs before the next one); without it the next call ends it."""
+        if self._open is not None:
+            self.auto.record(self._open[0], self.auto.clock() - self._open[1])
+            self._open = None
+
     def __repr__(self) -> str:
         return f"AutoScheduler(chosen={self.chosen!r})"
 
