@@ -153,10 +153,10 @@ class TrainModelConfig:
     workload: Any = None
     logger: Any = None
     seed: int = 0
-    batching: str = "typewise_greedy"
+    batching: str = "auto"
     fsm: str | None = None
     fsm_lookahead: str = "none"
-    strategy: str = "planned"
+    strategy: str = "aligned"
     auto: AutoConfig = field(default_factory=AutoConfig)
     device: str = "cpu"
     cuda_graphs: bool = True
@@ -196,6 +196,10 @@ class TrainModelConfig:
         _one_of(self, "strategy", ("planned", "aligned", "naive"))
         _one_of(self, "resume", ("auto", "restart"))
         _one_of(self, "fsm_lookahead", ("none", "artifact"))
+        if self.batching == "fsm" and not self.fsm:
+            raise ConfigError("fsm", self.fsm, "the path of a trained FSM artifact with "
+                              "batching=fsm", "pass fsm=runs/<workload>/<trainer>/seed<N>/"
+                              "policy.json, or another batching (auto, typewise_greedy, ...)")
         auto = self.auto if isinstance(self.auto, dict) else vars(self.auto)
         if auto.get("trials", 1) < 1:
             raise ConfigError("auto.trials", auto["trials"], "an int >= 1",

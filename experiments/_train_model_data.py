@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import Tensor
 
+from edbatch.errors import ConfigError
 from edbatch.executor.auto import AutoBatching, Candidate, make_candidates
 from edbatch.executor.distributed import DataParallel
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
@@ -231,9 +232,13 @@ def make_model_scheduler(name: str, fsm: str | None, lookahead: str = "none") ->
 
 def model_candidates(batching: str, fsm: str | None, strategy: str,
                      auto: Mapping[str, Any], lookahead: str = "none") -> list[Candidate]:
-    """What ``batching`` may run: one candidate (the heuristic or FSM with ``strategy``), or
-    for ``batching="auto"`` the ``auto`` schedulers (the FSM first, when given) crossed
-    with the ``auto`` memory strategies."""
+    """What ``batching`` may run: one candidate (the FSM when given, else the heuristic,
+    with ``strategy``), or for ``batching="auto"`` the ``auto`` schedulers (the FSM first,
+    when given) crossed with the ``auto`` memory strategies."""
+    if batching == "fsm" and not fsm:
+        raise ConfigError("fsm", fsm, "the path of a trained FSM artifact with batching=fsm",
+                          "pass fsm=runs/<workload>/<trainer>/seed<N>/policy.json, or "
+                          "another batching")
     if batching != "auto":
         sched = make_model_scheduler(batching, fsm, lookahead)
         return [Candidate(f"{'fsm' if fsm else batching}/{strategy}", sched, strategy)]

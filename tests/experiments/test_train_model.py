@@ -34,7 +34,8 @@ def test_train_model_writes_summary_with_accuracies_and_curves(tmp_path: Path) -
     for key in ("eval/fine_accuracy", "eval/binary_accuracy", "eval/best_binary_accuracy"):
         assert 0.0 <= summary[key] <= 1.0
     assert summary["steps"] == 3 and summary["eval_trees"] == 40
-    assert summary["scheduler"] == "typewise_greedy" and summary["train_trees"] == 48
+    assert summary["scheduler"] == "auto" and summary["train_trees"] == 48  # the default
+    assert summary["auto"]["chosen"] is None and summary["ran"] in summary["auto"]["median_s"]
     assert summary["train/batches_per_minibatch"] > 0 and summary["train/examples_per_s"] > 0
     history = summary["history"]
     assert any("train/loss" in row for row in history)
@@ -45,7 +46,7 @@ def test_train_model_writes_summary_with_accuracies_and_curves(tmp_path: Path) -
 def test_train_model_runs_an_fsm_artifact_with_wandb_offline(tmp_path: Path) -> None:
     names = TreeLSTM(embed_dim=8, hidden_dim=8).vocab.names
     artifact = FSMPolicy({}, "base", names, fallback="typewise_greedy").save(tmp_path / "p.json")
-    r = _run(*TINY, f"run_dir={tmp_path}", f"fsm={artifact}", "logger=wandb",
+    r = _run(*TINY, f"run_dir={tmp_path}", "batching=fsm", f"fsm={artifact}", "logger=wandb",
              env={"WANDB_MODE": "offline"})
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -13,12 +13,14 @@ from omegaconf import DictConfig
 
 import experiments  # noqa: F401 - registers the schemas and the output_subdir resolver
 from edbatch.errors import ConfigError, UnknownNameError
+from edbatch.workloads.tree_lstm import TreeLSTM
 from experiments._schema import validate
 from experiments.train_model import train_model
+from policies import FSMPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["workload.tree_lstm.embed_dim=8", "workload.tree_lstm.hidden_dim=8", "epochs=1",
-        "max_steps=6", "train_limit=96", "batch_size=16", "eval_limit=20",
+        "max_steps=8", "train_limit=128", "batch_size=16", "eval_limit=20",
         "eval_batch_size=20", "log_every=1", "eval_every=null", "time_budget_s=600"]
 AUTO = ["batching=auto", "auto.schedulers=[depth,typewise_greedy]",
         "auto.strategies=[aligned,naive]", "auto.trials=1"]
@@ -36,16 +38,19 @@ def _losses(summary: dict) -> list[float]:
 def test_auto_times_each_candidate_keeps_one_and_trains_like_a_fixed_scheduler(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    auto = train_model(_cfg(tmp_path / "auto", *AUTO))
+    names = TreeLSTM(embed_dim=8, hidden_dim=8).vocab.names
+    fsm = FSMPolicy({}, "base", names, fallback="critical_path").save(tmp_path / "p.json")
+    auto = train_model(_cfg(tmp_path / "auto", *AUTO, f"fsm={fsm}"))
     fixed = train_model(_cfg(tmp_path / "fixed", "batching=critical_path", "strategy=planned"))
-    labels = ["depth/aligned", "depth/naive", "typewise_greedy/aligned", "typewise_greedy/naive"]
+    labels = ["fsm/aligned", "fsm/naive", "depth/aligned", "depth/naive",
+              "typewise_greedy/aligned", "typewise_greedy/naive"]
     assert auto["scheduler"] == "auto" and list(auto["auto"]["timings_s"]) == labels
     assert all(len(t) == 1 and t[0] > 0 for t in auto["auto"]["timings_s"].values())
     assert auto["auto"]["chosen"] in labels and auto["ran"] == auto["auto"]["chosen"]
     assert auto["auto"]["median_s"][auto["ran"]] == min(auto["auto"]["median_s"].values())
     assert fixed["ran"] == "critical_path/planned" and "auto" not in fixed
     got, want = _losses(auto), _losses(fixed)
-    assert len(got) == len(want) == 6  # 4 trial steps, then 2 with the chosen candidate
+    assert len(got) == len(want) == 8  # 6 trial steps, then 2 with the chosen candidate
     assert all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(got, want)), (got, want)
     assert math.isclose(auto["eval/loss"], fixed["eval/loss"], rel_tol=1e-5)
     assert auto["eval/fine_accuracy"] == fixed["eval/fine_accuracy"]
@@ -53,10 +58,11 @@ def test_auto_times_each_candidate_keeps_one_and_trains_like_a_fixed_scheduler(
 
 @pytest.mark.parametrize(("override", "key"), [
     ("auto.trials=0", "auto.trials"), ("auto.strategies=[fast]", "auto.strategies"),
-    ("auto.schedulers=[]", "auto.schedulers"), ("fsm_lookahead=maybe", "fsm_lookahead")])
+    ("auto.schedulers=[]", "auto.schedulers"), ("fsm_lookahead=maybe", "fsm_lookahead"),
+    ("batching=fsm", "fsm")])
 def test_bad_auto_settings_are_config_errors(tmp_path: Path, override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=f"config key {key}="):
-        validate(_cfg(tmp_path, "batching=auto", override))
+        validate(_cfg(tmp_path, override))
 
 
 def test_an_unknown_auto_scheduler_is_named_with_a_hint(tmp_path: Path,
