@@ -135,6 +135,22 @@ CHEAP: dict[str, str] = {
     "python -m experiments.train_model epochs=2":
         f"{PY} -m experiments.train_model epochs=1 max_steps=2 train_limit=64 eval_limit=64 "
         "eval_every=null batch_size=32 run_dir=runs/docs_model_4",
+    # batching=auto and a fixed FSM (docs/training.md)
+    "python -m experiments.train_model batching=auto auto.trials=3":
+        f"{PY} -m experiments.train_model batching=auto auto.trials=1 epochs=1 max_steps=9 "
+        "train_limit=288 eval_limit=64 eval_every=null batch_size=32 run_dir=runs/docs_model_5",
+    "python -m experiments.train_model batching=auto 'auto.schedulers=[typewise_greedy,depth]' "
+    "'auto.strategies=[aligned]'":
+        f"{PY} -m experiments.train_model batching=auto 'auto.schedulers=[typewise_greedy,depth]' "
+        "'auto.strategies=[aligned]' epochs=1 max_steps=3 train_limit=96 eval_limit=64 "
+        "eval_every=null batch_size=32 run_dir=runs/docs_model_6",
+    "python -m experiments.train_model batching=fsm "
+    "fsm=runs/tree_lstm/q_learning/seed0/policy.json":
+        f"{PY} -m experiments.train workload=tree_lstm seed=0 num_train_graphs=1 "
+        "num_val_graphs=1 trainer.max_episodes=2 progress=false policy.lookahead=none && "
+        f"{PY} -m experiments.train_model batching=fsm "
+        "fsm=runs/tree_lstm/q_learning/seed0/policy.json epochs=1 max_steps=2 train_limit=64 "
+        "eval_limit=64 eval_every=null batch_size=32 run_dir=runs/docs_model_7",
 }
 
 #: markers of ``python`` blocks that use the reader's own data (covered by examples/).
