@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ from edbatch.executor.auto import AutoBatching, Candidate, make_candidates
 from edbatch.executor.distributed import DataParallel
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
 from edbatch.graph import Graph
-from edbatch.memory import MemoryPlan, plan_memory
+from edbatch.memory import MemoryPlan, Strategy, plan_memory
 from edbatch.schedule import Schedule, Scheduler, make_scheduler
 from edbatch.workloads import Workload
 
@@ -142,7 +142,7 @@ def finish_minibatch(built: Built, scheduler: Scheduler, strategy: str,
                      label: str = "") -> Minibatch:
     """Schedule and plan a built mini-batch (``label``: the candidate that did it)."""
     schedule = scheduler(built.merged)
-    plan = plan_memory(built.graph, schedule, strategy)  # type: ignore[arg-type]
+    plan = plan_memory(built.graph, schedule, cast(Strategy, strategy))
     return Minibatch(built.graph, schedule, plan, built.loss_node, built.roots, built.labels,
                      built.num_tree_nodes, label)
 
@@ -241,7 +241,8 @@ def model_candidates(batching: str, fsm: str | None, strategy: str,
                           "another batching")
     if batching != "auto":
         sched = make_model_scheduler(batching, fsm, lookahead)
-        return [Candidate(f"{'fsm' if fsm else batching}/{strategy}", sched, strategy)]
+        return [Candidate(f"{'fsm' if fsm else batching}/{strategy}", sched,
+                          cast(Strategy, strategy))]
     policy = make_model_scheduler("", fsm, lookahead) if fsm else None
     return make_candidates(auto["schedulers"], auto["strategies"], policy)
 

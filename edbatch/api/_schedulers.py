@@ -23,6 +23,7 @@ from edbatch.executor.auto import (
     make_candidates,
 )
 from edbatch.graph import Graph
+from edbatch.memory import Strategy
 from edbatch.schedule import Policy, PolicyScheduler, Schedule, Scheduler, make_scheduler
 
 __all__ = ["AutoScheduler", "SchedulerLike", "as_scheduler", "fsm_scheduler",
@@ -77,7 +78,7 @@ class AutoScheduler:
         self.candidate = self.auto.current()  #: the candidate of the latest mini-batch
 
     @property
-    def strategy(self) -> str:
+    def strategy(self) -> Strategy:
         """The memory strategy of the latest mini-batch's candidate."""
         return self.candidate.strategy
 
@@ -106,7 +107,7 @@ class AutoScheduler:
         return f"AutoScheduler(chosen={self.chosen!r})"
 
 
-def memory_strategy(scheduler: Scheduler, strategy: str) -> str:
+def memory_strategy(scheduler: Scheduler, strategy: Strategy) -> Strategy:
     """The memory strategy to plan with after ``scheduler`` ran: an
     :class:`AutoScheduler`'s current candidate's, else ``strategy``."""
     return scheduler.strategy if isinstance(scheduler, AutoScheduler) else strategy

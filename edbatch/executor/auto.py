@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
-from edbatch.memory import STRATEGIES
+from edbatch.memory import STRATEGIES, Strategy
 from edbatch.schedule import SCHEDULERS, Scheduler, make_scheduler
 
 __all__ = ["AUTO_SCHEDULERS", "AUTO_STRATEGIES", "AutoBatching", "Candidate",
@@ -47,7 +47,7 @@ class Candidate:
 
     label: str
     scheduler: Scheduler
-    strategy: str
+    strategy: Strategy
 
 
 def make_candidates(schedulers: Sequence[str] = AUTO_SCHEDULERS,
@@ -81,7 +81,7 @@ def make_candidates(schedulers: Sequence[str] = AUTO_SCHEDULERS,
     if len(set(labels)) < len(labels) or len(set(strategies)) < len(strategies):
         raise ConfigError("auto candidates", labels + list(strategies), "distinct names",
                           "list each scheduler and each strategy once")
-    return [Candidate(f"{name}/{strategy}", sched, strategy)
+    return [Candidate(f"{name}/{strategy}", sched, cast(Strategy, strategy))
             for name, sched in named for strategy in strategies]
 
 
