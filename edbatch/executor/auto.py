@@ -10,7 +10,7 @@ caller). Then the candidate with the lowest median time is kept for the rest of 
 its choice and every timing are logged.
 
 The same trade-off drives DyNet's on-the-fly batching (Neubig, Goldberg and Dyer, 2017,
-arXiv:1705.07860: a strategy per ``--dynet-autobatch`` flag, whose mode 99 times them) and
+arXiv:1705.07860: the user picks a strategy with the ``--dynet-autobatch`` flag) and
 MXNet Gluon's just-in-time dynamic batching (Zha et al., 2019, arXiv:1904.07421): a better
 schedule costs analysis time on every new graph, and which side wins depends on the model,
 the mini-batch and the machine; here it is measured on the run itself instead of guessed.
