@@ -462,9 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cse", action="store_true",
                    help="merge repeated operand-free nodes (edbatch.graph.dedupe_leaves) for "
                         "every edbatch contender (default: only fsm+cse does)")
-    p.add_argument("--contenders", nargs="+", default=[c for c in CONTENDERS if c != "auto"],
-                   choices=CONTENDERS, help="auto (not run by default): the FSM and the "
-                   "heuristics x aligned/naive timed on the first mini-batches, the fastest kept")
+    p.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS,
+                   help="auto: the FSM and the heuristics x aligned/naive timed on the first "
+                   "mini-batches (round-robin), the fastest kept")
     p.add_argument("--policy-dir", default="results/throughput_policies",
                    help="FSM policies <workload>.json (trained here when missing)")
     p.add_argument("--fsm-episodes", type=int, default=None,
