@@ -122,6 +122,7 @@ class CalibrateConfig:
     sample_split: str = "train"
     sample_batch_size: int = 16
     launch_reps: int = 3
+    stat: str = "median"
     seed: int = 0
     run_dir: str = "runs"
     output: str = "cost_model.json"
@@ -130,6 +131,7 @@ class CalibrateConfig:
         for key in ("reps", "num_threads", "sample_batch_size", "launch_reps"):
             _at_least(self, key, 1)
         _one_of(self, "granularity", ("cell", "primitive"))
+        _one_of(self, "stat", ("median", "min"))
         sizes = list(self.batch_sizes)
         if not sizes or any(not isinstance(n, int) or n < 1 for n in sizes) or \
                 sizes != sorted(set(sizes)):

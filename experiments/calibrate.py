@@ -38,7 +38,8 @@ def run(cfg: DictConfig) -> CostModel:
              workload.granularity, cfg.device, len(workload.vocab), len(cfg.batch_sizes))
     model = calibrate(workload, batch_sizes=list(cfg.batch_sizes), reps=cfg.reps,
                       device=cfg.device, dtype=cfg.dtype, backward=cfg.backward,
-                      graphs=graphs, launch_reps=cfg.launch_reps, seed=cfg.seed)
+                      graphs=graphs, launch_reps=cfg.launch_reps, seed=cfg.seed,
+                      stat=cfg.stat)
     path = model.save(cfg.output)
     _print(model)
     print(f"cost model: {path} ({model.meta['calibration_seconds']:.1f} s)")

@@ -8,10 +8,11 @@ and sums a schedule (:meth:`CostModel.schedule_ms`). The envs' ``cost_model`` re
 schedule with the batched executor for the measured counterpart.
 
 The fit per op type is piecewise linear through the medians, made non-decreasing in the batch
-size (a running maximum: timing noise must not make a larger batch look cheaper), with the
-least-squares slope of ``a + b n`` beyond the largest size timed. ``launch_ms``, the
-executor's own cost per batch outside the kernel (operand reads, Python dispatch), is fitted
-from one executed schedule of a real graph and added to every batch, so
+size by isotonic regression (:func:`isotonic`: timing noise must not make a larger batch look
+cheaper, and one noisy point is averaged with its neighbours rather than carried to every
+larger size), with the least-squares slope of ``a + b n`` beyond the largest size timed.
+``launch_ms``, the executor's own cost per batch outside the kernel (operand reads, Python
+dispatch), is fitted from one executed schedule of a real graph and added to every batch, so
 ``model(op, n) = launch_ms + kernel(op, n)``.
 
 Files are JSON (:meth:`CostModel.save`, :func:`load_cost_model`) with the device, torch
@@ -39,11 +40,10 @@ from edbatch.executor.device import check_device, check_dtype
 from edbatch.executor.kernels import kernel_for
 from edbatch.executor.params import init_params
 from edbatch.graph import Graph, OpType, Vocab
-from edbatch.schedule.frontier import FrontierView
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["BATCH_SIZES", "FORMAT", "CostGreedyPolicy", "CostModel", "CostModelFileError",
-           "OpCost", "calibrate", "load_cost_model", "measure_schedule_ms"]
+__all__ = ["BATCH_SIZES", "FORMAT", "CostModel", "CostModelFileError",
+           "OpCost", "STATS", "calibrate", "isotonic", "load_cost_model", "measure_schedule_ms"]
 
 #: The ``format`` field of a cost-model file.
 FORMAT = "edbatch-cost-model"
@@ -83,7 +83,7 @@ class OpCost:
             self.slope_ms, self.intercept_ms = (float(v) for v in np.polyfit(x, y, 1))
         else:
             self.slope_ms, self.intercept_ms = 0.0, float(y[0])
-        self._mono = np.maximum.accumulate(y)  # non-decreasing in n
+        self._mono = isotonic(y)  # non-decreasing in n
 
     def __call__(self, n: int) -> float:
         """Milliseconds of one launch over ``n`` nodes (piecewise linear, non-decreasing)."""
@@ -102,7 +102,7 @@ class CostModel:
 
         >>> m = CostModel({"add/4": OpCost("add", [1, 4], [0.01, 0.02])}, launch_ms=0.005)
         >>> round(m("add/4", 2), 4), round(m("add/4", 8), 4)
-        (0.0183, 0.0317)
+        (0.0183, 0.0383)
     """
 
     ops: dict[str, OpCost]
@@ -191,12 +191,40 @@ def load_cost_model(path: str | Path, vocab: Vocab | None = None, *,
     return model
 
 
+def isotonic(y: Sequence[float]) -> np.ndarray:
+    """The non-decreasing sequence closest to ``y`` in squared error (pool adjacent
+    violators): each run of decreasing values is replaced by its mean.
+
+        >>> isotonic([1.0, 3.0, 2.0, 4.0]).tolist()
+        [1.0, 2.5, 2.5, 4.0]
+    """
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in y:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
+    return np.repeat([b[0] for b in blocks], [int(b[1]) for b in blocks])
+
+
 # ---------------------------------------------------------------------- calibration
 def _sync(device: torch.device) -> Callable[[], None]:
     return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
 
-def _median_ms(fn: Callable[[], Any], reps: int, sync: Callable[[], None]) -> float:
+#: How the repetitions of one timing are reduced: ``median`` (the default) or ``min`` (robust
+#: to other processes on a loaded machine: contention only ever adds time).
+STATS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
+
+
+def _stat(stat: str) -> Callable[[list[float]], float]:
+    if stat not in STATS:
+        raise UnknownNameError(f"unknown timing statistic {stat!r}; choose one of "
+                               f"{list(STATS)}")
+    return STATS[stat]
+
+
+def _time_ms(fn: Callable[[], Any], reps: int, sync: Callable[[], None], stat: str) -> float:
     fn()  # warm-up (allocations, lazy initialisation)
     sync()
     times = []
@@ -205,7 +233,7 @@ def _median_ms(fn: Callable[[], Any], reps: int, sync: Callable[[], None]) -> fl
         fn()
         sync()
         times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+    return 1e3 * _stat(stat)(times)
 
 
 def _op_attrs(graphs: Sequence[Graph], vocab: Vocab) -> dict[int, np.ndarray]:
@@ -219,7 +247,7 @@ def _op_attrs(graphs: Sequence[Graph], vocab: Vocab) -> dict[int, np.ndarray]:
 
 def _time_op(op: OpType, n: int, params: Mapping[str, Tensor], attrs: np.ndarray,
              device: torch.device, dtype: torch.dtype, reps: int, backward: bool,
-             gen: torch.Generator) -> float:
+             gen: torch.Generator, stat: str) -> float:
     kernel = kernel_for(op)
     shapes = [op.out_shape] * n if op.in_shapes is None else list(op.in_shapes)
     rows = 1 if op.in_shapes is None else n
@@ -240,13 +268,13 @@ def _time_op(op: OpType, n: int, params: Mapping[str, Tensor], attrs: np.ndarray
             if out.requires_grad:
                 out.sum().backward()
             return out
-    return _median_ms(run, reps, _sync(device))
+    return _time_ms(run, reps, _sync(device), stat)
 
 
 def calibrate(workload: Any, *, batch_sizes: Sequence[int] = BATCH_SIZES, reps: int = 5,
               device: str | torch.device = "cpu", dtype: torch.dtype | str = torch.float32,
               backward: bool = False, graphs: Sequence[Graph] = (), launch_reps: int = 3,
-              seed: int = 0) -> CostModel:
+              seed: int = 0, stat: str = "median") -> CostModel:
     """Time every op type of ``workload`` at each batch size and fit a :class:`CostModel`.
 
     Args:
@@ -259,7 +287,9 @@ def calibrate(workload: Any, *, batch_sizes: Sequence[int] = BATCH_SIZES, reps: 
             first is executed to fit ``launch_ms``; none: attrs 0 and ``launch_ms`` 0.
         launch_reps: executor runs of ``graphs[0]`` for ``launch_ms`` (median).
         seed: seeds the parameters and the random operands.
+        stat: ``median`` or ``min`` of the repetitions (:data:`STATS`).
     """
+    _stat(stat)
     sizes = sorted({int(n) for n in batch_sizes})
     if not sizes or sizes[0] < 1:
         raise ValueError(f"batch_sizes must be positive ints, got {list(batch_sizes)}")
@@ -273,7 +303,7 @@ def calibrate(workload: Any, *, batch_sizes: Sequence[int] = BATCH_SIZES, reps: 
     ops = {}
     for op_id, op in enumerate(vocab):
         ms = [_time_op(op, n, params, attrs.get(op_id, np.zeros(0, np.int64)), dev, dt, reps,
-                       backward, gen) for n in sizes]
+                       backward, gen, stat) for n in sizes]
         ops[op.name] = OpCost(op.kind, sizes, ms)
     model = CostModel(ops, 0.0, {
         "workload": getattr(workload, "name", type(workload).__name__),
@@ -281,7 +311,7 @@ def calibrate(workload: Any, *, batch_sizes: Sequence[int] = BATCH_SIZES, reps: 
         "sizes": _workload_sizes(workload), "device": str(dev),
         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "torch_version": torch.__version__, "dtype": str(dt).removeprefix("torch."),
-        "mode": "forward_backward" if backward else "forward", "reps": reps,
+        "mode": "forward_backward" if backward else "forward", "reps": reps, "stat": stat,
         "num_threads": torch.get_num_threads(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "calibration_seconds": 0.0})
@@ -290,7 +320,8 @@ def calibrate(workload: Any, *, batch_sizes: Sequence[int] = BATCH_SIZES, reps: 
 
         g = graphs[0]
         sched = make_scheduler("typewise_greedy")(g)
-        measured = measure_schedule_ms(g, sched, params, reps=launch_reps, device=dev, dtype=dt)
+        measured = measure_schedule_ms(g, sched, params, reps=launch_reps, device=dev, dtype=dt,
+                                       stat=stat)
         model.launch_ms = max(0.0, (measured - model.schedule_ms(sched, vocab))
                               / sched.num_batches)
         model.meta["launch_fit"] = {"nodes": g.num_nodes, "batches": sched.num_batches,
@@ -308,31 +339,16 @@ def _workload_sizes(workload: Any) -> dict[str, Any]:
 def measure_schedule_ms(graph: Graph, schedule: Schedule, params: Mapping[str, Tensor], *,
                         reps: int = 3, device: str | torch.device = "cpu",
                         dtype: torch.dtype | str = torch.float32,
-                        strategy: str = "planned") -> float:
-    """Median milliseconds of running ``schedule`` on ``graph`` with the batched executor
-    (inference; memory planned once, program compiled on a warm-up run not counted)."""
+                        strategy: str = "planned", stat: str = "median") -> float:
+    """Milliseconds of running ``schedule`` on ``graph`` with the batched executor, the
+    median (or ``stat``) of ``reps`` runs (inference; memory planned once, the program
+    compiled on a warm-up run that is not counted)."""
     from edbatch.executor.torch_executor import TorchExecutor
     from edbatch.memory.planner import plan_memory
 
     executor = TorchExecutor(device, check_dtype(dtype))
     plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
     executor.run(graph, schedule, plan, params)  # compile + warm-up
-    return 1e3 * statistics.median(executor.run(graph, schedule, plan, params).seconds
-                                   for _ in range(max(1, reps)))
-
-
-class CostGreedyPolicy:
-    """Greedy on the model: the ready op type whose batch costs the fewest modelled
-    milliseconds per node, ``model(op, count) / count`` (ties: lowest op id)."""
-
-    def __init__(self, model: Callable[[OpType, int], float], vocab: Vocab) -> None:
-        self.model, self.vocab = model, vocab
-
-    def choose(self, view: FrontierView) -> int:
-        best, best_cost = -1, math.inf
-        for a in view.ready_ops:
-            n = view.count(a)
-            cost = self.model(self.vocab[a], n) / n
-            if cost < best_cost:
-                best, best_cost = a, cost
-        return best
+    reduce = _stat(stat)
+    return 1e3 * reduce([executor.run(graph, schedule, plan, params).seconds
+                         for _ in range(max(1, reps))])
