@@ -62,9 +62,10 @@ def resolve_cost_model(spec: str | None, workload: Any, graphs: Sequence[Graph],
     return model
 
 
-def cost_model_kwargs(cfg: DictConfig, workload: Any, graphs: Sequence[Graph]
-                      ) -> dict[str, Any]:
-    """``{"cost_model": model}`` for the trainer when ``env.reward=cost_model``, else ``{}``.
+def attach_cost_model(cfg: DictConfig, trainer: Any, workload: Any, graphs: Sequence[Graph]
+                      ) -> None:
+    """With ``env.reward=cost_model``, give ``trainer`` (its ``cost_model`` attribute, which
+    its envs receive) the model of ``env.cost_model``; otherwise do nothing.
 
     Raises:
         ConfigError: the trainer does not train on the env's reward (the tabular and expert
@@ -72,14 +73,13 @@ def cost_model_kwargs(cfg: DictConfig, workload: Any, graphs: Sequence[Graph]
     """
     env = cfg.get("env") or {}
     if env.get("reward") != "cost_model":
-        return {}
-    if "reward" not in (cfg.trainer or {}):
+        return
+    if not hasattr(trainer, "cost_model"):
         raise ConfigError("env.reward", "cost_model", "a trainer that learns from the env's "
                           "reward", "pass trainer=maskable_ppo or trainer=dqn (the tabular "
                           "and expert learners minimise batches)")
-    model = resolve_cost_model(env.get("cost_model"), workload, graphs,
-                               Path(cfg.run_dir) / "cost_model.json")
-    return {"cost_model": model}
+    trainer.cost_model = resolve_cost_model(env.get("cost_model"), workload, graphs,
+                                            Path(cfg.run_dir) / "cost_model.json")
 
 
 def _print(model: CostModel) -> None:
