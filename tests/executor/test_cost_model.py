@@ -80,7 +80,7 @@ def test_fit_interpolates_extrapolates_and_smooths() -> None:
 
 
 def test_bad_files_name_the_file_and_the_fix(tiny, tmp_path: Path) -> None:
-    wl, _, model = tiny
+    _, _, model = tiny
     with pytest.raises(CostModelFileError, match=r"missing\.json: no such cost-model file.*"
                                                   r"experiments\.calibrate"):
         load_cost_model(tmp_path / "missing.json")
