@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ("workload.tree_lstm.embed_dim=8", "workload.tree_lstm.hidden_dim=8")
 
@@ -27,6 +29,7 @@ def _calibrate(tmp_path: Path) -> Path:
     return tmp_path / "cal" / "cost_model.json"
 
 
+@pytest.mark.slow  # two subprocesses, one executing schedules: ~25 s idle, a minute loaded
 def test_calibrate_writes_a_loadable_model_and_evaluate_reports_its_columns(
         tmp_path: Path) -> None:
     path = _calibrate(tmp_path)
