@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -87,7 +88,10 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
 
     ## Rewards
     ``ed_batch``: ``-1 + |F(a)|/T(a)`` (docs/architecture.md 3.5); ``unit``: ``-1`` per decision;
-    ``cost_model``: ``-cost_model(op, batch size)``.
+    ``cost_model``: ``-cost_model(op, batch size)``; ``cost_model`` is a callable, or the
+    path of a file written by ``python -m experiments.calibrate`` (milliseconds per launch,
+    measured on this device: :mod:`edbatch.executor.cost_model`), checked against the
+    workload's op types.
 
     ## Arguments
     graphs: a sampler or a list of graphs (sampled uniformly); or ``workload`` (+ ``split``,
@@ -118,7 +122,7 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
     def __init__(self, graphs: GraphSource | None = None, *, workload: str | None = None,
                  split: str = "train", batch_size: int = 64, granularity: str = "cell",
                  workload_kwargs: dict[str, Any] | None = None, encoding: str = "sorted",
-                 reward: str = "ed_batch", cost_model: CostModel | None = None,
+                 reward: str = "ed_batch", cost_model: CostModel | str | Path | None = None,
                  max_steps: int | None = None, on_invalid: str = "raise",
                  render_mode: str | None = None) -> None:
         self._source, self.vocab = _resolve_source(graphs, workload, split, batch_size,
@@ -127,8 +131,10 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
             raise UnknownNameError(f"unknown reward {reward!r}; choose one of {list(REWARDS)}."
                                    + did_you_mean(reward, REWARDS))
         if reward == "cost_model" and cost_model is None:
-            raise UnknownNameError("reward='cost_model' needs a cost_model callable "
-                                   "(op type, batch size) -> cost")
+            raise UnknownNameError("reward='cost_model' needs a cost_model: a calibrated "
+                                   "cost-model file (python -m experiments.calibrate), a "
+                                   "CostModel, or a callable (op type, batch size) -> cost")
+        cost_model = _resolve_cost_model(cost_model, self.vocab)
         if encoding not in ENCODINGS:
             raise UnknownNameError(f"unknown encoding {encoding!r}; choose one of "
                                    f"{list(ENCODINGS)}." + did_you_mean(encoding, ENCODINGS))
@@ -284,3 +290,23 @@ def _resolve_source(graphs: GraphSource | None, workload: str | None, split: str
             raise GraphError(f"graph {i} has another vocabulary than graph 0; all graphs of "
                              f"one env must come from the same workload")
     return graphs, vocab
+
+
+def _resolve_cost_model(cost_model: CostModel | str | Path | None, vocab: Vocab
+                        ) -> CostModel | None:
+    """A cost-model file path -> the loaded model (checked against ``vocab``); a calibrated
+    model is checked too; any other callable is taken as is."""
+    if cost_model is None:
+        return None
+    from edbatch.executor.cost_model import CostModel as Calibrated
+    from edbatch.executor.cost_model import load_cost_model
+
+    if isinstance(cost_model, (str, Path)):
+        return load_cost_model(cost_model, vocab)
+    if isinstance(cost_model, Calibrated):
+        cost_model.check_vocab(vocab)
+        return cost_model
+    if not callable(cost_model):
+        raise UnknownNameError(f"cost_model must be a cost-model file path or a callable "
+                               f"(op type, batch size) -> cost, got {cost_model!r}")
+    return cost_model

@@ -25,7 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from edbatch.errors import ConfigError
 
-__all__ = ["SCHEMAS", "AutoConfig", "CompareConfig", "EvaluateConfig", "TrainConfig",
+__all__ = ["SCHEMAS", "AutoConfig", "CalibrateConfig", "CompareConfig", "EvaluateConfig",
+           "TrainConfig",
            "TrainModelConfig", "validate"]
 
 
@@ -96,11 +97,47 @@ class EvaluateConfig:
     output_dir: str = "."
     results_file: str = "results.jsonl"
     summary_file: str = "summary.csv"
+    cost_model: str | None = None   # null | calibrate | path of a calibrated cost model
+    measure_reps: int = 0           # executor runs per schedule for measured_ms (0: none)
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         _at_least(self, "batch_size", 1)
         _at_least(self, "limit", 1, nullable=True, null_means="the whole split")
+        _at_least(self, "measure_reps", 0)
         _one_of(self, "granularities", ("cell", "primitive"))
+
+
+@dataclass
+class CalibrateConfig:
+    """``experiments.calibrate``: time the kernels, fit a cost model (conf/calibrate.yaml)."""
+
+    workload: Any = None
+    granularity: str = "primitive"
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256])
+    reps: int = 5
+    backward: bool = False
+    device: str = "cpu"
+    dtype: str = "float32"
+    num_threads: int = 1
+    sample_split: str = "train"
+    sample_batch_size: int = 16
+    launch_reps: int = 3
+    stat: str = "median"
+    seed: int = 0
+    run_dir: str = "runs"
+    output: str = "cost_model.json"
+
+    def __post_init__(self) -> None:
+        for key in ("reps", "num_threads", "sample_batch_size", "launch_reps"):
+            _at_least(self, key, 1)
+        _one_of(self, "granularity", ("cell", "primitive"))
+        _one_of(self, "stat", ("median", "min"))
+        sizes = list(self.batch_sizes)
+        if not sizes or any(not isinstance(n, int) or n < 1 for n in sizes) or \
+                sizes != sorted(set(sizes)):
+            raise ConfigError("batch_sizes", sizes, "a non-empty increasing list of ints >= 1",
+                              "pass e.g. batch_sizes=[1,4,16,64]")
 
 
 @dataclass
@@ -219,7 +256,8 @@ class TrainModelConfig:
 #: ConfigStore name -> schema; ``conf/<entry>.yaml`` lists ``<entry>_schema`` first.
 SCHEMAS: dict[str, type] = {"train_schema": TrainConfig, "evaluate_schema": EvaluateConfig,
                             "compare_schema": CompareConfig,
-                            "train_model_schema": TrainModelConfig}
+                            "train_model_schema": TrainModelConfig,
+                            "calibrate_schema": CalibrateConfig}
 
 _store = ConfigStore.instance()
 for _name, _node in SCHEMAS.items():
@@ -269,6 +307,11 @@ def _check_groups(cfg: DictConfig) -> None:
                     env[key] not in choices:
                 raise ConfigError(f"env.{key}", env[key], f"one of {list(choices)}",
                                   f"pass e.g. env.{key}={choices[0]}")
+        if env.get("reward") == "cost_model" and not env.get("cost_model"):
+            raise ConfigError("env.cost_model", env.get("cost_model"),
+                              "a cost-model file or 'calibrate' with env.reward=cost_model",
+                              "pass env=cost_model (calibrates in the run) or "
+                              "env.cost_model=PATH from python -m experiments.calibrate")
 
 
 def validate(cfg: DictConfig) -> Any:

@@ -22,6 +22,7 @@ from edbatch.tracking import git_sha
 from experiments._cli import guarded
 from experiments._common import graph_set, make_tracker, one_workload, seed_everything
 from experiments._rundir import bind_run_dir
+from experiments.calibrate import attach_cost_model
 from experiments.plots import plot_learning_curve
 from policies import TrainResult
 
@@ -42,6 +43,7 @@ def train(cfg: DictConfig) -> TrainResult:
                              shuffle_seed=cfg.seed if cfg.shuffle else None)
     val_graphs = graph_set(workload, cfg.val_split, cfg.batch_size, cfg.num_val_graphs)
     trainer = instantiate(cfg.trainer)
+    attach_cost_model(cfg, trainer, workload, train_graphs)  # env.reward=cost_model only
     run_name = f"{name}__{trainer.name}__{cfg.seed}__{int(time.time())}"
     tracker = make_tracker(cfg.logger, cfg, run_name)
     try:

@@ -78,9 +78,11 @@ class _SB3Trainer:
 
     def __init__(self, total_timesteps: int = 20_000, encoding: str = "hints",
                  fallback: str = "critical_path", reward: str = "ed_batch", seed: int = 0,
-                 lookahead: str = "none", eval_points: int = 10, **algo_kwargs: Any) -> None:
+                 lookahead: str = "none", eval_points: int = 10, cost_model: Any = None,
+                 **algo_kwargs: Any) -> None:
         self.total_timesteps, self.encoding, self.fallback = total_timesteps, encoding, fallback
         self.reward, self.seed, self.algo_kwargs = reward, seed, algo_kwargs
+        self.cost_model = cost_model  # reward="cost_model": a CostModel, file path or callable
         self.lookahead = lookahead
         #: Greedy evaluations of the network on the validation graphs during training (the
         #: learning curve), evenly spaced in timesteps; the last one is at the end.
@@ -90,7 +92,8 @@ class _SB3Trainer:
         raise NotImplementedError
 
     def _env(self, graphs: Sequence[Graph]) -> BatchingEnv:
-        return BatchingEnv(graphs=list(graphs), reward=self.reward, encoding="base")
+        return BatchingEnv(graphs=list(graphs), reward=self.reward, encoding="base",
+                           cost_model=self.cost_model)
 
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
             checkpoint: str | Path | None = None,
@@ -156,7 +159,7 @@ class DQNTrainer(_SB3Trainer):
 
     def _env(self, graphs: Sequence[Graph]) -> BatchingEnv:
         return BatchingEnv(graphs=list(graphs), reward=self.reward, encoding="base",
-                           on_invalid="noop", max_steps=20_000)
+                           on_invalid="noop", max_steps=20_000, cost_model=self.cost_model)
 
     def _make_model(self, env: BatchingEnv) -> Any:
         from stable_baselines3 import DQN

@@ -132,6 +132,24 @@ CHEAP: dict[str, str] = {
         f"{PY} -m experiments.train workload=dumps workload.dumps.folder=bilstm_B1 "
         "batch_size=1 train_split=first:1 val_split=first:1 trainer.max_episodes=2 "
         "progress=false",
+    # the measured-cost objective (docs/learning.md, last section)
+    "python -m experiments.calibrate workload=tree_lstm granularity=primitive":
+        f"{PY} -m experiments.calibrate workload=tree_lstm granularity=primitive "
+        "batch_sizes=[1,4] reps=1 launch_reps=1 sample_batch_size=2",
+    "python -m experiments.evaluate 'workload=[tree_lstm]' 'granularities=[primitive]' "
+    "'scheduler=[depth,critical_path]' cost_model=calibrate measure_reps=3":
+        f"{PY} -m experiments.evaluate 'workload=[tree_lstm]' 'granularities=[primitive]' "
+        "'scheduler=[depth,critical_path]' cost_model=calibrate measure_reps=1 limit=1 "
+        "batch_size=2 progress=false",
+    "python -m experiments.train workload=tree_lstm workload.tree_lstm.granularity=primitive "
+    "trainer=maskable_ppo env=cost_model policy.lookahead=none":
+        f"{PY} -m experiments.train workload=tree_lstm workload.tree_lstm.granularity=primitive "
+        "trainer=maskable_ppo env=cost_model policy.lookahead=none num_train_graphs=1 "
+        "num_val_graphs=1 trainer.total_timesteps=64 batch_size=2 progress=false",
+    "python benchmarks/cost_objective.py --workloads tree_lstm lattice_lstm --batch-size 8 "
+    "--graphs 3":
+        f"{PY} benchmarks/cost_objective.py --workloads tree_lstm --batch-size 2 --graphs 1 "
+        "--reps 1 --rounds 1 --budget 500",
     "python -m experiments.train_model epochs=2":
         f"{PY} -m experiments.train_model epochs=1 max_steps=2 train_limit=64 eval_limit=64 "
         "eval_every=null batch_size=32 run_dir=runs/docs_model_4",

@@ -26,7 +26,8 @@ def test_evaluate_writes_one_record_per_workload_scheduler_graph(tmp_path: Path)
     lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert len(lines) == 2 * 9  # 2 schedulers x G1..G9
     assert set(lines[0]) == {"workload", "scheduler", "graph_id", "num_nodes", "num_batches",
-                             "lower_bound", "sched_seconds"}
+                             "lower_bound", "sched_seconds", "modelled_ms", "measured_ms"}
+    assert lines[0]["modelled_ms"] is None and lines[0]["measured_ms"] is None  # not asked
     by = {(x["scheduler"], x["graph_id"]): x for x in lines}
     assert sum(by[("depth", f"test/{k}")]["num_batches"] for k in range(9)) == 180  # 20.0 each
     assert "Mean batches per mini-batch graph" in r.stdout
