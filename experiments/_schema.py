@@ -26,8 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from edbatch.errors import ConfigError
 
 __all__ = ["SCHEMAS", "AutoConfig", "CalibrateConfig", "CompareConfig", "EvaluateConfig",
-           "TrainConfig",
-           "TrainModelConfig", "validate"]
+           "TrainConfig", "TrainModelConfig", "validate"]
 
 
 def _at_least(cfg: Any, key: str, low: float, *, nullable: bool = False,
