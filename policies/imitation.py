@@ -330,13 +330,21 @@ def load_network(path: str | Path) -> NetPolicy:
     if not path.is_file():
         raise PolicyFileError(path, "no such network file",
                               "train one with `python -m experiments.train trainer=imitation`")
-    data = torch.load(path, weights_only=True)
+    fix = "pass the network.pt written by trainer=imitation, or re-train"
+    try:
+        data = torch.load(path, weights_only=True)
+    except Exception as e:  # torch raises pickle, struct, zip and runtime errors alike
+        raise PolicyFileError(path, f"not an edbatch imitation network ({type(e).__name__})",
+                              fix) from None
     if not isinstance(data, dict) or data.get("format") != "edbatch.imitation_net":
-        raise PolicyFileError(path, "not an edbatch imitation network",
-                              "pass the network.pt written by trainer=imitation")
-    cfg = ImitationConfig(hidden=int(data["hidden"]), layers=int(data["layers"]))
-    net = _net(int(data["num_ops"]), cfg)
-    net.load_state_dict(data["state_dict"])
+        raise PolicyFileError(path, "not an edbatch imitation network", fix)
+    try:
+        cfg = ImitationConfig(hidden=int(data["hidden"]), layers=int(data["layers"]))
+        net = _net(int(data["num_ops"]), cfg)
+        net.load_state_dict(data["state_dict"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise PolicyFileError(path, f"malformed network file ({type(e).__name__}: {e})",
+                              fix) from None
     return NetPolicy(net)
 
 
