@@ -282,7 +282,9 @@ def train_imitation(train_graphs: Sequence[Graph], cfg: ImitationConfig = Imitat
     teacher_ratio = teacher_batches / max(sum(lower_bound(g) for g in train), 1)
     fb_ratio = evaluate_policy(FSMPolicy({}, cfg.encoding, train[0].vocab.names, fallback),
                                val)[0]
-    best: tuple[int, NetPolicy] | None = None
+    lb = max(sum(lower_bound(g) for g in val), 1)
+    best_net: tuple[int, NetPolicy] | None = None
+    best_fsm: tuple[int, FSMPolicy] | None = None
     history: list[dict[str, float]] = []
     policy: NetPolicy | None = None
     for rnd in range(cfg.dagger_rounds + 1):
@@ -290,28 +292,30 @@ def train_imitation(train_graphs: Sequence[Graph], cfg: ImitationConfig = Imitat
             for g in train:
                 _dagger(g, policy, base, cfg.label_budget, data)
         policy = NetPolicy(_fit(data, k, cfg))
-        ratio, batches = _ratio(policy, val)
-        if best is None or batches < best[0]:
-            best = (batches, policy)
+        net_batches = _ratio(policy, val)[1]
+        fsm = distill(policy, train, cfg.encoding, fallback, meta, cfg.lookahead)
+        fsm_batches = evaluate_policy(fsm, val)[1]
+        if best_net is None or net_batches < best_net[0]:
+            best_net = (net_batches, policy)
+        if best_fsm is None or fsm_batches < best_fsm[0]:  # the deployed artifact's round
+            best_fsm = (fsm_batches, fsm)
         row = {"episode": rnd + 1, "train/samples": float(len(data)),
-               "train/teacher_ratio": teacher_ratio, "eval/net_ratio_to_lb": ratio,
+               "train/teacher_ratio": teacher_ratio, "eval/net_ratio_to_lb": net_batches / lb,
+               "eval/ratio_to_lb": fsm_batches / lb, "eval/num_states": fsm.num_states,
                "eval/fallback_ratio_to_lb": fb_ratio}
         history.append(row)
-        log.info("imitation round %d: %d samples, network %.4f x LB on validation "
-                 "(fallback %.4f, teacher %.4f on train)", rnd, len(data), ratio, fb_ratio,
-                 teacher_ratio)
+        log.info("imitation round %d: %d samples; validation x LB: network %.4f, distilled "
+                 "FSM %.4f (%d states), fallback %.4f; teacher %.4f on train", rnd, len(data),
+                 net_batches / lb, fsm_batches / lb, fsm.num_states, fb_ratio, teacher_ratio)
         if callback is not None:
             callback(row)
-    assert best is not None
-    net_policy = best[1]
-    net_ratio = best[0] / max(sum(lower_bound(g) for g in val), 1)
-    fsm = distill(net_policy, train, cfg.encoding, fallback, meta, cfg.lookahead)
-    fsm_ratio = evaluate_policy(fsm, val)[0]
+    assert best_net is not None and best_fsm is not None
+    net_policy, net_ratio = best_net[1], best_net[0] / lb
+    fsm, fsm_ratio = best_fsm[1], best_fsm[0] / lb
     seconds = time.perf_counter() - t0
     meta.update(net_ratio=net_ratio, best_ratio=fsm_ratio, fallback_ratio=fb_ratio,
                 teacher_ratio=teacher_ratio, samples=len(data), train_seconds=seconds)
     fsm.metadata.update(meta)
-    history[-1] = {**history[-1], "eval/ratio_to_lb": fsm_ratio}
     return TrainResult(fsm, fsm_ratio, cfg.dagger_rounds + 1, seconds, history), net_policy
 
 

@@ -51,11 +51,12 @@ def trained(tmp_path_factory):
 
 
 def test_training_on_tiny_graphs_gives_a_non_empty_table_and_a_network(trained) -> None:
-    graphs, trainer, result, rows, folder = trained
+    graphs, trainer, result, rows, _ = trained
     fsm = result.policy
     assert fsm.num_states > 0 and fsm.encoding == "expert"
     assert fsm.fallback_name == "critical_path"
     assert [r["episode"] for r in rows] == [1, 2]  # behaviour cloning, one DAgger round
+    assert result.best_ratio == min(r["eval/ratio_to_lb"] for r in rows)
     assert rows[1]["train/samples"] > rows[0]["train/samples"]  # DAgger adds labels
     for key in ("net_ratio", "teacher_ratio", "fallback_ratio", "train_seconds", "samples"):
         assert key in fsm.metadata
@@ -63,12 +64,9 @@ def test_training_on_tiny_graphs_gives_a_non_empty_table_and_a_network(trained) 
     for g in graphs:  # both schedule every graph legally
         run_policy(g, trainer.network).validate(g)
         run_policy(g, fsm).validate(g)
-    # the distilled table answers every decision on the graphs it was distilled from
     fsm.reset_stats()
-    run_policy(graphs[0], fsm)
-    assert fsm.hit_rate == 1.0
-    # and agrees with the network there, decision for decision
-    assert _ops(graphs[0], fsm) == _ops(graphs[0], trainer.network)
+    run_policy(graphs[0], fsm)  # a training graph: the table answers most decisions
+    assert fsm.hit_rate > 0.5
 
 
 def test_network_round_trips_through_network_pt(trained) -> None:
@@ -102,18 +100,30 @@ def test_same_seed_same_table_bytes(trained, tmp_path) -> None:
 
 
 def test_unseen_state_goes_to_the_fallback(trained) -> None:
-    graphs, _, result, _, _ = trained
-    fsm = result.policy
-    other = random_lattices(np.random.default_rng(99), 6, 12, 4)
-    empty = FSMPolicy({}, fsm.encoding, fsm.op_names, fsm.fallback_name)
-    one = FSMPolicy(dict(list(fsm.table.items())[:1]), fsm.encoding, fsm.op_names,
-                    fsm.fallback_name)
-    one.reset_stats()
-    assert run_policy(other, one).num_batches >= 1
-    assert one.misses > 0  # states outside the one-key table were asked of the fallback
-    empty.reset_stats()
-    run_policy(other, empty)
-    assert empty.hits == 0 and empty.misses > 0
+    from edbatch.schedule import CriticalPathPolicy, Frontier
+    from edbatch.schedule.policy import drive
+    from envs.encoding import encode_state
+
+    fsm = result_policy = trained[2].policy
+    other = random_lattices(np.random.default_rng(99), 6, 12, 4)  # bigger than training
+    half = FSMPolicy(dict(list(fsm.table.items())[::2]), fsm.encoding, fsm.op_names,
+                     fsm.fallback_name)  # every other key dropped: more unseen states
+    unseen = 0
+
+    def choose(f: Frontier) -> int:
+        nonlocal unseen
+        view = f.view()
+        key = encode_state(view, result_policy.encoding)
+        a = half.choose(view)
+        if key in half.table:
+            assert a == half.table[key]
+        else:
+            unseen += 1
+            assert a == CriticalPathPolicy().choose(view)
+        return a
+
+    drive(Frontier(other, typewise=True), choose)
+    assert unseen > 0 and half.misses == unseen
 
 
 @settings(max_examples=15, deadline=None)
@@ -128,12 +138,28 @@ def test_network_masked_action_is_always_legal(seed: int, trees: bool) -> None:
     run_policy(g, net).validate(g)  # run_policy raises on a masked choice
 
 
-def test_distill_majority_vote_is_the_networks_choice_per_key() -> None:
+def test_distill_keeps_the_networks_majority_action_per_key() -> None:
+    from collections import Counter
+
+    from edbatch.schedule import Frontier
+    from edbatch.schedule.policy import drive
+    from envs.encoding import encode_state
+
     g = _lattices(3, 1)[0]
     net = NetPolicy(_net(len(g.vocab), ImitationConfig(seed=1, hidden=8)))
+    seen: dict[tuple[int, ...], Counter[int]] = {}
+
+    def choose(f: Frontier) -> int:
+        a = net.choose(f.view())
+        seen.setdefault(encode_state(f.view(), "expert"), Counter())[a] += 1
+        return a
+
+    drive(Frontier(g, typewise=True), choose)
     fsm = distill(net, [g], "expert", "critical_path")
-    assert fsm.num_states > 0
-    assert set(fsm.table.values()) <= set(range(len(g.vocab)))
+    assert fsm.num_states == len(seen) > 0
+    for key, votes in seen.items():
+        top = max(votes.values())
+        assert fsm.table[key] == min(a for a, n in votes.items() if n == top)
 
 
 def test_empty_training_set_is_refused() -> None:
