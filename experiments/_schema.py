@@ -270,6 +270,9 @@ TRAINER_RULES: dict[str, tuple[type, float, float]] = {
     "eval_points": (int, 1, float("inf")), "alpha": (float, 1e-12, 1.0),
     "gamma": (float, 0.0, 1.0), "eps_start": (float, 0.0, 1.0), "eps_min": (float, 0.0, 1.0),
     "eps_decay": (float, 1e-12, 1.0), "early_stop_ratio": (float, 0.0, float("inf")),
+    "hidden": (int, 1, float("inf")), "layers": (int, 1, float("inf")),  # trainer=imitation
+    "epochs": (int, 1, float("inf")), "dagger_rounds": (int, 0, float("inf")),
+    "lr": (float, 1e-12, float("inf")), "label_budget": (int, 0, float("inf")),
 }
 #: Keys of the ``env`` group and their allowed values.
 ENV_CHOICES = {"reward": ("ed_batch", "unit", "cost_model"), "on_invalid": ("raise", "noop")}

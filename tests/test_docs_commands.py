@@ -53,6 +53,16 @@ CHEAP: dict[str, str] = {
         f"{PY} -m experiments.train workload=lattice_lstm trainer=expert policy.lookahead=none "
         "num_train_graphs=1 num_val_graphs=1 batch_size=8 trainer.rounds=1 trainer.budget=2000 "
         "progress=false",
+    # the neural route (docs/learning.md, last section)
+    "python -m experiments.train workload=lattice_lstm trainer=imitation policy.lookahead=none":
+        f"{PY} -m experiments.train workload=lattice_lstm trainer=imitation policy.lookahead=none "
+        "num_train_graphs=1 num_val_graphs=1 batch_size=8 trainer.dagger_rounds=1 "
+        "trainer.budget=2000 trainer.label_budget=2000 trainer.epochs=3 trainer.augment=2 "
+        "progress=false",
+    "python benchmarks/dump_protocol.py --trainer imitation --lookahead none --seeds 0 1":
+        f"{PY} benchmarks/dump_protocol.py --trainer imitation --lookahead none --seeds 0 "
+        "--graphs 3 --batch-size 8 --extra trainer.dagger_rounds=1 trainer.budget=2000 "
+        "trainer.label_budget=2000 trainer.epochs=3 trainer.augment=2",
     "python benchmarks/throughput.py --workloads tree_lstm --minibatches 2":
         THROUGHPUT_CHEAP,
     "python benchmarks/throughput.py --workloads tree_lstm lattice_lstm bilstm_tagger --sizes "
