@@ -59,12 +59,12 @@ class BuiltinOp:
     checked for the whole graph at once when it is assembled.
     """
 
-    __slots__ = ("_arity", "_kind", "batch", "op")
+    __slots__ = ("_arity", "_kind", "_op_id", "batch", "op")
 
     def __init__(self, batch: Batch, op: OpType) -> None:
         self.batch, self.op = batch, op
         self._kind = batch._kinds[op.name]
-        self._arity = self._kind.arity
+        self._arity, self._op_id = self._kind.arity, self._kind.op_id
 
     def __repr__(self) -> str:
         return f"BuiltinOp({self.op.name!r}, in_shapes={self.op.in_shapes})"
@@ -84,7 +84,6 @@ class BuiltinOp:
                 self._bad_count(operands)
             rec.counts.append(len(operands))
         flat = rec.operands
-        start = len(flat)
         try:
             for h in operands:
                 if h[0] is not rec:
@@ -93,18 +92,31 @@ class BuiltinOp:
             else:
                 ops = rec.ops
                 node = len(ops)
-                ops.append(self._kind.op_id)
+                ops.append(self._op_id)
                 rec.attrs.append(attr)
                 return new_handle(Handle, (rec, node, self._kind))
         except (TypeError, KeyError, IndexError):
             pass
-        del flat[start:]  # a bad operand: undo, then raise the clear error
-        if self._arity < 0:
-            rec.counts.pop()
+        self._undo(rec, operands)
         for slot, h in enumerate(operands):
             self.batch._check_handle(h, f"op {self.op.name!r} operand {slot}")
         raise GraphError(f"op {self.op.name!r}: operands {operands!r} are not handles of "
                          f"the current mini-batch; record them with this batch")
+
+    def _undo(self, rec: Recording, operands: Sequence[Handle]) -> None:
+        """Take back the operand ids appended before the first bad operand."""
+        good = 0
+        for h in operands:
+            try:
+                if h[0] is not rec:
+                    break
+            except (TypeError, KeyError, IndexError):
+                break
+            good += 1
+        if good:
+            del rec.operands[-good:]
+        if self._arity < 0:
+            rec.counts.pop()
 
     def _bad_count(self, operands: Sequence[Handle]) -> None:
         raise GraphError(f"op {self.op.name!r} takes {self._arity} operands (in_shapes="
