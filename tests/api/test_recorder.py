@@ -59,7 +59,7 @@ def test_a_bad_operand_raises_and_records_nothing(tree_batch: DynamicBatch, bad:
 
 
 def test_stale_and_foreign_handles_are_rejected(tree_batch: DynamicBatch) -> None:
-    leaf, internal, loss = _ops(tree_batch)
+    leaf, internal, _ = _ops(tree_batch)
     old = leaf(attr=1)
     take_graph(tree_batch)
     with pytest.raises(GraphError, match="already ran"):
@@ -82,7 +82,7 @@ def test_handles_are_single_nodes(tree_batch: DynamicBatch) -> None:
     assert a.batch is tree_batch and a.generation == tree_batch._generation
     assert a == a and a != leaf(attr=3) and len({a, a}) == 1
     with pytest.raises(GraphError, match="one node, not a sequence"):
-        x, y = a  # noqa: F841
+        _, _ = a
     tree_batch.discard()
 
 
