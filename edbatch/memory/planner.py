@@ -262,38 +262,29 @@ class _Layout:
 
     def plan(self, strategy: str, seconds: float) -> MemoryPlan:
         """Freeze into a :class:`MemoryPlan`."""
-        # Per read and per batch Python objects: the loops run on lists (numpy scalars
-        # cost a conversion each), the row orders are read-only slices of one array.
-        bounds = np.append(self.read_start, len(self.read_rows))
-        starts, ends = bounds[:-1], bounds[1:]
-        first = self.read_rows[starts].tolist()
-        last = self.read_rows[np.maximum(ends - 1, 0)].tolist()
-        arenas = self.read_arena[starts].tolist() if len(starts) else []
-        gather_rows = self.read_rows.copy()
-        gather_rows.setflags(write=False)
+        bounds = np.append(self.read_start, len(self.read_rows)).tolist()
         operands: list[list[Operand]] = [[] for _ in self.orders]
-        of_view, of_gather = Operand.of_view, Operand.of_gather
-        for i, (b, view, lo, hi) in enumerate(zip(self.read_batch.tolist(),
-                                                   self.read_view.tolist(), starts.tolist(),
-                                                   ends.tolist(), strict=True)):
-            if view:
-                operands[b].append(of_view(Region(arenas[i], first[i], last[i] + 1)))
+        for i, b in enumerate(self.read_batch.tolist()):
+            lo, hi = bounds[i], bounds[i + 1]
+            arena = int(self.read_arena[lo])
+            if self.read_view[i]:
+                region = Region(arena, int(self.read_rows[lo]), int(self.read_rows[hi - 1]) + 1)
+                operands[b].append(Operand.of_view(region))
             else:
-                operands[b].append(of_gather(arenas[i], gather_rows[lo:hi]))
-        sizes = [len(o) for o in self.orders]
-        flat = (np.concatenate(self.orders).astype(np.int32) if self.orders
-                else np.zeros(0, np.int32))
-        flat.setflags(write=False)
-        cuts = np.cumsum(sizes).tolist()
-        orders = [flat[c - k:c] for c, k in zip(cuts, sizes, strict=True)]
+                operands[b].append(Operand.of_gather(arena, self.read_rows[lo:hi]))
+        orders = []
+        for o in self.orders:
+            frozen = np.array(o, dtype=np.int32)
+            frozen.setflags(write=False)
+            orders.append(frozen)
         for a in (self.node_row, self.node_arena):
             a.setflags(write=False)
-        outputs = tuple(map(Region, self.arena.tolist(), self.start.tolist(),
-                            self.stop.tolist()))
+        outputs = tuple(Region(int(a), int(lo), int(hi))
+                        for a, lo, hi in zip(self.arena, self.start, self.stop, strict=True))
         return MemoryPlan(strategy, tuple(zip(self.rows, self.widths, strict=True)),
                           self.node_row, self.node_arena, tuple(orders), outputs,
                           tuple(tuple(ops) for ops in operands),
-                          tuple([b.forced for b in self.schedule.batches]), seconds)
+                          tuple(b.forced for b in self.schedule.batches), seconds)
 
 
 def _ranks(sizes: NDArray[np.int64]) -> NDArray[np.int64]:
