@@ -73,6 +73,10 @@ CHEAP: dict[str, str] = {
     "300x150 --minibatches 2 --repeats 3 --seed 0 --contenders depth dynet_agenda fsm "
     "fsm+aligned fsm+fastbuild fsm+cse pytorch_hand floor dynet_autobatch1 dynet_autobatch2":
         THROUGHPUT_CHEAP,
+    # the run-time path's phases (docs/runtime.md)
+    "python benchmarks/runtime_phases.py --workloads tree_lstm lattice_lstm --minibatches 4":
+        f"{PY} benchmarks/runtime_phases.py --workloads tree_lstm --size 8x6 --minibatches 1 "
+        "--out results/runtime_phases.json",
     # data-parallel training (docs/distributed.md)
     "torchrun --nproc_per_node=2 -m experiments.train_model":
         f"{PY} -m torch.distributed.run --standalone --nproc_per_node=2 -m experiments.train_model "

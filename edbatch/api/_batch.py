@@ -13,7 +13,16 @@ import torch
 from torch import Tensor, nn
 
 from edbatch.api._builtins import BuiltinOp, assemble_graph, builtin_op, register_workload
-from edbatch.api._handles import BatchResult, Cell, Handle, ShapeLike, _shape
+from edbatch.api._handles import (
+    BatchResult,
+    Cell,
+    Handle,
+    Kind,
+    Recording,
+    ShapeLike,
+    _shape,
+    new_handle,
+)
 from edbatch.api._schedulers import SchedulerLike, as_scheduler, memory_strategy
 from edbatch.api._variadic import VariadicCell
 from edbatch.errors import GraphError
@@ -49,6 +58,7 @@ class DynamicBatch:
         self.kernels: dict[str, Kernel] = {k: KERNELS.get(k) for k in ("lookup", "sum")}
         self._ops: list[OpType] = []
         self._op_ids: dict[str, int] = {}
+        self._kinds: dict[str, Kind] = {}
         self._cells: dict[str, Cell] = {}
         self._embeddings: dict[int, Cell] = {}
         self._generation = 0
@@ -67,13 +77,11 @@ class DynamicBatch:
         return builtin_op(self, name)
 
     def _clear(self) -> None:  # forget the recorded mini-batch; its handles become stale
+        old = getattr(self, "_rec", None)
+        if old is not None:
+            old.release()
         self._generation += 1
-        self._node_ops: list[int] = []
-        self._node_operands: list[list[int]] = []
-        self._node_attrs: list[int] = []
-        self._node_instances: list[int] = []
-        self._rows: dict[str, list[Tensor]] = {}
-        self._losses: list[int] = []
+        self._rec = Recording(self, self._generation)
         self._instance = self._num_instances = 0
 
     @property
@@ -130,6 +138,7 @@ class DynamicBatch:
     def _register(self, op: OpType) -> None:
         if op.name not in self._op_ids:
             self._op_ids[op.name] = len(self._ops)
+            self._kinds[op.name] = Kind(op, len(self._ops))
             self._ops.append(op)
 
     def _probe(self, cell: Cell | VariadicCell) -> None:
@@ -160,25 +169,31 @@ class DynamicBatch:
     @contextmanager
     def instance(self) -> Iterator[int]:
         """Nodes created inside belong to a new data instance; yields its id."""
-        previous = self._instance
+        previous, rec = self._instance, self._rec
         try:
             yield self.next_instance()
         finally:
-            self._instance = previous
+            if self._rec is rec:  # (a run() inside the block started a new recording)
+                self._instance = previous
+                rec.marks.append((len(rec.ops), previous))
 
     def next_instance(self) -> int:
         """Start a new data instance (no context manager); return its id."""
         self._instance = self._num_instances
         self._num_instances += 1
+        self._rec.marks.append((len(self._rec.ops), self._instance))
         return self._instance
 
-    def _add(self, op: OpType, operands: list[int], attr: int) -> Handle:
-        node = len(self._node_ops)
-        self._node_ops.append(self._op_ids[op.name])
-        self._node_operands.append(operands)
-        self._node_attrs.append(attr)
-        self._node_instances.append(self._instance)
-        return Handle(self, self._generation, node, op.out_shape, op.name)
+    def _add(self, op: OpType, operands: Sequence[int], attr: int) -> Handle:
+        """Record one node (operands checked by the caller); the generic, slower path."""
+        rec, kind = self._rec, self._kinds[op.name]
+        node = len(rec.ops)
+        rec.ops.append(kind.op_id)
+        rec.operands.extend(operands)
+        if kind.arity < 0:
+            rec.counts.append(len(operands))
+        rec.attrs.append(attr)
+        return new_handle(Handle, (rec, node, kind))
 
     def _check_handle(self, handle: object, where: str) -> None:
         if not isinstance(handle, Handle):
@@ -203,7 +218,7 @@ class DynamicBatch:
         name = "input/" + "x".join(map(str, shape))
         op = OpType(name, "lookup", (), shape, (f"api.{name}",))
         self._register(op)
-        rows = self._rows.setdefault(name, [])
+        rows = self._rec.rows.setdefault(name, [])
         rows.append(row.reshape(-1))
         return self._add(op, [], len(rows) - 1)
 
@@ -228,11 +243,15 @@ class DynamicBatch:
 
     def add_loss(self, handle: Handle) -> None:
         """Add ``handle`` (one number per row) to the mini-batch loss that ``run`` returns."""
+        rec = self._rec
+        if type(handle) is Handle and handle[0] is rec and handle[2].scalar:
+            rec.losses.append(handle[1])
+            return
         self._check_handle(handle, "add_loss")
         if math.prod(handle.shape) != 1:
             raise GraphError(f"add_loss: {handle!r} has shape {handle.shape}, not one number; "
                              f"declare the loss cell with out_shape=() and reduce per row")
-        self._losses.append(handle.node_id)
+        rec.losses.append(handle.node_id)
 
     def discard(self) -> None:
         """Drop the recorded mini-batch without running it and start a new one; its handles
@@ -249,11 +268,9 @@ class DynamicBatch:
         for h in outputs:
             self._check_handle(h, "run(outputs=...)")
         ops = list(self._ops)
-        if self._losses:
+        if self._rec.losses:
             ops.append(OpType("loss_sum", "sum", None, (1,), batchable=False))
-        return assemble_graph(Vocab(ops), self._node_ops, self._node_operands,
-                              self._node_attrs, self._node_instances, self._losses,
-                              [h.node_id for h in outputs])
+        return assemble_graph(Vocab(ops), self._rec, [h.node_id for h in outputs])
 
     def run(self, scheduler: SchedulerLike = "typewise_greedy", *,
             outputs: Sequence[Handle] = (), strategy: Strategy = "planned",
@@ -277,14 +294,15 @@ class DynamicBatch:
             GraphError: nothing was recorded, or a handle is not of this mini-batch.
         """
         make = as_scheduler(scheduler, self._kept)
-        if not self._node_ops:
+        if not self._rec.ops:
             raise GraphError("DynamicBatch.run: the mini-batch is empty; call cells (inside "
                              "batch.instance()) before run()")
         graph, loss_node = self.graph(outputs)
         schedule = make(graph)
         plan = plan_memory(graph, schedule, memory_strategy(make, strategy))
         params = {**self.params, **(params or {}), **{  # built-ins' params, then input rows
-            f"api.{n}": torch.stack(r).to(self.device, self.dtype) for n, r in self._rows.items()}}
+            f"api.{n}": torch.stack(r).to(self.device, self.dtype)
+            for n, r in self._rec.rows.items()}}
         executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels)
         result = executor.run(graph, schedule, plan, params, grad=grad)
         result.stats.update(plan.stats())

@@ -26,14 +26,13 @@ Example:
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from torch import Tensor
 
-from edbatch.api._handles import Handle
+from edbatch.api._handles import Handle, Recording, new_handle
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
 from edbatch.graph import Graph, OpType, Vocab
@@ -42,8 +41,6 @@ try:  # numba (a dependency of the compiled runtime) computes node depths in one
     from numba import njit
 except ImportError:  # pragma: no cover - the pure numpy/Python path of Graph.from_arrays
     njit = None
-
-_new_handle = object.__new__
 
 __all__ = ["BuiltinOp", "assemble_graph", "builtin_op", "register_workload", "take_graph"]
 
@@ -62,12 +59,12 @@ class BuiltinOp:
     checked for the whole graph at once when it is assembled.
     """
 
-    __slots__ = ("_arity", "_op_id", "batch", "op")
+    __slots__ = ("_arity", "_kind", "_op_id", "batch", "op")
 
     def __init__(self, batch: Batch, op: OpType) -> None:
         self.batch, self.op = batch, op
-        self._arity = -1 if op.arity is None else op.arity
-        self._op_id = batch._op_ids[op.name]
+        self._kind = batch._kinds[op.name]
+        self._arity, self._op_id = self._kind.arity, self._kind.op_id
 
     def __repr__(self) -> str:
         return f"BuiltinOp({self.op.name!r}, in_shapes={self.op.in_shapes})"
@@ -79,28 +76,52 @@ class BuiltinOp:
             GraphError: wrong operand count, or an operand that is not a handle of the
                 current mini-batch of this batch.
         """
-        if self._arity >= 0 and len(operands) != self._arity:
-            raise GraphError(f"op {self.op.name!r} takes {self._arity} operands (in_shapes="
-                             f"{list(self.op.in_shapes or ())}), got {len(operands)}; pass "
-                             f"one handle per slot")
-        batch = self.batch
-        gen = batch._generation
-        ids = []
+        # The recorder's hot path: a few appends to the recording's flat lists and a tuple
+        # handle. ``h[0] is rec`` checks batch and generation at once (see Recording).
+        rec = self.batch._rec
+        if len(operands) != self._arity:
+            if self._arity >= 0:
+                self._bad_count(operands)
+            rec.counts.append(len(operands))
+        flat = rec.operands
+        try:
+            for h in operands:
+                if h[0] is not rec:
+                    break
+                flat.append(h[1])
+            else:
+                ops = rec.ops
+                node = len(ops)
+                ops.append(self._op_id)
+                rec.attrs.append(attr)
+                return new_handle(Handle, (rec, node, self._kind))
+        except (TypeError, KeyError, IndexError):
+            pass
+        self._undo(rec, operands)
+        for slot, h in enumerate(operands):
+            self.batch._check_handle(h, f"op {self.op.name!r} operand {slot}")
+        raise GraphError(f"op {self.op.name!r}: operands {operands!r} are not handles of "
+                         f"the current mini-batch; record them with this batch")
+
+    def _undo(self, rec: Recording, operands: Sequence[Handle]) -> None:
+        """Take back the operand ids appended before the first bad operand."""
+        good = 0
         for h in operands:
-            if getattr(h, "batch", None) is not batch or h.generation != gen:
-                batch._check_handle(h, f"op {self.op.name!r} operand {len(ids)}")
-            ids.append(h.node_id)
-        # DynamicBatch._add inlined (the recorder's hot path): four appends and a handle
-        # whose __dict__ is filled at once (the frozen dataclass __init__ costs ~1 us).
-        node = len(batch._node_ops)
-        batch._node_ops.append(self._op_id)
-        batch._node_operands.append(ids)
-        batch._node_attrs.append(attr)
-        batch._node_instances.append(batch._instance)
-        handle = _new_handle(Handle)
-        handle.__dict__.update(batch=batch, generation=gen, node_id=node,
-                               shape=self.op.out_shape, op_name=self.op.name)
-        return handle
+            try:
+                if h[0] is not rec:
+                    break
+            except (TypeError, KeyError, IndexError):
+                break
+            good += 1
+        if good:
+            del rec.operands[-good:]
+        if self._arity < 0:
+            rec.counts.pop()
+
+    def _bad_count(self, operands: Sequence[Handle]) -> None:
+        raise GraphError(f"op {self.op.name!r} takes {self._arity} operands (in_shapes="
+                         f"{list(self.op.in_shapes or ())}), got {len(operands)}; pass "
+                         f"one handle per slot")
 
 
 def builtin_op(batch: Batch, name: str) -> BuiltinOp:
@@ -151,28 +172,30 @@ def register_workload(batch: Batch, workload: Any,
     return batch
 
 
-def assemble_graph(vocab: Vocab, ops: Sequence[int], operands: Sequence[Sequence[int]],
-                   attrs: Sequence[int], instances: Sequence[int],
-                   loss_terms: Sequence[int], outputs: Sequence[int]) -> tuple[Graph, int | None]:
-    """Build a :class:`Graph` from the recorder's flat lists in a few numpy calls.
+def assemble_graph(vocab: Vocab, rec: Recording, outputs: Sequence[int]
+                   ) -> tuple[Graph, int | None]:
+    """Build a :class:`Graph` from a recording's flat lists in a few numpy calls.
 
-    ``loss_terms`` (if any) become the operands of one final ``loss_sum`` node (the last
+    The loss terms (if any) become the operands of one final ``loss_sum`` node (the last
     op type of ``vocab``); the graph's outputs are that node, then ``outputs``. Returns the
-    graph and the loss-sum node id (``None`` without loss terms).
+    graph and the loss-sum node id (``None`` without loss terms). Shapes and operand
+    counts are checked here, for the whole graph at once (``Graph.from_arrays``).
     """
-    n = len(ops)
-    counts = np.fromiter(map(len, operands), dtype=np.int64, count=n)
-    flat = np.fromiter(itertools.chain.from_iterable(operands), dtype=np.int32,
-                       count=int(counts.sum()))
-    op_ids = np.asarray(ops, dtype=np.int32)
-    attr = np.asarray(attrs, dtype=np.int64)
-    inst = np.asarray(instances, dtype=np.int32)
+    n = len(rec.ops)
+    op_ids = np.array(rec.ops, dtype=np.int32)
+    arity = np.array([-1 if op.arity is None else op.arity for op in vocab], dtype=np.int64)
+    counts = arity[op_ids]
+    if rec.counts:
+        counts[counts < 0] = rec.counts
+    flat = np.array(rec.operands, dtype=np.int32)
+    attr = np.array(rec.attrs, dtype=np.int64)
+    inst = _instances(rec.marks, n)
     head = None
-    if loss_terms:
+    if rec.losses:
         head = n
         op_ids = np.append(op_ids, np.int32(len(vocab) - 1))
-        counts = np.append(counts, len(loss_terms))
-        flat = np.concatenate([flat, np.asarray(loss_terms, dtype=np.int32)])
+        counts = np.append(counts, len(rec.losses))
+        flat = np.concatenate([flat, np.array(rec.losses, dtype=np.int32)])
         attr = np.append(attr, -1)
         inst = np.append(inst, np.int32(0))
     ptr = np.zeros(len(op_ids) + 1, dtype=np.int64)
@@ -182,6 +205,16 @@ def assemble_graph(vocab: Vocab, ops: Sequence[int], operands: Sequence[Sequence
                               outputs=np.asarray(heads + list(outputs), dtype=np.int32),
                               depth=None if _depth is None else _depth(ptr, flat))
     return graph, head
+
+
+def _instances(marks: Sequence[tuple[int, int]], n: int) -> np.ndarray:  # type: ignore[type-arg]
+    """Each node's instance id from the ``(first node, instance)`` marks (0 before any)."""
+    if not marks:
+        return np.zeros(n, dtype=np.int32)
+    m = np.array(marks, dtype=np.int64).reshape(-1, 2)
+    starts = np.concatenate([[0], m[:, 0], [n]])
+    values = np.concatenate([[0], m[:, 1]]).astype(np.int32)
+    return np.repeat(values, np.diff(starts))
 
 
 def _depth_py(ptr: np.ndarray, operands: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]

@@ -6,8 +6,10 @@ this module imports nothing of :mod:`edbatch.api._batch` (the import graph stays
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Protocol
 
 import torch
@@ -18,15 +20,18 @@ from edbatch.executor.torch_executor import RunResult
 from edbatch.graph import Graph, OpType
 from edbatch.schedule import Schedule
 
-__all__ = ["BatchResult", "Cell", "Handle", "Recorder", "ShapeLike"]
+__all__ = ["BatchResult", "Cell", "Handle", "Kind", "Recorder", "Recording", "ShapeLike",
+           "new_handle"]
 
 
 class Recorder(Protocol):
     """What handles and cells need of the batch recording them (a :class:`DynamicBatch`)."""
 
+    _rec: Recording
+
     def _check_handle(self, handle: object, where: str) -> None: ...
 
-    def _add(self, op: OpType, operands: list[int], attr: int) -> Handle: ...
+    def _add(self, op: OpType, operands: Sequence[int], attr: int) -> Handle: ...
 
 
 #: A shape given by the user: an int (a vector width) or a tuple.
@@ -39,21 +44,93 @@ def _shape(value: ShapeLike, what: str) -> tuple[int, ...]:
     return shape
 
 
-@dataclass(frozen=True, eq=False)
-class Handle:
-    """A node of a :class:`DynamicBatch`'s mini-batch ``generation``: pass it to cells.
+class Kind:
+    """What every handle of one op type shares: the op type, its id, its row shape.
 
-    ``shape`` is the shape of its value (one row); ``op_name`` names its op type.
+    ``arity`` is ``-1`` for a variadic op; ``scalar`` says whether a row is one number
+    (a loss term).
     """
 
-    batch: Any  # the DynamicBatch that recorded it
-    generation: int
-    node_id: int
-    shape: tuple[int, ...]
-    op_name: str
+    __slots__ = ("arity", "name", "op", "op_id", "scalar", "shape")
+
+    def __init__(self, op: OpType, op_id: int) -> None:
+        self.op, self.op_id, self.name, self.shape = op, op_id, op.name, op.out_shape
+        self.arity = -1 if op.arity is None else op.arity
+        self.scalar = math.prod(op.out_shape) == 1
+
+
+class Recording:
+    """One mini-batch as it is recorded: flat lists that each op call appends to.
+
+    Node ``v`` has op id ``ops[v]`` and attr ``attrs[v]``; its operands follow those of
+    node ``v - 1`` in ``operands`` (as many as its op's arity; a variadic op's count is the
+    next entry of ``counts``). ``marks`` holds ``(first node, instance id)`` each time the
+    current instance changes. A handle keeps its recording, so a recording is also the
+    token of its batch's generation: ``handle[0] is batch._rec`` checks both at once.
+    """
+
+    __slots__ = ("attrs", "batch", "counts", "generation", "losses", "marks", "operands",
+                 "ops", "rows")
+
+    def __init__(self, batch: Any, generation: int) -> None:
+        self.batch, self.generation = batch, generation
+        self.ops: list[int] = []
+        self.operands: list[int] = []
+        self.attrs: list[int] = []
+        self.counts: list[int] = []
+        self.marks: list[tuple[int, int]] = []
+        self.losses: list[int] = []
+        self.rows: dict[str, list[Tensor]] = {}
+
+    def release(self) -> None:
+        """Drop the recorded lists (the mini-batch ran); handles keep batch and generation."""
+        self.ops = self.operands = self.attrs = self.counts = self.losses = []
+        self.marks, self.rows = [], {}
+
+
+class Handle(tuple):  # type: ignore[type-arg]
+    """A node of a :class:`DynamicBatch`'s mini-batch ``generation``: pass it to cells.
+
+    ``shape`` is the shape of its value (one row); ``op_name`` names its op type;
+    ``node_id`` its node in the mini-batch graph. Handles are immutable and compare equal
+    only to a handle of the same node of the same mini-batch. (Internally a
+    ``(recording, node id, kind)`` triple: creating one costs a tuple, the recorder's
+    hot path.)
+    """
+
+    __slots__ = ()
+
+    node_id: int = property(itemgetter(1))  # type: ignore[assignment]
+
+    @property
+    def batch(self) -> Any:
+        """The :class:`DynamicBatch` that recorded it."""
+        return self[0].batch
+
+    @property
+    def generation(self) -> int:
+        """The mini-batch (of its batch) it belongs to."""
+        return self[0].generation  # type: ignore[no-any-return]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of one row of its value."""
+        return self[2].shape  # type: ignore[no-any-return]
+
+    @property
+    def op_name(self) -> str:
+        """The name of its op type."""
+        return self[2].name  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Any:
+        raise GraphError(f"{self!r} is one node, not a sequence of values; pass it to a "
+                         f"cell, or read its value with result[handle] after run()")
 
     def __repr__(self) -> str:
-        return f"Handle(%{self.node_id} = {self.op_name}, shape={self.shape})"
+        return f"Handle(%{self[1]} = {self[2].name}, shape={self[2].shape})"
+
+
+new_handle = tuple.__new__
 
 
 class Cell:
@@ -90,15 +167,17 @@ class Cell:
         if len(operands) != len(in_shapes):
             raise GraphError(f"cell {self.name!r} takes {len(in_shapes)} operands (in_shapes="
                              f"{list(in_shapes)}), got {len(operands)}; pass one handle per slot")
+        rec = self.batch._rec
         for slot, (handle, want) in enumerate(zip(operands, in_shapes)):
-            self.batch._check_handle(handle, f"cell {self.name!r} operand {slot}")
-            if handle.shape != want:
+            if type(handle) is not Handle or handle[0] is not rec:
+                self.batch._check_handle(handle, f"cell {self.name!r} operand {slot}")
+            if handle[2].shape != want:
                 raise GraphError(
                     f"cell {self.name!r} operand {slot} has shape {handle.shape} (node "
                     f"%{handle.node_id}, {handle.op_name}), but the cell was registered with "
                     f"in_shapes[{slot}] = {want}; pass a handle of shape {want} or register "
                     f"another cell for shape {handle.shape}")
-        return self.batch._add(self.op, [h.node_id for h in operands],
+        return self.batch._add(self.op, [h[1] for h in operands],
                                -1 if attr is None else int(attr))
 
     def kernel(self, op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],

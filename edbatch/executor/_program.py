@@ -19,7 +19,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from edbatch.executor._reads import Read, RowLocator, inplace_read, merged, to_device
+from edbatch.executor._reads import Read, RowLocator, inplace_reads, merged, to_device
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
 from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
@@ -66,32 +66,35 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     The training reads (which depend on which batch produced each row) are compiled on the
     first training run of the program.
     """
-    steps: list[Step] = []
-    operand_lists: list[tuple[Operand, ...]] = []
     counts = {False: [0, 0, 0], True: [0, 0, 0]}
     attr_nodes = (np.concatenate(plan.row_order).astype(np.int64) if plan.row_order
                   else np.zeros(0, np.int64))
     flat = to_device(graph.attrs[attr_nodes], device)
-    offset = 0
     sum_kernel = KERNELS.get("sum")
+    operand_lists: list[tuple[Operand, ...]] = []
+    splits: list[bool] = []
     for b, batch in enumerate(schedule.batches):
-        op: OpType = graph.vocab[batch.op_id]
-        kernel = kernel_for(op, kernels)
-        order = plan.row_order[b]
-        attrs = flat[offset:offset + len(order)]
-        offset += len(order)
-        region = plan.outputs[b]
         operands = plan.operands[b]
-        split = op.arity is None and len(order) == 1 and len(operands) > 0 and \
-            len({o.arena for o in operands}) == 1
+        split = graph.vocab[batch.op_id].arity is None and len(plan.row_order[b]) == 1 and \
+            len(operands) > 0 and len({o.arena for o in operands}) == 1
         if split and len(operands) > 1:
             rows = np.concatenate([o.rows() for o in operands])
             operands = (merged(operands[0].arena, rows),)
         operand_lists.append(operands)
+        splits.append(split)
+    reads = inplace_reads(operand_lists, device, counts[False])
+    steps: list[Step] = []
+    offset = 0
+    for b, batch in enumerate(schedule.batches):
+        op: OpType = graph.vocab[batch.op_id]
+        kernel = kernel_for(op, kernels)
+        size = len(plan.row_order[b])
+        region = plan.outputs[b]
         steps.append(Step(
-            op, kernel, attrs, len(order), math.prod(op.out_shape), region.arena,
-            region.start, tuple(inplace_read(o, device, counts[False]) for o in operands),
-            split, split and kernel is sum_kernel, bool(getattr(kernel, "writes_out", False))))
+            op, kernel, flat[offset:offset + size], size, math.prod(op.out_shape),
+            region.arena, region.start, reads[b], splits[b],
+            splits[b] and kernel is sum_kernel, bool(getattr(kernel, "writes_out", False))))
+        offset += size
     outputs = tuple((int(v), int(plan.node_arena[v]), int(plan.node_row[v]), -1)
                     for v in graph.outputs)
     grad: list[tuple[Step, ...]] = []

@@ -18,7 +18,7 @@ from torch import Tensor
 from edbatch.memory.plan import MemoryPlan, Operand, Region
 
 __all__ = ["CatRead", "Read", "RowLocator", "RowsRead", "SelectRead", "SliceRead",
-           "inplace_read", "merged", "to_device"]
+           "inplace_read", "inplace_reads", "merged", "to_device"]
 
 #: A compiled operand read: called with the arenas (inference) or batch outputs (training).
 Read = Callable[[Sequence[Tensor]], Tensor]
@@ -43,13 +43,32 @@ def merged(arena: int, rows: NDArray[np.int64]) -> Operand:
 def inplace_read(operand: Operand, device: torch.device, counts: list[int]) -> Read:
     """Inference read: an arena slice or an ``index_select`` of arena rows (both also route
     a gradient into a gradient arena of the same layout, for the analytic training mode)."""
-    if operand.view is not None:
-        counts[0] += 1
-        return SliceRead(operand.arena, operand.view.start, operand.view.stop)
-    idx = to_device(operand.rows().copy(), device)
-    counts[1] += 1
-    counts[2] += len(idx)
-    return RowsRead(operand.arena, idx)
+    return inplace_reads([(operand,)], device, counts)[0][0]
+
+
+def inplace_reads(operands: Sequence[Sequence[Operand]], device: torch.device,
+                  counts: list[int]) -> list[tuple[Read, ...]]:
+    """:func:`inplace_read` of every operand of every batch; the gathers' row indices are
+    slices of one index tensor (one host-to-device copy for the whole program)."""
+    gathers = [o.gather for ops in operands for o in ops if o.view is None]
+    flat = to_device(np.concatenate(gathers).astype(np.int64, copy=False), device) \
+        if gathers else None
+    off = 0
+    out = []
+    for ops in operands:
+        reads: list[Read] = []
+        for o in ops:
+            if o.view is not None:
+                counts[0] += 1
+                reads.append(SliceRead(o.arena, o.view.start, o.view.stop))
+            else:
+                k = len(o.gather)  # type: ignore[arg-type]
+                counts[1] += 1
+                counts[2] += k
+                reads.append(RowsRead(o.arena, flat[off:off + k]))  # type: ignore[index]
+                off += k
+        out.append(tuple(reads))
+    return out
 
 
 class RowsRead:
