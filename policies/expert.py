@@ -1,21 +1,29 @@
-"""Expert iteration: a search teacher labels decisions, a table-lookup FSM imitates it.
+"""Expert iteration and direct table search: an FSM batching policy that beats its fallback.
 
-Teacher: fortified rollout (:func:`edbatch.schedule.rollout.rollout_schedule`) with a large
-budget over the current student, and, on graphs small enough, the exact solver
-(:func:`edbatch.schedule.exact.exact_schedule`) where it proves optimality. Each teacher
-schedule is replayed through a frontier; every decision becomes a sample
-``(expert key of the state, op type the teacher batched)``.
+Two stages, both producing an :class:`~policies.fsm.FSMPolicy` table over a graph-size-free
+key (``expert`` by default: ready types with their critical-path gap and whether their
+type-wise frontier is complete), so keys recur across graphs:
 
-Student: an :class:`~policies.fsm.FSMPolicy` with the ``expert`` encoding (ready types with
-their critical-path gap and whether their type-wise frontier is complete: no graph-size
-term, so keys recur across graphs). Per key the teacher's majority action is kept when the
-key was seen ``min_count`` times and the majority holds at least ``confidence`` of the votes.
-Keys are then pruned on the validation graphs (a key goes when dropping it gives fewer
-batches), and the table is kept only if it needs no more batches than the fallback alone.
+1. **Teacher** (``rounds`` > 0): fortified rollout (:func:`edbatch.schedule.rollout.
+   rollout_schedule`) with a large budget over the current student and, on small graphs,
+   the exact solver (:func:`edbatch.schedule.exact.exact_schedule`) where it proves
+   optimality, label the first ``teacher_graphs`` training graphs. Each teacher schedule is
+   replayed through a frontier; every decision becomes a vote ``key -> op type``. Per key
+   the majority is kept when the key was seen ``min_count`` times and the majority holds
+   ``confidence`` of the votes; keys are pruned on the validation graphs. The student
+   becomes the next round's rollout base; votes accumulate over rounds (as DAgger does).
+2. **Search** (``search_sweeps`` > 0, :mod:`policies.table_search`): coordinate descent on
+   the table itself, starting from the teacher's table (or the empty one): one state's
+   action changes at a time, kept when the training graphs need fewer batches and held-out
+   check graphs (resampled mini-batches) need no more.
 
-Iteration: the student becomes the rollout's base policy, the improved schedules are added to
-the samples (aggregated over rounds, as DAgger does) and the student is refitted; the
-round with the fewest validation batches wins.
+On lattices the teacher's votes alone schedule *worse* than the fallback (the rollout
+deviates from the critical path in a few decisions per graph, at keys that also cover the
+many decisions where it agrees), while the search improves on it; hence the defaults:
+``rounds=0``, ``search_sweeps=3`` (docs/learning.md has the measurements).
+
+The table is kept only if it needs no more batches than the fallback alone on the
+validation graphs. Deterministic: the same seed and graphs give the same table bytes.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ from edbatch.schedule.rollout import rollout_schedule
 from edbatch.schedule.schedule import Schedule
 from envs.encoding import StateKey, encode_state
 from policies.fsm import FSMPolicy, make_fallback
-from policies.q_learning import TrainResult, evaluate_policy, select_fallback
+from policies.q_learning import TrainResult, select_fallback
+from policies.table_search import search_table, table_batches
 
 __all__ = ["ExpertConfig", "ExpertTrainer", "fit_table", "resample_graphs", "teacher_samples",
            "train_expert"]
@@ -52,8 +61,12 @@ Votes = dict[StateKey, Counter[int]]
 class ExpertConfig:
     """Hyper-parameters of expert iteration."""
 
-    rounds: int = 2
-    """Teacher/student rounds (round 0's teacher rolls out the fallback alone)."""
+    rounds: int = 0
+    """Teacher/student rounds (round 0's teacher rolls out the fallback alone; 0: no
+    teacher, the search starts from the empty table)."""
+    teacher_graphs: int = 4
+    """Training graphs the teacher labels per round (the first ones: the given graphs,
+    then resampled ones)."""
     budget: int = 300_000
     """Rollout budget per graph (batches popped inside rollouts)."""
     exact_max_nodes: int = 400
@@ -74,10 +87,14 @@ class ExpertConfig:
     """Policy for states not in the table, or ``auto`` (best heuristic on validation)."""
     lookahead: str = "none"
     """How the trained FSM schedules graphs: ``none`` or ``rollout``."""
-    augment: int = 8
+    augment: int = 32
     """Extra graphs resampled (seeded, with replacement) from the independent parts of the
-    training graphs (a mini-batch's instances); half join the teacher's graphs, half the
-    selection graphs, so keys are pruned on graphs the teacher did not label."""
+    training graphs (a mini-batch's instances); half join the training graphs, half are the
+    check graphs of the search and join the selection graphs."""
+    search_sweeps: int = 3
+    """Passes of the table search (:mod:`policies.table_search`); 0: no search."""
+    search_max_evals: int = 2000
+    """Most candidate tables the search schedules."""
     seed: int = 0
     """Seed of the resampling (the rest is deterministic)."""
 
@@ -194,14 +211,14 @@ def fit_table(votes: Votes, min_count: int, confidence: float) -> dict[StateKey,
 
 
 def _prune(table: dict[StateKey, int], votes: Votes, val: Sequence[Graph],
-           make: Callable[[dict[StateKey, int]], FSMPolicy], max_evals: int
+           cost: Callable[[dict[StateKey, int]], int], max_evals: int
            ) -> tuple[dict[StateKey, int], int]:
     """Backward elimination on the validation graphs, least-supported keys first."""
-    best = evaluate_policy(make(table), val)[1]
+    best = cost(table)
     order = sorted(table, key=lambda k: (sum(votes[k].values()), k))
     for key in order[:max_evals]:
         trial = {k: a for k, a in table.items() if k != key}
-        b = evaluate_policy(make(trial), val)[1]
+        b = cost(trial)
         if b < best:
             table, best = trial, b
     return table, best
@@ -211,14 +228,16 @@ def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig
                  val_graphs: Sequence[Graph] | None = None,
                  callback: Callable[[dict[str, float]], None] | None = None,
                  metadata: dict[str, Any] | None = None) -> TrainResult:
-    """Expert iteration over ``train_graphs``; select on ``val_graphs`` (default: train)."""
+    """Teacher rounds, then table search, over ``train_graphs``; select on ``val_graphs``
+    (default: train) plus the resampled check graphs."""
     if not train_graphs:
         raise GraphError("train_expert needs at least one training graph")
     t0 = time.perf_counter()
     val = list(val_graphs) if val_graphs is not None else list(train_graphs)
     extra = resample_graphs(train_graphs, cfg.augment, np.random.default_rng(cfg.seed))
     half = (len(extra) + 1) // 2
-    train_graphs, val = [*train_graphs, *extra[:half]], [*val, *extra[half:]]
+    check = extra[half:]
+    train_graphs, val = [*train_graphs, *extra[:half]], [*val, *check]
     fallback = cfg.fallback
     if fallback == "auto":
         fallback = select_fallback(val, cfg.encoding)
@@ -229,21 +248,26 @@ def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig
     def make(table: dict[StateKey, int]) -> FSMPolicy:
         return FSMPolicy(table, cfg.encoding, names, fallback, meta, cfg.lookahead)
 
-    fb_batches = evaluate_policy(make({}), val)[1]
+    def cost(table: dict[StateKey, int]) -> int:
+        return table_batches(table, val, cfg.encoding, fallback)
+
+    fb_batches = cost({})
     best_table: dict[StateKey, int] = {}
     best_batches, lb = fb_batches, sum(lower_bound(g) for g in val)
     votes: Votes = {}
     history: list[dict[str, float]] = []
     student = make({})
+    teacher_ratio = None
     for rnd in range(cfg.rounds):
         base = student.fork if student.table else (lambda: make_fallback(fallback,
                                                                          cfg.encoding))
-        stats = teacher_samples(train_graphs, [base], cfg, votes)
+        stats = teacher_samples(train_graphs[:cfg.teacher_graphs], [base], cfg, votes)
+        teacher_ratio = stats["teacher_ratio"]
         table = fit_table(votes, cfg.min_count, cfg.confidence)
         if cfg.prune and table:
-            table, batches = _prune(table, votes, val, make, cfg.max_prune_evals)
+            table, batches = _prune(table, votes, val, cost, cfg.max_prune_evals)
         else:
-            batches = evaluate_policy(make(table), val)[1]
+            batches = cost(table)
         student = make(table)
         row = {"episode": rnd + 1, "train/teacher_ratio": stats["teacher_ratio"],
                "train/samples": stats["samples"], "train/exact_graphs": stats["exact_graphs"],
@@ -261,12 +285,29 @@ def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig
                  fb_batches / max(lb, 1))
         if callback is not None:
             callback(row)
+    if cfg.search_sweeps > 0:
+        start = dict(best_table if cfg.rounds else {})
+        table, st = search_table(start, train_graphs, check, cfg.encoding, fallback,
+                                 sweeps=cfg.search_sweeps, max_evals=cfg.search_max_evals)
+        batches = cost(table)
+        row = {"episode": cfg.rounds + 1, "train/search_changes": st.changes,
+               "train/search_evaluations": st.evaluations, "train/num_states": len(table),
+               "eval/ratio_to_lb": batches / max(lb, 1),
+               "eval/fallback_ratio_to_lb": fb_batches / max(lb, 1)}
+        if batches <= best_batches:
+            best_table, best_batches = table, batches
+        row["eval/best_ratio_to_lb"] = best_batches / max(lb, 1)
+        history.append(row)
+        log.info("table search: %d sweeps, %d tables tried, %d changes, %d states, "
+                 "validation %.4f x LB (fallback %.4f)", st.sweeps, st.evaluations,
+                 st.changes, len(table), batches / max(lb, 1), fb_batches / max(lb, 1))
+        if callback is not None:
+            callback(row)
     seconds = time.perf_counter() - t0
     best_ratio = best_batches / max(lb, 1)
     meta.update(rounds=cfg.rounds, best_ratio=best_ratio, train_seconds=seconds,
-                fallback_ratio=fb_batches / max(lb, 1),
-                teacher_ratio=history[-1]["train/teacher_ratio"] if history else None)
-    return TrainResult(make(best_table), best_ratio, cfg.rounds, seconds, history)
+                fallback_ratio=fb_batches / max(lb, 1), teacher_ratio=teacher_ratio)
+    return TrainResult(make(best_table), best_ratio, len(history), seconds, history)
 
 
 class ExpertTrainer:
