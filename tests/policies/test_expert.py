@@ -23,7 +23,7 @@ from policies.expert import (
 )
 
 FAST = ExpertConfig(rounds=2, budget=20_000, fallback="critical_path", max_prune_evals=10,
-                    augment=2)
+                    augment=2, search_sweeps=0)  # the teacher path alone
 ONE = replace(FAST, rounds=1)
 
 
