@@ -48,7 +48,7 @@ from edbatch.schedule.schedule import Schedule
 from envs.encoding import StateKey, encode_state
 from policies.fsm import FSMPolicy, make_fallback
 from policies.q_learning import TrainResult, select_fallback
-from policies.table_search import search_table, table_batches
+from policies.table_search import complete_table, search_table, table_batches
 
 __all__ = ["ExpertConfig", "ExpertTrainer", "fit_table", "resample_graphs", "teacher_samples",
            "train_expert"]
@@ -95,6 +95,10 @@ class ExpertConfig:
     """Passes of the table search (:mod:`policies.table_search`); 0: no search."""
     search_max_evals: int = 2000
     """Most candidate tables the search schedules."""
+    complete_min_visits: int = 2
+    """After the search, states the FSM visits this often on the training and check graphs,
+    always with the same action, enter the table (:func:`~policies.table_search.
+    complete_table`; 0: off)."""
     seed: int = 0
     """Seed of the resampling (the rest is deterministic)."""
 
@@ -224,6 +228,66 @@ def _prune(table: dict[StateKey, int], votes: Votes, val: Sequence[Graph],
     return table, best
 
 
+def _round_row(rnd: int, stats: dict[str, float], keys: int, states: int, batches: int,
+               fb_batches: int, best_batches: int, lb: int) -> dict[str, float]:
+    """The history row of teacher round ``rnd`` (and its log line)."""
+    log.info("expert round %d: teacher %.4f x LB, %d samples, %d keys, %d in table, "
+             "validation %.4f x LB (fallback %.4f)", rnd, stats["teacher_ratio"],
+             stats["samples"], keys, states, batches / max(lb, 1), fb_batches / max(lb, 1))
+    return {"episode": rnd + 1, "train/teacher_ratio": stats["teacher_ratio"],
+            "train/samples": stats["samples"], "train/exact_graphs": stats["exact_graphs"],
+            "train/keys_seen": keys, "train/num_states": states,
+            "eval/ratio_to_lb": batches / max(lb, 1),
+            "eval/fallback_ratio_to_lb": fb_batches / max(lb, 1),
+            "eval/best_ratio_to_lb": best_batches / max(lb, 1)}
+
+
+def _teacher_rounds(train: Sequence[Graph], val: Sequence[Graph], cfg: ExpertConfig,
+                    make: Callable[[dict[StateKey, int]], FSMPolicy],
+                    cost: Callable[[dict[StateKey, int]], int],
+                    emit: Callable[[dict[str, float]], None], fb_batches: int, lb: int
+                    ) -> tuple[dict[StateKey, int], int, float | None]:
+    """``cfg.rounds`` of expert iteration: (best table, its validation batches, the last
+    teacher's batches / LB); the empty table (the fallback alone) unless a round beats it."""
+    best_table: dict[StateKey, int] = {}
+    best_batches, teacher_ratio = fb_batches, None
+    votes: Votes = {}
+    student = make({})
+    fallback = student.fallback_name
+    for rnd in range(cfg.rounds):
+        base = student.fork if student.table else (lambda: make_fallback(fallback,
+                                                                         cfg.encoding))
+        stats = teacher_samples(train[:cfg.teacher_graphs], [base], cfg, votes)
+        teacher_ratio = stats["teacher_ratio"]
+        table = fit_table(votes, cfg.min_count, cfg.confidence)
+        if cfg.prune and table:
+            table, batches = _prune(table, votes, val, cost, cfg.max_prune_evals)
+        else:
+            batches = cost(table)
+        student = make(table)
+        if batches < best_batches or (batches == best_batches
+                                      and len(table) > len(best_table)):
+            best_table, best_batches = table, batches
+        emit(_round_row(rnd, stats, len(votes), len(table), batches, fb_batches,
+                        best_batches, lb))
+    return best_table, best_batches, teacher_ratio
+
+
+def _search_stage(start: dict[StateKey, int], train: Sequence[Graph], check: Sequence[Graph],
+                  cfg: ExpertConfig, fallback: str,
+                  cost: Callable[[dict[StateKey, int]], int]
+                  ) -> tuple[dict[StateKey, int], int, dict[str, float]]:
+    """The table search from ``start``: (table, validation batches, history row)."""
+    table, st = search_table(dict(start), train, check, cfg.encoding, fallback,
+                             sweeps=cfg.search_sweeps, max_evals=cfg.search_max_evals)
+    batches = cost(table)
+    log.info("table search: %d sweeps, %d tables tried, %d changes, %d states, %d "
+             "validation batches", st.sweeps, st.evaluations, st.changes, len(table), batches)
+    return table, batches, {"episode": cfg.rounds + 1, "train/search_changes": st.changes,
+                            "train/search_evaluations": st.evaluations,
+                            "train/num_states": len(table)}
+
+
 def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig(), *,
                  val_graphs: Sequence[Graph] | None = None,
                  callback: Callable[[dict[str, float]], None] | None = None,
@@ -252,57 +316,31 @@ def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig
         return table_batches(table, val, cfg.encoding, fallback)
 
     fb_batches = cost({})
-    best_table: dict[StateKey, int] = {}
-    best_batches, lb = fb_batches, sum(lower_bound(g) for g in val)
-    votes: Votes = {}
+    lb = sum(lower_bound(g) for g in val)
     history: list[dict[str, float]] = []
-    student = make({})
-    teacher_ratio = None
-    for rnd in range(cfg.rounds):
-        base = student.fork if student.table else (lambda: make_fallback(fallback,
-                                                                         cfg.encoding))
-        stats = teacher_samples(train_graphs[:cfg.teacher_graphs], [base], cfg, votes)
-        teacher_ratio = stats["teacher_ratio"]
-        table = fit_table(votes, cfg.min_count, cfg.confidence)
-        if cfg.prune and table:
-            table, batches = _prune(table, votes, val, cost, cfg.max_prune_evals)
-        else:
-            batches = cost(table)
-        student = make(table)
-        row = {"episode": rnd + 1, "train/teacher_ratio": stats["teacher_ratio"],
-               "train/samples": stats["samples"], "train/exact_graphs": stats["exact_graphs"],
-               "train/keys_seen": len(votes), "train/num_states": len(table),
-               "eval/ratio_to_lb": batches / max(lb, 1),
-               "eval/fallback_ratio_to_lb": fb_batches / max(lb, 1)}
-        if batches < best_batches or (batches == best_batches
-                                      and len(table) > len(best_table)):
-            best_table, best_batches = table, batches
-        row["eval/best_ratio_to_lb"] = best_batches / max(lb, 1)
+
+    def emit(row: dict[str, float]) -> None:
         history.append(row)
-        log.info("expert round %d: teacher %.4f x LB, %d samples, %d keys, %d in table, "
-                 "validation %.4f x LB (fallback %.4f)", rnd, stats["teacher_ratio"],
-                 stats["samples"], len(votes), len(table), batches / max(lb, 1),
-                 fb_batches / max(lb, 1))
         if callback is not None:
             callback(row)
+
+    best_table, best_batches, teacher_ratio = _teacher_rounds(
+        train_graphs, val, cfg, make, cost, emit, fb_batches, lb)
     if cfg.search_sweeps > 0:
-        start = dict(best_table if cfg.rounds else {})
-        table, st = search_table(start, train_graphs, check, cfg.encoding, fallback,
-                                 sweeps=cfg.search_sweeps, max_evals=cfg.search_max_evals)
-        batches = cost(table)
-        row = {"episode": cfg.rounds + 1, "train/search_changes": st.changes,
-               "train/search_evaluations": st.evaluations, "train/num_states": len(table),
-               "eval/ratio_to_lb": batches / max(lb, 1),
-               "eval/fallback_ratio_to_lb": fb_batches / max(lb, 1)}
+        table, batches, row = _search_stage(best_table if cfg.rounds else {}, train_graphs,
+                                            check, cfg, fallback, cost)
+        row.update({"eval/ratio_to_lb": batches / max(lb, 1),
+                    "eval/fallback_ratio_to_lb": fb_batches / max(lb, 1)})
         if batches <= best_batches:
             best_table, best_batches = table, batches
         row["eval/best_ratio_to_lb"] = best_batches / max(lb, 1)
-        history.append(row)
-        log.info("table search: %d sweeps, %d tables tried, %d changes, %d states, "
-                 "validation %.4f x LB (fallback %.4f)", st.sweeps, st.evaluations,
-                 st.changes, len(table), batches / max(lb, 1), fb_batches / max(lb, 1))
-        if callback is not None:
-            callback(row)
+        meta.update(search_changes=row["train/search_changes"], searched_states=len(table))
+        emit(row)
+    if cfg.complete_min_visits > 0:
+        n = len(best_table)
+        best_table = complete_table(best_table, [*train_graphs, *check], cfg.encoding,
+                                    fallback, min_visits=cfg.complete_min_visits)
+        meta.update(completed_states=len(best_table) - n)
     seconds = time.perf_counter() - t0
     best_ratio = best_batches / max(lb, 1)
     meta.update(rounds=cfg.rounds, best_ratio=best_ratio, train_seconds=seconds,

@@ -15,6 +15,12 @@ by, the number of batches of its own (table lookup) schedules:
 
 Sweeps repeat until one keeps no change (or ``sweeps`` ran). Deterministic: states are
 visited in (count, key) order and actions in ascending id.
+
+:func:`complete_table` then writes down what the FSM already does: every state it visits
+on the training and check graphs at least ``min_visits`` times, always with the same
+action, enters the table with that action. Those graphs' schedules are unchanged by
+construction; on unseen graphs the table answers more decisions itself (its hit rate)
+instead of calling the fallback.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from edbatch.schedule.policy import drive
 from envs.encoding import StateKey, encode_state, key_actions
 from policies.fsm import FSMPolicy
 
-__all__ = ["SearchStats", "search_table", "table_batches", "visited_states"]
+__all__ = ["SearchStats", "complete_table", "search_table", "table_batches", "visited_states"]
 
 
 @dataclass(frozen=True)
@@ -57,22 +63,41 @@ def table_batches(table: dict[StateKey, int], graphs: Sequence[Graph], encoding:
     return sum(sched(g).num_batches for g in graphs)
 
 
-def visited_states(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str,
-                   fallback: str) -> Counter[StateKey]:
-    """How often the FSM's own schedules on ``graphs`` meet each state key."""
-    seen: Counter[StateKey] = Counter()
+def decisions(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str,
+              fallback: str) -> dict[StateKey, Counter[int]]:
+    """Per state key, the actions the FSM's own schedules on ``graphs`` took there."""
+    seen: dict[StateKey, Counter[int]] = {}
     if not graphs:
         return seen
     policy = _policy(table, encoding, graphs[0].vocab.names, fallback)
 
     def choose(f: Frontier) -> int:
         view = f.view()
-        seen[encode_state(view, encoding)] += 1
-        return int(policy.choose(view))
+        a = int(policy.choose(view))
+        seen.setdefault(encode_state(view, encoding), Counter())[a] += 1
+        return a
 
     for g in graphs:
         drive(Frontier(g, typewise=True), choose)
     return seen
+
+
+def visited_states(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str,
+                   fallback: str) -> Counter[StateKey]:
+    """How often the FSM's own schedules on ``graphs`` meet each state key."""
+    return Counter({k: sum(c.values()) for k, c in decisions(table, graphs, encoding,
+                                                             fallback).items()})
+
+
+def complete_table(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str,
+                   fallback: str, *, min_visits: int = 2) -> dict[StateKey, int]:
+    """``table`` plus every state the FSM visits on ``graphs`` at least ``min_visits``
+    times, always taking the same action (schedules on ``graphs`` stay identical)."""
+    out = dict(table)
+    for key, acts in sorted(decisions(table, graphs, encoding, fallback).items()):
+        if key not in out and len(acts) == 1 and sum(acts.values()) >= min_visits:
+            out[key] = next(iter(acts))
+    return out
 
 
 def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequence[Graph],
