@@ -100,6 +100,35 @@ def complete_table(table: dict[StateKey, int], graphs: Sequence[Graph], encoding
     return out
 
 
+class _Pool:
+    """A graph set with each graph's batches and visited keys under the current table, so
+    a one-key change is scored by rescheduling only the graphs that visit that key (the
+    others' schedules cannot change)."""
+
+    def __init__(self, graphs: Sequence[Graph], table: dict[StateKey, int], encoding: str,
+                 fallback: str) -> None:
+        self.graphs, self.encoding, self.fallback = list(graphs), encoding, fallback
+        self.batches = [table_batches(table, [g], encoding, fallback) for g in self.graphs]
+        self.keys = [set(decisions(table, [g], encoding, fallback)) for g in self.graphs]
+
+    @property
+    def total(self) -> int:
+        return sum(self.batches)
+
+    def trial(self, table: dict[StateKey, int], key: StateKey) -> tuple[int, dict[int, int]]:
+        """Total batches with ``table`` (which differs from the current one at ``key``)
+        and the new batches of the graphs that visit ``key``."""
+        new = {i: table_batches(table, [g], self.encoding, self.fallback)
+               for i, g in enumerate(self.graphs) if key in self.keys[i]}
+        return self.total + sum(b - self.batches[i] for i, b in new.items()), new
+
+    def accept(self, table: dict[StateKey, int], new: dict[int, int]) -> None:
+        for i, b in new.items():
+            self.batches[i] = b
+            self.keys[i] = set(decisions(table, [self.graphs[i]], self.encoding,
+                                         self.fallback))
+
+
 def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequence[Graph],
                  encoding: str, fallback: str, *, sweeps: int = 3, min_visits: int = 1,
                  max_evals: int = 2000) -> tuple[dict[StateKey, int], SearchStats]:
@@ -112,14 +141,13 @@ def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequ
         encoding, fallback: the FSM's key and fallback rule.
         sweeps: most passes over the visited states.
         min_visits: states visited fewer times on ``train`` are left alone.
-        max_evals: most candidate tables scheduled (a time cap that keeps determinism).
+        max_evals: most candidate tables scored (a time cap that keeps determinism).
 
     Returns:
         The improved table and :class:`SearchStats`.
     """
     table = dict(table)
-    best_t = table_batches(table, train, encoding, fallback)
-    best_c = table_batches(table, check, encoding, fallback)
+    tr, ch = _Pool(train, table, encoding, fallback), _Pool(check, table, encoding, fallback)
     evals = changes = done = 0
     for _ in range(sweeps):
         done += 1
@@ -134,14 +162,16 @@ def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequ
                     continue
                 trial = {**table, key: a}
                 evals += 1
-                t = table_batches(trial, train, encoding, fallback)
-                if t >= best_t:
+                t, new_t = tr.trial(trial, key)
+                if t >= tr.total:
                     continue
-                c = table_batches(trial, check, encoding, fallback)
-                if c <= best_c:
-                    table, best_t, best_c, current = trial, t, c, a
+                c, new_c = ch.trial(trial, key)
+                if c <= ch.total:
+                    table, current = trial, a
+                    tr.accept(table, new_t)
+                    ch.accept(table, new_c)
                     changes += 1
                     changed = True
         if not changed or evals >= max_evals:
             break
-    return table, SearchStats(done, evals, changes, best_t, best_c)
+    return table, SearchStats(done, evals, changes, tr.total, ch.total)

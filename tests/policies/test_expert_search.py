@@ -113,3 +113,22 @@ def test_search_table_round_trips_with_the_rich_key(lattice, tmp_path: Path) -> 
     for g in val:
         ops = [b.op_id for b in policy.scheduler()(g).batches]
         assert [b.op_id for b in loaded.scheduler(backend="python")(g).batches] == ops
+
+
+def test_completed_table_keeps_the_schedules_and_answers_more(lattice) -> None:
+    from policies.table_search import complete_table
+    train, val = lattice
+    table, _ = search_table({}, train, [], "expert", "critical_path", sweeps=1,
+                            max_evals=30)
+    full = complete_table(table, train, "expert", "critical_path", min_visits=1)
+    assert set(table) <= set(full) and len(full) > len(table)
+    assert all(full[k] == a for k, a in table.items())
+    before = FSMPolicy(table, "expert", train[0].vocab.names, "critical_path")
+    after = FSMPolicy(full, "expert", train[0].vocab.names, "critical_path")
+    for g in train:  # same decisions on the graphs it was completed on
+        assert ([b.op_id for b in run_policy(g, after).batches]
+                == [b.op_id for b in run_policy(g, before).batches])
+    for g in val:
+        run_policy(g, before)
+        run_policy(g, after)
+    assert after.hit_rate > before.hit_rate
