@@ -101,6 +101,8 @@ class ExpertConfig:
     complete_table`; 0: off)."""
     seed: int = 0
     """Seed of the resampling (the rest is deterministic)."""
+    n_jobs: int = 1
+    """Processes labelling the teacher's graphs (joblib; -1: every core)."""
 
 
 def _parts(graph: Graph) -> list[np.ndarray]:
@@ -178,25 +180,38 @@ def _replay(graph: Graph, schedule: Schedule, encoding: str, votes: Votes) -> in
     return len(keys)
 
 
+def _teach(graph: Graph, bases: Sequence[Callable[[], Policy]], cfg: ExpertConfig
+           ) -> tuple[Schedule, Schedule | None]:
+    """The teacher's rollout schedule of ``graph`` and, where the exact solver proves one
+    optimal (small graphs), that one too."""
+    sched = rollout_schedule(graph, bases, budget=cfg.budget, name="teacher")
+    if graph.num_nodes <= cfg.exact_max_nodes:
+        res = exact_schedule(graph, node_budget=cfg.exact_node_budget, initial=sched)
+        if res.status == "optimal" and res.num_batches <= sched.num_batches:
+            return sched, res.schedule
+    return sched, None
+
+
 def teacher_samples(graphs: Sequence[Graph], bases: Sequence[Callable[[], Policy]],
                     cfg: ExpertConfig, votes: Votes) -> dict[str, float]:
     """Label every graph with the teacher (rollout, plus exact on small graphs) into
-    ``votes``; returns the teacher's batches/LB and sample counts."""
+    ``votes``; returns the teacher's batches/LB and sample counts. With ``cfg.n_jobs``
+    other than 1 the graphs are labelled in parallel (joblib); the votes do not depend on
+    it (each graph's teacher is deterministic, votes are replayed in graph order)."""
+    if cfg.n_jobs == 1 or len(graphs) < 2:
+        labels = [_teach(g, bases, cfg) for g in graphs]
+    else:
+        from joblib import Parallel, delayed
+        labels = Parallel(n_jobs=cfg.n_jobs)(delayed(_teach)(g, bases, cfg) for g in graphs)
     batches = lb = samples = exact = 0
-    for g in graphs:
-        sched = rollout_schedule(g, bases, budget=cfg.budget, name="teacher")
-        if g.num_nodes <= cfg.exact_max_nodes:
-            res = exact_schedule(g, node_budget=cfg.exact_node_budget, initial=sched)
-            if res.status == "optimal" and res.num_batches <= sched.num_batches:
-                n = _replay(g, res.schedule, cfg.encoding, votes)
-                if n:
-                    exact += 1
-                    sched = res.schedule
-                    samples += n
-                    batches += res.num_batches
-                    lb += lower_bound(g)
-                    continue
-        samples += _replay(g, sched, cfg.encoding, votes)
+    for g, (sched, best) in zip(graphs, labels):
+        n = _replay(g, best, cfg.encoding, votes) if best is not None else 0
+        if n:
+            exact += 1
+            sched = best
+        else:
+            n = _replay(g, sched, cfg.encoding, votes)
+        samples += n
         batches += sched.num_batches
         lb += lower_bound(g)
     return {"teacher_ratio": batches / max(lb, 1), "samples": samples, "exact_graphs": exact}
