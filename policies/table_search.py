@@ -13,7 +13,8 @@ by, the number of batches of its own (table lookup) schedules:
   (held-out graphs, e.g. resampled mini-batches) need no more: coordinate descent with a
   guard against fitting the training graphs' accidents.
 
-Sweeps repeat until one keeps no change (or ``sweeps`` ran). Deterministic: states are
+Sweeps repeat until one keeps no change (or ``sweeps`` ran, or the training graphs meet
+their lower bound). Deterministic: states are
 visited in (count, key) order and actions in ascending id.
 
 :func:`complete_table` then writes down what the FSM already does: every state it visits
@@ -30,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edbatch.graph import Graph
-from edbatch.schedule import Frontier
+from edbatch.schedule import Frontier, lower_bound
 from edbatch.schedule.policy import drive
 from envs.encoding import StateKey, encode_state, key_actions
 from policies.fsm import FSMPolicy
@@ -148,8 +149,9 @@ def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequ
     """
     table = dict(table)
     tr, ch = _Pool(train, table, encoding, fallback), _Pool(check, table, encoding, fallback)
+    floor = sum(lower_bound(g) for g in train)  # no table needs fewer batches
     evals = changes = done = 0
-    for _ in range(sweeps):
+    for _ in range(sweeps if tr.total > floor else 0):
         done += 1
         seen = visited_states(table, train, encoding, fallback)
         changed = False
@@ -158,7 +160,7 @@ def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequ
                 break
             current = table.get(key)
             for a in sorted(set(key_actions(key, encoding))):
-                if a == current or evals >= max_evals:
+                if a == current or evals >= max_evals or tr.total <= floor:
                     continue
                 trial = {**table, key: a}
                 evals += 1

@@ -132,3 +132,12 @@ def test_completed_table_keeps_the_schedules_and_answers_more(lattice) -> None:
         run_policy(g, before)
         run_policy(g, after)
     assert after.hit_rate > before.hit_rate
+
+
+def test_search_stops_at_the_lower_bound() -> None:
+    wl = make_workload("tree_lstm")
+    g = next(iter(wl.batches("train", 8, limit=1)))
+    from edbatch.schedule import lower_bound
+    assert table_batches({}, [g], "expert", "critical_path") == lower_bound(g)
+    table, st = search_table({}, [g], [], "expert", "critical_path")
+    assert table == {} and st.evaluations == 0
