@@ -134,6 +134,8 @@ def fsm_hparams(max_episodes: int | None = None, seed: int = 0,
     hp.pop("_target_", None)
     if max_episodes and trainer == "q_learning":
         hp["max_episodes"] = max_episodes
+    if trainer == "expert":  # 8 resampled mini-batches, not 32: minutes, not a quarter hour
+        hp["augment"] = 8
     return {str(k): v for k, v in hp.items()}
 
 
