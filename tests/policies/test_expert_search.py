@@ -141,3 +141,14 @@ def test_search_stops_at_the_lower_bound() -> None:
     assert table_batches({}, [g], "expert", "critical_path") == lower_bound(g)
     table, st = search_table({}, [g], [], "expert", "critical_path")
     assert table == {} and st.evaluations == 0
+
+
+def test_throughput_benchmark_settings_build_both_trainers() -> None:
+    from benchmarks import throughput as tp
+    from policies import QLearningTrainer
+    from policies.expert import ExpertTrainer
+    hp = tp.fsm_hparams(2, trainer="expert")
+    cfg = ExpertTrainer(**hp).config
+    assert cfg.augment == 8 and cfg.lookahead == "none" and cfg.encoding == "expert"
+    assert QLearningTrainer(**tp.fsm_hparams(2, trainer="q_learning")) is not None
+    assert tp.build_parser().parse_args([]).trainer == "expert"
