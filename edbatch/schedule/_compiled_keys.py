@@ -5,13 +5,14 @@ on, ``(k, rlen, tw, maxh, rem, remd, batchable, out) -> length``: they write one
 ready batchable op type ``a`` (ascending) into ``out`` and return how many they wrote.
 
 * ``expert``: ``6 * a + 2 * gap + complete`` (``envs.encoding.expert_key``);
-* ``rich``: ``24 * a + 8 * gap + 4 * complete + 2 * half + most``
-  (``envs.encoding.rich_key``), where ``half`` is ``2 * |F(a)| >= T(a)`` and ``most`` whether
-  ``a`` has the most ready nodes of all ready types (ties: every type at the maximum).
+* ``rich``: ``16 * a + 4 * gap_class + 2 * complete + half`` (``envs.encoding.rich_key``),
+  where ``gap_class`` is 0 | 1 | 2 | 3 for a gap of 0 | 1-2 | 3-9 | 10 or more and ``half``
+  is ``2 * |F(a)| >= T(a)``.
 
-``gap`` is ``min(top - maxh[a], 2)``, ``top`` the highest ready critical-path height of all
-types; ``complete`` is ``|F(a)| >= T(a)``. Tests assert the Python twins give the same
-tuples on random arrays and on frontiers (FSM tables are looked up by the tuple's hash).
+``gap`` is ``top - maxh[a]`` (capped at 2 in ``expert``), ``top`` the highest ready
+critical-path height of all types; ``complete`` is ``|F(a)| >= T(a)``. Tests assert the
+Python twins give the same tuples on random arrays and on frontiers (FSM tables are looked
+up by the tuple's hash).
 """
 
 from __future__ import annotations
