@@ -120,43 +120,53 @@ def _dims(size: str) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------- the FSM policy
-def fsm_hparams(max_episodes: int | None = None, seed: int = 0) -> dict[str, Any]:
-    """The main job's learner settings: ``conf/trainer/q_learning.yaml`` + ``policy/fsm``."""
+def fsm_hparams(max_episodes: int | None = None, seed: int = 0,
+                trainer: str = "q_learning") -> dict[str, Any]:
+    """The learner's settings: ``conf/trainer/<trainer>.yaml`` + ``policy/fsm``, no
+    lookahead (the run-time path is timed)."""
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.create({"seed": seed,
                             "policy": OmegaConf.load(ROOT / "conf/policy/fsm.yaml"),
-                            "trainer": OmegaConf.load(ROOT / "conf/trainer/q_learning.yaml")})
+                            "trainer": OmegaConf.load(ROOT / f"conf/trainer/{trainer}.yaml")})
+    cfg.policy.lookahead = "none"
     hp = OmegaConf.to_container(cfg.trainer, resolve=True)
     assert isinstance(hp, dict)
     hp.pop("_target_", None)
-    if max_episodes:
+    if max_episodes and trainer == "q_learning":
         hp["max_episodes"] = max_episodes
+    if trainer == "expert":  # 8 resampled mini-batches, not 32: minutes, not a quarter hour
+        hp["augment"] = 8
     return {str(k): v for k, v in hp.items()}
 
 
 def load_or_train_policy(name: str, wl: Workload, policy_dir: str | Path,
-                         max_episodes: int | None = None) -> tuple[Any, dict[str, Any]]:
-    """Load ``policy_dir/<name>.json``, or train it (4 train graphs, 2 validation) and save.
+                         max_episodes: int | None = None, trainer: str = "expert"
+                         ) -> tuple[Any, dict[str, Any]]:
+    """Load ``policy_dir/<name>[_expert].json``, or train it with ``trainer`` (``expert``:
+    table search, ``q_learning``: ``max_episodes``) on 4 train graphs, 2 validation, and save.
 
     Returns:
         The :class:`~policies.fsm.FSMPolicy` and a record of where it lives and its training.
     """
     from experiments._common import graph_set
     from policies import FSMPolicy, QLearningTrainer
+    from policies.expert import ExpertTrainer
 
-    path = Path(policy_dir) / f"{name}.json"
+    trainers = {"expert": ExpertTrainer, "q_learning": QLearningTrainer}
+    path = Path(policy_dir) / (f"{name}.json" if trainer == "q_learning"
+                               else f"{name}_{trainer}.json")
     if path.is_file():
         policy = FSMPolicy.load(path, wl.vocab)
         info: dict[str, Any] = {"path": str(path), "trained": False}
         print(f"{name}: loaded FSM policy {path}")
     else:
-        hp = fsm_hparams(max_episodes)
-        _log(f"{name}: training the FSM policy ({hp['max_episodes']} episodes max) ...")
+        hp = fsm_hparams(max_episodes, trainer=trainer)
+        _log(f"{name}: training the FSM policy ({trainer}) ...")
         train = graph_set(wl, "train", BATCH_SIZE, 4, shuffle_seed=0)
         val = graph_set(wl, "train", BATCH_SIZE, 2)
         t0 = time.perf_counter()
-        result = QLearningTrainer(**hp).fit(train, val, metadata={"workload": name, "seed": 0})
+        result = trainers[trainer](**hp).fit(train, val, metadata={"workload": name, "seed": 0})
         seconds = time.perf_counter() - t0
         policy = result.policy
         policy.save(path)
@@ -371,7 +381,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             wl = make_workload(name, granularity="cell", embed_dim=embed, hidden_dim=hidden)
             if want_fsm and policy is None:  # once per workload, before any timing
                 policy, results["policies"][name] = load_or_train_policy(
-                    name, wl, args.policy_dir, args.fsm_episodes)
+                    name, wl, args.policy_dir, args.fsm_episodes, args.trainer)
             split = "train" if args.data == "reshuffled" else wl.default_eval_split
             plans = {mode: minibatch_plan(  # a permutation per mode: nothing repeats in a run
                 args.data, len(wl.load("train")), len(wl.load(wl.default_eval_split)),
@@ -467,6 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "mini-batches (round-robin), the fastest kept")
     p.add_argument("--policy-dir", default="results/throughput_policies",
                    help="FSM policies <workload>.json (trained here when missing)")
+    p.add_argument("--trainer", choices=("expert", "q_learning"), default="expert",
+                   help="FSM learner of a policy not in --policy-dir (docs/learning.md)")
     p.add_argument("--fsm-episodes", type=int, default=None,
                    help="override max_episodes when training a missing FSM (testing)")
     p.add_argument("--dynet-peer", type=Path, default=DYNET_PEER,

@@ -1,21 +1,29 @@
-"""Expert iteration: a search teacher labels decisions, a table-lookup FSM imitates it.
+"""Expert iteration and direct table search: an FSM batching policy that beats its fallback.
 
-Teacher: fortified rollout (:func:`edbatch.schedule.rollout.rollout_schedule`) with a large
-budget over the current student, and, on graphs small enough, the exact solver
-(:func:`edbatch.schedule.exact.exact_schedule`) where it proves optimality. Each teacher
-schedule is replayed through a frontier; every decision becomes a sample
-``(expert key of the state, op type the teacher batched)``.
+Two stages, both producing an :class:`~policies.fsm.FSMPolicy` table over a graph-size-free
+key (``expert`` by default: ready types with their critical-path gap and whether their
+type-wise frontier is complete), so keys recur across graphs:
 
-Student: an :class:`~policies.fsm.FSMPolicy` with the ``expert`` encoding (ready types with
-their critical-path gap and whether their type-wise frontier is complete: no graph-size
-term, so keys recur across graphs). Per key the teacher's majority action is kept when the
-key was seen ``min_count`` times and the majority holds at least ``confidence`` of the votes.
-Keys are then pruned on the validation graphs (a key goes when dropping it gives fewer
-batches), and the table is kept only if it needs no more batches than the fallback alone.
+1. **Teacher** (``rounds`` > 0): fortified rollout (:func:`edbatch.schedule.rollout.
+   rollout_schedule`) with a large budget over the current student and, on small graphs,
+   the exact solver (:func:`edbatch.schedule.exact.exact_schedule`) where it proves
+   optimality, label the first ``teacher_graphs`` training graphs. Each teacher schedule is
+   replayed through a frontier; every decision becomes a vote ``key -> op type``. Per key
+   the majority is kept when the key was seen ``min_count`` times and the majority holds
+   ``confidence`` of the votes; keys are pruned on the validation graphs. The student
+   becomes the next round's rollout base; votes accumulate over rounds (as DAgger does).
+2. **Search** (``search_sweeps`` > 0, :mod:`policies.table_search`): coordinate descent on
+   the table itself, starting from the teacher's table (or the empty one): one state's
+   action changes at a time, kept when the training graphs need fewer batches and held-out
+   check graphs (resampled mini-batches) need no more.
 
-Iteration: the student becomes the rollout's base policy, the improved schedules are added to
-the samples (aggregated over rounds, as DAgger does) and the student is refitted; the
-round with the fewest validation batches wins.
+On lattices the teacher's votes alone schedule *worse* than the fallback (the rollout
+deviates from the critical path in a few decisions per graph, at keys that also cover the
+many decisions where it agrees), while the search improves on it; hence the defaults:
+``rounds=0``, ``search_sweeps=3`` (docs/learning.md has the measurements).
+
+The table is kept only if it needs no more batches than the fallback alone on the
+validation graphs. Deterministic: the same seed and graphs give the same table bytes.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ from edbatch.schedule.rollout import rollout_schedule
 from edbatch.schedule.schedule import Schedule
 from envs.encoding import StateKey, encode_state
 from policies.fsm import FSMPolicy, make_fallback
-from policies.q_learning import TrainResult, evaluate_policy, select_fallback
+from policies.q_learning import TrainResult, select_fallback
+from policies.table_search import complete_table, search_table, table_batches
 
 __all__ = ["ExpertConfig", "ExpertTrainer", "fit_table", "resample_graphs", "teacher_samples",
            "train_expert"]
@@ -52,8 +61,12 @@ Votes = dict[StateKey, Counter[int]]
 class ExpertConfig:
     """Hyper-parameters of expert iteration."""
 
-    rounds: int = 2
-    """Teacher/student rounds (round 0's teacher rolls out the fallback alone)."""
+    rounds: int = 0
+    """Teacher/student rounds (round 0's teacher rolls out the fallback alone; 0: no
+    teacher, the search starts from the empty table)."""
+    teacher_graphs: int = 4
+    """Training graphs the teacher labels per round (the first ones: the given graphs,
+    then resampled ones)."""
     budget: int = 300_000
     """Rollout budget per graph (batches popped inside rollouts)."""
     exact_max_nodes: int = 400
@@ -74,12 +87,22 @@ class ExpertConfig:
     """Policy for states not in the table, or ``auto`` (best heuristic on validation)."""
     lookahead: str = "none"
     """How the trained FSM schedules graphs: ``none`` or ``rollout``."""
-    augment: int = 8
+    augment: int = 32
     """Extra graphs resampled (seeded, with replacement) from the independent parts of the
-    training graphs (a mini-batch's instances); half join the teacher's graphs, half the
-    selection graphs, so keys are pruned on graphs the teacher did not label."""
+    training graphs (a mini-batch's instances); half join the training graphs, half are the
+    check graphs of the search and join the selection graphs."""
+    search_sweeps: int = 3
+    """Passes of the table search (:mod:`policies.table_search`); 0: no search."""
+    search_max_evals: int = 2000
+    """Most candidate tables the search schedules."""
+    complete_min_visits: int = 2
+    """After the search, states the FSM visits this often on the training and check graphs,
+    always with the same action, enter the table (:func:`~policies.table_search.
+    complete_table`; 0: off)."""
     seed: int = 0
     """Seed of the resampling (the rest is deterministic)."""
+    n_jobs: int = 1
+    """Processes labelling the teacher's graphs (joblib; -1: every core)."""
 
 
 def _parts(graph: Graph) -> list[np.ndarray]:
@@ -157,25 +180,38 @@ def _replay(graph: Graph, schedule: Schedule, encoding: str, votes: Votes) -> in
     return len(keys)
 
 
+def _teach(graph: Graph, bases: Sequence[Callable[[], Policy]], cfg: ExpertConfig
+           ) -> tuple[Schedule, Schedule | None]:
+    """The teacher's rollout schedule of ``graph`` and, where the exact solver proves one
+    optimal (small graphs), that one too."""
+    sched = rollout_schedule(graph, bases, budget=cfg.budget, name="teacher")
+    if graph.num_nodes <= cfg.exact_max_nodes:
+        res = exact_schedule(graph, node_budget=cfg.exact_node_budget, initial=sched)
+        if res.status == "optimal" and res.num_batches <= sched.num_batches:
+            return sched, res.schedule
+    return sched, None
+
+
 def teacher_samples(graphs: Sequence[Graph], bases: Sequence[Callable[[], Policy]],
                     cfg: ExpertConfig, votes: Votes) -> dict[str, float]:
     """Label every graph with the teacher (rollout, plus exact on small graphs) into
-    ``votes``; returns the teacher's batches/LB and sample counts."""
+    ``votes``; returns the teacher's batches/LB and sample counts. With ``cfg.n_jobs``
+    other than 1 the graphs are labelled in parallel (joblib); the votes do not depend on
+    it (each graph's teacher is deterministic, votes are replayed in graph order)."""
+    if cfg.n_jobs == 1 or len(graphs) < 2:
+        labels = [_teach(g, bases, cfg) for g in graphs]
+    else:
+        from joblib import Parallel, delayed
+        labels = Parallel(n_jobs=cfg.n_jobs)(delayed(_teach)(g, bases, cfg) for g in graphs)
     batches = lb = samples = exact = 0
-    for g in graphs:
-        sched = rollout_schedule(g, bases, budget=cfg.budget, name="teacher")
-        if g.num_nodes <= cfg.exact_max_nodes:
-            res = exact_schedule(g, node_budget=cfg.exact_node_budget, initial=sched)
-            if res.status == "optimal" and res.num_batches <= sched.num_batches:
-                n = _replay(g, res.schedule, cfg.encoding, votes)
-                if n:
-                    exact += 1
-                    sched = res.schedule
-                    samples += n
-                    batches += res.num_batches
-                    lb += lower_bound(g)
-                    continue
-        samples += _replay(g, sched, cfg.encoding, votes)
+    for g, (sched, best) in zip(graphs, labels):
+        n = _replay(g, best, cfg.encoding, votes) if best is not None else 0
+        if n:
+            exact += 1
+            sched = best
+        else:
+            n = _replay(g, sched, cfg.encoding, votes)
+        samples += n
         batches += sched.num_batches
         lb += lower_bound(g)
     return {"teacher_ratio": batches / max(lb, 1), "samples": samples, "exact_graphs": exact}
@@ -194,31 +230,93 @@ def fit_table(votes: Votes, min_count: int, confidence: float) -> dict[StateKey,
 
 
 def _prune(table: dict[StateKey, int], votes: Votes, val: Sequence[Graph],
-           make: Callable[[dict[StateKey, int]], FSMPolicy], max_evals: int
+           cost: Callable[[dict[StateKey, int]], int], max_evals: int
            ) -> tuple[dict[StateKey, int], int]:
     """Backward elimination on the validation graphs, least-supported keys first."""
-    best = evaluate_policy(make(table), val)[1]
+    best = cost(table)
     order = sorted(table, key=lambda k: (sum(votes[k].values()), k))
     for key in order[:max_evals]:
         trial = {k: a for k, a in table.items() if k != key}
-        b = evaluate_policy(make(trial), val)[1]
+        b = cost(trial)
         if b < best:
             table, best = trial, b
     return table, best
+
+
+def _round_row(rnd: int, stats: dict[str, float], keys: int, states: int, batches: int,
+               fb_batches: int, best_batches: int, lb: int) -> dict[str, float]:
+    """The history row of teacher round ``rnd`` (and its log line)."""
+    log.info("expert round %d: teacher %.4f x LB, %d samples, %d keys, %d in table, "
+             "validation %.4f x LB (fallback %.4f)", rnd, stats["teacher_ratio"],
+             stats["samples"], keys, states, batches / max(lb, 1), fb_batches / max(lb, 1))
+    return {"episode": rnd + 1, "train/teacher_ratio": stats["teacher_ratio"],
+            "train/samples": stats["samples"], "train/exact_graphs": stats["exact_graphs"],
+            "train/keys_seen": keys, "train/num_states": states,
+            "eval/ratio_to_lb": batches / max(lb, 1),
+            "eval/fallback_ratio_to_lb": fb_batches / max(lb, 1),
+            "eval/best_ratio_to_lb": best_batches / max(lb, 1)}
+
+
+def _teacher_rounds(train: Sequence[Graph], val: Sequence[Graph], cfg: ExpertConfig,
+                    make: Callable[[dict[StateKey, int]], FSMPolicy],
+                    cost: Callable[[dict[StateKey, int]], int],
+                    emit: Callable[[dict[str, float]], None], fb_batches: int, lb: int
+                    ) -> tuple[dict[StateKey, int], int, float | None]:
+    """``cfg.rounds`` of expert iteration: (best table, its validation batches, the last
+    teacher's batches / LB); the empty table (the fallback alone) unless a round beats it."""
+    best_table: dict[StateKey, int] = {}
+    best_batches, teacher_ratio = fb_batches, None
+    votes: Votes = {}
+    student = make({})
+    fallback = student.fallback_name
+    for rnd in range(cfg.rounds):
+        base = student.fork if student.table else (lambda: make_fallback(fallback,
+                                                                         cfg.encoding))
+        stats = teacher_samples(train[:cfg.teacher_graphs], [base], cfg, votes)
+        teacher_ratio = stats["teacher_ratio"]
+        table = fit_table(votes, cfg.min_count, cfg.confidence)
+        if cfg.prune and table:
+            table, batches = _prune(table, votes, val, cost, cfg.max_prune_evals)
+        else:
+            batches = cost(table)
+        student = make(table)
+        if batches < best_batches or (batches == best_batches
+                                      and len(table) > len(best_table)):
+            best_table, best_batches = table, batches
+        emit(_round_row(rnd, stats, len(votes), len(table), batches, fb_batches,
+                        best_batches, lb))
+    return best_table, best_batches, teacher_ratio
+
+
+def _search_stage(start: dict[StateKey, int], train: Sequence[Graph], check: Sequence[Graph],
+                  cfg: ExpertConfig, fallback: str,
+                  cost: Callable[[dict[StateKey, int]], int]
+                  ) -> tuple[dict[StateKey, int], int, dict[str, float]]:
+    """The table search from ``start``: (table, validation batches, history row)."""
+    table, st = search_table(dict(start), train, check, cfg.encoding, fallback,
+                             sweeps=cfg.search_sweeps, max_evals=cfg.search_max_evals)
+    batches = cost(table)
+    log.info("table search: %d sweeps, %d tables tried, %d changes, %d states, %d "
+             "validation batches", st.sweeps, st.evaluations, st.changes, len(table), batches)
+    return table, batches, {"episode": cfg.rounds + 1, "train/search_changes": st.changes,
+                            "train/search_evaluations": st.evaluations,
+                            "train/num_states": len(table)}
 
 
 def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig(), *,
                  val_graphs: Sequence[Graph] | None = None,
                  callback: Callable[[dict[str, float]], None] | None = None,
                  metadata: dict[str, Any] | None = None) -> TrainResult:
-    """Expert iteration over ``train_graphs``; select on ``val_graphs`` (default: train)."""
+    """Teacher rounds, then table search, over ``train_graphs``; select on ``val_graphs``
+    (default: train) plus the resampled check graphs."""
     if not train_graphs:
         raise GraphError("train_expert needs at least one training graph")
     t0 = time.perf_counter()
     val = list(val_graphs) if val_graphs is not None else list(train_graphs)
     extra = resample_graphs(train_graphs, cfg.augment, np.random.default_rng(cfg.seed))
     half = (len(extra) + 1) // 2
-    train_graphs, val = [*train_graphs, *extra[:half]], [*val, *extra[half:]]
+    check = extra[half:]
+    train_graphs, val = [*train_graphs, *extra[:half]], [*val, *check]
     fallback = cfg.fallback
     if fallback == "auto":
         fallback = select_fallback(val, cfg.encoding)
@@ -229,44 +327,40 @@ def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig
     def make(table: dict[StateKey, int]) -> FSMPolicy:
         return FSMPolicy(table, cfg.encoding, names, fallback, meta, cfg.lookahead)
 
-    fb_batches = evaluate_policy(make({}), val)[1]
-    best_table: dict[StateKey, int] = {}
-    best_batches, lb = fb_batches, sum(lower_bound(g) for g in val)
-    votes: Votes = {}
+    def cost(table: dict[StateKey, int]) -> int:
+        return table_batches(table, val, cfg.encoding, fallback)
+
+    fb_batches = cost({})
+    lb = sum(lower_bound(g) for g in val)
     history: list[dict[str, float]] = []
-    student = make({})
-    for rnd in range(cfg.rounds):
-        base = student.fork if student.table else (lambda: make_fallback(fallback,
-                                                                         cfg.encoding))
-        stats = teacher_samples(train_graphs, [base], cfg, votes)
-        table = fit_table(votes, cfg.min_count, cfg.confidence)
-        if cfg.prune and table:
-            table, batches = _prune(table, votes, val, make, cfg.max_prune_evals)
-        else:
-            batches = evaluate_policy(make(table), val)[1]
-        student = make(table)
-        row = {"episode": rnd + 1, "train/teacher_ratio": stats["teacher_ratio"],
-               "train/samples": stats["samples"], "train/exact_graphs": stats["exact_graphs"],
-               "train/keys_seen": len(votes), "train/num_states": len(table),
-               "eval/ratio_to_lb": batches / max(lb, 1),
-               "eval/fallback_ratio_to_lb": fb_batches / max(lb, 1)}
-        if batches < best_batches or (batches == best_batches
-                                      and len(table) > len(best_table)):
-            best_table, best_batches = table, batches
-        row["eval/best_ratio_to_lb"] = best_batches / max(lb, 1)
+
+    def emit(row: dict[str, float]) -> None:
         history.append(row)
-        log.info("expert round %d: teacher %.4f x LB, %d samples, %d keys, %d in table, "
-                 "validation %.4f x LB (fallback %.4f)", rnd, stats["teacher_ratio"],
-                 stats["samples"], len(votes), len(table), batches / max(lb, 1),
-                 fb_batches / max(lb, 1))
         if callback is not None:
             callback(row)
+
+    best_table, best_batches, teacher_ratio = _teacher_rounds(
+        train_graphs, val, cfg, make, cost, emit, fb_batches, lb)
+    if cfg.search_sweeps > 0:
+        table, batches, row = _search_stage(best_table if cfg.rounds else {}, train_graphs,
+                                            check, cfg, fallback, cost)
+        row.update({"eval/ratio_to_lb": batches / max(lb, 1),
+                    "eval/fallback_ratio_to_lb": fb_batches / max(lb, 1)})
+        if batches <= best_batches:
+            best_table, best_batches = table, batches
+        row["eval/best_ratio_to_lb"] = best_batches / max(lb, 1)
+        meta.update(search_changes=row["train/search_changes"], searched_states=len(table))
+        emit(row)
+    if cfg.complete_min_visits > 0:
+        n = len(best_table)
+        best_table = complete_table(best_table, [*train_graphs, *check], cfg.encoding,
+                                    fallback, min_visits=cfg.complete_min_visits)
+        meta.update(completed_states=len(best_table) - n)
     seconds = time.perf_counter() - t0
     best_ratio = best_batches / max(lb, 1)
     meta.update(rounds=cfg.rounds, best_ratio=best_ratio, train_seconds=seconds,
-                fallback_ratio=fb_batches / max(lb, 1),
-                teacher_ratio=history[-1]["train/teacher_ratio"] if history else None)
-    return TrainResult(make(best_table), best_ratio, cfg.rounds, seconds, history)
+                fallback_ratio=fb_batches / max(lb, 1), teacher_ratio=teacher_ratio)
+    return TrainResult(make(best_table), best_ratio, len(history), seconds, history)
 
 
 class ExpertTrainer:

@@ -30,7 +30,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["ENC_BASE", "ENC_COMPLETE", "ENC_EXPERT", "ENC_HINTS", "ENC_MAX", "ENC_NONE",
+from edbatch.schedule._compiled_keys import RICH_FEATURES, key_expert, key_rich
+
+__all__ = ["ENC_BASE", "ENC_COMPLETE", "ENC_EXPERT", "ENC_HINTS", "ENC_MAX", "ENC_NONE", "ENC_RICH",
            "ENC_SORTED", "RULE_CRITICAL_PATH", "RULE_DYNET_AGENDA", "RULE_ED_BATCH_AGENDA",
            "RULE_KEY_LAST", "RULE_MAX_FRONTIER", "RULE_TYPEWISE_GREEDY", "key_hash",
            "key_hash_numba", "run_schedule"]
@@ -50,6 +52,7 @@ ENC_MAX = 2
 ENC_COMPLETE = 3
 ENC_HINTS = 4
 ENC_EXPERT = 5
+ENC_RICH = 6
 _EXPERT_FEATURES = 6  # entries per ready type of the expert key (envs.encoding)
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
@@ -197,23 +200,6 @@ def _key_hints(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no
 
 
 @njit(cache=True)
-def _key_expert(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-untyped-def]
-    """``6 * a + 2 * min(top - maxh[a], 2) + (|F(a)| >= T(a))`` per ready type, ascending;
-    ``top``: the highest ready height of all types (``envs.encoding.expert_key``)."""
-    top = -1
-    for a in range(k):
-        if rlen[a] and batchable[a] and maxh[a] > top:
-            top = maxh[a]
-    n = 0
-    for a in range(k):
-        if rlen[a] and batchable[a]:
-            gap = min(top - maxh[a], 2)
-            out[n] = _EXPERT_FEATURES * a + 2 * gap + (1 if rlen[a] >= tw[a] else 0)
-            n += 1
-    return n
-
-
-@njit(cache=True)
 def _encode(enc, k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-untyped-def]
     if enc == ENC_BASE:
         return _key_base(k, rlen, tw, maxh, rem, remd, batchable, out)
@@ -224,7 +210,9 @@ def _encode(enc, k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[
     if enc == ENC_COMPLETE:
         return _key_complete(k, rlen, tw, maxh, rem, remd, batchable, out)
     if enc == ENC_EXPERT:
-        return _key_expert(k, rlen, tw, maxh, rem, remd, batchable, out)
+        return key_expert(k, rlen, tw, maxh, rem, remd, batchable, out)
+    if enc == ENC_RICH:
+        return key_rich(k, rlen, tw, maxh, rem, remd, batchable, out)
     return _key_hints(k, rlen, tw, maxh, rem, remd, batchable, out)
 
 
@@ -234,6 +222,8 @@ def _key_last(enc, out, n):  # type: ignore[no-untyped-def]
     x = out[n - 1]
     if enc == ENC_EXPERT:
         return x // _EXPERT_FEATURES
+    if enc == ENC_RICH:
+        return x // RICH_FEATURES
     return x // 2 if enc == ENC_COMPLETE else x
 
 

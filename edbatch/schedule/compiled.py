@@ -53,6 +53,7 @@ COMPILED_ENCODINGS: dict[str, tuple[int, bool, bool]] = {
     "complete": (core.ENC_COMPLETE, True, False),
     "hints": (core.ENC_HINTS, True, True),
     "expert": (core.ENC_EXPERT, True, True),
+    "rich": (core.ENC_RICH, True, True),
 }
 
 

@@ -23,7 +23,7 @@ from policies.expert import (
 )
 
 FAST = ExpertConfig(rounds=2, budget=20_000, fallback="critical_path", max_prune_evals=10,
-                    augment=2)
+                    augment=2, search_sweeps=0)  # the teacher path alone
 ONE = replace(FAST, rounds=1)
 
 
@@ -130,3 +130,15 @@ def test_resampled_graphs_are_unions_of_the_training_graphs_parts(lattice) -> No
     for x in a:
         assert {len(p) for p in _parts(x)} <= sizes and len(_parts(x)) == 8
         run_policy(x, CriticalPathPolicy())  # a valid graph the frontier can schedule
+
+
+def test_parallel_teacher_gives_the_same_votes(lattice) -> None:
+    from edbatch.schedule import CriticalPathPolicy as CP
+    from policies.expert import teacher_samples
+    graphs = [*lattice[0], *lattice[1]]
+    cfg = replace(ONE, budget=2_000, exact_max_nodes=0)
+    one: dict = {}  # type: ignore[type-arg]
+    two: dict = {}  # type: ignore[type-arg]
+    a = teacher_samples(graphs, [CP], cfg, one)
+    b = teacher_samples(graphs, [CP], replace(cfg, n_jobs=2), two)
+    assert a == b and one == two and a["samples"] > 0

@@ -1,0 +1,71 @@
+"""Compiled FSM state keys of the expert-iteration learner (twins of ``envs.encoding``).
+
+Both follow the signature the core's :func:`~edbatch.schedule._compiled._encode` dispatches
+on, ``(k, rlen, tw, maxh, rem, remd, batchable, out) -> length``: they write one int per
+ready batchable op type ``a`` (ascending) into ``out`` and return how many they wrote.
+
+* ``expert``: ``6 * a + 2 * gap + complete`` (``envs.encoding.expert_key``);
+* ``rich``: ``16 * a + 4 * gap_class + 2 * complete + half`` (``envs.encoding.rich_key``),
+  where ``gap_class`` is 0 | 1 | 2 | 3 for a gap of 0 | 1-2 | 3-9 | 10 or more and ``half``
+  is ``2 * |F(a)| >= T(a)``.
+
+``gap`` is ``top - maxh[a]`` (capped at 2 in ``expert``), ``top`` the highest ready
+critical-path height of all types; ``complete`` is ``|F(a)| >= T(a)``. Tests assert the
+Python twins give the same tuples on random arrays and on frontiers (FSM tables are looked
+up by the tuple's hash).
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+__all__ = ["EXPERT_FEATURES", "RICH_FEATURES", "key_expert", "key_rich"]
+
+EXPERT_FEATURES = 6
+RICH_FEATURES = 16
+
+
+@njit(cache=True)
+def _top(k, rlen, maxh, batchable):  # type: ignore[no-untyped-def]
+    top = -1
+    for a in range(k):
+        if rlen[a] and batchable[a] and maxh[a] > top:
+            top = maxh[a]
+    return top
+
+
+@njit(cache=True)
+def key_expert(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-untyped-def]
+    """``6 * a + 2 * min(top - maxh[a], 2) + (|F(a)| >= T(a))`` per ready type."""
+    top = _top(k, rlen, maxh, batchable)
+    n = 0
+    for a in range(k):
+        if rlen[a] and batchable[a]:
+            gap = min(top - maxh[a], 2)
+            out[n] = EXPERT_FEATURES * a + 2 * gap + (1 if rlen[a] >= tw[a] else 0)
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def _gap_class(gap):  # type: ignore[no-untyped-def]
+    """0 on the critical path, 1 for 1-2 below it, 2 for 3-9, 3 for 10 or more."""
+    if gap <= 0:
+        return 0
+    if gap <= 2:
+        return 1
+    return 2 if gap <= 9 else 3
+
+
+@njit(cache=True)
+def key_rich(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-untyped-def]
+    """``16 * a + 4 * gap_class + 2 * complete + half`` per ready type."""
+    top = _top(k, rlen, maxh, batchable)
+    n = 0
+    for a in range(k):
+        if rlen[a] and batchable[a]:
+            full = 1 if rlen[a] >= tw[a] else 0
+            half = 1 if 2 * rlen[a] >= tw[a] else 0
+            out[n] = RICH_FEATURES * a + 4 * _gap_class(top - maxh[a]) + 2 * full + half
+            n += 1
+    return n
