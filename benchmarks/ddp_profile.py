@@ -69,7 +69,7 @@ def _rank(rank: int, world: int, port: int, overrides: list[str], out: Path) -> 
     from hydra import compose, initialize_config_dir
 
     import experiments.train_model as tm
-    from edbatch.executor.distributed import DataParallel
+    from edbatch.executor.distributed import DataParallel, PendingSum
     from edbatch.executor.torch_executor import TorchExecutor
     from edbatch.workloads.base import Workload
 
@@ -83,6 +83,7 @@ def _rank(rank: int, world: int, port: int, overrides: list[str], out: Path) -> 
     _wrap(torch.optim.Adam, "step", "optimizer", times)
     _wrap(DataParallel, "sum", "sum", times, before=barrier)
     _wrap(DataParallel, "sum_grads", "sum_grads", times, before=barrier)
+    _wrap(PendingSum, "result", "counts", times)  # blocked on small sums after the forward
     _wrap(tm._Trainer, "train_step", "train_step", times)
     _wrap(tm._Cache, "get", "get", times)
     make = tm.make_model_scheduler
@@ -114,8 +115,8 @@ def profile(world: int, args: argparse.Namespace, tmp: Path) -> list[dict[str, A
     out.mkdir()
     overrides = [f"workload={args.workload}", f"batch_size={batch}", f"max_steps={args.steps}",
                  "epochs=1", "time_budget_s=null", f"train_limit={batch * args.steps}",
-                 "num_threads=1", "eval_limit=8", "eval_every=null", "log_every=1",
-                 f"run_dir={out}/run"]
+                 "num_threads=1", "eval_limit=8", "eval_every=null", "log_every=5",
+                 f"run_dir={out}/run", *args.override]
     mp.start_processes(_rank, args=(world, _free_port(), overrides, out), nprocs=world,
                        start_method="fork")
     rows = []
@@ -126,9 +127,9 @@ def profile(world: int, args: argparse.Namespace, tmp: Path) -> list[dict[str, A
         steps = len(times["train_step"]) - args.warmup
         row: dict[str, Any] = {"rank": r, "world": world, "steps": steps}
         for key, vals in sorted(times.items()):
-            # sum(): one call per step (the counts) and one per log row; the others once
-            per_step = 2 if key.endswith("sum") else 1
-            skip = len(vals) - per_step * steps
+            # sum(): once per log row (every 5 steps) and evaluation: all of them; the
+            # others: once per step, the last ``steps`` calls
+            skip = 0 if key.endswith(("sum", "counts")) else len(vals) - steps
             row[key] = 1e3 * sum(vals[max(skip, 0):]) / steps
         for prefix in ("", "cpu:"):
             row[f"{prefix}step"] = row.pop(f"{prefix}train_step") + row.pop(f"{prefix}get")
@@ -143,6 +144,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--workload", default="tree_lstm")
+    p.add_argument("--override", nargs="*", default=[], help="more train_model overrides")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -150,8 +152,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         rows = profile(1, args, Path(tmp)) + profile(args.ranks, args, Path(tmp))
-    keys = ["step", "prepare", "record", "schedule", "plan", "forward", "backward",
-            "wait:sum", "sum", "wait:sum_grads", "sum_grads", "optimizer"]
+    keys = ["step", "prepare", "record", "schedule", "plan", "forward", "counts", "backward",
+            "wait:sum_grads", "sum_grads", "optimizer", "wait:sum", "sum"]
     print(f"ms per step after {args.warmup} warm-up steps (load {load[0]:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after)")
     print(f"{'':18}" + "".join(f"{k.replace('wait:', 'w:'):>10}" for k in keys))

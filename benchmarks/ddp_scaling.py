@@ -19,11 +19,14 @@ moment (on a shared machine the other jobs take their share of the CPUs):
   one-process run), their throughputs summed: the ceiling for data parallelism here;
 - ``matmul``: N independent single-thread matmul loops vs one (``--matmul-seconds`` each).
 
-Each repeat (``--repeats``) runs 1 process, N ranks, N independent trainings, 1 and N matmul
-loops, in that order. The ratios are reported from the best run of each kind (other jobs
-only ever slow a run down) and, paired per repeat, as the median of
+Each repeat (``--repeats``) runs 1 process then N ranks, 1 process then N independent
+trainings, 1 then N matmul loops. The ratios are reported from the best run of each kind
+(other jobs only ever slow a run down) and, paired per repeat, as the median of
 ``(N ranks / 1 process) / (control N / control 1)`` (the "ratio of ratios": 1.0 means the
-ranks scale as well as independent processes do at that moment).
+ranks scale as well as independent processes do at that moment). With ``--concurrent`` the
+two runs of each pair run at the same time instead: on a busy machine every process then
+gets about the same CPU share, so the ratio says how much of N processes' share the ranks
+turn into training (N would be perfect), whatever the other jobs do meanwhile.
 
     python benchmarks/ddp_scaling.py [--steps 40] [--warmup 5] [--per-rank-batch 32] [--ranks 2]
         [--out benchmarks/reference/ddp_scaling_latest.json]
@@ -89,25 +92,44 @@ def _summary(ranks: int, args: argparse.Namespace, run_dir: Path) -> dict[str, A
                                                1e-9)}
 
 
-def run_once(ranks: int, args: argparse.Namespace, workdir: Path, copies: int = 1,
-             root: Path = ROOT) -> dict[str, Any]:
-    """One training run on ``ranks`` processes (or ``copies`` independent one-process runs
-    at once, ``ranks == 1``) of the checkout at ``root``; its summary's throughput numbers
-    (summed over the copies)."""
+def launch(ranks: int, args: argparse.Namespace, workdir: Path, copies: int = 1,
+           root: Path = ROOT) -> tuple[int, list[Path], list[subprocess.Popen[str]], float]:
+    """Start a training run on ``ranks`` processes (or ``copies`` independent one-process
+    runs at once, ``ranks == 1``) of the checkout at ``root``; :func:`collect` ends it."""
     dirs = [workdir / f"r{ranks}_{time.time_ns()}_{c}" for c in range(copies)]
-    start = time.perf_counter()
     procs = [subprocess.Popen(_command(ranks, args, d), cwd=root, env=_env(root), text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for d in dirs]
+    return ranks, dirs, procs, time.perf_counter()
+
+
+def collect(run: tuple[int, list[Path], list[subprocess.Popen[str]], float],
+            args: argparse.Namespace) -> dict[str, Any]:
+    """Wait for a :func:`launch`; its summary's throughput numbers (summed over copies)."""
+    ranks, dirs, procs, start = run
     for proc in procs:
         out, _ = proc.communicate(timeout=args.timeout)
         if proc.returncode != 0:
             raise SystemExit(f"{ranks}-rank run failed:\n{out[-4000:]}")
     parts = [_summary(ranks, args, d) for d in dirs]
-    if copies == 1:
+    if len(dirs) == 1:
         return {**parts[0], "wall_seconds": time.perf_counter() - start}
     summed = ("trees", "steady_trees_per_s", "trees_per_s", "execute_trees_per_s")
-    return {"ranks": ranks, "copies": copies, **{k: sum(p[k] for p in parts) for k in summed},
+    return {"ranks": ranks, "copies": len(dirs),
+            **{k: sum(p[k] for p in parts) for k in summed},
             "wall_seconds": time.perf_counter() - start, "each": parts}
+
+
+def pair(a: tuple[int, int], args: argparse.Namespace, workdir: Path, root: Path = ROOT
+         ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Runs ``a = (ranks, copies)`` of one process and of the other kind: one after the
+    other, or at the same time with ``--concurrent``."""
+    first = (1, args, workdir, 1, root)
+    second = (a[0], args, workdir, a[1], root)
+    if args.concurrent:
+        one, other = launch(*first), launch(*second)
+        return collect(one, args), collect(other, args)
+    one_done = collect(launch(*first), args)
+    return one_done, collect(launch(*second), args)
 
 
 _MATMUL = """
@@ -131,11 +153,21 @@ def wait_for_load(limit: float | None, patience: float) -> float:
     return os.getloadavg()[0]
 
 
-def matmul(procs: int, seconds: float) -> float:
-    """Matmuls per second of ``procs`` independent single-thread loops at once, summed."""
-    run = [subprocess.Popen([sys.executable, "-c", _MATMUL, str(seconds)], env=_env(),
-                            text=True, stdout=subprocess.PIPE) for _ in range(procs)]
-    return sum(float(p.communicate(timeout=seconds + 120)[0]) for p in run)
+def matmul(procs: int, seconds: float, concurrent: bool = False) -> tuple[float, float]:
+    """Matmuls per second of one single-thread loop and of ``procs`` independent ones at
+    once (summed): one after the other, or all at the same time with ``concurrent``."""
+    def start(k: int) -> list[subprocess.Popen[str]]:
+        return [subprocess.Popen([sys.executable, "-c", _MATMUL, str(seconds)], env=_env(),
+                                 text=True, stdout=subprocess.PIPE) for _ in range(k)]
+
+    def done(run: list[subprocess.Popen[str]]) -> float:
+        return sum(float(p.communicate(timeout=seconds + 120)[0]) for p in run)
+
+    if concurrent:
+        one, many = start(1), start(procs)
+        return done(one), done(many)
+    first = done(start(1))
+    return first, done(start(procs))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -145,7 +177,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--steps", type=int, default=40, help="optimizer steps per run")
     p.add_argument("--warmup", type=int, default=5, help="steps left out of the throughput")
     p.add_argument("--repeats", type=int, default=2, help="alternated runs of each")
-    p.add_argument("--log-every", type=int, default=5, help="steps per log row")
+    p.add_argument("--log-every", type=int, default=None,
+                   help="steps per log row (default 5, or 1 if --warmup is no multiple of 5)")
     p.add_argument("--matmul-seconds", type=float, default=4.0)
     p.add_argument("--workload", default="tree_lstm")
     p.add_argument("--override", nargs="*", default=[], help="more train_model overrides")
@@ -154,9 +187,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--max-load", type=float, default=None,
                    help="before each repeat, wait until the 1-minute load average is below this")
     p.add_argument("--patience", type=float, default=300.0, help="seconds to wait for it")
+    p.add_argument("--concurrent", action="store_true",
+                   help="run the one-process run and the N-process run of each pair at the "
+                        "same time (every process then gets the same CPU share of a busy "
+                        "machine: the ratio measures the implementation, not the machine)")
     p.add_argument("--baseline-root", type=Path, default=None,
                    help="another checkout whose N-rank run joins each repeat (before/after)")
     args = p.parse_args(argv)
+    if args.log_every is None:
+        args.log_every = 5 if args.warmup % 5 == 0 else 1
     if args.ranks < 2 or min(args.per_rank_batch, args.repeats, args.warmup,
                              args.log_every) < 1 or args.steps <= args.warmup or \
             args.warmup % args.log_every:
@@ -171,21 +210,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             start_load = wait_for_load(args.max_load, args.patience)
-            one = run_once(1, args, Path(tmp))
-            many = run_once(n, args, Path(tmp))
+            one, many = pair((n, 1), args, Path(tmp))
             if args.baseline_root is not None:
-                base = run_once(n, args, Path(tmp), root=args.baseline_root.resolve())
-                base_one = run_once(1, args, Path(tmp), root=args.baseline_root.resolve())
+                base_one, base = pair((n, 1), args, Path(tmp), args.baseline_root.resolve())
                 baselines.append({"repeat": r, "1": base_one, str(n): base})
-            indep = run_once(1, args, Path(tmp), copies=n)
-            mm1, mmn = matmul(1, args.matmul_seconds), matmul(n, args.matmul_seconds)
+            one_c, indep = pair((1, n), args, Path(tmp))
+            mm1, mmn = matmul(n, args.matmul_seconds, args.concurrent)
             load = os.getloadavg()[0]
-            runs += [one, many]
-            controls.append({"repeat": r, "independent": indep, "matmul_1": mm1,
+            runs += [one, many, one_c]
+            controls.append({"repeat": r, "independent": indep, "one": one_c, "matmul_1": mm1,
                              f"matmul_{n}": mmn, "loadavg_1min_start": start_load,
                              "loadavg_1min": load})
             ratio = many["steady_trees_per_s"] / one["steady_trees_per_s"]
-            ind = indep["steady_trees_per_s"] / one["steady_trees_per_s"]
+            ind = indep["steady_trees_per_s"] / one_c["steady_trees_per_s"]
             paired.append({"ratio": ratio, "independent_ratio": ind, "matmul_ratio": mmn / mm1,
                            "vs_independent": ratio / ind, "vs_matmul": ratio / (mmn / mm1),
                            "loadavg_1min": load})
