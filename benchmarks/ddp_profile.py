@@ -83,8 +83,20 @@ def _rank(rank: int, world: int, port: int, overrides: list[str], out: Path) -> 
     _wrap(torch.optim.Adam, "step", "optimizer", times)
     _wrap(DataParallel, "sum", "sum", times, before=barrier)
     _wrap(DataParallel, "sum_grads", "sum_grads", times, before=barrier)
-    _wrap(PendingSum, "result", "counts", times)  # blocked on small sums after the forward
+    in_step = [False]
+    # blocked on the step's count sum after the forward (not the log rows' sums)
+    _wrap(PendingSum, "result", "counts", times, when=lambda *a, **k: in_step[0])
     _wrap(tm._Trainer, "train_step", "train_step", times)
+    step = tm._Trainer.train_step
+
+    def flagged(*args: Any, **kwargs: Any) -> Any:
+        in_step[0] = True
+        try:
+            return step(*args, **kwargs)
+        finally:
+            in_step[0] = False
+
+    tm._Trainer.train_step = flagged
     _wrap(tm._Cache, "get", "get", times)
     make = tm.make_model_scheduler
 
@@ -129,7 +141,7 @@ def profile(world: int, args: argparse.Namespace, tmp: Path) -> list[dict[str, A
         for key, vals in sorted(times.items()):
             # sum(): once per log row (every 5 steps) and evaluation: all of them; the
             # others: once per step, the last ``steps`` calls
-            skip = 0 if key.endswith(("sum", "counts")) else len(vals) - steps
+            skip = 0 if key.endswith("sum") else len(vals) - steps
             row[key] = 1e3 * sum(vals[max(skip, 0):]) / steps
         for prefix in ("", "cpu:"):
             row[f"{prefix}step"] = row.pop(f"{prefix}train_step") + row.pop(f"{prefix}get")
