@@ -15,10 +15,10 @@ Mini-batches are made once from a seeded permutation (their graphs, schedules an
 plans are cached); each epoch visits them in a new seeded order.
 
 Under ``torchrun --nproc_per_node=N`` (docs/distributed.md) ``batch_size`` is the global
-mini-batch: each rank records, schedules and runs its share (every N-th tree of it, from its
-rank), the gradients are summed over the ranks before Adam steps
+mini-batch: each rank records, schedules and runs its share (trees balanced by node count
+across the ranks), the gradients are summed over the ranks before Adam steps
 (:class:`~edbatch.executor.distributed.DataParallel`), and rank 0 alone logs and writes files.
-Evaluation is sharded the same way (every N-th dev mini-batch) and its counts summed.
+Evaluation is sharded too (every N-th dev mini-batch) and its counts summed.
 
 The run folder is bound to its config (``run_config.json``, as for ``experiments.train``;
 docs/errors.md): a rerun with the same config trains again from scratch and overwrites the
