@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from edbatch.executor import init_params
 from edbatch.executor.auto import AUTO_SCHEDULERS, AUTO_STRATEGIES, AutoBatching
 from edbatch.executor.device import check_device
-from edbatch.executor.distributed import DataParallel
+from edbatch.executor.distributed import DataParallel, instance_sizes
 from edbatch.executor.params import is_embedding
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.tracking import Tracker
@@ -75,8 +75,9 @@ class Trainer:
         n_train = len(workload.load(cfg.train_split))
         chunks = make_chunks(n_train, cfg.train_limit, cfg.batch_size, cfg.seed)
         self.train_trees = sum(len(c) for c in chunks)
-        self.train = MinibatchCache(workload, cfg.train_split, [dp.shard(c) for c in chunks],
-                                    self.auto)
+        sizes = instance_sizes(workload.load(cfg.train_split))  # shares of equal node counts
+        self.train = MinibatchCache(workload, cfg.train_split,
+                                    [dp.shard(c, sizes[c]) for c in chunks], self.auto)
         self.dev = MinibatchCache(workload, cfg.eval_split, dp.shard(make_chunks(
             len(workload.load(cfg.eval_split)), cfg.eval_limit, cfg.eval_batch_size, None)),
             self.auto)
@@ -100,13 +101,15 @@ class Trainer:
         rank's share of it when distributed, ``None`` for an empty share); ``False`` (and
         nothing done) if the time budget is spent (on some rank)."""
         local = (0, 0) if mb is None else (mb.num_tree_nodes, len(mb.roots))
-        # the global mini-batch's counts, and whether to stop, in one collective
-        tree_nodes, trees, late = self.dp.sum([*local, self.seconds >= self.deadline])
-        if late:
-            return False
+        # the global mini-batch's counts, and whether to stop, in one collective that runs
+        # during the forward pass (a late step's forward is thrown away)
+        counts = self.dp.sum_async([*local, self.seconds >= self.deadline])
         self.opt.zero_grad(set_to_none=True)
         res = None if mb is None else \
             self.executor.run(mb.graph, mb.schedule, mb.plan, self.params, grad=True)
+        tree_nodes, trees, late = counts.result()
+        if late:
+            return False
         if res is not None and mb is not None:
             loss = res.outputs[mb.loss_node].reshape(())
             with torch.no_grad():  # before the update: the predictions the loss was made for

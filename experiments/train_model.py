@@ -1,8 +1,9 @@
 """Train a tree sentiment classifier with batched execution: ``python -m experiments.train_model``.
 
 The model is a cell-granularity SST tree workload (Tree-LSTM by default) with a loss at every
-tree node. Every mini-batch graph is scheduled by the configured scheduler (a heuristic name or
-a trained FSM artifact), memory-planned, and run forward and backward by
+tree node. Every mini-batch graph is scheduled by the configured batching (``auto`` by default:
+the fastest candidate timed on the first mini-batches; a heuristic name or a trained FSM),
+memory-planned, and run forward and backward by
 :class:`~edbatch.executor.torch_executor.TorchExecutor`; Adam updates the parameters.
 
 Dev accuracy is computed at the roots (``experiments/_train_model_data.py``: mini-batches,
@@ -10,10 +11,10 @@ scoring, evaluation); the loop, its budget and the curves are in
 ``experiments/_train_model_loop.py``.
 
 Under ``torchrun --nproc_per_node=N`` (docs/distributed.md) ``batch_size`` is the global
-mini-batch: each rank records, schedules and runs its share (every N-th tree of it, from its
-rank), the gradients are summed over the ranks before Adam steps
+mini-batch: each rank records, schedules and runs its share (trees balanced by node count
+across the ranks), the gradients are summed over the ranks before Adam steps
 (:class:`~edbatch.executor.distributed.DataParallel`), and rank 0 alone logs and writes files.
-Evaluation is sharded the same way (every N-th dev mini-batch) and its counts summed.
+Evaluation is sharded too (every N-th dev mini-batch) and its counts summed.
 
 The run folder is bound to its config (``run_config.json``, as for ``experiments.train``;
 docs/errors.md): a rerun with the same config trains again from scratch and overwrites the

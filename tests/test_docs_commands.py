@@ -104,6 +104,14 @@ CHEAP: dict[str, str] = {
         "hydra.launcher.tasks_per_node=2 batch_size=128 --cfg hydra",
     "python benchmarks/ddp_scaling.py --steps 40 --per-rank-batch 32":
         f"{PY} benchmarks/ddp_scaling.py --steps 3 --warmup 1 --per-rank-batch 4 --repeats 1 "
+        "--matmul-seconds 0.2 --override workload.tree_lstm.embed_dim=8 "
+        "workload.tree_lstm.hidden_dim=8",
+    "python benchmarks/ddp_scaling.py --steps 40 --per-rank-batch 32 --concurrent":
+        f"{PY} benchmarks/ddp_scaling.py --steps 3 --warmup 1 --per-rank-batch 4 --repeats 1 "
+        "--matmul-seconds 0.2 --concurrent --override workload.tree_lstm.embed_dim=8 "
+        "workload.tree_lstm.hidden_dim=8",
+    "python benchmarks/ddp_profile.py --steps 30 --per-rank-batch 32":
+        f"{PY} benchmarks/ddp_profile.py --steps 3 --warmup 1 --per-rank-batch 4 "
         "--override workload.tree_lstm.embed_dim=8 workload.tree_lstm.hidden_dim=8",
     # training and evaluation (README, docs/training.md)
     "python -m experiments.train workload=lattice_lstm trainer=q_learning seed=1":

@@ -33,16 +33,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
+from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.errors import EdbatchError
 
-__all__ = ["DataParallel", "DistributedSetupError"]
+__all__ = ["DataParallel", "DistributedSetupError", "PendingSum", "instance_sizes"]
 
 T = TypeVar("T")
 
@@ -66,6 +68,10 @@ class DataParallel:
     world_size: int = 1
     local_rank: int = 0
     backend: str | None = None
+    #: per embedding table: the dense gradient buffer handed out last step, its version
+    #: then and the rows it holds (the next step zeroes those rows, not the whole table)
+    _tables: dict[str, tuple[Tensor, int, Tensor]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     # ---------------------------------------------------------------- set-up
     @classmethod
@@ -130,10 +136,31 @@ class DataParallel:
         """This rank's device: ``cuda`` becomes ``cuda:LOCAL_RANK`` when distributed."""
         return f"cuda:{self.local_rank}" if self.enabled and device == "cuda" else device
 
-    def shard(self, items: Sequence[T]) -> list[T]:
-        """This rank's share of ``items``: every ``world_size``-th, from ``rank`` (the shares
-        are disjoint, cover ``items`` and differ in size by at most one)."""
-        return list(items[self.rank::self.world_size])
+    def shard(self, items: Sequence[T], weights: Sequence[float] | None = None) -> list[T]:
+        """This rank's share of ``items`` (the shares are disjoint and cover ``items``).
+
+        Without ``weights``: every ``world_size``-th item, from ``rank`` (shares differ in
+        size by at most one). With ``weights`` (``weights[k]`` is the cost of ``items[k]``,
+        e.g. its tree's node count: :func:`instance_sizes`): balanced by cost, since a
+        step takes as long as its slowest rank: largest first, each to the least-loaded
+        rank (ties: the lower rank, the earlier item), so every rank computes the same
+        split; each share keeps the items' order. A rank gets an empty share only when
+        there are fewer items than ranks.
+        """
+        if weights is None or self.world_size == 1:
+            return list(items[self.rank::self.world_size])
+        if len(weights) != len(items):
+            raise ValueError(f"shard: {len(weights)} weights for {len(items)} items; give "
+                             f"one weight per item")
+        cost = [float(w) for w in weights]
+        load = [0.0] * self.world_size
+        mine: list[int] = []
+        for k in sorted(range(len(items)), key=lambda k: -cost[k]):  # stable: ties in order
+            r = min(range(self.world_size), key=load.__getitem__)
+            load[r] += cost[k]
+            if r == self.rank:
+                mine.append(k)
+        return [items[k] for k in sorted(mine)]
 
     # ---------------------------------------------------------------- collectives
     def broadcast(self, params: Iterable[Tensor]) -> None:
@@ -143,19 +170,33 @@ class DataParallel:
                 for p in params:
                     dist.broadcast(p.data, src=0)
 
-    def sum(self, values: Sequence[float], device: str | torch.device = "cpu") -> list[float]:
+    def sum(self, values: Sequence[float], device: str | torch.device | None = None
+            ) -> list[float]:
         """Element-wise sum of ``values`` over the ranks (float64; identity for one rank)."""
-        if not self.enabled:
-            return [float(v) for v in values]
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
-        dist.all_reduce(t)
-        return t.tolist()  # type: ignore[no-any-return]
+        return self.sum_async(values, device).result()
 
-    def any(self, flag: bool, device: str | torch.device = "cpu") -> bool:
+    def sum_async(self, values: Sequence[float], device: str | torch.device | None = None
+                  ) -> PendingSum:
+        """Start :meth:`sum` and return at once; ``.result()`` waits for it. Work done in
+        between (the forward pass) overlaps the collective and the wait for the other
+        ranks to reach it."""
+        if not self.enabled:
+            return PendingSum([float(v) for v in values])
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64,
+                         device=device or self.comm_device)
+        return PendingSum(t, dist.all_reduce(t, async_op=True))
+
+    @property
+    def comm_device(self) -> torch.device:
+        """Where small collectives' tensors live: the rank's GPU with NCCL, else the CPU."""
+        return torch.device("cuda", self.local_rank) if self.backend == "nccl" else \
+            torch.device("cpu")
+
+    def any(self, flag: bool, device: str | torch.device | None = None) -> bool:
         """Whether ``flag`` is true on some rank (for decisions every rank must share)."""
         if not self.enabled:
             return flag
-        t = torch.tensor([1.0 if flag else 0.0], device=device)
+        t = torch.tensor([1.0 if flag else 0.0], device=device or self.comm_device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item() > 0)
 
@@ -215,11 +256,51 @@ class DataParallel:
             if not bool(got[k]):
                 p.grad = None
             elif n in unions:
-                dense = torch.zeros_like(p)
-                dense[unions[n]] = chunk.view(-1, p.shape[1])
-                p.grad = dense
+                p.grad = self._dense_table(n, p, unions[n], chunk.view(-1, p.shape[1]))
             else:
-                p.grad = chunk.view_as(p).clone()
+                p.grad = chunk.view_as(p)  # a view of this step's buffer (fresh each step)
+
+    def _dense_table(self, name: str, p: Tensor, rows: Tensor, values: Tensor) -> Tensor:
+        """``p``'s dense gradient: ``values`` at ``rows``, zero elsewhere. Reuses last step's
+        buffer (zeroing only the rows it held) unless it was changed in place since."""
+        old = self._tables.get(name)
+        if old is not None and old[0]._version == old[1] and old[0].shape == p.shape \
+                and old[0].dtype == p.dtype and old[0].device == p.device:
+            dense = old[0]
+            dense[old[2]] = 0.0
+        else:
+            dense = torch.zeros_like(p)
+        dense[rows] = values
+        self._tables[name] = (dense, dense._version, rows)
+        return dense
+
+
+class PendingSum:
+    """A :meth:`DataParallel.sum_async` in flight (or done, for one rank)."""
+
+    def __init__(self, values: Tensor | list[float], work: Any = None) -> None:
+        self._values, self._work = values, work
+
+    def result(self) -> list[float]:
+        """The sums (waits for the collective the first time)."""
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        if isinstance(self._values, Tensor):
+            self._values = self._values.tolist()
+        return list(self._values)
+
+
+def instance_sizes(instances: Sequence[Any]) -> NDArray[np.float64]:
+    """A cost per instance for :meth:`DataParallel.shard`: its ``num_nodes`` (a tree's
+    nodes), else its ``len()``, else 1."""
+    def size(inst: Any) -> float:
+        n = getattr(inst, "num_nodes", None)
+        if n is None:
+            n = len(inst) if hasattr(inst, "__len__") else 1
+        return float(n)
+
+    return np.fromiter((size(x) for x in instances), dtype=np.float64, count=len(instances))
 
 
 def _rows_of(grad: Tensor | None) -> tuple[Tensor, Tensor] | None:
