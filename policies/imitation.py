@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,10 +45,11 @@ from edbatch.schedule.bounds import height_list
 from edbatch.schedule.exact import exact_schedule
 from edbatch.schedule.policy import Policy, drive
 from edbatch.schedule.rollout import rollout_schedule
-from envs.encoding import encode_observation, encode_state
+from envs.encoding import encode_observation
 from policies.expert import fit_table, resample_graphs
 from policies.fsm import FSMPolicy, make_fallback
 from policies.q_learning import TrainResult, evaluate_policy, select_fallback
+from policies.table_search import policy_votes
 
 __all__ = ["ImitationConfig", "ImitationTrainer", "NetPolicy", "distill", "features",
            "load_network", "train_imitation"]
@@ -238,16 +238,7 @@ def distill(policy: Policy, graphs: Sequence[Graph], encoding: str, fallback: st
             metadata: dict[str, Any] | None = None, lookahead: str = "none") -> FSMPolicy:
     """Record ``policy``'s decisions on ``graphs`` as ``key -> op`` votes; the majority per
     key (ties: smallest op id) is the FSM's table."""
-    votes: dict[tuple[int, ...], Counter[int]] = {}
-
-    def choose(f: Frontier) -> int:
-        view = f.view()
-        a = int(policy.choose(view))
-        votes.setdefault(encode_state(view, encoding), Counter())[a] += 1
-        return a
-
-    for g in graphs:
-        drive(Frontier(g, typewise=True), choose)
+    votes = policy_votes(policy, graphs, encoding)
     table = fit_table(votes, min_count=1, confidence=0.0)
     return FSMPolicy(table, encoding, graphs[0].vocab.names, fallback, metadata, lookahead)
 

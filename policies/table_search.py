@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from edbatch.graph import Graph
 from edbatch.schedule import Frontier, lower_bound
-from edbatch.schedule.policy import drive
+from edbatch.schedule.policy import Policy, drive
 from envs.encoding import StateKey, encode_state, key_actions
 from policies.fsm import FSMPolicy
 
@@ -64,13 +64,10 @@ def table_batches(table: dict[StateKey, int], graphs: Sequence[Graph], encoding:
     return sum(sched(g).num_batches for g in graphs)
 
 
-def decisions(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str,
-              fallback: str) -> dict[StateKey, Counter[int]]:
-    """Per state key, the actions the FSM's own schedules on ``graphs`` took there."""
+def policy_votes(policy: Policy, graphs: Sequence[Graph],
+                 encoding: str) -> dict[StateKey, Counter[int]]:
+    """Per state key, the actions ``policy`` took there in its own schedules of ``graphs``."""
     seen: dict[StateKey, Counter[int]] = {}
-    if not graphs:
-        return seen
-    policy = _policy(table, encoding, graphs[0].vocab.names, fallback)
 
     def choose(f: Frontier) -> int:
         view = f.view()
@@ -81,6 +78,15 @@ def decisions(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str
     for g in graphs:
         drive(Frontier(g, typewise=True), choose)
     return seen
+
+
+def decisions(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str,
+              fallback: str) -> dict[StateKey, Counter[int]]:
+    """Per state key, the actions the FSM's own schedules on ``graphs`` took there."""
+    if not graphs:
+        return {}
+    return policy_votes(_policy(table, encoding, graphs[0].vocab.names, fallback), graphs,
+                        encoding)
 
 
 def visited_states(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str,
