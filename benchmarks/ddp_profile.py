@@ -1,13 +1,13 @@
 """Where a data-parallel ``experiments.train_model`` step spends its time, per rank.
 
 Runs the same training as ``benchmarks/ddp_scaling.py`` (N ranks with ``--per-rank-batch``
-trees each, and one process with as many) in forked processes, with timers wrapped around
-the step's parts: ``record`` (merging the trees' graphs), ``schedule``, ``plan`` (memory),
-``prepare`` (the three, plus the root bookkeeping), ``forward`` (the executor's training
-run, its program compilation included), ``backward``, ``optimizer`` (Adam), and every
-collective, split into ``wait`` (a barrier just before it: the time this rank waits for the
-slowest) and the collective itself. The barrier changes the timing a little; it is for the
-breakdown only (the scaling benchmark has none).
+trees each, and one process with as many) in forked processes, with timers wrapped around the
+step's parts: ``record`` (merging the trees' graphs), ``schedule``, ``plan`` (memory),
+``prepare`` (building the mini-batch graph, scheduling and planning it), ``forward`` (the
+executor's training run, its program compilation included), ``backward``, ``optimizer`` (Adam),
+and every collective, split into ``wait`` (a barrier just before it: the time this rank waits
+for the slowest) and the collective itself. The barrier changes the timing a little; it is for
+the breakdown only (the scaling benchmark has none).
 
     python benchmarks/ddp_profile.py [--steps 30] [--warmup 5] [--per-rank-batch 32]
 
@@ -68,6 +68,8 @@ def _rank(rank: int, world: int, port: int, overrides: list[str], out: Path) -> 
     import torch.distributed as dist
     from hydra import compose, initialize_config_dir
 
+    import experiments._train_model_data as data
+    import experiments._train_model_loop as loop
     import experiments.train_model as tm
     from edbatch.executor.distributed import DataParallel, PendingSum
     from edbatch.executor.torch_executor import TorchExecutor
@@ -76,8 +78,9 @@ def _rank(rank: int, world: int, port: int, overrides: list[str], out: Path) -> 
     times: dict[str, list[float]] = defaultdict(list)
     barrier = (lambda: dist.barrier()) if world > 1 else None
     _wrap(Workload, "minibatch", "record", times)
-    _wrap(tm, "plan_memory", "plan", times)
-    _wrap(tm, "prepare_minibatch", "prepare", times)
+    _wrap(data, "plan_memory", "plan", times)
+    _wrap(data, "build_minibatch", "build", times)
+    _wrap(data, "finish_minibatch", "finish", times)
     _wrap(TorchExecutor, "run", "forward", times, when=lambda *a, **k: k.get("grad"))
     _wrap(torch.Tensor, "backward", "backward", times)
     _wrap(torch.optim.Adam, "step", "optimizer", times)
@@ -86,8 +89,8 @@ def _rank(rank: int, world: int, port: int, overrides: list[str], out: Path) -> 
     in_step = [False]
     # blocked on the step's count sum after the forward (not the log rows' sums)
     _wrap(PendingSum, "result", "counts", times, when=lambda *a, **k: in_step[0])
-    _wrap(tm._Trainer, "train_step", "train_step", times)
-    step = tm._Trainer.train_step
+    _wrap(loop.Trainer, "train_step", "train_step", times)
+    step = loop.Trainer.train_step
 
     def flagged(*args: Any, **kwargs: Any) -> Any:
         in_step[0] = True
@@ -96,9 +99,9 @@ def _rank(rank: int, world: int, port: int, overrides: list[str], out: Path) -> 
         finally:
             in_step[0] = False
 
-    tm._Trainer.train_step = flagged
-    _wrap(tm._Cache, "get", "get", times)
-    make = tm.make_model_scheduler
+    loop.Trainer.train_step = flagged
+    _wrap(data.MinibatchCache, "get", "get", times)
+    make = data.make_model_scheduler
 
     def make_timed(*args: Any) -> Any:
         sched = make(*args)
@@ -110,7 +113,7 @@ def _rank(rank: int, world: int, port: int, overrides: list[str], out: Path) -> 
             return s
         return call
 
-    tm.make_model_scheduler = make_timed
+    data.make_model_scheduler = make_timed
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train_model", overrides)
     summary = tm.train_model(cfg)
@@ -128,6 +131,7 @@ def profile(world: int, args: argparse.Namespace, tmp: Path) -> list[dict[str, A
     overrides = [f"workload={args.workload}", f"batch_size={batch}", f"max_steps={args.steps}",
                  "epochs=1", "time_budget_s=null", f"train_limit={batch * args.steps}",
                  "num_threads=1", "eval_limit=8", "eval_every=null", "log_every=5",
+                 "batching=critical_path", "strategy=aligned",  # one fixed choice, no trials
                  f"run_dir={out}/run", *args.override]
     mp.start_processes(_rank, args=(world, _free_port(), overrides, out), nprocs=world,
                        start_method="fork")
@@ -145,6 +149,8 @@ def profile(world: int, args: argparse.Namespace, tmp: Path) -> list[dict[str, A
             row[key] = 1e3 * sum(vals[max(skip, 0):]) / steps
         for prefix in ("", "cpu:"):
             row[f"{prefix}step"] = row.pop(f"{prefix}train_step") + row.pop(f"{prefix}get")
+            row[f"{prefix}prepare"] = (row.pop(f"{prefix}build", 0.0)
+                                       + row.pop(f"{prefix}finish", 0.0))
         rows.append(row)
     return rows
 

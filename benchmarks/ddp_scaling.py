@@ -64,6 +64,7 @@ def _command(ranks: int, args: argparse.Namespace, run_dir: Path) -> list[str]:
                  f"max_steps={args.steps}", "epochs=1", "time_budget_s=null",
                  f"train_limit={batch * args.steps}", "num_threads=1", "eval_limit=8",
                  "eval_every=null", f"log_every={args.log_every}",
+                 "batching=critical_path", "strategy=aligned",  # one fixed choice: no auto trials
                  f"run_dir={run_dir}", *args.override]
     launcher = [sys.executable, "-m", "experiments.train_model"] if ranks == 1 else \
         [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
