@@ -71,7 +71,7 @@ CHEAP: dict[str, str] = {
         THROUGHPUT_CHEAP,
     "python benchmarks/throughput.py --workloads tree_lstm lattice_lstm bilstm_tagger --sizes "
     "300x150 --minibatches 2 --repeats 3 --seed 0 --contenders depth dynet_agenda fsm "
-    "fsm+aligned fsm+fastbuild fsm+cse pytorch_hand floor dynet_autobatch1 dynet_autobatch2":
+    "fsm+fastbuild fsm+cse auto pytorch_hand floor dynet_autobatch1 dynet_autobatch2":
         THROUGHPUT_CHEAP,
     # the run-time path's phases (docs/runtime.md)
     "python benchmarks/runtime_phases.py --workloads tree_lstm lattice_lstm --minibatches 4":
