@@ -36,7 +36,10 @@ SchedulerLike = str | Policy | Scheduler
 def fsm_scheduler(policy: Any, runtime: bool = False) -> Scheduler:
     """A trained FSM as a scheduler with its own lookahead (``runtime``: its run-time path,
     one table lookup per decision, whatever the lookahead), refusing graphs whose op types
-    differ from the ones it was trained on."""
+    differ from the ones it was trained on. The run-time path is made once (its table is
+    hashed for the compiled core once, not per mini-batch)."""
+    run = policy.runtime_scheduler() if runtime and hasattr(policy, "runtime_scheduler") \
+        else None
 
     def schedule(graph: Graph) -> Schedule:
         if graph.vocab.names != policy.op_names:
@@ -44,9 +47,7 @@ def fsm_scheduler(policy: Any, runtime: bool = False) -> Scheduler:
                 f"the policy was trained on op types {list(policy.op_names)}, but this "
                 f"mini-batch has {list(graph.vocab.names)}; register the same cells in the "
                 f"same order as when the policy's graphs were recorded, or re-train it")
-        make = policy.runtime_scheduler if runtime and hasattr(
-            policy, "runtime_scheduler") else policy.scheduler
-        return make()(graph)
+        return (run if run is not None else policy.scheduler())(graph)
 
     return schedule
 
