@@ -83,13 +83,12 @@ def cost_rollout_schedule(graph: Graph, cost: Cost, bases: Sequence[Callable[[],
                 decisions = [b.op_id for b in tail if not b.forced]
                 plan = decisions if first is None else [first, *decisions]
 
-    done: list[Batch] = []
+    prefix = 0.0  # the modelled cost of the batches popped so far
 
     def decide(f: Frontier) -> int:
         nonlocal plan
         ready = f.view().ready_ops
         if len(ready) > 1 and spent < budget:
-            prefix = _batches_cost(done, cost, vocab)
             for a in ready:
                 if a != plan[0]:
                     trial = f.copy()
@@ -104,12 +103,12 @@ def cost_rollout_schedule(graph: Graph, cost: Cost, bases: Sequence[Callable[[],
     while True:
         while (forced := frontier.pop_forced()) is not None:
             batches.append(forced)
-            done.append(forced)
+            prefix += cost(vocab[forced.op_id], len(forced))
         if frontier.done:
             break
         b = frontier.pop(decide(frontier))
         batches.append(b)
-        done.append(b)
+        prefix += cost(vocab[b.op_id], len(b))
     return Schedule(tuple(batches), name, seconds=time.perf_counter() - t0)
 
 
