@@ -200,6 +200,7 @@ class TrainModelConfig:
     batch_size: int = 64
     lr: float = 0.002
     weight_decay: float = 0.0
+    adam: str = "fused"
     epochs: int = 2
     max_steps: int | None = None
     time_budget_s: float | None = 150.0
@@ -232,6 +233,7 @@ class TrainModelConfig:
         _one_of(self, "strategy", ("planned", "aligned", "naive"))
         _one_of(self, "resume", ("auto", "restart"))
         _one_of(self, "fsm_lookahead", ("none", "artifact"))
+        _one_of(self, "adam", ("fused", "foreach", "for_loop"))
         if self.batching == "fsm" and not self.fsm:
             raise ConfigError("fsm", self.fsm, "the path of a trained FSM artifact with "
                               "batching=fsm", "pass fsm=runs/<workload>/<trainer>/seed<N>/"

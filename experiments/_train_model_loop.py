@@ -63,8 +63,11 @@ class Trainer:
         self.params = init_params(workload, torch.Generator().manual_seed(cfg.seed),
                                   device=device)
         dp.broadcast(self.params.values())  # identical start on every rank
+        impl = cfg.get("adam", "fused")
         self.opt = torch.optim.Adam(self.params.values(), lr=cfg.lr,
-                                    weight_decay=cfg.weight_decay)
+                                    weight_decay=cfg.weight_decay,
+                                    fused=impl == "fused" or None,
+                                    foreach=impl == "foreach" if impl != "fused" else None)
         # gloo: embedding tables travel as the rows read (sparse), NCCL: dense (keeps the
         # CUDA-graph capture of training runs, which sparse gradients turn off)
         sparse = dp.enabled and dp.backend == "gloo"

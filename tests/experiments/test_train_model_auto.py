@@ -59,7 +59,7 @@ def test_auto_times_each_candidate_keeps_one_and_trains_like_a_fixed_scheduler(
 @pytest.mark.parametrize(("override", "key"), [
     ("auto.trials=0", "auto.trials"), ("auto.strategies=[fast]", "auto.strategies"),
     ("auto.schedulers=[]", "auto.schedulers"), ("fsm_lookahead=maybe", "fsm_lookahead"),
-    ("batching=fsm", "fsm")])
+    ("batching=fsm", "fsm"), ("adam=adamw", "adam")])
 def test_bad_auto_settings_are_config_errors(tmp_path: Path, override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=f"config key {key}="):
         validate(_cfg(tmp_path, override))
@@ -71,3 +71,13 @@ def test_an_unknown_auto_scheduler_is_named_with_a_hint(tmp_path: Path,
     with pytest.raises(UnknownNameError, match="'dpeth'.*Did you mean 'depth'"):
         train_model(_cfg(tmp_path, "batching=auto", "auto.schedulers=[dpeth]"))
     assert not (tmp_path / "summary.json").exists()
+
+
+def test_fused_adam_trains_like_torchs_default_for_loop_adam(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    runs = {impl: train_model(_cfg(tmp_path / impl, "batching=depth", f"adam={impl}"))
+            for impl in ("fused", "for_loop")}
+    got, want = _losses(runs["fused"]), _losses(runs["for_loop"])
+    assert len(got) == len(want) == 8 and got[0] == want[0]  # step 1 precedes any update
+    assert got[1:] != [] and all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(got, want))
