@@ -390,8 +390,10 @@ def _sum_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
 
 @KERNELS.register("sum")
 @with_backward(_sum_backward)
+@writes_out
 def sum_(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-         attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
+         attrs: Tensor, out: Tensor | None = None,
+         save: list[Tensor] | None = None) -> Tensor:
     """Element-wise sum of all operands.
 
     Serves the variadic ``loss_sum`` (every operand ``[1, d]``, output ``[1, d]``: the rows
@@ -401,14 +403,21 @@ def sum_(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
     """
     if save is not None:
         save += inputs
+    if out is not None and len(inputs) >= 2 and op.arity is not None and \
+            untracked(*inputs):  # the same additions, the first straight into ``out``
+        torch.add(inputs[0], inputs[1], out=out)
+        for x in inputs[2:]:
+            out.add_(x)
+        return out
     if not inputs:
-        return new_zeros(1, math.prod(op.out_shape), params, attrs)
-    if op.arity is None:
-        return stacked_sum(torch.cat(list(inputs)))
-    out = inputs[0]
-    for x in inputs[1:]:
-        out = out + x
-    return out
+        total = new_zeros(1, math.prod(op.out_shape), params, attrs)
+    elif op.arity is None:
+        total = stacked_sum(torch.cat(list(inputs)))
+    else:
+        total = inputs[0]
+        for x in inputs[1:]:
+            total = total + x
+    return total if out is None else out.copy_(total)
 
 
 def stacked_sum(rows: Tensor) -> Tensor:
