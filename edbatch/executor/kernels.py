@@ -44,7 +44,7 @@ from edbatch.graph import OpType
 from edbatch.registry import Registry
 
 __all__ = ["FAST_TANH_MIN", "KERNELS", "Backward", "Kernel", "ParamGrads", "fast_tanh",
-           "fast_tanh_", "untracked",
+           "untracked",
            "kernel_for", "new_zeros", "op_params", "parse_slice", "pick_nll", "pick_nll_backward",
            "stacked_sum", "with_backward", "writes_out"]
 
@@ -211,14 +211,6 @@ def fast_tanh(x: Tensor) -> Tensor:
     if y.requires_grad:
         return y * 2.0 - 1.0
     return y.mul_(2.0).sub_(1.0)
-
-
-def fast_tanh_(x: Tensor) -> Tensor:
-    """:func:`fast_tanh` computed in place in ``x`` (same arithmetic, so the same floats);
-    for tensors autograd does not track (inference, the hand-written-backward forward)."""
-    if x.device.type != "cpu" or x.numel() < FAST_TANH_MIN:
-        return x.tanh_()
-    return x.mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0)
 
 
 def untracked(*tensors: Tensor) -> bool:
