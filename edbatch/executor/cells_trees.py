@@ -35,16 +35,15 @@ for _kind in ("tree_lstm.loss", "tree_gru.loss", "mvrnn.loss"):
 
 
 # ---------------------------------------------------------------------- Tree-LSTM
-def _gates_backward(grad: Tensor, io: Tensor, u: Tensor, t: Tensor, width: int
-                    ) -> tuple[Tensor, Tensor]:
+def _gates_backward(grad: Tensor, io: Tensor, u: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
     """Shared head of both Tree-LSTM backwards: ``(d[i; o; u] pre-activation, d c)`` from
     ``d[h; c]``, with ``h = o*tanh(c)``, ``c = i*u + ...``; the gate gradients are written
-    into one ``[B, width]`` buffer (its leading ``3H`` columns), so no ``cat`` is needed."""
+    into one ``[B, 3H]`` buffer, so no ``cat`` is needed."""
     batch, hidden = u.shape
     i, o = io[:, :hidden], io[:, hidden:]
     dh = grad[:, :hidden]
     dc = torch.addcmul(grad[:, hidden:], dh * o, 1.0 - t * t)
-    d = torch.empty(batch, width, dtype=u.dtype, device=u.device)
+    d = torch.empty(batch, 3 * hidden, dtype=u.dtype, device=u.device)
     torch.mul(dc, u, out=d[:, :hidden])
     torch.mul(dh, t, out=d[:, hidden:2 * hidden])
     d[:, :2 * hidden].mul_(io).mul_(1.0 - io)
@@ -56,7 +55,7 @@ def _tree_lstm_leaf_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
                              params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
                              ) -> list[Tensor | None]:
     x, io, u, t = saved
-    d_g, _ = _gates_backward(grad, io, u, t, 3 * u.shape[1])
+    d_g, _ = _gates_backward(grad, io, u, t)
     acc.linear(op.params[1:], d_g, x)
     acc.rows(op.params[0], attrs, d_g @ params[op.params[1]])
     return []
@@ -98,7 +97,7 @@ def _tree_lstm_internal_backward(op: OpType, saved: Sequence[Tensor], grad: Tens
                                  acc: ParamGrads) -> list[Tensor | None]:
     x, io, u, f1, f2, c1, c2, t = saved
     batch, hidden = u.shape
-    d_iou, dc = _gates_backward(grad, io, u, t, 3 * hidden)
+    d_iou, dc = _gates_backward(grad, io, u, t)
     u_iou, b_iou, u_f1, u_f2, b_f = op.params
     acc.linear((u_iou, b_iou), d_iou, x)
     dx = d_iou @ params[u_iou]

@@ -44,9 +44,8 @@ from edbatch.graph import OpType
 from edbatch.registry import Registry
 
 __all__ = ["FAST_TANH_MIN", "KERNELS", "Backward", "Kernel", "ParamGrads", "fast_tanh",
-           "untracked",
            "kernel_for", "new_zeros", "op_params", "parse_slice", "pick_nll", "pick_nll_backward",
-           "stacked_sum", "with_backward", "writes_out"]
+           "stacked_sum", "untracked", "with_backward", "writes_out"]
 
 #: ``kernel(op, inputs, params, attrs) -> [B, prod(op.out_shape)]``.
 Kernel = Callable[[OpType, Sequence[Tensor], Mapping[str, Tensor], Tensor], Tensor]

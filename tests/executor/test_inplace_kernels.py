@@ -43,7 +43,8 @@ def test_inplace_path_is_bit_identical_to_autograd_path(kind: str, batch: int) -
         saved: list[torch.Tensor] = []
         with torch.no_grad():
             plain = kernel(op, inputs, params, attrs)
-            got = kernel(op, inputs, params, attrs, out=arena[2:2 + batch], save=saved)
+            got = kernel(op, inputs, params, attrs,  # type: ignore[call-arg]
+                         out=arena[2:2 + batch], save=saved)
         assert torch.equal(plain, reference), op.name
         assert torch.equal(arena[2:2 + batch], reference), op.name
         assert got.data_ptr() == arena[2:2 + batch].data_ptr()
@@ -56,7 +57,8 @@ def test_sum_into_out_keeps_the_addition_order() -> None:
     a, b, c = (torch.randn(6, math.prod(op.out_shape)) * 1e4 for _ in range(3))
     out = torch.empty_like(a)
     with torch.no_grad():
-        KERNELS.get("sum")(op, [a, b, c], params, torch.full((6,), -1), out=out)
+        KERNELS.get("sum")(op, [a, b, c], params, torch.full((6,), -1),
+                           out=out)  # type: ignore[call-arg]
     assert torch.equal(out, (a + b) + c)
 
 
