@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from edbatch.executor import KERNELS
-from edbatch.executor._reads import RowsRead
+from edbatch.executor._reads import PAD_MIN_ROWS, RowsRead
 from edbatch.executor.kernels import FAST_TANH_MIN, untracked
 from tests.executor.test_kernels import ATTR_BOUND, catalogue, random_inputs
 
@@ -62,11 +62,12 @@ def test_sum_into_out_keeps_the_addition_order() -> None:
     assert torch.equal(out, (a + b) + c)
 
 
+@pytest.mark.parametrize("rows", [5, PAD_MIN_ROWS + 3])  # narrow: sliced, then padded
 @pytest.mark.parametrize("narrow", [False, True])
-def test_rows_read_route_adds_like_index_add(narrow: bool) -> None:
+def test_rows_read_route_adds_like_index_add(narrow: bool, rows: int) -> None:
     gen = torch.Generator().manual_seed(0)
-    idx = torch.tensor([5, 1, 5, 0, 7])  # a repeated row must get both gradients
-    grad = torch.randn(5, 3 if narrow else 8, generator=gen)
+    idx = torch.tensor([5, 1, 5, 0, 7] * (rows // 5) + [8] * (rows % 5))  # repeated rows
+    grad = torch.randn(rows, 3 if narrow else 8, generator=gen)  # must get every gradient
     bufs = [torch.randn(9, 8, generator=gen)]
     expected = bufs[0].clone()
     expected[:, :grad.shape[1]].index_add_(0, idx, grad)
