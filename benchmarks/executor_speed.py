@@ -18,9 +18,15 @@ backward graph). It asserts nothing; it prints a table and writes JSON.
     python benchmarks/executor_speed.py [--repeats 5] [--out results/executor_speed.json]
     python benchmarks/executor_speed.py --device cuda --out results/executor_speed_cuda.json
     python benchmarks/executor_speed.py --zero-copy-table [--out results/zero_copy.json]
+    python benchmarks/executor_speed.py --op-counts [--out results/op_counts.json]
 
 ``--zero-copy-table`` instead prints the plan statistics for every real workload x
 granularity x scheduler x strategy (and the per-read upper bound), without running kernels.
+``--op-counts`` instead counts the aten ops one batched run issues per mini-batch (first
+``--schedulers`` entry, naive plan; inference, and training with its backward), split into
+compute ops and view ops (``slice``, ``select``, ``narrow``, ``as_strided``, ...), with the
+copies (``cat``, ``copy_``) and scatters apart: unlike times, these counts do not move with
+the machine's load, so they show what a change to the per-batch code removed.
 """
 
 from __future__ import annotations
@@ -218,6 +224,63 @@ def zero_copy_table(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+#: Ops that make views or empty tensors (no arithmetic, no copy); the rest count as compute.
+VIEW_OPS = frozenset({"slice", "select", "narrow", "as_strided", "t", "transpose", "expand",
+                      "view", "reshape", "unsqueeze", "squeeze", "split", "split_with_sizes",
+                      "alias", "detach", "empty", "empty_strided", "resolve_conj",
+                      "resolve_neg", "lift_fresh"})
+COPY_OPS = ("cat", "copy_", "index_select", "index_add_", "scatter_add_", "zeros", "fill_")
+
+
+def _run_all(ex: TorchExecutor, runs: list[tuple[Graph, Schedule, MemoryPlan]],
+             params: Mapping[str, Tensor], train: bool) -> None:
+    for graph, schedule, plan in runs:
+        if train:
+            _train_step(ex, graph, schedule, plan, params)
+        else:
+            with torch.no_grad():
+                ex.run(graph, schedule, plan, params)
+
+
+def op_count_table(args: argparse.Namespace) -> dict[str, Any]:
+    """Aten ops per mini-batch of one batched run, inference and training."""
+    from torch.profiler import ProfilerActivity, profile
+
+    results: dict[str, Any] = {"machine": machine_info(), "args": vars(args), "rows": []}
+    print(f"{'workload':<14} {'mode':<6} {'batches':>7} {'compute':>8} {'views':>7} "
+          + " ".join(f"{k:>12}" for k in COPY_OPS))
+    for name in args.workloads:
+        embed, hidden = SIZES[args.sizes[0]]
+        wl = make_workload(name, granularity="cell", embed_dim=embed, hidden_dim=hidden)
+        graphs = list(wl.batches(wl.default_eval_split, args.batch_size,
+                                 limit=args.minibatches))
+        params = dict(init_params(wl, torch.Generator().manual_seed(0), device=args.device))
+        runs = [(g, s, plan_memory(g, s, "naive")) for g in graphs
+                for s in [make_scheduler(args.schedulers[0])(g)]]
+        for mode in ("infer", "train"):
+            ex = TorchExecutor(args.device)
+
+            once = functools.partial(_run_all, ex, runs, params, mode == "train")
+            once()  # compiled programs, first-run paths
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                once()
+            counts: dict[str, float] = {}
+            for event in prof.key_averages():
+                if event.key.startswith("aten::"):
+                    counts[event.key[6:]] = counts.get(event.key[6:], 0) + event.count
+            per = {k: v / len(runs) for k, v in counts.items()}
+            row = {"workload": name, "mode": mode, "scheduler": args.schedulers[0],
+                   "batches": sum(s.num_batches for _, s, _ in runs) / len(runs),
+                   "compute_ops": sum(v for k, v in per.items() if k not in VIEW_OPS),
+                   "view_ops": sum(v for k, v in per.items() if k in VIEW_OPS),
+                   **{k: per.get(k, 0.0) for k in COPY_OPS}}
+            results["rows"].append(row)
+            print(f"{name:<14} {mode:<6} {row['batches']:>7.1f} {row['compute_ops']:>8.1f} "
+                  f"{row['view_ops']:>7.1f} "
+                  + " ".join(f"{row[k]:>12.1f}" for k in COPY_OPS), flush=True)
+    return results
+
+
 def main() -> None:
     """Parse arguments, run the benchmark, print and save the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -232,6 +295,8 @@ def main() -> None:
     parser.add_argument("--ref-repeats", type=int, default=2)
     parser.add_argument("--zero-copy-table", action="store_true",
                         help="print plan statistics for every workload instead of timings")
+    parser.add_argument("--op-counts", action="store_true",
+                        help="count the aten ops per mini-batch instead of timing")
     parser.add_argument("--device", default="cpu",
                         help="cpu or cuda[:N] (cuda adds the CUDA-graph replay row)")
     parser.add_argument("--out", default=None)
@@ -242,9 +307,12 @@ def main() -> None:
             args.schedulers = ["depth", "dynet_agenda", "ed_batch_agenda", "typewise_greedy",
                                "critical_path"]
         results = zero_copy_table(args)
+    elif args.op_counts:
+        results = op_count_table(args)
     else:
         results = speed(args)
     out = Path(args.out or ("results/zero_copy.json" if args.zero_copy_table
+                            else "results/op_counts.json" if args.op_counts
                             else "results/executor_speed.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -17,8 +17,13 @@ from torch import Tensor
 
 from edbatch.memory.plan import MemoryPlan, Operand, Region
 
-__all__ = ["CatRead", "Read", "RowLocator", "RowsRead", "SelectRead", "SliceRead",
+__all__ = ["PAD_MIN_ROWS", "CatRead", "Read", "RowLocator", "RowsRead", "SelectRead", "SliceRead",
            "inplace_read", "inplace_reads", "merged", "to_device"]
+
+#: Gradient rows from which :meth:`RowsRead.route` pads a narrow gradient to the full width
+#: (measured on the CPU, 1 thread, 150 of 300 columns: 48 rows 26 -> 22 us, 400 rows
+#: 187 -> 80 us, 2324 rows 1149 -> 560 us; 25 rows 16 -> 18 us).
+PAD_MIN_ROWS = 40
 
 #: A compiled operand read: called with the arenas (inference) or batch outputs (training).
 Read = Callable[[Sequence[Tensor]], Tensor]
@@ -90,8 +95,16 @@ class RowsRead:
         """Add the read's gradient rows into the gradient tensor of ``b`` (a narrower
         gradient covers the leading columns)."""
         dst = bufs[self.b]
-        (dst if grad.shape[1] == dst.shape[1] else dst[:, :grad.shape[1]]).index_add_(
-            0, self.idx, grad)
+        if grad.shape[1] != dst.shape[1]:
+            if grad.shape[0] < PAD_MIN_ROWS:
+                dst[:, :grad.shape[1]].index_add_(0, self.idx, grad)
+                return
+            # index_add_ into a column slice is about 2x slower on the CPU than into the
+            # whole rows: pad the gradient with zero columns instead
+            full = grad.new_zeros(grad.shape[0], dst.shape[1])
+            full[:, :grad.shape[1]] = grad
+            grad = full
+        dst.index_add_(0, self.idx, grad)
 
 
 class RowLocator:

@@ -25,6 +25,7 @@ from edbatch.executor.kernels import (
     op_params,
     pick_nll,
     pick_nll_backward,
+    untracked,
     with_backward,
 )
 from edbatch.graph import OpType
@@ -51,6 +52,18 @@ def lstm_step(x: Tensor, h: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
     hidden = h.shape[1]
     xh = torch.cat([x, h], dim=1)
     g = F.linear(xh, weight, bias)
+    if untracked(xh, c, weight, bias):  # the same arithmetic in place, into ``out``
+        gates = g[:, :3 * hidden].sigmoid_()
+        u = fast_tanh(g[:, 3 * hidden:])
+        if out is None:
+            out = torch.empty(h.shape[0], 2 * hidden, dtype=g.dtype, device=g.device)
+        c2 = torch.mul(gates[:, hidden:2 * hidden], c, out=out[:, hidden:])
+        c2.add_(gates[:, :hidden] * u)  # not addcmul_: it fuses (FMA), other floats
+        t = fast_tanh(c2)
+        torch.mul(gates[:, 2 * hidden:], t, out=out[:, :hidden])
+        if save is not None:
+            save += [xh, gates, u, c, t]
+        return out
     gates = torch.sigmoid(g[:, :3 * hidden])
     i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:]
     u = fast_tanh(g[:, 3 * hidden:])

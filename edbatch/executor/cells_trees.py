@@ -21,6 +21,7 @@ from edbatch.executor.kernels import (
     affine_rows_of,
     fast_tanh,
     op_params,
+    untracked,
     with_backward,
     writes_out,
 )
@@ -34,24 +35,27 @@ for _kind in ("tree_lstm.loss", "tree_gru.loss", "mvrnn.loss"):
 
 
 # ---------------------------------------------------------------------- Tree-LSTM
-def _gates_backward(grad: Tensor, io: Tensor, u: Tensor, t: Tensor
-                    ) -> tuple[Tensor, Tensor, Tensor]:
-    """Shared head of both Tree-LSTM backwards: ``(d[i; o] pre-activation, d u
-    pre-activation, d c)`` from ``d[h; c]``, with ``h = o*tanh(c)``, ``c = i*u + ...``."""
-    hidden = u.shape[1]
+def _gates_backward(grad: Tensor, io: Tensor, u: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+    """Shared head of both Tree-LSTM backwards: ``(d[i; o; u] pre-activation, d c)`` from
+    ``d[h; c]``, with ``h = o*tanh(c)``, ``c = i*u + ...``; the gate gradients are written
+    into one ``[B, 3H]`` buffer, so no ``cat`` is needed."""
+    batch, hidden = u.shape
     i, o = io[:, :hidden], io[:, hidden:]
     dh = grad[:, :hidden]
     dc = torch.addcmul(grad[:, hidden:], dh * o, 1.0 - t * t)
-    d_io = torch.cat([dc * u, dh * t], dim=1) * io * (1.0 - io)
-    return d_io, dc * i * (1.0 - u * u), dc
+    d = torch.empty(batch, 3 * hidden, dtype=u.dtype, device=u.device)
+    torch.mul(dc, u, out=d[:, :hidden])
+    torch.mul(dh, t, out=d[:, hidden:2 * hidden])
+    d[:, :2 * hidden].mul_(io).mul_(1.0 - io)
+    torch.mul(dc, i, out=d[:, 2 * hidden:3 * hidden]).mul_(1.0 - u * u)
+    return d, dc
 
 
 def _tree_lstm_leaf_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
                              params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
                              ) -> list[Tensor | None]:
     x, io, u, t = saved
-    d_io, d_u, _ = _gates_backward(grad, io, u, t)
-    d_g = torch.cat([d_io, d_u], dim=1)
+    d_g, _ = _gates_backward(grad, io, u, t)
     acc.linear(op.params[1:], d_g, x)
     acc.rows(op.params[0], attrs, d_g @ params[op.params[1]])
     return []
@@ -68,6 +72,17 @@ def tree_lstm_leaf(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Te
     x = F.embedding(attrs, emb)
     g = F.linear(x, weight, bias)
     hidden = g.shape[1] // 3
+    if untracked(x, weight, bias):  # the same arithmetic in place, into ``out``
+        io = g[:, :2 * hidden].sigmoid_()
+        u = fast_tanh(g[:, 2 * hidden:])
+        if out is None:
+            out = g.new_empty(g.shape[0], 2 * hidden)
+        c = torch.mul(io[:, :hidden], u, out=out[:, hidden:])
+        t = fast_tanh(c)
+        torch.mul(io[:, hidden:], t, out=out[:, :hidden])
+        if save is not None:
+            save += [x, io, u, t]
+        return out
     io = torch.sigmoid(g[:, :2 * hidden])
     u = fast_tanh(g[:, 2 * hidden:])
     c = io[:, :hidden] * u
@@ -81,18 +96,21 @@ def _tree_lstm_internal_backward(op: OpType, saved: Sequence[Tensor], grad: Tens
                                  params: Mapping[str, Tensor], attrs: Tensor,
                                  acc: ParamGrads) -> list[Tensor | None]:
     x, io, u, f1, f2, c1, c2, t = saved
-    hidden = u.shape[1]
-    d_io, d_u, dc = _gates_backward(grad, io, u, t)
-    d_iou = torch.cat([d_io, d_u], dim=1)
-    d_f1, d_f2 = dc * c1 * f1 * (1.0 - f1), dc * c2 * f2 * (1.0 - f2)
+    batch, hidden = u.shape
+    d_iou, dc = _gates_backward(grad, io, u, t)
     u_iou, b_iou, u_f1, u_f2, b_f = op.params
-    h1, h2 = x[:, :hidden], x[:, hidden:]
     acc.linear((u_iou, b_iou), d_iou, x)
-    acc.linear((u_f1, b_f), d_f1, h1)  # b_f's two gradients are summed
-    acc.linear((u_f2, b_f), d_f2, h2)
     dx = d_iou @ params[u_iou]
-    return [torch.cat([torch.addmm(dx[:, :hidden], d_f1, params[u_f1]), dc * f1], dim=1),
-            torch.cat([torch.addmm(dx[:, hidden:], d_f2, params[u_f2]), dc * f2], dim=1)]
+    operands: list[Tensor | None] = []
+    for k, (f, c, weight) in enumerate(((f1, c1, u_f1), (f2, c2, u_f2))):
+        d_f = (dc * c).mul_(f).mul_(1.0 - f)
+        acc.linear((weight, b_f), d_f, x[:, k * hidden:(k + 1) * hidden])  # b_f: summed
+        d_state = torch.empty(batch, 2 * hidden, dtype=u.dtype, device=u.device)
+        torch.addmm(dx[:, k * hidden:(k + 1) * hidden], d_f, params[weight],
+                    out=d_state[:, :hidden])
+        torch.mul(dc, f, out=d_state[:, hidden:])
+        operands.append(d_state)
+    return operands
 
 
 @KERNELS.register("tree_lstm.internal")
@@ -111,6 +129,9 @@ def tree_lstm_internal(op: OpType, inputs: Sequence[Tensor], params: Mapping[str
     (h1, c1), (h2, c2) = split_state(inputs[0]), split_state(inputs[1])
     hidden = h1.shape[1]
     x = torch.cat([h1, h2], dim=1)
+    if untracked(x, c1, c2, u_iou, b_iou, u_f1, u_f2, b_f):
+        return _tree_lstm_internal_inplace(x, (h1, c1, h2, c2),
+                                           (u_iou, b_iou, u_f1, u_f2, b_f), out, save)
     g = F.linear(x, u_iou, b_iou)
     io = torch.sigmoid(g[:, :2 * hidden])
     u = fast_tanh(g[:, 2 * hidden:])
@@ -120,6 +141,31 @@ def tree_lstm_internal(op: OpType, inputs: Sequence[Tensor], params: Mapping[str
     if save is not None:
         save += [x, io, u, f1, f2, c1, c2, t]
     return torch.cat([io[:, hidden:] * t, c], dim=1, out=out)
+
+
+def _tree_lstm_internal_inplace(x: Tensor, states: Sequence[Tensor], weights: Sequence[Tensor],
+                                out: Tensor | None, save: list[Tensor] | None) -> Tensor:
+    """:func:`tree_lstm_internal` without autograd: activations in place, ``c`` and ``h``
+    written straight into ``out``. The same arithmetic on the same memory layouts, so the
+    same floats (``addcmul_`` would fuse multiply and add, and an activation over a wider
+    or narrower block takes its vectorised and scalar paths on other elements)."""
+    u_iou, b_iou, u_f1, u_f2, b_f = weights
+    h1, c1, h2, c2 = states
+    hidden = c1.shape[1]
+    g = F.linear(x, u_iou, b_iou)
+    io = g[:, :2 * hidden].sigmoid_()
+    u = fast_tanh(g[:, 2 * hidden:])
+    f1 = F.linear(h1, u_f1, b_f).sigmoid_()
+    f2 = F.linear(h2, u_f2, b_f).sigmoid_()
+    if out is None:
+        out = g.new_empty(g.shape[0], 2 * hidden)
+    c = torch.mul(io[:, :hidden], u, out=out[:, hidden:])
+    c.add_(f1.mul(c1)).add_(f2.mul(c2))
+    t = fast_tanh(c)
+    torch.mul(io[:, hidden:], t, out=out[:, :hidden])
+    if save is not None:
+        save += [x, io, u, f1, f2, c1, c2, t]
+    return out
 
 
 # ---------------------------------------------------------------------- Tree-GRU

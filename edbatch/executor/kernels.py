@@ -45,7 +45,7 @@ from edbatch.registry import Registry
 
 __all__ = ["FAST_TANH_MIN", "KERNELS", "Backward", "Kernel", "ParamGrads", "fast_tanh",
            "kernel_for", "new_zeros", "op_params", "parse_slice", "pick_nll", "pick_nll_backward",
-           "stacked_sum", "with_backward", "writes_out"]
+           "stacked_sum", "untracked", "with_backward", "writes_out"]
 
 #: ``kernel(op, inputs, params, attrs) -> [B, prod(op.out_shape)]``.
 Kernel = Callable[[OpType, Sequence[Tensor], Mapping[str, Tensor], Tensor], Tensor]
@@ -212,6 +212,12 @@ def fast_tanh(x: Tensor) -> Tensor:
     return y.mul_(2.0).sub_(1.0)
 
 
+def untracked(*tensors: Tensor) -> bool:
+    """Whether autograd records none of ``tensors``' uses (no grad mode, or none needs a
+    gradient): kernels then compute in place and into ``out`` regions."""
+    return not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors)
+
+
 def parse_slice(op: OpType) -> tuple[int, int]:
     """The ``(start, stop)`` bounds of a slice op type named ``slice/{start}:{stop}/{dim}``.
 
@@ -375,8 +381,10 @@ def _sum_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
 
 @KERNELS.register("sum")
 @with_backward(_sum_backward)
+@writes_out
 def sum_(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-         attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
+         attrs: Tensor, out: Tensor | None = None,
+         save: list[Tensor] | None = None) -> Tensor:
     """Element-wise sum of all operands.
 
     Serves the variadic ``loss_sum`` (every operand ``[1, d]``, output ``[1, d]``: the rows
@@ -386,14 +394,21 @@ def sum_(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
     """
     if save is not None:
         save += inputs
+    if out is not None and len(inputs) >= 2 and op.arity is not None and \
+            untracked(*inputs):  # the same additions, the first straight into ``out``
+        torch.add(inputs[0], inputs[1], out=out)
+        for x in inputs[2:]:
+            out.add_(x)
+        return out
     if not inputs:
-        return new_zeros(1, math.prod(op.out_shape), params, attrs)
-    if op.arity is None:
-        return stacked_sum(torch.cat(list(inputs)))
-    out = inputs[0]
-    for x in inputs[1:]:
-        out = out + x
-    return out
+        total = new_zeros(1, math.prod(op.out_shape), params, attrs)
+    elif op.arity is None:
+        total = stacked_sum(torch.cat(list(inputs)))
+    else:
+        total = inputs[0]
+        for x in inputs[1:]:
+            total = total + x
+    return total if out is None else out.copy_(total)
 
 
 def stacked_sum(rows: Tensor) -> Tensor:

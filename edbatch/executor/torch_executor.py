@@ -302,7 +302,8 @@ class TorchExecutor:
         reduced directly if it is a sum, else split into its ``[1, d]`` rows)."""
         if step.split:
             if step.stacked:
-                return stacked_sum(operands[0])
+                total = stacked_sum(operands[0])
+                return total if out is None else out.copy_(total)
             operands = list(operands[0].split(1))
         return self._kernel(i, step, operands, params, out, save)
 
