@@ -56,7 +56,8 @@ def cost_rollout_schedule(graph: Graph, cost: Cost, bases: Sequence[Callable[[],
     policy alone. ``budget`` caps the batches popped in rollouts (counted, not timed: the
     same graph always gets the same schedule).
     """
-    return rollout_schedule(graph, bases, budget=budget, name=name, cost=cost)
+    return rollout_schedule(graph, bases, budget=budget, name=name, cost=cost,
+                            retry_planned=True)
 
 
 class CostRolloutScheduler:

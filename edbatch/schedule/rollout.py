@@ -45,7 +45,7 @@ Cost = Callable[[OpType, int], float]
 
 def rollout_schedule(graph: Graph, bases: Sequence[Callable[[], Policy]], *,
                      budget: int = DEFAULT_BUDGET, name: str = "rollout",
-                     cost: Cost | None = None) -> Schedule:
+                     cost: Cost | None = None, retry_planned: bool = False) -> Schedule:
     """Schedule ``graph`` by fortified rollout over the ``bases`` (policy factories).
 
     Args:
@@ -59,6 +59,10 @@ def rollout_schedule(graph: Graph, bases: Sequence[Callable[[], Policy]], *,
             cost of 1 per batch), and then the search also stops once the best schedule
             meets the lower bound. A cost model (e.g.
             :class:`edbatch.executor.cost_model.CostModel`) minimises modelled time.
+        retry_planned: at a decision the planned op type is not tried (the plan already
+            completes it); with ``True``, once another candidate has beaten the plan, the
+            formerly planned type is tried as well (more rollouts, sometimes another
+            schedule; :func:`edbatch.executor.cost_schedule.cost_rollout_schedule` does).
 
     Returns:
         A schedule that costs no more than the best base policy on ``graph``.
@@ -73,7 +77,7 @@ def rollout_schedule(graph: Graph, bases: Sequence[Callable[[], Policy]], *,
     t0 = time.perf_counter()
     typewise = any(getattr(b(), "needs_typewise", False) for b in bases)
     frontier = Frontier(graph, typewise=typewise)
-    search = _Search(graph, tuple(bases), budget, cost)
+    search = _Search(graph, tuple(bases), budget, cost, retry_planned)
     search.complete(frontier.copy(), 0.0, None)
     batches: list[Batch] = []
     while True:  # drive(), keeping the popped prefix's cost as it grows
@@ -93,8 +97,9 @@ class _Search:
     and its decisions from the current one on), the budget spent, the prefix's cost."""
 
     def __init__(self, graph: Graph, bases: tuple[Callable[[], Policy], ...], budget: int,
-                 cost: Cost | None) -> None:
+                 cost: Cost | None, retry_planned: bool = False) -> None:
         self.bases, self.budget, self.cost, self.vocab = bases, budget, cost, graph.vocab
+        self.retry_planned = retry_planned
         # no schedule costs less than the floor: batches have the lower bound, others none
         self.floor: float = lower_bound(graph) if cost is None else -math.inf
         self.best_cost = math.inf
@@ -127,7 +132,7 @@ class _Search:
         if len(ready) > 1 and self.spent < self.budget and self.best_cost > self.floor:
             planned = self.best_tail[0]
             for a in ready:
-                if a != planned:
+                if a != (self.best_tail[0] if self.retry_planned else planned):
                     trial = f.copy()
                     popped = trial.pop(a)
                     self.complete(trial, self.prefix + self.cost_of((popped,)), a)

@@ -166,3 +166,20 @@ def test_cost_rollout_is_the_old_cost_rollout_to_the_float(label_graph) -> None:
     new_ms = sum(cost(g.vocab[b.op_id], len(b)) for b in new.batches)
     old_ms = sum(cost(g.vocab[op], len(nodes)) for op, nodes in old)
     assert new_ms == old_ms
+
+
+@pytest.mark.slow  # about 10 s on an idle machine, 25 s at load 9
+def test_both_rules_on_a_graph_where_they_part() -> None:
+    """On this lattice mini-batch the cost rollout's old rule (once a candidate has beaten
+    the plan, the formerly planned type is tried too) gives another schedule than the batch
+    rollout's (never try the planned type): each entry point keeps its own."""
+    from edbatch.executor.cost_schedule import cost_rollout_schedule
+
+    g = list(make_workload("lattice_lstm").batches("dev", 16, limit=2))[1]
+    cost = _model_cost(g)
+    retried = cost_rollout_schedule(g, cost, BASES, budget=30_000)
+    assert _batches(retried) == _old_cost_rollout(g, cost, BASES, 30_000)
+    kept = rollout_schedule(g, BASES, budget=30_000, cost=cost)
+    assert _batches(kept) != _batches(retried)  # the graph does tell the rules apart
+    assert _batches(rollout_schedule(g, BASES, budget=30_000)) == _old_batch_rollout(
+        g, BASES, 30_000)
