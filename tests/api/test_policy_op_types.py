@@ -40,7 +40,7 @@ def test_the_check_itself() -> None:
 
 
 def test_every_policy_path_refuses_alike(saved) -> None:
-    g, path, policy = saved
+    _, path, policy = saved
     other = random_lattices(np.random.default_rng(0), 2, 6, 2)
     with pytest.raises(PolicyFileError) as want:
         check_op_types(policy.op_names, other.vocab.names, path)
