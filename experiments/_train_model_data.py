@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import Tensor
 
+from edbatch.api._schedulers import fsm_scheduler
 from edbatch.errors import ConfigError
 from edbatch.executor.auto import AutoBatching, Candidate, make_candidates
 from edbatch.executor.distributed import DataParallel
@@ -220,14 +221,8 @@ def make_model_scheduler(name: str, fsm: str | None, lookahead: str = "none") ->
     artifact = FSMScheduler(fsm)  # loads the policy; checks each graph's op types
     if lookahead == "artifact":
         return artifact
-    runtime = artifact.policy.runtime_scheduler("fsm")
-
-    def schedule(graph: Graph) -> Schedule:
-        if graph.vocab.names != artifact.policy.op_names:
-            return artifact(graph)  # raises PolicyFileError naming the difference
-        return runtime(graph)
-
-    return schedule
+    # the run-time path, with the same op-type check (a PolicyFileError naming the file)
+    return fsm_scheduler(artifact.policy, runtime=True, path=artifact.path)
 
 
 def model_candidates(batching: str, fsm: str | None, strategy: str,

@@ -31,6 +31,7 @@ from edbatch.schedule import (
     TypewiseGreedyPolicy,
 )
 from edbatch.schedule.compiled import CompiledFsmScheduler, fsm_supported, resolve_backend
+from edbatch.schedule.op_types import check_op_types
 from edbatch.schedule.rollout import RolloutScheduler
 from envs.encoding import (
     ENCODINGS,
@@ -229,10 +230,10 @@ class FSMPolicy:
         except (KeyError, TypeError, ValueError) as e:
             raise PolicyFileError(path, f"malformed field ({type(e).__name__}: {e})",
                                   "the file is corrupt; re-train or restore it") from None
-        if vocab is not None and names != vocab.names:
-            raise PolicyFileError(path, _vocab_mismatch(names, vocab.names),
-                                  "load the policy with the workload (and granularity) it was "
-                                  "trained on, or re-train it on this one")
+        if vocab is not None:
+            check_op_types(names, vocab.names, path,
+                           "load the policy with the workload (and granularity) it was "
+                           "trained on, or re-train it on this one")
         bad = [(k, a) for k, a in table.items() if not 0 <= a < len(names)]
         if bad:
             raise PolicyFileError(path, f"table entry {bad[0]} names op id {bad[0][1]} outside "
@@ -241,22 +242,6 @@ class FSMPolicy:
             raise PolicyFileError(path, f"lookahead {lookahead!r} is not one of "
                                   f"{list(LOOKAHEADS)}", "the file is corrupt; re-train it")
         return cls(table, encoding, names, fallback, data.get("metadata", {}), lookahead)
-
-
-def _vocab_mismatch(saved: tuple[str, ...], current: tuple[str, ...]) -> str:
-    if len(saved) != len(current):
-        return (f"trained on {len(saved)} op types, but the workload has {len(current)} "
-                f"(first difference: {_first_diff(saved, current)})")
-    return f"op types differ from the workload's: {_first_diff(saved, current)}"
-
-
-def _first_diff(a: tuple[str, ...], b: tuple[str, ...]) -> str:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return f"op {i} is {x!r} in the file but {y!r} in the workload"
-    i = min(len(a), len(b))
-    extra = a[i] if len(a) > i else b[i]
-    return f"op {i} ({extra!r}) exists in only one of them"
 
 
 def greedy_action(q: Mapping[int, float], key: StateKey, encoding: str) -> int:
@@ -281,9 +266,5 @@ class FSMScheduler:
         self.policy = FSMPolicy.load(self.path)
 
     def __call__(self, graph: Any) -> Any:
-        if graph.vocab.names != self.policy.op_names:
-            raise PolicyFileError(self.path, _vocab_mismatch(self.policy.op_names,
-                                                             graph.vocab.names),
-                                  "evaluate the policy on the workload (and granularity) it "
-                                  "was trained on")
+        check_op_types(self.policy.op_names, graph.vocab.names, self.path)
         return self.policy.scheduler(self.name)(graph)

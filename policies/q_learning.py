@@ -14,8 +14,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -205,46 +208,95 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
     warm = make_fallback(cfg.fallback, cfg.encoding) if cfg.warm_start else None
     t0 = time.perf_counter() - seconds
     bar = tqdm(total=cfg.max_episodes, initial=episode, disable=not progress, desc="q-learning")
-    while episode < cfg.max_episodes and best_ratio >= cfg.early_stop_ratio:
-        graph = train_graphs[int(rng.integers(len(train_graphs)))]
-        rng_state = rng.bit_generator.state
-        try:
-            states, actions, rewards, batches = _episode(graph, q, cfg, rng, eps, warm)
-        except KeyboardInterrupt:  # Ctrl-C: keep every finished episode, then stop
-            rng.bit_generator.state = rng_state  # as before the unfinished episode
-            if checkpoint is not None:
+    # Ctrl-C (SIGINT) stops inside an episode (undone) or after its bookkeeping, never in a
+    # table update or a checkpoint write
+    held = _HeldCtrlC()
+    try:
+        while episode < cfg.max_episodes and best_ratio >= cfg.early_stop_ratio:
+            graph = train_graphs[int(rng.integers(len(train_graphs)))]
+            rng_state = rng.bit_generator.state
+            try:
+                with held.released():
+                    states, actions, rewards, batches = _episode(graph, q, cfg, rng, eps, warm)
+            except KeyboardInterrupt:  # keep every finished episode, then stop
+                rng.bit_generator.state = rng_state  # as before the unfinished episode
                 _save_checkpoint(checkpoint, cfg, q, best_q, best_ratio, episode, eps,
                                  time.perf_counter() - t0, rng)
-            bar.close()
-            raise
-        _update(q, states, actions, rewards, cfg)
-        episode += 1
-        row = {"episode": episode, "train/epsilon": eps, "train/episode_return": sum(rewards),
-               "train/num_batches": batches, "train/num_states": len(q)}
-        eps = max(cfg.eps_min, eps * cfg.eps_decay)
-        if episode % cfg.eval_every == 0 or episode == cfg.max_episodes:
-            ratio, _, _ = evaluate_policy(_to_policy(q, cfg, names, meta), val)
-            row["eval/ratio_to_lb"] = ratio
-            if ratio < best_ratio:
-                best_ratio, best_q = ratio, {s: dict(qs) for s, qs in q.items()}
-            row["eval/best_ratio_to_lb"] = best_ratio
-            if checkpoint is not None:
+                raise
+            _update(q, states, actions, rewards, cfg)
+            episode += 1
+            log.debug("episode %d: %d batches", episode, batches)
+            row = {"episode": episode, "train/epsilon": eps,
+                   "train/episode_return": sum(rewards), "train/num_batches": batches,
+                   "train/num_states": len(q)}
+            eps = max(cfg.eps_min, eps * cfg.eps_decay)
+            if episode % cfg.eval_every == 0 or episode == cfg.max_episodes:
+                ratio, _, _ = evaluate_policy(_to_policy(q, cfg, names, meta), val)
+                row["eval/ratio_to_lb"] = ratio
+                if ratio < best_ratio:
+                    best_ratio, best_q = ratio, {s: dict(qs) for s, qs in q.items()}
+                row["eval/best_ratio_to_lb"] = best_ratio
                 _save_checkpoint(checkpoint, cfg, q, best_q, best_ratio, episode, eps,
                                  time.perf_counter() - t0, rng)
-        history.append(row)
-        if callback is not None:
-            callback(row)
-        bar.update(1)
-    bar.close()
+            history.append(row)
+            if callback is not None:
+                callback(row)
+            bar.update(1)
+        if held.caught:  # Ctrl-C during the last episode's bookkeeping
+            _save_checkpoint(checkpoint, cfg, q, best_q, best_ratio, episode, eps,
+                             time.perf_counter() - t0, rng)
+            raise KeyboardInterrupt
+    finally:
+        held.close()
+        bar.close()
     seconds = time.perf_counter() - t0
     meta.update(episodes=episode, best_ratio=best_ratio, train_seconds=seconds)
     policy = _to_policy(best_q, cfg, names, meta)
     return TrainResult(policy, best_ratio, episode, seconds, history)
 
 
-def _save_checkpoint(path: str | Path, cfg: QLearningConfig, q: QTable, best_q: QTable,
-                     best_ratio: float, episode: int, eps: float, seconds: float,
-                     rng: np.random.Generator) -> None:
+class _HeldCtrlC:
+    """Holds Ctrl-C (SIGINT, main thread only) from its creation to :meth:`close`, except
+    inside :meth:`released` blocks, where it raises at once as usual; one that came while
+    held raises on entering the next such block. So an interrupt never lands in the middle
+    of a table update or a checkpoint write."""
+
+    def __init__(self) -> None:
+        self.caught = False
+        self.old: Any = None
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is not None):
+            self.old = signal.signal(signal.SIGINT, self._hold)
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        self.caught = True
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        if self.old is None:
+            yield
+            return
+        if self.caught:
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGINT, self.old)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, self._hold)
+
+    def close(self) -> bool:
+        """Restore the previous handler; whether a Ctrl-C came while held."""
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+            self.old = None
+        return self.caught
+
+
+def _save_checkpoint(path: str | Path | None, cfg: QLearningConfig, q: QTable,
+                     best_q: QTable, best_ratio: float, episode: int, eps: float,
+                     seconds: float, rng: np.random.Generator) -> None:
+    if path is None:  # no checkpoint file asked for
+        return
     def table(t: QTable) -> list[Any]:
         return [[list(s), [[a, v] for a, v in qs.items()]] for s, qs in t.items()]
 

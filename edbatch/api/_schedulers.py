@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, MutableMapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from edbatch.errors import GraphError
@@ -25,6 +26,7 @@ from edbatch.executor.auto import (
 from edbatch.graph import Graph
 from edbatch.memory import Strategy
 from edbatch.schedule import Policy, PolicyScheduler, Schedule, Scheduler, make_scheduler
+from edbatch.schedule.op_types import check_op_types
 
 __all__ = ["AutoScheduler", "SchedulerLike", "as_scheduler", "fsm_scheduler",
            "memory_strategy"]
@@ -33,20 +35,19 @@ __all__ = ["AutoScheduler", "SchedulerLike", "as_scheduler", "fsm_scheduler",
 SchedulerLike = str | Policy | Scheduler
 
 
-def fsm_scheduler(policy: Any, runtime: bool = False) -> Scheduler:
+def fsm_scheduler(policy: Any, runtime: bool = False,
+                  path: str | Path | None = None) -> Scheduler:
     """A trained FSM as a scheduler with its own lookahead (``runtime``: its run-time path,
     one table lookup per decision, whatever the lookahead), refusing graphs whose op types
-    differ from the ones it was trained on. The run-time path is made once (its table is
-    hashed for the compiled core once, not per mini-batch)."""
+    differ from the ones it was trained on (:func:`~edbatch.schedule.op_types.check_op_types`:
+    a :class:`GraphError`, or with ``path``, the policy's file, a
+    :class:`~edbatch.errors.PolicyFileError` naming it). The run-time path is made once (its
+    table is hashed for the compiled core once, not per mini-batch)."""
     run = policy.runtime_scheduler() if runtime and hasattr(policy, "runtime_scheduler") \
         else None
 
     def schedule(graph: Graph) -> Schedule:
-        if graph.vocab.names != policy.op_names:
-            raise GraphError(
-                f"the policy was trained on op types {list(policy.op_names)}, but this "
-                f"mini-batch has {list(graph.vocab.names)}; register the same cells in the "
-                f"same order as when the policy's graphs were recorded, or re-train it")
+        check_op_types(policy.op_names, graph.vocab.names, path)
         return (run if run is not None else policy.scheduler())(graph)
 
     return schedule

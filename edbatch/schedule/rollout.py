@@ -12,20 +12,26 @@ decisions. ``budget`` caps the batches popped inside rollouts; once it is spent 
 schedule already meets the lower bound, which no schedule can beat) the kept schedule is
 followed as is. The budget is counted in batches, not seconds, so a given graph always gets
 the same schedule.
+
+The objective is a cost summed over the schedule's batches: by default the batch count (a cost
+of 1 per batch), or any ``(op type, batch size) -> cost`` such as a calibrated cost model's
+milliseconds (:mod:`edbatch.executor.cost_schedule` passes its model in; this module imports
+nothing from the executor).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 
-from edbatch.graph.ir import Graph
+from edbatch.graph.ir import Graph, OpType
 from edbatch.schedule.bounds import lower_bound
 from edbatch.schedule.frontier import Frontier
 from edbatch.schedule.policy import Policy, drive
-from edbatch.schedule.schedule import Schedule
+from edbatch.schedule.schedule import Batch, Schedule
 
-__all__ = ["RolloutScheduler", "rollout_schedule"]
+__all__ = ["Cost", "RolloutScheduler", "rollout_schedule"]
 
 #: Default cap on the batches popped inside rollouts per graph, about 10 s of search on this
 #: project's 2-core VM (a 64-lattice cell graph of about 8,000 nodes uses 0.05-0.15M; a
@@ -33,14 +39,13 @@ __all__ = ["RolloutScheduler", "rollout_schedule"]
 DEFAULT_BUDGET = 300_000
 
 
-def _complete(frontier: Frontier, policy: Policy) -> list[int]:
-    """Run ``policy`` on ``frontier`` (consumed) to the end; return its decisions."""
-    batches = drive(frontier, lambda f: int(policy.choose(f.view())))
-    return [b.op_id for b in batches if not b.forced]
+#: ``(op type, batch size) -> cost`` of one batch (e.g. modelled milliseconds).
+Cost = Callable[[OpType, int], float]
 
 
 def rollout_schedule(graph: Graph, bases: Sequence[Callable[[], Policy]], *,
-                     budget: int = DEFAULT_BUDGET, name: str = "rollout") -> Schedule:
+                     budget: int = DEFAULT_BUDGET, name: str = "rollout",
+                     cost: Cost | None = None, retry_planned: bool = False) -> Schedule:
     """Schedule ``graph`` by fortified rollout over the ``bases`` (policy factories).
 
     Args:
@@ -50,54 +55,89 @@ def rollout_schedule(graph: Graph, bases: Sequence[Callable[[], Policy]], *,
         budget: most batches popped inside rollouts; afterwards the best schedule found is
             followed without further search.
         name: the schedule's name.
+        cost: what a schedule costs, summed over its batches. ``None`` counts batches (a
+            cost of 1 per batch), and then the search also stops once the best schedule
+            meets the lower bound. A cost model (e.g.
+            :class:`edbatch.executor.cost_model.CostModel`) minimises modelled time.
+        retry_planned: at a decision the planned op type is not tried (the plan already
+            completes it); with ``True``, once another candidate has beaten the plan, the
+            formerly planned type is tried as well (more rollouts, sometimes another
+            schedule; :func:`edbatch.executor.cost_schedule.cost_rollout_schedule` does).
 
     Returns:
-        A schedule with no more batches than the best base policy on ``graph``.
+        A schedule that costs no more than the best base policy on ``graph``.
 
     Raises:
         ValueError: no base policy, or a negative budget.
     """
     if not bases:
-        raise ValueError("rollout_schedule needs at least one base policy, e.g. "
-                         "[CriticalPathPolicy]")
+        raise ValueError(f"{name} needs at least one base policy, e.g. [CriticalPathPolicy]")
     if budget < 0:
         raise ValueError(f"budget={budget} is negative; pass 0 (no search) or more")
     t0 = time.perf_counter()
     typewise = any(getattr(b(), "needs_typewise", False) for b in bases)
     frontier = Frontier(graph, typewise=typewise)
-    floor = lower_bound(graph)
-    best_cost, best_tail = -1, []
-    spent = 0
-
-    def search(start: Frontier, first: int | None) -> None:
-        """Complete ``start`` with every base (the last one consumes it)."""
-        nonlocal best_cost, best_tail, spent
-        for i, base in enumerate(bases):
-            f = start if i == len(bases) - 1 else start.copy()
-            before = f.num_batches
-            tail = _complete(f, base())
-            spent += f.num_batches - before
-            if best_cost < 0 or f.num_batches < best_cost:
-                best_cost = f.num_batches
-                best_tail = tail if first is None else [first, *tail]
-
-    def decide(f: Frontier) -> int:
-        """Try every other ready type (budget and LB permitting); follow the best schedule."""
-        nonlocal best_tail
-        ready = f.view().ready_ops
-        if len(ready) > 1 and spent < budget and best_cost > floor:
-            planned = best_tail[0]
-            for a in ready:
-                if a != planned:
-                    trial = f.copy()
-                    trial.pop(a)
-                    search(trial, a)
-        action, best_tail = best_tail[0], best_tail[1:]
-        return action
-
-    search(frontier.copy(), None)
-    batches = drive(frontier, decide)
+    search = _Search(graph, tuple(bases), budget, cost, retry_planned)
+    search.complete(frontier.copy(), 0.0, None)
+    batches: list[Batch] = []
+    while True:  # drive(), keeping the popped prefix's cost as it grows
+        while (forced := frontier.pop_forced()) is not None:
+            batches.append(forced)
+            search.prefix += search.cost_of((forced,))
+        if frontier.done:
+            break
+        b = frontier.pop(search.decide(frontier))
+        batches.append(b)
+        search.prefix += search.cost_of((b,))
     return Schedule(tuple(batches), name, seconds=time.perf_counter() - t0)
+
+
+class _Search:
+    """The state of one fortified rollout: the best complete schedule found so far (its cost
+    and its decisions from the current one on), the budget spent, the prefix's cost."""
+
+    def __init__(self, graph: Graph, bases: tuple[Callable[[], Policy], ...], budget: int,
+                 cost: Cost | None, retry_planned: bool = False) -> None:
+        self.bases, self.budget, self.cost, self.vocab = bases, budget, cost, graph.vocab
+        self.retry_planned = retry_planned
+        # no schedule costs less than the floor: batches have the lower bound, others none
+        self.floor: float = lower_bound(graph) if cost is None else -math.inf
+        self.best_cost = math.inf
+        self.best_tail: list[int] = []
+        self.spent = 0
+        self.prefix = 0.0  # the cost of the batches popped so far on the real frontier
+
+    def cost_of(self, batches: Sequence[Batch]) -> float:
+        if self.cost is None:
+            return len(batches)
+        return sum(self.cost(self.vocab[b.op_id], len(b)) for b in batches)
+
+    def complete(self, start: Frontier, prefix_cost: float, first: int | None) -> None:
+        """Complete ``start`` (whose popped batches cost ``prefix_cost``) with every base
+        (the last one consumes it); keep the cheapest complete schedule."""
+        for i, base in enumerate(self.bases):
+            f = start if i == len(self.bases) - 1 else start.copy()
+            policy = base()
+            tail = drive(f, lambda fr, p=policy: int(p.choose(fr.view())))
+            self.spent += len(tail)
+            total = prefix_cost + self.cost_of(tail)
+            if total < self.best_cost - 1e-12:
+                self.best_cost = total
+                decisions = [b.op_id for b in tail if not b.forced]
+                self.best_tail = decisions if first is None else [first, *decisions]
+
+    def decide(self, f: Frontier) -> int:
+        """Try every other ready type (budget and floor permitting); follow the best."""
+        ready = f.view().ready_ops
+        if len(ready) > 1 and self.spent < self.budget and self.best_cost > self.floor:
+            planned = self.best_tail[0]
+            for a in ready:
+                if a != (self.best_tail[0] if self.retry_planned else planned):
+                    trial = f.copy()
+                    popped = trial.pop(a)
+                    self.complete(trial, self.prefix + self.cost_of((popped,)), a)
+        action, self.best_tail = self.best_tail[0], self.best_tail[1:]
+        return action
 
 
 class RolloutScheduler:
