@@ -238,11 +238,11 @@ class _Layout:
         if single.any():  # variadic nodes whose operands span several arenas
             arenas = self.node_arena[g.operand_ids[edge[single]]].astype(np.int64)
             owner = np.repeat(np.arange(len(cons)), arity)[single]
-            lo = np.full(len(cons), 1 << 30, dtype=np.int64)
-            hi = np.full(len(cons), -1, dtype=np.int64)
-            np.minimum.at(lo, owner, arenas)
-            np.maximum.at(hi, owner, arenas)
-            merged = np.repeat(lo == hi, arity) & single
+            first = np.flatnonzero(np.diff(owner, prepend=-1))  # owner is ascending
+            same = np.zeros(len(cons), dtype=bool)
+            same[owner[first]] = (np.minimum.reduceat(arenas, first)
+                                  == np.maximum.reduceat(arenas, first))
+            merged = np.repeat(same, arity) & single
             slot[merged] = 0
             single &= ~merged
         key = ebatch * (int(slot.max(initial=0)) + 1) + slot
@@ -262,29 +262,40 @@ class _Layout:
 
     def plan(self, strategy: str, seconds: float) -> MemoryPlan:
         """Freeze into a :class:`MemoryPlan`."""
-        bounds = np.append(self.read_start, len(self.read_rows)).tolist()
+        # Plain Python ints and one read-only copy sliced per read / per batch: the loops
+        # below build ~2 objects per batch, so they avoid numpy scalars and per-item copies.
+        starts = self.read_start
+        stops = np.append(starts[1:], len(self.read_rows))
+        rows = np.ascontiguousarray(self.read_rows, dtype=np.int64)
+        rows.setflags(write=False)
         operands: list[list[Operand]] = [[] for _ in self.orders]
-        for i, b in enumerate(self.read_batch.tolist()):
-            lo, hi = bounds[i], bounds[i + 1]
-            arena = int(self.read_arena[lo])
-            if self.read_view[i]:
-                region = Region(arena, int(self.read_rows[lo]), int(self.read_rows[hi - 1]) + 1)
-                operands[b].append(Operand.of_view(region))
-            else:
-                operands[b].append(Operand.of_gather(arena, self.read_rows[lo:hi]))
-        orders = []
-        for o in self.orders:
-            frozen = np.array(o, dtype=np.int32)
-            frozen.setflags(write=False)
-            orders.append(frozen)
+        view_of, gather_of = Operand.of_view, _frozen_gather
+        for b, view, arena, lo, hi, first, last in zip(
+                self.read_batch.tolist(), self.read_view.tolist(),
+                self.read_arena[starts].tolist(), starts.tolist(), stops.tolist(),
+                rows[starts].tolist(), rows[stops - 1].tolist(), strict=True):
+            operands[b].append(view_of(Region(arena, first, last + 1)) if view
+                               else gather_of(arena, rows[lo:hi]))
+        sizes = [len(o) for o in self.orders]
+        flat = (np.concatenate(self.orders).astype(np.int32, copy=False) if self.orders
+                else np.zeros(0, np.int32))
+        flat.setflags(write=False)
+        ends = np.cumsum(sizes).tolist()
+        orders = tuple(flat[e - n:e] for n, e in zip(sizes, ends, strict=True))
         for a in (self.node_row, self.node_arena):
             a.setflags(write=False)
-        outputs = tuple(Region(int(a), int(lo), int(hi))
-                        for a, lo, hi in zip(self.arena, self.start, self.stop, strict=True))
+        outputs = tuple(Region(a, lo, hi) for a, lo, hi in zip(
+            self.arena.tolist(), self.start.tolist(), self.stop.tolist(), strict=True))
         return MemoryPlan(strategy, tuple(zip(self.rows, self.widths, strict=True)),
-                          self.node_row, self.node_arena, tuple(orders), outputs,
+                          self.node_row, self.node_arena, orders, outputs,
                           tuple(tuple(ops) for ops in operands),
                           tuple(b.forced for b in self.schedule.batches), seconds)
+
+
+def _frozen_gather(arena: int, rows: NDArray[np.int64]) -> Operand:
+    """:meth:`Operand.of_gather` for rows that are already a read-only contiguous ``int64``
+    slice (no copy)."""
+    return Operand(None, rows, arena)
 
 
 def _ranks(sizes: NDArray[np.int64]) -> NDArray[np.int64]:
