@@ -265,7 +265,7 @@ class _Layout:
         # Plain Python ints and one read-only copy sliced per read / per batch: the loops
         # below build ~2 objects per batch, so they avoid numpy scalars and per-item copies.
         starts = self.read_start
-        stops = np.append(starts[1:], len(self.read_rows))
+        stops = np.append(starts[1:], len(self.read_rows)) if len(starts) else starts
         rows = np.ascontiguousarray(self.read_rows, dtype=np.int64)
         rows.setflags(write=False)
         operands: list[list[Operand]] = [[] for _ in self.orders]

@@ -270,6 +270,20 @@ def test_plan_is_frozen(two_trees: Graph) -> None:
         plan.strategy = "naive"  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("strategy", ["naive", "aligned", "planned"])
+def test_a_graph_without_operand_reads(strategy: Strategy) -> None:
+    """Only operand-free nodes: no reads at all, every batch's output still placed."""
+    vocab = Vocab([OpType("leaf", "lookup", (), (3,))])
+    b = GraphBuilder(vocab)
+    for _ in range(3):
+        b.add("leaf")
+    graph = b.build()
+    plan = plan_memory(graph, depth_schedule(graph), strategy, cache=False)
+    assert plan.operands == ((),) and [len(r) for r in plan.outputs] == [3]
+    assert sorted(plan.node_row.tolist()) == [0, 1, 2]
+    assert not plan.row_order[0].flags.writeable
+
+
 def test_operand_is_exactly_one_kind() -> None:
     with pytest.raises(ValueError):
         Operand(None, None, 0)
