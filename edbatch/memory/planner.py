@@ -79,7 +79,7 @@ from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph
 from edbatch.memory._aligned import aligned_orders
 from edbatch.memory._chains import ChainPlanner
-from edbatch.memory.plan import MemoryPlan, Operand, Region
+from edbatch.memory.plan import MemoryPlan, Operand, _operand, _region
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["STRATEGIES", "Strategy", "plan_key", "plan_memory", "zero_copy_upper_bound"]
@@ -269,13 +269,14 @@ class _Layout:
         rows = np.ascontiguousarray(self.read_rows, dtype=np.int64)
         rows.setflags(write=False)
         operands: list[list[Operand]] = [[] for _ in self.orders]
-        view_of, gather_of = Operand.of_view, _frozen_gather
         for b, view, arena, lo, hi, first, last in zip(
                 self.read_batch.tolist(), self.read_view.tolist(),
                 self.read_arena[starts].tolist(), starts.tolist(), stops.tolist(),
                 rows[starts].tolist(), rows[stops - 1].tolist(), strict=True):
-            operands[b].append(view_of(Region(arena, first, last + 1)) if view
-                               else gather_of(arena, rows[lo:hi]))
+            # a view's rows ascend by one (first <= last); a gather's rows are a read-only
+            # slice: what Region's and Operand's checks would test
+            operands[b].append(_operand(_region(arena, first, last + 1), None, arena) if view
+                               else _operand(None, rows[lo:hi], arena))
         sizes = [len(o) for o in self.orders]
         flat = (np.concatenate(self.orders).astype(np.int32, copy=False) if self.orders
                 else np.zeros(0, np.int32))
@@ -284,18 +285,12 @@ class _Layout:
         orders = tuple(flat[e - n:e] for n, e in zip(sizes, ends, strict=True))
         for a in (self.node_row, self.node_arena):
             a.setflags(write=False)
-        outputs = tuple(Region(a, lo, hi) for a, lo, hi in zip(
+        outputs = tuple(_region(a, lo, hi) for a, lo, hi in zip(
             self.arena.tolist(), self.start.tolist(), self.stop.tolist(), strict=True))
         return MemoryPlan(strategy, tuple(zip(self.rows, self.widths, strict=True)),
                           self.node_row, self.node_arena, orders, outputs,
                           tuple(tuple(ops) for ops in operands),
                           tuple(b.forced for b in self.schedule.batches), seconds)
-
-
-def _frozen_gather(arena: int, rows: NDArray[np.int64]) -> Operand:
-    """:meth:`Operand.of_gather` for rows that are already a read-only contiguous ``int64``
-    slice (no copy)."""
-    return Operand(None, rows, arena)
 
 
 def _ranks(sizes: NDArray[np.int64]) -> NDArray[np.int64]:

@@ -284,6 +284,27 @@ def test_a_graph_without_operand_reads(strategy: Strategy) -> None:
     assert not plan.row_order[0].flags.writeable
 
 
+@pytest.mark.parametrize("strategy", ["naive", "planned"])
+def test_planner_objects_pass_the_constructors_checks(strategy: Strategy) -> None:
+    """The planner builds Regions and Operands without their checks; re-validated through
+    the public constructors they are equal, and gathers are read-only int64."""
+    graph = minibatch("lattice_lstm", "cell", 8)
+    plan = plan_memory(graph, depth_schedule(graph), strategy, cache=False)
+    assert any(op.is_view for ops in plan.operands for op in ops)
+    assert any(not op.is_view for ops in plan.operands for op in ops)
+    for region in plan.outputs:
+        assert Region(region.arena, region.start, region.stop) == region
+    for slots in plan.operands:
+        for op in slots:
+            again = Operand(op.view, op.gather, op.arena)
+            if op.is_view:
+                assert Region(op.view.arena, op.view.start, op.view.stop) == op.view
+            else:
+                assert op.gather.dtype == np.int64 and not op.gather.flags.writeable
+                assert op.gather.flags.c_contiguous
+            assert again.rows().tolist() == op.rows().tolist()
+
+
 def test_operand_is_exactly_one_kind() -> None:
     with pytest.raises(ValueError):
         Operand(None, None, 0)
