@@ -124,6 +124,99 @@ class BuiltinOp:
                          f"one handle per slot")
 
 
+# ---------------------------------------------------------------------------- fixed arity
+# One subclass per small fixed arity: named parameters instead of a ``*operands`` loop, one
+# ``try`` around the common case (every operand a handle of the current recording, no extra
+# operand). Anything else (a missing, extra or foreign operand, a non-handle) falls back to
+# the generic :meth:`BuiltinOp.__call__`, which raises its usual errors. ``_NO`` marks a
+# missing operand: its ``[0]`` is never a recording.
+_NO: Any = (None,)
+
+
+class _BuiltinOp0(BuiltinOp):
+    __slots__ = ()
+
+    def __call__(self, *more: Handle, attr: int = -1) -> Handle:
+        rec = self.batch._rec
+        if not more:
+            ops = rec.ops
+            node = len(ops)
+            ops.append(self._op_id)
+            rec.attrs.append(attr)
+            return Handle((rec, node, self._kind))
+        return BuiltinOp.__call__(self, *more, attr=attr)
+
+
+class _BuiltinOp1(BuiltinOp):
+    __slots__ = ()
+
+    def __call__(self, a: Handle = _NO, *more: Handle, attr: int = -1) -> Handle:
+        rec = self.batch._rec
+        try:
+            if a[0] is rec and not more:
+                ops = rec.ops
+                node = len(ops)
+                ops.append(self._op_id)
+                rec.operands.append(a[1])
+                rec.attrs.append(attr)
+                return Handle((rec, node, self._kind))
+        except (TypeError, KeyError, IndexError):
+            pass
+        return BuiltinOp.__call__(self, *_given(a), *more, attr=attr)
+
+
+class _BuiltinOp2(BuiltinOp):
+    __slots__ = ()
+
+    def __call__(self, a: Handle = _NO, b: Handle = _NO, *more: Handle,
+                 attr: int = -1) -> Handle:
+        rec = self.batch._rec
+        try:
+            if a[0] is rec and b[0] is rec and not more:
+                ops = rec.ops
+                node = len(ops)
+                ops.append(self._op_id)
+                flat = rec.operands
+                flat.append(a[1])
+                flat.append(b[1])
+                rec.attrs.append(attr)
+                return Handle((rec, node, self._kind))
+        except (TypeError, KeyError, IndexError):
+            pass
+        return BuiltinOp.__call__(self, *_given(a, b), *more, attr=attr)
+
+
+class _BuiltinOp3(BuiltinOp):
+    __slots__ = ()
+
+    def __call__(self, a: Handle = _NO, b: Handle = _NO, c: Handle = _NO, *more: Handle,
+                 attr: int = -1) -> Handle:
+        rec = self.batch._rec
+        try:
+            if a[0] is rec and b[0] is rec and c[0] is rec and not more:
+                ops = rec.ops
+                node = len(ops)
+                ops.append(self._op_id)
+                flat = rec.operands
+                flat.append(a[1])
+                flat.append(b[1])
+                flat.append(c[1])
+                rec.attrs.append(attr)
+                return Handle((rec, node, self._kind))
+        except (TypeError, KeyError, IndexError):
+            pass
+        return BuiltinOp.__call__(self, *_given(a, b, c), *more, attr=attr)
+
+
+def _given(*operands: Any) -> tuple[Any, ...]:
+    """The operands the caller passed (the named parameters not left at ``_NO``)."""
+    return tuple(h for h in operands if h is not _NO)
+
+
+_BY_ARITY: dict[int, type[BuiltinOp]] = {0: _BuiltinOp0, 1: _BuiltinOp1, 2: _BuiltinOp2,
+                                         3: _BuiltinOp3}
+
+
 def builtin_op(batch: Batch, name: str) -> BuiltinOp:
     """:meth:`DynamicBatch.op <edbatch.api.DynamicBatch.op>`: op type ``name`` of ``batch``.
 
@@ -135,7 +228,8 @@ def builtin_op(batch: Batch, name: str) -> BuiltinOp:
         raise UnknownNameError(f"no built-in op type {name!r} in this batch; register a "
                                f"workload with DynamicBatch.from_workload. Known: "
                                f"{names[:8]}" + did_you_mean(name, names))
-    return BuiltinOp(batch, batch._ops[batch._op_ids[name]])
+    op = batch._ops[batch._op_ids[name]]
+    return _BY_ARITY.get(-1 if op.arity is None else op.arity, BuiltinOp)(batch, op)
 
 
 def register_workload(batch: Batch, workload: Any,
@@ -182,13 +276,13 @@ def assemble_graph(vocab: Vocab, rec: Recording, outputs: Sequence[int]
     counts are checked here, for the whole graph at once (``Graph.from_arrays``).
     """
     n = len(rec.ops)
-    op_ids = np.array(rec.ops, dtype=np.int32)
+    op_ids = np.fromiter(rec.ops, np.int32, n)  # (fromiter: ~25% faster than np.array)
     arity = np.array([-1 if op.arity is None else op.arity for op in vocab], dtype=np.int64)
     counts = arity[op_ids]
     if rec.counts:
         counts[counts < 0] = rec.counts
-    flat = np.array(rec.operands, dtype=np.int32)
-    attr = np.array(rec.attrs, dtype=np.int64)
+    flat = np.fromiter(rec.operands, np.int32, len(rec.operands))
+    attr = np.fromiter(rec.attrs, np.int64, n)
     inst = _instances(rec.marks, n)
     head = None
     if rec.losses:

@@ -279,12 +279,10 @@ class Graph:
         A node that reads the same producer in two slots appears twice, matching the
         per-slot operand counts the frontier keeps.
         """
-        consumer = np.repeat(np.arange(self.num_nodes, dtype=np.int32), self.arity)
-        order = np.argsort(self.operand_ids, kind="stable")
-        user_ids = consumer[order]
-        ptr = np.zeros(self.num_nodes + 1, dtype=np.int64)
-        np.cumsum(np.bincount(self.operand_ids, minlength=self.num_nodes), out=ptr[1:])
-        return ptr, user_ids
+        from edbatch.graph._csr import users_csr  # numba, loaded on first use
+
+        return users_csr(self.operand_ptr, self.operand_ids,  # type: ignore[no-any-return]
+                         self.num_nodes)
 
     @functools.cached_property
     def levels(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:

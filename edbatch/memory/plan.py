@@ -112,6 +112,36 @@ class Operand:
         return f"Operand(gather {self.num_rows} rows of arena {self.arena})"
 
 
+# The planner's fast constructors: the frozen dataclasses' ``__init__`` sets each field
+# through ``object.__setattr__`` and validates; these set the slots directly (about half the
+# cost, ~1,200 objects per lattice mini-batch). Callers guarantee what ``__post_init__``
+# checks: ``0 <= start <= stop``, a view's arena is the operand's, gather rows read-only.
+_new = object.__new__
+_set_arena, _set_start, _set_stop = (Region.arena.__set__, Region.start.__set__,  # type: ignore[attr-defined]
+                                     Region.stop.__set__)  # type: ignore[attr-defined]
+_set_view, _set_gather, _set_op_arena = (Operand.view.__set__,  # type: ignore[attr-defined]
+                                         Operand.gather.__set__,  # type: ignore[attr-defined]
+                                         Operand.arena.__set__)  # type: ignore[attr-defined]
+
+
+def _region(arena: int, start: int, stop: int) -> Region:
+    """``Region(arena, start, stop)`` without the checks (planner use only)."""
+    r = _new(Region)
+    _set_arena(r, arena)
+    _set_start(r, start)
+    _set_stop(r, stop)
+    return r  # type: ignore[no-any-return]
+
+
+def _operand(view: Region | None, gather: NDArray[np.int64] | None, arena: int) -> Operand:
+    """``Operand(view, gather, arena)`` without the checks (planner use only)."""
+    o = _new(Operand)
+    _set_view(o, view)
+    _set_gather(o, gather)
+    _set_op_arena(o, arena)
+    return o  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True, eq=False)
 class MemoryPlan:
     """Arenas, node rows, per-batch row orders, output regions and operand reads.

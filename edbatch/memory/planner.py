@@ -79,7 +79,7 @@ from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph
 from edbatch.memory._aligned import aligned_orders
 from edbatch.memory._chains import ChainPlanner
-from edbatch.memory.plan import MemoryPlan, Operand, Region
+from edbatch.memory.plan import MemoryPlan, Operand, _operand, _region
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["STRATEGIES", "Strategy", "plan_key", "plan_memory", "zero_copy_upper_bound"]
@@ -238,11 +238,11 @@ class _Layout:
         if single.any():  # variadic nodes whose operands span several arenas
             arenas = self.node_arena[g.operand_ids[edge[single]]].astype(np.int64)
             owner = np.repeat(np.arange(len(cons)), arity)[single]
-            lo = np.full(len(cons), 1 << 30, dtype=np.int64)
-            hi = np.full(len(cons), -1, dtype=np.int64)
-            np.minimum.at(lo, owner, arenas)
-            np.maximum.at(hi, owner, arenas)
-            merged = np.repeat(lo == hi, arity) & single
+            first = np.flatnonzero(np.diff(owner, prepend=-1))  # owner is ascending
+            same = np.zeros(len(cons), dtype=bool)
+            same[owner[first]] = (np.minimum.reduceat(arenas, first)
+                                  == np.maximum.reduceat(arenas, first))
+            merged = np.repeat(same, arity) & single
             slot[merged] = 0
             single &= ~merged
         key = ebatch * (int(slot.max(initial=0)) + 1) + slot
@@ -262,27 +262,33 @@ class _Layout:
 
     def plan(self, strategy: str, seconds: float) -> MemoryPlan:
         """Freeze into a :class:`MemoryPlan`."""
-        bounds = np.append(self.read_start, len(self.read_rows)).tolist()
+        # Plain Python ints and one read-only copy sliced per read / per batch: the loops
+        # below build ~2 objects per batch, so they avoid numpy scalars and per-item copies.
+        starts = self.read_start
+        stops = np.append(starts[1:], len(self.read_rows)) if len(starts) else starts
+        rows = np.ascontiguousarray(self.read_rows, dtype=np.int64)
+        rows.setflags(write=False)
         operands: list[list[Operand]] = [[] for _ in self.orders]
-        for i, b in enumerate(self.read_batch.tolist()):
-            lo, hi = bounds[i], bounds[i + 1]
-            arena = int(self.read_arena[lo])
-            if self.read_view[i]:
-                region = Region(arena, int(self.read_rows[lo]), int(self.read_rows[hi - 1]) + 1)
-                operands[b].append(Operand.of_view(region))
-            else:
-                operands[b].append(Operand.of_gather(arena, self.read_rows[lo:hi]))
-        orders = []
-        for o in self.orders:
-            frozen = np.array(o, dtype=np.int32)
-            frozen.setflags(write=False)
-            orders.append(frozen)
+        for b, view, arena, lo, hi, first, last in zip(
+                self.read_batch.tolist(), self.read_view.tolist(),
+                self.read_arena[starts].tolist(), starts.tolist(), stops.tolist(),
+                rows[starts].tolist(), rows[stops - 1].tolist(), strict=True):
+            # a view's rows ascend by one (first <= last); a gather's rows are a read-only
+            # slice: what Region's and Operand's checks would test
+            operands[b].append(_operand(_region(arena, first, last + 1), None, arena) if view
+                               else _operand(None, rows[lo:hi], arena))
+        sizes = [len(o) for o in self.orders]
+        flat = (np.concatenate(self.orders).astype(np.int32, copy=False) if self.orders
+                else np.zeros(0, np.int32))
+        flat.setflags(write=False)
+        ends = np.cumsum(sizes).tolist()
+        orders = tuple(flat[e - n:e] for n, e in zip(sizes, ends, strict=True))
         for a in (self.node_row, self.node_arena):
             a.setflags(write=False)
-        outputs = tuple(Region(int(a), int(lo), int(hi))
-                        for a, lo, hi in zip(self.arena, self.start, self.stop, strict=True))
+        outputs = tuple(_region(a, lo, hi) for a, lo, hi in zip(
+            self.arena.tolist(), self.start.tolist(), self.stop.tolist(), strict=True))
         return MemoryPlan(strategy, tuple(zip(self.rows, self.widths, strict=True)),
-                          self.node_row, self.node_arena, tuple(orders), outputs,
+                          self.node_row, self.node_arena, orders, outputs,
                           tuple(tuple(ops) for ops in operands),
                           tuple(b.forced for b in self.schedule.batches), seconds)
 

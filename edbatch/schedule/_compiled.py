@@ -357,14 +357,15 @@ def run_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
         # forced steps: the most recently released unbatchable node first
         while nf > 0:
             nf -= 1
-            batch = forced[nf:nf + 1].copy()
-            a = op[batch[0]]
-            nodes[done] = batch[0]
+            v = forced[nf]
+            a = op[v]
+            nodes[done] = v
+            batch = nodes[done:done + 1]  # (a view: nodes[:done + 1] is final)
             batch_op[nb], batch_forced[nb] = a, True
             nb, done = nb + 1, done + 1
             batch_ptr[nb] = done
             rem[a] -= 1
-            remd[a] -= depth[batch[0]]
+            remd[a] -= depth[v]
             nf = _retire(batch, uptr, uids, pending, op, batchable, ready, start, rlen, maxh,
                          height, forced, nf)
         if done == n:
@@ -375,16 +376,18 @@ def run_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
         misses += 1 - hit if enc != ENC_NONE else 0
         # pop every ready node of type a as one batch
         c = rlen[a]
-        batch = np.sort(ready[start[a]:start[a] + c])
+        batch = nodes[done:done + c]  # no per-batch allocation: sorted in place, a view
+        batch[:] = ready[start[a]:start[a] + c]
+        batch.sort()
         rlen[a], maxh[a] = 0, -1
-        nodes[done:done + c] = batch
         batch_op[nb] = a
         nb, done = nb + 1, done + c
         batch_ptr[nb] = done
         if track_tw:
             tw[a] += _typewise_freed(batch, tw_ptr, tw_ids, tw_pending) - c
         rem[a] -= c
-        remd[a] -= depth[batch].sum()
+        for v in batch:
+            remd[a] -= depth[v]
         nf = _retire(batch, uptr, uids, pending, op, batchable, ready, start, rlen, maxh,
                      height, forced, nf)
     return batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, hits, misses

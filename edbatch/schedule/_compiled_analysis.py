@@ -6,9 +6,12 @@ oracle (tests compare them on every workload and on random DAGs).
 
 * :func:`typewise_graph_numba`: for each node ``v``, a depth-first walk up its operands that
   stops at nodes of ``v``'s own type; those are its type-wise predecessors (some path reaches
-  ``v`` without another node of the type). A per-walk stamp visits each ancestor once. Cost:
-  the ancestors of ``v`` above its nearest same-type ones, small on trees, sequences and
-  lattices; a graph-wide walk only for types with few, late nodes (the mini-batch loss).
+  ``v`` without another node of the type). A per-walk stamp visits each ancestor once, and
+  the walk enters only ancestors that have an ancestor of ``v``'s type (per-node bit sets of
+  the types above it, one pass over the edges). Cost: O(edges x types / 64) for the bit
+  sets, plus the ancestors of ``v`` above its nearest same-type ones *that lead to one*: a
+  loss node, whose type has no node above it, visits only its operands instead of its whole
+  instance.
 * :func:`heights_numba`: longest path to a sink, in nodes.
 """
 
@@ -24,6 +27,7 @@ __all__ = ["heights_numba", "typewise_graph_numba"]
 def typewise_graph_numba(op, optr, oids):  # type: ignore[no-untyped-def]
     """``(pred_count int32[N], succ_ptr int64[N+1], succ_ids int32[T])``, rows ascending."""
     n = len(op)
+    reach = _type_reach(op, optr, oids)
     stamp = np.full(n, -1, np.int64)
     stack = np.empty(max(n, 1), np.int64)
     src = np.empty(max(n, 16), np.int64)
@@ -32,10 +36,12 @@ def typewise_graph_numba(op, optr, oids):  # type: ignore[no-untyped-def]
     pred_count = np.zeros(n, np.int32)
     for v in range(n):
         t = op[v]
+        word = t >> 6
+        bit = np.int64(1) << (t & 63)
         sp = 0
         for i in range(optr[v], optr[v + 1]):
             u = oids[i]
-            if stamp[u] != v:
+            if stamp[u] != v and reach[u, word] & bit:
                 stamp[u] = v
                 stack[sp] = u
                 sp += 1
@@ -53,7 +59,7 @@ def typewise_graph_numba(op, optr, oids):  # type: ignore[no-untyped-def]
                 continue
             for i in range(optr[u], optr[u + 1]):
                 w = oids[i]
-                if stamp[w] != v:
+                if stamp[w] != v and reach[w, word] & bit:
                     stamp[w] = v
                     stack[sp] = w
                     sp += 1
@@ -68,6 +74,26 @@ def typewise_graph_numba(op, optr, oids):  # type: ignore[no-untyped-def]
         succ_ids[fill[src[e]]] = dst[e]
         fill[src[e]] += 1
     return pred_count, succ_ptr, succ_ids
+
+
+@njit(cache=True)
+def _type_reach(op, optr, oids):  # type: ignore[no-untyped-def]
+    """``int64[N, W]`` bit sets: bit ``t`` of row ``x`` is set when ``x`` or one of its
+    ancestors has type ``t`` (one pass over the edges)."""
+    n = len(op)
+    k = 1
+    for v in range(n):
+        if op[v] + 1 > k:
+            k = op[v] + 1
+    words = (k + 63) >> 6
+    reach = np.zeros((n, words), np.int64)
+    for v in range(n):
+        reach[v, op[v] >> 6] |= np.int64(1) << (op[v] & 63)
+        for i in range(optr[v], optr[v + 1]):
+            u = oids[i]
+            for w in range(words):
+                reach[v, w] |= reach[u, w]
+    return reach
 
 
 @njit(cache=True)

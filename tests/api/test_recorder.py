@@ -98,3 +98,36 @@ def test_recorded_graph_equals_the_workload_builder(name: str) -> None:
     want = wl.build_graph(data)
     for field in ("op_ids", "operand_ptr", "operand_ids", "attrs", "instance", "depth"):
         assert np.array_equal(getattr(got, field), getattr(want, field)), field
+
+
+@pytest.mark.parametrize("name", ["tree_lstm", "lattice_lstm", "bilstm_tagger"])
+def test_every_fixed_arity_checks_count_and_operands(name: str) -> None:
+    """The per-arity fast paths (0 to 3 operands) fall back to the generic checks: a wrong
+    operand count or a bad operand in any slot raises and records nothing."""
+    wl = make_workload(name, embed_dim=4, hidden_dim=3)
+    batch = DynamicBatch.from_workload(wl)
+    zero = next(o.name for o in wl.vocab if o.arity == 0)
+    with batch.instance():
+        src = batch.op(zero)(attr=0)
+        for op in wl.vocab:
+            if op.arity is None or op.name == "loss_sum":
+                continue
+            call, k = batch.op(op.name), op.arity
+            rec = batch._rec
+            before = (len(rec.ops), len(rec.operands), len(rec.attrs), len(rec.counts))
+            with pytest.raises(GraphError, match=f"takes {k} operands"):
+                call(*[src] * (k + 1), attr=1)
+            if k:
+                with pytest.raises(GraphError, match=f"takes {k} operands"):
+                    call(*[src] * (k - 1), attr=1)
+            for slot in range(k):
+                args: list[object] = [src] * k
+                args[slot] = "x"
+                with pytest.raises(GraphError, match=f"operand {slot} is a str"):
+                    call(*args, attr=1)
+            assert (len(rec.ops), len(rec.operands), len(rec.attrs),
+                    len(rec.counts)) == before, op.name
+            h = call(*[src] * k, attr=5)
+            assert h.node_id == before[0] and h.op_name == op.name
+            assert rec.operands[before[1]:] == [src.node_id] * k and rec.attrs[-1] == 5
+    batch.discard()

@@ -38,6 +38,22 @@ def test_users_csr_lists_every_consumer_slot(two_trees: Graph) -> None:
         assert sorted(ids[ptr[v]:ptr[v + 1]].tolist()) == expected
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_users_csr_equals_a_stable_sort_of_the_operands(seed: int) -> None:
+    """Compiled counting pass == the stable argsort it replaced (order within a row
+    included: ascending users, a repeated operand listed once per slot)."""
+    from edbatch.workloads.synthetic import random_dag
+
+    graph = random_dag(np.random.default_rng(seed), 1 + 40 * seed, 3, 3, 0.1)
+    ptr, ids = graph.users
+    order = np.argsort(graph.operand_ids, kind="stable")
+    want = np.repeat(np.arange(graph.num_nodes, dtype=np.int32), graph.arity)[order]
+    assert ids.dtype == np.int32 and ptr.dtype == np.int64
+    np.testing.assert_array_equal(ids, want)
+    np.testing.assert_array_equal(np.diff(ptr), np.bincount(graph.operand_ids,
+                                                            minlength=graph.num_nodes))
+
+
 def test_levels_group_nodes_by_depth(two_trees: Graph) -> None:
     order, ptr = two_trees.levels
     for d in range(len(ptr) - 1):

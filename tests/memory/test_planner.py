@@ -270,6 +270,41 @@ def test_plan_is_frozen(two_trees: Graph) -> None:
         plan.strategy = "naive"  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("strategy", ["naive", "aligned", "planned"])
+def test_a_graph_without_operand_reads(strategy: Strategy) -> None:
+    """Only operand-free nodes: no reads at all, every batch's output still placed."""
+    vocab = Vocab([OpType("leaf", "lookup", (), (3,))])
+    b = GraphBuilder(vocab)
+    for _ in range(3):
+        b.add("leaf")
+    graph = b.build()
+    plan = plan_memory(graph, depth_schedule(graph), strategy, cache=False)
+    assert plan.operands == ((),) and [len(r) for r in plan.outputs] == [3]
+    assert sorted(plan.node_row.tolist()) == [0, 1, 2]
+    assert not plan.row_order[0].flags.writeable
+
+
+@pytest.mark.parametrize("strategy", ["naive", "planned"])
+def test_planner_objects_pass_the_constructors_checks(strategy: Strategy) -> None:
+    """The planner builds Regions and Operands without their checks; re-validated through
+    the public constructors they are equal, and gathers are read-only int64."""
+    graph = minibatch("lattice_lstm", "cell", 8)
+    plan = plan_memory(graph, depth_schedule(graph), strategy, cache=False)
+    assert any(op.is_view for ops in plan.operands for op in ops)
+    assert any(not op.is_view for ops in plan.operands for op in ops)
+    for region in plan.outputs:
+        assert Region(region.arena, region.start, region.stop) == region
+    for slots in plan.operands:
+        for op in slots:
+            again = Operand(op.view, op.gather, op.arena)
+            if op.is_view:
+                assert Region(op.view.arena, op.view.start, op.view.stop) == op.view
+            else:
+                assert op.gather.dtype == np.int64 and not op.gather.flags.writeable
+                assert op.gather.flags.c_contiguous
+            assert again.rows().tolist() == op.rows().tolist()
+
+
 def test_operand_is_exactly_one_kind() -> None:
     with pytest.raises(ValueError):
         Operand(None, None, 0)

@@ -115,3 +115,14 @@ def test_compiled_analyses_equal_python(workload: str, granularity: str) -> None
 @given(graphs())
 def test_compiled_analyses_equal_python_on_random_dags(graph: Graph) -> None:
     assert_same_analyses(graph)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([63, 64, 65, 130]))
+def test_compiled_typewise_with_more_types_than_a_word(seed: int, num_types: int) -> None:
+    """The per-node type bit sets span several 64-bit words (types 64 and up)."""
+    from edbatch.workloads.synthetic import random_dag
+
+    rng = np.random.default_rng(seed)
+    assert_same_analyses(random_dag(rng, 300, num_types, 3, 0.1, 40))
+    assert_same_analyses(random_dag(rng, 200, num_types, 2, 0.0, None))
