@@ -68,16 +68,22 @@ class HoistSpec:
 def lstm_from_gates(g: Tensor, c: Tensor, out: Tensor | None = None,
                     save: list[Tensor] | None = None) -> Tensor:
     """The element-wise part of :func:`~edbatch.executor.cells.lstm_step` from the gate
-    pre-activations ``g`` (``[B, 4H]``, order ``i f o u``); appends ``gates, u, c, t``."""
+    pre-activations ``g`` (``[B, 4H]``, order ``i f o u``), written into ``out``; appends
+    ``gates, u, c, t``. The gate sigmoids are computed in place in ``g`` (a projection row
+    block that no other batch reads), ``c'`` and ``h'`` straight into ``out`` (no ``cat``)."""
     hidden = c.shape[1]
-    gates = torch.sigmoid(g[:, :3 * hidden])
+    if out is None:
+        out = g.new_empty((g.shape[0], 2 * hidden))
+    gates = g[:, :3 * hidden].sigmoid_()
     i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:]
     u = fast_tanh(g[:, 3 * hidden:])
-    c2 = f * c + i * u
+    c2 = torch.mul(f, c, out=out[:, hidden:])
+    c2.addcmul_(i, u)
     t = fast_tanh(c2)
+    torch.mul(o, t, out=out[:, :hidden])
     if save is not None:
         save += [gates, u, c, t]
-    return torch.cat([o * t, c2], dim=1, out=out)
+    return out
 
 
 def _recurrent(weight: Tensor, hidden: int) -> tuple[Tensor, int]:
@@ -88,7 +94,11 @@ def _recurrent(weight: Tensor, hidden: int) -> tuple[Tensor, int]:
 
 def hoisted_cell(weight_index: int) -> Kernel:
     """The recurrent half of an LSTM cell whose weight is ``op.params[weight_index]``:
-    operands ``(state [h; c], projection W_x x + b)``, ``g = projection + h W_h^T``."""
+    operands ``(state [h; c], projection W_x x + b)``, ``g = projection + h W_h^T``.
+
+    Unlike the registered kernels it writes into its projection operand (the rows of the
+    hoisted projection arena that only this batch reads): ``addmm_`` and the gate sigmoids
+    run in place there, saving a ``[B, 4H]`` copy and allocation per batch."""
 
     def backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
                  params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
@@ -109,7 +119,8 @@ def hoisted_cell(weight_index: int) -> Kernel:
         w_h, _ = _recurrent(params[op.params[weight_index]], h.shape[1])
         if save is not None:
             save.append(h)
-        return lstm_from_gates(torch.addmm(projection, h, w_h.t()), c, out, save)
+        # in place: each projection row is read by exactly this batch (and saved by nothing)
+        return lstm_from_gates(projection.addmm_(h, w_h.t()), c, out, save)
 
     return cell
 
