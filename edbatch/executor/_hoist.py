@@ -167,7 +167,7 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
                      tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else (),
                      (HoistSpec.gate_width(op),), op.params)
     return Step(proj_op, spec.project, attrs, len(attrs), HoistSpec.gate_width(op), arena,
-                start, tuple(reads), False, False, False)
+                start, tuple(reads), False, False, True)
 
 
 def _count(steps: Iterable[Step]) -> list[int]:

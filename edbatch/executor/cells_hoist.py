@@ -125,9 +125,11 @@ def hoisted_cell(weight_index: int) -> Kernel:
     return cell
 
 
-def _projection(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """``W[:, :width(x)] x + b`` (the input block of the gate weight)."""
-    return F.linear(x, weight[:, :x.shape[1]], bias)
+def _projection(x: Tensor, weight: Tensor, bias: Tensor, out: Tensor | None) -> Tensor:
+    """``W[:, :width(x)] x + b`` (the input block of the gate weight), into ``out``."""
+    if out is None:
+        return F.linear(x, weight[:, :x.shape[1]], bias)
+    return torch.addmm(bias, x, weight[:, :x.shape[1]].t(), out=out)
 
 
 def _input_grad(d_proj: Tensor, weight: Tensor, width: int) -> Tensor:
@@ -144,13 +146,15 @@ def _l1_project_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
 
 
 @with_backward(_l1_project_backward)
+@writes_out
 def l1_project(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-               attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
+               attrs: Tensor, out: Tensor | None = None,
+               save: list[Tensor] | None = None) -> Tensor:
     """Layer 1: ``W_x x_t + b`` for operand ``x_t``."""
     weight, bias = op_params(op, params, 2)
     if save is not None:
         save.append(inputs[0])
-    return _projection(inputs[0], weight, bias)
+    return _projection(inputs[0], weight, bias, out)
 
 
 def _l2_project_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
@@ -164,14 +168,16 @@ def _l2_project_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
 
 
 @with_backward(_l2_project_backward)
+@writes_out
 def l2_project(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-               attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
+               attrs: Tensor, out: Tensor | None = None,
+               save: list[Tensor] | None = None) -> Tensor:
     """Layer 2: ``W_x [h(f1_t); h(b1_t)] + b`` for operands ``(f1_t, b1_t)``."""
     weight, bias = op_params(op, params, 2)
     x = torch.cat([split_state(inputs[0])[0], split_state(inputs[1])[0]], dim=1)
     if save is not None:
         save.append(x)
-    return _projection(x, weight, bias)
+    return _projection(x, weight, bias, out)
 
 
 # ---------------------------------------------------------------------- Lattice-LSTM
@@ -185,14 +191,16 @@ def _arc_project_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
 
 
 @with_backward(_arc_project_backward)
+@writes_out
 def arc_project(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
+                attrs: Tensor, out: Tensor | None = None,
+                save: list[Tensor] | None = None) -> Tensor:
     """Lattice-LSTM arc: ``W_x emb[token] + b`` (no operands: the token is the attr)."""
     emb, weight, bias = op_params(op, params, 3)
     x = F.embedding(attrs, emb)
     if save is not None:
         save.append(x)
-    return _projection(x, weight, bias)
+    return _projection(x, weight, bias, out)
 
 
 # ---------------------------------------------------------------------- seq2seq
@@ -208,15 +216,17 @@ def _seq2seq_project_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
 
 
 @with_backward(_seq2seq_project_backward)
+@writes_out
 def seq2seq_project(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                    attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
+                    attrs: Tensor, out: Tensor | None = None,
+                    save: list[Tensor] | None = None) -> Tensor:
     """seq2seq step: ``W_x tanh(E2H emb[token] + b_e) + b`` (no operands)."""
     emb, w_e2h, b_e2h, weight, bias = op_params(op, params, 5)
     e = F.embedding(attrs, emb)
     x = fast_tanh(F.linear(e, w_e2h, b_e2h))
     if save is not None:
         save += [e, x]
-    return _projection(x, weight, bias)
+    return _projection(x, weight, bias, out)
 
 
 def _specs() -> dict[str, HoistSpec]:
