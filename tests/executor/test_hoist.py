@@ -183,3 +183,19 @@ def test_misuse_gives_clear_errors() -> None:
         TorchExecutor(hoist=3)  # type: ignore[arg-type]
     assert hoist_kinds(False) == frozenset() and hoist_kinds(True) == frozenset(HOISTS)
     assert hoist_kinds("seq2seq.enc") == {"seq2seq.enc"}
+
+
+def test_weights_updated_in_place_are_seen_by_the_next_run() -> None:
+    wl = small("bilstm_tagger")
+    graph, schedule, plan = setup(wl)
+    params = init_params(wl, torch.Generator().manual_seed(3), dtype=torch.float64)
+    hoisted, base = TorchExecutor(dtype=torch.float64, hoist=True), \
+        TorchExecutor(dtype=torch.float64)
+    first = hoisted.run(graph, schedule, plan, params).loss
+    with torch.no_grad():
+        for name in ("bilstm.l1_fwd", "bilstm.l2_bwd"):
+            params[name].mul_(1.5)  # an optimizer step: same tensors, new values
+    second = hoisted.run(graph, schedule, plan, params).loss
+    assert second is not None and first is not None and not torch.equal(first, second)
+    torch.testing.assert_close(second, base.run(graph, schedule, plan, params).loss,
+                               rtol=1e-12, atol=1e-12)
