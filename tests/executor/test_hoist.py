@@ -199,3 +199,15 @@ def test_weights_updated_in_place_are_seen_by_the_next_run() -> None:
     assert second is not None and first is not None and not torch.equal(first, second)
     torch.testing.assert_close(second, base.run(graph, schedule, plan, params).loss,
                                rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["aligned", "naive"])
+def test_hoisted_under_other_memory_layouts(strategy: Strategy) -> None:
+    wl = small("bilstm_tagger")
+    graph, schedule, plan = setup(wl, scheduler="depth", strategy=strategy)
+    base = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64), grad=True)
+    hoisted = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64, hoist=True),
+                  grad=True)
+    torch.testing.assert_close(hoisted[0], base[0], rtol=1e-12, atol=1e-12)
+    for k in base[1]:
+        torch.testing.assert_close(hoisted[1][k], base[1][k], rtol=1e-10, atol=1e-12, msg=k)
