@@ -71,13 +71,16 @@ class ParamGrads:
 
     def __init__(self, *, sparse_rows: bool = False) -> None:
         self.sparse_rows = sparse_rows
-        self._linear: dict[str, tuple[str, list[Tensor], list[Tensor]]] = {}
+        self._linear: dict[tuple[str, int], tuple[str | None, list[Tensor], list[Tensor]]] = {}
         self._rows: dict[str, tuple[list[Tensor], list[Tensor]]] = {}
 
-    def linear(self, names: Sequence[str], d_out: Tensor, x: Tensor) -> None:
+    def linear(self, names: Sequence[str], d_out: Tensor, x: Tensor, start: int = 0) -> None:
         """Record ``y = x W^T + b`` for ``names = (W, b)``: ``dW += d_out^T x``,
-        ``db += sum(d_out)`` (a bias shared by several weights gets their sum)."""
-        entry = self._linear.setdefault(names[0], (names[1], [], []))
+        ``db += sum(d_out)`` (a bias shared by several weights gets their sum). ``names =
+        (W,)`` has no bias; ``start`` > 0 (or an ``x`` narrower than ``W``) means ``x`` reads
+        the column block ``W[:, start:start + x.shape[1]]`` only (hoisted input projections)."""
+        entry = self._linear.setdefault((names[0], start),
+                                        (names[1] if len(names) > 1 else None, [], []))
         entry[1].append(d_out)
         entry[2].append(x)
 
@@ -94,10 +97,15 @@ class ParamGrads:
         def add(name: str, g: Tensor) -> None:
             out[name] = out[name] + g if name in out else g
 
-        for weight, (bias, d_outs, xs) in self._linear.items():
+        for (weight, start), (bias, d_outs, xs) in self._linear.items():
             dy = d_outs[0] if len(d_outs) == 1 else torch.cat(d_outs)
-            add(weight, dy.t() @ (xs[0] if len(xs) == 1 else torch.cat(xs)))
-            add(bias, dy.sum(0))
+            g = dy.t() @ (xs[0] if len(xs) == 1 else torch.cat(xs))
+            if start or g.shape != params[weight].shape:  # a column block of the weight
+                block, g = g, torch.zeros_like(params[weight])
+                g[:, start:start + block.shape[1]] = block
+            add(weight, g)
+            if bias is not None:
+                add(bias, dy.sum(0))
         for name, (index, grads) in self._rows.items():
             table, idx, rows = params[name], torch.cat(index), torch.cat(grads)
             if self.sparse_rows:

@@ -57,16 +57,17 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from edbatch.errors import ExecutionError
+from edbatch.errors import ConfigError, ExecutionError
 from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
+from edbatch.executor._hoist import hoist_kinds, hoist_program, unhoisted
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._timer import Timer
 from edbatch.executor._train import BatchedRun, run_training
@@ -131,13 +132,22 @@ class TorchExecutor:
             run of its shape starts (back-propagate each run first). No effect on CPU.
         capture_after: with ``cuda_graphs``, capture a shape on its ``capture_after``-th
             repetition (0: on its first run).
+        hoist: input-projection hoisting (:mod:`~edbatch.executor._hoist`): ``True`` for
+            every LSTM cell kind that has a hoisted form, or those op kinds only; the input
+            part ``W_x x + b`` of many batches of a cell type runs as one GEMM and each batch
+            adds only ``W_h h``. Inference and hand-written-backward training (the autograd
+            paths run unhoisted); not with ``cuda_graphs`` on CUDA.
+
+    Raises:
+        ConfigError: ``hoist`` with ``cuda_graphs`` on CUDA, or a ``hoist`` of another type.
+        UnknownNameError: a ``hoist`` kind that has no hoisted form.
     """
 
     def __init__(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                  *, kernels: Mapping[str, Kernel] | None = None, cache_size: int = 8,
                  profile: bool = False, hand_backward: bool = True,
                  sparse_grads: bool = False, cuda_graphs: bool = False,
-                 capture_after: int = 1) -> None:
+                 capture_after: int = 1, hoist: bool | str | Iterable[str] = False) -> None:
         self.device = check_device(device)
         dtype = check_dtype(dtype)
         if self.device.type == "cuda" and self.device.index is None and \
@@ -148,6 +158,10 @@ class TorchExecutor:
         self._timer = Timer(self.device) if profile else None
         self.graphs = GraphCache(capture_after) if cuda_graphs and \
             self.device.type == "cuda" else None
+        self.hoist = hoist_kinds(hoist)
+        if self.hoist and self.graphs is not None:
+            raise ConfigError("hoist", hoist, "False with cuda_graphs=True on CUDA (captured "
+                              "graphs run the unhoisted program)", "pass one of the two")
         self.dtype = dtype
         self.kernels = kernels
         self.cache_size = cache_size
@@ -193,6 +207,8 @@ class TorchExecutor:
             program, compiled = captured.program, False
         compile_s = time.perf_counter() - start
         function = self._training_function(program) if grad else None
+        if function is not AnalyticRun and grad:
+            program = unhoisted(program)  # the autograd paths run the per-batch cells
         if grad and function is not AnalyticRun:
             program.grad_steps()  # compile the training reads outside the timed part
         if self._timer is not None:
@@ -215,7 +231,8 @@ class TorchExecutor:
                  float(len(program.steps)), "exec/seconds": seconds,
                  "exec/compile_seconds": compile_s if compiled else 0.0,
                  "exec/cuda_graph": float(captured is not None),
-                 "exec/capture_seconds": capture_s}
+                 "exec/capture_seconds": capture_s,
+                 "exec/hoisted_projections": float(getattr(program, "num_projections", 0))}
         if self._timer is not None:
             stats.update(self._timer.stats())
         return RunResult(outputs, loss, len(program.steps), stats, seconds)
@@ -366,6 +383,9 @@ class TorchExecutor:
             self._cache.move_to_end(key)
             return hit[2], False
         program = compile_program(graph, schedule, plan, self.device, self.kernels)
+        if self.hoist:
+            program = hoist_program(program, graph, schedule, plan, self.device, self.hoist,
+                                    self.kernels)
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)

@@ -1,0 +1,183 @@
+"""Input-projection hoisting: one GEMM for the input part of many LSTM cell batches.
+
+A cell-level LSTM node computes ``W [x; h] + b`` per batch (per time step), so a BiLSTM
+runs one ``[B_t, E + H] x [E + H, 4H]`` GEMM per step where a hand-batched packed
+``nn.LSTM`` runs the input projection ``W_x x`` of *all* time steps as one large GEMM and
+only ``W_h h`` per step. :func:`hoist_program` rewrites a compiled
+:class:`~edbatch.executor._program.Program` the same way, for every op type whose kind has a
+:data:`~edbatch.executor.cells_hoist.HOISTS` entry:
+
+* the type's batches are taken in schedule order; at the first batch ``b`` not projected
+  yet, one **projection step** is inserted before it, covering every not yet projected batch
+  of the type whose hoisted operands (the embedding, the lower layer's states; none for a
+  lattice arc, which reads its token) are all produced by batches before ``b``: one GEMM over
+  their rows. For the BiLSTM's first layer that is every batch of the type at once; a second
+  layer's batches join as soon as the first layer of their sentences is done;
+* the projections live in one extra arena per op type (``[nodes of the type, 4H]``), each
+  batch's rows contiguous, so every cell batch reads its projection as a zero-copy slice and
+  runs only ``addmm(projection, h, W_h^T)`` and the element-wise gates
+  (:func:`~edbatch.executor.cells_hoist.hoisted_cell`);
+* the hand-written backwards mirror it: a cell batch routes ``d gates`` into the projection
+  arena's gradient (a slice addition), the projection step turns the group's gradient into
+  its operands' gradients with one GEMM and records the weight's input column block.
+
+Same nodes, same FLOPs, different batching of the input GEMM; the values equal the
+unhoisted kernels' up to float summation order (``W_x x + b`` then ``+ W_h h`` instead of one
+``W [x; h] + b``). Inference and the hand-written-backward training use the hoisted program;
+the autograd training paths (``hand_backward=False``, custom kernels) run the original one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
+from edbatch.executor._program import Program, Step
+from edbatch.executor._reads import RowLocator, RowsRead, SliceRead, inplace_reads, merged
+from edbatch.executor.cells_hoist import HOISTS, HoistSpec
+from edbatch.executor.kernels import Kernel
+from edbatch.graph import Graph, OpType
+from edbatch.memory.plan import MemoryPlan
+from edbatch.schedule.schedule import Schedule
+
+__all__ = ["HoistedProgram", "hoist_kinds", "hoist_program", "unhoisted"]
+
+
+@dataclass
+class HoistedProgram(Program):
+    """A program with projection steps; ``base`` is the program it was rewritten from."""
+
+    base: Program | None = None
+    num_projections: int = 0
+
+
+def hoist_kinds(hoist: bool | str | Iterable[str]) -> frozenset[str]:
+    """The op kinds to hoist for an executor's ``hoist`` argument.
+
+    ``True``: every kind with a :data:`~edbatch.executor.cells_hoist.HOISTS` entry;
+    ``False``: none; an iterable of kind names: those.
+
+    Raises:
+        ConfigError: ``hoist`` is neither a bool nor kind names.
+        UnknownNameError: a named kind has no hoisted form (the message lists those that do).
+    """
+    if isinstance(hoist, bool):
+        return frozenset(HOISTS) if hoist else frozenset()
+    if isinstance(hoist, str):
+        hoist = (hoist,)
+    try:
+        kinds = frozenset(hoist)
+    except TypeError:
+        raise ConfigError("hoist", hoist, "True, False or op kind names",
+                          "pass e.g. hoist=True or hoist=['bilstm.l1_fwd']") from None
+    for kind in sorted(kinds, key=str):
+        if kind not in HOISTS:
+            raise UnknownNameError(
+                f"hoist: op kind {kind!r} has no hoisted input projection."
+                f"{did_you_mean(str(kind), HOISTS)} Kinds that have one: {sorted(HOISTS)}; "
+                f"or pass hoist=True for all of them")
+    return kinds
+
+
+def unhoisted(program: Program) -> Program:
+    """The program ``program`` was rewritten from (itself if it was not)."""
+    base = getattr(program, "base", None)
+    return base if base is not None else program
+
+
+def _groups(batches: list[int], ready: dict[int, int]) -> list[list[int]]:
+    """Partition ``batches`` (schedule order) into projection groups: at the first batch not
+    grouped yet, every ungrouped batch whose hoisted operands are ready before it."""
+    left = list(batches)
+    groups = []
+    while left:
+        first = left[0]
+        group = [b for b in left if ready[b] < first]
+        groups.append(group)
+        taken = set(group)
+        left = [b for b in left if b not in taken]
+    return groups
+
+
+def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: MemoryPlan,
+                  device: torch.device, kinds: frozenset[str],
+                  overrides: Mapping[str, Kernel] | None = None) -> Program:
+    """``program`` with the input projections of ``kinds`` hoisted (see the module doc);
+    ``program`` itself when no batch has such a kind (or ``overrides`` replaces its kernel)."""
+    by_type: dict[int, list[int]] = {}
+    for b, batch in enumerate(schedule.batches):
+        op: OpType = graph.vocab[batch.op_id]
+        if op.kind in kinds and (overrides is None or op.kind not in overrides) and \
+                not program.steps[b].split:
+            by_type.setdefault(batch.op_id, []).append(b)
+    if not by_type:
+        return program
+    batch_of = RowLocator(plan).batch_of
+    steps: list[Step | None] = list(program.steps)
+    before: dict[int, list[Step]] = {}
+    arenas = list(program.arenas)
+    for op_id, batches in by_type.items():
+        op = graph.vocab[op_id]
+        spec = HOISTS[op.kind]
+        ready = {b: max((int(batch_of[o.arena][o.rows()].max(initial=-1))
+                         for o in (plan.operands[b][k] for k in spec.hoisted)), default=-1)
+                 for b in batches}
+        arena = len(arenas)
+        groups = _groups(batches, ready)
+        order = [b for group in groups for b in group]
+        offset = dict(zip(order, np.cumsum([0] + [program.steps[b].size for b in order])
+                          .tolist(), strict=False))
+        arenas.append((offset[order[-1]] + program.steps[order[-1]].size,
+                       HoistSpec.gate_width(op)))
+        for group in groups:
+            before.setdefault(group[0], []).append(
+                _projection_step(program, plan, device, op, spec, group, arena,
+                                 offset[group[0]]))
+        for b in batches:
+            step = program.steps[b]
+            steps[b] = dataclasses.replace(
+                step, kernel=spec.cell, writes_out=True,
+                reads=(step.reads[spec.state],
+                       SliceRead(arena, offset[b], offset[b] + step.size)))
+    out: list[Step] = []
+    for b, step in enumerate(steps):
+        out.extend(before.get(b, ()))
+        out.append(step)  # type: ignore[arg-type]
+    counts = {**program.counts, False: _count(out)}
+    return HoistedProgram(tuple(out), program.grad_steps, tuple(arenas), program.outputs,
+                          program.output_batch, counts, program.attrs, program.attr_nodes,
+                          base=program, num_projections=sum(len(v) for v in before.values()))
+
+
+def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, op: OpType,
+                     spec: HoistSpec, group: list[int], arena: int, start: int) -> Step:
+    """The step projecting ``group``'s nodes (in batch order) into ``arena`` from ``start``."""
+    operands = tuple(
+        merged(plan.operands[group[0]][k].arena,
+               np.concatenate([plan.operands[b][k].rows() for b in group]))
+        for k in spec.hoisted)
+    (reads,) = inplace_reads([operands], device, [0, 0, 0]) if operands else [()]
+    attrs = torch.cat([program.steps[b].attrs for b in group])
+    proj_op = OpType(f"{op.name}/projection", f"{op.kind}.projection",
+                     tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else (),
+                     (HoistSpec.gate_width(op),), op.params)
+    return Step(proj_op, spec.project, attrs, len(attrs), HoistSpec.gate_width(op), arena,
+                start, tuple(reads), False, False, True)
+
+
+def _count(steps: Iterable[Step]) -> list[int]:
+    """``[views, gathers, gathered rows]`` over every read of ``steps``."""
+    counts = [0, 0, 0]
+    for step in steps:
+        for read in step.reads:
+            if isinstance(read, RowsRead):
+                counts[1] += 1
+                counts[2] += len(read)
+            elif isinstance(read, SliceRead):
+                counts[0] += 1
+    return counts
