@@ -274,7 +274,8 @@ class DynamicBatch:
 
     def run(self, scheduler: SchedulerLike = "typewise_greedy", *,
             outputs: Sequence[Handle] = (), strategy: Strategy = "planned",
-            grad: bool = True, params: Mapping[str, Tensor] | None = None) -> BatchResult:
+            grad: bool = True, params: Mapping[str, Tensor] | None = None,
+            hoist: bool = False) -> BatchResult:
         """Schedule, plan and execute the recorded mini-batch, then start a new one.
 
         Args:
@@ -285,6 +286,9 @@ class DynamicBatch:
             outputs: handles whose values the result should hold.
             strategy: memory planning strategy (``"planned"``, ``"aligned"`` or ``"naive"``).
             grad: build the autograd graph (training); ``False`` runs in place, no grad.
+            hoist: input-projection hoisting for the built-in LSTM cells (``lstm_step``
+                kinds): their input half ``W_x x + b`` for many batches in one GEMM, as a
+                packed ``nn.LSTM`` does (same values; see ``TorchExecutor``'s ``hoist``).
 
         Returns:
             The :class:`BatchResult` (loss, requested values, graph, schedule, stats).
@@ -303,7 +307,7 @@ class DynamicBatch:
         params = {**self.params, **(params or {}), **{  # built-ins' params, then input rows
             f"api.{n}": torch.stack(r).to(self.device, self.dtype)
             for n, r in self._rec.rows.items()}}
-        executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels)
+        executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels, hoist=hoist)
         result = executor.run(graph, schedule, plan, params, grad=grad)
         result.stats.update(plan.stats())
         loss = None if loss_node is None else result.outputs[loss_node].reshape(())

@@ -40,7 +40,7 @@ from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
 from edbatch.executor._program import Program, Step
 from edbatch.executor._reads import RowLocator, RowsRead, SliceRead, inplace_reads, merged
 from edbatch.executor.cells_hoist import HOISTS, HoistSpec
-from edbatch.executor.kernels import Kernel
+from edbatch.executor.kernels import KERNELS, Kernel
 from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan
 from edbatch.schedule.schedule import Schedule
@@ -108,12 +108,13 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
                   device: torch.device, kinds: frozenset[str],
                   overrides: Mapping[str, Kernel] | None = None) -> Program:
     """``program`` with the input projections of ``kinds`` hoisted (see the module doc);
-    ``program`` itself when no batch has such a kind (or ``overrides`` replaces its kernel)."""
+    ``program`` itself when no batch has such a kind (or ``overrides`` replaces its kernel
+    by another than the registry's, as a user's own cell does)."""
     by_type: dict[int, list[int]] = {}
     for b, batch in enumerate(schedule.batches):
         op: OpType = graph.vocab[batch.op_id]
-        if op.kind in kinds and (overrides is None or op.kind not in overrides) and \
-                not program.steps[b].split:
+        if op.kind in kinds and not program.steps[b].split and (
+                overrides is None or overrides.get(op.kind) in (None, KERNELS.get(op.kind))):
             by_type.setdefault(batch.op_id, []).append(b)
     if not by_type:
         return program

@@ -211,3 +211,20 @@ def test_hoisted_under_other_memory_layouts(strategy: Strategy) -> None:
     torch.testing.assert_close(hoisted[0], base[0], rtol=1e-12, atol=1e-12)
     for k in base[1]:
         torch.testing.assert_close(hoisted[1][k], base[1][k], rtol=1e-10, atol=1e-12, msg=k)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_dynamic_batch_run_hoists_on_request(grad: bool) -> None:
+    from benchmarks.models_api import record_bilstm_tagger
+
+    wl = small("bilstm_tagger")
+    params = init_params(wl, torch.Generator().manual_seed(3), dtype=torch.float64)
+    batch = DynamicBatch.from_workload(wl, params, dtype=torch.float64)
+    got = {}
+    for hoist in (False, True):
+        record_bilstm_tagger(batch, wl, wl.load(wl.default_eval_split)[:3])
+        res = batch.run("dynet_agenda", strategy="aligned", grad=grad, hoist=hoist)
+        assert res.loss is not None
+        got[hoist] = (res.loss.detach(), res.run.stats["exec/hoisted_projections"])
+    assert got[False][1] == 0 and (got[True][1] >= 4 or grad)
+    torch.testing.assert_close(got[True][0], got[False][0], rtol=1e-12, atol=0)
