@@ -1,0 +1,87 @@
+"""The compiled trace of an FSM's decisions equals the Python frontier's, and the ``fill`` key
+equals its compiled twin."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from edbatch.schedule import Frontier
+from edbatch.schedule._compiled_keys import key_fill
+from edbatch.schedule.bounds import height_list
+from edbatch.workloads import make_workload
+from envs.encoding import encode_state, fill_key, key_actions
+from policies.fsm import FSMPolicy
+from policies.table_search import policy_votes, table_batches, trace
+
+
+@pytest.fixture(scope="module")
+def graphs() -> list:
+    return list(make_workload("lattice_lstm").batches("train", 8, limit=2))
+
+
+def _table(graph, encoding: str) -> dict:  # type: ignore[no-untyped-def]
+    """A table that disagrees with critical path on every other visited state."""
+    seen = policy_votes(FSMPolicy({}, encoding, graph.vocab.names, "critical_path"), [graph],
+                        encoding)
+    table = {}
+    for i, (key, acts) in enumerate(sorted(seen.items())):
+        options = sorted(set(key_actions(key, encoding)) - set(acts))
+        if i % 2 == 0 and options:
+            table[key] = options[0]
+    return table
+
+
+@pytest.mark.parametrize("encoding", ["expert", "fill", "rich"])
+@pytest.mark.parametrize("fallback", ["critical_path", "ed_batch", "typewise_greedy"])
+def test_compiled_trace_equals_the_python_frontier(graphs, encoding: str, fallback: str
+                                                   ) -> None:
+    for g in graphs:
+        table = _table(g, encoding)
+        assert table
+        policy = FSMPolicy(table, encoding, g.vocab.names, fallback)
+        want = policy_votes(policy, [g], encoding)
+        seen, nb = trace(table, g, encoding, fallback)
+        assert seen == want
+        assert nb == table_batches(table, [g], encoding, fallback)
+        assert sum(sum(c.values()) for c in seen.values()) < nb  # forced steps not counted
+
+
+def test_trace_falls_back_to_python_for_keys_the_core_lacks(graphs) -> None:
+    g = graphs[0]
+    seen, nb = trace({}, g, "hints", "max_frontier")
+    assert seen and isinstance(next(iter(seen.values())), Counter)
+    assert nb == table_batches({}, [g], "hints", "max_frontier")
+
+
+def test_fill_key_agrees_with_its_compiled_twin() -> None:
+    rng = np.random.default_rng(2)
+    for _ in range(400):
+        k = int(rng.integers(1, 9))
+        ready = rng.integers(0, 6, size=k) * (rng.random(k) < 0.6)
+        tw = ready + rng.integers(0, 6, size=k)
+        height = rng.integers(0, 25, size=k)
+        out = np.empty(4 * k + 8, np.int64)
+        n = key_fill(k, ready.astype(np.int64), tw.astype(np.int64),
+                     np.where(ready > 0, height, -1), np.zeros(k, np.int64), np.zeros(k),
+                     np.ones(k, np.bool_), out)
+        assert tuple(out[:n].tolist()) == fill_key(ready, tw, height)
+
+
+def test_fill_key_features(graphs) -> None:
+    # type 0 critical and 2 of 5 ready (fill 0); type 1 is 9 below (class 1), 3 of 5 (fill
+    # 1); type 3 is 10 below (class 2) and complete (fill 2)
+    assert fill_key(np.array([2, 3, 0, 4]), np.array([5, 5, 1, 4]),
+                    np.array([30, 21, 0, 20])) == (0, 9 + 3 + 1, 27 + 6 + 2)
+    g = graphs[0]
+    f = Frontier(g, typewise=True)
+    h = height_list(g)
+    for _ in range(5):
+        view = f.view()
+        heights = np.array([view.max_over_ready(a, h) if view.count(a) else 0
+                            for a in range(len(view.mask))])
+        counts = np.where(view.mask > 0, view.ready_count, 0)
+        assert encode_state(view, "fill") == fill_key(counts, view.typewise_count, heights)
+        f.pop(view.ready_ops[-1])
