@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from numba import njit
 
-__all__ = ["EXPERT_FEATURES", "FILL_FEATURES", "RICH_FEATURES", "key_expert", "key_fill",
-           "key_rich"]
+__all__ = ["CRIT_FEATURES", "EXPERT_FEATURES", "FILL_FEATURES", "RICH_FEATURES", "key_crit",
+           "key_expert", "key_fill", "key_rich"]
 
 EXPERT_FEATURES = 6
 RICH_FEATURES = 16
 FILL_FEATURES = 9
+CRIT_FEATURES = 7
 
 
 @njit(cache=True)
@@ -96,5 +97,25 @@ def key_fill(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-u
             else:
                 fill = 0
             out[n] = FILL_FEATURES * a + 3 * _fill_gap_class(top - maxh[a]) + fill
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def key_crit(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-untyped-def]
+    """``7 * a + feature`` per ready type: on the critical path (gap 0) ``feature`` is the
+    fill class 0 | 1 | 2 (less than half of ``T(a)`` ready | at least half | complete),
+    below it ``3 + 2 * (min(gap, 2) - 1) + complete`` (as ``expert``)."""
+    top = _top(k, rlen, maxh, batchable)
+    n = 0
+    for a in range(k):
+        if rlen[a] and batchable[a]:
+            full = 1 if rlen[a] >= tw[a] else 0
+            gap = min(top - maxh[a], 2)
+            if gap == 0:
+                feat = 2 if full else (1 if 2 * rlen[a] >= tw[a] else 0)
+            else:
+                feat = 1 + 2 * gap + full
+            out[n] = CRIT_FEATURES * a + feat
             n += 1
     return n

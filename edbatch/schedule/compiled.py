@@ -55,6 +55,7 @@ COMPILED_ENCODINGS: dict[str, tuple[int, bool, bool]] = {
     "expert": (core.ENC_EXPERT, True, True),
     "rich": (core.ENC_RICH, True, True),
     "fill": (core.ENC_FILL, True, True),
+    "crit": (core.ENC_CRIT, True, True),
 }
 
 

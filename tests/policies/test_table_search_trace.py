@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from edbatch.schedule import Frontier
-from edbatch.schedule._compiled_keys import key_fill
+from edbatch.schedule._compiled_keys import key_crit, key_fill
 from edbatch.schedule.bounds import height_list
 from edbatch.workloads import make_workload
-from envs.encoding import encode_state, fill_key, key_actions
+from envs.encoding import crit_key, encode_state, fill_key, key_actions
 from policies.fsm import FSMPolicy
 from policies.table_search import policy_votes, table_batches, trace
 
@@ -34,7 +34,7 @@ def _table(graph, encoding: str) -> dict:  # type: ignore[no-untyped-def]
     return table
 
 
-@pytest.mark.parametrize("encoding", ["expert", "fill", "rich"])
+@pytest.mark.parametrize("encoding", ["expert", "fill", "rich", "crit"])
 @pytest.mark.parametrize("fallback", ["critical_path", "ed_batch", "typewise_greedy"])
 def test_compiled_trace_equals_the_python_frontier(graphs, encoding: str, fallback: str
                                                    ) -> None:
@@ -56,7 +56,8 @@ def test_trace_falls_back_to_python_for_keys_the_core_lacks(graphs) -> None:
     assert nb == table_batches({}, [g], "hints", "max_frontier")
 
 
-def test_fill_key_agrees_with_its_compiled_twin() -> None:
+@pytest.mark.parametrize(("twin", "key"), [(key_fill, fill_key), (key_crit, crit_key)])
+def test_keys_agree_with_their_compiled_twins(twin, key) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(2)
     for _ in range(400):
         k = int(rng.integers(1, 9))
@@ -64,10 +65,10 @@ def test_fill_key_agrees_with_its_compiled_twin() -> None:
         tw = ready + rng.integers(0, 6, size=k)
         height = rng.integers(0, 25, size=k)
         out = np.empty(4 * k + 8, np.int64)
-        n = key_fill(k, ready.astype(np.int64), tw.astype(np.int64),
+        n = twin(k, ready.astype(np.int64), tw.astype(np.int64),
                      np.where(ready > 0, height, -1), np.zeros(k, np.int64), np.zeros(k),
                      np.ones(k, np.bool_), out)
-        assert tuple(out[:n].tolist()) == fill_key(ready, tw, height)
+        assert tuple(out[:n].tolist()) == key(ready, tw, height)
 
 
 def test_fill_key_features(graphs) -> None:
@@ -85,3 +86,10 @@ def test_fill_key_features(graphs) -> None:
         counts = np.where(view.mask > 0, view.ready_count, 0)
         assert encode_state(view, "fill") == fill_key(counts, view.typewise_count, heights)
         f.pop(view.ready_ops[-1])
+
+
+def test_crit_key_features() -> None:
+    # types 0 and 1 on the critical path, 2 of 5 (fill 0) and 3 of 5 (fill 1) ready; type 2
+    # complete one below (1 + 2 + 1); type 3 incomplete 5 below (1 + 4 + 0)
+    assert crit_key(np.array([2, 3, 4, 1]), np.array([5, 5, 4, 3]),
+                    np.array([30, 30, 29, 25])) == (0, 7 + 1, 14 + 4, 21 + 5)
