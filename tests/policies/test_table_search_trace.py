@@ -93,3 +93,17 @@ def test_crit_key_features() -> None:
     # complete one below (1 + 2 + 1); type 3 incomplete 5 below (1 + 4 + 0)
     assert crit_key(np.array([2, 3, 4, 1]), np.array([5, 5, 4, 3]),
                     np.array([30, 30, 29, 25])) == (0, 7 + 1, 14 + 4, 21 + 5)
+
+
+def test_search_min_visits_leaves_rare_states_alone(graphs) -> None:
+    from policies.table_search import search_table, visited_states
+
+    train, check = graphs[:1], graphs[1:]
+    seen = visited_states({}, train, "expert", "critical_path")
+    cut = sorted(seen.values())[-3]  # only the 3 most visited states may change
+    table, st = search_table({}, train, check, "expert", "critical_path", sweeps=1,
+                             min_visits=cut, max_evals=200)
+    assert all(seen[k] >= cut for k in table)
+    _, none = search_table({}, train, check, "expert", "critical_path", sweeps=1,
+                           min_visits=max(seen.values()) + 1)
+    assert none.evaluations == 0 and st.evaluations > 0
