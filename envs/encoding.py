@@ -23,6 +23,15 @@ edbatch adds two richer keys (both need ``T(a)``, i.e. a type-wise frontier):
   (0 | 1-2 | 3-9 | 10+) and ``half`` whether at least half of the type-wise frontier is
   ready (``2 * |F(a)| >= T(a)``) (:func:`rich_key`; compiled twin
   ``edbatch.schedule._compiled_keys``). Measured worse than ``expert`` on lattices.
+* ``fill``: ``9 * a + 3 * gap_class + fill``: the gap in three classes (0 | 1-9 | 10+) and
+  how full the type's batch is, 0 | 1 | 2 for less than half of ``T(a)`` ready | at least
+  half | complete (:func:`fill_key`; compiled twin ``edbatch.schedule._compiled_keys``).
+  It tells "the critical type's batch is still mostly empty, a type just below it is nearly
+  full" apart from "the critical type's batch is full", which ``expert`` cannot.
+* ``crit``: ``expert`` where the types on the critical path (gap 0) say how full their batch
+  is instead of only whether it is complete: ``7 * a + feature``, ``feature`` the fill class
+  (0 | 1 | 2, as in ``fill``) at gap 0, else ``1 + 2 * min(gap, 2) + complete``
+  (:func:`crit_key`; compiled twin ``edbatch.schedule._compiled_keys``).
 """
 
 from __future__ import annotations
@@ -36,9 +45,9 @@ from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.schedule import FrontierView
 from edbatch.schedule.bounds import height_list
 
-__all__ = ["ENCODINGS", "EXPERT_MAX_TYPES", "NEEDS_TYPEWISE", "OBS_HIGH", "StateKey",
+__all__ = ["ENCODINGS", "EXPERT_MAX_TYPES", "crit_key", "NEEDS_TYPEWISE", "OBS_HIGH", "StateKey",
            "encode_observation", "encode_state", "expert_code", "expert_key", "expert_key_code",
-           "fallback_action", "key_actions", "observation_size", "rich_key"]
+           "fallback_action", "fill_key", "key_actions", "observation_size", "rich_key"]
 
 StateKey = tuple[int, ...]
 
@@ -175,6 +184,56 @@ def rich_key(ready_count: NDArray[np.int64], typewise_count: NDArray[np.int64],
     return tuple((RICH_FEATURES * ready + 4 * gap + 2 * (c >= t) + (2 * c >= t)).tolist())
 
 
+#: Features per ready type in the ``fill`` key (``9 * a + feature``).
+FILL_FEATURES = 9
+
+
+def fill_key(ready_count: NDArray[np.int64], typewise_count: NDArray[np.int64],
+             max_height: NDArray[np.int64]) -> StateKey:
+    """The ``fill`` state key from per-type arrays (arguments as :func:`expert_key`).
+
+    Returns:
+        ``(9 * a + 3 * gap_class + fill, ...)`` over ready types ``a`` ascending:
+        ``gap_class`` 0 | 1 | 2 for a gap (as in :func:`expert_key`, uncapped) of 0 | 1-9 |
+        10+; ``fill`` 0 | 1 | 2 for ``2 * |F(a)| < T(a)`` | ``|F(a)| < T(a) <= 2 * |F(a)|``
+        | ``|F(a)| >= T(a)``.
+    """
+    counts = np.asarray(ready_count)
+    ready = np.flatnonzero(counts > 0)
+    if not len(ready):
+        return ()
+    h = np.asarray(max_height)[ready]
+    gap = np.searchsorted(np.array([0, 9]), h.max() - h, side="left")
+    c, t = counts[ready], np.asarray(typewise_count)[ready]
+    fill = np.where(c >= t, 2, np.where(2 * c >= t, 1, 0))
+    return tuple((FILL_FEATURES * ready + 3 * gap + fill).tolist())
+
+
+#: Features per ready type in the ``crit`` key (``7 * a + feature``).
+CRIT_FEATURES = 7
+
+
+def crit_key(ready_count: NDArray[np.int64], typewise_count: NDArray[np.int64],
+             max_height: NDArray[np.int64]) -> StateKey:
+    """The ``crit`` state key from per-type arrays (arguments as :func:`expert_key`).
+
+    Returns:
+        ``(7 * a + feature, ...)`` over ready types ``a`` ascending: at gap 0 the fill
+        class (as :func:`fill_key`), else ``1 + 2 * min(gap, 2) + complete``.
+    """
+    counts = np.asarray(ready_count)
+    ready = np.flatnonzero(counts > 0)
+    if not len(ready):
+        return ()
+    h = np.asarray(max_height)[ready]
+    gap = np.minimum(h.max() - h, 2)
+    c, t = counts[ready], np.asarray(typewise_count)[ready]
+    full = (c >= t).astype(np.int64)
+    fill = np.where(c >= t, 2, np.where(2 * c >= t, 1, 0))
+    feat = np.where(gap == 0, fill, 1 + 2 * gap + full)
+    return tuple((CRIT_FEATURES * ready + feat).tolist())
+
+
 def _type_arrays(view: FrontierView, name: str
                  ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """(ready count, T(a), max ready height) per op type; unready types count 0."""
@@ -199,6 +258,14 @@ def _rich(view: FrontierView) -> StateKey:
     return rich_key(*_type_arrays(view, "rich"))
 
 
+def _fill(view: FrontierView) -> StateKey:
+    return fill_key(*_type_arrays(view, "fill"))
+
+
+def _crit(view: FrontierView) -> StateKey:
+    return crit_key(*_type_arrays(view, "crit"))
+
+
 #: name -> encoder. Every key is a tuple of small ints (hashable, JSON-friendly).
 ENCODINGS: dict[str, Callable[[FrontierView], StateKey]] = {
     "base": _base,
@@ -208,10 +275,12 @@ ENCODINGS: dict[str, Callable[[FrontierView], StateKey]] = {
     "hints": _hints,
     "expert": _expert,
     "rich": _rich,
+    "fill": _fill,
+    "crit": _crit,
 }
 
 #: Encodings whose keys need the type-wise frontier count T(a).
-NEEDS_TYPEWISE = frozenset({"complete", "hints", "expert", "rich"})
+NEEDS_TYPEWISE = frozenset({"complete", "hints", "expert", "rich", "fill", "crit"})
 
 
 def key_actions(key: StateKey, encoding: str) -> list[int]:
@@ -227,6 +296,10 @@ def key_actions(key: StateKey, encoding: str) -> list[int]:
         return [x // EXPERT_FEATURES for x in key]
     if encoding == "rich":
         return [x // RICH_FEATURES for x in key]
+    if encoding == "fill":
+        return [x // FILL_FEATURES for x in key]
+    if encoding == "crit":
+        return [x // CRIT_FEATURES for x in key]
     return list(key)
 
 

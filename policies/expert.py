@@ -95,6 +95,9 @@ class ExpertConfig:
     """Passes of the table search (:mod:`policies.table_search`); 0: no search."""
     search_max_evals: int = 2000
     """Most candidate tables the search schedules."""
+    search_min_visits: int = 1
+    """States the FSM visits fewer times on the training graphs are left to the fallback
+    by the search (a guard against setting rare states from few samples)."""
     complete_min_visits: int = 2
     """After the search, states the FSM visits this often on the training and check graphs,
     always with the same action, enter the table (:func:`~policies.table_search.
@@ -294,7 +297,8 @@ def _search_stage(start: dict[StateKey, int], train: Sequence[Graph], check: Seq
                   ) -> tuple[dict[StateKey, int], int, dict[str, float]]:
     """The table search from ``start``: (table, validation batches, history row)."""
     table, st = search_table(dict(start), train, check, cfg.encoding, fallback,
-                             sweeps=cfg.search_sweeps, max_evals=cfg.search_max_evals)
+                             sweeps=cfg.search_sweeps, max_evals=cfg.search_max_evals,
+                             min_visits=cfg.search_min_visits)
     batches = cost(table)
     log.info("table search: %d sweeps, %d tables tried, %d changes, %d states, %d "
              "validation batches", st.sweeps, st.evaluations, st.changes, len(table), batches)

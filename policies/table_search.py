@@ -30,8 +30,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from edbatch.graph import Graph
 from edbatch.schedule import Frontier, lower_bound
+from edbatch.schedule import compiled as cc
+from edbatch.schedule._compiled_trace import trace_schedule
 from edbatch.schedule.policy import Policy, drive
 from envs.encoding import StateKey, encode_state, key_actions
 from policies.fsm import FSMPolicy
@@ -80,13 +84,42 @@ def policy_votes(policy: Policy, graphs: Sequence[Graph],
     return seen
 
 
+def trace(table: dict[StateKey, int], graph: Graph, encoding: str, fallback: str
+          ) -> tuple[dict[StateKey, Counter[int]], int]:
+    """The FSM's own schedule of ``graph``: (per state key, the actions taken there; the
+    number of batches). Compiled (:mod:`edbatch.schedule._compiled_trace`) where the core
+    has the key and the fallback, else the Python frontier (same result)."""
+    if not cc.fsm_supported(encoding, fallback):
+        policy = _policy(table, encoding, graph.vocab.names, fallback)
+        seen = policy_votes(policy, [graph], encoding)
+        return seen, table_batches(table, [graph], encoding, fallback)
+    rule_id, need_tw, need_h = cc.COMPILED_RULES[fallback]
+    enc_id, enc_tw, enc_h = cc.COMPILED_ENCODINGS[encoding]
+    arr = cc._arrays(graph)
+    height = cc.heights(graph) if (need_h or enc_h) else np.empty(0, np.int64)
+    if need_tw or enc_tw:
+        tw_pred, tw_ptr, tw_ids = cc.typewise(graph)
+    else:
+        tw_pred, tw_ptr, tw_ids = (np.empty(0, np.int32), np.empty(0, np.int64),
+                                   np.empty(0, np.int32))
+    tab = cc.FsmTable(table)
+    keys, lens, acts, nb = trace_schedule(
+        arr.op, arr.depth, arr.arity, arr.uptr, arr.uids, arr.batchable, height, tw_pred,
+        tw_ptr, tw_ids, arr.mean, arr.cplx, rule_id, enc_id, tab.hashes, tab.actions)
+    seen: dict[StateKey, Counter[int]] = {}
+    for row, m, a in zip(keys.tolist(), lens.tolist(), acts.tolist()):
+        seen.setdefault(tuple(row[:m]), Counter())[a] += 1
+    return seen, int(nb)
+
+
 def decisions(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str,
               fallback: str) -> dict[StateKey, Counter[int]]:
     """Per state key, the actions the FSM's own schedules on ``graphs`` took there."""
-    if not graphs:
-        return {}
-    return policy_votes(_policy(table, encoding, graphs[0].vocab.names, fallback), graphs,
-                        encoding)
+    seen: dict[StateKey, Counter[int]] = {}
+    for g in graphs:
+        for key, acts in trace(table, g, encoding, fallback)[0].items():
+            seen.setdefault(key, Counter()).update(acts)
+    return seen
 
 
 def visited_states(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str,
@@ -115,25 +148,30 @@ class _Pool:
     def __init__(self, graphs: Sequence[Graph], table: dict[StateKey, int], encoding: str,
                  fallback: str) -> None:
         self.graphs, self.encoding, self.fallback = list(graphs), encoding, fallback
-        self.batches = [table_batches(table, [g], encoding, fallback) for g in self.graphs]
-        self.keys = [set(decisions(table, [g], encoding, fallback)) for g in self.graphs]
+        self.batches, self.keys = [], []
+        for g in self.graphs:
+            seen, nb = trace(table, g, encoding, fallback)
+            self.batches.append(nb)
+            self.keys.append(set(seen))
 
     @property
     def total(self) -> int:
         return sum(self.batches)
 
-    def trial(self, table: dict[StateKey, int], key: StateKey) -> tuple[int, dict[int, int]]:
+    def trial(self, table: dict[StateKey, int], key: StateKey
+              ) -> tuple[int, dict[int, tuple[int, set[StateKey]]]]:
         """Total batches with ``table`` (which differs from the current one at ``key``)
-        and the new batches of the graphs that visit ``key``."""
-        new = {i: table_batches(table, [g], self.encoding, self.fallback)
-               for i, g in enumerate(self.graphs) if key in self.keys[i]}
-        return self.total + sum(b - self.batches[i] for i, b in new.items()), new
+        and the new (batches, visited keys) of the graphs that visit ``key``."""
+        new = {}
+        for i, g in enumerate(self.graphs):
+            if key in self.keys[i]:
+                seen, nb = trace(table, g, self.encoding, self.fallback)
+                new[i] = (nb, set(seen))
+        return self.total + sum(b - self.batches[i] for i, (b, _) in new.items()), new
 
-    def accept(self, table: dict[StateKey, int], new: dict[int, int]) -> None:
-        for i, b in new.items():
-            self.batches[i] = b
-            self.keys[i] = set(decisions(table, [self.graphs[i]], self.encoding,
-                                         self.fallback))
+    def accept(self, new: dict[int, tuple[int, set[StateKey]]]) -> None:
+        for i, (b, keys) in new.items():
+            self.batches[i], self.keys[i] = b, keys
 
 
 def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequence[Graph],
@@ -176,8 +214,8 @@ def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequ
                 c, new_c = ch.trial(trial, key)
                 if c <= ch.total:
                     table, current = trial, a
-                    tr.accept(table, new_t)
-                    ch.accept(table, new_c)
+                    tr.accept(new_t)
+                    ch.accept(new_c)
                     changes += 1
                     changed = True
         if not changed or evals >= max_evals:

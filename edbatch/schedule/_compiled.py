@@ -30,12 +30,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from edbatch.schedule._compiled_keys import RICH_FEATURES, key_expert, key_rich
+from edbatch.schedule._compiled_keys import (
+    CRIT_FEATURES,
+    FILL_FEATURES,
+    RICH_FEATURES,
+    key_crit,
+    key_expert,
+    key_fill,
+    key_rich,
+)
 
-__all__ = ["ENC_BASE", "ENC_COMPLETE", "ENC_EXPERT", "ENC_HINTS", "ENC_MAX", "ENC_NONE", "ENC_RICH",
-           "ENC_SORTED", "RULE_CRITICAL_PATH", "RULE_DYNET_AGENDA", "RULE_ED_BATCH_AGENDA",
-           "RULE_KEY_LAST", "RULE_MAX_FRONTIER", "RULE_TYPEWISE_GREEDY", "key_hash",
-           "key_hash_numba", "run_schedule"]
+__all__ = ["ENC_BASE", "ENC_COMPLETE", "ENC_CRIT", "ENC_EXPERT", "ENC_FILL", "ENC_HINTS", "ENC_MAX",
+           "ENC_NONE", "ENC_RICH", "ENC_SORTED", "RULE_CRITICAL_PATH", "RULE_DYNET_AGENDA",
+           "RULE_ED_BATCH_AGENDA", "RULE_KEY_LAST", "RULE_MAX_FRONTIER", "RULE_TYPEWISE_GREEDY",
+           "key_hash", "key_hash_numba", "run_schedule"]
 
 RULE_DYNET_AGENDA = 0
 RULE_ED_BATCH_AGENDA = 1
@@ -53,6 +61,8 @@ ENC_COMPLETE = 3
 ENC_HINTS = 4
 ENC_EXPERT = 5
 ENC_RICH = 6
+ENC_FILL = 7
+ENC_CRIT = 8
 _EXPERT_FEATURES = 6  # entries per ready type of the expert key (envs.encoding)
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
@@ -213,6 +223,10 @@ def _encode(enc, k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[
         return key_expert(k, rlen, tw, maxh, rem, remd, batchable, out)
     if enc == ENC_RICH:
         return key_rich(k, rlen, tw, maxh, rem, remd, batchable, out)
+    if enc == ENC_FILL:
+        return key_fill(k, rlen, tw, maxh, rem, remd, batchable, out)
+    if enc == ENC_CRIT:
+        return key_crit(k, rlen, tw, maxh, rem, remd, batchable, out)
     return _key_hints(k, rlen, tw, maxh, rem, remd, batchable, out)
 
 
@@ -224,6 +238,10 @@ def _key_last(enc, out, n):  # type: ignore[no-untyped-def]
         return x // _EXPERT_FEATURES
     if enc == ENC_RICH:
         return x // RICH_FEATURES
+    if enc == ENC_FILL:
+        return x // FILL_FEATURES
+    if enc == ENC_CRIT:
+        return x // CRIT_FEATURES
     return x // 2 if enc == ENC_COMPLETE else x
 
 

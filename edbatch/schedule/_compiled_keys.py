@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from numba import njit
 
-__all__ = ["EXPERT_FEATURES", "RICH_FEATURES", "key_expert", "key_rich"]
+__all__ = ["CRIT_FEATURES", "EXPERT_FEATURES", "FILL_FEATURES", "RICH_FEATURES", "key_crit",
+           "key_expert", "key_fill", "key_rich"]
 
 EXPERT_FEATURES = 6
 RICH_FEATURES = 16
+FILL_FEATURES = 9
+CRIT_FEATURES = 7
 
 
 @njit(cache=True)
@@ -67,5 +70,52 @@ def key_rich(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-u
             full = 1 if rlen[a] >= tw[a] else 0
             half = 1 if 2 * rlen[a] >= tw[a] else 0
             out[n] = RICH_FEATURES * a + 4 * _gap_class(top - maxh[a]) + 2 * full + half
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def _fill_gap_class(gap):  # type: ignore[no-untyped-def]
+    """0 on the critical path, 1 for 1-9 below it, 2 for 10 or more."""
+    if gap <= 0:
+        return 0
+    return 1 if gap <= 9 else 2
+
+
+@njit(cache=True)
+def key_fill(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-untyped-def]
+    """``9 * a + 3 * gap_class + fill`` per ready type: ``fill`` 0 | 1 | 2 for less than
+    half of ``T(a)`` ready | at least half | complete."""
+    top = _top(k, rlen, maxh, batchable)
+    n = 0
+    for a in range(k):
+        if rlen[a] and batchable[a]:
+            if rlen[a] >= tw[a]:
+                fill = 2
+            elif 2 * rlen[a] >= tw[a]:
+                fill = 1
+            else:
+                fill = 0
+            out[n] = FILL_FEATURES * a + 3 * _fill_gap_class(top - maxh[a]) + fill
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def key_crit(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-untyped-def]
+    """``7 * a + feature`` per ready type: on the critical path (gap 0) ``feature`` is the
+    fill class 0 | 1 | 2 (less than half of ``T(a)`` ready | at least half | complete),
+    below it ``3 + 2 * (min(gap, 2) - 1) + complete`` (as ``expert``)."""
+    top = _top(k, rlen, maxh, batchable)
+    n = 0
+    for a in range(k):
+        if rlen[a] and batchable[a]:
+            full = 1 if rlen[a] >= tw[a] else 0
+            gap = min(top - maxh[a], 2)
+            if gap == 0:
+                feat = 2 if full else (1 if 2 * rlen[a] >= tw[a] else 0)
+            else:
+                feat = 1 + 2 * gap + full
+            out[n] = CRIT_FEATURES * a + feat
             n += 1
     return n

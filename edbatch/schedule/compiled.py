@@ -54,6 +54,8 @@ COMPILED_ENCODINGS: dict[str, tuple[int, bool, bool]] = {
     "hints": (core.ENC_HINTS, True, True),
     "expert": (core.ENC_EXPERT, True, True),
     "rich": (core.ENC_RICH, True, True),
+    "fill": (core.ENC_FILL, True, True),
+    "crit": (core.ENC_CRIT, True, True),
 }
 
 
