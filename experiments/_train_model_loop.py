@@ -52,6 +52,11 @@ def make_auto(cfg: DictConfig, dp: DataParallel) -> AutoBatching:
                         agree=dp.sum if dp.enabled else None)
 
 
+#: ``adam=`` -> torch's Adam implementation (the same update).
+ADAM: dict[str, dict[str, bool]] = {"fused": {"fused": True}, "foreach": {"foreach": True},
+                                    "for_loop": {"foreach": False}}
+
+
 class Trainer:
     """The training loop's state: parameters, optimizer, budget, counters and history."""
 
@@ -63,11 +68,8 @@ class Trainer:
         self.params = init_params(workload, torch.Generator().manual_seed(cfg.seed),
                                   device=device)
         dp.broadcast(self.params.values())  # identical start on every rank
-        impl = cfg.get("adam", "fused")
         self.opt = torch.optim.Adam(self.params.values(), lr=cfg.lr,
-                                    weight_decay=cfg.weight_decay,
-                                    fused=impl == "fused" or None,
-                                    foreach=impl == "foreach" if impl != "fused" else None)
+                                    weight_decay=cfg.weight_decay, **ADAM[cfg.adam])
         # gloo: embedding tables travel as the rows read (sparse), NCCL: dense (keeps the
         # CUDA-graph capture of training runs, which sparse gradients turn off)
         sparse = dp.enabled and dp.backend == "gloo"
