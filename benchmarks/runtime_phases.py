@@ -27,9 +27,13 @@ import argparse
 import json
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
