@@ -150,3 +150,22 @@ def test_training_graphs_are_the_first_k_dumps_then_disjoint_mini_batches(tmp_pa
     args = dp.parse_args(["--batch-size", "64", "--train-graphs", "9", "--train-split", "dev"])
     with pytest.raises(SystemExit, match="holds only 2 mini-batches"):
         dp.export_training(args, True, evaluation, tmp_path / "t3")
+
+
+@pytest.mark.slow
+def test_train_graphs_run_trains_on_other_mini_batches_and_tests_every_dump(tmp_path: Path
+                                                                            ) -> None:
+    out = tmp_path / "summary.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--graphs", "3", "--batch-size", "8",
+                           "--split", "test", "--k", "0", "--train-graphs", "2",
+                           "--train-split", "train", "--seeds", "0", "--trainer", "expert",
+                           "--lookahead", "none", "--extra", "trainer.augment=0",
+                           "--out", str(out)], capture_output=True, text=True, timeout=900,
+                          cwd=SCRIPT.parents[1], check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["trained_on"] == ["train[0]", "train[1]"] and data["train_graphs"] == 2
+    # --k 0: every exported test-split dump is a test graph
+    assert {g["graph"] for g in data["graphs"]} == {"G0.txt", "G1.txt", "G2.txt"}
+    rows = {r["scheduler"]: r for r in data["rows"]}
+    assert rows["fsm"]["states"] > 0 and rows["fsm_fallback_only"]["seeds"] == 1
