@@ -40,8 +40,8 @@ The summary goes to ``--out`` (default: under the system temp folder, never the 
 
     python benchmarks/dump_protocol.py --workload lattice_lstm --seeds 0 1 2 3 4
     python benchmarks/dump_protocol.py --trainer expert --lookahead none --keep
-    python benchmarks/dump_protocol.py --trainer expert --lookahead none --train-graphs 7 \
-        --extra trainer.augment=0
+    python benchmarks/dump_protocol.py --trainer expert --lookahead none --split test \\
+        --graphs 5 --k 0 --train-split train --train-graphs 16 --extra trainer.augment=0
     python benchmarks/dump_protocol.py --compose bilstm_B1 --graphs 8 --seeds 0 1
     python benchmarks/dump_protocol.py --folder PATH/lattice/B64 --seeds 0 1 2
 """
