@@ -27,11 +27,21 @@ workloads): LB, DyNet agenda, depth and type-wise ratios then agree with
 docs/architecture.md 3.11 to within a few percent. Pass ``--folder`` to run the protocol on
 real dumps instead.
 
+``--train-graphs N`` trains on more distinct graphs: the first ``--k`` dumps plus ``N``
+mini-batches of ``--workload`` exported (same batch size and sum merging) from
+``--train-split`` (default ``test,dev``: lattices the evaluation dumps do not hold; the
+evaluation dumps' own ``--split`` starts after the ``--graphs`` exported ones). The test
+graphs stay ``rest:K`` of the evaluation folder, so every variant is scored on the same
+unseen graphs; ``--k 0`` trains on the extra graphs alone and tests on every exported dump.
+Pair it with ``--extra trainer.augment=0`` (distinct graphs instead of resampled ones).
+
 The summary goes to ``--out`` (default: under the system temp folder, never the checkout);
 ``--keep`` keeps each seed's trained policy and evaluation records beside it.
 
     python benchmarks/dump_protocol.py --workload lattice_lstm --seeds 0 1 2 3 4
     python benchmarks/dump_protocol.py --trainer expert --lookahead none --keep
+    python benchmarks/dump_protocol.py --trainer expert --lookahead none --split test \\
+        --graphs 5 --k 0 --train-split train --train-graphs 16 --extra trainer.augment=0
     python benchmarks/dump_protocol.py --compose bilstm_B1 --graphs 8 --seeds 0 1
     python benchmarks/dump_protocol.py --folder PATH/lattice/B64 --seeds 0 1 2
 """
@@ -68,16 +78,54 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def export(workload: str, graphs: int, batch_size: int, merge_sums: bool, folder: Path) -> None:
-    """Write the first ``graphs`` train mini-batches of ``workload`` as dumps."""
+def export(workload: str, graphs: int, batch_size: int, merge_sums: bool, folder: Path,
+           split: str = "train") -> None:
+    """Write the first ``graphs`` mini-batches of ``workload``'s ``split`` as dumps."""
     from edbatch.workloads import make_workload
     from edbatch.workloads.dumps import export_dumps
 
     wl = make_workload(workload)
-    batches = list(wl.batches("train", batch_size, limit=graphs))
+    if split not in wl.splits:
+        raise SystemExit(f"--split {split!r}: {workload} has the splits {', '.join(wl.splits)}")
+    batches = list(wl.batches(split, batch_size, limit=graphs))
     export_dumps(batches, folder, merge=[_SUM_RULE] if merge_sums else [])
     print(f"exported {len(batches)} {workload} graphs (batch {batch_size}, sums "
           f"{'merged' if merge_sums else 'by arity'}) to {folder}")
+
+
+def export_training(args: argparse.Namespace, merge: bool, evaluation: Path, folder: Path
+                    ) -> list[str]:
+    """The training folder of ``--train-graphs``: the evaluation folder's first ``--k`` dumps,
+    then ``--train-graphs`` mini-batches of ``--train-split`` (disjoint from the evaluation
+    dumps); returns where each training dump came from."""
+    from edbatch.data.dumps import load_dump_folder
+    from edbatch.workloads import make_workload
+    from edbatch.workloads.dumps import export_dumps
+
+    wl = make_workload(args.workload)
+    batches, sources = [], []
+    for split in args.train_split.split(","):
+        if split not in wl.splits:
+            raise SystemExit(f"--train-split {split!r}: {args.workload} has the splits "
+                             f"{', '.join(wl.splits)}")
+        skip = args.graphs if split == args.split else 0  # the evaluation dumps' batches
+        for i, g in enumerate(wl.batches(split, args.batch_size)):
+            if i >= skip and len(batches) < args.train_graphs:
+                batches.append(g)
+                sources.append(f"{split}[{i}]")
+    if len(batches) < args.train_graphs:
+        raise SystemExit(f"--train-graphs {args.train_graphs}: {args.train_split} holds only "
+                         f"{len(batches)} mini-batches of {args.batch_size} disjoint from the "
+                         f"evaluation dumps; lower it or add a split to --train-split")
+    folder.mkdir(parents=True)
+    for d in load_dump_folder(evaluation)[:args.k]:
+        shutil.copy(d.path, folder / Path(d.path).name)
+    paths = export_dumps(batches, folder / "extra", merge=[_SUM_RULE] if merge else [])
+    for j, path in enumerate(paths):  # G<k>, G<k+1>, ... after the copied G0..G<k-1>
+        path.rename(folder / f"G{args.k + j}.txt")
+    (folder / "extra").rmdir()
+    print(f"exported {len(batches)} more training graphs ({', '.join(sources)}) to {folder}")
+    return [f"G{i}.txt" for i in range(args.k)] + sources
 
 
 def compose(src: str, per_graph: int, graphs: int, folder: Path, seed: int = 0) -> None:
@@ -110,10 +158,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="build each graph from --batch-size dumps of this folder (e.g. "
                     "bilstm_B1), drawn with replacement, instead of exporting a workload")
     ap.add_argument("--graphs", type=int, default=20, help="graphs to export (G0..)")
+    ap.add_argument("--split", default="train",
+                    help="the workload split the dumps are exported from (its first mini-batches)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--merge-sums", action=argparse.BooleanOptionalAction, default=None,
                     help="one type for the sums of every arity (default: on for lattices)")
     ap.add_argument("--k", type=int, default=1, help="train (and select) on the first k dumps")
+    ap.add_argument("--train-graphs", type=int, default=0, metavar="N",
+                    help="train on the first k dumps plus N distinct mini-batches exported "
+                    "from --train-split (not the test graphs); needs --workload, not --folder")
+    ap.add_argument("--train-split", default="test,dev",
+                    help="workload splits the --train-graphs come from, in order (--split "
+                    "itself: after the --graphs exported ones)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--policy", default="fsm", help="policy config group option (fsm | "
                     "ed_batch_fsm)")
@@ -128,7 +184,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="keep each seed's policy.json and eval records in <out stem>_runs/")
     ap.add_argument("--extra", nargs="*", default=[], metavar="OVERRIDE",
                     help="more experiments.train overrides (e.g. trainer.rounds=3)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.train_graphs < 0:
+        ap.error(f"--train-graphs must be >= 0, got {args.train_graphs}")
+    if args.k < 0 or (args.k == 0 and not args.train_graphs):
+        ap.error(f"--k must be >= 1 (or 0 with --train-graphs: train on those only), "
+                 f"got {args.k}")
+    if args.train_graphs and (args.folder is not None or args.compose):
+        ap.error("--train-graphs exports more training graphs from --workload, so it cannot "
+                 "be used with --folder or --compose (there, train on more dumps with --k)")
+    return args
 
 
 def workload_label(args: argparse.Namespace) -> str:
@@ -149,26 +214,32 @@ def default_out(label: str) -> Path:
     return Path(tempfile.gettempdir()) / "edbatch-dump-protocol" / f"{label}.json"
 
 
-def train_overrides(args: argparse.Namespace, folder: Path, seed: int, run: Path) -> list[str]:
-    """The ``experiments.train`` overrides of one seed."""
+def train_overrides(args: argparse.Namespace, folder: Path, seed: int, run: Path,
+                    num_types: int | None = None) -> list[str]:
+    """The ``experiments.train`` overrides of one seed (``folder``: the training dumps, the
+    first ``k + train_graphs`` of which are trained on)."""
     trainer = args.trainer or DEFAULT_TRAINER.get(args.policy, "q_learning")
+    n = args.k + args.train_graphs
     out = ["workload=dumps", f"workload.dumps.folder={folder}", f"policy={args.policy}",
-           f"trainer={trainer}", f"train_split=first:{args.k}", f"val_split=first:{args.k}",
-           "batch_size=1", f"num_train_graphs={args.k}", f"num_val_graphs={args.k}",
+           f"trainer={trainer}", f"train_split=first:{n}", f"val_split=first:{n}",
+           "batch_size=1", f"num_train_graphs={n}", f"num_val_graphs={n}",
            f"seed={seed}", "progress=false", f"run_dir={run}"]
+    if num_types is not None:
+        out.append(f"++workload.dumps.num_types={num_types}")
     if args.lookahead is not None:
         out.append(f"++trainer.lookahead={args.lookahead}")
     return out + list(args.extra)
 
 
-def table_stats(policy_path: Path, folder: Path, k: int) -> dict[str, Any]:
+def table_stats(policy_path: Path, folder: Path, k: int, num_types: int | None = None
+                ) -> dict[str, Any]:
     """States, hit rate (own decisions, no lookahead) and training time of a trained FSM,
     and the per-graph batches of its fallback alone (same lookahead): the ablation."""
     from edbatch.schedule import run_policy
     from edbatch.workloads.dumps import DumpWorkload
     from policies import FSMPolicy
 
-    wl = DumpWorkload(folder)
+    wl = DumpWorkload(folder, num_types=num_types)
     dumps = wl.load(f"rest:{k}")
     graphs = [wl.instance_graph(f"rest:{k}", i) for i in range(len(dumps))]
     policy = FSMPolicy.load(policy_path, wl.vocab)
@@ -205,7 +276,14 @@ def main(argv: list[str] | None = None) -> None:
         elif folder is None:
             folder = work / "dumps"
             merge = args.merge_sums if args.merge_sums is not None else "lattice" in args.workload
-            export(args.workload, args.graphs, args.batch_size, merge, folder)
+            export(args.workload, args.graphs, args.batch_size, merge, folder, args.split)
+        train_folder, num_types, trained_on = folder, None, None
+        if args.train_graphs:
+            from edbatch.workloads.dumps import DumpWorkload
+
+            train_folder = work / "train_dumps"
+            trained_on = export_training(args, merge, folder, train_folder)
+            num_types = max(DumpWorkload(f).num_types for f in (folder, train_folder))
         names = graph_names(folder, args.k)
         per_seed: dict[str, dict[int, float]] = defaultdict(dict)
         per_graph: list[dict[str, Any]] = []
@@ -213,12 +291,14 @@ def main(argv: list[str] | None = None) -> None:
         lb: dict[str, int] = {}
         for seed in args.seeds:
             run = work / f"seed{seed}"
-            _run(["experiments.train", *train_overrides(args, folder, seed, run)])
+            _run(["experiments.train", *train_overrides(args, train_folder, seed, run,
+                                                        num_types)])
             scheds = ["fsm", *HEURISTICS] if seed == args.seeds[0] else ["fsm"]
             _run(["experiments.evaluate", "workload=[dumps]", f"workload.dumps.folder={folder}",
                   f"split=rest:{args.k}", "limit=null", f"scheduler=[{','.join(scheds)}]",
                   f"scheduler.fsm.path={run / 'policy.json'}", "progress=false",
-                  f"hydra.run.dir={run / 'eval'}"])
+                  f"hydra.run.dir={run / 'eval'}",
+                  *([f"++workload.dumps.num_types={num_types}"] if num_types else [])])
             for r in _records(run / "eval" / "results.jsonl"):
                 graph = names[int(r["graph_id"].rsplit("/", 1)[1])]
                 per_seed[r["scheduler"]].setdefault(seed, 0.0)
@@ -227,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
                 per_graph.append({"scheduler": r["scheduler"], "seed": seed, "graph": graph,
                                   "num_batches": r["num_batches"],
                                   "lower_bound": r["lower_bound"]})
-            stats = table_stats(run / "policy.json", folder, args.k)
+            stats = table_stats(run / "policy.json", folder, args.k, num_types)
             for graph, b in stats.pop("fallback_only").items():
                 per_seed["fsm_fallback_only"][seed] = per_seed["fsm_fallback_only"].get(
                     seed, 0.0) + b
@@ -255,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
                                "policy": args.policy, "trainer": args.trainer
                                or DEFAULT_TRAINER.get(args.policy, "q_learning"),
                                "lookahead": args.lookahead, "seeds": args.seeds,
+                               "train_graphs": args.train_graphs, "trained_on": trained_on,
                                "test_graphs": n, "mean_lb": mean_lb, "rows": rows,
                                "per_seed": seed_stats, "graphs": per_graph}, indent=1))
     print(f"wrote {out}")

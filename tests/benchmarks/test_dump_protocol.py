@@ -103,3 +103,69 @@ def test_expert_protocol_rows_carry_states_hit_rate_and_the_ablation(tmp_path: P
     assert data["workload"] == "lattice_lstm" and data["trainer"] == "expert"
     assert {g["graph"] for g in data["graphs"]} == {"G1.txt", "G2.txt"}
     assert (tmp_path / "summary_runs" / "seed0" / "policy.json").is_file()
+
+
+def test_train_graphs_needs_an_exported_workload_and_a_count() -> None:
+    dp = _module()
+    for argv in (["--train-graphs", "2", "--folder", "/x/lattice/B64"],
+                 ["--train-graphs", "2", "--compose", "bilstm_B1"], ["--train-graphs", "-1"],
+                 ["--k", "0"]):
+        with pytest.raises(SystemExit):
+            dp.parse_args(argv)
+    args = dp.parse_args(["--train-graphs", "3", "--k", "2", "--trainer", "expert"])
+    over = dp.train_overrides(args, Path("/t"), 0, Path("/r"), num_types=9)
+    assert "train_split=first:5" in over and "num_train_graphs=5" in over
+    assert "val_split=first:5" in over and "++workload.dumps.num_types=9" in over
+    assert "++workload.dumps.num_types=9" not in dp.train_overrides(
+        dp.parse_args([]), Path("/t"), 0, Path("/r"))
+
+
+def test_training_graphs_are_the_first_k_dumps_then_disjoint_mini_batches(tmp_path: Path
+                                                                           ) -> None:
+    import numpy as np
+
+    from edbatch.data.dumps import load_dump_folder
+
+    dp = _module()
+    evaluation, train = tmp_path / "eval", tmp_path / "train"
+    dp.export("lattice_lstm", 3, 8, True, evaluation)
+    args = dp.parse_args(["--graphs", "3", "--batch-size", "8", "--k", "1",
+                          "--train-graphs", "3", "--train-split", "train,dev"])
+    assert dp.export_training(args, True, evaluation, train) == [
+        "G0.txt", "train[3]", "train[4]", "train[5]"]
+    got, ev = load_dump_folder(train), load_dump_folder(evaluation)
+    assert [Path(d.path).name for d in got] == ["G0.txt", "G1.txt", "G2.txt", "G3.txt"]
+    assert np.array_equal(got[0].types, ev[0].types)  # G0: the evaluation folder's own
+
+    def same(a, b) -> bool:
+        return a.num_nodes == b.num_nodes and np.array_equal(a.args, b.args)
+
+    # the extra mini-batches are none of the evaluation (test) dumps
+    assert not any(same(a, b) for a in got[1:] for b in ev)
+    # the dev split's mini-batches come after the train split's disjoint ones
+    args = dp.parse_args(["--graphs", "143", "--batch-size", "8", "--train-graphs", "2",
+                          "--train-split", "train,dev"])
+    assert dp.export_training(args, True, evaluation, tmp_path / "t2")[1:] == [
+        "train[143]", "dev[0]"]
+    args = dp.parse_args(["--batch-size", "64", "--train-graphs", "9", "--train-split", "dev"])
+    with pytest.raises(SystemExit, match="holds only 2 mini-batches"):
+        dp.export_training(args, True, evaluation, tmp_path / "t3")
+
+
+@pytest.mark.slow
+def test_train_graphs_run_trains_on_other_mini_batches_and_tests_every_dump(tmp_path: Path
+                                                                            ) -> None:
+    out = tmp_path / "summary.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--graphs", "3", "--batch-size", "8",
+                           "--split", "test", "--k", "0", "--train-graphs", "2",
+                           "--train-split", "train", "--seeds", "0", "--trainer", "expert",
+                           "--lookahead", "none", "--extra", "trainer.augment=0",
+                           "--out", str(out)], capture_output=True, text=True, timeout=900,
+                          cwd=SCRIPT.parents[1], check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["trained_on"] == ["train[0]", "train[1]"] and data["train_graphs"] == 2
+    # --k 0: every exported test-split dump is a test graph
+    assert {g["graph"] for g in data["graphs"]} == {"G0.txt", "G1.txt", "G2.txt"}
+    rows = {r["scheduler"]: r for r in data["rows"]}
+    assert rows["fsm"]["states"] > 0 and rows["fsm_fallback_only"]["seeds"] == 1
