@@ -83,6 +83,7 @@ class DynamicBatch:
         self._embeddings: dict[int, Cell] = {}
         self._generation = 0
         self.params: dict[str, Tensor] = {}  #: built-in op types' parameters (from_workload)
+        self._vocabs: dict[tuple[int, bool], Vocab] = {}  # graph() vocabularies, reused
         self._kept: dict[str, Scheduler] = {}  # run("auto"): its timings last across runs
         self._clear()
 
@@ -281,10 +282,14 @@ class DynamicBatch:
         """
         for h in outputs:
             self._check_handle(h, "run(outputs=...)")
-        ops = list(self._ops)
-        if self._rec.losses:
-            ops.append(OpType("loss_sum", "sum", None, (1,), batchable=False))
-        return assemble_graph(Vocab(ops), self._rec, [h.node_id for h in outputs])
+        key = (len(self._ops), bool(self._rec.losses))  # op types are only ever added
+        vocab = self._vocabs.get(key)
+        if vocab is None:
+            ops = list(self._ops)
+            if self._rec.losses:
+                ops.append(OpType("loss_sum", "sum", None, (1,), batchable=False))
+            vocab = self._vocabs[key] = Vocab(ops)
+        return assemble_graph(vocab, self._rec, [h.node_id for h in outputs])
 
     def run(self, scheduler: SchedulerLike = "typewise_greedy", *,
             outputs: Sequence[Handle] = (), strategy: Strategy = "planned",

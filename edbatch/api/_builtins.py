@@ -37,11 +37,6 @@ from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
 from edbatch.graph import Graph, OpType, Vocab
 
-try:  # numba (a dependency of the compiled runtime) computes node depths in one pass
-    from numba import njit
-except ImportError:  # pragma: no cover - the pure numpy/Python path of Graph.from_arrays
-    njit = None
-
 __all__ = ["BuiltinOp", "assemble_graph", "builtin_op", "register_workload", "take_graph"]
 
 #: A :class:`~edbatch.api.DynamicBatch` (typed loosely: this module is imported by it).
@@ -279,8 +274,7 @@ def assemble_graph(vocab: Vocab, rec: Recording, outputs: Sequence[int]
     """
     n = len(rec.ops)
     op_ids = np.fromiter(rec.ops, np.int32, n)  # (fromiter: ~25% faster than np.array)
-    arity = np.array([-1 if op.arity is None else op.arity for op in vocab], dtype=np.int64)
-    counts = arity[op_ids]
+    counts = vocab.shape_tables[0][op_ids]  # each op type's arity, -1: variadic
     if rec.counts:
         counts[counts < 0] = rec.counts
     flat = np.fromiter(rec.operands, np.int32, len(rec.operands))
@@ -298,8 +292,7 @@ def assemble_graph(vocab: Vocab, rec: Recording, outputs: Sequence[int]
     np.cumsum(counts, out=ptr[1:])
     heads = [head] if head is not None else []
     graph = Graph.from_arrays(vocab, op_ids, ptr, flat, attrs=attr, instance=inst,
-                              outputs=np.asarray(heads + list(outputs), dtype=np.int32),
-                              depth=None if _depth is None else _depth(ptr, flat))
+                              outputs=np.asarray(heads + list(outputs), dtype=np.int32))
     return graph, head
 
 
@@ -311,21 +304,6 @@ def _instances(marks: Sequence[tuple[int, int]], n: int) -> np.ndarray:  # type:
     starts = np.concatenate([[0], m[:, 0], [n]])
     values = np.concatenate([[0], m[:, 1]]).astype(np.int32)
     return np.repeat(values, np.diff(starts))
-
-
-def _depth_py(ptr: np.ndarray, operands: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
-    """Longest path from a source to each node (0 for a node without operands)."""
-    n = len(ptr) - 1
-    depth = np.zeros(n, dtype=np.int32)
-    for v in range(n):
-        d = 0
-        for e in range(ptr[v], ptr[v + 1]):
-            d = max(d, depth[operands[e]] + 1)
-        depth[v] = d
-    return depth
-
-
-_depth = None if njit is None else njit(cache=True, nogil=True)(_depth_py)
 
 
 def take_graph(batch: Batch, outputs: Sequence[Handle] = ()) -> tuple[Graph, int | None]:
