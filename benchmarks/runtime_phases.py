@@ -6,8 +6,13 @@ per-instance API (:mod:`benchmarks.models_api`), it times:
 
 * ``record``: the user's per-instance code calling the API (recursion, loops, op calls);
 * ``assemble``: the recording turned into a validated :class:`~edbatch.graph.Graph`;
-* ``schedule``: the scheduler (``--policy FILE``: that FSM policy's run-time path, else
-  ``--scheduler``, default the compiled ``critical_path``, the FSM's usual fallback);
+* ``schedule``: the scheduler (``--policy FILE``: that FSM policy's run-time path;
+  ``--fsm``: the ``fsm`` contender's policy of ``benchmarks/throughput.py``, loaded from
+  ``--policy-dir`` or trained there first, as that benchmark does; else ``--scheduler``,
+  default the compiled ``critical_path``, the FSM's usual fallback), with its cost per
+  decision (a batch the policy chose, forced batches not counted): on the fresh graph, and
+  once more on the same graph with its analyses (type-wise graph, heights) cached, which
+  leaves the decision loop, its frontier bookkeeping and the ``Batch`` objects;
 * ``plan``: ``plan_memory`` (``--strategy``, default ``naive`` as the ``fsm`` contender;
   no memo: the structures are new);
 * ``compile``: the executor's per-batch program (kernels, attrs, reads);
@@ -64,6 +69,11 @@ class _Laps:
 
 
 def _scheduler(args: argparse.Namespace, wl: Any) -> Any:
+    if args.fsm:
+        from benchmarks.throughput import load_or_train_policy
+
+        policy, _ = load_or_train_policy(wl.name, wl, args.policy_dir)
+        return policy.runtime_scheduler("fsm")
     if args.policy:
         from policies import FSMPolicy
 
@@ -87,7 +97,8 @@ def run_workload(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         order = list(range(len(data)))
         random.Random(args.seed).shuffle(order)
         laps: list[_Laps] = []
-        nodes = batches = 0
+        cached: list[float] = []
+        nodes = batches = decisions = 0
         for k in range(args.warmup + args.minibatches):
             picked = [data[i] for i in order[k * 64:(k + 1) * 64]]
             with torch.set_grad_enabled(train):
@@ -112,11 +123,17 @@ def run_workload(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
                     for p in params.values():
                         p.grad = None
                     t.lap("backward")
+            c0 = time.process_time()
+            scheduler(graph)  # again: the graph's analyses are cached, the decision loop is not
+            rerun = time.process_time() - c0
             if k >= args.warmup:
                 laps.append(t)
+                cached.append(rerun)
                 nodes, batches = nodes + graph.num_nodes, batches + schedule.num_batches
+                decisions += schedule.num_decisions
         row: dict[str, Any] = {"workload": name, "mode": mode, "size": args.size,
-                               "nodes": nodes / len(laps), "batches": batches / len(laps)}
+                               "nodes": nodes / len(laps), "batches": batches / len(laps),
+                               "decisions": decisions / len(laps)}
         for kind in ("cpu", "wall"):
             for p in PHASES:
                 vals = [getattr(t, kind).get(p, 0.0) for t in laps]
@@ -127,11 +144,15 @@ def run_workload(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
                 row[f"{kind}_{p}_ms"] for p in PHASES[:5]) / total
         row["cpu_us_per_node_record"] = 1e3 * row["cpu_record_ms"] / row["nodes"]
         row["cpu_us_per_node_assemble"] = 1e3 * row["cpu_assemble_ms"] / row["nodes"]
+        row["cpu_us_per_decision"] = 1e3 * row["cpu_schedule_ms"] / max(row["decisions"], 1)
+        row["cpu_us_per_decision_cached"] = (1e6 * statistics.median(cached)
+                                             / max(row["decisions"], 1))
         rows.append(row)
         print(f"{name:<14} {mode:<5} {row['nodes']:>7.0f} {row['batches']:>6.1f} " + " ".join(
             f"{row[f'cpu_{p}_ms']:>8.2f}" for p in PHASES)
             + f" {row['cpu_total_ms']:>8.1f} {100 * row['cpu_overhead_share']:>5.1f}% "
-              f"{row['cpu_us_per_node_record']:>6.2f} {row['cpu_us_per_node_assemble']:>6.2f}",
+              f"{row['cpu_us_per_node_record']:>6.2f} {row['cpu_us_per_node_assemble']:>6.2f} "
+              f"{row['cpu_us_per_decision']:>6.2f} {row['cpu_us_per_decision_cached']:>6.2f}",
             flush=True)
         if args.torch_profile:
             _torch_profile(name, wl, batch, scheduler, params, train, data, order, args)
@@ -175,6 +196,10 @@ def main() -> None:
     parser.add_argument("--scheduler", default="critical_path")
     parser.add_argument("--policy", default=None,
                         help="an FSM policy file ({workload} is replaced by the name)")
+    parser.add_argument("--fsm", action="store_true",
+                        help="schedule with throughput.py's fsm policy (trained if absent)")
+    parser.add_argument("--policy-dir", default="results/throughput_policies",
+                        help="where --fsm finds (or saves) <workload>_expert.json")
     parser.add_argument("--strategy", default="naive",
                         choices=["naive", "aligned", "planned"])
     parser.add_argument("--torch-profile", action="store_true")
@@ -182,10 +207,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     info = machine_info()
-    print(f"machine: {info}; CPU ms per mini-batch (median), us per node for record/assemble")
+    print(f"machine: {info}; CPU ms per mini-batch (median), us per node for record/assemble,"
+          f" us per scheduling decision (fresh graph, and again with its analyses cached)")
     header = (f"{'workload':<14} {'mode':<5} {'nodes':>7} {'b/mb':>6} "
               + " ".join(f"{p:>8}" for p in PHASES)
-              + f" {'total':>8} {'ovh%':>6} {'rec/n':>6} {'asm/n':>6}")
+              + f" {'total':>8} {'ovh%':>6} {'rec/n':>6} {'asm/n':>6} {'us/dec':>6} {'cached':>6}")
     print(header + "\n" + "-" * len(header))
     rows = [r for name in args.workloads for r in run_workload(name, args)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
