@@ -6,8 +6,15 @@ per-instance API (:mod:`benchmarks.models_api`), it times:
 
 * ``record``: the user's per-instance code calling the API (recursion, loops, op calls);
 * ``assemble``: the recording turned into a validated :class:`~edbatch.graph.Graph`;
-* ``schedule``: the scheduler (``--policy FILE``: that FSM policy's run-time path, else
-  ``--scheduler``, default the compiled ``critical_path``, the FSM's usual fallback);
+* ``schedule``: the scheduler (``--policy FILE``: that FSM policy's run-time path;
+  ``--fsm``: the ``fsm`` contender's policy of ``benchmarks/throughput.py``, loaded from
+  ``--policy-dir`` or trained there first, as that benchmark does; else ``--scheduler``,
+  default the compiled ``critical_path``, the FSM's usual fallback), with its cost per
+  decision (a batch the policy chose, forced batches not counted): on the fresh graph, and
+  once more on the same graph with its analyses (type-wise graph, heights) cached, which
+  leaves the decision loop, its frontier bookkeeping and the ``Batch`` objects; for a
+  compiled FSM also the decision alone (key, hash, table search, fallback) in a compiled
+  loop on the last mini-batch's first frontier;
 * ``plan``: ``plan_memory`` (``--strategy``, default ``naive`` as the ``fsm`` contender;
   no memo: the structures are new);
 * ``compile``: the executor's per-batch program (kernels, attrs, reads);
@@ -64,12 +71,71 @@ class _Laps:
 
 
 def _scheduler(args: argparse.Namespace, wl: Any) -> Any:
+    if args.fsm:
+        from benchmarks.throughput import load_or_train_policy
+
+        policy, _ = load_or_train_policy(wl.name, wl, args.policy_dir)
+        return policy.runtime_scheduler("fsm")
     if args.policy:
         from policies import FSMPolicy
 
         path = Path(args.policy.replace("{workload}", wl.name))
         return FSMPolicy.load(path, wl.vocab).runtime_scheduler("fsm")
     return make_scheduler(args.scheduler)
+
+
+_DECIDE_LOOP: Any = None
+
+
+def decision_alone_us(graph: Any, scheduler: Any, reps: int = 100_000) -> float | None:
+    """CPU us per FSM decision alone (state key, hash, table search, fallback when missed)
+    on ``graph``'s first frontier, in a compiled loop of ``reps`` decisions (its compile
+    not timed); ``None`` unless ``scheduler`` is a compiled FSM (``CompiledFsmScheduler``)."""
+    global _DECIDE_LOOP
+    import numpy as np
+    from numba import njit
+
+    from edbatch.schedule import _compiled as core
+    from edbatch.schedule.compiled import (
+        COMPILED_ENCODINGS,
+        COMPILED_RULES,
+        CompiledFsmScheduler,
+        _arrays,
+        heights,
+        typewise,
+    )
+
+    if not isinstance(scheduler, CompiledFsmScheduler):
+        return None
+    if _DECIDE_LOOP is None:
+        @njit
+        def loop(reps, rule, enc, th, ta, key, k, rlen, tw, maxh, rem, remd, b, mean, cplx):  # type: ignore[no-untyped-def]
+            acc = 0
+            for _ in range(reps):
+                a, hit = core._decide(rule, enc, th, ta, key, k, rlen, tw, maxh, rem, remd, b,
+                                      mean, cplx)
+                acc += a + hit
+            return acc
+        _DECIDE_LOOP = loop
+    policy, table = scheduler.policy, scheduler.table()
+    arr = _arrays(graph)
+    k = len(arr.batchable)
+    src = np.flatnonzero(graph.arity == 0)
+    rlen = np.bincount(arr.op[src], minlength=k) * arr.batchable
+    h = heights(graph)
+    maxh = np.full(k, -1, np.int64)
+    np.maximum.at(maxh, arr.op[src], h[src])
+    tw = np.bincount(arr.op[typewise(graph)[0] == 0], minlength=k) * arr.batchable
+    args = (COMPILED_RULES[policy.fallback_name][0], COMPILED_ENCODINGS[policy.encoding][0],
+            table.hashes, table.actions, np.empty(16 * k + 16, np.int64), k,
+            rlen.astype(np.int64), tw.astype(np.int64), maxh,
+            np.bincount(arr.op, minlength=k).astype(np.int64),
+            np.bincount(arr.op, weights=arr.depth, minlength=k).astype(np.float64),
+            arr.batchable, arr.mean, arr.cplx)
+    _DECIDE_LOOP(10, *args)
+    c0 = time.process_time()
+    _DECIDE_LOOP(reps, *args)
+    return 1e6 * (time.process_time() - c0) / reps
 
 
 def run_workload(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -87,7 +153,8 @@ def run_workload(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         order = list(range(len(data)))
         random.Random(args.seed).shuffle(order)
         laps: list[_Laps] = []
-        nodes = batches = 0
+        cached: list[float] = []
+        nodes = batches = decisions = 0
         for k in range(args.warmup + args.minibatches):
             picked = [data[i] for i in order[k * 64:(k + 1) * 64]]
             with torch.set_grad_enabled(train):
@@ -112,11 +179,17 @@ def run_workload(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
                     for p in params.values():
                         p.grad = None
                     t.lap("backward")
+            c0 = time.process_time()
+            scheduler(graph)  # again: the graph's analyses are cached, the decision loop is not
+            rerun = time.process_time() - c0
             if k >= args.warmup:
                 laps.append(t)
+                cached.append(rerun)
                 nodes, batches = nodes + graph.num_nodes, batches + schedule.num_batches
+                decisions += schedule.num_decisions
         row: dict[str, Any] = {"workload": name, "mode": mode, "size": args.size,
-                               "nodes": nodes / len(laps), "batches": batches / len(laps)}
+                               "nodes": nodes / len(laps), "batches": batches / len(laps),
+                               "decisions": decisions / len(laps)}
         for kind in ("cpu", "wall"):
             for p in PHASES:
                 vals = [getattr(t, kind).get(p, 0.0) for t in laps]
@@ -127,11 +200,18 @@ def run_workload(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
                 row[f"{kind}_{p}_ms"] for p in PHASES[:5]) / total
         row["cpu_us_per_node_record"] = 1e3 * row["cpu_record_ms"] / row["nodes"]
         row["cpu_us_per_node_assemble"] = 1e3 * row["cpu_assemble_ms"] / row["nodes"]
+        row["cpu_us_per_decision"] = 1e3 * row["cpu_schedule_ms"] / max(row["decisions"], 1)
+        row["cpu_us_per_decision_cached"] = (1e6 * statistics.median(cached)
+                                             / max(row["decisions"], 1))
+        row["cpu_us_per_decision_alone"] = decision_alone_us(graph, scheduler)
         rows.append(row)
         print(f"{name:<14} {mode:<5} {row['nodes']:>7.0f} {row['batches']:>6.1f} " + " ".join(
             f"{row[f'cpu_{p}_ms']:>8.2f}" for p in PHASES)
             + f" {row['cpu_total_ms']:>8.1f} {100 * row['cpu_overhead_share']:>5.1f}% "
-              f"{row['cpu_us_per_node_record']:>6.2f} {row['cpu_us_per_node_assemble']:>6.2f}",
+              f"{row['cpu_us_per_node_record']:>6.2f} {row['cpu_us_per_node_assemble']:>6.2f} "
+              f"{row['cpu_us_per_decision']:>6.2f} {row['cpu_us_per_decision_cached']:>6.2f} "
+              + ("" if row["cpu_us_per_decision_alone"] is None
+                 else f"{row['cpu_us_per_decision_alone']:>6.2f}"),
             flush=True)
         if args.torch_profile:
             _torch_profile(name, wl, batch, scheduler, params, train, data, order, args)
@@ -175,6 +255,10 @@ def main() -> None:
     parser.add_argument("--scheduler", default="critical_path")
     parser.add_argument("--policy", default=None,
                         help="an FSM policy file ({workload} is replaced by the name)")
+    parser.add_argument("--fsm", action="store_true",
+                        help="schedule with throughput.py's fsm policy (trained if absent)")
+    parser.add_argument("--policy-dir", default="results/throughput_policies",
+                        help="where --fsm finds (or saves) <workload>_expert.json")
     parser.add_argument("--strategy", default="naive",
                         choices=["naive", "aligned", "planned"])
     parser.add_argument("--torch-profile", action="store_true")
@@ -182,10 +266,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     info = machine_info()
-    print(f"machine: {info}; CPU ms per mini-batch (median), us per node for record/assemble")
+    print(f"machine: {info}; CPU ms per mini-batch (median), us per node for record/assemble,"
+          f" us per scheduling decision (fresh graph, again with its analyses cached, and a"
+          f" compiled FSM's decision alone)")
     header = (f"{'workload':<14} {'mode':<5} {'nodes':>7} {'b/mb':>6} "
               + " ".join(f"{p:>8}" for p in PHASES)
-              + f" {'total':>8} {'ovh%':>6} {'rec/n':>6} {'asm/n':>6}")
+              + f" {'total':>8} {'ovh%':>6} {'rec/n':>6} {'asm/n':>6} {'us/dec':>6}"
+              + f" {'cached':>6} {'alone':>6}")
     print(header + "\n" + "-" * len(header))
     rows = [r for name in args.workloads for r in run_workload(name, args)]
     args.out.parent.mkdir(parents=True, exist_ok=True)

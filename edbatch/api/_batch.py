@@ -6,8 +6,7 @@ See :mod:`edbatch.api` for the overview and an example.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +33,27 @@ from edbatch.memory import Strategy, plan_memory
 from edbatch.schedule import Scheduler
 
 __all__ = ["DynamicBatch"]
+
+
+class _Instance:
+    """``with batch.instance():`` (a plain class: a generator context manager costs about
+    four times as much per instance)."""
+
+    __slots__ = ("batch", "previous", "rec")
+
+    def __init__(self, batch: DynamicBatch) -> None:
+        self.batch = batch
+
+    def __enter__(self) -> int:
+        batch = self.batch
+        self.previous, self.rec = batch._instance, batch._rec
+        return batch.next_instance()
+
+    def __exit__(self, *exc: object) -> None:
+        batch, rec = self.batch, self.rec
+        if batch._rec is rec:  # (a run() inside the block started a new recording)
+            batch._instance = self.previous
+            rec.marks.append((len(rec.ops), self.previous))
 
 
 class DynamicBatch:
@@ -63,6 +83,7 @@ class DynamicBatch:
         self._embeddings: dict[int, Cell] = {}
         self._generation = 0
         self.params: dict[str, Tensor] = {}  #: built-in op types' parameters (from_workload)
+        self._vocabs: dict[tuple[int, bool], Vocab] = {}  # graph() vocabularies, reused
         self._kept: dict[str, Scheduler] = {}  # run("auto"): its timings last across runs
         self._clear()
 
@@ -166,16 +187,10 @@ class DynamicBatch:
                 module.train(training)
 
     # ------------------------------------------------------------------ recording
-    @contextmanager
-    def instance(self) -> Iterator[int]:
-        """Nodes created inside belong to a new data instance; yields its id."""
-        previous, rec = self._instance, self._rec
-        try:
-            yield self.next_instance()
-        finally:
-            if self._rec is rec:  # (a run() inside the block started a new recording)
-                self._instance = previous
-                rec.marks.append((len(rec.ops), previous))
+    def instance(self) -> _Instance:
+        """Nodes created inside ``with batch.instance() as i:`` belong to a new data
+        instance, of id ``i``."""
+        return _Instance(self)
 
     def next_instance(self) -> int:
         """Start a new data instance (no context manager); return its id."""
@@ -267,10 +282,14 @@ class DynamicBatch:
         """
         for h in outputs:
             self._check_handle(h, "run(outputs=...)")
-        ops = list(self._ops)
-        if self._rec.losses:
-            ops.append(OpType("loss_sum", "sum", None, (1,), batchable=False))
-        return assemble_graph(Vocab(ops), self._rec, [h.node_id for h in outputs])
+        key = (len(self._ops), bool(self._rec.losses))  # op types are only ever added
+        vocab = self._vocabs.get(key)
+        if vocab is None:
+            ops = list(self._ops)
+            if self._rec.losses:
+                ops.append(OpType("loss_sum", "sum", None, (1,), batchable=False))
+            vocab = self._vocabs[key] = Vocab(ops)
+        return assemble_graph(vocab, self._rec, [h.node_id for h in outputs])
 
     def run(self, scheduler: SchedulerLike = "typewise_greedy", *,
             outputs: Sequence[Handle] = (), strategy: Strategy = "planned",

@@ -31,6 +31,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
+from edbatch.graph._validate import (
+    compute_depth,
+    shape_tables,
+    validate_arrays,
+    validated_depth,
+)
 
 __all__ = ["COMPLEX_KINDS", "Graph", "Node", "OpType", "Shape", "Vocab"]
 
@@ -78,7 +84,7 @@ class Vocab(Sequence[OpType]):
     is identical for every graph it emits.
     """
 
-    __slots__ = ("_ops", "_index", "_batchable", "signature")
+    __slots__ = ("_ops", "_index", "_batchable", "_tables", "signature")
 
     def __init__(self, ops: Iterable[OpType]) -> None:
         self._ops: tuple[OpType, ...] = tuple(ops)
@@ -94,6 +100,7 @@ class Vocab(Sequence[OpType]):
         self._batchable.setflags(write=False)
         #: Bytes identifying every op type in full (hashed into Graph.structure_key).
         self.signature: bytes = repr(self._ops).encode()
+        self._tables: tuple[NDArray, NDArray, NDArray] | None = None  # type: ignore[type-arg]
 
     def __len__(self) -> int:
         return len(self._ops)
@@ -132,6 +139,16 @@ class Vocab(Sequence[OpType]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._index
+
+    @property
+    def shape_tables(self) -> tuple[NDArray, NDArray, NDArray]:  # type: ignore[type-arg]
+        """``(arity, out_shape id, in_shape ids)`` per op type, computed once (see
+        :func:`edbatch.graph._validate.shape_tables`); read-only."""
+        if self._tables is None:
+            self._tables = shape_tables(self)
+            for a in self._tables:
+                a.setflags(write=False)
+        return self._tables
 
     @property
     def batchable(self) -> NDArray[np.bool_]:
@@ -214,9 +231,11 @@ class Graph:
         instance = _frozen(np.zeros(n) if instance is None else instance, np.int32)
         outputs = _frozen(np.zeros(0) if outputs is None else np.asarray(outputs), np.int32)
         if validate:
-            _validate_arrays(vocab, op_ids, operand_ptr, operand_ids, attrs, instance, outputs)
-        if depth is None:
-            depth = _compute_depth(operand_ptr, operand_ids)
+            checked = validated_depth(vocab, op_ids, operand_ptr, operand_ids, attrs,
+                                      instance, outputs)
+            depth = checked if depth is None else depth
+        elif depth is None:
+            depth = compute_depth(operand_ptr, operand_ids)
         return cls(vocab, op_ids, operand_ptr, operand_ids, attrs, instance, outputs,
                    _frozen(depth, np.int32))
 
@@ -311,7 +330,7 @@ class Graph:
     # ------------------------------------------------------------------ checks and dumps
     def validate(self) -> None:
         """Check every invariant; raise :class:`GraphError` naming the node and the fix."""
-        _validate_arrays(self.vocab, self.op_ids, self.operand_ptr, self.operand_ids,
+        validate_arrays(self.vocab, self.op_ids, self.operand_ptr, self.operand_ids,
                          self.attrs, self.instance, self.outputs)
 
     def __str__(self) -> str:
@@ -327,85 +346,3 @@ class Graph:
     def __repr__(self) -> str:
         return (f"Graph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
                 f"vocab={len(self.vocab)} ops, instances={self.num_instances})")
-
-
-def _compute_depth(operand_ptr: NDArray[np.int64], operand_ids: NDArray[np.int32]) -> NDArray:  # type: ignore[type-arg]
-    n = len(operand_ptr) - 1
-    depth = [0] * n
-    ptr = operand_ptr.tolist()
-    ids = operand_ids.tolist()
-    for v in range(n):
-        a, b = ptr[v], ptr[v + 1]
-        if a != b:
-            depth[v] = max([depth[u] for u in ids[a:b]]) + 1
-    return np.asarray(depth, dtype=np.int32)
-
-
-def _validate_arrays(vocab: Vocab, op_ids: NDArray, operand_ptr: NDArray,  # type: ignore[type-arg]
-                     operand_ids: NDArray, attrs: NDArray, instance: NDArray,  # type: ignore[type-arg]
-                     outputs: NDArray) -> None:  # type: ignore[type-arg]
-    n, k = len(op_ids), len(vocab)
-    if len(operand_ptr) != n + 1 or (n >= 0 and len(operand_ptr) and operand_ptr[0] != 0):
-        raise GraphError(f"operand_ptr must have N+1 = {n + 1} entries starting at 0, "
-                         f"got {len(operand_ptr)}; build graphs with GraphBuilder")
-    if np.any(np.diff(operand_ptr) < 0) or operand_ptr[-1] != len(operand_ids):
-        raise GraphError("operand_ptr must be non-decreasing and end at len(operand_ids)")
-    if len(attrs) != n or len(instance) != n:
-        raise GraphError(f"attrs and instance must have one entry per node ({n})")
-    bad = np.flatnonzero((op_ids < 0) | (op_ids >= k))
-    if len(bad):
-        v = int(bad[0])
-        raise GraphError(f"node %{v} has unknown op id {int(op_ids[v])}; the vocabulary has "
-                         f"{k} op types (ids 0..{k - 1}). Add the op type to the vocabulary")
-    consumer = np.repeat(np.arange(n, dtype=np.int64), np.diff(operand_ptr))
-    bad = np.flatnonzero((operand_ids < 0) | (operand_ids >= consumer))
-    if len(bad):
-        e = int(bad[0])
-        v, u = int(consumer[e]), int(operand_ids[e])
-        what = "itself (a cycle)" if u == v else (
-            f"%{u}, which does not exist yet" if u >= 0 else f"invalid id {u}")
-        raise GraphError(
-            f"node %{v} ({vocab[int(op_ids[v])].name}) refers to {what}: nodes may only use "
-            f"earlier nodes (topological order). Create the operand before its user; a graph "
-            f"that needs a later node contains a cycle")
-    _check_arity_and_shapes(vocab, op_ids, operand_ptr, operand_ids, consumer)
-    bad = np.flatnonzero((outputs < 0) | (outputs >= n))
-    if len(bad):
-        raise GraphError(f"output {int(outputs[bad[0]])} is not a node id (graph has {n} nodes)")
-
-
-def _check_arity_and_shapes(vocab: Vocab, op_ids: NDArray, operand_ptr: NDArray,  # type: ignore[type-arg]
-                            operand_ids: NDArray, consumer: NDArray) -> None:  # type: ignore[type-arg]
-    arity_of = np.array([-1 if op.arity is None else op.arity for op in vocab], dtype=np.int64)
-    arity = np.diff(operand_ptr)
-    want = arity_of[op_ids] if len(op_ids) else np.zeros(0, np.int64)
-    bad = np.flatnonzero((want >= 0) & (want != arity))
-    if len(bad):
-        v = int(bad[0])
-        op = vocab[int(op_ids[v])]
-        raise GraphError(f"node %{v} ({op.name}) has {int(arity[v])} operands; op type "
-                         f"{op.name!r} takes exactly {op.arity}. Pass {op.arity} operands")
-    # Shapes: compare the producer's out_shape with the consumer slot's in_shape, per edge.
-    shape_ids: dict[Shape, int] = {}
-    out_sid = np.array([shape_ids.setdefault(op.out_shape, len(shape_ids)) for op in vocab])
-    max_arity = max([op.arity or 0 for op in vocab], default=0)
-    in_sid = np.full((len(vocab), max(max_arity, 1)), -1, dtype=np.int64)
-    for i, op in enumerate(vocab):
-        for s, shape in enumerate(op.in_shapes or ()):
-            in_sid[i, s] = shape_ids.setdefault(shape, len(shape_ids))
-    if not len(operand_ids):
-        return
-    slot = np.arange(len(operand_ids)) - np.repeat(operand_ptr[:-1], arity)
-    cop = op_ids[consumer]
-    checked = arity_of[cop] >= 0
-    want_sid = np.where(checked, in_sid[cop, np.minimum(slot, in_sid.shape[1] - 1)], -1)
-    got_sid = out_sid[op_ids[operand_ids]]
-    bad = np.flatnonzero(checked & (want_sid != got_sid))
-    if len(bad):
-        e = int(bad[0])
-        v, u, s = int(consumer[e]), int(operand_ids[e]), int(slot[e])
-        op, prod = vocab[int(op_ids[v])], vocab[int(op_ids[u])]
-        raise GraphError(
-            f"shape mismatch at node %{v} ({op.name}) operand {s}: %{u} ({prod.name}) produces "
-            f"shape {prod.out_shape}, but {op.name!r} expects {op.in_shapes[s]} in slot {s}. "  # type: ignore[index]
-            f"Fix the operand order or the op types' shapes")

@@ -220,10 +220,31 @@ class _Layout:
         self.node_row[cons] = np.repeat(self.start, sizes) + _ranks(sizes)
         self.node_arena = np.empty(graph.num_nodes, dtype=np.int32)
         self.node_arena[cons] = np.repeat(arena, sizes)
-        self._classify(cons, np.repeat(np.arange(len(orders)), sizes))
+        self._classify(cons, sizes)
 
-    def _classify(self, cons: NDArray[np.int64], batch: NDArray[np.int64]) -> None:
-        """Group operand reads by (batch, slot) and test each group for consecutive rows."""
+    def _classify(self, cons: NDArray[np.int64], sizes: NDArray[np.int64]) -> None:
+        """Group operand reads by (batch, slot) and test each group for consecutive rows:
+        compiled (:mod:`edbatch.memory._classify_compiled`) unless ``$EDBATCH_BACKEND`` is
+        ``python``, which runs the numpy oracle :meth:`_classify_numpy`."""
+        from edbatch.schedule.compiled import resolve_backend
+
+        if resolve_backend() != "compiled":
+            self._classify_numpy(cons, np.repeat(np.arange(len(self.orders)), sizes))
+            return
+        from edbatch.memory._classify_compiled import classify_compiled
+
+        g = self.graph
+        bptr = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bptr[1:])
+        variadic = np.array([op.arity is None for op in g.vocab], dtype=np.bool_)
+        forced = np.array([b.forced for b in self.schedule.batches], dtype=np.bool_)
+        (self.read_start, self.read_batch, self.read_view, self.read_rows, self.read_arena,
+         views) = classify_compiled(cons, bptr, g.operand_ptr, g.operand_ids, g.op_ids,
+                                    variadic, self.node_row, self.node_arena, forced)
+        self.num_views = int(views)
+
+    def _classify_numpy(self, cons: NDArray[np.int64], batch: NDArray[np.int64]) -> None:
+        """:meth:`_classify`, vectorised numpy (the oracle of the compiled version)."""
         g = self.graph
         arity = g.arity[cons]
         edge = np.repeat(g.operand_ptr[cons], arity) + _ranks(arity)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from edbatch.api import DynamicBatch, Handle, take_graph
+from edbatch.api import BuiltinOp, DynamicBatch, Handle, take_graph
 from edbatch.errors import GraphError
 from edbatch.executor import init_params
 from edbatch.workloads import make_workload
@@ -73,6 +73,15 @@ def test_stale_and_foreign_handles_are_rejected(tree_batch: DynamicBatch) -> Non
     with pytest.raises(GraphError, match="not one number"):
         tree_batch.add_loss(leaf(attr=1))
     tree_batch.discard()
+
+
+def test_builtin_ops_are_builtin_op_callables(tree_batch: DynamicBatch) -> None:
+    """``batch.op`` returns plain functions (no kwargs dict per ``attr=`` call) that still
+    satisfy the public ``BuiltinOp`` protocol."""
+    for f, name in zip(_ops(tree_batch), ("leaf", "internal", "loss"), strict=True):
+        assert isinstance(f, BuiltinOp) and f.batch is tree_batch
+        assert f.op.name == f.__name__ == f"tree_lstm.{name}"
+    assert not isinstance(len, BuiltinOp)
 
 
 def test_handles_are_single_nodes(tree_batch: DynamicBatch) -> None:
