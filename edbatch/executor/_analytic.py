@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from edbatch.executor.kernels import ParamGrads
+from edbatch.executor.param_grads import ParamGrads
 
 if TYPE_CHECKING:
     from edbatch.executor._program import Program

@@ -58,7 +58,6 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -69,6 +68,7 @@ from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
 from edbatch.executor._hoist import hoist_kinds, hoist_program, unhoisted
 from edbatch.executor._program import Program, Step, compile_program
+from edbatch.executor._result import RunResult
 from edbatch.executor._timer import Timer
 from edbatch.executor._train import BatchedRun, run_training
 from edbatch.executor.device import check_device, check_dtype
@@ -79,28 +79,6 @@ from edbatch.memory.planner import Strategy, plan_memory
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["RunResult", "TorchExecutor", "execute"]
-
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What one batched run produced.
-
-    Attributes:
-        outputs: graph output node id -> value ``[1, d]`` (detached from the arenas).
-        loss: the graph's single output as a scalar when it has exactly one output of one
-            value, else ``None``.
-        num_kernel_calls: kernel launches (one per batch).
-        stats: ``exec/`` metrics: zero-copy reads, gathers, gathered rows, compile time,
-            whether a captured CUDA graph was replayed and the seconds spent capturing.
-        seconds: wall time of the run (compilation excluded; CUDA synchronised).
-    """
-
-    outputs: dict[int, Tensor]
-    loss: Tensor | None
-    num_kernel_calls: int
-    stats: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
 
 
 class TorchExecutor:
