@@ -156,10 +156,18 @@ def fast_tanh(x: Tensor) -> Tensor:
     """
     if x.device.type != "cpu" or x.numel() < FAST_TANH_MIN:
         return torch.tanh(x)
-    y = torch.sigmoid(x * 2.0)
+    # ``x + x`` is exactly ``2 * x``, and a 0-dim ``1`` of the block's dtype is subtracted:
+    # an op with a Python float first converts it to a tensor (about 10 us of dispatch)
+    y = torch.sigmoid(x + x)
+    one = _ONES.get(y.dtype)
+    if one is None:
+        one = _ONES[y.dtype] = torch.ones((), dtype=y.dtype)
     if y.requires_grad:
-        return y * 2.0 - 1.0
-    return y.mul_(2.0).sub_(1.0)
+        return (y + y) - one
+    return y.add_(y).sub_(one)
+
+
+_ONES: dict[torch.dtype, Tensor] = {}  # 0-dim CPU ones per dtype, for fast_tanh
 
 
 def untracked(*tensors: Tensor) -> bool:
