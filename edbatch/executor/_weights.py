@@ -7,7 +7,9 @@ project's VM: ``[25, 450] x [450, 600]`` 244 -> 215 us, ``[37, 450] x [450, 600]
 749 -> 717 us), so the cell kernels multiply by ``W^T`` made contiguous once per weight and
 run (:data:`TRANSPOSED`) when autograd does not record the weight, and by a fresh
 ``W.t().contiguous()`` when it does: both paths use the same operand layout, so the same
-GEMM and the same floats (the in-place and autograd paths stay bit-identical).
+GEMM and the same floats (the in-place and autograd paths stay bit-identical). On other
+devices it multiplies by the strided ``W^T`` as ``F.linear`` does (a cached copy read by a
+captured CUDA graph would not follow later in-place weight updates).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def linear_t(x: Tensor, weight: Tensor, bias: Tensor, out: Tensor | None = None)
     """``x W^T + b`` (as ``F.linear``) with a contiguous ``W^T``: the cached one when autograd
     does not record ``weight`` (no grad mode, or it needs no gradient), else a differentiable
     copy made here."""
+    if weight.device.type != "cpu":  # a CPU measurement; a cached copy would also go
+        return torch.addmm(bias, x, weight.t(), out=out)  # stale in a captured CUDA graph
     if torch.is_grad_enabled() and weight.requires_grad:
         return torch.addmm(bias, x, weight.t().contiguous(), out=out)
     return torch.addmm(bias, x, TRANSPOSED(weight), out=out)
