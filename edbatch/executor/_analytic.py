@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from edbatch.executor.kernels import ParamGrads
+from edbatch.executor.param_grads import ParamGrads
 
 if TYPE_CHECKING:
     from edbatch.executor._program import Program
@@ -69,7 +69,7 @@ class AnalyticRun(torch.autograd.Function):
         steps = program.steps
         for i in range(len(steps) - 1, -1, -1):
             step = steps[i]
-            out = bufs[step.out_arena][step.out_start:step.out_start + step.size]
+            out = bufs[step.out_arena].narrow(0, step.out_start, step.size)
             if step.stacked:
                 (read,) = step.reads  # all operand rows of the variadic sum, merged
                 read.route(out.clone().expand(len(read), out.shape[1]),  # type: ignore[arg-type]

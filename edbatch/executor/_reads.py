@@ -161,22 +161,25 @@ class SliceRead:
     """Rows ``lo:hi`` of tensor ``b`` (an arena, or a batch's output in training; zero-copy);
     backward adds into that slice."""
 
-    __slots__ = ("b", "hi", "lo")
+    __slots__ = ("b", "hi", "lo", "n")
     gather = False
 
     def __init__(self, b: int, lo: int, hi: int) -> None:
-        self.b, self.lo, self.hi = b, lo, hi
+        self.b, self.lo, self.hi, self.n = b, lo, hi, hi - lo
 
     def __len__(self) -> int:
-        return self.hi - self.lo
+        return self.n
 
     def __call__(self, outs: Sequence[Tensor]) -> Tensor:
-        return outs[self.b][self.lo:self.hi]
+        return outs[self.b].narrow(0, self.lo, self.n)  # cheaper to dispatch than [lo:hi]
 
     def route(self, grad: Tensor, bufs: Sequence[Tensor]) -> None:
         """Add the read's gradient into its producer's gradient buffer (a narrower gradient
         covers the leading columns)."""
-        bufs[self.b][self.lo:self.hi, :grad.shape[1]] += grad
+        dst = bufs[self.b].narrow(0, self.lo, self.n)
+        if grad.shape[1] != dst.shape[1]:
+            dst = dst.narrow(1, 0, grad.shape[1])
+        dst.add_(grad)
 
 
 class CatRead:

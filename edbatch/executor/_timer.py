@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Timer"]
+__all__ = ["Timer", "timed"]
 
 
 class Timer:
@@ -49,3 +49,16 @@ class Timer:
         self.sync()
         self.kernel_s += time.perf_counter() - t0
         return result
+
+
+def timed(device: torch.device, fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``fn()`` and its seconds (on CUDA: between two events on the stream)."""
+    if device.type != "cuda":
+        start = time.perf_counter()
+        return fn(), time.perf_counter() - start
+    begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    begin.record()
+    result = fn()
+    end.record()
+    end.synchronize()
+    return result, begin.elapsed_time(end) / 1e3

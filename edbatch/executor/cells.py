@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor._weights import linear_t
 from edbatch.executor.kernels import (
     ParamGrads,
     fast_tanh,
@@ -30,14 +31,15 @@ from edbatch.executor.kernels import (
 )
 from edbatch.graph import OpType
 
-__all__ = ["gru_step", "lstm_step", "lstm_step_backward", "split_state", "state_loss",
-           "zero_state"]
+__all__ = ["SIGMOID_GRAD", "TANH_GRAD", "TANH_GRAD_INTO", "gru_step", "lstm_step",
+           "lstm_step_backward", "lstm_step_xh", "split_state", "state_loss", "zero_state"]
 
 
 def split_state(state: Tensor) -> tuple[Tensor, Tensor]:
     """``(h, c)`` halves of LSTM states ``[B, 2H]``."""
     hidden = state.shape[1] // 2
-    return state[:, :hidden], state[:, hidden:]
+    h, c = state.split_with_sizes((hidden, state.shape[1] - hidden), 1)
+    return h, c
 
 
 def lstm_step(x: Tensor, h: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
@@ -45,33 +47,48 @@ def lstm_step(x: Tensor, h: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
     """One fused LSTM step; return the new states ``[h'; c']`` as ``[B, 2H]`` (into ``out``).
 
     ``[i f o u] = W [x; h] + b``; ``i, f, o = sigmoid(.)``, ``u = tanh(.)``;
-    ``c' = f*c + i*u``; ``h' = o*tanh(c')`` (the order of
+    ``c' = f*c + i*u`` (one ``addcmul``); ``h' = o*tanh(c')`` (the order of
     :func:`~edbatch.workloads.primitives.emit_lstm`). With ``save``, appends what
     :func:`lstm_step_backward` reads.
     """
-    hidden = h.shape[1]
-    xh = torch.cat([x, h], dim=1)
-    g = F.linear(xh, weight, bias)
+    return lstm_step_xh(torch.cat([x, h], dim=1), c, weight, bias, out, save)
+
+
+def lstm_step_xh(xh: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
+                 out: Tensor | None = None, save: list[Tensor] | None = None) -> Tensor:
+    """:func:`lstm_step` from the concatenated input ``[x; h]`` (a caller that assembles
+    its input from several operands builds it with one ``cat``)."""
+    hidden = c.shape[1]
+    g = linear_t(xh, weight, bias)
     if untracked(xh, c, weight, bias):  # the same arithmetic in place, into ``out``
-        gates = g[:, :3 * hidden].sigmoid_()
-        u = fast_tanh(g[:, 3 * hidden:])
+        gates, g_u = g.split_with_sizes((3 * hidden, hidden), 1)
+        i, f, o = gates.sigmoid_().split_with_sizes((hidden, hidden, hidden), 1)
+        u = fast_tanh(g_u)
         if out is None:
-            out = torch.empty(h.shape[0], 2 * hidden, dtype=g.dtype, device=g.device)
-        c2 = torch.mul(gates[:, hidden:2 * hidden], c, out=out[:, hidden:])
-        c2.add_(gates[:, :hidden] * u)  # not addcmul_: it fuses (FMA), other floats
+            out = torch.empty(g.shape[0], 2 * hidden, dtype=g.dtype, device=g.device)
+        h_out, c_out = out.split_with_sizes((hidden, hidden), 1)
+        c2 = torch.mul(f, c, out=c_out).addcmul_(i, u)
         t = fast_tanh(c2)
-        torch.mul(gates[:, 2 * hidden:], t, out=out[:, :hidden])
+        torch.mul(o, t, out=h_out)
         if save is not None:
             save += [xh, gates, u, c, t]
         return out
     gates = torch.sigmoid(g[:, :3 * hidden])
-    i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:]
+    i, f, o = gates.split_with_sizes((hidden, hidden, hidden), 1)
     u = fast_tanh(g[:, 3 * hidden:])
-    c2 = f * c + i * u
+    c2 = torch.addcmul(f * c, i, u)
     t = fast_tanh(c2)
     if save is not None:
         save += [xh, gates, u, c, t]
     return torch.cat([o * t, c2], dim=1, out=out)
+
+
+#: Fused derivative kernels of the backwards: ``grad * y * (1 - y)`` and
+#: ``grad * (1 - y * y)`` from the activation's output ``y``, in one launch each (the
+#: ``grad_input`` overloads write into a given tensor, which may be ``grad`` itself).
+SIGMOID_GRAD = torch.ops.aten.sigmoid_backward.grad_input
+TANH_GRAD = torch.ops.aten.tanh_backward.default
+TANH_GRAD_INTO = torch.ops.aten.tanh_backward.grad_input
 
 
 def lstm_step_backward(saved: Sequence[Tensor], grad: Tensor, weight: Tensor
@@ -82,19 +99,22 @@ def lstm_step_backward(saved: Sequence[Tensor], grad: Tensor, weight: Tensor
     """
     xh, gates, u, c, t = saved
     batch, hidden = u.shape
-    i, f, o = gates[:, :hidden], gates[:, hidden:2 * hidden], gates[:, 2 * hidden:]
-    dh = grad[:, :hidden]
-    dc2 = torch.addcmul(grad[:, hidden:], dh * o, 1.0 - t * t)
+    i, f, o = gates.split_with_sizes((hidden, hidden, hidden), 1)
+    dh, d_c = grad.split_with_sizes((hidden, hidden), 1)
+    dc2 = TANH_GRAD(dh * o, t).add_(d_c)
     d_gates = torch.empty(batch, 4 * hidden, dtype=u.dtype, device=u.device)
-    torch.mul(dc2, u, out=d_gates[:, :hidden])
-    torch.mul(dc2, c, out=d_gates[:, hidden:2 * hidden])
-    torch.mul(dh, t, out=d_gates[:, 2 * hidden:3 * hidden])
-    d_gates[:, :3 * hidden].mul_(gates - gates * gates)
-    torch.mul(dc2 * i, 1.0 - u * u, out=d_gates[:, 3 * hidden:])
+    d_sig, d_u = d_gates.split_with_sizes((3 * hidden, hidden), 1)
+    d_i, d_f, d_o = d_sig.split_with_sizes((hidden, hidden, hidden), 1)
+    torch.mul(dc2, u, out=d_i)
+    torch.mul(dc2, c, out=d_f)
+    torch.mul(dh, t, out=d_o)
+    SIGMOID_GRAD(d_sig, gates, grad_input=d_sig)
+    TANH_GRAD_INTO(dc2 * i, u, grad_input=d_u)
     width = xh.shape[1]
     d_in = torch.empty(batch, width + hidden, dtype=u.dtype, device=u.device)
-    torch.mm(d_gates, weight, out=d_in[:, :width])
-    torch.mul(dc2, f, out=d_in[:, width:])
+    d_x, d_cin = d_in.split_with_sizes((width, hidden), 1)
+    torch.mm(d_gates, weight, out=d_x)
+    torch.mul(dc2, f, out=d_cin)
     return d_gates, d_in
 
 

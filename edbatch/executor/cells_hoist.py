@@ -19,7 +19,6 @@ arcs, seq2seq's encoder and decoder steps). The element-wise part is
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.cells import lstm_step_backward, split_state
 from edbatch.executor.kernels import (
     Kernel,
@@ -87,31 +87,6 @@ def lstm_from_gates(g: Tensor, c: Tensor, out: Tensor | None = None,
     return out
 
 
-class _Transposed:
-    """Contiguous ``W[:, start:]^T`` per gate weight, made once and reused by every batch of
-    a run (small GEMMs run faster on a row-major right operand than on a strided column
-    block of ``W``); refreshed when the weight changes in place (its version counter, which
-    ``detach()`` shares) or is another tensor. Weak references, a few entries kept."""
-
-    def __init__(self, size: int = 32) -> None:
-        self.size = size
-        self.entries: dict[tuple[int, int], tuple[weakref.ref[Tensor], int, Tensor]] = {}
-
-    def __call__(self, weight: Tensor, start: int) -> Tensor:
-        key = (id(weight), start)
-        hit = self.entries.get(key)
-        if hit is not None and hit[0]() is weight and hit[1] == weight._version:
-            return hit[2]
-        if len(self.entries) >= self.size:
-            self.entries.clear()
-        value = weight[:, start:].t().contiguous()
-        self.entries[key] = (weakref.ref(weight), weight._version, value)
-        return value
-
-
-_TRANSPOSED = _Transposed()
-
-
 def _recurrent(weight: Tensor, hidden: int) -> tuple[Tensor, int]:
     """``(W_h, start)``: the last ``hidden`` columns of the gate weight and where they start."""
     start = weight.shape[1] - hidden
@@ -143,7 +118,7 @@ def hoisted_cell(weight_index: int) -> Kernel:
         state, projection = inputs
         h, c = split_state(state)
         weight = params[op.params[weight_index]]
-        w_ht = _TRANSPOSED(weight, weight.shape[1] - h.shape[1])
+        w_ht = TRANSPOSED(weight, weight.shape[1] - h.shape[1])
         if save is not None:
             save.append(h)
         # in place: each projection row is read by exactly this batch (and saved by nothing)

@@ -20,6 +20,7 @@ from edbatch.executor.cells import (
     gru_step,
     lstm_step,
     lstm_step_backward,
+    lstm_step_xh,
     split_state,
     state_loss,
     zero_state,
@@ -121,8 +122,8 @@ def bilstm_l2(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor]
     """Layer-2 LSTM step: operands ``(f1_t, b1_t, previous state)``; input ``[h(f1); h(b1)]``."""
     weight, bias = op_params(op, params, 2)
     h, c = split_state(inputs[2])
-    x = torch.cat([split_state(inputs[0])[0], split_state(inputs[1])[0]], dim=1)
-    return lstm_step(x, h, c, weight, bias, out, save)
+    xh = torch.cat([split_state(inputs[0])[0], split_state(inputs[1])[0], h], dim=1)
+    return lstm_step_xh(xh, c, weight, bias, out, save)
 
 
 for _dir in ("fwd", "bwd"):

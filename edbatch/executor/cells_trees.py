@@ -14,7 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor.cells import split_state, state_loss
+from edbatch.executor._weights import linear_t
+from edbatch.executor.cells import (
+    SIGMOID_GRAD,
+    TANH_GRAD,
+    TANH_GRAD_INTO,
+    split_state,
+    state_loss,
+)
 from edbatch.executor.kernels import (
     KERNELS,
     ParamGrads,
@@ -40,14 +47,16 @@ def _gates_backward(grad: Tensor, io: Tensor, u: Tensor, t: Tensor) -> tuple[Ten
     ``d[h; c]``, with ``h = o*tanh(c)``, ``c = i*u + ...``; the gate gradients are written
     into one ``[B, 3H]`` buffer, so no ``cat`` is needed."""
     batch, hidden = u.shape
-    i, o = io[:, :hidden], io[:, hidden:]
-    dh = grad[:, :hidden]
-    dc = torch.addcmul(grad[:, hidden:], dh * o, 1.0 - t * t)
+    i, o = io.split_with_sizes((hidden, hidden), 1)
+    dh, d_c = grad.split_with_sizes((hidden, hidden), 1)
+    dc = TANH_GRAD(dh * o, t).add_(d_c)
     d = torch.empty(batch, 3 * hidden, dtype=u.dtype, device=u.device)
-    torch.mul(dc, u, out=d[:, :hidden])
-    torch.mul(dh, t, out=d[:, hidden:2 * hidden])
-    d[:, :2 * hidden].mul_(io).mul_(1.0 - io)
-    torch.mul(dc, i, out=d[:, 2 * hidden:3 * hidden]).mul_(1.0 - u * u)
+    d_io, d_u = d.split_with_sizes((2 * hidden, hidden), 1)
+    d_i, d_o = d_io.split_with_sizes((hidden, hidden), 1)
+    torch.mul(dc, u, out=d_i)
+    torch.mul(dh, t, out=d_o)
+    SIGMOID_GRAD(d_io, io, grad_input=d_io)
+    TANH_GRAD_INTO(dc * i, u, grad_input=d_u)
     return d, dc
 
 
@@ -70,7 +79,7 @@ def tree_lstm_leaf(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Te
     """``x = E[w]``; ``[i; o; u] = W_iou x + b``; ``c = i*u``; ``h = o*tanh(c)``; ``[h; c]``."""
     emb, weight, bias = op_params(op, params, 3)
     x = F.embedding(attrs, emb)
-    g = F.linear(x, weight, bias)
+    g = linear_t(x, weight, bias)
     hidden = g.shape[1] // 3
     if untracked(x, weight, bias):  # the same arithmetic in place, into ``out``
         io = g[:, :2 * hidden].sigmoid_()
@@ -103,7 +112,8 @@ def _tree_lstm_internal_backward(op: OpType, saved: Sequence[Tensor], grad: Tens
     dx = d_iou @ params[u_iou]
     operands: list[Tensor | None] = []
     for k, (f, c, weight) in enumerate(((f1, c1, u_f1), (f2, c2, u_f2))):
-        d_f = (dc * c).mul_(f).mul_(1.0 - f)
+        d_f = dc * c
+        SIGMOID_GRAD(d_f, f, grad_input=d_f)
         acc.linear((weight, b_f), d_f, x[:, k * hidden:(k + 1) * hidden])  # b_f: summed
         d_state = torch.empty(batch, 2 * hidden, dtype=u.dtype, device=u.device)
         torch.addmm(dx[:, k * hidden:(k + 1) * hidden], d_f, params[weight],
@@ -132,11 +142,11 @@ def tree_lstm_internal(op: OpType, inputs: Sequence[Tensor], params: Mapping[str
     if untracked(x, c1, c2, u_iou, b_iou, u_f1, u_f2, b_f):
         return _tree_lstm_internal_inplace(x, (h1, c1, h2, c2),
                                            (u_iou, b_iou, u_f1, u_f2, b_f), out, save)
-    g = F.linear(x, u_iou, b_iou)
+    g = linear_t(x, u_iou, b_iou)
     io = torch.sigmoid(g[:, :2 * hidden])
     u = fast_tanh(g[:, 2 * hidden:])
-    f1, f2 = torch.sigmoid(F.linear(h1, u_f1, b_f)), torch.sigmoid(F.linear(h2, u_f2, b_f))
-    c = io[:, :hidden] * u + f1 * c1 + f2 * c2
+    f1, f2 = torch.sigmoid(linear_t(h1, u_f1, b_f)), torch.sigmoid(linear_t(h2, u_f2, b_f))
+    c = torch.addcmul(torch.addcmul(io[:, :hidden] * u, f1, c1), f2, c2)
     t = fast_tanh(c)
     if save is not None:
         save += [x, io, u, f1, f2, c1, c2, t]
@@ -147,20 +157,20 @@ def _tree_lstm_internal_inplace(x: Tensor, states: Sequence[Tensor], weights: Se
                                 out: Tensor | None, save: list[Tensor] | None) -> Tensor:
     """:func:`tree_lstm_internal` without autograd: activations in place, ``c`` and ``h``
     written straight into ``out``. The same arithmetic on the same memory layouts, so the
-    same floats (``addcmul_`` would fuse multiply and add, and an activation over a wider
-    or narrower block takes its vectorised and scalar paths on other elements)."""
+    same floats (both paths add ``f_k c_k`` with ``addcmul``; an activation over a wider
+    or narrower block would take its vectorised and scalar paths on other elements)."""
     u_iou, b_iou, u_f1, u_f2, b_f = weights
     h1, c1, h2, c2 = states
     hidden = c1.shape[1]
-    g = F.linear(x, u_iou, b_iou)
+    g = linear_t(x, u_iou, b_iou)
     io = g[:, :2 * hidden].sigmoid_()
     u = fast_tanh(g[:, 2 * hidden:])
-    f1 = F.linear(h1, u_f1, b_f).sigmoid_()
-    f2 = F.linear(h2, u_f2, b_f).sigmoid_()
+    f1 = linear_t(h1, u_f1, b_f).sigmoid_()
+    f2 = linear_t(h2, u_f2, b_f).sigmoid_()
     if out is None:
         out = g.new_empty(g.shape[0], 2 * hidden)
     c = torch.mul(io[:, :hidden], u, out=out[:, hidden:])
-    c.add_(f1.mul(c1)).add_(f2.mul(c2))
+    c.addcmul_(f1, c1).addcmul_(f2, c2)
     t = fast_tanh(c)
     torch.mul(io[:, hidden:], t, out=out[:, :hidden])
     if save is not None:

@@ -57,8 +57,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -69,7 +68,8 @@ from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
 from edbatch.executor._hoist import hoist_kinds, hoist_program, unhoisted
 from edbatch.executor._program import Program, Step, compile_program
-from edbatch.executor._timer import Timer
+from edbatch.executor._result import RunResult
+from edbatch.executor._timer import Timer, timed
 from edbatch.executor._train import BatchedRun, run_training
 from edbatch.executor.device import check_device, check_dtype
 from edbatch.executor.kernels import Kernel, stacked_sum
@@ -79,28 +79,6 @@ from edbatch.memory.planner import Strategy, plan_memory
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["RunResult", "TorchExecutor", "execute"]
-
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What one batched run produced.
-
-    Attributes:
-        outputs: graph output node id -> value ``[1, d]`` (detached from the arenas).
-        loss: the graph's single output as a scalar when it has exactly one output of one
-            value, else ``None``.
-        num_kernel_calls: kernel launches (one per batch).
-        stats: ``exec/`` metrics: zero-copy reads, gathers, gathered rows, compile time,
-            whether a captured CUDA graph was replayed and the seconds spent capturing.
-        seconds: wall time of the run (compilation excluded; CUDA synchronised).
-    """
-
-    outputs: dict[int, Tensor]
-    loss: Tensor | None
-    num_kernel_calls: int
-    stats: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
 
 
 class TorchExecutor:
@@ -213,7 +191,7 @@ class TorchExecutor:
             program.grad_steps()  # compile the training reads outside the timed part
         if self._timer is not None:
             self._timer.reset()
-        outputs, seconds = self._timed(lambda: self._dispatch(
+        outputs, seconds = timed(self.device, lambda: self._dispatch(
             graph, program, on_device, grad=grad, function=function, captured=captured))
         capture_s = 0.0
         if key is not None and captured is None and on_device is params and \
@@ -238,18 +216,6 @@ class TorchExecutor:
         return RunResult(outputs, loss, len(program.steps), stats, seconds)
 
     # ---------------------------------------------------------------- running
-    def _timed(self, fn: Callable[[], Any]) -> tuple[Any, float]:
-        """``fn()`` and its seconds (on CUDA: between two events on the stream)."""
-        if self.device.type != "cuda":
-            start = time.perf_counter()
-            return fn(), time.perf_counter() - start
-        begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        begin.record()
-        result = fn()
-        end.record()
-        end.synchronize()
-        return result, begin.elapsed_time(end) / 1e3
-
     def _training_function(self, program: Program) -> type[torch.autograd.Function] | None:
         """The autograd function a training run of ``program`` goes through: the
         hand-written backwards where every kernel has one, else ``BatchedRun``; ``None``
@@ -327,13 +293,14 @@ class TorchExecutor:
     def _kernel(self, i: int, step: Step, inputs: list[Tensor],
                 params: Mapping[str, Tensor], out: Tensor | None,
                 save: list[Tensor] | None = None) -> Tensor:
-        kw: dict[str, Any] = {}
-        if out is not None:
-            kw["out"] = out
-        if save is not None:
-            kw["save"] = save
         try:
-            out = step.kernel(step.op, inputs, params, step.attrs, **kw)
+            if out is not None:  # only kernels that write out take ``out``
+                out = step.kernel(step.op, inputs, params, step.attrs, out=out) \
+                    if save is None else \
+                    step.kernel(step.op, inputs, params, step.attrs, out=out, save=save)
+            else:
+                out = step.kernel(step.op, inputs, params, step.attrs) if save is None \
+                    else step.kernel(step.op, inputs, params, step.attrs, save=save)
         except Exception as e:
             raise ExecutionError(
                 f"batch {i} (op type {step.op.name!r}, kind {step.op.kind!r}, {step.size} "
@@ -351,13 +318,17 @@ class TorchExecutor:
         also collect per batch what its kernel's hand-written backward reads."""
         arenas = [torch.empty((rows, width), device=self.device, dtype=self.dtype)
                   for rows, width in program.arenas]
+        fast = self._timer is None
         for i, step in enumerate(program.steps):
-            region = arenas[step.out_arena][step.out_start:step.out_start + step.size]
+            region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
             save: list[Tensor] | None = None
             if saves is not None:
                 save = []
                 saves.append(save)
-            if step.writes_out:
+            if fast and step.writes_out and not step.split:  # the common case, inlined
+                self._kernel(i, step, [read(arenas) for read in step.reads], params, region,
+                             save)
+            elif step.writes_out:
                 self._call(i, step, arenas, params, region, save)
             else:
                 region.copy_(self._call(i, step, arenas, params, None, save))
