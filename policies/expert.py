@@ -87,7 +87,8 @@ class ExpertConfig:
     fallback: str = "auto"
     """Policy for states not in the table, or ``auto``: each of
     :data:`~policies.q_learning.AUTO_FALLBACKS` gets its own table search, the one whose
-    searched table needs the fewest validation batches wins (the best heuristic alone when
+    searched table needs the fewest batches on the validation graphs (not the resampled
+    check graphs) wins (:mod:`policies.fallback_search`; the best heuristic alone when
     ``search_sweeps`` is 0)."""
     auto_probe_evals: int = 200
     """``fallback=auto``: candidate tables of each fallback's short first search."""
@@ -362,7 +363,8 @@ def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig
         train_graphs, val, cfg, make, cost, emit, fb_batches, lb)
     if cfg.search_sweeps > 0:
         if choice is not None and not cfg.rounds:  # the winner's search is this stage
-            table, batches = choice.table, choice.batches
+            table = choice.table
+            batches = cost(table)  # choice.batches counts the held-out graphs alone
             row = _search_row(choice.stats, cfg, len(table))
         else:
             table, batches, row = _search_stage(best_table if cfg.rounds else {},

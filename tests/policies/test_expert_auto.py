@@ -120,6 +120,8 @@ def test_auto_trainer_is_deterministic_and_records_the_candidates(lattice,
     b = train_expert(train[:1], AUTO, val_graphs=val)
     assert json.dumps(a.policy.to_json()["table"]) == json.dumps(b.policy.to_json()["table"])
     meta = a.policy.metadata["auto_fallback"]
+    # the kept table is scored on the validation and check graphs, like the fallback alone
+    assert 1.0 <= a.best_ratio <= a.policy.metadata["fallback_ratio"]
     assert json.dumps(meta) == json.dumps(b.policy.metadata["auto_fallback"])
     assert meta["chosen"] == a.policy.fallback_name
     assert a.policy.metadata["config"]["fallback"] == a.policy.fallback_name
