@@ -46,9 +46,10 @@ from edbatch.schedule.policy import Policy, drive
 from edbatch.schedule.rollout import rollout_schedule
 from edbatch.schedule.schedule import Schedule
 from envs.encoding import StateKey, encode_state
+from policies.fallback_search import resolve_fallback
 from policies.fsm import FSMPolicy, make_fallback
-from policies.q_learning import TrainResult, select_fallback
-from policies.table_search import complete_table, search_table, table_batches
+from policies.q_learning import TrainResult
+from policies.table_search import SearchStats, complete_table, search_table, table_batches
 
 __all__ = ["ExpertConfig", "ExpertTrainer", "fit_table", "resample_graphs", "teacher_samples",
            "train_expert"]
@@ -84,7 +85,15 @@ class ExpertConfig:
     encoding: str = "expert"
     """State key (see :mod:`envs.encoding`)."""
     fallback: str = "auto"
-    """Policy for states not in the table, or ``auto`` (best heuristic on validation)."""
+    """Policy for states not in the table, or ``auto``: each of
+    :data:`~policies.q_learning.AUTO_FALLBACKS` gets its own table search, the one whose
+    searched table needs the fewest batches on the validation graphs (not the resampled
+    check graphs) wins (:mod:`policies.fallback_search`; the best heuristic alone when
+    ``search_sweeps`` is 0)."""
+    auto_probe_evals: int = 200
+    """``fallback=auto``: candidate tables of each fallback's short first search."""
+    auto_finalists: int = 2
+    """``fallback=auto``: fallbacks whose probed table is best go on to the full search."""
     lookahead: str = "none"
     """How the trained FSM schedules graphs: ``none`` or ``rollout``."""
     augment: int = 32
@@ -302,9 +311,13 @@ def _search_stage(start: dict[StateKey, int], train: Sequence[Graph], check: Seq
     batches = cost(table)
     log.info("table search: %d sweeps, %d tables tried, %d changes, %d states, %d "
              "validation batches", st.sweeps, st.evaluations, st.changes, len(table), batches)
-    return table, batches, {"episode": cfg.rounds + 1, "train/search_changes": st.changes,
-                            "train/search_evaluations": st.evaluations,
-                            "train/num_states": len(table)}
+    return table, batches, _search_row(st, cfg, len(table))
+
+
+def _search_row(st: SearchStats, cfg: ExpertConfig, states: int) -> dict[str, float]:
+    """The history row of the table search."""
+    return {"episode": cfg.rounds + 1, "train/search_changes": st.changes,
+            "train/search_evaluations": st.evaluations, "train/num_states": states}
 
 
 def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig(), *,
@@ -320,13 +333,16 @@ def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig
     extra = resample_graphs(train_graphs, cfg.augment, np.random.default_rng(cfg.seed))
     half = (len(extra) + 1) // 2
     check = extra[half:]
-    train_graphs, val = [*train_graphs, *extra[:half]], [*val, *check]
-    fallback = cfg.fallback
-    if fallback == "auto":
-        fallback = select_fallback(val, cfg.encoding)
-        log.info("fallback chosen on the validation graphs: %s", fallback)
+    held_out = val  # fallback=auto chooses on these alone: the check graphs are resampled
+    train_graphs, val = [*train_graphs, *extra[:half]], [*val, *check]  # training instances
+    fallback, choice = resolve_fallback(
+        cfg.fallback, train_graphs, check, held_out, cfg.encoding,
+        probe_evals=cfg.auto_probe_evals, finalists=cfg.auto_finalists, sweeps=cfg.search_sweeps,
+        min_visits=cfg.search_min_visits, max_evals=cfg.search_max_evals)
     names = train_graphs[0].vocab.names
     meta: dict[str, Any] = {"config": {**asdict(cfg), "fallback": fallback}, **(metadata or {})}
+    if choice is not None:
+        meta["auto_fallback"] = {"chosen": fallback, "candidates": choice.ratios()}
 
     def make(table: dict[StateKey, int]) -> FSMPolicy:
         return FSMPolicy(table, cfg.encoding, names, fallback, meta, cfg.lookahead)
@@ -346,8 +362,13 @@ def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig
     best_table, best_batches, teacher_ratio = _teacher_rounds(
         train_graphs, val, cfg, make, cost, emit, fb_batches, lb)
     if cfg.search_sweeps > 0:
-        table, batches, row = _search_stage(best_table if cfg.rounds else {}, train_graphs,
-                                            check, cfg, fallback, cost)
+        if choice is not None and not cfg.rounds:  # the winner's search is this stage
+            table = choice.table
+            batches = cost(table)  # choice.batches counts the held-out graphs alone
+            row = _search_row(choice.stats, cfg, len(table))
+        else:
+            table, batches, row = _search_stage(best_table if cfg.rounds else {},
+                                                train_graphs, check, cfg, fallback, cost)
         row.update({"eval/ratio_to_lb": batches / max(lb, 1),
                     "eval/fallback_ratio_to_lb": fb_batches / max(lb, 1)})
         if batches <= best_batches:
