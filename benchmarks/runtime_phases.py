@@ -84,58 +84,19 @@ def _scheduler(args: argparse.Namespace, wl: Any) -> Any:
     return make_scheduler(args.scheduler)
 
 
-_DECIDE_LOOP: Any = None
-
-
 def decision_alone_us(graph: Any, scheduler: Any, reps: int = 100_000) -> float | None:
     """CPU us per FSM decision alone (state key, hash, table search, fallback when missed)
     on ``graph``'s first frontier, in a compiled loop of ``reps`` decisions (its compile
     not timed); ``None`` unless ``scheduler`` is a compiled FSM (``CompiledFsmScheduler``)."""
-    global _DECIDE_LOOP
-    import numpy as np
-    from numba import njit
-
-    from edbatch.schedule import _compiled as core
-    from edbatch.schedule.compiled import (
-        COMPILED_ENCODINGS,
-        COMPILED_RULES,
-        CompiledFsmScheduler,
-        _arrays,
-        heights,
-        typewise,
-    )
+    from benchmarks.schedule_speed import decision_args, time_decisions
+    from edbatch.schedule.compiled import COMPILED_ENCODINGS, COMPILED_RULES, CompiledFsmScheduler
 
     if not isinstance(scheduler, CompiledFsmScheduler):
         return None
-    if _DECIDE_LOOP is None:
-        @njit
-        def loop(reps, rule, enc, th, ta, key, k, rlen, tw, maxh, rem, remd, b, mean, cplx):  # type: ignore[no-untyped-def]
-            acc = 0
-            for _ in range(reps):
-                a, hit = core._decide(rule, enc, th, ta, key, k, rlen, tw, maxh, rem, remd, b,
-                                      mean, cplx)
-                acc += a + hit
-            return acc
-        _DECIDE_LOOP = loop
-    policy, table = scheduler.policy, scheduler.table()
-    arr = _arrays(graph)
-    k = len(arr.batchable)
-    src = np.flatnonzero(graph.arity == 0)
-    rlen = np.bincount(arr.op[src], minlength=k) * arr.batchable
-    h = heights(graph)
-    maxh = np.full(k, -1, np.int64)
-    np.maximum.at(maxh, arr.op[src], h[src])
-    tw = np.bincount(arr.op[typewise(graph)[0] == 0], minlength=k) * arr.batchable
-    args = (COMPILED_RULES[policy.fallback_name][0], COMPILED_ENCODINGS[policy.encoding][0],
-            table.hashes, table.actions, np.empty(16 * k + 16, np.int64), k,
-            rlen.astype(np.int64), tw.astype(np.int64), maxh,
-            np.bincount(arr.op, minlength=k).astype(np.int64),
-            np.bincount(arr.op, weights=arr.depth, minlength=k).astype(np.float64),
-            arr.batchable, arr.mean, arr.cplx)
-    _DECIDE_LOOP(10, *args)
-    c0 = time.process_time()
-    _DECIDE_LOOP(reps, *args)
-    return 1e6 * (time.process_time() - c0) / reps
+    policy = scheduler.policy
+    args = decision_args(graph, COMPILED_RULES[policy.fallback_name][0],
+                         COMPILED_ENCODINGS[policy.encoding][0], scheduler.table())
+    return time_decisions(args, reps, time.process_time)
 
 
 def run_workload(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:

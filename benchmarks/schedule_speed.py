@@ -203,20 +203,17 @@ def _core_row(name: str, label: str, table: dict, graph: Graph,  # type: ignore[
         "us_per_decision_cached": 1e6 * warm / dec, "num_decisions": s.num_decisions})
 
 
-_DECIDE_LOOP = None
+_DECIDE_LOOP: Any = None
 
 
-def _decision_us(graph: Graph, table: dict, reps: int = 200_000) -> dict[str, float]:  # type: ignore[type-arg]
-    """Microseconds per FSM decision alone (state key, hash, table search, fallback when
-    missed), on the graph's first frontier, in a compiled loop of ``reps`` decisions."""
+def decide_loop() -> Any:
+    """A compiled loop of ``reps`` FSM decisions (``_compiled._decide``), built once."""
     global _DECIDE_LOOP
-    import numpy as np
-    from numba import njit
-
-    from edbatch.schedule import _compiled as core
-    from edbatch.schedule.compiled import FsmTable, _arrays, heights, typewise
-
     if _DECIDE_LOOP is None:
+        from numba import njit
+
+        from edbatch.schedule import _compiled as core
+
         @njit
         def loop(reps, rule, enc, th, ta, key, k, rlen, tw, maxh, rem, remd, b, mean, cplx):  # type: ignore[no-untyped-def]
             acc = 0
@@ -226,6 +223,16 @@ def _decision_us(graph: Graph, table: dict, reps: int = 200_000) -> dict[str, fl
                 acc += a + hit
             return acc
         _DECIDE_LOOP = loop
+    return _DECIDE_LOOP
+
+
+def decision_args(graph: Graph, rule: int, enc: int, table: Any) -> tuple[Any, ...]:
+    """``_compiled._decide``'s arguments on ``graph``'s first frontier (every source ready)
+    for fallback ``rule``, key encoding ``enc`` and a compiled ``FsmTable``."""
+    import numpy as np
+
+    from edbatch.schedule.compiled import _arrays, heights, typewise
+
     arr = _arrays(graph)
     k = len(arr.batchable)
     src = np.flatnonzero(graph.arity == 0)
@@ -233,22 +240,34 @@ def _decision_us(graph: Graph, table: dict, reps: int = 200_000) -> dict[str, fl
     h = heights(graph)
     maxh = np.full(k, -1, np.int64)
     np.maximum.at(maxh, arr.op[src], h[src])
-    pred = typewise(graph)[0]
-    tw = np.bincount(arr.op[pred == 0], minlength=k) * arr.batchable
-    rem = np.bincount(arr.op, minlength=k)
-    remd = np.bincount(arr.op, weights=arr.depth, minlength=k)
-    key = np.empty(4 * k + 8, np.int64)
-    out = {}
-    for label, enc, tab in (("fsm_hints_table", core.ENC_HINTS, FsmTable(table)),
-                            ("critical_path_rule", core.ENC_NONE, FsmTable({}))):
-        args = (core.RULE_CRITICAL_PATH, enc, tab.hashes, tab.actions, key, k,
-                rlen.astype(np.int64), tw.astype(np.int64), maxh, rem.astype(np.int64),
-                remd.astype(np.float64), arr.batchable, arr.mean, arr.cplx)
-        _DECIDE_LOOP(10, *args)
-        t0 = time.perf_counter()
-        _DECIDE_LOOP(reps, *args)
-        out[label] = 1e6 * (time.perf_counter() - t0) / reps
-    return out
+    tw = np.bincount(arr.op[typewise(graph)[0] == 0], minlength=k) * arr.batchable
+    return (rule, enc, table.hashes, table.actions, np.empty(16 * k + 16, np.int64), k,
+            rlen.astype(np.int64), tw.astype(np.int64), maxh,
+            np.bincount(arr.op, minlength=k).astype(np.int64),
+            np.bincount(arr.op, weights=arr.depth, minlength=k).astype(np.float64),
+            arr.batchable, arr.mean, arr.cplx)
+
+
+def time_decisions(args: tuple[Any, ...], reps: int,
+                   clock: Callable[[], float] = time.perf_counter) -> float:
+    """Microseconds per decision of :func:`decide_loop` over ``args`` (its compile and a
+    10-decision warm-up not timed)."""
+    loop = decide_loop()
+    loop(10, *args)
+    t0 = clock()
+    loop(reps, *args)
+    return 1e6 * (clock() - t0) / reps
+
+
+def _decision_us(graph: Graph, table: dict, reps: int = 200_000) -> dict[str, float]:  # type: ignore[type-arg]
+    """Microseconds per FSM decision alone (state key, hash, table search, fallback when
+    missed), on the graph's first frontier, in a compiled loop of ``reps`` decisions."""
+    from edbatch.schedule import _compiled as core
+    from edbatch.schedule.compiled import FsmTable
+
+    return {label: time_decisions(decision_args(graph, core.RULE_CRITICAL_PATH, enc, tab), reps)
+            for label, enc, tab in (("fsm_hints_table", core.ENC_HINTS, FsmTable(table)),
+                                    ("critical_path_rule", core.ENC_NONE, FsmTable({})))}
 
 
 def _row(name: str, label: str, backend: str, sched: Callable[[Graph], Schedule],
