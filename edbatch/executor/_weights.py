@@ -5,7 +5,8 @@ small GEMMs run faster with a row-major right operand (measured with 1 thread on
 project's VM: ``[25, 450] x [450, 600]`` 244 -> 215 us, ``[37, 450] x [450, 600]``
 317 -> 293 us, ``[8, 450] x [450, 600]`` 117 -> 98 us, ``[200, 300] x [300, 450]``
 749 -> 717 us), so the cell kernels multiply by ``W^T`` made contiguous once per weight and
-run (:data:`TRANSPOSED`) when autograd does not record the weight, and by a fresh
+run (:data:`TRANSPOSED`, scoped to one executor run) when autograd does not record the
+weight, and by a fresh
 ``W.t().contiguous()`` when it does: both paths use the same operand layout, so the same
 GEMM and the same floats (the in-place and autograd paths stay bit-identical). On other
 devices it multiplies by the strided ``W^T`` as ``F.linear`` does (a cached copy read by a
@@ -14,7 +15,8 @@ captured CUDA graph would not follow later in-place weight updates).
 
 from __future__ import annotations
 
-import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -23,23 +25,38 @@ __all__ = ["TRANSPOSED", "Transposed", "linear_t"]
 
 
 class Transposed:
-    """Contiguous ``W[:, start:]^T`` per weight, made once and reused by every batch of a
-    run; refreshed when the weight changes in place (its version counter, which
-    ``detach()`` shares) or is another tensor. Weak references, a few entries kept."""
+    """Contiguous ``W[:, start:]^T`` per weight, made once per executor run and reused by
+    every batch of it (:meth:`run` opens that scope; :meth:`TorchExecutor._run_inplace
+    <edbatch.executor.torch_executor.TorchExecutor._run_inplace>` enters it). Outside a run
+    every call makes a fresh copy. The cache never outlives a run: version counters cannot
+    tell whether a weight changed in between (torch's fused Adam and writes through
+    ``.data`` update a parameter without moving its ``_version``), and within one run the
+    weights do not change."""
 
-    def __init__(self, size: int = 32) -> None:
-        self.size = size
-        self.entries: dict[tuple[int, int], tuple[weakref.ref[Tensor], int, Tensor]] = {}
+    def __init__(self) -> None:
+        self.entries: dict[tuple[int, int], tuple[Tensor, Tensor]] | None = None
+
+    @contextmanager
+    def run(self) -> Iterator[None]:
+        """Cache transposes until the outermost ``with`` ends (nested runs share it)."""
+        outer = self.entries is not None
+        if not outer:
+            self.entries = {}
+        try:
+            yield
+        finally:
+            if not outer:
+                self.entries = None
 
     def __call__(self, weight: Tensor, start: int = 0) -> Tensor:
+        if self.entries is None:
+            return weight.detach()[:, start:].t().contiguous()
         key = (id(weight), start)
         hit = self.entries.get(key)
-        if hit is not None and hit[0]() is weight and hit[1] == weight._version:
-            return hit[2]
-        if len(self.entries) >= self.size:
-            self.entries.clear()
+        if hit is not None and hit[0] is weight:
+            return hit[1]
         value = weight.detach()[:, start:].t().contiguous()
-        self.entries[key] = (weakref.ref(weight), weight._version, value)
+        self.entries[key] = (weight, value)  # held for the run: its id cannot be reused
         return value
 
 

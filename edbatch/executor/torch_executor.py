@@ -71,6 +71,7 @@ from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._result import RunResult
 from edbatch.executor._timer import Timer, timed
 from edbatch.executor._train import BatchedRun, run_training
+from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.device import check_device, check_dtype
 from edbatch.executor.kernels import Kernel, stacked_sum
 from edbatch.graph import Graph
@@ -319,19 +320,20 @@ class TorchExecutor:
         arenas = [torch.empty((rows, width), device=self.device, dtype=self.dtype)
                   for rows, width in program.arenas]
         fast = self._timer is None
-        for i, step in enumerate(program.steps):
-            region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
-            save: list[Tensor] | None = None
-            if saves is not None:
-                save = []
-                saves.append(save)
-            if fast and step.writes_out and not step.split:  # the common case, inlined
-                self._kernel(i, step, [read(arenas) for read in step.reads], params, region,
-                             save)
-            elif step.writes_out:
-                self._call(i, step, arenas, params, region, save)
-            else:
-                region.copy_(self._call(i, step, arenas, params, None, save))
+        with TRANSPOSED.run():  # each weight's W^T made once for the whole run
+            for i, step in enumerate(program.steps):
+                region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
+                save: list[Tensor] | None = None
+                if saves is not None:
+                    save = []
+                    saves.append(save)
+                if fast and step.writes_out and not step.split:  # the common case, inlined
+                    self._kernel(i, step, [read(arenas) for read in step.reads], params,
+                                 region, save)
+                elif step.writes_out:
+                    self._call(i, step, arenas, params, region, save)
+                else:
+                    region.copy_(self._call(i, step, arenas, params, None, save))
         return arenas
 
     def _run_grad(self, program: Program, params: Mapping[str, Tensor]
