@@ -71,7 +71,7 @@ def _rank(rank: int, world: int, port: int, overrides: list[str], out: Path) -> 
     import experiments._train_model_data as data
     import experiments._train_model_loop as loop
     import experiments.train_model as tm
-    from edbatch.executor.distributed import DataParallel, PendingSum
+    from edbatch.executor.distributed import DataParallel, PendingGrads, PendingSum
     from edbatch.executor.torch_executor import TorchExecutor
     from edbatch.workloads.base import Workload
 
@@ -85,7 +85,9 @@ def _rank(rank: int, world: int, port: int, overrides: list[str], out: Path) -> 
     _wrap(torch.Tensor, "backward", "backward", times)
     _wrap(torch.optim.Adam, "step", "optimizer", times)
     _wrap(DataParallel, "sum", "sum", times, before=barrier)
-    _wrap(DataParallel, "sum_grads", "sum_grads", times, before=barrier)
+    _wrap(DataParallel, "sum_grads_async", "start_grads", times)
+    _wrap(PendingGrads, "finish", "sum_grads", times, before=barrier,
+          when=lambda self: not self.done)
     in_step = [False]
     # blocked on the step's count sum after the forward (not the log rows' sums)
     _wrap(PendingSum, "result", "counts", times, when=lambda *a, **k: in_step[0])
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         rows = profile(1, args, Path(tmp)) + profile(args.ranks, args, Path(tmp))
     keys = ["step", "prepare", "record", "schedule", "plan", "forward", "counts", "backward",
-            "wait:sum_grads", "sum_grads", "optimizer", "wait:sum", "sum"]
+            "start_grads", "wait:sum_grads", "sum_grads", "optimizer", "wait:sum", "sum"]
     print(f"ms per step after {args.warmup} warm-up steps (load {load[0]:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after)")
     print(f"{'':18}" + "".join(f"{k.replace('wait:', 'w:'):>10}" for k in keys))

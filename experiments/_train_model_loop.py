@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from edbatch.executor import init_params
 from edbatch.executor.auto import AUTO_SCHEDULERS, AUTO_STRATEGIES, AutoBatching
 from edbatch.executor.device import check_device
-from edbatch.executor.distributed import DataParallel, instance_sizes
+from edbatch.executor.distributed import DataParallel, PendingGrads, instance_sizes
 from edbatch.executor.params import is_embedding
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.tracking import Tracker
@@ -86,6 +86,7 @@ class Trainer:
         self.dev = MinibatchCache(workload, cfg.eval_split, dp.shard(make_chunks(
             len(workload.load(cfg.eval_split)), cfg.eval_limit, cfg.eval_batch_size, None)),
             self.auto)
+        self._pending: PendingGrads | None = None  # the last step, until finish_step
         self.history: list[dict[str, float]] = []
         self.step, self.trees, self.seconds, self.prepare_seconds = 0, 0, 0.0, 0.0
         self.batches, self.nodes = 0, 0
@@ -106,6 +107,7 @@ class Trainer:
         rank's share of it when distributed, ``None`` for an empty share); ``False`` (and
         nothing done) if the time budget is spent (on some rank)."""
         local = (0, 0) if mb is None else (mb.num_tree_nodes, len(mb.roots))
+        self._finish()  # the last step's gradient sum and Adam update (timed as this step)
         # the global mini-batch's counts, and whether to stop, in one collective that runs
         # during the forward pass (a late step's forward is thrown away)
         counts = self.dp.sum_async([*local, self.seconds >= self.deadline])
@@ -123,11 +125,26 @@ class Trainer:
             scores.add(logits, torch.from_numpy(mb.labels), loss.item(), mb.num_tree_nodes)
             self.batches += mb.schedule.num_batches
             self.nodes += mb.graph.num_nodes
-        self.dp.sum_grads(self.params, self.sparse_rows)
-        self.opt.step()
+        # the gradient sum starts now and ends (with Adam) when the next step begins, so
+        # that preparing the next mini-batch overlaps it and the wait for the slowest rank
+        self._pending = self.dp.sum_grads_async(self.params, self.sparse_rows)
         self.step += 1
         self.trees += int(trees)
         return True
+
+    def finish_step(self) -> None:
+        """Complete the last step: its gradient sum over the ranks, then Adam (a no-op
+        when none is pending), counted as training time. The next ``train_step`` does it
+        itself; an evaluation and the end of an epoch call this."""
+        start = time.perf_counter()
+        self._finish()
+        self.seconds += time.perf_counter() - start
+
+    def _finish(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.finish()
+            self.opt.step()
 
     def epoch(self, epoch: int) -> dict[str, float]:
         """Train one epoch (or until the budget is spent); return its train metrics."""
@@ -138,6 +155,8 @@ class Trainer:
                 break
             start = time.perf_counter()
             self.train.built(k)  # construction: the same whatever the candidate, not timed
+            if self._pending is not None:  # the last step's header is in: send its grads
+                self._pending.advance()
             candidate, timer = self.auto.current(), self.auto.clock()
             mb = self.train.get(k, candidate)
             prepared = time.perf_counter()
@@ -153,6 +172,7 @@ class Trainer:
                 window = RootScores()
             if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
                 self.eval()
+        self.finish_step()
         merge_scores(scores, window.reduced(self.dp))
         return scores.metrics("train")
 
@@ -178,6 +198,7 @@ class Trainer:
 
     def eval(self) -> dict[str, float]:
         """Dev metrics now; logged and kept in the history."""
+        self.finish_step()
         start = time.perf_counter()
         row = evaluate(self.executor, self.params, self.dev, self.workload.name, self.dp)
         row["eval/seconds"] = time.perf_counter() - start

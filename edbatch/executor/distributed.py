@@ -44,7 +44,8 @@ from torch import Tensor
 
 from edbatch.errors import EdbatchError
 
-__all__ = ["DataParallel", "DistributedSetupError", "PendingSum", "instance_sizes"]
+__all__ = ["DataParallel", "DistributedSetupError", "PendingGrads", "PendingSum",
+           "instance_sizes"]
 
 T = TypeVar("T")
 
@@ -210,11 +211,24 @@ class DataParallel:
                 their gradients may be sparse COO (the executor's ``sparse_grads``) or
                 dense; they come back dense.
         """
+        self.sum_grads_async(params, sparse_rows).finish()
+
+    def sum_grads_async(self, params: Mapping[str, Tensor], sparse_rows: Collection[str] = ()
+                        ) -> PendingGrads:
+        """Start :meth:`sum_grads` and return at once; ``.finish()`` completes it.
+
+        The header's all-reduce (which parameters got gradients, which table rows were
+        read) runs in the background; ``advance()`` waits for it and starts the gradients'
+        all-reduce, ``finish()`` waits for that and hands the sums out. Work done in between
+        (a training loop prepares its next mini-batch: recording before ``advance``,
+        scheduling and memory planning after it) overlaps the transfers and, above all,
+        this rank's wait for the slowest rank. The gradients must not change until
+        ``finish``.
+        """
         if not self.enabled:
-            return
+            return PendingGrads(self, {}, [], {}, None, None)
         names = list(params)
-        ref = next(iter(params.values()))
-        device, dtype = ref.device, ref.dtype
+        device = next(iter(params.values())).device
         tables = [n for n in names if n in sparse_rows and params[n].dim() == 2]
         local_rows = {n: _rows_of(params[n].grad) for n in tables}
         header = [torch.tensor([0.0 if params[n].grad is None else 1.0 for n in names],
@@ -226,10 +240,19 @@ class DataParallel:
                 mask[idx[0]] = 1.0
             header.append(mask)
         head = torch.cat(header)
-        dist.all_reduce(head)
-        got = head[:len(names)] > 0
+        return PendingGrads(self, params, names, local_rows, head,
+                            dist.all_reduce(head, async_op=True))
+
+    def _send_grads(self, pending: PendingGrads) -> tuple[Tensor, Any]:
+        """Stage 2 of :meth:`sum_grads_async` (the header is in): lay out this rank's
+        gradients in one flat buffer and start its all-reduce; returns ``(flat, work)``."""
+        params, names, local_rows, head = (pending.params, pending.names, pending.local_rows,
+                                           pending.head)
+        assert head is not None
+        ref = next(iter(params.values()))
+        device, dtype = ref.device, ref.dtype
         unions, at = {}, len(names)
-        for n in tables:
+        for n in local_rows:
             size = params[n].shape[0]
             unions[n] = torch.nonzero(head[at:at + size] > 0).flatten()
             at += size
@@ -245,8 +268,15 @@ class DataParallel:
             else:
                 parts.append(torch.zeros(p.numel(), device=device, dtype=dtype) if g is None
                              else g.reshape(-1).to(dtype))
+        pending.unions = unions
         flat = torch.cat(parts)
-        dist.all_reduce(flat)
+        return flat, dist.all_reduce(flat, async_op=True)
+
+    def _take_grads(self, pending: PendingGrads, flat: Tensor) -> None:
+        """Stage 3 (the sum is in): hand the summed gradients out."""
+        params, names, unions = pending.params, pending.names, pending.unions
+        assert pending.head is not None
+        got = pending.head[:len(names)] > 0
         at = 0
         for k, n in enumerate(names):
             p = params[n]
@@ -273,6 +303,40 @@ class DataParallel:
         dense[rows] = values
         self._tables[name] = (dense, dense._version, rows)
         return dense
+
+
+class PendingGrads:
+    """A :meth:`DataParallel.sum_grads_async` in flight, in three stages: the header's
+    all-reduce (started), the gradients' all-reduce (:meth:`advance` starts it once the
+    header is in), handing the sums out (:meth:`finish`). Each stage runs once; for one rank
+    there is nothing to do."""
+
+    def __init__(self, dp: DataParallel, params: Mapping[str, Tensor], names: list[str],
+                 local_rows: dict[str, tuple[Tensor, Tensor] | None], head: Tensor | None,
+                 work: Any) -> None:
+        self.dp, self.params, self.names = dp, params, names
+        self.local_rows, self.head, self._work = local_rows, head, work
+        self.unions: dict[str, Tensor] = {}
+        self._flat: tuple[Tensor, Any] | None = None
+        self.done = work is None
+
+    def advance(self) -> None:
+        """Wait for the header and start the gradients' all-reduce (once; no-op after)."""
+        if self.done or self._flat is not None:
+            return
+        self._work.wait()
+        self._flat = self.dp._send_grads(self)
+
+    def finish(self) -> None:
+        """Wait for the gradients' sum and hand it out as every parameter's ``grad``."""
+        if self.done:
+            return
+        self.advance()
+        assert self._flat is not None
+        flat, work = self._flat
+        work.wait()
+        self.done = True
+        self.dp._take_grads(self, flat)
 
 
 class PendingSum:

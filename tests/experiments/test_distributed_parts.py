@@ -94,7 +94,14 @@ def _sum_grads_rank(rank: int, port: int, out: Path) -> None:
     for step in range(2):
         for n, g in _local_grads(rank, step, sparse=rank == 0).items():
             params[n].grad = g
-        dp.sum_grads(params, sparse_rows={"E"})
+        if step == 0:
+            dp.sum_grads(params, sparse_rows={"E"})
+        else:  # the training loop's staged use, with another collective in between
+            staged = dp.sum_grads_async(params, sparse_rows={"E"})
+            result["between"] = dp.sum([1.0])
+            staged.advance()
+            staged.finish()
+            staged.finish()  # a second finish does nothing
         result["steps"].append({n: None if p.grad is None else p.grad.clone()
                                 for n, p in params.items()})
         for p in params.values():
@@ -108,6 +115,7 @@ def test_two_ranks_sum_dense_grads_and_the_union_of_embedding_rows(tmp_path: Pat
                        start_method="fork")
     got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert got[0]["sum"] == got[1]["sum"] == [3.0, 20.0]
+    assert got[0]["between"] == got[1]["between"] == [2.0]
     for step in range(2):
         local = [_local_grads(r, step, sparse=False) for r in range(2)]
         for n in ("E", "W"):
