@@ -7,8 +7,10 @@ one process over the whole mini-batch would.
 Why not ``DistributedDataParallel``: DDP wraps an ``nn.Module`` and overlaps bucketed
 all-reduces with per-parameter autograd hooks. The executor's parameters are a plain
 name -> tensor dict, and its training run is one ``autograd.Function`` whose hand-written
-backward hands back every parameter gradient at once, at the very end; there is nothing to
-overlap, so :class:`DataParallel` all-reduces once after ``backward``:
+backward hands back every parameter gradient at once, at the very end; there is no
+backward to overlap, so :class:`DataParallel` all-reduces once after ``backward`` and
+overlaps the sum with the next mini-batch's preparation instead (recording, scheduling and
+memory planning need no parameters; :meth:`DataParallel.sum_grads_async`):
 
 1. :meth:`DataParallel.sum` adds up the ranks' loss-term counts *before* ``backward``, so a
    rank back-propagates ``loss_sum / N_global`` (its share of the global mean), exactly the
@@ -18,7 +20,10 @@ overlap, so :class:`DataParallel` all-reduces once after ``backward``:
    one flat buffer: every dense gradient, and for each embedding table only the rows some
    rank read (the union), not the whole table (SST's 18k x 128 table is 9 MB; a mini-batch
    of 64 trees reads about 600 rows). The table's gradient comes back dense (rows nobody
-   read are zero, as in the single-process gradient), which Adam needs.
+   read are zero, as in the single-process gradient), which Adam needs. Started with
+   :meth:`DataParallel.sum_grads_async`, the header goes while the next mini-batch is
+   recorded and the buffer while it is scheduled and planned; the rank waits only for
+   what is left, and Adam runs just before the next forward.
 
 A parameter that got no gradient on any rank keeps ``grad = None`` (Adam skips it, as it
 would in one process). The all-reduce sums in a fixed order and hands every rank the same
