@@ -46,9 +46,10 @@ from edbatch.schedule.exact import exact_schedule
 from edbatch.schedule.policy import Policy, drive
 from edbatch.schedule.rollout import rollout_schedule
 from envs.encoding import encode_observation
-from policies.expert import fit_table, resample_graphs
+from policies.expert import fit_table
 from policies.fsm import FSMPolicy, make_fallback
 from policies.q_learning import TrainResult, evaluate_policy, select_fallback
+from policies.resample import resample_graphs
 from policies.table_search import policy_votes
 
 __all__ = ["ImitationConfig", "ImitationTrainer", "NetPolicy", "distill", "features",

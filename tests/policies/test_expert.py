@@ -13,14 +13,8 @@ from edbatch.schedule import CriticalPathPolicy, Frontier, run_policy
 from edbatch.workloads import make_workload
 from envs.encoding import expert_code, expert_key, expert_key_code
 from policies import FSMPolicy
-from policies.expert import (
-    ExpertConfig,
-    ExpertTrainer,
-    _parts,
-    fit_table,
-    resample_graphs,
-    train_expert,
-)
+from policies.expert import ExpertConfig, ExpertTrainer, fit_table, train_expert
+from policies.resample import _parts, resample_graphs
 
 FAST = ExpertConfig(rounds=2, budget=20_000, fallback="critical_path", max_prune_evals=10,
                     augment=2, search_sweeps=0)  # the teacher path alone
