@@ -29,7 +29,6 @@ the autograd training paths (``hand_backward=False``, custom kernels) run the or
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -104,6 +103,27 @@ def _groups(batches: list[int], ready: dict[int, int]) -> list[list[int]]:
     return groups
 
 
+def _ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # type: ignore[type-arg]
+           slots: tuple[int, ...]) -> dict[int, int]:
+    """Batch -> the last batch producing one of its ``slots`` operands (-1: none), in one
+    numpy pass per arena read rather than one per batch."""
+    late = np.full(len(batches), -1, dtype=np.int64)
+    for k in slots:
+        operands = [plan.operands[b][k] for b in batches]
+        for arena in {o.arena for o in operands}:
+            pick = [j for j, o in enumerate(operands) if o.arena == arena]
+            rows = [operands[j].rows() for j in pick]
+            sizes = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+            producers = batch_of[arena][np.concatenate(rows)]
+            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            last = np.maximum.reduceat(producers, np.minimum(starts, max(len(producers) - 1, 0))) \
+                if len(producers) else np.full(len(rows), -1, np.int64)
+            last[sizes == 0] = -1  # a batch has rows; kept exact should one not
+            idx = np.asarray(pick)
+            late[idx] = np.maximum(late[idx], last)
+    return dict(zip(batches, late.tolist(), strict=True))
+
+
 def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: MemoryPlan,
                   device: torch.device, kinds: frozenset[str],
                   overrides: Mapping[str, Kernel] | None = None) -> Program:
@@ -125,9 +145,7 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     for op_id, batches in by_type.items():
         op = graph.vocab[op_id]
         spec = HOISTS[op.kind]
-        ready = {b: max((int(batch_of[o.arena][o.rows()].max(initial=-1))
-                         for o in (plan.operands[b][k] for k in spec.hoisted)), default=-1)
-                 for b in batches}
+        ready = _ready(plan, batch_of, batches, spec.hoisted)
         arena = len(arenas)
         groups = _groups(batches, ready)
         order = [b for group in groups for b in group]
@@ -139,12 +157,13 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
             before.setdefault(group[0], []).append(
                 _projection_step(program, plan, device, op, spec, group, arena,
                                  offset[group[0]]))
-        for b in batches:
+        for b in batches:  # Step(...) directly: dataclasses.replace costs ~10 us a batch
             step = program.steps[b]
-            steps[b] = dataclasses.replace(
-                step, kernel=spec.cell, writes_out=True,
-                reads=(step.reads[spec.state],
-                       SliceRead(arena, offset[b], offset[b] + step.size)))
+            steps[b] = Step(step.op, spec.cell, step.attrs, step.size, step.width,
+                            step.out_arena, step.out_start,
+                            (step.reads[spec.state],
+                             SliceRead(arena, offset[b], offset[b] + step.size)),
+                            step.split, step.stacked, True)
     out: list[Step] = []
     for b, step in enumerate(steps):
         out.extend(before.get(b, ()))
