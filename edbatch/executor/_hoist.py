@@ -29,7 +29,7 @@ the autograd training paths (``hand_backward=False``, custom kernels) run the or
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +38,7 @@ import torch
 from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
 from edbatch.executor._program import Program, Step
 from edbatch.executor._reads import RowLocator, RowsRead, SliceRead, inplace_reads, merged
-from edbatch.executor.cells_hoist import HOISTS, HoistSpec
+from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, HoistSpec
 from edbatch.executor.kernels import KERNELS, Kernel
 from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan
@@ -164,6 +164,16 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
                             (step.reads[spec.state],
                              SliceRead(arena, offset[b], offset[b] + step.size)),
                             step.split, step.stacked, True)
+    for b, step in enumerate(steps):  # consumers of states that read only their h columns
+        assert step is not None
+        slots = HEAD_READS.get(step.op.kind)
+        if slots and step.op.in_shapes and not step.split and step.kernel is KERNELS.get(
+                step.op.kind):
+            steps[b] = Step(step.op, step.kernel, step.attrs, step.size, step.width,
+                            step.out_arena, step.out_start,
+                            tuple(_heads(r, step.op.in_shapes[k][0] // 2) if k in slots else r
+                                  for k, r in enumerate(step.reads)),
+                            step.split, step.stacked, step.writes_out)
     out: list[Step] = []
     for b, step in enumerate(steps):
         out.extend(before.get(b, ()))
@@ -182,12 +192,53 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
                np.concatenate([plan.operands[b][k].rows() for b in group]))
         for k in spec.hoisted)
     (reads,) = inplace_reads([operands], device, [0, 0, 0]) if operands else [()]
+    if spec.heads:  # only the h columns of the [h; c] state rows
+        reads = tuple(_heads(read, op.in_shapes[k][0] // 2 if op.in_shapes else 0)
+                      for read, k in zip(reads, spec.hoisted, strict=True))
     attrs = torch.cat([program.steps[b].attrs for b in group])
     proj_op = OpType(f"{op.name}/projection", f"{op.kind}.projection",
                      tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else (),
                      (HoistSpec.gate_width(op),), op.params)
     return Step(proj_op, spec.project, attrs, len(attrs), HoistSpec.gate_width(op), arena,
                 start, tuple(reads), False, False, True)
+
+
+class HeadRowsRead(RowsRead):
+    """Rows ``idx`` of arena ``b``, leading ``cols`` columns only (an ``index_select`` of
+    the column view); the gradient routes back as a narrow one (:meth:`RowsRead.route`)."""
+
+    __slots__ = ("cols",)
+
+    def __init__(self, b: int, idx: torch.Tensor, cols: int) -> None:
+        super().__init__(b, idx)
+        self.cols = cols
+
+    def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return outs[self.b].narrow(1, 0, self.cols).index_select(0, self.idx)
+
+
+class HeadSliceRead(SliceRead):
+    """Rows ``lo:hi`` of arena ``b``, leading ``cols`` columns only (a zero-copy view)."""
+
+    __slots__ = ("cols",)
+
+    def __init__(self, b: int, lo: int, hi: int, cols: int) -> None:
+        super().__init__(b, lo, hi)
+        self.cols = cols
+
+    def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return outs[self.b].narrow(0, self.lo, self.n).narrow(1, 0, self.cols)
+
+
+def _heads(read: object, cols: int) -> object:
+    """``read`` restricted to the leading ``cols`` columns (unchanged if ``cols`` is 0)."""
+    if cols <= 0:
+        return read
+    if isinstance(read, RowsRead):
+        return HeadRowsRead(read.b, read.idx, cols)
+    if isinstance(read, SliceRead):
+        return HeadSliceRead(read.b, read.lo, read.hi, cols)
+    return read
 
 
 def _count(steps: Iterable[Step]) -> list[int]:

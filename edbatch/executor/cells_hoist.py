@@ -38,7 +38,7 @@ from edbatch.executor.kernels import (
 )
 from edbatch.graph import OpType
 
-__all__ = ["HOISTS", "HoistSpec", "hoisted_cell", "lstm_from_gates"]
+__all__ = ["HEAD_READS", "HOISTS", "HoistSpec", "hoisted_cell", "lstm_from_gates"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,10 @@ class HoistSpec:
         project: kernel ``(op, hoisted operands, params, attrs) -> [B, 4H]`` computing
             ``W_x x + b`` (with a hand-written backward).
         cell: kernel ``(op, (state, projection), params, attrs) -> [B, 2H]``.
+        heads: the hoisted operands are LSTM states ``[h; c]`` of which ``project`` reads
+            only ``h``: the projection step then gathers the ``h`` columns alone (half the
+            bytes, no slicing and re-packing of full rows; ``project`` also accepts the
+            full rows).
     """
 
     hoisted: tuple[int, ...]
@@ -59,6 +63,7 @@ class HoistSpec:
     weight: int
     project: Kernel
     cell: Kernel
+    heads: bool = False
 
     @staticmethod
     def gate_width(op: OpType) -> int:
@@ -176,9 +181,11 @@ def _l2_project_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
 def l2_project(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
                attrs: Tensor, out: Tensor | None = None,
                save: list[Tensor] | None = None) -> Tensor:
-    """Layer 2: ``W_x [h(f1_t); h(b1_t)] + b`` for operands ``(f1_t, b1_t)``."""
+    """Layer 2: ``W_x [h(f1_t); h(b1_t)] + b`` for operands ``(f1_t, b1_t)``: their states
+    ``[h; c]``, or only their ``h`` columns (the hoisted program's reads, ``heads``)."""
     weight, bias = op_params(op, params, 2)
-    x = torch.cat([split_state(inputs[0])[0], split_state(inputs[1])[0]], dim=1)
+    half = (weight.shape[1] - weight.shape[0] // 4) // 2  # the layer-1 hidden size
+    x = torch.cat([v if v.shape[1] == half else split_state(v)[0] for v in inputs[:2]], dim=1)
     if save is not None:
         save.append(x)
     return _projection(x, weight, bias, out)
@@ -238,7 +245,7 @@ def _specs() -> dict[str, HoistSpec]:
     make: Callable[[int], Kernel] = hoisted_cell
     for d in ("fwd", "bwd"):
         specs[f"bilstm.l1_{d}"] = HoistSpec((0,), 1, 0, l1_project, make(0))
-        specs[f"bilstm.l2_{d}"] = HoistSpec((0, 1), 2, 0, l2_project, make(0))
+        specs[f"bilstm.l2_{d}"] = HoistSpec((0, 1), 2, 0, l2_project, make(0), heads=True)
     for arc in ("char_arc", "word_arc"):
         specs[f"lattice_lstm.{arc}"] = HoistSpec((), 0, 1, arc_project, make(1))
     for step in ("enc", "dec"):
@@ -248,3 +255,8 @@ def _specs() -> dict[str, HoistSpec]:
 
 #: Op kind -> how its cell splits into a hoisted projection and a recurrent step.
 HOISTS: dict[str, HoistSpec] = _specs()
+
+#: Op kind -> operand slots holding LSTM states ``[h; c]`` of which its registered kernel
+#: reads only ``h`` (and accepts the ``h`` columns alone): a hoisted program gathers just
+#: those columns for it, as for a projection with ``heads``.
+HEAD_READS: dict[str, tuple[int, ...]] = {"bilstm.loss": (0, 1)}
