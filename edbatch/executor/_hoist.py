@@ -44,7 +44,8 @@ from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["HoistedProgram", "hoist_kinds", "hoist_program", "unhoisted"]
+__all__ = ["HeadRowsRead", "HeadSliceRead", "HoistedProgram", "head_reads", "hoist_kinds",
+           "hoist_program", "unhoisted"]
 
 
 @dataclass
@@ -164,20 +165,11 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
                             (step.reads[spec.state],
                              SliceRead(arena, offset[b], offset[b] + step.size)),
                             step.split, step.stacked, True)
-    for b, step in enumerate(steps):  # consumers of states that read only their h columns
-        assert step is not None
-        slots = HEAD_READS.get(step.op.kind)
-        if slots and step.op.in_shapes and not step.split and step.kernel is KERNELS.get(
-                step.op.kind):
-            steps[b] = Step(step.op, step.kernel, step.attrs, step.size, step.width,
-                            step.out_arena, step.out_start,
-                            tuple(_heads(r, step.op.in_shapes[k][0] // 2) if k in slots else r
-                                  for k, r in enumerate(step.reads)),
-                            step.split, step.stacked, step.writes_out)
     out: list[Step] = []
     for b, step in enumerate(steps):
         out.extend(before.get(b, ()))
         out.append(step)  # type: ignore[arg-type]
+    out = _head_steps(out)
     counts = {**program.counts, False: _count(out)}
     return HoistedProgram(tuple(out), program.grad_steps, tuple(arenas), program.outputs,
                           program.output_batch, counts, program.attrs, program.attr_nodes,
@@ -232,13 +224,42 @@ class HeadSliceRead(SliceRead):
 
 def _heads(read: object, cols: int) -> object:
     """``read`` restricted to the leading ``cols`` columns (unchanged if ``cols`` is 0)."""
-    if cols <= 0:
+    if cols <= 0 or isinstance(read, HeadRowsRead | HeadSliceRead):
         return read
     if isinstance(read, RowsRead):
         return HeadRowsRead(read.b, read.idx, cols)
     if isinstance(read, SliceRead):
         return HeadSliceRead(read.b, read.lo, read.hi, cols)
     return read
+
+
+def _head_steps(steps: Iterable[Step]) -> list[Step]:
+    """``steps`` with the :data:`~edbatch.executor.cells_hoist.HEAD_READS` operands of the
+    registered kernels read as their ``h`` columns only."""
+    out = []
+    for step in steps:
+        slots = HEAD_READS.get(step.op.kind)
+        if slots and step.op.in_shapes and not step.split and step.kernel is KERNELS.get(
+                step.op.kind):
+            shapes = step.op.in_shapes
+            step = Step(step.op, step.kernel, step.attrs, step.size, step.width,
+                        step.out_arena, step.out_start,
+                        tuple(_heads(r, shapes[k][0] // 2) if k in slots else r  # type: ignore[misc]
+                              for k, r in enumerate(step.reads)),
+                        step.split, step.stacked, step.writes_out)
+        out.append(step)
+    return out
+
+
+def head_reads(program: Program) -> Program:
+    """Read only the ``h`` columns of the LSTM-state operands of
+    :data:`~edbatch.executor.cells_hoist.HEAD_READS` kinds (the BiLSTM's layer-2 cells and
+    loss), in place in ``program``'s inference steps: a gather of half the bytes and no
+    re-packing of strided halves. The training reads (``grad_steps``) are unchanged; the
+    kernels take either form. Returns ``program``."""
+    if any(step.op.kind in HEAD_READS for step in program.steps):
+        program.steps = tuple(_head_steps(program.steps))
+    return program
 
 
 def _count(steps: Iterable[Step]) -> list[int]:

@@ -257,6 +257,8 @@ def _specs() -> dict[str, HoistSpec]:
 HOISTS: dict[str, HoistSpec] = _specs()
 
 #: Op kind -> operand slots holding LSTM states ``[h; c]`` of which its registered kernel
-#: reads only ``h`` (and accepts the ``h`` columns alone): a hoisted program gathers just
-#: those columns for it, as for a projection with ``heads``.
-HEAD_READS: dict[str, tuple[int, ...]] = {"bilstm.loss": (0, 1)}
+#: reads only ``h`` (and accepts the ``h`` columns alone): the executor's inference reads
+#: gather just those columns (:func:`~edbatch.executor._hoist.head_reads`), as a projection
+#: with ``heads`` does.
+HEAD_READS: dict[str, tuple[int, ...]] = {
+    "bilstm.l2_fwd": (0, 1), "bilstm.l2_bwd": (0, 1), "bilstm.loss": (0, 1)}

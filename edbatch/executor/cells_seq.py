@@ -119,10 +119,14 @@ def _bilstm_l2_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
 def bilstm_l2(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
               attrs: Tensor, out: Tensor | None = None,
               save: list[Tensor] | None = None) -> Tensor:
-    """Layer-2 LSTM step: operands ``(f1_t, b1_t, previous state)``; input ``[h(f1); h(b1)]``."""
+    """Layer-2 LSTM step: operands ``(f1_t, b1_t, previous state)``; input ``[h(f1); h(b1)]``
+    (``f1_t``, ``b1_t``: states ``[h; c]`` or only their ``h`` columns, the executor's
+    :func:`~edbatch.executor._hoist.head_reads`)."""
     weight, bias = op_params(op, params, 2)
     h, c = split_state(inputs[2])
-    xh = torch.cat([split_state(inputs[0])[0], split_state(inputs[1])[0], h], dim=1)
+    half = (weight.shape[1] - h.shape[1]) // 2  # the layer-1 hidden size
+    xh = torch.cat([v if v.shape[1] == half else split_state(v)[0] for v in inputs[:2]] + [h],
+                   dim=1)
     return lstm_step_xh(xh, c, weight, bias, out, save)
 
 

@@ -66,7 +66,7 @@ from torch import Tensor
 from edbatch.errors import ConfigError, ExecutionError
 from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
-from edbatch.executor._hoist import hoist_kinds, hoist_program, unhoisted
+from edbatch.executor._hoist import head_reads, hoist_kinds, hoist_program, unhoisted
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._result import RunResult
 from edbatch.executor._timer import Timer, timed
@@ -355,7 +355,7 @@ class TorchExecutor:
         if hit is not None and hit[0] is graph and hit[1] is plan:
             self._cache.move_to_end(key)
             return hit[2], False
-        program = compile_program(graph, schedule, plan, self.device, self.kernels)
+        program = head_reads(compile_program(graph, schedule, plan, self.device, self.kernels))
         if self.hoist:
             program = hoist_program(program, graph, schedule, plan, self.device, self.hoist,
                                     self.kernels)

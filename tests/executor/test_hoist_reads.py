@@ -13,7 +13,8 @@ from edbatch.executor import init_params
 from edbatch.executor._hoist import HeadRowsRead, HeadSliceRead, _ready
 from edbatch.executor._reads import RowLocator, RowsRead, SliceRead
 from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, l2_project
-from edbatch.executor.cells_seq import bilstm_loss
+from edbatch.executor.cells_seq import bilstm_l2, bilstm_loss
+from edbatch.executor.kernels import KERNELS
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import Strategy, plan_memory
@@ -39,22 +40,27 @@ def _bilstm_graph(api: bool) -> Graph:
     return take_graph(batch)[0]
 
 
+@pytest.mark.parametrize("hoist", [False, True])
 @pytest.mark.parametrize("api", [False, True])
 @pytest.mark.parametrize("strategy", ["naive", "planned", "aligned"])
-def test_state_consumers_gather_only_h_columns(strategy: Strategy, api: bool) -> None:
+def test_state_consumers_gather_only_h_columns(strategy: Strategy, api: bool, hoist: bool
+                                               ) -> None:
     graph = _bilstm_graph(api)
     schedule = make_scheduler("critical_path")(graph)
     plan = plan_memory(graph, schedule, strategy)
-    program, _ = TorchExecutor(hoist=True)._program(graph, schedule, plan)
+    program, _ = TorchExecutor(hoist=hoist)._program(graph, schedule, plan)
     gen = torch.Generator().manual_seed(1)
     arenas = [torch.randn(rows, width, generator=gen) for rows, width in program.arenas]
     heads = 0
     for step in program.steps:
         kind = step.op.kind
         spec = HOISTS.get(kind.removesuffix(".projection"))
-        expect = (kind in HEAD_READS) or (kind.endswith(".projection") and spec is not None
-                                          and spec.heads)
-        for read in step.reads:
+        registered = step.kernel is KERNELS.get(kind) if kind in KERNELS else False
+        slots = HEAD_READS.get(kind, ()) if registered else ()
+        if kind.endswith(".projection") and spec is not None and spec.heads:
+            slots = tuple(range(len(step.reads)))
+        for slot, read in enumerate(step.reads):
+            expect = slot in slots
             is_head = isinstance(read, HeadRowsRead | HeadSliceRead)
             assert is_head == expect, (kind, type(read).__name__)
             if not is_head:
@@ -66,7 +72,11 @@ def test_state_consumers_gather_only_h_columns(strategy: Strategy, api: bool) ->
             got = read(arenas)
             assert got.shape == (step.size, HIDDEN)
             torch.testing.assert_close(got, full(arenas)[:, :HIDDEN], rtol=0, atol=0)
-    assert heads == 2 * 2 + 2  # two per layer-2 projection group (one each), two for the loss
+    l2_batches = sum(1 for s in schedule.batches
+                     if graph.vocab[s.op_id].kind in ("bilstm.l2_fwd", "bilstm.l2_bwd"))
+    # hoisted: both operands of the two layer-2 projections (one group each) and the loss;
+    # plain: the two layer-1 operands of every layer-2 batch and the loss
+    assert heads == (2 * 2 + 2 if hoist else 2 * l2_batches + 2)
 
 
 @pytest.mark.parametrize("grad", [False, True])
@@ -84,6 +94,9 @@ def test_head_kernels_accept_full_states_or_h_columns(grad: bool) -> None:
                                    l2_project(op, states, params, tags), rtol=0, atol=0)
         torch.testing.assert_close(bilstm_loss(loss_op, h_only, params, tags),
                                    bilstm_loss(loss_op, states, params, tags), rtol=0, atol=0)
+        prev = torch.randn(7, 2 * HIDDEN, generator=gen, dtype=torch.float64)
+        torch.testing.assert_close(bilstm_l2(op, [*h_only, prev], params, tags),
+                                   bilstm_l2(op, [*states, prev], params, tags), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("strategy", ["naive", "planned", "aligned"])
