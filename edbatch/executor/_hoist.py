@@ -169,7 +169,6 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     for b, step in enumerate(steps):
         out.extend(before.get(b, ()))
         out.append(step)  # type: ignore[arg-type]
-    out = _head_steps(out)
     counts = {**program.counts, False: _count(out)}
     return HoistedProgram(tuple(out), program.grad_steps, tuple(arenas), program.outputs,
                           program.output_batch, counts, program.attrs, program.attr_nodes,

@@ -355,10 +355,11 @@ class TorchExecutor:
         if hit is not None and hit[0] is graph and hit[1] is plan:
             self._cache.move_to_end(key)
             return hit[2], False
-        program = head_reads(compile_program(graph, schedule, plan, self.device, self.kernels))
+        program = compile_program(graph, schedule, plan, self.device, self.kernels)
         if self.hoist:
             program = hoist_program(program, graph, schedule, plan, self.device, self.hoist,
                                     self.kernels)
+        program = head_reads(program)  # h-only gathers for the BiLSTM's state consumers
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
