@@ -115,11 +115,12 @@ def _ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # 
             pick = [j for j, o in enumerate(operands) if o.arena == arena]
             rows = [operands[j].rows() for j in pick]
             sizes = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+            some = sizes > 0
+            if not some.any():
+                continue
             producers = batch_of[arena][np.concatenate(rows)]
-            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            last = np.maximum.reduceat(producers, np.minimum(starts, max(len(producers) - 1, 0))) \
-                if len(producers) else np.full(len(rows), -1, np.int64)
-            last[sizes == 0] = -1  # a batch has rows; kept exact should one not
+            last = np.full(len(rows), -1, np.int64)  # per read: its latest producer
+            last[some] = np.maximum.reduceat(producers, (np.cumsum(sizes) - sizes)[some])
             idx = np.asarray(pick)
             late[idx] = np.maximum(late[idx], last)
     return dict(zip(batches, late.tolist(), strict=True))

@@ -153,7 +153,8 @@ def _bilstm_loss_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
 def bilstm_loss(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
                 attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
     """``pick_nll(O tanh(H [h(f2); h(b2)] + b_H) + b_O, tag)`` for operands ``(f2, b2)``:
-    their states ``[h; c]`` or only their ``h`` columns (a hoisted program's reads)."""
+    their states ``[h; c]`` or only their ``h`` columns (the executor's
+    :func:`~edbatch.executor._hoist.head_reads`)."""
     w_hidden, b_hidden, w_out, b_out = op_params(op, params, 4)
     half = w_hidden.shape[1] // 2
     x = torch.cat([v if v.shape[1] == half else split_state(v)[0] for v in inputs[:2]], dim=1)
