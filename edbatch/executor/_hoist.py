@@ -37,7 +37,14 @@ import torch
 
 from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
 from edbatch.executor._program import Program, Step
-from edbatch.executor._reads import RowLocator, RowsRead, SliceRead, inplace_reads, merged
+from edbatch.executor._reads import (
+    Read,
+    RowLocator,
+    RowsRead,
+    SliceRead,
+    inplace_reads,
+    merged,
+)
 from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, HoistSpec
 from edbatch.executor.kernels import KERNELS, Kernel
 from edbatch.graph import Graph, OpType
@@ -167,9 +174,9 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
                              SliceRead(arena, offset[b], offset[b] + step.size)),
                             step.split, step.stacked, True)
     out: list[Step] = []
-    for b, step in enumerate(steps):
+    for b, kept in enumerate(steps):
         out.extend(before.get(b, ()))
-        out.append(step)  # type: ignore[arg-type]
+        out.append(kept)  # type: ignore[arg-type]
     counts = {**program.counts, False: _count(out)}
     return HoistedProgram(tuple(out), program.grad_steps, tuple(arenas), program.outputs,
                           program.output_batch, counts, program.attrs, program.attr_nodes,
@@ -222,7 +229,7 @@ class HeadSliceRead(SliceRead):
         return outs[self.b].narrow(0, self.lo, self.n).narrow(1, 0, self.cols)
 
 
-def _heads(read: object, cols: int) -> object:
+def _heads(read: Read, cols: int) -> Read:
     """``read`` restricted to the leading ``cols`` columns (unchanged if ``cols`` is 0)."""
     if cols <= 0 or isinstance(read, HeadRowsRead | HeadSliceRead):
         return read
@@ -244,7 +251,7 @@ def _head_steps(steps: Iterable[Step]) -> list[Step]:
             shapes = step.op.in_shapes
             step = Step(step.op, step.kernel, step.attrs, step.size, step.width,
                         step.out_arena, step.out_start,
-                        tuple(_heads(r, shapes[k][0] // 2) if k in slots else r  # type: ignore[misc]
+                        tuple(_heads(r, shapes[k][0] // 2) if k in slots else r
                               for k, r in enumerate(step.reads)),
                         step.split, step.stacked, step.writes_out)
         out.append(step)

@@ -61,14 +61,17 @@ def test_state_consumers_gather_only_h_columns(strategy: Strategy, api: bool, ho
             slots = tuple(range(len(step.reads)))
         for slot, read in enumerate(step.reads):
             expect = slot in slots
-            is_head = isinstance(read, HeadRowsRead | HeadSliceRead)
-            assert is_head == expect, (kind, type(read).__name__)
-            if not is_head:
+            assert isinstance(read, HeadRowsRead | HeadSliceRead) == expect, (
+                kind, type(read).__name__)
+            full: RowsRead | SliceRead
+            if isinstance(read, HeadRowsRead):
+                full = RowsRead(read.b, read.idx)
+            elif isinstance(read, HeadSliceRead):
+                full = SliceRead(read.b, read.lo, read.hi)
+            else:
                 continue
             heads += 1
-            assert read.cols == HIDDEN  # type: ignore[union-attr]
-            full = (RowsRead(read.b, read.idx) if isinstance(read, HeadRowsRead)  # type: ignore[union-attr]
-                    else SliceRead(read.b, read.lo, read.hi))  # type: ignore[union-attr]
+            assert read.cols == HIDDEN
             got = read(arenas)
             assert got.shape == (step.size, HIDDEN)
             torch.testing.assert_close(got, full(arenas)[:, :HIDDEN], rtol=0, atol=0)
