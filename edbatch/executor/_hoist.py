@@ -29,8 +29,7 @@ the autograd training paths (``hand_backward=False``, custom kernels) run the or
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,14 +37,22 @@ import torch
 
 from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
 from edbatch.executor._program import Program, Step
-from edbatch.executor._reads import RowLocator, RowsRead, SliceRead, inplace_reads, merged
-from edbatch.executor.cells_hoist import HOISTS, HoistSpec
+from edbatch.executor._reads import (
+    Read,
+    RowLocator,
+    RowsRead,
+    SliceRead,
+    inplace_reads,
+    merged,
+)
+from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, HoistSpec
 from edbatch.executor.kernels import KERNELS, Kernel
 from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["HoistedProgram", "hoist_kinds", "hoist_program", "unhoisted"]
+__all__ = ["HeadRowsRead", "HeadSliceRead", "HoistedProgram", "head_reads", "hoist_kinds",
+           "hoist_program", "unhoisted"]
 
 
 @dataclass
@@ -104,6 +111,28 @@ def _groups(batches: list[int], ready: dict[int, int]) -> list[list[int]]:
     return groups
 
 
+def _ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # type: ignore[type-arg]
+           slots: tuple[int, ...]) -> dict[int, int]:
+    """Batch -> the last batch producing one of its ``slots`` operands (-1: none), in one
+    numpy pass per arena read rather than one per batch."""
+    late = np.full(len(batches), -1, dtype=np.int64)
+    for k in slots:
+        operands = [plan.operands[b][k] for b in batches]
+        for arena in {o.arena for o in operands}:
+            pick = [j for j, o in enumerate(operands) if o.arena == arena]
+            rows = [operands[j].rows() for j in pick]
+            sizes = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+            some = sizes > 0
+            if not some.any():
+                continue
+            producers = batch_of[arena][np.concatenate(rows)]
+            last = np.full(len(rows), -1, np.int64)  # per read: its latest producer
+            last[some] = np.maximum.reduceat(producers, (np.cumsum(sizes) - sizes)[some])
+            idx = np.asarray(pick)
+            late[idx] = np.maximum(late[idx], last)
+    return dict(zip(batches, late.tolist(), strict=True))
+
+
 def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: MemoryPlan,
                   device: torch.device, kinds: frozenset[str],
                   overrides: Mapping[str, Kernel] | None = None) -> Program:
@@ -125,9 +154,7 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     for op_id, batches in by_type.items():
         op = graph.vocab[op_id]
         spec = HOISTS[op.kind]
-        ready = {b: max((int(batch_of[o.arena][o.rows()].max(initial=-1))
-                         for o in (plan.operands[b][k] for k in spec.hoisted)), default=-1)
-                 for b in batches}
+        ready = _ready(plan, batch_of, batches, spec.hoisted)
         arena = len(arenas)
         groups = _groups(batches, ready)
         order = [b for group in groups for b in group]
@@ -139,16 +166,17 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
             before.setdefault(group[0], []).append(
                 _projection_step(program, plan, device, op, spec, group, arena,
                                  offset[group[0]]))
-        for b in batches:
+        for b in batches:  # Step(...) directly: dataclasses.replace costs ~10 us a batch
             step = program.steps[b]
-            steps[b] = dataclasses.replace(
-                step, kernel=spec.cell, writes_out=True,
-                reads=(step.reads[spec.state],
-                       SliceRead(arena, offset[b], offset[b] + step.size)))
+            steps[b] = Step(step.op, spec.cell, step.attrs, step.size, step.width,
+                            step.out_arena, step.out_start,
+                            (step.reads[spec.state],
+                             SliceRead(arena, offset[b], offset[b] + step.size)),
+                            step.split, step.stacked, True)
     out: list[Step] = []
-    for b, step in enumerate(steps):
+    for b, kept in enumerate(steps):
         out.extend(before.get(b, ()))
-        out.append(step)  # type: ignore[arg-type]
+        out.append(kept)  # type: ignore[arg-type]
     counts = {**program.counts, False: _count(out)}
     return HoistedProgram(tuple(out), program.grad_steps, tuple(arenas), program.outputs,
                           program.output_batch, counts, program.attrs, program.attr_nodes,
@@ -163,12 +191,82 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
                np.concatenate([plan.operands[b][k].rows() for b in group]))
         for k in spec.hoisted)
     (reads,) = inplace_reads([operands], device, [0, 0, 0]) if operands else [()]
+    if spec.heads:  # only the h columns of the [h; c] state rows
+        reads = tuple(_heads(read, op.in_shapes[k][0] // 2 if op.in_shapes else 0)
+                      for read, k in zip(reads, spec.hoisted, strict=True))
     attrs = torch.cat([program.steps[b].attrs for b in group])
     proj_op = OpType(f"{op.name}/projection", f"{op.kind}.projection",
                      tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else (),
                      (HoistSpec.gate_width(op),), op.params)
     return Step(proj_op, spec.project, attrs, len(attrs), HoistSpec.gate_width(op), arena,
                 start, tuple(reads), False, False, True)
+
+
+class HeadRowsRead(RowsRead):
+    """Rows ``idx`` of arena ``b``, leading ``cols`` columns only (an ``index_select`` of
+    the column view); the gradient routes back as a narrow one (:meth:`RowsRead.route`)."""
+
+    __slots__ = ("cols",)
+
+    def __init__(self, b: int, idx: torch.Tensor, cols: int) -> None:
+        super().__init__(b, idx)
+        self.cols = cols
+
+    def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return outs[self.b].narrow(1, 0, self.cols).index_select(0, self.idx)
+
+
+class HeadSliceRead(SliceRead):
+    """Rows ``lo:hi`` of arena ``b``, leading ``cols`` columns only (a zero-copy view)."""
+
+    __slots__ = ("cols",)
+
+    def __init__(self, b: int, lo: int, hi: int, cols: int) -> None:
+        super().__init__(b, lo, hi)
+        self.cols = cols
+
+    def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return outs[self.b].narrow(0, self.lo, self.n).narrow(1, 0, self.cols)
+
+
+def _heads(read: Read, cols: int) -> Read:
+    """``read`` restricted to the leading ``cols`` columns (unchanged if ``cols`` is 0)."""
+    if cols <= 0 or isinstance(read, HeadRowsRead | HeadSliceRead):
+        return read
+    if isinstance(read, RowsRead):
+        return HeadRowsRead(read.b, read.idx, cols)
+    if isinstance(read, SliceRead):
+        return HeadSliceRead(read.b, read.lo, read.hi, cols)
+    return read
+
+
+def _head_steps(steps: Iterable[Step]) -> list[Step]:
+    """``steps`` with the :data:`~edbatch.executor.cells_hoist.HEAD_READS` operands of the
+    registered kernels read as their ``h`` columns only."""
+    out = []
+    for step in steps:
+        slots = HEAD_READS.get(step.op.kind)
+        if slots and step.op.in_shapes and not step.split and step.kernel is KERNELS.get(
+                step.op.kind):
+            shapes = step.op.in_shapes
+            step = Step(step.op, step.kernel, step.attrs, step.size, step.width,
+                        step.out_arena, step.out_start,
+                        tuple(_heads(r, shapes[k][0] // 2) if k in slots else r
+                              for k, r in enumerate(step.reads)),
+                        step.split, step.stacked, step.writes_out)
+        out.append(step)
+    return out
+
+
+def head_reads(program: Program) -> Program:
+    """Read only the ``h`` columns of the LSTM-state operands of
+    :data:`~edbatch.executor.cells_hoist.HEAD_READS` kinds (the BiLSTM's layer-2 cells and
+    loss), in place in ``program``'s inference steps: a gather of half the bytes and no
+    re-packing of strided halves. The training reads (``grad_steps``) are unchanged; the
+    kernels take either form. Returns ``program``."""
+    if any(step.op.kind in HEAD_READS for step in program.steps):
+        program.steps = tuple(_head_steps(program.steps))
+    return program
 
 
 def _count(steps: Iterable[Step]) -> list[int]:

@@ -119,10 +119,14 @@ def _bilstm_l2_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
 def bilstm_l2(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
               attrs: Tensor, out: Tensor | None = None,
               save: list[Tensor] | None = None) -> Tensor:
-    """Layer-2 LSTM step: operands ``(f1_t, b1_t, previous state)``; input ``[h(f1); h(b1)]``."""
+    """Layer-2 LSTM step: operands ``(f1_t, b1_t, previous state)``; input ``[h(f1); h(b1)]``
+    (``f1_t``, ``b1_t``: states ``[h; c]`` or only their ``h`` columns, the executor's
+    :func:`~edbatch.executor._hoist.head_reads`)."""
     weight, bias = op_params(op, params, 2)
     h, c = split_state(inputs[2])
-    xh = torch.cat([split_state(inputs[0])[0], split_state(inputs[1])[0], h], dim=1)
+    half = (weight.shape[1] - h.shape[1]) // 2  # the layer-1 hidden size
+    xh = torch.cat([v if v.shape[1] == half else split_state(v)[0] for v in inputs[:2]] + [h],
+                   dim=1)
     return lstm_step_xh(xh, c, weight, bias, out, save)
 
 
@@ -148,9 +152,12 @@ def _bilstm_loss_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
 @with_backward(_bilstm_loss_backward)
 def bilstm_loss(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
                 attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
-    """``pick_nll(O tanh(H [h(f2); h(b2)] + b_H) + b_O, tag)`` for operands ``(f2, b2)``."""
+    """``pick_nll(O tanh(H [h(f2); h(b2)] + b_H) + b_O, tag)`` for operands ``(f2, b2)``:
+    their states ``[h; c]`` or only their ``h`` columns (the executor's
+    :func:`~edbatch.executor._hoist.head_reads`)."""
     w_hidden, b_hidden, w_out, b_out = op_params(op, params, 4)
-    x = torch.cat([split_state(inputs[0])[0], split_state(inputs[1])[0]], dim=1)
+    half = w_hidden.shape[1] // 2
+    x = torch.cat([v if v.shape[1] == half else split_state(v)[0] for v in inputs[:2]], dim=1)
     a = fast_tanh(F.linear(x, w_hidden, b_hidden))
     logits = F.linear(a, w_out, b_out)
     if save is not None:

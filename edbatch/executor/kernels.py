@@ -154,7 +154,7 @@ def fast_tanh(x: Tensor) -> Tensor:
     it, so batched and node-by-node results stay equal. Differentiable: without autograd
     the scaling is done in place.
     """
-    if x.device.type != "cpu" or x.numel() < FAST_TANH_MIN:
+    if x.numel() < FAST_TANH_MIN or x.device.type != "cpu":  # the cheaper test first
         return torch.tanh(x)
     # ``x + x`` is exactly ``2 * x``, and a 0-dim ``1`` of the block's dtype is subtracted:
     # an op with a Python float first converts it to a tensor (about 10 us of dispatch)

@@ -66,7 +66,7 @@ from torch import Tensor
 from edbatch.errors import ConfigError, ExecutionError
 from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
-from edbatch.executor._hoist import hoist_kinds, hoist_program, unhoisted
+from edbatch.executor._hoist import head_reads, hoist_kinds, hoist_program, unhoisted
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._result import RunResult
 from edbatch.executor._timer import Timer, timed
@@ -359,6 +359,7 @@ class TorchExecutor:
         if self.hoist:
             program = hoist_program(program, graph, schedule, plan, self.device, self.hoist,
                                     self.kernels)
+        program = head_reads(program)  # h-only gathers for the BiLSTM's state consumers
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
