@@ -65,12 +65,14 @@ def _one(policy: object) -> CompiledBase | None:
     return None
 
 
-def compiled_bases(bases: Sequence[Callable[[], Policy]]) -> list[CompiledBase] | None:
-    """The core's form of the base policy factories, or ``None`` if any base is one the core
-    does not run (another class, an FSM with an encoding or fallback it lacks)."""
+def compiled_bases(bases: Sequence[Policy | Callable[[], Policy]]) -> list[CompiledBase] | None:
+    """The core's form of the base policies (instances, or factories called once each), or
+    ``None`` if any base is one the core does not run (another class, an FSM with an
+    encoding or fallback it lacks)."""
     out = []
     for base in bases:
-        one = _one(base())
+        factory = isinstance(base, type) or not hasattr(base, "choose")
+        one = _one(base() if factory else base)  # type: ignore[operator]
         if one is None:
             return None
         out.append(one)

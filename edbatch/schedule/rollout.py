@@ -95,14 +95,15 @@ def rollout_schedule(graph: Graph, bases: Sequence[Callable[[], Policy]], *,
                          f"{plan_budget}: a budget is negative; pass 0 (no search) or more")
     if level not in (1, 2) or (level == 2 and cost is not None):
         raise ValueError(f"level={level}: choose 1 or 2 (level 2 counts batches: no cost)")
+    probes = [b() for b in bases]  # one instance each, for what the bases are
     if cost is None and resolve_backend(backend) == "compiled":
-        core_bases = compiled_bases(bases)
+        core_bases = compiled_bases(probes)
         if core_bases is not None:
             return compiled_rollout(graph, core_bases, budget=budget, name=name,
                                     retry_planned=retry_planned, level=level,
                                     inner_budget=inner_budget, plan_budget=plan_budget)[0]
     t0 = time.perf_counter()
-    typewise = any(getattr(b(), "needs_typewise", False) for b in bases)
+    typewise = any(getattr(p, "needs_typewise", False) for p in probes)
     frontier = Frontier(graph, typewise=typewise)
     search = (_Search(graph, tuple(bases), budget, cost, retry_planned) if level == 1 else
               _Search2(graph, tuple(bases), budget, inner_budget, plan_budget))
@@ -212,21 +213,23 @@ class RolloutScheduler:
         bases: base policy factories (e.g. ``[CriticalPathPolicy, TypewiseGreedyPolicy]``).
         budget, level, inner_budget, plan_budget: see :func:`rollout_schedule`.
         name: the scheduler name recorded in schedules and metrics.
+        backend: ``compiled`` / ``python`` / ``None`` (``$EDBATCH_BACKEND``).
     """
 
     def __init__(self, bases: Sequence[Callable[[], Policy]], *, budget: int = DEFAULT_BUDGET,
                  name: str = "rollout", level: int = 1,
                  inner_budget: int = DEFAULT_INNER_BUDGET,
-                 plan_budget: int = DEFAULT_BUDGET) -> None:
+                 plan_budget: int = DEFAULT_BUDGET, backend: str | None = None) -> None:
         if not bases:
             raise ValueError("RolloutScheduler needs at least one base policy")
         self.bases, self.budget, self.name = tuple(bases), budget, name
         self.level, self.inner_budget, self.plan_budget = level, inner_budget, plan_budget
+        self.backend = backend
 
     def __call__(self, graph: Graph) -> Schedule:
         return rollout_schedule(graph, self.bases, budget=self.budget, name=self.name,
                                 level=self.level, inner_budget=self.inner_budget,
-                                plan_budget=self.plan_budget)
+                                plan_budget=self.plan_budget, backend=self.backend)
 
     def __repr__(self) -> str:
         return f"RolloutScheduler({self.name}, budget={self.budget}, level={self.level})"

@@ -52,7 +52,7 @@ def test_compiled_rollout_equals_python_on_every_workload(workload: str, granula
     for bases in BASE_SETS:
         both(graph, bases, budget=budget)
     both(graph, fsm_bases(graph, "expert", "critical_path"), budget=budget)
-    both(graph, fsm_bases(graph, "hints", "typewise_greedy") + [CriticalPathPolicy],
+    both(graph, [*fsm_bases(graph, "hints", "typewise_greedy"), CriticalPathPolicy],
          budget=budget, retry_planned=True)
 
 
@@ -138,3 +138,29 @@ def test_bad_level_and_budgets() -> None:
         rollout_schedule(graph, [CriticalPathPolicy], level=2, cost=lambda op, n: 1.0)
     with pytest.raises(ValueError, match="inner_budget=-1"):
         rollout_schedule(graph, [CriticalPathPolicy], level=2, inner_budget=-1)
+
+
+def test_fsm_lookahead_rollout2_option(tmp_path: object) -> None:
+    """``lookahead=rollout2``: level 2 over the FSM, compiled == Python, saved in the
+    artifact; a bad value names the choices."""
+    from pathlib import Path
+
+    from edbatch.errors import PolicyFileError, UnknownNameError
+
+    graph = minibatch("tree_lstm", "cell", 2)
+    table = table_for(graph, "expert")
+    fsm = FSMPolicy(table, "expert", graph.vocab.names, "critical_path", lookahead="rollout2")
+    sched = fsm.scheduler("fsm")
+    assert (sched.level, sched.budget) == (2, 10_000_000)  # type: ignore[attr-defined]
+    s = sched(graph)
+    s.validate(graph)
+    assert_same(s, fsm.scheduler("fsm", backend="python")(graph))
+    level1 = FSMPolicy(table, "expert", graph.vocab.names, "critical_path", lookahead="rollout")
+    assert s.num_batches <= level1.scheduler("fsm")(graph).num_batches
+    path = fsm.save(Path(str(tmp_path)) / "p.json")
+    assert FSMPolicy.load(path).lookahead == "rollout2"
+    with pytest.raises(UnknownNameError, match="unknown lookahead 'rollout3'.*rollout2"):
+        FSMPolicy(table, "expert", graph.vocab.names, "critical_path", lookahead="rollout3")
+    path.write_text(path.read_text().replace('"rollout2"', '"rollout_2"'))
+    with pytest.raises(PolicyFileError, match="lookahead 'rollout_2'"):
+        FSMPolicy.load(path)
