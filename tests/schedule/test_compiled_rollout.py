@@ -164,3 +164,15 @@ def test_fsm_lookahead_rollout2_option(tmp_path: object) -> None:
     path.write_text(path.read_text().replace('"rollout2"', '"rollout_2"'))
     with pytest.raises(PolicyFileError, match="lookahead 'rollout_2'"):
         FSMPolicy.load(path)
+
+
+@pytest.mark.parametrize("override, key", [("policy.lookahead=rollout3", "policy.lookahead"),
+                                           ("++trainer.lookahead=beam", "trainer.lookahead")])
+def test_bad_lookahead_in_a_config_is_a_config_error(override: str, key: str) -> None:
+    from edbatch.errors import ConfigError
+    from experiments._schema import validate
+    from tests.experiments.test_bad_config import _compose
+
+    validate(_compose("train", ["policy.lookahead=rollout2"]))  # the new option is accepted
+    with pytest.raises(ConfigError, match=f"config key {key}=.*rollout2"):
+        validate(_compose("train", [override]))
