@@ -13,6 +13,11 @@ schedule already meets the lower bound, which no schedule can beat) the kept sch
 followed as is. The budget is counted in batches, not seconds, so a given graph always gets
 the same schedule.
 
+The search runs on the compiled core (:mod:`edbatch.schedule.compiled_rollout`, the same
+schedule, ~30x faster) when the objective is the batch count and every base is a compiled
+rule or FSM; ``backend="python"`` / ``EDBATCH_BACKEND=python`` keeps this module's search, the
+oracle. ``level=2`` nests it: each candidate is completed by a budgeted level-1 rollout.
+
 The objective is a cost summed over the schedule's batches: by default the batch count (a cost
 of 1 per batch), or any ``(op type, batch size) -> cost`` such as a calibrated cost model's
 milliseconds (:mod:`edbatch.executor.cost_schedule` passes its model in; this module imports
