@@ -304,6 +304,16 @@ def _check_groups(cfg: DictConfig) -> None:
                                                                   resolve=False)
     for prefix, node in trainers.items():
         _check_group(prefix, node, TRAINER_RULES)
+    from policies.fsm import LOOKAHEADS  # the FSM's lookahead names, checked before training
+
+    looks = {f"{p}.lookahead": n.get("lookahead") for p, n in trainers.items()
+             if isinstance(n, dict)}
+    if isinstance(cfg.get("policy"), DictConfig) and "lookahead" in cfg.policy:
+        looks["policy.lookahead"] = OmegaConf.to_container(cfg.policy)["lookahead"]  # type: ignore[index]
+    for key, value in looks.items():
+        if value is not None and not str(value).startswith("${") and value not in LOOKAHEADS:
+            raise ConfigError(key, value, f"one of {list(LOOKAHEADS)}",
+                              f"pass e.g. {key}=rollout (rollout2: level 2, ~100x slower)")
     env = cfg.get("env")
     if env is not None:
         for key, choices in ENV_CHOICES.items():

@@ -73,8 +73,14 @@ FALLBACKS: dict[str, Callable[[str], Policy]] = {
 
 #: How an FSM schedules a whole graph: ``none`` follows its decisions; ``rollout`` improves on
 #: them by fortified rollout (:mod:`edbatch.schedule.rollout`) with the FSM as base policy:
-#: never more batches, at the price of one FSM rollout per (decision, ready op type).
-LOOKAHEADS = ("none", "rollout")
+#: never more batches, at the price of one FSM rollout per (decision, ready op type);
+#: ``rollout2`` nests it (each candidate completed by a level-1 rollout, budget
+#: :data:`ROLLOUT2_BUDGET` batches): never more batches than ``rollout``, ~100x its cost.
+LOOKAHEADS = ("none", "rollout", "rollout2")
+
+#: ``rollout2``'s budgets in popped batches (outer, per candidate completion): about 30 s of
+#: compiled search per 64-lattice graph of ~8,000 nodes on this project's 2-core VM.
+ROLLOUT2_BUDGET, ROLLOUT2_INNER_BUDGET = 10_000_000, 30_000
 
 
 def make_fallback(name: str, encoding: str) -> Policy:
@@ -154,10 +160,14 @@ class FSMPolicy:
         ``none``: this policy's decisions (its hit and miss counters count them), on the
         compiled core (:mod:`edbatch.schedule.compiled`) when it knows the encoding and
         fallback and ``backend`` (default ``$EDBATCH_BACKEND`` or ``compiled``) allows.
-        ``rollout``: fortified rollout over forks of this policy (counters untouched).
+        ``rollout``: fortified rollout over forks of this policy (counters untouched);
+        ``rollout2``: its level-2 form. Both run compiled when the FSM does (``backend``).
         """
         if self.lookahead == "rollout":
-            return RolloutScheduler([self.fork], name=name)
+            return RolloutScheduler([self.fork], name=name, backend=backend)
+        if self.lookahead == "rollout2":
+            return RolloutScheduler([self.fork], name=name, backend=backend, level=2,
+                                    budget=ROLLOUT2_BUDGET, inner_budget=ROLLOUT2_INNER_BUDGET)
         return self.runtime_scheduler(name, backend)
 
     def runtime_scheduler(self, name: str = "fsm", backend: str | None = None) -> Scheduler:
