@@ -17,14 +17,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
 from benchmarks.hand_batched import make_hand_batched
 from edbatch.executor import init_params
