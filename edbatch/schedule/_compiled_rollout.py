@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from edbatch.schedule._compiled import _decide, _retire, _typewise_freed, _typewise_start
+from edbatch.schedule._compiled import _release as _release_node
 
 __all__ = ["run_rollout"]
 
@@ -61,17 +62,8 @@ def _copy(s, d):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _release(v, g, st):  # type: ignore[no-untyped-def]
-    op, batchable, height, start = g[0], g[4], g[5], g[8]
-    ready, rlen, maxh, forced, sc = st[0], st[1], st[2], st[3], st[9]
-    a = op[v]
-    if batchable[a]:
-        ready[start[a] + rlen[a]] = v
-        rlen[a] += 1
-        if len(height) and height[v] > maxh[a]:
-            maxh[a] = height[v]
-    else:
-        forced[sc[0]] = v
-        sc[0] += 1
+    """The scheduler's release of node ``v`` on the state arrays ``st``."""
+    st[9][0] = _release_node(v, g[0], g[4], st[0], g[8], st[1], st[2], g[5], st[3], st[9][0])
 
 
 @njit(cache=True)
