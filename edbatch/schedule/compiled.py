@@ -155,22 +155,38 @@ class FsmTable:
 _NO_TABLE = FsmTable({})
 
 
-def compiled_arrays(graph: Graph, rule: str, *, encoding: str | None = None,
-                    table: FsmTable | None = None) -> tuple:  # type: ignore[type-arg]
-    """The core's raw result for ``graph`` (no :class:`Batch` objects):
-    ``(batch_op, batch_forced, batch_ptr, nodes, hits, misses)``, see
-    :func:`~edbatch.schedule._compiled.run_schedule`. Arguments as :func:`compiled_schedule`."""
+def core_ids(rule: str, encoding: str | None = None) -> tuple[int, int, bool, bool]:
+    """``(rule id, encoding id, needs the type-wise graph, needs heights)`` of a decision
+    rule (a key of :data:`COMPILED_RULES`) with an optional FSM ``encoding``."""
     rule_id, need_tw, need_h = COMPILED_RULES[rule]
     enc_id = core.ENC_NONE
     if encoding is not None:
         enc_id, enc_tw, enc_h = COMPILED_ENCODINGS[encoding]
         need_tw, need_h = need_tw or enc_tw, need_h or enc_h
-    arr = _arrays(graph)
+    return rule_id, enc_id, need_tw, need_h
+
+
+def core_graph(graph: Graph, need_tw: bool, need_h: bool) -> tuple:  # type: ignore[type-arg]
+    """The core's inputs for ``graph``: ``(flat arrays, heights, tw_pred, tw_ptr, tw_ids)``,
+    the optional ones empty unless needed."""
     height = heights(graph) if need_h else _EMPTY_I
-    if need_tw:
-        tw_pred, tw_ptr, tw_ids = typewise(graph)
-    else:
-        tw_pred, tw_ptr, tw_ids = _EMPTY_32, _EMPTY_I, _EMPTY_32
+    tw = typewise(graph) if need_tw else (_EMPTY_32, _EMPTY_I, _EMPTY_32)
+    return (_arrays(graph), height, *tw)
+
+
+def fsm_encoding(table: FsmTable, fallback: str, encoding: str) -> str | None:
+    """The encoding an FSM runs with on the core: none for an empty table (it decides by
+    its fallback alone, and the Python path skips the key too), except ED-Batch's."""
+    return None if not table.size and fallback != "ed_batch" else encoding
+
+
+def compiled_arrays(graph: Graph, rule: str, *, encoding: str | None = None,
+                    table: FsmTable | None = None) -> tuple:  # type: ignore[type-arg]
+    """The core's raw result for ``graph`` (no :class:`Batch` objects):
+    ``(batch_op, batch_forced, batch_ptr, nodes, hits, misses)``, see
+    :func:`~edbatch.schedule._compiled.run_schedule`. Arguments as :func:`compiled_schedule`."""
+    rule_id, enc_id, need_tw, need_h = core_ids(rule, encoding)
+    arr, height, tw_pred, tw_ptr, tw_ids = core_graph(graph, need_tw, need_h)
     tab = table if table is not None else _NO_TABLE
     return core.run_schedule(  # type: ignore[no-any-return]
         arr.op, arr.depth, arr.arity, arr.uptr, arr.uids, arr.batchable, height,
@@ -298,8 +314,7 @@ class CompiledFsmScheduler:
         p = self.policy
         table = self.table()
         fallback = p.fallback_name  # type: ignore[attr-defined]
-        # An empty table decides by the fallback alone (the Python path skips the key too).
-        encoding = None if not table.size and fallback != "ed_batch" else p.encoding  # type: ignore[attr-defined]
+        encoding = fsm_encoding(table, fallback, p.encoding)  # type: ignore[attr-defined]
         s, hits, misses = compiled_schedule(graph, fallback, self.name, encoding=encoding,
                                             table=table)
         p.hits += hits  # type: ignore[attr-defined]

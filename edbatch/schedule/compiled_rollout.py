@@ -14,20 +14,16 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from edbatch.graph.ir import Graph
-from edbatch.schedule import _compiled as core
 from edbatch.schedule._compiled_rollout import run_rollout
 from edbatch.schedule.bounds import lower_bound
 from edbatch.schedule.compiled import (
-    _EMPTY_32,
     _EMPTY_I,
-    COMPILED_ENCODINGS,
-    COMPILED_RULES,
     FsmTable,
-    _arrays,
     _batches,
+    core_graph,
+    core_ids,
+    fsm_encoding,
     fsm_supported,
-    heights,
-    typewise,
 )
 from edbatch.schedule.heuristics import (
     AgendaPolicy,
@@ -59,9 +55,8 @@ def _one(policy: object) -> CompiledBase | None:
     table = getattr(policy, "table", None)
     if isinstance(enc, str) and isinstance(fallback, str) and isinstance(table, dict) \
             and fsm_supported(enc, fallback):
-        # an empty table decides by its fallback alone (CompiledFsmScheduler does the same)
-        encoding = None if not table and fallback != "ed_batch" else enc
-        return fallback, encoding, FsmTable(table)
+        core_table = FsmTable(table)
+        return fallback, fsm_encoding(core_table, fallback, enc), core_table
     return None
 
 
@@ -94,11 +89,7 @@ def compiled_rollout(graph: Graph, bases: Sequence[CompiledBase], *, budget: int
     need_tw = need_h = False
     rules, encs, hashes, acts, ptr = [], [], [], [], [0]
     for rule, enc, table in bases:
-        rule_id, tw, h = COMPILED_RULES[rule]
-        enc_id = core.ENC_NONE
-        if enc is not None:
-            enc_id, etw, eh = COMPILED_ENCODINGS[enc]
-            tw, h = tw or etw, h or eh
+        rule_id, enc_id, tw, h = core_ids(rule, enc)
         need_tw, need_h = need_tw or tw, need_h or h
         rules.append(rule_id)
         encs.append(enc_id)
@@ -106,9 +97,7 @@ def compiled_rollout(graph: Graph, bases: Sequence[CompiledBase], *, budget: int
             hashes.append(table.hashes)
             acts.append(table.actions)
         ptr.append(ptr[-1] + (table.size if table is not None else 0))
-    arr = _arrays(graph)
-    height = heights(graph) if need_h else _EMPTY_I
-    tw_pred, tw_ptr, tw_ids = typewise(graph) if need_tw else (_EMPTY_32, _EMPTY_I, _EMPTY_32)
+    arr, height, tw_pred, tw_ptr, tw_ids = core_graph(graph, need_tw, need_h)
     bop, bforced, bptr, nodes, spent = run_rollout(
         arr.op, arr.depth, arr.arity, arr.uptr, arr.uids, arr.batchable, height, tw_pred,
         tw_ptr, tw_ids, arr.mean, arr.cplx, np.array(rules, np.int64), np.array(encs, np.int64),
