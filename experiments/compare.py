@@ -126,7 +126,7 @@ def _run_header(cfg: DictConfig, rows: list[SummaryRow]) -> str:
     split = cfg.eval_split or "each workload's default (dev/test)"
     return (f"evaluated on: {data}\n"
             f"split {split}; batch size {cfg.batch_size} instances per mini-batch graph; "
-            f"seeds {list(cfg.seeds)}; learners {list(cfg.trainers)} trained on "
+            f"seeds {list(cfg.seeds)}\nlearners {list(cfg.trainers)} trained on "
             f"{cfg.num_train_graphs} {cfg.train_split} graphs "
             f"({', '.join(cfg.one_graph_trainers)}: 1)")
 
