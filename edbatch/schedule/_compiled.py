@@ -44,9 +44,9 @@ from edbatch.schedule._compiled_keys import (
 )
 
 __all__ = ["ENC_BASE", "ENC_COMPLETE", "ENC_CRIT", "ENC_EXPERT", "ENC_FILL", "ENC_HINTS", "ENC_MAX",
-           "ENC_NONE", "ENC_RICH", "ENC_SORTED", "ENC_TIE", "RULE_CRITICAL_PATH", "RULE_DYNET_AGENDA",
-           "RULE_ED_BATCH_AGENDA", "RULE_KEY_LAST", "RULE_MAX_FRONTIER", "RULE_TYPEWISE_GREEDY",
-           "key_hash", "key_hash_numba", "run_schedule"]
+           "ENC_NONE", "ENC_RICH", "ENC_SORTED", "ENC_TIE", "RULE_CRITICAL_PATH",
+           "RULE_DYNET_AGENDA", "RULE_ED_BATCH_AGENDA", "RULE_KEY_LAST", "RULE_MAX_FRONTIER",
+           "RULE_TYPEWISE_GREEDY", "key_hash", "key_hash_numba", "run_schedule"]
 
 RULE_DYNET_AGENDA = 0
 RULE_ED_BATCH_AGENDA = 1
