@@ -32,6 +32,10 @@ edbatch adds two richer keys (both need ``T(a)``, i.e. a type-wise frontier):
   is instead of only whether it is complete: ``7 * a + feature``, ``feature`` the fill class
   (0 | 1 | 2, as in ``fill``) at gap 0, else ``1 + 2 * min(gap, 2) + complete``
   (:func:`crit_key`; compiled twin ``edbatch.schedule._compiled_keys``).
+* ``tie``: ``expert`` where the types on the critical path also say whether critical path
+  would pick them: ``8 * a + 2 * tier + complete``, ``tier`` 0 for critical path's pick, 1 for
+  the other types at gap 0, 2 | 3 for a gap of 1 | 2+ (:func:`tie_key`). It splits only the
+  states with several critical types, so a table can overrule the fallback's tie-break.
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ from edbatch.schedule.bounds import height_list
 
 __all__ = ["ENCODINGS", "EXPERT_MAX_TYPES", "crit_key", "NEEDS_TYPEWISE", "OBS_HIGH", "StateKey",
            "encode_observation", "encode_state", "expert_code", "expert_key", "expert_key_code",
-           "fallback_action", "fill_key", "key_actions", "observation_size", "rich_key"]
+           "fallback_action", "fill_key", "key_actions", "observation_size", "rich_key",
+           "tie_key"]
 
 StateKey = tuple[int, ...]
 
@@ -234,6 +239,36 @@ def crit_key(ready_count: NDArray[np.int64], typewise_count: NDArray[np.int64],
     return tuple((CRIT_FEATURES * ready + feat).tolist())
 
 
+#: Features per ready type in the ``tie`` key (``8 * a + feature``).
+TIE_FEATURES = 8
+
+
+def tie_key(ready_count: NDArray[np.int64], typewise_count: NDArray[np.int64],
+            max_height: NDArray[np.int64]) -> StateKey:
+    """The ``tie`` state key from per-type arrays (arguments as :func:`expert_key`).
+
+    Returns:
+        ``(8 * a + 2 * tier + complete, ...)`` over ready types ``a`` ascending: ``tier`` 0
+        for critical path's pick (highest ready height, then the largest
+        ``|F(a)| / max(T(a), 1)``, then the smallest id), 1 for the other types at gap 0,
+        ``1 + min(gap, 2)`` below; ``complete`` as in :func:`expert_key`.
+    """
+    counts, tw = np.asarray(ready_count), np.asarray(typewise_count)
+    ready = np.flatnonzero(counts > 0)
+    if not len(ready):
+        return ()
+    h = np.asarray(max_height)
+    pick, best = -1, (-1, -1.0)
+    for a in ready.tolist():  # the compiled rule's order and strict comparisons
+        cand = (int(h[a]), float(counts[a]) / max(int(tw[a]), 1))
+        if cand[0] > best[0] or (cand[0] == best[0] and cand[1] > best[1]):
+            pick, best = a, cand
+    gap = np.minimum(h[ready].max() - h[ready], 2)
+    tier = np.where(gap == 0, (ready != pick).astype(np.int64), gap + 1)
+    full = counts[ready] >= tw[ready]
+    return tuple((TIE_FEATURES * ready + 2 * tier + full).tolist())
+
+
 def _type_arrays(view: FrontierView, name: str
                  ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """(ready count, T(a), max ready height) per op type; unready types count 0."""
@@ -266,6 +301,10 @@ def _crit(view: FrontierView) -> StateKey:
     return crit_key(*_type_arrays(view, "crit"))
 
 
+def _tie(view: FrontierView) -> StateKey:
+    return tie_key(*_type_arrays(view, "tie"))
+
+
 #: name -> encoder. Every key is a tuple of small ints (hashable, JSON-friendly).
 ENCODINGS: dict[str, Callable[[FrontierView], StateKey]] = {
     "base": _base,
@@ -277,10 +316,11 @@ ENCODINGS: dict[str, Callable[[FrontierView], StateKey]] = {
     "rich": _rich,
     "fill": _fill,
     "crit": _crit,
+    "tie": _tie,
 }
 
 #: Encodings whose keys need the type-wise frontier count T(a).
-NEEDS_TYPEWISE = frozenset({"complete", "hints", "expert", "rich", "fill", "crit"})
+NEEDS_TYPEWISE = frozenset({"complete", "hints", "expert", "rich", "fill", "crit", "tie"})
 
 
 def key_actions(key: StateKey, encoding: str) -> list[int]:
@@ -300,6 +340,8 @@ def key_actions(key: StateKey, encoding: str) -> list[int]:
         return [x // FILL_FEATURES for x in key]
     if encoding == "crit":
         return [x // CRIT_FEATURES for x in key]
+    if encoding == "tie":
+        return [x // TIE_FEATURES for x in key]
     return list(key)
 
 

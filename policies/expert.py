@@ -48,6 +48,7 @@ from edbatch.schedule.schedule import Schedule
 from envs.encoding import StateKey, encode_state
 from policies.fallback_search import resolve_fallback
 from policies.fsm import FSMPolicy, make_fallback
+from policies.pair_search import pair_search
 from policies.q_learning import TrainResult
 from policies.resample import resample_graphs
 from policies.table_search import SearchStats, complete_table, search_table, table_batches
@@ -108,6 +109,11 @@ class ExpertConfig:
     search_min_visits: int = 1
     """States the FSM visits fewer times on the training graphs are left to the fallback
     by the search (a guard against setting rare states from few samples)."""
+    search_pairs: int = 0
+    """After the search, pair moves over this many most visited states
+    (:func:`~policies.pair_search.pair_search`: two states changed at once); 0: off."""
+    search_pair_evals: int = 2000
+    """Most candidate tables the pair moves schedule."""
     complete_min_visits: int = 2
     """After the search, states the FSM visits this often on the training and check graphs,
     always with the same action, enter the table (:func:`~policies.table_search.
@@ -315,12 +321,21 @@ def train_expert(train_graphs: Sequence[Graph], cfg: ExpertConfig = ExpertConfig
         else:
             table, batches, row = _search_stage(best_table if cfg.rounds else {},
                                                 train_graphs, check, cfg, fallback, cost)
+        if cfg.search_pairs > 0:
+            table, pst = pair_search(table, train_graphs, check, cfg.encoding, fallback,
+                                     top=cfg.search_pairs, max_evals=cfg.search_pair_evals)
+            batches = cost(table)
+            row.update({"train/pair_changes": pst.changes,
+                        "train/pair_evaluations": pst.evaluations})
+            log.info("pair moves: %d tables tried, %d pairs kept, %d validation batches",
+                     pst.evaluations, pst.changes, batches)
         row.update({"eval/ratio_to_lb": batches / max(lb, 1),
                     "eval/fallback_ratio_to_lb": fb_batches / max(lb, 1)})
         if batches <= best_batches:
             best_table, best_batches = table, batches
         row["eval/best_ratio_to_lb"] = best_batches / max(lb, 1)
-        meta.update(search_changes=row["train/search_changes"], searched_states=len(table))
+        meta.update(search_changes=row["train/search_changes"], searched_states=len(table),
+                    pair_changes=row.get("train/pair_changes"))
         emit(row)
     if cfg.complete_min_visits > 0:
         n = len(best_table)

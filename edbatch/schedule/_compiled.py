@@ -35,16 +35,18 @@ from edbatch.schedule._compiled_keys import (
     CRIT_FEATURES,
     FILL_FEATURES,
     RICH_FEATURES,
+    TIE_FEATURES,
     key_crit,
     key_expert,
     key_fill,
     key_rich,
+    key_tie,
 )
 
 __all__ = ["ENC_BASE", "ENC_COMPLETE", "ENC_CRIT", "ENC_EXPERT", "ENC_FILL", "ENC_HINTS", "ENC_MAX",
-           "ENC_NONE", "ENC_RICH", "ENC_SORTED", "RULE_CRITICAL_PATH", "RULE_DYNET_AGENDA",
-           "RULE_ED_BATCH_AGENDA", "RULE_KEY_LAST", "RULE_MAX_FRONTIER", "RULE_TYPEWISE_GREEDY",
-           "key_hash", "key_hash_numba", "run_schedule"]
+           "ENC_NONE", "ENC_RICH", "ENC_SORTED", "ENC_TIE", "RULE_CRITICAL_PATH",
+           "RULE_DYNET_AGENDA", "RULE_ED_BATCH_AGENDA", "RULE_KEY_LAST", "RULE_MAX_FRONTIER",
+           "RULE_TYPEWISE_GREEDY", "key_hash", "key_hash_numba", "run_schedule"]
 
 RULE_DYNET_AGENDA = 0
 RULE_ED_BATCH_AGENDA = 1
@@ -64,6 +66,7 @@ ENC_EXPERT = 5
 ENC_RICH = 6
 ENC_FILL = 7
 ENC_CRIT = 8
+ENC_TIE = 9
 _EXPERT_FEATURES = 6  # entries per ready type of the expert key (envs.encoding)
 
 
@@ -200,6 +203,8 @@ def _encode(enc, k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[
         return key_fill(k, rlen, tw, maxh, rem, remd, batchable, out)
     if enc == ENC_CRIT:
         return key_crit(k, rlen, tw, maxh, rem, remd, batchable, out)
+    if enc == ENC_TIE:
+        return key_tie(k, rlen, tw, maxh, rem, remd, batchable, out)
     return _key_hints(k, rlen, tw, maxh, rem, remd, batchable, out)
 
 
@@ -215,6 +220,8 @@ def _key_last(enc, out, n):  # type: ignore[no-untyped-def]
         return x // FILL_FEATURES
     if enc == ENC_CRIT:
         return x // CRIT_FEATURES
+    if enc == ENC_TIE:
+        return x // TIE_FEATURES
     return x // 2 if enc == ENC_COMPLETE else x
 
 

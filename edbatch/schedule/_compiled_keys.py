@@ -5,6 +5,9 @@ on, ``(k, rlen, tw, maxh, rem, remd, batchable, out) -> length``: they write one
 ready batchable op type ``a`` (ascending) into ``out`` and return how many they wrote.
 
 * ``expert``: ``6 * a + 2 * gap + complete`` (``envs.encoding.expert_key``);
+* ``tie``: ``8 * a + 2 * tier + complete`` (``envs.encoding.tie_key``): ``tier`` 0 for the
+  type critical path picks, 1 for the other types on the critical path (gap 0), 2 | 3 for a
+  gap of 1 | 2 or more; ``expert`` plus which of the tied critical types the fallback takes;
 * ``rich``: ``16 * a + 4 * gap_class + 2 * complete + half`` (``envs.encoding.rich_key``),
   where ``gap_class`` is 0 | 1 | 2 | 3 for a gap of 0 | 1-2 | 3-9 | 10 or more and ``half``
   is ``2 * |F(a)| >= T(a)``.
@@ -19,13 +22,14 @@ from __future__ import annotations
 
 from numba import njit
 
-__all__ = ["CRIT_FEATURES", "EXPERT_FEATURES", "FILL_FEATURES", "RICH_FEATURES", "key_crit",
-           "key_expert", "key_fill", "key_rich"]
+__all__ = ["CRIT_FEATURES", "EXPERT_FEATURES", "FILL_FEATURES", "RICH_FEATURES", "TIE_FEATURES",
+           "key_crit", "key_expert", "key_fill", "key_rich", "key_tie"]
 
 EXPERT_FEATURES = 6
 RICH_FEATURES = 16
 FILL_FEATURES = 9
 CRIT_FEATURES = 7
+TIE_FEATURES = 8
 
 
 @njit(cache=True)
@@ -117,5 +121,35 @@ def key_crit(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-u
             else:
                 feat = 1 + 2 * gap + full
             out[n] = CRIT_FEATURES * a + feat
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def _critical_pick(k, rlen, tw, maxh, batchable):  # type: ignore[no-untyped-def]
+    """Critical path's choice (``_compiled._critical``, same tie-breaks: highest ready
+    height, then the largest ``|F(a)| / max(T(a), 1)``, then the smallest id)."""
+    best, best_top, best_ratio = -1, -1, -1.0
+    for a in range(k):
+        if rlen[a] and batchable[a]:
+            t = tw[a] if tw[a] > 1 else 1
+            top, ratio = maxh[a], rlen[a] / t
+            if top > best_top or (top == best_top and ratio > best_ratio):
+                best, best_top, best_ratio = a, top, ratio
+    return best
+
+
+@njit(cache=True)
+def key_tie(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-untyped-def]
+    """``8 * a + 2 * tier + complete`` per ready type: ``tier`` 0 for critical path's pick,
+    1 for the other types at gap 0, 2 + (min(gap, 2) - 1) below."""
+    top = _top(k, rlen, maxh, batchable)
+    pick = _critical_pick(k, rlen, tw, maxh, batchable)
+    n = 0
+    for a in range(k):
+        if rlen[a] and batchable[a]:
+            gap = min(top - maxh[a], 2)
+            tier = (0 if a == pick else 1) if gap == 0 else gap + 1
+            out[n] = TIE_FEATURES * a + 2 * tier + (1 if rlen[a] >= tw[a] else 0)
             n += 1
     return n

@@ -56,6 +56,7 @@ COMPILED_ENCODINGS: dict[str, tuple[int, bool, bool]] = {
     "rich": (core.ENC_RICH, True, True),
     "fill": (core.ENC_FILL, True, True),
     "crit": (core.ENC_CRIT, True, True),
+    "tie": (core.ENC_TIE, True, True),
 }
 
 

@@ -1,0 +1,99 @@
+"""Pair moves over an FSM table: change two states' actions at once, keep what helps.
+
+:func:`policies.table_search.search_table` changes one state at a time, so it stops at a
+table no single change improves. Two changes that only pay together (e.g. deviate from the
+fallback at one state *and* take the follow-up decision differently at the state that
+deviation leads to) are out of its reach. :func:`pair_search` tries them: over the ``top``
+most visited states of the current table's schedules it lists every single move (a state and
+another ready op type of its key), and scores every pair of moves on different states by
+rescheduling the graphs that visit either state; a pair is kept when the training graphs need
+fewer batches and the check graphs no more (the same guard as the single-move search).
+After a kept pair the visited states are listed again. Deterministic: moves in (visits, key,
+op) order, pairs in lexicographic order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from edbatch.graph import Graph
+from edbatch.schedule import lower_bound
+from envs.encoding import StateKey, key_actions
+from policies.table_search import SearchStats, trace, visited_states
+
+__all__ = ["pair_search"]
+
+
+class _Pool:
+    """Graphs with their batches and visited keys under the current table (a pair's trial
+    reschedules only the graphs that visit one of its two keys)."""
+
+    def __init__(self, graphs: Sequence[Graph], table: dict[StateKey, int], encoding: str,
+                 fallback: str) -> None:
+        self.graphs, self.encoding, self.fallback = list(graphs), encoding, fallback
+        self.batches: list[int] = []
+        self.keys: list[set[StateKey]] = []
+        for g in self.graphs:
+            seen, nb = trace(table, g, encoding, fallback)
+            self.batches.append(nb)
+            self.keys.append(set(seen))
+
+    @property
+    def total(self) -> int:
+        return sum(self.batches)
+
+    def trial(self, table: dict[StateKey, int], keys: set[StateKey]
+              ) -> tuple[int, dict[int, tuple[int, set[StateKey]]]]:
+        new = {}
+        for i, g in enumerate(self.graphs):
+            if keys & self.keys[i]:
+                seen, nb = trace(table, g, self.encoding, self.fallback)
+                new[i] = (nb, set(seen))
+        return self.total + sum(b - self.batches[i] for i, (b, _) in new.items()), new
+
+    def accept(self, new: dict[int, tuple[int, set[StateKey]]]) -> None:
+        for i, (b, keys) in new.items():
+            self.batches[i], self.keys[i] = b, keys
+
+
+def pair_search(table: dict[StateKey, int], train: Sequence[Graph], check: Sequence[Graph],
+                encoding: str, fallback: str, *, top: int = 12, max_evals: int = 2000
+                ) -> tuple[dict[StateKey, int], SearchStats]:
+    """Pair moves over the ``top`` most visited states (see the module docstring).
+
+    Returns:
+        The improved table and :class:`~policies.table_search.SearchStats` (``sweeps``: the
+        listings of moves, ``changes``: the pairs kept).
+    """
+    table = dict(table)
+    tr, ch = _Pool(train, table, encoding, fallback), _Pool(check, table, encoding, fallback)
+    floor = sum(lower_bound(g) for g in train)
+    evals = kept = rounds = 0
+    improved = top > 0
+    while improved and evals < max_evals and tr.total > floor:
+        improved = False
+        rounds += 1
+        seen = visited_states(table, train, encoding, fallback)
+        states = sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+        moves = [(key, a) for key, _ in states
+                 for a in sorted(set(key_actions(key, encoding))) if a != table.get(key)]
+        for i, (k1, a1) in enumerate(moves):
+            for k2, a2 in moves[i + 1:]:
+                if k1 == k2 or evals >= max_evals:
+                    continue
+                trial = {**table, k1: a1, k2: a2}
+                evals += 1
+                t, new_t = tr.trial(trial, {k1, k2})
+                if t >= tr.total:
+                    continue
+                c, new_c = ch.trial(trial, {k1, k2})
+                if c <= ch.total:
+                    table = trial
+                    tr.accept(new_t)
+                    ch.accept(new_c)
+                    kept += 1
+                    improved = True
+                    break
+            if improved:
+                break
+    return table, SearchStats(rounds, evals, kept, tr.total, ch.total)
