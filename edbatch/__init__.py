@@ -1,5 +1,7 @@
 """edbatch: learned batching of dynamic neural networks."""
 
+# first: deletes numba caches that predate a change of the compiled sources (its doc says why)
+from edbatch import _numba_cache  # noqa: F401
 from edbatch.errors import (
     DataFormatError,
     EdbatchError,
