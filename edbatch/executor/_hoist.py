@@ -45,13 +45,7 @@ from edbatch.executor._reads import (
     inplace_reads,
     merged,
 )
-from edbatch.executor.cells_hoist import (
-    HEAD_GATHER_MIN_ROWS,
-    HEAD_GATHERS,
-    HEAD_READS,
-    HOISTS,
-    HoistSpec,
-)
+from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, HoistSpec
 from edbatch.executor.kernels import KERNELS, Kernel
 from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan
@@ -246,27 +240,18 @@ def _heads(read: Read, cols: int) -> Read:
     return read
 
 
-def _head_slot(read: Read, k: int, slots: tuple[int, ...], large: tuple[int, ...]) -> bool:
-    """Whether operand ``k`` (read by ``read``) is read as its ``h`` columns alone."""
-    return k in slots or (k in large and isinstance(read, RowsRead)
-                          and len(read) >= HEAD_GATHER_MIN_ROWS)
-
-
 def _head_steps(steps: Iterable[Step]) -> list[Step]:
-    """``steps`` with the :data:`~edbatch.executor.cells_hoist.HEAD_READS` operands (and the
-    large :data:`~edbatch.executor.cells_hoist.HEAD_GATHERS` gathers) of the registered
-    kernels read as their ``h`` columns only."""
+    """``steps`` with the :data:`~edbatch.executor.cells_hoist.HEAD_READS` operands of the
+    registered kernels read as their ``h`` columns only."""
     out = []
     for step in steps:
-        slots = HEAD_READS.get(step.op.kind, ())
-        large = HEAD_GATHERS.get(step.op.kind, ())
-        if (slots or large) and step.op.in_shapes and not step.split and \
-                step.kernel is KERNELS.get(step.op.kind):
+        slots = HEAD_READS.get(step.op.kind)
+        if slots and step.op.in_shapes and not step.split and step.kernel is KERNELS.get(
+                step.op.kind):
             shapes = step.op.in_shapes
             step = Step(step.op, step.kernel, step.attrs, step.size, step.width,
                         step.out_arena, step.out_start,
-                        tuple(_heads(r, shapes[k][0] // 2)
-                              if _head_slot(r, k, slots, large) else r
+                        tuple(_heads(r, shapes[k][0] // 2) if k in slots else r
                               for k, r in enumerate(step.reads)),
                         step.split, step.stacked, step.writes_out)
         out.append(step)
@@ -276,12 +261,10 @@ def _head_steps(steps: Iterable[Step]) -> list[Step]:
 def head_reads(program: Program) -> Program:
     """Read only the ``h`` columns of the LSTM-state operands of
     :data:`~edbatch.executor.cells_hoist.HEAD_READS` kinds (the BiLSTM's layer-2 cells and
-    loss) and of the large gathers of :data:`~edbatch.executor.cells_hoist.HEAD_GATHERS`
-    kinds (the state losses), in place in ``program``'s inference steps: a gather of half
-    the bytes and no re-packing of strided halves. The training reads (``grad_steps``) are unchanged; the
+    loss), in place in ``program``'s inference steps: a gather of half the bytes and no
+    re-packing of strided halves. The training reads (``grad_steps``) are unchanged; the
     kernels take either form. Returns ``program``."""
-    if any(step.op.kind in HEAD_READS or step.op.kind in HEAD_GATHERS
-           for step in program.steps):
+    if any(step.op.kind in HEAD_READS for step in program.steps):
         program.steps = tuple(_head_steps(program.steps))
     return program
 

@@ -38,7 +38,7 @@ from edbatch.executor.kernels import (
 )
 from edbatch.graph import OpType
 
-__all__ = ["HEAD_GATHERS", "HEAD_GATHER_MIN_ROWS", "HEAD_READS", "HOISTS", "HoistSpec", "hoisted_cell", "lstm_from_gates"]
+__all__ = ["HEAD_READS", "HOISTS", "HoistSpec", "hoisted_cell", "lstm_from_gates"]
 
 
 @dataclass(frozen=True)
@@ -262,16 +262,3 @@ HOISTS: dict[str, HoistSpec] = _specs()
 #: with ``heads`` does.
 HEAD_READS: dict[str, tuple[int, ...]] = {
     "bilstm.l2_fwd": (0, 1), "bilstm.l2_bwd": (0, 1), "bilstm.loss": (0, 1)}
-
-#: Op kind -> operand slots holding LSTM states ``[h; c]`` whose registered kernel
-#: (:func:`~edbatch.executor.cells.state_loss`) slices ``h`` itself. Its gathers of at least
-#: :data:`HEAD_GATHER_MIN_ROWS` rows read the ``h`` columns alone: half the bytes copied
-#: (and page-faulted into a fresh buffer). An FSM that batches every loss of a Tree-LSTM
-#: mini-batch at once gathers all its ~2,500 states for one loss batch.
-HEAD_GATHERS: dict[str, tuple[int, ...]] = {
-    "tree_lstm.loss": (0,), "lattice_lstm.loss": (0,), "seq2seq.loss": (0,)}
-
-#: Below this many rows an ``h``-only gather (a column view, then ``index_select``) costs
-#: more than the full rows (1 thread, CPU, 300 of 150 columns, with the loss GEMM: 32 rows
-#: 6.7 against 7.7 us, 128 rows 12.8 against 12.6, 200 rows 17.7 against 16.2).
-HEAD_GATHER_MIN_ROWS = 128

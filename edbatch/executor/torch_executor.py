@@ -359,7 +359,7 @@ class TorchExecutor:
         if self.hoist:
             program = hoist_program(program, graph, schedule, plan, self.device, self.hoist,
                                     self.kernels)
-        program = head_reads(program)  # h-only gathers for LSTM-state consumers
+        program = head_reads(program)  # h-only gathers for the BiLSTM's state consumers
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
