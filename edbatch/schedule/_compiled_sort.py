@@ -1,4 +1,5 @@
-"""Sorting a batch's node ids in the compiled core (:func:`~edbatch.schedule._compiled.run_schedule`).
+"""Sorting a batch's node ids in the compiled core
+(:func:`~edbatch.schedule._compiled.run_schedule`).
 
 A batch leaves the core with its node ids ascending. Sorting was a quarter of
 ``run_schedule`` on a Tree-LSTM mini-batch: its few batches are large (every leaf, every
