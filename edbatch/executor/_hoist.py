@@ -209,8 +209,7 @@ class HeadRowsRead(RowsRead):
     __slots__ = ("cols",)
 
     def __init__(self, b: int, idx: torch.Tensor, cols: int) -> None:
-        super().__init__(b, idx)
-        self.cols = cols
+        self.b, self.idx, self.cols = b, idx, cols  # RowsRead's fields, without its call
 
     def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
         return outs[self.b].narrow(1, 0, self.cols).index_select(0, self.idx)
@@ -222,8 +221,7 @@ class HeadSliceRead(SliceRead):
     __slots__ = ("cols",)
 
     def __init__(self, b: int, lo: int, hi: int, cols: int) -> None:
-        super().__init__(b, lo, hi)
-        self.cols = cols
+        self.b, self.lo, self.hi, self.n, self.cols = b, lo, hi, hi - lo, cols  # SliceRead's
 
     def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
         return outs[self.b].narrow(0, self.lo, self.n).narrow(1, 0, self.cols)
@@ -231,7 +229,14 @@ class HeadSliceRead(SliceRead):
 
 def _heads(read: Read, cols: int) -> Read:
     """``read`` restricted to the leading ``cols`` columns (unchanged if ``cols`` is 0)."""
-    if cols <= 0 or isinstance(read, HeadRowsRead | HeadSliceRead):
+    if cols <= 0:
+        return read
+    kind = type(read)  # the common cases first, by exact type
+    if kind is RowsRead:
+        return HeadRowsRead(read.b, read.idx, cols)  # type: ignore[attr-defined]
+    if kind is SliceRead:
+        return HeadSliceRead(read.b, read.lo, read.hi, cols)  # type: ignore[attr-defined]
+    if isinstance(read, HeadRowsRead | HeadSliceRead):
         return read
     if isinstance(read, RowsRead):
         return HeadRowsRead(read.b, read.idx, cols)
@@ -251,8 +256,8 @@ def _head_steps(steps: Iterable[Step]) -> list[Step]:
             shapes = step.op.in_shapes
             step = new_step(step.op, step.kernel, step.attrs, step.size, step.width,
                             step.out_arena, step.out_start,
-                            tuple(_heads(r, shapes[k][0] // 2) if k in slots else r
-                                  for k, r in enumerate(step.reads)),
+                            tuple([_heads(r, shapes[k][0] // 2) if k in slots else r
+                                   for k, r in enumerate(step.reads)]),
                             step.split, step.stacked, step.writes_out)
         out.append(step)
     return out
