@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
-from edbatch.executor._program import Program, Step
+from edbatch.executor._program import Program, Step, new_step
 from edbatch.executor._reads import (
     Read,
     RowLocator,
@@ -166,13 +166,13 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
             before.setdefault(group[0], []).append(
                 _projection_step(program, plan, device, op, spec, group, arena,
                                  offset[group[0]]))
-        for b in batches:  # Step(...) directly: dataclasses.replace costs ~10 us a batch
+        for b in batches:  # new_step directly: dataclasses.replace costs ~10 us a batch
             step = program.steps[b]
-            steps[b] = Step(step.op, spec.cell, step.attrs, step.size, step.width,
-                            step.out_arena, step.out_start,
-                            (step.reads[spec.state],
-                             SliceRead(arena, offset[b], offset[b] + step.size)),
-                            step.split, step.stacked, True)
+            steps[b] = new_step(step.op, spec.cell, step.attrs, step.size, step.width,
+                                step.out_arena, step.out_start,
+                                (step.reads[spec.state],
+                                 SliceRead(arena, offset[b], offset[b] + step.size)),
+                                step.split, step.stacked, True)
     out: list[Step] = []
     for b, kept in enumerate(steps):
         out.extend(before.get(b, ()))
@@ -198,7 +198,7 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
     proj_op = OpType(f"{op.name}/projection", f"{op.kind}.projection",
                      tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else (),
                      (HoistSpec.gate_width(op),), op.params)
-    return Step(proj_op, spec.project, attrs, len(attrs), HoistSpec.gate_width(op), arena,
+    return new_step(proj_op, spec.project, attrs, len(attrs), HoistSpec.gate_width(op), arena,
                 start, tuple(reads), False, False, True)
 
 
@@ -209,8 +209,7 @@ class HeadRowsRead(RowsRead):
     __slots__ = ("cols",)
 
     def __init__(self, b: int, idx: torch.Tensor, cols: int) -> None:
-        super().__init__(b, idx)
-        self.cols = cols
+        self.b, self.idx, self.cols = b, idx, cols  # RowsRead's fields, without its call
 
     def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
         return outs[self.b].narrow(1, 0, self.cols).index_select(0, self.idx)
@@ -222,8 +221,7 @@ class HeadSliceRead(SliceRead):
     __slots__ = ("cols",)
 
     def __init__(self, b: int, lo: int, hi: int, cols: int) -> None:
-        super().__init__(b, lo, hi)
-        self.cols = cols
+        self.b, self.lo, self.hi, self.n, self.cols = b, lo, hi, hi - lo, cols  # SliceRead's
 
     def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
         return outs[self.b].narrow(0, self.lo, self.n).narrow(1, 0, self.cols)
@@ -231,7 +229,14 @@ class HeadSliceRead(SliceRead):
 
 def _heads(read: Read, cols: int) -> Read:
     """``read`` restricted to the leading ``cols`` columns (unchanged if ``cols`` is 0)."""
-    if cols <= 0 or isinstance(read, HeadRowsRead | HeadSliceRead):
+    if cols <= 0:
+        return read
+    kind = type(read)  # the common cases first, by exact type
+    if kind is RowsRead:
+        return HeadRowsRead(read.b, read.idx, cols)  # type: ignore[attr-defined]
+    if kind is SliceRead:
+        return HeadSliceRead(read.b, read.lo, read.hi, cols)  # type: ignore[attr-defined]
+    if isinstance(read, HeadRowsRead | HeadSliceRead):
         return read
     if isinstance(read, RowsRead):
         return HeadRowsRead(read.b, read.idx, cols)
@@ -249,11 +254,11 @@ def _head_steps(steps: Iterable[Step]) -> list[Step]:
         if slots and step.op.in_shapes and not step.split and step.kernel is KERNELS.get(
                 step.op.kind):
             shapes = step.op.in_shapes
-            step = Step(step.op, step.kernel, step.attrs, step.size, step.width,
-                        step.out_arena, step.out_start,
-                        tuple(_heads(r, shapes[k][0] // 2) if k in slots else r
-                              for k, r in enumerate(step.reads)),
-                        step.split, step.stacked, step.writes_out)
+            step = new_step(step.op, step.kernel, step.attrs, step.size, step.width,
+                            step.out_arena, step.out_start,
+                            tuple([_heads(r, shapes[k][0] // 2) if k in slots else r
+                                   for k, r in enumerate(step.reads)]),
+                            step.split, step.stacked, step.writes_out)
         out.append(step)
     return out
 

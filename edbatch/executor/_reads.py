@@ -56,9 +56,11 @@ def inplace_reads(operands: Sequence[Sequence[Operand]], device: torch.device,
     """:func:`inplace_read` of every operand of every batch; the gathers' row indices are
     slices of one index tensor (one host-to-device copy for the whole program)."""
     gathers = [o.gather for ops in operands for o in ops if o.view is None]
-    flat = to_device(np.concatenate(gathers).astype(np.int64, copy=False), device) \
-        if gathers else None
-    off = 0
+    # one split_with_sizes call for every gather's index view (one dispatch, against one
+    # slice of about 0.8 us per gather)
+    lengths = [len(g) for g in gathers]  # type: ignore[arg-type]
+    parts = zip(to_device(np.concatenate(gathers).astype(np.int64, copy=False), device)
+                .split_with_sizes(lengths), lengths) if gathers else iter(())
     out = []
     for ops in operands:
         reads: list[Read] = []
@@ -67,11 +69,10 @@ def inplace_reads(operands: Sequence[Sequence[Operand]], device: torch.device,
                 counts[0] += 1
                 reads.append(SliceRead(o.arena, o.view.start, o.view.stop))
             else:
-                k = len(o.gather)  # type: ignore[arg-type]
+                idx, k = next(parts)  # (len(tensor) is a Python-level call)
                 counts[1] += 1
                 counts[2] += k
-                reads.append(RowsRead(o.arena, flat[off:off + k]))  # type: ignore[index]
-                off += k
+                reads.append(RowsRead(o.arena, idx))
         out.append(tuple(reads))
     return out
 

@@ -42,6 +42,7 @@ from edbatch.schedule._compiled_keys import (
     key_rich,
     key_tie,
 )
+from edbatch.schedule._compiled_sort import sort_nodes
 
 __all__ = ["ENC_BASE", "ENC_COMPLETE", "ENC_CRIT", "ENC_EXPERT", "ENC_FILL", "ENC_HINTS", "ENC_MAX",
            "ENC_NONE", "ENC_RICH", "ENC_SORTED", "ENC_TIE", "RULE_CRITICAL_PATH",
@@ -347,6 +348,7 @@ def run_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     batch_forced = np.zeros(n, np.bool_)
     batch_ptr = np.zeros(n + 1, np.int64)
     nodes = np.empty(n, np.int64)
+    mark = np.zeros(n, np.bool_)  # sort_nodes' bitmap
     nb, done, nf, hits, misses = 0, 0, 0, 0, 0
     for v in range(n):
         if arity[v] == 0:
@@ -376,7 +378,7 @@ def run_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
         c = rlen[a]
         batch = nodes[done:done + c]  # no per-batch allocation: sorted in place, a view
         batch[:] = ready[start[a]:start[a] + c]
-        batch.sort()
+        sort_nodes(batch, mark)
         rlen[a], maxh[a] = 0, -1
         batch_op[nb] = a
         nb, done = nb + 1, done + c

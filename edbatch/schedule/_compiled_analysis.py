@@ -28,12 +28,43 @@ def typewise_graph_numba(op, optr, oids):  # type: ignore[no-untyped-def]
     """``(pred_count int32[N], succ_ptr int64[N+1], succ_ids int32[T])``, rows ascending."""
     n = len(op)
     reach = _type_reach(op, optr, oids)
+    cap = max(16, 2 * (n + len(oids)))  # a guess; untouched capacity costs no page
+    src = np.empty(cap, np.int64)
+    dst = np.empty(cap, np.int64)
+    m = _typewise_edges(op, optr, oids, reach, src, dst)
+    if m > cap:  # more type-wise edges than the guess: walk again into exact buffers
+        src = np.empty(m, np.int64)
+        dst = np.empty(m, np.int64)
+        _typewise_edges(op, optr, oids, reach, src, dst)
+    pred_count = np.zeros(n, np.int32)
+    succ_ptr = np.zeros(n + 1, np.int64)
+    for e in range(m):
+        pred_count[dst[e]] += 1
+        succ_ptr[src[e] + 1] += 1
+    for v in range(n):
+        succ_ptr[v + 1] += succ_ptr[v]
+    fill = succ_ptr[:-1].copy()
+    succ_ids = np.empty(m, np.int32)
+    for e in range(m):  # edges come in ascending dst order, so each row is ascending
+        succ_ids[fill[src[e]]] = dst[e]
+        fill[src[e]] += 1
+    return pred_count, succ_ptr, succ_ids
+
+
+@njit(cache=True)
+def _typewise_edges(op, optr, oids, reach, src, dst):  # type: ignore[no-untyped-def]
+    """The type-wise edges ``src[e] -> dst[e]`` in ascending ``dst`` order, as many as fit
+    in ``src`` and ``dst``; returns how many there are (possibly more than fit).
+
+    The edge buffers are never reallocated here: an array variable reassigned inside the
+    loop (growing it on demand) made numba reference-count it on every iteration, which
+    cost about 25 times the walk itself on a Tree-LSTM mini-batch (0.26 against 0.01 ms).
+    """
+    n = len(op)
+    cap = len(src)
     stamp = np.full(n, -1, np.int64)
     stack = np.empty(max(n, 1), np.int64)
-    src = np.empty(max(n, 16), np.int64)
-    dst = np.empty(max(n, 16), np.int64)
     m = 0
-    pred_count = np.zeros(n, np.int32)
     for v in range(n):
         t = op[v]
         word = t >> 6
@@ -49,13 +80,10 @@ def typewise_graph_numba(op, optr, oids):  # type: ignore[no-untyped-def]
             sp -= 1
             u = stack[sp]
             if op[u] == t:
-                if m == len(src):
-                    src = np.concatenate((src, np.empty(m, np.int64)))
-                    dst = np.concatenate((dst, np.empty(m, np.int64)))
-                src[m] = u
-                dst[m] = v
+                if m < cap:
+                    src[m] = u
+                    dst[m] = v
                 m += 1
-                pred_count[v] += 1
                 continue
             for i in range(optr[u], optr[u + 1]):
                 w = oids[i]
@@ -63,17 +91,7 @@ def typewise_graph_numba(op, optr, oids):  # type: ignore[no-untyped-def]
                     stamp[w] = v
                     stack[sp] = w
                     sp += 1
-    succ_ptr = np.zeros(n + 1, np.int64)
-    for e in range(m):
-        succ_ptr[src[e] + 1] += 1
-    for v in range(n):
-        succ_ptr[v + 1] += succ_ptr[v]
-    fill = succ_ptr[:-1].copy()
-    succ_ids = np.empty(m, np.int32)
-    for e in range(m):  # edges come in ascending dst order, so each row is ascending
-        succ_ids[fill[src[e]]] = dst[e]
-        fill[src[e]] += 1
-    return pred_count, succ_ptr, succ_ids
+    return m
 
 
 @njit(cache=True)

@@ -126,3 +126,30 @@ def test_compiled_typewise_with_more_types_than_a_word(seed: int, num_types: int
     rng = np.random.default_rng(seed)
     assert_same_analyses(random_dag(rng, 300, num_types, 3, 0.1, 40))
     assert_same_analyses(random_dag(rng, 200, num_types, 2, 0.0, None))
+
+
+def test_typewise_edges_beyond_the_first_guess_are_walked_again() -> None:
+    """More type-wise edges than the compiled walk's first buffer guess (``2 * (nodes +
+    edges)``): ``k`` nodes of type ``a``, one variadic join of them all, ``k`` more ``a``
+    nodes reading the join, so every later ``a`` has all ``k`` earlier ones as type-wise
+    predecessors (``k**2`` edges). The second walk into exact buffers gives the oracle's
+    graph, and a walk into too small buffers still counts every edge."""
+    from edbatch.graph import GraphBuilder, OpType, Vocab
+    from edbatch.schedule._compiled_analysis import _type_reach, _typewise_edges
+
+    k = 30
+    b = GraphBuilder(Vocab([OpType("s", "lookup", (), (1,)), OpType("a", "tanh", ((1,),), (1,)),
+                            OpType("join", "sum", None, (1,))]))
+    s = b.add("s")
+    first = [b.add("a", s) for _ in range(k)]
+    join = b.add("join", *first)
+    for _ in range(k):
+        b.add("a", join)
+    graph = b.build()
+    assert_same_analyses(graph)
+    op, optr, oids = (x.astype(np.int64) for x in (graph.op_ids, graph.operand_ptr,
+                                                    graph.operand_ids))
+    assert len(typewise_graph_numba(op, optr, oids)[2]) == k * k > 2 * (len(op) + len(oids))
+    small = np.full(5, -7, np.int64), np.full(5, -7, np.int64)
+    assert _typewise_edges(op, optr, oids, _type_reach(op, optr, oids), *small) == k * k
+    assert (small[0] >= 0).all() and (small[1] >= 0).all()  # filled up to capacity only
