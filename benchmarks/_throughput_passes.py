@@ -239,7 +239,11 @@ def bench_job(job: Job, contenders: Sequence[str], args: argparse.Namespace
         _log(f"  {job.base['workload']} {job.base['size']} {job.base['mode']} pass "
              f"{r + 1}/{args.warmup + args.repeats}{' (warm-up)' if r < args.warmup else ''}: "
              + ", ".join(f"{c} {t:.2f}s" for c, t in t0.items() if c not in failed))
-    return [_row(job, c, samples[c], infos[c]) for c in contenders if c not in failed]
+    kept = [c for c in contenders if c not in failed]
+    # every profiled pass before any peak-RSS pass: the latter hands the heap back to the
+    # OS (malloc_trim), and a pass right after it page-faults (read_ms up to 3x)
+    profiles = {c: _profile(job, c, len(samples[c])) for c in kept if c not in job.peers}
+    return [_row(job, c, samples[c], infos[c], profiles.get(c, {})) for c in kept]
 
 
 def _profile(job: Job, contender: str, count: int) -> dict[str, float]:
@@ -267,8 +271,9 @@ def _peak_rss(job: Job, contender: str, infos: list[dict[str, float]]) -> float 
 
 
 def _row(job: Job, contender: str, samples: list[list[dict[str, float]]],
-         infos: list[dict[str, float]]) -> dict[str, Any]:
-    """Sum over mini-batch slots of the per-slot median of each phase."""
+         infos: list[dict[str, float]], profile: dict[str, float]) -> dict[str, Any]:
+    """Sum over mini-batch slots of the per-slot median of each phase; ``profile``: the
+    contender's :func:`_profile` columns."""
     n = len(samples)
     ms = {f"{p}_ms": 1e3 * sum(statistics.median(s.get(p, 0.0) for s in mb) for mb in samples)
           for p in PHASES}
@@ -290,5 +295,5 @@ def _row(job: Job, contender: str, samples: list[list[dict[str, float]]],
     row["batches"] = statistics.mean(i["batches"] for i in infos)
     if contender != "unbatched":
         row["gathers"] = int(sum(i.get("exec/num_gathers", 0.0) for i in infos))
-        row.update(_profile(job, contender, n))
+        row.update(profile)
     return row
