@@ -47,7 +47,7 @@ from edbatch.schedule._compiled_sort import sort_nodes
 __all__ = ["ENC_BASE", "ENC_COMPLETE", "ENC_CRIT", "ENC_EXPERT", "ENC_FILL", "ENC_HINTS", "ENC_MAX",
            "ENC_NONE", "ENC_RICH", "ENC_SORTED", "ENC_TIE", "RULE_CRITICAL_PATH",
            "RULE_DYNET_AGENDA", "RULE_ED_BATCH_AGENDA", "RULE_KEY_LAST", "RULE_MAX_FRONTIER",
-           "RULE_TYPEWISE_GREEDY", "key_hash", "key_hash_numba", "run_schedule"]
+           "RULE_TYPEWISE_GREEDY", "key_hash", "key_hash_numba", "run_schedule", "start_state"]
 
 RULE_DYNET_AGENDA = 0
 RULE_ED_BATCH_AGENDA = 1
@@ -309,6 +309,35 @@ def _decide(rule, enc, table_hash, table_act, key, k, rlen, tw, maxh, rem, remd,
 
 
 @njit(cache=True)
+def start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr):  # type: ignore[no-untyped-def]
+    """The state before the first step, the sources released: ``(start, rem, remd, ready,
+    rlen, maxh, forced, pending, track_tw, tw, tw_pending, nf)`` (see the module doc)."""
+    n, k = len(op), len(batchable)
+    start = np.zeros(k + 1, np.int64)
+    rem = np.zeros(k, np.int64)
+    remd = np.zeros(k, np.float64)
+    for v in range(n):
+        rem[op[v]] += 1
+        remd[op[v]] += depth[v]
+    for a in range(k):
+        start[a + 1] = start[a] + rem[a]
+    ready = np.empty(n, np.int64)
+    rlen = np.zeros(k, np.int64)
+    maxh = np.full(k, -1, np.int64)
+    forced = np.empty(n, np.int64)
+    pending = arity.copy()
+    track_tw = len(tw_ptr) > 0
+    tw = _typewise_start(op, tw_pred, batchable, k, track_tw)
+    tw_pending = tw_pred.astype(np.int64)
+    nf = 0
+    for v in range(n):
+        if arity[v] == 0:
+            nf = _release(v, op, batchable, ready, start, rlen, maxh, height, forced, nf)
+    return (start, rem, remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
+            nf)
+
+
+@njit(cache=True)
 def run_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                  mean, cplx, rule, enc, table_hash, table_act):  # type: ignore[no-untyped-def]
     """Schedule one graph to the end; see the module docstring for the state.
@@ -327,32 +356,15 @@ def run_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
         ``nodes[batch_ptr[i]:batch_ptr[i + 1]]`` (ascending).
     """
     n, k = len(op), len(batchable)
-    start = np.zeros(k + 1, np.int64)
-    rem = np.zeros(k, np.int64)
-    remd = np.zeros(k, np.float64)
-    for v in range(n):
-        rem[op[v]] += 1
-        remd[op[v]] += depth[v]
-    for a in range(k):
-        start[a + 1] = start[a] + rem[a]
-    ready = np.empty(n, np.int64)
-    rlen = np.zeros(k, np.int64)
-    maxh = np.full(k, -1, np.int64)
-    forced = np.empty(n, np.int64)
-    pending = arity.copy()
-    track_tw = len(tw_ptr) > 0
-    tw = _typewise_start(op, tw_pred, batchable, k, track_tw)
-    tw_pending = tw_pred.astype(np.int64)
+    (start, rem, remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
+     nf) = start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr)
     key = np.empty(4 * k + 8, np.int64)
     batch_op = np.empty(n, np.int64)
     batch_forced = np.zeros(n, np.bool_)
     batch_ptr = np.zeros(n + 1, np.int64)
     nodes = np.empty(n, np.int64)
     mark = np.zeros(n, np.bool_)  # sort_nodes' bitmap
-    nb, done, nf, hits, misses = 0, 0, 0, 0, 0
-    for v in range(n):
-        if arity[v] == 0:
-            nf = _release(v, op, batchable, ready, start, rlen, maxh, height, forced, nf)
+    nb, done, hits, misses = 0, 0, 0, 0
     while True:
         # forced steps: the most recently released unbatchable node first
         while nf > 0:

@@ -18,11 +18,10 @@ from edbatch.schedule._compiled import (
     _encode,
     _key_last,
     _lookup,
-    _release,
     _retire,
     _rule,
     _typewise_freed,
-    _typewise_start,
+    start_state,
 )
 
 __all__ = ["trace_schedule"]
@@ -35,30 +34,13 @@ def trace_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
     key) and return ``(keys, key_len, actions, num_batches)``: decision ``i`` met the key
     ``keys[i, :key_len[i]]`` and batched op type ``actions[i]``."""
     n, k = len(op), len(batchable)
-    start = np.zeros(k + 1, np.int64)
-    rem = np.zeros(k, np.int64)
-    remd = np.zeros(k, np.float64)
-    for v in range(n):
-        rem[op[v]] += 1
-        remd[op[v]] += depth[v]
-    for a in range(k):
-        start[a + 1] = start[a] + rem[a]
-    ready = np.empty(n, np.int64)
-    rlen = np.zeros(k, np.int64)
-    maxh = np.full(k, -1, np.int64)
-    forced = np.empty(n, np.int64)
-    pending = arity.copy()
-    track_tw = len(tw_ptr) > 0
-    tw = _typewise_start(op, tw_pred, batchable, k, track_tw)
-    tw_pending = tw_pred.astype(np.int64)
+    (start, rem, remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
+     nf) = start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr)
     width = 4 * k + 8
     keys = np.empty((n, width), np.int64)
     key_len = np.empty(n, np.int64)
     actions = np.empty(n, np.int64)
-    nb, nd, done, nf = 0, 0, 0, 0
-    for v in range(n):
-        if arity[v] == 0:
-            nf = _release(v, op, batchable, ready, start, rlen, maxh, height, forced, nf)
+    nb, nd, done = 0, 0, 0
     while True:
         while nf > 0:
             nf -= 1
