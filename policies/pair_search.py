@@ -19,41 +19,9 @@ from collections.abc import Sequence
 from edbatch.graph import Graph
 from edbatch.schedule import lower_bound
 from envs.encoding import StateKey, key_actions
-from policies.table_search import SearchStats, trace, visited_states
+from policies.table_search import GraphPool, SearchStats, visited_states
 
 __all__ = ["pair_search"]
-
-
-class _Pool:
-    """Graphs with their batches and visited keys under the current table (a pair's trial
-    reschedules only the graphs that visit one of its two keys)."""
-
-    def __init__(self, graphs: Sequence[Graph], table: dict[StateKey, int], encoding: str,
-                 fallback: str) -> None:
-        self.graphs, self.encoding, self.fallback = list(graphs), encoding, fallback
-        self.batches: list[int] = []
-        self.keys: list[set[StateKey]] = []
-        for g in self.graphs:
-            seen, nb = trace(table, g, encoding, fallback)
-            self.batches.append(nb)
-            self.keys.append(set(seen))
-
-    @property
-    def total(self) -> int:
-        return sum(self.batches)
-
-    def trial(self, table: dict[StateKey, int], keys: set[StateKey]
-              ) -> tuple[int, dict[int, tuple[int, set[StateKey]]]]:
-        new = {}
-        for i, g in enumerate(self.graphs):
-            if keys & self.keys[i]:
-                seen, nb = trace(table, g, self.encoding, self.fallback)
-                new[i] = (nb, set(seen))
-        return self.total + sum(b - self.batches[i] for i, (b, _) in new.items()), new
-
-    def accept(self, new: dict[int, tuple[int, set[StateKey]]]) -> None:
-        for i, (b, keys) in new.items():
-            self.batches[i], self.keys[i] = b, keys
 
 
 def pair_search(table: dict[StateKey, int], train: Sequence[Graph], check: Sequence[Graph],
@@ -66,7 +34,8 @@ def pair_search(table: dict[StateKey, int], train: Sequence[Graph], check: Seque
         listings of moves, ``changes``: the pairs kept).
     """
     table = dict(table)
-    tr, ch = _Pool(train, table, encoding, fallback), _Pool(check, table, encoding, fallback)
+    tr = GraphPool(train, table, encoding, fallback)
+    ch = GraphPool(check, table, encoding, fallback)
     floor = sum(lower_bound(g) for g in train)
     evals = kept = rounds = 0
     improved = top > 0

@@ -40,7 +40,8 @@ from edbatch.schedule.policy import Policy, drive
 from envs.encoding import StateKey, encode_state, key_actions
 from policies.fsm import FSMPolicy
 
-__all__ = ["SearchStats", "complete_table", "search_table", "table_batches", "visited_states"]
+__all__ = ["GraphPool", "SearchStats", "complete_table", "search_table", "table_batches",
+           "visited_states"]
 
 
 @dataclass(frozen=True)
@@ -140,10 +141,10 @@ def complete_table(table: dict[StateKey, int], graphs: Sequence[Graph], encoding
     return out
 
 
-class _Pool:
+class GraphPool:
     """A graph set with each graph's batches and visited keys under the current table, so
-    a one-key change is scored by rescheduling only the graphs that visit that key (the
-    others' schedules cannot change)."""
+    a change at some keys is scored by rescheduling only the graphs that visit one of them
+    (the others' schedules cannot change); the single-move and pair-move searches share it."""
 
     def __init__(self, graphs: Sequence[Graph], table: dict[StateKey, int], encoding: str,
                  fallback: str) -> None:
@@ -158,13 +159,13 @@ class _Pool:
     def total(self) -> int:
         return sum(self.batches)
 
-    def trial(self, table: dict[StateKey, int], key: StateKey
+    def trial(self, table: dict[StateKey, int], keys: set[StateKey]
               ) -> tuple[int, dict[int, tuple[int, set[StateKey]]]]:
-        """Total batches with ``table`` (which differs from the current one at ``key``)
-        and the new (batches, visited keys) of the graphs that visit ``key``."""
+        """Total batches with ``table`` (which differs from the current one at ``keys``)
+        and the new (batches, visited keys) of the graphs that visit one of ``keys``."""
         new = {}
         for i, g in enumerate(self.graphs):
-            if key in self.keys[i]:
+            if not keys.isdisjoint(self.keys[i]):
                 seen, nb = trace(table, g, self.encoding, self.fallback)
                 new[i] = (nb, set(seen))
         return self.total + sum(b - self.batches[i] for i, (b, _) in new.items()), new
@@ -192,7 +193,8 @@ def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequ
         The improved table and :class:`SearchStats`.
     """
     table = dict(table)
-    tr, ch = _Pool(train, table, encoding, fallback), _Pool(check, table, encoding, fallback)
+    tr = GraphPool(train, table, encoding, fallback)
+    ch = GraphPool(check, table, encoding, fallback)
     floor = sum(lower_bound(g) for g in train)  # no table needs fewer batches
     evals = changes = done = 0
     for _ in range(sweeps if tr.total > floor else 0):
@@ -208,10 +210,10 @@ def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequ
                     continue
                 trial = {**table, key: a}
                 evals += 1
-                t, new_t = tr.trial(trial, key)
+                t, new_t = tr.trial(trial, {key})
                 if t >= tr.total:
                     continue
-                c, new_c = ch.trial(trial, key)
+                c, new_c = ch.trial(trial, {key})
                 if c <= ch.total:
                     table, current = trial, a
                     tr.accept(new_t)
