@@ -201,6 +201,7 @@ class TrainModelConfig:
     lr: float = 0.002
     weight_decay: float = 0.0
     adam: str = "fused"
+    gc_freeze: bool = True
     epochs: int = 2
     max_steps: int | None = None
     time_budget_s: float | None = 150.0

@@ -85,3 +85,14 @@ def assert_gradcheck(graph: Graph, schedule: object, plan: object,
     inputs = tuple(p.detach().clone().requires_grad_(True)  # type: ignore[attr-defined]
                    for p in params.values())
     assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def _unfrozen_heap():  # type: ignore[no-untyped-def]
+    """In-process training loops freeze the heap (``gc_freeze``); give later tests a normal
+    collector again."""
+    import gc
+
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()

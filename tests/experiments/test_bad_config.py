@@ -33,6 +33,7 @@ def _compose(name: str, overrides: list[str]):
     ("compare", "seeds=[0,x]", ["seeds", "'x'", "Integer"]),
     ("train_model", "lr=fast", ["lr", "'fast'", "Float"]),
     ("train_model", "epochs=1.5", ["epochs", "1.5", "Integer"]),
+    ("train_model", "gc_freeze=sometimes", ["gc_freeze", "'sometimes'", "bool"]),
     ("train", "bacth_size=3", ["bacth_size"]),
     ("compare", "eval_limt=3", ["eval_limt", "CompareConfig"]),
 ])

@@ -44,3 +44,29 @@ def test_every_step_is_applied_before_evaluations_and_at_the_end(tmp_path: Path)
     assert seen == [(2, 2), (3, 3), (4, 4), (5, 5)]
     assert trainer.step == _adam_steps(trainer) == 5 and trainer._pending is None
     assert not torch.equal(before["tree_lstm.W_out"], trainer.params["tree_lstm.W_out"])
+
+
+def test_gc_freeze_moves_the_loaded_data_out_of_the_collector(tmp_path: Path) -> None:
+    """``gc_freeze`` (default true): the trees and mini-batch caches leave the cyclic GC's
+    sweeps after loading and after every epoch; ``false`` leaves the collector alone; the
+    training itself is the same either way."""
+    import gc
+
+    params = {}
+    for freeze in (False, True):
+        gc.unfreeze()
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose("train_model", [*TINY, f"run_dir={tmp_path}/{freeze}",
+                                          f"gc_freeze={freeze}"])
+        _, workload, _ = one_workload(cfg.workload, granularity="cell")
+        trainer = Trainer(cfg, workload, NullTracker())
+        after_init = gc.get_freeze_count()
+        assert (after_init > 0) is freeze
+        fit(trainer)
+        if freeze:  # the epochs' cached mini-batches joined the frozen objects
+            assert gc.get_freeze_count() > after_init
+        else:
+            assert gc.get_freeze_count() == 0
+        params[freeze] = {n: p.detach().clone() for n, p in trainer.params.items()}
+    gc.unfreeze()
+    assert all(torch.equal(params[False][n], params[True][n]) for n in params[False])
