@@ -36,6 +36,8 @@ from edbatch.schedule._compiled_keys import (
     FILL_FEATURES,
     RICH_FEATURES,
     TIE_FEATURES,
+    _critical,
+    _ratio,
     key_crit,
     key_expert,
     key_fill,
@@ -72,23 +74,6 @@ _EXPERT_FEATURES = 6  # entries per ready type of the expert key (envs.encoding)
 
 
 # ---------------------------------------------------------------------- decision rules
-@njit(cache=True, inline="always")
-def _ratio(rlen, tw, a):  # type: ignore[no-untyped-def]
-    t = tw[a] if tw[a] > 1 else 1
-    return rlen[a] / t
-
-
-@njit(cache=True)
-def _critical(k, rlen, tw, maxh, batchable):  # type: ignore[no-untyped-def]
-    best, best_top, best_ratio = -1, -1, -1.0
-    for a in range(k):
-        if rlen[a] and batchable[a]:
-            top, ratio = maxh[a], _ratio(rlen, tw, a)
-            if top > best_top or (top == best_top and ratio > best_ratio):
-                best, best_top, best_ratio = a, top, ratio
-    return best
-
-
 @njit(cache=True)
 def _typewise_greedy(k, rlen, tw, batchable):  # type: ignore[no-untyped-def]
     best, best_ratio = -1, -1.0

@@ -32,6 +32,26 @@ CRIT_FEATURES = 7
 TIE_FEATURES = 8
 
 
+@njit(cache=True, inline="always")
+def _ratio(rlen, tw, a):  # type: ignore[no-untyped-def]
+    """``|F(a)| / max(T(a), 1)``: how full type ``a``'s batch is."""
+    t = tw[a] if tw[a] > 1 else 1
+    return rlen[a] / t
+
+
+@njit(cache=True)
+def _critical(k, rlen, tw, maxh, batchable):  # type: ignore[no-untyped-def]
+    """Critical path's choice (the core's ``RULE_CRITICAL_PATH``, and the ``tie`` key's
+    pick): highest ready height, then the largest :func:`_ratio`, then the smallest id."""
+    best, best_top, best_ratio = -1, -1, -1.0
+    for a in range(k):
+        if rlen[a] and batchable[a]:
+            top, ratio = maxh[a], _ratio(rlen, tw, a)
+            if top > best_top or (top == best_top and ratio > best_ratio):
+                best, best_top, best_ratio = a, top, ratio
+    return best
+
+
 @njit(cache=True)
 def _top(k, rlen, maxh, batchable):  # type: ignore[no-untyped-def]
     top = -1
@@ -126,25 +146,11 @@ def key_crit(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-u
 
 
 @njit(cache=True)
-def _critical_pick(k, rlen, tw, maxh, batchable):  # type: ignore[no-untyped-def]
-    """Critical path's choice (``_compiled._critical``, same tie-breaks: highest ready
-    height, then the largest ``|F(a)| / max(T(a), 1)``, then the smallest id)."""
-    best, best_top, best_ratio = -1, -1, -1.0
-    for a in range(k):
-        if rlen[a] and batchable[a]:
-            t = tw[a] if tw[a] > 1 else 1
-            top, ratio = maxh[a], rlen[a] / t
-            if top > best_top or (top == best_top and ratio > best_ratio):
-                best, best_top, best_ratio = a, top, ratio
-    return best
-
-
-@njit(cache=True)
 def key_tie(k, rlen, tw, maxh, rem, remd, batchable, out):  # type: ignore[no-untyped-def]
     """``8 * a + 2 * tier + complete`` per ready type: ``tier`` 0 for critical path's pick,
     1 for the other types at gap 0, 2 + (min(gap, 2) - 1) below."""
     top = _top(k, rlen, maxh, batchable)
-    pick = _critical_pick(k, rlen, tw, maxh, batchable)
+    pick = _critical(k, rlen, tw, maxh, batchable)
     n = 0
     for a in range(k):
         if rlen[a] and batchable[a]:
