@@ -198,8 +198,8 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
     proj_op = OpType(f"{op.name}/projection", f"{op.kind}.projection",
                      tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else (),
                      (HoistSpec.gate_width(op),), op.params)
-    return new_step(proj_op, spec.project, attrs, len(attrs), HoistSpec.gate_width(op), arena,
-                start, tuple(reads), False, False, True)
+    return new_step(proj_op, spec.project, attrs, len(attrs), HoistSpec.gate_width(op),
+                    arena, start, tuple(reads), False, False, True)
 
 
 class HeadRowsRead(RowsRead):
@@ -231,17 +231,11 @@ def _heads(read: Read, cols: int) -> Read:
     """``read`` restricted to the leading ``cols`` columns (unchanged if ``cols`` is 0)."""
     if cols <= 0:
         return read
-    kind = type(read)  # the common cases first, by exact type
+    kind = type(read)  # by exact type: the Head* subclasses are already restricted
     if kind is RowsRead:
         return HeadRowsRead(read.b, read.idx, cols)  # type: ignore[attr-defined]
     if kind is SliceRead:
         return HeadSliceRead(read.b, read.lo, read.hi, cols)  # type: ignore[attr-defined]
-    if isinstance(read, HeadRowsRead | HeadSliceRead):
-        return read
-    if isinstance(read, RowsRead):
-        return HeadRowsRead(read.b, read.idx, cols)
-    if isinstance(read, SliceRead):
-        return HeadSliceRead(read.b, read.lo, read.hi, cols)
     return read
 
 
