@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from edbatch.graph import Graph
 from edbatch.schedule import lower_bound
 from envs.encoding import StateKey, key_actions
-from policies.table_search import GraphPool, SearchStats, visited_states
+from policies.table_search import GraphPool, SearchStats, improves, visited_states
 
 __all__ = ["pair_search"]
 
@@ -52,14 +52,8 @@ def pair_search(table: dict[StateKey, int], train: Sequence[Graph], check: Seque
                     continue
                 trial = {**table, k1: a1, k2: a2}
                 evals += 1
-                t, new_t = tr.trial(trial, {k1, k2})
-                if t >= tr.total:
-                    continue
-                c, new_c = ch.trial(trial, {k1, k2})
-                if c <= ch.total:
+                if improves(tr, ch, trial, {k1, k2}):
                     table = trial
-                    tr.accept(new_t)
-                    ch.accept(new_c)
                     kept += 1
                     improved = True
                     break

@@ -40,8 +40,8 @@ from edbatch.schedule.policy import Policy, drive
 from envs.encoding import StateKey, encode_state, key_actions
 from policies.fsm import FSMPolicy
 
-__all__ = ["GraphPool", "SearchStats", "complete_table", "search_table", "table_batches",
-           "visited_states"]
+__all__ = ["GraphPool", "SearchStats", "complete_table", "improves", "search_table",
+           "table_batches", "visited_states"]
 
 
 @dataclass(frozen=True)
@@ -175,6 +175,21 @@ class GraphPool:
             self.batches[i], self.keys[i] = b, keys
 
 
+def improves(train: GraphPool, check: GraphPool, table: dict[StateKey, int],
+             keys: set[StateKey]) -> bool:
+    """Whether ``table`` (the current table changed at ``keys``) needs fewer batches on the
+    ``train`` graphs and no more on the ``check`` graphs; if so both pools take it."""
+    t, new_t = train.trial(table, keys)
+    if t >= train.total:
+        return False
+    c, new_c = check.trial(table, keys)
+    if c > check.total:
+        return False
+    train.accept(new_t)
+    check.accept(new_c)
+    return True
+
+
 def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequence[Graph],
                  encoding: str, fallback: str, *, sweeps: int = 3, min_visits: int = 1,
                  max_evals: int = 2000) -> tuple[dict[StateKey, int], SearchStats]:
@@ -210,14 +225,8 @@ def search_table(table: dict[StateKey, int], train: Sequence[Graph], check: Sequ
                     continue
                 trial = {**table, key: a}
                 evals += 1
-                t, new_t = tr.trial(trial, {key})
-                if t >= tr.total:
-                    continue
-                c, new_c = ch.trial(trial, {key})
-                if c <= ch.total:
+                if improves(tr, ch, trial, {key}):
                     table, current = trial, a
-                    tr.accept(new_t)
-                    ch.accept(new_c)
                     changes += 1
                     changed = True
         if not changed or evals >= max_evals:
