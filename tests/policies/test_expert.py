@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from edbatch.schedule import CriticalPathPolicy, Frontier, run_policy
 from edbatch.workloads import make_workload
@@ -23,13 +22,6 @@ ONE = replace(FAST, rounds=1)
 
 def _ops(schedule) -> list[tuple[int, list[int]]]:
     return [(b.op_id, b.node_ids.tolist()) for b in schedule.batches]
-
-
-@pytest.fixture(scope="module")
-def lattice() -> tuple[list, list]:
-    wl = make_workload("lattice_lstm")
-    graphs = list(wl.batches("train", 8, limit=3))
-    return graphs[:1], graphs[1:]
 
 
 def test_expert_key_and_its_numba_code_agree() -> None:

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from edbatch.schedule import CriticalPathPolicy, Frontier, run_policy
 from edbatch.schedule._compiled_keys import key_expert, key_rich
@@ -21,30 +20,16 @@ SEARCH = ExpertConfig(rounds=0, augment=4, fallback="critical_path", search_swee
                       search_max_evals=60)
 
 
-@pytest.fixture(scope="module")
-def lattice() -> tuple[list, list]:
-    wl = make_workload("lattice_lstm")
-    graphs = list(wl.batches("train", 8, limit=3))
-    return graphs[:1], graphs[1:]
 
-
-def _compiled_key(fn, ready, tw, height) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
-    k = len(ready)
-    out = np.empty(4 * k + 8, np.int64)
-    n = fn(k, ready.astype(np.int64), tw.astype(np.int64), np.where(ready > 0, height, -1),
-           np.zeros(k, np.int64), np.zeros(k), np.ones(k, np.bool_), out)
-    return tuple(out[:n].tolist())
-
-
-def test_rich_and_expert_keys_agree_with_their_compiled_twins() -> None:
+def test_rich_and_expert_keys_agree_with_their_compiled_twins(compiled_key) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(1)
     for _ in range(400):
         k = int(rng.integers(1, 9))
         ready = rng.integers(0, 6, size=k) * (rng.random(k) < 0.6)
         tw = ready + rng.integers(0, 6, size=k)
         height = rng.integers(0, 25, size=k)
-        assert _compiled_key(key_rich, ready, tw, height) == rich_key(ready, tw, height)
-        assert _compiled_key(key_expert, ready, tw, height) == expert_key(ready, tw, height)
+        assert compiled_key(key_rich, ready, tw, height) == rich_key(ready, tw, height)
+        assert compiled_key(key_expert, ready, tw, height) == expert_key(ready, tw, height)
 
 
 def test_rich_key_features() -> None:

@@ -9,12 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from edbatch.schedule import CriticalPathPolicy, Frontier, run_policy
 from edbatch.schedule._compiled_keys import key_tie
 from edbatch.schedule.bounds import height_list
-from edbatch.workloads import make_workload
 from envs.encoding import encode_state, expert_key, key_actions, tie_key
 from policies import FSMPolicy
 from policies.expert import ExpertConfig, train_expert
@@ -25,21 +23,7 @@ SEARCH = ExpertConfig(rounds=0, augment=4, fallback="critical_path", search_swee
                       search_max_evals=60)
 
 
-@pytest.fixture(scope="module")
-def lattice() -> tuple[list, list]:
-    graphs = list(make_workload("lattice_lstm").batches("train", 8, limit=3))
-    return graphs[:1], graphs[1:]
-
-
-def _compiled(ready, tw, height) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
-    k = len(ready)
-    out = np.empty(4 * k + 8, np.int64)
-    n = key_tie(k, ready.astype(np.int64), tw.astype(np.int64), np.where(ready > 0, height, -1),
-                np.zeros(k, np.int64), np.zeros(k), np.ones(k, np.bool_), out)
-    return tuple(out[:n].tolist())
-
-
-def test_tie_key_agrees_with_its_compiled_twin_on_random_arrays() -> None:
+def test_tie_key_agrees_with_its_compiled_twin_on_random_arrays(compiled_key) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(3)
     ties = 0
     for _ in range(600):
@@ -48,7 +32,7 @@ def test_tie_key_agrees_with_its_compiled_twin_on_random_arrays() -> None:
         tw = ready + rng.integers(0, 6, size=k)
         height = rng.integers(0, 4, size=k)  # small heights: many ties at the top
         key = tie_key(ready, tw, height)
-        assert _compiled(ready, tw, height) == key
+        assert compiled_key(key_tie, ready, tw, height) == key
         ties += sum(1 for x in key if x % 8 in (2, 3))
     assert ties > 50  # the "other critical type" tier was exercised
 
@@ -73,7 +57,7 @@ def test_tie_key_features_and_relation_to_expert() -> None:
         assert [x % 8 - (2 if x % 8 >= 2 else 0) for x in tie] == [x % 6 for x in exp]
 
 
-def test_tie_key_on_real_frontiers_names_critical_paths_pick(lattice) -> None:
+def test_tie_key_on_real_frontiers_names_critical_paths_pick(lattice, compiled_key) -> None:  # type: ignore[no-untyped-def]
     from edbatch.schedule.policy import drive
     g = lattice[0][0]
     h = height_list(g)
@@ -87,7 +71,7 @@ def test_tie_key_on_real_frontiers_names_critical_paths_pick(lattice) -> None:
         counts = np.where(view.mask > 0, view.ready_count, 0)
         key = encode_state(view, "tie")
         assert key == tie_key(counts, view.typewise_count, heights)
-        assert key == _compiled(counts, view.typewise_count, heights)
+        assert key == compiled_key(key_tie, counts, view.typewise_count, heights)
         assert [x // 8 for x in key if x % 8 < 2] == [cp.choose(view)]
         assert key_actions(key, "tie") == view.ready_ops
         steps[0] += 1

@@ -1,0 +1,34 @@
+"""Fixtures shared by the learner tests: three small lattice mini-batches, and a compiled
+state key evaluated on per-type arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from edbatch.workloads import make_workload
+
+
+@pytest.fixture(scope="module")
+def lattice() -> tuple[list, list]:
+    """Lattice-LSTM train mini-batches of 8: the first to train on, two to check."""
+    graphs = list(make_workload("lattice_lstm").batches("train", 8, limit=3))
+    return graphs[:1], graphs[1:]
+
+
+def _compiled_key(fn, ready, tw, height) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
+    k = len(ready)
+    out = np.empty(4 * k + 8, np.int64)
+    n = fn(k, ready.astype(np.int64), tw.astype(np.int64), np.where(ready > 0, height, -1),
+           np.zeros(k, np.int64), np.zeros(k), np.ones(k, np.bool_), out)
+    return tuple(out[:n].tolist())
+
+
+@pytest.fixture
+def compiled_key() -> Callable[..., tuple[int, ...]]:
+    """``compiled_key(key_fn, ready, tw, height)``: the key a compiled key function
+    (``edbatch.schedule._compiled_keys``) writes for these per-type arrays (unready types:
+    no height; no remaining counts; every type batchable)."""
+    return _compiled_key
