@@ -92,8 +92,13 @@ class Trainer:
         chunks = make_chunks(n_train, cfg.train_limit, cfg.batch_size, cfg.seed)
         self.train_trees = sum(len(c) for c in chunks)
         sizes = instance_sizes(workload.load(cfg.train_split))  # shares of equal node counts
-        self.train = MinibatchCache(workload, cfg.train_split,
-                                    [dp.shard(c, sizes[c]) for c in chunks], self.auto)
+        shares = [dp.shard(c, sizes[c]) for c in chunks]
+        self.train = MinibatchCache(workload, cfg.train_split, shares, self.auto)
+        # each global mini-batch's (tree nodes, trees): every rank knows the whole of it, so
+        # the loss's global denominator needs no collective (a tree's size is its labelled
+        # nodes, one loss term each; checked against this rank's share as it is built)
+        self.totals = [(int(sizes[c].sum()), len(c)) for c in chunks]
+        self._share_nodes = [int(sizes[c].sum()) for c in shares]
         self.dev = MinibatchCache(workload, cfg.eval_split, dp.shard(make_chunks(
             len(workload.load(cfg.eval_split)), cfg.eval_limit, cfg.eval_batch_size, None)),
             self.auto)
@@ -102,6 +107,10 @@ class Trainer:
         self.step, self.trees, self.seconds, self.prepare_seconds = 0, 0, 0.0, 0.0
         self.batches, self.nodes = 0, 0
         self.deadline = math.inf if cfg.time_budget_s is None else float(cfg.time_budget_s)
+        # whether some rank's budget was spent at the last step's end (it travels with
+        # that step's gradient header, so all ranks stop at the same step)
+        self._late = self.deadline <= 0
+        self._step_start = time.perf_counter()
         if cfg.gc_freeze:
             freeze_heap()
 
@@ -115,21 +124,19 @@ class Trainer:
     def _max_steps_done(self) -> bool:
         return self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
 
-    def train_step(self, mb: Minibatch | None, scores: RootScores) -> bool:
+    def train_step(self, mb: Minibatch | None, scores: RootScores,
+                   totals: tuple[int, int]) -> bool:
         """One forward/backward/Adam step on a mini-batch (loss: mean over tree nodes; this
-        rank's share of it when distributed, ``None`` for an empty share); ``False`` (and
-        nothing done) if the time budget is spent (on some rank)."""
-        local = (0, 0) if mb is None else (mb.num_tree_nodes, len(mb.roots))
+        rank's share of it when distributed, ``None`` for an empty share); ``totals`` is the
+        global mini-batch's (tree nodes, trees). ``False`` (and nothing done) if the time
+        budget is spent (on some rank, at the last step's end)."""
         self._finish()  # the last step's gradient sum and Adam update (timed as this step)
-        # the global mini-batch's counts, and whether to stop, in one collective that runs
-        # during the forward pass (a late step's forward is thrown away)
-        counts = self.dp.sum_async([*local, self.seconds >= self.deadline])
+        if self._late if self.dp.enabled else self.seconds >= self.deadline:
+            return False
+        tree_nodes, trees = totals
         self.opt.zero_grad(set_to_none=True)
         res = None if mb is None else \
             self.executor.run(mb.graph, mb.schedule, mb.plan, self.params, grad=True)
-        tree_nodes, trees, late = counts.result()
-        if late:
-            return False
         if res is not None and mb is not None:
             loss = res.outputs[mb.loss_node].reshape(())
             with torch.no_grad():  # before the update: the predictions the loss was made for
@@ -140,7 +147,8 @@ class Trainer:
             self.nodes += mb.graph.num_nodes
         # the gradient sum starts now and ends (with Adam) when the next step begins, so
         # that preparing the next mini-batch overlaps it and the wait for the slowest rank
-        self._pending = self.dp.sum_grads_async(self.params, self.sparse_rows)
+        spent = self.seconds + time.perf_counter() - self._step_start >= self.deadline
+        self._pending = self.dp.sum_grads_async(self.params, self.sparse_rows, [spent])
         self.step += 1
         self.trees += int(trees)
         return True
@@ -157,6 +165,7 @@ class Trainer:
         if self._pending is not None:
             pending, self._pending = self._pending, None
             pending.finish()
+            self._late = pending.flags()[0] > 0
             self.opt.step()
 
     def epoch(self, epoch: int) -> dict[str, float]:
@@ -166,14 +175,18 @@ class Trainer:
         for k in order.tolist():
             if self._max_steps_done:
                 break
-            start = time.perf_counter()
+            start = self._step_start = time.perf_counter()
             self.train.built(k)  # construction: the same whatever the candidate, not timed
             if self._pending is not None:  # the last step's header is in: send its grads
                 self._pending.advance()
             candidate, timer = self.auto.current(), self.auto.clock()
             mb = self.train.get(k, candidate)
+            if mb is not None and mb.num_tree_nodes != self._share_nodes[k]:
+                raise RuntimeError(f"train_model: mini-batch {k} has {mb.num_tree_nodes} loss "
+                                   f"terms but its trees {self._share_nodes[k]} nodes; the "
+                                   f"workload must give every tree node one loss")
             prepared = time.perf_counter()
-            if not self.train_step(mb, window):
+            if not self.train_step(mb, window, self.totals[k]):
                 break
             self.auto.record(candidate, self.auto.clock() - timer)  # scheduling to the step
             self.prepare_seconds += prepared - start

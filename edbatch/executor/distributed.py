@@ -12,9 +12,11 @@ backward to overlap, so :class:`DataParallel` all-reduces once after ``backward`
 overlaps the sum with the next mini-batch's preparation instead (recording, scheduling and
 memory planning need no parameters; :meth:`DataParallel.sum_grads_async`):
 
-1. :meth:`DataParallel.sum` adds up the ranks' loss-term counts *before* ``backward``, so a
-   rank back-propagates ``loss_sum / N_global`` (its share of the global mean), exactly the
-   scaling one process over the global mini-batch uses; the gradients then only need a SUM.
+1. A rank back-propagates ``loss_sum / N_global`` (its share of the global mean), exactly
+   the scaling one process over the global mini-batch uses, so the gradients only need a
+   SUM. ``N_global`` needs no collective when every rank knows the global mini-batch (the
+   training loop computes it from the instances' sizes); :meth:`DataParallel.sum` adds up
+   counts that only the ranks themselves know.
 2. :meth:`DataParallel.sum_grads` sends one small header (per parameter: got a gradient on
    some rank; per embedding table given in ``sparse_rows``: a mask of the rows read), then
    one flat buffer: every dense gradient, and for each embedding table only the rows some
@@ -218,8 +220,8 @@ class DataParallel:
         """
         self.sum_grads_async(params, sparse_rows).finish()
 
-    def sum_grads_async(self, params: Mapping[str, Tensor], sparse_rows: Collection[str] = ()
-                        ) -> PendingGrads:
+    def sum_grads_async(self, params: Mapping[str, Tensor], sparse_rows: Collection[str] = (),
+                        flags: Sequence[float] = ()) -> PendingGrads:
         """Start :meth:`sum_grads` and return at once; ``.finish()`` completes it.
 
         The header's all-reduce (which parameters got gradients, which table rows were
@@ -229,9 +231,13 @@ class DataParallel:
         scheduling and memory planning after it) overlaps the transfers and, above all,
         this rank's wait for the slowest rank. The gradients must not change until
         ``finish``.
+
+        ``flags`` (a few numbers, e.g. "my time budget is spent") travel in the header and
+        come back summed over the ranks from :meth:`PendingGrads.flags`: decisions every
+        rank must share, at no extra collective.
         """
         if not self.enabled:
-            return PendingGrads(self, {}, [], {}, None, None)
+            return PendingGrads(self, {}, [], {}, None, None, [float(f) for f in flags])
         names = list(params)
         device = next(iter(params.values())).device
         tables = [n for n in names if n in sparse_rows and params[n].dim() == 2]
@@ -244,9 +250,10 @@ class DataParallel:
             if idx is not None:
                 mask[idx[0]] = 1.0
             header.append(mask)
+        header.append(torch.tensor([float(f) for f in flags], device=device))
         head = torch.cat(header)
         return PendingGrads(self, params, names, local_rows, head,
-                            dist.all_reduce(head, async_op=True))
+                            dist.all_reduce(head, async_op=True), len(flags))
 
     def _send_grads(self, pending: PendingGrads) -> tuple[Tensor, Any]:
         """Stage 2 of :meth:`sum_grads_async` (the header is in): lay out this rank's
@@ -318,19 +325,30 @@ class PendingGrads:
 
     def __init__(self, dp: DataParallel, params: Mapping[str, Tensor], names: list[str],
                  local_rows: dict[str, tuple[Tensor, Tensor] | None], head: Tensor | None,
-                 work: Any) -> None:
+                 work: Any, flags: int | list[float] = 0) -> None:
         self.dp, self.params, self.names = dp, params, names
         self.local_rows, self.head, self._work = local_rows, head, work
         self.unions: dict[str, Tensor] = {}
         self._flat: tuple[Tensor, Any] | None = None
         self.done = work is None
+        #: the summed flags (one rank: the given values); a count while the header travels
+        self._flags = flags
 
     def advance(self) -> None:
         """Wait for the header and start the gradients' all-reduce (once; no-op after)."""
         if self.done or self._flat is not None:
             return
         self._work.wait()
+        assert self.head is not None and isinstance(self._flags, int)
+        self._flags = self.head[self.head.numel() - self._flags:].tolist()
         self._flat = self.dp._send_grads(self)
+
+    def flags(self) -> list[float]:
+        """The ``flags`` of :meth:`DataParallel.sum_grads_async` summed over the ranks
+        (waits for the header, and starts the gradients' all-reduce, if not done yet)."""
+        self.advance()
+        assert isinstance(self._flags, list)
+        return list(self._flags)
 
     def finish(self) -> None:
         """Wait for the gradients' sum and hand it out as every parameter's ``grad``."""

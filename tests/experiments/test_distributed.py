@@ -86,6 +86,32 @@ def test_two_gloo_ranks_match_one_process_over_the_global_minibatches(tmp_path: 
     _check_same_training(tmp_path / "one", tmp_path / "two")
 
 
+def _rank_budget(rank: int, cfg: DictConfig, port: int, budgets: tuple[float, float]) -> None:
+    cfg.time_budget_s = budgets[rank]
+    _rank(rank, cfg, port)
+
+
+@pytest.mark.parametrize("budgets, steps", [((600.0, 1e-6), 1), ((0.0, 0.0), 0)])
+def test_ranks_stop_at_the_same_step_when_one_rank_is_out_of_time(
+        tmp_path: Path, monkeypatch, budgets: tuple[float, float], steps: int) -> None:
+    """Rank 1's budget is spent after its first step (or before any): the flag travels in
+    that step's gradient header, so rank 0 stops at the same step (else it would wait for
+    rank 1 in a collective for ever: joined with a timeout)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    ctx = mp.start_processes(_rank_budget, args=(_compose(tmp_path), _free_port(), budgets),
+                             nprocs=2, start_method="fork", join=False)
+    try:
+        for _ in range(120):
+            if ctx.join(timeout=1):
+                break
+        else:
+            pytest.fail("the ranks did not stop together within 120 s")
+    finally:
+        for proc in ctx.processes:
+            proc.kill()
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == steps
+
+
 @pytest.mark.slow
 def test_torchrun_two_ranks_match_one_process(tmp_path: Path, monkeypatch) -> None:
     """The documented command line: ``torchrun --nproc_per_node=2 -m experiments...``."""

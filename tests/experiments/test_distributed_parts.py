@@ -57,6 +57,8 @@ def test_instance_sizes_use_node_counts_else_lengths() -> None:
 
 def test_one_process_sum_async_is_the_identity() -> None:
     assert DataParallel().sum_async([1, 2.5, True]).result() == [1.0, 2.5, 1.0]
+    pending = DataParallel().sum_grads_async({"W": torch.zeros(2)}, flags=[True, 3])
+    assert pending.flags() == [1.0, 3.0]
 
 
 def test_a_table_buffer_changed_in_place_is_not_reused() -> None:
@@ -97,8 +99,9 @@ def _sum_grads_rank(rank: int, port: int, out: Path) -> None:
         if step == 0:
             dp.sum_grads(params, sparse_rows={"E"})
         else:  # the training loop's staged use, with another collective in between
-            staged = dp.sum_grads_async(params, sparse_rows={"E"})
+            staged = dp.sum_grads_async(params, sparse_rows={"E"}, flags=[rank, 1.0])
             result["between"] = dp.sum([1.0])
+            result["flags"] = staged.flags()  # waits for the header, sends the grads
             staged.advance()
             staged.finish()
             staged.finish()  # a second finish does nothing
@@ -116,6 +119,7 @@ def test_two_ranks_sum_dense_grads_and_the_union_of_embedding_rows(tmp_path: Pat
     got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert got[0]["sum"] == got[1]["sum"] == [3.0, 20.0]
     assert got[0]["between"] == got[1]["between"] == [2.0]
+    assert got[0]["flags"] == got[1]["flags"] == [1.0, 2.0]  # summed in the header
     for step in range(2):
         local = [_local_grads(r, step, sparse=False) for r in range(2)]
         for n in ("E", "W"):
