@@ -9,6 +9,10 @@ the GEMM floor and the peak-memory probe.
 * :class:`GemmFloor`: the matrix products a schedule issues (one per weight per batch, with
   the batch's real row count; in training also the two backward products ``dY W`` and
   ``dY^T X``), pre-allocated and timed alone: the floor no batching scheme can go under.
+  :func:`gemm_shapes` lists them for the executor's default program: with input-projection
+  hoisting (:mod:`edbatch.executor._hoist`) an LSTM cell's weight ``[W_x W_h]`` is one
+  projection GEMM ``W_x`` over many batches' rows plus one ``W_h`` GEMM per batch, the same
+  multiply-adds in fewer, larger products; ``hoist=False`` lists the per-batch cells'.
 * :func:`peak_rss_mb`: the resident-set growth while a function runs (sampled every 0.5 ms
   from ``/proc/self/statm`` after returning freed heap to the system with ``malloc_trim``).
 """
@@ -27,7 +31,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from edbatch.graph import Graph
+from edbatch.executor.cells_hoist import HOISTS
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.graph import Graph, OpType
+from edbatch.memory import plan_memory
 from edbatch.schedule import Schedule
 
 __all__ = ["DATA_MODES", "GemmFloor", "gemm_shapes", "minibatch_plan", "peak_rss_mb",
@@ -64,19 +71,45 @@ def structure_hash(graph: Graph) -> bytes:
     return graph.structure_key()
 
 
-def gemm_shapes(graph: Graph, schedule: Schedule, param_shapes: Mapping[str, tuple[int, ...]]
-                ) -> list[tuple[int, int, int]]:
-    """``(rows, in, out)`` of every matrix product the schedule's batches issue: one per
-    2-D weight of the batch's op type (embedding tables excluded), rows = batch size."""
+def gemm_shapes(graph: Graph, schedule: Schedule, param_shapes: Mapping[str, tuple[int, ...]],
+                hoist: bool = True) -> list[tuple[int, int, int]]:
+    """``(rows, in, out)`` of every matrix product the executor's program for ``schedule``
+    issues: one per 2-D weight of a batch's op type (embedding tables excluded), rows =
+    batch size; with ``hoist`` (the executor's default), a hoisted LSTM cell's weight
+    ``(4H, in + H)`` as its projection steps' ``W_x`` products and its batches' ``W_h``."""
+    if not hoist:
+        return [shape for batch in schedule.batches
+                for shape in _weights(graph.vocab[batch.op_id], len(batch.node_ids),
+                                      param_shapes)]
+    program, _ = TorchExecutor("cpu", hoist=True)._program(
+        graph, schedule, plan_memory(graph, schedule, "naive"))
     shapes: list[tuple[int, int, int]] = []
-    vocab = graph.vocab
-    for batch in schedule.batches:
-        op, rows = vocab[batch.op_id], len(batch.node_ids)
-        for name in op.params:
-            shape = param_shapes.get(name)
-            if shape is not None and len(shape) == 2 and not name.endswith(_EMBEDDING_SUFFIXES):
-                shapes.append((rows, shape[1], shape[0]))
+    for step in program.steps:
+        op = step.op
+        kind = op.kind.removesuffix(".projection")
+        spec = HOISTS.get(kind)
+        if spec is None or (op.kind == kind and step.kernel is not spec.cell):
+            shapes += _weights(op, step.size, param_shapes)  # not hoisted
+            continue
+        gates, inputs = param_shapes[op.params[spec.weight]]
+        hidden = gates // 4
+        if op.kind != kind:  # the projection: W_x over the group's rows
+            shapes.append((step.size, inputs - hidden, gates))
+        else:  # the hoisted cell: W_h, and any other weight of the op
+            shapes.append((step.size, hidden, gates))
+            shapes += _weights(op, step.size, param_shapes, skip=op.params[spec.weight])
     return shapes
+
+
+def _weights(op: OpType, rows: int, param_shapes: Mapping[str, tuple[int, ...]],
+             skip: str = "") -> list[tuple[int, int, int]]:
+    out = []
+    for name in op.params:
+        shape = param_shapes.get(name)
+        if name != skip and shape is not None and len(shape) == 2 and \
+                not name.endswith(_EMBEDDING_SUFFIXES):
+            out.append((rows, shape[1], shape[0]))
+    return out
 
 
 class GemmFloor:

@@ -9,10 +9,12 @@ Contenders (see ``docs/benchmarks.md``):
   through the public per-instance API (``--construction api``, default); ``fsm+fastbuild``
   builds with the workload's numpy builder instead; ``fsm+cse`` merges repeated leaves
   (:func:`~edbatch.graph.dedupe_leaves`), which no other contender does unless ``--cse``;
-  ``fsm+hoist`` runs ``fsm``'s schedule with input-projection hoisting
-  (``TorchExecutor(hoist=True)``);
+  every edbatch contender runs with the executor's default, input-projection hoisting
+  where a cell has a hoisted form; ``fsm+unhoisted`` runs ``fsm``'s schedule without it
+  (``TorchExecutor(hoist=False)``: the per-batch cells, the ablation);
 * ``pytorch_hand``: :mod:`benchmarks.hand_batched` (level by level / packed ``nn.LSTM``);
-* ``floor``: the ``fsm`` schedule's GEMMs alone (:class:`~benchmarks._throughput_data.GemmFloor`);
+* ``floor``: the GEMMs of the ``fsm`` schedule's program (hoisted, as ``fsm`` runs it) alone
+  (:class:`~benchmarks._throughput_data.GemmFloor`);
 * DyNet workers (``dynet_autobatch{0,1,2}``), interleaved through :class:`DynetServer`.
 """
 
@@ -41,10 +43,10 @@ from edbatch.memory import Strategy, plan_memory
 from edbatch.schedule import Schedule
 from edbatch.workloads import Workload
 
-__all__ = ["FLOOR", "GRAPHED", "HAND", "HOISTED", "PHASES", "Job", "bench_job"]
+__all__ = ["FLOOR", "GRAPHED", "HAND", "PHASES", "UNHOISTED", "Job", "bench_job"]
 
 GRAPHED = "fsm+memo+cugraph"  # CUDA only
-HOISTED = "fsm+hoist"  # fsm with the executor's input-projection hoisting
+UNHOISTED = "fsm+unhoisted"  # fsm without the executor's input-projection hoisting
 HAND = "pytorch_hand"
 FLOOR = "floor"
 PHASES = ("construction", "scheduling", "planning", "execution", "backward", "update")
@@ -168,7 +170,7 @@ def _pass(job: Job, contender: str, r: int, k: int, *, profile: bool = False
                 clock.lap("planning")
                 ex = job.graphed if contender == GRAPHED and not profile and job.graphed else \
                     TorchExecutor(job.device, profile=profile, sparse_grads=job.train,
-                                  hoist=contender == HOISTED)
+                                  hoist=False if contender == UNHOISTED else None)
                 res = ex.run(graph, schedule, plan, job.params, grad=job.train)
                 clock.lap("execution")
                 assert res.loss is not None

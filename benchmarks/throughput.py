@@ -22,9 +22,10 @@ per-instance graphs. Leaf merging (:func:`~edbatch.graph.dedupe_leaves`) is off 
 Contenders: edbatch ``unbatched`` (node by node, first ``--unbatched-minibatches`` only),
 ``depth``, ``dynet_agenda``, ``fsm`` (learned FSM, naive memory), ``fsm+aligned``,
 ``fsm+planned``, ``fsm+fastbuild``, ``fsm+cse``, ``fsm+planned+memo`` (schedules and plans
-reused by structure), on CUDA ``fsm+memo+cugraph``, ``fsm+hoist`` (``fsm`` with the
-executor's input-projection hoisting); ``pytorch_hand``
-(:mod:`benchmarks.hand_batched`); ``floor`` (the ``fsm`` schedule's GEMMs alone); DyNet
+reused by structure), on CUDA ``fsm+memo+cugraph``, ``fsm+unhoisted`` (``fsm`` without the
+executor's input-projection hoisting, which every other edbatch contender has where a cell
+has a hoisted form: the default); ``pytorch_hand``
+(:mod:`benchmarks.hand_batched`); ``floor`` (the GEMMs of the ``fsm`` schedule's hoisted program alone); DyNet
 ``dynet_autobatch{0,1,2}`` (one ``benchmarks/dynet_peer.py --serve`` worker each, if
 ``dynet`` is installed; ``--no-dynet-interleave`` times each worker as one block instead,
 ``--data repeated`` only). TorchFold cannot run on this torch (the reason is in the JSON's
@@ -67,7 +68,7 @@ import torch
 
 from benchmarks._dynet_server import DynetServer, PeerServerError
 from benchmarks._throughput_data import DATA_MODES, GemmFloor, gemm_shapes, minibatch_plan
-from benchmarks._throughput_passes import FLOOR, GRAPHED, HAND, HOISTED, PHASES, Job, bench_job
+from benchmarks._throughput_passes import FLOOR, GRAPHED, HAND, PHASES, UNHOISTED, Job, bench_job
 from benchmarks._throughput_report import add_ratios
 from benchmarks.hand_batched import HAND_BATCHED, make_hand_batched, torchfold_status
 from edbatch.api import AutoScheduler, DynamicBatch
@@ -85,7 +86,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DYNET_PEER = ROOT / "benchmarks" / "dynet_peer.py"
 EDBATCH_CONTENDERS = ("unbatched", "depth", "dynet_agenda", "fsm", "fsm+aligned",
                       "fsm+planned", "fsm+fastbuild", "fsm+cse", "fsm+planned+memo", GRAPHED,
-                      "auto", HOISTED)
+                      "auto", UNHOISTED)
 OTHER_CONTENDERS = (HAND, FLOOR)
 DYNET_CONTENDERS = ("dynet_autobatch0", "dynet_autobatch1", "dynet_autobatch2")
 CONTENDERS = EDBATCH_CONTENDERS + OTHER_CONTENDERS + DYNET_CONTENDERS
@@ -188,7 +189,7 @@ def _schedulers(policy: Any, contenders: Sequence[str]) -> dict[str, Callable[[G
     if policy is not None:  # the FSM's run-time path: a lookup per decision, no rollout
         fsm = policy.runtime_scheduler("fsm")
         schedulers.update({"fsm": fsm, "fsm+aligned": fsm, "fsm+planned": fsm,
-                           "fsm+fastbuild": fsm, "fsm+cse": fsm, HOISTED: fsm,
+                           "fsm+fastbuild": fsm, "fsm+cse": fsm, UNHOISTED: fsm,
                            "fsm+planned+memo": MemoScheduler(fsm), GRAPHED: MemoScheduler(fsm)})
     return schedulers
 

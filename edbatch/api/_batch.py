@@ -294,7 +294,7 @@ class DynamicBatch:
     def run(self, scheduler: SchedulerLike = "typewise_greedy", *,
             outputs: Sequence[Handle] = (), strategy: Strategy = "planned",
             grad: bool = True, params: Mapping[str, Tensor] | None = None,
-            hoist: bool = False) -> BatchResult:
+            hoist: bool | None = None) -> BatchResult:
         """Schedule, plan and execute the recorded mini-batch, then start a new one.
 
         Args:
@@ -307,7 +307,8 @@ class DynamicBatch:
             grad: build the autograd graph (training); ``False`` runs in place, no grad.
             hoist: input-projection hoisting for the built-in LSTM cells (``lstm_step``
                 kinds): their input half ``W_x x + b`` for many batches in one GEMM, as a
-                packed ``nn.LSTM`` does (same values; see ``TorchExecutor``'s ``hoist``).
+                packed ``nn.LSTM`` does (same values up to float summation order; see
+                ``TorchExecutor``'s ``hoist``). ``None`` (default): on; ``False``: off.
 
         Returns:
             The :class:`BatchResult` (loss, requested values, graph, schedule, stats).

@@ -114,8 +114,11 @@ class TorchExecutor:
         hoist: input-projection hoisting (:mod:`~edbatch.executor._hoist`): ``True`` for
             every LSTM cell kind that has a hoisted form, or those op kinds only; the input
             part ``W_x x + b`` of many batches of a cell type runs as one GEMM and each batch
-            adds only ``W_h h``. Inference and hand-written-backward training (the autograd
-            paths run unhoisted); not with ``cuda_graphs`` on CUDA.
+            adds only ``W_h h`` (the same multiply-adds; values equal up to float summation
+            order). Inference and hand-written-backward training (the autograd paths run
+            unhoisted); not with ``cuda_graphs`` on CUDA. ``None`` (the default): ``True``,
+            except with ``cuda_graphs`` on CUDA (``False``); measured at least as fast on
+            every workload it applies to (docs/runtime.md). ``False`` for the per-batch cells.
 
     Raises:
         ConfigError: ``hoist`` with ``cuda_graphs`` on CUDA, or a ``hoist`` of another type.
@@ -126,7 +129,8 @@ class TorchExecutor:
                  *, kernels: Mapping[str, Kernel] | None = None, cache_size: int = 8,
                  profile: bool = False, hand_backward: bool = True,
                  sparse_grads: bool = False, cuda_graphs: bool = False,
-                 capture_after: int = 1, hoist: bool | str | Iterable[str] = False) -> None:
+                 capture_after: int = 1, hoist: bool | str | Iterable[str] | None = None
+                 ) -> None:
         self.device = check_device(device)
         dtype = check_dtype(dtype)
         if self.device.type == "cuda" and self.device.index is None and \
@@ -137,7 +141,7 @@ class TorchExecutor:
         self._timer = Timer(self.device) if profile else None
         self.graphs = GraphCache(capture_after) if cuda_graphs and \
             self.device.type == "cuda" else None
-        self.hoist = hoist_kinds(hoist)
+        self.hoist = hoist_kinds(self.graphs is None if hoist is None else hoist)
         if self.hoist and self.graphs is not None:
             raise ConfigError("hoist", hoist, "False with cuda_graphs=True on CUDA (captured "
                               "graphs run the unhoisted program)", "pass one of the two")

@@ -63,3 +63,31 @@ def test_the_script_runs_from_another_folder_without_pythonpath(tmp_path: Path) 
     assert {r["contender"] for r in rows} == {"depth", "pytorch_hand", "floor"}
     assert all(r["data"] == "reshuffled" for r in rows)
     assert "reshuffled mini-batches" in proc.stdout
+
+
+@pytest.mark.parametrize("name, hoisted", [("tree_lstm", False), ("lattice_lstm", True),
+                                           ("bilstm_tagger", True)])
+def test_the_floor_lists_the_hoisted_programs_gemms_with_the_same_multiply_adds(
+        name: str, hoisted: bool) -> None:
+    """Hoisting regroups an LSTM cell's products (one ``W_x`` projection over many batches,
+    one ``W_h`` per batch), it adds none: the floor's multiply-adds stay those of the
+    per-batch cells; Tree-LSTM has no hoisted cell, so its list is unchanged."""
+    from benchmarks._throughput_data import gemm_shapes
+    from edbatch.schedule import make_scheduler
+
+    wl = make_workload(name, embed_dim=6, hidden_dim=5)
+    graph = wl.build_graph(wl.load(wl.default_eval_split)[:6])
+    schedule = make_scheduler("critical_path")(graph)
+    default = gemm_shapes(graph, schedule, wl.param_shapes())
+    cells = gemm_shapes(graph, schedule, wl.param_shapes(), hoist=False)
+    assert len(cells) == sum(1 for b in schedule.batches
+                             for p in graph.vocab[b.op_id].params
+                             if len(wl.param_shapes()[p]) == 2 and not p.endswith((".E", "emb")))
+
+    def macs(shapes: list[tuple[int, int, int]]) -> int:
+        return sum(r * i * o for r, i, o in shapes)
+
+    assert macs(default) == macs(cells)
+    assert (default != cells) == hoisted
+    if hoisted:  # the projections come on top of one (narrower) product per batch
+        assert len(default) > len(cells)

@@ -53,15 +53,18 @@ def zero_if_none(grad: Tensor | None, param: Tensor) -> Tensor:
 
 
 def check_equivalence(name: str, granularity: str, scheduler: str, strategy: Strategy,
-                      device: str = "cpu") -> None:
+                      device: str = "cpu", hoist: bool | None = None) -> None:
     graph, params, ref_loss, ref_grads = case(name, granularity, device)
     schedule = make_scheduler(scheduler)(graph)
     plan = plan_memory(graph, schedule, strategy)
-    executor = TorchExecutor(device)
+    executor = TorchExecutor(device, hoist=hoist)
     result = executor.run(graph, schedule, plan, params)
     assert result.loss is not None and not result.loss.requires_grad
     torch.testing.assert_close(result.loss, ref_loss, atol=ATOL, rtol=RTOL)
-    assert result.num_kernel_calls == schedule.num_batches
+    # one kernel call per batch, plus the hoisted input projections (the default)
+    projections = int(result.stats["exec/hoisted_projections"])
+    assert projections == 0 if hoist is False else projections >= 0
+    assert result.num_kernel_calls == schedule.num_batches + projections
     trained = executor.run(graph, schedule, plan, params, grad=True)
     assert trained.loss is not None
     torch.testing.assert_close(trained.loss.detach(), ref_loss, atol=ATOL, rtol=RTOL)
@@ -78,6 +81,13 @@ def check_equivalence(name: str, granularity: str, scheduler: str, strategy: Str
 def test_batched_equals_reference(name: str, granularity: str, scheduler: str,
                                   strategy: Strategy) -> None:
     check_equivalence(name, granularity, scheduler, strategy)
+
+
+@pytest.mark.parametrize("scheduler", DEFAULT_SCHEDULERS)
+@pytest.mark.parametrize("name", ["lattice_lstm", "bilstm_tagger", "seq2seq"])
+def test_unhoisted_batched_equals_reference(name: str, scheduler: str) -> None:
+    """``hoist=False`` (the per-batch cells) for the workloads whose default is hoisted."""
+    check_equivalence(name, "cell", scheduler, "planned", hoist=False)
 
 
 @pytest.mark.slow

@@ -56,7 +56,7 @@ def run(wl: Workload, graph: Graph, schedule: Schedule, plan: MemoryPlan,
 
 def test_bilstm_program_projects_layer_one_in_one_step_per_type() -> None:
     graph, schedule, plan = setup(small("bilstm_tagger"), count=5)
-    plain, _ = TorchExecutor()._program(graph, schedule, plan)
+    plain, _ = TorchExecutor(hoist=False)._program(graph, schedule, plan)
     program, _ = TorchExecutor(hoist=True)._program(graph, schedule, plan)
     assert isinstance(program, HoistedProgram)
     base = unhoisted(program)
@@ -92,7 +92,7 @@ def test_hoisted_values_and_gradients_equal_unhoisted_in_fp64(name: str, schedul
     ref_loss = reference_loss(graph, init_params(wl, torch.Generator().manual_seed(3),
                                                  dtype=torch.float64))
     for grad in (False, True):
-        base = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64), grad=grad)
+        base = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64, hoist=False), grad=grad)
         hoisted = run(wl, graph, schedule, plan,
                       TorchExecutor(dtype=torch.float64, hoist=True), grad=grad)
         assert hoisted[2]["exec/hoisted_projections"] > 0
@@ -128,7 +128,7 @@ def test_autograd_training_path_runs_unhoisted() -> None:
                              TorchExecutor(dtype=torch.float64, hoist=True,
                                            hand_backward=False), grad=True)
     assert stats["exec/hoisted_projections"] == 0
-    base_loss, base, _ = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64),
+    base_loss, base, _ = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64, hoist=False),
                              grad=True)
     torch.testing.assert_close(loss, base_loss)
     for k in base:
@@ -185,12 +185,18 @@ def test_misuse_gives_clear_errors() -> None:
     assert hoist_kinds("seq2seq.enc") == {"seq2seq.enc"}
 
 
+def test_the_default_hoists_except_for_captured_cuda_graphs() -> None:
+    assert TorchExecutor().hoist == frozenset(HOISTS)
+    assert TorchExecutor(cuda_graphs=True).hoist == frozenset(HOISTS)  # no capture on CPU
+    assert TorchExecutor(hoist=False).hoist == frozenset()
+
+
 def test_weights_updated_in_place_are_seen_by_the_next_run() -> None:
     wl = small("bilstm_tagger")
     graph, schedule, plan = setup(wl)
     params = init_params(wl, torch.Generator().manual_seed(3), dtype=torch.float64)
     hoisted, base = TorchExecutor(dtype=torch.float64, hoist=True), \
-        TorchExecutor(dtype=torch.float64)
+        TorchExecutor(dtype=torch.float64, hoist=False)
     first = hoisted.run(graph, schedule, plan, params).loss
     with torch.no_grad():
         for name in ("bilstm.l1_fwd", "bilstm.l2_bwd"):
@@ -205,7 +211,7 @@ def test_weights_updated_in_place_are_seen_by_the_next_run() -> None:
 def test_hoisted_under_other_memory_layouts(strategy: Strategy) -> None:
     wl = small("bilstm_tagger")
     graph, schedule, plan = setup(wl, scheduler="depth", strategy=strategy)
-    base = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64), grad=True)
+    base = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64, hoist=False), grad=True)
     hoisted = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64, hoist=True),
                   grad=True)
     torch.testing.assert_close(hoisted[0], base[0], rtol=1e-12, atol=1e-12)
@@ -214,17 +220,17 @@ def test_hoisted_under_other_memory_layouts(strategy: Strategy) -> None:
 
 
 @pytest.mark.parametrize("grad", [False, True])
-def test_dynamic_batch_run_hoists_on_request(grad: bool) -> None:
+def test_dynamic_batch_run_hoists_by_default(grad: bool) -> None:
     from benchmarks.models_api import record_bilstm_tagger
 
     wl = small("bilstm_tagger")
     params = init_params(wl, torch.Generator().manual_seed(3), dtype=torch.float64)
     batch = DynamicBatch.from_workload(wl, params, dtype=torch.float64)
     got = {}
-    for hoist in (False, True):
+    for hoist in (False, True, None):  # None: the default, hoisted
         record_bilstm_tagger(batch, wl, wl.load(wl.default_eval_split)[:3])
         res = batch.run("dynet_agenda", strategy="aligned", grad=grad, hoist=hoist)
         assert res.loss is not None
         got[hoist] = (res.loss.detach(), res.run.stats["exec/hoisted_projections"])
-    assert got[False][1] == 0 and (got[True][1] >= 4 or grad)
+    assert got[False][1] == 0 and (got[True][1] >= 4 or grad) and got[None][1] == got[True][1]
     torch.testing.assert_close(got[True][0], got[False][0], rtol=1e-12, atol=0)

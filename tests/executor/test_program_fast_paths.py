@@ -48,7 +48,7 @@ def test_split_attrs_and_gathers_equal_the_plan(name: str, strategy: Strategy) -
     graph = _graph(name, 12)
     schedule = make_scheduler("critical_path")(graph)
     plan = plan_memory(graph, schedule, strategy)
-    program, _ = TorchExecutor()._program(graph, schedule, plan)
+    program, _ = TorchExecutor(hoist=False)._program(graph, schedule, plan)
     base = program.attrs.untyped_storage().data_ptr()
     gathers = 0
     for b, step in enumerate(program.steps):
