@@ -25,7 +25,8 @@ Contenders: edbatch ``unbatched`` (node by node, first ``--unbatched-minibatches
 reused by structure), on CUDA ``fsm+memo+cugraph``, ``fsm+unhoisted`` (``fsm`` without the
 executor's input-projection hoisting, which every other edbatch contender has where a cell
 has a hoisted form: the default); ``pytorch_hand``
-(:mod:`benchmarks.hand_batched`); ``floor`` (the GEMMs of the ``fsm`` schedule's hoisted program alone); DyNet
+(:mod:`benchmarks.hand_batched`); ``floor`` (the GEMMs of the ``fsm`` schedule's hoisted
+program alone); DyNet
 ``dynet_autobatch{0,1,2}`` (one ``benchmarks/dynet_peer.py --serve`` worker each, if
 ``dynet`` is installed; ``--no-dynet-interleave`` times each worker as one block instead,
 ``--data repeated`` only). TorchFold cannot run on this torch (the reason is in the JSON's

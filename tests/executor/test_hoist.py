@@ -92,7 +92,8 @@ def test_hoisted_values_and_gradients_equal_unhoisted_in_fp64(name: str, schedul
     ref_loss = reference_loss(graph, init_params(wl, torch.Generator().manual_seed(3),
                                                  dtype=torch.float64))
     for grad in (False, True):
-        base = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64, hoist=False), grad=grad)
+        base = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64, hoist=False),
+                   grad=grad)
         hoisted = run(wl, graph, schedule, plan,
                       TorchExecutor(dtype=torch.float64, hoist=True), grad=grad)
         assert hoisted[2]["exec/hoisted_projections"] > 0
@@ -128,8 +129,8 @@ def test_autograd_training_path_runs_unhoisted() -> None:
                              TorchExecutor(dtype=torch.float64, hoist=True,
                                            hand_backward=False), grad=True)
     assert stats["exec/hoisted_projections"] == 0
-    base_loss, base, _ = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64, hoist=False),
-                             grad=True)
+    base_loss, base, _ = run(wl, graph, schedule, plan,
+                             TorchExecutor(dtype=torch.float64, hoist=False), grad=True)
     torch.testing.assert_close(loss, base_loss)
     for k in base:
         torch.testing.assert_close(grads[k], base[k], rtol=1e-10, atol=1e-12)
@@ -211,7 +212,8 @@ def test_weights_updated_in_place_are_seen_by_the_next_run() -> None:
 def test_hoisted_under_other_memory_layouts(strategy: Strategy) -> None:
     wl = small("bilstm_tagger")
     graph, schedule, plan = setup(wl, scheduler="depth", strategy=strategy)
-    base = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64, hoist=False), grad=True)
+    base = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64, hoist=False),
+               grad=True)
     hoisted = run(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64, hoist=True),
                   grad=True)
     torch.testing.assert_close(hoisted[0], base[0], rtol=1e-12, atol=1e-12)
