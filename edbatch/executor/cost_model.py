@@ -339,14 +339,16 @@ def _workload_sizes(workload: Any) -> dict[str, Any]:
 def measure_schedule_ms(graph: Graph, schedule: Schedule, params: Mapping[str, Tensor], *,
                         reps: int = 3, device: str | torch.device = "cpu",
                         dtype: torch.dtype | str = torch.float32,
-                        strategy: str = "planned", stat: str = "median") -> float:
+                        strategy: str = "planned", stat: str = "median",
+                        hoist: bool = False) -> float:
     """Milliseconds of running ``schedule`` on ``graph`` with the batched executor, the
     median (or ``stat``) of ``reps`` runs (inference; memory planned once, the program
-    compiled on a warm-up run that is not counted)."""
+    compiled on a warm-up run that is not counted). One kernel per batch (``hoist=False``,
+    unlike the executor's default): what the per-(op type, batch size) model describes."""
     from edbatch.executor.torch_executor import TorchExecutor
     from edbatch.memory.planner import plan_memory
 
-    executor = TorchExecutor(device, check_dtype(dtype))
+    executor = TorchExecutor(device, check_dtype(dtype), hoist=hoist)
     plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
     executor.run(graph, schedule, plan, params)  # compile + warm-up
     reduce = _stat(stat)
