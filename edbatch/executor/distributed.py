@@ -331,7 +331,7 @@ class PendingGrads:
         self.unions: dict[str, Tensor] = {}
         self._flat: tuple[Tensor, Any] | None = None
         self.done = work is None
-        #: the summed flags (one rank: the given values); a count while the header travels
+        #: one rank: the flags themselves; else how many end the header (summed there)
         self._flags = flags
 
     def advance(self) -> None:
@@ -339,16 +339,16 @@ class PendingGrads:
         if self.done or self._flat is not None:
             return
         self._work.wait()
-        assert self.head is not None and isinstance(self._flags, int)
-        self._flags = self.head[self.head.numel() - self._flags:].tolist()
         self._flat = self.dp._send_grads(self)
 
     def flags(self) -> list[float]:
         """The ``flags`` of :meth:`DataParallel.sum_grads_async` summed over the ranks
         (waits for the header, and starts the gradients' all-reduce, if not done yet)."""
+        if isinstance(self._flags, list):
+            return list(self._flags)
         self.advance()
-        assert isinstance(self._flags, list)
-        return list(self._flags)
+        assert self.head is not None
+        return self.head[self.head.numel() - self._flags:].tolist()
 
     def finish(self) -> None:
         """Wait for the gradients' sum and hand it out as every parameter's ``grad``."""
