@@ -16,6 +16,13 @@ learned table adds. The JSON ``rows`` carry ``states``, ``hit_rate`` and ``ratio
 ``--trainer`` picks any ``conf/trainer`` option (``expert``: expert iteration). ``--lookahead``
 overrides how the trained FSM schedules graphs (``none``: table lookups only).
 
+Every scheduler is also reported against the **path bound** of each test graph (``x bound``,
+JSON ``ratio_to_path_bound``, ``mean_path_bound``, per graph ``path_bound``):
+:func:`edbatch.schedule.path_lower_bound`, a proven lower bound on the batches of any
+schedule that is at least LB (shortest common supersequences of long paths' op-type
+sequences), so ``x bound`` is an upper bound on how far a schedule is from the optimum.
+``--no-path-bound`` skips it (a few seconds per graph).
+
 The test graphs are ``split=rest:K`` (every dump after the first K). To score a policy on every
 dump of a folder, G0 included, run ``python -m experiments.evaluate workload=[dumps]
 workload.dumps.folder=PATH split=all ...``: ``split=all`` means all dumps in file order.
@@ -180,6 +187,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="how the FSM schedules graphs (default: the policy option's)")
     ap.add_argument("--out", type=Path, default=None,
                     help="summary JSON (default: <tmp>/edbatch-dump-protocol/<label>.json)")
+    ap.add_argument("--path-bound", action=argparse.BooleanOptionalAction, default=True,
+                    help="also report every scheduler against the path lower bound "
+                    "(edbatch.schedule.path_bound; a few seconds per test graph)")
     ap.add_argument("--keep", action="store_true",
                     help="keep each seed's policy.json and eval records in <out stem>_runs/")
     ap.add_argument("--extra", nargs="*", default=[], metavar="OVERRIDE",
@@ -321,31 +331,55 @@ def main(argv: list[str] | None = None) -> None:
                 kept = out.parent / f"{out.stem}_runs" / f"seed{seed}"
                 shutil.rmtree(kept, ignore_errors=True)
                 shutil.copytree(run, kept)
-    rows = summary_rows(per_seed, lb, seed_stats)
+        bounds = path_bounds(folder, args.k, names) if args.path_bound else {}
+    for row in per_graph:
+        if row["graph"] in bounds:
+            row["path_bound"] = bounds[row["graph"]]
+    rows = summary_rows(per_seed, lb, seed_stats, bounds)
     n, mean_lb = len(lb), sum(lb.values()) / len(lb)
-    print(f"\n{label}: {n} test graphs, mean LB {mean_lb:.1f}")
-    print(f"{'scheduler':<26}{'batches':>18}{'x LB':>8}{'states':>8}{'hit rate':>10}")
+    mean_pb = sum(bounds.values()) / len(bounds) if bounds else None
+    print(f"\n{label}: {n} test graphs, mean LB {mean_lb:.1f}"
+          + (f", mean path bound {mean_pb:.1f} ({mean_pb / mean_lb:.4f} x LB: no schedule "
+             f"needs fewer)" if mean_pb else ""))
+    print(f"{'scheduler':<26}{'batches':>18}{'x LB':>8}{'x bound' if bounds else '':>8}"
+          f"{'states':>8}{'hit rate':>10}")
     for r in sorted(rows, key=lambda r: r["mean_batches"]):
         spread = f" +- {r['std_over_seeds']:.1f}" if r["seeds"] > 1 else ""
+        to_pb = f"{r['ratio_to_path_bound']:>8.3f}" if bounds else f"{'':>8}"
         extra = (f"{r['states']:>8.1f}{r['hit_rate']:>10.3f}" if "states" in r else "")
         print(f"{r['scheduler']:<26}{r['mean_batches']:>10.1f}{spread:>8}"
-              f"{r['ratio_to_lb']:>8.3f}{extra}")
+              f"{r['ratio_to_lb']:>8.3f}{to_pb}{extra}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"workload": label, "folder": str(args.folder), "k": args.k,
                                "policy": args.policy, "trainer": args.trainer
                                or DEFAULT_TRAINER.get(args.policy, "q_learning"),
                                "lookahead": args.lookahead, "seeds": args.seeds,
                                "train_graphs": args.train_graphs, "trained_on": trained_on,
-                               "test_graphs": n, "mean_lb": mean_lb, "rows": rows,
+                               "test_graphs": n, "mean_lb": mean_lb,
+                               "mean_path_bound": mean_pb, "rows": rows,
                                "per_seed": seed_stats, "graphs": per_graph}, indent=1))
     print(f"wrote {out}")
 
 
+def path_bounds(folder: Path, k: int, names: list[str]) -> dict[str, int]:
+    """The path lower bound (:func:`edbatch.schedule.path_bound.path_lower_bound`) of every
+    test dump, by file name."""
+    from edbatch.schedule.path_bound import path_lower_bound
+    from edbatch.workloads.dumps import DumpWorkload
+
+    wl = DumpWorkload(folder)
+    return {name: path_lower_bound(wl.instance_graph(f"rest:{k}", i)).bound
+            for i, name in enumerate(names)}
+
+
 def summary_rows(per_seed: dict[str, dict[int, float]], lb: dict[str, int],
-                 seed_stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per scheduler: mean (and std over seeds) batches per test graph, ratio to LB;
-    the FSM's row adds mean states, hit rate and training time over seeds."""
+                 seed_stats: list[dict[str, Any]], bounds: dict[str, int] | None = None
+                 ) -> list[dict[str, Any]]:
+    """One row per scheduler: mean (and std over seeds) batches per test graph, ratio to LB
+    (and to the path bound, when ``bounds`` are given); the FSM's row adds mean states, hit
+    rate and training time over seeds."""
     n, mean_lb = len(lb), sum(lb.values()) / len(lb)
+    mean_pb = sum(bounds.values()) / len(bounds) if bounds else None
     rows = []
     for name, by_seed in per_seed.items():
         means = [b / n for b in by_seed.values()]
@@ -353,6 +387,8 @@ def summary_rows(per_seed: dict[str, dict[int, float]], lb: dict[str, int],
         sd = statistics.stdev(means) if len(means) > 1 else 0.0
         row: dict[str, Any] = {"scheduler": name, "mean_batches": m, "std_over_seeds": sd,
                                "ratio_to_lb": m / mean_lb, "seeds": len(means)}
+        if mean_pb:
+            row["ratio_to_path_bound"] = m / mean_pb
         if name == "fsm" and seed_stats:
             row["states"] = statistics.fmean(s["states"] for s in seed_stats)
             row["hit_rate"] = statistics.fmean(s["hit_rate"] for s in seed_stats)

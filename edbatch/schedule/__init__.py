@@ -20,6 +20,7 @@ from edbatch.schedule.heuristics import (
     typewise_greedy_backward,
 )
 from edbatch.schedule.memo import MemoScheduler
+from edbatch.schedule.path_bound import PathBound, path_lower_bound
 from edbatch.schedule.policy import Policy, PolicyScheduler, Scheduler, run_policy
 from edbatch.schedule.reverse import reverse_graph
 from edbatch.schedule.rollout import RolloutScheduler, rollout_schedule
@@ -39,6 +40,7 @@ __all__ = [
     "MaxFrontierPolicy",
     "MemoScheduler",
     "NamedScheduler",
+    "PathBound",
     "Policy",
     "PolicyScheduler",
     "RandomPolicy",
@@ -51,6 +53,7 @@ __all__ = [
     "heights",
     "lower_bound",
     "make_scheduler",
+    "path_lower_bound",
     "remaining_lower_bound",
     "reverse_graph",
     "rollout_schedule",

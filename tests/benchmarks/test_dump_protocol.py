@@ -31,6 +31,10 @@ def test_lattice_protocol_trains_on_g0_and_reports_the_rest(tmp_path: Path) -> N
     # lattices: the FSM (a heuristic fallback chosen on G0, plus rollout) beats DyNet's agenda
     assert rows["fsm"]["mean_batches"] < rows["dynet_agenda"]["mean_batches"]
     assert all(r["ratio_to_lb"] >= 1.0 for r in rows.values())
+    # the path bound: a lower bound on every schedule, at least LB, per graph and overall
+    assert data["mean_path_bound"] >= data["mean_lb"]
+    assert all(r["ratio_to_path_bound"] >= 1.0 for r in rows.values())
+    assert all(g["lower_bound"] <= g["path_bound"] <= g["num_batches"] for g in data["graphs"])
 
 
 def _module():
@@ -103,6 +107,19 @@ def test_expert_protocol_rows_carry_states_hit_rate_and_the_ablation(tmp_path: P
     assert data["workload"] == "lattice_lstm" and data["trainer"] == "expert"
     assert {g["graph"] for g in data["graphs"]} == {"G1.txt", "G2.txt"}
     assert (tmp_path / "summary_runs" / "seed0" / "policy.json").is_file()
+
+
+def test_summary_rows_report_the_path_bound_only_when_given() -> None:
+    mod = _module()
+    per_seed = {"fsm": {0: 220.0, 1: 240.0}, "critical_path": {0: 250.0}}
+    lb = {"G1.txt": 100, "G2.txt": 100}
+    stats = [{"states": 4, "hit_rate": 0.5, "train_seconds": 1.0}] * 2
+    plain = {r["scheduler"]: r for r in mod.summary_rows(per_seed, lb, stats)}
+    assert "ratio_to_path_bound" not in plain["fsm"]
+    rows = {r["scheduler"]: r for r in mod.summary_rows(per_seed, lb, stats,
+                                                         {"G1.txt": 110, "G2.txt": 90})}
+    assert rows["fsm"]["mean_batches"] == 115.0 and rows["fsm"]["ratio_to_lb"] == 1.15
+    assert rows["critical_path"]["ratio_to_path_bound"] == 1.25
 
 
 def test_train_graphs_needs_an_exported_workload_and_a_count() -> None:
