@@ -183,7 +183,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--trainer", default=None, help="trainer config group option (q_learning "
                     "| ed_batch | expert | maskable_ppo | dqn); default: q_learning for fsm, "
                     "ed_batch (ED-Batch's learner) for ed_batch_fsm")
-    ap.add_argument("--lookahead", choices=("none", "rollout", "rollout2"), default=None,
+    ap.add_argument("--lookahead", choices=("none", "rollout", "rollout2", "search"),
+                    default=None,
                     help="how the FSM schedules graphs (default: the policy option's)")
     ap.add_argument("--out", type=Path, default=None,
                     help="summary JSON (default: <tmp>/edbatch-dump-protocol/<label>.json)")

@@ -314,7 +314,8 @@ def _check_groups(cfg: DictConfig) -> None:
     for key, value in looks.items():
         if value is not None and not str(value).startswith("${") and value not in LOOKAHEADS:
             raise ConfigError(key, value, f"one of {list(LOOKAHEADS)}",
-                              f"pass e.g. {key}=rollout (rollout2: level 2, ~100x slower)")
+                              f"pass e.g. {key}=rollout (rollout2: level 2, ~100x slower; "
+                              "search: rollout then sequence search, ~30x)")
     env = cfg.get("env")
     if env is not None:
         for key, choices in ENV_CHOICES.items():

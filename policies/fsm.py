@@ -33,6 +33,7 @@ from edbatch.schedule import (
 from edbatch.schedule.compiled import CompiledFsmScheduler, fsm_supported, resolve_backend
 from edbatch.schedule.op_types import check_op_types
 from edbatch.schedule.rollout import RolloutScheduler
+from edbatch.schedule.search import SearchScheduler
 from envs.encoding import (
     ENCODINGS,
     NEEDS_TYPEWISE,
@@ -75,8 +76,11 @@ FALLBACKS: dict[str, Callable[[str], Policy]] = {
 #: them by fortified rollout (:mod:`edbatch.schedule.rollout`) with the FSM as base policy:
 #: never more batches, at the price of one FSM rollout per (decision, ready op type);
 #: ``rollout2`` nests it (each candidate completed by a level-1 rollout, budget
-#: :data:`ROLLOUT2_BUDGET` batches): never more batches than ``rollout``, ~100x its cost.
-LOOKAHEADS = ("none", "rollout", "rollout2")
+#: :data:`ROLLOUT2_BUDGET` batches): never more batches than ``rollout``, ~100x its cost;
+#: ``search`` improves the ``rollout`` schedule by local search over its op-type sequence
+#: (:mod:`edbatch.schedule.search`): never more batches than ``rollout``, ~10 s per
+#: 64-lattice graph.
+LOOKAHEADS = ("none", "rollout", "rollout2", "search")
 
 #: ``rollout2``'s budgets in popped batches (outer, per candidate completion): about 30 s of
 #: compiled search per 64-lattice graph of ~8,000 nodes on this project's 2-core VM.
@@ -162,7 +166,11 @@ class FSMPolicy:
         fallback and ``backend`` (default ``$EDBATCH_BACKEND`` or ``compiled``) allows.
         ``rollout``: fortified rollout over forks of this policy (counters untouched);
         ``rollout2``: its level-2 form. Both run compiled when the FSM does (``backend``).
+        ``search``: the ``rollout`` schedule improved by :func:`improve_schedule`.
         """
+        if self.lookahead == "search":
+            return SearchScheduler(RolloutScheduler([self.fork], name=name, backend=backend),
+                                   name=name)
         if self.lookahead == "rollout":
             return RolloutScheduler([self.fork], name=name, backend=backend)
         if self.lookahead == "rollout2":
