@@ -63,7 +63,8 @@ def replay_count_python(graph: Graph, seq: Sequence[int]) -> tuple[int, list[int
     for v in range(graph.num_nodes):
         if indeg[v] == 0 and batchable[op[v]]:
             ready.setdefault(op[v], []).append(v)
-    done, batches, out, i = 0, 0, [], 0
+    out: list[int] = []
+    done, batches, i = 0, 0, 0
 
     def release(v: int) -> None:
         for u in uids[uptr[v]:uptr[v + 1]].tolist():
@@ -165,8 +166,9 @@ def improve_schedule(graph: Graph, schedule: Schedule, *, iterations: int = DEFA
     if graph.num_nodes == 0 or not graph.vocab.batchable.any():
         return schedule
     types = np.flatnonzero(graph.vocab.batchable).astype(np.int64)
-    best, seq, _ = search_sequence(decisions(schedule), *_arrays(graph), types, iterations,
-                                   window, float(temperature), seed)
+    best, seq, _ = search_sequence(  # type: ignore[call-arg]
+        decisions(schedule), *_arrays(graph), types, iterations, window, float(temperature),
+        seed)
     if best >= schedule.num_batches:
         return schedule
     result = replay_sequence(graph, seq.tolist(), name)
