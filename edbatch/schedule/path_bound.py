@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from edbatch.errors import ScheduleError
 from edbatch.graph.ir import Graph
 from edbatch.schedule.bounds import _segments, lower_bound
 
@@ -129,6 +130,35 @@ def candidate_paths(graph: Graph, *, random_weights: int = 30, starts: int = 8,
     return list(seen)
 
 
+def _best_scs(arrs: list[NDArray[np.int32]], pairs: int, max_cells: int
+              ) -> tuple[int, tuple[int, ...]]:
+    """The largest SCS length over single paths, every pair, and the best ``pairs`` pairs
+    extended by each other path (triples over ``max_cells`` DP cells skipped), and which."""
+    from edbatch.schedule._compiled_scs import scs2, scs3
+
+    used: tuple[int, ...] = ()
+    best = 0
+    for i, a in enumerate(arrs):
+        if len(a) > best:
+            best, used = len(a), (i,)
+    scored = []
+    for i, j in itertools.combinations(range(len(arrs)), 2):
+        v = scs2(arrs[i], arrs[j])
+        scored.append((v, i, j))
+        if v > best:
+            best, used = v, (i, j)
+    scored.sort(key=lambda t: (-t[0], t[1], t[2]))
+    for _, i, j in scored[:pairs]:
+        for q in range(len(arrs)):
+            if q in (i, j) or (len(arrs[i]) + 1) * (len(arrs[j]) + 1) * (len(arrs[q]) + 1) \
+                    > max_cells:
+                continue
+            v = scs3(arrs[i], arrs[j], arrs[q])
+            if v > best:
+                best, used = v, (i, j, q)
+    return best, used
+
+
 def path_lower_bound(graph: Graph, *, random_weights: int = 30, starts: int = 8,
                      pairs: int = 5, max_cells: int = 50_000_000, seed: int = 0) -> PathBound:
     """A lower bound on the batches of every schedule of ``graph``, at least ED-Batch's LB.
@@ -144,36 +174,19 @@ def path_lower_bound(graph: Graph, *, random_weights: int = 30, starts: int = 8,
 
     Returns:
         A :class:`PathBound`; deterministic for a given graph and arguments.
-    """
-    from edbatch.schedule._compiled_scs import scs2, scs3
 
+    Raises:
+        ScheduleError: a negative count or ``starts < 1``.
+    """
+    if min(random_weights, pairs, max_cells) < 0 or starts < 1:
+        raise ScheduleError(f"path_lower_bound needs random_weights, pairs, max_cells >= 0 and "
+                            f"starts >= 1; got {random_weights}, {pairs}, {max_cells}, {starts}")
     lb = lower_bound(graph)
     if graph.num_nodes == 0:
         return PathBound(0, 0, (), 0)
     unbatchable = int((~graph.batchable_node).sum())
     seqs = candidate_paths(graph, random_weights=random_weights, starts=starts, seed=seed)
-    arrs = [np.asarray(s, dtype=np.int32) for s in seqs]
-    used: tuple[int, ...] = ()
-    best = 0
-    for i, s in enumerate(seqs):
-        if len(s) > best:
-            best, used = len(s), (i,)
-    scored = []
-    for i, j in itertools.combinations(range(len(arrs)), 2):
-        v = scs2(arrs[i], arrs[j])
-        scored.append((v, i, j))
-        if v > best:
-            best, used = v, (i, j)
-    scored.sort(key=lambda t: (-t[0], t[1], t[2]))
-    for _, i, j in scored[:pairs]:
-        for q in range(len(arrs)):
-            if q in (i, j):
-                continue
-            if (len(arrs[i]) + 1) * (len(arrs[j]) + 1) * (len(arrs[q]) + 1) > max_cells:
-                continue
-            v = scs3(arrs[i], arrs[j], arrs[q])
-            if v > best:
-                best, used = v, (i, j, q)
+    best, used = _best_scs([np.asarray(s, dtype=np.int32) for s in seqs], pairs, max_cells)
     bound = best + unbatchable
     if bound <= lb:
         return PathBound(lb, lb, (), len(seqs))

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edbatch.errors import ScheduleError
 from edbatch.graph import GraphBuilder
 from edbatch.schedule import lower_bound, make_scheduler
 from edbatch.schedule._compiled_scs import scs2, scs3
@@ -89,3 +90,10 @@ def test_deterministic_and_empty() -> None:
     assert path_lower_bound(g) == path_lower_bound(g)
     empty = GraphBuilder(synthetic_vocab(2)).build()
     assert path_lower_bound(empty).bound == 0
+
+
+def test_bad_arguments_are_named() -> None:
+    g = random_lattices(np.random.default_rng(1), 3, 4, 2)
+    for kw in ({"random_weights": -1}, {"starts": 0}, {"pairs": -2}):
+        with pytest.raises(ScheduleError, match="path_lower_bound needs"):
+            path_lower_bound(g, **kw)  # type: ignore[arg-type]
