@@ -22,6 +22,7 @@ from edbatch.schedule.heuristics import (
 from edbatch.schedule.policy import PolicyScheduler, Scheduler
 from edbatch.schedule.rollout import DEFAULT_BUDGET, RolloutScheduler
 from edbatch.schedule.schedule import Schedule
+from edbatch.schedule.search import DEFAULT_ITERATIONS, SearchScheduler
 
 __all__ = ["COMPILED", "SCHEDULERS", "HEURISTICS", "NamedScheduler", "make_scheduler"]
 
@@ -69,6 +70,10 @@ SCHEDULERS: dict[str, tuple[Callable[..., Scheduler], str]] = {
     "rollout": (lambda budget=DEFAULT_BUDGET: RolloutScheduler(
         [CriticalPathPolicy], budget=budget, name="rollout"),
         "fortified rollout over the critical-path rule (one-step lookahead, budgeted)"),
+    "search": (lambda iterations=DEFAULT_ITERATIONS: SearchScheduler(
+        RolloutScheduler([CriticalPathPolicy], name="search"), name="search",
+        iterations=iterations),
+        "the rollout, then local search over its op-type sequence (lookahead=search)"),
     "random": (lambda seed=0: PolicyScheduler(RandomPolicy(seed), "random"),
                "uniformly random ready op type (seeded)"),
     "exact": (_exact, "exact optimum by branch-and-bound with the LB heuristic (budgeted)"),

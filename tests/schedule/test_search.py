@@ -111,3 +111,11 @@ def test_fsm_lookahead_search_round_trips_and_is_never_worse(tmp_path: Path) -> 
     rollout = FSMPolicy({}, "expert", g.vocab.names, "critical_path", lookahead="rollout")
     assert sched.num_batches <= rollout.scheduler("fsm")(g).num_batches
     assert sched.scheduler == "fsm"
+
+
+def test_registered_search_scheduler_is_never_worse_than_the_rollout() -> None:
+    g = minibatch("lattice_lstm", "cell", 8)
+    sched = make_scheduler("search", iterations=2000)(g)
+    sched.validate(g)
+    assert sched.scheduler == "search"
+    assert sched.num_batches <= make_scheduler("rollout")(g).num_batches
