@@ -147,6 +147,12 @@ def replay_sequence(graph: Graph, seq: Sequence[int], name: str = "search") -> S
     return Schedule(tuple(batches), name, seconds=time.perf_counter() - t0)
 
 
+def _check(iterations: int, window: int, temperature: float) -> None:
+    if iterations < 0 or window < 1 or temperature < 0:
+        raise ScheduleError(f"improve_schedule needs iterations >= 0, window >= 1 and "
+                            f"temperature >= 0; got {iterations}, {window}, {temperature}")
+
+
 def improve_schedule(graph: Graph, schedule: Schedule, *, iterations: int = DEFAULT_ITERATIONS,
                      window: int = 30, temperature: float = 0.5, seed: int = 0,
                      name: str | None = None) -> Schedule:
@@ -156,9 +162,7 @@ def improve_schedule(graph: Graph, schedule: Schedule, *, iterations: int = DEFA
         ScheduleError: a bad argument (``iterations < 0``, ``window < 1``,
             ``temperature < 0``).
     """
-    if iterations < 0 or window < 1 or temperature < 0:
-        raise ScheduleError(f"improve_schedule needs iterations >= 0, window >= 1 and "
-                            f"temperature >= 0; got {iterations}, {window}, {temperature}")
+    _check(iterations, window, temperature)
     from edbatch.schedule._compiled_search import search_sequence
 
     t0 = time.perf_counter()
@@ -182,8 +186,12 @@ class SearchScheduler:
     """A scheduler followed by :func:`improve_schedule` (``lookahead=search`` of an FSM)."""
 
     def __init__(self, base: Callable[[Graph], Schedule], name: str = "search",
-                 **kwargs: object) -> None:
-        self.base, self.name, self.kwargs = base, name, kwargs
+                 iterations: int = DEFAULT_ITERATIONS, window: int = 30,
+                 temperature: float = 0.5, seed: int = 0) -> None:
+        _check(iterations, window, temperature)  # a bad config value fails before any work
+        self.base, self.name = base, name
+        self.kwargs = {"iterations": iterations, "window": window,
+                       "temperature": temperature, "seed": seed}
 
     def __call__(self, graph: Graph) -> Schedule:
         return improve_schedule(graph, self.base(graph), name=self.name,

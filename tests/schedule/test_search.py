@@ -16,6 +16,7 @@ from edbatch.schedule import make_scheduler
 from edbatch.schedule._compiled_search import replay_count, search_sequence
 from edbatch.schedule.path_bound import path_lower_bound
 from edbatch.schedule.search import (
+    SearchScheduler,
     _arrays,
     decisions,
     improve_schedule,
@@ -97,6 +98,8 @@ def test_bad_arguments_are_named() -> None:
     for kw in ({"iterations": -1}, {"window": 0}, {"temperature": -0.1}):
         with pytest.raises(ScheduleError, match="improve_schedule needs"):
             improve_schedule(g, s, **kw)  # type: ignore[arg-type]
+        with pytest.raises(ScheduleError, match="improve_schedule needs"):
+            SearchScheduler(make_scheduler("critical_path"), **kw)  # type: ignore[arg-type]
 
 
 def test_fsm_lookahead_search_round_trips_and_is_never_worse(tmp_path: Path) -> None:
