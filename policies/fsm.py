@@ -168,11 +168,9 @@ class FSMPolicy:
         ``rollout2``: its level-2 form. Both run compiled when the FSM does (``backend``).
         ``search``: the ``rollout`` schedule improved by :func:`improve_schedule`.
         """
-        if self.lookahead == "search":
-            return SearchScheduler(RolloutScheduler([self.fork], name=name, backend=backend),
-                                   name=name)
-        if self.lookahead == "rollout":
-            return RolloutScheduler([self.fork], name=name, backend=backend)
+        if self.lookahead in ("rollout", "search"):
+            rollout = RolloutScheduler([self.fork], name=name, backend=backend)
+            return rollout if self.lookahead == "rollout" else SearchScheduler(rollout, name=name)
         if self.lookahead == "rollout2":
             return RolloutScheduler([self.fork], name=name, backend=backend, level=2,
                                     budget=ROLLOUT2_BUDGET, inner_budget=ROLLOUT2_INNER_BUDGET)

@@ -114,9 +114,7 @@ def _mutate(cur, cand, kind, i, j, t):  # type: ignore[no-untyped-def]
         if kind == 2 and q == i:
             cand[m] = t
             m += 1
-        if kind == 0 and q == i:
-            continue
-        if kind == 1 and q == i:
+        if kind != 2 and q == i:  # deleted, or moved to j
             continue
         if kind == 1 and q == j and j < i:
             cand[m] = cur[i]

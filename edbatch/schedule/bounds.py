@@ -52,23 +52,30 @@ def type_chain_lengths(graph: Graph) -> NDArray[np.int32]:
     return cached
 
 
+def longest_from(graph: Graph, values: NDArray) -> NDArray:  # type: ignore[type-arg]
+    """``values[v] += max(values[u] for u in users(v))``, from the sinks up, in place (one
+    pass per topological level): with each node's own weight in ``values`` (a row per node,
+    any number of columns), the largest total weight over the paths starting at each node.
+    Returns ``values``."""
+    order, lptr = graph.levels
+    uptr, uids = graph.users
+    for d in range(len(lptr) - 2, -1, -1):
+        nodes = order[lptr[d]:lptr[d + 1]]
+        nodes = nodes[uptr[nodes + 1] > uptr[nodes]]
+        if len(nodes):
+            idx, lens = _segments(uptr, nodes)
+            values[nodes] += np.maximum.reduceat(values[uids[idx]], np.cumsum(lens) - lens,
+                                                 axis=0)
+    return values
+
+
 def _type_chain_lengths(graph: Graph) -> NDArray[np.int32]:
     n, k = graph.num_nodes, len(graph.vocab)
     down = np.zeros((n, k), dtype=np.int32)
     if n == 0:
         return down
     down[np.arange(n), graph.op_ids] = 1
-    order, lptr = graph.levels
-    uptr, uids = graph.users
-    for d in range(len(lptr) - 2, -1, -1):
-        nodes = order[lptr[d]:lptr[d + 1]]
-        nodes = nodes[uptr[nodes + 1] > uptr[nodes]]
-        if not len(nodes):
-            continue
-        idx, lens = _segments(uptr, nodes)
-        best = np.maximum.reduceat(down[uids[idx]], np.cumsum(lens) - lens, axis=0)
-        down[nodes] += best
-    return down
+    return longest_from(graph, down)
 
 
 _HEIGHTS: weakref.WeakKeyDictionary[Graph, NDArray[np.int64]] = weakref.WeakKeyDictionary()
@@ -82,16 +89,7 @@ def heights(graph: Graph) -> NDArray[np.int64]:
     """
     cached = _HEIGHTS.get(graph)
     if cached is None:
-        n = graph.num_nodes
-        h = np.ones(n, dtype=np.int64)
-        order, lptr = graph.levels
-        uptr, uids = graph.users
-        for d in range(len(lptr) - 2, -1, -1):
-            nodes = order[lptr[d]:lptr[d + 1]]
-            nodes = nodes[uptr[nodes + 1] > uptr[nodes]]
-            if len(nodes):
-                idx, lens = _segments(uptr, nodes)
-                h[nodes] += np.maximum.reduceat(h[uids[idx]], np.cumsum(lens) - lens)
+        h = longest_from(graph, np.ones(graph.num_nodes, dtype=np.int64))
         h.setflags(write=False)
         cached = _HEIGHTS[graph] = h
     return cached

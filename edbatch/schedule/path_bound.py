@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 
 from edbatch.errors import ScheduleError
 from edbatch.graph.ir import Graph
-from edbatch.schedule.bounds import _segments, lower_bound
+from edbatch.schedule.bounds import longest_from, lower_bound
 
 __all__ = ["PathBound", "candidate_paths", "path_lower_bound", "scs_length"]
 
@@ -80,20 +80,6 @@ def scs_length(seqs: Sequence[Sequence[int]]) -> int:
     return rest(tuple(0 for _ in seqs))
 
 
-def _longest_weighted(graph: Graph, weight: NDArray[np.int64]) -> NDArray[np.int64]:
-    """Per node: the largest total ``weight[op]`` over paths starting at the node."""
-    best = weight[graph.op_ids].astype(np.int64)
-    order, lptr = graph.levels
-    uptr, uids = graph.users
-    for d in range(len(lptr) - 2, -1, -1):
-        nodes = order[lptr[d]:lptr[d + 1]]
-        nodes = nodes[uptr[nodes + 1] > uptr[nodes]]
-        if len(nodes):
-            idx, lens = _segments(uptr, nodes)
-            best[nodes] += np.maximum.reduceat(best[uids[idx]], np.cumsum(lens) - lens)
-    return best
-
-
 def _trace(graph: Graph, best: NDArray[np.int64], weight: NDArray[np.int64],
            start: int) -> list[int]:
     """Op ids along one path from ``start`` that attains ``best[start]``."""
@@ -122,7 +108,7 @@ def candidate_paths(graph: Graph, *, random_weights: int = 30, starts: int = 8,
     seen: dict[tuple[int, ...], None] = {}
     for w in weights:
         w = np.where(batchable, w, 0).astype(np.int64)
-        best = _longest_weighted(graph, w)
+        best = longest_from(graph, w[graph.op_ids])  # the heaviest path from each node
         top = roots[np.argsort(-best[roots], kind="stable")[:starts]]
         for s in top:
             seq = tuple(op for op in _trace(graph, best, w, int(s)) if batchable[op])

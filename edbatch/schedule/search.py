@@ -55,7 +55,7 @@ def decisions(schedule: Schedule) -> NDArray[np.int64]:
 def replay_count_python(graph: Graph, seq: Sequence[int]) -> tuple[int, list[int]]:
     """Python twin of the compiled replay: ``(batches, decision op types)``."""
     op, batchable = graph.op_ids.tolist(), graph.vocab.batchable.tolist()
-    h = heights(graph).tolist()
+    h = height_list(graph)
     uptr, uids = graph.users
     indeg = graph.arity.tolist()
     ready: dict[int, list[int]] = {}
