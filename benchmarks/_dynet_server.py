@@ -35,6 +35,8 @@ class DynetServer:
     """
 
     def __init__(self, cmd: Sequence[str], env: Mapping[str, str], cwd: str | Path) -> None:
+        #: How the worker was started (the memory probe starts variants of it).
+        self.cmd, self.env, self.cwd = list(cmd), dict(env), cwd
         self._err: IO[str] = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._err, text=True, cwd=cwd, env=dict(env))

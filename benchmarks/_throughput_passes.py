@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from benchmarks._dynet_memory import dynet_peak_mb
 from benchmarks._dynet_server import DynetServer, PeerServerError
 from benchmarks._throughput_data import GemmFloor, peak_rss_mb
 from benchmarks.hand_batched import HandBatched
@@ -196,8 +197,7 @@ def _peer_pass(job: Job, contender: str, r: int, k: int
     phases, loss = job.peers[contender].run(job.base["mode"], k, job.plan[r][k], job.split)
     phases["execution"] = phases.pop("forward")
     info = {"loss": loss}
-    if "maxrss_mb" in phases:
-        info["maxrss_mb"] = phases.pop("maxrss_mb")
+    phases.pop("maxrss_mb", None)  # memory: see _peak_rss
     return phases, info
 
 
@@ -260,14 +260,23 @@ def _profile(job: Job, contender: str, count: int) -> dict[str, float]:
     return out
 
 
-def _peak_rss(job: Job, contender: str, infos: list[dict[str, float]]) -> float | None:
+def _peak_rss(job: Job, contender: str) -> float | None:
     """MB: one extra pass on the first mini-batch under :func:`peak_rss_mb`; for a DyNet
-    worker, its peak RSS over the run less its RSS when it became ready (``None`` if
-    unknown)."""
+    worker, the same mini-batch in fresh workers whose pools show what they hold
+    (:func:`benchmarks._dynet_memory.dynet_peak_mb`). ``None`` if unknown."""
     if contender in job.peers:
-        peaks = [i["maxrss_mb"] for i in infos if "maxrss_mb" in i]
-        grown = max(peaks, default=math.nan) - job.peers[contender].ready_rss_mb
-        return None if math.isnan(grown) else max(0.0, grown)
+        try:
+            mem = dynet_peak_mb(job.peers[contender], job.base["mode"], 0, job.plan[0][0],
+                                job.split)
+        except PeerServerError as e:
+            job.errors.append(f"{job.base['workload']} {job.base['size']} {contender} "
+                              f"memory probe: {e}")
+            _log(job.errors[-1])
+            return None
+        _log(f"  {job.base['workload']} {job.base['size']} {job.base['mode']} {contender} "
+             f"memory: {mem.peak_mb:.0f} MB (RSS growth {mem.grown_mb:.0f} MB, backward pool "
+             f"{mem.backward_pool_mb} MB, {mem.trials} workers)")
+        return mem.peak_mb
     grown = peak_rss_mb(lambda: _pass(job, contender, 0, 0))
     return None if math.isnan(grown) else grown
 
@@ -289,7 +298,7 @@ def _row(job: Job, contender: str, samples: list[list[dict[str, float]]],
            "items": items, "scale": all_items / items, **ms, "total_ms": total,
            "items_per_s": items / (total / 1e3), "overhead_share": overhead / total,
            "loss": infos[0]["loss"], "losses": [i["loss"] for i in infos],
-           "peak_rss_mb": _peak_rss(job, contender, infos)}
+           "peak_rss_mb": _peak_rss(job, contender)}
     if framework == "floor":
         row["gemms"] = int(sum(i["gemms"] for i in infos))
     if framework != "edbatch":

@@ -146,7 +146,10 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
                          "faster is shown): " + ", ".join(runs))
     notes.append("ms summed over the mini-batches of a pass (medians over passes); ovh% = "
                  "(construction + scheduling + planning) / total; MB = peak RSS growth in "
-                 "one pass; loss = losses vs the edbatch reference (rel tol 1e-3)")
+                 "one pass on mini-batch 0 (DyNet: the same mini-batch in fresh workers "
+                 "with growable forward and smallest sufficient backward pools, "
+                 "benchmarks/_dynet_memory.py); loss = losses vs the edbatch reference "
+                 "(rel tol 1e-3)")
     print("\n".join(notes), flush=True)
 
 

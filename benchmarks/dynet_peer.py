@@ -29,7 +29,9 @@ With ``--serve`` the worker instead times one mini-batch per request, so the har
 interleave DyNet's passes with edbatch's (``benchmarks/_dynet_server.py``): after start-up
 it prints ``{"ready": ...}``, then answers each stdin line ``{"mode": "infer"|"train",
 "batch": k}`` with one line of that pass's phase seconds and loss (``{"error": ...}`` for a
-bad request), until end of input.
+bad request), until end of input. ``--preload-split`` loads the split the requests will
+name before ``ready``, and ``--mem FOR,BACK,PARAM,SCRATCH`` sizes each pool: the memory
+probe (``benchmarks/_dynet_memory.py``) starts workers with both.
 """
 
 from __future__ import annotations
@@ -389,7 +391,11 @@ def _parser() -> argparse.ArgumentParser:
                     help="time one mini-batch per stdin request instead (see the docstring)")
     ap.add_argument("--mem", default="2048",
                     help="DyNet memory pools in MB (dynet_config mem; allocating them is "
-                         "part of the start-up, not of the timings)")
+                         "part of the start-up, not of the timings); FOR,BACK,PARAM,SCRATCH "
+                         "sizes each pool")
+    ap.add_argument("--preload-split", default=None,
+                    help="with --serve: load this split before reporting ready, so the "
+                         "ready RSS includes the data the requests name")
     return ap
 
 
@@ -400,6 +406,8 @@ def _check_args(args: argparse.Namespace) -> None:
     bad = [m for m in args.modes if m not in MODES]
     if bad or not args.modes:
         raise PeerError(f"unknown mode(s) {bad}; --modes takes one or more of {list(MODES)}")
+    if args.preload_split is not None and not args.serve:
+        raise PeerError("--preload-split needs --serve")
     for flag, value, low in (("--embed", args.embed, 1), ("--hidden", args.hidden, 1),
                              ("--batch-size", args.batch_size, 1),
                              ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
@@ -429,6 +437,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     dy = init_dynet(args.autobatch, mem=args.mem)
     model, params = build_peer(dy, args.workload, arrays)
     if args.serve:
+        if args.preload_split is not None:
+            if args.preload_split not in wl.splits:
+                print(f"dynet_peer: error: --preload-split {args.preload_split!r}: "
+                      f"{args.workload} has the splits {', '.join(wl.splits)}", file=sys.stderr)
+                return 2
+            wl.load(args.preload_split)
         print(json.dumps({"ready": True, "contender": f"dynet_autobatch{args.autobatch}",
                           "sizes": [len(b) for b in batches], "rss_mb": _rss_now_mb()}),
               flush=True)

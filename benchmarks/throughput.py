@@ -289,16 +289,17 @@ def _start_peers(stack: ExitStack, name: str, size: str, wl: Workload, num_minib
     """One serving DyNet worker per requested autobatch mode (closed with ``stack``); a
     worker that fails to start is recorded in ``errors`` and left out."""
     peers: dict[str, DynetServer] = {}
-    with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:  # read at start-up only
-        path = _save_peer_params(Path(tmp), name, size, wl)
-        for contender in (c for c in args.contenders if c in DYNET_CONTENDERS):
-            cmd = _peer_cmd(name, size, contender, num_minibatches, args, path, serve=True)
-            _log(f"  {name} {size} {contender} (interleaved): {' '.join(cmd[1:])}")
-            try:
-                peers[contender] = stack.enter_context(DynetServer(cmd, _peer_env(), ROOT))
-            except PeerServerError as e:
-                errors.append(f"{name} {size} {contender}: {e}")
-                _log(errors[-1])
+    # kept while the workers live: the memory probe starts more workers from these parameters
+    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="throughput-"))
+    path = _save_peer_params(Path(tmp), name, size, wl)
+    for contender in (c for c in args.contenders if c in DYNET_CONTENDERS):
+        cmd = _peer_cmd(name, size, contender, num_minibatches, args, path, serve=True)
+        _log(f"  {name} {size} {contender} (interleaved): {' '.join(cmd[1:])}")
+        try:
+            peers[contender] = stack.enter_context(DynetServer(cmd, _peer_env(), ROOT))
+        except PeerServerError as e:
+            errors.append(f"{name} {size} {contender}: {e}")
+            _log(errors[-1])
     return peers
 
 

@@ -159,6 +159,7 @@ def test_cli_rejects_mismatched_params(tmp_path: Path) -> None:
     ({"--workload": "tree_lstmm"}, "tree_lstmm"),
     ({"--params": "missing.npz"}, "missing.npz"),
     ({"--workload": "tree_lstm"}, "lattice_lstm.char_emb"),
+    ({"--preload-split": "train"}, "--preload-split needs --serve"),
 ])
 def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                            change: dict[str, str], needle: str) -> None:

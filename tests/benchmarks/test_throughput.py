@@ -206,16 +206,21 @@ log = open({log!r}, 'a')
 if die_at == -1:
     print('cannot start', file=sys.stderr)
     sys.exit(2)
-hello = {{'ready': True, 'contender': f'dynet_autobatch{{ab}}', 'sizes': [64]}}
+probe = '--preload-split' in a  # a memory-probe worker: --mem FOR,BACK,PARAM,SCRATCH
+back = int(a[a.index('--mem') + 1].split(',')[1]) if probe else 0
+hello = {{'ready': True, 'contender': f'dynet_autobatch{{ab}}', 'sizes': [64], 'rss_mb': 100.0}}
 print(json.dumps(hello), flush=True)
 for n, line in enumerate(sys.stdin):
     req = json.loads(line)
-    log.write(f"{{req['mode']}} {{req['batch']}}\\n")
+    log.write(f"{{'probe ' if probe else ''}}{{req['mode']}} {{req['batch']}}\\n")
     log.flush()
     if n == die_at:
         print('worker crashed', file=sys.stderr)
         sys.exit(3)
-    ph = {{'construction': 0.001, 'forward': 0.002}}
+    if probe and req['mode'] == 'train' and back < 20:
+        print(json.dumps({{'error': 'please pre-allocate enough memory'}}), flush=True)
+        continue
+    ph = {{'construction': 0.001, 'forward': 0.002, 'maxrss_mb': 130.0}}
     if req['mode'] == 'train':
         ph.update(backward=0.003, update=0.0005)
     print(json.dumps({{**ph, 'loss': 10.0}}), flush=True)
@@ -240,8 +245,10 @@ def test_interleaved_dynet_worker_rows_and_requests(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     results, requests = _interleaved(tmp_path, monkeypatch, die_at=None)
     assert "interleaved" in results["dynet"]["note"] and not results["dynet_errors"]
-    # one request per mini-batch pass, warm-up included, in the harness's pass order
-    assert requests == ["infer 0"] * 3 + ["train 0"] * 3
+    # one request per mini-batch pass, warm-up included, in the harness's pass order; then
+    # the memory probe's fresh workers (training: backward pools of 8, 16, 32, 24 MB)
+    assert requests == (["infer 0"] * 3 + ["probe infer 0"] + ["train 0"] * 3
+                        + ["probe train 0"] * 4)
     rows = {(r["contender"], r["mode"]): r for r in results["rows"]}
     assert set(rows) == {(c, m) for c in ("depth", "dynet_autobatch1") for m in tp.MODES}
     infer, train = rows["dynet_autobatch1", "infer"], rows["dynet_autobatch1", "train"]
@@ -251,6 +258,9 @@ def test_interleaved_dynet_worker_rows_and_requests(tmp_path: Path,
     assert (train["backward_ms"], train["update_ms"], train["total_ms"]) == \
         pytest.approx((3.0, 0.5, 6.5))
     assert infer["losses"] == [10.0] and infer["loss_match"] is False  # the stub's loss is off
+    # memory: RSS growth 30 MB, plus in training the largest backward pool that was not
+    # enough (16 MB; 24 was)
+    assert (infer["peak_rss_mb"], train["peak_rss_mb"]) == (30.0, 46.0)
 
 
 @pytest.mark.parametrize(("die_at", "needle"), [(-1, "cannot start"), (1, "worker crashed")])
