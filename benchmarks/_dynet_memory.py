@@ -20,7 +20,10 @@ the smallest ``B`` (a multiple of ``step``) with which the mini-batch runs:
 ``B_min - step`` is the largest backward pool that is *not* enough, so the figure is a lower
 bound of what DyNet needs (within ``step`` MB); the parameter and scratch pools (fixed, 256 MB
 each) are not counted, as edbatch's parameters and gradients are not. The data of the split
-is loaded before the worker reports ready (``--preload-split``), so it is not counted either.
+is loaded before the worker reports ready (``--preload-split``), and a one-instance request
+runs first (DyNet's lazy set-up), so neither is counted. The worker reports its own peak
+(``VmHWM``, reset before each request): ``getrusage``'s ``ru_maxrss`` would carry the
+harness's peak into the forked worker.
 """
 
 from __future__ import annotations
@@ -68,12 +71,17 @@ def with_pools(cmd: Sequence[str], forward: int, backward: int, split: str | Non
 
 def _trial(server: DynetServer, cmd: list[str], mode: str, batch: int,
            indices: Sequence[int] | None, split: str | None) -> float | None:
-    """Peak RSS growth (MB) of one request in a fresh worker; ``None`` if the backward pool
-    ran out (any other failure raises)."""
+    """Peak RSS growth (MB) over one request in a fresh worker, after a one-instance warm-up
+    request when ``indices`` are given (DyNet's lazy set-up is not the mini-batch's, and
+    edbatch's figure is taken warm too); ``None`` if the backward pool ran out (any other
+    failure raises)."""
     try:
         with DynetServer(cmd, server.env, server.cwd) as worker:
+            if indices is not None and len(indices) > 1:
+                worker.run(mode, batch, indices[:1], split)
             phases, _ = worker.run(mode, batch, indices, split)
-            return max(0.0, phases["maxrss_mb"] - worker.ready_rss_mb)
+            before = phases.get("rss_before_mb", worker.ready_rss_mb)
+            return max(0.0, phases["maxrss_mb"] - before)
     except PeerServerError as e:
         if OUT_OF_POOL in str(e):
             return None

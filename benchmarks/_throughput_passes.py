@@ -197,7 +197,8 @@ def _peer_pass(job: Job, contender: str, r: int, k: int
     phases, loss = job.peers[contender].run(job.base["mode"], k, job.plan[r][k], job.split)
     phases["execution"] = phases.pop("forward")
     info = {"loss": loss}
-    phases.pop("maxrss_mb", None)  # memory: see _peak_rss
+    for key in ("maxrss_mb", "rss_before_mb"):  # memory: see _peak_rss
+        phases.pop(key, None)
     return phases, info
 
 

@@ -29,7 +29,8 @@ With ``--serve`` the worker instead times one mini-batch per request, so the har
 interleave DyNet's passes with edbatch's (``benchmarks/_dynet_server.py``): after start-up
 it prints ``{"ready": ...}``, then answers each stdin line ``{"mode": "infer"|"train",
 "batch": k}`` with one line of that pass's phase seconds and loss (``{"error": ...}`` for a
-bad request), until end of input. ``--preload-split`` loads the split the requests will
+bad request), its RSS before the pass and its peak RSS during it (``rss_before_mb``,
+``maxrss_mb``), until end of input. ``--preload-split`` loads the split the requests will
 name before ``ready``, and ``--mem FOR,BACK,PARAM,SCRATCH`` sizes each pool: the memory
 probe (``benchmarks/_dynet_memory.py``) starts workers with both.
 """
@@ -325,10 +326,31 @@ def run_benchmark(dy: Any, workload: str, params: dict[str, Any], model: Any, hi
 
 
 def _maxrss_mb() -> float:
-    """This process's peak resident set so far (MB)."""
+    """This process's peak resident set (MB) since start or :func:`_reset_peak_rss`.
+
+    ``VmHWM`` of ``/proc/self/status``, not ``getrusage``'s ``ru_maxrss``: on Linux the latter
+    keeps the peak of the process that forked this one (the throughput harness, gigabytes),
+    so a worker's peak less its ready RSS came out as that difference, not its own growth.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+
+
+def _reset_peak_rss() -> None:
+    """Restart ``VmHWM`` from the current RSS (Linux >= 4.0; a no-op where not allowed)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def serve(dy: Any, build: Callable[[Sequence[Any]], Any], batches: Sequence[Sequence[Any]],
@@ -357,9 +379,11 @@ def serve(dy: Any, build: Callable[[Sequence[Any]], Any], batches: Sequence[Sequ
             continue
         if mode == "train" and trainer is None:
             trainer = dy.SimpleSGDTrainer(model, learning_rate=lr)
+        _reset_peak_rss()  # then the RSS: the peak read after the pass is at least this
+        before = _rss_now_mb()
         times, losses = _one_pass(dy, build, [batch], trainer if mode == "train" else None)
-        replies.write(json.dumps({**times[0], "loss": losses[0], "maxrss_mb": _maxrss_mb()})
-                      + "\n")
+        replies.write(json.dumps({**times[0], "loss": losses[0], "maxrss_mb": _maxrss_mb(),
+                                  "rss_before_mb": before}) + "\n")
         replies.flush()
 
 

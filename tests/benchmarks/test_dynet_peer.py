@@ -191,7 +191,8 @@ def test_serving_worker_times_one_minibatch_per_request(tmp_path: Path) -> None:
         for mode, k in (("infer", 1), ("train", 0), ("infer", 0)):
             phases, loss = server.run(mode, k)
             assert loss == pytest.approx(expected[k], rel=1e-4)
-            assert phases.pop("maxrss_mb") >= server.ready_rss_mb > 0
+            # (the kernel's RSS counters lag by a few pages: 1 MB of slack)
+            assert phases.pop("maxrss_mb") >= phases.pop("rss_before_mb") - 1 > 0
             assert set(phases) == ({"construction", "forward", "backward", "update"}
                                    if mode == "train" else {"construction", "forward"})
             assert all(v >= 0 for v in phases.values())
