@@ -277,6 +277,8 @@ TRAINER_RULES: dict[str, tuple[type, float, float]] = {
     "epochs": (int, 1, float("inf")), "dagger_rounds": (int, 0, float("inf")),
     "lr": (float, 1e-12, float("inf")), "label_budget": (int, 0, float("inf")),
 }
+#: Trainer keys with a fixed set of values.
+TRAINER_CHOICES = {"teacher": ("rollout", "search")}
 #: Keys of the ``env`` group and their allowed values.
 ENV_CHOICES = {"reward": ("ed_batch", "unit", "cost_model"), "on_invalid": ("raise", "noop")}
 
@@ -305,6 +307,11 @@ def _check_groups(cfg: DictConfig) -> None:
                                                                   resolve=False)
     for prefix, node in trainers.items():
         _check_group(prefix, node, TRAINER_RULES)
+        for key, choices in TRAINER_CHOICES.items():
+            value = node.get(key) if isinstance(node, dict) else None
+            if value is not None and not str(value).startswith("${") and value not in choices:
+                raise ConfigError(f"{prefix}.{key}", value, f"one of {list(choices)}",
+                                  f"pass e.g. {prefix}.{key}={choices[0]}")
     from policies.fsm import LOOKAHEADS  # the FSM's lookahead names, checked before training
 
     looks = {f"{p}.lookahead": n.get("lookahead") for p, n in trainers.items()

@@ -38,12 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from edbatch.errors import GraphError, InvalidActionError
+from edbatch.errors import ConfigError, GraphError, InvalidActionError
 from edbatch.graph import Graph
 from edbatch.schedule import Frontier, lower_bound
 from edbatch.schedule.exact import exact_schedule
 from edbatch.schedule.policy import Policy, drive
 from edbatch.schedule.rollout import rollout_schedule
+from edbatch.schedule.search import improve_schedule
 from edbatch.schedule.schedule import Schedule
 from envs.encoding import StateKey, encode_state
 from policies.fallback_search import resolve_fallback
@@ -58,6 +59,8 @@ __all__ = ["ExpertConfig", "ExpertTrainer", "fit_table", "resample_graphs", "tea
 
 log = logging.getLogger(__name__)
 Votes = dict[StateKey, Counter[int]]
+#: Teachers of the expert rounds (``ExpertConfig.teacher``).
+TEACHERS = ("rollout", "search")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class ExpertConfig:
     then resampled ones)."""
     budget: int = 300_000
     """Rollout budget per graph (batches popped inside rollouts)."""
+    teacher: str = "rollout"
+    """``rollout``: the fortified rollout's schedule; ``search``: that schedule improved by
+    the sequence search (:func:`edbatch.schedule.search.improve_schedule`, 200k mutants)."""
     exact_max_nodes: int = 400
     """Graphs with at most this many nodes are also labelled by the exact solver."""
     exact_node_budget: int = 50_000
@@ -123,6 +129,11 @@ class ExpertConfig:
     n_jobs: int = 1
     """Processes labelling the teacher's graphs (joblib; -1: every core)."""
 
+    def __post_init__(self) -> None:
+        if self.teacher not in TEACHERS:
+            raise ConfigError("trainer.teacher", self.teacher, f"one of {list(TEACHERS)}",
+                              "pass trainer.teacher=search (or rollout, the default)")
+
 
 def _replay(graph: Graph, schedule: Schedule, encoding: str, votes: Votes) -> int:
     """Follow ``schedule``'s decisions on a fresh frontier and vote ``key -> op``; returns
@@ -149,6 +160,8 @@ def _teach(graph: Graph, bases: Sequence[Callable[[], Policy]], cfg: ExpertConfi
     """The teacher's rollout schedule of ``graph`` and, where the exact solver proves one
     optimal (small graphs), that one too."""
     sched = rollout_schedule(graph, bases, budget=cfg.budget, name="teacher")
+    if cfg.teacher == "search":
+        sched = improve_schedule(graph, sched, name="teacher")
     if graph.num_nodes <= cfg.exact_max_nodes:
         res = exact_schedule(graph, node_budget=cfg.exact_node_budget, initial=sched)
         if res.status == "optimal" and res.num_batches <= sched.num_batches:

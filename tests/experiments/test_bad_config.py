@@ -82,6 +82,16 @@ def test_sb3_trainer_budget_is_checked_and_env_choices_match_the_env() -> None:
     assert ENV_CHOICES["reward"] == REWARDS
 
 
+def test_expert_teacher_is_checked_and_the_choices_match_the_trainer() -> None:
+    from experiments._schema import TRAINER_CHOICES
+    from policies.expert import TEACHERS
+
+    with pytest.raises(ConfigError, match="trainer.teacher='oracle'"):
+        validate(_compose("train", ["trainer=expert", "trainer.teacher=oracle"]))
+    validate(_compose("train", ["trainer=expert", "trainer.teacher=search"]))
+    assert TRAINER_CHOICES["teacher"] == TEACHERS
+
+
 @pytest.mark.parametrize("entry", ["train", "evaluate", "compare", "train_model"])
 def test_default_configs_validate(entry: str) -> None:
     validate(_compose(entry, []))

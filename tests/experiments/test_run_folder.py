@@ -131,7 +131,10 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_in_one_line(tmp_path: Path) -> None
         [sys.executable, "-m", "experiments.train", *args, "trainer.max_episodes=1000000",
          "trainer.eval_every=1000000", "trainer.early_stop_ratio=0", f"run_dir={run}",
          "hydra.verbose=policies.q_learning"],  # logs a line per finished episode
-        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # a user's Ctrl-C, also when pytest itself runs in the background (SIGINT ignored
+        # there, and an ignored SIGINT is inherited: Python would not install its handler)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600  # a bound for a hung run, not a wait
     log = run / "train.log"
     # after the first finished episode (whatever the machine's load), not after a fixed time
@@ -171,10 +174,11 @@ def test_ctrl_c_in_an_episodes_bookkeeping_keeps_that_episode(tmp_path: Path) ->
         if row["episode"] == 15:
             os.kill(os.getpid(), signal.SIGINT)
 
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN when pytest runs in the background
     with pytest.raises(KeyboardInterrupt):
         train_q_table(graphs, cfg, checkpoint=ckpt, callback=ctrl_c_at_15)
     assert json.loads(ckpt.read_text())["episode"] == 15  # not the periodic one at 10
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert signal.getsignal(signal.SIGINT) is before  # restored
     resumed = train_q_table(graphs, cfg, checkpoint=ckpt)
     assert [r["episode"] for r in resumed.history] == list(range(16, 31))
     assert resumed.policy.table == full.policy.table

@@ -128,3 +128,29 @@ def test_parallel_teacher_gives_the_same_votes(lattice) -> None:
     a = teacher_samples(graphs, [CP], cfg, one)
     b = teacher_samples(graphs, [CP], replace(cfg, n_jobs=2), two)
     assert a == b and one == two and a["samples"] > 0
+
+
+def test_search_teacher_labels_at_most_the_rollouts_batches(lattice) -> None:
+    """``teacher=search`` improves the rollout's schedule by the sequence search: never more
+    batches than the rollout teacher, on every graph, and still an MDP trajectory (its votes
+    replay)."""
+    from edbatch.schedule import CriticalPathPolicy as CP
+    from policies.expert import _teach, teacher_samples
+    graphs = [*lattice[0], *lattice[1]]
+    cfg = replace(ONE, budget=2_000, exact_max_nodes=0)
+    for g in graphs:
+        rolled, _ = _teach(g, [CP], cfg)
+        searched, _ = _teach(g, [CP], replace(cfg, teacher="search"))
+        assert searched.num_batches <= rolled.num_batches
+    votes: dict = {}  # type: ignore[type-arg]
+    stats = teacher_samples(graphs, [CP], replace(cfg, teacher="search"), votes)
+    assert stats["samples"] > 0 and sum(sum(c.values()) for c in votes.values()) == \
+        stats["samples"]
+
+
+def test_unknown_teacher_is_refused_with_the_key_and_fix() -> None:
+    import pytest
+
+    from edbatch.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"trainer.teacher='oracle'.*trainer.teacher=search"):
+        ExpertConfig(teacher="oracle")
