@@ -296,6 +296,14 @@ def _check_group(prefix: str, node: Any, rules: dict[str, tuple[type, float, flo
                               f" {span}", f"pass e.g. {prefix}.{key}=<{kind.__name__} {span}>")
 
 
+def _check_choices(prefix: str, node: Any) -> None:
+    for key, choices in TRAINER_CHOICES.items():
+        value = node.get(key) if isinstance(node, dict) else None
+        if value is not None and not str(value).startswith("${") and value not in choices:
+            raise ConfigError(f"{prefix}.{key}", value, f"one of {list(choices)}",
+                              f"pass e.g. {prefix}.{key}={choices[0]}")
+
+
 def _check_groups(cfg: DictConfig) -> None:
     """The trainer hyper-parameters and env options the typed schemas leave to the groups."""
     trainers = {}
@@ -307,11 +315,7 @@ def _check_groups(cfg: DictConfig) -> None:
                                                                   resolve=False)
     for prefix, node in trainers.items():
         _check_group(prefix, node, TRAINER_RULES)
-        for key, choices in TRAINER_CHOICES.items():
-            value = node.get(key) if isinstance(node, dict) else None
-            if value is not None and not str(value).startswith("${") and value not in choices:
-                raise ConfigError(f"{prefix}.{key}", value, f"one of {list(choices)}",
-                                  f"pass e.g. {prefix}.{key}={choices[0]}")
+        _check_choices(prefix, node)
     from policies.fsm import LOOKAHEADS  # the FSM's lookahead names, checked before training
 
     looks = {f"{p}.lookahead": n.get("lookahead") for p, n in trainers.items()

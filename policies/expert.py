@@ -44,8 +44,8 @@ from edbatch.schedule import Frontier, lower_bound
 from edbatch.schedule.exact import exact_schedule
 from edbatch.schedule.policy import Policy, drive
 from edbatch.schedule.rollout import rollout_schedule
-from edbatch.schedule.search import improve_schedule
 from edbatch.schedule.schedule import Schedule
+from edbatch.schedule.search import improve_schedule
 from envs.encoding import StateKey, encode_state
 from policies.fallback_search import resolve_fallback
 from policies.fsm import FSMPolicy, make_fallback
