@@ -102,18 +102,19 @@ def dynet_peak_mb(server: DynetServer, mode: str, batch: int = 0,
     if step < 1 or limit < step:
         raise ValueError(f"dynet_peak_mb needs step >= 1 and limit >= step; got step={step}, "
                          f"limit={limit}")
-    forward = _FORWARD_POOL
+    def trial(backward: int) -> float | None:
+        cmd = with_pools(server.cmd, _FORWARD_POOL, backward, split)
+        return _trial(server, cmd, mode, batch, indices, split)
+
     if mode != "train":
-        grown = _trial(server, with_pools(server.cmd, forward, step, split), mode, batch,
-                       indices, split)
+        grown = trial(step)
         if grown is None:  # inference does not use the backward pool
             raise PeerServerError(f"DyNet ran out of its backward pool in {mode}")
         return DynetMemory(grown, grown, 0, 1)
     trials, bad, good, grown_at_good = 0, 0, step, math.nan
     while True:  # doubling up to the first pool that is enough
         trials += 1
-        grown = _trial(server, with_pools(server.cmd, forward, good, split), mode, batch,
-                       indices, split)
+        grown = trial(good)
         if grown is not None:
             grown_at_good = grown
             break
@@ -124,8 +125,7 @@ def dynet_peak_mb(server: DynetServer, mode: str, batch: int = 0,
     while good - bad > step:  # bisection in multiples of step
         mid = (bad + good) // 2 // step * step
         trials += 1
-        grown = _trial(server, with_pools(server.cmd, forward, mid, split), mode, batch,
-                       indices, split)
+        grown = trial(mid)
         if grown is None:
             bad = mid
         else:

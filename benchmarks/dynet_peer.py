@@ -450,6 +450,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         wl: Any = make_workload(args.workload, granularity="cell", embed_dim=args.embed,
                                 hidden_dim=args.hidden)
         arrays = load_params(args.params, wl.param_shapes(), args.workload)
+        if args.preload_split is not None and args.preload_split not in wl.splits:
+            raise PeerError(f"--preload-split {args.preload_split!r}: {args.workload} has the "
+                            f"splits {', '.join(wl.splits)}")
     except (PeerError, ValueError) as e:
         print(f"dynet_peer: error: {e}", file=sys.stderr)
         return 2
@@ -462,10 +465,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     model, params = build_peer(dy, args.workload, arrays)
     if args.serve:
         if args.preload_split is not None:
-            if args.preload_split not in wl.splits:
-                print(f"dynet_peer: error: --preload-split {args.preload_split!r}: "
-                      f"{args.workload} has the splits {', '.join(wl.splits)}", file=sys.stderr)
-                return 2
             wl.load(args.preload_split)
         print(json.dumps({"ready": True, "contender": f"dynet_autobatch{args.autobatch}",
                           "sizes": [len(b) for b in batches], "rss_mb": _rss_now_mb()}),

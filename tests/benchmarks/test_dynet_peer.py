@@ -172,6 +172,16 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     assert needle in capsys.readouterr().err
 
 
+def test_unknown_preload_split_exits_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wl = make_workload("bilstm_tagger", granularity="cell", embed_dim=EMBED, hidden_dim=HIDDEN)
+    path = dp.save_params(tmp_path / "p.npz", init_params(wl))
+    argv = ["--workload", "bilstm_tagger", "--embed", str(EMBED), "--hidden", str(HIDDEN),
+            "--autobatch", "1", "--params", str(path), "--serve", "--preload-split", "nope"]
+    assert dp.main(argv) == 2
+    assert "--preload-split 'nope'" in capsys.readouterr().err
+
+
 def test_serving_worker_times_one_minibatch_per_request(tmp_path: Path) -> None:
     """``--serve`` through the harness's client: reference losses per request, a bad request
     answered with an error naming it (the worker stays up), a clean exit at end of input."""
