@@ -69,3 +69,30 @@ def test_doc_page_shows_each_table_once(path: Path) -> None:
                           f"than once, one per run? keep the latest run only: " + "; ".join(
                               f"{h[:60]!r} / {f[:30]!r} at lines {w}"
                               for (h, f), w in repeated.items()))
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_doc_links_resolve() -> None:
+    """A page that moves (a split, a renamed section) leaves no link behind: every relative
+    link of README.md and docs/*.md names a file that exists and, for a page, a heading it has."""
+    pages = [ROOT / "README.md", *DOCS]
+    anchors = {}
+    for page in pages:
+        text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+        anchors[page.resolve()] = {_anchor(h) for h in re.findall(r"^#+ (.*)$", text, re.M)}
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page.resolve()
+            if not dest.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors.get(dest, set()):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, "broken links: " + "; ".join(broken)
