@@ -12,7 +12,7 @@ RDKit into a graph:
   :data:`BOND_TYPES` (single, double, triple, aromatic) for each directed edge.
 
 The fixed split (``data/esol/split.json``) is random, 80/10/10 over the 1128 rows, drawn with
-``numpy.random.default_rng(0)``; :func:`make_split` regenerates it bit for bit.
+``numpy.random.default_rng(0)``; :func:`make_esol_split` regenerates it bit for bit.
 
 RDKit is imported on first use so that ``import edbatch.data`` stays cheap.
 """
@@ -38,8 +38,8 @@ __all__ = [
     "ESOL_TARGET",
     "Molecule",
     "load_esol",
-    "load_split",
-    "make_split",
+    "load_esol_split",
+    "make_esol_split",
     "parse_smiles",
 ]
 
@@ -189,7 +189,7 @@ def load_esol(path: str | Path, elements: tuple[str, ...] = ELEMENTS) -> list[Mo
     return out
 
 
-def make_split(n: int, seed: int = 0) -> dict[str, list[int]]:
+def make_esol_split(n: int, seed: int = 0) -> dict[str, list[int]]:
     """Random 80/10/10 split of ``n`` row indices (0-based, file order), sorted per part.
 
     Args:
@@ -207,7 +207,7 @@ def make_split(n: int, seed: int = 0) -> dict[str, list[int]]:
                                                          strict=True)}
 
 
-def load_split(path: str | Path, n: int | None = None) -> dict[str, list[int]]:
+def load_esol_split(path: str | Path, n: int | None = None) -> dict[str, list[int]]:
     """Read a split file written by ``python -m edbatch.data.molecules``.
 
     Args:
@@ -236,7 +236,7 @@ def load_split(path: str | Path, n: int | None = None) -> dict[str, list[int]]:
 def _write_split(csv_path: Path, out: Path, seed: int) -> None:
     """Write the split of ``csv_path``'s molecules to ``out`` (compact, one part per line)."""
     n = len(load_esol(csv_path))
-    split = make_split(n, seed)
+    split = make_esol_split(n, seed)
     lines = [f'"seed": {seed}', '"method": "random 80/10/10, numpy default_rng(seed)"']
     lines += [f'"{k}": {json.dumps(v, separators=(",", ":"))}' for k, v in split.items()]
     out.write_text("{\n" + ",\n".join(lines) + "\n}\n", encoding="utf-8")

@@ -9,7 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edbatch.data import BOND_TYPES, ELEMENTS, load_esol, load_split, make_split, parse_smiles
+from edbatch.data import (
+    BOND_TYPES,
+    ELEMENTS,
+    load_esol,
+    load_esol_split,
+    make_esol_split,
+    parse_smiles,
+)
 from edbatch.errors import DataFormatError
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "esol"
@@ -50,11 +57,11 @@ def test_benzene_features() -> None:
 
 
 def test_stored_split_is_the_seeded_one() -> None:
-    split = load_split(DATA / "split.json", n=1128)
-    assert split == make_split(1128, seed=0)
+    split = load_esol_split(DATA / "split.json", n=1128)
+    assert split == make_esol_split(1128, seed=0)
     assert [len(split[p]) for p in ("train", "valid", "test")] == [902, 113, 113]
     assert json.loads((DATA / "split.json").read_text())["seed"] == 0
-    assert make_split(1128, seed=1) != split
+    assert make_esol_split(1128, seed=1) != split
 
 
 def _write(tmp_path: Path, body: str) -> Path:
@@ -99,7 +106,7 @@ def test_bad_header_and_split(tmp_path: Path) -> None:
     split = tmp_path / "s.json"
     split.write_text('{"train": [0, 1], "valid": [1], "test": []}', encoding="utf-8")
     with pytest.raises(DataFormatError, match="a partition of 0..2"):
-        load_split(split, n=3)
+        load_esol_split(split, n=3)
     split.write_text('{"train": [0, 1], "test": [2]}', encoding="utf-8")
     with pytest.raises(DataFormatError, match="a list 'valid'"):
-        load_split(split)
+        load_esol_split(split)
