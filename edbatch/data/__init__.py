@@ -24,6 +24,7 @@ from edbatch.data.clevr_scenes import (
     load_properties,
     load_scenes,
     sample_scene,
+    scene_features,
 )
 from edbatch.data.clevr_templates import load_clevr, load_templates, write_splits
 from edbatch.data.dumps import GraphDump, load_dump, load_dump_folder
@@ -88,6 +89,7 @@ __all__ = [
     "parse_smiles",
     "parse_tree",
     "sample_scene",
+    "scene_features",
     "wrap_sentence",
     "write_splits",
 ]

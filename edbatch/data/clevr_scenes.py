@@ -28,6 +28,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from edbatch.data._text import read_lines, read_text, shorten
 from edbatch.errors import DataFormatError
 
@@ -42,6 +44,7 @@ __all__ = [
     "load_scenes",
     "parse_scene",
     "sample_scene",
+    "scene_features",
 ]
 
 #: Object attributes, in the order CLEVR's templates list them (<Z> <C> <M> <S>).
@@ -161,6 +164,24 @@ def sample_scene(rng: random.Random, props: Properties, min_objects: int = 3,
                 break
         if len(objects) == n:
             return Scene.from_objects(tuple(objects))
+
+
+def scene_features(scene: Scene, props: Properties) -> np.ndarray:
+    """Per-object feature rows: one-hot size, colour, material, shape, then ``x/3, y/3``.
+
+    Returns:
+        ``float32`` array ``(n_objects, 2 + sum of vocabulary sizes)`` (17 for CLEVR).
+    """
+    offsets, width = {}, 0
+    for attr in ATTRIBUTES:
+        offsets[attr] = width
+        width += len(props.values[attr])
+    out = np.zeros((len(scene.objects), width + 2), dtype=np.float32)
+    for i, obj in enumerate(scene.objects):
+        for attr in ATTRIBUTES:
+            out[i, offsets[attr] + props.values[attr].index(getattr(obj, attr))] = 1.0
+        out[i, width:] = (obj.x / 3.0, obj.y / 3.0)
+    return out
 
 
 def parse_scene(text: str, props: Properties, path: str | Path = "<scene>",

@@ -23,6 +23,7 @@ from edbatch.data import (
     module_type,
     parse_program,
     sample_scene,
+    scene_features,
     write_splits,
 )
 from edbatch.data.clevr_programs import answer_text
@@ -55,6 +56,15 @@ def test_relations_of_hand_scene() -> None:
     assert SCENE.relations["behind"][0] == (1, 2)
     assert SCENE.relations["front"][0] == (3,)
     assert SCENE.relations["behind"][1] == (2,)
+
+
+def test_scene_features() -> None:
+    feats = scene_features(SCENE, PROPS)
+    assert feats.shape == (4, 17) and feats.dtype.name == "float32"
+    assert (feats[:, :15].sum(axis=1) == 4).all()
+    # size large is index 0 of properties.json's sizes, colour red index 1 (offset 2)
+    assert feats[0, 0] == 1 and feats[0, 2 + 1] == 1 and feats[1, 1] == 1
+    assert list(feats[3, 15:]) == pytest.approx([2 / 3, -1 / 3])
 
 
 @pytest.mark.parametrize(
