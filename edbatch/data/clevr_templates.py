@@ -23,12 +23,11 @@ instantiation, written for edbatch:
 The answer stored is recomputed by :func:`edbatch.data.clevr_programs.execute` on the expanded
 program. Regenerate the stored split bit for bit with::
 
-    python -m edbatch.data.clevr_templates --out data/clevr --seed 0
+    python -m edbatch.data.generate clevr --out data/clevr --seed 0
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import re
@@ -346,23 +345,3 @@ def load_clevr(folder: str | Path, split: str, data: str | Path | None = None
             raise DataFormatError(path, line, f"stored answer {q.answer!r} but the program "
                                   f"gives {got!r}", "the program's answer", "regenerate the split")
     return scenes, questions
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Command line: regenerate the stored CLEVR split."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    root = Path(__file__).resolve().parents[2] / "data" / "clevr"
-    parser.add_argument("--data", default=str(root), help="folder with CLEVR's JSON files")
-    parser.add_argument("--out", default=str(root), help="where the split files go")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--per-scene", type=int, default=10)
-    for split, n in SPLITS.items():
-        parser.add_argument(f"--{split}", type=int, default=n, help=f"{split} questions")
-    args = parser.parse_args(argv)
-    sizes = {s: getattr(args, s) for s in SPLITS}
-    write_splits(args.data, args.out, args.seed, sizes, args.per_scene)
-    print(f"wrote {', '.join(f'{s}: {n}' for s, n in sizes.items())} questions to {args.out}")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -12,7 +12,8 @@ RDKit into a graph:
   :data:`BOND_TYPES` (single, double, triple, aromatic) for each directed edge.
 
 The fixed split (``data/esol/split.json``) is random, 80/10/10 over the 1128 rows, drawn with
-``numpy.random.default_rng(0)``; :func:`make_esol_split` regenerates it bit for bit.
+``numpy.random.default_rng(0)``; :func:`make_esol_split` regenerates it bit for bit
+(``python -m edbatch.data.generate esol-split``).
 
 RDKit is imported on first use so that ``import edbatch.data`` stays cheap.
 """
@@ -208,7 +209,7 @@ def make_esol_split(n: int, seed: int = 0) -> dict[str, list[int]]:
 
 
 def load_esol_split(path: str | Path, n: int | None = None) -> dict[str, list[int]]:
-    """Read a split file written by ``python -m edbatch.data.molecules``.
+    """Read a split file written by ``python -m edbatch.data.generate esol-split``.
 
     Args:
         path: The JSON file (``{"seed", "method", "train", "valid", "test"}``).
@@ -222,27 +223,12 @@ def load_esol_split(path: str | Path, n: int | None = None) -> dict[str, list[in
     for part in ("train", "valid", "test"):
         if not isinstance(data.get(part), list):
             raise DataFormatError(path, 1, f"keys {sorted(data)}", f"a list {part!r}",
-                                  "regenerate with `python -m edbatch.data.molecules`")
+                                  "regenerate with `python -m edbatch.data.generate esol-split`")
     split = {p: [int(i) for i in data[p]] for p in ("train", "valid", "test")}
     if n is not None:
         every = sorted(i for p in split.values() for i in p)
         if every != list(range(n)):
             raise DataFormatError(path, 1, f"{len(every)} indices (some repeated or out of "
                                   f"range)", f"a partition of 0..{n - 1}",
-                                  "regenerate with `python -m edbatch.data.molecules`")
+                                  "regenerate with `python -m edbatch.data.generate esol-split`")
     return split
-
-
-def _write_split(csv_path: Path, out: Path, seed: int) -> None:
-    """Write the split of ``csv_path``'s molecules to ``out`` (compact, one part per line)."""
-    n = len(load_esol(csv_path))
-    split = make_esol_split(n, seed)
-    lines = [f'"seed": {seed}', '"method": "random 80/10/10, numpy default_rng(seed)"']
-    lines += [f'"{k}": {json.dumps(v, separators=(",", ":"))}' for k, v in split.items()]
-    out.write_text("{\n" + ",\n".join(lines) + "\n}\n", encoding="utf-8")
-
-
-if __name__ == "__main__":  # pragma: no cover - regeneration command
-    _root = Path(__file__).resolve().parents[2] / "data" / "esol"
-    _write_split(_root / "delaney-processed.csv", _root / "split.json", seed=0)
-    print(f"wrote {_root / 'split.json'}")

@@ -17,6 +17,7 @@ from edbatch.data import (
     make_esol_split,
     parse_smiles,
 )
+from edbatch.data.generate import main
 from edbatch.errors import DataFormatError
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "esol"
@@ -62,6 +63,11 @@ def test_stored_split_is_the_seeded_one() -> None:
     assert [len(split[p]) for p in ("train", "valid", "test")] == [902, 113, 113]
     assert json.loads((DATA / "split.json").read_text())["seed"] == 0
     assert make_esol_split(1128, seed=1) != split
+
+
+def test_split_file_regenerates_bit_for_bit(tmp_path: Path) -> None:
+    main(["esol-split", "--out", str(tmp_path / "split.json")])
+    assert (tmp_path / "split.json").read_bytes() == (DATA / "split.json").read_bytes()
 
 
 def _write(tmp_path: Path, body: str) -> Path:
