@@ -9,8 +9,9 @@ instantiation, written for edbatch:
 2. at a node with parameters, choose them from the node's input set: for ``*_unique`` pick a
    target object and add its attributes in random order until it is the only match (then
    each unused attribute with probability 1/4); for plain filters each attribute is null
-   with probability 1/2, else the value of a random input object (or, if the set is empty,
-   a random value); a relation is uniform; ``NULL``-constrained parameters stay null;
+   with probability 1/2, else the value of a random input object (3/4) or a random value
+   (1/4, and always when the set is empty); a relation is uniform; ``NULL``-constrained
+   parameters stay null;
 3. template functions expand into program functions (``relate_filter_count[R,Z,C,M,S]`` ->
    ``relate[R]``, ``filter_size[Z]`` ..., ``count``; null attributes give no node);
 4. reject the draw if a ``unique`` sees a set of size != 1 or an ``OUT_NEQ`` (two nodes'
