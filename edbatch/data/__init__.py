@@ -15,23 +15,53 @@ from edbatch.data.parallel import (
     pair_files,
     wrap_sentence,
 )
+from edbatch.data.sick import DepTree, SickPair, load_sick, similarity_target
 from edbatch.data.tags import TaggedSentence, load_tagged
-from edbatch.data.trees import Tree, load_trees, parse_tree
+from edbatch.data.transitions import (
+    ArcStandardState,
+    crossing_arcs,
+    is_projective,
+    oracle,
+    projective_only,
+    replay,
+)
+from edbatch.data.trees import SST_LABELS, Tree, load_trees, parse_tree
+from edbatch.data.ud import UPOS_TAGS, DepSentence, Treebank, find_cycle, load_conllu
+from edbatch.data.vocab import CharVocab, FrequentWords, word_counts
 
 __all__ = [
+    "SST_LABELS",
+    "UPOS_TAGS",
+    "ArcStandardState",
+    "CharVocab",
+    "DepSentence",
+    "DepTree",
+    "FrequentWords",
     "GraphDump",
     "Lattice",
     "SentencePair",
+    "SickPair",
     "TaggedSentence",
     "Tree",
+    "Treebank",
+    "crossing_arcs",
+    "find_cycle",
+    "is_projective",
+    "load_conllu",
     "load_dump",
     "load_dump_folder",
     "load_lattices",
     "load_pairs",
+    "load_sick",
     "load_tagged",
     "load_trees",
     "load_vocab",
+    "oracle",
     "pair_files",
     "parse_tree",
+    "projective_only",
+    "replay",
+    "similarity_target",
+    "word_counts",
     "wrap_sentence",
 ]
