@@ -76,6 +76,7 @@ class DepSentence:
         path: The file the sentence was read from.
         line: The line of its first token.
         empty_nodes: How many empty nodes (``8.1`` lines) the sentence had (not in the tree).
+        word_lines: The line of each word (for errors about one word, e.g. its characters).
     """
 
     words: tuple[str, ...]
@@ -88,6 +89,7 @@ class DepSentence:
     path: str
     line: int
     empty_nodes: int = 0
+    word_lines: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         """Return the number of syntactic words."""
@@ -336,7 +338,7 @@ def _finish(block: _Block, path: str, max_words: int, too_long: str,
     _check_tree(block, path)
     return DepSentence(tuple(block.words), tuple(block.upos), tuple(block.heads),
                        tuple(block.deprels), tuple(block.tokens), block.sent_id, block.text,
-                       path, block.first_token, block.empty)
+                       path, block.first_token, block.empty, tuple(block.lines))
 
 
 def load_conllu(path: str | Path, *, max_words: int = DEFAULT_MAX_WORDS,

@@ -63,6 +63,7 @@ def test_multiword_tokens_and_empty_nodes(tmp_path: Path) -> None:
     assert (s.sent_id, s.text, s.empty_nodes) == ("s1", "I don't sing.", 1)
     assert (s.line, bank[1].line) == (3, 12)  # first token line
     assert s.root == 3
+    assert s.word_lines == (3, 5, 6, 8)
     assert s.children() == ((3,), (), (), (1, 2, 4), ())
 
 
