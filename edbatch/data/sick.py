@@ -156,7 +156,7 @@ def _tree(toks: str, parents: str, toks_path: Path, parents_path: Path,
     heads: list[int] = []
     roots = 0
     for position, raw in enumerate(fields, start=1):
-        value = int(raw) if raw.isdigit() else None
+        value = int(raw) if raw.isascii() and raw.isdigit() else None
         if value is None or value > n or value == position:
             if value is None:
                 what = ("the out-of-range parent" if _NEGATIVE.fullmatch(raw)

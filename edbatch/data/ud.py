@@ -240,8 +240,10 @@ def _token(block: _Block, text: str, path: str, line: int) -> None:  # noqa: C90
         block.first_token = line
     n = len(block.words)
     raw_id = cols[0]
-    ident = int(raw_id) if raw_id.isdigit() and raw_id[0] != "0" else _parse_id(raw_id, path,
-                                                                                 line)
+    if raw_id.isascii() and raw_id.isdigit() and raw_id[0] != "0":  # the common case
+        ident: int | tuple[int, str, int] = int(raw_id)
+    else:
+        ident = _parse_id(raw_id, path, line)
     if isinstance(ident, tuple):
         start, kind, end = ident
         if kind == ".":  # an empty node: after word `start`, outside the basic tree

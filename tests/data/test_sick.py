@@ -60,6 +60,8 @@ def test_good_split(tmp_path: Path) -> None:
         ({"b_parents": (3, "2 0 1")}, "b.parents:3", ["3 parents for the 2 tokens"]),
         ({"a_parents": (1, "2 4 x 0")}, "a.parents:1", ["non-integer parent 'x' of token 3"]),
         ({"a_parents": (1, "2 4 4.0 0")}, "a.parents:1", ["non-integer parent '4.0'"]),
+        ({"a_parents": (1, "2 4 \u00b3 0")}, "a.parents:1", ["non-integer parent '\u00b3'"]),
+        ({"a_parents": (1, "2 4 \u0664 0")}, "a.parents:1", ["non-integer parent '\u0664'"]),
         ({"a_parents": (1, "2 4 -1 0")}, "a.parents:1", ["out-of-range parent '-1' of token 3"]),
         ({"a_parents": (1, "2 4 5 0")}, "a.parents:1", ["out-of-range parent '5'",
                                                         "from 0 (root) to 4"]),

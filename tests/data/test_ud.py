@@ -75,6 +75,8 @@ def test_multiword_tokens_and_empty_nodes(tmp_path: Path) -> None:
         (3, "1 I I PRON _ _ 3 nsubj _ _", ["1 tab-separated columns"]),
         (3, _row("x", "I", "PRON", "3", "nsubj"), ["the ID 'x'"]),
         (3, _row("01", "I", "PRON", "3", "nsubj"), ["the ID '01'"]),
+        (3, _row("\u0661", "I", "PRON", "3", "nsubj"), ["the ID '\u0661'"]),
+        (3, _row("0", "I", "PRON", "3", "nsubj"), ["the word ID 0 after word 0"]),
         (5, _row("3", "do", "AUX", "3", "aux"), ["word ID 3 after word 1", "expected word 2"]),
         (5, _row("1", "do", "AUX", "3", "aux"), ["word ID 1 after word 1"]),
         (4, _row("3-2", "don't", "_", "_", "_"), ["the ID '3-2'"]),
