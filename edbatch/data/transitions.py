@@ -33,6 +33,7 @@ __all__ = [
     "ArcStandardState",
     "crossing_arcs",
     "is_projective",
+    "labelled_oracle",
     "oracle",
     "projective_only",
     "replay",
@@ -54,8 +55,8 @@ class ArcStandardState:
 
     Example:
         >>> state = ArcStandardState(2)
-        >>> for action in (SHIFT, SHIFT, LEFT_ARC, RIGHT_ARC):
-        ...     state.apply(action)
+        >>> [state.apply(action) for action in (SHIFT, SHIFT, LEFT_ARC, RIGHT_ARC)]
+        [0, 0, 1, 2]
         >>> state.done, state.heads
         (True, [2, 0])
     """
@@ -82,8 +83,12 @@ class ArcStandardState:
         return (buffer, depth >= 3,
                 depth >= 3 or (depth == 2 and not buffer))
 
-    def apply(self, action: int) -> None:
+    def apply(self, action: int) -> int:
         """Apply one transition.
+
+        Returns:
+            The word that got its head (the arc's dependent, whose label a labelled parser
+            predicts now), or 0 for ``SHIFT``.
 
         Raises:
             InvalidActionError: If ``action`` is not a transition id or is illegal now.
@@ -98,13 +103,16 @@ class ArcStandardState:
         if action == SHIFT:
             stack.append(self.next)
             self.next += 1
-        elif action == LEFT_ARC:
+            return 0
+        if action == LEFT_ARC:
             top = stack.pop()
-            self.heads[stack.pop() - 1] = top
+            dependent = stack.pop()
+            self.heads[dependent - 1] = top
             stack.append(top)
-        else:
-            top = stack.pop()
-            self.heads[top - 1] = stack[-1]
+            return dependent
+        top = stack.pop()
+        self.heads[top - 1] = stack[-1]
+        return top
 
 
 def crossing_arcs(heads: Sequence[int]) -> tuple[tuple[int, int], tuple[int, int]] | None:
@@ -183,6 +191,25 @@ def oracle(heads: Sequence[int], *, path: str = "<heads>", line: int = 1) -> tup
         state.apply(action)
         actions.append(action)
     return tuple(actions)
+
+
+def labelled_oracle(heads: Sequence[int], deprels: Sequence[str], *, path: str = "<heads>",
+                    line: int = 1) -> tuple[tuple[int, str | None], ...]:
+    """The :func:`oracle` transitions, each arc with the relation of the word it attaches.
+
+    Example:
+        >>> labelled_oracle([2, 0], ["det", "root"])
+        ((0, None), (0, None), (1, 'det'), (2, 'root'))
+    """
+    if len(deprels) != len(heads):
+        raise ValueError(f"one relation per word: {len(heads)} heads, {len(deprels)} deprels")
+    actions = oracle(heads, path=path, line=line)
+    state = ArcStandardState(len(heads))
+    out: list[tuple[int, str | None]] = []
+    for action in actions:
+        dependent = state.apply(action)
+        out.append((action, deprels[dependent - 1] if dependent else None))
+    return tuple(out)
 
 
 def replay(n: int, actions: Iterable[int]) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from edbatch.data import (
     ArcStandardState,
     crossing_arcs,
     is_projective,
+    labelled_oracle,
     load_conllu,
     oracle,
     projective_only,
@@ -88,6 +89,11 @@ def test_state_legality() -> None:
         ArcStandardState(0)
 
 
+def test_labelled_oracle_checks_lengths() -> None:
+    with pytest.raises(ValueError, match="one relation per word"):
+        labelled_oracle([2, 0], ["det"])
+
+
 def test_replay_rejects_short_or_illegal_sequences() -> None:
     with pytest.raises(InvalidActionError, match="end before the parse is complete"):
         replay(2, [SHIFT, SHIFT, LEFT_ARC])
@@ -117,6 +123,15 @@ def test_ewt_dev_oracle_round_trip() -> None:
     for sentence in kept:
         actions = oracle(sentence.heads, path=sentence.path, line=sentence.line)
         assert replay(len(sentence), actions) == sentence.heads
+        # Labelled: replaying with the labels rebuilds the deprels too.
+        state = ArcStandardState(len(sentence))
+        labels = [""] * len(sentence)
+        for action, label in labelled_oracle(sentence.heads, sentence.deprels):
+            dependent = state.apply(action)
+            assert (label is None) == (dependent == 0)
+            if dependent:
+                labels[dependent - 1] = label  # type: ignore[assignment]
+        assert tuple(labels) == sentence.deprels
     for line in dropped[:5]:
         sentence = next(s for s in bank if s.line == line)
         with pytest.raises(DataFormatError, match=rf"en_ewt-ud-dev.conllu:{line}: found a "
