@@ -16,7 +16,7 @@ from typing import NoReturn
 from edbatch.data._text import gc_paused, read_lines, shorten
 from edbatch.errors import DataFormatError
 
-__all__ = ["Tree", "load_trees", "parse_tree"]
+__all__ = ["SST_LABELS", "Tree", "load_trees", "parse_tree"]
 
 # One token per match: a whole pre-terminal "(label word)" (groups 1, 2: fast path), an opening
 # bracket with its label (possibly empty), a closing bracket, or a bare word. Only ASCII
@@ -244,28 +244,61 @@ def _word_error(
           "wrap the word as '(label word)'")
 
 
-def load_trees(path: str | Path) -> list[Tree]:
+#: The SST sentiment classes, 0 (very negative) to 4 (very positive).
+SST_LABELS = range(5)
+_LABEL_AT = re.compile(r"\( *([^ ()]*)")  # every label, after its '('
+
+
+def _check_labels(text: str, allowed: frozenset[str], labels: range, path: str,
+                  line: int) -> None:
+    """Fail on the first label of the (already parsed) ``text`` outside ``labels``."""
+    if _OTHER_WS.search(text):
+        text = text.translate(_TO_SPACE)
+    for match in _LABEL_AT.finditer(text):
+        raw = match.group(1)
+        if raw not in allowed and int(raw) not in labels:  # "+2" or "02" is still 2
+            low, high = labels[0], labels[-1]
+            raise DataFormatError(
+                path, line, f"the label {int(raw)} at column {match.start() + 1}",
+                f"labels {low}..{high}", f"use a label from {low} to {high} (SST: 0 very "
+                "negative .. 4 very positive), or pass labels=range(...) for other data")
+
+
+def load_trees(path: str | Path, *, labels: range | None = SST_LABELS) -> list[Tree]:
     """Load one bracketed tree per non-blank line.
 
     Args:
         path: A file such as ``data/trees/train.txt``.
+        labels: The label domain every constituent must be in (default: SST's 0-4);
+            ``None`` accepts any integer label.
 
     Returns:
         The trees in file order.
 
     Raises:
         FileNotFoundError: If the file does not exist.
-        DataFormatError: If a line is not a well-formed tree (see :func:`parse_tree`) or the
+        DataFormatError: If a line is not a well-formed tree (see :func:`parse_tree`), a
+            label is outside ``labels`` (names the label, its column and the range) or the
             file holds no tree at all.
     """
+    if labels is not None and (not isinstance(labels, range) or len(labels) == 0
+                               or labels.step != 1):
+        raise ValueError(f"labels must be a non-empty range with step 1 or None, got "
+                         f"{labels!r}")
     name = str(path)
     lines = read_lines(path)
+    allowed = frozenset(map(str, labels)) if labels is not None else frozenset()
     with gc_paused():
         trees = [
             parse_tree(text, path=name, line=i)
             for i, text in enumerate(lines, start=1)
             if text.strip(_WS)
         ]
+    # One pass over the whole text finds the distinct labels; only a file with a label
+    # outside the domain is walked line by line to name the first one.
+    if labels is not None and not allowed.issuperset(_LABEL_AT.findall("\n".join(lines))):
+        for i, text in enumerate(lines, start=1):
+            _check_labels(text, allowed, labels, name, i)
     if not trees:
         raise DataFormatError(name, 1, "an empty file (no trees)",
                               "one bracketed tree per line", "check the path and the file")

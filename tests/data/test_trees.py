@@ -211,6 +211,42 @@ def test_sst_workloads_refuse_labels_outside_0_to_4_naming_file_and_line(
     (tmp_path / "trees" / "dev.txt").write_text(f"{good}\n\n{bad}\n")
     wl = make_workload(workload, data_dir=tmp_path)
     assert len(wl.load("train")) == 2
-    with pytest.raises(DataFormatError, match=rf"dev.txt:3: found the label {label}; "
-                                              r"expected .*labels 0..4"):
+    # load_trees checks the domain itself (naming the column), before the workload does.
+    with pytest.raises(DataFormatError, match=rf"dev.txt:3: found the label {label} at "
+                                              r"column 17; expected labels 0\.\.4"):
         wl.load("dev")
+
+
+# --- label domain (issue 29: load_trees accepted SST label 9) -----------------------------
+
+
+@pytest.mark.parametrize(("bad", "label", "column"), [
+    ("(3 (2 a) (9 b))", 9, 10),
+    ("(5 (2 a) (2 b))", 5, 1),
+    ("(2 (2 a) (-1 b))", -1, 10),
+    ("(2\t(2 a)\t(2 (2 b) (12 c)))", 12, 19),
+])
+def test_load_trees_refuses_labels_outside_0_to_4(tmp_path: Path, bad: str, label: int,
+                                                  column: int) -> None:
+    path = tmp_path / "sst.txt"
+    path.write_text(f"{GOOD}\n\n{bad}\n{GOOD}\n", encoding="utf-8")
+    with pytest.raises(DataFormatError) as info:
+        load_trees(path)
+    assert str(info.value).startswith(
+        f"{path}:3: found the label {label} at column {column}; expected labels 0..4. Fix: ")
+    assert info.value.line == 3
+    # The domain is a parameter: None accepts any integer, another range is checked as given.
+    assert load_trees(path, labels=None)[1].label in (2, 3, 5)
+    assert len(load_trees(path, labels=range(-1, 13))) == 3
+    with pytest.raises(DataFormatError, match="expected labels 0..1"):
+        load_trees(tmp_path.joinpath("sst.txt"), labels=range(2))
+
+
+def test_load_trees_label_domain_accepts_signed_and_padded_in_range(tmp_path: Path) -> None:
+    path = tmp_path / "sst.txt"
+    path.write_text("(+2 (02 a) (4 b))\n", encoding="utf-8")
+    assert load_trees(path)[0].children[0].label == 2
+    with pytest.raises(ValueError, match="non-empty range"):
+        load_trees(path, labels=range(0))
+    with pytest.raises(ValueError, match="non-empty range"):
+        load_trees(path, labels=range(0, 5, 2))
