@@ -61,6 +61,7 @@ create its parameters with :func:`~edbatch.executor.init_params`
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections import namedtuple
@@ -153,6 +154,8 @@ HOISTS: dict[str, HoistSpec] = {}
 HEAD_READS: dict[str, tuple[int, ...]] = {}
 #: Op kind -> its cell kind class.
 CELL_KINDS: dict[str, type[CellKind]] = {}
+#: Op types a kernel keeps bound at most (then it starts over; binding is cheap).
+_BOUND_MAX = 4096
 
 
 class RoleGrads:
@@ -315,12 +318,15 @@ class CellKernel:
             return got[1]
         names = self.Names._make(_bind(self.cell, op))
         check_shapes(self.cell, op, names, params)
+        if len(self._bound) >= _BOUND_MAX:  # op types made per program (projections)
+            self._bound.clear()
         self._bound[id(op)] = (op, names)
         return names
 
-    def tensors(self, op: OpType, params: Mapping[str, Tensor]) -> Any:
+    def tensors(self, op: OpType, params: Mapping[str, Tensor], names: Any = None) -> Any:
         """``op``'s parameter tensors by declared name."""
-        names = self.names(op, params)
+        if names is None:
+            names = self.names(op, params)
         try:
             return self.Names._make([params[n] for n in names])
         except KeyError:
@@ -333,17 +339,20 @@ class CellKernel:
     def __call__(self, op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
                  attrs: Tensor, out: Tensor | None = None,
                  save: list[Any] | None = None) -> Tensor:
-        p = self.tensors(op, params)
-        kw: dict[str, Any] = {"params": params} if self._all else {}
+        got = self._bound.get(id(op))  # the per-batch path: a few dict and tuple operations
+        p = self.tensors(op, params, got[1] if got is not None and got[0] is op else None)
+        fwd = self.impl.forward
+        if self._all:  # a forward that takes the whole mapping (ZeroState: its dtype)
+            fwd = functools.partial(fwd, params=params)
         if save is None or not self._save:
             if out is None:
-                return self.impl.forward(op, inputs, p, attrs, **kw)
+                return fwd(op, inputs, p, attrs)
             if self._out:
-                return self.impl.forward(op, inputs, p, attrs, out=out, **kw)  # type: ignore[call-arg]
-            return out.copy_(self.impl.forward(op, inputs, p, attrs, **kw))
+                return fwd(op, inputs, p, attrs, out=out)  # type: ignore[call-arg]
+            return out.copy_(fwd(op, inputs, p, attrs))
         named: dict[str, Tensor] = {}
-        y = self.impl.forward(op, inputs, p, attrs, out=out, save=named, **kw) if self._out \
-            else self.impl.forward(op, inputs, p, attrs, save=named, **kw)  # type: ignore[call-arg]
+        y = fwd(op, inputs, p, attrs, out=out, save=named) if self._out \
+            else fwd(op, inputs, p, attrs, save=named)  # type: ignore[call-arg]
         if named.keys() != self._saves:
             raise ExecutionError(
                 f"cell kind {self.cell.__name__} (op type {op.name!r}) saved "
@@ -360,7 +369,7 @@ class CellKernel:
                   params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
                   ) -> list[Tensor | None]:
         names = self.names(op, params)
-        p = self.tensors(op, params)
+        p = self.tensors(op, params, names)
         return self.impl.backward(op, saved[0], grad, p, attrs,  # type: ignore[attr-defined,no-any-return]
                                   RoleGrads(acc, names))
 

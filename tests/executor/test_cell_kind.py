@@ -336,3 +336,15 @@ def test_conflicting_initialisers_are_an_error() -> None:
                                          r"type 'tree_gru.leaf' but init='glorot' by op type "
                                          r"'clash' \(Other.W\)"):
         init_params(wl, kernels=kernels)
+
+
+def test_bound_op_types_stay_bounded_and_tuple_kinds_need_kind() -> None:
+    params = demo_params(torch.float32)
+    for i in range(5000):  # e.g. projection op types made per compiled program
+        Elman.kernel.names(Elman.op_type(f"e{i}", ((X,), (H,)), (H,), W="demo.W",
+                                         b="demo.b"), params)
+    assert 0 < len(Elman.kernel._bound) <= 4096
+    with pytest.raises(GraphError, match="serves kinds .* pass kind="):
+        BiLSTML2.op_type("l2", ((6,),) * 3, (6,), W="w", b="b")
+    op = BiLSTML2.op_type("l2", ((6,),) * 3, (6,), kind="bilstm.l2_bwd", b="b", W="w")
+    assert (op.kind, op.params) == ("bilstm.l2_bwd", ("w", "b"))
