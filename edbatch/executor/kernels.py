@@ -8,8 +8,11 @@ A kernel runs one op type on a batch of ``B`` nodes::
   flattened. A variadic op (``in_shapes is None``, e.g. ``loss_sum``) gets every operand of
   its single node, each ``[1, d]``.
 * ``params`` maps parameter names (at least ``op.params``) to tensors: weights
-  ``(out, in)``, biases ``(out,)``, embedding tables ``(rows, dim)``. Kernels read them by
-  *position* in ``op.params``, so one kernel serves every workload that declares the kind.
+  ``(out, in)``, biases ``(out,)``, embedding tables ``(rows, dim)``. The primitive kernels
+  here read them by *position* in ``op.params`` (:func:`op_params`); a cell kind
+  (:class:`~edbatch.executor.cell_kind.CellKind`, which also declares their shapes and
+  initialisers) by the names it declares, bound to ``op.params`` in declaration order. Either
+  way one kernel serves every workload that declares the kind.
 * ``attrs`` is ``int64[B]``, the nodes' :attr:`Graph.attrs` (token id or label, ``-1`` if
   unused), on the inputs' device.
 
