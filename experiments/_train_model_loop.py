@@ -22,7 +22,7 @@ from edbatch.executor import init_params
 from edbatch.executor.auto import AUTO_SCHEDULERS, AUTO_STRATEGIES, AutoBatching
 from edbatch.executor.device import check_device
 from edbatch.executor.distributed import DataParallel, PendingGrads, instance_sizes
-from edbatch.executor.params import is_embedding
+from edbatch.executor.params import embedding_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.tracking import Tracker
 from edbatch.workloads import Workload
@@ -84,7 +84,7 @@ class Trainer:
         # gloo: embedding tables travel as the rows read (sparse), NCCL: dense (keeps the
         # CUDA-graph capture of training runs, which sparse gradients turn off)
         sparse = dp.enabled and dp.backend == "gloo"
-        self.sparse_rows = {n for n in self.params if is_embedding(n)} if sparse else set()
+        self.sparse_rows = embedding_params(workload) if sparse else set()
         self.executor = TorchExecutor(device, cuda_graphs=cfg.cuda_graphs,
                                       sparse_grads=sparse)
         self.auto = make_auto(cfg, dp)

@@ -16,7 +16,7 @@ only ``W_h h`` per step. :func:`hoist_program` rewrites a compiled
 * the projections live in one extra arena per op type (``[nodes of the type, 4H]``), each
   batch's rows contiguous, so every cell batch reads its projection as a zero-copy slice and
   runs only ``addmm(projection, h, W_h^T)`` and the element-wise gates
-  (:func:`~edbatch.executor.cells_hoist.hoisted_cell`);
+  (:class:`~edbatch.executor.cells_hoist.LSTMRecurrent`);
 * the hand-written backwards mirror it: a cell batch routes ``d gates`` into the projection
   arena's gradient (a slice addition), the projection step turns the group's gradient into
   its operands' gradients with one GEMM and records the weight's input column block.

@@ -1,38 +1,46 @@
-"""Building blocks of the cell-level kernels: fused LSTM / GRU steps, state losses, zeros.
+"""Building blocks of the cell kinds: fused LSTM / GRU steps; the shared kinds (state
+losses, zero states, lookups).
 
-Each cell kernel computes *exactly* what its workload's primitive-granularity graph computes
+Each cell kind computes *exactly* what its workload's primitive-granularity graph computes
 with the same parameters (same gate order, same operation order), only fused: one matmul for
-all the gates that read the same input, then element-wise ops. The kernels themselves are
-registered per workload family in :mod:`edbatch.executor.cells_trees` (Tree-LSTM, Tree-GRU,
-MV-RNN) and :mod:`edbatch.executor.cells_seq` (lattices, BiLSTM tagger, seq2seq).
+all the gates that read the same input, then element-wise ops. The kinds are
+:class:`~edbatch.executor.cell_kind.CellKind` classes, per workload family in
+:mod:`edbatch.executor.cells_trees` (Tree-LSTM, Tree-GRU, MV-RNN) and
+:mod:`edbatch.executor.cells_seq` (lattices, BiLSTM tagger, seq2seq); the kinds several
+workloads share are here: :class:`StateLoss`, :class:`ZeroState` and :class:`Lookup`.
 
 Cell states are flat rows: an LSTM state is ``[h; c]`` (``2H``), a GRU state is ``h``.
+A hand-written backward reads what its forward saved by name (``saved.xh``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor._weights import linear_t
+from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.kernels import (
-    ParamGrads,
     fast_tanh,
     new_zeros,
-    op_params,
     pick_nll,
     pick_nll_backward,
     untracked,
-    with_backward,
 )
 from edbatch.graph import OpType
 
-__all__ = ["SIGMOID_GRAD", "TANH_GRAD", "TANH_GRAD_INTO", "gru_step", "lstm_step",
-           "lstm_step_backward", "lstm_step_xh", "split_state", "state_loss", "zero_state"]
+__all__ = ["LSTM_SAVES", "SIGMOID_GRAD", "TANH_GRAD", "TANH_GRAD_INTO", "Lookup", "StateLoss",
+           "ZeroState", "gru_step", "lstm_step", "lstm_step_backward", "lstm_step_xh",
+           "split_state", "state_loss", "zero_state"]
+
+#: What :func:`lstm_step` saves for :func:`lstm_step_backward` (``xh``: the gate matmul's
+#: input, ``gates``: ``sigmoid([i f o])``, ``u``, the old ``c`` and ``t = tanh(c')``).
+LSTM_SAVES = ("xh", "gates", "u", "c", "t")
 
 
 def split_state(state: Tensor) -> tuple[Tensor, Tensor]:
@@ -43,19 +51,19 @@ def split_state(state: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def lstm_step(x: Tensor, h: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
-              out: Tensor | None = None, save: list[Tensor] | None = None) -> Tensor:
+              out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
     """One fused LSTM step; return the new states ``[h'; c']`` as ``[B, 2H]`` (into ``out``).
 
     ``[i f o u] = W [x; h] + b``; ``i, f, o = sigmoid(.)``, ``u = tanh(.)``;
     ``c' = f*c + i*u`` (one ``addcmul``); ``h' = o*tanh(c')`` (the order of
-    :func:`~edbatch.workloads.primitives.emit_lstm`). With ``save``, appends what
-    :func:`lstm_step_backward` reads.
+    :func:`~edbatch.workloads.primitives.emit_lstm`). With ``save``, puts what
+    :func:`lstm_step_backward` reads under the names :data:`LSTM_SAVES`.
     """
     return lstm_step_xh(torch.cat([x, h], dim=1), c, weight, bias, out, save)
 
 
 def lstm_step_xh(xh: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
-                 out: Tensor | None = None, save: list[Tensor] | None = None) -> Tensor:
+                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
     """:func:`lstm_step` from the concatenated input ``[x; h]`` (a caller that assembles
     its input from several operands builds it with one ``cat``)."""
     hidden = c.shape[1]
@@ -71,7 +79,7 @@ def lstm_step_xh(xh: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
         t = fast_tanh(c2)
         torch.mul(o, t, out=h_out)
         if save is not None:
-            save += [xh, gates, u, c, t]
+            save.update(xh=xh, gates=gates, u=u, c=c, t=t)
         return out
     gates = torch.sigmoid(g[:, :3 * hidden])
     i, f, o = gates.split_with_sizes((hidden, hidden, hidden), 1)
@@ -79,7 +87,7 @@ def lstm_step_xh(xh: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
     c2 = torch.addcmul(f * c, i, u)
     t = fast_tanh(c2)
     if save is not None:
-        save += [xh, gates, u, c, t]
+        save.update(xh=xh, gates=gates, u=u, c=c, t=t)
     return torch.cat([o * t, c2], dim=1, out=out)
 
 
@@ -91,13 +99,13 @@ TANH_GRAD = torch.ops.aten.tanh_backward.default
 TANH_GRAD_INTO = torch.ops.aten.tanh_backward.grad_input
 
 
-def lstm_step_backward(saved: Sequence[Tensor], grad: Tensor, weight: Tensor
-                       ) -> tuple[Tensor, Tensor]:
-    """Backward of :func:`lstm_step` from its saved tensors and ``d[h'; c']``.
+def lstm_step_backward(saved: Any, grad: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Backward of :func:`lstm_step` from its saved tensors (by the names
+    :data:`LSTM_SAVES`) and ``d[h'; c']``.
 
     Returns ``(d_gates, d[x; h; c])``; the weight gradient is ``d_gates^T [x; h]``.
     """
-    xh, gates, u, c, t = saved
+    xh, gates, u, c, t = saved.xh, saved.gates, saved.u, saved.c, saved.t
     batch, hidden = u.shape
     i, f, o = gates.split_with_sizes((hidden, hidden, hidden), 1)
     dh, d_c = grad.split_with_sizes((hidden, hidden), 1)
@@ -132,40 +140,73 @@ def gru_step(x: Tensor, h: Tensor, w_rz: Tensor, b_rz: Tensor, w_c: Tensor,
     return z * h + (1.0 - z) * cand
 
 
-def _state_loss_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                         params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                         ) -> list[Tensor | None]:
-    h, logits = saved
-    weight = params[op.params[0]]
-    d_logits = pick_nll_backward(logits, attrs, grad)
-    acc.linear(op.params, d_logits, h)
-    return [d_logits @ weight]  # the leading h of the state row
+class StateLoss(CellKind):
+    """``-log_softmax(W h + b)[label]`` where ``h`` leads the state row.
 
-
-@with_backward(_state_loss_backward)
-def state_loss(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-               attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
-    """``-log_softmax(W_out h + b_out)[label]`` where ``h`` leads the state row.
-
-    ``h`` is the first ``W_out.shape[1]`` entries of the operand, so one kernel serves
-    ``[h; c]`` LSTM states, ``h`` GRU states and MV-RNN's ``[v; vec(M)]``.
+    ``h`` is the first ``W.shape[1]`` entries of the operand, so one kind serves ``[h; c]``
+    LSTM states, ``h`` GRU states and MV-RNN's ``[v; vec(M)]``.
     """
-    weight, bias = op_params(op, params, 2)
-    h = inputs[0][:, :weight.shape[1]]
-    logits = F.linear(h, weight, bias)
-    if save is not None:
-        save += [h, logits]
-    return pick_nll(logits, attrs)
+
+    kind = ("tree_lstm.loss", "tree_gru.loss", "mvrnn.loss", "lattice_lstm.loss",
+            "lattice_gru.loss", "seq2seq.loss")
+    inputs = ("state",)
+    params = (Param("W", "C, K"), Param("b", "C"))
+    saves = ("h", "logits")
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: dict[str, Tensor] | None = None) -> Tensor:
+        h = inputs[0][:, :p.W.shape[1]]
+        logits = F.linear(h, p.W, p.b)
+        if save is not None:
+            save.update(h=h, logits=logits)
+        return pick_nll(logits, attrs)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        d_logits = pick_nll_backward(saved.logits, attrs, grad)
+        grads.linear(("W", "b"), d_logits, saved.h)
+        return [d_logits @ p.W]  # the leading h of the state row
 
 
-def _no_operands(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                 params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                 ) -> list[Tensor | None]:
-    return []
+class ZeroState(CellKind):
+    """The zero initial state of a recurrence, one row per node (in the parameters' dtype)."""
+
+    kind = ("lattice_lstm.start", "lattice_gru.start", "bilstm.zero_state",
+            "seq2seq.zero_state")
+    inputs = ()
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: dict[str, Tensor] | None = None,
+                params: Mapping[str, Tensor] | None = None) -> Tensor:
+        return new_zeros(attrs.shape[0], math.prod(op.out_shape), params or {}, attrs)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        return []
 
 
-@with_backward(_no_operands)
-def zero_state(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-               attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
-    """The zero initial state of a recurrence, one row per node."""
-    return new_zeros(attrs.shape[0], math.prod(op.out_shape), params, attrs)
+class Lookup(CellKind):
+    """Row ``attr`` of the embedding table (raises on a negative id)."""
+
+    kind = ("lookup", "bilstm.lookup")
+    inputs = ()
+    params = (Param("table", "V, D", init="embedding"),)
+
+    @staticmethod
+    def dims(op: OpType) -> dict[str, int]:
+        return {"D": math.prod(op.out_shape)}
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: dict[str, Tensor] | None = None) -> Tensor:
+        return F.embedding(attrs, p.table)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        grads.rows("table", attrs, grad)
+        return []
+
+
+#: The registered kernels of the shared kinds (the names the kernels had as functions).
+state_loss = StateLoss.kernel
+zero_state = ZeroState.kernel
+lookup = Lookup.kernel

@@ -9,72 +9,70 @@ each batch of the cell adds only the recurrent GEMM (``addmm``), as a hand-batch
 projection's weight gradient is the column block ``W[:, :width(x)]``, the cell's the block
 ``W[:, width(x):]`` (:meth:`~edbatch.executor.kernels.ParamGrads.linear` with ``start``).
 
-A :class:`HoistSpec` per op kind says which operands the projection reads, which operand is
-the recurrent state and where the weight sits in ``op.params``; :data:`HOISTS` holds the
-LSTM cells of the sequence workloads (the BiLSTM tagger's four recurrences, the Lattice-LSTM
-arcs, seq2seq's encoder and decoder steps). The element-wise part is
-:func:`~edbatch.executor.cells.lstm_step`'s, in the same order.
+An LSTM cell kind declares its hoisting by name (``hoist = Hoist(project, LSTMRecurrent,
+hoisted=("x",), state="state", weight="W")``, :class:`~edbatch.executor.cell_kind.Hoist`):
+the projection is one of the unregistered kinds below, the recurrent half a subclass of
+:class:`LSTMRecurrent` made for the cell; defining the cell kind fills :data:`HOISTS`
+(the BiLSTM tagger's four recurrences, the Lattice-LSTM arcs, seq2seq's encoder and decoder
+steps). The element-wise part is :func:`~edbatch.executor.cells.lstm_step`'s, in the same
+order.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor._weights import TRANSPOSED
+from edbatch.executor.cell_kind import HEAD_READS, HOISTS, CellKind, HoistSpec, Param, RoleGrads
 from edbatch.executor.cells import lstm_step_backward, split_state
-from edbatch.executor.kernels import (
-    Kernel,
-    ParamGrads,
-    fast_tanh,
-    op_params,
-    with_backward,
-    writes_out,
-)
+from edbatch.executor.kernels import fast_tanh
 from edbatch.graph import OpType
 
-__all__ = ["HEAD_READS", "HOISTS", "HoistSpec", "hoisted_cell", "lstm_from_gates"]
+__all__ = ["HEAD_READS", "HOISTS", "ArcProject", "HoistSpec", "L1Project", "L2Project",
+           "LSTMRecurrent", "Seq2SeqProject", "arc_project", "l1_project", "l2_project",
+           "lattice_dims", "lstm_dims", "lstm_from_gates", "seq2seq_project"]
 
 
-@dataclass(frozen=True)
-class HoistSpec:
-    """How to split one LSTM cell kind into a projection and a recurrent step.
+def lstm_dims(op: OpType) -> dict[str, int]:
+    """``H`` of an LSTM cell with output ``[h; c]``, ``X`` (``= 2 H1``) its first operand's
+    width."""
+    if not op.in_shapes:
+        return {"H": math.prod(op.out_shape) // 2}
+    x = math.prod(op.in_shapes[0])
+    return {"H": math.prod(op.out_shape) // 2, "X": x, "H1": x // 2}
 
-    Attributes:
-        hoisted: operand slots the projection reads (none: it reads only ``attrs``).
-        state: operand slot of the recurrent state ``[h; c]``.
-        weight: position of the gate weight ``W`` (``(4H, in + H)``) in ``op.params``.
-        project: kernel ``(op, hoisted operands, params, attrs) -> [B, 4H]`` computing
-            ``W_x x + b`` (with a hand-written backward).
-        cell: kernel ``(op, (state, projection), params, attrs) -> [B, 2H]``.
-        heads: the hoisted operands are LSTM states ``[h; c]`` of which ``project`` reads
-            only ``h``: the projection step then gathers the ``h`` columns alone (half the
-            bytes, no slicing and re-packing of full rows; ``project`` also accepts the
-            full rows).
-    """
 
-    hoisted: tuple[int, ...]
-    state: int
-    weight: int
-    project: Kernel
-    cell: Kernel
-    heads: bool = False
+def lattice_dims(op: OpType) -> dict[str, int]:
+    """``H`` of an LSTM cell with output ``[h; c]`` that reads its input from ``attrs``."""
+    return {"H": math.prod(op.out_shape) // 2}
 
-    @staticmethod
-    def gate_width(op: OpType) -> int:
-        """``4H`` for an LSTM cell whose output is the state ``[h; c]`` (``2H``)."""
-        return 2 * math.prod(op.out_shape)
+
+def _projection_dims(op: OpType) -> dict[str, int]:
+    """The cell's symbols for its projection op type (``<kind>.projection``: output ``4H``,
+    the hoisted operands), or for the cell's own op type."""
+    if not op.kind.endswith(".projection"):
+        return lstm_dims(op)
+    if not op.in_shapes:
+        return {"H": math.prod(op.out_shape) // 4}
+    x = math.prod(op.in_shapes[0])
+    return {"H": math.prod(op.out_shape) // 4, "X": x, "H1": x // 2}
+
+
+def _token_projection_dims(op: OpType) -> dict[str, int]:
+    """``H`` of a projection that reads only its token (or of its cell's op type)."""
+    return {"H": math.prod(op.out_shape) // (4 if op.kind.endswith(".projection") else 2)}
 
 
 def lstm_from_gates(g: Tensor, c: Tensor, out: Tensor | None = None,
-                    save: list[Tensor] | None = None) -> Tensor:
+                    save: dict[str, Tensor] | None = None) -> Tensor:
     """The element-wise part of :func:`~edbatch.executor.cells.lstm_step` from the gate
-    pre-activations ``g`` (``[B, 4H]``, order ``i f o u``), written into ``out``; appends
+    pre-activations ``g`` (``[B, 4H]``, order ``i f o u``), written into ``out``; saves
     ``gates, u, c, t``. The gate sigmoids are computed in place in ``g`` (a projection row
     block that no other batch reads), ``c'`` and ``h'`` straight into ``out`` (no ``cat``)."""
     hidden = c.shape[1]
@@ -90,7 +88,7 @@ def lstm_from_gates(g: Tensor, c: Tensor, out: Tensor | None = None,
     t = fast_tanh(c2)
     torch.mul(o, t, out=h_out)
     if save is not None:
-        save += [gates, u, c, t]
+        save.update(gates=gates, u=u, c=c, t=t)
     return out
 
 
@@ -100,38 +98,37 @@ def _recurrent(weight: Tensor, hidden: int) -> tuple[Tensor, int]:
     return weight[:, start:], start
 
 
-def hoisted_cell(weight_index: int) -> Kernel:
-    """The recurrent half of an LSTM cell whose weight is ``op.params[weight_index]``:
-    operands ``(state [h; c], projection W_x x + b)``, ``g = projection + h W_h^T``.
+class LSTMRecurrent(CellKind):
+    """The recurrent half of an LSTM cell kind whose gate weight is the parameter
+    ``weight``: operands ``(state [h; c], projection W_x x + b)``,
+    ``g = projection + h W_h^T``. A subclass per cell kind is made by its ``hoist``
+    declaration (same parameters and symbols, ``weight`` set).
 
-    Unlike the registered kernels it writes into its projection operand (the rows of the
+    Unlike the registered kinds it writes into its projection operand (the rows of the
     hoisted projection arena that only this batch reads): ``addmm_`` and the gate sigmoids
     run in place there, saving a ``[B, 4H]`` copy and allocation per batch."""
 
-    def backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                 params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                 ) -> list[Tensor | None]:
-        weight_name = op.params[weight_index]
-        w_h, start = _recurrent(params[weight_name], saved[0].shape[1])
-        d_gates, d_state = lstm_step_backward(saved, grad, w_h)
-        acc.linear((weight_name,), d_gates, saved[0], start)
-        return [d_state, d_gates]
+    weight: ClassVar[str] = "W"
+    inputs = ("state", "projection")
+    saves = ("xh", "gates", "u", "c", "t")  # xh: h, the recurrent matmul's input
 
-    @with_backward(backward)
-    @writes_out
-    def cell(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-             attrs: Tensor, out: Tensor | None = None,
-             save: list[Tensor] | None = None) -> Tensor:
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         state, projection = inputs
         h, c = split_state(state)
-        weight = params[op.params[weight_index]]
+        weight = getattr(p, self.weight)
         w_ht = TRANSPOSED(weight, weight.shape[1] - h.shape[1])
         if save is not None:
-            save.append(h)
+            save["xh"] = h
         # in place: each projection row is read by exactly this batch (and saved by nothing)
         return lstm_from_gates(projection.addmm_(h, w_ht), c, out, save)
 
-    return cell
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        w_h, start = _recurrent(getattr(p, self.weight), saved.xh.shape[1])
+        d_gates, d_state = lstm_step_backward(saved, grad, w_h)
+        grads.linear((self.weight,), d_gates, saved.xh, start)
+        return [d_state, d_gates]
 
 
 def _projection(x: Tensor, weight: Tensor, bias: Tensor, out: Tensor | None) -> Tensor:
@@ -146,119 +143,107 @@ def _input_grad(d_proj: Tensor, weight: Tensor, width: int) -> Tensor:
 
 
 # ---------------------------------------------------------------------- BiLSTM tagger
-def _l1_project_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                         params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                         ) -> list[Tensor | None]:
-    (x,) = saved
-    acc.linear(op.params, grad, x)
-    return [_input_grad(grad, params[op.params[0]], x.shape[1])]
-
-
-@with_backward(_l1_project_backward)
-@writes_out
-def l1_project(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-               attrs: Tensor, out: Tensor | None = None,
-               save: list[Tensor] | None = None) -> Tensor:
+class L1Project(CellKind, registry=None):
     """Layer 1: ``W_x x_t + b`` for operand ``x_t``."""
-    weight, bias = op_params(op, params, 2)
-    if save is not None:
-        save.append(inputs[0])
-    return _projection(inputs[0], weight, bias, out)
+
+    inputs = ("x",)
+    params = (Param("W", "4H, X+H"), Param("b", "4H"))
+    saves = ("x",)
+    dims = staticmethod(_projection_dims)
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        if save is not None:
+            save["x"] = inputs[0]
+        return _projection(inputs[0], p.W, p.b, out)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        grads.linear(("W", "b"), grad, saved.x)
+        return [_input_grad(grad, p.W, saved.x.shape[1])]
 
 
-def _l2_project_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                         params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                         ) -> list[Tensor | None]:
-    (x,) = saved
-    acc.linear(op.params, grad, x)
-    dx = _input_grad(grad, params[op.params[0]], x.shape[1])
-    half = x.shape[1] // 2
-    return [dx[:, :half], dx[:, half:]]  # the leading h of f1_t's and b1_t's state rows
-
-
-@with_backward(_l2_project_backward)
-@writes_out
-def l2_project(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-               attrs: Tensor, out: Tensor | None = None,
-               save: list[Tensor] | None = None) -> Tensor:
+class L2Project(CellKind, registry=None):
     """Layer 2: ``W_x [h(f1_t); h(b1_t)] + b`` for operands ``(f1_t, b1_t)``: their states
     ``[h; c]``, or only their ``h`` columns (the hoisted program's reads, ``heads``)."""
-    weight, bias = op_params(op, params, 2)
-    half = (weight.shape[1] - weight.shape[0] // 4) // 2  # the layer-1 hidden size
-    x = torch.cat([v if v.shape[1] == half else split_state(v)[0] for v in inputs[:2]], dim=1)
-    if save is not None:
-        save.append(x)
-    return _projection(x, weight, bias, out)
+
+    inputs = ("f1", "b1")
+    params = (Param("W", "4H, 2*H1+H"), Param("b", "4H"))
+    saves = ("x",)
+    dims = staticmethod(_projection_dims)
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        half = (p.W.shape[1] - p.W.shape[0] // 4) // 2  # the layer-1 hidden size
+        x = torch.cat([v if v.shape[1] == half else split_state(v)[0] for v in inputs[:2]],
+                      dim=1)
+        if save is not None:
+            save["x"] = x
+        return _projection(x, p.W, p.b, out)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        x = saved.x
+        grads.linear(("W", "b"), grad, x)
+        dx = _input_grad(grad, p.W, x.shape[1])
+        half = x.shape[1] // 2
+        return [dx[:, :half], dx[:, half:]]  # the leading h of f1_t's and b1_t's state rows
 
 
 # ---------------------------------------------------------------------- Lattice-LSTM
-def _arc_project_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                          params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                          ) -> list[Tensor | None]:
-    (x,) = saved
-    acc.linear(op.params[1:], grad, x)
-    acc.rows(op.params[0], attrs, _input_grad(grad, params[op.params[1]], x.shape[1]))
-    return []
-
-
-@with_backward(_arc_project_backward)
-@writes_out
-def arc_project(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                attrs: Tensor, out: Tensor | None = None,
-                save: list[Tensor] | None = None) -> Tensor:
+class ArcProject(CellKind, registry=None):
     """Lattice-LSTM arc: ``W_x emb[token] + b`` (no operands: the token is the attr)."""
-    emb, weight, bias = op_params(op, params, 3)
-    x = F.embedding(attrs, emb)
-    if save is not None:
-        save.append(x)
-    return _projection(x, weight, bias, out)
+
+    inputs = ()
+    params = (Param("emb", "V, D", init="embedding"), Param("W", "4H, D+H"), Param("b", "4H"))
+    saves = ("x",)
+    dims = staticmethod(_token_projection_dims)
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        x = F.embedding(attrs, p.emb)
+        if save is not None:
+            save["x"] = x
+        return _projection(x, p.W, p.b, out)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        x = saved.x
+        grads.linear(("W", "b"), grad, x)
+        grads.rows("emb", attrs, _input_grad(grad, p.W, x.shape[1]))
+        return []
 
 
 # ---------------------------------------------------------------------- seq2seq
-def _seq2seq_project_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                              params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                              ) -> list[Tensor | None]:
-    e, x = saved
-    acc.linear(op.params[3:], grad, x)
-    dz = _input_grad(grad, params[op.params[3]], x.shape[1]) * (1.0 - x * x)
-    acc.linear(op.params[1:3], dz, e)
-    acc.rows(op.params[0], attrs, dz @ params[op.params[1]])
-    return []
+class Seq2SeqProject(CellKind, registry=None):
+    """seq2seq step: ``W_x tanh(W_e emb[token] + b_e) + b`` (no operands)."""
+
+    inputs = ()
+    params = (Param("emb", "V, D", init="embedding"), Param("W_e", "X, D"), Param("b_e", "X"),
+              Param("W", "4H, X+H"), Param("b", "4H"))
+    saves = ("e", "x")
+    dims = staticmethod(_token_projection_dims)
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        e = F.embedding(attrs, p.emb)
+        x = fast_tanh(F.linear(e, p.W_e, p.b_e))
+        if save is not None:
+            save.update(e=e, x=x)
+        return _projection(x, p.W, p.b, out)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        e, x = saved.e, saved.x
+        grads.linear(("W", "b"), grad, x)
+        dz = _input_grad(grad, p.W, x.shape[1]) * (1.0 - x * x)
+        grads.linear(("W_e", "b_e"), dz, e)
+        grads.rows("emb", attrs, dz @ p.W_e)
+        return []
 
 
-@with_backward(_seq2seq_project_backward)
-@writes_out
-def seq2seq_project(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                    attrs: Tensor, out: Tensor | None = None,
-                    save: list[Tensor] | None = None) -> Tensor:
-    """seq2seq step: ``W_x tanh(E2H emb[token] + b_e) + b`` (no operands)."""
-    emb, w_e2h, b_e2h, weight, bias = op_params(op, params, 5)
-    e = F.embedding(attrs, emb)
-    x = fast_tanh(F.linear(e, w_e2h, b_e2h))
-    if save is not None:
-        save += [e, x]
-    return _projection(x, weight, bias, out)
-
-
-def _specs() -> dict[str, HoistSpec]:
-    specs: dict[str, HoistSpec] = {}
-    make: Callable[[int], Kernel] = hoisted_cell
-    for d in ("fwd", "bwd"):
-        specs[f"bilstm.l1_{d}"] = HoistSpec((0,), 1, 0, l1_project, make(0))
-        specs[f"bilstm.l2_{d}"] = HoistSpec((0, 1), 2, 0, l2_project, make(0), heads=True)
-    for arc in ("char_arc", "word_arc"):
-        specs[f"lattice_lstm.{arc}"] = HoistSpec((), 0, 1, arc_project, make(1))
-    for step in ("enc", "dec"):
-        specs[f"seq2seq.{step}"] = HoistSpec((), 0, 3, seq2seq_project, make(3))
-    return specs
-
-
-#: Op kind -> how its cell splits into a hoisted projection and a recurrent step.
-HOISTS: dict[str, HoistSpec] = _specs()
-
-#: Op kind -> operand slots holding LSTM states ``[h; c]`` of which its registered kernel
-#: reads only ``h`` (and accepts the ``h`` columns alone): the executor's inference reads
-#: gather just those columns (:func:`~edbatch.executor._hoist.head_reads`), as a projection
-#: with ``heads`` does.
-HEAD_READS: dict[str, tuple[int, ...]] = {
-    "bilstm.l2_fwd": (0, 1), "bilstm.l2_bwd": (0, 1), "bilstm.loss": (0, 1)}
+#: The projection kernels, under the names they had as functions.
+l1_project = L1Project.kernel
+l2_project = L2Project.kernel
+arc_project = ArcProject.kernel
+seq2seq_project = Seq2SeqProject.kernel

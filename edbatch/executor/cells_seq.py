@@ -1,195 +1,222 @@
-"""Cell kernels of the sequence workloads: Lattice-LSTM/GRU, the BiLSTM tagger and seq2seq.
+"""Cell kinds of the sequence workloads: Lattice-LSTM/GRU, the BiLSTM tagger and seq2seq.
 
-Each kernel follows the equations in its workload's module docstring
-(:mod:`edbatch.workloads.lattice`, :mod:`~edbatch.workloads.bilstm_tagger`,
-:mod:`~edbatch.workloads.seq2seq`) and reads its parameters by position in ``op.params``.
-The lattices' ``sum{k}`` op types have kind ``"sum"`` (a primitive kernel); start and zero
-states use :func:`~edbatch.executor.cells.zero_state`, losses over one state
-:func:`~edbatch.executor.cells.state_loss`.
+Each :class:`~edbatch.executor.cell_kind.CellKind` follows the equations in its workload's
+module docstring (:mod:`edbatch.workloads.lattice`, :mod:`~edbatch.workloads.bilstm_tagger`,
+:mod:`~edbatch.workloads.seq2seq`) and reads its parameters by their declared names. The
+lattices' ``sum{k}`` op types have kind ``"sum"`` (a primitive kernel); start and zero
+states are :class:`~edbatch.executor.cells.ZeroState`, losses over one state
+:class:`~edbatch.executor.cells.StateLoss`, the tagger's lookup
+:class:`~edbatch.executor.cells.Lookup`. The LSTM kinds declare their hoisted input
+projection (:mod:`~edbatch.executor.cells_hoist`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor.cell_kind import CellKind, Hoist, Param, RoleGrads
 from edbatch.executor.cells import (
+    LSTM_SAVES,
     gru_step,
     lstm_step,
     lstm_step_backward,
     lstm_step_xh,
     split_state,
-    state_loss,
-    zero_state,
 )
-from edbatch.executor.kernels import (
-    KERNELS,
-    ParamGrads,
-    fast_tanh,
-    lookup,
-    op_params,
-    pick_nll,
-    pick_nll_backward,
-    with_backward,
-    writes_out,
+from edbatch.executor.cells_hoist import (
+    ArcProject,
+    L1Project,
+    L2Project,
+    LSTMRecurrent,
+    Seq2SeqProject,
+    lattice_dims,
+    lstm_dims,
 )
+from edbatch.executor.kernels import fast_tanh, pick_nll, pick_nll_backward
 from edbatch.graph import OpType
 
-__all__ = ["bilstm_l1", "bilstm_l2", "bilstm_loss", "lattice_gru_arc", "lattice_lstm_arc",
-           "seq2seq_step"]
-
-for _kind in ("lattice_lstm.start", "lattice_gru.start", "bilstm.zero_state",
-              "seq2seq.zero_state"):
-    KERNELS.register(_kind)(zero_state)
-for _kind in ("lattice_lstm.loss", "lattice_gru.loss", "seq2seq.loss"):
-    KERNELS.register(_kind)(state_loss)
-KERNELS.register("bilstm.lookup")(lookup)
+__all__ = ["BiLSTML1", "BiLSTML2", "BiLSTMLoss", "LatticeGRUArc", "LatticeLSTMArc",
+           "Seq2SeqStep", "bilstm_l1", "bilstm_l2", "bilstm_loss", "lattice_gru_arc",
+           "lattice_lstm_arc", "seq2seq_step"]
 
 
 # ---------------------------------------------------------------------- lattices
-def _lattice_lstm_arc_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                               params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                               ) -> list[Tensor | None]:
-    emb, weight, _ = op.params
-    d_gates, d_in = lstm_step_backward(saved, grad, params[weight])
-    acc.linear(op.params[1:], d_gates, saved[0])
-    width = params[emb].shape[1]
-    acc.rows(emb, attrs, d_in[:, :width])
-    return [d_in[:, width:]]
-
-
-@with_backward(_lattice_lstm_arc_backward)
-@writes_out
-def lattice_lstm_arc(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                     attrs: Tensor, out: Tensor | None = None,
-                     save: list[Tensor] | None = None) -> Tensor:
+class LatticeLSTMArc(CellKind):
     """LSTM arc: ``x = emb[token]``, one LSTM step from the source state ``[h; c]``."""
-    emb, weight, bias = op_params(op, params, 3)
-    h, c = split_state(inputs[0])
-    return lstm_step(F.embedding(attrs, emb), h, c, weight, bias, out, save)
+
+    kind = ("lattice_lstm.char_arc", "lattice_lstm.word_arc")
+    inputs = ("state",)
+    params = (Param("emb", "V, D", init="embedding"), Param("W", "4H, D+H"), Param("b", "4H"))
+    saves = LSTM_SAVES
+    dims = staticmethod(lattice_dims)
+    hoist = Hoist(ArcProject, LSTMRecurrent, hoisted=(), state="state", weight="W")
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        h, c = split_state(inputs[0])
+        return lstm_step(F.embedding(attrs, p.emb), h, c, p.W, p.b, out, save)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        d_gates, d_in = lstm_step_backward(saved, grad, p.W)
+        grads.linear(("W", "b"), d_gates, saved.xh)
+        width = p.emb.shape[1]
+        grads.rows("emb", attrs, d_in[:, :width])
+        return [d_in[:, width:]]
 
 
-def lattice_gru_arc(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                    attrs: Tensor) -> Tensor:
+class LatticeGRUArc(CellKind):
     """GRU arc: ``x = emb[token]``, one GRU step from the source state ``h``."""
-    emb, w_rz, b_rz, w_c, b_c = op_params(op, params, 5)
-    return gru_step(F.embedding(attrs, emb), inputs[0], w_rz, b_rz, w_c, b_c)
 
+    kind = ("lattice_gru.char_arc", "lattice_gru.word_arc")
+    inputs = ("state",)
+    params = (Param("emb", "V, D", init="embedding"), Param("W_rz", "2H, D+H"),
+              Param("b_rz", "2H"), Param("W_c", "H, D+H"), Param("b_c", "H"))
 
-for _arc in ("char_arc", "word_arc"):
-    KERNELS.register(f"lattice_lstm.{_arc}")(lattice_lstm_arc)
-    KERNELS.register(f"lattice_gru.{_arc}")(lattice_gru_arc)
+    @staticmethod
+    def dims(op: OpType) -> dict[str, int]:
+        return {"H": math.prod(op.out_shape)}
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+        return gru_step(F.embedding(attrs, p.emb), inputs[0], p.W_rz, p.b_rz, p.W_c, p.b_c)
 
 
 # ---------------------------------------------------------------------- BiLSTM tagger
-def _bilstm_l1_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                        params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                        ) -> list[Tensor | None]:
-    d_gates, d_in = lstm_step_backward(saved, grad, params[op.params[0]])
-    acc.linear(op.params, d_gates, saved[0])
-    width = d_in.shape[1] - grad.shape[1]  # x's width
-    return [d_in[:, :width], d_in[:, width:]]
-
-
-@with_backward(_bilstm_l1_backward)
-@writes_out
-def bilstm_l1(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-              attrs: Tensor, out: Tensor | None = None,
-              save: list[Tensor] | None = None) -> Tensor:
+class BiLSTML1(CellKind):
     """Layer-1 LSTM step: operands ``(x_t, previous state [h; c])``."""
-    weight, bias = op_params(op, params, 2)
-    h, c = split_state(inputs[1])
-    return lstm_step(inputs[0], h, c, weight, bias, out, save)
+
+    kind = ("bilstm.l1_fwd", "bilstm.l1_bwd")
+    inputs = ("x", "state")
+    params = (Param("W", "4H, X+H"), Param("b", "4H"))
+    saves = LSTM_SAVES
+    dims = staticmethod(lstm_dims)
+    hoist = Hoist(L1Project, LSTMRecurrent, hoisted=("x",), state="state", weight="W")
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        h, c = split_state(inputs[1])
+        return lstm_step(inputs[0], h, c, p.W, p.b, out, save)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        d_gates, d_in = lstm_step_backward(saved, grad, p.W)
+        grads.linear(("W", "b"), d_gates, saved.xh)
+        width = d_in.shape[1] - grad.shape[1]  # x's width
+        return [d_in[:, :width], d_in[:, width:]]
 
 
-def _bilstm_l2_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                        params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                        ) -> list[Tensor | None]:
-    d_gates, d_in = lstm_step_backward(saved, grad, params[op.params[0]])
-    acc.linear(op.params, d_gates, saved[0])
-    half = (d_in.shape[1] - grad.shape[1]) // 2  # the layer-1 hidden size
-    return [d_in[:, :half], d_in[:, half:2 * half], d_in[:, 2 * half:]]  # h(f1), h(b1), state
+def heads(inputs: Sequence[Tensor], half: int) -> list[Tensor]:
+    """The ``h`` columns of LSTM states ``[h; c]`` (operands already ``half`` wide as is)."""
+    return [v if v.shape[1] == half else split_state(v)[0] for v in inputs]
 
 
-@with_backward(_bilstm_l2_backward)
-@writes_out
-def bilstm_l2(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-              attrs: Tensor, out: Tensor | None = None,
-              save: list[Tensor] | None = None) -> Tensor:
+class BiLSTML2(CellKind):
     """Layer-2 LSTM step: operands ``(f1_t, b1_t, previous state)``; input ``[h(f1); h(b1)]``
     (``f1_t``, ``b1_t``: states ``[h; c]`` or only their ``h`` columns, the executor's
     :func:`~edbatch.executor._hoist.head_reads`)."""
-    weight, bias = op_params(op, params, 2)
-    h, c = split_state(inputs[2])
-    half = (weight.shape[1] - h.shape[1]) // 2  # the layer-1 hidden size
-    xh = torch.cat([v if v.shape[1] == half else split_state(v)[0] for v in inputs[:2]] + [h],
-                   dim=1)
-    return lstm_step_xh(xh, c, weight, bias, out, save)
+
+    kind = ("bilstm.l2_fwd", "bilstm.l2_bwd")
+    inputs = ("f1", "b1", "state")
+    params = (Param("W", "4H, 2*H1+H"), Param("b", "4H"))
+    saves = LSTM_SAVES
+    head_reads = ("f1", "b1")
+    dims = staticmethod(lstm_dims)
+    hoist = Hoist(L2Project, LSTMRecurrent, hoisted=("f1", "b1"), state="state", weight="W",
+                  heads=True)
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        h, c = split_state(inputs[2])
+        half = (p.W.shape[1] - h.shape[1]) // 2  # the layer-1 hidden size
+        xh = torch.cat([*heads(inputs[:2], half), h], dim=1)
+        return lstm_step_xh(xh, c, p.W, p.b, out, save)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        d_gates, d_in = lstm_step_backward(saved, grad, p.W)
+        grads.linear(("W", "b"), d_gates, saved.xh)
+        half = (d_in.shape[1] - grad.shape[1]) // 2  # the layer-1 hidden size
+        return [d_in[:, :half], d_in[:, half:2 * half], d_in[:, 2 * half:]]
 
 
-for _dir in ("fwd", "bwd"):
-    KERNELS.register(f"bilstm.l1_{_dir}")(bilstm_l1)
-    KERNELS.register(f"bilstm.l2_{_dir}")(bilstm_l2)
-
-
-def _bilstm_loss_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                          params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                          ) -> list[Tensor | None]:
-    x, a, logits = saved
-    d_logits = pick_nll_backward(logits, attrs, grad)
-    acc.linear(op.params[2:], d_logits, a)
-    dz = (d_logits @ params[op.params[2]]) * (1.0 - a * a)
-    acc.linear(op.params[:2], dz, x)
-    dx = dz @ params[op.params[0]]
-    half = dx.shape[1] // 2
-    return [dx[:, :half], dx[:, half:]]  # the leading h of each state row
-
-
-@KERNELS.register("bilstm.loss")
-@with_backward(_bilstm_loss_backward)
-def bilstm_loss(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
-    """``pick_nll(O tanh(H [h(f2); h(b2)] + b_H) + b_O, tag)`` for operands ``(f2, b2)``:
+class BiLSTMLoss(CellKind):
+    """``pick_nll(W_o tanh(W_h [h(f2); h(b2)] + b_h) + b_o, tag)`` for operands ``(f2, b2)``:
     their states ``[h; c]`` or only their ``h`` columns (the executor's
     :func:`~edbatch.executor._hoist.head_reads`)."""
-    w_hidden, b_hidden, w_out, b_out = op_params(op, params, 4)
-    half = w_hidden.shape[1] // 2
-    x = torch.cat([v if v.shape[1] == half else split_state(v)[0] for v in inputs[:2]], dim=1)
-    a = fast_tanh(F.linear(x, w_hidden, b_hidden))
-    logits = F.linear(a, w_out, b_out)
-    if save is not None:
-        save += [x, a, logits]
-    return pick_nll(logits, attrs)
+
+    kind = "bilstm.loss"
+    inputs = ("f2", "b2")
+    params = (Param("W_h", "M, 2H"), Param("b_h", "M"), Param("W_o", "C, M"), Param("b_o", "C"))
+    saves = ("x", "a", "logits")
+    head_reads = ("f2", "b2")
+
+    @staticmethod
+    def dims(op: OpType) -> dict[str, int]:
+        return {"H": math.prod(op.in_shapes[0]) // 2} if op.in_shapes else {}
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: dict[str, Tensor] | None = None) -> Tensor:
+        x = torch.cat(heads(inputs[:2], p.W_h.shape[1] // 2), dim=1)
+        a = fast_tanh(F.linear(x, p.W_h, p.b_h))
+        logits = F.linear(a, p.W_o, p.b_o)
+        if save is not None:
+            save.update(x=x, a=a, logits=logits)
+        return pick_nll(logits, attrs)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        a = saved.a
+        d_logits = pick_nll_backward(saved.logits, attrs, grad)
+        grads.linear(("W_o", "b_o"), d_logits, a)
+        dz = (d_logits @ p.W_o) * (1.0 - a * a)
+        grads.linear(("W_h", "b_h"), dz, saved.x)
+        dx = dz @ p.W_h
+        half = dx.shape[1] // 2
+        return [dx[:, :half], dx[:, half:]]  # the leading h of each state row
 
 
 # ---------------------------------------------------------------------- seq2seq
-def _seq2seq_step_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                           params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                           ) -> list[Tensor | None]:
-    e, x = saved[:2]
-    d_gates, d_in = lstm_step_backward(saved[2:], grad, params[op.params[3]])
-    acc.linear(op.params[3:], d_gates, saved[2])
-    dz = d_in[:, :x.shape[1]] * (1.0 - x * x)
-    acc.linear(op.params[1:3], dz, e)
-    acc.rows(op.params[0], attrs, dz @ params[op.params[1]])
-    return [d_in[:, x.shape[1]:]]
+class Seq2SeqStep(CellKind):
+    """Encoder / decoder step: ``x = tanh(W_e emb[token] + b_e)``, then one LSTM step."""
+
+    kind = ("seq2seq.enc", "seq2seq.dec")
+    inputs = ("state",)
+    params = (Param("emb", "V, D", init="embedding"), Param("W_e", "X, D"), Param("b_e", "X"),
+              Param("W", "4H, X+H"), Param("b", "4H"))
+    saves = ("e", "x", *LSTM_SAVES)
+    dims = staticmethod(lattice_dims)
+    hoist = Hoist(Seq2SeqProject, LSTMRecurrent, hoisted=(), state="state", weight="W")
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        h, c = split_state(inputs[0])
+        e = F.embedding(attrs, p.emb)
+        x = fast_tanh(F.linear(e, p.W_e, p.b_e))
+        if save is not None:
+            save.update(e=e, x=x)
+        return lstm_step(x, h, c, p.W, p.b, out, save)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        x = saved.x
+        d_gates, d_in = lstm_step_backward(saved, grad, p.W)
+        grads.linear(("W", "b"), d_gates, saved.xh)
+        dz = d_in[:, :x.shape[1]] * (1.0 - x * x)
+        grads.linear(("W_e", "b_e"), dz, saved.e)
+        grads.rows("emb", attrs, dz @ p.W_e)
+        return [d_in[:, x.shape[1]:]]
 
 
-@KERNELS.register("seq2seq.enc")
-@KERNELS.register("seq2seq.dec")
-@with_backward(_seq2seq_step_backward)
-@writes_out
-def seq2seq_step(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                 attrs: Tensor, out: Tensor | None = None,
-                 save: list[Tensor] | None = None) -> Tensor:
-    """Encoder / decoder step: ``x = tanh(E2H emb[token] + b)``, then one LSTM step."""
-    emb, w_e2h, b_e2h, weight, bias = op_params(op, params, 5)
-    h, c = split_state(inputs[0])
-    e = F.embedding(attrs, emb)
-    x = fast_tanh(F.linear(e, w_e2h, b_e2h))
-    if save is not None:
-        save += [e, x]
-    return lstm_step(x, h, c, weight, bias, out, save)
+#: The registered kernels, under the names they had as functions.
+lattice_lstm_arc = LatticeLSTMArc.kernel
+lattice_gru_arc = LatticeGRUArc.kernel
+bilstm_l1 = BiLSTML1.kernel
+bilstm_l2 = BiLSTML2.kernel
+bilstm_loss = BiLSTMLoss.kernel
+seq2seq_step = Seq2SeqStep.kernel

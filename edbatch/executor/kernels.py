@@ -8,8 +8,11 @@ A kernel runs one op type on a batch of ``B`` nodes::
   flattened. A variadic op (``in_shapes is None``, e.g. ``loss_sum``) gets every operand of
   its single node, each ``[1, d]``.
 * ``params`` maps parameter names (at least ``op.params``) to tensors: weights
-  ``(out, in)``, biases ``(out,)``, embedding tables ``(rows, dim)``. Kernels read them by
-  *position* in ``op.params``, so one kernel serves every workload that declares the kind.
+  ``(out, in)``, biases ``(out,)``, embedding tables ``(rows, dim)``. The primitive kernels
+  here read them by *position* in ``op.params`` (:func:`op_params`); a cell kind
+  (:class:`~edbatch.executor.cell_kind.CellKind`, which also declares their shapes and
+  initialisers) by the names it declares, bound to ``op.params`` in declaration order. Either
+  way one kernel serves every workload that declares the kind.
 * ``attrs`` is ``int64[B]``, the nodes' :attr:`Graph.attrs` (token id or label, ``-1`` if
   unused), on the inputs' device.
 
@@ -55,8 +58,9 @@ Kernel = Callable[[OpType, Sequence[Tensor], Mapping[str, Tensor], Tensor], Tens
 KERNELS: Registry[Kernel] = Registry(
     "op kind",
     hint="Op kind 'abstract' (ED-Batch graph dumps, synthetic workloads) has no semantics: "
-         "such graphs can only be scheduled, not executed. A new op kind needs a kernel "
-         "registered with @KERNELS.register(kind) in an imported module.")
+         "such graphs can only be scheduled, not executed. A new op kind needs a kernel: "
+         "define an edbatch.executor.CellKind subclass with kind = '<kind>' (or register a "
+         "function with @KERNELS.register(kind)) in an imported module.")
 
 #: ``backward(op, saved, d_out, params, attrs, grads) -> operand gradients`` (``None`` for an
 #: operand that gets none; one narrower than its operand covers the leading columns, the
@@ -209,22 +213,8 @@ def pick_nll_backward(logits: Tensor, labels: Tensor, grad: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------- primitive kernels
-def _lookup_backward(op: OpType, saved: Sequence[Tensor], grad: Tensor,
-                     params: Mapping[str, Tensor], attrs: Tensor, acc: ParamGrads
-                     ) -> list[Tensor | None]:
-    acc.rows(op.params[0], attrs, grad)
-    return []
-
-
-@KERNELS.register("lookup")
-@with_backward(_lookup_backward)
-def lookup(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-           attrs: Tensor, save: list[Tensor] | None = None) -> Tensor:
-    """Row ``attr`` of the embedding table ``op.params[0]`` (raises on a negative id)."""
-    (table,) = op_params(op, params, 1)
-    return F.embedding(attrs, table)
-
-
+# (``lookup`` reads a parameter declared as an embedding table: it is a cell kind,
+# :class:`edbatch.executor.cells.Lookup`)
 @KERNELS.register("affine")
 def affine(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
            attrs: Tensor) -> Tensor:
