@@ -13,6 +13,7 @@ from torch import Tensor
 from edbatch.data.molecules import BOND_TYPES, Molecule, parse_smiles
 from edbatch.errors import EdbatchError, GraphError, UnknownNameError
 from edbatch.executor import init_params, reference_loss
+from edbatch.executor._analytic import analytic
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import STRATEGIES, plan_memory
@@ -172,6 +173,26 @@ def test_batched_equals_reference_fp64(granularity: str, scheduler: str) -> None
         torch.testing.assert_close(trained.loss.detach(), ref_loss, **TOL)
         for name, g, r in zip(params, grads(trained.loss, params), ref_grads, strict=True):
             torch.testing.assert_close(g, r, **TOL, msg=f"gradient of {name} ({strategy})")
+
+
+@pytest.mark.parametrize("granularity", ["cell", "primitive"])
+@pytest.mark.parametrize("scheduler", ["depth", "dynet_agenda"])
+def test_cell_programs_train_with_hand_written_backwards(granularity: str, scheduler: str
+                                                          ) -> None:
+    graph, _, _ = reference(granularity)
+    schedule = make_scheduler(scheduler)(graph)
+    program, _ = TorchExecutor()._program(graph, schedule, plan_memory(graph, schedule,
+                                                                       "aligned"))
+    # the equivalence test above then checks the hand-written gradients (cell) and
+    # autograd's (primitive: affines, slices ... have no hand-written backward). Depth
+    # batches methane's first update and its readout (no messages: lower depth) alone, and
+    # a variadic batch of one node is read operand by operand: autograd (loss_sum is
+    # stacked, not split).
+    lone = sorted((s.op.name, s.size) for s in program.steps if s.split and not s.stacked)
+    if granularity == "cell":
+        assert lone == ([("ggnn.readout", 1), ("ggnn.update", 1)] if scheduler == "depth"
+                        else [])
+    assert analytic(program) == (granularity == "cell" and not lone)
 
 
 def test_cell_and_primitive_granularities_compute_the_same_loss() -> None:
