@@ -21,4 +21,5 @@ __all__ = ["KERNELS", "CellKind", "ExecutionError", "Hoist", "Kernel", "Param", 
            "run_reference"]
 
 # Last: the batched executor imports the memory planner, which imports the kernels above.
+from edbatch.executor import cells_ggnn  # noqa: F401  (GGNN molecule kernels)
 from edbatch.executor.torch_executor import RunResult, TorchExecutor, execute

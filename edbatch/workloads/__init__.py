@@ -40,6 +40,7 @@ WORKLOADS: dict[str, str] = {
     "seq2seq": "edbatch.workloads.seq2seq:Seq2Seq",
     "dumps": "edbatch.workloads.dumps:DumpWorkload",
     "synthetic": "edbatch.workloads.synthetic:SyntheticWorkload",
+    "ggnn_molecules": "edbatch.workloads.ggnn_molecules:GGNNMolecules",
 }
 
 #: The seven real-data workloads (the dumps and synthetic generators are extra).

@@ -1,0 +1,265 @@
+"""GGNN on ESOL: graphs match the molecules, schedules, batched == reference == peers (fp64)."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor
+
+from edbatch.data.molecules import BOND_TYPES, Molecule, parse_smiles
+from edbatch.errors import EdbatchError, GraphError, UnknownNameError
+from edbatch.executor import init_params, reference_loss
+from edbatch.executor._analytic import analytic
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.graph import Graph
+from edbatch.memory import STRATEGIES, plan_memory
+from edbatch.schedule import HEURISTICS, lower_bound, make_scheduler
+from edbatch.workloads import make_workload
+from edbatch.workloads.ggnn_molecules import (
+    EMBED_ROWS,
+    FEATURE_RANGES,
+    TARGET_SCALE,
+    GGNNMolecules,
+    pack_atom,
+    unpack_atom,
+)
+
+H, T = 6, 2
+TOL = {"atol": 1e-6, "rtol": 1e-6}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+@functools.cache
+def workload(granularity: str = "cell") -> GGNNMolecules:
+    wl = make_workload("ggnn_molecules", granularity=granularity, hidden_dim=H, rounds=T)
+    assert isinstance(wl, GGNNMolecules)
+    return wl
+
+
+@functools.cache
+def case_indices() -> tuple[int, ...]:
+    """Train molecules covering every bond type and the isolated atom (methane)."""
+    train = workload().load("train")
+    methane = next(i for i, m in enumerate(train) if m.molecule.smiles == "C")
+    triple = next(i for i, m in enumerate(train) if 2 in m.molecule.bond_types.tolist())
+    return tuple(sorted({0, 1, 2, 3, methane, triple}))
+
+
+@functools.cache
+def params64(seed: int = 0) -> dict[str, Tensor]:
+    p = init_params(workload(), torch.Generator().manual_seed(seed), dtype=torch.float64)
+    with torch.no_grad():  # non-zero biases, so that every parameter is exercised
+        for value in p.values():
+            if value.dim() == 1:
+                value.copy_(torch.linspace(-0.3, 0.3, value.numel(), dtype=torch.float64))
+    return dict(p)
+
+
+def grads(loss: Tensor, params: dict[str, Tensor]) -> list[Tensor]:
+    out = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for g, p in zip(out, params.values(),
+                                                                     strict=True)]
+
+
+def distinct_messages(mol: Molecule) -> int:
+    return len({(int(s), int(b)) for (s, _), b in zip(mol.edges, mol.bond_types, strict=True)})
+
+
+# ---------------------------------------------------------------------- graphs
+def check_split(split: str, heuristics: tuple[str, ...], first_only: bool) -> None:
+    """Every molecule of ``split`` in mini-batches of 64: node counts from the molecules,
+    schedules valid and at or above the lower bound (``heuristics`` on every mini-batch, or
+    every heuristic on the first one and ``depth`` on the rest)."""
+    wl = workload()
+    mols = [inst.molecule for inst in wl.load(split)]
+    counts: Counter[str] = Counter()
+    for k, graph in enumerate(wl.batches(split, 64)):
+        bound = lower_bound(graph)
+        assert bound >= 1
+        for name in (heuristics if k == 0 or not first_only else ("depth",)):
+            schedule = make_scheduler(name)(graph)
+            schedule.validate(graph)
+            assert schedule.num_batches >= bound, name
+        counts.update({wl.vocab[k].name: int(c) for k, c in enumerate(graph.type_counts)})
+    atoms = sum(m.n_atoms for m in mols)
+    assert counts["ggnn.embed"] == atoms
+    assert counts["ggnn.update"] == T * atoms
+    by_bond = Counter(int(b) for m in mols for b in
+                      {(int(s), int(b)): b for (s, _), b in zip(m.edges, m.bond_types,
+                                                                strict=True)}.values())
+    for t, bond in enumerate(BOND_TYPES):
+        assert counts[f"ggnn.msg.{bond}"] == T * by_bond[t]
+    assert sum(counts[f"ggnn.msg.{b}"] for b in BOND_TYPES) == \
+        T * sum(distinct_messages(m) for m in mols)
+    assert counts["ggnn.readout"] == counts["ggnn.loss"] == len(mols)
+
+
+@pytest.mark.parametrize("split", ["train", "valid", "test"])
+def test_every_molecule_builds_and_schedules_at_or_above_the_bound(split: str) -> None:
+    check_split(split, tuple(HEURISTICS), first_only=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", ["train", "valid", "test"])
+def test_every_heuristic_on_every_minibatch(split: str) -> None:
+    check_split(split, tuple(HEURISTICS), first_only=False)
+
+
+def test_cell_graph_of_one_molecule_wires_messages_to_neighbours() -> None:
+    wl = workload()
+    inst = wl.load("train")[0]
+    graph = wl.instance_graph("train", 0)
+    upd = wl.vocab.id("ggnn.update")
+    last = np.flatnonzero(graph.op_ids == upd)[-inst.n_atoms:]
+    for v, node in enumerate(last.tolist()):
+        ops = graph.operand_ids[graph.operand_ptr[node]:graph.operand_ptr[node + 1]]
+        assert graph.attrs[node] == len(ops) - 1 == int((inst.molecule.edges[:, 1] == v).sum())
+        kinds = sorted(graph.vocab[int(graph.op_ids[u])].name for u in ops[1:])
+        want = sorted(f"ggnn.msg.{BOND_TYPES[int(b)]}"
+                      for b in inst.molecule.bond_types[inst.molecule.edges[:, 1] == v])
+        assert kinds == want
+    loss = np.flatnonzero(graph.op_ids == wl.vocab.id("ggnn.loss"))
+    mean, std = wl.target_stats()
+    assert graph.attrs[loss[0]] / TARGET_SCALE == pytest.approx((inst.molecule.y - mean) / std,
+                                                                abs=1e-6)
+
+
+def test_cell_schedules_reach_the_lower_bound_and_primitive_ones_exceed_it() -> None:
+    cell = workload().minibatch("valid", range(16))
+    prim = workload("primitive").minibatch("valid", range(16))
+    assert make_scheduler("depth")(cell).num_batches == lower_bound(cell)
+    assert make_scheduler("depth")(prim).num_batches > lower_bound(prim)
+
+
+def test_pack_unpack_round_trip() -> None:
+    feats = [hi for _, hi in FEATURE_RANGES]
+    rows = unpack_atom(pack_atom(feats))
+    assert rows[-1] == EMBED_ROWS - 1 and len(set(rows)) == len(FEATURE_RANGES)
+    assert unpack_atom(pack_atom([lo for lo, _ in FEATURE_RANGES]))[0] == 0
+
+
+# ---------------------------------------------------------------------- execution
+@functools.cache
+def reference(granularity: str) -> tuple[Graph, Tensor, list[Tensor]]:
+    graph = workload(granularity).minibatch("train", case_indices())
+    params = params64()
+    loss = reference_loss(graph, params)
+    return graph, loss.detach(), grads(loss, params)
+
+
+@pytest.mark.parametrize("granularity", ["cell", "primitive"])
+@pytest.mark.parametrize("scheduler", ["depth", "dynet_agenda", "typewise_greedy",
+                                       "critical_path"])
+def test_batched_equals_reference_fp64(granularity: str, scheduler: str) -> None:
+    graph, ref_loss, ref_grads = reference(granularity)
+    params = params64()
+    schedule = make_scheduler(scheduler)(graph)
+    for strategy in STRATEGIES:
+        plan = plan_memory(graph, schedule, strategy)
+        executor = TorchExecutor(dtype=torch.float64)
+        plain = executor.run(graph, schedule, plan, params)
+        assert plain.loss is not None
+        torch.testing.assert_close(plain.loss, ref_loss, **TOL)
+        trained = executor.run(graph, schedule, plan, params, grad=True)
+        assert trained.loss is not None
+        torch.testing.assert_close(trained.loss.detach(), ref_loss, **TOL)
+        for name, g, r in zip(params, grads(trained.loss, params), ref_grads, strict=True):
+            torch.testing.assert_close(g, r, **TOL, msg=f"gradient of {name} ({strategy})")
+
+
+@pytest.mark.parametrize("granularity", ["cell", "primitive"])
+@pytest.mark.parametrize("scheduler", ["depth", "dynet_agenda"])
+def test_cell_programs_train_with_hand_written_backwards(granularity: str, scheduler: str
+                                                          ) -> None:
+    graph, _, _ = reference(granularity)
+    schedule = make_scheduler(scheduler)(graph)
+    program, _ = TorchExecutor()._program(graph, schedule, plan_memory(graph, schedule,
+                                                                       "aligned"))
+    # the equivalence test above then checks the hand-written gradients (cell) and
+    # autograd's (primitive: affines, slices ... have no hand-written backward). Depth
+    # batches methane's first update and its readout (no messages: lower depth) alone, and
+    # a variadic batch of one node is read operand by operand: autograd (loss_sum is
+    # stacked, not split).
+    lone = sorted((s.op.name, s.size) for s in program.steps if s.split and not s.stacked)
+    if granularity == "cell":
+        assert lone == ([("ggnn.readout", 1), ("ggnn.update", 1)] if scheduler == "depth"
+                        else [])
+    assert analytic(program) == (granularity == "cell" and not lone)
+
+
+def test_cell_and_primitive_granularities_compute_the_same_loss() -> None:
+    _, cell_loss, cell_grads = reference("cell")
+    _, prim_loss, prim_grads = reference("primitive")
+    assert workload().param_shapes() == workload("primitive").param_shapes()
+    torch.testing.assert_close(cell_loss, prim_loss, **TOL)
+    for g, r in zip(cell_grads, prim_grads, strict=True):
+        torch.testing.assert_close(g, r, **TOL)
+    assert all(g.abs().sum() > 0 for g in cell_grads)  # every parameter is used
+
+
+def test_loss_is_the_squared_error_of_the_standardised_target() -> None:
+    wl = workload()
+    params = {k: torch.zeros_like(v) for k, v in params64().items()}  # prediction = 0
+    inst = wl.load("test")[5]
+    loss = reference_loss(wl.minibatch("test", [5]), params)
+    mean, std = wl.target_stats()
+    assert float(loss) == pytest.approx(((inst.molecule.y - mean) / std) ** 2, abs=1e-5)
+
+
+@pytest.mark.parametrize("peer", ["unbatched", "pyg"])
+def test_peers_compute_the_same_loss_and_gradients(peer: str) -> None:
+    if peer == "pyg":
+        pytest.importorskip("torch_geometric")
+    from benchmarks.ggnn_peers import pyg_loss, unbatched_loss
+
+    fn = pyg_loss if peer == "pyg" else unbatched_loss
+    _, ref_loss, ref_grads = reference("cell")
+    params = params64()
+    insts = [workload().load("train")[i] for i in case_indices()]
+    loss = fn(workload(), insts, params)
+    torch.testing.assert_close(loss.detach(), ref_loss, **TOL)
+    for g, r in zip(grads(loss, params), ref_grads, strict=True):
+        torch.testing.assert_close(g, r, **TOL)
+
+
+# ---------------------------------------------------------------------- errors
+def test_atom_feature_outside_the_embedding_range_is_named() -> None:
+    atoms, edges, types = parse_smiles("C[N+](C)(C)C")
+    atoms[1, 1] = 9  # degree 9
+    mol = Molecule("x", "C[N+](C)(C)C", -1.0, atoms, edges, types)
+    with pytest.raises(GraphError, match=r"molecule #3 .*atom 1 has degree 9, outside .*0\.\.5"):
+        workload().encode(mol, "train", 3)
+
+
+def test_bad_arguments_and_splits_raise_clear_errors() -> None:
+    with pytest.raises(EdbatchError, match="hidden_dim"):
+        GGNNMolecules(hidden_dim=0)
+    with pytest.raises(UnknownNameError, match="'valid'"):
+        workload().load("dev")
+    with pytest.raises(UnknownNameError, match="granularity"):
+        GGNNMolecules(granularity="atoms")
+
+
+# ---------------------------------------------------------------------- training
+def test_train_script_rejects_bad_arguments() -> None:
+    from experiments.train_ggnn import main
+
+    with pytest.raises(SystemExit):
+        main(["--epochs", "0"])
+
+
+@pytest.mark.slow
+def test_one_epoch_through_the_batched_executor_beats_the_mean_predictor() -> None:
+    from experiments.train_ggnn import train
+
+    summary = train(epochs=1, hidden_dim=16, rounds=2, log=False)
+    # predicting the train mean scores about the target's std (2.07 log units) on test
+    assert 0.0 < summary["test_rmse"] < 0.9 * workload().target_stats()[1]
