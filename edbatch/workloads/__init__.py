@@ -40,6 +40,7 @@ WORKLOADS: dict[str, str] = {
     "seq2seq": "edbatch.workloads.seq2seq:Seq2Seq",
     "dumps": "edbatch.workloads.dumps:DumpWorkload",
     "synthetic": "edbatch.workloads.synthetic:SyntheticWorkload",
+    "tree_lstm_sick": "edbatch.workloads.tree_lstm_sick:TreeLSTMSick",
 }
 
 #: The seven real-data workloads (the dumps and synthetic generators are extra).
