@@ -4,8 +4,9 @@
 Every mini-batch of pairs is merged from the cached per-pair graphs of
 :class:`~edbatch.workloads.tree_lstm_sick.TreeLSTMSick`, scheduled by a heuristic
 (``--scheduler``, ``dynet_agenda`` by default), memory-planned, and run forward and backward
-by :class:`~edbatch.executor.torch_executor.TorchExecutor`; Adam updates the parameters
-(the loss is the mean KL per pair, plus ``--weight-decay``). After each epoch the dev
+by :class:`~edbatch.executor.torch_executor.TorchExecutor`; Adam
+or Adagrad (``--optimizer``, as Tai et al.) updates the parameters (the loss is the mean KL
+per pair, plus ``--weight-decay``). After each epoch the dev
 metrics (Pearson r, Spearman rho, MSE of ``sum_k k p_k``) are computed from the root states
 the executor returns; the parameters of the best dev Pearson are scored on test. The word
 embeddings start random (no GloVe ships with the repository) and are trained.
@@ -59,10 +60,12 @@ def with_roots(workload: TreeLSTMSick, split: str, indices: Sequence[int]
 
 
 def predict(workload: TreeLSTMSick, executor: TorchExecutor, params: Mapping[str, Tensor],
-            split: str, batch_size: int, scheduler: str, strategy: str) -> np.ndarray:
-    """Predicted scores ``sum_k k p_k`` of every pair of ``split`` (batched, no grad)."""
+            split: str, batch_size: int, scheduler: str, strategy: str,
+            limit: int | None = None) -> np.ndarray:
+    """Predicted scores ``sum_k k p_k`` of the first ``limit`` (default: every) pairs of
+    ``split`` (batched, no grad)."""
     sched = make_scheduler(scheduler)
-    n = len(workload.load(split))
+    n = len(workload.load(split)) if limit is None else min(limit, len(workload.load(split)))
     out: list[Tensor] = []
     hidden = workload.hidden_dim
     head = [params[f"{_P}.{k}"] for k in ("W_x", "W_abs", "W_x.b", "W_p", "W_p.b")]
@@ -79,8 +82,8 @@ def predict(workload: TreeLSTMSick, executor: TorchExecutor, params: Mapping[str
     return torch.cat(out).cpu().numpy()
 
 
-def _scores(workload: TreeLSTMSick, split: str) -> np.ndarray:
-    return np.array([inst.score for inst in workload.load(split)])
+def _scores(workload: TreeLSTMSick, split: str, limit: int | None) -> np.ndarray:
+    return np.array([inst.score for inst in workload.load(split)[:limit]])
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
@@ -90,12 +93,15 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     wl = TreeLSTMSick(embed_dim=args.embed_dim, hidden_dim=args.hidden_dim,
                       sim_dim=args.sim_dim)
     params = init_params(wl, torch.Generator().manual_seed(args.seed))
-    opt = torch.optim.Adam(params.values(), lr=args.lr, weight_decay=args.weight_decay)
+    optimizer = {"adam": torch.optim.Adam, "adagrad": torch.optim.Adagrad}[args.optimizer]
+    opt = optimizer(params.values(), lr=args.lr, weight_decay=args.weight_decay)
     executor = TorchExecutor()
     sched = make_scheduler(args.scheduler)
-    n_train = len(wl.load("train")) if args.train_limit is None else args.train_limit
+    n_train = len(wl.load("train"))
+    n_train = n_train if args.train_limit is None else min(args.train_limit, n_train)
     rng = np.random.default_rng(args.seed)
-    gold_dev, gold_test = _scores(wl, "dev"), _scores(wl, "test")
+    gold_dev = _scores(wl, "dev", args.eval_limit)
+    gold_test = _scores(wl, "test", args.eval_limit)
     history: list[dict[str, float]] = []
     best: tuple[float, dict[str, Tensor]] | None = None
     start = time.perf_counter()
@@ -116,7 +122,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             total += float(res.loss.detach())
             batches += schedule.num_batches
         pred = predict(wl, executor, params, "dev", args.eval_batch_size, args.scheduler,
-                       args.strategy)
+                       args.strategy, args.eval_limit)
         dev = relatedness_metrics(pred, gold_dev)
         history.append({"epoch": epoch, "train_kl": total / n_train,
                         "seconds": time.perf_counter() - start,
@@ -129,9 +135,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     assert best is not None
     chosen = best[1]
     test = relatedness_metrics(predict(wl, executor, chosen, "test", args.eval_batch_size,
-                                       args.scheduler, args.strategy), gold_test)
+                                       args.scheduler, args.strategy, args.eval_limit), gold_test)
     dev = relatedness_metrics(predict(wl, executor, chosen, "dev", args.eval_batch_size,
-                                      args.scheduler, args.strategy), gold_dev)
+                                      args.scheduler, args.strategy, args.eval_limit), gold_dev)
     summary = {"workload": _P, "settings": vars(args), "embeddings": "random (no GloVe)",
                "train_pairs": n_train, "wall_seconds": time.perf_counter() - start,
                "executor_batches": batches, "history": history,
@@ -158,11 +164,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--embed-dim", type=int, default=150)
     p.add_argument("--hidden-dim", type=int, default=150)
     p.add_argument("--sim-dim", type=int, default=50)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--optimizer", choices=("adam", "adagrad"), default="adam")
+    p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--weight-decay", type=float, default=1e-5)
     p.add_argument("--scheduler", default="dynet_agenda")
     p.add_argument("--strategy", default="aligned")
     p.add_argument("--train-limit", type=int, default=None, help="first N train pairs only")
+    p.add_argument("--eval-limit", type=int, default=None,
+                   help="first N dev and test pairs only (smoke runs)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/tree_lstm_sick/train_sick.json")
@@ -173,9 +182,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args = parser().parse_args(argv)
-    for name in ("epochs", "batch_size", "eval_batch_size"):
-        if getattr(args, name) < 1:
-            parser().error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("epochs", "batch_size", "eval_batch_size", "train_limit", "eval_limit"):
+        value, bound = getattr(args, name), 2 if name == "eval_limit" else 1
+        if value is not None and value < bound:
+            parser().error(f"--{name.replace('_', '-')} must be >= {bound}, got {value}")
     return train(args)
 
 
