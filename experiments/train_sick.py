@@ -7,8 +7,9 @@ Every mini-batch of pairs is merged from the cached per-pair graphs of
 by :class:`~edbatch.executor.torch_executor.TorchExecutor`; Adagrad (lr 0.05, weight decay
 1e-4, as Tai et al.; ``--optimizer adam`` for Adam) updates the parameters on the mean KL
 per pair. After each epoch the dev metrics (Pearson r, Spearman rho, MSE of
-``sum_k k p_k``) are computed from the root states the executor returns; the parameters of the best dev Pearson are scored on test. The word
-embeddings start random (no GloVe ships with the repository) and are trained.
+``sum_k k p_k``) are computed from the root states the executor returns; the parameters of
+the best dev Pearson are scored on test. The word embeddings start random (no GloVe ships
+with the repository) and are trained.
 
 The JSON summary (``--out``) holds the settings, per-epoch dev metrics, the test metrics and
 the wall time.

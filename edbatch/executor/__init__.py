@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from edbatch.errors import ExecutionError
 from edbatch.executor import cells_seq, cells_trees  # noqa: F401  (register the cell kernels)
-from edbatch.executor import cells_sick  # noqa: F401  (SICK child-sum Tree-LSTM kernels)
+from edbatch.executor import cells_sick as _cells_sick  # noqa: F401  (SICK Tree-LSTM kernels)
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
 from edbatch.executor.params import init_params
 from edbatch.executor.reference import reference_loss, run_reference
