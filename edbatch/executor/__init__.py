@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from edbatch.errors import ExecutionError
 from edbatch.executor import cells_seq, cells_trees  # noqa: F401  (the built-in cell kinds)
+from edbatch.executor import cells_sick as _cells_sick  # noqa: F401  (SICK Tree-LSTM kernels)
 from edbatch.executor.cell_kind import CellKind, Hoist, Param
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
 from edbatch.executor.params import init_params

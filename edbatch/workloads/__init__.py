@@ -41,6 +41,7 @@ WORKLOADS: dict[str, str] = {
     "dumps": "edbatch.workloads.dumps:DumpWorkload",
     "synthetic": "edbatch.workloads.synthetic:SyntheticWorkload",
     "ggnn_molecules": "edbatch.workloads.ggnn_molecules:GGNNMolecules",
+    "tree_lstm_sick": "edbatch.workloads.tree_lstm_sick:TreeLSTMSick",
 }
 
 #: The seven real-data workloads (the dumps and synthetic generators are extra).

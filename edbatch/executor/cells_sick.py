@@ -1,0 +1,105 @@
+"""Cell kernels of the SICK relatedness workload: a variadic child-sum Tree-LSTM node and
+the similarity head of Tai et al. (2015) with its KL loss.
+
+The equations are in :mod:`edbatch.workloads.tree_lstm_sick`. Both kernels are plain
+autograd code (no hand-written backward).
+
+**Variadic node.** ``tree_lstm_sick.node`` has ``in_shapes=None``: operand 0 is the word
+embedding ``x`` (every node has it), operands ``1..k`` the ``[h; c]`` states of its ``k``
+children, and the node's attr is ``k``. The batched executor reads slot ``j`` of a batch as
+the ``j``-th operand of the nodes that *have* one, in the batch's row order (see
+:meth:`edbatch.memory.plan.MemoryPlan`; the user API's variadic cells rely on the same
+contract), so child slot ``j`` holds the rows of the nodes whose attr is ``> j``. The kernel
+rebuilds that row-to-node map from the attrs and reduces per node with ``index_add``; the
+reference executor (one node at a time) passes the same layout with ``B = 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from edbatch.executor.kernels import KERNELS, op_params
+from edbatch.graph import OpType
+
+__all__ = ["SCORE_SCALE", "child_rows", "score_target", "similarity_probs",
+           "tree_lstm_sick_node", "tree_lstm_sick_sim"]
+
+#: A pair's gold score travels as the attr ``round(score * SCORE_SCALE)`` (SICK scores have
+#: at most three decimals, so this is exact).
+SCORE_SCALE = 1000
+
+
+def child_rows(inputs: Sequence[Tensor], counts: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """Every child state of a batch as ``[N, width]`` rows and the node each belongs to.
+
+    ``inputs[j]`` holds the ``j``-th child of every node whose count is ``> j``.
+    """
+    if not inputs:
+        return counts.new_zeros((0, width), dtype=torch.get_default_dtype()), counts.new_zeros(0)
+    rows = torch.cat(list(inputs)) if len(inputs) > 1 else inputs[0]
+    segment = torch.cat([torch.nonzero(counts > j).reshape(-1) for j in range(len(inputs))])
+    return rows, segment
+
+
+@KERNELS.register("tree_lstm_sick.node")
+def tree_lstm_sick_node(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+                        attrs: Tensor) -> Tensor:
+    """Child-sum Tree-LSTM node (Tai et al. 2015, eq. 2-8) over any number of children.
+
+    ``h~ = sum_k h_k``; ``[i; o; u] = W_iou x + U_iou h~ + b_iou``;
+    ``f_k = sigmoid(W_f x + U_f h_k + b_f)``; ``c = sigmoid(i)*tanh(u) + sum_k f_k*c_k``;
+    ``h = sigmoid(o)*tanh(c)``; returns ``[h; c]``.
+    """
+    w_iou, b_iou, u_iou, w_f, b_f, u_f = op_params(op, params, 6)
+    x = inputs[0]
+    batch, hidden = x.shape[0], u_f.shape[0]
+    rows, segment = child_rows(inputs[1:], attrs, 2 * hidden)
+    rows = rows.to(x.dtype)
+    h_k, c_k = rows[:, :hidden], rows[:, hidden:]
+    h_sum = x.new_zeros(batch, hidden).index_add(0, segment, h_k)
+    g = F.linear(x, w_iou, b_iou) + F.linear(h_sum, u_iou)
+    i, o = torch.sigmoid(g[:, :hidden]), torch.sigmoid(g[:, hidden:2 * hidden])
+    u = torch.tanh(g[:, 2 * hidden:])
+    wf = F.linear(x, w_f, b_f)
+    f = torch.sigmoid(wf.index_select(0, segment) + F.linear(h_k, u_f))
+    c = i * u + x.new_zeros(batch, hidden).index_add(0, segment, f * c_k)
+    return torch.cat([o * torch.tanh(c), c], dim=1)
+
+
+def similarity_probs(h_a: Tensor, h_b: Tensor, w_x: Tensor, w_abs: Tensor, b_s: Tensor,
+                     w_p: Tensor, b_p: Tensor) -> Tensor:
+    """Log-probabilities ``[B, 5]`` of the head: ``h_s = sigmoid(W_x (h_a*h_b) +
+    W_abs |h_a - h_b| + b_s)``, ``log softmax(W_p h_s + b_p)``."""
+    h_s = torch.sigmoid(F.linear(h_a * h_b, w_x, b_s) + F.linear((h_a - h_b).abs(), w_abs))
+    return F.log_softmax(F.linear(h_s, w_p, b_p), dim=1)
+
+
+def score_target(attrs: Tensor, classes: int, dtype: torch.dtype) -> Tensor:
+    """The sparse target of :func:`edbatch.data.sick.similarity_target` from the attrs
+    ``round(score * SCORE_SCALE)``: ``[B, classes]``, mass split between the two integer
+    scores around the gold one."""
+    low = torch.div(attrs, SCORE_SCALE, rounding_mode="floor")
+    frac = (attrs - low * SCORE_SCALE).to(dtype) / SCORE_SCALE
+    target = torch.zeros(attrs.shape[0], classes + 1, dtype=dtype, device=attrs.device)
+    rows = torch.arange(attrs.shape[0], device=attrs.device)
+    target[rows, low - 1] = 1.0 - frac
+    target[rows, low.clamp(max=classes)] += frac  # frac is 0 when low == classes
+    return target[:, :classes]
+
+
+@KERNELS.register("tree_lstm_sick.sim")
+def tree_lstm_sick_sim(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+                       attrs: Tensor) -> Tensor:
+    """``KL(t || p)`` per pair, ``[B, 1]``: ``p`` from :func:`similarity_probs` on the root
+    ``h`` of both trees, ``t`` the sparse target of the gold score (attr)."""
+    w_x, w_abs, b_s, w_p, b_p = op_params(op, params, 5)
+    hidden = w_x.shape[1]
+    logp = similarity_probs(inputs[0][:, :hidden], inputs[1][:, :hidden],
+                            w_x, w_abs, b_s, w_p, b_p)
+    target = score_target(attrs, logp.shape[1], logp.dtype)
+    log_t = torch.where(target > 0, target, torch.ones_like(target)).log()
+    return (target * (log_t - logp)).sum(dim=1, keepdim=True)
