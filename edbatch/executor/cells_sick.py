@@ -1,8 +1,11 @@
-"""Cell kernels of the SICK relatedness workload: a variadic child-sum Tree-LSTM node and
+"""Cell kinds of the SICK relatedness workload: a variadic child-sum Tree-LSTM node and
 the similarity head of Tai et al. (2015) with its KL loss.
 
-The equations are in :mod:`edbatch.workloads.tree_lstm_sick`. Both kernels are plain
-autograd code (no hand-written backward).
+The equations are in :mod:`edbatch.workloads.tree_lstm_sick`. Both
+:class:`~edbatch.executor.cell_kind.CellKind` subclasses read their parameters by their
+declared names and are plain autograd code (no hand-written backward). The word
+embedding table ``tree_lstm_sick.E`` is read by the built-in ``lookup`` kind
+(:class:`~edbatch.executor.cells.Lookup`, ``init="embedding"``).
 
 **Variadic node.** ``tree_lstm_sick.node`` has ``in_shapes=None``: operand 0 is the word
 embedding ``x`` (every node has it), operands ``1..k`` the ``[h; c]`` states of its ``k``
@@ -16,17 +19,18 @@ reference executor (one node at a time) passes the same layout with ``B = 1``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor.kernels import KERNELS, op_params
+from edbatch.executor.cell_kind import CellKind, Param
 from edbatch.graph import OpType
 
-__all__ = ["SCORE_SCALE", "child_rows", "score_target", "similarity_probs",
-           "tree_lstm_sick_node", "tree_lstm_sick_sim"]
+__all__ = ["SCORE_SCALE", "SickNode", "SickSim", "child_rows", "score_target",
+           "similarity_probs", "tree_lstm_sick_node", "tree_lstm_sick_sim"]
 
 #: A pair's gold score travels as the attr ``round(score * SCORE_SCALE)`` (SICK scores have
 #: at most three decimals, so this is exact).
@@ -45,29 +49,34 @@ def child_rows(inputs: Sequence[Tensor], counts: Tensor, width: int) -> tuple[Te
     return rows, segment
 
 
-@KERNELS.register("tree_lstm_sick.node")
-def tree_lstm_sick_node(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                        attrs: Tensor) -> Tensor:
+class SickNode(CellKind):
     """Child-sum Tree-LSTM node (Tai et al. 2015, eq. 2-8) over any number of children.
 
     ``h~ = sum_k h_k``; ``[i; o; u] = W_iou x + U_iou h~ + b_iou``;
     ``f_k = sigmoid(W_f x + U_f h_k + b_f)``; ``c = sigmoid(i)*tanh(u) + sum_k f_k*c_k``;
-    ``h = sigmoid(o)*tanh(c)``; returns ``[h; c]``.
+    ``h = sigmoid(o)*tanh(c)``; returns ``[h; c]``. Variadic: operand 0 is ``x``, then
+    the children's states (see the module doc).
     """
-    w_iou, b_iou, u_iou, w_f, b_f, u_f = op_params(op, params, 6)
-    x = inputs[0]
-    batch, hidden = x.shape[0], u_f.shape[0]
-    rows, segment = child_rows(inputs[1:], attrs, 2 * hidden)
-    rows = rows.to(x.dtype)
-    h_k, c_k = rows[:, :hidden], rows[:, hidden:]
-    h_sum = x.new_zeros(batch, hidden).index_add(0, segment, h_k)
-    g = F.linear(x, w_iou, b_iou) + F.linear(h_sum, u_iou)
-    i, o = torch.sigmoid(g[:, :hidden]), torch.sigmoid(g[:, hidden:2 * hidden])
-    u = torch.tanh(g[:, 2 * hidden:])
-    wf = F.linear(x, w_f, b_f)
-    f = torch.sigmoid(wf.index_select(0, segment) + F.linear(h_k, u_f))
-    c = i * u + x.new_zeros(batch, hidden).index_add(0, segment, f * c_k)
-    return torch.cat([o * torch.tanh(c), c], dim=1)
+
+    kind = "tree_lstm_sick.node"
+    params = (Param("W_iou", "3H, D"), Param("b_iou", "3H"), Param("U_iou", "3H, H"),
+              Param("W_f", "H, D"), Param("b_f", "H"), Param("U_f", "H, H"))
+    dims = staticmethod(lambda op: {"H": op.out_shape[0] // 2})
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+        x = inputs[0]
+        batch, hidden = x.shape[0], p.U_f.shape[0]
+        rows, segment = child_rows(inputs[1:], attrs, 2 * hidden)
+        rows = rows.to(x.dtype)
+        h_k, c_k = rows[:, :hidden], rows[:, hidden:]
+        h_sum = x.new_zeros(batch, hidden).index_add(0, segment, h_k)
+        g = F.linear(x, p.W_iou, p.b_iou) + F.linear(h_sum, p.U_iou)
+        i, o = torch.sigmoid(g[:, :hidden]), torch.sigmoid(g[:, hidden:2 * hidden])
+        u = torch.tanh(g[:, 2 * hidden:])
+        wf = F.linear(x, p.W_f, p.b_f)
+        f = torch.sigmoid(wf.index_select(0, segment) + F.linear(h_k, p.U_f))
+        c = i * u + x.new_zeros(batch, hidden).index_add(0, segment, f * c_k)
+        return torch.cat([o * torch.tanh(c), c], dim=1)
 
 
 def similarity_probs(h_a: Tensor, h_b: Tensor, w_x: Tensor, w_abs: Tensor, b_s: Tensor,
@@ -91,15 +100,23 @@ def score_target(attrs: Tensor, classes: int, dtype: torch.dtype) -> Tensor:
     return target[:, :classes]
 
 
-@KERNELS.register("tree_lstm_sick.sim")
-def tree_lstm_sick_sim(op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
-                       attrs: Tensor) -> Tensor:
+class SickSim(CellKind):
     """``KL(t || p)`` per pair, ``[B, 1]``: ``p`` from :func:`similarity_probs` on the root
     ``h`` of both trees, ``t`` the sparse target of the gold score (attr)."""
-    w_x, w_abs, b_s, w_p, b_p = op_params(op, params, 5)
-    hidden = w_x.shape[1]
-    logp = similarity_probs(inputs[0][:, :hidden], inputs[1][:, :hidden],
-                            w_x, w_abs, b_s, w_p, b_p)
-    target = score_target(attrs, logp.shape[1], logp.dtype)
-    log_t = torch.where(target > 0, target, torch.ones_like(target)).log()
-    return (target * (log_t - logp)).sum(dim=1, keepdim=True)
+
+    kind = "tree_lstm_sick.sim"
+    inputs = ("a", "b")
+    params = (Param("W_x", "S, H"), Param("W_abs", "S, H"), Param("b_s", "S"),
+              Param("W_p", "C, S"), Param("b_p", "C"))
+    dims = staticmethod(lambda op: {"H": op.in_shapes[0][0] // 2})
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+        hidden = p.W_x.shape[1]
+        logp = similarity_probs(inputs[0][:, :hidden], inputs[1][:, :hidden], *p)
+        target = score_target(attrs, logp.shape[1], logp.dtype)
+        log_t = torch.where(target > 0, target, torch.ones_like(target)).log()
+        return (target * (log_t - logp)).sum(dim=1, keepdim=True)
+
+
+#: The registered kernels, under the names they had as functions.
+tree_lstm_sick_node, tree_lstm_sick_sim = SickNode.kernel, SickSim.kernel
