@@ -108,7 +108,7 @@ class GGNNMsg(CellKind):
 class GGNNUpdate(CellKind):
     """GRU step with input ``a_v = sum of v's messages`` (zero if none) and state ``h_v``:
     ``[r z] = sig(W_rz [a; h] + b_rz)``; ``c = tanh(W_c [a; r*h] + b_c)``;
-    ``h' = z*h + (1 - z)*c`` (as :class:`~edbatch.executor.cells.GRUStep`)."""
+    ``h' = z*h + (1 - z)*c`` (as :func:`~edbatch.executor.cells.gru_step`)."""
 
     kind = "ggnn.update"
     params = (Param("W_rz", "2H, 2H"), Param("b_rz", "2H"), Param("W_c", "H, 2H"),
