@@ -6,7 +6,8 @@ See :mod:`edbatch.api` for the overview and an example.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -24,13 +25,12 @@ from edbatch.api._handles import (
 )
 from edbatch.api._schedulers import SchedulerLike, as_scheduler, memory_strategy
 from edbatch.api._variadic import VariadicCell
-from edbatch.errors import GraphError
+from edbatch.errors import ExecutionError, GraphError
 from edbatch.executor import KERNELS, Kernel
 from edbatch.executor.device import check_device, check_dtype
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph, OpType, Vocab
 from edbatch.memory import Strategy, plan_memory
-from edbatch.schedule import Scheduler
 
 __all__ = ["DynamicBatch"]
 
@@ -54,6 +54,23 @@ class _Instance:
         if batch._rec is rec:  # (a run() inside the block started a new recording)
             batch._instance = self.previous
             rec.marks.append((len(rec.ops), self.previous))
+
+
+def dtype_hint(cells: Iterable[Any], dtype: torch.dtype) -> str:
+    """A hint naming ``DynamicBatch(dtype=...)`` when a cell's module has floating-point
+    parameters of another dtype than the batch's (``""`` if none has)."""
+    for cell in cells:
+        module = getattr(cell, "module", None)
+        if not isinstance(module, nn.Module):
+            continue
+        other = sorted({str(p.dtype) for p in module.parameters()
+                        if p.is_floating_point() and p.dtype != dtype})
+        if other:
+            return (f" The batch computes in {dtype} but cell {cell.name!r}'s module has "
+                    f"{', '.join(other)} parameters: create the batch with "
+                    f"DynamicBatch(dtype={other[0]}) or convert the module with "
+                    f"module.to({dtype})")
+    return ""
 
 
 class DynamicBatch:
@@ -82,9 +99,10 @@ class DynamicBatch:
         self._cells: dict[str, Cell] = {}
         self._embeddings: dict[int, Cell] = {}
         self._generation = 0
+        self.warned_outside = False  # the warning about nodes outside instances: once
         self.params: dict[str, Tensor] = {}  #: built-in op types' parameters (from_workload)
         self._vocabs: dict[tuple[int, bool], Vocab] = {}  # graph() vocabularies, reused
-        self._kept: dict[str, Scheduler] = {}  # run("auto"): its timings last across runs
+        self._kept: dict[Any, Any] = {}  # run("auto") and policies: made once, kept across runs
         self._clear()
 
     @classmethod
@@ -103,7 +121,7 @@ class DynamicBatch:
             old.release()
         self._generation += 1
         self._rec = Recording(self, self._generation)
-        self._instance = self._num_instances = 0
+        self._instance, self._num_instances = -1, 0  # -1: outside any instance
 
     @property
     def vocab(self) -> Vocab:
@@ -178,10 +196,13 @@ class DynamicBatch:
         except GraphError:
             raise
         except Exception as e:
+            hint = dtype_hint([cell], self.dtype) or (
+                f" The batch computes in {self.dtype}: for another dtype create it with "
+                f"DynamicBatch(dtype=...)." if "dtype" in str(e) or "Double" in str(e) else "")
             raise GraphError(f"cell {cell.name!r}: module {type(module).__name__} raised "
                              f"{type(e).__name__}: {e} on a probe batch of zeros with input "
                              f"shapes {[(1, *s) for s in shapes]}; check in_shapes and the "
-                             f"module") from e
+                             f"module.{hint}") from e
         finally:
             if isinstance(module, nn.Module):
                 module.train(training)
@@ -189,7 +210,14 @@ class DynamicBatch:
     # ------------------------------------------------------------------ recording
     def instance(self) -> _Instance:
         """Nodes created inside ``with batch.instance() as i:`` belong to a new data
-        instance, of id ``i``."""
+        instance, of id ``i`` (blocks nest; on leaving one, the enclosing instance goes on).
+
+        Instances label nodes with the data item they belong to: they change no value,
+        gradient or schedule. The lower bound (:func:`~edbatch.schedule.lower_bound`) takes
+        a faster path when instances are separate, and policy training and the
+        environment's features see them. Nodes recorded outside every instance count as
+        instance 0, with a :class:`RecordingWarning` (once per batch) at the first
+        :meth:`run` or :meth:`graph` that has some."""
         return _Instance(self)
 
     def next_instance(self) -> int:
@@ -208,7 +236,7 @@ class DynamicBatch:
         if kind.arity < 0:
             rec.counts.append(len(operands))
         rec.attrs.append(attr)
-        return new_handle(Handle, (rec, node, kind))
+        return new_handle(rec, node, kind)
 
     def _check_handle(self, handle: object, where: str) -> None:
         if not isinstance(handle, Handle):
@@ -259,8 +287,8 @@ class DynamicBatch:
     def add_loss(self, handle: Handle) -> None:
         """Add ``handle`` (one number per row) to the mini-batch loss that ``run`` returns."""
         rec = self._rec
-        if type(handle) is Handle and handle[0] is rec and handle[2].scalar:
-            rec.losses.append(handle[1])
+        if type(handle) is Handle and handle._rec is rec and handle._kind.scalar:
+            rec.losses.append(handle.node_id)
             return
         self._check_handle(handle, "add_loss")
         if math.prod(handle.shape) != 1:
@@ -328,7 +356,13 @@ class DynamicBatch:
             f"api.{n}": torch.stack(r).to(self.device, self.dtype)
             for n, r in self._rec.rows.items()}}
         executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels, hoist=hoist)
-        result = executor.run(graph, schedule, plan, params, grad=grad)
+        try:
+            result = executor.run(graph, schedule, plan, params, grad=grad)
+        except ExecutionError as e:
+            hint = dtype_hint(self._cells.values(), self.dtype)
+            if not hint:
+                raise
+            raise ExecutionError(f"{e}.{hint}") from e
         result.stats.update(plan.stats())
         loss = None if loss_node is None else result.outputs[loss_node].reshape(())
         out = BatchResult(loss, graph, schedule, result, self, self._generation)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any, Protocol
 
 import torch
@@ -66,7 +65,7 @@ class Recording:
     node ``v - 1`` in ``operands`` (as many as its op's arity; a variadic op's count is the
     next entry of ``counts``). ``marks`` holds ``(first node, instance id)`` each time the
     current instance changes. A handle keeps its recording, so a recording is also the
-    token of its batch's generation: ``handle[0] is batch._rec`` checks both at once.
+    token of its batch's generation: ``handle._rec is batch._rec`` checks both at once.
     """
 
     __slots__ = ("attrs", "batch", "counts", "generation", "losses", "marks", "operands",
@@ -88,49 +87,77 @@ class Recording:
         self.marks, self.rows = [], {}
 
 
-class Handle(tuple):  # type: ignore[type-arg]
+class Handle:
     """A node of a :class:`DynamicBatch`'s mini-batch ``generation``: pass it to cells.
 
     ``shape`` is the shape of its value (one row); ``op_name`` names its op type;
-    ``node_id`` its node in the mini-batch graph. Handles are immutable and compare equal
-    only to a handle of the same node of the same mini-batch. (Internally a
-    ``(recording, node id, kind)`` triple: creating one costs a tuple, the recorder's
-    hot path.)
+    ``node_id`` its node in the mini-batch graph (read-only by convention). Handles compare equal
+    only to a handle of the same node of the same mini-batch. A handle is one node with one
+    value: it cannot be indexed or iterated (a ``TypeError`` / ``GraphError`` says so);
+    read its value with ``result[handle]`` after :meth:`~DynamicBatch.run`, or with
+    ``value = yield handle`` in a program of :meth:`~DynamicBatch.run_programs`.
+    (Internally three slots, the recording, the node id and the op type's :class:`Kind`,
+    set without ``__init__``: creating one is the recorder's hot path.)
     """
 
-    __slots__ = ()
+    __slots__ = ("_kind", "_rec", "node_id")
 
-    node_id: int = property(itemgetter(1))  # type: ignore[assignment]
+    _rec: Recording
+    node_id: int
+    _kind: Kind
 
     @property
     def batch(self) -> Any:
         """The :class:`DynamicBatch` that recorded it."""
-        return self[0].batch
+        return self._rec.batch
 
     @property
     def generation(self) -> int:
         """The mini-batch (of its batch) it belongs to."""
-        return self[0].generation  # type: ignore[no-any-return]
+        return self._rec.generation
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape of one row of its value."""
-        return self[2].shape  # type: ignore[no-any-return]
+        return self._kind.shape  # type: ignore[no-any-return]
 
     @property
     def op_name(self) -> str:
         """The name of its op type."""
-        return self[2].name  # type: ignore[no-any-return]
+        return self._kind.name
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Handle and other._rec is self._rec and \
+            other.node_id == self.node_id
+
+    def __hash__(self) -> int:
+        return hash((id(self._rec), self.node_id))
+
+    def __getitem__(self, index: object) -> Any:
+        raise TypeError(f"{self!r} is one node with one value, not a tuple of outputs: it "
+                        f"cannot be indexed (got [{index!r}]). A cell has one output; to "
+                        f"split one, register cells that return each part, or read the value "
+                        f"with result[handle] after run() (or `value = yield handle` in "
+                        f"run_programs) and index that tensor")
 
     def __iter__(self) -> Any:
         raise GraphError(f"{self!r} is one node, not a sequence of values; pass it to a "
                          f"cell, or read its value with result[handle] after run()")
 
     def __repr__(self) -> str:
-        return f"Handle(%{self[1]} = {self[2].name}, shape={self[2].shape})"
+        return f"Handle(%{self.node_id} = {self._kind.name}, shape={self._kind.shape})"
 
 
-new_handle = tuple.__new__
+_new = object.__new__
+
+
+def new_handle(rec: Recording, node: int, kind: Kind) -> Handle:
+    """A handle of node ``node`` of ``rec`` (the hot paths inline this)."""
+    h = _new(Handle)
+    h._rec = rec
+    h.node_id = node
+    h._kind = kind
+    return h
 
 
 class Cell:
@@ -169,15 +196,15 @@ class Cell:
                              f"{list(in_shapes)}), got {len(operands)}; pass one handle per slot")
         rec = self.batch._rec
         for slot, (handle, want) in enumerate(zip(operands, in_shapes)):
-            if type(handle) is not Handle or handle[0] is not rec:
+            if type(handle) is not Handle or handle._rec is not rec:
                 self.batch._check_handle(handle, f"cell {self.name!r} operand {slot}")
-            if handle[2].shape != want:
+            if handle._kind.shape != want:
                 raise GraphError(
                     f"cell {self.name!r} operand {slot} has shape {handle.shape} (node "
                     f"%{handle.node_id}, {handle.op_name}), but the cell was registered with "
                     f"in_shapes[{slot}] = {want}; pass a handle of shape {want} or register "
                     f"another cell for shape {handle.shape}")
-        return self.batch._add(self.op, [h[1] for h in operands],
+        return self.batch._add(self.op, [h.node_id for h in operands],
                                -1 if attr is None else int(attr))
 
     def kernel(self, op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
