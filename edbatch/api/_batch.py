@@ -23,6 +23,7 @@ from edbatch.api._handles import (
     _shape,
     new_handle,
 )
+from edbatch.api._programs import Program, ProgramsResult, run_programs
 from edbatch.api._schedulers import SchedulerLike, as_scheduler, memory_strategy
 from edbatch.api._variadic import VariadicCell
 from edbatch.errors import ExecutionError, GraphError
@@ -253,17 +254,46 @@ class DynamicBatch:
         """A node holding the constant ``row`` (gradients flow back to it if it needs them).
 
         Its op type is ``input/<shape>`` (one per shape), a lookup into the stacked rows.
+        For many rows at once see :meth:`inputs`.
         """
         shape = tuple(row.shape)
         if not shape or not all(shape):
             raise GraphError(f"input rows need a non-empty shape, got {shape}; reshape "
                              f"scalars to (1,)")
+        op = self._input_op(shape)
+        rec = self._rec
+        have = rec.nrows.get(op.name, 0)
+        rec.rows.setdefault(op.name, []).append(row.reshape(1, -1))
+        rec.nrows[op.name] = have + 1
+        return self._add(op, [], have)
+
+    def inputs(self, rows: Tensor) -> list[Handle]:
+        """One node per row of ``rows`` (``[k, *shape]``), in the current instance: bulk
+        :meth:`input`. The rows enter the executor as one block (one autograd node for the
+        whole tensor, not one per row); gradients flow back to ``rows``."""
+        if rows.dim() < 2 or not all(rows.shape):
+            raise GraphError(f"inputs() needs a tensor [k, *shape] with k >= 1 and a "
+                             f"non-empty row shape, got {tuple(rows.shape)}; use input(row) "
+                             f"for one row")
+        op = self._input_op(tuple(rows.shape[1:]))
+        rec, kind, k = self._rec, self._kinds[op.name], rows.shape[0]
+        have = rec.nrows.get(op.name, 0)
+        rec.rows.setdefault(op.name, []).append(rows.reshape(k, -1))
+        rec.nrows[op.name] = have + k
+        first = len(rec.ops)
+        rec.ops.extend([kind.op_id] * k)
+        rec.attrs.extend(range(have, have + k))
+        return [new_handle(rec, first + i, kind) for i in range(k)]
+
+    def _input_op(self, shape: tuple[int, ...]) -> OpType:
+        """The op type ``input/<shape>`` (registered on first use)."""
         name = "input/" + "x".join(map(str, shape))
+        kind = self._kinds.get(name)
+        if kind is not None:
+            return kind.op
         op = OpType(name, "lookup", (), shape, (f"api.{name}",))
         self._register(op)
-        rows = self._rec.rows.setdefault(name, [])
-        rows.append(row.reshape(-1))
-        return self._add(op, [], len(rows) - 1)
+        return op
 
     def lookup(self, embedding: nn.Embedding, index: int, *, name: str | None = None
                ) -> Handle:
@@ -296,6 +326,36 @@ class DynamicBatch:
                              f"declare the loss cell with out_shape=() and reduce per row")
         rec.losses.append(handle.node_id)
 
+    def run_programs(self, programs: Sequence[Program],
+                     scheduler: SchedulerLike = "typewise_greedy", *,
+                     strategy: Strategy = "planned", grad: bool = True) -> ProgramsResult:
+        """Run per-instance programs that read computed values, all instances batched.
+
+        Each program is a generator (one per data instance, each its own instance) that
+        records nodes as usual and yields a handle (or a list of handles of one shape) whose
+        value it needs; the yield evaluates to the value (detached, shape ``handle.shape``,
+        or ``[k, *shape]``). Every program is advanced to its next yield, then everything
+        recorded and not run yet runs as one graph (scheduled with ``scheduler``, planned
+        with ``strategy``), the values are handed back and all resume: one synchronisation
+        per round of reads, so as many as the longest chain of reads of any instance. Then
+        the rest runs and a new mini-batch starts. See :mod:`edbatch.api._programs`.
+
+        Returns:
+            A :class:`~edbatch.api._programs.ProgramsResult`: the loss over every segment
+            (one ``backward()`` reaches every parameter), the programs' return values,
+            ``syncs``, the segments run, and any node's value (``result[handle]``,
+            ``result.stack(handles)``).
+
+        Raises:
+            GraphError: nodes were already recorded, a program yielded something other
+                than handles of this mini-batch.
+        """
+        make = as_scheduler(scheduler, self._kept)
+        try:
+            return run_programs(self, programs, make, memory_strategy(make, strategy), grad)
+        finally:
+            self._clear()
+
     def discard(self) -> None:
         """Drop the recorded mini-batch without running it and start a new one; its handles
         become stale (e.g. after :meth:`graph` collected it for policy training)."""
@@ -310,14 +370,19 @@ class DynamicBatch:
         """
         for h in outputs:
             self._check_handle(h, "run(outputs=...)")
-        key = (len(self._ops), bool(self._rec.losses))  # op types are only ever added
+        return assemble_graph(self._vocab_for(bool(self._rec.losses)), self._rec,
+                              [h.node_id for h in outputs])
+
+    def _vocab_for(self, losses: bool) -> Vocab:
+        """The registered op types (and ``loss_sum`` if ``losses``) as a vocabulary."""
+        key = (len(self._ops), losses)  # op types are only ever added
         vocab = self._vocabs.get(key)
         if vocab is None:
             ops = list(self._ops)
-            if self._rec.losses:
+            if losses:
                 ops.append(OpType("loss_sum", "sum", None, (1,), batchable=False))
             vocab = self._vocabs[key] = Vocab(ops)
-        return assemble_graph(vocab, self._rec, [h.node_id for h in outputs])
+        return vocab
 
     def run(self, scheduler: SchedulerLike = "typewise_greedy", *,
             outputs: Sequence[Handle] = (), strategy: Strategy = "planned",
@@ -353,7 +418,7 @@ class DynamicBatch:
         schedule = make(graph)
         plan = plan_memory(graph, schedule, memory_strategy(make, strategy))
         params = {**self.params, **(params or {}), **{  # built-ins' params, then input rows
-            f"api.{n}": torch.stack(r).to(self.device, self.dtype)
+            f"api.{n}": (r[0] if len(r) == 1 else torch.cat(r)).to(self.device, self.dtype)
             for n, r in self._rec.rows.items()}}
         executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels, hoist=hoist)
         try:

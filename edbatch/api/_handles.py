@@ -68,8 +68,8 @@ class Recording:
     token of its batch's generation: ``handle._rec is batch._rec`` checks both at once.
     """
 
-    __slots__ = ("attrs", "batch", "counts", "generation", "losses", "marks", "operands",
-                 "ops", "rows")
+    __slots__ = ("attrs", "batch", "counts", "generation", "losses", "marks", "nrows",
+                 "operands", "ops", "rows")
 
     def __init__(self, batch: Any, generation: int) -> None:
         self.batch, self.generation = batch, generation
@@ -79,12 +79,13 @@ class Recording:
         self.counts: list[int] = []
         self.marks: list[tuple[int, int]] = []
         self.losses: list[int] = []
-        self.rows: dict[str, list[Tensor]] = {}
+        self.rows: dict[str, list[Tensor]] = {}  # input op name -> blocks [k, d] of rows
+        self.nrows: dict[str, int] = {}  # input op name -> rows in its blocks
 
     def release(self) -> None:
         """Drop the recorded lists (the mini-batch ran); handles keep batch and generation."""
         self.ops = self.operands = self.attrs = self.counts = self.losses = []
-        self.marks, self.rows = [], {}
+        self.marks, self.rows, self.nrows = [], {}, {}
 
 
 class Handle:
