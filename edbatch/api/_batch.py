@@ -6,7 +6,7 @@ See :mod:`edbatch.api` for the overview and an example.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -17,10 +17,12 @@ from edbatch.api._handles import (
     BatchResult,
     Cell,
     Handle,
+    Instance,
     Kind,
     Recording,
     ShapeLike,
     _shape,
+    dtype_hint,
     new_handle,
 )
 from edbatch.api._programs import Program, ProgramsResult, run_programs
@@ -34,44 +36,6 @@ from edbatch.graph import Graph, OpType, Vocab
 from edbatch.memory import Strategy, plan_memory
 
 __all__ = ["DynamicBatch"]
-
-
-class _Instance:
-    """``with batch.instance():`` (a plain class: a generator context manager costs about
-    four times as much per instance)."""
-
-    __slots__ = ("batch", "previous", "rec")
-
-    def __init__(self, batch: DynamicBatch) -> None:
-        self.batch = batch
-
-    def __enter__(self) -> int:
-        batch = self.batch
-        self.previous, self.rec = batch._instance, batch._rec
-        return batch.next_instance()
-
-    def __exit__(self, *exc: object) -> None:
-        batch, rec = self.batch, self.rec
-        if batch._rec is rec:  # (a run() inside the block started a new recording)
-            batch._instance = self.previous
-            rec.marks.append((len(rec.ops), self.previous))
-
-
-def dtype_hint(cells: Iterable[Any], dtype: torch.dtype) -> str:
-    """A hint naming ``DynamicBatch(dtype=...)`` when a cell's module has floating-point
-    parameters of another dtype than the batch's (``""`` if none has)."""
-    for cell in cells:
-        module = getattr(cell, "module", None)
-        if not isinstance(module, nn.Module):
-            continue
-        other = sorted({str(p.dtype) for p in module.parameters()
-                        if p.is_floating_point() and p.dtype != dtype})
-        if other:
-            return (f" The batch computes in {dtype} but cell {cell.name!r}'s module has "
-                    f"{', '.join(other)} parameters: create the batch with "
-                    f"DynamicBatch(dtype={other[0]}) or convert the module with "
-                    f"module.to({dtype})")
-    return ""
 
 
 class DynamicBatch:
@@ -209,7 +173,7 @@ class DynamicBatch:
                 module.train(training)
 
     # ------------------------------------------------------------------ recording
-    def instance(self) -> _Instance:
+    def instance(self) -> Instance:
         """Nodes created inside ``with batch.instance() as i:`` belong to a new data
         instance, of id ``i`` (blocks nest; on leaving one, the enclosing instance goes on).
 
@@ -219,7 +183,7 @@ class DynamicBatch:
         environment's features see them. Nodes recorded outside every instance count as
         instance 0, with a :class:`RecordingWarning` (once per batch) at the first
         :meth:`run` or :meth:`graph` that has some."""
-        return _Instance(self)
+        return Instance(self)
 
     def next_instance(self) -> int:
         """Start a new data instance (no context manager); return its id."""
@@ -285,9 +249,9 @@ class DynamicBatch:
         rec.attrs.extend(range(have, have + k))
         return [new_handle(rec, first + i, kind) for i in range(k)]
 
-    def _input_op(self, shape: tuple[int, ...]) -> OpType:
-        """The op type ``input/<shape>`` (registered on first use)."""
-        name = "input/" + "x".join(map(str, shape))
+    def _input_op(self, shape: tuple[int, ...], prefix: str = "input") -> OpType:
+        """The op type ``<prefix>/<shape>`` (a lookup of rows; registered on first use)."""
+        name = f"{prefix}/" + "x".join(map(str, shape))
         kind = self._kinds.get(name)
         if kind is not None:
             return kind.op

@@ -236,8 +236,8 @@ def builtin_op(batch: Batch, name: str) -> BuiltinOp:
     Raises:
         UnknownNameError: no such built-in op type in the batch (with a did-you-mean hint).
     """
-    if name not in batch._op_ids or name.startswith(("user.", "input/")):
-        names = [o.name for o in batch._ops if not o.name.startswith(("user.", "input/"))]
+    if name not in batch._op_ids or name.startswith(("user.", "input/", "value/")):
+        names = [o.name for o in batch._ops if not o.name.startswith(("user.", "input/", "value/"))]
         raise UnknownNameError(f"no built-in op type {name!r} in this batch; register a "
                                f"workload with DynamicBatch.from_workload. Known: "
                                f"{names[:8]}" + did_you_mean(name, names))

@@ -7,20 +7,20 @@ this module imports nothing of :mod:`edbatch.api._batch` (the import graph stays
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from edbatch.errors import GraphError
 from edbatch.executor.torch_executor import RunResult
 from edbatch.graph import Graph, OpType
 from edbatch.schedule import Schedule
 
-__all__ = ["BatchResult", "Cell", "Handle", "Kind", "Recorder", "Recording", "ShapeLike",
-           "new_handle"]
+__all__ = ["BatchResult", "Cell", "Handle", "Instance", "Kind", "Recorder", "Recording",
+           "ShapeLike", "dtype_hint", "new_handle"]
 
 
 class Recorder(Protocol):
@@ -86,6 +86,44 @@ class Recording:
         """Drop the recorded lists (the mini-batch ran); handles keep batch and generation."""
         self.ops = self.operands = self.attrs = self.counts = self.losses = []
         self.marks, self.rows, self.nrows = [], {}, {}
+
+
+class Instance:
+    """``with batch.instance():`` (a plain class: a generator context manager costs about
+    four times as much per instance)."""
+
+    __slots__ = ("batch", "previous", "rec")
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+
+    def __enter__(self) -> int:
+        batch = self.batch
+        self.previous, self.rec = batch._instance, batch._rec
+        return batch.next_instance()
+
+    def __exit__(self, *exc: object) -> None:
+        batch, rec = self.batch, self.rec
+        if batch._rec is rec:  # (a run() inside the block started a new recording)
+            batch._instance = self.previous
+            rec.marks.append((len(rec.ops), self.previous))
+
+
+def dtype_hint(cells: Iterable[Any], dtype: torch.dtype) -> str:
+    """A hint naming ``DynamicBatch(dtype=...)`` when a cell's module has floating-point
+    parameters of another dtype than the batch's (``""`` if none has)."""
+    for cell in cells:
+        module = getattr(cell, "module", None)
+        if not isinstance(module, nn.Module):
+            continue
+        other = sorted({str(p.dtype) for p in module.parameters()
+                        if p.is_floating_point() and p.dtype != dtype})
+        if other:
+            return (f" The batch computes in {dtype} but cell {cell.name!r}'s module has "
+                    f"{', '.join(other)} parameters: create the batch with "
+                    f"DynamicBatch(dtype={other[0]}) or convert the module with "
+                    f"module.to({dtype})")
+    return ""
 
 
 class Handle:

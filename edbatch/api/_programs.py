@@ -23,7 +23,7 @@ as often as the longest chain of reads of any instance, not once per instance, a
 segment batches across all instances.
 
 Values and gradients: a later segment reads the values of earlier nodes it uses as inputs
-(``input/<shape>`` nodes over rows gathered from the earlier batches' outputs, one
+(``value/<shape>`` nodes, lookups of rows gathered from the earlier batches' outputs, one
 ``index_select`` per source batch: see :mod:`edbatch.api._values`), so the autograd graph
 runs through every segment and one ``loss.backward()`` reaches every parameter. The values
 handed to programs are detached (for branching); use the handle in cells to differentiate
@@ -136,21 +136,19 @@ class _Runner:
         if n and inst_all.min() < 0:
             warn_outside(batch, int((inst_all < 0).sum()))
             inst_all[inst_all < 0] = 0
-        # the earlier nodes read here become input/<shape> nodes over their gathered rows
+        # the earlier nodes read here become value/<shape> nodes over their gathered rows
         params = dict(batch.params)
+        for name, blocks in rec.rows.items():
+            params[f"api.{name}"] = _rows(blocks).to(batch.device, batch.dtype)
         old_ops = np.zeros(c, np.int32)
         old_attrs = np.zeros(c, np.int64)
         shapes = [vocab_ops[i].out_shape for i in op_all[old]]
         for shape in sorted(set(shapes)):
             sel = np.flatnonzero([s == shape for s in shapes])
-            op = batch._input_op(shape)
-            have = rec.nrows.get(op.name, 0)
+            op = batch._input_op(shape, "value")
             old_ops[sel] = batch._kinds[op.name].op_id
-            old_attrs[sel] = have + np.arange(len(sel))
-            rec.rows.setdefault(op.name, []).append(self.values.gather(old[sel]))
-            rec.nrows[op.name] = have + len(sel)
-        for name, blocks in rec.rows.items():
-            params[f"api.{name}"] = _rows(blocks).to(batch.device, batch.dtype)
+            old_attrs[sel] = np.arange(len(sel))
+            params[f"api.{op.name}"] = self.values.gather(old[sel])
         local = np.where(flat < start, np.searchsorted(old, flat), flat - start + c)
         loss_local = np.where(losses < start, np.searchsorted(old, losses), losses - start + c)
         has_loss = len(losses) > 0
