@@ -63,8 +63,10 @@ def hand_loss(model: Any, chunk: list[tuple[list[int], int]]) -> Tensor:
     return F.cross_entropy(model.classify.linear(y), labels, reduction="sum")
 
 
-def api_loss(model: Any, chunk: list[tuple[list[int], int]], scheduler: str) -> Tensor:
-    out = model.batch.run_programs([model.program(w, y) for w, y in chunk], scheduler)
+def api_loss(model: Any, chunk: list[tuple[list[int], int]], scheduler: str,
+             strategy: str = "planned") -> Tensor:
+    out = model.batch.run_programs([model.program(w, y) for w, y in chunk], scheduler,
+                                   strategy=strategy)
     assert out.loss is not None
     return out.loss
 
@@ -75,6 +77,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--scheduler", default="typewise_greedy")
+    p.add_argument("--strategy", default="planned", help="memory strategy of the API runs")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model = moe.MoE(vocab, dim=args.dim)
     from edbatch.api import warmup
     warmup((args.scheduler,))
-    runs = {"edbatch": lambda: api_loss(model, data, args.scheduler),
+    runs = {"edbatch": lambda: api_loss(model, data, args.scheduler, args.strategy),
             "pytorch_hand": lambda: hand_loss(model, data)}
     times: dict[str, list[float]] = {name: [] for name in runs}
     rng = np.random.default_rng(0)

@@ -136,6 +136,8 @@ class DynamicBatch:
         self._probe(new)
         self.kernels[new.op.kind] = new.kernel
         self._register(new.op)
+        if isinstance(new, Cell):
+            new.kind = self._kinds[new.op.name]
         self._cells[new.op.kind] = new
         return new
 

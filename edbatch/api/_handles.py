@@ -214,6 +214,8 @@ class Cell:
                  takes_attr: bool) -> None:
         self.batch, self.module, self.name, self.takes_attr = batch, module, name, takes_attr
         self.op = OpType(f"user.{name}", f"user.{name}", tuple(in_shapes), out_shape)
+        self.in_shapes = tuple(in_shapes)
+        self.kind: Kind | None = None  # set when registered (the fast path needs it)
 
     def __repr__(self) -> str:
         return f"Cell({self.name!r}, in_shapes={self.op.in_shapes}, out={self.op.out_shape})"
@@ -225,6 +227,32 @@ class Cell:
             GraphError: wrong operand count, an operand that is not a handle of the current
                 mini-batch, a shape other than ``in_shapes``, a missing or unexpected attr.
         """
+        kind = self.kind
+        if kind is not None and (attr is None) is not self.takes_attr and \
+                len(operands) == len(self.in_shapes):
+            # the common case, checked and recorded inline (see _builtins' fixed arities)
+            rec = self.batch._rec
+            try:
+                for h, want in zip(operands, self.in_shapes):
+                    if h._rec is not rec or h._kind.shape != want:
+                        break
+                else:
+                    ops = rec.ops
+                    node = len(ops)
+                    ops.append(kind.op_id)
+                    rec.operands.extend([h.node_id for h in operands])
+                    rec.attrs.append(-1 if attr is None else int(attr))
+                    out = _new(Handle)
+                    out._rec = rec
+                    out.node_id = node
+                    out._kind = kind
+                    return out
+            except AttributeError:
+                pass
+        return self._checked(operands, attr)
+
+    def _checked(self, operands: Sequence[Handle], attr: int | None) -> Handle:
+        """:meth:`__call__` with every check and its error."""
         if self.takes_attr != (attr is not None):
             need = "needs attr=<int>" if self.takes_attr else "takes no attr"
             raise GraphError(f"cell {self.name!r} {need} (registered with "
