@@ -318,7 +318,7 @@ class DynamicBatch:
         """
         make = as_scheduler(scheduler, self._kept)
         try:
-            return run_programs(self, programs, make, memory_strategy(make, strategy), grad)
+            return run_programs(self, programs, make, strategy, grad)
         finally:
             self._clear()
 

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from edbatch.api._builtins import _instances, warn_outside
 from edbatch.api._handles import Handle
+from edbatch.api._schedulers import memory_strategy
 from edbatch.api._values import Capture, Values
 from edbatch.errors import GraphError
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
@@ -167,7 +168,7 @@ class _Runner:
                                   attrs=attrs, instance=inst,
                                   outputs=[c + m] if has_loss else [])
         schedule = self.make(graph)
-        plan = plan_memory(graph, schedule, self.strategy)
+        plan = plan_memory(graph, schedule, memory_strategy(self.make, self.strategy))
         capture = Capture(batch.kernels)
         executor = TorchExecutor(batch.device, batch.dtype, kernels=capture.kernels, hoist=False)
         result = executor.run(graph, schedule, plan, params, grad=self.grad)

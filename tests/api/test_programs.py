@@ -71,7 +71,7 @@ class _Cat(nn.Module):
 SENTENCES = [[1, 2], [3, 4, 5, 6], [7, 8, 9, 10, 11, 1], [2, 3, 4]]
 
 
-@pytest.mark.parametrize("scheduler", ["typewise_greedy", "depth"])
+@pytest.mark.parametrize("scheduler", ["typewise_greedy", "depth", "auto"])
 def test_programs_equal_per_instance_pytorch_and_sync_per_read_depth(scheduler: str) -> None:
     model = Model()
     out = model.batch.run_programs([model.program(s) for s in SENTENCES], scheduler)
@@ -168,3 +168,16 @@ def test_program_errors() -> None:
     b.lookup(model.embed, 1)
     with pytest.raises(GraphError, match="already has recorded nodes"):
         b.run_programs([bad()])
+
+
+def test_programs_run_with_a_policy_trained_on_their_segments() -> None:
+    from policies import train_policy
+
+    model = Model()
+    out = model.batch.run_programs([model.program(s) for s in SENTENCES])
+    graphs = [seg.graph for seg in out.segments]
+    assert any("value/5" in g.vocab.names for g in graphs)  # earlier values taken over
+    policy = train_policy(graphs, trainer="ed_batch", max_episodes=5)
+    got = model.batch.run_programs([model.program(s) for s in SENTENCES], policy)
+    assert got.syncs == out.syncs and got.returns == out.returns
+    assert got.loss.item() == pytest.approx(out.loss.item(), rel=1e-12)
