@@ -179,13 +179,16 @@ class _Runner:
         self.start, self.op_start = n, len(rec.operands)
         self.count_start, self.loss_start = len(rec.counts), len(rec.losses)
 
-    def value(self, wanted: Any) -> Tensor:
-        """The detached value of a yielded handle, or ``[k, *shape]`` for a list."""
-        if isinstance(wanted, Handle):
-            v = self.values.gather(np.array([wanted.node_id]))
-            return v.detach().reshape(wanted.shape)
-        nodes = np.fromiter((h.node_id for h in wanted), np.int64, len(wanted))
-        return self.values.gather(nodes).detach().reshape(len(wanted), *wanted[0].shape)
+    def values_of(self, asked: dict[int, list[Handle]]) -> dict[int, Tensor]:
+        """Every program's requested values, read in one gather (then sliced per program,
+        detached: no autograd node per program)."""
+        nodes = np.fromiter((h.node_id for hs in asked.values() for h in hs), np.int64)
+        flat = self.values.gather(nodes).detach()
+        out, at = {}, 0
+        for i, hs in asked.items():
+            out[i] = flat[at:at + len(hs)].reshape(len(hs), *hs[0].shape)
+            at += len(hs)
+        return out
 
 
 def _rows(blocks: list[Tensor]) -> Tensor:
@@ -193,13 +196,15 @@ def _rows(blocks: list[Tensor]) -> Tensor:
 
 
 def _check_yield(batch: Any, i: int, wanted: Any) -> list[Handle]:
-    items = [wanted] if isinstance(wanted, Handle) else wanted
+    items = [wanted] if type(wanted) is Handle else wanted
     if not isinstance(items, (list, tuple)) or not items:
         raise GraphError(f"program {i} yielded {type(wanted).__name__}; yield a Handle (or a "
                          f"non-empty list of handles) whose value it needs")
+    rec, shape = batch._rec, getattr(items[0], "shape", None)
     for h in items:
-        batch._check_handle(h, f"program {i}'s yield")
-        if h.shape != items[0].shape:
+        if type(h) is not Handle or h._rec is not rec:
+            batch._check_handle(h, f"program {i}'s yield")
+        if h._kind.shape != shape:
             raise GraphError(f"program {i} yielded handles of shapes {items[0].shape} and "
                              f"{h.shape}; yield a list of one shape (or yield them apart)")
     return list(items)
@@ -232,12 +237,15 @@ def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         rec.marks.append((len(rec.ops), -1))
         if not asked:
             break
-        needed = [h for i, y in asked.items() for h in _check_yield(batch, i, y)]
-        if any(not runner.values.computed(h.node_id) for h in needed):
+        lists = {i: _check_yield(batch, i, y) for i, y in asked.items()}
+        nodes = np.fromiter((h.node_id for hs in lists.values() for h in hs), np.int64)
+        runner.values.grow(len(rec.ops))
+        if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
             runner.run()
             syncs += 1
+        values = runner.values_of(lists)
         for i, wanted in asked.items():
-            sent[i] = runner.value(wanted)
+            sent[i] = values[i][0] if type(wanted) is Handle else values[i]
     runner.run()
     loss = None
     if runner.losses:
