@@ -85,10 +85,6 @@ class Values:
         self.grow(int(ids.max()) + 1 if len(ids) else 0)
         self.batch[ids], self.row[ids] = batch[keep], row[keep]
 
-    def computed(self, node: int) -> bool:
-        """Whether ``node`` has a value."""
-        return node < len(self.batch) and self.batch[node] >= 0
-
     def gather(self, nodes: np.ndarray) -> Tensor:  # type: ignore[type-arg]
         """The values of ``nodes`` as ``[len(nodes), width]``: one ``index_select`` per
         source batch (and a ``cat`` and a reorder when there are several)."""

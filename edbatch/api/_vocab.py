@@ -2,7 +2,9 @@
 
 A :class:`~edbatch.api.DynamicBatch` registers op types as the program meets them
 (``input/<shape>`` on the first :meth:`~edbatch.api.DynamicBatch.input` of a shape,
-``embedding<k>`` on the first lookup, ``loss_sum`` only in mini-batches with losses), so the
+``embedding<k>`` on the first lookup, ``value/<shape>`` when a segment of
+:meth:`~edbatch.api.DynamicBatch.run_programs` first takes over earlier values, ``loss_sum``
+only in mini-batches with losses), so the
 vocabulary of its graphs can grow while the program runs. A policy's table refers to op
 types by id, so a graph is re-expressed in the policy's vocabulary, by name, before the
 policy schedules it (:func:`to_vocab`): a mini-batch is refused only if it uses an op type
