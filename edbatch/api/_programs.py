@@ -28,6 +28,24 @@ Values and gradients: a later segment reads the values of earlier nodes it uses 
 runs through every segment and one ``loss.backward()`` reaches every parameter. The values
 handed to programs are detached (for branching); use the handle in cells to differentiate
 through a value.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from edbatch.api import DynamicBatch
+    >>> _ = torch.manual_seed(0)
+    >>> batch = DynamicBatch()
+    >>> step = batch.cell(nn.Linear(2, 2), "step", [2], 2)
+    >>> def program(x, reads):      # one step or two, by the sign of a value read
+    ...     h, signs = step(batch.input(x)), []
+    ...     for _ in range(reads):
+    ...         v = yield h
+    ...         signs.append(bool(v[0] > 0))
+    ...         h = step(h) if signs[-1] else step(step(h))
+    ...     return signs
+    >>> out = batch.run_programs([program(torch.ones(2), 1), program(-torch.ones(2), 3)])
+    >>> out.syncs, [len(r) for r in out.returns]    # the longest chain of reads, not 1 + 3
+    (3, [1, 3])
 """
 
 from __future__ import annotations
