@@ -14,10 +14,16 @@ them with any of the project's trainers, save it, and pass it to ``batch.run(pol
     policy = train_policy(graphs[:4], val_graphs=graphs[4:], path="policy.json")
     out = batch.run(load_policy("policy.json"))
 
-The graphs' op types are the batch's cells in registration order (plus ``loss_sum`` when the
-mini-batch has losses), so register every cell before recording and in the same order in the
-program that uses the policy; a policy run on a graph with other op types is refused with the
-first difference. Trainers (:data:`TRAINERS`): ``fsm`` (edbatch's tabular learner, the
+Op types are matched by name: the training graphs may have different vocabularies (op
+types such as ``input/<shape>``, ``embedding<k>`` and ``loss_sum`` appear only once the
+program uses them), the policy is trained on their union, and ``batch.run(policy)``
+re-expresses each mini-batch in the policy's op types; only a mini-batch that uses an op
+type none of the training graphs had is refused (naming it). A policy that learned nothing
+(an empty table: its fallback alone, e.g. because the fallback already met the lower bound
+and training stopped before the first episode) says so with a :class:`UserWarning` and
+``policy.metadata["learned"] = False`` with the reason in ``metadata["note"]``.
+
+Trainers (:data:`TRAINERS`): ``fsm`` (edbatch's tabular learner, the
 ``experiments.train`` default), ``ed_batch`` (ED-Batch's learner), ``maskable_ppo`` and
 ``dqn`` (SB3, distilled into an FSM; need the ``rl`` extra), or any object with the
 trainers' ``fit(train_graphs, val_graphs, ...)`` method.
@@ -25,10 +31,12 @@ trainers' ``fit(train_graphs, val_graphs, ...)`` method.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edbatch.api._vocab import to_vocab, union_vocab
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.graph import Graph
 from policies.fsm import FSMPolicy
@@ -58,12 +66,24 @@ def _graphs(items: Sequence[Any], what: str) -> list[Graph]:
     return graphs
 
 
-def _check_vocab(graphs: Sequence[Graph], names: tuple[str, ...], what: str) -> None:
-    for i, g in enumerate(graphs):
-        if g.vocab.names != names:
-            raise GraphError(f"{what}[{i}] has op types {list(g.vocab.names)}, but the first "
-                             f"training graph has {list(names)}; register the same cells in "
-                             f"the same order (and add losses to every mini-batch or none)")
+def _learned_nothing(policy: Any, result: Any) -> str | None:
+    """Why a trained policy is its fallback alone (``None`` if it has a table)."""
+    if getattr(policy, "num_states", 1) > 0:
+        return None
+    episodes = getattr(result, "episodes", None)
+    ratio = getattr(result, "best_ratio", float("nan"))
+    fallback = getattr(policy, "fallback_name", "?")
+    stop = (getattr(policy, "metadata", {}).get("config") or {}).get("early_stop_ratio")
+    if episodes == 0:
+        return (f"train_policy: the policy learned nothing (0 states, 0 episodes): its "
+                f"fallback {fallback!r} already schedules the validation graphs at "
+                f"{ratio:.4f} x the lower bound, which meets the early-stop ratio "
+                f"{stop}; the policy is that fallback alone. Nothing is left to learn on "
+                f"these graphs (pass early_stop_ratio=1.0 to train anyway)")
+    return (f"train_policy: the policy learned nothing (0 states after {episodes or 'its'} "
+            f"episodes): no table beat its fallback {fallback!r} ({ratio:.4f} x the lower "
+            f"bound) on the validation graphs; the policy is that fallback alone. Train "
+            f"longer (max_episodes=...) or on more varied graphs")
 
 
 def train_policy(graphs: Sequence[Any], trainer: str | Any = "fsm", *,
@@ -85,11 +105,15 @@ def train_policy(graphs: Sequence[Any], trainer: str | Any = "fsm", *,
             (e.g. ``max_episodes=100``; see ``policies.QLearningConfig``).
 
     Returns:
-        The trained :class:`policies.FSMPolicy`; ``policy.metadata["best_ratio"]`` is its
-        batches / lower bound on the validation graphs.
+        The trained :class:`policies.FSMPolicy` (over the union of the graphs' op types);
+        ``policy.metadata["best_ratio"]`` is its batches / lower bound on the validation
+        graphs, ``metadata["learned"]`` whether its table has any state.
+
+    Warns:
+        UserWarning: the policy learned nothing (its table is empty), with the reason.
 
     Raises:
-        GraphError: no graphs, a non-graph, or graphs with different op types.
+        GraphError: no graphs, or a non-graph.
         UnknownNameError: an unknown trainer name or hyper-parameter.
     """
     train = _graphs(graphs, "graphs")
@@ -97,9 +121,9 @@ def train_policy(graphs: Sequence[Any], trainer: str | Any = "fsm", *,
         raise GraphError("train_policy needs at least one graph; record mini-batches and "
                          "collect batch.graph() before calling it")
     val = _graphs(val_graphs, "val_graphs") if val_graphs is not None else train
-    names = train[0].vocab.names
-    _check_vocab(train, names, "graphs")
-    _check_vocab(val, names, "val_graphs")
+    vocab = union_vocab([*train, *val])
+    train = [to_vocab(g, vocab) for g in train]
+    val = [to_vocab(g, vocab) for g in val]
     if isinstance(trainer, str):
         trainer = _make_trainer(trainer, seed, hparams)
     elif hparams:
@@ -108,6 +132,11 @@ def train_policy(graphs: Sequence[Any], trainer: str | Any = "fsm", *,
     result = trainer.fit(train, val, checkpoint=checkpoint, progress=progress,
                          metadata={"source": "edbatch.api", "trainer": getattr(
                              trainer, "name", type(trainer).__name__), "seed": seed})
+    note = _learned_nothing(result.policy, result)
+    result.policy.metadata["learned"] = note is None
+    if note is not None:
+        result.policy.metadata["note"] = note
+        warnings.warn(note, UserWarning, stacklevel=2)
     if path is not None:
         result.policy.save(path)
     return result.policy

@@ -89,19 +89,22 @@ def test_train_save_load_and_run_a_policy_for_an_own_model(tmp_path: Path) -> No
 def test_default_trainer_is_edbatch_learner_with_rollout(tmp_path: Path) -> None:
     model = Chains()
     graphs = [g for g, _ in model.graphs(3, seed=1)]
-    policy = train_policy(graphs[:2], val_graphs=graphs[2:], max_episodes=20)
+    with pytest.warns(UserWarning, match="learned nothing"):  # the fallback meets the LB
+        policy = train_policy(graphs[:2], val_graphs=graphs[2:], max_episodes=20)
     assert policy.lookahead == "rollout" and policy.encoding == "hints"
     assert policy.metadata["best_ratio"] >= 1.0
     model.record(np.random.default_rng(3), 4)
     assert model.batch.run(policy).loss is not None
 
 
-def test_a_policy_refuses_graphs_of_other_cells(tmp_path: Path) -> None:
+def test_a_policy_matches_op_types_by_name(tmp_path: Path) -> None:
     policy = train_policy(Chains().graphs(1), trainer="ed_batch", max_episodes=5)
     other = Chains(order=("mix", "step"))  # same cells, other registration order
     other.record(np.random.default_rng(0), 2)
-    with pytest.raises(GraphError, match="register the same cells in the same order"):
-        other.batch.run(policy)
+    out = other.batch.run(policy)
+    out.schedule.validate(out.graph)
+    other.record(np.random.default_rng(0), 2)
+    assert out.loss.item() == pytest.approx(other.batch.run("depth").loss.item(), rel=1e-6)
 
 
 def test_train_policy_errors() -> None:
@@ -115,9 +118,6 @@ def test_train_policy_errors() -> None:
         train_policy(graphs, trainer="ed_bach")
     with pytest.raises(UnknownNameError, match="max_episode"):
         train_policy(graphs, trainer="ed_batch", max_episode=3)
-    other = Chains(order=("mix", "step")).graphs(1)
-    with pytest.raises(GraphError, match=r"graphs\[1\] has op types"):
-        train_policy(graphs + other)
     with pytest.raises(PolicyFileError, match="no such policy file"):
         load_policy("missing/policy.json")
 

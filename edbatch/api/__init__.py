@@ -9,7 +9,9 @@ module per batch, on all the rows of that batch. Modules must treat rows indepen
 
 Every registered cell is an op type of kind ``user.<name>`` whose kernel (in the batch's own
 kernel table, passed to the executor) calls the module. A DynamicBatch is long-lived (like a
-model); each :meth:`~DynamicBatch.run` ends one mini-batch and starts the next one.
+model); each :meth:`~DynamicBatch.run` ends one mini-batch and starts the next one. The
+first run of a process loads the compiled scheduling core (about 0.3 s): call
+:func:`warmup` at start-up to pay it there.
 
 Example:
     >>> import torch
@@ -31,11 +33,13 @@ Example:
 """
 
 from edbatch.api._batch import DynamicBatch
-from edbatch.api._builtins import BuiltinOp, take_graph
+from edbatch.api._builtins import BuiltinOp, RecordingWarning, take_graph
 from edbatch.api._handles import BatchResult, Cell, Handle, ShapeLike
+from edbatch.api._programs import ProgramsResult
 from edbatch.api._schedulers import AutoScheduler, SchedulerLike, memory_strategy
 from edbatch.api._variadic import VariadicCell, segment_sum
+from edbatch.api._warmup import warmup
 
 __all__ = ["AutoScheduler", "BatchResult", "BuiltinOp", "Cell", "DynamicBatch", "Handle",
-           "SchedulerLike", "ShapeLike", "VariadicCell", "memory_strategy", "segment_sum",
-           "take_graph"]
+           "ProgramsResult", "RecordingWarning", "SchedulerLike", "ShapeLike", "VariadicCell",
+           "memory_strategy", "segment_sum", "take_graph", "warmup"]

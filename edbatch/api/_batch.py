@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -16,44 +17,25 @@ from edbatch.api._handles import (
     BatchResult,
     Cell,
     Handle,
+    Instance,
     Kind,
     Recording,
     ShapeLike,
     _shape,
+    dtype_hint,
     new_handle,
 )
+from edbatch.api._programs import Program, ProgramsResult, run_programs
 from edbatch.api._schedulers import SchedulerLike, as_scheduler, memory_strategy
 from edbatch.api._variadic import VariadicCell
-from edbatch.errors import GraphError
+from edbatch.errors import ExecutionError, GraphError
 from edbatch.executor import KERNELS, Kernel
 from edbatch.executor.device import check_device, check_dtype
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph, OpType, Vocab
 from edbatch.memory import Strategy, plan_memory
-from edbatch.schedule import Scheduler
 
 __all__ = ["DynamicBatch"]
-
-
-class _Instance:
-    """``with batch.instance():`` (a plain class: a generator context manager costs about
-    four times as much per instance)."""
-
-    __slots__ = ("batch", "previous", "rec")
-
-    def __init__(self, batch: DynamicBatch) -> None:
-        self.batch = batch
-
-    def __enter__(self) -> int:
-        batch = self.batch
-        self.previous, self.rec = batch._instance, batch._rec
-        return batch.next_instance()
-
-    def __exit__(self, *exc: object) -> None:
-        batch, rec = self.batch, self.rec
-        if batch._rec is rec:  # (a run() inside the block started a new recording)
-            batch._instance = self.previous
-            rec.marks.append((len(rec.ops), self.previous))
 
 
 class DynamicBatch:
@@ -82,9 +64,10 @@ class DynamicBatch:
         self._cells: dict[str, Cell] = {}
         self._embeddings: dict[int, Cell] = {}
         self._generation = 0
+        self.warned_outside = False  # the warning about nodes outside instances: once
         self.params: dict[str, Tensor] = {}  #: built-in op types' parameters (from_workload)
         self._vocabs: dict[tuple[int, bool], Vocab] = {}  # graph() vocabularies, reused
-        self._kept: dict[str, Scheduler] = {}  # run("auto"): its timings last across runs
+        self._kept: dict[Any, Any] = {}  # run("auto") and policies: made once, kept across runs
         self._clear()
 
     @classmethod
@@ -103,7 +86,7 @@ class DynamicBatch:
             old.release()
         self._generation += 1
         self._rec = Recording(self, self._generation)
-        self._instance = self._num_instances = 0
+        self._instance, self._num_instances = -1, 0  # -1: outside any instance
 
     @property
     def vocab(self) -> Vocab:
@@ -153,6 +136,8 @@ class DynamicBatch:
         self._probe(new)
         self.kernels[new.op.kind] = new.kernel
         self._register(new.op)
+        if isinstance(new, Cell):
+            new.kind = self._kinds[new.op.name]
         self._cells[new.op.kind] = new
         return new
 
@@ -178,19 +163,29 @@ class DynamicBatch:
         except GraphError:
             raise
         except Exception as e:
+            hint = dtype_hint([cell], self.dtype) or (
+                f" The batch computes in {self.dtype}: for another dtype create it with "
+                f"DynamicBatch(dtype=...)." if "dtype" in str(e) or "Double" in str(e) else "")
             raise GraphError(f"cell {cell.name!r}: module {type(module).__name__} raised "
                              f"{type(e).__name__}: {e} on a probe batch of zeros with input "
                              f"shapes {[(1, *s) for s in shapes]}; check in_shapes and the "
-                             f"module") from e
+                             f"module.{hint}") from e
         finally:
             if isinstance(module, nn.Module):
                 module.train(training)
 
     # ------------------------------------------------------------------ recording
-    def instance(self) -> _Instance:
+    def instance(self) -> Instance:
         """Nodes created inside ``with batch.instance() as i:`` belong to a new data
-        instance, of id ``i``."""
-        return _Instance(self)
+        instance, of id ``i`` (blocks nest; on leaving one, the enclosing instance goes on).
+
+        Instances label nodes with the data item they belong to: they change no value,
+        gradient or schedule. The lower bound (:func:`~edbatch.schedule.lower_bound`) takes
+        a faster path when instances are separate, and policy training and the
+        environment's features see them. Nodes recorded outside every instance count as
+        instance 0, with a :class:`RecordingWarning` (once per batch) at the first
+        :meth:`run` or :meth:`graph` that has some."""
+        return Instance(self)
 
     def next_instance(self) -> int:
         """Start a new data instance (no context manager); return its id."""
@@ -208,7 +203,7 @@ class DynamicBatch:
         if kind.arity < 0:
             rec.counts.append(len(operands))
         rec.attrs.append(attr)
-        return new_handle(Handle, (rec, node, kind))
+        return new_handle(rec, node, kind)
 
     def _check_handle(self, handle: object, where: str) -> None:
         if not isinstance(handle, Handle):
@@ -225,17 +220,46 @@ class DynamicBatch:
         """A node holding the constant ``row`` (gradients flow back to it if it needs them).
 
         Its op type is ``input/<shape>`` (one per shape), a lookup into the stacked rows.
+        For many rows at once see :meth:`inputs`.
         """
         shape = tuple(row.shape)
         if not shape or not all(shape):
             raise GraphError(f"input rows need a non-empty shape, got {shape}; reshape "
                              f"scalars to (1,)")
-        name = "input/" + "x".join(map(str, shape))
+        op = self._input_op(shape)
+        rec = self._rec
+        have = rec.nrows.get(op.name, 0)
+        rec.rows.setdefault(op.name, []).append(row.reshape(1, -1))
+        rec.nrows[op.name] = have + 1
+        return self._add(op, [], have)
+
+    def inputs(self, rows: Tensor) -> list[Handle]:
+        """One node per row of ``rows`` (``[k, *shape]``), in the current instance: bulk
+        :meth:`input`. The rows enter the executor as one block (one autograd node for the
+        whole tensor, not one per row); gradients flow back to ``rows``."""
+        if rows.dim() < 2 or not all(rows.shape):
+            raise GraphError(f"inputs() needs a tensor [k, *shape] with k >= 1 and a "
+                             f"non-empty row shape, got {tuple(rows.shape)}; use input(row) "
+                             f"for one row")
+        op = self._input_op(tuple(rows.shape[1:]))
+        rec, kind, k = self._rec, self._kinds[op.name], rows.shape[0]
+        have = rec.nrows.get(op.name, 0)
+        rec.rows.setdefault(op.name, []).append(rows.reshape(k, -1))
+        rec.nrows[op.name] = have + k
+        first = len(rec.ops)
+        rec.ops.extend([kind.op_id] * k)
+        rec.attrs.extend(range(have, have + k))
+        return [new_handle(rec, first + i, kind) for i in range(k)]
+
+    def _input_op(self, shape: tuple[int, ...], prefix: str = "input") -> OpType:
+        """The op type ``<prefix>/<shape>`` (a lookup of rows; registered on first use)."""
+        name = f"{prefix}/" + "x".join(map(str, shape))
+        kind = self._kinds.get(name)
+        if kind is not None:
+            return kind.op
         op = OpType(name, "lookup", (), shape, (f"api.{name}",))
         self._register(op)
-        rows = self._rec.rows.setdefault(name, [])
-        rows.append(row.reshape(-1))
-        return self._add(op, [], len(rows) - 1)
+        return op
 
     def lookup(self, embedding: nn.Embedding, index: int, *, name: str | None = None
                ) -> Handle:
@@ -259,14 +283,44 @@ class DynamicBatch:
     def add_loss(self, handle: Handle) -> None:
         """Add ``handle`` (one number per row) to the mini-batch loss that ``run`` returns."""
         rec = self._rec
-        if type(handle) is Handle and handle[0] is rec and handle[2].scalar:
-            rec.losses.append(handle[1])
+        if type(handle) is Handle and handle._rec is rec and handle._kind.scalar:
+            rec.losses.append(handle.node_id)
             return
         self._check_handle(handle, "add_loss")
         if math.prod(handle.shape) != 1:
             raise GraphError(f"add_loss: {handle!r} has shape {handle.shape}, not one number; "
                              f"declare the loss cell with out_shape=() and reduce per row")
         rec.losses.append(handle.node_id)
+
+    def run_programs(self, programs: Sequence[Program],
+                     scheduler: SchedulerLike = "typewise_greedy", *,
+                     strategy: Strategy = "planned", grad: bool = True) -> ProgramsResult:
+        """Run per-instance programs that read computed values, all instances batched.
+
+        Each program is a generator (one per data instance, each its own instance) that
+        records nodes as usual and yields a handle (or a list of handles of one shape) whose
+        value it needs; the yield evaluates to the value (detached, shape ``handle.shape``,
+        or ``[k, *shape]``). Every program is advanced to its next yield, then everything
+        recorded and not run yet runs as one graph (scheduled with ``scheduler``, planned
+        with ``strategy``), the values are handed back and all resume: one synchronisation
+        per round of reads, so as many as the longest chain of reads of any instance. Then
+        the rest runs and a new mini-batch starts. See :mod:`edbatch.api._programs`.
+
+        Returns:
+            A :class:`~edbatch.api._programs.ProgramsResult`: the loss over every segment
+            (one ``backward()`` reaches every parameter), the programs' return values,
+            ``syncs``, the segments run, and any node's value (``result[handle]``,
+            ``result.stack(handles)``).
+
+        Raises:
+            GraphError: nodes were already recorded, a program yielded something other
+                than handles of this mini-batch.
+        """
+        make = as_scheduler(scheduler, self._kept)
+        try:
+            return run_programs(self, programs, make, strategy, grad)
+        finally:
+            self._clear()
 
     def discard(self) -> None:
         """Drop the recorded mini-batch without running it and start a new one; its handles
@@ -282,14 +336,19 @@ class DynamicBatch:
         """
         for h in outputs:
             self._check_handle(h, "run(outputs=...)")
-        key = (len(self._ops), bool(self._rec.losses))  # op types are only ever added
+        return assemble_graph(self._vocab_for(bool(self._rec.losses)), self._rec,
+                              [h.node_id for h in outputs])
+
+    def _vocab_for(self, losses: bool) -> Vocab:
+        """The registered op types (and ``loss_sum`` if ``losses``) as a vocabulary."""
+        key = (len(self._ops), losses)  # op types are only ever added
         vocab = self._vocabs.get(key)
         if vocab is None:
             ops = list(self._ops)
-            if self._rec.losses:
+            if losses:
                 ops.append(OpType("loss_sum", "sum", None, (1,), batchable=False))
             vocab = self._vocabs[key] = Vocab(ops)
-        return assemble_graph(vocab, self._rec, [h.node_id for h in outputs])
+        return vocab
 
     def run(self, scheduler: SchedulerLike = "typewise_greedy", *,
             outputs: Sequence[Handle] = (), strategy: Strategy = "planned",
@@ -325,10 +384,16 @@ class DynamicBatch:
         schedule = make(graph)
         plan = plan_memory(graph, schedule, memory_strategy(make, strategy))
         params = {**self.params, **(params or {}), **{  # built-ins' params, then input rows
-            f"api.{n}": torch.stack(r).to(self.device, self.dtype)
+            f"api.{n}": (r[0] if len(r) == 1 else torch.cat(r)).to(self.device, self.dtype)
             for n, r in self._rec.rows.items()}}
         executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels, hoist=hoist)
-        result = executor.run(graph, schedule, plan, params, grad=grad)
+        try:
+            result = executor.run(graph, schedule, plan, params, grad=grad)
+        except ExecutionError as e:
+            hint = dtype_hint(self._cells.values(), self.dtype)
+            if not hint:
+                raise
+            raise ExecutionError(f"{e}.{hint}") from e
         result.stats.update(plan.stats())
         loss = None if loss_node is None else result.outputs[loss_node].reshape(())
         out = BatchResult(loss, graph, schedule, result, self, self._generation)

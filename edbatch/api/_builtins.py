@@ -26,18 +26,20 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from torch import Tensor
 
-from edbatch.api._handles import Handle, Recording, new_handle
+from edbatch.api._handles import Handle, Recording
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
 from edbatch.graph import Graph, OpType, Vocab
 
-__all__ = ["BuiltinOp", "assemble_graph", "builtin_op", "register_workload", "take_graph"]
+__all__ = ["BuiltinOp", "RecordingWarning", "assemble_graph", "builtin_op", "register_workload",
+           "take_graph", "warn_outside"]
 
 #: A :class:`~edbatch.api.DynamicBatch` (typed loosely: this module is imported by it).
 Batch = Any
@@ -80,7 +82,7 @@ def _generic(batch: Batch, op: OpType) -> Callable[..., Handle]:
     arity, op_id = kind.arity, kind.op_id
 
     def call(*operands: Handle, attr: int = -1) -> Handle:
-        # ``h[0] is rec`` checks batch and generation at once (see Recording).
+        # ``h._rec is rec`` checks batch and generation at once (see Recording).
         rec = batch._rec
         if len(operands) != arity:
             if arity >= 0:
@@ -89,16 +91,20 @@ def _generic(batch: Batch, op: OpType) -> Callable[..., Handle]:
         flat = rec.operands
         try:
             for h in operands:
-                if h[0] is not rec:
+                if h._rec is not rec:
                     break
-                flat.append(h[1])
+                flat.append(h.node_id)
             else:
                 ops = rec.ops
                 node = len(ops)
                 ops.append(op_id)
                 rec.attrs.append(attr)
-                return new_handle(Handle, (rec, node, kind))
-        except (TypeError, KeyError, IndexError):
+                h = _new(Handle)
+                h._rec = rec
+                h.node_id = node
+                h._kind = kind
+                return h
+        except AttributeError:
             pass
         _undo(rec, operands, arity)
         for slot, h in enumerate(operands):
@@ -119,10 +125,7 @@ def _undo(rec: Recording, operands: Sequence[Any], arity: int) -> None:
     """Take back the operand ids appended before the first bad operand."""
     good = 0
     for h in operands:
-        try:
-            if h[0] is not rec:
-                break
-        except (TypeError, KeyError, IndexError):
+        if type(h) is not Handle or h._rec is not rec:
             break
         good += 1
     if good:
@@ -136,8 +139,9 @@ def _undo(rec: Recording, operands: Sequence[Any], arity: int) -> None:
 # ``try`` around the common case (every operand a handle of the current recording, no extra
 # operand). Anything else (a missing, extra or foreign operand, a non-handle) falls back to
 # the generic call, which raises its usual errors. ``_NO`` marks a missing operand: its
-# ``[0]`` is never a recording.
-_NO: Any = (None,)
+# ``_rec`` is never a recording.
+_NO: Any = type("_Missing", (), {"_rec": None})()
+_new = object.__new__
 
 
 def _fixed(batch: Batch, op: OpType) -> Callable[..., Handle]:
@@ -151,36 +155,48 @@ def _fixed(batch: Batch, op: OpType) -> Callable[..., Handle]:
             node = len(ops)
             ops.append(op_id)
             rec.attrs.append(attr)
-            return Handle((rec, node, kind))
+            h = _new(Handle)
+            h._rec = rec
+            h.node_id = node
+            h._kind = kind
+            return h
         return slow(*more, attr=attr)
 
     def op1(a: Handle = _NO, *more: Handle, attr: int = -1) -> Handle:
         rec = batch._rec
         try:
-            if a[0] is rec and not more:
+            if a._rec is rec and not more:
                 ops = rec.ops
                 node = len(ops)
                 ops.append(op_id)
-                rec.operands.append(a[1])
+                rec.operands.append(a.node_id)
                 rec.attrs.append(attr)
-                return Handle((rec, node, kind))
-        except (TypeError, KeyError, IndexError):
+                h = _new(Handle)
+                h._rec = rec
+                h.node_id = node
+                h._kind = kind
+                return h
+        except AttributeError:
             pass
         return slow(*_given(a), *more, attr=attr)
 
     def op2(a: Handle = _NO, b: Handle = _NO, *more: Handle, attr: int = -1) -> Handle:
         rec = batch._rec
         try:
-            if a[0] is rec and b[0] is rec and not more:
+            if a._rec is rec and b._rec is rec and not more:
                 ops = rec.ops
                 node = len(ops)
                 ops.append(op_id)
                 flat = rec.operands
-                flat.append(a[1])
-                flat.append(b[1])
+                flat.append(a.node_id)
+                flat.append(b.node_id)
                 rec.attrs.append(attr)
-                return Handle((rec, node, kind))
-        except (TypeError, KeyError, IndexError):
+                h = _new(Handle)
+                h._rec = rec
+                h.node_id = node
+                h._kind = kind
+                return h
+        except AttributeError:
             pass
         return slow(*_given(a, b), *more, attr=attr)
 
@@ -188,17 +204,21 @@ def _fixed(batch: Batch, op: OpType) -> Callable[..., Handle]:
             attr: int = -1) -> Handle:
         rec = batch._rec
         try:
-            if a[0] is rec and b[0] is rec and c[0] is rec and not more:
+            if a._rec is rec and b._rec is rec and c._rec is rec and not more:
                 ops = rec.ops
                 node = len(ops)
                 ops.append(op_id)
                 flat = rec.operands
-                flat.append(a[1])
-                flat.append(b[1])
-                flat.append(c[1])
+                flat.append(a.node_id)
+                flat.append(b.node_id)
+                flat.append(c.node_id)
                 rec.attrs.append(attr)
-                return Handle((rec, node, kind))
-        except (TypeError, KeyError, IndexError):
+                h = _new(Handle)
+                h._rec = rec
+                h.node_id = node
+                h._kind = kind
+                return h
+        except AttributeError:
             pass
         return slow(*_given(a, b, c), *more, attr=attr)
 
@@ -216,8 +236,8 @@ def builtin_op(batch: Batch, name: str) -> BuiltinOp:
     Raises:
         UnknownNameError: no such built-in op type in the batch (with a did-you-mean hint).
     """
-    if name not in batch._op_ids or name.startswith(("user.", "input/")):
-        names = [o.name for o in batch._ops if not o.name.startswith(("user.", "input/"))]
+    if name not in batch._op_ids or name.startswith(("user.", "input/", "value/")):
+        names = [o.name for o in batch._ops if not o.name.startswith(("user.", "input/", "value/"))]
         raise UnknownNameError(f"no built-in op type {name!r} in this batch; register a "
                                f"workload with DynamicBatch.from_workload. Known: "
                                f"{names[:8]}" + did_you_mean(name, names))
@@ -280,6 +300,10 @@ def assemble_graph(vocab: Vocab, rec: Recording, outputs: Sequence[int]
     flat = np.fromiter(rec.operands, np.int32, len(rec.operands))
     attr = np.fromiter(rec.attrs, np.int64, n)
     inst = _instances(rec.marks, n)
+    if n and inst.min() < 0:
+        outside = inst < 0
+        warn_outside(rec.batch, int(outside.sum()))
+        inst[outside] = 0
     head = None
     if rec.losses:
         head = n
@@ -296,13 +320,33 @@ def assemble_graph(vocab: Vocab, rec: Recording, outputs: Sequence[int]
     return graph, head
 
 
+class RecordingWarning(UserWarning):
+    """Something recorded in a :class:`~edbatch.api.DynamicBatch` is probably not meant
+    that way (e.g. nodes outside every ``with batch.instance()``)."""
+
+
+def warn_outside(batch: Batch, count: int) -> None:
+    """Warn (once per batch) that ``count`` nodes were recorded outside every instance."""
+    if getattr(batch, "warned_outside", True):
+        return
+    batch.warned_outside = True
+    warnings.warn(RecordingWarning(
+        f"{count} node(s) of this mini-batch were recorded outside any `with "
+        f"batch.instance():` block; they count as instance 0. Instances only label nodes "
+        f"with their data item (no value, gradient or schedule changes; the lower bound "
+        f"and policy training use them): wrap each data item's code in `with "
+        f"batch.instance():` (or call batch.next_instance() first). Warned once per batch"),
+        stacklevel=4)
+
+
 def _instances(marks: Sequence[tuple[int, int]], n: int) -> np.ndarray:  # type: ignore[type-arg]
-    """Each node's instance id from the ``(first node, instance)`` marks (0 before any)."""
+    """Each node's instance id from the ``(first node, instance)`` marks (-1: outside
+    every instance)."""
     if not marks:
-        return np.zeros(n, dtype=np.int32)
+        return np.full(n, -1, dtype=np.int32)
     m = np.array(marks, dtype=np.int64).reshape(-1, 2)
     starts = np.concatenate([[0], m[:, 0], [n]])
-    values = np.concatenate([[0], m[:, 1]]).astype(np.int32)
+    values = np.concatenate([[-1], m[:, 1]]).astype(np.int32)
     return np.repeat(values, np.diff(starts))
 
 

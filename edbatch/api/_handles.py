@@ -7,21 +7,20 @@ this module imports nothing of :mod:`edbatch.api._batch` (the import graph stays
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any, Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from edbatch.errors import GraphError
 from edbatch.executor.torch_executor import RunResult
 from edbatch.graph import Graph, OpType
 from edbatch.schedule import Schedule
 
-__all__ = ["BatchResult", "Cell", "Handle", "Kind", "Recorder", "Recording", "ShapeLike",
-           "new_handle"]
+__all__ = ["BatchResult", "Cell", "Handle", "Instance", "Kind", "Recorder", "Recording",
+           "ShapeLike", "dtype_hint", "new_handle"]
 
 
 class Recorder(Protocol):
@@ -66,11 +65,11 @@ class Recording:
     node ``v - 1`` in ``operands`` (as many as its op's arity; a variadic op's count is the
     next entry of ``counts``). ``marks`` holds ``(first node, instance id)`` each time the
     current instance changes. A handle keeps its recording, so a recording is also the
-    token of its batch's generation: ``handle[0] is batch._rec`` checks both at once.
+    token of its batch's generation: ``handle._rec is batch._rec`` checks both at once.
     """
 
-    __slots__ = ("attrs", "batch", "counts", "generation", "losses", "marks", "operands",
-                 "ops", "rows")
+    __slots__ = ("attrs", "batch", "counts", "generation", "losses", "marks", "nrows",
+                 "operands", "ops", "rows")
 
     def __init__(self, batch: Any, generation: int) -> None:
         self.batch, self.generation = batch, generation
@@ -80,57 +79,124 @@ class Recording:
         self.counts: list[int] = []
         self.marks: list[tuple[int, int]] = []
         self.losses: list[int] = []
-        self.rows: dict[str, list[Tensor]] = {}
+        self.rows: dict[str, list[Tensor]] = {}  # input op name -> blocks [k, d] of rows
+        self.nrows: dict[str, int] = {}  # input op name -> rows in its blocks
 
     def release(self) -> None:
         """Drop the recorded lists (the mini-batch ran); handles keep batch and generation."""
         self.ops = self.operands = self.attrs = self.counts = self.losses = []
-        self.marks, self.rows = [], {}
+        self.marks, self.rows, self.nrows = [], {}, {}
 
 
-class Handle(tuple):  # type: ignore[type-arg]
+class Instance:
+    """``with batch.instance():`` (a plain class: a generator context manager costs about
+    four times as much per instance)."""
+
+    __slots__ = ("batch", "previous", "rec")
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+
+    def __enter__(self) -> int:
+        batch = self.batch
+        self.previous, self.rec = batch._instance, batch._rec
+        return batch.next_instance()
+
+    def __exit__(self, *exc: object) -> None:
+        batch, rec = self.batch, self.rec
+        if batch._rec is rec:  # (a run() inside the block started a new recording)
+            batch._instance = self.previous
+            rec.marks.append((len(rec.ops), self.previous))
+
+
+def dtype_hint(cells: Iterable[Any], dtype: torch.dtype) -> str:
+    """A hint naming ``DynamicBatch(dtype=...)`` when a cell's module has floating-point
+    parameters of another dtype than the batch's (``""`` if none has)."""
+    for cell in cells:
+        module = getattr(cell, "module", None)
+        if not isinstance(module, nn.Module):
+            continue
+        other = sorted({str(p.dtype) for p in module.parameters()
+                        if p.is_floating_point() and p.dtype != dtype})
+        if other:
+            return (f" The batch computes in {dtype} but cell {cell.name!r}'s module has "
+                    f"{', '.join(other)} parameters: create the batch with "
+                    f"DynamicBatch(dtype={other[0]}) or convert the module with "
+                    f"module.to({dtype})")
+    return ""
+
+
+class Handle:
     """A node of a :class:`DynamicBatch`'s mini-batch ``generation``: pass it to cells.
 
     ``shape`` is the shape of its value (one row); ``op_name`` names its op type;
-    ``node_id`` its node in the mini-batch graph. Handles are immutable and compare equal
-    only to a handle of the same node of the same mini-batch. (Internally a
-    ``(recording, node id, kind)`` triple: creating one costs a tuple, the recorder's
-    hot path.)
+    ``node_id`` its node in the mini-batch graph (read-only by convention). Handles compare equal
+    only to a handle of the same node of the same mini-batch. A handle is one node with one
+    value: it cannot be indexed or iterated (a ``TypeError`` / ``GraphError`` says so);
+    read its value with ``result[handle]`` after :meth:`~DynamicBatch.run`, or with
+    ``value = yield handle`` in a program of :meth:`~DynamicBatch.run_programs`.
+    (Internally three slots, the recording, the node id and the op type's :class:`Kind`,
+    set without ``__init__``: creating one is the recorder's hot path.)
     """
 
-    __slots__ = ()
+    __slots__ = ("_kind", "_rec", "node_id")
 
-    node_id: int = property(itemgetter(1))  # type: ignore[assignment]
+    _rec: Recording
+    node_id: int
+    _kind: Kind
 
     @property
     def batch(self) -> Any:
         """The :class:`DynamicBatch` that recorded it."""
-        return self[0].batch
+        return self._rec.batch
 
     @property
     def generation(self) -> int:
         """The mini-batch (of its batch) it belongs to."""
-        return self[0].generation  # type: ignore[no-any-return]
+        return self._rec.generation
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape of one row of its value."""
-        return self[2].shape  # type: ignore[no-any-return]
+        return self._kind.shape  # type: ignore[no-any-return]
 
     @property
     def op_name(self) -> str:
         """The name of its op type."""
-        return self[2].name  # type: ignore[no-any-return]
+        return self._kind.name
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Handle and other._rec is self._rec and \
+            other.node_id == self.node_id
+
+    def __hash__(self) -> int:
+        return hash((id(self._rec), self.node_id))
+
+    def __getitem__(self, index: object) -> Any:
+        raise TypeError(f"{self!r} is one node with one value, not a tuple of outputs: it "
+                        f"cannot be indexed (got [{index!r}]). A cell has one output; to "
+                        f"split one, register cells that return each part, or read the value "
+                        f"with result[handle] after run() (or `value = yield handle` in "
+                        f"run_programs) and index that tensor")
 
     def __iter__(self) -> Any:
         raise GraphError(f"{self!r} is one node, not a sequence of values; pass it to a "
                          f"cell, or read its value with result[handle] after run()")
 
     def __repr__(self) -> str:
-        return f"Handle(%{self[1]} = {self[2].name}, shape={self[2].shape})"
+        return f"Handle(%{self.node_id} = {self._kind.name}, shape={self._kind.shape})"
 
 
-new_handle = tuple.__new__
+_new = object.__new__
+
+
+def new_handle(rec: Recording, node: int, kind: Kind) -> Handle:
+    """A handle of node ``node`` of ``rec`` (the hot paths inline this)."""
+    h = _new(Handle)
+    h._rec = rec
+    h.node_id = node
+    h._kind = kind
+    return h
 
 
 class Cell:
@@ -148,6 +214,8 @@ class Cell:
                  takes_attr: bool) -> None:
         self.batch, self.module, self.name, self.takes_attr = batch, module, name, takes_attr
         self.op = OpType(f"user.{name}", f"user.{name}", tuple(in_shapes), out_shape)
+        self.in_shapes = tuple(in_shapes)
+        self.kind: Kind | None = None  # set when registered (the fast path needs it)
 
     def __repr__(self) -> str:
         return f"Cell({self.name!r}, in_shapes={self.op.in_shapes}, out={self.op.out_shape})"
@@ -159,6 +227,32 @@ class Cell:
             GraphError: wrong operand count, an operand that is not a handle of the current
                 mini-batch, a shape other than ``in_shapes``, a missing or unexpected attr.
         """
+        kind = self.kind
+        if kind is not None and (attr is None) is not self.takes_attr and \
+                len(operands) == len(self.in_shapes):
+            # the common case, checked and recorded inline (see _builtins' fixed arities)
+            rec = self.batch._rec
+            try:
+                for h, want in zip(operands, self.in_shapes):
+                    if h._rec is not rec or h._kind.shape != want:
+                        break
+                else:
+                    ops = rec.ops
+                    node = len(ops)
+                    ops.append(kind.op_id)
+                    rec.operands.extend([h.node_id for h in operands])
+                    rec.attrs.append(-1 if attr is None else int(attr))
+                    out = _new(Handle)
+                    out._rec = rec
+                    out.node_id = node
+                    out._kind = kind
+                    return out
+            except AttributeError:
+                pass
+        return self._checked(operands, attr)
+
+    def _checked(self, operands: Sequence[Handle], attr: int | None) -> Handle:
+        """:meth:`__call__` with every check and its error."""
         if self.takes_attr != (attr is not None):
             need = "needs attr=<int>" if self.takes_attr else "takes no attr"
             raise GraphError(f"cell {self.name!r} {need} (registered with "
@@ -169,15 +263,15 @@ class Cell:
                              f"{list(in_shapes)}), got {len(operands)}; pass one handle per slot")
         rec = self.batch._rec
         for slot, (handle, want) in enumerate(zip(operands, in_shapes)):
-            if type(handle) is not Handle or handle[0] is not rec:
+            if type(handle) is not Handle or handle._rec is not rec:
                 self.batch._check_handle(handle, f"cell {self.name!r} operand {slot}")
-            if handle[2].shape != want:
+            if handle._kind.shape != want:
                 raise GraphError(
                     f"cell {self.name!r} operand {slot} has shape {handle.shape} (node "
                     f"%{handle.node_id}, {handle.op_name}), but the cell was registered with "
                     f"in_shapes[{slot}] = {want}; pass a handle of shape {want} or register "
                     f"another cell for shape {handle.shape}")
-        return self.batch._add(self.op, [h[1] for h in operands],
+        return self.batch._add(self.op, [h.node_id for h in operands],
                                -1 if attr is None else int(attr))
 
     def kernel(self, op: OpType, inputs: Sequence[Tensor], params: Mapping[str, Tensor],

@@ -1,8 +1,9 @@
 """What :meth:`DynamicBatch.run <edbatch.api.DynamicBatch.run>` accepts as a scheduler.
 
 A registered scheduler name, a trained FSM policy (anything with ``op_names`` and
-``scheduler()``, e.g. :class:`policies.FSMPolicy`: it runs with its own lookahead and refuses
-graphs of other op types), a :class:`~edbatch.schedule.Policy`, a callable
+``scheduler()``, e.g. :class:`policies.FSMPolicy`: it runs on its run-time path, one table
+lookup per decision, on the graph re-expressed in its op types by name, and refuses a
+mini-batch that uses an op type it never saw), a :class:`~edbatch.schedule.Policy`, a callable
 ``graph -> Schedule``, or ``"auto"`` / an :class:`AutoScheduler` (time the candidates on the
 first mini-batches, keep the fastest). Policies are recognised by their interface, so this
 layer imports nothing of ``policies`` (which builds on it).
@@ -15,6 +16,7 @@ from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from edbatch.api._vocab import VocabMap, used_names
 from edbatch.errors import GraphError
 from edbatch.executor.auto import (
     AUTO_SCHEDULERS,
@@ -23,7 +25,7 @@ from edbatch.executor.auto import (
     Candidate,
     make_candidates,
 )
-from edbatch.graph import Graph
+from edbatch.graph import Graph, Vocab
 from edbatch.memory import Strategy
 from edbatch.schedule import Policy, PolicyScheduler, Schedule, Scheduler, make_scheduler
 from edbatch.schedule.op_types import check_op_types
@@ -38,17 +40,32 @@ SchedulerLike = str | Policy | Scheduler
 def fsm_scheduler(policy: Any, runtime: bool = False,
                   path: str | Path | None = None) -> Scheduler:
     """A trained FSM as a scheduler with its own lookahead (``runtime``: its run-time path,
-    one table lookup per decision, whatever the lookahead), refusing graphs whose op types
-    differ from the ones it was trained on (:func:`~edbatch.schedule.op_types.check_op_types`:
-    a :class:`GraphError`, or with ``path``, the policy's file, a
-    :class:`~edbatch.errors.PolicyFileError` naming it). The run-time path is made once (its
-    table is hashed for the compiled core once, not per mini-batch)."""
+    one table lookup per decision, whatever the lookahead; made once, so its table is
+    hashed for the compiled core once, not per mini-batch).
+
+    A graph is scheduled in the policy's vocabulary, matched by op-type name
+    (:class:`~edbatch.api._vocab.VocabMap`): op types registered after the policy's graphs
+    were recorded, or in another order, are fine as long as the mini-batch does not use
+    one the policy never saw. Such a mini-batch is refused: a :class:`GraphError` naming
+    the unknown op types, or with ``path`` (the policy's file) the
+    :class:`~edbatch.errors.PolicyFileError` of
+    :func:`~edbatch.schedule.op_types.check_op_types`."""
     run = policy.runtime_scheduler() if runtime and hasattr(policy, "runtime_scheduler") \
         else None
+    names = tuple(policy.op_names)
+    maps: dict[Vocab, VocabMap] = {}
 
     def schedule(graph: Graph) -> Schedule:
-        check_op_types(policy.op_names, graph.vocab.names, path)
-        return (run if run is not None else policy.scheduler())(graph)
+        make = run if run is not None else policy.scheduler()
+        if graph.vocab.names == names:
+            return make(graph)
+        mapping = maps.get(graph.vocab)
+        if mapping is None:
+            mapping = maps[graph.vocab] = VocabMap(graph.vocab, names)
+        if path is not None and mapping.missing and \
+                set(used_names(graph)) & set(mapping.missing):
+            check_op_types(names, graph.vocab.names, path)
+        return mapping.schedule(make(mapping.graph(graph)))
 
     return schedule
 
@@ -116,11 +133,14 @@ def memory_strategy(scheduler: Scheduler, strategy: Strategy) -> Strategy:
 
 
 def as_scheduler(scheduler: SchedulerLike,
-                 kept: MutableMapping[str, Scheduler] | None = None) -> Scheduler:
+                 kept: MutableMapping[Any, Any] | None = None) -> Scheduler:
     """A scheduler from a registered name, ``"auto"`` (an :class:`AutoScheduler`, kept in
-    ``kept`` so its timings last across mini-batches), an FSM policy (see
-    :func:`fsm_scheduler`), a :class:`~edbatch.schedule.Policy` or a scheduler callable
-    ``graph -> Schedule``."""
+    ``kept`` so its timings last across mini-batches), an FSM policy, a
+    :class:`~edbatch.schedule.Policy` or a scheduler callable ``graph -> Schedule``.
+
+    An FSM policy runs on its run-time path, one table lookup per decision (the path
+    ``"auto"`` times it on), whatever its ``lookahead``: made once per policy and kept in
+    ``kept``. For the lookahead's schedules pass ``policy.scheduler()`` itself."""
     if scheduler == "auto":
         if kept is None:
             return AutoScheduler()
@@ -130,7 +150,13 @@ def as_scheduler(scheduler: SchedulerLike,
     if isinstance(scheduler, str):
         return make_scheduler(scheduler)
     if hasattr(scheduler, "op_names") and hasattr(scheduler, "scheduler"):
-        return fsm_scheduler(scheduler)
+        if kept is None:
+            return fsm_scheduler(scheduler, runtime=True)
+        key = ("policy", id(scheduler))
+        hit = kept.get(key)
+        if hit is None or hit[0] is not scheduler:
+            hit = kept[key] = (scheduler, fsm_scheduler(scheduler, runtime=True))
+        return hit[1]  # type: ignore[no-any-return]
     if isinstance(scheduler, Policy):
         return PolicyScheduler(scheduler)
     if not callable(scheduler):

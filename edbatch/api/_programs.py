@@ -1,0 +1,272 @@
+"""Values while recording: per-instance programs that read computed values and branch on them.
+
+A program is a generator, one per data instance. It records nodes as usual and *yields* a
+handle (or a list of handles) whose value it needs; the yield suspends it and evaluates to
+the value (a detached tensor of the handle's shape, or ``[k, *shape]`` for a list)::
+
+    def program(batch, tokens):
+        for t in tokens:
+            x = batch.lookup(embed, t)
+            probs = gate(x)
+            p = yield probs                         # suspends until the value is computed
+            a, b = p.topk(2).indices.tolist()       # plain Python on the value
+            batch.add_loss(loss(combine(probs, expert[a](x), expert[b](x), attr=a * 8 + b)))
+
+    out = batch.run_programs([program(batch, s) for s in sentences])
+    out.loss.backward()
+
+:meth:`DynamicBatch.run_programs <edbatch.api.DynamicBatch.run_programs>` advances every
+program to its next yield, then runs everything recorded so far and not run yet as one
+graph (a *segment*) with the scheduler and memory strategy given, hands every program its
+value and resumes them all. So the mini-batch synchronises once per round of value reads:
+as often as the longest chain of reads of any instance, not once per instance, and every
+segment batches across all instances.
+
+Values and gradients: a later segment reads the values of earlier nodes it uses as inputs
+(``value/<shape>`` nodes, lookups of rows gathered from the earlier batches' outputs, one
+``index_select`` per source batch: see :mod:`edbatch.api._values`), so the autograd graph
+runs through every segment and one ``loss.backward()`` reaches every parameter. The values
+handed to programs are detached (for branching); use the handle in cells to differentiate
+through a value.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from edbatch.api import DynamicBatch
+    >>> _ = torch.manual_seed(0)
+    >>> batch = DynamicBatch()
+    >>> step = batch.cell(nn.Linear(2, 2), "step", [2], 2)
+    >>> def program(x, reads):      # one step or two, by the sign of a value read
+    ...     h, signs = step(batch.input(x)), []
+    ...     for _ in range(reads):
+    ...         v = yield h
+    ...         signs.append(bool(v[0] > 0))
+    ...         h = step(h) if signs[-1] else step(step(h))
+    ...     return signs
+    >>> out = batch.run_programs([program(torch.ones(2), 1), program(-torch.ones(2), 3)])
+    >>> out.syncs, [len(r) for r in out.returns]    # the longest chain of reads, not 1 + 3
+    (3, [1, 3])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from edbatch.api._builtins import _instances, warn_outside
+from edbatch.api._handles import Handle
+from edbatch.api._schedulers import memory_strategy
+from edbatch.api._values import Capture, Values
+from edbatch.errors import GraphError
+from edbatch.executor.torch_executor import RunResult, TorchExecutor
+from edbatch.graph import Graph
+from edbatch.memory import Strategy, plan_memory
+from edbatch.schedule import Schedule, Scheduler
+
+__all__ = ["Program", "ProgramsResult", "run_programs"]
+
+#: A per-instance program: yields handles (or lists of handles), gets their values.
+Program = Generator[Any, Any, Any]
+
+
+@dataclass
+class Segment:
+    """One synchronisation's graph, schedule and executor result."""
+
+    graph: Graph
+    schedule: Schedule
+    run: RunResult
+
+
+@dataclass
+class ProgramsResult:
+    """What :meth:`DynamicBatch.run_programs` returns.
+
+    ``loss`` sums the :meth:`~DynamicBatch.add_loss` terms of every segment (``None`` if
+    none); ``returns[i]`` is program ``i``'s return value; ``syncs`` the number of
+    synchronisation points (segments run to hand values back); ``segments`` every graph run
+    (the last one without a value read after it, if anything was left). ``result[handle]``
+    reads any node's value (with its autograd graph), ``result.stack(handles)`` many as one
+    ``[k, *shape]`` tensor (one ``index_select`` per source batch).
+    """
+
+    loss: Tensor | None
+    returns: list[Any]
+    syncs: int
+    segments: list[Segment] = field(default_factory=list)
+    values: Values = field(default_factory=Values, repr=False)
+    generation: int = -1
+
+    @property
+    def num_batches(self) -> int:
+        """Kernel launches over all segments."""
+        return sum(s.schedule.num_batches for s in self.segments)
+
+    def __getitem__(self, handle: Handle) -> Tensor:
+        return self.stack([handle])[0]
+
+    def stack(self, handles: Sequence[Handle]) -> Tensor:
+        """The values of ``handles`` (all of one shape) as ``[len(handles), *shape]``."""
+        if not handles:
+            raise GraphError("stack() needs at least one handle")
+        shape = handles[0].shape
+        for h in handles:
+            if not isinstance(h, Handle) or h.generation != self.generation:
+                raise GraphError(f"{h!r} is not a node of the mini-batch of this result")
+            if h.shape != shape:
+                raise GraphError(f"stack(): {h!r} has shape {h.shape}, the first {shape}; "
+                                 f"stack handles of one shape")
+        nodes = np.fromiter((h.node_id for h in handles), np.int64, len(handles))
+        return self.values.gather(nodes).reshape(len(handles), *shape)
+
+
+class _Runner:
+    """The segments of one mini-batch (see the module docstring)."""
+
+    def __init__(self, batch: Any, make: Scheduler, strategy: Strategy, grad: bool) -> None:
+        self.batch, self.make, self.strategy, self.grad = batch, make, strategy, grad
+        self.values = Values()
+        self.start = self.op_start = self.count_start = self.loss_start = 0
+        self.losses: list[Tensor] = []
+        self.segments: list[Segment] = []
+
+    def run(self) -> None:
+        """Run every node recorded and not run yet as one segment."""
+        batch, rec, start = self.batch, self.batch._rec, self.start
+        n = len(rec.ops)
+        losses = np.asarray(rec.losses[self.loss_start:], dtype=np.int64)
+        if n == start and not len(losses):
+            return
+        vocab_ops = batch._ops
+        op_all = np.fromiter(rec.ops, np.int32, n)
+        arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops], np.int64)
+        counts = arity[op_all[start:]]
+        if np.any(counts < 0):
+            counts[counts < 0] = rec.counts[self.count_start:]
+        flat = np.asarray(rec.operands[self.op_start:], dtype=np.int64)
+        old = np.unique(np.concatenate([flat[flat < start], losses[losses < start]]))
+        c, m = len(old), n - start
+        inst_all = _instances(rec.marks, n)
+        if n and inst_all.min() < 0:
+            warn_outside(batch, int((inst_all < 0).sum()))
+            inst_all[inst_all < 0] = 0
+        # the earlier nodes read here become value/<shape> nodes over their gathered rows
+        params = dict(batch.params)
+        for name, blocks in rec.rows.items():
+            params[f"api.{name}"] = _rows(blocks).to(batch.device, batch.dtype)
+        old_ops = np.zeros(c, np.int32)
+        old_attrs = np.zeros(c, np.int64)
+        shapes = [vocab_ops[i].out_shape for i in op_all[old]]
+        for shape in sorted(set(shapes)):
+            sel = np.flatnonzero([s == shape for s in shapes])
+            op = batch._input_op(shape, "value")
+            old_ops[sel] = batch._kinds[op.name].op_id
+            old_attrs[sel] = np.arange(len(sel))
+            params[f"api.{op.name}"] = self.values.gather(old[sel])
+        local = np.where(flat < start, np.searchsorted(old, flat), flat - start + c)
+        loss_local = np.where(losses < start, np.searchsorted(old, losses), losses - start + c)
+        has_loss = len(losses) > 0
+        vocab = batch._vocab_for(has_loss)
+        op_ids = np.concatenate([old_ops, op_all[start:]] +
+                                ([np.array([len(vocab) - 1], np.int32)] if has_loss else []))
+        cnt = np.concatenate([np.zeros(c, np.int64), counts] +
+                             ([np.array([len(losses)])] if has_loss else []))
+        ptr = np.zeros(len(op_ids) + 1, np.int64)
+        np.cumsum(cnt, out=ptr[1:])
+        attrs = np.concatenate([old_attrs, np.asarray(rec.attrs[start:], np.int64)] +
+                               ([np.array([-1])] if has_loss else []))
+        inst = np.concatenate([inst_all[old], inst_all[start:]] +
+                              ([np.array([0])] if has_loss else []))
+        graph = Graph.from_arrays(vocab, op_ids, ptr, np.concatenate([local, loss_local]),
+                                  attrs=attrs, instance=inst,
+                                  outputs=[c + m] if has_loss else [])
+        schedule = self.make(graph)
+        plan = plan_memory(graph, schedule, memory_strategy(self.make, self.strategy))
+        capture = Capture(batch.kernels)
+        executor = TorchExecutor(batch.device, batch.dtype, kernels=capture.kernels, hoist=False)
+        result = executor.run(graph, schedule, plan, params, grad=self.grad)
+        self.values.add(plan, capture.outputs, c, m, start)
+        if has_loss:
+            self.losses.append(result.outputs[c + m].reshape(()))
+        self.segments.append(Segment(graph, schedule, result))
+        self.start, self.op_start = n, len(rec.operands)
+        self.count_start, self.loss_start = len(rec.counts), len(rec.losses)
+
+    def values_of(self, asked: dict[int, list[Handle]]) -> dict[int, Tensor]:
+        """Every program's requested values, read in one gather (then sliced per program,
+        detached: no autograd node per program)."""
+        nodes = np.fromiter((h.node_id for hs in asked.values() for h in hs), np.int64)
+        flat = self.values.gather(nodes).detach()
+        out, at = {}, 0
+        for i, hs in asked.items():
+            out[i] = flat[at:at + len(hs)].reshape(len(hs), *hs[0].shape)
+            at += len(hs)
+        return out
+
+
+def _rows(blocks: list[Tensor]) -> Tensor:
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+
+
+def _check_yield(batch: Any, i: int, wanted: Any) -> list[Handle]:
+    items = [wanted] if type(wanted) is Handle else wanted
+    if not isinstance(items, (list, tuple)) or not items:
+        raise GraphError(f"program {i} yielded {type(wanted).__name__}; yield a Handle (or a "
+                         f"non-empty list of handles) whose value it needs")
+    rec, shape = batch._rec, getattr(items[0], "shape", None)
+    for h in items:
+        if type(h) is not Handle or h._rec is not rec:
+            batch._check_handle(h, f"program {i}'s yield")
+        if h._kind.shape != shape:
+            raise GraphError(f"program {i} yielded handles of shapes {items[0].shape} and "
+                             f"{h.shape}; yield a list of one shape (or yield them apart)")
+    return list(items)
+
+
+def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
+                 strategy: Strategy, grad: bool) -> ProgramsResult:
+    """:meth:`DynamicBatch.run_programs` (see the module docstring)."""
+    rec = batch._rec
+    if rec.ops:
+        raise GraphError("run_programs: the mini-batch already has recorded nodes; run() or "
+                         "discard() them first (the programs record the whole mini-batch)")
+    runner = _Runner(batch, make, strategy, grad)
+    returns: list[Any] = [None] * len(programs)
+    ids = [batch.next_instance() for _ in programs]
+    live = dict(enumerate(programs))
+    sent: dict[int, Any] = {}
+    syncs = 0
+    while live:
+        asked: dict[int, Any] = {}
+        for i, program in list(live.items()):
+            batch._instance = ids[i]
+            rec.marks.append((len(rec.ops), ids[i]))
+            try:
+                asked[i] = program.send(sent.pop(i, None))
+            except StopIteration as stop:
+                returns[i] = stop.value
+                del live[i]
+        batch._instance = -1
+        rec.marks.append((len(rec.ops), -1))
+        if not asked:
+            break
+        lists = {i: _check_yield(batch, i, y) for i, y in asked.items()}
+        nodes = np.fromiter((h.node_id for hs in lists.values() for h in hs), np.int64)
+        runner.values.grow(len(rec.ops))
+        if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
+            runner.run()
+            syncs += 1
+        values = runner.values_of(lists)
+        for i, wanted in asked.items():
+            sent[i] = values[i][0] if type(wanted) is Handle else values[i]
+    runner.run()
+    loss = None
+    if runner.losses:
+        loss = runner.losses[0] if len(runner.losses) == 1 else torch.stack(runner.losses).sum()
+    return ProgramsResult(loss, returns, syncs, runner.segments, runner.values,
+                          batch._generation)

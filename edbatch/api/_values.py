@@ -1,0 +1,114 @@
+"""Computed values of a mini-batch run in segments, kept as the executor's batch outputs.
+
+:meth:`DynamicBatch.run_programs <edbatch.api.DynamicBatch.run_programs>` runs a mini-batch
+in segments (one per synchronisation point). Each segment runs with the batch's kernels
+wrapped so that every batch's output tensor ``[B, width]`` is kept (the executor calls one
+kernel per batch, in schedule order; the memory plan's ``row_order`` says which node each
+row is). A node's value is then a row of one of those tensors: reading many values (the
+operands a later segment takes over as inputs, or ``result.stack(handles)``) costs one
+``index_select`` per source batch, not one autograd node per row, and gradients flow back
+through them into the segment that computed them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from edbatch.errors import ExecutionError
+from edbatch.executor import Kernel
+from edbatch.memory import MemoryPlan
+
+__all__ = ["Capture", "Values"]
+
+
+class Capture:
+    """Kernels that keep every batch's output (``outputs``, in call order)."""
+
+    def __init__(self, kernels: Mapping[str, Kernel]) -> None:
+        self.outputs: list[Tensor] = []
+        self.kernels = {kind: self._wrap(k) for kind, k in kernels.items()}
+
+    def _wrap(self, kernel: Kernel) -> Kernel:
+        keep = self.outputs.append
+
+        def run(op, inputs, params, attrs):  # type: ignore[no-untyped-def]
+            out = kernel(op, inputs, params, attrs)
+            keep(out)
+            return out
+        return run
+
+
+class Values:
+    """Where each node's value lives: ``outputs[batch[v]][row[v]]``."""
+
+    def __init__(self) -> None:
+        self.outputs: list[Tensor] = []
+        self.batch = np.full(0, -1, dtype=np.int64)
+        self.row = np.zeros(0, dtype=np.int64)
+
+    def grow(self, n: int) -> None:
+        """Make room for nodes ``0..n-1``."""
+        if n > len(self.batch):
+            extra = n - len(self.batch)
+            self.batch = np.concatenate([self.batch, np.full(extra, -1, dtype=np.int64)])
+            self.row = np.concatenate([self.row, np.zeros(extra, dtype=np.int64)])
+
+    def add(self, plan: MemoryPlan, outputs: Sequence[Tensor], first: int, count: int,
+            offset: int) -> None:
+        """Keep a segment's batch ``outputs``; its graph nodes ``first..first+count-1`` are
+        the recording's nodes ``offset..`` (the others are taken-over inputs or loss sums).
+
+        Raises:
+            ExecutionError: the executor did not make one kernel call per batch.
+        """
+        sizes = [len(r) for r in plan.row_order]
+        if len(outputs) != len(sizes) or any(o.shape[0] != s for o, s in zip(outputs, sizes)):
+            raise ExecutionError(
+                f"run_programs: the executor made {len(outputs)} kernel calls of sizes "
+                f"{[o.shape[0] for o in outputs][:8]} for {len(sizes)} batches of sizes "
+                f"{sizes[:8]}; values are read from one kernel call per batch")
+        base = len(self.outputs)
+        self.outputs.extend(outputs)
+        if not sizes:
+            return
+        nodes = np.concatenate(plan.row_order).astype(np.int64)
+        sizes_a = np.asarray(sizes, dtype=np.int64)
+        batch = np.repeat(np.arange(len(sizes), dtype=np.int64) + base, sizes_a)
+        starts = np.concatenate([[0], np.cumsum(sizes_a)[:-1]])
+        row = np.arange(len(nodes), dtype=np.int64) - np.repeat(starts, sizes_a)
+        keep = (nodes >= first) & (nodes < first + count)
+        ids = nodes[keep] - first + offset
+        self.grow(int(ids.max()) + 1 if len(ids) else 0)
+        self.batch[ids], self.row[ids] = batch[keep], row[keep]
+
+    def gather(self, nodes: np.ndarray) -> Tensor:  # type: ignore[type-arg]
+        """The values of ``nodes`` as ``[len(nodes), width]``: one ``index_select`` per
+        source batch (and a ``cat`` and a reorder when there are several)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        src, row = self.batch[nodes], self.row[nodes]
+        if np.any(src < 0):
+            raise ExecutionError(f"node %{int(nodes[src < 0][0])} has no value yet")
+        first = int(src[0])
+        if np.all(src == first):
+            out = self.outputs[first]
+            if len(row) == out.shape[0] and np.array_equal(row, np.arange(len(row))):
+                return out
+            return out.index_select(0, _index(row, out.device))
+        order = np.argsort(src, kind="stable")
+        bounds = np.flatnonzero(np.diff(src[order])) + 1
+        parts = []
+        for chunk in np.split(order, bounds):
+            out = self.outputs[int(src[chunk[0]])]
+            parts.append(out.index_select(0, _index(row[chunk], out.device)))
+        joined = torch.cat(parts)
+        back = np.empty_like(order)
+        back[order] = np.arange(len(order))
+        return joined.index_select(0, _index(back, joined.device))
+
+
+def _index(rows: np.ndarray, device: torch.device) -> Tensor:  # type: ignore[type-arg]
+    return torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(device)
