@@ -6,9 +6,8 @@ them (as in the dynet-benchmark repository): ``dy.lookup``, one fused ``dy.affin
 per cell (``[i; o; u]`` for the Tree-LSTM, ``[i f o u]`` for the LSTM cells), ``dy.pick_range``
 gate slices, ``dy.logistic`` / ``dy.tanh`` / ``dy.cmult``, ``dy.pickneglogsoftmax`` per loss
 and one ``dy.esum`` per mini-batch after one ``dy.renew_cg()``. The equations and parameter
-values are exactly edbatch's (see :mod:`edbatch.workloads.tree_lstm`,
-:mod:`edbatch.workloads.lattice`, :mod:`edbatch.workloads.bilstm_tagger`), so a mini-batch's
-DyNet loss equals edbatch's reference loss up to float rounding.
+values are exactly edbatch's (see each workload's module in :mod:`edbatch.workloads`), so a
+mini-batch's DyNet loss equals edbatch's reference loss up to float rounding.
 
 DyNet fixes its autobatch mode when it is imported, so the throughput harness runs this file
 once per mode as a subprocess::

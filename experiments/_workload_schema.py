@@ -2,9 +2,9 @@
 
 Every registered workload ``name`` becomes the group option ``workload=name``: a structured
 config (a dataclass made from the constructor's signature, registered in Hydra's
-ConfigStore) under the key ``workload.<name>``, so ``workload=tree_gru
-workload.tree_gru.hidden_dim=64`` works as the yaml files did, and a value of the wrong type
-(``workload.tree_gru.hidden_dim=abc``) or an unknown key fails at compose time. The fields
+ConfigStore) under the key ``workload.<name>``, so ``workload=<name>
+workload.<name>.hidden_dim=64`` works as the yaml files did, and a value of the wrong type
+(``workload.<name>.hidden_dim=abc``) or an unknown key fails at compose time. The fields
 are the constructor's parameters with their defaults, ``_target_`` the class, then the
 class's :attr:`~edbatch.workloads.Workload.config_defaults` (an ``eval`` node holds
 evaluation defaults, not constructor arguments). A workload with one granularity has no
