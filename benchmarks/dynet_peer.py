@@ -1,13 +1,13 @@
 """DyNet peers of three edbatch workloads, and the worker CLI that times them.
 
-The Tree-LSTM, Lattice-LSTM and BiLSTM tagger are written here the way a DyNet user writes
+The Tree-LSTM, Lattice-LSTM and BiLSTM tagger (one module each, ``benchmarks/peers/dynet/
+<name>.py``, found by the workload's name) are written the way a DyNet user writes
 them (as in the dynet-benchmark repository): ``dy.lookup``, one fused ``dy.affine_transform``
 per cell (``[i; o; u]`` for the Tree-LSTM, ``[i f o u]`` for the LSTM cells), ``dy.pick_range``
 gate slices, ``dy.logistic`` / ``dy.tanh`` / ``dy.cmult``, ``dy.pickneglogsoftmax`` per loss
 and one ``dy.esum`` per mini-batch after one ``dy.renew_cg()``. The equations and parameter
-values are exactly edbatch's (see :mod:`edbatch.workloads.tree_lstm`,
-:mod:`edbatch.workloads.lattice`, :mod:`edbatch.workloads.bilstm_tagger`), so a mini-batch's
-DyNet loss equals edbatch's reference loss up to float rounding.
+values are exactly edbatch's (see each workload's module in :mod:`edbatch.workloads`), so a
+mini-batch's DyNet loss equals edbatch's reference loss up to float rounding.
 
 DyNet fixes its autobatch mode when it is imported, so the throughput harness runs this file
 once per mode as a subprocess::
@@ -49,17 +49,22 @@ from typing import Any, TextIO
 
 import numpy as np
 
-__all__ = ["PEERS", "PeerError", "bilstm_tagger_loss", "build_peer", "init_dynet",
-           "lattice_lstm_loss", "load_params", "main", "run_benchmark", "save_params", "serve",
-           "tree_lstm_loss"]
+if str(Path(__file__).resolve().parents[1]) not in sys.path:  # run as a script: the peers
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # are benchmarks.peers.*
+from benchmarks.peers import find_peers
 
-#: Lookup tables (``add_lookup_parameters``) of each workload; every other array is a
-#: ``Parameters``.
-_LOOKUPS = {"tree_lstm": ("tree_lstm.E",),
-            "lattice_lstm": ("lattice_lstm.char_emb", "lattice_lstm.word_emb"),
-            "bilstm_tagger": ("bilstm.emb",)}
+__all__ = ["LOOKUPS", "PEERS", "PeerError", "build_peer", "init_dynet", "load_params", "main",
+           "run_benchmark", "save_params", "serve"]
+
 MODES = ("infer", "train")
 Peer = Callable[[Any, dict[str, Any], int, Sequence[Any]], Any]
+_PEERS = "benchmarks.peers.dynet"  # one module per workload: loss and LOOKUPS
+#: Workload name -> graph builder ``(dy, params, hidden, instances) -> loss expression``:
+#: the ``loss`` of every ``benchmarks/peers/dynet/<name>.py``.
+PEERS: dict[str, Peer] = find_peers("loss", _PEERS)
+#: Lookup tables (``add_lookup_parameters``) of each workload; every other array is a
+#: ``Parameters``.
+LOOKUPS: dict[str, tuple[str, ...]] = find_peers("LOOKUPS", _PEERS)
 
 
 class PeerError(Exception):
@@ -142,126 +147,12 @@ def build_peer(dy: Any, workload: str, arrays: Mapping[str, np.ndarray]
                ) -> tuple[Any, dict[str, Any]]:
     """A DyNet ``ParameterCollection`` holding ``arrays`` and the name -> parameter map."""
     model = dy.ParameterCollection()
-    lookups = _LOOKUPS[workload]
+    lookups = LOOKUPS[workload]
     params: dict[str, Any] = {}
     for name, value in arrays.items():
         add = model.add_lookup_parameters if name in lookups else model.add_parameters
         params[name] = add(value.shape, init=value)
     return model, params
-
-
-# ---------------------------------------------------------------------- models
-def _lstm(dy: Any, weight: Any, bias: Any, x: Any, h: Any, c: Any, hid: int
-          ) -> tuple[Any, Any]:
-    """``[i f o u] = W [x; h] + b``; ``c' = f*c + i*u``; ``h' = o*tanh(c')``."""
-    g = dy.affine_transform([bias, weight, dy.concatenate([x, h])])
-    i = dy.logistic(dy.pick_range(g, 0, hid))
-    f = dy.logistic(dy.pick_range(g, hid, 2 * hid))
-    o = dy.logistic(dy.pick_range(g, 2 * hid, 3 * hid))
-    u = dy.tanh(dy.pick_range(g, 3 * hid, 4 * hid))
-    c2 = dy.cmult(f, c) + dy.cmult(i, u)
-    return dy.cmult(o, dy.tanh(c2)), c2
-
-
-def tree_lstm_loss(dy: Any, p: dict[str, Any], hid: int, batch: Sequence[Any]) -> Any:
-    """Build the Tree-LSTM graph of ``batch`` (``TreeInstance``\\ s); return the summed loss."""
-    dy.renew_cg()
-    emb, w_iou, b_iou = p["tree_lstm.E"], p["tree_lstm.W_iou"], p["tree_lstm.W_iou.b"]
-    u_iou, bu_iou = p["tree_lstm.U_iou"], p["tree_lstm.U_iou.b"]
-    u_f1, u_f2, b_f = p["tree_lstm.U_f1"], p["tree_lstm.U_f2"], p["tree_lstm.b_f"]
-    w_out, b_out = p["tree_lstm.W_out"], p["tree_lstm.W_out.b"]
-    affine, pick, sig, tanh, cmult = (dy.affine_transform, dy.pick_range, dy.logistic,
-                                      dy.tanh, dy.cmult)
-    losses = []
-    for inst in batch:
-        states: list[tuple[Any, Any]] = []
-        for word, left, right, label in inst.nodes:
-            if left < 0:
-                g = affine([b_iou, w_iou, dy.lookup(emb, word)])
-                i, o, u = sig(pick(g, 0, hid)), sig(pick(g, hid, 2 * hid)), tanh(
-                    pick(g, 2 * hid, 3 * hid))
-                c = cmult(i, u)
-                s = (cmult(o, tanh(c)), c)
-            elif right < 0:
-                s = states[left]  # a unary node passes its child's state through
-            else:
-                (h1, c1), (h2, c2) = states[left], states[right]
-                g = affine([bu_iou, u_iou, dy.concatenate([h1, h2])])
-                i, o, u = sig(pick(g, 0, hid)), sig(pick(g, hid, 2 * hid)), tanh(
-                    pick(g, 2 * hid, 3 * hid))
-                f1 = sig(affine([b_f, u_f1, h1]))
-                f2 = sig(affine([b_f, u_f2, h2]))
-                c = cmult(i, u) + cmult(f1, c1) + cmult(f2, c2)
-                s = (cmult(o, tanh(c)), c)
-            states.append(s)
-            losses.append(dy.pickneglogsoftmax(affine([b_out, w_out, s[0]]), label))
-    return dy.esum(losses)
-
-
-def lattice_lstm_loss(dy: Any, p: dict[str, Any], hid: int, batch: Sequence[Any]) -> Any:
-    """Build the Lattice-LSTM graph of ``batch`` (``LatticeInstance``\\ s); return the loss."""
-    dy.renew_cg()
-    embs = (p["lattice_lstm.char_emb"], p["lattice_lstm.word_emb"])
-    cells = ((p["lattice_lstm.char_cell"], p["lattice_lstm.char_cell.b"]),
-             (p["lattice_lstm.word_cell"], p["lattice_lstm.word_cell.b"]))
-    w_out, b_out = p["lattice_lstm.out"], p["lattice_lstm.out.b"]
-    zero = dy.zeros(hid)
-    losses = []
-    for inst in batch:
-        ptr, src, kind, token, tags = (inst.arc_ptr, inst.arc_src, inst.arc_kind,
-                                       inst.arc_token, inst.tags)
-        hs, cs = [zero], [zero]
-        for node in range(1, inst.num_states):
-            arcs = []
-            for a in range(ptr[node], ptr[node + 1]):
-                k, j = kind[a], src[a]
-                arcs.append(_lstm(dy, *cells[k], dy.lookup(embs[k], token[a]), hs[j], cs[j],
-                                  hid))
-            if len(arcs) == 1:
-                h, c = arcs[0]
-            else:
-                h, c = dy.esum([a[0] for a in arcs]), dy.esum([a[1] for a in arcs])
-            hs.append(h)
-            cs.append(c)
-            losses.append(dy.pickneglogsoftmax(dy.affine_transform([b_out, w_out, h]),
-                                               tags[node]))
-    return dy.esum(losses)
-
-
-def bilstm_tagger_loss(dy: Any, p: dict[str, Any], hid: int, batch: Sequence[Any]) -> Any:
-    """Build the BiLSTM-tagger graph of ``batch`` (``TaggedInstance``\\ s); return the loss."""
-    dy.renew_cg()
-    emb = p["bilstm.emb"]
-    l1f, l1b, l2f, l2b = ((p[f"bilstm.{d}"], p[f"bilstm.{d}.b"])
-                          for d in ("l1_fwd", "l1_bwd", "l2_fwd", "l2_bwd"))
-    w_hid, b_hid, w_out, b_out = (p["bilstm.hidden"], p["bilstm.hidden.b"], p["bilstm.out"],
-                                  p["bilstm.out.b"])
-    zero = dy.zeros(hid)
-
-    def run(cell: tuple[Any, Any], xs: list[Any], backward: bool) -> list[Any]:
-        out: list[Any] = [None] * len(xs)
-        h, c = zero, zero
-        for t in (range(len(xs) - 1, -1, -1) if backward else range(len(xs))):
-            h, c = _lstm(dy, *cell, xs[t], h, c, hid)
-            out[t] = h
-        return out
-
-    losses = []
-    for inst in batch:
-        xs = [dy.lookup(emb, w) for w in inst.word_ids]
-        f1, b1 = run(l1f, xs, False), run(l1b, xs, True)
-        x2 = [dy.concatenate([f, b]) for f, b in zip(f1, b1)]
-        f2, b2 = run(l2f, x2, False), run(l2b, x2, True)
-        for f, b, tag in zip(f2, b2, inst.tag_ids):
-            hidden = dy.tanh(dy.affine_transform([b_hid, w_hid, dy.concatenate([f, b])]))
-            losses.append(dy.pickneglogsoftmax(dy.affine_transform([b_out, w_out, hidden]),
-                                               tag))
-    return dy.esum(losses)
-
-
-#: Workload name -> graph builder ``(dy, params, hidden, instances) -> loss expression``.
-PEERS: dict[str, Peer] = {"tree_lstm": tree_lstm_loss, "lattice_lstm": lattice_lstm_loss,
-                          "bilstm_tagger": bilstm_tagger_loss}
 
 
 # ---------------------------------------------------------------------- timing

@@ -71,7 +71,8 @@ from benchmarks._dynet_server import DynetServer, PeerServerError
 from benchmarks._throughput_data import DATA_MODES, GemmFloor, gemm_shapes, minibatch_plan
 from benchmarks._throughput_passes import FLOOR, GRAPHED, HAND, PHASES, UNHOISTED, Job, bench_job
 from benchmarks._throughput_report import add_ratios
-from benchmarks.hand_batched import HAND_BATCHED, make_hand_batched, torchfold_status
+from benchmarks.hand_batched import hand_batched_models, make_hand_batched, torchfold_status
+from benchmarks.models_api import RECORDERS
 from edbatch.api import AutoScheduler, DynamicBatch
 from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
@@ -91,7 +92,8 @@ EDBATCH_CONTENDERS = ("unbatched", "depth", "dynet_agenda", "fsm", "fsm+aligned"
 OTHER_CONTENDERS = (HAND, FLOOR)
 DYNET_CONTENDERS = ("dynet_autobatch0", "dynet_autobatch1", "dynet_autobatch2")
 CONTENDERS = EDBATCH_CONTENDERS + OTHER_CONTENDERS + DYNET_CONTENDERS
-WORKLOADS = ("tree_lstm", "lattice_lstm", "bilstm_tagger")
+#: The registered workloads with a per-instance API model (``benchmarks/peers/<name>.py``).
+WORKLOADS = tuple(RECORDERS)
 SIZES = ("300x150", "128x128")
 MODES = ("infer", "train")
 BATCH_SIZE = 64
@@ -223,7 +225,7 @@ def _edbatch_rows(name: str, size: str, wl: Workload, split: str,
     contenders = [c for c in args.contenders if c in EDBATCH_CONTENDERS
                   and (cuda or c != GRAPHED) and (policy is not None or not c.startswith(
                       "fsm"))]
-    if HAND in args.contenders and HAND_BATCHED.get(name) and not cuda:
+    if HAND in args.contenders and name in hand_batched_models() and not cuda:
         contenders.append(HAND)
     contenders += list(peers)
     embed, hidden = _dims(size)

@@ -38,21 +38,24 @@ def binding(cfg: DictConfig, unbound: tuple[str, ...] = UNBOUND) -> dict[str, An
     return json.loads(json.dumps(out, default=str))
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, dict):
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out or {prefix[:-1]: {}}
-    return {prefix[:-1]: d}
+_ABSENT = "(absent)"
 
 
-def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``key: old -> new`` for every flattened key whose value differs."""
-    a, b = _flat(old), _flat(new)
-    missing = object()
-    return [f"{k}: {a.get(k, '(absent)')!r} -> {b.get(k, '(absent)')!r}"
-            for k in sorted(a.keys() | b.keys()) if a.get(k, missing) != b.get(k, missing)]
+def _show(value: Any) -> str:
+    return f"<{len(value)} keys>" if isinstance(value, dict) and value else repr(value)
+
+
+def differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """``key: old -> new`` for every nested key whose value differs; a section present on
+    one side only (another workload) is one entry, ``<N keys>``."""
+    out: list[str] = []
+    for k in sorted(old.keys() | new.keys()):
+        a, b = old.get(k, _ABSENT), new.get(k, _ABSENT)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}: {_show(a)} -> {_show(b)}")
+    return out
 
 
 def bind_run_dir(cfg: DictConfig, run_dir: str | Path, files: list[str | Path],

@@ -9,6 +9,7 @@ from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.workloads.base import (
     DATA_DIR,
     LOSS_SUM,
+    REGISTRY,
     Granularity,
     GraphSampler,
     Workload,
@@ -19,7 +20,9 @@ from edbatch.workloads.base import (
 __all__ = [
     "DATA_DIR",
     "LOSS_SUM",
+    "MODULES",
     "REAL_WORKLOADS",
+    "REGISTRY",
     "WORKLOADS",
     "Granularity",
     "GraphSampler",
@@ -29,31 +32,26 @@ __all__ = [
     "make_workload",
 ]
 
-#: Registry: workload name -> "module:Class" (imported lazily by :func:`make_workload`).
-WORKLOADS: dict[str, str] = {
-    "tree_lstm": "edbatch.workloads.tree_lstm:TreeLSTM",
-    "tree_gru": "edbatch.workloads.tree_gru:TreeGRU",
-    "mvrnn": "edbatch.workloads.mvrnn:MVRNN",
-    "lattice_lstm": "edbatch.workloads.lattice:LatticeLSTM",
-    "lattice_gru": "edbatch.workloads.lattice:LatticeGRU",
-    "bilstm_tagger": "edbatch.workloads.bilstm_tagger:BiLSTMTagger",
-    "seq2seq": "edbatch.workloads.seq2seq:Seq2Seq",
-    "dumps": "edbatch.workloads.dumps:DumpWorkload",
-    "synthetic": "edbatch.workloads.synthetic:SyntheticWorkload",
-    "ggnn_molecules": "edbatch.workloads.ggnn_molecules:GGNNMolecules",
-    "tree_lstm_sick": "edbatch.workloads.tree_lstm_sick:TreeLSTMSick",
-}
+#: The modules of the shipped workloads, in registry order: importing one registers the
+#: :class:`Workload` subclasses it defines. Adding a workload = its module + one entry here.
+MODULES = ("tree_lstm", "tree_gru", "mvrnn", "lattice", "bilstm_tagger", "seq2seq", "dumps",
+           "synthetic", "ggnn_molecules", "tree_lstm_sick")
+for _module in MODULES:
+    importlib.import_module(f"{__name__}.{_module}")
 
-#: The seven real-data workloads (the dumps and synthetic generators are extra).
-REAL_WORKLOADS = ("tree_lstm", "tree_gru", "mvrnn", "lattice_lstm", "lattice_gru",
-                  "bilstm_tagger", "seq2seq")
+#: Registry: workload name -> class (a workload defined outside this package joins it when
+#: its class is defined).
+WORKLOADS: dict[str, type[Workload]] = REGISTRY
+
+#: The real-data workloads (``real_data = True``; the dumps and synthetic generators are
+#: extra), in registry order.
+REAL_WORKLOADS = tuple(name for name, cls in REGISTRY.items() if cls.real_data)
 
 
 def make_workload(name: str, **kwargs: Any) -> Workload:
     """Instantiate a registered workload by name (``kwargs`` go to its constructor)."""
-    target = WORKLOADS.get(name)
-    if target is None:
+    cls = WORKLOADS.get(name)
+    if cls is None:
         raise UnknownNameError(f"unknown workload {name!r}; registered: {sorted(WORKLOADS)}."
                                + did_you_mean(name, WORKLOADS))
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)(**kwargs)  # type: ignore[no-any-return]
+    return cls(**kwargs)

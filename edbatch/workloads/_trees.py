@@ -240,6 +240,13 @@ class TreeWorkload(Workload):
     """
 
     num_classes = NUM_CLASSES
+    real_data = True
+
+    @classmethod
+    def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
+                    ) -> dict[str, Any]:
+        """Small embeddings and states (the trees are short already)."""
+        return {"embed_dim": dim, "hidden_dim": dim if hidden is None else hidden}
 
     def __init__(self, granularity: str = "cell", embed_dim: int = 128, hidden_dim: int = 128,
                  vocab_size: int | None = None, data_dir: str | Path | None = None) -> None:

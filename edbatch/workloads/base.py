@@ -8,9 +8,9 @@ executor) only sees graphs over ``workload.vocab``.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from edbatch.workloads.primitives import OpSet
 __all__ = [
     "DATA_DIR",
     "LOSS_SUM",
+    "REGISTRY",
     "Granularity",
     "GraphSampler",
     "Workload",
@@ -47,11 +48,19 @@ def check_granularity(granularity: str) -> Granularity:
     return granularity  # type: ignore[return-value]
 
 
+#: Registry: workload name -> class. Defining a subclass that sets its own ``name`` adds it
+#: (:meth:`Workload.__init_subclass__`); ``edbatch.workloads`` imports the shipped modules.
+REGISTRY: dict[str, type[Workload]] = {}
+
+
 class Workload(abc.ABC):
     """A dynamic-NN workload over a real data set.
 
     Subclasses set :attr:`name`, build :attr:`vocab` in ``__init__`` and implement
-    :meth:`load`, :meth:`emit` and :meth:`param_shapes`.
+    :meth:`load`, :meth:`emit` and :meth:`param_shapes`. A subclass that sets its own
+    ``name`` is registered on definition: ``make_workload(name)``, the entry points'
+    ``workload=name`` config (generated from the constructor's signature), the test suite
+    and the benchmarks find it there.
 
     Attributes:
         name: registry name, e.g. ``"tree_lstm"``.
@@ -59,11 +68,46 @@ class Workload(abc.ABC):
         vocab: the op types every graph of this workload uses (ids are RL actions).
     """
 
-    name: str = ""
+    name: ClassVar[str] = ""
     #: The split the evaluation entry point uses unless told otherwise.
-    default_eval_split: str = "dev"
+    default_eval_split: ClassVar[str] = "dev"
+    #: A model over a real data set: the test suite runs every such workload (REAL_WORKLOADS).
+    real_data: ClassVar[bool] = False
+    #: The granularities whose graphs differ; with one, the generated config has no
+    #: ``granularity`` key and ``experiments.evaluate`` runs the workload once.
+    granularities: ClassVar[tuple[str, ...]] = ("cell", "primitive")
+    #: Config values other than the constructor's defaults; an ``eval`` node holds
+    #: evaluation defaults (``split``, ``batch_size``), not constructor arguments.
+    config_defaults: ClassVar[Mapping[str, Any]] = {}
+    #: Every cell-granularity kind has a hand-written backward (the tests check the executor
+    #: runs them and that they equal autograd).
+    hand_backward: ClassVar[bool] = False
     granularity: Granularity
     vocab: Vocab
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if not name:
+            return  # a shared base (TreeWorkload...) or a subclass keeping its parent's name
+        old = REGISTRY.get(name)
+        if old is not None and (old.__module__, old.__qualname__) != (
+                cls.__module__, cls.__qualname__):
+            raise UnknownNameError(
+                f"workload name {name!r} of {cls.__module__}.{cls.__qualname__} is taken by "
+                f"{old.__module__}.{old.__qualname__}; give the new class another name")
+        REGISTRY[name] = cls
+
+    @classmethod
+    def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
+                    ) -> dict[str, Any]:
+        """Constructor keywords of a small instance for fast tests.
+
+        ``dim``-wide embeddings and ``hidden``-wide states (default ``dim``) where the
+        workload has them; ``short`` also shrinks what makes its data large (vocabularies,
+        sentence lengths). The test suite builds every workload through this.
+        """
+        return {}
 
     def __init__(self, granularity: str = "cell", data_dir: str | Path | None = None) -> None:
         self.granularity = check_granularity(granularity)

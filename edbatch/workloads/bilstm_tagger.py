@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edbatch.data.tags import TaggedSentence, load_tagged
 from edbatch.graph import GraphBuilder
@@ -95,6 +96,14 @@ class BiLSTMTagger(Workload):
     """
 
     name = "bilstm_tagger"
+    real_data = True
+    hand_backward = True
+
+    @classmethod
+    def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
+                    ) -> dict[str, Any]:
+        """Small embeddings and states."""
+        return {"embed_dim": dim, "hidden_dim": dim if hidden is None else hidden}
 
     def __init__(self, granularity: str = "cell", embed_dim: int = 128, hidden_dim: int = 128,
                  vocab_size: int | None = None, data_dir: str | Path | None = None) -> None:

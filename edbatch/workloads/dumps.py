@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -141,6 +141,11 @@ class DumpWorkload(Workload):
 
     name = "dumps"
     default_eval_split = "test"  # every dump after G0 (ED-Batch trains on G0)
+    granularities = ("cell",)  # the dumps' ops are ED-Batch's; granularity is ignored
+    config_defaults: ClassVar[dict[str, Any]] = {
+        "folder": "mvrnn_B1",       # a folder under data/graphs, or any path
+        "eval": {"batch_size": 1},  # one dump per graph
+    }
 
     def __init__(self, folder: str | Path, granularity: str = "cell",
                  num_types: int | None = None, data_dir: str | Path | None = None) -> None:

@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -139,6 +140,14 @@ class GGNNMolecules(Workload):
 
     name = "ggnn_molecules"
     default_eval_split = "valid"
+    real_data = True
+    hand_backward = True
+
+    @classmethod
+    def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
+                    ) -> dict[str, Any]:
+        """Small atom states (``hidden``, else ``dim``) and two rounds."""
+        return {"hidden_dim": dim if hidden is None else hidden, "rounds": 2}
 
     def __init__(self, granularity: str = "cell", hidden_dim: int = 64, rounds: int = 4,
                  data_dir: str | Path | None = None) -> None:

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import numpy as np
 
@@ -117,6 +117,14 @@ class _LatticeWorkload(Workload):
     """Shared reader, vocabulary and emission of the two lattice workloads."""
 
     _family: ClassVar[_CellFamily]
+    real_data = True
+
+    @classmethod
+    def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
+                    ) -> dict[str, Any]:
+        """Small embeddings and states; ``short``: 50 word ids."""
+        return {"embed_dim": dim, "hidden_dim": dim if hidden is None else hidden,
+                **({"vocab_size": 50} if short else {})}
 
     def __init__(self, granularity: str = "cell", embed_dim: int = 128, hidden_dim: int = 128,
                  vocab_size: int = 256, num_tags: int = 18, max_in_degree: int = 16,
@@ -266,6 +274,7 @@ class LatticeLSTM(_LatticeWorkload):
     """
 
     name = "lattice_lstm"
+    hand_backward = True
     _family = _CellFamily(2, lstm_params, PrimitiveLSTM)
 
 

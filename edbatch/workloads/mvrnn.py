@@ -40,6 +40,7 @@ A unary internal node (none in SST) passes its child's state through and adds on
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from edbatch.graph import GraphBuilder, OpType
 from edbatch.workloads._trees import NUM_CLASSES, TreeWorkload
@@ -68,6 +69,12 @@ class MVRNN(TreeWorkload):
     """
 
     name = "mvrnn"
+
+    @classmethod
+    def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
+                    ) -> dict[str, Any]:
+        """States of 4 (every word carries a 4 x 4 matrix), whatever ``dim``."""
+        return {"hidden_dim": 4}
 
     def __init__(self, granularity: str = "cell", embed_dim: int | None = None,
                  hidden_dim: int = 32, vocab_size: int | None = None,

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edbatch.data.parallel import SentencePair, load_pairs, load_vocab, pair_files
 from edbatch.errors import GraphError
@@ -83,6 +84,15 @@ class Seq2Seq(Workload):
 
     name = "seq2seq"
     default_eval_split = "test"  # tst2013; tst2012 stands in for the missing train set
+    real_data = True
+    hand_backward = True
+
+    @classmethod
+    def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
+                    ) -> dict[str, Any]:
+        """Small embeddings and states; ``short``: 50 word ids, sentences of 12 tokens."""
+        return {"embed_dim": dim, "hidden_dim": dim if hidden is None else hidden,
+                **({"vocab_size": 50, "max_len": 12} if short else {})}
 
     def __init__(self, granularity: str = "cell", embed_dim: int = 128, hidden_dim: int = 128,
                  vocab_size: int | None = None, max_len: int | None = None,

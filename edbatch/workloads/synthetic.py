@@ -212,6 +212,7 @@ class SyntheticWorkload(Workload):
     """
 
     name = "synthetic"
+    granularities = ("cell",)  # synthetic ops are already abstract cells
 
     def __init__(self, kind: str = "dag", granularity: str = "cell", num_instances: int = 256,
                  seed: int = 0, data_dir: str | Path | None = None, **kwargs: Any) -> None:

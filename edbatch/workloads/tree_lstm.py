@@ -62,6 +62,7 @@ class TreeLSTM(TreeWorkload):
     """
 
     name = "tree_lstm"
+    hand_backward = True
 
     def __init__(self, granularity: str = "cell", embed_dim: int = 128, hidden_dim: int = 128,
                  vocab_size: int | None = None, data_dir: str | Path | None = None) -> None:

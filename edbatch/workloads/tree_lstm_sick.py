@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -109,6 +110,15 @@ class TreeLSTMSick(Workload):
 
     name = _P
     default_eval_split = "dev"
+    real_data = True
+    granularities = ("cell",)
+
+    @classmethod
+    def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
+                    ) -> dict[str, Any]:
+        """Small embeddings, states and head; ``short``: 50 word ids."""
+        return {"embed_dim": dim, "hidden_dim": dim if hidden is None else hidden,
+                "sim_dim": 4, **({"vocab_size": 50} if short else {})}
 
     def __init__(self, granularity: str = "cell", embed_dim: int = 150, hidden_dim: int = 150,
                  sim_dim: int = 50, vocab_size: int | None = None,

@@ -28,7 +28,6 @@ __all__: list[str] = []
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "dynet_peer.py"
 EMBED, HIDDEN = 8, 6
-WORKLOADS = ("tree_lstm", "lattice_lstm", "bilstm_tagger")
 
 pytest.importorskip("dynet_config")
 
@@ -43,6 +42,7 @@ def _load_peer() -> ModuleType:
 
 
 dp = _load_peer()
+WORKLOADS = tuple(dp.PEERS)  # every workload with a benchmarks/peers/dynet/<name>.py
 
 
 @pytest.fixture(scope="module")

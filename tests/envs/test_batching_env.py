@@ -15,7 +15,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import envs
 from edbatch.errors import GraphError, InvalidActionError, UnknownNameError
 from edbatch.schedule import lower_bound
-from edbatch.workloads import REAL_WORKLOADS
+from edbatch.workloads import REAL_WORKLOADS, WORKLOADS
 from edbatch.workloads.synthetic import random_dag, random_lattices
 
 ENV_ID = "edbatch/Batching-v0"
@@ -27,7 +27,7 @@ def _lattices(n: int = 3) -> list:
 
 @pytest.mark.parametrize("workload", REAL_WORKLOADS)
 def test_check_env_passes_for_every_workload(workload: str) -> None:
-    kwargs = {"workload": workload, "split": "dev" if workload != "seq2seq" else "test",
+    kwargs = {"workload": workload, "split": WORKLOADS[workload].default_eval_split,
               "batch_size": 4}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # render-mode notices only

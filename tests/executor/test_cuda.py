@@ -20,18 +20,19 @@ from edbatch.executor.torch_executor import TorchExecutor, execute
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
 from edbatch.memory import STRATEGIES, MemoryPlan, Strategy, plan_memory
 from edbatch.schedule import Schedule, make_scheduler
-from edbatch.workloads import REAL_WORKLOADS, Workload, make_workload
+from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, Workload, make_workload
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 CUDA = "cuda"
 ATOL = RTOL = 1e-4  # TF32 is off by default for matmuls; fp32 sums still reorder on the GPU
-HAND = ("tree_lstm", "lattice_lstm", "bilstm_tagger", "seq2seq")
+#: The workloads whose cell kinds all have hand-written backwards.
+HAND = tuple(n for n in REAL_WORKLOADS if WORKLOADS[n].hand_backward)
 
 
 def small(name: str, granularity: str = "cell") -> Workload:
-    dims = {"hidden_dim": 4} if name == "mvrnn" else {"embed_dim": 8, "hidden_dim": 7}
-    return make_workload(name, granularity=granularity, **dims)
+    return make_workload(name, granularity=granularity,
+                         **WORKLOADS[name].test_kwargs(dim=8, hidden=7))
 
 
 @functools.cache
@@ -182,7 +183,7 @@ def test_cpu_parameters_and_sparse_gradient_training_are_never_captured() -> Non
     assert ex.graphs is not None and not ex.graphs.captured
 
 
-@pytest.mark.parametrize("name", [*HAND, "tree_gru", "lattice_gru"])
+@pytest.mark.parametrize("name", REAL_WORKLOADS)
 def test_captured_training_runs_equal_eager_losses_and_gradients(name: str) -> None:
     wl, graph, schedule, plan = setup(name, "cell", "planned")
     other = shuffled_attrs(graph, seed=2)

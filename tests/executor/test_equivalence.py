@@ -16,7 +16,7 @@ from edbatch.executor.torch_executor import RunResult, TorchExecutor, execute
 from edbatch.graph import Graph, OpType
 from edbatch.memory import STRATEGIES, Strategy, plan_memory
 from edbatch.schedule import HEURISTICS, Schedule, depth_schedule, make_scheduler
-from edbatch.workloads import REAL_WORKLOADS, Workload, make_workload
+from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, Workload, make_workload
 from tests.conftest import assert_gradcheck, recurrent_chains
 
 GRANULARITIES = ("cell", "primitive")
@@ -31,8 +31,7 @@ def _one_thread() -> None:
 
 
 def small_workload(name: str, granularity: str) -> Workload:
-    dims = {"hidden_dim": 4} if name == "mvrnn" else {"embed_dim": 8, "hidden_dim": 8}
-    return make_workload(name, granularity=granularity, **dims)
+    return make_workload(name, granularity=granularity, **WORKLOADS[name].test_kwargs())
 
 
 @functools.cache
@@ -87,9 +86,10 @@ def test_batched_equals_reference(name: str, granularity: str, scheduler: str,
 
 
 @pytest.mark.parametrize("scheduler", DEFAULT_SCHEDULERS)
-@pytest.mark.parametrize("name", ["lattice_lstm", "bilstm_tagger", "seq2seq"])
+@pytest.mark.parametrize("name", REAL_WORKLOADS)
 def test_unhoisted_batched_equals_reference(name: str, scheduler: str) -> None:
-    """``hoist=False`` (the per-batch cells) for the workloads whose default is hoisted."""
+    """``hoist=False`` (the per-batch cells; for the workloads whose default is hoisted,
+    the other path) equals the reference."""
     check_equivalence(name, "cell", scheduler, "planned", hoist=False)
 
 
@@ -106,7 +106,7 @@ def test_batched_equals_reference_other_heuristics(name: str, granularity: str,
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("name", ["tree_lstm", "lattice_lstm", "bilstm_tagger"])
+@pytest.mark.parametrize("name", REAL_WORKLOADS)
 def test_batched_equals_reference_on_cuda(name: str, strategy: Strategy) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")

@@ -13,11 +13,11 @@ from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import STRATEGIES, MemoryPlan, Strategy, plan_memory
 from edbatch.schedule import Schedule, make_scheduler
-from edbatch.workloads import Workload, make_workload
+from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, Workload, make_workload
 from tests.conftest import assert_gradcheck
 
-HAND = ("tree_lstm", "lattice_lstm", "bilstm_tagger", "seq2seq")
-AUTOGRAD = ("tree_gru", "mvrnn", "lattice_gru")
+#: The workloads whose cell kinds all have hand-written backwards.
+HAND = tuple(n for n in REAL_WORKLOADS if WORKLOADS[n].hand_backward)
 
 
 @pytest.fixture(autouse=True)
@@ -26,8 +26,8 @@ def _one_thread() -> None:
 
 
 def small(name: str, granularity: str = "cell", dim: int = 6, **kw: int) -> Workload:
-    dims = {"hidden_dim": 4} if name == "mvrnn" else {"embed_dim": dim, "hidden_dim": dim - 1}
-    return make_workload(name, granularity=granularity, **dims, **kw)
+    return make_workload(name, granularity=granularity,
+                         **{**WORKLOADS[name].test_kwargs(dim=dim, hidden=dim - 1), **kw})
 
 
 def setup(wl: Workload, count: int = 4, strategy: Strategy = "planned",
@@ -50,7 +50,7 @@ def gradients(wl: Workload, graph: Graph, schedule: Schedule, plan: MemoryPlan,
 
 
 @pytest.mark.parametrize("granularity", ["cell", "primitive"])
-@pytest.mark.parametrize("name", HAND + AUTOGRAD)
+@pytest.mark.parametrize("name", REAL_WORKLOADS)
 def test_which_programs_run_hand_written_backwards(name: str, granularity: str) -> None:
     graph, schedule, plan = setup(small(name, granularity), count=2)
     program, _ = TorchExecutor()._program(graph, schedule, plan)
@@ -74,7 +74,7 @@ def test_hand_backward_equals_autograd_in_fp64(name: str, strategy: Strategy) ->
                                    msg=f"gradient of {k} differs")
 
 
-@pytest.mark.parametrize("name", HAND[1:])  # tree_lstm: test_equivalence's gradcheck
+@pytest.mark.parametrize("name", HAND)
 def test_gradcheck_through_hand_backward(name: str) -> None:
     wl = small(name, dim=3, vocab_size=12)
     graph, schedule, plan = setup(wl, count=2)
@@ -82,7 +82,7 @@ def test_gradcheck_through_hand_backward(name: str) -> None:
                      init_params(wl, torch.Generator().manual_seed(1), dtype=torch.float64))
 
 
-@pytest.mark.parametrize("name", ["tree_lstm", "bilstm_tagger"])
+@pytest.mark.parametrize("name", HAND)  # the autograd cells give dense gradients
 def test_sparse_embedding_gradients_equal_dense_ones(name: str) -> None:
     wl = small(name)
     graph, schedule, plan = setup(wl)

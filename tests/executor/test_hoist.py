@@ -146,7 +146,7 @@ def test_only_the_named_kinds_are_hoisted() -> None:
 
 
 def test_api_recorded_bilstm_is_hoisted() -> None:
-    from benchmarks.models_api import record_bilstm_tagger
+    from benchmarks.peers.bilstm_tagger import record as record_bilstm_tagger
 
     wl = small("bilstm_tagger")
     params = init_params(wl, torch.Generator().manual_seed(3), dtype=torch.float64)
@@ -223,7 +223,7 @@ def test_hoisted_under_other_memory_layouts(strategy: Strategy) -> None:
 
 @pytest.mark.parametrize("grad", [False, True])
 def test_dynamic_batch_run_hoists_by_default(grad: bool) -> None:
-    from benchmarks.models_api import record_bilstm_tagger
+    from benchmarks.peers.bilstm_tagger import record as record_bilstm_tagger
 
     wl = small("bilstm_tagger")
     params = init_params(wl, torch.Generator().manual_seed(3), dtype=torch.float64)

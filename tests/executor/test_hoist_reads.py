@@ -33,7 +33,7 @@ def _bilstm_graph(api: bool) -> Graph:
     wl = make_workload("bilstm_tagger", embed_dim=6, hidden_dim=HIDDEN)
     if not api:
         return wl.minibatch(wl.default_eval_split, range(5))
-    from benchmarks.models_api import record_bilstm_tagger
+    from benchmarks.peers.bilstm_tagger import record as record_bilstm_tagger
 
     batch = DynamicBatch.from_workload(wl, init_params(wl, torch.Generator().manual_seed(0)))
     record_bilstm_tagger(batch, wl, wl.load(wl.default_eval_split)[:5])

@@ -15,22 +15,12 @@ from edbatch.executor import KERNELS, init_params, kernel_for
 from edbatch.executor.kernels import FAST_TANH_MIN, fast_tanh, op_params, parse_slice
 from edbatch.graph import OpType
 from edbatch.registry import Registry
-from edbatch.workloads import REAL_WORKLOADS, make_workload
+from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, make_workload
 
 torch.set_num_threads(1)
 
 #: Attr values in [0, ATTR_BOUND) are valid token ids and labels for every op type below.
 ATTR_BOUND = 5
-
-
-def small_kwargs(name: str) -> dict[str, int]:
-    """Small sizes for a fast test workload."""
-    if name == "mvrnn":
-        return {"hidden_dim": 4}
-    kwargs = {"embed_dim": 8, "hidden_dim": 8}
-    if name in ("lattice_lstm", "lattice_gru", "seq2seq"):
-        kwargs["vocab_size"] = 50
-    return kwargs
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,7 +31,8 @@ def catalogue() -> dict[str, list[tuple[OpType, dict[str, torch.Tensor]]]]:
     seen: set[str] = set()
     for name in REAL_WORKLOADS:
         for granularity in ("cell", "primitive"):
-            wl = make_workload(name, granularity=granularity, **small_kwargs(name))
+            wl = make_workload(name, granularity=granularity,
+                               **WORKLOADS[name].test_kwargs(short=True))
             params = {k: v.detach() for k, v in init_params(wl, gen).items()}
             with torch.no_grad():
                 for p in params.values():  # non-zero biases, so bias handling is tested

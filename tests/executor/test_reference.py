@@ -12,7 +12,7 @@ from edbatch.executor import ExecutionError, init_params, reference_loss, run_re
 from edbatch.executor.params import is_embedding
 from edbatch.executor.reference import free_schedule
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
-from edbatch.workloads import REAL_WORKLOADS, Workload, make_workload
+from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, Workload, make_workload
 
 torch.set_num_threads(1)
 
@@ -21,13 +21,8 @@ INSTANCES = [0, 1, 2]
 
 def small_workload(name: str, granularity: str) -> Workload:
     """A workload with small sizes (short seq2seq sentences) for fast tests."""
-    kwargs: dict[str, int] = {"hidden_dim": 4} if name == "mvrnn" else {
-        "embed_dim": 8, "hidden_dim": 8}
-    if name in ("lattice_lstm", "lattice_gru", "seq2seq"):
-        kwargs["vocab_size"] = 50
-    if name == "seq2seq":
-        kwargs["max_len"] = 12
-    return make_workload(name, granularity=granularity, **kwargs)
+    return make_workload(name, granularity=granularity,
+                         **WORKLOADS[name].test_kwargs(short=True))
 
 
 def perturbed_params(wl: Workload, seed: int = 0) -> dict[str, torch.nn.Parameter]:

@@ -11,11 +11,10 @@ from hydra.utils import instantiate
 
 import experiments  # noqa: F401 - registers the config schemas
 from edbatch.schedule import Schedule
-from edbatch.workloads import Workload
+from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, Workload
 from edbatch.workloads.synthetic import random_binary_trees
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
-WORKLOADS = sorted(p.stem for p in (Path(CONF) / "workload").glob("*.yaml"))
 SCHEDULERS = sorted(p.stem for p in (Path(CONF) / "scheduler").glob("*.yaml"))
 
 
@@ -49,6 +48,75 @@ def test_every_scheduler_config_instantiates_and_schedules(name: str, tmp_path: 
     schedule = scheduler(graph)
     assert isinstance(schedule, Schedule) and schedule.scheduler == name
     schedule.validate(graph)
+
+
+def test_workload_configs_come_from_the_registry_and_the_constructors() -> None:
+    import inspect
+
+    assert not list((Path(CONF) / "workload").glob("*.yaml"))  # no yaml repeats a default
+    cfg = _compose([])
+    assert list(cfg.workload) == list(REAL_WORKLOADS)  # evaluate's default: every real one
+    for name, cls in WORKLOADS.items():
+        node = _compose([f"workload=[{name}]"]).workload[name]
+        params = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+                  if p.default is not inspect.Parameter.empty}
+        for key, value in node.items():
+            if key == "_target_":
+                assert value == f"{cls.__module__}.{cls.__qualname__}"
+            elif key in cls.config_defaults:
+                assert value == cls.config_defaults[key]
+            else:
+                assert value == params[key], (name, key)
+        assert ("granularity" in node) == (len(cls.granularities) > 1)
+
+
+def test_workload_keys_are_typed_and_closed() -> None:
+    cfg = _compose(["workload=[tree_gru]", "workload.tree_gru.hidden_dim=64"])
+    assert cfg.workload.tree_gru.hidden_dim == 64
+    with pytest.raises(ConfigCompositionException) as err:
+        _compose(["workload=[tree_gru]", "workload.tree_gru.hidden_dim=abc"])
+    assert "hidden_dim" in str(err.value) and "abc" in f"{err.value} {err.value.__cause__}"
+    with pytest.raises(ConfigCompositionException, match="hiden_dim"):
+        _compose(["workload=[tree_gru]", "workload.tree_gru.hiden_dim=3"])
+    # the synthetic generators' options stay open (the constructor takes **kwargs)
+    cfg = _compose(["workload=[synthetic]", "++workload.synthetic.num_nodes=40"])
+    assert cfg.workload.synthetic.num_nodes == 40
+
+
+def test_a_workload_defined_outside_the_package_gets_a_config() -> None:
+    from experiments._workload_schema import register_workload_configs
+
+    class Toy(Workload):
+        name = "toy_outside"
+        real_data = True
+
+        def __init__(self, width: int = 3, granularity: str = "cell") -> None:
+            super().__init__(granularity)
+
+        splits = ("train",)  # type: ignore[assignment]
+
+        def _load(self, split):  # type: ignore[no-untyped-def]
+            return []
+
+        def emit(self, instance, builder):  # type: ignore[no-untyped-def]
+            return []
+
+        def param_shapes(self):  # type: ignore[no-untyped-def]
+            return {}
+
+    try:
+        assert WORKLOADS["toy_outside"] is Toy
+        register_workload_configs()
+        cfg = _compose(["workload=[toy_outside]", "workload.toy_outside.width=5"])
+        assert dict(cfg.workload.toy_outside) == {
+            "_target_": f"{Toy.__module__}.{Toy.__qualname__}", "width": 5,
+            "granularity": "cell"}
+        assert "toy_outside" in _compose(["workload=[real_data]"]).workload
+        with pytest.raises(Exception, match="taken by"):
+            type("Other", (Toy,), {"name": "toy_outside"})
+    finally:
+        del WORKLOADS["toy_outside"]
+        register_workload_configs()
 
 
 def test_unknown_key_and_unknown_option_fail() -> None:

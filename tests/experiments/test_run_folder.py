@@ -77,6 +77,8 @@ def test_folder_without_binding_but_with_outputs_is_refused(tmp_path: Path) -> N
 def test_differences_flatten_nested_keys() -> None:
     assert differences({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3}, "d": 0}) == [
         "a.c: 2 -> 3", "d: '(absent)' -> 0"]
+    assert differences({"w": {"x": {"k": 1, "j": 2}}}, {"w": {"y": {"k": 1}}, "e": {}}) == [
+        "e: '(absent)' -> {}", "w.x: <2 keys> -> '(absent)'", "w.y: '(absent)' -> <1 keys>"]
 
 
 def test_hydra_output_subdir_keeps_the_first_runs_config(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401  (registers the env)
-from edbatch.workloads import REAL_WORKLOADS
+from edbatch.workloads import REAL_WORKLOADS, WORKLOADS
 from edbatch.workloads.dumps import DumpWorkload
 from policies import QLearningConfig, evaluate_policy, train_q_table
 
@@ -36,7 +36,7 @@ def test_edbatch_learner_on_unseen_dumps_over_five_seeds(folder: str, k: int,
 @pytest.mark.slow
 @pytest.mark.parametrize("workload", REAL_WORKLOADS)
 def test_check_env_at_primitive_granularity(workload: str) -> None:
-    split = "test" if workload == "seq2seq" else "dev"
+    split = WORKLOADS[workload].default_eval_split
     env = gym.make("edbatch/Batching-v0", workload=workload, split=split, batch_size=2,
                    granularity="primitive", on_invalid="noop")
     check_env(env.unwrapped, skip_render_check=True)
