@@ -21,6 +21,7 @@ __all__ = [
     "DATA_DIR",
     "LOSS_SUM",
     "MODULES",
+    "REAL_CASES",
     "REAL_WORKLOADS",
     "REGISTRY",
     "WORKLOADS",
@@ -46,6 +47,9 @@ WORKLOADS: dict[str, type[Workload]] = REGISTRY
 #: The real-data workloads (``real_data = True``; the dumps and synthetic generators are
 #: extra), in registry order.
 REAL_WORKLOADS = tuple(name for name, cls in REGISTRY.items() if cls.real_data)
+
+#: Every (real-data workload, granularity it has) pair: what the test suite runs.
+REAL_CASES = tuple((name, g) for name in REAL_WORKLOADS for g in REGISTRY[name].granularities)
 
 
 def make_workload(name: str, **kwargs: Any) -> Workload:

@@ -30,7 +30,7 @@ from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
 from edbatch.memory import plan_memory
 from edbatch.registry import Registry
 from edbatch.schedule import make_scheduler
-from edbatch.workloads import REAL_WORKLOADS, Workload, loss_sum_op, make_workload
+from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, Workload, loss_sum_op, make_workload
 
 torch.set_num_threads(1)
 
@@ -298,10 +298,11 @@ def test_init_is_bit_identical_to_before(name: str, granularity: str) -> None:
     assert got == BEFORE[(name, granularity)]
 
 
-@pytest.mark.parametrize("granularity", ["cell", "primitive"])
-@pytest.mark.parametrize("name", REAL_WORKLOADS)
+@pytest.mark.parametrize(("name", "granularity"), [
+    (name, g) for name in REAL_WORKLOADS for g in WORKLOADS[name].granularities])
 def test_declared_initialisers_cover_every_table(name: str, granularity: str) -> None:
-    wl = small(name, granularity)
+    wl = make_workload(name, granularity=granularity,
+                       **WORKLOADS[name].test_kwargs(4, 3, short=True))
     tables = embedding_params(wl)
     assert tables and tables == {n for n in wl.param_shapes() if is_embedding(n)}
     assert set(declared_inits(wl).values()) == {"embedding"}

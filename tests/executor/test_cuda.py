@@ -20,7 +20,7 @@ from edbatch.executor.torch_executor import TorchExecutor, execute
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
 from edbatch.memory import STRATEGIES, MemoryPlan, Strategy, plan_memory
 from edbatch.schedule import Schedule, make_scheduler
-from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, Workload, make_workload
+from edbatch.workloads import REAL_CASES, REAL_WORKLOADS, WORKLOADS, Workload, make_workload
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -79,8 +79,7 @@ def test_index_tensors_come_through_pinned_memory_without_blocking() -> None:
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("granularity", ["cell", "primitive"])
-@pytest.mark.parametrize("name", REAL_WORKLOADS)
+@pytest.mark.parametrize(("name", "granularity"), REAL_CASES)
 def test_cuda_losses_and_gradients_equal_cpu_reference(name: str, granularity: str,
                                                        strategy: Strategy) -> None:
     wl, graph, schedule, plan = setup(name, granularity, strategy)

@@ -16,7 +16,7 @@ from edbatch.executor.torch_executor import RunResult, TorchExecutor, execute
 from edbatch.graph import Graph, OpType
 from edbatch.memory import STRATEGIES, Strategy, plan_memory
 from edbatch.schedule import HEURISTICS, Schedule, depth_schedule, make_scheduler
-from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, Workload, make_workload
+from edbatch.workloads import REAL_CASES, REAL_WORKLOADS, WORKLOADS, Workload, make_workload
 from tests.conftest import assert_gradcheck, recurrent_chains
 
 GRANULARITIES = ("cell", "primitive")
@@ -78,8 +78,7 @@ def check_equivalence(name: str, granularity: str, scheduler: str, strategy: Str
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("scheduler", DEFAULT_SCHEDULERS)
-@pytest.mark.parametrize("granularity", GRANULARITIES)
-@pytest.mark.parametrize("name", REAL_WORKLOADS)
+@pytest.mark.parametrize(("name", "granularity"), REAL_CASES)
 def test_batched_equals_reference(name: str, granularity: str, scheduler: str,
                                   strategy: Strategy) -> None:
     check_equivalence(name, granularity, scheduler, strategy)
@@ -96,8 +95,7 @@ def test_unhoisted_batched_equals_reference(name: str, scheduler: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("scheduler", OTHER_SCHEDULERS)
-@pytest.mark.parametrize("granularity", GRANULARITIES)
-@pytest.mark.parametrize("name", REAL_WORKLOADS)
+@pytest.mark.parametrize(("name", "granularity"), REAL_CASES)
 def test_batched_equals_reference_other_heuristics(name: str, granularity: str,
                                                    scheduler: str, strategy: Strategy
                                                    ) -> None:
@@ -110,7 +108,7 @@ def test_batched_equals_reference_other_heuristics(name: str, granularity: str,
 def test_batched_equals_reference_on_cuda(name: str, strategy: Strategy) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    for granularity in GRANULARITIES:
+    for granularity in WORKLOADS[name].granularities:
         check_equivalence(name, granularity, "typewise_greedy", strategy, device="cuda")
 
 

@@ -30,7 +30,7 @@ def catalogue() -> dict[str, list[tuple[OpType, dict[str, torch.Tensor]]]]:
     out: dict[str, list[tuple[OpType, dict[str, torch.Tensor]]]] = {}
     seen: set[str] = set()
     for name in REAL_WORKLOADS:
-        for granularity in ("cell", "primitive"):
+        for granularity in WORKLOADS[name].granularities:
             wl = make_workload(name, granularity=granularity,
                                **WORKLOADS[name].test_kwargs(short=True))
             params = {k: v.detach() for k, v in init_params(wl, gen).items()}

@@ -10,7 +10,7 @@ from edbatch.graph import Graph
 from edbatch.memory._aligned import aligned_orders, aligned_orders_python
 from edbatch.memory._aligned_compiled import aligned_orders_compiled
 from edbatch.schedule import make_scheduler
-from edbatch.workloads import REAL_WORKLOADS
+from edbatch.workloads import REAL_CASES
 from tests.schedule.test_compiled import minibatch
 from tests.schedule.test_properties import graphs
 
@@ -28,8 +28,7 @@ def assert_same_orders(graph: Graph) -> None:
             np.testing.assert_array_equal(g, w, err_msg=f"{name} batch {i}")
 
 
-@pytest.mark.parametrize("granularity", ["cell", "primitive"])
-@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+@pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
 def test_compiled_aligned_equals_python(workload: str, granularity: str) -> None:
     assert_same_orders(minibatch(workload, granularity))
 

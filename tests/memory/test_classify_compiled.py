@@ -13,7 +13,7 @@ from edbatch.memory._aligned import aligned_orders
 from edbatch.memory._chains import ChainPlanner
 from edbatch.memory.planner import _Layout
 from edbatch.schedule import Schedule, make_scheduler
-from edbatch.workloads import REAL_WORKLOADS
+from edbatch.workloads import REAL_CASES
 from tests.schedule.test_compiled import minibatch
 from tests.schedule.test_properties import graphs
 
@@ -46,8 +46,7 @@ def assert_same_reads(graph: Graph, schedule: Schedule) -> None:
                 assert got[f].dtype.kind == np.asarray(want).dtype.kind, f
 
 
-@pytest.mark.parametrize("granularity", ["cell", "primitive"])
-@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+@pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
 def test_compiled_classify_equals_numpy(workload: str, granularity: str) -> None:
     graph = minibatch(workload, granularity)
     for name in SCHEDULERS:

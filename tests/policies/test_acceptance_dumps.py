@@ -34,7 +34,8 @@ def test_edbatch_learner_on_unseen_dumps_over_five_seeds(folder: str, k: int,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+@pytest.mark.parametrize("workload", [n for n in REAL_WORKLOADS
+                                      if "primitive" in WORKLOADS[n].granularities])
 def test_check_env_at_primitive_granularity(workload: str) -> None:
     split = WORKLOADS[workload].default_eval_split
     env = gym.make("edbatch/Batching-v0", workload=workload, split=split, batch_size=2,

@@ -14,7 +14,7 @@ from edbatch.schedule._compiled import key_hash, key_hash_numba
 from edbatch.schedule._compiled_analysis import typewise_graph_numba
 from edbatch.schedule.compiled import CompiledScheduler
 from edbatch.schedule.compiled import heights as compiled_heights
-from edbatch.workloads import REAL_WORKLOADS, make_workload
+from edbatch.workloads import REAL_CASES, make_workload
 from tests.schedule.test_properties import graphs
 
 
@@ -40,8 +40,7 @@ def minibatch(workload: str, granularity: str, size: int = 8) -> Graph:
     return _GRAPHS[key]
 
 
-@pytest.mark.parametrize("granularity", ["cell", "primitive"])
-@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+@pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
 def test_compiled_equals_python_on_every_workload(workload: str, granularity: str) -> None:
     graph = minibatch(workload, granularity)
     for name in COMPILED:
@@ -105,8 +104,7 @@ def assert_same_analyses(graph: Graph) -> None:
     np.testing.assert_array_equal(compiled_heights(fresh), heights(graph))
 
 
-@pytest.mark.parametrize("granularity", ["cell", "primitive"])
-@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+@pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
 def test_compiled_analyses_equal_python(workload: str, granularity: str) -> None:
     assert_same_analyses(minibatch(workload, granularity))
 

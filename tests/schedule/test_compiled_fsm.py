@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from edbatch.graph import Graph
 from edbatch.schedule import FrontierView, PolicyScheduler, run_policy
 from edbatch.schedule.compiled import COMPILED_ENCODINGS, COMPILED_RULES, CompiledFsmScheduler
-from edbatch.workloads import REAL_WORKLOADS
+from edbatch.workloads import REAL_CASES
 from envs.encoding import encode_state, key_actions
 from policies.expert import ExpertConfig, fit_table, teacher_samples
 from policies.fsm import FSMPolicy, make_fallback
@@ -57,8 +57,7 @@ def check(graph: Graph, encoding: str, fallback: str, table: dict) -> None:  # t
     assert (co.hits, co.misses) == (py.hits, py.misses)
 
 
-@pytest.mark.parametrize("granularity", ["cell", "primitive"])
-@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+@pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
 def test_compiled_fsm_equals_python(workload: str, granularity: str) -> None:
     """Every encoding, each with one fallback in turn (all pairs: the slow test below)."""
     graph = minibatch(workload, granularity, 8 if granularity == "cell" else 4)
@@ -87,8 +86,7 @@ def expert_tables(graph: Graph, train: Graph) -> dict[str, dict[tuple[int, ...],
     return {"teacher": fit_table(votes, 1, 0.5), "random": own}
 
 
-@pytest.mark.parametrize("granularity", ["cell", "primitive"])
-@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+@pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
 def test_compiled_expert_fsm_equals_python(workload: str, granularity: str) -> None:
     """The ``expert`` key (critical-path gap and completeness per ready type) on learned and
     random non-empty tables: same schedule, hits and misses as the Python FSMPolicy."""
@@ -104,8 +102,7 @@ def test_compiled_expert_fsm_equals_python(workload: str, granularity: str) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("granularity", ["cell", "primitive"])
-@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+@pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
 def test_compiled_fsm_equals_python_all_pairs(workload: str, granularity: str) -> None:
     graph = minibatch(workload, granularity)
     for encoding in COMPILED_ENCODINGS:

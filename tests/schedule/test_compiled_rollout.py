@@ -19,7 +19,7 @@ from edbatch.schedule import (
 )
 from edbatch.schedule import rollout as rollout_module
 from edbatch.schedule.compiled_rollout import compiled_bases, compiled_rollout
-from edbatch.workloads import REAL_WORKLOADS
+from edbatch.workloads import REAL_CASES
 from policies.fsm import FSMPolicy
 from tests.schedule.test_compiled import assert_same, minibatch
 from tests.schedule.test_compiled_fsm import table_for
@@ -43,8 +43,7 @@ def fsm_bases(graph: Graph, encoding: str, fallback: str) -> list:  # type: igno
     return [fsm.fork]
 
 
-@pytest.mark.parametrize("granularity", ["cell", "primitive"])
-@pytest.mark.parametrize("workload", REAL_WORKLOADS)
+@pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
 def test_compiled_rollout_equals_python_on_every_workload(workload: str, granularity: str
                                                           ) -> None:
     graph = minibatch(workload, granularity, 4)
