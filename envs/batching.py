@@ -75,7 +75,10 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
     (bool, sb3-contrib convention). An action must be integral (Python ``int``, NumPy
     integer, or a one-element NumPy integer array); a float, string, ``None`` or ``bool``
     raises :class:`InvalidActionError` naming the value (``0.5`` is never truncated to 0).
-    A masked action raises :class:`InvalidActionError` with ``on_invalid="raise"`` (the
+    An integer outside ``0..K-1`` (``step(10**6)``, ``step(-1)``) always raises
+    :class:`InvalidActionError` naming the value and the valid range, in every mode and
+    through ``gym.make`` too: it is not an action of the declared space.
+    An in-range masked action raises :class:`InvalidActionError` with ``on_invalid="raise"`` (the
     class default, what edbatch's learners use) and is a -1 no-op with ``"noop"`` (the
     default of ``gym.make("edbatch/Batching-v0")``, so every action of the declared
     ``Discrete`` space is a legal ``step`` input, as Gymnasium's ``check_env`` expects).
@@ -98,10 +101,11 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
     ``batch_size``, ``granularity``, ``workload_kwargs``) to sample mini-batches of a
     registered workload. ``encoding``, ``reward``, ``cost_model``, ``max_steps``.
     ``on_invalid``: ``"raise"`` (class default) raises on a masked action; ``"noop"`` (the
-    registered env's default) leaves the state unchanged, returns reward -1 and
-    ``info["invalid_action"] = True``. Generic tools step with actions drawn in another
-    state (Gymnasium's ``check_env`` samples an action before a seeded reset and steps it
-    after), so ``gym.make`` uses ``noop``; pass ``on_invalid="raise"`` there to be strict.
+    registered env's default) makes an in-range masked action leave the state unchanged,
+    return reward -1 and ``info["invalid_action"] = True``. Generic tools step with actions
+    drawn in another state (Gymnasium's ``check_env`` samples an action before a seeded
+    reset and steps it after), so ``gym.make`` uses ``noop``; pass ``on_invalid="raise"``
+    there to be strict.
 
     ## Examples
         >>> import gymnasium as gym, envs
@@ -176,7 +180,12 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         if f is None or f.done:
             raise InvalidActionError("step() called on a finished episode; call reset() first")
         a = _integral_action(action)
-        if not (0 <= a < len(self.vocab)) or not f.mask()[a]:
+        k = len(self.vocab)
+        if not 0 <= a < k:  # outside the declared space: always an error, whatever on_invalid
+            raise InvalidActionError(
+                f"action {a!r} is outside the action space Discrete({k}): op type ids are "
+                f"0..{k - 1}; pick one allowed by info['action_mask']")
+        if not f.mask()[a]:
             if self.on_invalid == "raise":
                 raise InvalidActionError(f._invalid_message(a))
             self._steps += 1
