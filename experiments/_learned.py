@@ -78,7 +78,7 @@ def learned_nothing(name: str, policy: Any, u: Unseen) -> str | None:
     """One line naming why ``name`` learned nothing over its fallback, or ``None``."""
     if not u.states:
         why = policy.metadata.get("learned_nothing", "its trainer kept an empty table")
-        return f"{name} learned nothing: 0 states, it is {u.fallback} alone ({why})"
+        return f"{name} learned nothing: 0 states, {u.fallback} alone; {why}"
     if u.hit_rate == 0.0:
         return (f"{name} learned nothing that applies here: its {u.states} states are never "
                 f"visited on the {u.graphs} unseen mini-batches ({u.fallback} decides all)")

@@ -63,9 +63,8 @@ class GuardReport:
         if self.kept:
             return None
         if self.dropped_by_lookahead:
-            return (f"its {self.dropped_by_lookahead} kept entries lowered the batches of its "
-                    f"own schedules but raised them under the rollout lookahead on the "
-                    f"training/validation graphs, so the table was dropped")
+            return (f"its {self.dropped_by_lookahead} kept entries cost batches under the "
+                    f"rollout lookahead on the train/validation graphs: table dropped")
         if self.train_fallback <= self.train_lb:
             return "its fallback already meets the lower bound on the training graphs"
         if not self.proposals:
@@ -73,7 +72,7 @@ class GuardReport:
         if not self.evaluations:
             return f"none of its {self.proposals} proposals was scored (guard_max_evals=0)"
         return (f"none of its {self.proposals} proposals lowered the training batches "
-                f"without raising the validation batches")
+                f"without raising validation's")
 
 
 def fallback_choices(graphs: Sequence[Graph], encoding: str, fallback: str
