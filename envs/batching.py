@@ -15,13 +15,8 @@ from edbatch.errors import GraphError, InvalidActionError, UnknownNameError, did
 from edbatch.graph import Graph, OpType, Vocab
 from edbatch.schedule import Frontier, lower_bound
 from edbatch.workloads import GraphSampler, make_workload
-from envs.encoding import (
-    ENCODINGS,
-    OBS_HIGH,
-    encode_observation,
-    encode_state,
-    observation_size,
-)
+from envs.encoding import ENCODINGS, OBS_HIGH, encode_state
+from envs.observation import check_observation, observation_length, observe
 
 __all__ = ["REWARDS", "BatchingEnv", "CostModel", "GraphSource", "MaskedDiscrete"]
 
@@ -86,8 +81,10 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
     ## Observation Space
     ``Box(0, 4, (7K,), float32)`` from :func:`envs.encoding.encode_observation`: mask,
     scaled ready counts, ``|F(a)|/T(a)``, scaled ``T(a)``, remaining fraction, remaining
-    mean depth, last op. ``info["state_key"]`` holds the hashable key of ``encoding`` for
-    tabular learners.
+    mean depth, last op. ``observation="critical"``: ``(10K,)``, plus per type the scaled
+    height of its highest ready node, its gap below the highest and whether its batch is
+    complete (:mod:`envs.observation`). ``info["state_key"]`` holds the hashable key of
+    ``encoding`` for tabular learners.
 
     ## Rewards
     ``ed_batch``: ``-1 + |F(a)|/T(a)`` (docs/architecture.md 3.5); ``unit``: ``-1`` per decision;
@@ -128,7 +125,7 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
                  workload_kwargs: dict[str, Any] | None = None, encoding: str = "sorted",
                  reward: str = "ed_batch", cost_model: CostModel | str | Path | None = None,
                  max_steps: int | None = None, on_invalid: str = "raise",
-                 render_mode: str | None = None) -> None:
+                 observation: str = "base", render_mode: str | None = None) -> None:
         self._source, self.vocab = _resolve_source(graphs, workload, split, batch_size,
                                                    granularity, workload_kwargs or {})
         if reward not in REWARDS:
@@ -148,7 +145,9 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         self.max_steps, self.render_mode, self.on_invalid = max_steps, render_mode, on_invalid
         k = len(self.vocab)
         self.action_space = MaskedDiscrete(k, self._current_mask)
-        self.observation_space = spaces.Box(0.0, OBS_HIGH, (observation_size(k),), np.float32)
+        self.observation = check_observation(observation)
+        self.observation_space = spaces.Box(0.0, OBS_HIGH, (observation_length(k, observation),),
+                                            np.float32)
         self.graph: Graph | None = None
         self.frontier: Frontier | None = None
         self._lb = 0
@@ -252,7 +251,7 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         }
         if not f.done:
             info["state_key"] = encode_state(view, self.encoding)
-        return encode_observation(view), info
+        return observe(view, self.observation), info
 
 
 def _integral_action(action: Any) -> int:

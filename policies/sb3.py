@@ -22,7 +22,8 @@ from edbatch.errors import UnknownNameError
 from edbatch.graph import Graph
 from edbatch.schedule import Frontier, FrontierView, run_policy
 from envs.batching import BatchingEnv
-from envs.encoding import encode_observation, encode_state
+from envs.encoding import encode_state
+from envs.observation import check_observation, observe
 from policies.fsm import FSMPolicy, make_fallback
 from policies.guard import fallback_choices, guard_table, pick_fallback, vote_proposals
 from policies.q_learning import AUTO_FALLBACKS, TrainResult, evaluate_policy, select_fallback
@@ -37,12 +38,12 @@ class SB3Policy:
 
     needs_typewise = True
 
-    def __init__(self, model: Any) -> None:
-        self.model = model
+    def __init__(self, model: Any, observation: str = "base") -> None:
+        self.model, self.observation = model, observation
 
     def choose(self, view: FrontierView) -> int:
         """Masked greedy action of the network."""
-        obs = encode_observation(view)
+        obs = observe(view, self.observation)
         mask = view.mask.astype(bool)
         q_net = getattr(self.model, "q_net", None)
         if q_net is not None:  # DQN: masked argmax over Q-values
@@ -83,7 +84,11 @@ class _SB3Trainer:
                  fallback: str = "critical_path", reward: str = "ed_batch", seed: int = 0,
                  lookahead: str = "none", eval_points: int = 10, cost_model: Any = None,
                  warm_start_epochs: int = 0, warm_start_lr: float = 1e-3, guard: bool = False,
-                 guard_max_evals: int = 2000, **algo_kwargs: Any) -> None:
+                 guard_max_evals: int = 2000, observation: str = "base",
+                 **algo_kwargs: Any) -> None:
+        #: The env's observation vector (:mod:`envs.observation`): ``critical`` adds the
+        #: critical-path features, so cloning the critical-path fallback can be exact.
+        self.observation = check_observation(observation)
         self.total_timesteps, self.encoding, self.fallback = total_timesteps, encoding, fallback
         #: Behaviour cloning of the fallback before RL (epochs over its decisions on the
         #: training graphs; MaskablePPO only), and the residual guard of the distilled table.
@@ -101,7 +106,7 @@ class _SB3Trainer:
 
     def _env(self, graphs: Sequence[Graph]) -> BatchingEnv:
         return BatchingEnv(graphs=list(graphs), reward=self.reward, encoding="base",
-                           cost_model=self.cost_model)
+                           cost_model=self.cost_model, observation=self.observation)
 
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
             checkpoint: str | Path | None = None,
@@ -118,7 +123,7 @@ class _SB3Trainer:
         # SB3's default logger makes an empty /tmp/SB3-<time> folder on every learn(); ours
         # writes nothing (episode stats go through ``callback``, i.e. W&B)
         model.set_logger(Logger(folder=None, output_formats=[]))
-        net = SB3Policy(model)
+        net = SB3Policy(model, self.observation)
         curve = _Curve(net, list(val_graphs) or list(train_graphs), callback,
                        every=max(1, self.total_timesteps // self.eval_points))
         model.learn(total_timesteps=self.total_timesteps, progress_bar=False,
@@ -164,11 +169,13 @@ class _SB3Trainer:
                                    f"masks (maskable_ppo), not {self.name}; set "
                                    f"trainer.warm_start_epochs=0")
         return clone_fallback(model.policy, train, fallback, self.encoding,
-                              self.warm_start_epochs, self.warm_start_lr, self.seed)
+                              self.warm_start_epochs, self.warm_start_lr, self.seed,
+                              observation=self.observation)
 
 
 def clone_fallback(policy: Any, graphs: Sequence[Graph], fallback: str, encoding: str,
-                   epochs: int, lr: float, seed: int, batch: int = 256) -> float:
+                   epochs: int, lr: float, seed: int, batch: int = 256,
+                   observation: str = "base") -> float:
     """Fit a MaskablePPO actor to ``fallback``'s decisions on ``graphs`` (masked
     cross-entropy on the env's observation), so RL starts from the heuristic; returns the
     share of those decisions the fitted actor's masked argmax reproduces."""
@@ -183,7 +190,7 @@ def clone_fallback(policy: Any, graphs: Sequence[Graph], fallback: str, encoding
                 break
             view = f.view()
             a = int(fb.choose(view))
-            obs.append(encode_observation(view))
+            obs.append(observe(view, observation))
             masks.append(np.asarray(view.mask, dtype=bool))
             acts.append(a)
             f.pop(a)
@@ -249,7 +256,8 @@ class DQNTrainer(_SB3Trainer):
 
     def _env(self, graphs: Sequence[Graph]) -> BatchingEnv:
         return BatchingEnv(graphs=list(graphs), reward=self.reward, encoding="base",
-                           on_invalid="noop", max_steps=20_000, cost_model=self.cost_model)
+                           on_invalid="noop", max_steps=20_000, cost_model=self.cost_model,
+                           observation=self.observation)
 
     def _make_model(self, env: BatchingEnv) -> Any:
         from stable_baselines3 import DQN

@@ -213,3 +213,22 @@ def test_registered_env_refuses_non_integer_and_keeps_masked_noop() -> None:
     _, r, _, _, info2 = env.step(masked)  # in range but masked: the documented no-op
     assert r == -1.0 and info2["invalid_action"]
     assert info2["num_batches"] == info["num_batches"]
+
+
+def test_critical_observation_adds_the_critical_path_features() -> None:
+    from envs.observation import observation_length
+
+    graphs = _lattices()
+    base = envs.BatchingEnv(graphs=graphs)
+    crit = envs.BatchingEnv(graphs=graphs, observation="critical")
+    ob, _ = base.reset(seed=0)
+    oc, info = crit.reset(seed=0)
+    k = len(info["action_mask"])
+    assert oc.shape == crit.observation_space.shape == (observation_length(k, "critical"),)
+    assert oc.shape[0] == ob.shape[0] + 3 * k and np.array_equal(oc[:ob.shape[0]], ob)
+    assert crit.observation_space.contains(oc)
+    gap = oc[ob.shape[0] + k: ob.shape[0] + 2 * k]
+    ready = info["action_mask"].astype(bool)
+    assert (gap[ready] == 0).any() and (gap[~ready] == 0).all()  # some ready type is critical
+    with pytest.raises(UnknownNameError, match="critcal"):
+        envs.BatchingEnv(graphs=graphs, observation="critcal")
