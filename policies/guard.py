@@ -64,7 +64,8 @@ class GuardReport:
             return None
         if self.dropped_by_lookahead:
             return (f"its {self.dropped_by_lookahead} kept entries cost batches under the "
-                    f"rollout lookahead on the train/validation graphs: table dropped")
+                    f"rollout lookahead on the train/validation graphs: table dropped "
+                    f"(policy.lookahead=none keeps it)")
         if self.train_fallback <= self.train_lb:
             return "its fallback already meets the lower bound on the training graphs"
         if not self.proposals:

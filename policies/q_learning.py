@@ -311,10 +311,11 @@ def _guarded(q: QTable, cfg: QLearningConfig, train: Sequence[Graph], val: Seque
         meta["learned_nothing"] = (
             f"training stopped before the first episode: the fallback ({cfg.fallback}) alone "
             f"met early_stop_ratio {cfg.early_stop_ratio} on validation" if early
-            else f"{reason} ({cfg.fallback})")
-    log.info("guard: kept %d of %d proposals (%d scored): training batches %d -> %d, "
-             "validation %d -> %d", report.kept, report.proposals, report.evaluations,
-             report.train_fallback, report.train_table, report.val_fallback, report.val_table)
+            else reason)
+    log.info("guard: kept %d of %d proposals (%d scored, %d dropped under the lookahead): "
+             "training batches %d -> %d, validation %d -> %d", report.kept, report.proposals,
+             report.evaluations, report.dropped_by_lookahead, report.train_fallback,
+             report.train_table, report.val_fallback, report.val_table)
     policy = FSMPolicy(table, cfg.encoding, names, cfg.fallback, meta, cfg.lookahead)
     return policy, report.val_table / max(report.val_lb, 1)
 

@@ -226,7 +226,7 @@ def residual_fsm(net: Any, train: list[Graph], val: list[Graph], encoding: str,
     meta.update(guard=report.as_meta(), net_states=len(votes))
     reason = report.reason()
     if reason is not None:
-        meta["learned_nothing"] = f"{reason} ({fallback})"
+        meta["learned_nothing"] = reason
     return FSMPolicy(table, encoding, train[0].vocab.names, fallback, meta, lookahead)
 
 
