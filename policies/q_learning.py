@@ -262,11 +262,11 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
     if cfg.guard:
         policy, best_ratio = _guarded(q, cfg, train_graphs, val, names, meta, episode)
     else:
-        policy = _to_policy(best_q, cfg, names, meta)
         if not best_q:
             meta["learned_nothing"] = _why_empty(cfg, episode)
+        policy = _to_policy(best_q, cfg, names, meta)
     seconds = time.perf_counter() - t0
-    meta.update(episodes=episode, best_ratio=best_ratio, train_seconds=seconds)
+    policy.metadata.update(episodes=episode, best_ratio=best_ratio, train_seconds=seconds)
     return TrainResult(policy, best_ratio, episode, seconds, history)
 
 
