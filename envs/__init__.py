@@ -24,6 +24,7 @@ __all__ = ["ENCODINGS", "REWARDS", "BatchingEnv", "CostModel", "GraphSource", "S
 
 if "edbatch/Batching-v0" not in gymnasium.registry:
     # Gymnasium convention: every action of the declared space is a legal step() input, so
-    # the registered env makes a masked action a -1 no-op (BatchingEnv itself raises).
+    # the registered env makes an in-range masked action a -1 no-op (BatchingEnv itself
+    # raises). An action outside Discrete(K) raises InvalidActionError in both modes.
     gymnasium.register(id="edbatch/Batching-v0", entry_point="envs.batching:BatchingEnv",
                        kwargs={"on_invalid": "noop"})

@@ -15,13 +15,8 @@ from edbatch.errors import GraphError, InvalidActionError, UnknownNameError, did
 from edbatch.graph import Graph, OpType, Vocab
 from edbatch.schedule import Frontier, lower_bound
 from edbatch.workloads import GraphSampler, make_workload
-from envs.encoding import (
-    ENCODINGS,
-    OBS_HIGH,
-    encode_observation,
-    encode_state,
-    observation_size,
-)
+from envs.encoding import ENCODINGS, OBS_HIGH, encode_state
+from envs.observation import check_observation, observation_length, observe
 
 __all__ = ["REWARDS", "BatchingEnv", "CostModel", "GraphSource", "MaskedDiscrete"]
 
@@ -75,7 +70,10 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
     (bool, sb3-contrib convention). An action must be integral (Python ``int``, NumPy
     integer, or a one-element NumPy integer array); a float, string, ``None`` or ``bool``
     raises :class:`InvalidActionError` naming the value (``0.5`` is never truncated to 0).
-    A masked action raises :class:`InvalidActionError` with ``on_invalid="raise"`` (the
+    An integer outside ``0..K-1`` (``step(10**6)``, ``step(-1)``) always raises
+    :class:`InvalidActionError` naming the value and the valid range, in every mode and
+    through ``gym.make`` too: it is not an action of the declared space.
+    An in-range masked action raises :class:`InvalidActionError` with ``on_invalid="raise"`` (the
     class default, what edbatch's learners use) and is a -1 no-op with ``"noop"`` (the
     default of ``gym.make("edbatch/Batching-v0")``, so every action of the declared
     ``Discrete`` space is a legal ``step`` input, as Gymnasium's ``check_env`` expects).
@@ -83,8 +81,10 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
     ## Observation Space
     ``Box(0, 4, (7K,), float32)`` from :func:`envs.encoding.encode_observation`: mask,
     scaled ready counts, ``|F(a)|/T(a)``, scaled ``T(a)``, remaining fraction, remaining
-    mean depth, last op. ``info["state_key"]`` holds the hashable key of ``encoding`` for
-    tabular learners.
+    mean depth, last op. ``observation="critical"``: ``(10K,)``, plus per type the scaled
+    height of its highest ready node, its gap below the highest and whether its batch is
+    complete (:mod:`envs.observation`). ``info["state_key"]`` holds the hashable key of
+    ``encoding`` for tabular learners.
 
     ## Rewards
     ``ed_batch``: ``-1 + |F(a)|/T(a)`` (docs/architecture.md 3.5); ``unit``: ``-1`` per decision;
@@ -98,10 +98,11 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
     ``batch_size``, ``granularity``, ``workload_kwargs``) to sample mini-batches of a
     registered workload. ``encoding``, ``reward``, ``cost_model``, ``max_steps``.
     ``on_invalid``: ``"raise"`` (class default) raises on a masked action; ``"noop"`` (the
-    registered env's default) leaves the state unchanged, returns reward -1 and
-    ``info["invalid_action"] = True``. Generic tools step with actions drawn in another
-    state (Gymnasium's ``check_env`` samples an action before a seeded reset and steps it
-    after), so ``gym.make`` uses ``noop``; pass ``on_invalid="raise"`` there to be strict.
+    registered env's default) makes an in-range masked action leave the state unchanged,
+    return reward -1 and ``info["invalid_action"] = True``. Generic tools step with actions
+    drawn in another state (Gymnasium's ``check_env`` samples an action before a seeded
+    reset and steps it after), so ``gym.make`` uses ``noop``; pass ``on_invalid="raise"``
+    there to be strict.
 
     ## Examples
         >>> import gymnasium as gym, envs
@@ -124,7 +125,7 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
                  workload_kwargs: dict[str, Any] | None = None, encoding: str = "sorted",
                  reward: str = "ed_batch", cost_model: CostModel | str | Path | None = None,
                  max_steps: int | None = None, on_invalid: str = "raise",
-                 render_mode: str | None = None) -> None:
+                 observation: str = "base", render_mode: str | None = None) -> None:
         self._source, self.vocab = _resolve_source(graphs, workload, split, batch_size,
                                                    granularity, workload_kwargs or {})
         if reward not in REWARDS:
@@ -144,7 +145,9 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         self.max_steps, self.render_mode, self.on_invalid = max_steps, render_mode, on_invalid
         k = len(self.vocab)
         self.action_space = MaskedDiscrete(k, self._current_mask)
-        self.observation_space = spaces.Box(0.0, OBS_HIGH, (observation_size(k),), np.float32)
+        self.observation = check_observation(observation)
+        self.observation_space = spaces.Box(0.0, OBS_HIGH, (observation_length(k, observation),),
+                                            np.float32)
         self.graph: Graph | None = None
         self.frontier: Frontier | None = None
         self._lb = 0
@@ -176,7 +179,12 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         if f is None or f.done:
             raise InvalidActionError("step() called on a finished episode; call reset() first")
         a = _integral_action(action)
-        if not (0 <= a < len(self.vocab)) or not f.mask()[a]:
+        k = len(self.vocab)
+        if not 0 <= a < k:  # outside the declared space: always an error, whatever on_invalid
+            raise InvalidActionError(
+                f"action {a!r} is outside the action space Discrete({k}): op type ids are "
+                f"0..{k - 1}; pick one allowed by info['action_mask']")
+        if not f.mask()[a]:
             if self.on_invalid == "raise":
                 raise InvalidActionError(f._invalid_message(a))
             self._steps += 1
@@ -243,7 +251,7 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         }
         if not f.done:
             info["state_key"] = encode_state(view, self.encoding)
-        return encode_observation(view), info
+        return observe(view, self.observation), info
 
 
 def _integral_action(action: Any) -> int:

@@ -66,6 +66,8 @@ class TrainConfig:
     val_split: str = "dev"
     num_train_graphs: int | None = 4
     num_val_graphs: int | None = 2
+    eval_split: str | None = "test"      # unseen mini-batches of the final report
+    num_eval_graphs: int | None = 8      # 0: no report on unseen mini-batches
     shuffle: bool = True
     progress: bool = True
     resume: str = "auto"

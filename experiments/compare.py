@@ -27,9 +27,9 @@ from edbatch.evaluation import (
     write_csv,
     write_jsonl,
 )
-from edbatch.schedule import lower_bound, run_policy
 from experiments._cli import guarded
 from experiments._common import graph_set, one_workload, seed_everything
+from experiments._learned import learned_nothing, score_unseen
 from experiments.plots import plot_batches
 
 log = logging.getLogger(__name__)
@@ -65,34 +65,23 @@ def compare(cfg: DictConfig) -> tuple[list[Record], list[dict[str, Any]]]:
                 recs += evaluate_schedulers(
                     [(f"{split}/{k}/seed{seed}", g) for k, g in enumerate(eval_graphs)],
                     sched, label)
-                if policy.lookahead != "none":  # rollouts ran on forks: count the FSM's
-                    for g in eval_graphs:         # own decisions for its hit rate
-                        run_policy(g, policy)
                 fsm_b = sum(r.num_batches for r in recs[-len(eval_graphs):])
+                # the FSM's own decisions (no lookahead) give its hit rate; its fallback
+                # alone (same lookahead, empty table) what the table adds
+                u = score_unseen(policy, eval_graphs, fsm_batches=fsm_b)
                 runs.append({"workload": label, "trainer": tname, "seed": seed,
                              "episodes": result.episodes, "seconds": result.seconds,
-                             "states": policy.num_states, "hit_rate": policy.hit_rate,
-                             "fallback": policy.fallback_name,
-                             "fsm_ratio": fsm_b / max(sum(lower_bound(g) for g in eval_graphs),
-                                                      1),
-                             "fallback_ratio": _fallback_ratio(policy, eval_graphs, fsm_b)})
+                             "states": u.states, "hit_rate": u.hit_rate,
+                             "fallback": u.fallback, "fsm_ratio": u.ratio,
+                             "fallback_ratio": u.fallback_ratio,
+                             "nothing": learned_nothing(f"{label} {tname} seed {seed}", policy,
+                                                        u)})
                 log.info("%s %s seed %d: %d episodes, %.1fs, %d states, hit rate %.3f",
                          label, tname, seed, result.episodes, result.seconds,
                          policy.num_states, policy.hit_rate)
         write_jsonl(recs, cfg.results_file)
         records.extend(recs)
     return records, runs
-
-
-def _fallback_ratio(policy: Any, graphs: list[Any], fsm_batches: int) -> float:
-    """Batches/LB of the FSM's fallback alone (same lookahead, empty table): the ablation
-    that shows what the learned table adds. An empty table *is* the fallback alone."""
-    lb = max(sum(lower_bound(g) for g in graphs), 1)
-    if not policy.num_states:
-        return fsm_batches / lb
-    alone = type(policy)({}, policy.encoding, policy.op_names, policy.fallback_name,
-                         lookahead=policy.lookahead).scheduler("fallback_only")
-    return sum(alone(g).num_batches for g in graphs) / lb
 
 
 def _seed_spread(records: list[Record]) -> dict[tuple[str, str], str]:
@@ -195,6 +184,9 @@ def main(cfg: DictConfig) -> float:
                       r["fallback"], f"{r['fsm_ratio']:.3f}", f"{r['fallback_ratio']:.3f}",
                       f"{100 * gain:+.1f}%")
     console.print(stats)
+    for r in runs:  # a learner that learned nothing says so, with the reason
+        if r["nothing"]:
+            print(r["nothing"])  # one line, never wrapped
     for (workload, fsm), text in _seed_spread(records).items():
         console.print(f"{workload} {fsm}: batches/LB {text}")
     print(f"results: {cfg.results_file}\nsummary: {cfg.summary_file}\nplot: {cfg.plot_file}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import hydra
 import torch
@@ -21,6 +22,7 @@ from omegaconf import DictConfig
 from edbatch.tracking import git_sha
 from experiments._cli import guarded
 from experiments._common import graph_set, make_tracker, one_workload, seed_everything
+from experiments._learned import learned_nothing, score_unseen, unseen_line
 from experiments._rundir import bind_run_dir
 from experiments.calibrate import attach_cost_model
 from experiments.plots import plot_learning_curve
@@ -75,9 +77,33 @@ def train(cfg: DictConfig) -> TrainResult:
         log.info("best validation batches/LB %.4f after %s (%.1fs); %d states; saved %s",
                  result.best_ratio, _amount(result), result.seconds,
                  result.policy.num_states, path)
+        _report_unseen(cfg, workload, trainer.name, result, tracker)
         return result
     finally:
         tracker.finish()
+
+
+def _report_unseen(cfg: DictConfig, workload: Any, name: str, result: TrainResult,
+                   tracker: Any) -> None:
+    """Print what the learner learned over its fallback on unseen mini-batches
+    (``eval_split``, ``num_eval_graphs``; 0 graphs: skipped), or why it learned nothing."""
+    if not cfg.num_eval_graphs and cfg.num_eval_graphs is not None:
+        return
+    split = cfg.eval_split if cfg.eval_split in workload.splits else \
+        workload.default_eval_split
+    graphs = graph_set(workload, split, cfg.batch_size, cfg.num_eval_graphs)
+    if split == cfg.val_split:  # validation graphs are not unseen: skip them
+        graphs = graphs[cfg.num_val_graphs or len(graphs):]
+    if not graphs:
+        print(f"{name}: no unseen mini-batches to report on (split {split})")
+        return
+    u = score_unseen(result.policy, graphs)
+    print(unseen_line(name, u, split))
+    nothing = learned_nothing(name, result.policy, u)
+    if nothing:
+        print(nothing)
+    tracker.log({"unseen/ratio_to_lb": u.ratio, "unseen/fallback_ratio_to_lb": u.fallback_ratio,
+                 "unseen/gain": u.gain, "unseen/hit_rate": u.hit_rate})
 
 
 def _amount(result: TrainResult) -> str:

@@ -31,6 +31,7 @@ from edbatch.graph import Graph
 from edbatch.schedule import Frontier, lower_bound, run_policy
 from envs.encoding import StateKey, encode_state, key_actions
 from policies.fsm import FSMPolicy, greedy_action, make_fallback
+from policies.guard import fallback_choices, guard_table, pick_fallback, q_proposals
 
 __all__ = ["AUTO_FALLBACKS", "QLearningConfig", "QLearningTrainer", "TrainResult",
            "evaluate_policy", "select_fallback", "train_q_table"]
@@ -74,6 +75,17 @@ class QLearningConfig:
     fallback_snapshot: bool = False
     """Count the empty table (the fallback alone) as the first snapshot, so the result is
     never worse than the fallback on the validation graphs (not in ED-Batch)."""
+    guard: bool = False
+    """Residual form (not in ED-Batch): the deployed table starts empty (the fallback alone)
+    and takes the learned Q-table's disagreements with the fallback, largest advantage first,
+    each only if it lowers the training batches without raising the validation batches
+    (:mod:`policies.guard`): never worse than the fallback on those graphs. With
+    ``fallback="auto"`` the fallback is the heuristic with the fewest batches on the
+    training and validation graphs together."""
+    guard_margin: float = 0.0
+    """Q-value lead over the fallback's action a proposal needs."""
+    guard_max_evals: int = 2000
+    """Most proposals the guard scores."""
     lookahead: str = "none"
     """How the trained FSM schedules whole graphs: ``none`` or ``rollout`` (fortified rollout
     over the FSM; see :data:`policies.fsm.LOOKAHEADS`). Training and snapshot selection use
@@ -189,9 +201,7 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
         raise GraphError("train_q_table needs at least one training graph")
     vocab = train_graphs[0].vocab
     val = list(val_graphs) if val_graphs is not None else list(train_graphs)
-    if cfg.fallback == "auto":
-        cfg = replace(cfg, fallback=select_fallback(val, cfg.encoding))
-        log.info("fallback chosen on the validation graphs: %s", cfg.fallback)
+    cfg = _resolve_fallback(cfg, train_graphs, val)
     names = vocab.names
     meta = {"config": asdict(cfg), **(metadata or {})}
     rng = np.random.default_rng(cfg.seed)
@@ -249,10 +259,65 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
     finally:
         held.close()
         bar.close()
+    if cfg.guard:
+        policy, best_ratio = _guarded(q, cfg, train_graphs, val, names, meta, episode)
+    else:
+        if not best_q:
+            meta["learned_nothing"] = _why_empty(cfg, episode)
+        policy = _to_policy(best_q, cfg, names, meta)
     seconds = time.perf_counter() - t0
-    meta.update(episodes=episode, best_ratio=best_ratio, train_seconds=seconds)
-    policy = _to_policy(best_q, cfg, names, meta)
+    policy.metadata.update(episodes=episode, best_ratio=best_ratio, train_seconds=seconds)
     return TrainResult(policy, best_ratio, episode, seconds, history)
+
+
+def _resolve_fallback(cfg: QLearningConfig, train: Sequence[Graph], val: Sequence[Graph]
+                      ) -> QLearningConfig:
+    """``fallback="auto"``: the best heuristic on the validation graphs, or with the guard
+    on the training and validation graphs together (the best single heuristic it starts from)."""
+    if cfg.fallback != "auto":
+        return cfg
+    if cfg.guard:
+        cfg = replace(cfg, fallback=pick_fallback([*train, *val], cfg.encoding, AUTO_FALLBACKS))
+        log.info("fallback chosen on the training and validation graphs: %s", cfg.fallback)
+        return cfg
+    cfg = replace(cfg, fallback=select_fallback(val, cfg.encoding))
+    log.info("fallback chosen on the validation graphs: %s", cfg.fallback)
+    return cfg
+
+
+def _why_empty(cfg: QLearningConfig, episodes: int) -> str:
+    """One phrase: why the unguarded learner's best snapshot is the empty table."""
+    if not episodes:
+        return (f"the fallback ({cfg.fallback}) alone met early_stop_ratio "
+                f"{cfg.early_stop_ratio} on validation before the first episode")
+    if cfg.fallback_snapshot:
+        return (f"no snapshot of the Q-table beat its fallback ({cfg.fallback}) on the "
+                f"validation graphs, so the table was dropped")
+    return "the best snapshot is the empty table"
+
+
+def _guarded(q: QTable, cfg: QLearningConfig, train: Sequence[Graph], val: Sequence[Graph],
+             names: tuple[str, ...], meta: dict[str, Any], episodes: int
+             ) -> tuple[FSMPolicy, float]:
+    """The residual FSM: the fallback plus the Q-table's disagreements that pay."""
+    choices = fallback_choices(train, cfg.encoding, cfg.fallback)
+    proposals = q_proposals(q, choices, margin=cfg.guard_margin)
+    table, report = guard_table(proposals, train, val, cfg.encoding, cfg.fallback,
+                                max_evals=cfg.guard_max_evals, lookahead=cfg.lookahead)
+    meta.update(guard=report.as_meta(), q_states=len(q))
+    reason = report.reason()
+    if reason is not None:
+        early = not episodes and report.train_fallback > report.train_lb
+        meta["learned_nothing"] = (
+            f"training stopped before the first episode: the fallback ({cfg.fallback}) alone "
+            f"met early_stop_ratio {cfg.early_stop_ratio} on validation" if early
+            else reason)
+    log.info("guard: kept %d of %d proposals (%d scored, %d dropped under the lookahead): "
+             "training batches %d -> %d, validation %d -> %d", report.kept, report.proposals,
+             report.evaluations, report.dropped_by_lookahead, report.train_fallback,
+             report.train_table, report.val_fallback, report.val_table)
+    policy = FSMPolicy(table, cfg.encoding, names, cfg.fallback, meta, cfg.lookahead)
+    return policy, report.val_table / max(report.val_lb, 1)
 
 
 class _HeldCtrlC:

@@ -18,12 +18,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from edbatch.errors import UnknownNameError
 from edbatch.graph import Graph
 from edbatch.schedule import Frontier, FrontierView, run_policy
 from envs.batching import BatchingEnv
-from envs.encoding import encode_observation, encode_state
-from policies.fsm import FSMPolicy
-from policies.q_learning import TrainResult, evaluate_policy, select_fallback
+from envs.encoding import encode_state
+from envs.observation import check_observation, observe
+from policies.fsm import FSMPolicy, make_fallback
+from policies.guard import fallback_choices, guard_table, pick_fallback, vote_proposals
+from policies.q_learning import AUTO_FALLBACKS, TrainResult, evaluate_policy, select_fallback
+from policies.table_search import policy_votes
 
 __all__ = ["DQNTrainer", "MaskablePPOTrainer", "SB3Policy", "distill_fsm"]
 
@@ -34,12 +38,12 @@ class SB3Policy:
 
     needs_typewise = True
 
-    def __init__(self, model: Any) -> None:
-        self.model = model
+    def __init__(self, model: Any, observation: str = "base") -> None:
+        self.model, self.observation = model, observation
 
     def choose(self, view: FrontierView) -> int:
         """Masked greedy action of the network."""
-        obs = encode_observation(view)
+        obs = observe(view, self.observation)
         mask = view.mask.astype(bool)
         q_net = getattr(self.model, "q_net", None)
         if q_net is not None:  # DQN: masked argmax over Q-values
@@ -79,8 +83,17 @@ class _SB3Trainer:
     def __init__(self, total_timesteps: int = 20_000, encoding: str = "hints",
                  fallback: str = "critical_path", reward: str = "ed_batch", seed: int = 0,
                  lookahead: str = "none", eval_points: int = 10, cost_model: Any = None,
+                 warm_start_epochs: int = 0, warm_start_lr: float = 1e-3, guard: bool = False,
+                 guard_max_evals: int = 2000, observation: str = "base",
                  **algo_kwargs: Any) -> None:
+        #: The env's observation vector (:mod:`envs.observation`): ``critical`` adds the
+        #: critical-path features, so cloning the critical-path fallback can be exact.
+        self.observation = check_observation(observation)
         self.total_timesteps, self.encoding, self.fallback = total_timesteps, encoding, fallback
+        #: Behaviour cloning of the fallback before RL (epochs over its decisions on the
+        #: training graphs; MaskablePPO only), and the residual guard of the distilled table.
+        self.warm_start_epochs, self.warm_start_lr = int(warm_start_epochs), warm_start_lr
+        self.guard, self.guard_max_evals = bool(guard), int(guard_max_evals)
         self.reward, self.seed, self.algo_kwargs = reward, seed, algo_kwargs
         self.cost_model = cost_model  # reward="cost_model": a CostModel, file path or callable
         self.lookahead = lookahead
@@ -93,7 +106,7 @@ class _SB3Trainer:
 
     def _env(self, graphs: Sequence[Graph]) -> BatchingEnv:
         return BatchingEnv(graphs=list(graphs), reward=self.reward, encoding="base",
-                           cost_model=self.cost_model)
+                           cost_model=self.cost_model, observation=self.observation)
 
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
             checkpoint: str | Path | None = None,
@@ -103,11 +116,14 @@ class _SB3Trainer:
         from stable_baselines3.common.logger import Logger
 
         t0 = time.perf_counter()
+        train, val = list(train_graphs), list(val_graphs) or list(train_graphs)
+        fallback = self._fallback(train, val)
         model = self._make_model(self._env(train_graphs))
+        cloned = self._warm_start(model, train, fallback)
         # SB3's default logger makes an empty /tmp/SB3-<time> folder on every learn(); ours
         # writes nothing (episode stats go through ``callback``, i.e. W&B)
         model.set_logger(Logger(folder=None, output_formats=[]))
-        net = SB3Policy(model)
+        net = SB3Policy(model, self.observation)
         curve = _Curve(net, list(val_graphs) or list(train_graphs), callback,
                        every=max(1, self.total_timesteps // self.eval_points))
         model.learn(total_timesteps=self.total_timesteps, progress_bar=False,
@@ -116,12 +132,14 @@ class _SB3Trainer:
             curve.evaluate(model.num_timesteps)  # the curve ends at the final network
         meta = {"trainer": self.name, "total_timesteps": self.total_timesteps,
                 "seed": self.seed, **(metadata or {})}
-        fallback = self.fallback
-        if fallback == "auto":  # as the tabular learner: the best heuristic on validation
-            fallback = select_fallback(list(val_graphs) or list(train_graphs), self.encoding)
-        fsm = distill_fsm(net, list(train_graphs), self.encoding, fallback, meta,
-                          self.lookahead)
-        ratio, _, _ = evaluate_policy(fsm, list(val_graphs))
+        if cloned is not None:
+            meta["warm_start_accuracy"] = cloned
+        if self.guard:
+            fsm = residual_fsm(net, train, val, self.encoding, fallback, meta, self.lookahead,
+                               self.guard_max_evals)
+        else:
+            fsm = distill_fsm(net, train, self.encoding, fallback, meta, self.lookahead)
+        ratio, _, _ = evaluate_policy(fsm, val)
         seconds = time.perf_counter() - t0
         fsm.metadata.update(best_ratio=ratio, train_seconds=seconds)
         fsm.metadata.update(episodes=curve.episodes, timesteps=int(model.num_timesteps))
@@ -131,6 +149,85 @@ class _SB3Trainer:
         result.timesteps = int(model.num_timesteps)  # type: ignore[attr-defined]
         self.network = net
         return result
+
+
+    def _fallback(self, train: list[Graph], val: list[Graph]) -> str:
+        """``auto``: the best heuristic on validation, with the guard on train + validation
+        (the best single heuristic the learner starts from)."""
+        if self.fallback != "auto":
+            return self.fallback
+        if self.guard:
+            return pick_fallback([*train, *val], self.encoding, AUTO_FALLBACKS)
+        return select_fallback(val, self.encoding)
+
+    def _warm_start(self, model: Any, train: list[Graph], fallback: str) -> float | None:
+        """Behaviour cloning of ``fallback`` (MaskablePPO): the accuracy reached, or None."""
+        if not self.warm_start_epochs:
+            return None
+        if not hasattr(model.policy, "evaluate_actions"):
+            raise UnknownNameError(f"warm_start_epochs needs a policy-gradient model with "
+                                   f"masks (maskable_ppo), not {self.name}; set "
+                                   f"trainer.warm_start_epochs=0")
+        return clone_fallback(model.policy, train, fallback, self.encoding,
+                              self.warm_start_epochs, self.warm_start_lr, self.seed,
+                              observation=self.observation)
+
+
+def clone_fallback(policy: Any, graphs: Sequence[Graph], fallback: str, encoding: str,
+                   epochs: int, lr: float, seed: int, batch: int = 256,
+                   observation: str = "base") -> float:
+    """Fit a MaskablePPO actor to ``fallback``'s decisions on ``graphs`` (masked
+    cross-entropy on the env's observation), so RL starts from the heuristic; returns the
+    share of those decisions the fitted actor's masked argmax reproduces."""
+    fb = make_fallback(fallback, encoding)
+    obs, masks, acts = [], [], []
+    for g in graphs:
+        f = Frontier(g, typewise=True)
+        while True:
+            while f.pop_forced() is not None:
+                pass
+            if f.done:
+                break
+            view = f.view()
+            a = int(fb.choose(view))
+            obs.append(observe(view, observation))
+            masks.append(np.asarray(view.mask, dtype=bool))
+            acts.append(a)
+            f.pop(a)
+    x = torch.as_tensor(np.stack(obs), device=policy.device)
+    m = torch.as_tensor(np.stack(masks), device=policy.device)
+    y = torch.as_tensor(np.array(acts), device=policy.device)
+    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    policy.set_training_mode(True)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(y), generator=gen).split(batch):
+            _, logp, _ = policy.evaluate_actions(x[idx], y[idx], action_masks=m[idx].numpy())
+            loss = -logp.mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    policy.set_training_mode(False)
+    with torch.no_grad():
+        dist = policy.get_distribution(x, action_masks=m.numpy())
+        pred = dist.distribution.probs.argmax(dim=1)
+    return float((pred == y).float().mean())
+
+
+def residual_fsm(net: Any, train: list[Graph], val: list[Graph], encoding: str,
+                 fallback: str, meta: dict[str, Any], lookahead: str, max_evals: int
+                 ) -> FSMPolicy:
+    """The fallback plus the network's disagreements with it that pay on the training
+    graphs without costing on the validation graphs (:mod:`policies.guard`)."""
+    votes = policy_votes(net, train, encoding)
+    proposals = vote_proposals(votes, fallback_choices(train, encoding, fallback))
+    table, report = guard_table(proposals, train, val, encoding, fallback,
+                                max_evals=max_evals, lookahead=lookahead)
+    meta.update(guard=report.as_meta(), net_states=len(votes))
+    reason = report.reason()
+    if reason is not None:
+        meta["learned_nothing"] = reason
+    return FSMPolicy(table, encoding, train[0].vocab.names, fallback, meta, lookahead)
 
 
 def _net_ratio(net: SB3Policy, graphs: Sequence[Graph]) -> float:
@@ -159,7 +256,8 @@ class DQNTrainer(_SB3Trainer):
 
     def _env(self, graphs: Sequence[Graph]) -> BatchingEnv:
         return BatchingEnv(graphs=list(graphs), reward=self.reward, encoding="base",
-                           on_invalid="noop", max_steps=20_000, cost_model=self.cost_model)
+                           on_invalid="noop", max_steps=20_000, cost_model=self.cost_model,
+                           observation=self.observation)
 
     def _make_model(self, env: BatchingEnv) -> Any:
         from stable_baselines3 import DQN

@@ -180,3 +180,55 @@ def test_render_ansi_lists_ready_types() -> None:
     env = envs.BatchingEnv(graphs=_lattices(1), render_mode="ansi")
     env.reset(seed=0)
     assert env.render().startswith("batches=")
+
+
+@pytest.mark.parametrize("action", [10**6, -1, np.int64(-5), np.array([99], dtype=np.int32)])
+@pytest.mark.parametrize("make", ["class_raise", "class_noop", "registered"])
+def test_action_outside_the_space_raises_naming_value_and_range(action: object, make: str
+                                                                ) -> None:
+    if make == "registered":  # gym.make: OrderEnforcing(PassiveEnvChecker(env)), on_invalid=noop
+        env = gym.make(ENV_ID, graphs=_lattices())
+    else:
+        env = envs.BatchingEnv(graphs=_lattices(), on_invalid=make.removeprefix("class_"))
+    _, info = env.reset(seed=0)
+    k = len(info["action_mask"])
+    before = env.unwrapped.frontier.num_executed
+    value = int(np.asarray(action).reshape(()))
+    with pytest.raises(InvalidActionError) as err:
+        env.step(action)
+    msg = str(err.value)
+    assert f"action {value}" in msg and f"0..{k - 1}" in msg and f"Discrete({k})" in msg
+    assert env.unwrapped.frontier.num_executed == before
+    # the episode goes on after the refusal
+    _, _, _, _, info2 = env.step(int(np.flatnonzero(info["action_mask"])[0]))
+    assert info2["num_batches"] > info["num_batches"]
+
+
+def test_registered_env_refuses_non_integer_and_keeps_masked_noop() -> None:
+    env = gym.make(ENV_ID, graphs=_lattices())
+    _, info = env.reset(seed=0)
+    with pytest.raises(InvalidActionError, match="0.5"):
+        env.step(0.5)
+    masked = int(np.flatnonzero(info["action_mask"] == 0)[0])
+    _, r, _, _, info2 = env.step(masked)  # in range but masked: the documented no-op
+    assert r == -1.0 and info2["invalid_action"]
+    assert info2["num_batches"] == info["num_batches"]
+
+
+def test_critical_observation_adds_the_critical_path_features() -> None:
+    from envs.observation import observation_length
+
+    graphs = _lattices()
+    base = envs.BatchingEnv(graphs=graphs)
+    crit = envs.BatchingEnv(graphs=graphs, observation="critical")
+    ob, _ = base.reset(seed=0)
+    oc, info = crit.reset(seed=0)
+    k = len(info["action_mask"])
+    assert oc.shape == crit.observation_space.shape == (observation_length(k, "critical"),)
+    assert oc.shape[0] == ob.shape[0] + 3 * k and np.array_equal(oc[:ob.shape[0]], ob)
+    assert crit.observation_space.contains(oc)
+    gap = oc[ob.shape[0] + k: ob.shape[0] + 2 * k]
+    ready = info["action_mask"].astype(bool)
+    assert (gap[ready] == 0).any() and (gap[~ready] == 0).all()  # some ready type is critical
+    with pytest.raises(UnknownNameError, match="critcal"):
+        envs.BatchingEnv(graphs=graphs, observation="critcal")

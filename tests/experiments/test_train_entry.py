@@ -81,7 +81,12 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
     assert names == {"depth", "typewise_greedy", "fsm_ed_batch", "fsm_fsm", "fsm_expert"}
     assert {x["workload"] for x in lines} == {"tree_lstm", "lattice_lstm"}
     out = [x for x in r.stdout.splitlines() if not x.startswith("[20")]  # not log records
+    nothing = [x for x in out if " learned nothing" in x]  # one unwrapped line each
+    out = [x for x in out if x not in nothing]
     assert max(len(x) for x in out) <= 100, max(out, key=len)  # fits a 100-column terminal
+    # trees: critical path meets LB, so the guarded Q-learner keeps nothing and says why
+    assert any(x.startswith("tree_lstm fsm seed 0 learned nothing: 0 states, critical_path "
+                            "alone; ") for x in nothing), nothing
     text = " ".join(out)
     for said in ("evaluated on: tree_lstm", "batch size 16", "seeds [0]", "LB: lower bound",
                  "batches / LB", "hit rate:", "fsm_fsm", "learners ['ed_batch', 'fsm', 'expert']"):
@@ -105,3 +110,21 @@ def test_sb3_trainers_with_the_default_policy_resolve_the_auto_fallback(tmp_path
         assert policy.fallback_name in ("critical_path", "typewise_greedy", "dynet_agenda",
                                         "ed_batch_agenda")
         assert policy.lookahead == "rollout" and policy.metadata["trainer"] == trainer
+
+
+def test_train_reports_unseen_gain_and_why_nothing_was_learned(tmp_path: Path) -> None:
+    r = _run("experiments.train", *TINY, f"run_dir={tmp_path / 'a'}", "num_eval_graphs=2")
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if "unseen test mini-batches" in x)
+    assert line.startswith("q_learning on 2 unseen test mini-batches: ") and "x LB" in line
+    for said in ("its fallback", "alone", "gain", "states, hit rate"):
+        assert said in line, said
+    policy = FSMPolicy.load(tmp_path / "a" / "policy.json")
+    assert policy.metadata["guard"]["train_table"] <= policy.metadata["guard"]["train_fallback"]
+    # a learner kept from keeping anything says so in one line, with the reason
+    r = _run("experiments.train", *TINY, f"run_dir={tmp_path / 'b'}", "num_eval_graphs=1",
+             "trainer.guard_max_evals=0")
+    assert r.returncode == 0, r.stderr
+    nothing = [x for x in r.stdout.splitlines() if "learned nothing" in x]
+    assert len(nothing) == 1 and "0 states" in nothing[0], r.stdout
+    assert "guard_max_evals=0" in nothing[0] or "never disagreed" in nothing[0]
