@@ -89,7 +89,9 @@ def _best_row(x, w1, b1, w2, b2, v1, c1, v2, c2):  # type: ignore[no-untyped-def
     best, best_s = 0, -np.inf
     for i in range(r):
         _dense_relu(h[i], v1[:hid], ctx, z)
-        s = c2[0] + np.dot(z, v2)
+        s = c2[0]
+        for j in range(len(z)):
+            s += z[j] * v2[j]
         if s > best_s:
             best, best_s = i, s
     return best

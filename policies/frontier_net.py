@@ -182,7 +182,7 @@ def _fit(net: FrontierNet, data: Samples, cfg: FrontierNetConfig) -> float:
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def _batches(policy_factory: Callable[[], Policy], graphs: Sequence[Graph]) -> int:
