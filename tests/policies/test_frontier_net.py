@@ -222,3 +222,22 @@ def test_trainer_config_file_and_bad_values() -> None:
         FrontierNetConfig(hidden=0)
     with pytest.raises(ConfigError, match="trainer.rounds"):
         FrontierNetConfig(rounds=0)
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.5])
+def test_fit_lowers_the_imitation_loss(tau: float) -> None:
+    from policies.frontier_net import Samples, _fit, collect
+
+    g = random_lattices(np.random.default_rng(5), 6, 14, 3)
+    data = Samples()
+    decisions, added = collect(g, CriticalPathPolicy(), data)
+    assert decisions > 0 and added == len(data) > 0
+    assert all(gap.min() == 0 and gap.max() > 0 for gap in data.gap)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        short = _fit(_net(0, 8), data, FrontierNetConfig(hidden=8, epochs=1, tau=tau))
+        long = _fit(_net(0, 8), data, FrontierNetConfig(hidden=8, epochs=40, tau=tau))
+    finally:
+        torch.set_num_threads(threads)
+    assert long < short
