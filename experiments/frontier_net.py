@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from edbatch.errors import EdbatchError
@@ -59,6 +60,7 @@ def _batches(scheduler: Any, graphs: list[Graph]) -> int:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train, distill, evaluate; the numbers printed (also returned)."""
+    torch.set_num_threads(1)  # small tensors: threads only contend (as experiments.compare)
     seed_everything(int(cfg.seed))
     wl_node = OmegaConf.load(CONF / "workload" / f"{cfg.workload}.yaml")
     _, workload, _ = one_workload(wl_node)
