@@ -334,12 +334,16 @@ class FrontierNetTrainer:
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
             checkpoint: Any = None, callback: Callable[[dict[str, float]], None] | None = None,
             progress: bool = False, metadata: dict[str, Any] | None = None) -> TrainResult:
-        """Train on ``train_graphs``, select on ``val_graphs``; the distilled FSM."""
+        """Train on ``train_graphs``, select on ``val_graphs``; the distilled FSM (its
+        ``best_ratio``: the FSM's validation batches / LB)."""
         del checkpoint, progress
         res = train_frontier_net(train_graphs, self.config, val_graphs=val_graphs,
                                  callback=callback)
         res.net.metadata.update(metadata or {})
         self.net = res.net
-        fsm, _ = distill_fsm(res.net, train_graphs, val_graphs, self.config.distill_encodings,
-                             self.config.fallback)
-        return TrainResult(fsm, res.val_ratio, len(res.history), res.seconds, res.history)
+        fsm, tried = distill_fsm(res.net, train_graphs, val_graphs,
+                                 self.config.distill_encodings, self.config.fallback)
+        ratio = tried[fsm.encoding] / max(sum(lower_bound(g) for g in val_graphs), 1)
+        fsm.metadata.update(net_val_ratio=res.val_ratio, fsm_val_ratio=ratio,
+                            distill_val_batches=tried)
+        return TrainResult(fsm, ratio, len(res.history), res.seconds, res.history)

@@ -210,6 +210,11 @@ def test_short_dagger_run_and_distillation() -> None:
     assert isinstance(fsm, FSMPolicy) and set(tried) == {"expert", "tie"}
     assert tried[fsm.encoding] == min(tried.values())
     fsm.scheduler()(val[0]).validate(val[0])
+    trainer = FrontierNetTrainer(hidden=8, rounds=1, epochs=5, augment=0,
+                                 distill_encodings=["expert"])
+    out = trainer.fit(train, val)
+    assert isinstance(out.policy, FSMPolicy) and trainer.net is not None
+    assert out.policy.metadata["fsm_val_ratio"] == out.best_ratio >= 1.0
 
 
 def test_trainer_config_file_and_bad_values() -> None:
