@@ -2,16 +2,19 @@
 
 Importing this package registers every kernel: primitive kinds are functions in
 :mod:`~edbatch.executor.kernels`; a cell kind is a
-:class:`~edbatch.executor.cell_kind.CellKind` subclass, registered when it is defined (the
-built-in ones in :mod:`~edbatch.executor.cells`, :mod:`~edbatch.executor.cells_trees` and
-:mod:`~edbatch.executor.cells_seq`).
+:class:`~edbatch.executor.cell_kind.CellKind` subclass, registered when it is defined. The
+cell kinds of a workload live in one ``cells_<name>.py`` module of this package
+(:mod:`~edbatch.executor.cells_trees`, :mod:`~edbatch.executor.cells_seq`,
+:mod:`~edbatch.executor.cells_ggnn`, ...): every such module is found and imported here, so a
+new workload's kinds need no line in this file.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from edbatch.errors import ExecutionError
-from edbatch.executor import cells_seq, cells_trees  # noqa: F401  (the built-in cell kinds)
-from edbatch.executor import cells_sick as _cells_sick  # noqa: F401  (SICK Tree-LSTM kernels)
 from edbatch.executor.cell_kind import CellKind, Hoist, Param
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
 from edbatch.executor.params import init_params
@@ -21,6 +24,9 @@ __all__ = ["KERNELS", "CellKind", "ExecutionError", "Hoist", "Kernel", "Param", 
            "TorchExecutor", "execute", "init_params", "kernel_for", "reference_loss",
            "run_reference"]
 
+for _module in pkgutil.iter_modules(__path__):  # the cell kinds, one module per workload
+    if _module.name.startswith("cells_"):
+        importlib.import_module(f"{__name__}.{_module.name}")
+
 # Last: the batched executor imports the memory planner, which imports the kernels above.
-from edbatch.executor import cells_ggnn  # noqa: F401  (GGNN molecule kernels)
-from edbatch.executor.torch_executor import RunResult, TorchExecutor, execute
+from edbatch.executor.torch_executor import RunResult, TorchExecutor, execute  # noqa: E402
