@@ -17,8 +17,7 @@ from numba import njit
 from numpy.typing import NDArray
 
 from edbatch.graph import Graph
-from edbatch.schedule._compiled_rollout import _copy, _drive, _new_state, _pop, _pop_forced
-from edbatch.schedule._compiled_rollout import _release as _release_state
+from edbatch.schedule._compiled_rollout import _copy, _drive, _new_state, _pop, _pop_forced, _start
 from edbatch.schedule.compiled import core_graph, core_ids
 from edbatch.schedule.schedule import Schedule
 
@@ -31,19 +30,8 @@ def _q_run(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_
     """``int64[D, K]``: batches of the schedule that pops type ``a`` at decision ``i`` (the
     decisions before it as given) and completes with ``rule``; -1 where ``a`` is not ready."""
     n, k = len(op), len(batchable)
-    start = np.zeros(k + 1, np.int64)
-    for v in range(n):
-        start[op[v] + 1] += 1
-    for a in range(k):
-        start[a + 1] += start[a]
-    g = (op, depth, uptr, uids, batchable, height, tw_ptr, tw_ids, start, mean, cplx)
-    track = len(tw_ptr) > 0
-    real = _new_state(op, arity, batchable, k, tw_pred, track)
-    for v in range(n):
-        real[7][op[v]] += 1
-        real[8][op[v]] += depth[v]
-        if arity[v] == 0:
-            _release_state(v, g, real)
+    g, real, track = _start(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
+                            tw_ids, mean, cplx)
     work = _new_state(op, arity, batchable, k, tw_pred, track)
     key = np.empty(4 * k + 8, np.int64)
     buf = np.empty(n, np.int64)

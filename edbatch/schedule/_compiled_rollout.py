@@ -221,6 +221,28 @@ def _complete2(start, prefix, first, g, bases, tabs, ws, ws2, ss, best, inner_bu
 
 
 @njit(cache=True)
+def _start(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids, mean,
+           cplx):  # type: ignore[no-untyped-def]
+    """A rollout's start: the graph tuple ``g`` (with the per-type node offsets), the real
+    state with every operand-free node released, and whether type-wise counts are tracked."""
+    n, k = len(op), len(batchable)
+    start = np.zeros(k + 1, np.int64)
+    for v in range(n):
+        start[op[v] + 1] += 1
+    for a in range(k):
+        start[a + 1] += start[a]
+    g = (op, depth, uptr, uids, batchable, height, tw_ptr, tw_ids, start, mean, cplx)
+    track = len(tw_ptr) > 0
+    real = _new_state(op, arity, batchable, k, tw_pred, track)
+    for v in range(n):
+        real[7][op[v]] += 1
+        real[8][op[v]] += depth[v]
+        if arity[v] == 0:
+            _release(v, g, real)
+    return g, real, track
+
+
+@njit(cache=True)
 def run_rollout(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                 mean, cplx, rules, encs, tab_ptr, tab_hash, tab_act, budget, floor, retry,
                 level, inner_budget, plan_budget):  # type: ignore[no-untyped-def]
@@ -237,19 +259,8 @@ def run_rollout(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr
         inside rollouts).
     """
     n, k = len(op), len(batchable)
-    start = np.zeros(k + 1, np.int64)
-    for v in range(n):
-        start[op[v] + 1] += 1
-    for a in range(k):
-        start[a + 1] += start[a]
-    g = (op, depth, uptr, uids, batchable, height, tw_ptr, tw_ids, start, mean, cplx)
-    track = len(tw_ptr) > 0
-    real = _new_state(op, arity, batchable, k, tw_pred, track)
-    for v in range(n):
-        real[7][op[v]] += 1
-        real[8][op[v]] += depth[v]
-        if arity[v] == 0:
-            _release(v, g, real)
+    g, real, track = _start(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
+                            tw_ids, mean, cplx)
     ws = (_new_state(op, arity, batchable, k, tw_pred, track), np.empty(4 * k + 8, np.int64),
           np.empty(n, np.int64), np.empty(n + 1, np.int64))
     ws2 = (_new_state(op, arity, batchable, k, tw_pred, track),
