@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from policies.guard import fallback_choices, guard_table, pick_fallback, vote_pr
 from policies.q_learning import AUTO_FALLBACKS, TrainResult, evaluate_policy, select_fallback
 from policies.table_search import policy_votes
 
-__all__ = ["DQNTrainer", "MaskablePPOTrainer", "SB3Policy", "distill_fsm"]
+__all__ = ["DQNTrainer", "MaskablePPOTrainer", "SB3Policy", "decisions", "distill_fsm"]
 
 
 class SB3Policy:
@@ -55,21 +55,28 @@ class SB3Policy:
         return int(action)
 
 
+def decisions(graph: Graph, choose: Callable[[Any], int]) -> Iterator[tuple[Any, int]]:
+    """Run ``choose`` (a frontier view -> op type id) on ``graph`` to the end, yielding each
+    decision's view and action (the forced pops between decisions are taken)."""
+    f = Frontier(graph, typewise=True)
+    while True:
+        while f.pop_forced() is not None:
+            pass
+        if f.done:
+            return
+        view = f.view()
+        action = int(choose(view))
+        yield view, action
+        f.pop(action)
+
+
 def distill_fsm(policy: Any, graphs: Sequence[Graph], encoding: str, fallback: str,
                 metadata: dict[str, Any] | None = None, lookahead: str = "none") -> FSMPolicy:
     """Record ``policy``'s decisions on ``graphs`` as an FSM (majority action per state)."""
     votes: dict[tuple[int, ...], Counter[int]] = {}
     for graph in graphs:
-        f = Frontier(graph, typewise=True)
-        while True:
-            while f.pop_forced() is not None:
-                pass
-            if f.done:
-                break
-            view = f.view()
-            action = policy.choose(view)
+        for view, action in decisions(graph, policy.choose):
             votes.setdefault(encode_state(view, encoding), Counter())[action] += 1
-            f.pop(action)
     table = {key: c.most_common(1)[0][0] for key, c in votes.items()}
     names = graphs[0].vocab.names
     return FSMPolicy(table, encoding, names, fallback, metadata, lookahead)
@@ -182,18 +189,10 @@ def clone_fallback(policy: Any, graphs: Sequence[Graph], fallback: str, encoding
     fb = make_fallback(fallback, encoding)
     obs, masks, acts = [], [], []
     for g in graphs:
-        f = Frontier(g, typewise=True)
-        while True:
-            while f.pop_forced() is not None:
-                pass
-            if f.done:
-                break
-            view = f.view()
-            a = int(fb.choose(view))
+        for view, a in decisions(g, fb.choose):
             obs.append(observe(view, observation))
             masks.append(np.asarray(view.mask, dtype=bool))
             acts.append(a)
-            f.pop(a)
     x = torch.as_tensor(np.stack(obs), device=policy.device)
     m = torch.as_tensor(np.stack(masks), device=policy.device)
     y = torch.as_tensor(np.array(acts), device=policy.device)
