@@ -62,6 +62,7 @@ def test_evaluate_calibrates_on_the_fly(tmp_path: Path) -> None:
     assert (out / "cost_model" / "tree_lstm_cell.json").is_file()
 
 
+@pytest.mark.slow  # an end-to-end run of 20-40 s: the slow suite
 def test_bad_inputs_fail_in_one_line(tmp_path: Path) -> None:
     r = _run("experiments.calibrate", "batch_sizes=[4,1]", f"run_dir={tmp_path}")
     assert r.returncode == 2 and "batch_sizes" in r.stderr and "increasing" in r.stderr

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from edbatch.workloads import make_workload
 from policies import FSMPolicy
 
@@ -62,6 +64,7 @@ def test_joblib_multirun_trains_one_policy_per_seed(tmp_path: Path) -> None:
     assert seeds == {0, 1}
 
 
+@pytest.mark.slow  # an end-to-end run of 20-40 s: the slow suite
 def test_submitit_local_launcher_runs_jobs(tmp_path: Path) -> None:
     r = _run("experiments.train", "-m", *TINY, "seed=3", "hydra/launcher=submitit_local",
              f"run_dir={tmp_path}/s${{seed}}", f"hydra.sweep.dir={tmp_path}/sweep")
@@ -97,6 +100,7 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
     assert (tmp_path / "batches.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # an end-to-end run of 20-40 s: the slow suite
 def test_sb3_trainers_with_the_default_policy_resolve_the_auto_fallback(tmp_path: Path) -> None:
     """`trainer=maskable_ppo` / `dqn` with `policy=fsm` (fallback auto, rollout lookahead):
     the distilled FSM gets the heuristic chosen on the validation graphs."""

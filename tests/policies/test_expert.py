@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from edbatch.schedule import CriticalPathPolicy, Frontier, run_policy
 from edbatch.workloads import make_workload
@@ -130,6 +131,7 @@ def test_parallel_teacher_gives_the_same_votes(lattice) -> None:
     assert a == b and one == two and a["samples"] > 0
 
 
+@pytest.mark.slow  # an end-to-end run of 20-40 s: the slow suite
 def test_search_teacher_labels_at_most_the_rollouts_batches(lattice) -> None:
     """``teacher=search`` improves the rollout's schedule by the sequence search: never more
     batches than the rollout teacher, on every graph, and still an MDP trajectory (its votes
