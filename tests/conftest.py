@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from typing import Any
+
 import pytest
 
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
@@ -63,6 +66,16 @@ def recurrent_chains(lengths: list[int], loss_kind: str = "pick_nll", width: int
             losses.append(b.add("loss", state, attr=0))
     b.instance = 0
     return b.build([b.add("sum", *losses)])
+
+
+def digest(params: dict[str, Any]) -> str:
+    """A short sha256 of named parameters (names, shapes, bytes): init regression fixtures."""
+    h = hashlib.sha256()
+    for k, v in params.items():
+        h.update(k.encode())
+        h.update(repr(tuple(v.shape)).encode())
+        h.update(v.detach().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def assert_gradcheck(graph: Graph, schedule: object, plan: object,

@@ -5,7 +5,6 @@ hoisting table and, bit for bit, today's parameter initialisation."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +30,7 @@ from edbatch.memory import plan_memory
 from edbatch.registry import Registry
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, Workload, loss_sum_op, make_workload
+from tests.conftest import digest
 
 torch.set_num_threads(1)
 
@@ -268,15 +268,6 @@ def small(name: str, granularity: str) -> Workload:
     if name in ("lattice_lstm", "lattice_gru", "seq2seq"):
         kw["vocab_size"] = 50
     return make_workload(name, granularity=granularity, **kw)
-
-
-def digest(params: dict[str, torch.nn.Parameter]) -> str:
-    h = hashlib.sha256()
-    for k, v in params.items():
-        h.update(k.encode())
-        h.update(repr(tuple(v.shape)).encode())
-        h.update(v.detach().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 #: sha256 prefixes of init_params (seeds 0 and 7) computed with the naming-convention

@@ -5,7 +5,6 @@ initialise the same values, and ``init_params`` is bit for bit what it was."""
 from __future__ import annotations
 
 import functools
-import hashlib
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ from edbatch.executor import KERNELS, init_params
 from edbatch.executor.cell_kind import cell_kind_of
 from edbatch.executor.params import embedding_params, is_embedding
 from edbatch.workloads import Workload, make_workload
+from tests.conftest import digest
 
 SMALL = {"ggnn_molecules": {"hidden_dim": 6, "rounds": 2},
          "tree_lstm_sick": {"embed_dim": 6, "hidden_dim": 5, "sim_dim": 4}}
@@ -22,15 +22,6 @@ SMALL = {"ggnn_molecules": {"hidden_dim": 6, "rounds": 2},
 @functools.cache
 def workload(name: str, granularity: str = "cell", small: bool = True) -> Workload:
     return make_workload(name, granularity=granularity, **(SMALL[name] if small else {}))
-
-
-def digest(params: dict[str, torch.nn.Parameter]) -> str:
-    h = hashlib.sha256()
-    for k, v in params.items():
-        h.update(k.encode())
-        h.update(repr(tuple(v.shape)).encode())
-        h.update(v.detach().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 #: sha256 prefixes of init_params (seeds 0 and 7) before the kinds became classes. GGNN's:
