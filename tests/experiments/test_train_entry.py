@@ -25,9 +25,12 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           capture_output=True, timeout=300)
 
 
-def test_train_saves_artifact_checkpoint_and_curve_and_resumes(tmp_path: Path) -> None:
+def test_train_saves_artifact_checkpoint_curve_and_wandb_run_and_resumes(tmp_path: Path) -> None:
+    """One end-to-end run (W&B offline) checks the artifact, checkpoint, curve and W&B files;
+    a rerun resumes from the checkpoint."""
     run_dir = tmp_path / "run"
-    r = _run("experiments.train", *TINY, f"run_dir={run_dir}")
+    r = _run("experiments.train", *TINY, f"run_dir={run_dir}", "logger=wandb",
+             env={"WANDB_MODE": "offline"})
     assert r.returncode == 0, r.stderr
     policy = FSMPolicy.load(run_dir / "policy.json", make_workload("lattice_lstm").vocab)
     assert policy.metadata["workload"] == "lattice_lstm" and policy.metadata["seed"] == 0
@@ -35,19 +38,13 @@ def test_train_saves_artifact_checkpoint_and_curve_and_resumes(tmp_path: Path) -
     ckpt = json.loads((run_dir / "checkpoint.json").read_text())
     assert ckpt["episode"] == 20
     assert (run_dir / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
-    again = _run("experiments.train", *TINY, f"run_dir={run_dir}")  # rerun: resumes, done
-    assert again.returncode == 0, again.stderr
-    assert "resuming from checkpoint" in again.stderr + again.stdout
-
-
-def test_train_with_wandb_offline_logs_run_and_artifact(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    r = _run("experiments.train", *TINY, f"run_dir={run_dir}", "logger=wandb",
-             env={"WANDB_MODE": "offline"})
-    assert r.returncode == 0, r.stderr
     runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     assert list(runs[0].glob("run-*.wandb"))
+    again = _run("experiments.train", *TINY, f"run_dir={run_dir}", "logger=wandb",
+                 env={"WANDB_MODE": "offline"})  # rerun: resumes, done
+    assert again.returncode == 0, again.stderr
+    assert "resuming from checkpoint" in again.stderr + again.stdout
 
 
 def test_bad_trainer_option_is_rejected(tmp_path: Path) -> None:
@@ -55,6 +52,7 @@ def test_bad_trainer_option_is_rejected(tmp_path: Path) -> None:
     assert r.returncode != 0 and "encodng" in r.stderr
 
 
+@pytest.mark.slow  # two training processes: the slow suite
 def test_joblib_multirun_trains_one_policy_per_seed(tmp_path: Path) -> None:
     r = _run("experiments.train", "-m", *TINY, "seed=0,1", "hydra/launcher=joblib",
              "hydra.launcher.n_jobs=2", f"run_dir={tmp_path}/s${{seed}}",

@@ -102,6 +102,7 @@ def test_bad_arguments_are_named() -> None:
             SearchScheduler(make_scheduler("critical_path"), **kw)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # about 40 s on 2 cores; the registered search scheduler is in the default run
 def test_fsm_lookahead_search_round_trips_and_is_never_worse(tmp_path: Path) -> None:
     g = random_lattices(np.random.default_rng(4), 12, 10, 3)
     fsm = FSMPolicy({}, "expert", g.vocab.names, "critical_path", lookahead="search")
