@@ -105,10 +105,12 @@ class DynetWorker:
 class Demo:
     """One demonstration: instances, torch contenders, DyNet request, a summary line."""
 
-    def __init__(self, name: str, count: int, contenders: dict[str, Contender],
+    def __init__(self, name: str, model: Any, count: int, contenders: dict[str, Contender],
                  request: Callable[[list[int]], dict[str, Any]], summary: str) -> None:
-        self.name, self.count, self.contenders = name, count, contenders
+        self.name, self.model, self.count, self.contenders = name, model, count, contenders
         self.request, self.summary = request, summary
+        #: The last edbatch run's synchronisation count.
+        self.syncs = 0
 
 
 def greedy_demo(hidden: int, vocab_size: int, max_len: int, max_steps: int, count: int,
@@ -125,7 +127,8 @@ def greedy_demo(hidden: int, vocab_size: int, max_len: int, max_steps: int, coun
         return [sources[i] for i in idx], [limits[i] for i in idx]
 
     def edbatch(idx: list[int]) -> Any:
-        return model.decode(*pick(idx))[0]
+        outputs, demo.syncs = model.decode(*pick(idx))
+        return outputs
 
     contenders = {"edbatch": edbatch,
                   "pytorch_hand": lambda idx: dt.greedy_hand(w, *pick(idx), model.bos,
@@ -133,11 +136,11 @@ def greedy_demo(hidden: int, vocab_size: int, max_len: int, max_steps: int, coun
                   "pytorch_unbatched": lambda idx: dt.greedy_unbatched(w, *pick(idx),
                                                                        model.bos, model.eos)}
     arrays = {k: v.detach().numpy() for k, v in model.params.items()}
-    return (Demo("greedy", len(sources), contenders,
-                 lambda idx: dict(zip(("sources", "limits"), pick(idx), strict=True)),
-                 f"hidden {hidden}, target vocabulary {model.wl.num_target}, sources of "
-                 f"<= {max_len} tokens, limit min({max_steps}, 2 x source)"),
-            {"arrays": arrays, "bos": model.bos, "eos": model.eos})
+    demo = Demo("greedy", model, len(sources), contenders,
+                lambda idx: dict(zip(("sources", "limits"), pick(idx), strict=True)),
+                f"hidden {hidden}, target vocabulary {model.wl.num_target}, sources of "
+                f"<= {max_len} tokens, limit min({max_steps}, 2 x source)")
+    return demo, {"arrays": arrays, "bos": model.bos, "eos": model.eos}
 
 
 def early_exit_demo(dim: int, threshold: float, count: int, dtype: torch.dtype = torch.float32
@@ -152,6 +155,7 @@ def early_exit_demo(dim: int, threshold: float, count: int, dtype: torch.dtype =
     def edbatch(idx: list[int]) -> Any:
         out = model.batch.run_programs([dt.exit_program(model, sentences[i]) for i in idx],
                                        "depth", grad=False)
+        demo.syncs = out.syncs
         return out.returns
 
     contenders = {"edbatch": edbatch,
@@ -161,10 +165,10 @@ def early_exit_demo(dim: int, threshold: float, count: int, dtype: torch.dtype =
     arrays = {"exit.embed": model.embed.weight, "exit.step": model.step.linear.weight,
               "exit.step.b": model.step.linear.bias, "exit.out": model.out.weight,
               "exit.out.b": model.out.bias}
-    return (Demo("exit", len(sentences), contenders,
-                 lambda idx: {"sentences": [sentences[i] for i in idx]},
-                 f"Elman RNN dim {dim}, 5 classes, threshold {threshold}"),
-            {k: v.detach().numpy() for k, v in arrays.items()})
+    demo = Demo("exit", model, len(sentences), contenders,
+                lambda idx: {"sentences": [sentences[i] for i in idx]},
+                f"Elman RNN dim {dim}, 5 classes, threshold {threshold}")
+    return demo, {k: v.detach().numpy() for k, v in arrays.items()}
 
 
 def _same(a: Any, b: Any) -> bool:
