@@ -52,13 +52,14 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from edbatch.api._builtins import _instances, warn_outside
+from edbatch.api._builtins import warn_outside
 from edbatch.api._handles import Handle
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._values import Capture, Values
@@ -134,6 +135,10 @@ class _Runner:
         self.start = self.op_start = self.count_start = self.loss_start = 0
         self.losses: list[Tensor] = []
         self.segments: list[Segment] = []
+        # every node's op id and instance so far, extended per segment (not rebuilt)
+        self.op_all = np.zeros(0, np.int32)
+        self.inst_all = np.zeros(0, np.int32)
+        self.mark_at, self.last_inst = 0, -1  # the marks read so far; the instance then
 
     def run(self) -> None:
         """Run every node recorded and not run yet as one segment."""
@@ -143,7 +148,8 @@ class _Runner:
         if n == start and not len(losses):
             return
         vocab_ops = batch._ops
-        op_all = np.fromiter(rec.ops, np.int32, n)
+        self.op_all = op_all = np.concatenate(
+            [self.op_all, np.fromiter(islice(rec.ops, start, n), np.int32, n - start)])
         arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops], np.int64)
         counts = arity[op_all[start:]]
         if np.any(counts < 0):
@@ -151,10 +157,11 @@ class _Runner:
         flat = np.asarray(rec.operands[self.op_start:], dtype=np.int64)
         old = np.unique(np.concatenate([flat[flat < start], losses[losses < start]]))
         c, m = len(old), n - start
-        inst_all = _instances(rec.marks, n)
-        if n and inst_all.min() < 0:
-            warn_outside(batch, int((inst_all < 0).sum()))
-            inst_all[inst_all < 0] = 0
+        inst_new = self._new_instances(rec.marks, start, n)
+        if len(inst_new) and inst_new.min() < 0:
+            warn_outside(batch, int((inst_new < 0).sum()))
+            inst_new[inst_new < 0] = 0
+        self.inst_all = inst_all = np.concatenate([self.inst_all, inst_new])
         # the earlier nodes read here become value/<shape> nodes over their gathered rows
         params = dict(batch.params)
         for name, blocks in rec.rows.items():
@@ -196,6 +203,18 @@ class _Runner:
         self.segments.append(Segment(graph, schedule, result))
         self.start, self.op_start = n, len(rec.operands)
         self.count_start, self.loss_start = len(rec.counts), len(rec.losses)
+
+    def _new_instances(self, marks: list[tuple[int, int]], start: int, n: int
+                       ) -> np.ndarray:  # type: ignore[type-arg]
+        """The instance of nodes ``start..n-1`` from the marks recorded since the last
+        segment (every one at or after ``start``) and the instance in effect before them."""
+        m = np.array(marks[self.mark_at:], dtype=np.int64).reshape(-1, 2)
+        self.mark_at = len(marks)
+        bounds = np.concatenate([[start], np.minimum(m[:, 0], n), [n]])
+        values = np.concatenate([[self.last_inst], m[:, 1]]).astype(np.int32)
+        if len(m):
+            self.last_inst = int(m[-1, 1])
+        return np.repeat(values, np.diff(bounds))
 
     def values_of(self, asked: dict[int, list[Handle]]) -> dict[int, Tensor]:
         """Every program's requested values, read in one gather (then sliced per program,
