@@ -64,6 +64,7 @@ from edbatch.api._handles import Handle
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._values import Capture, Values
 from edbatch.errors import GraphError
+from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import Strategy, plan_memory
@@ -139,6 +140,14 @@ class _Runner:
         self.op_all = np.zeros(0, np.int32)
         self.inst_all = np.zeros(0, np.int32)
         self.mark_at, self.last_inst = 0, -1  # the marks read so far; the instance then
+        self.capture, self.executor = self._executor()
+
+    def _executor(self) -> tuple[Capture, TorchExecutor]:
+        """An executor whose kernels keep each batch's output (kept while no kernel is
+        added: cells and lookups register theirs on first use)."""
+        capture = Capture(self.batch.kernels)
+        return capture, TorchExecutor(self.batch.device, self.batch.dtype,
+                                      kernels=capture.kernels, hoist=False)
 
     def run(self) -> None:
         """Run every node recorded and not run yet as one segment."""
@@ -194,10 +203,12 @@ class _Runner:
                                   outputs=[c + m] if has_loss else [])
         schedule = self.make(graph)
         plan = plan_memory(graph, schedule, memory_strategy(self.make, self.strategy))
-        capture = Capture(batch.kernels)
-        executor = TorchExecutor(batch.device, batch.dtype, kernels=capture.kernels, hoist=False)
-        result = executor.run(graph, schedule, plan, params, grad=self.grad)
-        self.values.add(plan, capture.outputs, c, m, start)
+        if len(batch.kernels) != len(self.capture.kernels):
+            self.capture, self.executor = self._executor()
+        outputs = self.capture.outputs
+        outputs.clear()
+        result = self.executor.run(graph, schedule, plan, params, grad=self.grad)
+        self.values.add(plan, outputs, c, m, start)
         if has_loss:
             self.losses.append(result.outputs[c + m].reshape(()))
         self.segments.append(Segment(graph, schedule, result))
@@ -216,14 +227,23 @@ class _Runner:
             self.last_inst = int(m[-1, 1])
         return np.repeat(values, np.diff(bounds))
 
-    def values_of(self, asked: dict[int, list[Handle]]) -> dict[int, Tensor]:
-        """Every program's requested values, read in one gather (then sliced per program,
-        detached: no autograd node per program)."""
-        nodes = np.fromiter((h.node_id for hs in asked.values() for h in hs), np.int64)
+    def values_of(self, asked: dict[int, Any], lists: dict[int, list[Handle]]
+                  ) -> dict[int, Any]:
+        """What each program is sent: the value of the handle it yielded (shape
+        ``handle.shape``) or of its list (``[k, *shape]``), all read in one gather, detached
+        (no autograd node per program; one ``unbind`` gives every single-handle program's
+        row as a view)."""
+        nodes = np.fromiter((h.node_id for hs in lists.values() for h in hs), np.int64)
         flat = self.values.gather(nodes).detach()
+        rows = flat.unbind(0)
         out, at = {}, 0
-        for i, hs in asked.items():
-            out[i] = flat[at:at + len(hs)].reshape(len(hs), *hs[0].shape)
+        for i, hs in lists.items():
+            shape = hs[0].shape
+            if type(asked[i]) is Handle:
+                row = rows[at]
+                out[i] = row if len(shape) == 1 else row.reshape(shape)
+            else:
+                out[i] = flat[at:at + len(hs)].reshape(len(hs), *shape)
             at += len(hs)
         return out
 
@@ -250,6 +270,12 @@ def _check_yield(batch: Any, i: int, wanted: Any) -> list[Handle]:
 def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                  strategy: Strategy, grad: bool) -> ProgramsResult:
     """:meth:`DynamicBatch.run_programs` (see the module docstring)."""
+    with TRANSPOSED.run():  # each weight's W^T made once for all segments, not per segment
+        return _run_programs(batch, programs, make, strategy, grad)
+
+
+def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
+                  strategy: Strategy, grad: bool) -> ProgramsResult:
     rec = batch._rec
     if rec.ops:
         raise GraphError("run_programs: the mini-batch already has recorded nodes; run() or "
@@ -280,9 +306,7 @@ def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
             runner.run()
             syncs += 1
-        values = runner.values_of(lists)
-        for i, wanted in asked.items():
-            sent[i] = values[i][0] if type(wanted) is Handle else values[i]
+        sent = runner.values_of(asked, lists)
     runner.run()
     loss = None
     if runner.losses:
