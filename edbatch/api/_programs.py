@@ -140,6 +140,7 @@ class _Runner:
         self.op_all = np.zeros(0, np.int32)
         self.inst_all = np.zeros(0, np.int32)
         self.mark_at, self.last_inst = 0, -1  # the marks read so far; the instance then
+        self.rows: dict[str, tuple[int, Tensor]] = {}  # input rows: (blocks, joined)
         self.capture, self.executor = self._executor()
 
     def _executor(self) -> tuple[Capture, TorchExecutor]:
@@ -174,7 +175,11 @@ class _Runner:
         # the earlier nodes read here become value/<shape> nodes over their gathered rows
         params = dict(batch.params)
         for name, blocks in rec.rows.items():
-            params[f"api.{name}"] = _rows(blocks).to(batch.device, batch.dtype)
+            kept = self.rows.get(name)
+            if kept is None or kept[0] != len(blocks):  # blocks are only ever appended
+                kept = self.rows[name] = (len(blocks),
+                                          _rows(blocks).to(batch.device, batch.dtype))
+            params[f"api.{name}"] = kept[1]
         old_ops = np.zeros(c, np.int32)
         old_attrs = np.zeros(c, np.int64)
         shapes = [vocab_ops[i].out_shape for i in op_all[old]]
@@ -300,7 +305,8 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         rec.marks.append((len(rec.ops), -1))
         if not asked:
             break
-        lists = {i: _check_yield(batch, i, y) for i, y in asked.items()}
+        lists = {i: [y] if type(y) is Handle and y._rec is rec else _check_yield(batch, i, y)
+                 for i, y in asked.items()}  # one handle of this mini-batch: nothing to check
         nodes = np.fromiter((h.node_id for hs in lists.values() for h in hs), np.int64)
         runner.values.grow(len(rec.ops))
         if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
