@@ -274,7 +274,8 @@ def _check_yield(batch: Any, i: int, wanted: Any) -> list[Handle]:
 
 def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                  strategy: Strategy, grad: bool) -> ProgramsResult:
-    """:meth:`DynamicBatch.run_programs` (see the module docstring)."""
+    """:meth:`DynamicBatch.run_programs` (see the module docstring). The weights must not
+    change while it runs (each ``W^T`` is made once for all segments)."""
     with TRANSPOSED.run():  # each weight's W^T made once for all segments, not per segment
         return _run_programs(batch, programs, make, strategy, grad)
 
