@@ -40,11 +40,14 @@ class Logits(nn.Module):
 class Decoder:
     """The seq2seq workload's cells and parameters, decoding greedily."""
 
-    def __init__(self, hidden: int = 32, vocab_size: int = 256, seed: int = 0) -> None:
+    def __init__(self, hidden: int = 32, vocab_size: int = 256, seed: int = 0,
+                 max_len: int | None = 12, dtype: torch.dtype = torch.float32) -> None:
         self.wl = make_workload("seq2seq", embed_dim=hidden, hidden_dim=hidden,
-                                vocab_size=vocab_size, max_len=12)
-        params = init_params(self.wl, torch.Generator().manual_seed(seed))
-        b = self.batch = DynamicBatch.from_workload(self.wl, params)
+                                vocab_size=vocab_size, max_len=max_len)
+        params = init_params(self.wl, torch.Generator().manual_seed(seed), dtype=dtype)
+        #: The workload's parameters (the benchmark's peers decode with the same ones).
+        self.params = params
+        b = self.batch = DynamicBatch.from_workload(self.wl, params, dtype=dtype)
         self.zero, self.enc, self.dec = (b.op(f"seq2seq.{n}") for n in ("zero_state", "enc",
                                                                           "dec"))
         out = Logits(params["seq2seq.out"], params["seq2seq.out.b"])
@@ -67,10 +70,14 @@ class Decoder:
                 break
         return out
 
-    def decode(self, sources: Sequence[Sequence[int]], steps: int) -> tuple[list[list[int]], int]:
-        """Every source decoded in one batched run: (outputs, synchronisations)."""
-        out = self.batch.run_programs([self.program(s, steps) for s in sources], "depth",
-                                      grad=False)
+    def decode(self, sources: Sequence[Sequence[int]], steps: int | Sequence[int]
+               ) -> tuple[list[list[int]], int]:
+        """Every source decoded in one batched run (``steps``: one limit for all or one
+        per source): (outputs, synchronisations)."""
+        limits = [steps] * len(sources) if isinstance(steps, int) else list(steps)
+        out = self.batch.run_programs([self.program(s, n) for s, n in zip(sources, limits,
+                                                                           strict=True)],
+                                      "depth", grad=False)
         return out.returns, out.syncs
 
 

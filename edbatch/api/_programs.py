@@ -52,17 +52,19 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from edbatch.api._builtins import _instances, warn_outside
+from edbatch.api._builtins import warn_outside
 from edbatch.api._handles import Handle
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._values import Capture, Values
 from edbatch.errors import GraphError
+from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.torch_executor import RunResult, TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import Strategy, plan_memory
@@ -134,6 +136,19 @@ class _Runner:
         self.start = self.op_start = self.count_start = self.loss_start = 0
         self.losses: list[Tensor] = []
         self.segments: list[Segment] = []
+        # every node's op id and instance so far, extended per segment (not rebuilt)
+        self.op_all = np.zeros(0, np.int32)
+        self.inst_all = np.zeros(0, np.int32)
+        self.mark_at, self.last_inst = 0, -1  # the marks read so far; the instance then
+        self.rows: dict[str, tuple[int, Tensor]] = {}  # input rows: (blocks, joined)
+        self.capture, self.executor = self._executor()
+
+    def _executor(self) -> tuple[Capture, TorchExecutor]:
+        """An executor whose kernels keep each batch's output (kept while no kernel is
+        added: cells and lookups register theirs on first use)."""
+        capture = Capture(self.batch.kernels)
+        return capture, TorchExecutor(self.batch.device, self.batch.dtype,
+                                      kernels=capture.kernels, hoist=False)
 
     def run(self) -> None:
         """Run every node recorded and not run yet as one segment."""
@@ -143,7 +158,8 @@ class _Runner:
         if n == start and not len(losses):
             return
         vocab_ops = batch._ops
-        op_all = np.fromiter(rec.ops, np.int32, n)
+        self.op_all = op_all = np.concatenate(
+            [self.op_all, np.fromiter(islice(rec.ops, start, n), np.int32, n - start)])
         arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops], np.int64)
         counts = arity[op_all[start:]]
         if np.any(counts < 0):
@@ -151,14 +167,19 @@ class _Runner:
         flat = np.asarray(rec.operands[self.op_start:], dtype=np.int64)
         old = np.unique(np.concatenate([flat[flat < start], losses[losses < start]]))
         c, m = len(old), n - start
-        inst_all = _instances(rec.marks, n)
-        if n and inst_all.min() < 0:
-            warn_outside(batch, int((inst_all < 0).sum()))
-            inst_all[inst_all < 0] = 0
+        inst_new = self._new_instances(rec.marks, start, n)
+        if len(inst_new) and inst_new.min() < 0:
+            warn_outside(batch, int((inst_new < 0).sum()))
+            inst_new[inst_new < 0] = 0
+        self.inst_all = inst_all = np.concatenate([self.inst_all, inst_new])
         # the earlier nodes read here become value/<shape> nodes over their gathered rows
         params = dict(batch.params)
         for name, blocks in rec.rows.items():
-            params[f"api.{name}"] = _rows(blocks).to(batch.device, batch.dtype)
+            kept = self.rows.get(name)
+            if kept is None or kept[0] != len(blocks):  # blocks are only ever appended
+                kept = self.rows[name] = (len(blocks),
+                                          _rows(blocks).to(batch.device, batch.dtype))
+            params[f"api.{name}"] = kept[1]
         old_ops = np.zeros(c, np.int32)
         old_attrs = np.zeros(c, np.int64)
         shapes = [vocab_ops[i].out_shape for i in op_all[old]]
@@ -187,24 +208,47 @@ class _Runner:
                                   outputs=[c + m] if has_loss else [])
         schedule = self.make(graph)
         plan = plan_memory(graph, schedule, memory_strategy(self.make, self.strategy))
-        capture = Capture(batch.kernels)
-        executor = TorchExecutor(batch.device, batch.dtype, kernels=capture.kernels, hoist=False)
-        result = executor.run(graph, schedule, plan, params, grad=self.grad)
-        self.values.add(plan, capture.outputs, c, m, start)
+        if len(batch.kernels) != len(self.capture.kernels):
+            self.capture, self.executor = self._executor()
+        outputs = self.capture.outputs
+        outputs.clear()
+        result = self.executor.run(graph, schedule, plan, params, grad=self.grad)
+        self.values.add(plan, outputs, c, m, start)
         if has_loss:
             self.losses.append(result.outputs[c + m].reshape(()))
         self.segments.append(Segment(graph, schedule, result))
         self.start, self.op_start = n, len(rec.operands)
         self.count_start, self.loss_start = len(rec.counts), len(rec.losses)
 
-    def values_of(self, asked: dict[int, list[Handle]]) -> dict[int, Tensor]:
-        """Every program's requested values, read in one gather (then sliced per program,
-        detached: no autograd node per program)."""
-        nodes = np.fromiter((h.node_id for hs in asked.values() for h in hs), np.int64)
+    def _new_instances(self, marks: list[tuple[int, int]], start: int, n: int
+                       ) -> np.ndarray:  # type: ignore[type-arg]
+        """The instance of nodes ``start..n-1`` from the marks recorded since the last
+        segment (every one at or after ``start``) and the instance in effect before them."""
+        m = np.array(marks[self.mark_at:], dtype=np.int64).reshape(-1, 2)
+        self.mark_at = len(marks)
+        bounds = np.concatenate([[start], np.minimum(m[:, 0], n), [n]])
+        values = np.concatenate([[self.last_inst], m[:, 1]]).astype(np.int32)
+        if len(m):
+            self.last_inst = int(m[-1, 1])
+        return np.repeat(values, np.diff(bounds))
+
+    def values_of(self, asked: dict[int, Any], lists: dict[int, list[Handle]]
+                  ) -> dict[int, Any]:
+        """What each program is sent: the value of the handle it yielded (shape
+        ``handle.shape``) or of its list (``[k, *shape]``), all read in one gather, detached
+        (no autograd node per program; one ``unbind`` gives every single-handle program's
+        row as a view)."""
+        nodes = np.fromiter((h.node_id for hs in lists.values() for h in hs), np.int64)
         flat = self.values.gather(nodes).detach()
+        rows = flat.unbind(0)
         out, at = {}, 0
-        for i, hs in asked.items():
-            out[i] = flat[at:at + len(hs)].reshape(len(hs), *hs[0].shape)
+        for i, hs in lists.items():
+            shape = hs[0].shape
+            if type(asked[i]) is Handle:
+                row = rows[at]
+                out[i] = row if len(shape) == 1 else row.reshape(shape)
+            else:
+                out[i] = flat[at:at + len(hs)].reshape(len(hs), *shape)
             at += len(hs)
         return out
 
@@ -230,7 +274,14 @@ def _check_yield(batch: Any, i: int, wanted: Any) -> list[Handle]:
 
 def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                  strategy: Strategy, grad: bool) -> ProgramsResult:
-    """:meth:`DynamicBatch.run_programs` (see the module docstring)."""
+    """:meth:`DynamicBatch.run_programs` (see the module docstring). The weights must not
+    change while it runs (each ``W^T`` is made once for all segments)."""
+    with TRANSPOSED.run():  # each weight's W^T made once for all segments, not per segment
+        return _run_programs(batch, programs, make, strategy, grad)
+
+
+def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
+                  strategy: Strategy, grad: bool) -> ProgramsResult:
     rec = batch._rec
     if rec.ops:
         raise GraphError("run_programs: the mini-batch already has recorded nodes; run() or "
@@ -255,15 +306,14 @@ def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         rec.marks.append((len(rec.ops), -1))
         if not asked:
             break
-        lists = {i: _check_yield(batch, i, y) for i, y in asked.items()}
+        lists = {i: [y] if type(y) is Handle and y._rec is rec else _check_yield(batch, i, y)
+                 for i, y in asked.items()}  # one handle of this mini-batch: nothing to check
         nodes = np.fromiter((h.node_id for hs in lists.values() for h in hs), np.int64)
         runner.values.grow(len(rec.ops))
         if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
             runner.run()
             syncs += 1
-        values = runner.values_of(lists)
-        for i, wanted in asked.items():
-            sent[i] = values[i][0] if type(wanted) is Handle else values[i]
+        sent = runner.values_of(asked, lists)
     runner.run()
     loss = None
     if runner.losses:
