@@ -15,7 +15,7 @@ of :mod:`edbatch.api._variadic`). All kinds are autograd code (no hand-written b
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -23,43 +23,31 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor.cell_kind import CellKind, Param
-from edbatch.executor.kernels import new_zeros
 from edbatch.graph import OpType
 from edbatch.workloads.module_net import (
+    ATTRIBUTE_ROWS,
     COUNT_BINS,
-    FEATURES,
     MAX_OBJECTS,
     VOCAB_SIZES,
     XY_OFFSET,
     XY_RADIX,
-    unpack_object,
 )
 
 __all__ = ["Answer", "Compare", "Count", "EqualObject", "Filter", "Intersect", "Object",
-           "Objects", "Query", "Relate", "Same", "Start", "Union", "Unique", "answer_logits",
-           "object_features"]
+           "Objects", "Query", "Relate", "Same", "Start", "Union", "Unique", "answer_logits"]
 
 _P = "module_net"
 
 
-def object_features(codes: Sequence[int]) -> list[list[float]]:
-    """The feature rows ``[1, one-hot attributes, x, y]`` of packed objects."""
-    rows = []
-    for code in codes:
-        indices, x, y = unpack_object(int(code))
-        row = [0.0] * FEATURES
-        row[0], offset = 1.0, 1
-        for value, size in zip(indices, VOCAB_SIZES, strict=True):
-            row[offset + value] = 1.0
-            offset += size
-        row[-2], row[-1] = x, y
-        rows.append(row)
-    return rows
-
-
 def _scene(t: Tensor) -> Tensor:
     """``(B, N * F)`` -> ``(B, N, F)``."""
-    return t.reshape(t.shape[0], MAX_OBJECTS, FEATURES)
+    return t.reshape(t.shape[0], MAX_OBJECTS, -1)
+
+
+def _features(op: OpType) -> int:
+    """``F``: the width of an object row (from the scene operand, slot 1)."""
+    assert op.in_shapes is not None
+    return op.in_shapes[1][0] // MAX_OBJECTS
 
 
 def _pairs(att: Tensor, score: Tensor, mask: Tensor) -> Tensor:
@@ -69,22 +57,25 @@ def _pairs(att: Tensor, score: Tensor, mask: Tensor) -> Tensor:
 
 
 class Object(CellKind):
-    """An object's feature row, decoded from its packed attr (no parameters)."""
+    """An object's row ``[1, E[size] + E[colour] + E[material] + E[shape], x, y]``, decoded
+    from its packed attr (``E``: one table, a block of rows per attribute)."""
 
     kind = f"{_P}.object"
     inputs = ()
+    params = (Param("E", "V, D", init="embedding"),)
+    dims = staticmethod(lambda op: {"V": ATTRIBUTE_ROWS, "D": op.out_shape[0] - 3})
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                params: Mapping[str, Tensor] | None = None) -> Tensor:
-        dtype = new_zeros(0, 1, params or {}, attrs).dtype
-        code, parts = attrs.reshape(-1), [torch.ones(attrs.shape[0], 1, dtype=dtype,
-                                                     device=attrs.device)]
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+        code, offset, e = attrs.reshape(-1), 0, None
         for size in VOCAB_SIZES:
-            parts.append(F.one_hot(torch.remainder(code, size), size).to(dtype))
-            code = torch.div(code, size, rounding_mode="floor")
+            row = F.embedding(offset + torch.remainder(code, size), p.E)
+            e = row if e is None else e + row
+            code, offset = torch.div(code, size, rounding_mode="floor"), offset + size
+        assert e is not None
+        parts = [torch.ones_like(e[:, :1]), e]
         for _ in range(2):
             xy = torch.remainder(code, XY_RADIX)
-            parts.append(((xy - XY_OFFSET).to(dtype) / 100).unsqueeze(1))
+            parts.append(((xy - XY_OFFSET).to(e.dtype) / 100).unsqueeze(1))
             code = torch.div(code, XY_RADIX, rounding_mode="floor")
         return torch.cat(parts, dim=1)
 
@@ -95,10 +86,10 @@ class Objects(CellKind):
     kind = f"{_P}.objects"
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
-        out = inputs[0].new_zeros(attrs.shape[0], MAX_OBJECTS, FEATURES)
+        out = inputs[0].new_zeros(attrs.shape[0], MAX_OBJECTS, inputs[0].shape[1])
         for k, slot in enumerate(inputs):
             out[torch.nonzero(attrs > k).reshape(-1), k] = slot
-        return out.reshape(attrs.shape[0], MAX_OBJECTS * FEATURES)
+        return out.reshape(attrs.shape[0], -1)
 
 
 class Start(CellKind):
@@ -117,7 +108,7 @@ class Filter(CellKind):
     kind = f"{_P}.filter"
     inputs = ("att", "scene")
     params = (Param("w", "F"), Param("b", "1"))
-    dims = staticmethod(lambda op: {"F": FEATURES})
+    dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
         f = _scene(inputs[1])
@@ -130,7 +121,7 @@ class Relate(CellKind):
     kind = f"{_P}.relate"
     inputs = ("att", "scene")
     params = (Param("u", "F"), Param("c", "1"))
-    dims = staticmethod(lambda op: {"F": FEATURES})
+    dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
         f = _scene(inputs[1])
@@ -145,7 +136,7 @@ class Same(CellKind):
     kind = f"{_P}.same"
     inputs = ("att", "scene")
     params = (Param("M", "F, F"), Param("c", "1"))
-    dims = staticmethod(lambda op: {"F": FEATURES})
+    dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
         f = _scene(inputs[1])
@@ -205,7 +196,7 @@ class Query(CellKind):
     kind = f"{_P}.query"
     inputs = ("att", "scene")
     params = (Param("W", "H, F"), Param("b", "H"))
-    dims = staticmethod(lambda op: {"H": op.out_shape[0], "F": FEATURES})
+    dims = staticmethod(lambda op: {"H": op.out_shape[0], "F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
         r = torch.bmm(inputs[0].unsqueeze(1), _scene(inputs[1])).squeeze(1)

@@ -7,9 +7,11 @@ value as in IEP (``filter_color[red]``, ``relate[left]``, ``count``): **41 modul
 ``equal_object`` in none), so one mini-batch mixes dozens of op types.
 
 **No images.** CLEVR's images are not here: the modules act on the *per-object features of
-the scene graph*, not on CNN features. An object is the row ``f = [1, one-hot size (2),
-colour (8), material (2), shape (3), x, y]`` (``F = 18``; the leading 1 marks a real object,
-``x, y`` in ``[-3, 3]``); a scene is its ``N = 10`` rows (zero rows after the last object).
+the scene graph*, not on CNN features. An object is the row ``f = [1, e, x, y]`` with
+``e = E[size] + E[colour] + E[material] + E[shape]`` (a learned table ``module_net.object.E``
+of 15 rows, one per attribute value, ``D = embed_dim`` wide; ``F = D + 3``; the leading 1
+marks a real object, ``x, y`` in ``[-3, 3]``); a scene is its ``N = 10`` rows (zero rows
+after the last object).
 With ``H = hidden_dim``, ``sig`` the sigmoid, ``att`` an attention over the ``N`` objects:
 
 * ``object`` (no operands, attr = :func:`pack_object`) gives ``f``; ``objects`` (variadic
@@ -45,15 +47,15 @@ from edbatch.workloads._seq import check_positive
 from edbatch.workloads.base import Workload
 from edbatch.workloads.primitives import OpSet
 
-__all__ = ["COUNT_BINS", "FEATURES", "MAX_OBJECTS", "VOCAB_SIZES", "ModuleNet",
+__all__ = ["ATTRIBUTE_ROWS", "COUNT_BINS", "MAX_OBJECTS", "VOCAB_SIZES", "ModuleNet",
            "QuestionInstance", "XY_OFFSET", "XY_RADIX", "pack_object", "unpack_object"]
 
 #: Objects per scene at most (CLEVR samples 3 to 10); shorter scenes are padded.
 MAX_OBJECTS = 10
 #: Values of size, colour, material and shape (CLEVR's ``properties.json``, ATTRIBUTES order).
 VOCAB_SIZES: tuple[int, ...] = (2, 8, 2, 3)
-#: Width of an object row: mask, one-hot attributes, x, y.
-FEATURES = 1 + sum(VOCAB_SIZES) + 2
+#: Rows of the attribute embedding table (one per attribute value).
+ATTRIBUTE_ROWS = sum(VOCAB_SIZES)
 #: Count bins of ``count`` / ``exist`` (0..10).
 COUNT_BINS = MAX_OBJECTS + 1
 #: A coordinate in hundredths, offset: ``round(100 x) + XY_OFFSET`` in ``0..XY_RADIX-1``.
@@ -130,15 +132,16 @@ class ModuleNet(Workload):
     @classmethod
     def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
                     ) -> dict[str, Any]:
-        """Small module outputs (``hidden``, else ``dim``)."""
-        return {"hidden_dim": dim if hidden is None else hidden}
+        """Small object embeddings (``dim``) and module outputs (``hidden``, else ``dim``)."""
+        return {"embed_dim": dim, "hidden_dim": dim if hidden is None else hidden}
 
-    def __init__(self, granularity: str = "cell", hidden_dim: int = 64,
+    def __init__(self, granularity: str = "cell", embed_dim: int = 16, hidden_dim: int = 64,
                  data_dir: str | Path | None = None) -> None:
         """Declare the op vocabulary (one op type per module type).
 
         Args:
             granularity: ``"cell"`` (the only one).
+            embed_dim: width ``D`` of the attribute embeddings of an object row.
             hidden_dim: width ``H`` of the vectors of terminal modules.
             data_dir: folder holding ``clevr/``; defaults to ``data/``.
         """
@@ -146,8 +149,8 @@ class ModuleNet(Workload):
         if granularity != "cell":
             raise GraphError(f"module_net has only the 'cell' granularity, got "
                              f"{granularity!r}; use granularity='cell'")
-        check_positive(hidden_dim=hidden_dim)
-        self.hidden_dim = hidden_dim
+        check_positive(embed_dim=embed_dim, hidden_dim=hidden_dim)
+        self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
         folder = self.data_dir / "clevr"
         self.meta: Metadata = load_metadata(folder / "metadata.json")
         self.props: Properties = load_properties(folder / "properties.json")
@@ -177,9 +180,9 @@ class ModuleNet(Workload):
                        tuple(named)), named)
 
     def _declare_cells(self, ops: OpSet) -> None:
-        n, f, h = MAX_OBJECTS, FEATURES, self.hidden_dim
+        n, f, h = MAX_OBJECTS, self.embed_dim + 3, self.hidden_dim
         att, scene, vec = (n,), (n * f,), (h,)
-        ops.add(OpType(f"{_PREFIX}.object", f"{_PREFIX}.object", (), (f,)))
+        self._op(ops, "object", "object", (), f, {"E": (ATTRIBUTE_ROWS, self.embed_dim)})
         ops.add(OpType(f"{_PREFIX}.objects", f"{_PREFIX}.objects", None, (n * f,)))
         for mtype in self.meta.module_types():
             fn = mtype.split("[")[0]
