@@ -57,22 +57,26 @@ def _pairs(att: Tensor, score: Tensor, mask: Tensor) -> Tensor:
 
 
 class Object(CellKind):
-    """An object's row ``[1, E[size] + E[colour] + E[material] + E[shape], x, y]``, decoded
-    from its packed attr (``E``: one table, a block of rows per attribute)."""
+    """An object's row ``[1, one-hot attributes, E[size] + E[colour] + E[material] +
+    E[shape], x, y]``, decoded from its packed attr (``E``: one table, a block of rows per
+    attribute)."""
 
     kind = f"{_P}.object"
     inputs = ()
     params = (Param("E", "V, D", init="embedding"),)
-    dims = staticmethod(lambda op: {"V": ATTRIBUTE_ROWS, "D": op.out_shape[0] - 3})
+    dims = staticmethod(lambda op: {"V": ATTRIBUTE_ROWS,
+                                    "D": op.out_shape[0] - 3 - ATTRIBUTE_ROWS})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
-        code, offset, e = attrs.reshape(-1), 0, None
+        code, offset = attrs.reshape(-1), 0
+        rows = []
         for size in VOCAB_SIZES:
-            row = F.embedding(offset + torch.remainder(code, size), p.E)
-            e = row if e is None else e + row
+            rows.append(offset + torch.remainder(code, size))
             code, offset = torch.div(code, size, rounding_mode="floor"), offset + size
-        assert e is not None
-        parts = [torch.ones_like(e[:, :1]), e]
+        index = torch.stack(rows, dim=1)
+        e = F.embedding(index, p.E).sum(dim=1)
+        onehot = e.new_zeros(len(code), ATTRIBUTE_ROWS).scatter_(1, index, 1.0)
+        parts = [torch.ones_like(e[:, :1]), onehot, e]
         for _ in range(2):
             xy = torch.remainder(code, XY_RADIX)
             parts.append(((xy - XY_OFFSET).to(e.dtype) / 100).unsqueeze(1))

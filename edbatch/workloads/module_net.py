@@ -7,9 +7,10 @@ value as in IEP (``filter_color[red]``, ``relate[left]``, ``count``): **41 modul
 ``equal_object`` in none), so one mini-batch mixes dozens of op types.
 
 **No images.** CLEVR's images are not here: the modules act on the *per-object features of
-the scene graph*, not on CNN features. An object is the row ``f = [1, e, x, y]`` with
+the scene graph*, not on CNN features. An object is the row ``f = [1, o, e, x, y]`` with
+``o`` the one-hot size (2), colour (8), material (2) and shape (3), and
 ``e = E[size] + E[colour] + E[material] + E[shape]`` (a learned table ``module_net.object.E``
-of 15 rows, one per attribute value, ``D = embed_dim`` wide; ``F = D + 3``; the leading 1
+of 15 rows, one per attribute value, ``D = embed_dim`` wide; ``F = D + 18``; the leading 1
 marks a real object, ``x, y`` in ``[-3, 3]``); a scene is its ``N = 10`` rows (zero rows
 after the last object).
 With ``H = hidden_dim``, ``sig`` the sigmoid, ``att`` an attention over the ``N`` objects:
@@ -180,7 +181,7 @@ class ModuleNet(Workload):
                        tuple(named)), named)
 
     def _declare_cells(self, ops: OpSet) -> None:
-        n, f, h = MAX_OBJECTS, self.embed_dim + 3, self.hidden_dim
+        n, f, h = MAX_OBJECTS, self.embed_dim + 3 + ATTRIBUTE_ROWS, self.hidden_dim
         att, scene, vec = (n,), (n * f,), (h,)
         self._op(ops, "object", "object", (), f, {"E": (ATTRIBUTE_ROWS, self.embed_dim)})
         ops.add(OpType(f"{_PREFIX}.objects", f"{_PREFIX}.objects", None, (n * f,)))
