@@ -28,7 +28,9 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -202,12 +204,46 @@ def _edbatch(workload: ModuleNet, insts: Sequence[QuestionInstance],
     return result.loss, schedule.num_batches
 
 
+@dataclass
+class _Context:
+    workload: ModuleNet
+    executor: TorchExecutor
+    auto: AutoBatching
+    schedulers: dict[str, Any]
+
+
+def _step(name: str, insts: Sequence[QuestionInstance], params: Mapping[str, Tensor],
+          ctx: _Context, counted: bool) -> tuple[float, int]:
+    """One contender's forward and backward on a mini-batch: ``(loss, batches)``."""
+    if name == "unbatched":
+        loss, batches = unbatched_loss(insts, params)
+    elif name == "suarez":
+        loss, batches = suarez_loss(insts, params)
+    elif name == "auto" and counted:  # timed by auto itself while it decides
+        with ctx.auto.timed() as cand:
+            loss, batches = _edbatch(ctx.workload, insts, params, cand.scheduler,
+                                     cand.strategy, ctx.executor)
+            loss.backward()
+    else:
+        sched = ctx.auto.current().scheduler if name == "auto" else \
+            ctx.schedulers[name.split("/")[1]]
+        loss, batches = _edbatch(ctx.workload, insts, params, sched, "aligned", ctx.executor)
+    if name != "auto" or not counted:
+        loss.backward()
+    for p in params.values():
+        p.grad = None
+    return float(loss.detach()), batches
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     """Interleave the contenders; print and return batches and ms per mini-batch."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--minibatches", type=int, default=8, help="per round")
     ap.add_argument("--rounds", type=int, default=1, help="reshuffles of the training set")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="first mini-batches run by every contender but not counted "
+                         "(numba compilation, allocator)")
     ap.add_argument("--hidden-dim", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -217,39 +253,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     for p in params.values():
         p.requires_grad_(True)
     train = workload.load("train")
-    executor = TorchExecutor("cpu")
     auto = AutoBatching(make_candidates(), trials=1)
-    schedulers = {h: make_scheduler(h) for h in HEURISTICS}
+    ctx = _Context(workload, TorchExecutor("cpu"), auto,
+                   {h: make_scheduler(h) for h in HEURISTICS})
     rng, order_rng = np.random.default_rng(args.seed), random.Random(args.seed)
     stats: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for _ in range(args.rounds):
+    for r in range(args.rounds):
         perm = rng.permutation(len(train))
-        for m in range(args.minibatches):
+        for m in range(args.minibatches + (args.warmup if r == 0 else 0)):
+            counted = r > 0 or m >= args.warmup
             insts = [train[i] for i in perm[m * args.batch_size:(m + 1) * args.batch_size]]
             names = ["unbatched", "suarez", *(f"edbatch/{h}" for h in HEURISTICS), "auto"]
             order_rng.shuffle(names)
             losses = {}
             for name in names:
                 start = time.perf_counter()
-                if name == "unbatched":
-                    loss, batches = unbatched_loss(insts, params)
-                elif name == "suarez":
-                    loss, batches = suarez_loss(insts, params)
-                elif name == "auto":
-                    with auto.timed() as cand:
-                        loss, batches = _edbatch(workload, insts, params, cand.scheduler,
-                                                 cand.strategy, executor)
-                        loss.backward()
-                else:
-                    loss, batches = _edbatch(workload, insts, params,
-                                             schedulers[name.split("/")[1]], "aligned",
-                                             executor)
-                if name != "auto":
-                    loss.backward()
-                stats[name].append((batches, time.perf_counter() - start))
-                losses[name] = float(loss.detach())
-                for p in params.values():
-                    p.grad = None
+                loss, batches = _step(name, insts, params, ctx, counted)
+                if counted:
+                    stats[name].append((batches, time.perf_counter() - start))
+                losses[name] = loss
             ref = losses["unbatched"]
             bad = {k: v for k, v in losses.items() if abs(v - ref) > 1e-4 * abs(ref)}
             if bad:
