@@ -1,6 +1,6 @@
 """Train the CLEVR module network through edbatch's batched executor; report answer accuracy.
 
-    nice -n 5 python -m experiments.train_module_net --epochs 30 \\
+    nice -n 5 python -m experiments.train_module_net --epochs 15 \\
         --out runs/module_net/summary.json
 
 The training questions are cut into mini-batches once (a seeded permutation); each is merged,
@@ -100,7 +100,7 @@ def accuracy(batches: _Batches, executor: TorchExecutor, split: str,
     return total, {f: round(h / n, 4) for f, (h, n) in sorted(hits.items())}
 
 
-def train(epochs: int = 30, batch_size: int = 64, lr: float = 5e-3, embed_dim: int = 16,
+def train(epochs: int = 15, batch_size: int = 64, lr: float = 5e-3, embed_dim: int = 16,
           hidden_dim: int = 64, scheduler: str = "critical_path", seed: int = 0,
           log: bool = True) -> dict:
     """Train; return the summary (accuracies, per-family test accuracy, epochs, seconds)."""
@@ -141,7 +141,7 @@ def train(epochs: int = 30, batch_size: int = 64, lr: float = 5e-3, embed_dim: i
 def main(argv: Sequence[str] | None = None) -> dict:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--epochs", type=int, default=15)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=5e-3)
     ap.add_argument("--embed-dim", type=int, default=16)
