@@ -43,8 +43,8 @@ def test_peer_equals_the_reference_executor_in_fp64(peer) -> None:  # type: igno
     wl = workload()
     idx = list(range(10))
     params = _params()
-    want = reference_loss(wl.minibatch("train", idx), params)
-    got, calls = peer([wl.load("train")[i] for i in idx], params)
+    want = reference_loss(wl.minibatch("val", idx), params)
+    got, calls = peer([wl.load("val")[i] for i in idx], params)
     torch.testing.assert_close(got, want.reshape(()), **TOL)
     assert calls >= 3
     g_want, g_got = _grads(want.reshape(()), params), _grads(got, params)
@@ -54,7 +54,7 @@ def test_peer_equals_the_reference_executor_in_fp64(peer) -> None:  # type: igno
 
 
 def test_suarez_groups_by_depth_and_module() -> None:
-    insts = workload().load("train")[:64]
+    insts = workload().load("val")[:64]
     _, unbatched = unbatched_loss(insts, _params())
     _, grouped = suarez_loss(insts, _params())
     assert unbatched == sum(len(i.question.program) + 2 for i in insts)

@@ -96,7 +96,7 @@ def test_object_rows_decode_the_packed_attributes() -> None:
 def test_api_model_equals_unbatched_reference_in_fp64(scheduler: str) -> None:
     ex = _example()
     wl = workload()
-    questions = [wl.load("train")[i] for i in range(12)]
+    questions = [wl.load("val")[i] for i in range(12)]
     torch.manual_seed(0)
     model = ex.ModuleNetModel(wl, embed=4, hidden=5, dtype=torch.float64)
     with torch.no_grad():  # non-zero biases, so that every parameter is exercised
