@@ -1,0 +1,73 @@
+"""CLEVR module-network peers (``benchmarks/module_net_peers.py``): the unbatched loop and
+Suarez's depth-and-module batching equal the workload's reference executor in fp64, loss
+and gradients, on the workload's parameters; the interleaved benchmark runs."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch import Tensor
+
+from benchmarks.module_net_peers import main, suarez_loss, unbatched_loss
+from edbatch.data.clevr_programs import module_type
+from edbatch.executor import init_params, reference_loss
+from edbatch.workloads.module_net import ModuleNet
+
+TOL = {"atol": 1e-6, "rtol": 1e-6}
+
+
+@functools.cache
+def workload() -> ModuleNet:
+    return ModuleNet(embed_dim=4, hidden_dim=5)
+
+
+def _params() -> dict[str, Tensor]:
+    p = init_params(workload(), torch.Generator().manual_seed(0), dtype=torch.float64)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # non-zero vectors, so that every parameter is exercised
+        for value in p.values():
+            value.add_(0.1 * torch.randn(value.shape, generator=gen, dtype=value.dtype))
+    return {k: v.requires_grad_(True) for k, v in p.items()}
+
+
+def _grads(loss: Tensor, params: dict[str, Tensor]) -> dict[str, Tensor]:
+    names = list(params)
+    got = torch.autograd.grad(loss, [params[n] for n in names], allow_unused=True)
+    return {n: g for n, g in zip(names, got, strict=True) if g is not None}
+
+
+@pytest.mark.parametrize("peer", [unbatched_loss, suarez_loss])
+def test_peer_equals_the_reference_executor_in_fp64(peer) -> None:  # type: ignore[no-untyped-def]
+    wl = workload()
+    idx = list(range(10))
+    params = _params()
+    want = reference_loss(wl.minibatch("val", idx), params)
+    got, calls = peer([wl.load("val")[i] for i in idx], params)
+    torch.testing.assert_close(got, want.reshape(()), **TOL)
+    assert calls >= 3
+    g_want, g_got = _grads(want.reshape(()), params), _grads(got, params)
+    assert g_want.keys() == g_got.keys() and len(g_want) > 20
+    for n in g_want:
+        torch.testing.assert_close(g_got[n], g_want[n], **TOL, msg=n)
+
+
+def test_suarez_groups_by_depth_and_module() -> None:
+    insts = workload().load("val")[:64]
+    _, unbatched = unbatched_loss(insts, _params())
+    _, grouped = suarez_loss(insts, _params())
+    assert unbatched == sum(len(i.question.program) + 2 for i in insts)
+    pairs = set()
+    for inst in insts:
+        depth: list[int] = []
+        for node in inst.question.program:
+            depth.append(1 + max((depth[j] for j in node.inputs), default=-1))
+            pairs.add((depth[-1], module_type(node)))
+    assert grouped == len(pairs) + 2  # + the objects of all scenes and the answer classifier
+
+
+@pytest.mark.slow
+def test_benchmark_runs() -> None:
+    out = main(["--minibatches", "1", "--batch-size", "16", "--hidden-dim", "8"])
+    assert {"unbatched", "suarez", "auto", "edbatch/critical_path"} <= out.keys()
