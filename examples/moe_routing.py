@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from edbatch.api import DynamicBatch
+from edbatch.api import DynamicBatch, switch
 from edbatch.data.trees import load_trees
 from edbatch.workloads.base import DATA_DIR
 from edbatch.workloads.moe import (
@@ -116,11 +116,14 @@ class MoE(nn.Module):
         self.classify = Classify(p[names["out"]], p[names["out_b"]])
         b = self.batch = DynamicBatch(dtype=dtype)
         d, e = w.dim, w.experts
+        self.powers = e ** torch.arange(w.top_k)
+        self.c_embed = b.cell(self.embed, "embed", [], d, takes_attr=True)
         self.c_gates = [b.cell(g, f"gate{lay}", [d], e, takes_attr=True)
                         for lay, g in enumerate(self.gates)]
         self.c_experts = [[b.cell(x, f"expert{lay}_{a}", [d], d) for a, x in enumerate(row)]
                           for lay, row in enumerate(self.expert_nets)]
-        self.c_combine = b.cell(Combine(e), "combine", [e, d] + [d] * w.top_k, d,
+        self.combiner = Combine(e)
+        self.c_combine = b.cell(self.combiner, "combine", [e, d] + [d] * w.top_k, d,
                                 takes_attr=True)
         self.c_loss = b.cell(self.classify, "loss", [d], (), takes_attr=True)
 
@@ -140,42 +143,47 @@ class MoE(nn.Module):
 
     def program(self, inst: MoEInstance) -> Generator[Any, Tensor, list[list[int]]]:
         """One sentence: per layer the gates, a read of their values, the routed experts and
-        the combination; then per-token losses. Returns each layer's packed choices."""
+        the combination; then per-token losses. Returns each layer's packed choices.
+
+        Every step is recorded for all tokens of the sentence at once (``cell.map``, and
+        ``switch`` for the experts: one node per token, one list extension per operand
+        slot)."""
         b, keys = self.batch, self.workload.keys(inst).t().tolist()
-        xs = [b.lookup(self.embed, w) for w in inst.word_ids]
+        xs = self.c_embed.map(attrs=inst.word_ids)
         chosen = []
         for lay in range(self.layers):
-            gate, experts = self.c_gates[lay], self.c_experts[lay]
-            gates = [gate(x, attr=key) for x, key in zip(xs, keys[lay], strict=True)]
+            gates = self.c_gates[lay].map(xs, attrs=keys[lay])
             values = yield gates                       # [T, E]: all tokens at once
-            top = values.topk(self.k, dim=1).indices.tolist()
-            packed = [pack_choice(c, self.experts) for c in top]
-            xs = [self.c_combine(g, x, *[experts[a](x) for a in c], attr=code)
-                  for x, g, c, code in zip(xs, gates, top, packed, strict=True)]
+            top = values.topk(self.k, dim=1).indices
+            packed = (top * self.powers).sum(1).tolist()
+            outs = [switch(self.c_experts[lay], slot, xs) for slot in top.t().tolist()]
+            xs = self.c_combine.map(gates, xs, *outs, attrs=packed)
             chosen.append(packed)
-        for x, tag in zip(xs, inst.tag_ids, strict=True):
-            b.add_loss(self.c_loss(x, attr=tag))
+        for y in self.c_loss.map(xs, attrs=inst.tag_ids):
+            b.add_loss(y)
         return chosen
 
     def run(self, instances: Sequence[MoEInstance], scheduler: str = "typewise_greedy",
-            grad: bool = True) -> Any:
+            grad: bool = True, strategy: str = "naive") -> Any:
         """``run_programs`` over ``instances`` (the result: ``.loss``, ``.returns``...)."""
         return self.batch.run_programs([self.program(i) for i in instances], scheduler,
-                                       grad=grad)
+                                       grad=grad, strategy=strategy)
 
     def reference(self, inst: MoEInstance) -> tuple[Tensor, list[list[int]]]:
-        """The same sentence token by token in plain PyTorch: summed loss and choices."""
+        """The same sentence token by token in plain PyTorch (the per-instance loop, through
+        the same modules): summed loss and choices."""
         keys = self.workload.keys(inst)
         total = torch.zeros((), dtype=self.embed.weight.dtype)
         chosen: list[list[int]] = [[] for _ in range(self.layers)]
         for t, (w, tag) in enumerate(zip(inst.word_ids, inst.tag_ids, strict=True)):
-            x = self.embed.weight[w][None]
+            x = self.embed(torch.tensor([w]))
             for lay in range(self.layers):
                 h = self.gates[lay](x, keys[t, lay:lay + 1])
-                top = h[0].topk(self.k).indices
-                outs = [self.expert_nets[lay][int(a)](x) for a in top]
-                x = combine(h, x, outs, top[None])
-                chosen[lay].append(pack_choice(top.tolist(), self.experts))
+                top = h[0].topk(self.k).indices.tolist()
+                code = pack_choice(top, self.experts)
+                outs = [self.expert_nets[lay][a](x) for a in top]
+                x = self.combiner(h, x, *outs, torch.tensor([code]))
+                chosen[lay].append(code)
             total = total + self.classify(x, torch.tensor([tag]))[0]
         return total, chosen
 

@@ -251,6 +251,35 @@ class Cell:
                 pass
         return self._checked(operands, attr)
 
+    def map(self, *operands: Sequence[Handle], attrs: Sequence[int] | None = None
+            ) -> list[Handle]:
+        """Bulk :meth:`__call__`: node ``i`` runs the cell on ``operands[0][i],
+        operands[1][i], ...`` (with ``attrs[i]``); one list per operand slot, all of one
+        length. Recorded with one list extension per slot instead of a call per node; any
+        check that fails falls back to the calls one by one (and their errors)."""
+        n = len(attrs) if attrs is not None else len(operands[0]) if operands else 0
+        kind, rec = self.kind, self.batch._rec
+        ok = kind is not None and (attrs is None) is not self.takes_attr and \
+            len(operands) == len(self.in_shapes) and all(len(o) == n for o in operands)
+        if ok:
+            for slot, want in zip(operands, self.in_shapes):
+                if not all(type(h) is Handle and h._rec is rec and h._kind.shape == want
+                           for h in slot):
+                    ok = False
+                    break
+        if not ok:
+            return [self(*(o[i] for o in operands),
+                         attr=None if attrs is None else attrs[i]) for i in range(n)]
+        assert kind is not None
+        first = len(rec.ops)
+        rec.ops.extend([kind.op_id] * n)
+        if len(operands) == 1:
+            rec.operands.extend([h.node_id for h in operands[0]])
+        elif operands:
+            rec.operands.extend([h.node_id for hs in zip(*operands) for h in hs])
+        rec.attrs.extend([-1] * n if attrs is None else [int(a) for a in attrs])
+        return [new_handle(rec, v, kind) for v in range(first, first + n)]
+
     def _checked(self, operands: Sequence[Handle], attr: int | None) -> Handle:
         """:meth:`__call__` with every check and its error."""
         if self.takes_attr != (attr is not None):

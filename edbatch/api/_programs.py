@@ -50,6 +50,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +60,7 @@ import torch
 from torch import Tensor
 
 from edbatch.api._builtins import _instances, warn_outside
-from edbatch.api._handles import Handle
+from edbatch.api._handles import Cell, Handle, new_handle
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._values import Capture, Values
 from edbatch.errors import GraphError
@@ -68,7 +69,7 @@ from edbatch.graph import Graph
 from edbatch.memory import Strategy, plan_memory
 from edbatch.schedule import Schedule, Scheduler
 
-__all__ = ["Program", "ProgramsResult", "run_programs"]
+__all__ = ["Program", "ProgramsResult", "run_programs", "switch"]
 
 #: A per-instance program: yields handles (or lists of handles), gets their values.
 Program = Generator[Any, Any, Any]
@@ -101,6 +102,10 @@ class ProgramsResult:
     segments: list[Segment] = field(default_factory=list)
     values: Values = field(default_factory=Values, repr=False)
     generation: int = -1
+    #: Seconds by phase: ``record`` (advancing the programs), ``graph`` (assembling each
+    #: segment's graph), ``schedule``, ``plan`` (memory), ``execute`` (the executor's
+    #: forward) and ``read`` (values handed back).
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def num_batches(self) -> int:
@@ -134,10 +139,13 @@ class _Runner:
         self.start = self.op_start = self.count_start = self.loss_start = 0
         self.losses: list[Tensor] = []
         self.segments: list[Segment] = []
+        self.seconds = dict.fromkeys(("record", "graph", "schedule", "plan", "execute",
+                                      "read"), 0.0)
 
     def run(self) -> None:
         """Run every node recorded and not run yet as one segment."""
         batch, rec, start = self.batch, self.batch._rec, self.start
+        t0 = time.perf_counter()
         n = len(rec.ops)
         losses = np.asarray(rec.losses[self.loss_start:], dtype=np.int64)
         if n == start and not len(losses):
@@ -185,11 +193,19 @@ class _Runner:
         graph = Graph.from_arrays(vocab, op_ids, ptr, np.concatenate([local, loss_local]),
                                   attrs=attrs, instance=inst,
                                   outputs=[c + m] if has_loss else [])
+        t1 = time.perf_counter()
         schedule = self.make(graph)
+        t2 = time.perf_counter()
         plan = plan_memory(graph, schedule, memory_strategy(self.make, self.strategy))
+        t3 = time.perf_counter()
         capture = Capture(batch.kernels)
         executor = TorchExecutor(batch.device, batch.dtype, kernels=capture.kernels, hoist=False)
         result = executor.run(graph, schedule, plan, params, grad=self.grad)
+        sec = self.seconds
+        sec["graph"] += t1 - t0
+        sec["schedule"] += t2 - t1
+        sec["plan"] += t3 - t2
+        sec["execute"] += time.perf_counter() - t3
         self.values.add(plan, capture.outputs, c, m, start)
         if has_loss:
             self.losses.append(result.outputs[c + m].reshape(()))
@@ -207,6 +223,46 @@ class _Runner:
             out[i] = flat[at:at + len(hs)].reshape(len(hs), *hs[0].shape)
             at += len(hs)
         return out
+
+
+def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Handle]
+           ) -> list[Handle]:
+    """Routed bulk call: node ``i`` runs ``cells[choices[i]]`` on ``operands[0][i], ...``
+    (e.g. the expert a gate chose for token ``i``, read from a value). The cells take the
+    same operand shapes and no attr; the nodes are recorded with one list extension per
+    operand slot. Any check that fails falls back to the calls one by one (their errors).
+
+    Raises:
+        GraphError: a choice outside ``0..len(cells)-1``, or lists of different lengths.
+    """
+    n = len(choices)
+    if any(len(o) != n for o in operands) or not cells:
+        raise GraphError(f"switch: {n} choices but operand lists of lengths "
+                         f"{[len(o) for o in operands]} (or no cells); pass one of each "
+                         f"per node")
+    bad = [c for c in choices if not 0 <= c < len(cells)]
+    if bad:
+        raise GraphError(f"switch: choice {bad[0]} is not a cell index 0..{len(cells) - 1}")
+    first = cells[0]
+    rec, shapes = first.batch._rec, first.in_shapes
+    ok = len(operands) == len(shapes) and all(
+        c.kind is not None and not c.takes_attr and c.in_shapes == shapes
+        and c.batch is first.batch for c in cells)
+    for slot, want in zip(operands, shapes):
+        if ok and not all(type(h) is Handle and h._rec is rec and h._kind.shape == want
+                          for h in slot):
+            ok = False
+    if not ok:
+        return [cells[c](*(o[i] for o in operands)) for i, c in enumerate(choices)]
+    kinds = [c.kind for c in cells]
+    start = len(rec.ops)
+    rec.ops.extend([kinds[c].op_id for c in choices])  # type: ignore[union-attr]
+    if len(operands) == 1:
+        rec.operands.extend([h.node_id for h in operands[0]])
+    else:
+        rec.operands.extend([h.node_id for hs in zip(*operands) for h in hs])
+    rec.attrs.extend([-1] * n)
+    return [new_handle(rec, start + i, kinds[c]) for i, c in enumerate(choices)]  # type: ignore[arg-type]
 
 
 def _rows(blocks: list[Tensor]) -> Tensor:
@@ -241,7 +297,9 @@ def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
     live = dict(enumerate(programs))
     sent: dict[int, Any] = {}
     syncs = 0
+    clock = time.perf_counter
     while live:
+        t0 = clock()
         asked: dict[int, Any] = {}
         for i, program in list(live.items()):
             batch._instance = ids[i]
@@ -253,6 +311,7 @@ def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                 del live[i]
         batch._instance = -1
         rec.marks.append((len(rec.ops), -1))
+        runner.seconds["record"] += clock() - t0
         if not asked:
             break
         lists = {i: _check_yield(batch, i, y) for i, y in asked.items()}
@@ -261,12 +320,14 @@ def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
             runner.run()
             syncs += 1
+        t0 = clock()
         values = runner.values_of(lists)
         for i, wanted in asked.items():
             sent[i] = values[i][0] if type(wanted) is Handle else values[i]
+        runner.seconds["read"] += clock() - t0
     runner.run()
     loss = None
     if runner.losses:
         loss = runner.losses[0] if len(runner.losses) == 1 else torch.stack(runner.losses).sum()
     return ProgramsResult(loss, returns, syncs, runner.segments, runner.values,
-                          batch._generation)
+                          batch._generation, runner.seconds)

@@ -343,6 +343,24 @@ class MoETagger(Workload):
             got = self._routes[key] = [r.tolist() for r in routes]
         return got
 
+    def route_all(self, instances: Sequence[MoEInstance]) -> None:
+        """Route every token of ``instances`` in one vectorised forward (what :meth:`routes`
+        does per sentence), e.g. before building a mini-batch."""
+        todo = [i for i in instances if (i.split, i.index) not in self._routes]
+        if not todo:
+            return
+        words = torch.tensor([w for i in todo for w in i.word_ids])
+        keys = torch.cat([self.keys(i) for i in todo])
+        with torch.no_grad():
+            routes, _ = route(self.routing_params, words, keys, self.layers, self.experts,
+                              self.top_k)
+        at = 0
+        lists = [r.tolist() for r in routes]
+        for inst in todo:
+            n = len(inst)
+            self._routes[(inst.split, inst.index)] = [r[at:at + n] for r in lists]
+            at += n
+
     # ------------------------------------------------------------------ emission
     def emit(self, instance: MoEInstance, builder: GraphBuilder) -> list[int]:
         """Append one sentence's nodes (routed per token); return its per-token losses."""
