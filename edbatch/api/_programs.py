@@ -169,10 +169,13 @@ class _Runner:
             params[f"api.{name}"] = _rows(blocks).to(batch.device, batch.dtype)
         old_ops = np.zeros(c, np.int32)
         old_attrs = np.zeros(c, np.int64)
-        shapes = [vocab_ops[i].out_shape for i in op_all[old]]
-        for shape in sorted(set(shapes)):
-            sel = np.flatnonzero([s == shape for s in shapes])
-            op = batch._input_op(shape, "value")
+        op_shapes = [o.out_shape for o in vocab_ops]
+        distinct = sorted(set(op_shapes))
+        shape_of_op = np.array([distinct.index(x) for x in op_shapes], np.int64)
+        shape_ids = shape_of_op[op_all[old]]  # one shape index per taken-over node
+        for k in np.unique(shape_ids).tolist():
+            sel = np.flatnonzero(shape_ids == k)
+            op = batch._input_op(distinct[k], "value")
             old_ops[sel] = batch._kinds[op.name].op_id
             old_attrs[sel] = np.arange(len(sel))
             params[f"api.{op.name}"] = self.values.gather(old[sel])
