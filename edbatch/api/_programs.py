@@ -60,7 +60,7 @@ import torch
 from torch import Tensor
 
 from edbatch.api._builtins import _instances, warn_outside
-from edbatch.api._handles import Cell, Handle, new_handle
+from edbatch.api._handles import Cell, Handle, Handles, interleave, node_ids
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._values import Capture, Values
 from edbatch.errors import GraphError
@@ -216,20 +216,21 @@ class _Runner:
         self.start, self.op_start = n, len(rec.operands)
         self.count_start, self.loss_start = len(rec.counts), len(rec.losses)
 
-    def values_of(self, asked: dict[int, list[Handle]]) -> dict[int, Tensor]:
+    def values_of(self, asked: dict[int, tuple[Sequence[int], tuple[int, ...]]]
+                  ) -> dict[int, Tensor]:
         """Every program's requested values, read in one gather (then sliced per program,
         detached: no autograd node per program)."""
-        nodes = np.fromiter((h.node_id for hs in asked.values() for h in hs), np.int64)
+        nodes = np.concatenate([_ids(ids) for ids, _ in asked.values()])
         flat = self.values.gather(nodes).detach()
         out, at = {}, 0
-        for i, hs in asked.items():
-            out[i] = flat[at:at + len(hs)].reshape(len(hs), *hs[0].shape)
-            at += len(hs)
+        for i, (ids, shape) in asked.items():
+            out[i] = flat[at:at + len(ids)].reshape(len(ids), *shape)
+            at += len(ids)
         return out
 
 
 def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Handle]
-           ) -> list[Handle]:
+           ) -> Handles:
     """Routed bulk call: node ``i`` runs ``cells[choices[i]]`` on ``operands[0][i], ...``
     (e.g. the expert a gate chose for token ``i``, read from a value). The cells take the
     same operand shapes and no attr; the nodes are recorded with one list extension per
@@ -251,40 +252,56 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
     ok = len(operands) == len(shapes) and all(
         c.kind is not None and not c.takes_attr and c.in_shapes == shapes
         and c.batch is first.batch for c in cells)
+    ids = []
     for slot, want in zip(operands, shapes):
-        if ok and not all(type(h) is Handle and h._rec is rec and h._kind.shape == want
-                          for h in slot):
+        got = node_ids(slot, rec, want) if ok else None
+        if got is None:
             ok = False
+            break
+        ids.append(got)
     if not ok:
-        return [cells[c](*(o[i] for o in operands)) for i, c in enumerate(choices)]
+        hs = [cells[c](*(o[i] for o in operands)) for i, c in enumerate(choices)]
+        return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
+                       [h._kind for h in hs], first.op.out_shape)
     kinds = [c.kind for c in cells]
+    op_ids = [k.op_id for k in kinds]  # type: ignore[union-attr]
     start = len(rec.ops)
-    rec.ops.extend([kinds[c].op_id for c in choices])  # type: ignore[union-attr]
-    if len(operands) == 1:
-        rec.operands.extend([h.node_id for h in operands[0]])
-    else:
-        rec.operands.extend([h.node_id for hs in zip(*operands) for h in hs])
+    rec.ops.extend([op_ids[c] for c in choices])
+    if ids:
+        rec.operands.extend(interleave(ids))
     rec.attrs.extend([-1] * n)
-    return [new_handle(rec, start + i, kinds[c]) for i, c in enumerate(choices)]  # type: ignore[arg-type]
+    return Handles(rec, start, n, [kinds[c] for c in choices],  # type: ignore[misc]
+                   first.op.out_shape)
+
+
+def _ids(ids: Sequence[int]) -> np.ndarray:  # type: ignore[type-arg]
+    if type(ids) is range:
+        return np.arange(ids.start, ids.stop, dtype=np.int64)
+    return np.asarray(ids, dtype=np.int64)
 
 
 def _rows(blocks: list[Tensor]) -> Tensor:
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
 
 
-def _check_yield(batch: Any, i: int, wanted: Any) -> list[Handle]:
+def _check_yield(batch: Any, i: int, wanted: Any) -> tuple[Sequence[int], tuple[int, ...]]:
+    """The node ids and row shape of what program ``i`` yielded (checked)."""
+    rec = batch._rec
+    if type(wanted) is Handles and wanted.rec is rec and wanted.n:
+        return wanted.ids, wanted.shape
     items = [wanted] if type(wanted) is Handle else wanted
-    if not isinstance(items, (list, tuple)) or not items:
+    if not isinstance(items, (list, tuple, Handles)) or not len(items):
         raise GraphError(f"program {i} yielded {type(wanted).__name__}; yield a Handle (or a "
                          f"non-empty list of handles) whose value it needs")
-    rec, shape = batch._rec, getattr(items[0], "shape", None)
+    items = list(items)
+    shape = getattr(items[0], "shape", None)
     for h in items:
         if type(h) is not Handle or h._rec is not rec:
             batch._check_handle(h, f"program {i}'s yield")
         if h._kind.shape != shape:
             raise GraphError(f"program {i} yielded handles of shapes {items[0].shape} and "
                              f"{h.shape}; yield a list of one shape (or yield them apart)")
-    return list(items)
+    return [h.node_id for h in items], shape  # type: ignore[return-value]
 
 
 def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
@@ -318,7 +335,7 @@ def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         if not asked:
             break
         lists = {i: _check_yield(batch, i, y) for i, y in asked.items()}
-        nodes = np.fromiter((h.node_id for hs in lists.values() for h in hs), np.int64)
+        nodes = np.concatenate([_ids(ids) for ids, _ in lists.values()])
         runner.values.grow(len(rec.ops))
         if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
             runner.run()

@@ -328,9 +328,12 @@ class MoETagger(Workload):
 
     def keys(self, inst: MoEInstance) -> Tensor:
         """``[T, layers]`` gate noise keys of a sentence (``-1`` without noise)."""
-        return torch.tensor([[noise_key(self.noise_round, inst.index, t, lay)
-                              for lay in range(self.layers)] for t in range(len(inst))],
-                            dtype=torch.int64).reshape(len(inst), self.layers)
+        shape = (len(inst), self.layers)
+        if self.noise_round < 0:
+            return torch.full(shape, -1, dtype=torch.int64)
+        base = noise_key(self.noise_round, inst.index, 0, 0)  # + t * 16 + layer
+        return base + (torch.arange(len(inst)).reshape(-1, 1) * 16
+                       + torch.arange(self.layers).reshape(1, -1))
 
     def routes(self, inst: MoEInstance) -> list[list[list[int]]]:
         """Per layer, per token, the chosen experts (under :attr:`routing_params`)."""
