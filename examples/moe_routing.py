@@ -148,7 +148,7 @@ class MoE(nn.Module):
         Every step is recorded for all tokens of the sentence at once (``cell.map``, and
         ``switch`` for the experts: one node per token, one list extension per operand
         slot)."""
-        b, keys = self.batch, self.workload.keys(inst).t().tolist()
+        b, keys = self.batch, self.workload.key_lists(inst)
         xs = self.c_embed.map(attrs=inst.word_ids)
         chosen = []
         for lay in range(self.layers):

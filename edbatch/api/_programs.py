@@ -252,7 +252,7 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
     ok = len(operands) == len(shapes) and all(
         c.kind is not None and not c.takes_attr and c.in_shapes == shapes
         and c.batch is first.batch for c in cells)
-    ids = []
+    ids: list[Sequence[int]] = []
     for slot, want in zip(operands, shapes):
         got = node_ids(slot, rec, want) if ok else None
         if got is None:

@@ -335,6 +335,14 @@ class MoETagger(Workload):
         return base + (torch.arange(len(inst)).reshape(-1, 1) * 16
                        + torch.arange(self.layers).reshape(1, -1))
 
+    def key_lists(self, inst: MoEInstance) -> list[list[int]]:
+        """:meth:`keys` as one list of ints per layer (what a program passes as attrs)."""
+        n = len(inst)
+        if self.noise_round < 0:
+            return [[-1] * n for _ in range(self.layers)]
+        base = noise_key(self.noise_round, inst.index, 0, 0)
+        return [list(range(base + lay, base + lay + 16 * n, 16)) for lay in range(self.layers)]
+
     def routes(self, inst: MoEInstance) -> list[list[list[int]]]:
         """Per layer, per token, the chosen experts (under :attr:`routing_params`)."""
         key = (inst.split, inst.index)

@@ -59,3 +59,11 @@ def test_routing_params_must_be_complete() -> None:
     del params["moe.gate1.W"]
     with pytest.raises(GraphError, match="'moe.gate1.W' is missing"):
         w.set_routing_params(params)
+
+
+def test_key_lists_are_the_keys() -> None:
+    w = _small()
+    inst = w.load("train")[2]
+    for noise_round in (-1, 4):
+        w.set_noise_round(noise_round)
+        assert w.key_lists(inst) == w.keys(inst).t().tolist()
