@@ -1,28 +1,36 @@
-"""Top-2-of-8 MoE training step: routing in the per-sentence program against hand-vectorised
-PyTorch.
+"""MoE training step, routing inside the per-sentence program, against its peers.
 
-``python benchmarks/moe_routing.py``: the model of ``examples/moe_routing.py`` on SST
-sentences, one training step (forward, backward) per mini-batch, two contenders on the same
-parameters, interleaved in a reshuffled order each repeat:
+``python benchmarks/moe_routing.py``: the ``moe`` workload's model (``examples/moe_routing.py``:
+noisy top-2-of-8 gating, two MoE layers, UPOS tagging of EWT sentences) for one training
+step (forward and backward, gate noise on) per mini-batch of 64 sentences, three contenders
+on the same parameters, interleaved in a new random order on a freshly drawn (reshuffled)
+mini-batch each repeat, one CPU thread:
 
-* ``edbatch``: :meth:`DynamicBatch.run_programs` with the routing decided in each sentence's
-  program from the gate's values (one synchronisation per mini-batch);
-* ``pytorch_hand``: the MoE a practitioner vectorises by hand: every token's embedding and
-  gate at once, ``topk``, per expert the tokens routed to it (a boolean mask), one call each,
-  the combination and the loss over the whole mini-batch.
+* ``edbatch``: :meth:`DynamicBatch.run_programs`, the routing decided in each sentence's
+  program from the gate's values (one synchronisation per layer);
+* ``pytorch_hand``: the MoE a practitioner vectorises by hand: every token at once, ``topk``,
+  per expert the (token, slot) pairs routed to it (one sort of the flat choices, then one
+  ``index_select``, expert call and ``index_add`` per expert);
+* ``per_token``: the per-instance loop (Suarez et al.'s baseline): each token alone through
+  the same modules.
 
-Prints the median milliseconds per step of each and their ratio, after checking that both
-compute the same loss (float64 check run first). Timings depend on the machine and its
-load: report them with both.
+Before timing, the three losses and all gradients are checked equal in float64. Printed:
+the median milliseconds per step of each, the ratios, the *cell time* (Suarez's terms:
+seconds inside the cells' forward, ``gate``/``expert``/``combine``/``classify`` modules,
+per-token loop against edbatch) and edbatch's time by phase (recording, graph, schedule,
+memory plan, forward execution, reads; the rest of its step is backward). Timings depend
+on the machine and its load: report them with both.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +43,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: this checkout's edbatch, not an installed one
     sys.path.insert(0, str(ROOT))
 
+from edbatch.workloads.moe import MoETagger  # noqa: E402
+
+__all__ = ["hand_loss", "main", "per_token_loss"]
+
 
 def _example() -> Any:
     spec = importlib.util.spec_from_file_location("moe_routing_example",
@@ -45,70 +57,169 @@ def _example() -> Any:
     return module
 
 
-def hand_loss(model: Any, chunk: list[tuple[list[int], int]]) -> Tensor:
+def hand_loss(model: Any, insts: Sequence[Any]) -> Tensor:
     """The hand-vectorised MoE loss of a mini-batch (sum over tokens)."""
-    words = torch.tensor([w for ws, _ in chunk for w in ws])
-    labels = torch.tensor([y for ws, y in chunk for _ in ws])
+    w = model.workload
+    words = torch.tensor([x for i in insts for x in i.word_ids])
+    tags = torch.tensor([t for i in insts for t in i.tag_ids])
+    keys = torch.cat([w.keys(i) for i in insts])
     x = model.embed(words)
-    probs = model.gate(x)
-    top = probs.topk(2, dim=1).indices
-    outs = [torch.zeros_like(x), torch.zeros_like(x)]
-    for k, expert in enumerate(model.experts):
-        for slot in (0, 1):
-            mask = top[:, slot] == k
-            if mask.any():
-                outs[slot] = outs[slot].index_put((mask.nonzero()[:, 0],), expert(x[mask]))
-    pa, pb = probs.gather(1, top[:, :1]), probs.gather(1, top[:, 1:])
-    y = (pa * outs[0] + pb * outs[1]) / (pa + pb)
-    return F.cross_entropy(model.classify.linear(y), labels, reduction="sum")
+    token = torch.arange(len(words)).repeat_interleave(model.k)
+    for lay in range(model.layers):
+        h = model.gates[lay](x, keys[:, lay])
+        top = h.topk(model.k, dim=1).indices
+        gate = torch.softmax(h.gather(1, top), dim=1).reshape(-1)
+        flat = top.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=model.experts).tolist()
+        out = torch.zeros_like(x)
+        for a, pairs in enumerate(torch.split(order, counts)):
+            if len(pairs):
+                rows = token[pairs]
+                y = model.expert_nets[lay][a](x.index_select(0, rows))
+                out = out.index_add(0, rows, gate[pairs, None] * y)
+        x = x + out
+    return F.cross_entropy(F.linear(x, model.classify.W, model.classify.b), tags,
+                           reduction="sum")
 
 
-def api_loss(model: Any, chunk: list[tuple[list[int], int]], scheduler: str,
-             strategy: str = "planned") -> Tensor:
-    out = model.batch.run_programs([model.program(w, y) for w, y in chunk], scheduler,
-                                   strategy=strategy)
-    assert out.loss is not None
-    return out.loss
+def per_token_loss(model: Any, insts: Sequence[Any]) -> Tensor:
+    """The per-instance loop: every token alone (``MoE.reference``)."""
+    total = torch.zeros((), dtype=model.embed.weight.dtype)
+    for inst in insts:
+        total = total + model.reference(inst)[0]
+    return total
+
+
+def edbatch_loss(model: Any, insts: Sequence[Any], scheduler: str) -> Tensor:
+    """The loss of ``run_programs`` (routing in the per-sentence program)."""
+    out = model.run(insts, scheduler)
+    model.last = out
+    return out.loss  # type: ignore[no-any-return]
+
+
+def _check(moe: Any, workload: MoETagger, insts: Sequence[Any], scheduler: str) -> float:
+    """float64: the three losses and every gradient agree; returns the largest gradient
+    difference relative to the per-token reference's largest entry."""
+    model = moe.MoE(workload, dtype=torch.float64)
+    grads, losses = [], []
+    for fn in (lambda: edbatch_loss(model, insts, scheduler), lambda: hand_loss(model, insts),
+               lambda: per_token_loss(model, insts)):
+        model.zero_grad()
+        loss = fn()
+        loss.backward()
+        losses.append(loss.item())
+        grads.append({n: p.grad.clone() for n, p in model.params().items()
+                      if p.grad is not None})
+    assert max(losses) - min(losses) <= 1e-9 * abs(losses[2]), losses
+    worst = 0.0
+    for g in grads[:2]:
+        assert g.keys() == grads[2].keys()
+        for n, ref in grads[2].items():
+            scale = max(float(ref.abs().max()), 1e-12)
+            worst = max(worst, float((g[n] - ref).abs().max()) / scale)
+    assert worst <= 1e-6, worst
+    return worst
+
+
+class CellClock:
+    """Seconds inside the forward of the model's cell modules (Suarez's cell time)."""
+
+    def __init__(self, model: Any) -> None:
+        self.total, self._start = 0.0, 0.0
+        modules = [*model.gates, *[e for row in model.expert_nets for e in row],
+                   model.combiner, model.classify]
+        self.handles = []
+        for m in modules:
+            self.handles.append(m.register_forward_pre_hook(self._pre))
+            self.handles.append(m.register_forward_hook(self._post))
+
+    def _pre(self, *args: Any) -> None:
+        self._start = time.perf_counter()
+
+    def _post(self, *args: Any) -> None:
+        self.total += time.perf_counter() - self._start
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sentences", type=int, default=64, help="sentences per mini-batch")
     p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--scheduler", default="typewise_greedy")
-    p.add_argument("--strategy", default="planned", help="memory strategy of the API runs")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-per-token", action="store_true", help="skip the slow per-token loop")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     moe = _example()
-    data, vocab = moe.sentences(args.sentences)
-    torch.manual_seed(0)
-    check = moe.MoE(vocab, dim=8, dtype=torch.float64)
-    a, b = api_loss(check, data, args.scheduler).item(), hand_loss(check, data).item()
-    assert abs(a - b) <= 1e-9 * abs(b), (a, b)
-    model = moe.MoE(vocab, dim=args.dim)
+    workload = MoETagger(dim=args.dim, expert_dim=args.dim)
+    pool = list(workload.load("train"))
+    workload.set_noise_round(1)
+    small = MoETagger(dim=8, expert_dim=8, max_sentences=16)
+    small.set_noise_round(1)
+    worst = _check(moe, small, small.load("train"), args.scheduler)
+    print(f"float64 check: losses equal, gradients within {worst:.1e} (relative)")
+    model = moe.MoE(workload)
     from edbatch.api import warmup
     warmup((args.scheduler,))
-    runs = {"edbatch": lambda: api_loss(model, data, args.scheduler, args.strategy),
-            "pytorch_hand": lambda: hand_loss(model, data)}
-    times: dict[str, list[float]] = {name: [] for name in runs}
     rng = np.random.default_rng(0)
-    for _ in range(2):  # warm both
-        for fn in runs.values():
-            fn().backward()
+    runs: dict[str, Callable[[list[Any]], Tensor]] = {
+        "edbatch": lambda b: edbatch_loss(model, b, args.scheduler),
+        "pytorch_hand": lambda b: hand_loss(model, b)}
+    if not args.no_per_token:
+        runs["per_token"] = lambda b: per_token_loss(model, b)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    cells: dict[str, list[float]] = {"edbatch": [], "per_token": []}
+    phases: dict[str, list[float]] = {}
+    first = [pool[int(i)] for i in rng.choice(len(pool), args.sentences, replace=False)]
+    for fn in runs.values():  # warm every path
+        fn(first).backward()
     for _ in range(args.repeats):
+        chunk = [pool[int(i)] for i in rng.choice(len(pool), args.sentences, replace=False)]
         for name in rng.permutation(list(runs)):
             model.zero_grad()
             t0 = time.perf_counter()
-            runs[name]().backward()
+            runs[name](chunk).backward()
             times[name].append(time.perf_counter() - t0)
+        for name in cells:
+            if name in runs:
+                with torch.no_grad():
+                    clock = CellClock(model)
+                    if name == "edbatch":
+                        model.run(chunk, args.scheduler, grad=False)
+                    else:
+                        per_token_loss(model, chunk)
+                    clock.remove()
+                cells[name].append(clock.total)
+        for key, sec in model.last.seconds.items():
+            phases.setdefault(key, []).append(sec)
     med = {name: statistics.median(t) * 1000 for name, t in times.items()}
+    tokens = sum(len(i) for i in first)
+    load = os.getloadavg()[0]
+    print(f"{args.sentences} sentences per mini-batch (~{tokens} tokens), dim {args.dim}, "
+          f"{workload.experts} experts, top {workload.top_k}, {workload.layers} layers, "
+          f"{args.threads} thread(s), load average {load:.1f}")
     for name, ms in med.items():
-        print(f"{name:>12}: {ms:8.2f} ms per training step ({len(data)} sentences, "
-              f"{sum(len(w) for w, _ in data)} tokens)")
-    print(f"pytorch_hand / edbatch: {med['pytorch_hand'] / med['edbatch']:.2f}x")
-    return med
+        print(f"{name:>12}: {ms:8.2f} ms per training step (median of {args.repeats})")
+    out = dict(med)
+    out["hand_over_edbatch"] = med["pytorch_hand"] / med["edbatch"]
+    print(f"edbatch speed relative to pytorch_hand: {out['hand_over_edbatch']:.2f}x")
+    if "per_token" in med:
+        out["per_token_over_edbatch"] = med["per_token"] / med["edbatch"]
+        c_pt, c_ed = statistics.median(cells["per_token"]), statistics.median(cells["edbatch"])
+        out["cell_speedup"] = c_pt / c_ed
+        print(f"end to end over the per-token loop: {out['per_token_over_edbatch']:.1f}x; "
+              f"cell time (forward inside the cells) {c_pt * 1000:.1f} ms per-token loop vs "
+              f"{c_ed * 1000:.2f} ms edbatch: {out['cell_speedup']:.0f}x")
+    print("edbatch phases (ms, median): " + ", ".join(
+        f"{k} {statistics.median(v) * 1000:.2f}" for k, v in phases.items())
+        + "; the rest of the step is backward")
+    out["load"] = load
+    return out
 
 
 if __name__ == "__main__":

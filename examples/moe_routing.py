@@ -1,15 +1,19 @@
-"""A top-2-of-8 mixture of experts whose routing is decided inside the per-sentence code.
+"""The ``moe`` workload's model with its routing decided inside the per-sentence code.
 
-``python examples/moe_routing.py``: trains a token-level MoE sentiment classifier on SST
-sentences (the words of ``data/trees/train.txt``). Per sentence, a plain Python program
-records the gate of every token, *reads the gate's values* (``p = yield gates``), picks each
-token's two experts with ``topk`` and records the two expert calls and their weighted
-combination. :meth:`~edbatch.api.DynamicBatch.run_programs` runs every sentence of the
-mini-batch to that read, computes all gates as one batch, hands the values back, and runs
-the routed experts batched across all sentences: every expert is one op type, so all the
-tokens routed to expert ``k`` run as one call. One synchronisation per mini-batch; the
-combination weights are the gate's outputs, so gradients reach the gate through the
-recorded graph (the values read for routing are detached, as in a standard MoE).
+``python examples/moe_routing.py``: trains the sparsely gated mixture-of-experts UPOS tagger
+of :mod:`edbatch.workloads.moe` (noisy top-k gating, Shazeer et al. 2017) on EWT sentences.
+Per sentence, a plain Python program records the gates of every token of a layer, *reads
+their values* (``h = yield gates``), picks each token's ``k`` experts with ``topk`` and
+records the expert calls and their combination; then the next layer. ``run_programs`` runs
+every sentence of the mini-batch to that read, computes all gates as one batch, hands the
+values back and runs the routed experts batched across all sentences (every expert is an op
+type: all tokens routed to expert ``a`` of a layer run as one call). One synchronisation per
+layer and mini-batch, one model function, one backward. The combination weights are the
+recorded gate's outputs, so gradients reach the gate (the values read to route are detached).
+
+The parameters carry the workload's names (:meth:`MoE.params`), so the same tensors run the
+workload's graphs through the executor, the per-token reference below and the peers of
+``benchmarks/moe_routing.py``.
 """
 
 from __future__ import annotations
@@ -23,127 +27,193 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from edbatch.api import DynamicBatch
+from edbatch.api import DynamicBatch, switch
 from edbatch.data.trees import load_trees
 from edbatch.workloads.base import DATA_DIR
+from edbatch.workloads.moe import (
+    MoEInstance,
+    MoETagger,
+    combine,
+    expert_ffn,
+    gate_logits,
+    pack_choice,
+    unpack_choice,
+)
 
 __all__ = ["MoE", "main", "sentences"]
-
-EXPERTS, TOP = 8, 2
-
-
-class Combine(nn.Module):
-    """``(p_a e_a + p_b e_b) / (p_a + p_b)`` with the experts ``a, b`` in the node's attr
-    (``a * 8 + b``): the top-2 gate weights, renormalised."""
-
-    def forward(self, probs: Tensor, ea: Tensor, eb: Tensor, attrs: Tensor) -> Tensor:
-        pa = probs.gather(1, (attrs // EXPERTS)[:, None])
-        pb = probs.gather(1, (attrs % EXPERTS)[:, None])
-        return (pa * ea + pb * eb) / (pa + pb)
-
-
-class Gate(nn.Module):
-    """Softmax over the experts."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.linear = nn.Linear(dim, EXPERTS)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return torch.softmax(self.linear(x), dim=1)
-
-
-class Classify(nn.Module):
-    """Cross-entropy of a linear 5-class classifier against the node's attr (label)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.linear = nn.Linear(dim, 5)
-
-    def forward(self, h: Tensor, labels: Tensor) -> Tensor:
-        return F.cross_entropy(self.linear(h), labels, reduction="none")
-
-
-class MoE(nn.Module):
-    """Embedding, gate, 8 experts, top-2 combination and a per-token loss."""
-
-    def __init__(self, vocab: int, dim: int = 32, dtype: torch.dtype = torch.float32) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.gate, self.classify, self.combine = Gate(dim), Classify(dim), Combine()
-        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(dim, dim), nn.Tanh())
-                                     for _ in range(EXPERTS))
-        self.to(dtype)
-        b = self.batch = DynamicBatch(dtype=dtype)
-        self.c_gate = b.cell(self.gate, "gate", [dim], EXPERTS)
-        self.c_experts = [b.cell(e, f"expert{k}", [dim], dim) for k, e in enumerate(self.experts)]
-        self.c_combine = b.cell(self.combine, "combine", [EXPERTS, dim, dim], dim,
-                                takes_attr=True)
-        self.c_loss = b.cell(self.classify, "loss", [dim], (), takes_attr=True)
-
-    def program(self, words: Sequence[int], label: int) -> Generator[Any, Tensor, list[int]]:
-        """One sentence: gates, a read of their values, routed experts, per-token losses.
-        Returns the experts chosen per token."""
-        b = self.batch
-        xs = [b.lookup(self.embed, w) for w in words]
-        gates = [self.c_gate(x) for x in xs]
-        probs = yield gates                              # [T, 8], all tokens at once
-        chosen = probs.topk(TOP, dim=1).indices.tolist()
-        for x, g, (a, c) in zip(xs, gates, chosen, strict=True):
-            y = self.c_combine(g, self.c_experts[a](x), self.c_experts[c](x),
-                               attr=a * EXPERTS + c)
-            b.add_loss(self.c_loss(y, attr=label))
-        return [a * EXPERTS + c for a, c in chosen]
-
-    def reference(self, words: Sequence[int], label: int) -> tuple[Tensor, list[int]]:
-        """The same sentence token by token in plain PyTorch: loss and routing."""
-        total, routes = torch.zeros((), dtype=self.embed.weight.dtype), []
-        for w in words:
-            x = self.embed.weight[w][None]
-            p = self.gate(x)
-            a, c = p[0].topk(TOP).indices.tolist()
-            y = self.combine(p, self.experts[a](x), self.experts[c](x),
-                             torch.tensor([a * EXPERTS + c]))
-            total = total + self.classify(y, torch.tensor([label]))[0]
-            routes.append(a * EXPERTS + c)
-        return total, routes
 
 
 def sentences(limit: int) -> tuple[list[tuple[list[int], int]], int]:
     """The first ``limit`` SST train sentences as (word ids, sentiment label), and the
-    vocabulary size (id 0: unknown)."""
+    vocabulary size (id 0: unknown); ``examples/early_exit.py`` reads them."""
     trees = load_trees(DATA_DIR / "trees" / "train.txt")[:limit]
     words = {w: i + 1 for i, w in enumerate(sorted({w for t in trees for w in t.leaves()}))}
     return [([words[w] for w in t.leaves()], t.label) for t in trees], len(words) + 1
 
 
+class Gate(nn.Module):
+    """Noisy gate logits (attr: the noise key, ``-1`` none)."""
+
+    def __init__(self, w: Tensor, w_noise: Tensor) -> None:
+        super().__init__()
+        self.W, self.W_noise = nn.Parameter(w), nn.Parameter(w_noise)
+
+    def forward(self, x: Tensor, keys: Tensor) -> Tensor:
+        return gate_logits(x, self.W, self.W_noise, keys)
+
+
+class Expert(nn.Module):
+    """``W2 relu(W1 x + b1) + b2``."""
+
+    def __init__(self, *weights: Tensor) -> None:
+        super().__init__()
+        self.W1, self.b1, self.W2, self.b2 = (nn.Parameter(w) for w in weights)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return expert_ffn(x, self.W1, self.b1, self.W2, self.b2)
+
+
+class Combine(nn.Module):
+    """``x + sum_j softmax(H[a])_j e_j``; attr: the packed chosen experts."""
+
+    def __init__(self, experts: int) -> None:
+        super().__init__()
+        self.experts = experts
+
+    def forward(self, h: Tensor, x: Tensor, *rest: Tensor) -> Tensor:
+        outs, attrs = rest[:-1], rest[-1]
+        return combine(h, x, outs, unpack_choice(attrs, self.experts, len(outs)))
+
+
+class Classify(nn.Module):
+    """Per-token cross-entropy of ``W x + b`` against the tag (the attr)."""
+
+    def __init__(self, w: Tensor, b: Tensor) -> None:
+        super().__init__()
+        self.W, self.b = nn.Parameter(w), nn.Parameter(b)
+
+    def forward(self, x: Tensor, tags: Tensor) -> Tensor:
+        return F.cross_entropy(F.linear(x, self.W, self.b), tags, reduction="none")
+
+
+class MoE(nn.Module):
+    """The workload's model as ``edbatch.api`` cells, initialised from ``params`` (workload
+    names; default: the workload's seeded routing parameters)."""
+
+    def __init__(self, workload: MoETagger, params: dict[str, Tensor] | None = None,
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        w, names = workload, workload.names
+        p = {n: t.detach().clone().to(dtype)
+             for n, t in (params or workload.routing_params).items()}
+        self.workload, self.layers, self.k, self.experts = w, w.layers, w.top_k, w.experts
+        self.embed = nn.Embedding.from_pretrained(p[names["emb"]], freeze=False)
+        self.gates = nn.ModuleList(Gate(p[names["gate"][lay]], p[names["noise"][lay]])
+                                   for lay in range(w.layers))
+        self.expert_nets = nn.ModuleList(
+            nn.ModuleList(Expert(*(p[n] for n in names["experts"][lay][a]))
+                          for a in range(w.experts)) for lay in range(w.layers))
+        self.classify = Classify(p[names["out"]], p[names["out_b"]])
+        b = self.batch = DynamicBatch(dtype=dtype)
+        d, e = w.dim, w.experts
+        self.powers = e ** torch.arange(w.top_k)
+        self.c_embed = b.cell(self.embed, "embed", [], d, takes_attr=True)
+        self.c_gates = [b.cell(g, f"gate{lay}", [d], e, takes_attr=True)
+                        for lay, g in enumerate(self.gates)]
+        self.c_experts = [[b.cell(x, f"expert{lay}_{a}", [d], d) for a, x in enumerate(row)]
+                          for lay, row in enumerate(self.expert_nets)]
+        self.combiner = Combine(e)
+        self.c_combine = b.cell(self.combiner, "combine", [e, d] + [d] * w.top_k, d,
+                                takes_attr=True)
+        self.c_loss = b.cell(self.classify, "loss", [d], (), takes_attr=True)
+
+    def params(self) -> dict[str, Tensor]:
+        """Every parameter under its workload name."""
+        names, out = self.workload.names, {}
+        out[names["emb"]] = self.embed.weight
+        for lay in range(self.layers):
+            out[names["gate"][lay]] = self.gates[lay].W
+            out[names["noise"][lay]] = self.gates[lay].W_noise
+            for a, net in enumerate(self.expert_nets[lay]):
+                for n, t in zip(names["experts"][lay][a], (net.W1, net.b1, net.W2, net.b2),
+                                strict=True):
+                    out[n] = t
+        out[names["out"]], out[names["out_b"]] = self.classify.W, self.classify.b
+        return out
+
+    def program(self, inst: MoEInstance) -> Generator[Any, Tensor, list[list[int]]]:
+        """One sentence: per layer the gates, a read of their values, the routed experts and
+        the combination; then per-token losses. Returns each layer's packed choices.
+
+        Every step is recorded for all tokens of the sentence at once (``cell.map``, and
+        ``switch`` for the experts: one node per token, one list extension per operand
+        slot)."""
+        b, keys = self.batch, self.workload.key_lists(inst)
+        xs = self.c_embed.map(attrs=inst.word_ids)
+        chosen = []
+        for lay in range(self.layers):
+            gates = self.c_gates[lay].map(xs, attrs=keys[lay])
+            values = yield gates                       # [T, E]: all tokens at once
+            top = values.topk(self.k, dim=1).indices
+            packed = (top * self.powers).sum(1).tolist()
+            outs = [switch(self.c_experts[lay], slot, xs) for slot in top.t().tolist()]
+            xs = self.c_combine.map(gates, xs, *outs, attrs=packed)
+            chosen.append(packed)
+        for y in self.c_loss.map(xs, attrs=inst.tag_ids):
+            b.add_loss(y)
+        return chosen
+
+    def run(self, instances: Sequence[MoEInstance], scheduler: str = "typewise_greedy",
+            grad: bool = True, strategy: str = "naive") -> Any:
+        """``run_programs`` over ``instances`` (the result: ``.loss``, ``.returns``...)."""
+        return self.batch.run_programs([self.program(i) for i in instances], scheduler,
+                                       grad=grad, strategy=strategy)
+
+    def reference(self, inst: MoEInstance) -> tuple[Tensor, list[list[int]]]:
+        """The same sentence token by token in plain PyTorch (the per-instance loop, through
+        the same modules): summed loss and choices."""
+        keys = self.workload.keys(inst)
+        total = torch.zeros((), dtype=self.embed.weight.dtype)
+        chosen: list[list[int]] = [[] for _ in range(self.layers)]
+        for t, (w, tag) in enumerate(zip(inst.word_ids, inst.tag_ids, strict=True)):
+            x = self.embed(torch.tensor([w]))
+            for lay in range(self.layers):
+                h = self.gates[lay](x, keys[t, lay:lay + 1])
+                top = h[0].topk(self.k).indices.tolist()
+                code = pack_choice(top, self.experts)
+                outs = [self.expert_nets[lay][a](x) for a in top]
+                x = self.combiner(h, x, *outs, torch.tensor([code]))
+                chosen[lay].append(code)
+            total = total + self.classify(x, torch.tensor([tag]))[0]
+        return total, chosen
+
+
 def main(argv: Sequence[str] | None = None) -> list[float]:
-    """Train on SST sentences; return the mean per-token loss of each epoch."""
+    """Train on EWT sentences with gate noise; return the mean per-token loss per epoch."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sentences", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--dim", type=int, default=32)
     p.add_argument("--scheduler", default="typewise_greedy")
     args = p.parse_args(argv)
-    torch.manual_seed(0)
-    data, vocab = sentences(args.sentences)
-    model = MoE(vocab)
+    workload = MoETagger(dim=args.dim, expert_dim=args.dim, max_sentences=args.sentences)
+    data = workload.load("train")
+    model = MoE(workload)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    losses = []
-    tokens = sum(len(w) for w, _ in data)
+    losses, tokens = [], sum(len(i) for i in data)
     for epoch in range(1, args.epochs + 1):
+        workload.set_noise_round(epoch)
         start, total = time.perf_counter(), 0.0
         for i in range(0, len(data), args.batch_size):
             chunk = data[i:i + args.batch_size]
-            out = model.batch.run_programs([model.program(w, y) for w, y in chunk],
-                                           args.scheduler)
-            assert out.loss is not None
+            out = model.run(chunk, args.scheduler)
             opt.zero_grad()
-            (out.loss / sum(len(w) for w, _ in chunk)).backward()
+            (out.loss / sum(len(s) for s in chunk)).backward()
             opt.step()
             total += out.loss.item() / tokens
         losses.append(total)
-        print(f"epoch {epoch}: loss/token {total:.3f}  ({out.syncs} sync, "
+        print(f"epoch {epoch}: loss/token {total:.3f}  ({out.syncs} syncs, "
               f"{out.num_batches} batches per mini-batch; {time.perf_counter() - start:.1f}s)")
     return losses
 

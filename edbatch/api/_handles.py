@@ -19,7 +19,7 @@ from edbatch.executor.torch_executor import RunResult
 from edbatch.graph import Graph, OpType
 from edbatch.schedule import Schedule
 
-__all__ = ["BatchResult", "Cell", "Handle", "Instance", "Kind", "Recorder", "Recording",
+__all__ = ["BatchResult", "Cell", "Handle", "Handles", "Instance", "Kind", "Recorder", "Recording",
            "ShapeLike", "dtype_hint", "new_handle"]
 
 
@@ -190,6 +190,64 @@ class Handle:
 _new = object.__new__
 
 
+class Handles(Sequence[Handle]):
+    """Consecutive nodes ``first .. first + n - 1`` of one row shape, as :meth:`Cell.map`
+    and :func:`~edbatch.api.switch` return them: a sequence of handles made on access
+    (``kinds``: one :class:`Kind` for all, or one per node). Passed whole to ``map``,
+    ``switch`` or a program's ``yield``, it is checked once and its node ids are a range:
+    no per-node Python."""
+
+    __slots__ = ("first", "kinds", "n", "rec", "shape")
+
+    def __init__(self, rec: Recording, first: int, n: int, kinds: Kind | list[Kind],
+                 shape: tuple[int, ...]) -> None:
+        self.rec, self.first, self.n, self.kinds, self.shape = rec, first, n, kinds, shape
+
+    @property
+    def ids(self) -> range:
+        """The node ids."""
+        return range(self.first, self.first + self.n)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _one(self, i: int) -> Handle:
+        kinds = self.kinds
+        return new_handle(self.rec, self.first + i, kinds if type(kinds) is Kind else kinds[i])
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._one(i) for i in range(*index.indices(self.n))]
+        i = index + self.n if index < 0 else index
+        if not 0 <= i < self.n:
+            raise IndexError(f"Handles index {index} out of range for {self.n} nodes")
+        return self._one(i)
+
+    def __iter__(self) -> Any:
+        return (self._one(i) for i in range(self.n))
+
+    def __repr__(self) -> str:
+        return f"Handles(%{self.first}..%{self.first + self.n - 1}, shape={self.shape})"
+
+
+def node_ids(slot: Sequence[Handle], rec: Recording, want: tuple[int, ...]
+             ) -> range | list[int] | None:
+    """The node ids of ``slot`` if every one is a handle of ``rec`` of shape ``want``
+    (``None`` otherwise): one check for a :class:`Handles`."""
+    if type(slot) is Handles:
+        return slot.ids if slot.rec is rec and slot.shape == want else None
+    if all(type(h) is Handle and h._rec is rec and h._kind.shape == want for h in slot):
+        return [h.node_id for h in slot]
+    return None
+
+
+def interleave(ids: Sequence[Sequence[int]]) -> list[int]:
+    """``[a0, b0, ..., a1, b1, ...]`` of equally long id lists (node-major operand order)."""
+    if len(ids) == 1:
+        return list(ids[0])
+    return [v for vs in zip(*ids) for v in vs]
+
+
 def new_handle(rec: Recording, node: int, kind: Kind) -> Handle:
     """A handle of node ``node`` of ``rec`` (the hot paths inline this)."""
     h = _new(Handle)
@@ -250,6 +308,37 @@ class Cell:
             except AttributeError:
                 pass
         return self._checked(operands, attr)
+
+    def map(self, *operands: Sequence[Handle], attrs: Sequence[int] | None = None
+            ) -> Handles:
+        """Bulk :meth:`__call__`: node ``i`` runs the cell on ``operands[0][i],
+        operands[1][i], ...`` (with ``attrs[i]``); one sequence per operand slot, all of one
+        length. Recorded with one list extension per slot instead of a call per node (a
+        :class:`Handles` operand is checked once); any check that fails falls back to the
+        calls one by one (and their errors). Returns the new nodes as :class:`Handles`."""
+        n = len(attrs) if attrs is not None else len(operands[0]) if operands else 0
+        kind, rec = self.kind, self.batch._rec
+        ok = kind is not None and (attrs is None) is not self.takes_attr and \
+            len(operands) == len(self.in_shapes) and all(len(o) == n for o in operands)
+        ids = []
+        for slot, want in zip(operands, self.in_shapes):
+            got = node_ids(slot, rec, want) if ok else None
+            if got is None:
+                ok = False
+                break
+            ids.append(got)
+        if not ok:
+            hs = [self(*(o[i] for o in operands), attr=None if attrs is None else attrs[i])
+                  for i in range(n)]
+            return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
+                           self.kind or self.batch._kinds[self.op.name], self.op.out_shape)
+        assert kind is not None
+        first = len(rec.ops)
+        rec.ops.extend([kind.op_id] * n)
+        if ids:
+            rec.operands.extend(interleave(ids))
+        rec.attrs.extend([-1] * n if attrs is None else [int(a) for a in attrs])
+        return Handles(rec, first, n, kind, kind.shape)
 
     def _checked(self, operands: Sequence[Handle], attr: int | None) -> Handle:
         """:meth:`__call__` with every check and its error."""

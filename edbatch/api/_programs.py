@@ -50,6 +50,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -60,7 +61,7 @@ import torch
 from torch import Tensor
 
 from edbatch.api._builtins import warn_outside
-from edbatch.api._handles import Handle
+from edbatch.api._handles import Cell, Handle, Handles, interleave, node_ids
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._values import Capture, Values
 from edbatch.errors import GraphError
@@ -70,7 +71,7 @@ from edbatch.graph import Graph
 from edbatch.memory import Strategy, plan_memory
 from edbatch.schedule import Schedule, Scheduler
 
-__all__ = ["Program", "ProgramsResult", "run_programs"]
+__all__ = ["Program", "ProgramsResult", "run_programs", "switch"]
 
 #: A per-instance program: yields handles (or lists of handles), gets their values.
 Program = Generator[Any, Any, Any]
@@ -103,6 +104,10 @@ class ProgramsResult:
     segments: list[Segment] = field(default_factory=list)
     values: Values = field(default_factory=Values, repr=False)
     generation: int = -1
+    #: Seconds by phase: ``record`` (advancing the programs), ``graph`` (assembling each
+    #: segment's graph), ``schedule``, ``plan`` (memory), ``execute`` (the executor's
+    #: forward) and ``read`` (values handed back).
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def num_batches(self) -> int:
@@ -141,6 +146,8 @@ class _Runner:
         self.inst_all = np.zeros(0, np.int32)
         self.mark_at, self.last_inst = 0, -1  # the marks read so far; the instance then
         self.rows: dict[str, tuple[int, Tensor]] = {}  # input rows: (blocks, joined)
+        self.seconds = dict.fromkeys(("record", "graph", "schedule", "plan", "execute",
+                                      "read"), 0.0)
         self.capture, self.executor = self._executor()
 
     def _executor(self) -> tuple[Capture, TorchExecutor]:
@@ -153,6 +160,7 @@ class _Runner:
     def run(self) -> None:
         """Run every node recorded and not run yet as one segment."""
         batch, rec, start = self.batch, self.batch._rec, self.start
+        t0 = time.perf_counter()
         n = len(rec.ops)
         losses = np.asarray(rec.losses[self.loss_start:], dtype=np.int64)
         if n == start and not len(losses):
@@ -182,10 +190,13 @@ class _Runner:
             params[f"api.{name}"] = kept[1]
         old_ops = np.zeros(c, np.int32)
         old_attrs = np.zeros(c, np.int64)
-        shapes = [vocab_ops[i].out_shape for i in op_all[old]]
-        for shape in sorted(set(shapes)):
-            sel = np.flatnonzero([s == shape for s in shapes])
-            op = batch._input_op(shape, "value")
+        op_shapes = [o.out_shape for o in vocab_ops]
+        distinct = sorted(set(op_shapes))
+        shape_of_op = np.array([distinct.index(x) for x in op_shapes], np.int64)
+        shape_ids = shape_of_op[op_all[old]]  # one shape index per taken-over node
+        for k in np.unique(shape_ids).tolist():
+            sel = np.flatnonzero(shape_ids == k)
+            op = batch._input_op(distinct[k], "value")
             old_ops[sel] = batch._kinds[op.name].op_id
             old_attrs[sel] = np.arange(len(sel))
             params[f"api.{op.name}"] = self.values.gather(old[sel])
@@ -206,13 +217,21 @@ class _Runner:
         graph = Graph.from_arrays(vocab, op_ids, ptr, np.concatenate([local, loss_local]),
                                   attrs=attrs, instance=inst,
                                   outputs=[c + m] if has_loss else [])
+        t1 = time.perf_counter()
         schedule = self.make(graph)
+        t2 = time.perf_counter()
         plan = plan_memory(graph, schedule, memory_strategy(self.make, self.strategy))
+        t3 = time.perf_counter()
         if len(batch.kernels) != len(self.capture.kernels):
             self.capture, self.executor = self._executor()
         outputs = self.capture.outputs
         outputs.clear()
         result = self.executor.run(graph, schedule, plan, params, grad=self.grad)
+        sec = self.seconds
+        sec["graph"] += t1 - t0
+        sec["schedule"] += t2 - t1
+        sec["plan"] += t3 - t2
+        sec["execute"] += time.perf_counter() - t3
         self.values.add(plan, outputs, c, m, start)
         if has_loss:
             self.losses.append(result.outputs[c + m].reshape(()))
@@ -232,44 +251,100 @@ class _Runner:
             self.last_inst = int(m[-1, 1])
         return np.repeat(values, np.diff(bounds))
 
-    def values_of(self, asked: dict[int, Any], lists: dict[int, list[Handle]]
-                  ) -> dict[int, Any]:
+    def values_of(self, asked: dict[int, Any],
+                  lists: dict[int, tuple[Sequence[int], tuple[int, ...]]]) -> dict[int, Any]:
         """What each program is sent: the value of the handle it yielded (shape
         ``handle.shape``) or of its list (``[k, *shape]``), all read in one gather, detached
         (no autograd node per program; one ``unbind`` gives every single-handle program's
         row as a view)."""
-        nodes = np.fromiter((h.node_id for hs in lists.values() for h in hs), np.int64)
+        nodes = np.concatenate([_ids(ids) for ids, _ in lists.values()])
         flat = self.values.gather(nodes).detach()
         rows = flat.unbind(0)
         out, at = {}, 0
-        for i, hs in lists.items():
-            shape = hs[0].shape
+        for i, (ids, shape) in lists.items():
+            k = len(ids)
             if type(asked[i]) is Handle:
                 row = rows[at]
                 out[i] = row if len(shape) == 1 else row.reshape(shape)
             else:
-                out[i] = flat[at:at + len(hs)].reshape(len(hs), *shape)
-            at += len(hs)
+                out[i] = flat[at:at + k].reshape(k, *shape)
+            at += k
         return out
+
+
+def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Handle]
+           ) -> Handles:
+    """Routed bulk call: node ``i`` runs ``cells[choices[i]]`` on ``operands[0][i], ...``
+    (e.g. the expert a gate chose for token ``i``, read from a value). The cells take the
+    same operand shapes and no attr; the nodes are recorded with one list extension per
+    operand slot. Any check that fails falls back to the calls one by one (their errors).
+
+    Raises:
+        GraphError: a choice outside ``0..len(cells)-1``, or lists of different lengths.
+    """
+    n = len(choices)
+    if any(len(o) != n for o in operands) or not cells:
+        raise GraphError(f"switch: {n} choices but operand lists of lengths "
+                         f"{[len(o) for o in operands]} (or no cells); pass one of each "
+                         f"per node")
+    bad = [c for c in choices if not 0 <= c < len(cells)]
+    if bad:
+        raise GraphError(f"switch: choice {bad[0]} is not a cell index 0..{len(cells) - 1}")
+    first = cells[0]
+    rec, shapes = first.batch._rec, first.in_shapes
+    ok = len(operands) == len(shapes) and all(
+        c.kind is not None and not c.takes_attr and c.in_shapes == shapes
+        and c.batch is first.batch for c in cells)
+    ids: list[Sequence[int]] = []
+    for slot, want in zip(operands, shapes):
+        got = node_ids(slot, rec, want) if ok else None
+        if got is None:
+            ok = False
+            break
+        ids.append(got)
+    if not ok:
+        hs = [cells[c](*(o[i] for o in operands)) for i, c in enumerate(choices)]
+        return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
+                       [h._kind for h in hs], first.op.out_shape)
+    kinds = [c.kind for c in cells]
+    op_ids = [k.op_id for k in kinds]  # type: ignore[union-attr]
+    start = len(rec.ops)
+    rec.ops.extend([op_ids[c] for c in choices])
+    if ids:
+        rec.operands.extend(interleave(ids))
+    rec.attrs.extend([-1] * n)
+    return Handles(rec, start, n, [kinds[c] for c in choices],  # type: ignore[misc]
+                   first.op.out_shape)
+
+
+def _ids(ids: Sequence[int]) -> np.ndarray:  # type: ignore[type-arg]
+    if type(ids) is range:
+        return np.arange(ids.start, ids.stop, dtype=np.int64)
+    return np.asarray(ids, dtype=np.int64)
 
 
 def _rows(blocks: list[Tensor]) -> Tensor:
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
 
 
-def _check_yield(batch: Any, i: int, wanted: Any) -> list[Handle]:
+def _check_yield(batch: Any, i: int, wanted: Any) -> tuple[Sequence[int], tuple[int, ...]]:
+    """The node ids and row shape of what program ``i`` yielded (checked)."""
+    rec = batch._rec
+    if type(wanted) is Handles and wanted.rec is rec and wanted.n:
+        return wanted.ids, wanted.shape
     items = [wanted] if type(wanted) is Handle else wanted
-    if not isinstance(items, (list, tuple)) or not items:
+    if not isinstance(items, (list, tuple, Handles)) or not len(items):
         raise GraphError(f"program {i} yielded {type(wanted).__name__}; yield a Handle (or a "
                          f"non-empty list of handles) whose value it needs")
-    rec, shape = batch._rec, getattr(items[0], "shape", None)
+    items = list(items)
+    shape = getattr(items[0], "shape", None)
     for h in items:
         if type(h) is not Handle or h._rec is not rec:
             batch._check_handle(h, f"program {i}'s yield")
         if h._kind.shape != shape:
             raise GraphError(f"program {i} yielded handles of shapes {items[0].shape} and "
                              f"{h.shape}; yield a list of one shape (or yield them apart)")
-    return list(items)
+    return [h.node_id for h in items], shape  # type: ignore[return-value]
 
 
 def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
@@ -292,7 +367,9 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
     live = dict(enumerate(programs))
     sent: dict[int, Any] = {}
     syncs = 0
+    clock = time.perf_counter
     while live:
+        t0 = clock()
         asked: dict[int, Any] = {}
         for i, program in list(live.items()):
             batch._instance = ids[i]
@@ -304,19 +381,23 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                 del live[i]
         batch._instance = -1
         rec.marks.append((len(rec.ops), -1))
+        runner.seconds["record"] += clock() - t0
         if not asked:
             break
-        lists = {i: [y] if type(y) is Handle and y._rec is rec else _check_yield(batch, i, y)
+        lists = {i: ([y.node_id], y._kind.shape) if type(y) is Handle and y._rec is rec
+                 else _check_yield(batch, i, y)
                  for i, y in asked.items()}  # one handle of this mini-batch: nothing to check
-        nodes = np.fromiter((h.node_id for hs in lists.values() for h in hs), np.int64)
+        nodes = np.concatenate([_ids(ids) for ids, _ in lists.values()])
         runner.values.grow(len(rec.ops))
         if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
             runner.run()
             syncs += 1
+        t0 = clock()
         sent = runner.values_of(asked, lists)
+        runner.seconds["read"] += clock() - t0
     runner.run()
     loss = None
     if runner.losses:
         loss = runner.losses[0] if len(runner.losses) == 1 else torch.stack(runner.losses).sum()
     return ProgramsResult(loss, returns, syncs, runner.segments, runner.values,
-                          batch._generation)
+                          batch._generation, runner.seconds)

@@ -140,17 +140,17 @@ class RowLocator:
         batches = self.batch_of[operand.arena][rows]
         local = rows - self.start[batches]
         cut = np.flatnonzero((np.diff(batches) != 0) | (np.diff(local) != 1)) + 1
-        seg_lo = np.concatenate([[0], cut]).tolist()
-        seg_hi = np.concatenate([cut, [len(rows)]]).tolist()
-        pieces = [(int(batches[i]), int(local[i]), int(local[i]) + j - i)
-                  for i, j in zip(seg_lo, seg_hi, strict=True)]
-        if len(pieces) == 1:
-            return self._slice(*pieces[0], counts)
+        if not len(cut):
+            return self._slice(int(batches[0]), int(local[0]), int(local[0]) + len(rows),
+                               counts)
         counts[1] += 1
         counts[2] += len(rows)
         distinct = list(dict.fromkeys(batches.tolist()))
-        if len(pieces) <= 2 * len(distinct) + 2:
-            return CatRead(pieces)
+        if len(cut) + 1 <= 2 * len(distinct) + 2:  # few pieces (built only then)
+            seg_lo = np.concatenate([[0], cut]).tolist()
+            seg_hi = np.concatenate([cut, [len(rows)]]).tolist()
+            return CatRead([(int(batches[i]), int(local[i]), int(local[i]) + j - i)
+                            for i, j in zip(seg_lo, seg_hi, strict=True)])
         groups = []
         for b in distinct:
             pos = np.flatnonzero(batches == b)

@@ -1,0 +1,394 @@
+"""Sparsely gated mixture-of-experts tagger (Shazeer et al. 2017) over UD English EWT words.
+
+Each sentence of ``data/ud_ewt/`` is tagged token by token with its universal POS tag (17
+classes; the task metric is token accuracy, against the majority baseline of always saying
+``NOUN``). With ``D = dim``, ``E = experts``, ``k = top_k`` and ``L = layers``, per token:
+
+* **embed**: ``x^0 = Emb[w]`` (built-in ``lookup`` of ``moe.emb``; id 0 = unknown word).
+* **gate** (layer ``l``): Shazeer's noisy top-k gating
+  ``H(x) = x W_g^T + n * softplus(x W_noise^T)`` with ``n ~ N(0, 1)`` per expert in training
+  and ``n = 0`` otherwise. The noise is a function of an integer key (the gate node's attr;
+  ``-1``: no noise), see :func:`gate_noise`, so a graph and every reference reproduce it.
+* **routing**: the experts ``a_1..a_k`` of the ``k`` largest ``H`` (descending).
+* **experts** (one op type per layer and expert): ``e_a(x) = W2 relu(W1 x + b1) + b2``.
+* **combine** (residual): ``x^{l+1} = x + sum_j softmax(H_{a_1..a_k})_j e_{a_j}(x)``: the
+  softmax over the kept logits is Shazeer's ``softmax(KeepTopK(H, k))``. The chosen experts
+  travel in the attr (:func:`pack_choice`), so the gradient reaches ``W_g`` and ``W_noise``.
+* **loss**: ``cross_entropy(W_o x^L + b_o, upos)``.
+
+Shazeer's load-balancing losses (importance and load) are not part of the loss.
+
+**Routing in the graph builder.** A node graph follows the routing (only the chosen experts
+run), so :meth:`MoETagger.emit` needs each token's decisions. It computes them with
+:func:`route`, a plain PyTorch forward of the equations above under the workload's own
+parameters :attr:`MoETagger.routing_params`: seeded (``seed``; Glorot matrices, zero biases,
+embedding rows uniform in ``[-0.1, 0.1]``) unless a trainer hands its current parameters to
+:meth:`MoETagger.set_routing_params` (which also forgets the cached graphs). The gates are
+Glorot-initialised, not zero as in Shazeer's paper, so that without noise the routing is
+not the same two experts for every token. Per-instance code that reads the gate's values
+(``edbatch.api``'s ``run_programs``, ``examples/moe_routing.py``) decides the same routes.
+
+Op types (cell granularity only): ``lookup.moe.emb``, ``moe.gate<l>``, ``moe.expert<l>.<a>``,
+``moe.combine`` (shared by the layers; operands ``(H, x, e_1..e_k)``, attr
+:func:`pack_choice`), ``moe.loss`` (attr = tag) and ``loss_sum``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from edbatch.data.ud import UPOS_TAGS, Treebank, load_conllu
+from edbatch.errors import GraphError
+from edbatch.graph import GraphBuilder, OpType
+from edbatch.workloads._seq import check_positive, frequency_index
+from edbatch.workloads.base import Workload
+from edbatch.workloads.primitives import OpSet
+
+__all__ = ["MoEInstance", "MoETagger", "combine", "expert_ffn", "gate_logits", "gate_noise",
+           "noise_key", "pack_choice", "param_names", "route", "unpack_choice"]
+
+_FILES = {"train": "en_ewt-ud-train.conllu", "dev": "en_ewt-ud-dev.conllu",
+          "test": "en_ewt-ud-test.conllu"}
+_M32 = 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------------- the model's maths
+def _fmix32(h: Tensor) -> Tensor:
+    """MurmurHash3's 32-bit finaliser on int64 tensors holding values in ``[0, 2^32)``
+    (products wrap modulo ``2^64``; the low 32 bits are kept)."""
+    h = h ^ (h >> 16)
+    h = (h * 0x85EBCA6B) & _M32
+    h = h ^ (h >> 13)
+    h = (h * 0xC2B2AE35) & _M32
+    return h ^ (h >> 16)
+
+
+def gate_noise(keys: Tensor, experts: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """``[B, experts]`` standard normal samples, a deterministic function of the int64
+    ``keys`` (>= 0): hashed uniforms through Box-Muller. Same keys, same noise, on any
+    batch composition."""
+    keys = keys.reshape(-1, 1).to(torch.int64)
+    h = _fmix32((keys & _M32) ^ _fmix32((keys >> 32) & _M32))
+    count = torch.arange(2 * experts, dtype=torch.int64, device=keys.device)
+    u = (_fmix32((h + count * 0x9E3779B9) & _M32).to(dtype) + 0.5) / 2.0 ** 32
+    u1, u2 = u[:, :experts], u[:, experts:]
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
+
+
+def noise_key(noise_round: int, sentence: int, token: int, layer: int) -> int:
+    """The gate noise key of one (round, sentence, token, layer); ``-1`` (no noise) when
+    ``noise_round < 0``."""
+    if noise_round < 0:
+        return -1
+    return ((noise_round * (1 << 24) + sentence) * (1 << 12) + token) * 16 + layer
+
+
+def gate_logits(x: Tensor, w_gate: Tensor, w_noise: Tensor, keys: Tensor) -> Tensor:
+    """``H = x W_g^T + n * softplus(x W_noise^T)``; rows whose key is negative get ``n = 0``."""
+    clean = F.linear(x, w_gate)
+    noisy = keys >= 0
+    if not bool(noisy.any()):
+        return clean
+    n = gate_noise(keys.clamp(min=0), w_gate.shape[0], x.dtype)
+    n = n * noisy.reshape(-1, 1).to(x.dtype)
+    return clean + n * F.softplus(F.linear(x, w_noise))
+
+
+def expert_ffn(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
+    """``W2 relu(W1 x + b1) + b2``."""
+    return F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2)
+
+
+def pack_choice(chosen: Sequence[int], experts: int) -> int:
+    """The attr of a combine node: ``sum_j a_j * experts^j``."""
+    return sum(int(a) * experts ** j for j, a in enumerate(chosen))
+
+
+def unpack_choice(attrs: Tensor, experts: int, k: int) -> Tensor:
+    """``[B, k]`` chosen experts of packed ``attrs``."""
+    powers = experts ** torch.arange(k, dtype=torch.int64, device=attrs.device)
+    return torch.div(attrs.reshape(-1, 1), powers, rounding_mode="floor") % experts
+
+
+def combine(logits: Tensor, x: Tensor, outs: Sequence[Tensor], chosen: Tensor) -> Tensor:
+    """``x + sum_j softmax(H[chosen])_j outs[j]`` (``chosen`` ``[B, k]``, in ``outs`` order)."""
+    w = torch.softmax(logits.gather(1, chosen), dim=1)
+    y = x
+    for j, out in enumerate(outs):
+        y = y + w[:, j:j + 1] * out
+    return y
+
+
+def param_names(layers: int, experts: int) -> dict[str, Any]:
+    """Parameter names: ``emb``, ``out``/``out_b``, per layer ``gate``/``noise`` and per
+    layer the ``(W1, b1, W2, b2)`` of each expert."""
+    return {"emb": "moe.emb", "out": "moe.out", "out_b": "moe.out.b",
+            "gate": [f"moe.gate{lay}.W" for lay in range(layers)],
+            "noise": [f"moe.gate{lay}.W_noise" for lay in range(layers)],
+            "experts": [[tuple(f"moe.expert{lay}.{a}.{p}" for p in ("W1", "b1", "W2", "b2"))
+                         for a in range(experts)] for lay in range(layers)]}
+
+
+def route(params: Mapping[str, Tensor], words: Tensor, keys: Tensor, layers: int,
+          experts: int, k: int) -> tuple[list[Tensor], Tensor]:
+    """A whole set of tokens through the model, vectorised: the ``[T, k]`` chosen experts of
+    each layer (descending logits) and the final ``[T, D]`` states. ``keys`` is
+    ``[T, layers]`` (the gate noise keys)."""
+    names = param_names(layers, experts)
+    x = F.embedding(words, params[names["emb"]])
+    routes = []
+    for lay in range(layers):
+        h = gate_logits(x, params[names["gate"][lay]], params[names["noise"][lay]],
+                        keys[:, lay])
+        top = h.topk(k, dim=1).indices
+        routes.append(top)
+        outs = [x.new_zeros(x.shape) for _ in range(k)]
+        for a in range(experts):
+            for j in range(k):
+                rows = (top[:, j] == a).nonzero().reshape(-1)
+                if len(rows):
+                    outs[j] = outs[j].index_copy(
+                        0, rows, expert_ffn(x[rows], *(params[n] for n in
+                                                       names["experts"][lay][a])))
+        x = combine(h, x, outs, top)
+    return routes, x
+
+
+# ---------------------------------------------------------------------- data
+@functools.lru_cache(maxsize=8)
+def _treebank(path: str) -> Treebank:
+    return load_conllu(path)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MoEInstance:
+    """One sentence: its split, index, word ids and UPOS tag ids."""
+
+    split: str
+    index: int
+    word_ids: tuple[int, ...]
+    tag_ids: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.word_ids)
+
+
+class MoETagger(Workload):
+    """Sparsely gated MoE UPOS tagger on EWT (see the module docstring).
+
+    Example:
+        >>> w = MoETagger(dim=8, expert_dim=8, max_sentences=4)
+        >>> g = w.minibatch("dev", range(2))
+        >>> sum(len(w.load("dev")[i]) for i in range(2)) * 10 + 1 == g.num_nodes
+        True
+    """
+
+    name = "moe"
+    real_data = True
+    granularities = ("cell",)
+
+    @classmethod
+    def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
+                    ) -> dict[str, Any]:
+        """Small states, four experts, at most 8 sentences of at most 12 words per split."""
+        return {"dim": dim, "expert_dim": dim if hidden is None else hidden, "experts": 4,
+                "max_sentences": 8, "max_words": 6 if short else 12, "vocab_size": 200}
+
+    def __init__(self, granularity: str = "cell", dim: int = 64, expert_dim: int = 64,
+                 experts: int = 8, top_k: int = 2, layers: int = 2,
+                 vocab_size: int | None = 10000, max_sentences: int | None = None,
+                 max_words: int | None = None, seed: int = 0,
+                 data_dir: str | Path | None = None) -> None:
+        """Read EWT, build the word vocabulary (train words by frequency), declare the ops.
+
+        Args:
+            granularity: ``"cell"`` (the only one).
+            dim: token state width ``D``.
+            expert_dim: hidden width of an expert's feed-forward network.
+            experts: experts per layer ``E``.
+            top_k: experts per token ``k`` (``1 <= k <= E``).
+            layers: MoE layers ``L``.
+            vocab_size: word ids including the unknown id 0; ``None`` keeps every word.
+            max_sentences: keep the first this many sentences of each split (after
+                ``max_words``).
+            max_words: drop sentences longer than this.
+            seed: seed of :attr:`routing_params`.
+            data_dir: folder holding ``ud_ewt/``; defaults to ``data/``.
+        """
+        super().__init__(granularity, data_dir)
+        if self.granularity != "cell":
+            raise GraphError("workload 'moe' has only granularity 'cell'; pass "
+                             "granularity='cell'")
+        check_positive(dim=dim, expert_dim=expert_dim, experts=experts, top_k=top_k,
+                       layers=layers, vocab_size=vocab_size, max_sentences=max_sentences,
+                       max_words=max_words)
+        if top_k > experts or layers > 16:
+            raise GraphError(f"moe: top_k={top_k} must be <= experts={experts} and "
+                             f"layers={layers} <= 16")
+        self.dim, self.expert_dim, self.experts = dim, expert_dim, experts
+        self.top_k, self.layers, self.seed = top_k, layers, seed
+        self.max_sentences, self.max_words = max_sentences, max_words
+        train = self._sentences("train")
+        self.word_index = frequency_index((w for s in train for w in s.words), vocab_size)
+        self.num_words = len(self.word_index) + 1
+        self.tag_names = UPOS_TAGS
+        self.tag_index = {t: i for i, t in enumerate(UPOS_TAGS)}
+        #: Gate noise round: ``-1`` (default) no noise; a trainer sets the epoch.
+        self.noise_round = -1
+        self._declare_vocab()
+        self.names = param_names(layers, experts)
+        self.routing_params = self._seeded_params()
+        self._routes: dict[tuple[str, int], list[list[int]]] = {}
+
+    # ------------------------------------------------------------------ vocabulary
+    def _declare_cells(self, ops: OpSet) -> None:
+        d, f, e = self.dim, self.expert_dim, self.experts
+        self._lookup = ops.lookup("moe.emb", self.num_words, d)
+        names = param_names(self.layers, e)
+        self._gates, self._experts = [], []
+        for lay in range(self.layers):
+            gate = {names["gate"][lay]: (e, d), names["noise"][lay]: (e, d)}
+            self._gates.append(ops.add(OpType(f"moe.gate{lay}", "moe.gate", ((d,),), (e,),
+                                              tuple(gate)), gate))
+            row = []
+            for a in range(e):
+                w1, b1, w2, b2 = names["experts"][lay][a]
+                p = {w1: (f, d), b1: (f,), w2: (d, f), b2: (d,)}
+                row.append(ops.add(OpType(f"moe.expert{lay}.{a}", "moe.expert", ((d,),), (d,),
+                                          tuple(p)), p))
+            self._experts.append(row)
+        self._combine = ops.add(OpType("moe.combine", "moe.combine",
+                                       ((e,), (d,)) + ((d,),) * self.top_k, (d,)))
+        out = {"moe.out": (len(UPOS_TAGS), d), "moe.out.b": (len(UPOS_TAGS),)}
+        self._loss = ops.add(OpType("moe.loss", "moe.loss", ((d,),), (1,), tuple(out)), out)
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's shape."""
+        return dict(self._params)
+
+    def _seeded_params(self) -> dict[str, Tensor]:
+        gen = torch.Generator().manual_seed(self.seed)
+        out = {}
+        for name, shape in self._params.items():
+            if name == "moe.emb":
+                out[name] = torch.rand(shape, generator=gen) * 0.2 - 0.1
+            elif len(shape) == 1:
+                out[name] = torch.zeros(shape)
+            else:
+                bound = math.sqrt(6.0 / (shape[0] + shape[1]))
+                out[name] = (torch.rand(shape, generator=gen) * 2 - 1) * bound
+        return out
+
+    def set_routing_params(self, params: Mapping[str, Tensor]) -> None:
+        """Route with ``params`` (e.g. a trainer's current ones) from now on; cached routes
+        and graphs are dropped."""
+        missing = [n for n in self._params if n not in params]
+        if missing:
+            raise GraphError(f"set_routing_params: parameter {missing[0]!r} is missing; pass "
+                             f"every parameter of the workload (init_params(workload))")
+        self.routing_params = {n: params[n].detach().float().cpu() for n in self._params}
+        self._routes.clear()
+        self._cache.clear()
+
+    def set_noise_round(self, noise_round: int) -> None:
+        """Gate noise of round ``noise_round`` (``-1``: none) from now on; drops caches."""
+        if noise_round != self.noise_round:
+            self.noise_round = noise_round
+            self._routes.clear()
+            self._cache.clear()
+
+    # ------------------------------------------------------------------ data
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """``("train", "dev", "test")``: EWT's own split."""
+        return tuple(_FILES)
+
+    def _sentences(self, split: str) -> list[Any]:
+        sents = list(_treebank(str(self.data_dir / "ud_ewt" / _FILES[split])))
+        if self.max_words is not None:
+            sents = [s for s in sents if len(s.words) <= self.max_words]
+        if self.max_sentences is not None:
+            sents = sents[:self.max_sentences]
+        return sents
+
+    def _load(self, split: str) -> list[MoEInstance]:
+        words, tags = self.word_index, self.tag_index
+        return [MoEInstance(split, i, tuple(words.get(w, 0) for w in s.words),
+                            tuple(tags[t] for t in s.upos))
+                for i, s in enumerate(self._sentences(split))]
+
+    def keys(self, inst: MoEInstance) -> Tensor:
+        """``[T, layers]`` gate noise keys of a sentence (``-1`` without noise)."""
+        shape = (len(inst), self.layers)
+        if self.noise_round < 0:
+            return torch.full(shape, -1, dtype=torch.int64)
+        base = noise_key(self.noise_round, inst.index, 0, 0)  # + t * 16 + layer
+        return base + (torch.arange(len(inst)).reshape(-1, 1) * 16
+                       + torch.arange(self.layers).reshape(1, -1))
+
+    def key_lists(self, inst: MoEInstance) -> list[list[int]]:
+        """:meth:`keys` as one list of ints per layer (what a program passes as attrs)."""
+        n = len(inst)
+        if self.noise_round < 0:
+            return [[-1] * n for _ in range(self.layers)]
+        base = noise_key(self.noise_round, inst.index, 0, 0)
+        return [list(range(base + lay, base + lay + 16 * n, 16)) for lay in range(self.layers)]
+
+    def routes(self, inst: MoEInstance) -> list[list[list[int]]]:
+        """Per layer, per token, the chosen experts (under :attr:`routing_params`)."""
+        key = (inst.split, inst.index)
+        got = self._routes.get(key)
+        if got is None:
+            with torch.no_grad():
+                routes, _ = route(self.routing_params, torch.tensor(inst.word_ids),
+                                  self.keys(inst), self.layers, self.experts, self.top_k)
+            got = self._routes[key] = [r.tolist() for r in routes]
+        return got
+
+    def route_all(self, instances: Sequence[MoEInstance]) -> None:
+        """Route every token of ``instances`` in one vectorised forward (what :meth:`routes`
+        does per sentence), e.g. before building a mini-batch."""
+        todo = [i for i in instances if (i.split, i.index) not in self._routes]
+        if not todo:
+            return
+        words = torch.tensor([w for i in todo for w in i.word_ids])
+        keys = torch.cat([self.keys(i) for i in todo])
+        with torch.no_grad():
+            routes, _ = route(self.routing_params, words, keys, self.layers, self.experts,
+                              self.top_k)
+        at = 0
+        lists = [r.tolist() for r in routes]
+        for inst in todo:
+            n = len(inst)
+            self._routes[(inst.split, inst.index)] = [r[at:at + n] for r in lists]
+            at += n
+
+    # ------------------------------------------------------------------ emission
+    def emit(self, instance: MoEInstance, builder: GraphBuilder) -> list[int]:
+        """Append one sentence's nodes (routed per token); return its per-token losses."""
+        add, routes, e = builder.add, self.routes(instance), self.experts
+        keys = self.keys(instance).tolist()
+        losses = []
+        for t, (w, tag) in enumerate(zip(instance.word_ids, instance.tag_ids, strict=True)):
+            x = add(self._lookup, attr=w)
+            for lay in range(self.layers):
+                h = add(self._gates[lay], x, attr=keys[t][lay])
+                chosen = routes[lay][t]
+                outs = [add(self._experts[lay][a], x) for a in chosen]
+                x = add(self._combine, h, x, *outs, attr=pack_choice(chosen, e))
+            losses.append(add(self._loss, x, attr=tag))
+        return losses
+
+    def instances(self, split: str, indices: Sequence[int]) -> list[MoEInstance]:
+        """The instances ``indices`` of ``split``."""
+        data = self.load(split)
+        return [data[int(i)] for i in indices]
