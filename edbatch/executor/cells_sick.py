@@ -66,6 +66,11 @@ class SickNode(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
         x = inputs[0]
         batch, hidden = x.shape[0], p.U_f.shape[0]
+        if len(inputs) == 1:  # leaves only (a schedule's first node batch): h~ = 0, no f_k
+            g = F.linear(x, p.W_iou, p.b_iou)
+            c = torch.sigmoid(g[:, :hidden]) * torch.tanh(g[:, 2 * hidden:])
+            return torch.cat([torch.sigmoid(g[:, hidden:2 * hidden]) * torch.tanh(c), c],
+                             dim=1)
         rows, segment = child_rows(inputs[1:], attrs, 2 * hidden)
         rows = rows.to(x.dtype)
         h_k, c_k = rows[:, :hidden], rows[:, hidden:]
