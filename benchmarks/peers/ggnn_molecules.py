@@ -16,7 +16,9 @@ its ``loss_sum`` node in edbatch (``tests/workloads/test_ggnn_molecules.py`` che
 equality in fp64). The equations are in :mod:`edbatch.workloads.ggnn_molecules`; here
 messages are computed per directed edge, as PyG does (edbatch computes one per source atom
 and bond type: the same values). PyG is the optional ``peers`` extra (``pip install
-torch-geometric``). The DyNet peer is ``benchmarks/peers/dynet/ggnn_molecules.py``.
+torch-geometric``). Their ``tanh`` is edbatch's :func:`~edbatch.executor.kernels.fast_tanh`,
+as in edbatch's kernels and every hand-batched peer (the rows compare batching, not a
+``tanh`` implementation). The DyNet peer is ``benchmarks/peers/dynet/ggnn_molecules.py``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from torch import Tensor
 from benchmarks import hand_batched
 from edbatch.api import DynamicBatch
 from edbatch.data.molecules import BOND_TYPES
+from edbatch.executor.kernels import fast_tanh
 from edbatch.workloads.ggnn_molecules import (
     TARGET_SCALE,
     GGNNMolecules,
@@ -94,20 +97,20 @@ def _gru(a: Tensor, h: Tensor, params: Mapping[str, Tensor]) -> Tensor:
     rz = torch.sigmoid(F.linear(torch.cat([a, h], 1), params[f"{P}.gru.rz"],
                                 params[f"{P}.gru.rz.b"]))
     r, z = rz[:, :hidden], rz[:, hidden:]
-    c = torch.tanh(F.linear(torch.cat([a, r * h], 1), params[f"{P}.gru.c"],
+    c = fast_tanh(F.linear(torch.cat([a, r * h], 1), params[f"{P}.gru.c"],
                             params[f"{P}.gru.c.b"]))
     return z * h + (1.0 - z) * c
 
 
 def _terms(h: Tensor, params: Mapping[str, Tensor]) -> Tensor:
     gate = torch.sigmoid(F.linear(h, params[f"{P}.gate"], params[f"{P}.gate.b"]))
-    return gate * torch.tanh(F.linear(h, params[f"{P}.proj"], params[f"{P}.proj.b"]))
+    return gate * fast_tanh(F.linear(h, params[f"{P}.proj"], params[f"{P}.proj.b"]))
 
 
 def _sq_err(g: Tensor, codes: Tensor, params: Mapping[str, Tensor]) -> Tensor:
     """``(pred - z)^2`` per row of ``g``; ``z = codes / TARGET_SCALE``: the standardised
     targets."""
-    hid = torch.tanh(F.linear(g, params[f"{P}.hid"], params[f"{P}.hid.b"]))
+    hid = fast_tanh(F.linear(g, params[f"{P}.hid"], params[f"{P}.hid.b"]))
     pred = F.linear(hid, params[f"{P}.pred"], params[f"{P}.pred.b"]).squeeze(1)
     return (pred - codes.to(pred.dtype) / TARGET_SCALE) ** 2
 

@@ -16,7 +16,9 @@ et al. (2015) on SICK, on the workload's own parameters (the dict of
   one ``U_f`` GEMM over their children, children summed per node with ``index_add``, states
   written into level-sorted buffers; one head call for the whole mini-batch.
 
-Neither PyTorch peer uses edbatch's graphs, schedulers or kernels;
+Neither PyTorch peer uses edbatch's graphs, schedulers or kernels (only its element-wise
+:func:`~edbatch.executor.kernels.fast_tanh`, as every hand-batched peer and edbatch's
+kernels: the rows compare batching, not a ``tanh`` implementation);
 ``tests/benchmarks/test_sick_peers.py`` checks both against the workload's reference executor
 (fp64). The DyNet peer is ``benchmarks/peers/dynet/tree_lstm_sick.py``.
 """
@@ -35,6 +37,7 @@ from torch import Tensor
 from benchmarks import hand_batched
 from edbatch.api import DynamicBatch
 from edbatch.data.sick import similarity_target
+from edbatch.executor.kernels import fast_tanh
 from edbatch.workloads.tree_lstm_sick import Rows, SickInstance
 
 __all__ = ["HandBatched", "SickLevels", "SickUnbatched", "Unbatched", "level_batched_loss",
@@ -87,12 +90,12 @@ def _node(word: int, kids: list[tuple[Tensor, Tensor]], params: Mapping[str, Ten
     h_sum = sum((h for h, _ in kids), start=x.new_zeros(hidden))
     g = w_iou @ x + b_iou + u_iou @ h_sum
     i, o, u = torch.sigmoid(g[:hidden]), torch.sigmoid(g[hidden:2 * hidden]), \
-        torch.tanh(g[2 * hidden:])
+        fast_tanh(g[2 * hidden:])
     c = i * u
     wf = w_f @ x + b_f
     for h_k, c_k in kids:
         c = c + torch.sigmoid(wf + u_f @ h_k) * c_k
-    return o * torch.tanh(c), c
+    return o * fast_tanh(c), c
 
 
 def _encode(rows: Rows, params: Mapping[str, Tensor]) -> Tensor:
@@ -165,17 +168,17 @@ def level_batched_roots(prep: Mapping[str, Any], params: Mapping[str, Tensor]) -
     f_x = F.linear(x, w_f, b_f)
     hbuf, cbuf = x.new_zeros(n, hidden), x.new_zeros(n, hidden)
     g = iou_x[:leaves]  # leaves: no children
-    c = torch.sigmoid(g[:, :hidden]) * torch.tanh(g[:, 2 * hidden:])
-    hbuf[:leaves] = torch.sigmoid(g[:, hidden:2 * hidden]) * torch.tanh(c)
+    c = torch.sigmoid(g[:, :hidden]) * fast_tanh(g[:, 2 * hidden:])
+    hbuf[:leaves] = torch.sigmoid(g[:, hidden:2 * hidden]) * fast_tanh(c)
     cbuf[:leaves] = c
     for lo, hi, parent, child, seg in prep["steps"]:
         h_k, c_k = hbuf[child], cbuf[child]
         h_sum = x.new_zeros(hi - lo, hidden).index_add(0, seg, h_k)
         g = iou_x[lo:hi] + F.linear(h_sum, u_iou)
         f = torch.sigmoid(f_x[parent] + F.linear(h_k, u_f))
-        c = torch.sigmoid(g[:, :hidden]) * torch.tanh(g[:, 2 * hidden:]) + \
+        c = torch.sigmoid(g[:, :hidden]) * fast_tanh(g[:, 2 * hidden:]) + \
             x.new_zeros(hi - lo, hidden).index_add(0, seg, f * c_k)
-        hbuf[lo:hi] = torch.sigmoid(g[:, hidden:2 * hidden]) * torch.tanh(c)
+        hbuf[lo:hi] = torch.sigmoid(g[:, hidden:2 * hidden]) * fast_tanh(c)
         cbuf[lo:hi] = c
     return hbuf[prep["roots"]]
 
