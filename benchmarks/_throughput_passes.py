@@ -13,6 +13,9 @@ Contenders (see ``docs/benchmarks.md``):
   where a cell has a hoisted form; ``fsm+unhoisted`` runs ``fsm``'s schedule without it
   (``TorchExecutor(hoist=False)``: the per-batch cells, the ablation);
 * ``pytorch_hand``: :mod:`benchmarks.hand_batched` (level by level / packed ``nn.LSTM``);
+* ``pytorch_unbatched``: a workload's per-instance PyTorch model (``Unbatched`` of
+  ``benchmarks/peers/<name>.py``), node by node, on the first ``--unbatched-minibatches``
+  only, as edbatch's ``unbatched``;
 * ``floor``: the GEMMs of the ``fsm`` schedule's program (hoisted, as ``fsm`` runs it) alone
   (:class:`~benchmarks._throughput_data.GemmFloor`);
 * DyNet workers (``dynet_autobatch{0,1,2}``), interleaved through :class:`DynetServer`.
@@ -44,11 +47,14 @@ from edbatch.memory import Strategy, plan_memory
 from edbatch.schedule import Schedule
 from edbatch.workloads import Workload
 
-__all__ = ["FLOOR", "GRAPHED", "HAND", "PHASES", "UNHOISTED", "Job", "bench_job"]
+__all__ = ["FLOOR", "GRAPHED", "HAND", "PHASES", "PT_UNBATCHED", "UNHOISTED", "Job",
+           "bench_job"]
 
 GRAPHED = "fsm+memo+cugraph"  # CUDA only
 UNHOISTED = "fsm+unhoisted"  # fsm without the executor's input-projection hoisting
 HAND = "pytorch_hand"
+PT_UNBATCHED = "pytorch_unbatched"  # per-instance PyTorch (a workload's ``Unbatched`` peer)
+SLOW = ("unbatched", PT_UNBATCHED)  # run on the first --unbatched-minibatches only
 FLOOR = "floor"
 PHASES = ("construction", "scheduling", "planning", "execution", "backward", "update")
 PROFILE_KEYS = {"gather_ms": "exec/gather_seconds", "read_ms": "exec/read_seconds",
@@ -86,6 +92,7 @@ class Job:
     errors: list[str] = field(default_factory=list)
     dead: set[str] = field(default_factory=set)
     hand: HandBatched | None = None
+    unbatched: HandBatched | None = None  # the pytorch_unbatched model
     floors: list[list[GemmFloor]] = field(default_factory=list)  # floors[r][k]
     api: DynamicBatch | None = None
 
@@ -145,15 +152,16 @@ def _pass(job: Job, contender: str, r: int, k: int, *, profile: bool = False
     with torch.set_grad_enabled(job.train):
         clock = _Clock()
         update: Iterable[Tensor] = job.params.values()
-        if contender == HAND:
-            assert job.hand is not None
-            prepared = job.hand.prepare(job.instances(r, k))
+        if contender in (HAND, PT_UNBATCHED):
+            model = job.hand if contender == HAND else job.unbatched
+            assert model is not None
+            prepared = model.prepare(job.instances(r, k))
             clock.lap("construction")
-            loss = job.hand.forward(prepared)
+            loss = model.forward(prepared)
             job.sync()
             clock.lap("execution")
             info: dict[str, float] = {}
-            update = job.hand.parameters()
+            update = model.parameters()
         else:
             graph = construct(job, contender, r, k)
             clock.lap("construction")
@@ -213,7 +221,7 @@ def bench_job(job: Job, contenders: Sequence[str], args: argparse.Namespace
     no row."""
     slots = len(job.plan[0])
     limit = args.unbatched_minibatches or slots
-    counts = {c: min(limit, slots) if c == "unbatched" else slots for c in contenders}
+    counts = {c: min(limit, slots) if c in SLOW else slots for c in contenders}
     samples: dict[str, list[list[dict[str, float]]]] = {
         c: [[] for _ in range(n)] for c, n in counts.items()}
     infos: dict[str, list[dict[str, float]]] = {c: [] for c in contenders}
@@ -251,7 +259,7 @@ def bench_job(job: Job, contenders: Sequence[str], args: argparse.Namespace
 
 def _profile(job: Job, contender: str, count: int) -> dict[str, float]:
     """Gather / kernel / compile ms from one extra profiled pass (if the executor can)."""
-    if contender in ("unbatched", HAND, FLOOR):
+    if contender in (*SLOW, HAND, FLOOR):
         return {}
     out = dict.fromkeys(PROFILE_KEYS, 0.0)
     for k in range(count):
@@ -293,8 +301,8 @@ def _row(job: Job, contender: str, samples: list[list[dict[str, float]]],
     items = sum(len(b) for b in job.plan[-1][:n])
     all_items = sum(len(b) for b in job.plan[-1])
     overhead = ms["construction_ms"] + ms["scheduling_ms"] + ms["planning_ms"]
-    framework = ("dynet" if contender in job.peers else "pytorch" if contender == HAND
-                 else "floor" if contender == FLOOR else "edbatch")
+    framework = ("dynet" if contender in job.peers else "pytorch" if contender in (
+        HAND, PT_UNBATCHED) else "floor" if contender == FLOOR else "edbatch")
     row = {**job.base, "contender": contender, "framework": framework, "minibatches": n,
            "items": items, "scale": all_items / items, **ms, "total_ms": total,
            "items_per_s": items / (total / 1e3), "overhead_share": overhead / total,

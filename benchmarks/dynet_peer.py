@@ -51,7 +51,7 @@ import numpy as np
 
 if str(Path(__file__).resolve().parents[1]) not in sys.path:  # run as a script: the peers
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # are benchmarks.peers.*
-from benchmarks.peers import find_peers
+from benchmarks.peers import find_peers, sized_workload
 
 __all__ = ["LOOKUPS", "PEERS", "PeerError", "build_peer", "init_dynet", "load_params", "main",
            "run_benchmark", "save_params", "serve"]
@@ -336,10 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         _check_args(args)
-        from edbatch.workloads import make_workload
-
-        wl: Any = make_workload(args.workload, granularity="cell", embed_dim=args.embed,
-                                hidden_dim=args.hidden)
+        wl: Any = sized_workload(args.workload, args.embed, args.hidden)
         arrays = load_params(args.params, wl.param_shapes(), args.workload)
         if args.preload_split is not None and args.preload_split not in wl.splits:
             raise PeerError(f"--preload-split {args.preload_split!r}: {args.workload} has the "

@@ -23,9 +23,10 @@ the rows compare batching, not a tanh implementation); ``nn.LSTM`` uses its own 
 Embedding lookups have sparse (row) gradients, as edbatch's training and DyNet's lookups.
 
 Each workload's model lives in ``benchmarks/peers/<name>.py`` (its ``HandBatched``), found by
-the workload's name. Each model is a :class:`HandBatched`: ``prepare(instances)`` builds the
-index arrays of a mini-batch (numpy; the ``construction`` phase) and ``forward(prepared)``
-returns the loss.
+the workload's name; its ``Unbatched``, where it has one, is per-instance PyTorch node by node
+(the ``pytorch_unbatched`` contender, the baseline the seeds' speedups divide by). Each model
+is a :class:`HandBatched`: ``prepare(instances)`` builds the index arrays of a mini-batch
+(numpy; the ``construction`` phase) and ``forward(prepared)`` returns the loss.
 
 TorchFold (``torchfold`` 0.1.0 on PyPI, the dynamic-batching helper for PyTorch) is tried by
 :func:`torchfold_status`: on torch >= 1 its ``Fold.add`` evaluates ``torch.tensor._TensorBase``
@@ -44,7 +45,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = ["HandBatched", "hand_batched_models", "levels", "make_hand_batched",
-           "torchfold_status"]
+           "make_unbatched", "torchfold_status", "unbatched_models"]
 
 
 class HandBatched:
@@ -91,6 +92,21 @@ def hand_batched_models() -> dict[str, type[HandBatched]]:
 def make_hand_batched(wl: Any, params: Mapping[str, Tensor]) -> HandBatched | None:
     """The hand-batched model of ``wl`` (``None`` if there is none for it)."""
     cls = hand_batched_models().get(wl.name)
+    return None if cls is None else cls(wl, params)
+
+
+@functools.cache
+def unbatched_models() -> dict[str, type[HandBatched]]:
+    """Workload name -> per-instance PyTorch model class: the ``Unbatched`` of every
+    ``benchmarks/peers/<name>.py`` that has one."""
+    from benchmarks.peers import find_peers
+
+    return find_peers("Unbatched")
+
+
+def make_unbatched(wl: Any, params: Mapping[str, Tensor]) -> HandBatched | None:
+    """The per-instance PyTorch model of ``wl`` (``None`` if there is none for it)."""
+    cls = unbatched_models().get(wl.name)
     return None if cls is None else cls(wl, params)
 
 

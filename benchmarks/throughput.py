@@ -25,7 +25,9 @@ Contenders: edbatch ``unbatched`` (node by node, first ``--unbatched-minibatches
 reused by structure), on CUDA ``fsm+memo+cugraph``, ``fsm+unhoisted`` (``fsm`` without the
 executor's input-projection hoisting, which every other edbatch contender has where a cell
 has a hoisted form: the default); ``pytorch_hand``
-(:mod:`benchmarks.hand_batched`); ``floor`` (the GEMMs of the ``fsm`` schedule's hoisted
+(:mod:`benchmarks.hand_batched`); ``pytorch_unbatched`` (per-instance PyTorch, node by
+node, where ``benchmarks/peers/<name>.py`` has an ``Unbatched``; first
+``--unbatched-minibatches`` only); ``floor`` (the GEMMs of the ``fsm`` schedule's hoisted
 program alone); DyNet
 ``dynet_autobatch{0,1,2}`` (one ``benchmarks/dynet_peer.py --serve`` worker each, if
 ``dynet`` is installed; ``--no-dynet-interleave`` times each worker as one block instead,
@@ -69,17 +71,33 @@ import torch
 
 from benchmarks._dynet_server import DynetServer, PeerServerError
 from benchmarks._throughput_data import DATA_MODES, GemmFloor, gemm_shapes, minibatch_plan
-from benchmarks._throughput_passes import FLOOR, GRAPHED, HAND, PHASES, UNHOISTED, Job, bench_job
+from benchmarks._throughput_passes import (
+    FLOOR,
+    GRAPHED,
+    HAND,
+    PHASES,
+    PT_UNBATCHED,
+    UNHOISTED,
+    Job,
+    bench_job,
+)
 from benchmarks._throughput_report import add_ratios
-from benchmarks.hand_batched import hand_batched_models, make_hand_batched, torchfold_status
+from benchmarks.hand_batched import (
+    hand_batched_models,
+    make_hand_batched,
+    make_unbatched,
+    torchfold_status,
+    unbatched_models,
+)
 from benchmarks.models_api import RECORDERS
+from benchmarks.peers import sized_workload
 from edbatch.api import AutoScheduler, DynamicBatch
 from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.schedule import MemoScheduler, Schedule, make_scheduler
 from edbatch.tracking import machine_info
-from edbatch.workloads import Workload, make_workload
+from edbatch.workloads import Workload, make_workload  # noqa: F401  (tests: tp.make_workload)
 
 __all__ = ["CONTENDERS", "DYNET_CONTENDERS", "EDBATCH_CONTENDERS", "PHASES", "build_parser",
            "fsm_hparams", "load_or_train_policy", "main", "parse_size", "run"]
@@ -89,7 +107,7 @@ DYNET_PEER = ROOT / "benchmarks" / "dynet_peer.py"
 EDBATCH_CONTENDERS = ("unbatched", "depth", "dynet_agenda", "fsm", "fsm+aligned",
                       "fsm+planned", "fsm+fastbuild", "fsm+cse", "fsm+planned+memo", GRAPHED,
                       "auto", UNHOISTED)
-OTHER_CONTENDERS = (HAND, FLOOR)
+OTHER_CONTENDERS = (HAND, FLOOR, PT_UNBATCHED)
 DYNET_CONTENDERS = ("dynet_autobatch0", "dynet_autobatch1", "dynet_autobatch2")
 CONTENDERS = EDBATCH_CONTENDERS + OTHER_CONTENDERS + DYNET_CONTENDERS
 #: The registered workloads with a per-instance API model (``benchmarks/peers/<name>.py``).
@@ -227,6 +245,8 @@ def _edbatch_rows(name: str, size: str, wl: Workload, split: str,
                       "fsm"))]
     if HAND in args.contenders and name in hand_batched_models() and not cuda:
         contenders.append(HAND)
+    if PT_UNBATCHED in args.contenders and name in unbatched_models() and not cuda:
+        contenders.append(PT_UNBATCHED)
     contenders += list(peers)
     embed, hidden = _dims(size)
     rows: list[dict[str, Any]] = []
@@ -248,6 +268,8 @@ def _edbatch_rows(name: str, size: str, wl: Workload, split: str,
         use = [c for c in contenders if c not in dead]
         if HAND in use:
             job.hand = make_hand_batched(wl, params)
+        if PT_UNBATCHED in use:
+            job.unbatched = make_unbatched(wl, params)
         if FLOOR in args.contenders:
             job.floors = _floors(wl, split, plan, floor_scheduler, train)
             use.append(FLOOR)
@@ -384,7 +406,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         policy = None
         for size in args.sizes:
             embed, hidden = _dims(size)
-            wl = make_workload(name, granularity="cell", embed_dim=embed, hidden_dim=hidden)
+            wl = sized_workload(name, embed, hidden)  # (a GGNN has no embed_dim)
             if want_fsm and policy is None:  # once per workload, before any timing
                 policy, results["policies"][name] = load_or_train_policy(
                     name, wl, args.policy_dir, args.fsm_episodes, args.trainer)

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor.cell_kind import CellKind, Param
+from edbatch.executor.kernels import fast_tanh
 from edbatch.graph import OpType
 
 __all__ = ["SCORE_SCALE", "SickNode", "SickSim", "child_rows", "score_target",
@@ -66,17 +67,22 @@ class SickNode(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
         x = inputs[0]
         batch, hidden = x.shape[0], p.U_f.shape[0]
+        g = F.linear(x, p.W_iou, p.b_iou)
+        if len(inputs) == 1:  # leaves only (a schedule's first node batch): h~ = 0, no f_k
+            io = torch.sigmoid(g[:, :2 * hidden])
+            c = io[:, :hidden] * fast_tanh(g[:, 2 * hidden:])
+            return torch.cat([io[:, hidden:] * fast_tanh(c), c], dim=1)
         rows, segment = child_rows(inputs[1:], attrs, 2 * hidden)
         rows = rows.to(x.dtype)
         h_k, c_k = rows[:, :hidden], rows[:, hidden:]
         h_sum = x.new_zeros(batch, hidden).index_add(0, segment, h_k)
-        g = F.linear(x, p.W_iou, p.b_iou) + F.linear(h_sum, p.U_iou)
-        i, o = torch.sigmoid(g[:, :hidden]), torch.sigmoid(g[:, hidden:2 * hidden])
-        u = torch.tanh(g[:, 2 * hidden:])
+        g = torch.addmm(g, h_sum, p.U_iou.t())
+        io = torch.sigmoid(g[:, :2 * hidden])
+        u = fast_tanh(g[:, 2 * hidden:])
         wf = F.linear(x, p.W_f, p.b_f)
-        f = torch.sigmoid(wf.index_select(0, segment) + F.linear(h_k, p.U_f))
-        c = i * u + x.new_zeros(batch, hidden).index_add(0, segment, f * c_k)
-        return torch.cat([o * torch.tanh(c), c], dim=1)
+        f = torch.sigmoid(torch.addmm(wf.index_select(0, segment), h_k, p.U_f.t()))
+        c = io[:, :hidden] * u + x.new_zeros(batch, hidden).index_add(0, segment, f * c_k)
+        return torch.cat([io[:, hidden:] * fast_tanh(c), c], dim=1)
 
 
 def similarity_probs(h_a: Tensor, h_b: Tensor, w_x: Tensor, w_abs: Tensor, b_s: Tensor,

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 
+from benchmarks.peers import sized_workload
 from edbatch.executor import init_params, reference_loss
 from edbatch.workloads import make_workload
 from edbatch.workloads._trees import TreeInstance
@@ -88,7 +89,7 @@ def test_importing_the_worker_does_not_initialise_dynet() -> None:
 
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_loss_matches_edbatch_reference(dy: Any, name: str) -> None:
-    wl = make_workload(name, granularity="cell", embed_dim=EMBED, hidden_dim=HIDDEN)
+    wl = sized_workload(name, EMBED, HIDDEN)
     instances = list(wl.load(wl.default_eval_split)[:3])
     if name == "lattice_lstm":  # the sum of several incoming arcs is exercised
         assert max(inst.max_in_degree for inst in instances) > 1

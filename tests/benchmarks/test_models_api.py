@@ -9,10 +9,10 @@ import torch
 
 from benchmarks.hand_batched import make_hand_batched, torchfold_status
 from benchmarks.models_api import RECORDERS
+from benchmarks.peers import sized_workload
 from edbatch.api import DynamicBatch, take_graph
 from edbatch.errors import GraphError, UnknownNameError
 from edbatch.executor import init_params, reference_loss
-from edbatch.workloads import make_workload
 
 __all__: list[str] = []
 
@@ -21,7 +21,7 @@ ARRAYS = ("op_ids", "operand_ptr", "operand_ids", "attrs", "instance", "outputs"
 
 
 def _setup(name: str, grad: bool = False) -> tuple[object, list, dict]:
-    wl = make_workload(name, granularity="cell", embed_dim=6, hidden_dim=5)
+    wl = sized_workload(name, 6, 5)
     instances = list(wl.load("train")[10:16])
     params = {k: v.requires_grad_(grad)
               for k, v in init_params(wl, torch.Generator().manual_seed(0)).items()}

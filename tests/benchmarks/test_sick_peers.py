@@ -1,8 +1,8 @@
 """SICK Tree-LSTM peers and the user-API model: the same loss as the workload (fp64).
 
 * the unbatched per-instance and the level-batched PyTorch peers
-  (``benchmarks/sick_peers.py``) equal the workload's node-by-node reference executor, loss
-  and gradients, on the workload's parameters;
+  (``benchmarks/peers/tree_lstm_sick.py``) equal the workload's node-by-node reference
+  executor, loss and gradients, on the workload's parameters;
 * ``examples/sick_relatedness.py`` (written through ``edbatch.api``, a variadic cell) run
   batched equals a plain per-instance PyTorch implementation written here, loss and
   gradients; its ``main`` trains (the loss falls).
@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from benchmarks.sick_peers import level_batched_loss, unbatched_loss
+from benchmarks.peers.tree_lstm_sick import level_batched_loss, unbatched_loss
 from edbatch.data.sick import DepTree, SickPair, similarity_target
 from edbatch.executor import init_params, reference_loss
 from edbatch.workloads.tree_lstm_sick import TreeLSTMSick
@@ -36,7 +36,8 @@ def workload() -> TreeLSTMSick:
 
 
 def _grads(loss: Tensor, params: dict[str, Tensor]) -> list[Tensor]:
-    return list(torch.autograd.grad(loss, list(params.values())))
+    return [g.to_dense() if g.is_sparse else g
+            for g in torch.autograd.grad(loss, list(params.values()))]
 
 
 @pytest.mark.parametrize("split, start", [("dev", 0), ("train", 100), ("test", 2000)])
