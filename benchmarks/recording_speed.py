@@ -2,7 +2,8 @@
 
 Records 64-instance mini-batches of the training split with per-instance code written as a
 user writes it and times the recording alone (``time.process_time``, which a loaded
-machine inflates much less than wall time), in microseconds per recorded graph node:
+machine inflates much less than wall time), in microseconds per recorded graph node, the
+end of each mini-batch (``discard``) included:
 
 * ``tree_lstm``, ``bilstm_tagger``, ``lattice_lstm``: the workloads' built-in fused cells
   (``DynamicBatch.from_workload`` + ``batch.op``), the recorders of
@@ -40,7 +41,6 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import torch
 from torch import Tensor, nn
 
-import edbatch
 from benchmarks.models_api import RECORDERS
 from edbatch.executor import init_params
 from edbatch.workloads import make_workload
@@ -128,21 +128,23 @@ def make_recorder(api: ModuleType, model: str, wl: Any, dim: int
 
 def time_recording(batch: Any, record: Callable[[Sequence[Any]], None],
                    minibatches: Sequence[Sequence[Any]]) -> tuple[float, int]:
-    """CPU seconds recording ``minibatches`` (each then discarded) and nodes recorded."""
+    """CPU seconds recording ``minibatches`` and discarding each (the end of a mini-batch
+    is part of recording's cost) and the nodes recorded."""
     total, nodes = 0.0, 0
     for mb in minibatches:
         t0 = time.process_time()
         record(mb)
+        n = len(batch._rec.ops)
+        batch.discard()  # timed too: ending a mini-batch recycles its handles
         total += time.process_time() - t0
-        nodes += len(batch._rec.ops)
-        batch.discard()
+        nodes += n
     return total, nodes
 
 
 def load_api(root: Path) -> ModuleType:
     """``root/edbatch/api`` imported as a second copy of ``edbatch.api`` (the modules
     below it shared); this checkout's ``edbatch.api`` stays in place."""
-    import edbatch.api  # noqa: F401  (this checkout's first)
+    import edbatch.api  # this checkout's first
 
     mine = {k: v for k, v in sys.modules.items() if k.startswith("edbatch.api")}
     path = list(edbatch.__path__)
