@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from sys import getrefcount
 from typing import Any, Protocol, runtime_checkable
 
@@ -247,8 +246,11 @@ def recycle(pool: list[Handle], used: int) -> None:
     """After a mini-batch of ``used`` nodes: replace the handles someone still holds."""
     if not used:
         return
-    counts = np.fromiter(map(getrefcount, islice(pool, used)), np.intp, used)
-    for node in np.flatnonzero(counts > _FREE).tolist():
+    used_handles = pool[:used]  # (one more reference to each: _FREE + 1 means free)
+    if max(map(getrefcount, used_handles)) <= _FREE + 1:
+        return  # the common case, nobody holds any (max over map: C loops only)
+    counts = np.fromiter(map(getrefcount, used_handles), np.intp, used)
+    for node in np.flatnonzero(counts > _FREE + 1).tolist():
         pool[node] = _fresh(node)
 
 
