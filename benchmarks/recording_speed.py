@@ -144,6 +144,8 @@ def time_recording(batch: Any, record: Callable[[Sequence[Any]], None],
 def load_api(root: Path) -> ModuleType:
     """``root/edbatch/api`` imported as a second copy of ``edbatch.api`` (the modules
     below it shared); this checkout's ``edbatch.api`` stays in place."""
+    if not (root / "edbatch" / "api" / "__init__.py").is_file():
+        raise SystemExit(f"--baseline {root}: found no edbatch/api there")
     import edbatch.api  # this checkout's first
 
     mine = {k: v for k, v in sys.modules.items() if k.startswith("edbatch.api")}
