@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from edbatch.api._builtins import BuiltinOp, assemble_graph, builtin_op, register_workload
-from edbatch.api._cellcall import cell_function, variadic_function
+from edbatch.api._cellcall import probe, user_function
 from edbatch.api._handles import (
     BatchResult,
     Cell,
@@ -104,7 +104,9 @@ class DynamicBatch:
     def cell(self, module: Callable[..., Tensor], name: str, in_shapes: Sequence[ShapeLike],
              out_shape: ShapeLike, *, takes_attr: bool = False,
              variadic: bool = False) -> Cell:
-        """Register ``module`` as the cell (op type) ``user.<name>`` and return it.
+        """Register ``module`` as the cell (op type) ``user.<name>``; return the function
+        that records one node of it per call (a :class:`~edbatch.api.Cell`; registering the
+        same module under the same name again returns the same function).
 
         ``variadic=True``: the last of ``in_shapes`` repeats any number of times per call
         (see :mod:`edbatch.api._variadic` for the module's call).
@@ -140,19 +142,11 @@ class DynamicBatch:
                 return old.call  # type: ignore[no-any-return]
             raise GraphError(f"cell {name!r} is already registered as {old!r} (module "
                              f"{type(old.module).__name__}); give this cell another name")
-        self._probe(new)
+        probe(new, self.device, self.dtype)
         self.kernels[new.op.kind] = new.kernel
         self._register(new.op)
         new.kind = self._kinds[new.op.name]
-        if isinstance(new, VariadicCell):
-            call = variadic_function(new, self)
-            call.fixed, call.each = new.fixed, new.each
-        else:
-            call = cell_function(new, self)
-            call.in_shapes, call.takes_attr = new.in_shapes, takes_attr
-        call.cell, call.op, call.batch, call.name, call.module = new, new.op, self, name, module
-        call.__name__ = call.__qualname__ = name
-        call.__doc__ = f"Add one node of cell {name!r} (a :class:`Cell`)."
+        call = user_function(new, self)
         new.call = call
         self._cells[new.op.kind] = new
         return call  # type: ignore[no-any-return]
@@ -162,33 +156,6 @@ class DynamicBatch:
             self._op_ids[op.name] = len(self._ops)
             self._kinds[op.name] = Kind(op, len(self._ops))
             self._ops.append(op)
-
-    def _probe(self, cell: CellImpl | VariadicCell) -> None:
-        shapes = cell.probe_shapes if isinstance(cell, VariadicCell) else cell.op.in_shapes or ()
-        module, training = cell.module, getattr(cell.module, "training", False)
-        if isinstance(module, nn.Module):
-            module.eval()  # e.g. batch norm cannot run on one row in training mode
-        try:
-            with torch.no_grad():
-                if isinstance(cell, VariadicCell):
-                    cell.probe(self.device, self.dtype)
-                else:
-                    cell.forward_rows([torch.zeros(1, math.prod(s), device=self.device,
-                                                   dtype=self.dtype) for s in shapes],
-                                      torch.zeros(1, dtype=torch.int64, device=self.device))
-        except GraphError:
-            raise
-        except Exception as e:
-            hint = dtype_hint([cell], self.dtype) or (
-                f" The batch computes in {self.dtype}: for another dtype create it with "
-                f"DynamicBatch(dtype=...)." if "dtype" in str(e) or "Double" in str(e) else "")
-            raise GraphError(f"cell {cell.name!r}: module {type(module).__name__} raised "
-                             f"{type(e).__name__}: {e} on a probe batch of zeros with input "
-                             f"shapes {[(1, *s) for s in shapes]}; check in_shapes and the "
-                             f"module.{hint}") from e
-        finally:
-            if isinstance(module, nn.Module):
-                module.train(training)
 
     # ------------------------------------------------------------------ recording
     def instance(self) -> Instance:

@@ -18,12 +18,18 @@ tuple; a shape that is equal but not interned only takes the checked path.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
-from edbatch.api._handles import Handle, grow_pool, intern_shape
+import torch
+from torch import nn
 
-__all__ = ["cell_function", "variadic_function"]
+from edbatch.api._handles import Handle, dtype_hint, grow_pool, intern_shape
+from edbatch.api._variadic import VariadicCell
+from edbatch.errors import GraphError
+
+__all__ = ["cell_function", "probe", "user_function", "variadic_function"]
 
 _NO: Any = type("_Missing", (), {"_rec": None})()  # a missing operand (never a recording)
 
@@ -195,3 +201,54 @@ def variadic_function(cell: Any, batch: Any) -> Callable[..., Handle]:
         return slow(operands)
 
     return call
+
+
+def user_function(cell: Any, batch: Any) -> Callable[..., Handle]:
+    """The function :meth:`DynamicBatch.cell <edbatch.api.DynamicBatch.cell>` returns for
+    the registered ``cell`` (a :class:`~edbatch.api.Cell`: its attributes say what it is)."""
+    call: Any
+    if isinstance(cell, VariadicCell):
+        call = variadic_function(cell, batch)
+        call.fixed, call.each = cell.fixed, cell.each
+    else:
+        call = cell_function(cell, batch)
+        call.in_shapes, call.takes_attr = cell.in_shapes, cell.takes_attr
+    call.cell, call.op, call.batch, call.name, call.module = (cell, cell.op, batch, cell.name,
+                                                              cell.module)
+    call.__name__ = call.__qualname__ = cell.name
+    call.__doc__ = f"Add one node of cell {cell.name!r} (a :class:`Cell`)."
+    return call  # type: ignore[no-any-return]
+
+
+def probe(cell: Any, device: torch.device, dtype: torch.dtype) -> None:
+    """Run ``cell``'s module once on a zero batch of one row (eval mode, no grad).
+
+    Raises:
+        GraphError: the module raised or returned the wrong shape (names the cell, got and
+            expected, and a dtype hint where it fits).
+    """
+    shapes = cell.probe_shapes if isinstance(cell, VariadicCell) else cell.op.in_shapes or ()
+    module, training = cell.module, getattr(cell.module, "training", False)
+    if isinstance(module, nn.Module):
+        module.eval()  # e.g. batch norm cannot run on one row in training mode
+    try:
+        with torch.no_grad():
+            if isinstance(cell, VariadicCell):
+                cell.probe(device, dtype)
+            else:
+                cell.forward_rows([torch.zeros(1, math.prod(s), device=device, dtype=dtype)
+                                   for s in shapes],
+                                  torch.zeros(1, dtype=torch.int64, device=device))
+    except GraphError:
+        raise
+    except Exception as e:
+        hint = dtype_hint([cell], dtype) or (
+            f" The batch computes in {dtype}: for another dtype create it with "
+            f"DynamicBatch(dtype=...)." if "dtype" in str(e) or "Double" in str(e) else "")
+        raise GraphError(f"cell {cell.name!r}: module {type(module).__name__} raised "
+                         f"{type(e).__name__}: {e} on a probe batch of zeros with input "
+                         f"shapes {[(1, *s) for s in shapes]}; check in_shapes and the "
+                         f"module.{hint}") from e
+    finally:
+        if isinstance(module, nn.Module):
+            module.train(training)
