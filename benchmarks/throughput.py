@@ -44,6 +44,12 @@ per-phase ms (see docs/benchmarks.md). It asserts nothing about speed.
         [--modes infer train] [--minibatches 4] [--repeats 3] [--data reshuffled] \\
         [--no-dynet] [--out results/throughput.json] [--plot results/throughput.png]
 
+Without arguments it runs the default set (a few minutes on 2 cores, FSM policies trained
+on first use included): every workload and mode at 300x150, 2 mini-batches a pass, the
+contenders ``depth dynet_agenda fsm pytorch_hand floor dynet_autobatch1``. ``--full`` is the
+full set: every contender, sizes ``300x150 128x128``, the whole training split per pass
+(``--minibatches 0``; hours); flags given explicitly still apply.
+
 Sizes are ``EMBEDxHIDDEN`` strings (any positive pair, e.g. ``8x6`` for a quick check).
 """
 
@@ -99,8 +105,9 @@ from edbatch.schedule import MemoScheduler, Schedule, make_scheduler
 from edbatch.tracking import machine_info
 from edbatch.workloads import Workload, make_workload  # noqa: F401  (tests: tp.make_workload)
 
-__all__ = ["CONTENDERS", "DYNET_CONTENDERS", "EDBATCH_CONTENDERS", "PHASES", "build_parser",
-           "fsm_hparams", "load_or_train_policy", "main", "parse_size", "run"]
+__all__ = ["CONTENDERS", "DEFAULT_CONTENDERS", "DEFAULT_SIZES", "DYNET_CONTENDERS",
+           "EDBATCH_CONTENDERS", "PHASES", "build_parser", "fsm_hparams", "load_or_train_policy",
+           "main", "parse_size", "run"]
 
 ROOT = Path(__file__).resolve().parents[1]
 DYNET_PEER = ROOT / "benchmarks" / "dynet_peer.py"
@@ -114,6 +121,14 @@ CONTENDERS = EDBATCH_CONTENDERS + OTHER_CONTENDERS + DYNET_CONTENDERS
 WORKLOADS = tuple(RECORDERS)
 SIZES = ("300x150", "128x128")
 MODES = ("infer", "train")
+#: What a run without arguments measures (about 3 minutes on 2 idle cores, FSM policies
+#: trained on first use included): every workload and mode at the paper's size, 2 mini-batches
+#: a pass, the contenders that state the result (the learned FSM against edbatch's own
+#: agenda baselines, the hand-batched PyTorch peer, the GEMM floor and DyNet's agenda
+#: autobatching). ``--full`` is every contender at both sizes (hours: see --help).
+DEFAULT_SIZES = ("300x150",)
+DEFAULT_MINIBATCHES = 2
+DEFAULT_CONTENDERS = ("depth", "dynet_agenda", "fsm", HAND, FLOOR, "dynet_autobatch1")
 BATCH_SIZE = 64
 LOSS_RTOL = 1e-3
 Plan = list[list[list[int]]]  # plan[r][k]: instance indices of mini-batch k of pass r
@@ -468,19 +483,26 @@ def _dynet_note(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0], epilog=(
+        f"The default run (no arguments): every workload and mode at "
+        f"{' '.join(DEFAULT_SIZES)}, {DEFAULT_MINIBATCHES} mini-batches a pass, contenders "
+        f"{' '.join(DEFAULT_CONTENDERS)}: a few minutes on 2 cores, FSM policies trained on "
+        f"first use included. --full: every contender at {' '.join(SIZES)} over the whole "
+        f"training split (hours)."))
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
-    p.add_argument("--sizes", nargs="+", default=list(SIZES), type=parse_size,
-                   help="EMBEDxHIDDEN, e.g. 300x150 128x128")
+    p.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), type=parse_size,
+                   help=f"EMBEDxHIDDEN (default {' '.join(DEFAULT_SIZES)}; the full set: "
+                        f"{' '.join(SIZES)})")
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument("--data", choices=DATA_MODES, default="reshuffled",
                    help="reshuffled: every pass draws new mini-batches from a seeded "
                         "permutation of the training split (default); repeated: the same "
                         "first mini-batches of the eval split every pass")
     p.add_argument("--seed", type=int, default=0, help="seed of the reshuffled permutation")
-    p.add_argument("--minibatches", type=int, default=0,
-                   help="mini-batches of 64 per pass (0: all of the eval split when "
-                        "repeated; the training split spread over the passes when reshuffled)")
+    p.add_argument("--minibatches", type=int, default=DEFAULT_MINIBATCHES,
+                   help=f"mini-batches of 64 per pass (default {DEFAULT_MINIBATCHES}; 0: all "
+                        f"of the eval split when repeated, the training split spread over "
+                        f"the passes when reshuffled)")
     p.add_argument("--unbatched-minibatches", type=int, default=1,
                    help="mini-batches the slow node-by-node contender runs (0: all)")
     p.add_argument("--repeats", type=int, default=3)
@@ -500,9 +522,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cse", action="store_true",
                    help="merge repeated operand-free nodes (edbatch.graph.dedupe_leaves) for "
                         "every edbatch contender (default: only fsm+cse does)")
-    p.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS,
-                   help="auto: the FSM and the heuristics x aligned/naive timed on the first "
-                   "mini-batches (round-robin), the fastest kept")
+    p.add_argument("--contenders", nargs="+", default=list(DEFAULT_CONTENDERS),
+                   choices=CONTENDERS, metavar="CONTENDER",
+                   help=f"default: {' '.join(DEFAULT_CONTENDERS)}; any of {', '.join(CONTENDERS)}"
+                        f" (auto: the FSM and the heuristics x aligned/naive timed on the "
+                        f"first mini-batches, round-robin, the fastest kept)")
+    p.add_argument("--full", action="store_true",
+                   help=f"the full set: every contender, sizes {' '.join(SIZES)}, all of the "
+                        f"training split per pass (--minibatches 0); hours on 2 cores. "
+                        f"Explicit --sizes/--contenders/--minibatches still apply")
     p.add_argument("--policy-dir", default="results/throughput_policies",
                    help="FSM policies <workload>.json (trained here when missing)")
     p.add_argument("--trainer", choices=("expert", "q_learning"), default="expert",
@@ -524,6 +552,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.full:  # the full set, where the flag was not given explicitly
+        given = argv if argv is not None else sys.argv[1:]
+        for flag, value in (("--sizes", list(SIZES)), ("--contenders", list(CONTENDERS)),
+                            ("--minibatches", 0)):
+            if not any(a == flag or a.startswith(f"{flag}=") for a in given):
+                setattr(args, flag[2:], value)
     for flag in ("minibatches", "unbatched_minibatches", "warmup"):
         if getattr(args, flag) < 0:
             parser.error(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")

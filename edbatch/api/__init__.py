@@ -34,8 +34,9 @@ Example:
 
 from edbatch.api._batch import DynamicBatch
 from edbatch.api._builtins import BuiltinOp, RecordingWarning, take_graph
-from edbatch.api._handles import BatchResult, Cell, Handle, Handles, ShapeLike
-from edbatch.api._programs import ProgramsResult, switch
+from edbatch.api._bulk import Handles, switch
+from edbatch.api._handles import BatchResult, Cell, Handle, ShapeLike
+from edbatch.api._programs import ProgramsResult
 from edbatch.api._schedulers import AutoScheduler, SchedulerLike, memory_strategy
 from edbatch.api._variadic import VariadicCell, segment_sum
 from edbatch.api._warmup import warmup

@@ -13,9 +13,11 @@ import torch
 from torch import Tensor, nn
 
 from edbatch.api._builtins import BuiltinOp, assemble_graph, builtin_op, register_workload
+from edbatch.api._cellcall import probe, user_function
 from edbatch.api._handles import (
     BatchResult,
     Cell,
+    CellImpl,
     Handle,
     Instance,
     Kind,
@@ -23,7 +25,9 @@ from edbatch.api._handles import (
     ShapeLike,
     _shape,
     dtype_hint,
+    grow_pool,
     new_handle,
+    recycle,
 )
 from edbatch.api._programs import Program, ProgramsResult, run_programs
 from edbatch.api._schedulers import SchedulerLike, as_scheduler, memory_strategy
@@ -61,13 +65,15 @@ class DynamicBatch:
         self._ops: list[OpType] = []
         self._op_ids: dict[str, int] = {}
         self._kinds: dict[str, Kind] = {}
-        self._cells: dict[str, Cell] = {}
+        self._cells: dict[str, CellImpl | VariadicCell] = {}
         self._embeddings: dict[int, Cell] = {}
+        self._lookup_kinds: dict[Any, Kind] = {}  # embedding module -> its cell's kind
         self._generation = 0
         self.warned_outside = False  # the warning about nodes outside instances: once
         self.params: dict[str, Tensor] = {}  #: built-in op types' parameters (from_workload)
         self._vocabs: dict[tuple[int, bool], Vocab] = {}  # graph() vocabularies, reused
         self._kept: dict[Any, Any] = {}  # run("auto") and policies: made once, kept across runs
+        self._pool: list[Handle] = []  # node id -> its handle object (see _handles.recycle)
         self._clear()
 
     @classmethod
@@ -83,6 +89,7 @@ class DynamicBatch:
     def _clear(self) -> None:  # forget the recorded mini-batch; its handles become stale
         old = getattr(self, "_rec", None)
         if old is not None:
+            recycle(self._pool, len(old.ops))
             old.release()
         self._generation += 1
         self._rec = Recording(self, self._generation)
@@ -97,7 +104,9 @@ class DynamicBatch:
     def cell(self, module: Callable[..., Tensor], name: str, in_shapes: Sequence[ShapeLike],
              out_shape: ShapeLike, *, takes_attr: bool = False,
              variadic: bool = False) -> Cell:
-        """Register ``module`` as the cell (op type) ``user.<name>`` and return it.
+        """Register ``module`` as the cell (op type) ``user.<name>``; return the function
+        that records one node of it per call (a :class:`~edbatch.api.Cell`; registering the
+        same module under the same name again returns the same function).
 
         ``variadic=True``: the last of ``in_shapes`` repeats any number of times per call
         (see :mod:`edbatch.api._variadic` for the module's call).
@@ -126,53 +135,27 @@ class DynamicBatch:
             raise GraphError(f"cell {name!r}: a variadic cell takes no attr (its nodes' "
                              f"attrs hold their operand counts); pass labels to another cell")
         new = (VariadicCell(self, module, name, ins, out) if variadic
-               else Cell(self, module, name, ins, out, takes_attr))
+               else CellImpl(self, module, name, ins, out, takes_attr))
         old = self._cells.get(new.op.kind)
         if old is not None:
             if old.module is module and old.op == new.op and old.takes_attr == takes_attr:
-                return old
+                return old.call  # type: ignore[no-any-return]
             raise GraphError(f"cell {name!r} is already registered as {old!r} (module "
                              f"{type(old.module).__name__}); give this cell another name")
-        self._probe(new)
+        probe(new, self.device, self.dtype)
         self.kernels[new.op.kind] = new.kernel
         self._register(new.op)
-        if isinstance(new, Cell):
-            new.kind = self._kinds[new.op.name]
+        new.kind = self._kinds[new.op.name]
+        call = user_function(new, self)
+        new.call = call
         self._cells[new.op.kind] = new
-        return new
+        return call  # type: ignore[no-any-return]
 
     def _register(self, op: OpType) -> None:
         if op.name not in self._op_ids:
             self._op_ids[op.name] = len(self._ops)
             self._kinds[op.name] = Kind(op, len(self._ops))
             self._ops.append(op)
-
-    def _probe(self, cell: Cell | VariadicCell) -> None:
-        shapes = cell.probe_shapes if isinstance(cell, VariadicCell) else cell.op.in_shapes or ()
-        module, training = cell.module, getattr(cell.module, "training", False)
-        if isinstance(module, nn.Module):
-            module.eval()  # e.g. batch norm cannot run on one row in training mode
-        try:
-            with torch.no_grad():
-                if isinstance(cell, VariadicCell):
-                    cell.probe(self.device, self.dtype)
-                else:
-                    cell.forward_rows([torch.zeros(1, math.prod(s), device=self.device,
-                                                   dtype=self.dtype) for s in shapes],
-                                      torch.zeros(1, dtype=torch.int64, device=self.device))
-        except GraphError:
-            raise
-        except Exception as e:
-            hint = dtype_hint([cell], self.dtype) or (
-                f" The batch computes in {self.dtype}: for another dtype create it with "
-                f"DynamicBatch(dtype=...)." if "dtype" in str(e) or "Double" in str(e) else "")
-            raise GraphError(f"cell {cell.name!r}: module {type(module).__name__} raised "
-                             f"{type(e).__name__}: {e} on a probe batch of zeros with input "
-                             f"shapes {[(1, *s) for s in shapes]}; check in_shapes and the "
-                             f"module.{hint}") from e
-        finally:
-            if isinstance(module, nn.Module):
-                module.train(training)
 
     # ------------------------------------------------------------------ recording
     def instance(self) -> Instance:
@@ -269,11 +252,33 @@ class DynamicBatch:
         Raises:
             GraphError: ``index`` is out of range (the message names the cell).
         """
+        try:  # the common case inline: a registered embedding, an int index in range
+            kind = self._lookup_kinds[embedding]
+            if type(index) is int and 0 <= index < embedding.num_embeddings:
+                rec = self._rec
+                ops = rec.ops
+                node = len(ops)
+                ops.append(kind.op_id)
+                rec.attrs.append(index)
+                pool = self._pool
+                try:
+                    h = pool[node]
+                except IndexError:
+                    h = grow_pool(pool, node)
+                h._rec = rec
+                h._kind = kind
+                return h
+        except (KeyError, TypeError):  # (TypeError: an unhashable embedding-like object)
+            pass
         cell = self._embeddings.get(id(embedding))
         if cell is None:
             name = name or f"embedding{len(self._embeddings)}"
             cell = self.cell(embedding, name, [], embedding.embedding_dim, takes_attr=True)
             self._embeddings[id(embedding)] = cell
+            try:
+                self._lookup_kinds[embedding] = cell.cell.kind
+            except TypeError:
+                pass
         if not 0 <= index < embedding.num_embeddings:
             raise GraphError(f"cell {cell.name!r}: index {index} is out of range for an "
                              f"embedding of {embedding.num_embeddings} rows; map unknown "
@@ -283,9 +288,12 @@ class DynamicBatch:
     def add_loss(self, handle: Handle) -> None:
         """Add ``handle`` (one number per row) to the mini-batch loss that ``run`` returns."""
         rec = self._rec
-        if type(handle) is Handle and handle._rec is rec and handle._kind.scalar:
-            rec.losses.append(handle.node_id)
-            return
+        try:  # (only a handle of this recording has it as ``_rec``)
+            if handle._rec is rec and handle._kind.scalar:
+                rec.losses.append(handle.node_id)
+                return
+        except AttributeError:
+            pass
         self._check_handle(handle, "add_loss")
         if math.prod(handle.shape) != 1:
             raise GraphError(f"add_loss: {handle!r} has shape {handle.shape}, not one number; "

@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from torch import Tensor
 
-from edbatch.api._handles import Handle, Recording
+from edbatch.api._handles import Handle, Recording, grow_pool
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
 from edbatch.graph import Graph, OpType, Vocab
@@ -79,7 +79,7 @@ class BuiltinOp(Protocol):
 def _generic(batch: Batch, op: OpType) -> Callable[..., Handle]:
     """Any arity (variadic included): the checks of every op call, and its errors."""
     kind = batch._kinds[op.name]
-    arity, op_id = kind.arity, kind.op_id
+    arity, op_id, pool = kind.arity, kind.op_id, batch._pool
 
     def call(*operands: Handle, attr: int = -1) -> Handle:
         # ``h._rec is rec`` checks batch and generation at once (see Recording).
@@ -99,9 +99,11 @@ def _generic(batch: Batch, op: OpType) -> Callable[..., Handle]:
                 node = len(ops)
                 ops.append(op_id)
                 rec.attrs.append(attr)
-                h = _new(Handle)
+                try:
+                    h = pool[node]
+                except IndexError:
+                    h = grow_pool(pool, node)
                 h._rec = rec
-                h.node_id = node
                 h._kind = kind
                 return h
         except AttributeError:
@@ -137,30 +139,46 @@ def _undo(rec: Recording, operands: Sequence[Any], arity: int) -> None:
 # ---------------------------------------------------------------------------- fixed arity
 # One function per small fixed arity: named parameters instead of a ``*operands`` loop, one
 # ``try`` around the common case (every operand a handle of the current recording, no extra
-# operand). Anything else (a missing, extra or foreign operand, a non-handle) falls back to
-# the generic call, which raises its usual errors. ``_NO`` marks a missing operand: its
-# ``_rec`` is never a recording.
+# operand; the node's handle is its batch's pooled one, see ``_handles.recycle``). Anything
+# else (a missing, extra or foreign operand, a non-handle) falls back to the generic call,
+# which raises its usual errors. ``_NO`` marks a missing operand: its ``_rec`` is never a
+# recording.
 _NO: Any = type("_Missing", (), {"_rec": None})()
-_new = object.__new__
 
 
 def _fixed(batch: Batch, op: OpType) -> Callable[..., Handle]:
+    """The call of op type ``op``: one of ``_op0.._op3`` for its arity, else generic. Each
+    takes the node's pooled handle before appending anything: a pool too short raises
+    ``IndexError`` there, the pool grows and the generic call records the node."""
     kind = batch._kinds[op.name]
-    op_id, slow = kind.op_id, _generic(batch, op)
+    make = {0: _op0, 1: _op1, 2: _op2, 3: _op3}.get(kind.arity)
+    slow = _generic(batch, op)
+    return slow if make is None else make(batch, kind, slow)
+
+
+def _op0(batch: Batch, kind: Any, slow: Callable[..., Handle]) -> Callable[..., Handle]:
+    op_id, pool = kind.op_id, batch._pool
 
     def op0(*more: Handle, attr: int = -1) -> Handle:
         rec = batch._rec
-        if not more:
-            ops = rec.ops
-            node = len(ops)
-            ops.append(op_id)
-            rec.attrs.append(attr)
-            h = _new(Handle)
-            h._rec = rec
-            h.node_id = node
-            h._kind = kind
-            return h
+        try:
+            if not more:
+                ops = rec.ops
+                node = len(ops)
+                h = pool[node]
+                ops.append(op_id)
+                rec.attrs.append(attr)
+                h._rec = rec
+                h._kind = kind
+                return h
+        except IndexError:
+            grow_pool(pool, len(rec.ops))
         return slow(*more, attr=attr)
+    return op0
+
+
+def _op1(batch: Batch, kind: Any, slow: Callable[..., Handle]) -> Callable[..., Handle]:
+    op_id, pool = kind.op_id, batch._pool
 
     def op1(a: Handle = _NO, *more: Handle, attr: int = -1) -> Handle:
         rec = batch._rec
@@ -168,17 +186,23 @@ def _fixed(batch: Batch, op: OpType) -> Callable[..., Handle]:
             if a._rec is rec and not more:
                 ops = rec.ops
                 node = len(ops)
+                h = pool[node]
                 ops.append(op_id)
                 rec.operands.append(a.node_id)
                 rec.attrs.append(attr)
-                h = _new(Handle)
                 h._rec = rec
-                h.node_id = node
                 h._kind = kind
                 return h
         except AttributeError:
             pass
+        except IndexError:
+            grow_pool(pool, len(rec.ops))
         return slow(*_given(a), *more, attr=attr)
+    return op1
+
+
+def _op2(batch: Batch, kind: Any, slow: Callable[..., Handle]) -> Callable[..., Handle]:
+    op_id, pool = kind.op_id, batch._pool
 
     def op2(a: Handle = _NO, b: Handle = _NO, *more: Handle, attr: int = -1) -> Handle:
         rec = batch._rec
@@ -186,19 +210,25 @@ def _fixed(batch: Batch, op: OpType) -> Callable[..., Handle]:
             if a._rec is rec and b._rec is rec and not more:
                 ops = rec.ops
                 node = len(ops)
+                h = pool[node]
                 ops.append(op_id)
                 flat = rec.operands
                 flat.append(a.node_id)
                 flat.append(b.node_id)
                 rec.attrs.append(attr)
-                h = _new(Handle)
                 h._rec = rec
-                h.node_id = node
                 h._kind = kind
                 return h
         except AttributeError:
             pass
+        except IndexError:
+            grow_pool(pool, len(rec.ops))
         return slow(*_given(a, b), *more, attr=attr)
+    return op2
+
+
+def _op3(batch: Batch, kind: Any, slow: Callable[..., Handle]) -> Callable[..., Handle]:
+    op_id, pool = kind.op_id, batch._pool
 
     def op3(a: Handle = _NO, b: Handle = _NO, c: Handle = _NO, *more: Handle,
             attr: int = -1) -> Handle:
@@ -207,22 +237,22 @@ def _fixed(batch: Batch, op: OpType) -> Callable[..., Handle]:
             if a._rec is rec and b._rec is rec and c._rec is rec and not more:
                 ops = rec.ops
                 node = len(ops)
+                h = pool[node]
                 ops.append(op_id)
                 flat = rec.operands
                 flat.append(a.node_id)
                 flat.append(b.node_id)
                 flat.append(c.node_id)
                 rec.attrs.append(attr)
-                h = _new(Handle)
                 h._rec = rec
-                h.node_id = node
                 h._kind = kind
                 return h
         except AttributeError:
             pass
+        except IndexError:
+            grow_pool(pool, len(rec.ops))
         return slow(*_given(a, b, c), *more, attr=attr)
-
-    return {0: op0, 1: op1, 2: op2, 3: op3}.get(kind.arity, slow)
+    return op3
 
 
 def _given(*operands: Any) -> tuple[Any, ...]:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from sys import getrefcount
+from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -19,8 +21,9 @@ from edbatch.executor.torch_executor import RunResult
 from edbatch.graph import Graph, OpType
 from edbatch.schedule import Schedule
 
-__all__ = ["BatchResult", "Cell", "Handle", "Handles", "Instance", "Kind", "Recorder", "Recording",
-           "ShapeLike", "dtype_hint", "new_handle"]
+__all__ = ["BatchResult", "Cell", "CellImpl", "Handle", "Instance", "Kind", "Recorder",
+           "Recording", "ShapeLike", "dtype_hint", "fresh_handle", "grow_pool", "intern_shape",
+           "new_handle", "recycle"]
 
 
 class Recorder(Protocol):
@@ -43,6 +46,16 @@ def _shape(value: ShapeLike, what: str) -> tuple[int, ...]:
     return shape
 
 
+_SHAPES: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+
+def intern_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The one tuple equal to ``shape`` that kinds and cells share (the recording's hot
+    paths compare row shapes by identity; an equal shape not interned takes the checked
+    path)."""
+    return _SHAPES.setdefault(shape, shape)
+
+
 class Kind:
     """What every handle of one op type shares: the op type, its id, its row shape.
 
@@ -53,7 +66,8 @@ class Kind:
     __slots__ = ("arity", "name", "op", "op_id", "scalar", "shape")
 
     def __init__(self, op: OpType, op_id: int) -> None:
-        self.op, self.op_id, self.name, self.shape = op, op_id, op.name, op.out_shape
+        self.op, self.op_id, self.name = op, op_id, op.name
+        self.shape = intern_shape(tuple(op.out_shape))
         self.arity = -1 if op.arity is None else op.arity
         self.scalar = math.prod(op.out_shape) == 1
 
@@ -190,78 +204,89 @@ class Handle:
 _new = object.__new__
 
 
-class Handles(Sequence[Handle]):
-    """Consecutive nodes ``first .. first + n - 1`` of one row shape, as :meth:`Cell.map`
-    and :func:`~edbatch.api.switch` return them: a sequence of handles made on access
-    (``kinds``: one :class:`Kind` for all, or one per node). Passed whole to ``map``,
-    ``switch`` or a program's ``yield``, it is checked once and its node ids are a range:
-    no per-node Python."""
-
-    __slots__ = ("first", "kinds", "n", "rec", "shape")
-
-    def __init__(self, rec: Recording, first: int, n: int, kinds: Kind | list[Kind],
-                 shape: tuple[int, ...]) -> None:
-        self.rec, self.first, self.n, self.kinds, self.shape = rec, first, n, kinds, shape
-
-    @property
-    def ids(self) -> range:
-        """The node ids."""
-        return range(self.first, self.first + self.n)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def _one(self, i: int) -> Handle:
-        kinds = self.kinds
-        return new_handle(self.rec, self.first + i, kinds if type(kinds) is Kind else kinds[i])
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self._one(i) for i in range(*index.indices(self.n))]
-        i = index + self.n if index < 0 else index
-        if not 0 <= i < self.n:
-            raise IndexError(f"Handles index {index} out of range for {self.n} nodes")
-        return self._one(i)
-
-    def __iter__(self) -> Any:
-        return (self._one(i) for i in range(self.n))
-
-    def __repr__(self) -> str:
-        return f"Handles(%{self.first}..%{self.first + self.n - 1}, shape={self.shape})"
-
-
-def node_ids(slot: Sequence[Handle], rec: Recording, want: tuple[int, ...]
-             ) -> range | list[int] | None:
-    """The node ids of ``slot`` if every one is a handle of ``rec`` of shape ``want``
-    (``None`` otherwise): one check for a :class:`Handles`."""
-    if type(slot) is Handles:
-        return slot.ids if slot.rec is rec and slot.shape == want else None
-    if all(type(h) is Handle and h._rec is rec and h._kind.shape == want for h in slot):
-        return [h.node_id for h in slot]
-    return None
-
-
-def interleave(ids: Sequence[Sequence[int]]) -> list[int]:
-    """``[a0, b0, ..., a1, b1, ...]`` of equally long id lists (node-major operand order)."""
-    if len(ids) == 1:
-        return list(ids[0])
-    return [v for vs in zip(*ids) for v in vs]
+def _fresh(node: int) -> Handle:
+    """A new handle object of node ``node`` (no recording or kind set yet)."""
+    h = _new(Handle)
+    h.node_id = node
+    return h
 
 
 def new_handle(rec: Recording, node: int, kind: Kind) -> Handle:
-    """A handle of node ``node`` of ``rec`` (the hot paths inline this)."""
-    h = _new(Handle)
+    """The handle of node ``node`` of ``rec``: its batch's pooled one (the hot paths inline
+    this: ``h = pool[node]``, set ``_rec`` and ``_kind``; see :func:`grow_pool`)."""
+    pool = rec.batch._pool
+    try:
+        h = pool[node]
+    except IndexError:
+        h = grow_pool(pool, node)
     h._rec = rec
-    h.node_id = node
     h._kind = kind
     return h
 
 
-class Cell:
-    """A module registered in a :class:`DynamicBatch` as the op type ``user.<name>``.
+# ---------------------------------------------------------------------------- handle pool
+# Allocating a handle (and freeing it when the user's code drops it) is most of what a
+# recorded node costs in CPython. A batch keeps one handle object per node id instead
+# (``pool[v].node_id == v``) and hands ``pool[v]`` out as node ``v``'s handle, setting its
+# recording and kind. When a mini-batch ends (:func:`recycle`), a handle that only the pool
+# still references (its reference count says so: no variable, list or frame holds it, and
+# handles take no weak references) can serve the same node id of the next mini-batch:
+# nobody can ever see it again. A handle the user still holds is left to the user, stale
+# (its ``_rec`` is the finished recording), and replaced in the pool by a new object.
+_FREE = next(map(getrefcount, [_fresh(0)]))  # the count of a handle only the pool holds
 
-    Create it with :meth:`DynamicBatch.cell`; call it on handles (``h = cell(left, right)``,
-    or ``cell(h, attr=label)`` when it takes an attribute) to add a node.
+
+def grow_pool(pool: list[Handle], node: int) -> Handle:
+    """Extend ``pool`` past ``node`` (at least doubling it); return ``pool[node]``."""
+    size = max(node + 1, 2 * len(pool), 1024)
+    pool.extend(map(_fresh, range(len(pool), size)))
+    return pool[node]
+
+
+def recycle(pool: list[Handle], used: int) -> None:
+    """After a mini-batch of ``used`` nodes: replace the handles someone still holds (nodes
+    recorded in bulk, :class:`Handles`, may lie past the pool: they took none from it)."""
+    used = min(used, len(pool))
+    if not used:
+        return
+    used_handles = pool[:used]  # (one more reference to each: _FREE + 1 means free)
+    if max(map(getrefcount, used_handles)) <= _FREE + 1:
+        return  # the common case, nobody holds any (max over map: C loops only)
+    counts = np.fromiter(map(getrefcount, used_handles), np.intp, used)
+    for node in np.flatnonzero(counts > _FREE + 1).tolist():
+        pool[node] = _fresh(node)
+
+
+@runtime_checkable
+class Cell(Protocol):
+    """A registered cell, as :meth:`DynamicBatch.cell <edbatch.api.DynamicBatch.cell>`
+    returns it: call it on handles (``h = cell(left, right)``, or ``cell(h, attr=label)``
+    when it takes an attribute) to add a node of op type ``user.<name>``.
+
+    It is a plain Python function (``isinstance(f, Cell)`` checks for ``op``, ``batch``,
+    ``name`` and ``module``), as built-in ops are (:class:`~edbatch.api.BuiltinOp`): calling
+    a function with ``attr=`` builds no keyword dict. ``module`` is what runs on batches,
+    ``op`` the op type; a fixed-arity cell also has ``in_shapes`` and ``takes_attr``, a
+    variadic one ``fixed`` and ``each`` (see :mod:`edbatch.api._variadic`).
+    """
+
+    op: OpType
+    batch: Any
+    name: str
+    module: Callable[..., Tensor]
+
+    def __call__(self, *operands: Handle, attr: int | None = None) -> Handle:
+        """Add one node running this cell on ``operands``; return its handle.
+
+        Raises:
+            GraphError: wrong operand count, an operand that is not a handle of the current
+                mini-batch, a shape other than ``in_shapes``, a missing or unexpected attr.
+        """
+
+
+class CellImpl:
+    """A module registered in a :class:`DynamicBatch` as the op type ``user.<name>``: what
+    the batch keeps of a fixed-arity :class:`Cell` (the user calls its function ``call``).
 
     ``module`` is called on batches as ``module(*inputs[, attrs]) -> [B, *out_shape]``
     (``attrs``: the nodes' ``int64[B]`` attributes, if ``takes_attr``); ``op`` is the op type.
@@ -272,76 +297,15 @@ class Cell:
                  takes_attr: bool) -> None:
         self.batch, self.module, self.name, self.takes_attr = batch, module, name, takes_attr
         self.op = OpType(f"user.{name}", f"user.{name}", tuple(in_shapes), out_shape)
-        self.in_shapes = tuple(in_shapes)
+        self.in_shapes = tuple(intern_shape(tuple(s)) for s in in_shapes)
         self.kind: Kind | None = None  # set when registered (the fast path needs it)
+        self.call: Any = None  # the function users call, set when registered
 
     def __repr__(self) -> str:
         return f"Cell({self.name!r}, in_shapes={self.op.in_shapes}, out={self.op.out_shape})"
 
-    def __call__(self, *operands: Handle, attr: int | None = None) -> Handle:
-        """Add one node running this cell on ``operands``; return its handle.
-
-        Raises:
-            GraphError: wrong operand count, an operand that is not a handle of the current
-                mini-batch, a shape other than ``in_shapes``, a missing or unexpected attr.
-        """
-        kind = self.kind
-        if kind is not None and (attr is None) is not self.takes_attr and \
-                len(operands) == len(self.in_shapes):
-            # the common case, checked and recorded inline (see _builtins' fixed arities)
-            rec = self.batch._rec
-            try:
-                for h, want in zip(operands, self.in_shapes):
-                    if h._rec is not rec or h._kind.shape != want:
-                        break
-                else:
-                    ops = rec.ops
-                    node = len(ops)
-                    ops.append(kind.op_id)
-                    rec.operands.extend([h.node_id for h in operands])
-                    rec.attrs.append(-1 if attr is None else int(attr))
-                    out = _new(Handle)
-                    out._rec = rec
-                    out.node_id = node
-                    out._kind = kind
-                    return out
-            except AttributeError:
-                pass
-        return self._checked(operands, attr)
-
-    def map(self, *operands: Sequence[Handle], attrs: Sequence[int] | None = None
-            ) -> Handles:
-        """Bulk :meth:`__call__`: node ``i`` runs the cell on ``operands[0][i],
-        operands[1][i], ...`` (with ``attrs[i]``); one sequence per operand slot, all of one
-        length. Recorded with one list extension per slot instead of a call per node (a
-        :class:`Handles` operand is checked once); any check that fails falls back to the
-        calls one by one (and their errors). Returns the new nodes as :class:`Handles`."""
-        n = len(attrs) if attrs is not None else len(operands[0]) if operands else 0
-        kind, rec = self.kind, self.batch._rec
-        ok = kind is not None and (attrs is None) is not self.takes_attr and \
-            len(operands) == len(self.in_shapes) and all(len(o) == n for o in operands)
-        ids = []
-        for slot, want in zip(operands, self.in_shapes):
-            got = node_ids(slot, rec, want) if ok else None
-            if got is None:
-                ok = False
-                break
-            ids.append(got)
-        if not ok:
-            hs = [self(*(o[i] for o in operands), attr=None if attrs is None else attrs[i])
-                  for i in range(n)]
-            return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
-                           self.kind or self.batch._kinds[self.op.name], self.op.out_shape)
-        assert kind is not None
-        first = len(rec.ops)
-        rec.ops.extend([kind.op_id] * n)
-        if ids:
-            rec.operands.extend(interleave(ids))
-        rec.attrs.extend([-1] * n if attrs is None else [int(a) for a in attrs])
-        return Handles(rec, first, n, kind, kind.shape)
-
-    def _checked(self, operands: Sequence[Handle], attr: int | None) -> Handle:
-        """:meth:`__call__` with every check and its error."""
+    def checked(self, operands: Sequence[Handle], attr: int | None) -> Handle:
+        """Record one node with every check and its error (the call's slow path)."""
         if self.takes_attr != (attr is not None):
             need = "needs attr=<int>" if self.takes_attr else "takes no attr"
             raise GraphError(f"cell {self.name!r} {need} (registered with "
@@ -423,3 +387,6 @@ class BatchResult:
     def stack(self, handles: Sequence[Handle]) -> Tensor:
         """The values of ``handles`` stacked: ``[len(handles), *shape]``."""
         return torch.stack([self[h] for h in handles])
+
+
+fresh_handle = _fresh

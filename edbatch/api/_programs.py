@@ -61,7 +61,8 @@ import torch
 from torch import Tensor
 
 from edbatch.api._builtins import warn_outside
-from edbatch.api._handles import Cell, Handle, Handles, interleave, node_ids
+from edbatch.api._bulk import Handles
+from edbatch.api._handles import Handle
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._values import Capture, Values
 from edbatch.errors import GraphError
@@ -71,7 +72,7 @@ from edbatch.graph import Graph
 from edbatch.memory import Strategy, plan_memory
 from edbatch.schedule import Schedule, Scheduler
 
-__all__ = ["Program", "ProgramsResult", "run_programs", "switch"]
+__all__ = ["Program", "ProgramsResult", "run_programs"]
 
 #: A per-instance program: yields handles (or lists of handles), gets their values.
 Program = Generator[Any, Any, Any]
@@ -270,51 +271,6 @@ class _Runner:
                 out[i] = flat[at:at + k].reshape(k, *shape)
             at += k
         return out
-
-
-def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Handle]
-           ) -> Handles:
-    """Routed bulk call: node ``i`` runs ``cells[choices[i]]`` on ``operands[0][i], ...``
-    (e.g. the expert a gate chose for token ``i``, read from a value). The cells take the
-    same operand shapes and no attr; the nodes are recorded with one list extension per
-    operand slot. Any check that fails falls back to the calls one by one (their errors).
-
-    Raises:
-        GraphError: a choice outside ``0..len(cells)-1``, or lists of different lengths.
-    """
-    n = len(choices)
-    if any(len(o) != n for o in operands) or not cells:
-        raise GraphError(f"switch: {n} choices but operand lists of lengths "
-                         f"{[len(o) for o in operands]} (or no cells); pass one of each "
-                         f"per node")
-    bad = [c for c in choices if not 0 <= c < len(cells)]
-    if bad:
-        raise GraphError(f"switch: choice {bad[0]} is not a cell index 0..{len(cells) - 1}")
-    first = cells[0]
-    rec, shapes = first.batch._rec, first.in_shapes
-    ok = len(operands) == len(shapes) and all(
-        c.kind is not None and not c.takes_attr and c.in_shapes == shapes
-        and c.batch is first.batch for c in cells)
-    ids: list[Sequence[int]] = []
-    for slot, want in zip(operands, shapes):
-        got = node_ids(slot, rec, want) if ok else None
-        if got is None:
-            ok = False
-            break
-        ids.append(got)
-    if not ok:
-        hs = [cells[c](*(o[i] for o in operands)) for i, c in enumerate(choices)]
-        return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
-                       [h._kind for h in hs], first.op.out_shape)
-    kinds = [c.kind for c in cells]
-    op_ids = [k.op_id for k in kinds]  # type: ignore[union-attr]
-    start = len(rec.ops)
-    rec.ops.extend([op_ids[c] for c in choices])
-    if ids:
-        rec.operands.extend(interleave(ids))
-    rec.attrs.extend([-1] * n)
-    return Handles(rec, start, n, [kinds[c] for c in choices],  # type: ignore[misc]
-                   first.op.out_shape)
 
 
 def _ids(ids: Sequence[int]) -> np.ndarray:  # type: ignore[type-arg]

@@ -50,7 +50,9 @@ def segment_sum(rows: Tensor, segment: Tensor, size: int) -> Tensor:
 class VariadicCell:
     """A module registered as a variadic op type ``user.<name>`` (see the module docstring).
 
-    Create it with ``DynamicBatch.cell(..., variadic=True)``.
+    Create it with ``DynamicBatch.cell(..., variadic=True)``, which returns the function to
+    call per node (``cell(x, *children)``, a :class:`~edbatch.api.Cell`); the batch keeps
+    this object (module, op type, kernel).
     """
 
     takes_attr = False
@@ -63,13 +65,16 @@ class VariadicCell:
         self.batch, self.module, self.name = batch, module, name
         self.fixed, self.each = tuple(in_shapes[:-1]), in_shapes[-1]
         self.op = OpType(f"user.{name}", f"user.{name}", None, out_shape)
+        self.kind: Any = None  # set when registered
+        self.call: Any = None  # the function users call (edbatch.api._cellcall), ditto
 
     def __repr__(self) -> str:
         return (f"VariadicCell({self.name!r}, fixed={list(self.fixed)}, each={self.each}, "
                 f"out={self.op.out_shape})")
 
-    def __call__(self, *operands: Handle) -> Handle:
-        """Add one node on the fixed operands followed by any number of repeated ones.
+    def checked(self, operands: Sequence[Handle]) -> Handle:
+        """Add one node on the fixed operands followed by any number of repeated ones, with
+        every check and its error (the slow path of the function users call).
 
         Raises:
             GraphError: fewer operands than the fixed slots, a handle not of the current

@@ -74,6 +74,20 @@ class Program:
     attr_nodes: NDArray[np.int64]  # the node of each entry of ``attrs``
 
 
+def _op_table(graph: Graph, schedule: Schedule, kernels: Mapping[str, Kernel] | None
+              ) -> dict[int, tuple[OpType, Kernel, int, bool, bool, bool]]:
+    """Per op type of the schedule: ``(op, kernel, width, variadic, sum kernel, writes_out)``
+    (looked up once per op type, not once per batch)."""
+    sum_kernel = KERNELS.get("sum")
+    table = {}
+    for op_id in {batch.op_id for batch in schedule.batches}:
+        op: OpType = graph.vocab[op_id]
+        kernel = kernel_for(op, kernels)
+        table[op_id] = (op, kernel, math.prod(op.out_shape), op.arity is None,
+                        kernel is sum_kernel, bool(getattr(kernel, "writes_out", False)))
+    return table
+
+
 def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
                     kernels: Mapping[str, Kernel] | None) -> Program:
     """Precompute kernels, attrs and the inference reads of every batch.
@@ -85,30 +99,25 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     attr_nodes = (np.concatenate(plan.row_order).astype(np.int64) if plan.row_order
                   else np.zeros(0, np.int64))
     flat = to_device(graph.attrs[attr_nodes], device)
-    sum_kernel = KERNELS.get("sum")
-    operand_lists: list[tuple[Operand, ...]] = []
-    splits: list[bool] = []
-    for b, batch in enumerate(schedule.batches):
-        operands = plan.operands[b]
-        split = graph.vocab[batch.op_id].arity is None and len(plan.row_order[b]) == 1 and \
-            len(operands) > 0 and len({o.arena for o in operands}) == 1
-        if split and len(operands) > 1:
-            rows = np.concatenate([o.rows() for o in operands])
-            operands = (merged(operands[0].arena, rows),)
-        operand_lists.append(operands)
-        splits.append(split)
-    reads = inplace_reads(operand_lists, device, counts[False])
-    steps: list[Step] = []
+    table = _op_table(graph, schedule, kernels)
+    entries = [table[batch.op_id] for batch in schedule.batches]
     sizes = [len(rows) for rows in plan.row_order]
+    operand_lists: list[tuple[Operand, ...]] = list(plan.operands)
+    splits = [False] * len(entries)
+    for b, entry in enumerate(entries):  # a variadic node alone in its batch: one merged read
+        operands = operand_lists[b]
+        if entry[3] and sizes[b] == 1 and operands and \
+                len({o.arena for o in operands}) == 1:
+            splits[b] = True
+            if len(operands) > 1:
+                rows = np.concatenate([o.rows() for o in operands])
+                operand_lists[b] = (merged(operands[0].arena, rows),)
+    reads = inplace_reads(operand_lists, device, counts[False])
     attrs = flat.split_with_sizes(sizes) if sizes else ()  # every batch's view in one call
-    for b, batch in enumerate(schedule.batches):
-        op: OpType = graph.vocab[batch.op_id]
-        kernel = kernel_for(op, kernels)
-        region = plan.outputs[b]
-        steps.append(new_step(
-            op, kernel, attrs[b], sizes[b], math.prod(op.out_shape),
-            region.arena, region.start, reads[b], splits[b],
-            splits[b] and kernel is sum_kernel, bool(getattr(kernel, "writes_out", False))))
+    steps = [new_step(op, kernel, attrs[b], sizes[b], width, region.arena, region.start,
+                      reads[b], splits[b], splits[b] and is_sum, writes_out)
+             for b, ((op, kernel, width, _, is_sum, writes_out), region)
+             in enumerate(zip(entries, plan.outputs, strict=True))]
     outputs = tuple((int(v), int(plan.node_arena[v]), int(plan.node_row[v]), -1)
                     for v in graph.outputs)
     grad: list[tuple[Step, ...]] = []

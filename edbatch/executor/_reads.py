@@ -87,7 +87,7 @@ class RowsRead:
         self.b, self.idx = b, idx
 
     def __len__(self) -> int:
-        return len(self.idx)
+        return self.idx.shape[0]  # (len(tensor) is a Python-level call: 3x the time)
 
     def __call__(self, outs: Sequence[Tensor]) -> Tensor:
         return outs[self.b].index_select(0, self.idx)

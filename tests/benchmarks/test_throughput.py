@@ -27,9 +27,9 @@ TINY = ["--workloads", "tree_lstm", "--sizes", "8x6", "--minibatches", "1", "--r
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     """One tiny run without DyNet; returns the results and its folder."""
     tmp = tmp_path_factory.mktemp("throughput")
-    results = tp.main([*TINY, "--no-dynet", "--policy-dir", str(tmp / "policies"),
+    results = tp.main([*TINY, "--full", "--no-dynet", "--policy-dir", str(tmp / "policies"),
                        "--out", str(tmp / "out.json"), "--plot", str(tmp / "out.png")])
-    return results, tmp
+    return results, tmp  # (--full: every contender; the explicit sizes and count stay)
 
 
 def test_a_row_per_contender_and_mode_with_positive_totals(run: tuple[dict[str, Any], Path]
@@ -106,6 +106,14 @@ def test_plot_is_written_and_policy_saved_then_reloaded(run: tuple[dict[str, Any
     assert again["policies"]["tree_lstm"]["trained"] is False
     assert [r["contender"] for r in again["rows"]] == ["fsm"]
     assert "loaded FSM policy" in capsys.readouterr().out
+
+
+def test_the_default_run_is_the_small_set_and_full_is_everything() -> None:
+    default = tp.build_parser().parse_args([])
+    assert default.sizes == list(tp.DEFAULT_SIZES) and default.minibatches == 2
+    assert default.contenders == list(tp.DEFAULT_CONTENDERS) and not default.full
+    assert default.workloads == list(tp.WORKLOADS) and default.modes == list(tp.MODES)
+    assert "--full" in tp.build_parser().format_help()
 
 
 @pytest.mark.parametrize("argv, named", [

@@ -1,0 +1,153 @@
+"""Bulk recording: :class:`Handles` (consecutive nodes of one row shape), ``cell.map`` and
+:func:`switch` (routed bulk calls), recorded with one list extension per operand slot
+instead of one call per node (see docs/api.md and ``examples/moe_routing.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from edbatch.api._handles import Cell, Handle, Kind, Recording, fresh_handle
+from edbatch.errors import GraphError
+
+__all__ = ["Handles", "cell_map", "interleave", "node_ids", "switch"]
+
+
+class Handles(Sequence[Handle]):
+    """Consecutive nodes ``first .. first + n - 1`` of one row shape, as :meth:`Cell.map`
+    and :func:`~edbatch.api.switch` return them: a sequence of handles made on access
+    (``kinds``: one :class:`Kind` for all, or one per node). Passed whole to ``map``,
+    ``switch`` or a program's ``yield``, it is checked once and its node ids are a range:
+    no per-node Python."""
+
+    __slots__ = ("first", "kinds", "n", "rec", "shape")
+
+    def __init__(self, rec: Recording, first: int, n: int, kinds: Kind | list[Kind],
+                 shape: tuple[int, ...]) -> None:
+        self.rec, self.first, self.n, self.kinds, self.shape = rec, first, n, kinds, shape
+
+    @property
+    def ids(self) -> range:
+        """The node ids."""
+        return range(self.first, self.first + self.n)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _one(self, i: int) -> Handle:
+        # a fresh handle, not the pool's: the pool may serve a later mini-batch by now
+        kinds = self.kinds
+        h = fresh_handle(self.first + i)
+        h._rec = self.rec
+        h._kind = kinds if type(kinds) is Kind else kinds[i]
+        return h
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._one(i) for i in range(*index.indices(self.n))]
+        i = index + self.n if index < 0 else index
+        if not 0 <= i < self.n:
+            raise IndexError(f"Handles index {index} out of range for {self.n} nodes")
+        return self._one(i)
+
+    def __iter__(self) -> Any:
+        return (self._one(i) for i in range(self.n))
+
+    def __repr__(self) -> str:
+        return f"Handles(%{self.first}..%{self.first + self.n - 1}, shape={self.shape})"
+
+
+def node_ids(slot: Sequence[Handle], rec: Recording, want: tuple[int, ...]
+             ) -> range | list[int] | None:
+    """The node ids of ``slot`` if every one is a handle of ``rec`` of shape ``want``
+    (``None`` otherwise): one check for a :class:`Handles`."""
+    if type(slot) is Handles:
+        return slot.ids if slot.rec is rec and slot.shape == want else None
+    if all(type(h) is Handle and h._rec is rec and h._kind.shape == want for h in slot):
+        return [h.node_id for h in slot]
+    return None
+
+
+def interleave(ids: Sequence[Sequence[int]]) -> list[int]:
+    """``[a0, b0, ..., a1, b1, ...]`` of equally long id lists (node-major operand order)."""
+    if len(ids) == 1:
+        return list(ids[0])
+    return [v for vs in zip(*ids) for v in vs]
+
+
+def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None = None
+             ) -> Handles:
+    """``cell.map(...)``: bulk calls of the cell ``self`` (a
+    :class:`~edbatch.api._handles.CellImpl`): node ``i`` runs the cell on ``operands[0][i],
+    operands[1][i], ...`` (with ``attrs[i]``); one sequence per operand slot, all of one
+    length. Recorded with one list extension per slot instead of a call per node (a
+    :class:`Handles` operand is checked once); any check that fails falls back to the
+    calls one by one (and their errors). Returns the new nodes as :class:`Handles`."""
+    n = len(attrs) if attrs is not None else len(operands[0]) if operands else 0
+    kind, rec = self.kind, self.batch._rec
+    ok = kind is not None and (attrs is None) is not self.takes_attr and \
+        len(operands) == len(self.in_shapes) and all(len(o) == n for o in operands)
+    ids = []
+    for slot, want in zip(operands, self.in_shapes):
+        got = node_ids(slot, rec, want) if ok else None
+        if got is None:
+            ok = False
+            break
+        ids.append(got)
+    if not ok:
+        hs = [self.checked([o[i] for o in operands], None if attrs is None else attrs[i])
+              for i in range(n)]
+        return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
+                       self.kind or self.batch._kinds[self.op.name], self.op.out_shape)
+    assert kind is not None
+    first = len(rec.ops)
+    rec.ops.extend([kind.op_id] * n)
+    if ids:
+        rec.operands.extend(interleave(ids))
+    rec.attrs.extend([-1] * n if attrs is None else [int(a) for a in attrs])
+    return Handles(rec, first, n, kind, kind.shape)
+
+
+def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Handle]
+           ) -> Handles:
+    """Routed bulk call: node ``i`` runs ``cells[choices[i]]`` on ``operands[0][i], ...``
+    (e.g. the expert a gate chose for token ``i``, read from a value). The cells take the
+    same operand shapes and no attr; the nodes are recorded with one list extension per
+    operand slot. Any check that fails falls back to the calls one by one (their errors).
+
+    Raises:
+        GraphError: a choice outside ``0..len(cells)-1``, or lists of different lengths.
+    """
+    n = len(choices)
+    if any(len(o) != n for o in operands) or not cells:
+        raise GraphError(f"switch: {n} choices but operand lists of lengths "
+                         f"{[len(o) for o in operands]} (or no cells); pass one of each "
+                         f"per node")
+    bad = [c for c in choices if not 0 <= c < len(cells)]
+    if bad:
+        raise GraphError(f"switch: choice {bad[0]} is not a cell index 0..{len(cells) - 1}")
+    first = cells[0]
+    rec, shapes = first.batch._rec, first.in_shapes
+    ok = len(operands) == len(shapes) and all(
+        c.kind is not None and not c.takes_attr and c.in_shapes == shapes
+        and c.batch is first.batch for c in cells)
+    ids: list[Sequence[int]] = []
+    for slot, want in zip(operands, shapes):
+        got = node_ids(slot, rec, want) if ok else None
+        if got is None:
+            ok = False
+            break
+        ids.append(got)
+    if not ok:
+        hs = [cells[c](*(o[i] for o in operands)) for i, c in enumerate(choices)]
+        return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
+                       [h._kind for h in hs], first.op.out_shape)
+    kinds = [c.kind for c in cells]
+    op_ids = [k.op_id for k in kinds]  # type: ignore[union-attr]
+    start = len(rec.ops)
+    rec.ops.extend([op_ids[c] for c in choices])
+    if ids:
+        rec.operands.extend(interleave(ids))
+    rec.attrs.extend([-1] * n)
+    return Handles(rec, start, n, [kinds[c] for c in choices],  # type: ignore[misc]
+                   first.op.out_shape)

@@ -1,0 +1,50 @@
+"""``benchmarks/recording_speed.py``: its user-cell models record what they say, and a second
+copy of ``edbatch.api`` loads beside this one (nothing about speed is asserted)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import edbatch.api
+from benchmarks import recording_speed as rs
+from edbatch.workloads import make_workload
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def trees() -> tuple[object, list]:  # type: ignore[type-arg]
+    wl = make_workload("tree_lstm", embed_dim=4, hidden_dim=4)
+    return wl, list(wl.load("train")[:3])
+
+
+@pytest.mark.parametrize("model", ["tree_cells", "childsum_cells"])
+def test_user_cell_models_record_a_node_and_a_loss_per_tree_node(trees, model: str) -> None:
+    wl, instances = trees
+    batch, record = rs.make_recorder(edbatch.api, model, wl, 4)
+    seconds, nodes = rs.time_recording(batch, record, [instances])
+    tree_nodes = sum(inst.tree.num_nodes for inst in instances)
+    # tree_cells: a state and a loss per tree node; childsum: also an input per tree node
+    assert nodes == (3 if model == "childsum_cells" else 2) * tree_nodes
+    assert seconds >= 0 and not batch._rec.ops  # discarded after timing
+
+
+def test_a_baseline_api_loads_beside_this_one(tmp_path: Path, trees, capsys) -> None:
+    shutil.copytree(ROOT / "edbatch" / "api", tmp_path / "edbatch" / "api")
+    other = rs.load_api(tmp_path)
+    assert other.__file__.startswith(str(tmp_path)) and other is not edbatch.api
+    assert other.DynamicBatch is not edbatch.api.DynamicBatch
+    import edbatch.api as again
+
+    assert again is edbatch.api  # this checkout's stays in place
+    wl, instances = trees
+    batch, record = rs.make_recorder(other, "tree_lstm", wl, 4)
+    assert rs.time_recording(batch, record, [instances])[1] > 0
+    rs.main(["--models", "tree_lstm", "--minibatches", "1", "--rounds", "1", "--baseline",
+             str(tmp_path)])
+    assert "ratio" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="found no edbatch/api"):
+        rs.load_api(tmp_path / "nowhere")
