@@ -38,6 +38,7 @@ from edbatch.api._programs import ProgramsResult
 from edbatch.api._schedulers import SchedulerLike
 from edbatch.data.transitions import SHIFT, ArcStandardState
 from edbatch.executor.cells_parser import transition_scores
+from edbatch.memory import Strategy
 from edbatch.workloads.transition_parser import (
     PAD,
     ROOT,
@@ -134,12 +135,13 @@ class ApiParser:
             state.apply(self.wl.action_of(cls)[0])
 
     def loss(self, instances: Sequence[ParseInstance], scheduler: SchedulerLike = "depth",
-             attrs: Sequence[Sequence[int]] | None = None) -> Tensor:
+             attrs: Sequence[Sequence[int]] | None = None, strategy: Strategy = "aligned"
+             ) -> Tensor:
         """The summed transition loss of ``instances``, recorded and run as one batch."""
         for k, inst in enumerate(instances):
             with self.batch.instance():
                 self.record_loss(inst, None if attrs is None else attrs[k])
-        out = self.batch.run(scheduler)
+        out = self.batch.run(scheduler, strategy=strategy)
         assert out.loss is not None
         return out.loss
 
@@ -163,11 +165,11 @@ class ApiParser:
                 labels[dependent - 1] = label
         return list(state.heads), labels, reads
 
-    def parse(self, sentences: Sequence[Sequence[int]], scheduler: SchedulerLike = "depth"
-              ) -> tuple[list[Parse], ProgramsResult]:
+    def parse(self, sentences: Sequence[Sequence[int]], scheduler: SchedulerLike = "depth",
+              strategy: Strategy = "aligned") -> tuple[list[Parse], ProgramsResult]:
         """Parse every sentence (embed attrs) in one batched run; the parses and the run."""
         out = self.batch.run_programs([self.program(a) for a in sentences], scheduler,
-                                      grad=False)
+                                      strategy=strategy, grad=False)
         return out.returns, out
 
 

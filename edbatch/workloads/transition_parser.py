@@ -109,7 +109,7 @@ class TransitionParser(Workload):
 
     Args:
         granularity: ``"cell"`` only.
-        word_dim / pos_dim: word and UPOS embedding sizes.
+        embed_dim / pos_dim: word and UPOS embedding sizes.
         hidden_dim: LSTM size ``H`` per direction (a feature is ``2H`` wide).
         mlp_dim: hidden size of the transition MLP.
         layers: BiLSTM depth, 1 or 2.
@@ -119,7 +119,7 @@ class TransitionParser(Workload):
         data_dir: data root holding ``ud_ewt/en_ewt-ud-{train,dev,test}.conllu``.
 
     Example:
-        >>> wl = TransitionParser(word_dim=4, pos_dim=2, hidden_dim=3, mlp_dim=5)
+        >>> wl = TransitionParser(embed_dim=4, pos_dim=2, hidden_dim=3, mlp_dim=5)
         >>> inst = wl.load("dev")[0]
         >>> len(inst.classes) == 2 * len(inst), len(wl.load("train")), wl.nonprojective["train"]
         (True, 12256, 288)
@@ -137,11 +137,11 @@ class TransitionParser(Workload):
     def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
                     ) -> dict[str, Any]:
         """Small sizes; ``short``: one layer, sentences of at most 6 words, few word ids."""
-        kw: dict[str, Any] = {"word_dim": dim, "pos_dim": 3,
+        kw: dict[str, Any] = {"embed_dim": dim, "pos_dim": 3,
                               "hidden_dim": dim if hidden is None else hidden, "mlp_dim": 5}
         return {**kw, "layers": 1, "min_count": 200, "max_words": 6} if short else kw
 
-    def __init__(self, granularity: str = "cell", word_dim: int = 100, pos_dim: int = 25,
+    def __init__(self, granularity: str = "cell", embed_dim: int = 100, pos_dim: int = 25,
                  hidden_dim: int = 125, mlp_dim: int = 100, layers: int = 2,
                  labelled: bool = True, min_count: int = 2, max_words: int | None = None,
                  data_dir: str | Path | None = None) -> None:
@@ -149,11 +149,11 @@ class TransitionParser(Workload):
         if self.granularity != "cell":
             raise GraphError(f"workload {self.name!r} has only the 'cell' granularity, got "
                              f"{granularity!r}; pass granularity=cell")
-        check_positive(word_dim=word_dim, pos_dim=pos_dim, hidden_dim=hidden_dim,
+        check_positive(embed_dim=embed_dim, pos_dim=pos_dim, hidden_dim=hidden_dim,
                        mlp_dim=mlp_dim, min_count=min_count, max_words=max_words)
         if layers not in (1, 2):
             raise GraphError(f"layers must be 1 or 2, got {layers!r}")
-        self.word_dim, self.pos_dim, self.hidden_dim = word_dim, pos_dim, hidden_dim
+        self.embed_dim, self.pos_dim, self.hidden_dim = embed_dim, pos_dim, hidden_dim
         self.mlp_dim, self.layers, self.labelled = mlp_dim, layers, bool(labelled)
         self.max_words = max_words
         train = self.sentences("train")
@@ -177,9 +177,9 @@ class TransitionParser(Workload):
 
     # ------------------------------------------------------------------ vocabulary
     def _declare_cells(self, ops: OpSet) -> None:
-        d, h = self.word_dim + self.pos_dim, self.hidden_dim
+        d, h = self.embed_dim + self.pos_dim, self.hidden_dim
         state, feat = (2 * h,), (2 * h,)
-        declare_cell(ops, f"{_P}.embed", (), (d,), {f"{_P}.E_w": (self.num_words, self.word_dim),
+        declare_cell(ops, f"{_P}.embed", (), (d,), {f"{_P}.E_w": (self.num_words, self.embed_dim),
                                                     f"{_P}.E_p": (len(UPOS_TAGS), self.pos_dim)})
         declare_cell(ops, f"{_P}.zero_state", (), state)
         for direction in ("fwd", "bwd"):
