@@ -91,7 +91,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         keep = np.sort(rng.choice(len(train_set), args.train_limit, replace=False))
         train_set = [train_set[k] for k in keep]
     history: list[dict[str, float]] = []
-    best: tuple[float, dict[str, torch.Tensor]] | None = None
+    best: tuple[float, dict[str, torch.Tensor], dict[str, float]] | None = None
     start = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
         order = rng.permutation(len(train_set))
@@ -115,15 +115,16 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                  epoch, total / steps, dev["uas"], dev.get("las", float("nan")),
                  history[-1]["seconds"])
         if best is None or dev["uas"] > best[0]:
-            best = (dev["uas"], {k: v.detach().clone() for k, v in params.items()})
+            best = (dev["uas"], {k: v.detach().clone() for k, v in params.items()}, dev)
     assert best is not None
     with torch.no_grad():
         for k, v in best[1].items():
             params[k].copy_(v)
-    dev = evaluate(model, "dev", args.eval_batch_size, args.scheduler, args.eval_limit,
-                       args.strategy)
+    dev = best[2]
+    if args.save_params:
+        torch.save(best[1], args.save_params)
     test = evaluate(model, "test", args.eval_batch_size, args.scheduler, args.eval_limit,
-                       args.strategy)
+                    args.strategy)
     summary = {"workload": wl.name, "settings": vars(args),
                "embeddings": "random (no pre-trained vectors); gold UPOS",
                "train_sentences": len(train_set),
@@ -168,6 +169,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/transition_parser/train_parser.json")
+    p.add_argument("--save-params", default=None,
+                   help="torch.save the chosen parameters here (benchmarks/parser_inference.py "
+                        "--params reads them)")
     return p
 
 
