@@ -149,7 +149,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m experiments.train_parser", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--eval-batch-size", type=int, default=256)
     p.add_argument("--embed-dim", type=int, default=100)
     p.add_argument("--pos-dim", type=int, default=25)
@@ -159,7 +159,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-count", type=int, default=2)
     p.add_argument("--unlabelled", action="store_true", help="three classes, UAS only")
     p.add_argument("--alpha", type=float, default=0.25, help="word dropout alpha")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--scheduler", default="depth")
     p.add_argument("--strategy", default="aligned", choices=("planned", "aligned", "naive"))
     p.add_argument("--train-limit", type=int, default=None,
