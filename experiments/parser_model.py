@@ -56,8 +56,8 @@ Parse = tuple[list[int], list[int], int]
 
 def choose(scores: Tensor, legal: tuple[bool, bool, bool], class_actions: np.ndarray) -> int:
     """The best-scoring class whose action is legal (first on ties)."""
-    ok = torch.as_tensor(np.asarray(legal)[class_actions])
-    return int(torch.where(ok, scores, torch.full_like(scores, -torch.inf)).argmax())
+    values = scores.detach().cpu().numpy()
+    return int(np.where(np.asarray(legal)[class_actions], values, -np.inf).argmax())
 
 
 def only_shift(legal: tuple[bool, bool, bool]) -> bool:

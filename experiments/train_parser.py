@@ -1,5 +1,5 @@
 """Train the transition parser through edbatch and score its own parses:
-``python -m experiments.train_parser [--epochs 2] [--train-limit 4000] ...``.
+``python -m experiments.train_parser [--epochs 1] [--train-limit 6000] ...``.
 
 The model is :class:`~experiments.parser_model.ApiParser` (the ``transition_parser``
 workload's cells written per sentence through ``edbatch.api``). Every mini-batch of
