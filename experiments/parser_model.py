@@ -33,9 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from edbatch.api import DynamicBatch, Handle
-from edbatch.api._programs import ProgramsResult
-from edbatch.api._schedulers import SchedulerLike
+from edbatch.api import DynamicBatch, Handle, ProgramsResult, SchedulerLike
 from edbatch.data.transitions import SHIFT, ArcStandardState
 from edbatch.executor.cells_parser import transition_scores
 from edbatch.memory import Strategy
