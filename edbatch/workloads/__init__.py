@@ -36,7 +36,8 @@ __all__ = [
 #: The modules of the shipped workloads, in registry order: importing one registers the
 #: :class:`Workload` subclasses it defines. Adding a workload = its module + one entry here.
 MODULES = ("tree_lstm", "tree_gru", "mvrnn", "lattice", "bilstm_tagger", "seq2seq", "dumps",
-           "synthetic", "ggnn_molecules", "tree_lstm_sick", "module_net", "moe")
+           "synthetic", "ggnn_molecules", "tree_lstm_sick", "module_net", "moe",
+           "transition_parser")
 for _module in MODULES:
     importlib.import_module(f"{__name__}.{_module}")
 

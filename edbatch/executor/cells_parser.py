@@ -1,0 +1,126 @@
+"""Cell kinds of the transition parser (``transition_parser``, Kiperwasser & Goldberg 2016).
+
+The equations are in :mod:`edbatch.workloads.transition_parser`. The BiLSTM reuses the
+tagger's LSTM steps (:class:`~edbatch.executor.cells_seq.BiLSTML1` /
+:class:`~edbatch.executor.cells_seq.BiLSTML2`, with their hand backwards and hoisted input
+projections) and the shared :class:`~edbatch.executor.cells.ZeroState` under the parser's
+own kind names; the root and padding vectors are the built-in ``lookup`` kind. New here:
+
+* :class:`ParserEmbed`: ``[E_w[word]; E_p[upos]]`` from one attr ``word * P + upos``;
+* :class:`ParserFeat`: a word's BiLSTM feature ``[h_fwd; h_bwd]`` (reads only ``h``);
+* :class:`ParserStep`: the transition MLP ``W_o tanh(W_h [v_1; ..; v_k] + b_h) + b_o`` over
+  the feature vectors of the configuration's stack and buffer items, and the cross-entropy
+  of the gold transition (attr) as the loss. :func:`transition_scores` is the same MLP
+  without the loss, for decoding.
+
+Every kind has a hand-written backward, so training runs the executor's analytic path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
+from edbatch.executor.cells import ZeroState
+from edbatch.executor.cells_seq import BiLSTML1, BiLSTML2, heads
+from edbatch.executor.kernels import pick_nll, pick_nll_backward
+from edbatch.graph import OpType
+
+__all__ = ["ParserEmbed", "ParserFeat", "ParserL1", "ParserL2", "ParserStep", "ParserZero",
+           "transition_scores"]
+
+
+class ParserZero(ZeroState):
+    """The zero initial state of each BiLSTM direction."""
+
+    kind = "parser.zero_state"
+
+
+class ParserL1(BiLSTML1):
+    """First BiLSTM layer: the tagger's layer-1 step on the word's embedding."""
+
+    kind = ("parser.l1_fwd", "parser.l1_bwd")
+
+
+class ParserL2(BiLSTML2):
+    """Second BiLSTM layer: the tagger's layer-2 step on ``[h(f1); h(b1)]``."""
+
+    kind = ("parser.l2_fwd", "parser.l2_bwd")
+
+
+class ParserEmbed(CellKind):
+    """``[E_w[a // P]; E_p[a % P]]`` for attr ``a = word * P + upos`` (no operands)."""
+
+    kind = "parser.embed"
+    inputs = ()
+    params = (Param("E_w", "V, DW", init="embedding"), Param("E_p", "P, DP", init="embedding"))
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: dict[str, Tensor] | None = None) -> Tensor:
+        tags = p.E_p.shape[0]
+        return torch.cat([F.embedding(torch.div(attrs, tags, rounding_mode="floor"), p.E_w),
+                          F.embedding(attrs % tags, p.E_p)], dim=1)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        tags, width = p.E_p.shape[0], p.E_w.shape[1]
+        grads.rows("E_w", torch.div(attrs, tags, rounding_mode="floor"), grad[:, :width])
+        grads.rows("E_p", attrs % tags, grad[:, width:])
+        return []
+
+
+class ParserFeat(CellKind):
+    """``[h(f); h(b)]`` of a word's last-layer forward and backward states ``[h; c]`` (or
+    only their ``h`` columns, the executor's head reads)."""
+
+    kind = "parser.feat"
+    inputs = ("f", "b")
+    head_reads = ("f", "b")
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: dict[str, Tensor] | None = None) -> Tensor:
+        return torch.cat(heads(inputs, op.out_shape[0] // 2), dim=1)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        half = grad.shape[1] // 2
+        return [grad[:, :half], grad[:, half:]]  # the leading h of each state row
+
+
+def transition_scores(features: Sequence[Tensor], w_h: Tensor, b_h: Tensor, w_o: Tensor,
+                      b_o: Tensor) -> Tensor:
+    """``W_o tanh(W_h [v_1; ..; v_k] + b_h) + b_o``: ``[B, A]`` transition scores."""
+    return F.linear(torch.tanh(F.linear(torch.cat(list(features), dim=1), w_h, b_h)), w_o, b_o)
+
+
+class ParserStep(CellKind):
+    """``-log softmax(scores)[gold]`` of one transition, ``[B, 1]``: the scores of
+    :func:`transition_scores` over the ``k`` feature operands, the gold class as attr."""
+
+    kind = "parser.step"
+    params = (Param("W_h", "M, K"), Param("b_h", "M"), Param("W_o", "A, M"), Param("b_o", "A"))
+    saves = ("x", "a", "logits")
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: dict[str, Tensor] | None = None) -> Tensor:
+        x = torch.cat(list(inputs), dim=1)
+        a = torch.tanh(F.linear(x, p.W_h, p.b_h))
+        logits = F.linear(a, p.W_o, p.b_o)
+        if save is not None:
+            save.update(x=x, a=a, logits=logits)
+        return pick_nll(logits, attrs)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        a = saved.a
+        d_logits = pick_nll_backward(saved.logits, attrs, grad)
+        grads.linear(("W_o", "b_o"), d_logits, a)
+        dz = (d_logits @ p.W_o) * (1.0 - a * a)
+        grads.linear(("W_h", "b_h"), dz, saved.x)
+        dx = dz @ p.W_h
+        return list(dx.split([s[0] for s in op.in_shapes or ()], dim=1))

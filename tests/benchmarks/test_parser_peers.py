@@ -1,0 +1,92 @@
+"""The transition parser's inference peers give the per-instance reference decoder's trees:
+hand-batched PyTorch (fp64) and DyNet with ``.npvalue()`` (fp32); the DyNet loss along the
+oracle equals the reference loss; the inference benchmark's outputs match (slow)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+from benchmarks.peers.transition_parser import hand_batched_parse, unbatched_parse
+from edbatch.executor import init_params
+from edbatch.workloads import make_workload
+from edbatch.workloads.transition_parser import TransitionParser
+from experiments.parser_model import reference_loss
+
+__all__: list[str] = []
+
+
+@functools.cache
+def small(layers: int) -> TransitionParser:
+    return make_workload("transition_parser", embed_dim=6, pos_dim=3, hidden_dim=5,  # type: ignore[return-value]
+                         mlp_dim=7, layers=layers, min_count=50, max_words=12)
+
+
+def params_of(wl: TransitionParser, dtype: torch.dtype, seed: int = 0
+              ) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for k, v in init_params(wl, gen).items():
+        p = v.detach().clone()
+        if p.dim() == 1:
+            p.uniform_(-0.5, 0.5, generator=gen)
+        out[k] = p.to(dtype)
+    return out
+
+
+def sentences(wl: TransitionParser, k: int) -> list[tuple[int, ...]]:
+    return [wl.embed_attrs(s) for s in list(wl.sentences("dev"))[:k]]  # non-projective too
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_hand_batched_equals_reference_fp64(layers: int) -> None:
+    wl = small(layers)
+    params = params_of(wl, torch.float64, seed=layers)
+    sents = sentences(wl, 10)
+    ref = unbatched_parse(wl, params, sents)
+    assert hand_batched_parse(wl, params, sents) == ref
+    other = params_of(wl, torch.float64, seed=9)  # the check can fail
+    assert hand_batched_parse(wl, other, sents) != ref
+
+
+@pytest.fixture(scope="module")
+def dy() -> Any:
+    """DyNet, imported once with autobatch 1 unless something imported it before."""
+    config = pytest.importorskip("dynet_config")
+    if "dynet" not in sys.modules:
+        config.set(autobatch=1, mem="256", random_seed=1)
+    return pytest.importorskip("dynet")
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_dynet_peer_parses_and_loss_equal_reference(dy: Any, layers: int) -> None:
+    from benchmarks.dynet_peer import build_peer
+    from benchmarks.peers.dynet import transition_parser as peer
+
+    wl = small(layers)
+    params = params_of(wl, torch.float32)
+    model, p = build_peer(dy, wl.name, {k: v.numpy() for k, v in params.items()})
+    sents = sentences(wl, 6)
+    assert peer.parse(dy, p, wl.hidden_dim, sents, wl.class_actions()) == unbatched_parse(
+        wl, params, sents)
+    instances = list(wl.load("dev")[:3])
+    with torch.no_grad():
+        expected = float(reference_loss(wl, params, instances))
+    assert peer.loss(dy, p, wl.hidden_dim, instances).value() == pytest.approx(expected,
+                                                                               rel=1e-4)
+    del model
+
+
+@pytest.mark.slow
+def test_inference_benchmark_outputs_match(dy: Any) -> None:
+    from benchmarks.parser_inference import main
+
+    report = main(["--sentences", "6", "--batch-size", "3", "--repeats", "1", "--embed", "6",
+                   "--pos", "3", "--hidden", "5", "--mlp", "7"])
+    assert report["mismatched_sentences"] == dict.fromkeys(
+        ("edbatch", "hand_batched", "unbatched", "dynet"), 0)
+    assert set(report["ms_per_batch"]) == set(report["mismatched_sentences"])
