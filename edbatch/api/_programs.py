@@ -62,12 +62,13 @@ from torch import Tensor
 from edbatch.api._builtins import warn_outside
 from edbatch.api._handles import Handle
 from edbatch.api._schedulers import memory_strategy
-from edbatch.api._values import Capture, Values
+from edbatch.api._segments import add_values, run_segment, segment_state, value_groups
+from edbatch.api._values import Values
 from edbatch.errors import GraphError
 from edbatch.executor._weights import TRANSPOSED
-from edbatch.executor.torch_executor import RunResult, TorchExecutor
+from edbatch.executor.torch_executor import RunResult
 from edbatch.graph import Graph
-from edbatch.memory import Strategy, plan_memory
+from edbatch.memory import Strategy
 from edbatch.schedule import Schedule, Scheduler
 
 __all__ = ["Program", "ProgramsResult", "run_programs"]
@@ -141,14 +142,6 @@ class _Runner:
         self.inst_all = np.zeros(0, np.int32)
         self.mark_at, self.last_inst = 0, -1  # the marks read so far; the instance then
         self.rows: dict[str, tuple[int, Tensor]] = {}  # input rows: (blocks, joined)
-        self.capture, self.executor = self._executor()
-
-    def _executor(self) -> tuple[Capture, TorchExecutor]:
-        """An executor whose kernels keep each batch's output (kept while no kernel is
-        added: cells and lookups register theirs on first use)."""
-        capture = Capture(self.batch.kernels)
-        return capture, TorchExecutor(self.batch.device, self.batch.dtype,
-                                      kernels=capture.kernels, hoist=False)
 
     def run(self) -> None:
         """Run every node recorded and not run yet as one segment."""
@@ -182,9 +175,7 @@ class _Runner:
             params[f"api.{name}"] = kept[1]
         old_ops = np.zeros(c, np.int32)
         old_attrs = np.zeros(c, np.int64)
-        shapes = [vocab_ops[i].out_shape for i in op_all[old]]
-        for shape in sorted(set(shapes)):
-            sel = np.flatnonzero([s == shape for s in shapes])
+        for shape, sel in value_groups(vocab_ops, op_all[old]):
             op = batch._input_op(shape, "value")
             old_ops[sel] = batch._kinds[op.name].op_id
             old_attrs[sel] = np.arange(len(sel))
@@ -197,23 +188,19 @@ class _Runner:
                                 ([np.array([len(vocab) - 1], np.int32)] if has_loss else []))
         cnt = np.concatenate([np.zeros(c, np.int64), counts] +
                              ([np.array([len(losses)])] if has_loss else []))
-        ptr = np.zeros(len(op_ids) + 1, np.int64)
-        np.cumsum(cnt, out=ptr[1:])
         attrs = np.concatenate([old_attrs, np.asarray(rec.attrs[start:], np.int64)] +
                                ([np.array([-1])] if has_loss else []))
         inst = np.concatenate([inst_all[old], inst_all[start:]] +
                               ([np.array([0])] if has_loss else []))
-        graph = Graph.from_arrays(vocab, op_ids, ptr, np.concatenate([local, loss_local]),
-                                  attrs=attrs, instance=inst,
-                                  outputs=[c + m] if has_loss else [])
-        schedule = self.make(graph)
-        plan = plan_memory(graph, schedule, memory_strategy(self.make, self.strategy))
-        if len(batch.kernels) != len(self.capture.kernels):
-            self.capture, self.executor = self._executor()
-        outputs = self.capture.outputs
-        outputs.clear()
-        result = self.executor.run(graph, schedule, plan, params, grad=self.grad)
-        self.values.add(plan, outputs, c, m, start)
+        state = segment_state(batch)  # schedule, plan, program reused by structure
+        arrays = {"op_ids": op_ids, "counts": cnt, "attrs": attrs, "instance": inst,
+                  "operands": np.concatenate([local, loss_local]).astype(np.int32),
+                  "outputs": np.array([c + m] if has_loss else [], np.int32),
+                  "sizes": np.array([c, m], np.int64)}
+        graph, schedule, entry, result = run_segment(
+            state, vocab, self.make, self.strategy,
+            memory_strategy(self.make, self.strategy), arrays, params, self.grad)
+        add_values(self.values, entry, state.capture.outputs, c, m, start)
         if has_loss:
             self.losses.append(result.outputs[c + m].reshape(()))
         self.segments.append(Segment(graph, schedule, result))
