@@ -6,8 +6,8 @@ a mini-batch, every early-exit step, records the same op types with the same ope
 and differs only in its attrs (token ids) and the rows its ``value/`` and input nodes read.
 Their schedule, memory plan and compiled executor program are then the same, so they are
 made once: a :class:`SegmentCache` keys them on the segment's structure (the bytes of its
-op ids, operand counts and operands, outputs and instances relative to the first, the
-vocabulary and the scheduler; a numpy ``tobytes`` each, no per-node Python) and a hit only
+op ids, operand counts, operands and outputs, the vocabulary and the scheduler; a numpy
+``tobytes`` each, no per-node Python) and a hit only
 makes a new graph with this segment's attrs and instances and a copy of the program whose
 steps read these attrs (a fresh tensor: a training run's backward may still read the
 earlier segment's). The rows are parameters of every run, so they are never cached.
@@ -40,6 +40,7 @@ from edbatch.graph import Graph
 from edbatch.memory import MemoryPlan, Strategy, plan_memory
 from edbatch.schedule import Schedule, Scheduler
 from edbatch.schedule.compiled import CompiledScheduler
+from edbatch.schedule.zoo import NamedScheduler
 
 __all__ = ["CACHE_SIZE", "Entry", "SegmentCache", "SegmentExecutor", "SegmentState",
            "add_values", "rebind", "run_segment", "segment_state", "value_groups"]
@@ -93,9 +94,13 @@ class SegmentCache:
     @staticmethod
     def key(vocab: Any, make: Scheduler, strategy: Strategy, *arrays: NDArray[Any]
             ) -> tuple[Any, ...]:
-        """The structure of a segment given as arrays (op ids, counts, operands, outputs,
-        instances relative to the first) with its vocabulary, scheduler and strategy."""
-        maker = (make.rule, make.name) if type(make) is CompiledScheduler else make
+        """The structure of a segment given as arrays (op ids, operand counts, operands,
+        outputs, sizes) with its vocabulary, scheduler (a registry scheduler by its rule
+        and name, so a new instance of it hits too) and strategy. Not the instances: the
+        schedulers and the memory planner read op types and operands only."""
+        kind = type(make)
+        maker = (make.rule, make.name) if kind is CompiledScheduler else \
+            (make.fn, make.name) if kind is NamedScheduler else make
         return (id(vocab), maker, strategy,
                 *((a.dtype.str, len(a), a.tobytes()) for a in arrays))
 
@@ -149,10 +154,8 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
     and ``outputs``; ``memory`` is the strategy the plan is made with."""
     op_ids, counts, operands = arrays["op_ids"], arrays["counts"], arrays["operands"]
     attrs, inst, outputs = arrays["attrs"], arrays["instance"], arrays["outputs"]
-    rel = inst - inst[0] if len(inst) else inst
     cache = state.cache
-    key = cache.key(vocab, make, strategy, op_ids, counts, operands, outputs, rel,
-                    arrays["sizes"])
+    key = cache.key(vocab, make, strategy, op_ids, counts, operands, outputs, arrays["sizes"])
     entry = cache.get(key)
     if entry is not None and entry.graph.vocab is not vocab:  # an id reused
         entry = None
