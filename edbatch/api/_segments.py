@@ -248,14 +248,23 @@ def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, 
 
 
 
+_SHAPES: dict[int, tuple[list[Any], int, list[Any], NDArray[np.int64]]] = {}
+
+
 def value_groups(ops: list[Any], op_ids: NDArray[Any]
                  ) -> list[tuple[tuple[int, ...], NDArray[np.int64]]]:
     """The positions in ``op_ids`` grouped by their op type's output shape, shapes sorted:
     ``(shape, positions)`` pairs, from one shape index per op type (no per-node Python)."""
     if not len(op_ids):
         return []
-    shapes = sorted({op.out_shape for op in ops})
-    index = {shape: k for k, shape in enumerate(shapes)}
-    of_op = np.array([index[op.out_shape] for op in ops], np.int64)
+    hit = _SHAPES.get(id(ops))
+    if hit is None or hit[0] is not ops or hit[1] != len(ops):  # op types are only added
+        shapes = sorted({op.out_shape for op in ops})
+        index = {shape: k for k, shape in enumerate(shapes)}
+        hit = _SHAPES[id(ops)] = (ops, len(ops), shapes,
+                                  np.array([index[op.out_shape] for op in ops], np.int64))
+        while len(_SHAPES) > CACHE_SIZE:
+            del _SHAPES[next(iter(_SHAPES))]
+    _, _, shapes, of_op = hit
     sid = of_op[op_ids]
     return [(shapes[k], np.flatnonzero(sid == k)) for k in np.unique(sid)]
