@@ -126,7 +126,7 @@ class SegmentState:
     capture: Capture
     executor: SegmentExecutor
     cache: SegmentCache
-    num_kernels: int
+    kernels: dict[str, Any]  # the batch's kernels it was made for (a copy)
     keep: tuple[Any, ...]  # the objects whose ids key the cache (kept alive)
 
 
@@ -134,14 +134,15 @@ _STATES: weakref.WeakKeyDictionary[Any, SegmentState] = weakref.WeakKeyDictionar
 
 
 def segment_state(batch: Any) -> SegmentState:
-    """``batch``'s :class:`SegmentState`, a new one when kernels were registered since
-    (cells and lookups register theirs on first use) or its device or dtype changed."""
+    """``batch``'s :class:`SegmentState`, a new one when its kernels changed since (cells
+    and lookups register theirs on first use) or its device or dtype did."""
     state = _STATES.get(batch)
-    if state is None or state.num_kernels != len(batch.kernels) or \
+    kernels = batch.kernels
+    if state is None or len(state.kernels) != len(kernels) or state.kernels != kernels or \
             state.executor.dtype != batch.dtype or state.keep[0] != batch.device:
-        capture = Capture(batch.kernels)
+        capture = Capture(kernels)
         state = SegmentState(capture, SegmentExecutor(batch.device, batch.dtype, capture),
-                             SegmentCache(CACHE_SIZE), len(batch.kernels), (batch.device,))
+                             SegmentCache(CACHE_SIZE), dict(kernels), (batch.device,))
         _STATES[batch] = state
     return state
 

@@ -152,3 +152,13 @@ def test_value_groups_group_by_output_shape(ids: list[int]) -> None:
     want = {} if not ids else {(2,): [2], (3,): [0, 1, 3, 4]}
     assert {s: p.tolist() for s, p in groups} == want
     assert [s for s, _ in groups] == sorted(want)
+
+
+def test_state_is_kept_across_mini_batches_and_renewed_when_kernels_change() -> None:
+    model = Decoder()
+    _run(model, grad=False)
+    state = segment_state(model.batch)
+    assert segment_state(model.batch) is state and state.cache.entries
+    model.batch.cell(nn.Linear(DIM, DIM).double(), "extra", [DIM], DIM)
+    renewed = segment_state(model.batch)
+    assert renewed is not state and not renewed.cache.entries
