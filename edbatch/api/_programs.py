@@ -64,12 +64,13 @@ from edbatch.api._builtins import warn_outside
 from edbatch.api._bulk import Handles
 from edbatch.api._handles import Handle
 from edbatch.api._schedulers import memory_strategy
-from edbatch.api._values import Capture, Values
+from edbatch.api._segments import add_values, run_segment, segment_state, value_groups
+from edbatch.api._values import Values
 from edbatch.errors import GraphError
 from edbatch.executor._weights import TRANSPOSED
-from edbatch.executor.torch_executor import RunResult, TorchExecutor
+from edbatch.executor.torch_executor import RunResult
 from edbatch.graph import Graph
-from edbatch.memory import Strategy, plan_memory
+from edbatch.memory import Strategy
 from edbatch.schedule import Schedule, Scheduler
 
 __all__ = ["Program", "ProgramsResult", "run_programs"]
@@ -106,8 +107,9 @@ class ProgramsResult:
     values: Values = field(default_factory=Values, repr=False)
     generation: int = -1
     #: Seconds by phase: ``record`` (advancing the programs), ``graph`` (assembling each
-    #: segment's graph), ``schedule``, ``plan`` (memory), ``execute`` (the executor's
-    #: forward) and ``read`` (values handed back).
+    #: segment's arrays), ``segment`` (schedule, memory plan and program, reused when a
+    #: segment's structure was seen before, and the executor's forward) and ``read``
+    #: (values handed back).
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -147,16 +149,7 @@ class _Runner:
         self.inst_all = np.zeros(0, np.int32)
         self.mark_at, self.last_inst = 0, -1  # the marks read so far; the instance then
         self.rows: dict[str, tuple[int, Tensor]] = {}  # input rows: (blocks, joined)
-        self.seconds = dict.fromkeys(("record", "graph", "schedule", "plan", "execute",
-                                      "read"), 0.0)
-        self.capture, self.executor = self._executor()
-
-    def _executor(self) -> tuple[Capture, TorchExecutor]:
-        """An executor whose kernels keep each batch's output (kept while no kernel is
-        added: cells and lookups register theirs on first use)."""
-        capture = Capture(self.batch.kernels)
-        return capture, TorchExecutor(self.batch.device, self.batch.dtype,
-                                      kernels=capture.kernels, hoist=False)
+        self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
 
     def run(self) -> None:
         """Run every node recorded and not run yet as one segment."""
@@ -191,13 +184,8 @@ class _Runner:
             params[f"api.{name}"] = kept[1]
         old_ops = np.zeros(c, np.int32)
         old_attrs = np.zeros(c, np.int64)
-        op_shapes = [o.out_shape for o in vocab_ops]
-        distinct = sorted(set(op_shapes))
-        shape_of_op = np.array([distinct.index(x) for x in op_shapes], np.int64)
-        shape_ids = shape_of_op[op_all[old]]  # one shape index per taken-over node
-        for k in np.unique(shape_ids).tolist():
-            sel = np.flatnonzero(shape_ids == k)
-            op = batch._input_op(distinct[k], "value")
+        for shape, sel in value_groups(vocab_ops, op_all[old]):
+            op = batch._input_op(shape, "value")
             old_ops[sel] = batch._kinds[op.name].op_id
             old_attrs[sel] = np.arange(len(sel))
             params[f"api.{op.name}"] = self.values.gather(old[sel])
@@ -209,31 +197,23 @@ class _Runner:
                                 ([np.array([len(vocab) - 1], np.int32)] if has_loss else []))
         cnt = np.concatenate([np.zeros(c, np.int64), counts] +
                              ([np.array([len(losses)])] if has_loss else []))
-        ptr = np.zeros(len(op_ids) + 1, np.int64)
-        np.cumsum(cnt, out=ptr[1:])
         attrs = np.concatenate([old_attrs, np.asarray(rec.attrs[start:], np.int64)] +
                                ([np.array([-1])] if has_loss else []))
         inst = np.concatenate([inst_all[old], inst_all[start:]] +
                               ([np.array([0])] if has_loss else []))
-        graph = Graph.from_arrays(vocab, op_ids, ptr, np.concatenate([local, loss_local]),
-                                  attrs=attrs, instance=inst,
-                                  outputs=[c + m] if has_loss else [])
         t1 = time.perf_counter()
-        schedule = self.make(graph)
-        t2 = time.perf_counter()
-        plan = plan_memory(graph, schedule, memory_strategy(self.make, self.strategy))
-        t3 = time.perf_counter()
-        if len(batch.kernels) != len(self.capture.kernels):
-            self.capture, self.executor = self._executor()
-        outputs = self.capture.outputs
-        outputs.clear()
-        result = self.executor.run(graph, schedule, plan, params, grad=self.grad)
+        state = segment_state(batch)  # schedule, plan, program reused by structure
+        arrays = {"op_ids": op_ids, "counts": cnt, "attrs": attrs, "instance": inst,
+                  "operands": np.concatenate([local, loss_local]).astype(np.int32),
+                  "outputs": np.array([c + m] if has_loss else [], np.int32),
+                  "sizes": np.array([c, m], np.int64)}
+        graph, schedule, entry, result = run_segment(
+            state, vocab, self.make, self.strategy,
+            memory_strategy(self.make, self.strategy), arrays, params, self.grad)
+        add_values(self.values, entry, state.capture.outputs, c, m, start)
         sec = self.seconds
         sec["graph"] += t1 - t0
-        sec["schedule"] += t2 - t1
-        sec["plan"] += t3 - t2
-        sec["execute"] += time.perf_counter() - t3
-        self.values.add(plan, outputs, c, m, start)
+        sec["segment"] += time.perf_counter() - t1
         if has_loss:
             self.losses.append(result.outputs[c + m].reshape(()))
         self.segments.append(Segment(graph, schedule, result))

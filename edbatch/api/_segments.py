@@ -1,0 +1,271 @@
+"""Segments of the same structure run on one schedule, memory plan and compiled program.
+
+:meth:`DynamicBatch.run_programs <edbatch.api.DynamicBatch.run_programs>` runs a segment per
+synchronisation point, and most of them repeat one structure: every greedy decoding step of
+a mini-batch, every early-exit step, records the same op types with the same operand pattern
+and differs only in its attrs (token ids) and the rows its ``value/`` and input nodes read.
+Their schedule, memory plan and compiled executor program are then the same, so they are
+made once: a :class:`SegmentCache` keys them on the segment's structure (the bytes of its
+op ids, operand counts, operands and outputs, the vocabulary and the scheduler; a numpy
+``tobytes`` each, no per-node Python) and a hit only
+makes a new graph with this segment's attrs and instances and a copy of the program whose
+steps read these attrs (a fresh tensor: a training run's backward may still read the
+earlier segment's). The rows are parameters of every run, so they are never cached.
+
+The cache lives with the batch (:func:`segment_state`, with the kernels it was compiled
+for: registering a kernel starts a new one), so it also serves the segments of later
+mini-batches of one structure; it keeps :data:`CACHE_SIZE` structures, least recently used
+first out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import Tensor
+
+from edbatch.api._values import Capture, Values
+from edbatch.errors import ExecutionError
+from edbatch.executor._program import Program, Step
+from edbatch.executor._reads import to_device
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.graph import Graph
+from edbatch.memory import MemoryPlan, Strategy, plan_memory
+from edbatch.schedule import Schedule, Scheduler
+from edbatch.schedule.compiled import CompiledScheduler
+from edbatch.schedule.zoo import NamedScheduler
+
+__all__ = ["CACHE_SIZE", "Entry", "SegmentCache", "SegmentExecutor", "SegmentState",
+           "add_values", "rebind", "run_segment", "segment_state", "value_groups"]
+
+#: Segment structures kept per batch.
+CACHE_SIZE = 64
+
+
+@dataclass
+class Entry:
+    """One segment structure: its graph (of the first segment), schedule, memory plan,
+    compiled program (after its first run) and where each batch's rows go in
+    :class:`~edbatch.api._values.Values` (``nodes``, ``batch``, ``row``)."""
+
+    graph: Graph
+    schedule: Schedule
+    plan: MemoryPlan
+    program: Program | None = None
+    nodes: NDArray[np.int64] | None = None
+    batch: NDArray[np.int64] | None = None
+    row: NDArray[np.int64] | None = None
+
+
+class SegmentExecutor(TorchExecutor):
+    """A :class:`TorchExecutor` that runs a given compiled program (a cached segment's,
+    bound to this segment's attrs) instead of compiling one, and keeps the last compiled."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, capture: Capture) -> None:
+        super().__init__(device, dtype, kernels=capture.kernels, hoist=False, cache_size=1)
+        self.given: Program | None = None
+        self.compiled: Program | None = None
+
+    def _program(self, graph: Graph, schedule: Schedule, plan: MemoryPlan
+                 ) -> tuple[Program, bool]:
+        given, self.given = self.given, None
+        if given is not None:
+            return given, False
+        program, compiled = super()._program(graph, schedule, plan)
+        self.compiled = program
+        return program, compiled
+
+
+class SegmentCache:
+    """Schedules, memory plans and compiled programs by segment structure (LRU)."""
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self.size = size
+        self.entries: OrderedDict[tuple[Any, ...], Entry] = OrderedDict()
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def key(vocab: Any, make: Scheduler, strategy: Strategy, *arrays: NDArray[Any]
+            ) -> tuple[Any, ...]:
+        """The structure of a segment given as arrays (op ids, operand counts, operands,
+        outputs, sizes) with its vocabulary, scheduler (a registry scheduler by its rule
+        and name, so a new instance of it hits too) and strategy. Not the instances: the
+        schedulers and the memory planner read op types and operands only."""
+        kind = type(make)
+        maker = (make.rule, make.name) if kind is CompiledScheduler else \
+            (make.fn, make.name) if kind is NamedScheduler else make
+        return (id(vocab), maker, strategy,
+                *((a.dtype.str, len(a), a.tobytes()) for a in arrays))
+
+    def get(self, key: tuple[Any, ...]) -> Entry | None:
+        entry = self.entries.get(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self.entries.move_to_end(key)
+        return entry
+
+    def put(self, key: tuple[Any, ...], entry: Entry) -> None:
+        self.entries[key] = entry
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+
+
+@dataclass
+class SegmentState:
+    """A batch's capturing kernels, executor and segment cache (for one kernel set)."""
+
+    capture: Capture
+    executor: SegmentExecutor
+    cache: SegmentCache
+    kernels: dict[str, Any]  # the batch's kernels it was made for (a copy)
+    keep: tuple[Any, ...]  # the objects whose ids key the cache (kept alive)
+
+
+_STATES: weakref.WeakKeyDictionary[Any, SegmentState] = weakref.WeakKeyDictionary()
+
+
+def segment_state(batch: Any) -> SegmentState:
+    """``batch``'s :class:`SegmentState`, a new one when its kernels changed since (cells
+    and lookups register theirs on first use) or its device or dtype did."""
+    state = _STATES.get(batch)
+    kernels = batch.kernels
+    if state is None or len(state.kernels) != len(kernels) or state.kernels != kernels or \
+            state.executor.dtype != batch.dtype or state.keep[0] != batch.device:
+        capture = Capture(kernels)
+        state = SegmentState(capture, SegmentExecutor(batch.device, batch.dtype, capture),
+                             SegmentCache(CACHE_SIZE), dict(kernels), (batch.device,))
+        _STATES[batch] = state
+    return state
+
+
+def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Strategy,
+                memory: Strategy, arrays: dict[str, Any], params: dict[str, Tensor],
+                grad: bool) -> tuple[Graph, Schedule, Entry, Any]:
+    """Build (or take from the cache) the segment's graph, schedule, plan and program and
+    run it: ``arrays`` holds ``op_ids``, ``counts``, ``operands``, ``attrs``, ``instance``
+    and ``outputs``; ``memory`` is the strategy the plan is made with."""
+    op_ids, counts, operands = arrays["op_ids"], arrays["counts"], arrays["operands"]
+    attrs, inst, outputs = arrays["attrs"], arrays["instance"], arrays["outputs"]
+    cache = state.cache
+    key = cache.key(vocab, make, strategy, op_ids, counts, operands, outputs, arrays["sizes"])
+    entry = cache.get(key)
+    if entry is not None and entry.graph.vocab is not vocab:  # an id reused
+        entry = None
+    executor = state.executor
+    if entry is None:
+        ptr = np.zeros(len(op_ids) + 1, np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        graph = Graph.from_arrays(vocab, op_ids, ptr, operands, attrs=attrs, instance=inst,
+                                  outputs=outputs)
+        schedule = make(graph)
+        entry = Entry(graph, schedule, plan_memory(graph, schedule, memory))
+        executor.given = None
+    else:
+        graph = dataclasses.replace(entry.graph, attrs=_frozen(attrs, np.int64),
+                                    instance=_frozen(inst, np.int32))
+        assert entry.program is not None
+        executor.given = rebind(entry.program, graph.attrs, executor.device)
+    state.keep = (state.keep[0], vocab, make)
+    state.capture.outputs.clear()
+    result = executor.run(graph, entry.schedule, entry.plan, params, grad=grad)
+    if entry.program is None:
+        entry.program = executor.compiled
+        cache.put(key, entry)
+    return graph, entry.schedule, entry, result
+
+
+def rebind(program: Program, attrs: NDArray[np.int64], device: torch.device) -> Program:
+    """A copy of ``program`` whose steps (inference and training) read ``attrs`` (a graph's
+    attrs array, node order) from a new tensor; ``program`` itself is left as it is."""
+    flat = to_device(attrs[program.attr_nodes], device)
+    sizes = [step.size for step in program.steps]
+    views = flat.split_with_sizes(sizes) if sizes else ()
+    steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
+    compiled: list[tuple[Step, ...]] = []
+    base = program.grad_steps
+
+    def grad_steps() -> tuple[Step, ...]:
+        if not compiled:
+            compiled.append(tuple(_with_attrs(s, v)
+                                  for s, v in zip(base(), views, strict=True)))
+            copy.outputs, copy.output_batch = program.outputs, program.output_batch
+        return compiled[0]
+
+    copy = dataclasses.replace(program, steps=steps, grad_steps=grad_steps, attrs=flat)
+    return copy
+
+
+def _with_attrs(step: Step, attrs: Tensor) -> Step:
+    new = object.__new__(Step)
+    new.__dict__.update(step.__dict__)
+    new.__dict__["attrs"] = attrs
+    return new
+
+
+def _frozen(a: NDArray[Any], dtype: Any) -> NDArray[Any]:
+    a = np.ascontiguousarray(a, dtype=dtype)
+    a.flags.writeable = False
+    return a
+
+
+def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, count: int,
+               offset: int) -> None:
+    """:meth:`Values.add` with the plan's row bookkeeping made once per cache entry.
+
+    Raises:
+        ExecutionError: the executor did not make one kernel call per batch.
+    """
+    plan = entry.plan
+    if entry.nodes is None:
+        sizes = np.asarray([len(r) for r in plan.row_order], dtype=np.int64)
+        nodes = np.concatenate(plan.row_order).astype(np.int64) if len(sizes) else \
+            np.zeros(0, np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        row = np.arange(len(nodes), dtype=np.int64) - np.repeat(starts, sizes)
+        keep = (nodes >= first) & (nodes < first + count)
+        entry.nodes = nodes[keep] - first
+        entry.batch = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)[keep]
+        entry.row = row[keep]
+    if len(outputs) != len(plan.row_order):
+        raise ExecutionError(
+            f"run_programs: the executor made {len(outputs)} kernel calls for "
+            f"{len(plan.row_order)} batches; values are read from one kernel call per batch")
+    base = len(values.outputs)
+    values.outputs.extend(outputs)
+    ids = entry.nodes + offset
+    if len(ids):
+        values.grow(int(ids.max()) + 1)
+        values.batch[ids] = entry.batch + base
+        values.row[ids] = entry.row
+
+
+
+_SHAPES: dict[int, tuple[list[Any], int, list[Any], NDArray[np.int64]]] = {}
+
+
+def value_groups(ops: list[Any], op_ids: NDArray[Any]
+                 ) -> list[tuple[tuple[int, ...], NDArray[np.int64]]]:
+    """The positions in ``op_ids`` grouped by their op type's output shape, shapes sorted:
+    ``(shape, positions)`` pairs, from one shape index per op type (no per-node Python)."""
+    if not len(op_ids):
+        return []
+    hit = _SHAPES.get(id(ops))
+    if hit is None or hit[0] is not ops or hit[1] != len(ops):  # op types are only added
+        shapes = sorted({op.out_shape for op in ops})
+        index = {shape: k for k, shape in enumerate(shapes)}
+        hit = _SHAPES[id(ops)] = (ops, len(ops), shapes,
+                                  np.array([index[op.out_shape] for op in ops], np.int64))
+        while len(_SHAPES) > CACHE_SIZE:
+            del _SHAPES[next(iter(_SHAPES))]
+    _, _, shapes, of_op = hit
+    sid = of_op[op_ids]
+    return [(shapes[k], np.flatnonzero(sid == k)) for k in np.unique(sid)]
