@@ -132,7 +132,7 @@ class ApiParser:
             self.batch.add_loss(self.step(*self._vectors(state, feats, vec), attr=cls))
             state.apply(self.wl.action_of(cls)[0])
 
-    def loss(self, instances: Sequence[ParseInstance], scheduler: SchedulerLike = "depth",
+    def loss(self, instances: Sequence[ParseInstance], scheduler: SchedulerLike = "dynet_agenda",
              attrs: Sequence[Sequence[int]] | None = None, strategy: Strategy = "aligned"
              ) -> Tensor:
         """The summed transition loss of ``instances``, recorded and run as one batch."""

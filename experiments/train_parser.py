@@ -160,7 +160,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--unlabelled", action="store_true", help="three classes, UAS only")
     p.add_argument("--alpha", type=float, default=0.25, help="word dropout alpha")
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--scheduler", default="depth")
+    p.add_argument("--scheduler", default="dynet_agenda")
     p.add_argument("--strategy", default="aligned", choices=("planned", "aligned", "naive"))
     p.add_argument("--train-limit", type=int, default=None,
                    help="a random subsample of N projective train sentences")
