@@ -207,9 +207,10 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
     if checkpoint is not None and Path(checkpoint).is_file():
         q, best_q, best_ratio, episode, eps, seconds = load_checkpoint(checkpoint, cfg, rng)
         log.info("resuming from checkpoint %s at episode %d", checkpoint, episode)
+    # the empty table is the fallback policy alone: its level is the learning curve's line
+    fallback_ratio, _, _ = evaluate_policy(_to_policy({}, cfg, names, meta), val)
     if cfg.fallback_snapshot and episode == 0 and not best_q:
-        # The empty table is the fallback policy alone: the first snapshot to beat.
-        best_ratio, _, _ = evaluate_policy(_to_policy({}, cfg, names, meta), val)
+        best_ratio = fallback_ratio  # the first snapshot to beat
     warm = make_fallback(cfg.fallback, cfg.encoding) if cfg.warm_start else None
     t0 = time.perf_counter() - seconds
     bar = tqdm(total=cfg.max_episodes, initial=episode, disable=not progress, desc="q-learning")
@@ -238,6 +239,7 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
             if episode % cfg.eval_every == 0 or episode == cfg.max_episodes:
                 ratio, _, _ = evaluate_policy(_to_policy(q, cfg, names, meta), val)
                 row["eval/ratio_to_lb"] = ratio
+                row["eval/fallback_ratio_to_lb"] = fallback_ratio
                 if ratio < best_ratio:
                     best_ratio, best_q = ratio, {s: dict(qs) for s, qs in q.items()}
                 row["eval/best_ratio_to_lb"] = best_ratio
