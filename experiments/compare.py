@@ -129,7 +129,7 @@ LEGEND = ("LB: lower bound on the batches of a graph (unbatchable nodes + the lo
           "1.00 = the bound; bold = fewest). fsm_<learner>: the learned FSM policy. "
           "hit rate: share of the FSM's decisions found in its table (the rest use its "
           "fallback heuristic). Training table: ep episodes, s seconds, fsm/LB the FSM, fb/LB "
-          "its fallback alone, gain = 1 - fsm/fb, best/LB the best single heuristic.")
+          "its fallback alone, gain = 1 - fsm/fb, best: best/LB of the best single heuristic.")
 
 
 def scheduler_table(rows: list[SummaryRow], schedulers: list[str]) -> Any:
@@ -179,7 +179,7 @@ def main(cfg: DictConfig) -> float:
                   "fallback alone", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   collapse_padding=True)
     for col in ("workload", "trainer", "seed", "ep", "s", "states", "hit", "fallback",
-                "fsm/LB", "fb/LB", "gain", "best/LB"):  # ep: episodes, s: seconds, hit: rate
+                "fsm/LB", "fb/LB", "gain", "best"):  # ep: episodes, s: seconds, hit: hit rate
         stats.add_column(col, justify="right", no_wrap=True)
     for r in runs:
         gain = 1.0 - r["fsm_ratio"] / r["fallback_ratio"] if r["fallback_ratio"] else 0.0
