@@ -334,6 +334,9 @@ class QLearningTrainer:
             callback: Callable[[dict[str, float]], None] | None = None,
             progress: bool = False, metadata: dict[str, Any] | None = None) -> TrainResult:
         """Train on ``train_graphs``, select on ``val_graphs``."""
-        return train_q_table(train_graphs, self.config, val_graphs=val_graphs,
-                             checkpoint=checkpoint, callback=callback, progress=progress,
-                             metadata=metadata)
+        result = train_q_table(train_graphs, self.config, val_graphs=val_graphs,
+                               checkpoint=checkpoint, callback=callback, progress=progress,
+                               metadata=metadata)
+        if result.history:  # the deployed FSM's validation ratio ends the learning curve
+            result.history[-1]["eval/fsm_ratio_to_lb"] = result.best_ratio
+        return result

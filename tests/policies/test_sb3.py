@@ -45,6 +45,7 @@ def test_sb3_trainer_learns_through_env_and_distills(trainer, tmp_path, monkeypa
     level = {ln.get_label(): ln.get_ydata()[0] for ln in fig.axes[0].lines}
     fb_ratio = curve[-1]["eval/fallback_ratio_to_lb"]  # the heuristic's level, as a line
     assert level["heuristic (fallback alone)"] == fb_ratio >= 1.0
+    assert level["deployed FSM"] == result.best_ratio  # the distilled FSM, as a star
     assert list(tmp_path.glob("SB3-*")) == []  # no empty SB3-<time> log folder left behind
 
 
