@@ -193,8 +193,9 @@ def main(cfg: DictConfig) -> float:
         print(r["worse"])
     if runs:
         bests = ", ".join(sorted({f"{r['workload']} {r['best']}" for r in runs}))
-        print(f"never worse than the best single heuristic (best/LB: {bests}): "
-              f"{len(runs) - len(worse)} of {len(runs)} learner runs")
+        console.print(f"best single heuristic on the unseen graphs: {bests}", highlight=False)
+        print(f"never worse than the best single heuristic: {len(runs) - len(worse)} of "
+              f"{len(runs)} learner runs")
     for r in runs:  # a learner that learned nothing says so, with the reason
         if r["nothing"]:
             print(r["nothing"])  # one line, never wrapped

@@ -28,6 +28,7 @@ from envs.encoding import StateKey, encode_state, key_actions
 from policies._q_checkpoint import HeldCtrlC, QTable, load_checkpoint, save_checkpoint
 from policies.fsm import FSMPolicy, greedy_action, make_fallback
 from policies.guard import fallback_choices, guard_table, pick_fallback, q_proposals
+from policies.resample import resample_graphs
 
 __all__ = ["AUTO_FALLBACKS", "QLearningConfig", "QLearningTrainer", "TrainResult",
            "evaluate_policy", "select_fallback", "train_q_table"]
@@ -81,6 +82,10 @@ class QLearningConfig:
     """Q-value lead over the fallback's action a proposal needs."""
     guard_max_evals: int = 2000
     """Most proposals the guard scores."""
+    guard_check: int = 0
+    """Mini-batches resampled (seeded) from the training graphs' instances that join the
+    guard's validation graphs: a kept entry must not raise their batches either. With one
+    training graph validated on itself (the dump protocol) nothing else is held out."""
     lookahead: str = "none"
     """How the trained FSM schedules whole graphs: ``none`` or ``rollout`` (fortified rollout
     over the FSM; see :data:`policies.fsm.LOOKAHEADS`). Training and snapshot selection use
@@ -297,6 +302,9 @@ def _guarded(q: QTable, cfg: QLearningConfig, train: Sequence[Graph], val: Seque
              names: tuple[str, ...], meta: dict[str, Any], episodes: int
              ) -> tuple[FSMPolicy, float]:
     """The residual FSM: the fallback plus the Q-table's disagreements that pay."""
+    if cfg.guard_check:  # held-out check graphs resampled from the training instances
+        val = [*val, *resample_graphs(train, cfg.guard_check,
+                                      np.random.default_rng(cfg.seed + 1))]
     choices = fallback_choices(train, cfg.encoding, cfg.fallback)
     proposals = q_proposals(q, choices, margin=cfg.guard_margin)
     table, report = guard_table(proposals, train, val, cfg.encoding, cfg.fallback,
