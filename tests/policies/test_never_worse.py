@@ -62,7 +62,9 @@ def test_learner_ends_no_worse_than_its_fallback_on_validation(name: str, seed: 
     alone = table_batches({}, val, p.encoding, p.fallback_name)
     assert fsm <= alone, f"{name} seed {seed}: {fsm} validation batches, fallback {alone}"
     g = p.metadata["guard"]  # the residual form says what it kept and what it is worth
-    assert g["kept"] == p.num_states and g["val_table"] == fsm and g["val_fallback"] == alone
+    assert g["kept"] == p.num_states and g["val_table"] <= g["val_fallback"]
+    if not p.metadata.get("config", {}).get("guard_check"):  # no resampled check graphs
+        assert g["val_table"] == fsm and g["val_fallback"] == alone
     assert ("learned_nothing" in p.metadata) == (p.num_states == 0)
 
 
