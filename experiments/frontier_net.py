@@ -27,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from edbatch.errors import EdbatchError
 from edbatch.graph import Graph
 from edbatch.schedule import lower_bound, make_scheduler, run_policy
-from experiments._common import graph_set, one_workload, seed_everything
+from edbatch.workloads import make_workload
+from experiments._common import graph_set, seed_everything
 from policies.frontier_net import FrontierNetTrainer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -62,8 +63,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Train, distill, evaluate; the numbers printed (also returned)."""
     torch.set_num_threads(1)  # small tensors: threads only contend (as experiments.compare)
     seed_everything(int(cfg.seed))
-    wl_node = OmegaConf.load(CONF / "workload" / f"{cfg.workload}.yaml")
-    _, workload, _ = one_workload(wl_node)
+    workload = make_workload(str(cfg.workload))  # the registry (any workload, module_net too)
     bs = int(cfg.batch_size)
     evals = graph_set(workload, cfg.eval_split, bs, cfg.eval_limit)
     val = graph_set(workload, cfg.train_split, bs, cfg.val_from_train)
