@@ -16,7 +16,8 @@ from typing import Any
 from edbatch.graph import Graph
 from edbatch.schedule import lower_bound, run_policy
 
-__all__ = ["Unseen", "learned_nothing", "score_unseen", "unseen_line"]
+__all__ = ["Unseen", "best_heuristic", "learned_nothing", "score_unseen", "unseen_line",
+           "worse_than_best"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,25 @@ def unseen_line(name: str, u: Unseen, split: str) -> str:
             f"({u.fsm_batches} batches), its fallback {u.fallback} alone {u.fallback_ratio:.4f}"
             f" x LB, gain {100 * u.gain:+.2f}%; table {u.states} states, hit rate "
             f"{u.hit_rate:.3f}")
+
+
+def best_heuristic(records: Sequence[Any], names: Sequence[str]) -> tuple[str, int]:
+    """The single heuristic of ``names`` with the fewest batches summed over ``records``
+    (:class:`edbatch.evaluation.Record`; ties: the earlier name), and that sum."""
+    totals = dict.fromkeys(names, 0)
+    for r in records:
+        if r.scheduler in totals:
+            totals[r.scheduler] += r.num_batches
+    name = min(names, key=lambda n: totals[n])
+    return name, totals[name]
+
+
+def worse_than_best(name: str, u: Unseen, best: str, best_batches: int) -> str | None:
+    """One line when the learned FSM needs more batches than the best single heuristic on
+    the unseen graphs (the goal every learner must meet), else ``None``."""
+    if u.fsm_batches <= best_batches:
+        return None
+    return (f"{name} is WORSE than the best single heuristic {best} on the {u.graphs} unseen "
+            f"mini-batches: {u.fsm_batches} vs {best_batches} batches "
+            f"({u.ratio:.4f} vs {best_batches / max(u.lower_bound, 1):.4f} x LB; its "
+            f"fallback {u.fallback} alone {u.fallback_ratio:.4f})")

@@ -29,7 +29,7 @@ from edbatch.evaluation import (
 )
 from experiments._cli import guarded
 from experiments._common import graph_set, one_workload, seed_everything
-from experiments._learned import learned_nothing, score_unseen
+from experiments._learned import best_heuristic, learned_nothing, score_unseen, worse_than_best
 from experiments.plots import plot_batches
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ def compare(cfg: DictConfig) -> tuple[list[Record], list[dict[str, Any]]]:
         val = graph_set(workload, cfg.train_split, bs, cfg.val_from_train)
         recs = evaluate_schedulers([(f"{split}/{k}", g) for k, g in enumerate(eval_graphs)],
                                    heuristics, label, progress=True)
+        best, best_b = best_heuristic(recs, list(heuristics))
         for seed in cfg.seeds:
             seed_everything(seed)
             train = graph_set(workload, cfg.train_split, bs, cfg.num_train_graphs,
@@ -73,9 +74,12 @@ def compare(cfg: DictConfig) -> tuple[list[Record], list[dict[str, Any]]]:
                              "episodes": result.episodes, "seconds": result.seconds,
                              "states": u.states, "hit_rate": u.hit_rate,
                              "fallback": u.fallback, "fsm_ratio": u.ratio,
-                             "fallback_ratio": u.fallback_ratio,
+                             "fallback_ratio": u.fallback_ratio, "best": best,
+                             "best_ratio": best_b / max(u.lower_bound, 1),
                              "nothing": learned_nothing(f"{label} {tname} seed {seed}", policy,
-                                                        u)})
+                                                        u),
+                             "worse": worse_than_best(f"{label} {tname} seed {seed}", u, best,
+                                                      best_b)})
                 log.info("%s %s seed %d: %d episodes, %.1fs, %d states, hit rate %.3f",
                          label, tname, seed, result.episodes, result.seconds,
                          policy.num_states, policy.hit_rate)
@@ -125,7 +129,7 @@ LEGEND = ("LB: lower bound on the batches of a graph (unbatchable nodes + the lo
           "1.00 = the bound; bold = fewest). fsm_<learner>: the learned FSM policy. "
           "hit rate: share of the FSM's decisions found in its table (the rest use its "
           "fallback heuristic). Training table: ep episodes, s seconds, fsm/LB the FSM, fb/LB "
-          "its fallback alone, gain = 1 - fsm/fb.")
+          "its fallback alone, gain = 1 - fsm/fb, best: best/LB of the best single heuristic.")
 
 
 def scheduler_table(rows: list[SummaryRow], schedulers: list[str]) -> Any:
@@ -175,15 +179,23 @@ def main(cfg: DictConfig) -> float:
                   "fallback alone", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   collapse_padding=True)
     for col in ("workload", "trainer", "seed", "ep", "s", "states", "hit", "fallback",
-                "fsm/LB", "fb/LB", "gain"):  # ep: episodes, s: seconds, hit: hit rate
+                "fsm/LB", "fb/LB", "gain", "best"):  # ep: episodes, s: seconds, hit: hit rate
         stats.add_column(col, justify="right", no_wrap=True)
     for r in runs:
         gain = 1.0 - r["fsm_ratio"] / r["fallback_ratio"] if r["fallback_ratio"] else 0.0
         stats.add_row(r["workload"], r["trainer"], str(r["seed"]), str(r["episodes"]),
                       f"{r['seconds']:.1f}", str(r["states"]), f"{r['hit_rate']:.3f}",
                       r["fallback"], f"{r['fsm_ratio']:.3f}", f"{r['fallback_ratio']:.3f}",
-                      f"{100 * gain:+.1f}%")
+                      f"{100 * gain:+.1f}%", f"{r['best_ratio']:.3f}")
     console.print(stats)
+    worse = [r for r in runs if r["worse"]]
+    for r in worse:  # the goal: no learner worse than the best single heuristic
+        print(r["worse"])
+    if runs:
+        bests = ", ".join(sorted({f"{r['workload']} {r['best']}" for r in runs}))
+        console.print(f"best single heuristic on the unseen graphs: {bests}", highlight=False)
+        print(f"never worse than the best single heuristic: {len(runs) - len(worse)} of "
+              f"{len(runs)} learner runs")
     for r in runs:  # a learner that learned nothing says so, with the reason
         if r["nothing"]:
             print(r["nothing"])  # one line, never wrapped

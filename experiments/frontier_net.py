@@ -27,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from edbatch.errors import EdbatchError
 from edbatch.graph import Graph
 from edbatch.schedule import lower_bound, make_scheduler, run_policy
-from experiments._common import graph_set, one_workload, seed_everything
+from edbatch.workloads import make_workload
+from experiments._common import graph_set, seed_everything
 from policies.frontier_net import FrontierNetTrainer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -62,8 +63,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Train, distill, evaluate; the numbers printed (also returned)."""
     torch.set_num_threads(1)  # small tensors: threads only contend (as experiments.compare)
     seed_everything(int(cfg.seed))
-    wl_node = OmegaConf.load(CONF / "workload" / f"{cfg.workload}.yaml")
-    _, workload, _ = one_workload(wl_node)
+    workload = make_workload(str(cfg.workload))  # the registry (any workload, module_net too)
     bs = int(cfg.batch_size)
     evals = graph_set(workload, cfg.eval_split, bs, cfg.eval_limit)
     val = graph_set(workload, cfg.train_split, bs, cfg.val_from_train)
@@ -95,6 +95,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     stats = {"seed": int(cfg.seed), "lb": lb, "train_seconds": train_s,
              "ratios": {k: v / lb for k, v in rows.items()}, "states": fsm.num_states,
              "encoding": fsm.encoding, "hit_rate": fsm.hit_rate,
+             "fallback": fsm.fallback_name,
              "net_gain": 1 - nb / cp, "fsm_gain": 1 - fb / cp,
              "kept": (cp - fb) / (cp - nb) if cp > nb else float("nan"),
              "history": result.history, "out": str(out)}
@@ -114,7 +115,7 @@ def _report(st: dict[str, Any], rows: dict[str, int], n: int, cfg: DictConfig) -
     for k, v in rows.items():
         print(f"{k:<18}{v:>9}{v / st['lb']:>8.4f}")
     print(f"FSM distillation: key {st['encoding']}, {st['states']} states, hit rate "
-          f"{st['hit_rate']:.3f}, gain over its fallback (critical path) "
+          f"{st['hit_rate']:.3f}, fallback {st['fallback']}, gain over critical path "
           f"{100 * st['fsm_gain']:+.2f}%; network's gain {100 * st['net_gain']:+.2f}%; "
           f"share of the network's gain kept: "
           + ("n/a (the network does not beat critical path)" if st["kept"] != st["kept"]

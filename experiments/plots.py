@@ -49,7 +49,9 @@ def plot_batches(rows: Sequence[SummaryRow], path: str | Path,
 def learning_curve_figure(history: Sequence[dict[str, float]], title: str = "") -> Any:
     """The learning curve as a matplotlib figure: validation batches/LB of the greedy policy
     (and the best so far) against episodes, or against env timesteps when the rows carry
-    ``timestep`` (the SB3 trainers)."""
+    ``timestep`` (the SB3 trainers); rows with ``eval/fallback_ratio_to_lb`` add the
+    heuristic's level as a horizontal line, ``eval/fsm_ratio_to_lb`` the deployed FSM's
+    validation ratio as a star."""
     x = "timestep" if any("timestep" in h for h in history) else "episode"
     pts = [(h[x], h["eval/ratio_to_lb"]) for h in history if "eval/ratio_to_lb" in h and x in h]
     best = [(h[x], h["eval/best_ratio_to_lb"]) for h in history
@@ -59,6 +61,15 @@ def learning_curve_figure(history: Sequence[dict[str, float]], title: str = "") 
         ax.plot(*zip(*pts), marker="o", label="greedy policy")
     if best:
         ax.plot(*zip(*best), linestyle="--", label="best so far")
+    fb = [h["eval/fallback_ratio_to_lb"] for h in history if "eval/fallback_ratio_to_lb" in h]
+    if fb:  # the heuristic the learner starts from (its fallback alone)
+        ax.axhline(fb[-1], color="tab:red", linewidth=1.2, linestyle="-.",
+                   label="heuristic (fallback alone)")
+    dep = [(h[x], h["eval/fsm_ratio_to_lb"]) for h in history
+           if "eval/fsm_ratio_to_lb" in h and x in h]
+    if dep:  # what is deployed: the (guarded) FSM, not the raw learner
+        ax.plot(*zip(*dep[-1:]), marker="*", markersize=12, linestyle="none",
+                color="tab:green", label="deployed FSM")
     ax.axhline(1.0, color="black", linewidth=1, linestyle=":", label="LB")
     ax.set_xlabel("env timestep" if x == "timestep" else "episode")
     ax.set_ylabel("batches / LB (validation)")

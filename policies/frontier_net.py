@@ -20,7 +20,9 @@ DAgger-style imitation of the rollout teacher, deployed as numpy/numba or distil
 * **Deployment**: :class:`policies.frontier_deploy.FrontierNetPolicy` (numba or numpy per
   decision; :meth:`FrontierNet.export` gives its weights), or :func:`distill_fsm`: the
   network's decisions on the training graphs voted into an :class:`~policies.fsm.FSMPolicy`
-  table (per candidate key the majority; the key with the fewest validation batches wins).
+  table, by default in residual form (the fallback plus the majority disagreements the
+  guard keeps; never worse than the fallback on the training and validation graphs); the
+  key with the fewest validation batches wins.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ from policies._frontier_teacher import teacher_q
 from policies.expert import fit_table
 from policies.frontier_deploy import FrontierNetPolicy
 from policies.fsm import FSMPolicy
-from policies.q_learning import TrainResult
+from policies.guard import fallback_choices, guard_table, pick_fallback, vote_proposals
+from policies.q_learning import AUTO_FALLBACKS, TrainResult
 from policies.resample import resample_graphs
 from policies.table_search import table_batches
 
@@ -85,7 +88,14 @@ class FrontierNetConfig:
     distill_encodings: tuple[str, ...] = ("expert", "tie", "crit", "fill", "rich")
     """FSM keys tried by the distillation (the fewest validation batches wins)."""
     fallback: str = "critical_path"
-    """Fallback of the distilled FSM (states its table lacks)."""
+    """Fallback of the distilled FSM (states its table lacks); ``auto``: the heuristic of
+    :data:`~policies.q_learning.AUTO_FALLBACKS` with the fewest batches on the training and
+    validation graphs together (the best single heuristic)."""
+    guard: bool = True
+    """Distil in residual form (:mod:`policies.guard`): the fallback plus the network's
+    majority disagreements with it that lower the training batches without raising the
+    validation batches, so the FSM is never worse than its fallback on those graphs.
+    ``False``: the plain majority vote per key (may lose to the fallback)."""
     seed: int = 0
     """Seed of the weights' initialisation and the resampling."""
 
@@ -280,10 +290,12 @@ def train_frontier_net(train_graphs: Sequence[Graph], cfg: FrontierNetConfig = F
 
 def distill_fsm(net: FrontierNetPolicy, train_graphs: Sequence[Graph],
                 val_graphs: Sequence[Graph], encodings: Sequence[str] = ("expert",),
-                fallback: str = "critical_path") -> tuple[FSMPolicy, dict[str, int]]:
-    """The network's decisions on ``train_graphs`` voted into an FSM table per encoding;
-    returns the FSM whose table needs the fewest batches on ``val_graphs`` and the
-    validation batches of every encoding tried."""
+                fallback: str = "critical_path", guard: bool = True
+                ) -> tuple[FSMPolicy, dict[str, int]]:
+    """The network's decisions on ``train_graphs`` voted into an FSM table per encoding
+    (with ``guard``: only the disagreements with ``fallback`` that pay, as
+    :func:`policies.guard.guard_table` decides); returns the FSM whose table needs the
+    fewest batches on ``val_graphs`` and the validation batches of every encoding tried."""
     if not encodings:
         raise ConfigError("trainer.distill_encodings", list(encodings), "a non-empty list",
                           "pass trainer.distill_encodings=[expert]")
@@ -292,11 +304,19 @@ def distill_fsm(net: FrontierNetPolicy, train_graphs: Sequence[Graph],
     best: FSMPolicy | None = None
     votes = _votes(net.fork(), train_graphs, encodings)
     for enc in encodings:
-        table = fit_table(votes[enc], 1, 0.5)
-        tried[enc] = table_batches(table, val_graphs, enc, fallback)
+        meta: dict[str, Any] = {"distilled_from": "frontier_net", **net.metadata}
+        if guard:
+            props = vote_proposals(votes[enc], fallback_choices(train_graphs, enc, fallback))
+            table, report = guard_table(props, train_graphs, val_graphs, enc, fallback)
+            tried[enc] = report.val_table
+            meta["guard"] = report.as_meta()
+            if report.reason() is not None:
+                meta["learned_nothing"] = report.reason()
+        else:
+            table = fit_table(votes[enc], 1, 0.5)
+            tried[enc] = table_batches(table, val_graphs, enc, fallback)
         if best is None or tried[enc] < tried[best.encoding]:
-            best = FSMPolicy(table, enc, names, fallback,
-                             {"distilled_from": "frontier_net", **net.metadata})
+            best = FSMPolicy(table, enc, names, fallback, meta)
     assert best is not None
     return best, tried
 
@@ -341,8 +361,11 @@ class FrontierNetTrainer:
                                  callback=callback)
         res.net.metadata.update(metadata or {})
         self.net = res.net
+        fallback = self.config.fallback
+        if fallback == "auto":
+            fallback = pick_fallback([*train_graphs, *val_graphs], "expert", AUTO_FALLBACKS)
         fsm, tried = distill_fsm(res.net, train_graphs, val_graphs,
-                                 self.config.distill_encodings, self.config.fallback)
+                                 self.config.distill_encodings, fallback, self.config.guard)
         ratio = tried[fsm.encoding] / max(sum(lower_bound(g) for g in val_graphs), 1)
         fsm.metadata.update(net_val_ratio=res.val_ratio, fsm_val_ratio=ratio,
                             distill_val_batches=tried)

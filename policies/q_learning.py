@@ -11,14 +11,9 @@ best snapshot every 50 episodes, early stop at 1.01 x LB, at most 1000 episodes.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,17 +21,18 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from edbatch.errors import GraphError, PolicyFileError
+from edbatch.errors import GraphError
 from edbatch.graph import Graph
 from edbatch.schedule import Frontier, lower_bound, run_policy
 from envs.encoding import StateKey, encode_state, key_actions
+from policies._q_checkpoint import HeldCtrlC, QTable, load_checkpoint, save_checkpoint
 from policies.fsm import FSMPolicy, greedy_action, make_fallback
 from policies.guard import fallback_choices, guard_table, pick_fallback, q_proposals
+from policies.resample import resample_graphs
 
 __all__ = ["AUTO_FALLBACKS", "QLearningConfig", "QLearningTrainer", "TrainResult",
            "evaluate_policy", "select_fallback", "train_q_table"]
 
-QTable = dict[StateKey, dict[int, float]]
 log = logging.getLogger(__name__)
 
 
@@ -86,6 +82,10 @@ class QLearningConfig:
     """Q-value lead over the fallback's action a proposal needs."""
     guard_max_evals: int = 2000
     """Most proposals the guard scores."""
+    guard_check: int = 0
+    """Mini-batches resampled (seeded) from the training graphs' instances that join the
+    guard's validation graphs: a kept entry must not raise their batches either. With one
+    training graph validated on itself (the dump protocol) nothing else is held out."""
     lookahead: str = "none"
     """How the trained FSM schedules whole graphs: ``none`` or ``rollout`` (fortified rollout
     over the FSM; see :data:`policies.fsm.LOOKAHEADS`). Training and snapshot selection use
@@ -210,17 +210,18 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
     best_ratio, episode, eps, seconds = float("inf"), 0, cfg.eps_start, 0.0
     history: list[dict[str, float]] = []
     if checkpoint is not None and Path(checkpoint).is_file():
-        q, best_q, best_ratio, episode, eps, seconds = _load_checkpoint(checkpoint, cfg, rng)
+        q, best_q, best_ratio, episode, eps, seconds = load_checkpoint(checkpoint, cfg, rng)
         log.info("resuming from checkpoint %s at episode %d", checkpoint, episode)
+    # the empty table is the fallback policy alone: its level is the learning curve's line
+    fallback_ratio, _, _ = evaluate_policy(_to_policy({}, cfg, names, meta), val)
     if cfg.fallback_snapshot and episode == 0 and not best_q:
-        # The empty table is the fallback policy alone: the first snapshot to beat.
-        best_ratio, _, _ = evaluate_policy(_to_policy({}, cfg, names, meta), val)
+        best_ratio = fallback_ratio  # the first snapshot to beat
     warm = make_fallback(cfg.fallback, cfg.encoding) if cfg.warm_start else None
     t0 = time.perf_counter() - seconds
     bar = tqdm(total=cfg.max_episodes, initial=episode, disable=not progress, desc="q-learning")
     # Ctrl-C (SIGINT) stops inside an episode (undone) or after its bookkeeping, never in a
     # table update or a checkpoint write
-    held = _HeldCtrlC()
+    held = HeldCtrlC()
     try:
         while episode < cfg.max_episodes and best_ratio >= cfg.early_stop_ratio:
             graph = train_graphs[int(rng.integers(len(train_graphs)))]
@@ -230,7 +231,7 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
                     states, actions, rewards, batches = _episode(graph, q, cfg, rng, eps, warm)
             except KeyboardInterrupt:  # keep every finished episode, then stop
                 rng.bit_generator.state = rng_state  # as before the unfinished episode
-                _save_checkpoint(checkpoint, cfg, q, best_q, best_ratio, episode, eps,
+                save_checkpoint(checkpoint, cfg, q, best_q, best_ratio, episode, eps,
                                  time.perf_counter() - t0, rng)
                 raise
             _update(q, states, actions, rewards, cfg)
@@ -243,17 +244,18 @@ def train_q_table(train_graphs: Sequence[Graph], cfg: QLearningConfig = QLearnin
             if episode % cfg.eval_every == 0 or episode == cfg.max_episodes:
                 ratio, _, _ = evaluate_policy(_to_policy(q, cfg, names, meta), val)
                 row["eval/ratio_to_lb"] = ratio
+                row["eval/fallback_ratio_to_lb"] = fallback_ratio
                 if ratio < best_ratio:
                     best_ratio, best_q = ratio, {s: dict(qs) for s, qs in q.items()}
                 row["eval/best_ratio_to_lb"] = best_ratio
-                _save_checkpoint(checkpoint, cfg, q, best_q, best_ratio, episode, eps,
+                save_checkpoint(checkpoint, cfg, q, best_q, best_ratio, episode, eps,
                                  time.perf_counter() - t0, rng)
             history.append(row)
             if callback is not None:
                 callback(row)
             bar.update(1)
         if held.caught:  # Ctrl-C during the last episode's bookkeeping
-            _save_checkpoint(checkpoint, cfg, q, best_q, best_ratio, episode, eps,
+            save_checkpoint(checkpoint, cfg, q, best_q, best_ratio, episode, eps,
                              time.perf_counter() - t0, rng)
             raise KeyboardInterrupt
     finally:
@@ -300,6 +302,9 @@ def _guarded(q: QTable, cfg: QLearningConfig, train: Sequence[Graph], val: Seque
              names: tuple[str, ...], meta: dict[str, Any], episodes: int
              ) -> tuple[FSMPolicy, float]:
     """The residual FSM: the fallback plus the Q-table's disagreements that pay."""
+    if cfg.guard_check:  # held-out check graphs resampled from the training instances
+        val = [*val, *resample_graphs(train, cfg.guard_check,
+                                      np.random.default_rng(cfg.seed + 1))]
     choices = fallback_choices(train, cfg.encoding, cfg.fallback)
     proposals = q_proposals(q, choices, margin=cfg.guard_margin)
     table, report = guard_table(proposals, train, val, cfg.encoding, cfg.fallback,
@@ -320,82 +325,6 @@ def _guarded(q: QTable, cfg: QLearningConfig, train: Sequence[Graph], val: Seque
     return policy, report.val_table / max(report.val_lb, 1)
 
 
-class _HeldCtrlC:
-    """Holds Ctrl-C (SIGINT, main thread only) from its creation to :meth:`close`, except
-    inside :meth:`released` blocks, where it raises at once as usual; one that came while
-    held raises on entering the next such block. So an interrupt never lands in the middle
-    of a table update or a checkpoint write."""
-
-    def __init__(self) -> None:
-        self.caught = False
-        self.old: Any = None
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is not None):
-            self.old = signal.signal(signal.SIGINT, self._hold)
-
-    def _hold(self, signum: int, frame: Any) -> None:
-        self.caught = True
-
-    @contextmanager
-    def released(self) -> Iterator[None]:
-        if self.old is None:
-            yield
-            return
-        if self.caught:
-            raise KeyboardInterrupt
-        signal.signal(signal.SIGINT, self.old)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, self._hold)
-
-    def close(self) -> bool:
-        """Restore the previous handler; whether a Ctrl-C came while held."""
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self.old)
-            self.old = None
-        return self.caught
-
-
-def _save_checkpoint(path: str | Path | None, cfg: QLearningConfig, q: QTable,
-                     best_q: QTable, best_ratio: float, episode: int, eps: float,
-                     seconds: float, rng: np.random.Generator) -> None:
-    if path is None:  # no checkpoint file asked for
-        return
-    def table(t: QTable) -> list[Any]:
-        return [[list(s), [[a, v] for a, v in qs.items()]] for s, qs in t.items()]
-
-    data = {"config": asdict(cfg), "episode": episode, "epsilon": eps, "seconds": seconds,
-            "best_ratio": best_ratio, "rng": rng.bit_generator.state, "q": table(q),
-            "best_q": table(best_q)}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
-def _load_checkpoint(path: str | Path, cfg: QLearningConfig, rng: np.random.Generator
-                     ) -> tuple[QTable, QTable, float, int, float, float]:
-    try:
-        data = json.loads(Path(path).read_text())
-
-        def table(rows: list[Any]) -> QTable:
-            return {tuple(s): {int(a): float(v) for a, v in qs} for s, qs in rows}
-
-        if data["config"] != json.loads(json.dumps(asdict(cfg))):
-            raise PolicyFileError(path, "checkpoint was written with another configuration",
-                                  "delete it or use another checkpoint path")
-        rng.bit_generator.state = data["rng"]
-        return (table(data["q"]), table(data["best_q"]), float(data["best_ratio"]),
-                int(data["episode"]), float(data["epsilon"]), float(data["seconds"]))
-    except PolicyFileError:
-        raise
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise PolicyFileError(path, f"corrupt checkpoint ({type(e).__name__}: {e})",
-                              "delete it to start training afresh") from None
-
-
 class QLearningTrainer:
     """Config-friendly wrapper: ``QLearningTrainer(**hparams).fit(train, val, ...)``.
 
@@ -413,6 +342,9 @@ class QLearningTrainer:
             callback: Callable[[dict[str, float]], None] | None = None,
             progress: bool = False, metadata: dict[str, Any] | None = None) -> TrainResult:
         """Train on ``train_graphs``, select on ``val_graphs``."""
-        return train_q_table(train_graphs, self.config, val_graphs=val_graphs,
-                             checkpoint=checkpoint, callback=callback, progress=progress,
-                             metadata=metadata)
+        result = train_q_table(train_graphs, self.config, val_graphs=val_graphs,
+                               checkpoint=checkpoint, callback=callback, progress=progress,
+                               metadata=metadata)
+        if result.history:  # the deployed FSM's validation ratio ends the learning curve
+            result.history[-1]["eval/fsm_ratio_to_lb"] = result.best_ratio
+        return result

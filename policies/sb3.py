@@ -131,8 +131,9 @@ class _SB3Trainer:
         # writes nothing (episode stats go through ``callback``, i.e. W&B)
         model.set_logger(Logger(folder=None, output_formats=[]))
         net = SB3Policy(model, self.observation)
-        curve = _Curve(net, list(val_graphs) or list(train_graphs), callback,
-                       every=max(1, self.total_timesteps // self.eval_points))
+        alone = FSMPolicy({}, self.encoding, train[0].vocab.names, fallback)
+        curve = _Curve(net, val, callback, every=max(1, self.total_timesteps // self.eval_points),
+                       fallback_ratio=evaluate_policy(alone, val)[0])
         model.learn(total_timesteps=self.total_timesteps, progress_bar=False,
                     callback=_EpisodeCallback(curve))
         if not curve.history or curve.history[-1]["timestep"] < model.num_timesteps:
@@ -269,14 +270,17 @@ class DQNTrainer(_SB3Trainer):
 class _Curve:
     """The SB3 learning curve: finished episodes, and every ``every`` timesteps the greedy
     network's batches/LB on the validation graphs (``eval/ratio_to_lb``, and the best so
-    far), each row also sent to ``callback`` (the tracker: W&B ``train/``, ``eval/`` series).
+    far; the fallback heuristic's level ``eval/fallback_ratio_to_lb``), each row also sent
+    to ``callback`` (the tracker: W&B ``train/``, ``eval/`` series).
 
     Rows carry ``timestep`` (the W&B step and the curve's x) and ``episode`` (finished
     episodes so far)."""
 
     def __init__(self, net: SB3Policy, graphs: Sequence[Graph],
-                 callback: Callable[[dict[str, float]], None] | None, every: int) -> None:
+                 callback: Callable[[dict[str, float]], None] | None, every: int,
+                 fallback_ratio: float | None = None) -> None:
         self.net, self.graphs, self.callback, self.every = net, graphs, callback, every
+        self.fallback_ratio = fallback_ratio
         self.episodes, self.best = 0, float("inf")
         self.history: list[dict[str, float]] = []
 
@@ -296,6 +300,8 @@ class _Curve:
         row = {"timestep": timestep, "episode": self.episodes, "eval/ratio_to_lb": ratio,
                "eval/best_ratio_to_lb": self.best, "train/episodes": float(self.episodes),
                "train/timesteps": float(timestep)}
+        if self.fallback_ratio is not None:  # the heuristic's level (the curve's line)
+            row["eval/fallback_ratio_to_lb"] = self.fallback_ratio
         self.history.append(row)
         self._emit(row)
 

@@ -83,7 +83,8 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
     assert {x["workload"] for x in lines} == {"tree_lstm", "lattice_lstm"}
     out = [x for x in r.stdout.splitlines() if not x.startswith("[20")]  # not log records
     nothing = [x for x in out if " learned nothing" in x]  # one unwrapped line each
-    out = [x for x in out if x not in nothing]
+    worse = [x for x in out if " is WORSE than the best single heuristic " in x]
+    out = [x for x in out if x not in nothing and x not in worse]
     assert max(len(x) for x in out) <= 100, max(out, key=len)  # fits a 100-column terminal
     # trees: critical path meets LB, so the guarded Q-learner keeps nothing and says why
     assert any(x.startswith("tree_lstm fsm seed 0 learned nothing: 0 states, critical_path "
@@ -94,7 +95,11 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
         assert said in text, said
     assert all(x["num_batches"] >= x["lower_bound"] for x in lines)
     assert "FSM training (per seed)" in r.stdout
-    assert "fallback alone" in r.stdout and "gain" in r.stdout
+    assert "fallback alone" in r.stdout and "gain" in r.stdout and "best/LB" in r.stdout
+    # every learner run is checked against the best single heuristic of its workload
+    verdict = [x for x in out if x.startswith("never worse than the best single heuristic")]
+    assert len(verdict) == 1 and verdict[0].endswith(f"{6 - len(worse)} of 6 learner runs")
+    assert all(x.startswith(("tree_lstm ", "lattice_lstm ")) for x in worse)
     assert (tmp_path / "batches.png").read_bytes()[:4] == b"\x89PNG"
 
 

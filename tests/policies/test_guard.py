@@ -135,3 +135,21 @@ def test_guarded_ppo_is_no_worse_than_its_fallback() -> None:
     assert table_batches(p.table, train, "hints", "critical_path") == g["train_table"] \
         <= g["train_fallback"] == table_batches({}, train, "hints", "critical_path")
     assert table_batches(p.table, val, "hints", "critical_path") <= g["val_fallback"]
+
+
+def test_guard_check_graphs_join_the_validation_graphs() -> None:
+    """``guard_check``: mini-batches resampled from the training instances are held out too
+    (with one training graph validated on itself nothing else is)."""
+    from edbatch.schedule import lower_bound
+    from policies.resample import resample_graphs
+
+    train, val = _lattices(range(4)), _lattices(range(60, 61))
+    cfg = QLearningConfig(encoding="hints", fallback="critical_path", warm_start=True,
+                          guard=True, max_episodes=20, eval_every=10, early_stop_ratio=0.0,
+                          seed=3, guard_check=3)
+    p = train_q_table(train, cfg, val_graphs=val).policy
+    g = p.metadata["guard"]
+    held = [*val, *resample_graphs(train, 3, np.random.default_rng(4))]
+    assert len(held) == 4 and g["val_lb"] == sum(lower_bound(x) for x in held)
+    assert g["val_table"] == table_batches(p.table, held, "hints", "critical_path") \
+        <= g["val_fallback"] == table_batches({}, held, "hints", "critical_path")

@@ -42,6 +42,10 @@ def test_sb3_trainer_learns_through_env_and_distills(trainer, tmp_path, monkeypa
     fig = learning_curve_figure(result.history)  # the PNG's figure is not an empty frame
     line = fig.axes[0].lines[0]
     assert len(line.get_xdata()) == len(curve) >= 2
+    level = {ln.get_label(): ln.get_ydata()[0] for ln in fig.axes[0].lines}
+    fb_ratio = curve[-1]["eval/fallback_ratio_to_lb"]  # the heuristic's level, as a line
+    assert level["heuristic (fallback alone)"] == fb_ratio >= 1.0
+    assert level["deployed FSM"] == result.best_ratio  # the distilled FSM, as a star
     assert list(tmp_path.glob("SB3-*")) == []  # no empty SB3-<time> log folder left behind
 
 
