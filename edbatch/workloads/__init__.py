@@ -36,7 +36,7 @@ __all__ = [
 #: The modules of the shipped workloads, in registry order: importing one registers the
 #: :class:`Workload` subclasses it defines. Adding a workload = its module + one entry here.
 MODULES = ("tree_lstm", "tree_gru", "mvrnn", "lattice", "bilstm_tagger", "seq2seq", "dumps",
-           "synthetic", "ggnn_molecules", "tree_lstm_sick")
+           "synthetic", "ggnn_molecules", "tree_lstm_sick", "bilstm_char_tagger")
 for _module in MODULES:
     importlib.import_module(f"{__name__}.{_module}")
 
