@@ -50,7 +50,7 @@ def make_tagger(args: argparse.Namespace) -> Workload:
     if args.workload == "bilstm_tagger":
         return make_workload("bilstm_tagger", data="ewt", embed_dim=args.word_dim,
                              hidden_dim=args.hidden_dim)
-    return make_workload("bilstm_char_tagger", char_dim=args.char_dim, word_dim=args.word_dim,
+    return make_workload("bilstm_char_tagger", char_dim=args.char_dim, embed_dim=args.word_dim,
                          hidden_dim=args.hidden_dim, mlp_dim=args.mlp_dim,
                          min_count=args.min_count)
 

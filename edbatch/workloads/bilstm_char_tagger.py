@@ -2,7 +2,7 @@
 the UPOS tags of UD English EWT, registry name ``"bilstm_char_tagger"``.
 
 The model (Neubig, Goldberg, Dyer 2017, the char-BiLSTM tagger of their autobatching
-benchmark), with ``E = word_dim``, ``Hc = E / 2``, ``H = hidden_dim``, ``M = mlp_dim``:
+benchmark), with ``E = embed_dim``, ``Hc = E / 2``, ``H = hidden_dim``, ``M = mlp_dim``:
 
 * **word representation** ``x_t``: a word seen at least ``min_count`` times in EWT train
   (:class:`~edbatch.data.vocab.FrequentWords`, DyNet's ``wc[w] > 5``) is looked up,
@@ -111,7 +111,7 @@ class BiLSTMCharTagger(Workload):
     Args:
         granularity: ``"cell"`` or ``"primitive"``.
         char_dim: character embedding size.
-        word_dim: word embedding size ``E`` (even: a composed word is two ``E/2`` states).
+        embed_dim: word embedding size ``E`` (even: a composed word is two ``E/2`` states).
         hidden_dim: sentence LSTM size ``H``.
         mlp_dim: the loss MLP's hidden size ``M``.
         min_count: train occurrences a word needs to be looked up (DyNet: 6, ``> 5``).
@@ -120,7 +120,7 @@ class BiLSTMCharTagger(Workload):
         data_dir: data root holding ``ud_ewt/``.
 
     Example:
-        >>> wl = BiLSTMCharTagger(char_dim=4, word_dim=6, hidden_dim=4, mlp_dim=4)
+        >>> wl = BiLSTMCharTagger(char_dim=4, embed_dim=6, hidden_dim=4, mlp_dim=4)
         >>> [len(wl.load(s)) for s in wl.splits], len(wl.words), len(wl.chars)
         ([12544, 2001, 2077], 3505, 110)
         >>> inst = wl.load("test")[0]
@@ -140,24 +140,24 @@ class BiLSTMCharTagger(Workload):
     @classmethod
     def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
                     ) -> dict[str, Any]:
-        """Small sizes (``word_dim = 2 * (dim // 2)``, 4-wide characters and MLP)."""
-        return {"char_dim": 4, "word_dim": 2 * max(dim // 2, 1),
+        """Small sizes (``embed_dim = 2 * (dim // 2)``, 4-wide characters and MLP)."""
+        return {"char_dim": 4, "embed_dim": 2 * max(dim // 2, 1),
                 "hidden_dim": dim if hidden is None else hidden, "mlp_dim": 4}
 
-    def __init__(self, granularity: str = "cell", char_dim: int = 32, word_dim: int = 128,
+    def __init__(self, granularity: str = "cell", char_dim: int = 32, embed_dim: int = 128,
                  hidden_dim: int = 128, mlp_dim: int = 64, min_count: int = DEFAULT_MIN_COUNT,
                  max_words: int = DEFAULT_MAX_WORDS,
                  unknown_chars: Literal["unk", "error"] = "unk",
                  data_dir: str | Path | None = None) -> None:
         super().__init__(granularity, data_dir)
-        check_positive(char_dim=char_dim, word_dim=word_dim, hidden_dim=hidden_dim,
+        check_positive(char_dim=char_dim, embed_dim=embed_dim, hidden_dim=hidden_dim,
                        mlp_dim=mlp_dim, min_count=min_count, max_words=max_words)
-        if word_dim % 2:
-            raise GraphError(f"word_dim must be even (a composed word is two word_dim/2 "
-                             f"character states), got {word_dim}; pass {word_dim + 1}")
+        if embed_dim % 2:
+            raise GraphError(f"embed_dim must be even (a composed word is two embed_dim/2 "
+                             f"character states), got {embed_dim}; pass {embed_dim + 1}")
         if unknown_chars not in ("unk", "error"):
             raise GraphError(f"unknown_chars must be 'unk' or 'error', got {unknown_chars!r}")
-        self.char_dim, self.word_dim, self.hidden_dim = char_dim, word_dim, hidden_dim
+        self.char_dim, self.embed_dim, self.hidden_dim = char_dim, embed_dim, hidden_dim
         self.mlp_dim, self.max_words = mlp_dim, max_words
         train = self.treebank("train")
         self.words = FrequentWords(word_counts(s.words for s in train), min_count)
@@ -177,7 +177,7 @@ class BiLSTMCharTagger(Workload):
 
     # ------------------------------------------------------------------ vocabulary
     def _declare_cells(self, ops: OpSet) -> dict[str, str]:
-        c, e, h, hc = self.char_dim, self.word_dim, self.hidden_dim, self.word_dim // 2
+        c, e, h, hc = self.char_dim, self.embed_dim, self.hidden_dim, self.embed_dim // 2
         state, char_state = (2 * h,), (2 * hc,)
         names = {
             "char": declare_cell(ops, f"{_P}.char", (), (c,), {f"{_P}.cemb": (len(self.chars),
@@ -202,7 +202,7 @@ class BiLSTMCharTagger(Workload):
         return names
 
     def _declare_primitives(self, ops: OpSet) -> None:
-        c, e, h, hc = self.char_dim, self.word_dim, self.hidden_dim, self.word_dim // 2
+        c, e, h, hc = self.char_dim, self.embed_dim, self.hidden_dim, self.embed_dim // 2
         self._char = ops.lookup(f"{_P}.cemb", len(self.chars), c)
         self._word = ops.lookup(f"{_P}.emb", len(self.words), e)
         self._char_cells = tuple(PrimitiveLSTM.declare(ops, f"{_P}.char_{d}", c, hc)

@@ -87,8 +87,8 @@ def test_unknown_character_names_the_word_and_line(tmp_path: Path) -> None:
 
 
 def test_bad_sizes_are_named() -> None:
-    with pytest.raises(GraphError, match="word_dim must be even.*got 7"):
-        make_workload("bilstm_char_tagger", word_dim=7)
+    with pytest.raises(GraphError, match="embed_dim must be even.*got 7"):
+        make_workload("bilstm_char_tagger", embed_dim=7)
     with pytest.raises(GraphError, match="unknown_chars must be 'unk' or 'error'"):
         make_workload("bilstm_char_tagger", unknown_chars="drop")
 
