@@ -7,7 +7,8 @@ id 0). Every mini-batch of train sentences is merged from the cached per-sentenc
 (cell granularity), scheduled by a heuristic (``--scheduler``, ``dynet_agenda`` by default),
 memory-planned and run forward and backward by
 :class:`~edbatch.executor.torch_executor.TorchExecutor`; Adam updates the parameters on the
-summed per-word loss divided by the sentences of the batch. After each epoch the dev UPOS
+summed per-word loss divided by the sentences of the batch (learning rate times ``--lr-decay``
+after every epoch). After each epoch the dev UPOS
 accuracy is computed from the per-word BiLSTM states the executor returns (the MLP of the
 loss cell applied to them, argmax over the 17 tags); the parameters of the best dev accuracy
 are scored on test. Embeddings start random (no pretrained vectors ship with the repository).
@@ -139,6 +140,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                  history[-1]["train_loss_per_word"], dev, history[-1]["seconds"])
         if best is None or dev > best[0]:
             best = (dev, {k: v.detach().clone() for k, v in params.items()})
+        for group in opt.param_groups:
+            group["lr"] *= args.lr_decay
     assert best is not None
     chosen = best[1]
     test = accuracy(wl, executor, chosen, "test", **evaluate)
@@ -171,7 +174,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mlp-dim", type=int, default=32)
     p.add_argument("--min-count", type=int, default=6,
                    help="train occurrences for a word to be looked up (char tagger)")
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr-decay", type=float, default=0.6,
+                   help="the learning rate is multiplied by this after every epoch")
     p.add_argument("--scheduler", default="dynet_agenda")
     p.add_argument("--strategy", default="aligned")
     p.add_argument("--train-limit", type=int, default=None, help="first N train sentences")
