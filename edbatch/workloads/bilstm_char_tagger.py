@@ -115,6 +115,8 @@ class BiLSTMCharTagger(Workload):
         hidden_dim: sentence LSTM size ``H``.
         mlp_dim: the loss MLP's hidden size ``M``.
         min_count: train occurrences a word needs to be looked up (DyNet: 6, ``> 5``).
+        vocab_size: at most this many word ids including id 0 (the most frequent words
+            keep theirs; every other word is composed); ``None``: no cap.
         max_words: longest sentence accepted (a longer one is a ``DataFormatError``).
         unknown_chars: ``"unk"`` (map to the unknown character) or ``"error"``.
         data_dir: data root holding ``ud_ewt/``.
@@ -140,18 +142,21 @@ class BiLSTMCharTagger(Workload):
     @classmethod
     def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False
                     ) -> dict[str, Any]:
-        """Small sizes (``embed_dim = 2 * (dim // 2)``, 4-wide characters and MLP)."""
-        return {"char_dim": 4, "embed_dim": 2 * max(dim // 2, 1),
-                "hidden_dim": dim if hidden is None else hidden, "mlp_dim": 4}
+        """Small sizes (``embed_dim = 2 * (dim // 2)``, 3-wide characters, 4-wide MLP) and
+        50 word ids (the other words are composed from their characters)."""
+        return {"char_dim": 3, "embed_dim": 2 * max(dim // 2, 1),
+                "hidden_dim": dim if hidden is None else hidden, "mlp_dim": 4,
+                "vocab_size": 50}
 
     def __init__(self, granularity: str = "cell", char_dim: int = 32, embed_dim: int = 128,
                  hidden_dim: int = 128, mlp_dim: int = 64, min_count: int = DEFAULT_MIN_COUNT,
-                 max_words: int = DEFAULT_MAX_WORDS,
+                 vocab_size: int | None = None, max_words: int = DEFAULT_MAX_WORDS,
                  unknown_chars: Literal["unk", "error"] = "unk",
                  data_dir: str | Path | None = None) -> None:
         super().__init__(granularity, data_dir)
         check_positive(char_dim=char_dim, embed_dim=embed_dim, hidden_dim=hidden_dim,
-                       mlp_dim=mlp_dim, min_count=min_count, max_words=max_words)
+                       mlp_dim=mlp_dim, min_count=min_count, max_words=max_words,
+                       vocab_size=vocab_size)
         if embed_dim % 2:
             raise GraphError(f"embed_dim must be even (a composed word is two embed_dim/2 "
                              f"character states), got {embed_dim}; pass {embed_dim + 1}")
@@ -161,6 +166,9 @@ class BiLSTMCharTagger(Workload):
         self.mlp_dim, self.max_words = mlp_dim, max_words
         train = self.treebank("train")
         self.words = FrequentWords(word_counts(s.words for s in train), min_count)
+        if vocab_size is not None and vocab_size < len(self.words):  # keep the most frequent
+            self.words.words = self.words.words[:vocab_size]
+            self.words.ids = {w: i for w, i in self.words.ids.items() if i < vocab_size}
         self.chars = CharVocab.from_words((w for s in train for w in s.words),
                                           unknown=unknown_chars)
         self.tag_names = UPOS_TAGS

@@ -39,7 +39,9 @@ def test_rare_words_are_composed_and_frequent_looked_up() -> None:
     for inst in wl.load("dev")[:50]:
         for word, wid, chars in zip(inst.sentence.words, inst.word_ids, inst.char_ids,
                                     strict=True):
-            assert (wid == 0) == (wl.words.counts.get(word, 0) < 6) == (chars is not None)
+            assert (wid == 0) == wl.words.is_rare(word) == (chars is not None)
+            assert wl.words.is_rare(word) == (word not in wl.words.words[1:50])
+            assert wl.words.counts.get(word, 0) >= 6 or wl.words.is_rare(word)
             if chars is not None:
                 assert chars[0] == chars[-1] == 1 and len(chars) == len(word) + 2
         assert [UPOS_TAGS[t] for t in inst.tag_ids] == list(inst.sentence.upos)
@@ -84,6 +86,13 @@ def test_unknown_character_names_the_word_and_line(tmp_path: Path) -> None:
         wl.load("dev")
     lenient = make_workload("bilstm_char_tagger", data_dir=root, **SMALL)
     assert lenient.load("dev")[0].char_ids[1] == (1, lenient.chars.ids["a"], 0, 1)
+
+
+def test_vocab_size_keeps_the_most_frequent_words() -> None:
+    full = make_workload("bilstm_char_tagger", **{**SMALL, "vocab_size": None})
+    assert len(full.words) == 3505 and len(workload().words) == 50
+    assert workload().words.words == full.words.words[:50]
+    assert workload().param_shapes()["char_tagger.emb"][0] == 50
 
 
 def test_bad_sizes_are_named() -> None:
