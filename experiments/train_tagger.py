@@ -1,5 +1,5 @@
 """Train a UPOS tagger on UD English EWT through edbatch's batched executor:
-``python -m experiments.train_tagger [--workload bilstm_char_tagger] [--epochs 2] ...``.
+``python -m experiments.train_tagger [--workload bilstm_char_tagger] [--epochs 4] ...``.
 
 ``--workload bilstm_char_tagger`` (default: rare words composed by a character BiLSTM) or
 ``bilstm_tagger`` (the plain 2-layer BiLSTM tagger with ``data="ewt"``; unknown words share
@@ -165,16 +165,16 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m experiments.train_tagger", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", choices=tuple(PREFIX), default="bilstm_char_tagger")
-    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--eval-batch-size", type=int, default=256)
-    p.add_argument("--char-dim", type=int, default=20)
-    p.add_argument("--word-dim", type=int, default=64)
-    p.add_argument("--hidden-dim", type=int, default=64)
-    p.add_argument("--mlp-dim", type=int, default=32)
+    p.add_argument("--char-dim", type=int, default=32)
+    p.add_argument("--word-dim", type=int, default=128)
+    p.add_argument("--hidden-dim", type=int, default=128)
+    p.add_argument("--mlp-dim", type=int, default=64)
     p.add_argument("--min-count", type=int, default=6,
                    help="train occurrences for a word to be looked up (char tagger)")
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--lr-decay", type=float, default=0.6,
                    help="the learning rate is multiplied by this after every epoch")
     p.add_argument("--scheduler", default="dynet_agenda")
