@@ -37,7 +37,7 @@ __all__ = [
 #: :class:`Workload` subclasses it defines. Adding a workload = its module + one entry here.
 MODULES = ("tree_lstm", "tree_gru", "mvrnn", "lattice", "bilstm_tagger", "seq2seq", "dumps",
            "synthetic", "ggnn_molecules", "tree_lstm_sick", "module_net", "moe",
-           "transition_parser")
+           "transition_parser", "bilstm_char_tagger")
 for _module in MODULES:
     importlib.import_module(f"{__name__}.{_module}")
 

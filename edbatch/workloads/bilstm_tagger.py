@@ -1,4 +1,5 @@
-"""BiLSTM tagger (ED-Batch's ``bilstm_tagger``) over the WikiNER sentences of ``data/tags/``.
+"""BiLSTM tagger (ED-Batch's ``bilstm_tagger``) over the WikiNER sentences of ``data/tags/``
+(default) or the UPOS tags of UD English EWT (``data="ewt"``, ``data/ud_ewt/``).
 
 The model (docs/architecture.md 3.10): word embeddings ``x_t = E[w_t]``; a 2-layer
 bidirectional LSTM whose second layer reads ``[f1_t; b1_t]`` (the first layer's forward and
@@ -12,7 +13,10 @@ sigmoid(o)*tanh(c')``, from a zero initial state.
 its sentences (``[0, n*8//10)``), ``"dev"`` the next 10% (``[n*8//10, n*9//10)``) and
 ``"test"`` the rest. The word vocabulary is built from the train part only (by descending
 frequency, ties by word; id 0 is the unknown word), the tag vocabulary from every tag of the
-file (sorted), so dev and test labels are always in range.
+file (sorted), so dev and test labels are always in range. With ``data="ewt"`` the splits are
+EWT's own train/dev/test files (:func:`~edbatch.data.ud.load_conllu`, syntactic words,
+sentences up to ``DEFAULT_MAX_WORDS`` words), the word vocabulary comes from its train file
+and the tags are the 17 UPOS tags (:data:`~edbatch.data.ud.UPOS_TAGS`).
 
 Op types at cell granularity (``S = (2H,)`` is a state ``[h; c]``):
 
@@ -39,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from edbatch.data.tags import TaggedSentence, load_tagged
+from edbatch.data.ud import UPOS_TAGS, load_conllu
+from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.graph import GraphBuilder
 from edbatch.workloads._seq import (
     PrimitiveLSTM,
@@ -56,6 +62,8 @@ __all__ = ["BiLSTMTagger", "TaggedInstance", "split_bounds"]
 
 _SPLITS = ("train", "dev", "test")
 _DIRECTIONS = ("l1_fwd", "l1_bwd", "l2_fwd", "l2_bwd")
+#: The data options: WikiNER's one file cut 80/10/10, or EWT's train/dev/test UPOS files.
+DATA = ("wikiner", "ewt")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -106,8 +114,9 @@ class BiLSTMTagger(Workload):
         return {"embed_dim": dim, "hidden_dim": dim if hidden is None else hidden}
 
     def __init__(self, granularity: str = "cell", embed_dim: int = 128, hidden_dim: int = 128,
-                 vocab_size: int | None = None, data_dir: str | Path | None = None) -> None:
-        """Read ``tags/dev.txt``, build the word and tag vocabularies, declare the ops.
+                 vocab_size: int | None = None, data_dir: str | Path | None = None,
+                 data: str = "wikiner") -> None:
+        """Read the data, build the word and tag vocabularies, declare the ops.
 
         Args:
             granularity: ``"cell"`` (one op per LSTM cell) or ``"primitive"`` (DyNet ops).
@@ -115,17 +124,28 @@ class BiLSTMTagger(Workload):
             hidden_dim: LSTM hidden size ``H`` (also the loss MLP's hidden size).
             vocab_size: number of word ids including the unknown id 0 (the most frequent
                 ``vocab_size - 1`` train words are kept); ``None`` keeps every train word.
-            data_dir: folder holding ``tags/dev.txt``; defaults to the repository's ``data/``.
+            data_dir: folder holding ``tags/dev.txt`` (or ``ud_ewt/``); defaults to the
+                repository's ``data/``.
+            data: ``"wikiner"`` (``tags/dev.txt`` cut 80/10/10) or ``"ewt"`` (UD English
+                EWT's train/dev/test files, UPOS tags).
         """
         super().__init__(granularity, data_dir)
         check_positive(embed_dim=embed_dim, hidden_dim=hidden_dim, vocab_size=vocab_size)
-        self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
-        self._sentences = load_tagged(self.data_dir / "tags" / "dev.txt")
-        self._bounds = split_bounds(len(self._sentences))
-        lo, hi = self._bounds["train"]
-        train = self._sentences[lo:hi]
+        if data not in DATA:
+            raise UnknownNameError(f"unknown data {data!r} for bilstm_tagger; expected one of "
+                                   f"{list(DATA)}." + did_you_mean(data, DATA))
+        self.embed_dim, self.hidden_dim, self.data = embed_dim, hidden_dim, data
+        if data == "ewt":
+            self._split_sentences = {s: [TaggedSentence(d.words, d.upos) for d in load_conllu(
+                self.data_dir / "ud_ewt" / f"en_ewt-ud-{s}.conllu")] for s in _SPLITS}
+        else:
+            sentences = load_tagged(self.data_dir / "tags" / "dev.txt")
+            self._split_sentences = {s: sentences[lo:hi] for s, (lo, hi)
+                                     in split_bounds(len(sentences)).items()}
+        train = self._split_sentences["train"]
         self.word_index = frequency_index((w for s in train for w in s.words), vocab_size)
-        self.tag_names = tuple(sorted({t for s in self._sentences for t in s.tags}))
+        self.tag_names = UPOS_TAGS if data == "ewt" else tuple(sorted(
+            {t for sents in self._split_sentences.values() for s in sents for t in s.tags}))
         self.tag_index = {t: i for i, t in enumerate(self.tag_names)}
         self.num_words = len(self.word_index) + 1
         self._declare_vocab()
@@ -175,15 +195,15 @@ class BiLSTMTagger(Workload):
     # ------------------------------------------------------------------ data
     @property
     def splits(self) -> tuple[str, ...]:
-        """``("train", "dev", "test")``: 80/10/10% of ``tags/dev.txt`` in file order."""
+        """``("train", "dev", "test")``: 80/10/10% of ``tags/dev.txt`` in file order, or
+        EWT's three files."""
         return _SPLITS
 
     def _load(self, split: str) -> Sequence[TaggedInstance]:
-        lo, hi = self._bounds[split]
         words, tags = self.word_index, self.tag_index
         return [TaggedInstance(s, tuple([words.get(w, 0) for w in s.words]),
                                tuple([tags[t] for t in s.tags]))
-                for s in self._sentences[lo:hi]]
+                for s in self._split_sentences[split]]
 
     # ------------------------------------------------------------------ emission
     def emit(self, instance: TaggedInstance, builder: GraphBuilder) -> list[int]:
