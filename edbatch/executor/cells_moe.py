@@ -16,7 +16,7 @@ from torch import Tensor
 
 from edbatch.executor.cell_kind import CellKind, Param
 from edbatch.graph import OpType
-from edbatch.workloads.moe import combine, expert_ffn, gate_logits, unpack_choice
+from edbatch.workloads._moe_math import combine, expert_ffn, gate_logits, unpack_choice
 
 __all__ = ["MoECombine", "MoEExpert", "MoEGate", "MoELoss"]
 

@@ -40,127 +40,37 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
-import torch.nn.functional as F
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from edbatch.data.ud import UPOS_TAGS, Treebank, load_conllu
 from edbatch.errors import GraphError
 from edbatch.graph import GraphBuilder, OpType
+from edbatch.workloads._moe_names import noise_key, pack_choice, param_names
 from edbatch.workloads._seq import check_positive, frequency_index
 from edbatch.workloads.base import Workload
 from edbatch.workloads.primitives import OpSet
 
-__all__ = ["MoEInstance", "MoETagger", "combine", "expert_ffn", "gate_logits", "gate_noise",
-           "noise_key", "pack_choice", "param_names", "route", "unpack_choice"]
+if TYPE_CHECKING:
+    from torch import Tensor
+
+#: (the torch maths, ``combine``, ``expert_ffn``, ``gate_logits``, ``gate_noise``, ``route``
+#: and ``unpack_choice``, live in :mod:`edbatch.workloads._moe_math`; importing them from
+#: here works too, through the module ``__getattr__``)
+__all__ = ["MoEInstance", "MoETagger", "noise_key", "pack_choice", "param_names"]
 
 _FILES = {"train": "en_ewt-ud-train.conllu", "dev": "en_ewt-ud-dev.conllu",
           "test": "en_ewt-ud-test.conllu"}
-_M32 = 0xFFFFFFFF
 
 
-# ---------------------------------------------------------------------- the model's maths
-def _fmix32(h: Tensor) -> Tensor:
-    """MurmurHash3's 32-bit finaliser on int64 tensors holding values in ``[0, 2^32)``
-    (products wrap modulo ``2^64``; the low 32 bits are kept)."""
-    h = h ^ (h >> 16)
-    h = (h * 0x85EBCA6B) & _M32
-    h = h ^ (h >> 13)
-    h = (h * 0xC2B2AE35) & _M32
-    return h ^ (h >> 16)
+_MATHS = ("combine", "expert_ffn", "gate_logits", "gate_noise", "route", "unpack_choice")
 
 
-def gate_noise(keys: Tensor, experts: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    """``[B, experts]`` standard normal samples, a deterministic function of the int64
-    ``keys`` (>= 0): hashed uniforms through Box-Muller. Same keys, same noise, on any
-    batch composition."""
-    keys = keys.reshape(-1, 1).to(torch.int64)
-    h = _fmix32((keys & _M32) ^ _fmix32((keys >> 32) & _M32))
-    count = torch.arange(2 * experts, dtype=torch.int64, device=keys.device)
-    u = (_fmix32((h + count * 0x9E3779B9) & _M32).to(dtype) + 0.5) / 2.0 ** 32
-    u1, u2 = u[:, :experts], u[:, experts:]
-    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
-
-
-def noise_key(noise_round: int, sentence: int, token: int, layer: int) -> int:
-    """The gate noise key of one (round, sentence, token, layer); ``-1`` (no noise) when
-    ``noise_round < 0``."""
-    if noise_round < 0:
-        return -1
-    return ((noise_round * (1 << 24) + sentence) * (1 << 12) + token) * 16 + layer
-
-
-def gate_logits(x: Tensor, w_gate: Tensor, w_noise: Tensor, keys: Tensor) -> Tensor:
-    """``H = x W_g^T + n * softplus(x W_noise^T)``; rows whose key is negative get ``n = 0``."""
-    clean = F.linear(x, w_gate)
-    noisy = keys >= 0
-    if not bool(noisy.any()):
-        return clean
-    n = gate_noise(keys.clamp(min=0), w_gate.shape[0], x.dtype)
-    n = n * noisy.reshape(-1, 1).to(x.dtype)
-    return clean + n * F.softplus(F.linear(x, w_noise))
-
-
-def expert_ffn(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
-    """``W2 relu(W1 x + b1) + b2``."""
-    return F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2)
-
-
-def pack_choice(chosen: Sequence[int], experts: int) -> int:
-    """The attr of a combine node: ``sum_j a_j * experts^j``."""
-    return sum(int(a) * experts ** j for j, a in enumerate(chosen))
-
-
-def unpack_choice(attrs: Tensor, experts: int, k: int) -> Tensor:
-    """``[B, k]`` chosen experts of packed ``attrs``."""
-    powers = experts ** torch.arange(k, dtype=torch.int64, device=attrs.device)
-    return torch.div(attrs.reshape(-1, 1), powers, rounding_mode="floor") % experts
-
-
-def combine(logits: Tensor, x: Tensor, outs: Sequence[Tensor], chosen: Tensor) -> Tensor:
-    """``x + sum_j softmax(H[chosen])_j outs[j]`` (``chosen`` ``[B, k]``, in ``outs`` order)."""
-    w = torch.softmax(logits.gather(1, chosen), dim=1)
-    y = x
-    for j, out in enumerate(outs):
-        y = y + w[:, j:j + 1] * out
-    return y
-
-
-def param_names(layers: int, experts: int) -> dict[str, Any]:
-    """Parameter names: ``emb``, ``out``/``out_b``, per layer ``gate``/``noise`` and per
-    layer the ``(W1, b1, W2, b2)`` of each expert."""
-    return {"emb": "moe.emb", "out": "moe.out", "out_b": "moe.out.b",
-            "gate": [f"moe.gate{lay}.W" for lay in range(layers)],
-            "noise": [f"moe.gate{lay}.W_noise" for lay in range(layers)],
-            "experts": [[tuple(f"moe.expert{lay}.{a}.{p}" for p in ("W1", "b1", "W2", "b2"))
-                         for a in range(experts)] for lay in range(layers)]}
-
-
-def route(params: Mapping[str, Tensor], words: Tensor, keys: Tensor, layers: int,
-          experts: int, k: int) -> tuple[list[Tensor], Tensor]:
-    """A whole set of tokens through the model, vectorised: the ``[T, k]`` chosen experts of
-    each layer (descending logits) and the final ``[T, D]`` states. ``keys`` is
-    ``[T, layers]`` (the gate noise keys)."""
-    names = param_names(layers, experts)
-    x = F.embedding(words, params[names["emb"]])
-    routes = []
-    for lay in range(layers):
-        h = gate_logits(x, params[names["gate"][lay]], params[names["noise"][lay]],
-                        keys[:, lay])
-        top = h.topk(k, dim=1).indices
-        routes.append(top)
-        outs = [x.new_zeros(x.shape) for _ in range(k)]
-        for a in range(experts):
-            for j in range(k):
-                rows = (top[:, j] == a).nonzero().reshape(-1)
-                if len(rows):
-                    outs[j] = outs[j].index_copy(
-                        0, rows, expert_ffn(x[rows], *(params[n] for n in
-                                                       names["experts"][lay][a])))
-        x = combine(h, x, outs, top)
-    return routes, x
+def __getattr__(name: str) -> Any:
+    """The torch maths (:mod:`edbatch.workloads._moe_math`), imported on first use."""
+    if name in _MATHS:
+        from edbatch.workloads import _moe_math
+        return getattr(_moe_math, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------- data
@@ -276,6 +186,7 @@ class MoETagger(Workload):
         return dict(self._params)
 
     def _seeded_params(self) -> dict[str, Tensor]:
+        import torch
         gen = torch.Generator().manual_seed(self.seed)
         out = {}
         for name, shape in self._params.items():
@@ -328,6 +239,7 @@ class MoETagger(Workload):
 
     def keys(self, inst: MoEInstance) -> Tensor:
         """``[T, layers]`` gate noise keys of a sentence (``-1`` without noise)."""
+        import torch
         shape = (len(inst), self.layers)
         if self.noise_round < 0:
             return torch.full(shape, -1, dtype=torch.int64)
@@ -345,6 +257,9 @@ class MoETagger(Workload):
 
     def routes(self, inst: MoEInstance) -> list[list[list[int]]]:
         """Per layer, per token, the chosen experts (under :attr:`routing_params`)."""
+        import torch
+
+        from edbatch.workloads._moe_math import route
         key = (inst.split, inst.index)
         got = self._routes.get(key)
         if got is None:
@@ -357,6 +272,9 @@ class MoETagger(Workload):
     def route_all(self, instances: Sequence[MoEInstance]) -> None:
         """Route every token of ``instances`` in one vectorised forward (what :meth:`routes`
         does per sentence), e.g. before building a mini-batch."""
+        import torch
+
+        from edbatch.workloads._moe_math import route
         todo = [i for i in instances if (i.split, i.index) not in self._routes]
         if not todo:
             return
