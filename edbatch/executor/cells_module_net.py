@@ -385,7 +385,8 @@ class Compare(CellKind):
         dz = TANH_GRAD(grad, saved.y)
         grads.linear(("W", "b"), dz, saved.xy)
         d = dz @ p.W
-        x, y, d_x, d_y, d_xy = (*saved.xy.chunk(3, dim=1), *d.chunk(3, dim=1))
+        x, y, _ = saved.xy.chunk(3, dim=1)
+        d_x, d_y, d_xy = d.chunk(3, dim=1)
         return [d_x + d_xy * y, d_y + d_xy * x]
 
 
