@@ -174,6 +174,10 @@ class RoleGrads:
         """``acc.rows`` for the table ``role``."""
         self.acc.rows(getattr(self.names, role), index, grad)
 
+    def add(self, role: str, grad: Tensor) -> None:
+        """``acc.add``: a whole gradient of parameter ``role`` (its shape)."""
+        self.acc.add(getattr(self.names, role), grad)
+
 
 class CellKind:
     """Base of a cell kind (see the module doc for what a subclass declares).

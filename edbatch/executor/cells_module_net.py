@@ -7,10 +7,16 @@ batch together whatever question they come from. There are no images: a scene is
 ``(N * F,)`` stack of its objects' feature rows (see the workload's docstring), an attention
 is ``(N,)`` and a terminal module's output ``(H,)``.
 
+The scene-building kinds (``object``, ``objects``, ``start``) live in
+:mod:`edbatch.executor.cells_module_net_scene` (re-exported here).
 ``module_net.objects`` is a batchable *variadic* op type (``in_shapes is None``): operand
 slot ``k`` of a batch holds the ``k``-th object of every node that has more than ``k`` of
 them, in the batch's row order, and a node's attr is its number of objects (the convention
-of :mod:`edbatch.api._variadic`). All kinds are autograd code (no hand-written backward).
+of :mod:`edbatch.api._variadic`). Every kind has a hand-written ``backward`` reading its
+saves, so training runs :mod:`edbatch.executor._analytic` (no autograd graph per batch: the
+many small batches of 41 module types made per-batch autograd the bulk of a training step);
+``tests/executor/test_hand_backward.py`` and ``test_module_net_backward.py`` check them
+against autograd in fp64.
 """
 
 from __future__ import annotations
@@ -22,16 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor.cell_kind import CellKind, Param
+from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
+from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD
+from edbatch.executor.cells_module_net_scene import Object, Objects, Start
 from edbatch.graph import OpType
-from edbatch.workloads.module_net import (
-    ATTRIBUTE_ROWS,
-    COUNT_BINS,
-    MAX_OBJECTS,
-    VOCAB_SIZES,
-    XY_OFFSET,
-    XY_RADIX,
-)
+from edbatch.workloads.module_net import COUNT_BINS, MAX_OBJECTS
 
 __all__ = ["Answer", "Compare", "Count", "EqualObject", "Filter", "Intersect", "Object",
            "Objects", "Query", "Relate", "Same", "Start", "Union", "Unique", "answer_logits"]
@@ -50,60 +51,35 @@ def _features(op: OpType) -> int:
     return op.in_shapes[1][0] // MAX_OBJECTS
 
 
-def _pairs(att: Tensor, score: Tensor, mask: Tensor) -> Tensor:
+Saves = dict[str, Tensor] | None
+Grads = list[Tensor | None]
+
+
+def _pairs(att: Tensor, score: Tensor, mask: Tensor, save: Saves = None) -> Tensor:
     """``out_j = mask_j sum_{i != j} att_i sig(score_ij)`` for ``score (B, N, N)``."""
     off = 1.0 - torch.eye(MAX_OBJECTS, dtype=score.dtype, device=score.device)
-    return torch.bmm(att.unsqueeze(1), torch.sigmoid(score) * off).squeeze(1) * mask
+    sg = torch.sigmoid(score)
+    t = torch.bmm(att.unsqueeze(1), sg * off).squeeze(1)
+    if save is not None:
+        save.update(f=save["f"], att=att, sg=sg, t=t)
+    return t * mask
 
 
-class Object(CellKind):
-    """An object's row ``[1, one-hot attributes, E[size] + E[colour] + E[material] +
-    E[shape], x, y]``, decoded from its packed attr (``E``: one table, a block of rows per
-    attribute)."""
-
-    kind = f"{_P}.object"
-    inputs = ()
-    params = (Param("E", "V, D", init="embedding"),)
-    dims = staticmethod(lambda op: {"V": ATTRIBUTE_ROWS,
-                                    "D": op.out_shape[0] - 3 - ATTRIBUTE_ROWS})
-
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
-        code, offset = attrs.reshape(-1), 0
-        rows = []
-        for size in VOCAB_SIZES:
-            rows.append(offset + torch.remainder(code, size))
-            code, offset = torch.div(code, size, rounding_mode="floor"), offset + size
-        index = torch.stack(rows, dim=1)
-        e = F.embedding(index, p.E).sum(dim=1)
-        onehot = e.new_zeros(len(code), ATTRIBUTE_ROWS).scatter_(1, index, 1.0)
-        parts = [torch.ones_like(e[:, :1]), onehot, e]
-        for _ in range(2):
-            xy = torch.remainder(code, XY_RADIX)
-            parts.append(((xy - XY_OFFSET).to(e.dtype) / 100).unsqueeze(1))
-            code = torch.div(code, XY_RADIX, rounding_mode="floor")
-        return torch.cat(parts, dim=1)
+def _pairs_backward(saved: Any, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(d att, d score, d f)`` of :func:`_pairs` (``d f``: the mask column only)."""
+    f, att, sg, t = saved.f, saved.att, saved.sg, saved.t
+    d_t = grad * f[:, :, 0]
+    d_f = torch.zeros_like(f)
+    d_f[:, :, 0] = grad * t
+    off = 1.0 - torch.eye(MAX_OBJECTS, dtype=sg.dtype, device=sg.device)
+    s_off = sg * off
+    d_att = torch.bmm(s_off, d_t.unsqueeze(2)).squeeze(2)
+    d_score = SIGMOID_GRAD(att.unsqueeze(2) * d_t.unsqueeze(1) * off, sg, grad_input=s_off)
+    return d_att, d_score, d_f
 
 
-class Objects(CellKind):
-    """A scene: its objects' rows stacked into ``(N * F,)``, zero rows after the last."""
-
-    kind = f"{_P}.objects"
-
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
-        out = inputs[0].new_zeros(attrs.shape[0], MAX_OBJECTS, inputs[0].shape[1])
-        for k, slot in enumerate(inputs):
-            out[torch.nonzero(attrs > k).reshape(-1), k] = slot
-        return out.reshape(attrs.shape[0], -1)
-
-
-class Start(CellKind):
-    """``scene``: the attention on every real object (the mask column)."""
-
-    kind = f"{_P}.start"
-    inputs = ("scene",)
-
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
-        return _scene(inputs[0])[:, :, 0]
+def _flat(t: Tensor) -> Tensor:
+    return t.reshape(t.shape[0], -1)
 
 
 class Filter(CellKind):
@@ -112,11 +88,24 @@ class Filter(CellKind):
     kind = f"{_P}.filter"
     inputs = ("att", "scene")
     params = (Param("w", "F"), Param("b", "1"))
+    saves = ("att", "f", "s")
     dims = staticmethod(lambda op: {"F": _features(op)})
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
         f = _scene(inputs[1])
-        return inputs[0] * torch.sigmoid(f @ p.w + p.b)
+        s = torch.sigmoid(f @ p.w + p.b)
+        if save is not None:
+            save.update(att=inputs[0], f=f, s=s)
+        return inputs[0] * s
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        f, s = saved.f, saved.s
+        d_z = SIGMOID_GRAD(grad * saved.att, s, grad_input=torch.empty_like(s))
+        grads.add("w", d_z.reshape(1, -1).mm(f.reshape(-1, f.shape[2])).reshape(-1))
+        grads.add("b", d_z.sum().reshape(1))
+        return [grad * s, _flat(d_z.unsqueeze(2) * p.w)]
 
 
 class Relate(CellKind):
@@ -125,13 +114,27 @@ class Relate(CellKind):
     kind = f"{_P}.relate"
     inputs = ("att", "scene")
     params = (Param("u", "F"), Param("c", "1"))
+    saves = ("f", "att", "sg", "t")
     dims = staticmethod(lambda op: {"F": _features(op)})
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
         f = _scene(inputs[1])
         proj = f @ p.u
         score = proj.unsqueeze(1) - proj.unsqueeze(2) + p.c  # [b, i, j] = proj_j - proj_i
-        return _pairs(inputs[0], score, f[:, :, 0])
+        if save is not None:
+            save["f"] = f
+        return _pairs(inputs[0], score, f[:, :, 0], save)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        d_att, d_score, d_f = _pairs_backward(saved, grad)
+        grads.add("c", d_score.sum().reshape(1))
+        d_proj = d_score.sum(1) - d_score.sum(2)
+        f = saved.f
+        grads.add("u", d_proj.reshape(1, -1).mm(f.reshape(-1, f.shape[2])).reshape(-1))
+        d_f.add_(d_proj.unsqueeze(2) * p.u)
+        return [d_att, _flat(d_f)]
 
 
 class Same(CellKind):
@@ -140,12 +143,27 @@ class Same(CellKind):
     kind = f"{_P}.same"
     inputs = ("att", "scene")
     params = (Param("M", "F, F"), Param("c", "1"))
+    saves = ("f", "att", "sg", "t")
     dims = staticmethod(lambda op: {"F": _features(op)})
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
         f = _scene(inputs[1])
         score = torch.bmm(f @ p.M, f.transpose(1, 2)) + p.c
-        return _pairs(inputs[0], score, f[:, :, 0])
+        if save is not None:
+            save["f"] = f
+        return _pairs(inputs[0], score, f[:, :, 0], save)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        d_att, d_score, d_f = _pairs_backward(saved, grad)
+        f = saved.f
+        grads.add("c", d_score.sum().reshape(1))
+        a = torch.bmm(d_score, f)  # [b, i] = sum_j d_ij f_j
+        width = f.shape[2]
+        grads.add("M", f.reshape(-1, width).t().mm(a.reshape(-1, width)))
+        d_f.add_(a @ p.M.t()).add_(torch.bmm(d_score.transpose(1, 2), f) @ p.M)
+        return [d_att, _flat(d_f)]
 
 
 class Unique(CellKind):
@@ -154,8 +172,19 @@ class Unique(CellKind):
     kind = f"{_P}.unique"
     inputs = ("att",)
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
-        return inputs[0] / (inputs[0].sum(dim=1, keepdim=True) + 1e-3)
+    saves = ("den", "y")
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
+        den = inputs[0].sum(dim=1, keepdim=True) + 1e-3
+        y = inputs[0] / den
+        if save is not None:
+            save.update(den=den, y=y)
+        return y
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        return [(grad - (grad * saved.y).sum(dim=1, keepdim=True)) / saved.den]
 
 
 class Union(CellKind):
@@ -164,9 +193,18 @@ class Union(CellKind):
     kind = f"{_P}.union"
     inputs = ("a", "b")
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+    saves = ("a", "b")
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
         a, b = inputs
+        if save is not None:
+            save.update(a=a, b=b)
         return a + b - a * b
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        return [grad * (1.0 - saved.b), grad * (1.0 - saved.a)]
 
 
 class Intersect(CellKind):
@@ -175,8 +213,17 @@ class Intersect(CellKind):
     kind = f"{_P}.intersect"
     inputs = ("a", "b")
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+    saves = ("a", "b")
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
+        if save is not None:
+            save.update(a=inputs[0], b=inputs[1])
         return inputs[0] * inputs[1]
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        return [grad * saved.b, grad * saved.a]
 
 
 class Count(CellKind):
@@ -186,12 +233,26 @@ class Count(CellKind):
     kind = f"{_P}.count"
     inputs = ("att",)
     params = (Param("W", "H, K"), Param("b", "H"))
+    saves = ("diff", "k", "y")
     dims = staticmethod(lambda op: {"H": op.out_shape[0], "K": COUNT_BINS})
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
         s = inputs[0].sum(dim=1, keepdim=True)
         bins = torch.arange(COUNT_BINS, dtype=s.dtype, device=s.device)
-        return torch.tanh(F.linear(torch.exp(-2.0 * (s - bins) ** 2), p.W, p.b))
+        diff = s - bins
+        k = torch.exp(-2.0 * diff ** 2)
+        y = torch.tanh(F.linear(k, p.W, p.b))
+        if save is not None:
+            save.update(diff=diff, k=k, y=y)
+        return y
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        dz = TANH_GRAD(grad, saved.y)
+        grads.linear(("W", "b"), dz, saved.k)
+        d_s = ((dz @ p.W) * saved.k * saved.diff).sum(dim=1, keepdim=True) * -4.0
+        return [d_s.expand(len(d_s), MAX_OBJECTS)]
 
 
 class Query(CellKind):
@@ -200,11 +261,25 @@ class Query(CellKind):
     kind = f"{_P}.query"
     inputs = ("att", "scene")
     params = (Param("W", "H, F"), Param("b", "H"))
+    saves = ("att", "f", "r", "y")
     dims = staticmethod(lambda op: {"H": op.out_shape[0], "F": _features(op)})
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
-        r = torch.bmm(inputs[0].unsqueeze(1), _scene(inputs[1])).squeeze(1)
-        return torch.tanh(F.linear(r, p.W, p.b))
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
+        f = _scene(inputs[1])
+        r = torch.bmm(inputs[0].unsqueeze(1), f).squeeze(1)
+        y = torch.tanh(F.linear(r, p.W, p.b))
+        if save is not None:
+            save.update(att=inputs[0], f=f, r=r, y=y)
+        return y
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        dz = TANH_GRAD(grad, saved.y)
+        grads.linear(("W", "b"), dz, saved.r)
+        d_r = (dz @ p.W).unsqueeze(1)
+        d_att = torch.bmm(d_r, saved.f.transpose(1, 2)).squeeze(1)
+        return [d_att, _flat(saved.att.unsqueeze(2) * d_r)]
 
 
 class Compare(CellKind):
@@ -214,11 +289,26 @@ class Compare(CellKind):
     kind = f"{_P}.compare"
     inputs = ("x", "y")
     params = (Param("W", "H, 3H"), Param("b", "H"))
+    saves = ("xy", "y")
     dims = staticmethod(lambda op: {"H": op.out_shape[0]})
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
         x, y = inputs
-        return torch.tanh(F.linear(torch.cat([x, y, x * y], dim=1), p.W, p.b))
+        xy = torch.cat([x, y, x * y], dim=1)
+        out = torch.tanh(F.linear(xy, p.W, p.b))
+        if save is not None:
+            save.update(xy=xy, y=out)
+        return out
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        dz = TANH_GRAD(grad, saved.y)
+        grads.linear(("W", "b"), dz, saved.xy)
+        d = dz @ p.W
+        x, y, _ = saved.xy.chunk(3, dim=1)
+        d_x, d_y, d_xy = d.chunk(3, dim=1)
+        return [d_x + d_xy * y, d_y + d_xy * x]
 
 
 class EqualObject(CellKind):
@@ -227,11 +317,23 @@ class EqualObject(CellKind):
     kind = f"{_P}.equal_object"
     inputs = ("a", "b")
     params = (Param("W", "H, 1"), Param("b", "H"))
+    saves = ("a", "b", "dot", "y")
     dims = staticmethod(lambda op: {"H": op.out_shape[0]})
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
         dot = (inputs[0] * inputs[1]).sum(dim=1, keepdim=True)
-        return torch.tanh(F.linear(dot, p.W, p.b))
+        y = torch.tanh(F.linear(dot, p.W, p.b))
+        if save is not None:
+            save.update(a=inputs[0], b=inputs[1], dot=dot, y=y)
+        return y
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        dz = TANH_GRAD(grad, saved.y)
+        grads.linear(("W", "b"), dz, saved.dot)
+        d_dot = dz @ p.W
+        return [d_dot * saved.b, d_dot * saved.a]
 
 
 def answer_logits(h: Tensor, W: Tensor, b: Tensor) -> Tensor:
@@ -245,9 +347,22 @@ class Answer(CellKind):
     kind = f"{_P}.answer"
     inputs = ("h",)
     params = (Param("W", "A, H"), Param("b", "A"))
+    saves = ("h", "logits", "lse")
     dims = staticmethod(lambda op: {"H": op.in_shapes[0][0]})
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
         logits = answer_logits(inputs[0], p.W, p.b)
         gold = logits.gather(1, attrs.reshape(-1, 1))
-        return torch.logsumexp(logits, dim=1, keepdim=True) - gold
+        lse = torch.logsumexp(logits, dim=1, keepdim=True)
+        if save is not None:
+            save.update(h=inputs[0], logits=logits, lse=lse)
+        return lse - gold
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        d = torch.exp(saved.logits - saved.lse)
+        d.scatter_add_(1, attrs.reshape(-1, 1), torch.full_like(saved.lse, -1.0))
+        d.mul_(grad)
+        grads.linear(("W", "b"), d, saved.h)
+        return [d @ p.W]

@@ -32,6 +32,7 @@ class ParamGrads:
         self.sparse_rows = sparse_rows
         self._linear: dict[tuple[str, int], tuple[str | None, list[Tensor], list[Tensor]]] = {}
         self._rows: dict[str, tuple[list[Tensor], list[Tensor]]] = {}
+        self._dense: dict[str, list[Tensor]] = {}
 
     def linear(self, names: Sequence[str], d_out: Tensor, x: Tensor, start: int = 0) -> None:
         """Record ``y = x W^T + b`` for ``names = (W, b)``: ``dW += d_out^T x``,
@@ -48,6 +49,10 @@ class ParamGrads:
         entry = self._rows.setdefault(name, ([], []))
         entry[0].append(index)
         entry[1].append(grad)
+
+    def add(self, name: str, grad: Tensor) -> None:
+        """Record a whole gradient of parameter ``name`` (its shape), summed at the end."""
+        self._dense.setdefault(name, []).append(grad)
 
     def result(self, params: Mapping[str, Tensor]) -> dict[str, Tensor]:
         """The summed gradient of every parameter recorded (others are absent)."""
@@ -72,4 +77,6 @@ class ParamGrads:
                                                   check_invariants=False))
             else:
                 add(name, torch.zeros_like(table).index_add_(0, idx, rows))
+        for name, grads in self._dense.items():
+            add(name, grads[0] if len(grads) == 1 else torch.stack(grads).sum(0))
         return out

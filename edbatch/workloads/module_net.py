@@ -129,6 +129,7 @@ class ModuleNet(Workload):
     default_eval_split = "val"
     real_data = True
     granularities = ("cell",)
+    hand_backward = True
 
     @classmethod
     def test_kwargs(cls, dim: int = 8, hidden: int | None = None, *, short: bool = False

@@ -1,0 +1,111 @@
+"""Cell kinds that build a CLEVR scene for the module network (:mod:`edbatch.executor.
+cells_module_net` holds the modules): ``module_net.object`` (an object's row from its packed
+attr), ``module_net.objects`` (the variadic stack of a scene's rows) and ``module_net.start``
+(the ``scene`` module: the mask column). Each has a hand-written ``backward``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
+from edbatch.graph import OpType
+from edbatch.workloads.module_net import (
+    ATTRIBUTE_ROWS,
+    MAX_OBJECTS,
+    VOCAB_SIZES,
+    XY_OFFSET,
+    XY_RADIX,
+)
+
+__all__ = ["Object", "Objects", "Start"]
+
+_P = "module_net"
+Saves = dict[str, Tensor] | None
+Grads = list[Tensor | None]
+
+
+def _scene(t: Tensor) -> Tensor:
+    """``(B, N * F)`` -> ``(B, N, F)``."""
+    return t.reshape(t.shape[0], MAX_OBJECTS, -1)
+
+
+class Object(CellKind):
+    """An object's row ``[1, one-hot attributes, E[size] + E[colour] + E[material] +
+    E[shape], x, y]``, decoded from its packed attr (``E``: one table, a block of rows per
+    attribute)."""
+
+    kind = f"{_P}.object"
+    inputs = ()
+    params = (Param("E", "V, D", init="embedding"),)
+    saves = ("index",)
+    dims = staticmethod(lambda op: {"V": ATTRIBUTE_ROWS,
+                                    "D": op.out_shape[0] - 3 - ATTRIBUTE_ROWS})
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
+        code, offset = attrs.reshape(-1), 0
+        rows = []
+        for size in VOCAB_SIZES:
+            rows.append(offset + torch.remainder(code, size))
+            code, offset = torch.div(code, size, rounding_mode="floor"), offset + size
+        index = torch.stack(rows, dim=1)
+        if save is not None:
+            save.update(index=index)
+        e = F.embedding(index, p.E).sum(dim=1)
+        onehot = e.new_zeros(len(code), ATTRIBUTE_ROWS).scatter_(1, index, 1.0)
+        parts = [torch.ones_like(e[:, :1]), onehot, e]
+        for _ in range(2):
+            xy = torch.remainder(code, XY_RADIX)
+            parts.append(((xy - XY_OFFSET).to(e.dtype) / 100).unsqueeze(1))
+            code = torch.div(code, XY_RADIX, rounding_mode="floor")
+        return torch.cat(parts, dim=1)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        index, d = saved.index, p.E.shape[1]
+        g = grad[:, 1 + ATTRIBUTE_ROWS:1 + ATTRIBUTE_ROWS + d]
+        grads.rows("E", index.reshape(-1),
+                   g.unsqueeze(1).expand(len(g), index.shape[1], d).reshape(-1, d))
+        return []
+
+
+class Objects(CellKind):
+    """A scene: its objects' rows stacked into ``(N * F,)``, zero rows after the last."""
+
+    kind = f"{_P}.objects"
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
+        out = inputs[0].new_zeros(attrs.shape[0], MAX_OBJECTS, inputs[0].shape[1])
+        for k, slot in enumerate(inputs):
+            out[torch.nonzero(attrs > k).reshape(-1), k] = slot
+        return out.reshape(attrs.shape[0], -1)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        g = grad.reshape(grad.shape[0], MAX_OBJECTS, -1)
+        return [g[torch.nonzero(attrs > k).reshape(-1), k]
+                for k in range(int(attrs.max()))]
+
+
+class Start(CellKind):
+    """``scene``: the attention on every real object (the mask column)."""
+
+    kind = f"{_P}.start"
+    inputs = ("scene",)
+
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: Saves = None) -> Tensor:
+        return _scene(inputs[0])[:, :, 0]
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> Grads:
+        d = grad.new_zeros(grad.shape[0], op.in_shapes[0][0])  # type: ignore[index]
+        _scene(d)[:, :, 0] = grad
+        return [d]
