@@ -13,6 +13,11 @@ Same equations (:mod:`edbatch.workloads.module_net`), parameters (the dict of
   call each.
 * edbatch: the workload's mini-batch graph through its heuristics and ``auto``
   (:class:`~edbatch.executor.auto.AutoBatching`), ``TorchExecutor``, training mode.
+* ``--policy PATH`` adds a learned FSM artifact (``experiments.train``'s ``policy.json``)
+  as ``edbatch/learned``: its run-time scheduler (one table lookup per decision, no
+  lookahead, whatever the artifact's ``lookahead`` says). ``--split test`` draws the
+  mini-batches from questions no policy was trained on; ``--hidden-dim 64`` with small
+  cells is where the per-batch cost dominates.
 
 :func:`main` interleaves them on reshuffled training mini-batches (1 thread; every
 contender runs forward and backward on the same mini-batch, in a shuffled order), checks
@@ -246,16 +251,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
                          "(numba compilation, allocator)")
     ap.add_argument("--hidden-dim", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--policy", default=None,
+                    help="a learned FSM artifact (policy.json): contender edbatch/learned")
+    ap.add_argument("--split", default="train", help="questions to draw mini-batches from")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     workload = ModuleNet(hidden_dim=args.hidden_dim)
     params = init_params(workload, torch.Generator().manual_seed(args.seed))
     for p in params.values():
         p.requires_grad_(True)
-    train = workload.load("train")
+    train = workload.load(args.split)
     auto = AutoBatching(make_candidates(), trials=1)
     ctx = _Context(workload, TorchExecutor("cpu"), auto,
                    {h: make_scheduler(h) for h in HEURISTICS})
+    heuristics = list(HEURISTICS)
+    if args.policy:
+        from policies.fsm import FSMPolicy  # benchmarks may import every layer
+        ctx.schedulers["learned"] = FSMPolicy.load(args.policy, workload.vocab
+                                                   ).runtime_scheduler("learned")
+        heuristics.append("learned")
     rng, order_rng = np.random.default_rng(args.seed), random.Random(args.seed)
     stats: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for r in range(args.rounds):
@@ -263,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
         for m in range(args.minibatches + (args.warmup if r == 0 else 0)):
             counted = r > 0 or m >= args.warmup
             insts = [train[i] for i in perm[m * args.batch_size:(m + 1) * args.batch_size]]
-            names = ["unbatched", "suarez", *(f"edbatch/{h}" for h in HEURISTICS), "auto"]
+            names = ["unbatched", "suarez", *(f"edbatch/{h}" for h in heuristics), "auto"]
             order_rng.shuffle(names)
             losses = {}
             for name in names:

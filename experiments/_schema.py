@@ -63,7 +63,7 @@ class TrainConfig:
     seed: int = 0
     batch_size: int = 64
     train_split: str = "train"
-    val_split: str = "dev"
+    val_split: str | None = None         # None: the workload's default_val_split
     num_train_graphs: int | None = 4
     num_val_graphs: int | None = 2
     eval_split: str | None = "test"      # unseen mini-batches of the final report

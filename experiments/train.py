@@ -43,7 +43,8 @@ def train(cfg: DictConfig) -> TrainResult:
     name, workload, _ = one_workload(cfg.workload)
     train_graphs = graph_set(workload, cfg.train_split, cfg.batch_size, cfg.num_train_graphs,
                              shuffle_seed=cfg.seed if cfg.shuffle else None)
-    val_graphs = graph_set(workload, cfg.val_split, cfg.batch_size, cfg.num_val_graphs)
+    val_split = cfg.val_split or workload.default_val_split
+    val_graphs = graph_set(workload, val_split, cfg.batch_size, cfg.num_val_graphs)
     trainer = instantiate(cfg.trainer)
     attach_cost_model(cfg, trainer, workload, train_graphs)  # env.reward=cost_model only
     run_name = f"{name}__{trainer.name}__{cfg.seed}__{int(time.time())}"
@@ -51,7 +52,7 @@ def train(cfg: DictConfig) -> TrainResult:
     try:
         log.info("training %s on %d %s graphs of %s (%s), validating on %d %s graphs",
                  trainer.name, len(train_graphs), cfg.train_split, name, workload.granularity,
-                 len(val_graphs), cfg.val_split)
+                 len(val_graphs), val_split)
         try:
             result = trainer.fit(
                 train_graphs, val_graphs, checkpoint=cfg.checkpoint, progress=cfg.progress,
@@ -77,14 +78,14 @@ def train(cfg: DictConfig) -> TrainResult:
         log.info("best validation batches/LB %.4f after %s (%.1fs); %d states; saved %s",
                  result.best_ratio, _amount(result), result.seconds,
                  result.policy.num_states, path)
-        _report_unseen(cfg, workload, trainer.name, result, tracker)
+        _report_unseen(cfg, workload, trainer.name, result, tracker, val_split)
         return result
     finally:
         tracker.finish()
 
 
 def _report_unseen(cfg: DictConfig, workload: Any, name: str, result: TrainResult,
-                   tracker: Any) -> None:
+                   tracker: Any, val_split: str) -> None:
     """Print what the learner learned over its fallback on unseen mini-batches
     (``eval_split``, ``num_eval_graphs``; 0 graphs: skipped), or why it learned nothing."""
     if not cfg.num_eval_graphs and cfg.num_eval_graphs is not None:
@@ -92,7 +93,7 @@ def _report_unseen(cfg: DictConfig, workload: Any, name: str, result: TrainResul
     split = cfg.eval_split if cfg.eval_split in workload.splits else \
         workload.default_eval_split
     graphs = graph_set(workload, split, cfg.batch_size, cfg.num_eval_graphs)
-    if split == cfg.val_split:  # validation graphs are not unseen: skip them
+    if split == val_split:  # validation graphs are not unseen: skip them
         graphs = graphs[cfg.num_val_graphs or len(graphs):]
     if not graphs:
         print(f"{name}: no unseen mini-batches to report on (split {split})")

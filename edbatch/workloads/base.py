@@ -71,6 +71,8 @@ class Workload(abc.ABC):
     name: ClassVar[str] = ""
     #: The split the evaluation entry point uses unless told otherwise.
     default_eval_split: ClassVar[str] = "dev"
+    #: The split a policy trainer validates on unless told (``experiments.train val_split``).
+    default_val_split: ClassVar[str] = "dev"
     #: A model over a real data set: the test suite runs every such workload (REAL_WORKLOADS).
     real_data: ClassVar[bool] = False
     #: The granularities whose graphs differ; with one, the generated config has no

@@ -140,6 +140,7 @@ class GGNNMolecules(Workload):
 
     name = "ggnn_molecules"
     default_eval_split = "valid"
+    default_val_split = "valid"
     real_data = True
     hand_backward = True
 

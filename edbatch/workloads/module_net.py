@@ -127,6 +127,7 @@ class ModuleNet(Workload):
 
     name = "module_net"
     default_eval_split = "val"
+    default_val_split = "val"
     real_data = True
     granularities = ("cell",)
     hand_backward = True

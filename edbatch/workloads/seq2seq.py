@@ -84,6 +84,7 @@ class Seq2Seq(Workload):
 
     name = "seq2seq"
     default_eval_split = "test"  # tst2013; tst2012 stands in for the missing train set
+    default_val_split = "test"  # no dev set: experiments.train reports on the later test graphs
     real_data = True
     hand_backward = True
 

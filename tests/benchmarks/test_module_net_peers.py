@@ -71,3 +71,16 @@ def test_suarez_groups_by_depth_and_module() -> None:
 def test_benchmark_runs() -> None:
     out = main(["--minibatches", "1", "--batch-size", "16", "--hidden-dim", "8"])
     assert {"unbatched", "suarez", "auto", "edbatch/critical_path"} <= out.keys()
+
+
+@pytest.mark.slow
+def test_benchmark_runs_a_learned_fsm_on_unseen_questions(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``--policy``: an FSM artifact runs as ``edbatch/learned``; with an empty table it is
+    its fallback, so it needs exactly critical path's batches on the same mini-batches."""
+    from policies.fsm import FSMPolicy
+    wl = ModuleNet(hidden_dim=8)
+    path = FSMPolicy({}, "tie", tuple(wl.vocab.names), "critical_path"
+                     ).save(tmp_path / "policy.json")
+    out = main(["--minibatches", "1", "--warmup", "0", "--batch-size", "16",
+                "--hidden-dim", "8", "--split", "test", "--policy", str(path)])
+    assert out["edbatch/learned"]["batches"] == out["edbatch/critical_path"]["batches"]

@@ -124,3 +124,13 @@ def test_unknown_key_and_unknown_option_fail() -> None:
         _compose(["bacth_size=3"])
     with pytest.raises(ConfigCompositionException, match="tree_lstn"):
         _compose(["workload=[tree_lstn]"])
+
+
+@pytest.mark.parametrize("name", REAL_WORKLOADS)
+def test_every_real_workload_declares_a_validation_split_it_has(name: str) -> None:
+    """``experiments.train`` validates on ``default_val_split`` unless ``val_split`` is set
+    (module_net has train/val/test, ggnn_molecules train/valid/test: no ``dev``)."""
+    node = dict(_compose([f"workload=[{name}]"]).workload[name])
+    node.pop("eval", None)
+    workload = instantiate(node)
+    assert workload.default_val_split in workload.splits
