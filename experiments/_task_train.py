@@ -16,12 +16,24 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["add_run_args", "add_tail_args", "best_epoch", "check_at_least", "check_min",
-           "chunks", "epoch_steps", "finish", "log_main", "snapshot", "step", "write_json"]
+from edbatch.executor import init_params
+from edbatch.workloads import Workload
+
+__all__ = ["adam", "add_run_args", "add_tail_args", "best_epoch", "check_at_least", "check_min",
+           "chunks", "epoch_steps", "finish", "log_main", "run_main", "snapshot", "step",
+           "write_json"]
 
 
-def add_tail_args(p: argparse.ArgumentParser, out: str) -> None:
-    """``--threads``, ``--seed`` and ``--out`` (default ``out``) of the long-form CLIs."""
+def add_tail_args(p: argparse.ArgumentParser, out: str, train_help: str, unit: str,
+                  strategies: Sequence[str] | None = None) -> None:
+    """``--scheduler``, ``--strategy`` (one of ``strategies`` when given), ``--train-limit``
+    (help ``train_help``), ``--eval-limit`` (first N dev and test ``unit``), ``--threads``,
+    ``--seed`` and ``--out`` (default ``out``) of the long-form CLIs."""
+    p.add_argument("--scheduler", default="dynet_agenda")
+    p.add_argument("--strategy", default="aligned", choices=strategies)
+    p.add_argument("--train-limit", type=int, default=None, help=train_help)
+    p.add_argument("--eval-limit", type=int, default=None,
+                   help=f"first N dev and test {unit} only (smoke runs)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=out)
@@ -32,6 +44,26 @@ def add_run_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="write the summary JSON here")
+
+
+def run_main(ap: argparse.ArgumentParser, argv: Sequence[str] | None, names: Sequence[str],
+             train: Callable[[argparse.Namespace], dict[str, Any]]) -> dict[str, Any]:
+    """Entry point of the short CLIs: add the run options, parse, check ``names`` >= 1, set
+    the torch threads, train, print the summary and write it to ``--out``."""
+    add_run_args(ap)
+    args = ap.parse_args(argv)
+    check_min(ap, args, names)
+    torch.set_num_threads(args.threads)
+    summary = train(args)
+    finish(summary, args.out)
+    return summary
+
+
+def adam(workload: Workload, seed: int, lr: float
+         ) -> tuple[dict[str, Tensor], torch.optim.Optimizer]:
+    """The parameters of ``workload`` drawn from ``seed`` and an Adam optimizer over them."""
+    params = init_params(workload, torch.Generator().manual_seed(seed))
+    return params, torch.optim.Adam(params.values(), lr=lr)
 
 
 def check_at_least(p: argparse.ArgumentParser, args: argparse.Namespace,

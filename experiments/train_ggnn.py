@@ -26,13 +26,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import MemoryPlan, plan_memory
 from edbatch.schedule import Schedule, make_scheduler
 from edbatch.workloads.ggnn_molecules import GGNNMolecules
-from experiments._task_train import add_run_args, check_min, chunks, epoch_steps, finish, snapshot
+from experiments._task_train import adam, chunks, epoch_steps, run_main, snapshot
 
 __all__ = ["main", "rmse", "train"]
 
@@ -76,8 +75,7 @@ def train(epochs: int = 40, batch_size: int = 32, lr: float = 2e-3, hidden_dim: 
     """Train; return the summary (RMSEs, epochs, seconds)."""
     torch.manual_seed(seed)
     workload = GGNNMolecules(hidden_dim=hidden_dim, rounds=rounds)
-    params = init_params(workload, torch.Generator().manual_seed(seed))
-    optimizer = torch.optim.Adam(params.values(), lr=lr)
+    params, optimizer = adam(workload, seed, lr)
     executor = TorchExecutor("cpu")
     batches = _Batches(workload, scheduler)
     rng = np.random.default_rng(seed)
@@ -111,14 +109,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     ap.add_argument("--hidden-dim", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--scheduler", default="depth")
-    add_run_args(ap)
-    args = ap.parse_args(argv)
-    check_min(ap, args, ("epochs", "batch_size"))
-    torch.set_num_threads(args.threads)
-    summary = train(args.epochs, args.batch_size, args.lr, args.hidden_dim, args.rounds,
-                    args.scheduler, args.seed)
-    finish(summary, args.out)
-    return summary
+    return run_main(ap, argv, ("epochs", "batch_size"), lambda a: train(
+        a.epochs, a.batch_size, a.lr, a.hidden_dim, a.rounds, a.scheduler, a.seed))
 
 
 if __name__ == "__main__":

@@ -26,14 +26,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from edbatch.executor import init_params
 from edbatch.executor.cells_module_net import answer_logits
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph, GraphBuilder
 from edbatch.memory import MemoryPlan, plan_memory
 from edbatch.schedule import Schedule, make_scheduler
 from edbatch.workloads.module_net import ModuleNet
-from experiments._task_train import add_run_args, check_min, chunks, epoch_steps, finish, snapshot
+from experiments._task_train import adam, chunks, epoch_steps, run_main, snapshot
 
 __all__ = ["accuracy", "main", "train"]
 
@@ -105,8 +104,7 @@ def train(epochs: int = 15, batch_size: int = 64, lr: float = 5e-3, embed_dim: i
     """Train; return the summary (accuracies, per-family test accuracy, epochs, seconds)."""
     torch.manual_seed(seed)
     workload = ModuleNet(embed_dim=embed_dim, hidden_dim=hidden_dim)
-    params = init_params(workload, torch.Generator().manual_seed(seed))
-    optimizer = torch.optim.Adam(params.values(), lr=lr)
+    params, optimizer = adam(workload, seed, lr)
     executor = TorchExecutor("cpu")
     batches = _Batches(workload, scheduler)
     rng = np.random.default_rng(seed)
@@ -140,14 +138,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--embed-dim", type=int, default=16)
     ap.add_argument("--hidden-dim", type=int, default=64)
     ap.add_argument("--scheduler", default="critical_path")
-    add_run_args(ap)
-    args = ap.parse_args(argv)
-    check_min(ap, args, ("epochs", "batch_size"))
-    torch.set_num_threads(args.threads)
-    summary = train(args.epochs, args.batch_size, args.lr, args.embed_dim, args.hidden_dim,
-                    args.scheduler, args.seed)
-    finish(summary, args.out)
-    return summary
+    return run_main(ap, argv, ("epochs", "batch_size"), lambda a: train(
+        a.epochs, a.batch_size, a.lr, a.embed_dim, a.hidden_dim, a.scheduler, a.seed))
 
 
 if __name__ == "__main__":

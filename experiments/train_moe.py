@@ -25,12 +25,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads.moe import MoEInstance, MoETagger, route
-from experiments._task_train import add_run_args, check_min, finish, step
+from experiments._task_train import adam, run_main, step
 
 __all__ = ["accuracy", "main", "train"]
 
@@ -78,8 +77,7 @@ def train(train_sentences: int = 4000, epochs: int = 3, batch_size: int = 64,
     torch.manual_seed(seed)
     workload = MoETagger(dim=dim, expert_dim=dim, experts=experts, top_k=top_k,
                          layers=layers, seed=seed)
-    params = init_params(workload, torch.Generator().manual_seed(seed))
-    optimizer = torch.optim.Adam(params.values(), lr=lr)
+    params, optimizer = adam(workload, seed, lr)
     executor, make = TorchExecutor("cpu"), make_scheduler(scheduler)
     data = list(workload.load("train"))[:train_sentences]
     rng = np.random.default_rng(seed)
@@ -120,14 +118,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     ap.add_argument("--top-k", type=int, default=2)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--scheduler", default="typewise_greedy")
-    add_run_args(ap)
-    args = ap.parse_args(argv)
-    check_min(ap, args, ("epochs", "batch_size", "train_sentences"))
-    torch.set_num_threads(args.threads)
-    summary = train(args.train_sentences, args.epochs, args.batch_size, args.lr, args.dim,
-                    args.experts, args.top_k, args.layers, args.scheduler, args.seed)
-    finish(summary, args.out)
-    return summary
+    return run_main(ap, argv, ("epochs", "batch_size", "train_sentences"), lambda a: train(
+        a.train_sentences, a.epochs, a.batch_size, a.lr, a.dim, a.experts, a.top_k, a.layers,
+        a.scheduler, a.seed))
 
 
 if __name__ == "__main__":

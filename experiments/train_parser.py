@@ -32,10 +32,17 @@ import numpy as np
 import torch
 
 from edbatch.data.ud import UPOS_TAGS
-from edbatch.executor import init_params
 from edbatch.memory import Strategy
 from edbatch.workloads.transition_parser import TransitionParser, attachment_scores
-from experiments._task_train import add_tail_args, best_epoch, log_main, snapshot, step, write_json
+from experiments._task_train import (
+    adam,
+    add_tail_args,
+    best_epoch,
+    log_main,
+    snapshot,
+    step,
+    write_json,
+)
 from experiments.parser_model import ApiParser
 
 __all__ = ["evaluate", "train", "word_dropout"]
@@ -81,8 +88,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     wl = TransitionParser(embed_dim=args.embed_dim, pos_dim=args.pos_dim,
                           hidden_dim=args.hidden_dim, mlp_dim=args.mlp_dim, layers=args.layers,
                           labelled=not args.unlabelled, min_count=args.min_count)
-    params = init_params(wl, torch.Generator().manual_seed(args.seed))
-    opt = torch.optim.Adam(params.values(), lr=args.lr)
+    params, opt = adam(wl, args.seed, args.lr)
     model = ApiParser(wl, params)
     rng = np.random.default_rng(args.seed)
     train_set = list(wl.load("train"))
@@ -154,13 +160,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--unlabelled", action="store_true", help="three classes, UAS only")
     p.add_argument("--alpha", type=float, default=0.25, help="word dropout alpha")
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--scheduler", default="dynet_agenda")
-    p.add_argument("--strategy", default="aligned", choices=("planned", "aligned", "naive"))
-    p.add_argument("--train-limit", type=int, default=None,
-                   help="a random subsample of N projective train sentences")
-    p.add_argument("--eval-limit", type=int, default=None,
-                   help="first N dev and test sentences only (smoke runs)")
-    add_tail_args(p, "runs/transition_parser/train_parser.json")
+    add_tail_args(p, "runs/transition_parser/train_parser.json",
+                  "a random subsample of N projective train sentences", "sentences",
+                  ("planned", "aligned", "naive"))
     p.add_argument("--save-params", default=None,
                    help="torch.save the chosen parameters here (benchmarks/parser_inference.py "
                         "--params reads them)")

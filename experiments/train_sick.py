@@ -161,12 +161,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", choices=("adam", "adagrad"), default="adagrad")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--weight-decay", type=float, default=1e-4)
-    p.add_argument("--scheduler", default="dynet_agenda")
-    p.add_argument("--strategy", default="aligned")
-    p.add_argument("--train-limit", type=int, default=None, help="first N train pairs only")
-    p.add_argument("--eval-limit", type=int, default=None,
-                   help="first N dev and test pairs only (smoke runs)")
-    add_tail_args(p, "runs/tree_lstm_sick/train_sick.json")
+    add_tail_args(p, "runs/tree_lstm_sick/train_sick.json", "first N train pairs only", "pairs")
     return p
 
 

@@ -30,13 +30,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import Workload, make_workload
-from experiments._task_train import add_tail_args, best_epoch, log_main, snapshot, step, write_json
+from experiments._task_train import (
+    adam,
+    add_tail_args,
+    best_epoch,
+    log_main,
+    snapshot,
+    step,
+    write_json,
+)
 
 __all__ = ["accuracy", "make_tagger", "train", "with_states"]
 
@@ -103,8 +110,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     wl = make_tagger(args)
-    params = init_params(wl, torch.Generator().manual_seed(args.seed))
-    opt = torch.optim.Adam(params.values(), lr=args.lr)
+    params, opt = adam(wl, args.seed, args.lr)
     executor = TorchExecutor()
     sched = make_scheduler(args.scheduler)
     n_train = len(wl.load("train"))
@@ -171,12 +177,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--lr-decay", type=float, default=0.6,
                    help="the learning rate is multiplied by this after every epoch")
-    p.add_argument("--scheduler", default="dynet_agenda")
-    p.add_argument("--strategy", default="aligned")
-    p.add_argument("--train-limit", type=int, default=None, help="first N train sentences")
-    p.add_argument("--eval-limit", type=int, default=None,
-                   help="first N dev and test sentences only (smoke runs)")
-    add_tail_args(p, "runs/tagger/train_tagger.json")
+    add_tail_args(p, "runs/tagger/train_tagger.json", "first N train sentences", "sentences")
     return p
 
 
