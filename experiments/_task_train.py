@@ -17,11 +17,14 @@ import torch
 from torch import Tensor
 
 from edbatch.executor import init_params
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.memory import plan_memory
+from edbatch.schedule import Scheduler
 from edbatch.workloads import Workload
 
 __all__ = ["adam", "add_run_args", "add_tail_args", "best_epoch", "check_at_least", "check_min",
-           "chunks", "epoch_steps", "finish", "log_main", "run_main", "snapshot", "step",
-           "write_json"]
+           "chunks", "epoch_steps", "finish", "graph_step", "log_main", "run_main", "snapshot",
+           "step", "write_json"]
 
 
 def add_tail_args(p: argparse.ArgumentParser, out: str, train_help: str, unit: str,
@@ -126,6 +129,20 @@ def step(optimizer: torch.optim.Optimizer, loss: Tensor, count: int) -> float:
     (loss / count).backward()
     optimizer.step()
     return float(loss.detach())
+
+
+def graph_step(workload: Workload, executor: TorchExecutor, scheduler: Scheduler,
+               strategy: str, params: Mapping[str, Tensor], optimizer: torch.optim.Optimizer,
+               indices: list[int]) -> tuple[float, int]:
+    """One optimizer step on the mean loss of train ``indices`` merged into one graph,
+    scheduled, memory-planned (``strategy``) and run; the summed loss and the executor
+    batches of the schedule."""
+    graph = workload.minibatch("train", indices)
+    schedule = scheduler(graph)
+    res = executor.run(graph, schedule, plan_memory(graph, schedule, strategy), params,
+                       grad=True)
+    assert res.loss is not None
+    return step(optimizer, res.loss, len(indices)), schedule.num_batches
 
 
 def chunks(rng: np.random.Generator, n: int, batch_size: int) -> list[list[int]]:

@@ -34,15 +34,7 @@ import torch
 from edbatch.data.ud import UPOS_TAGS
 from edbatch.memory import Strategy
 from edbatch.workloads.transition_parser import TransitionParser, attachment_scores
-from experiments._task_train import (
-    adam,
-    add_tail_args,
-    best_epoch,
-    log_main,
-    snapshot,
-    step,
-    write_json,
-)
+from experiments import _task_train as task
 from experiments.parser_model import ApiParser
 
 __all__ = ["evaluate", "train", "word_dropout"]
@@ -88,7 +80,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     wl = TransitionParser(embed_dim=args.embed_dim, pos_dim=args.pos_dim,
                           hidden_dim=args.hidden_dim, mlp_dim=args.mlp_dim, layers=args.layers,
                           labelled=not args.unlabelled, min_count=args.min_count)
-    params, opt = adam(wl, args.seed, args.lr)
+    params, opt = task.adam(wl, args.seed, args.lr)
     model = ApiParser(wl, params)
     rng = np.random.default_rng(args.seed)
     train_set = list(wl.load("train"))
@@ -106,7 +98,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             attrs = [word_dropout(wl, inst.embed_attrs, inst.sentence.words, args.alpha, rng)
                      for inst in batch]
             loss = model.loss(batch, args.scheduler, attrs, args.strategy)
-            total += step(opt, loss, len(batch))
+            total += task.step(opt, loss, len(batch))
             steps += sum(len(inst.classes) for inst in batch)
         dev = evaluate(model, "dev", args.eval_batch_size, args.scheduler, args.eval_limit,
                        args.strategy)
@@ -117,7 +109,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                  epoch, total / steps, dev["uas"], dev.get("las", float("nan")),
                  history[-1]["seconds"])
         if best is None or dev["uas"] > best[0]:
-            best = (dev["uas"], snapshot(params), dev)
+            best = (dev["uas"], task.snapshot(params), dev)
     assert best is not None
     with torch.no_grad():
         for k, v in best[1].items():
@@ -133,14 +125,14 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                "train_projective": len(wl.load("train")),
                "nonprojective_left_out": dict(wl.nonprojective),
                "wall_seconds": time.perf_counter() - start, "history": history,
-               "best_epoch": best_epoch(history, "dev_uas"),
+               "best_epoch": task.best_epoch(history, "dev_uas"),
                **{f"dev_{k}": v for k, v in dev.items()},
                **{f"test_{k}": v for k, v in test.items()}}
     log.info("best epoch %d: dev UAS %.4f LAS %.4f; test UAS %.4f LAS %.4f",
              summary["best_epoch"], dev["uas"], dev.get("las", float("nan")), test["uas"],
              test.get("las", float("nan")))
     if args.out:
-        write_json(args.out, summary, 1)
+        task.write_json(args.out, summary, 1)
     return summary
 
 
@@ -160,7 +152,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--unlabelled", action="store_true", help="three classes, UAS only")
     p.add_argument("--alpha", type=float, default=0.25, help="word dropout alpha")
     p.add_argument("--lr", type=float, default=2e-3)
-    add_tail_args(p, "runs/transition_parser/train_parser.json",
+    task.add_tail_args(p, "runs/transition_parser/train_parser.json",
                   "a random subsample of N projective train sentences", "sentences",
                   ("planned", "aligned", "naive"))
     p.add_argument("--save-params", default=None,
@@ -171,7 +163,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point."""
-    return log_main(parser(), argv, ("epochs", "batch_size", "eval_batch_size", "train_limit",
+    return task.log_main(parser(), argv, ("epochs", "batch_size", "eval_batch_size", "train_limit",
                                      "eval_limit"), train)
 
 

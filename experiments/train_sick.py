@@ -34,7 +34,7 @@ from edbatch.graph import Graph
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads.tree_lstm_sick import TreeLSTMSick, relatedness_metrics
-from experiments._task_train import add_tail_args, best_epoch, log_main, snapshot, step, write_json
+from experiments import _task_train as task
 
 __all__ = ["predict", "train", "with_roots"]
 
@@ -110,13 +110,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         total = 0.0
         for lo in range(0, n_train, args.batch_size):
             idx = np.sort(order[lo:lo + args.batch_size]).tolist()
-            graph = wl.minibatch("train", idx)
-            schedule = sched(graph)
-            res = executor.run(graph, schedule, plan_memory(graph, schedule, args.strategy),
-                               params, grad=True)
-            assert res.loss is not None
-            total += step(opt, res.loss, len(idx))
-            batches += schedule.num_batches
+            loss, used = task.graph_step(wl, executor, sched, args.strategy, params, opt, idx)
+            total, batches = total + loss, batches + used
         pred = predict(wl, executor, params, "dev", args.eval_batch_size, args.scheduler,
                        args.strategy, args.eval_limit)
         dev = relatedness_metrics(pred, gold_dev)
@@ -127,7 +122,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                  epoch, total / n_train, dev["pearson"], dev["spearman"], dev["mse"],
                  history[-1]["seconds"])
         if best is None or dev["pearson"] > best[0]:
-            best = (dev["pearson"], snapshot(params))
+            best = (dev["pearson"], task.snapshot(params))
     assert best is not None
     chosen = best[1]
     test = relatedness_metrics(predict(wl, executor, chosen, "test", args.eval_batch_size,
@@ -137,14 +132,14 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     summary = {"workload": _P, "settings": vars(args), "embeddings": "random (no GloVe)",
                "train_pairs": n_train, "wall_seconds": time.perf_counter() - start,
                "executor_batches": batches, "history": history,
-               "best_epoch": best_epoch(history, "dev_pearson"),
+               "best_epoch": task.best_epoch(history, "dev_pearson"),
                **{f"dev_{k}": v for k, v in dev.items()},
                **{f"test_{k}": v for k, v in test.items()}}
     log.info("best epoch %d: dev pearson %.4f; test pearson %.4f spearman %.4f mse %.4f",
              summary["best_epoch"], dev["pearson"], test["pearson"], test["spearman"],
              test["mse"])
     if args.out:
-        write_json(args.out, summary, 1)
+        task.write_json(args.out, summary, 1)
     return summary
 
 
@@ -161,13 +156,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", choices=("adam", "adagrad"), default="adagrad")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--weight-decay", type=float, default=1e-4)
-    add_tail_args(p, "runs/tree_lstm_sick/train_sick.json", "first N train pairs only", "pairs")
+    task.add_tail_args(p, "runs/tree_lstm_sick/train_sick.json", "first N train pairs only",
+                       "pairs")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point."""
-    return log_main(parser(), argv, ("epochs", "batch_size", "eval_batch_size", "train_limit",
+    return task.log_main(parser(), argv, ("epochs", "batch_size", "eval_batch_size", "train_limit",
                                      "eval_limit"), train, {"eval_limit": 2})
 
 

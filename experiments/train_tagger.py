@@ -35,15 +35,7 @@ from edbatch.graph import Graph
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import Workload, make_workload
-from experiments._task_train import (
-    adam,
-    add_tail_args,
-    best_epoch,
-    log_main,
-    snapshot,
-    step,
-    write_json,
-)
+from experiments import _task_train as task
 
 __all__ = ["accuracy", "make_tagger", "train", "with_states"]
 
@@ -110,7 +102,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     wl = make_tagger(args)
-    params, opt = adam(wl, args.seed, args.lr)
+    params, opt = task.adam(wl, args.seed, args.lr)
     executor = TorchExecutor()
     sched = make_scheduler(args.scheduler)
     n_train = len(wl.load("train"))
@@ -127,13 +119,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         total, words = 0.0, 0
         for lo in range(0, n_train, args.batch_size):
             idx = np.sort(order[lo:lo + args.batch_size]).tolist()
-            graph = wl.minibatch("train", idx)
-            schedule = sched(graph)
-            res = executor.run(graph, schedule, plan_memory(graph, schedule, args.strategy),
-                               params, grad=True)
-            assert res.loss is not None
-            total += step(opt, res.loss, len(idx))
-            batches += schedule.num_batches
+            loss, used = task.graph_step(wl, executor, sched, args.strategy, params, opt, idx)
+            total, batches = total + loss, batches + used
             words += sum(len(wl.load("train")[i]) for i in idx)
         dev = accuracy(wl, executor, params, "dev", **evaluate)
         history.append({"epoch": epoch, "train_loss_per_word": total / words,
@@ -141,7 +128,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         log.info("epoch %d: train loss/word %.4f, dev UPOS accuracy %.4f (%.0fs)", epoch,
                  history[-1]["train_loss_per_word"], dev, history[-1]["seconds"])
         if best is None or dev > best[0]:
-            best = (dev, snapshot(params))
+            best = (dev, task.snapshot(params))
         for group in opt.param_groups:
             group["lr"] *= args.lr_decay
     assert best is not None
@@ -151,12 +138,12 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                "settings": vars(args), "embeddings": "random (no pretrained vectors)",
                "train_sentences": n_train, "wall_seconds": time.perf_counter() - start,
                "executor_batches": batches, "history": history,
-               "best_epoch": best_epoch(history, "dev_accuracy"),
+               "best_epoch": task.best_epoch(history, "dev_accuracy"),
                "dev_accuracy": best[0], "test_accuracy": test}
     log.info("best epoch %d: dev UPOS accuracy %.4f; test UPOS accuracy %.4f",
              summary["best_epoch"], best[0], test)
     if args.out:
-        write_json(args.out, summary, 1)
+        task.write_json(args.out, summary, 1)
     return summary
 
 
@@ -177,13 +164,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--lr-decay", type=float, default=0.6,
                    help="the learning rate is multiplied by this after every epoch")
-    add_tail_args(p, "runs/tagger/train_tagger.json", "first N train sentences", "sentences")
+    task.add_tail_args(p, "runs/tagger/train_tagger.json", "first N train sentences", "sentences")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point."""
-    return log_main(parser(), argv, ("epochs", "batch_size", "eval_batch_size", "train_limit",
+    return task.log_main(parser(), argv, ("epochs", "batch_size", "eval_batch_size", "train_limit",
                                      "eval_limit", "word_dim", "hidden_dim"), train)
 
 
