@@ -17,23 +17,21 @@ is the one scored on the test split.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import MemoryPlan, plan_memory
 from edbatch.schedule import Schedule, make_scheduler
 from edbatch.workloads.ggnn_molecules import GGNNMolecules
+from experiments._task_train import adam, chunks, epoch_steps, run_main, snapshot
 
 __all__ = ["main", "rmse", "train"]
 
@@ -77,28 +75,21 @@ def train(epochs: int = 40, batch_size: int = 32, lr: float = 2e-3, hidden_dim: 
     """Train; return the summary (RMSEs, epochs, seconds)."""
     torch.manual_seed(seed)
     workload = GGNNMolecules(hidden_dim=hidden_dim, rounds=rounds)
-    params = init_params(workload, torch.Generator().manual_seed(seed))
-    optimizer = torch.optim.Adam(params.values(), lr=lr)
+    params, optimizer = adam(workload, seed, lr)
     executor = TorchExecutor("cpu")
     batches = _Batches(workload, scheduler)
     rng = np.random.default_rng(seed)
     n_train = len(workload.load("train"))
-    perm = rng.permutation(n_train)
-    chunks = [np.sort(perm[k:k + batch_size]).tolist() for k in range(0, n_train, batch_size)]
-    best = (math.inf, 0, {k: p.detach().clone() for k, p in params.items()})
+    parts = chunks(rng, n_train, batch_size)
+    best = (math.inf, 0, snapshot(params))
     start = time.perf_counter()
     for epoch in range(1, epochs + 1):
-        train_loss = 0.0
-        for k in rng.permutation(len(chunks)).tolist():
-            loss = batches.run(executor, "train", chunks[k], params, True)
-            optimizer.zero_grad(set_to_none=True)
-            (loss / len(chunks[k])).backward()
-            optimizer.step()
-            train_loss += float(loss.detach())
+        train_loss = epoch_steps(
+            rng, parts, lambda idx: batches.run(executor, "train", idx, params, True), optimizer)
         train_rmse = workload.target_stats()[1] * math.sqrt(train_loss / n_train)
         valid = rmse(batches, executor, "valid", params)
         if valid < best[0]:
-            best = (valid, epoch, {k: p.detach().clone() for k, p in params.items()})
+            best = (valid, epoch, snapshot(params))
         if log:
             print(f"epoch {epoch:3d}  train (running) {train_rmse:.3f}  valid {valid:.3f}  "
                   f"({time.perf_counter() - start:.0f} s)", flush=True)
@@ -118,21 +109,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     ap.add_argument("--hidden-dim", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--scheduler", default="depth")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="write the summary JSON here")
-    args = ap.parse_args(argv)
-    if args.epochs < 1 or args.batch_size < 1:
-        ap.error(f"--epochs and --batch-size must be >= 1, got {args.epochs}, "
-                 f"{args.batch_size}")
-    torch.set_num_threads(args.threads)
-    summary = train(args.epochs, args.batch_size, args.lr, args.hidden_dim, args.rounds,
-                    args.scheduler, args.seed)
-    print(json.dumps(summary, indent=2))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
+    return run_main(ap, argv, ("epochs", "batch_size"), lambda a: train(
+        a.epochs, a.batch_size, a.lr, a.hidden_dim, a.rounds, a.scheduler, a.seed))
 
 
 if __name__ == "__main__":

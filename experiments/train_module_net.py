@@ -17,24 +17,22 @@ accuracy is scored on the test split, overall and per question family.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from edbatch.executor import init_params
 from edbatch.executor.cells_module_net import answer_logits
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph, GraphBuilder
 from edbatch.memory import MemoryPlan, plan_memory
 from edbatch.schedule import Schedule, make_scheduler
 from edbatch.workloads.module_net import ModuleNet
+from experiments._task_train import adam, chunks, epoch_steps, run_main, snapshot
 
 __all__ = ["accuracy", "main", "train"]
 
@@ -106,27 +104,20 @@ def train(epochs: int = 15, batch_size: int = 64, lr: float = 5e-3, embed_dim: i
     """Train; return the summary (accuracies, per-family test accuracy, epochs, seconds)."""
     torch.manual_seed(seed)
     workload = ModuleNet(embed_dim=embed_dim, hidden_dim=hidden_dim)
-    params = init_params(workload, torch.Generator().manual_seed(seed))
-    optimizer = torch.optim.Adam(params.values(), lr=lr)
+    params, optimizer = adam(workload, seed, lr)
     executor = TorchExecutor("cpu")
     batches = _Batches(workload, scheduler)
     rng = np.random.default_rng(seed)
     n_train = len(workload.load("train"))
-    perm = rng.permutation(n_train)
-    chunks = [np.sort(perm[k:k + batch_size]).tolist() for k in range(0, n_train, batch_size)]
-    best = (-1.0, 0, {k: p.detach().clone() for k, p in params.items()})
+    parts = chunks(rng, n_train, batch_size)
+    best = (-1.0, 0, snapshot(params))
     start = time.perf_counter()
     for epoch in range(1, epochs + 1):
-        train_loss = 0.0
-        for k in rng.permutation(len(chunks)).tolist():
-            loss = batches.loss(executor, "train", chunks[k], params)
-            optimizer.zero_grad(set_to_none=True)
-            (loss / len(chunks[k])).backward()
-            optimizer.step()
-            train_loss += float(loss.detach())
+        train_loss = epoch_steps(
+            rng, parts, lambda idx: batches.loss(executor, "train", idx, params), optimizer)
         val, _ = accuracy(batches, executor, "val", params)
         if val > best[0]:
-            best = (val, epoch, {k: p.detach().clone() for k, p in params.items()})
+            best = (val, epoch, snapshot(params))
         if log:
             print(f"epoch {epoch:3d}  train loss {train_loss / n_train:.3f}  val acc "
                   f"{val:.3f}  ({time.perf_counter() - start:.0f} s)", flush=True)
@@ -147,21 +138,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--embed-dim", type=int, default=16)
     ap.add_argument("--hidden-dim", type=int, default=64)
     ap.add_argument("--scheduler", default="critical_path")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="write the summary JSON here")
-    args = ap.parse_args(argv)
-    if args.epochs < 1 or args.batch_size < 1:
-        ap.error(f"--epochs and --batch-size must be >= 1, got {args.epochs}, "
-                 f"{args.batch_size}")
-    torch.set_num_threads(args.threads)
-    summary = train(args.epochs, args.batch_size, args.lr, args.embed_dim, args.hidden_dim,
-                    args.scheduler, args.seed)
-    print(json.dumps(summary, indent=2))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
+    return run_main(ap, argv, ("epochs", "batch_size"), lambda a: train(
+        a.epochs, a.batch_size, a.lr, a.embed_dim, a.hidden_dim, a.scheduler, a.seed))
 
 
 if __name__ == "__main__":

@@ -16,22 +16,20 @@ most frequent tag, ``NOUN``, on every token).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads.moe import MoEInstance, MoETagger, route
+from experiments._task_train import adam, run_main, step
 
 __all__ = ["accuracy", "main", "train"]
 
@@ -79,8 +77,7 @@ def train(train_sentences: int = 4000, epochs: int = 3, batch_size: int = 64,
     torch.manual_seed(seed)
     workload = MoETagger(dim=dim, expert_dim=dim, experts=experts, top_k=top_k,
                          layers=layers, seed=seed)
-    params = init_params(workload, torch.Generator().manual_seed(seed))
-    optimizer = torch.optim.Adam(params.values(), lr=lr)
+    params, optimizer = adam(workload, seed, lr)
     executor, make = TorchExecutor("cpu"), make_scheduler(scheduler)
     data = list(workload.load("train"))[:train_sentences]
     rng = np.random.default_rng(seed)
@@ -93,10 +90,7 @@ def train(train_sentences: int = 4000, epochs: int = 3, batch_size: int = 64,
             workload.set_noise_round(epoch)
             workload.set_routing_params(params)
             loss = _run(workload, executor, make, chunk, params, True)
-            optimizer.zero_grad(set_to_none=True)
-            (loss / sum(len(i) for i in chunk)).backward()
-            optimizer.step()
-            total += float(loss.detach())
+            total += step(optimizer, loss, sum(len(i) for i in chunk))
         if log:
             print(f"epoch {epoch}  train loss/token {total / tokens:.3f}  dev accuracy "
                   f"{accuracy(workload, 'dev', params):.3f}  "
@@ -124,21 +118,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     ap.add_argument("--top-k", type=int, default=2)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--scheduler", default="typewise_greedy")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="write the summary JSON here")
-    args = ap.parse_args(argv)
-    if min(args.epochs, args.batch_size, args.train_sentences) < 1:
-        ap.error(f"--epochs, --batch-size and --train-sentences must be >= 1, got "
-                 f"{args.epochs}, {args.batch_size}, {args.train_sentences}")
-    torch.set_num_threads(args.threads)
-    summary = train(args.train_sentences, args.epochs, args.batch_size, args.lr, args.dim,
-                    args.experts, args.top_k, args.layers, args.scheduler, args.seed)
-    print(json.dumps(summary, indent=2))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
+    return run_main(ap, argv, ("epochs", "batch_size", "train_sentences"), lambda a: train(
+        a.train_sentences, a.epochs, a.batch_size, a.lr, a.dim, a.experts, a.top_k, a.layers,
+        a.scheduler, a.seed))
 
 
 if __name__ == "__main__":

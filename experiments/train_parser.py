@@ -23,20 +23,18 @@ the wall time.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from edbatch.data.ud import UPOS_TAGS
-from edbatch.executor import init_params
 from edbatch.memory import Strategy
 from edbatch.workloads.transition_parser import TransitionParser, attachment_scores
+from experiments import _task_train as task
 from experiments.parser_model import ApiParser
 
 __all__ = ["evaluate", "train", "word_dropout"]
@@ -82,8 +80,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     wl = TransitionParser(embed_dim=args.embed_dim, pos_dim=args.pos_dim,
                           hidden_dim=args.hidden_dim, mlp_dim=args.mlp_dim, layers=args.layers,
                           labelled=not args.unlabelled, min_count=args.min_count)
-    params = init_params(wl, torch.Generator().manual_seed(args.seed))
-    opt = torch.optim.Adam(params.values(), lr=args.lr)
+    params, opt = task.adam(wl, args.seed, args.lr)
     model = ApiParser(wl, params)
     rng = np.random.default_rng(args.seed)
     train_set = list(wl.load("train"))
@@ -101,10 +98,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             attrs = [word_dropout(wl, inst.embed_attrs, inst.sentence.words, args.alpha, rng)
                      for inst in batch]
             loss = model.loss(batch, args.scheduler, attrs, args.strategy)
-            opt.zero_grad(set_to_none=True)
-            (loss / len(batch)).backward()
-            opt.step()
-            total += float(loss.detach())
+            total += task.step(opt, loss, len(batch))
             steps += sum(len(inst.classes) for inst in batch)
         dev = evaluate(model, "dev", args.eval_batch_size, args.scheduler, args.eval_limit,
                        args.strategy)
@@ -115,7 +109,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                  epoch, total / steps, dev["uas"], dev.get("las", float("nan")),
                  history[-1]["seconds"])
         if best is None or dev["uas"] > best[0]:
-            best = (dev["uas"], {k: v.detach().clone() for k, v in params.items()}, dev)
+            best = (dev["uas"], task.snapshot(params), dev)
     assert best is not None
     with torch.no_grad():
         for k, v in best[1].items():
@@ -131,16 +125,14 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                "train_projective": len(wl.load("train")),
                "nonprojective_left_out": dict(wl.nonprojective),
                "wall_seconds": time.perf_counter() - start, "history": history,
-               "best_epoch": 1 + int(np.argmax([h["dev_uas"] for h in history])),
+               "best_epoch": task.best_epoch(history, "dev_uas"),
                **{f"dev_{k}": v for k, v in dev.items()},
                **{f"test_{k}": v for k, v in test.items()}}
     log.info("best epoch %d: dev UAS %.4f LAS %.4f; test UAS %.4f LAS %.4f",
              summary["best_epoch"], dev["uas"], dev.get("las", float("nan")), test["uas"],
              test.get("las", float("nan")))
     if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(summary, indent=1) + "\n")
+        task.write_json(args.out, summary, 1)
     return summary
 
 
@@ -160,15 +152,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--unlabelled", action="store_true", help="three classes, UAS only")
     p.add_argument("--alpha", type=float, default=0.25, help="word dropout alpha")
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--scheduler", default="dynet_agenda")
-    p.add_argument("--strategy", default="aligned", choices=("planned", "aligned", "naive"))
-    p.add_argument("--train-limit", type=int, default=None,
-                   help="a random subsample of N projective train sentences")
-    p.add_argument("--eval-limit", type=int, default=None,
-                   help="first N dev and test sentences only (smoke runs)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/transition_parser/train_parser.json")
+    task.add_tail_args(p, "runs/transition_parser/train_parser.json",
+                  "a random subsample of N projective train sentences", "sentences",
+                  ("planned", "aligned", "naive"))
     p.add_argument("--save-params", default=None,
                    help="torch.save the chosen parameters here (benchmarks/parser_inference.py "
                         "--params reads them)")
@@ -177,13 +163,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    args = parser().parse_args(argv)
-    for name in ("epochs", "batch_size", "eval_batch_size", "train_limit", "eval_limit"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser().error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    return train(args)
+    return task.log_main(parser(), argv, ("epochs", "batch_size", "eval_batch_size", "train_limit",
+                                     "eval_limit"), train)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,9 @@ the wall time.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +34,7 @@ from edbatch.graph import Graph
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads.tree_lstm_sick import TreeLSTMSick, relatedness_metrics
+from experiments import _task_train as task
 
 __all__ = ["predict", "train", "with_roots"]
 
@@ -111,16 +110,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         total = 0.0
         for lo in range(0, n_train, args.batch_size):
             idx = np.sort(order[lo:lo + args.batch_size]).tolist()
-            graph = wl.minibatch("train", idx)
-            schedule = sched(graph)
-            res = executor.run(graph, schedule, plan_memory(graph, schedule, args.strategy),
-                               params, grad=True)
-            assert res.loss is not None
-            opt.zero_grad(set_to_none=True)
-            (res.loss / len(idx)).backward()
-            opt.step()
-            total += float(res.loss.detach())
-            batches += schedule.num_batches
+            loss, used = task.graph_step(wl, executor, sched, args.strategy, params, opt, idx)
+            total, batches = total + loss, batches + used
         pred = predict(wl, executor, params, "dev", args.eval_batch_size, args.scheduler,
                        args.strategy, args.eval_limit)
         dev = relatedness_metrics(pred, gold_dev)
@@ -131,7 +122,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                  epoch, total / n_train, dev["pearson"], dev["spearman"], dev["mse"],
                  history[-1]["seconds"])
         if best is None or dev["pearson"] > best[0]:
-            best = (dev["pearson"], {k: v.detach().clone() for k, v in params.items()})
+            best = (dev["pearson"], task.snapshot(params))
     assert best is not None
     chosen = best[1]
     test = relatedness_metrics(predict(wl, executor, chosen, "test", args.eval_batch_size,
@@ -141,16 +132,14 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     summary = {"workload": _P, "settings": vars(args), "embeddings": "random (no GloVe)",
                "train_pairs": n_train, "wall_seconds": time.perf_counter() - start,
                "executor_batches": batches, "history": history,
-               "best_epoch": 1 + int(np.argmax([h["dev_pearson"] for h in history])),
+               "best_epoch": task.best_epoch(history, "dev_pearson"),
                **{f"dev_{k}": v for k, v in dev.items()},
                **{f"test_{k}": v for k, v in test.items()}}
     log.info("best epoch %d: dev pearson %.4f; test pearson %.4f spearman %.4f mse %.4f",
              summary["best_epoch"], dev["pearson"], test["pearson"], test["spearman"],
              test["mse"])
     if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(summary, indent=1) + "\n")
+        task.write_json(args.out, summary, 1)
     return summary
 
 
@@ -167,26 +156,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", choices=("adam", "adagrad"), default="adagrad")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--weight-decay", type=float, default=1e-4)
-    p.add_argument("--scheduler", default="dynet_agenda")
-    p.add_argument("--strategy", default="aligned")
-    p.add_argument("--train-limit", type=int, default=None, help="first N train pairs only")
-    p.add_argument("--eval-limit", type=int, default=None,
-                   help="first N dev and test pairs only (smoke runs)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/tree_lstm_sick/train_sick.json")
+    task.add_tail_args(p, "runs/tree_lstm_sick/train_sick.json", "first N train pairs only",
+                       "pairs")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    args = parser().parse_args(argv)
-    for name in ("epochs", "batch_size", "eval_batch_size", "train_limit", "eval_limit"):
-        value, bound = getattr(args, name), 2 if name == "eval_limit" else 1
-        if value is not None and value < bound:
-            parser().error(f"--{name.replace('_', '-')} must be >= {bound}, got {value}")
-    return train(args)
+    return task.log_main(parser(), argv, ("epochs", "batch_size", "eval_batch_size", "train_limit",
+                                     "eval_limit"), train, {"eval_limit": 2})
 
 
 if __name__ == "__main__":

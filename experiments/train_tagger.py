@@ -20,11 +20,9 @@ accuracy of the chosen epoch and the wall time.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,12 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import Workload, make_workload
+from experiments import _task_train as task
 
 __all__ = ["accuracy", "make_tagger", "train", "with_states"]
 
@@ -104,8 +102,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     wl = make_tagger(args)
-    params = init_params(wl, torch.Generator().manual_seed(args.seed))
-    opt = torch.optim.Adam(params.values(), lr=args.lr)
+    params, opt = task.adam(wl, args.seed, args.lr)
     executor = TorchExecutor()
     sched = make_scheduler(args.scheduler)
     n_train = len(wl.load("train"))
@@ -122,16 +119,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         total, words = 0.0, 0
         for lo in range(0, n_train, args.batch_size):
             idx = np.sort(order[lo:lo + args.batch_size]).tolist()
-            graph = wl.minibatch("train", idx)
-            schedule = sched(graph)
-            res = executor.run(graph, schedule, plan_memory(graph, schedule, args.strategy),
-                               params, grad=True)
-            assert res.loss is not None
-            opt.zero_grad(set_to_none=True)
-            (res.loss / len(idx)).backward()
-            opt.step()
-            total += float(res.loss.detach())
-            batches += schedule.num_batches
+            loss, used = task.graph_step(wl, executor, sched, args.strategy, params, opt, idx)
+            total, batches = total + loss, batches + used
             words += sum(len(wl.load("train")[i]) for i in idx)
         dev = accuracy(wl, executor, params, "dev", **evaluate)
         history.append({"epoch": epoch, "train_loss_per_word": total / words,
@@ -139,7 +128,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         log.info("epoch %d: train loss/word %.4f, dev UPOS accuracy %.4f (%.0fs)", epoch,
                  history[-1]["train_loss_per_word"], dev, history[-1]["seconds"])
         if best is None or dev > best[0]:
-            best = (dev, {k: v.detach().clone() for k, v in params.items()})
+            best = (dev, task.snapshot(params))
         for group in opt.param_groups:
             group["lr"] *= args.lr_decay
     assert best is not None
@@ -149,14 +138,12 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                "settings": vars(args), "embeddings": "random (no pretrained vectors)",
                "train_sentences": n_train, "wall_seconds": time.perf_counter() - start,
                "executor_batches": batches, "history": history,
-               "best_epoch": 1 + int(np.argmax([h["dev_accuracy"] for h in history])),
+               "best_epoch": task.best_epoch(history, "dev_accuracy"),
                "dev_accuracy": best[0], "test_accuracy": test}
     log.info("best epoch %d: dev UPOS accuracy %.4f; test UPOS accuracy %.4f",
              summary["best_epoch"], best[0], test)
     if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(summary, indent=1) + "\n")
+        task.write_json(args.out, summary, 1)
     return summary
 
 
@@ -177,27 +164,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--lr-decay", type=float, default=0.6,
                    help="the learning rate is multiplied by this after every epoch")
-    p.add_argument("--scheduler", default="dynet_agenda")
-    p.add_argument("--strategy", default="aligned")
-    p.add_argument("--train-limit", type=int, default=None, help="first N train sentences")
-    p.add_argument("--eval-limit", type=int, default=None,
-                   help="first N dev and test sentences only (smoke runs)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/tagger/train_tagger.json")
+    task.add_tail_args(p, "runs/tagger/train_tagger.json", "first N train sentences", "sentences")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    args = parser().parse_args(argv)
-    for name in ("epochs", "batch_size", "eval_batch_size", "train_limit", "eval_limit",
-                 "word_dim", "hidden_dim"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser().error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    return train(args)
+    return task.log_main(parser(), argv, ("epochs", "batch_size", "eval_batch_size", "train_limit",
+                                     "eval_limit", "word_dim", "hidden_dim"), train)
 
 
 if __name__ == "__main__":
