@@ -27,8 +27,7 @@ from torch import Tensor
 
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import ZeroState
-from edbatch.executor.cells_seq import BiLSTML1, BiLSTML2, heads
-from edbatch.executor.kernels import pick_nll, pick_nll_backward
+from edbatch.executor.cells_seq import BiLSTML1, BiLSTML2, heads, mlp_nll, mlp_nll_backward
 from edbatch.graph import OpType
 
 __all__ = ["ParserEmbed", "ParserFeat", "ParserL1", "ParserL2", "ParserStep", "ParserZero",
@@ -108,19 +107,9 @@ class ParserStep(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: dict[str, Tensor] | None = None) -> Tensor:
-        x = torch.cat(list(inputs), dim=1)
-        a = torch.tanh(F.linear(x, p.W_h, p.b_h))
-        logits = F.linear(a, p.W_o, p.b_o)
-        if save is not None:
-            save.update(x=x, a=a, logits=logits)
-        return pick_nll(logits, attrs)
+        return mlp_nll(torch.cat(list(inputs), dim=1), p, attrs, save, tanh=torch.tanh)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:
-        a = saved.a
-        d_logits = pick_nll_backward(saved.logits, attrs, grad)
-        grads.linear(("W_o", "b_o"), d_logits, a)
-        dz = (d_logits @ p.W_o) * (1.0 - a * a)
-        grads.linear(("W_h", "b_h"), dz, saved.x)
-        dx = dz @ p.W_h
+        dx = mlp_nll_backward(saved, grad, p, attrs, grads)
         return list(dx.split([s[0] for s in op.in_shapes or ()], dim=1))

@@ -163,20 +163,11 @@ class BiLSTMLoss(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: dict[str, Tensor] | None = None) -> Tensor:
         x = torch.cat(heads(inputs[:2], p.W_h.shape[1] // 2), dim=1)
-        a = fast_tanh(F.linear(x, p.W_h, p.b_h))
-        logits = F.linear(a, p.W_o, p.b_o)
-        if save is not None:
-            save.update(x=x, a=a, logits=logits)
-        return pick_nll(logits, attrs)
+        return mlp_nll(x, p, attrs, save)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:
-        a = saved.a
-        d_logits = pick_nll_backward(saved.logits, attrs, grad)
-        grads.linear(("W_o", "b_o"), d_logits, a)
-        dz = (d_logits @ p.W_o) * (1.0 - a * a)
-        grads.linear(("W_h", "b_h"), dz, saved.x)
-        dx = dz @ p.W_h
+        dx = mlp_nll_backward(saved, grad, p, attrs, grads)
         half = dx.shape[1] // 2
         return [dx[:, :half], dx[:, half:]]  # the leading h of each state row
 
@@ -220,3 +211,26 @@ bilstm_l1 = BiLSTML1.kernel
 bilstm_l2 = BiLSTML2.kernel
 bilstm_loss = BiLSTMLoss.kernel
 seq2seq_step = Seq2SeqStep.kernel
+
+
+def mlp_nll(x: Tensor, p: Any, attrs: Tensor, save: dict[str, Tensor] | None,
+            tanh: Any = fast_tanh) -> Tensor:
+    """``-log softmax(W_o tanh(W_h x + b_h) + b_o)[attr]`` per row (the tagger's loss and the
+    parser's transition scorer); ``save`` keeps ``x``, ``a`` and ``logits`` for
+    :func:`mlp_nll_backward`."""
+    a = tanh(F.linear(x, p.W_h, p.b_h))
+    logits = F.linear(a, p.W_o, p.b_o)
+    if save is not None:
+        save.update(x=x, a=a, logits=logits)
+    return pick_nll(logits, attrs)
+
+
+def mlp_nll_backward(saved: Any, grad: Tensor, p: Any, attrs: Tensor, grads: RoleGrads
+                     ) -> Tensor:
+    """The hand backward of :func:`mlp_nll`: adds the weights' gradients, returns ``dx``."""
+    a = saved.a
+    d_logits = pick_nll_backward(saved.logits, attrs, grad)
+    grads.linear(("W_o", "b_o"), d_logits, a)
+    dz = (d_logits @ p.W_o) * (1.0 - a * a)
+    grads.linear(("W_h", "b_h"), dz, saved.x)
+    return dz @ p.W_h

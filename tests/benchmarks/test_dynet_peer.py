@@ -46,13 +46,6 @@ dp = _load_peer()
 WORKLOADS = tuple(dp.PEERS)  # every workload with a benchmarks/peers/dynet/<name>.py
 
 
-@pytest.fixture(scope="module")
-def dy() -> Any:
-    """DyNet, imported once with autobatch 1 unless something imported it before."""
-    config = pytest.importorskip("dynet_config")
-    if "dynet" not in sys.modules:
-        config.set(autobatch=1, mem="256", random_seed=1)
-    return pytest.importorskip("dynet")
 
 
 def _params(wl: Any, seed: int = 0) -> dict[str, torch.Tensor]:

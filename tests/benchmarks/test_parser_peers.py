@@ -5,7 +5,6 @@ oracle equals the reference loss; the inference benchmark's outputs match (slow)
 from __future__ import annotations
 
 import functools
-import sys
 from typing import Any
 
 import pytest
@@ -53,13 +52,6 @@ def test_hand_batched_equals_reference_fp64(layers: int) -> None:
     assert hand_batched_parse(wl, other, sents) != ref
 
 
-@pytest.fixture(scope="module")
-def dy() -> Any:
-    """DyNet, imported once with autobatch 1 unless something imported it before."""
-    config = pytest.importorskip("dynet_config")
-    if "dynet" not in sys.modules:
-        config.set(autobatch=1, mem="256", random_seed=1)
-    return pytest.importorskip("dynet")
 
 
 @pytest.mark.parametrize("layers", [1, 2])

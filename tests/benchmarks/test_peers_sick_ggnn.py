@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +78,6 @@ def test_pytorch_peers_equal_the_reference_fp64(name: str, model: str) -> None:
 
 
 # ---------------------------------------------------------------------- DyNet
-@pytest.fixture(scope="module")
-def dy() -> Any:
-    """DyNet, imported once with autobatch 1 unless something imported it before."""
-    config = pytest.importorskip("dynet_config")
-    if "dynet" not in sys.modules:
-        config.set(autobatch=1, mem="256", random_seed=1)
-    return pytest.importorskip("dynet")
 
 
 @pytest.mark.parametrize("name", NAMES)
