@@ -158,6 +158,7 @@ class CompareConfig:
     val_from_train: int = 2
     eval_split: str | None = None
     eval_limit: int | None = 4
+    n_jobs: int = 1
     seed: int = 0
     output_dir: str = "."
     results_file: str = "results.jsonl"
@@ -172,6 +173,9 @@ class CompareConfig:
         _at_least(self, "num_train_graphs", 1)
         _at_least(self, "val_from_train", 1)
         _at_least(self, "eval_limit", 1, nullable=True, null_means="the whole split")
+        if self.n_jobs == 0 or self.n_jobs < -1:
+            raise ConfigError("n_jobs", self.n_jobs, "a number >= 1, or -1 (every core)",
+                              "pass n_jobs=2 (both cores), n_jobs=1 (one process) or -1")
 
 
 @dataclass

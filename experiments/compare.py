@@ -17,7 +17,7 @@ from typing import Any
 import hydra
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from edbatch.evaluation import (
     Record,
@@ -28,19 +28,25 @@ from edbatch.evaluation import (
     write_jsonl,
 )
 from experiments._cli import guarded
-from experiments._common import graph_set, one_workload, seed_everything
+from experiments._common import graph_set, one_workload
 from experiments._learned import best_heuristic, learned_nothing, score_unseen, worse_than_best
+from experiments._parallel_fit import FitTask, run_fits
 from experiments.plots import plot_batches
 
 log = logging.getLogger(__name__)
 
 
 def compare(cfg: DictConfig) -> tuple[list[Record], list[dict[str, Any]]]:
-    """Train, evaluate, and return the evaluation records and per-run training stats."""
+    """Train, evaluate, and return the evaluation records and per-run training stats.
+
+    The learners of every workload and seed train first, ``cfg.n_jobs`` at a time (one
+    process each, seeded per learner: the result does not depend on ``n_jobs``); then every
+    FSM is evaluated here on the unseen graphs, in config order."""
     torch.set_num_threads(1)
     heuristics = {name: instantiate(node) for name, node in cfg.scheduler.items()}
     records: list[Record] = []
     runs: list[dict[str, Any]] = []
+    per_wl, tasks, keys = [], [], []
     for name, node in cfg.workload.items():
         label, workload, overrides = one_workload({name: node})
         split = cfg.eval_split or overrides.get("split") or workload.default_eval_split
@@ -49,40 +55,46 @@ def compare(cfg: DictConfig) -> tuple[list[Record], list[dict[str, Any]]]:
         val = graph_set(workload, cfg.train_split, bs, cfg.val_from_train)
         recs = evaluate_schedulers([(f"{split}/{k}", g) for k, g in enumerate(eval_graphs)],
                                    heuristics, label, progress=True)
-        best, best_b = best_heuristic(recs, list(heuristics))
+        per_wl.append((label, split, eval_graphs, recs))
         for seed in cfg.seeds:
-            seed_everything(seed)
             train = graph_set(workload, cfg.train_split, bs, cfg.num_train_graphs,
                               shuffle_seed=seed)
             for tname, tnode in cfg.trainers.items():
-                trainer = instantiate(tnode, seed=seed)
                 one = tname in cfg.one_graph_trainers  # ED-Batch's protocol: G0 only
                 graphs = train[:1] if one else train
-                result = trainer.fit(graphs, graphs if one else val,
-                                     metadata={"workload": label, "seed": seed})
-                policy = result.policy
-                policy.reset_stats()
-                sched = {f"fsm_{tname}": policy.scheduler(f"fsm_{tname}")}
-                recs += evaluate_schedulers(
-                    [(f"{split}/{k}/seed{seed}", g) for k, g in enumerate(eval_graphs)],
-                    sched, label)
-                fsm_b = sum(r.num_batches for r in recs[-len(eval_graphs):])
-                # the FSM's own decisions (no lookahead) give its hit rate; its fallback
-                # alone (same lookahead, empty table) what the table adds
-                u = score_unseen(policy, eval_graphs, fsm_batches=fsm_b)
-                runs.append({"workload": label, "trainer": tname, "seed": seed,
-                             "episodes": result.episodes, "seconds": result.seconds,
-                             "states": u.states, "hit_rate": u.hit_rate,
-                             "fallback": u.fallback, "fsm_ratio": u.ratio,
-                             "fallback_ratio": u.fallback_ratio, "best": best,
-                             "best_ratio": best_b / max(u.lower_bound, 1),
-                             "nothing": learned_nothing(f"{label} {tname} seed {seed}", policy,
-                                                        u),
-                             "worse": worse_than_best(f"{label} {tname} seed {seed}", u, best,
-                                                      best_b)})
-                log.info("%s %s seed %d: %d episodes, %.1fs, %d states, hit rate %.3f",
-                         label, tname, seed, result.episodes, result.seconds,
-                         policy.num_states, policy.hit_rate)
+                resolved = OmegaConf.to_container(tnode, resolve=True)
+                tasks.append(FitTask(resolved, seed, graphs, graphs if one else val,
+                                     {"workload": label, "seed": seed}))
+                keys.append((len(per_wl) - 1, seed, tname))
+    results = run_fits(tasks, cfg.n_jobs)
+    for w, (label, split, eval_graphs, recs) in enumerate(per_wl):
+        best, best_b = best_heuristic(recs, list(heuristics))
+        for (kw, seed, tname), result in zip(keys, results):
+            if kw != w:
+                continue
+            policy = result.policy
+            policy.reset_stats()
+            sched = {f"fsm_{tname}": policy.scheduler(f"fsm_{tname}")}
+            recs += evaluate_schedulers(
+                [(f"{split}/{k}/seed{seed}", g) for k, g in enumerate(eval_graphs)],
+                sched, label)
+            fsm_b = sum(r.num_batches for r in recs[-len(eval_graphs):])
+            # the FSM's own decisions (no lookahead) give its hit rate; its fallback
+            # alone (same lookahead, empty table) what the table adds
+            u = score_unseen(policy, eval_graphs, fsm_batches=fsm_b)
+            runs.append({"workload": label, "trainer": tname, "seed": seed,
+                         "episodes": result.episodes, "seconds": result.seconds,
+                         "states": u.states, "hit_rate": u.hit_rate,
+                         "fallback": u.fallback, "fsm_ratio": u.ratio,
+                         "fallback_ratio": u.fallback_ratio, "best": best,
+                         "best_ratio": best_b / max(u.lower_bound, 1),
+                         "nothing": learned_nothing(f"{label} {tname} seed {seed}", policy,
+                                                    u),
+                         "worse": worse_than_best(f"{label} {tname} seed {seed}", u, best,
+                                                  best_b)})
+            log.info("%s %s seed %d: %d episodes, %.1fs, %d states, hit rate %.3f",
+                     label, tname, seed, result.episodes, result.seconds,
+                     policy.num_states, policy.hit_rate)
         write_jsonl(recs, cfg.results_file)
         records.extend(recs)
     return records, runs
