@@ -55,27 +55,37 @@ Saves = dict[str, Tensor] | None
 Grads = list[Tensor | None]
 
 
+_OFF: dict[tuple[torch.dtype, torch.device], Tensor] = {}
+
+
+def _off(like: Tensor) -> Tensor:
+    """``1 - I`` (``N x N``), cached per dtype and device (one allocation per run)."""
+    key = (like.dtype, like.device)
+    off = _OFF.get(key)
+    if off is None:
+        off = _OFF[key] = 1.0 - torch.eye(MAX_OBJECTS, dtype=like.dtype, device=like.device)
+    return off
+
+
 def _pairs(att: Tensor, score: Tensor, mask: Tensor, save: Saves = None) -> Tensor:
     """``out_j = mask_j sum_{i != j} att_i sig(score_ij)`` for ``score (B, N, N)``."""
-    off = 1.0 - torch.eye(MAX_OBJECTS, dtype=score.dtype, device=score.device)
-    sg = torch.sigmoid(score)
-    t = torch.bmm(att.unsqueeze(1), sg * off).squeeze(1)
+    s_off = torch.sigmoid_(score) * _off(score)  # score: the caller's temporary
+    t = torch.bmm(att.unsqueeze(1), s_off).squeeze(1)
     if save is not None:
-        save.update(f=save["f"], att=att, sg=sg, t=t)
+        save.update(f=save["f"], att=att, sg=s_off, t=t)
     return t * mask
 
 
 def _pairs_backward(saved: Any, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(d att, d score, d f)`` of :func:`_pairs` (``d f``: the mask column only)."""
-    f, att, sg, t = saved.f, saved.att, saved.sg, saved.t
+    """``(d att, d score, d mask)`` of :func:`_pairs`. ``saved.sg`` is ``sig(score)`` with
+    a zero diagonal, so ``sig'`` through it is ``sig (1 - sig)`` off the diagonal and 0 on
+    it, as the masked product needs."""
+    f, att, s_off, t = saved.f, saved.att, saved.sg, saved.t
     d_t = grad * f[:, :, 0]
-    d_f = torch.zeros_like(f)
-    d_f[:, :, 0] = grad * t
-    off = 1.0 - torch.eye(MAX_OBJECTS, dtype=sg.dtype, device=sg.device)
-    s_off = sg * off
     d_att = torch.bmm(s_off, d_t.unsqueeze(2)).squeeze(2)
-    d_score = SIGMOID_GRAD(att.unsqueeze(2) * d_t.unsqueeze(1) * off, sg, grad_input=s_off)
-    return d_att, d_score, d_f
+    d_score = att.unsqueeze(2) * d_t.unsqueeze(1)
+    SIGMOID_GRAD(d_score, s_off, grad_input=d_score)
+    return d_att, d_score, grad * t
 
 
 def _flat(t: Tensor) -> Tensor:
@@ -93,19 +103,21 @@ class Filter(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:
-        f = _scene(inputs[1])
-        s = torch.sigmoid(f @ p.w + p.b)
+        rows = inputs[1].reshape(-1, p.w.shape[0])  # [B * N, F]
+        s = torch.sigmoid_(torch.addmv(p.b, rows, p.w)).reshape(inputs[0].shape)
         if save is not None:
-            save.update(att=inputs[0], f=f, s=s)
+            save.update(att=inputs[0], f=rows, s=s)
         return inputs[0] * s
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        f, s = saved.f, saved.s
-        d_z = SIGMOID_GRAD(grad * saved.att, s, grad_input=torch.empty_like(s))
-        grads.add("w", d_z.reshape(1, -1).mm(f.reshape(-1, f.shape[2])).reshape(-1))
-        grads.add("b", d_z.sum().reshape(1))
-        return [grad * s, _flat(d_z.unsqueeze(2) * p.w)]
+        s = saved.s
+        d_z = grad * saved.att
+        SIGMOID_GRAD(d_z, s, grad_input=d_z)
+        flat = d_z.reshape(-1)
+        grads.add("w", torch.mv(saved.f.t(), flat))
+        grads.add("b", flat.sum().reshape(1))
+        return [grad * s, torch.outer(flat, p.w).reshape(len(grad), -1)]
 
 
 class Relate(CellKind):
@@ -128,12 +140,13 @@ class Relate(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        d_att, d_score, d_f = _pairs_backward(saved, grad)
+        f = saved.f
+        d_att, d_score, d_mask = _pairs_backward(saved, grad)
         grads.add("c", d_score.sum().reshape(1))
         d_proj = d_score.sum(1) - d_score.sum(2)
-        f = saved.f
-        grads.add("u", d_proj.reshape(1, -1).mm(f.reshape(-1, f.shape[2])).reshape(-1))
-        d_f.add_(d_proj.unsqueeze(2) * p.u)
+        grads.add("u", torch.mv(f.reshape(-1, f.shape[2]).t(), d_proj.reshape(-1)))
+        d_f = d_proj.unsqueeze(2) * p.u
+        d_f[:, :, 0] += d_mask
         return [d_att, _flat(d_f)]
 
 
@@ -156,13 +169,14 @@ class Same(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        d_att, d_score, d_f = _pairs_backward(saved, grad)
+        d_att, d_score, d_mask = _pairs_backward(saved, grad)
         f = saved.f
         grads.add("c", d_score.sum().reshape(1))
         a = torch.bmm(d_score, f)  # [b, i] = sum_j d_ij f_j
         width = f.shape[2]
         grads.add("M", f.reshape(-1, width).t().mm(a.reshape(-1, width)))
-        d_f.add_(a @ p.M.t()).add_(torch.bmm(d_score.transpose(1, 2), f) @ p.M)
+        d_f = torch.baddbmm(a @ p.M.t(), d_score.transpose(1, 2), f @ p.M)
+        d_f[:, :, 0] += d_mask
         return [d_att, _flat(d_f)]
 
 
@@ -204,7 +218,8 @@ class Union(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        return [grad * (1.0 - saved.b), grad * (1.0 - saved.a)]
+        return [torch.addcmul(grad, grad, saved.b, value=-1.0),
+                torch.addcmul(grad, grad, saved.a, value=-1.0)]
 
 
 class Intersect(CellKind):
