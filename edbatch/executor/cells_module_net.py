@@ -67,13 +67,14 @@ def _off(like: Tensor) -> Tensor:
     return off
 
 
-def _pairs(att: Tensor, score: Tensor, mask: Tensor, save: Saves = None) -> Tensor:
+def _pairs(att: Tensor, score: Tensor, mask: Tensor, save: Saves = None,
+           out: Tensor | None = None) -> Tensor:
     """``out_j = mask_j sum_{i != j} att_i sig(score_ij)`` for ``score (B, N, N)``."""
     s_off = torch.sigmoid_(score) * _off(score)  # score: the caller's temporary
     t = torch.bmm(att.unsqueeze(1), s_off).squeeze(1)
     if save is not None:
         save.update(f=save["f"], att=att, sg=s_off, t=t)
-    return t * mask
+    return torch.mul(t, mask, out=out) if out is not None else t * mask
 
 
 def _pairs_backward(saved: Any, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -86,6 +87,12 @@ def _pairs_backward(saved: Any, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     d_score = att.unsqueeze(2) * d_t.unsqueeze(1)
     SIGMOID_GRAD(d_score, s_off, grad_input=d_score)
     return d_att, d_score, grad * t
+
+
+def _tanh(z: Tensor, out: Tensor | None) -> Tensor:
+    """``tanh(z)`` into the arena region ``out`` when the executor gives one (its forward
+    runs untracked), else a new tensor."""
+    return torch.tanh_(z) if out is None else torch.tanh(z, out=out)
 
 
 def _flat(t: Tensor) -> Tensor:
@@ -102,12 +109,12 @@ class Filter(CellKind):
     dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         rows = inputs[1].reshape(-1, p.w.shape[0])  # [B * N, F]
         s = torch.sigmoid_(torch.addmv(p.b, rows, p.w)).reshape(inputs[0].shape)
         if save is not None:
             save.update(att=inputs[0], f=rows, s=s)
-        return inputs[0] * s
+        return torch.mul(inputs[0], s, out=out) if out is not None else inputs[0] * s
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -130,13 +137,13 @@ class Relate(CellKind):
     dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         f = _scene(inputs[1])
         proj = f @ p.u
         score = proj.unsqueeze(1) - proj.unsqueeze(2) + p.c  # [b, i, j] = proj_j - proj_i
         if save is not None:
             save["f"] = f
-        return _pairs(inputs[0], score, f[:, :, 0], save)
+        return _pairs(inputs[0], score, f[:, :, 0], save, out)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -160,12 +167,12 @@ class Same(CellKind):
     dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         f = _scene(inputs[1])
         score = torch.bmm(f @ p.M, f.transpose(1, 2)) + p.c
         if save is not None:
             save["f"] = f
-        return _pairs(inputs[0], score, f[:, :, 0], save)
+        return _pairs(inputs[0], score, f[:, :, 0], save, out)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -189,9 +196,9 @@ class Unique(CellKind):
     saves = ("den", "y")
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         den = inputs[0].sum(dim=1, keepdim=True) + 1e-3
-        y = inputs[0] / den
+        y = torch.div(inputs[0], den, out=out) if out is not None else inputs[0] / den
         if save is not None:
             save.update(den=den, y=y)
         return y
@@ -210,11 +217,12 @@ class Union(CellKind):
     saves = ("a", "b")
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         a, b = inputs
         if save is not None:
             save.update(a=a, b=b)
-        return a + b - a * b
+        return torch.addcmul(a + b, a, b, value=-1.0, out=out) if out is not None else \
+            torch.addcmul(a + b, a, b, value=-1.0)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -231,10 +239,11 @@ class Intersect(CellKind):
     saves = ("a", "b")
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         if save is not None:
             save.update(a=inputs[0], b=inputs[1])
-        return inputs[0] * inputs[1]
+        return torch.mul(inputs[0], inputs[1], out=out) if out is not None else \
+            inputs[0] * inputs[1]
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -252,12 +261,12 @@ class Count(CellKind):
     dims = staticmethod(lambda op: {"H": op.out_shape[0], "K": COUNT_BINS})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         s = inputs[0].sum(dim=1, keepdim=True)
         bins = torch.arange(COUNT_BINS, dtype=s.dtype, device=s.device)
         diff = s - bins
         k = torch.exp(-2.0 * diff ** 2)
-        y = torch.tanh(F.linear(k, p.W, p.b))
+        y = _tanh(F.linear(k, p.W, p.b), out)
         if save is not None:
             save.update(diff=diff, k=k, y=y)
         return y
@@ -280,10 +289,10 @@ class Query(CellKind):
     dims = staticmethod(lambda op: {"H": op.out_shape[0], "F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         f = _scene(inputs[1])
         r = torch.bmm(inputs[0].unsqueeze(1), f).squeeze(1)
-        y = torch.tanh(F.linear(r, p.W, p.b))
+        y = _tanh(F.linear(r, p.W, p.b), out)
         if save is not None:
             save.update(att=inputs[0], f=f, r=r, y=y)
         return y
@@ -308,13 +317,13 @@ class Compare(CellKind):
     dims = staticmethod(lambda op: {"H": op.out_shape[0]})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         x, y = inputs
         xy = torch.cat([x, y, x * y], dim=1)
-        out = torch.tanh(F.linear(xy, p.W, p.b))
+        y = _tanh(F.linear(xy, p.W, p.b), out)
         if save is not None:
-            save.update(xy=xy, y=out)
-        return out
+            save.update(xy=xy, y=y)
+        return y
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -336,9 +345,9 @@ class EqualObject(CellKind):
     dims = staticmethod(lambda op: {"H": op.out_shape[0]})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         dot = (inputs[0] * inputs[1]).sum(dim=1, keepdim=True)
-        y = torch.tanh(F.linear(dot, p.W, p.b))
+        y = _tanh(F.linear(dot, p.W, p.b), out)
         if save is not None:
             save.update(a=inputs[0], b=inputs[1], dot=dot, y=y)
         return y
@@ -366,13 +375,13 @@ class Answer(CellKind):
     dims = staticmethod(lambda op: {"H": op.in_shapes[0][0]})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         logits = answer_logits(inputs[0], p.W, p.b)
         gold = logits.gather(1, attrs.reshape(-1, 1))
         lse = torch.logsumexp(logits, dim=1, keepdim=True)
         if save is not None:
             save.update(h=inputs[0], logits=logits, lse=lse)
-        return lse - gold
+        return torch.sub(lse, gold, out=out) if out is not None else lse - gold
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
