@@ -96,3 +96,11 @@ def test_benchmark_runs_a_learned_fsm_on_unseen_questions(tmp_path) -> None:  # 
     out = main(["--minibatches", "1", "--warmup", "0", "--batch-size", "16",
                 "--hidden-dim", "8", "--split", "test", "--policy", str(path)])
     assert out["edbatch/learned"]["batches"] == out["edbatch/critical_path"]["batches"]
+
+
+@pytest.mark.slow
+def test_profile_script_reports_every_phase() -> None:
+    from benchmarks import module_net_profile
+    out = module_net_profile.main(["--minibatches", "1", "--profiled", "1", "--hidden-dim", "8"])
+    assert set(module_net_profile.PHASES) | set(module_net_profile.PARTS) <= out.keys()
+    assert out["total"] >= out["forward"] > 0 and 0 < out["cell forwards"] < 100
