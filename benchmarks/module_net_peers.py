@@ -11,8 +11,19 @@ Same equations (:mod:`edbatch.workloads.module_net`), parameters (the dict of
   is one more than its deepest input; all nodes of one module type at one depth, across the
   mini-batch, run as one call; the objects of every scene and the answer classifier are one
   call each.
-* edbatch: the workload's mini-batch graph through its heuristics and ``auto``
+* edbatch: the workload's mini-batch graph (each question's graph built once, merged per
+  mini-batch: :meth:`~edbatch.workloads.base.Workload.minibatch`, as
+  ``experiments.train_module_net`` does) through its heuristics and ``auto``
   (:class:`~edbatch.executor.auto.AutoBatching`), ``TorchExecutor``, training mode.
+* ``dynet_autobatch1`` (DyNet's agenda) and ``dynet_autobatch2`` (by depth), ``--dynet
+  1 2``: :mod:`benchmarks.peers.dynet.module_net` in a ``dynet_peer.py --serve`` worker
+  each (DyNet fixes its autobatch mode per process), timed one mini-batch per request
+  between the others (the worker's own construction, forward, backward and update, learning
+  rate 0), loaded with the same parameters (an ``.npz``); ``--dynet`` with nothing skips them.
+* ``floor``: the same mini-batch's GEMMs alone (forward ``X W^T``, backward ``dY W`` and
+  ``dY^T X``; shapes of the ``critical_path`` schedule's batches, rows = batch size, as
+  ``benchmarks/throughput.py``'s floor: :func:`benchmarks._throughput_data.gemm_shapes`);
+  every row's ``xfloor`` is its time over the floor's.
 * ``--policy PATH`` adds a learned FSM artifact (``experiments.train``'s ``policy.json``)
   as ``edbatch/learned``: its run-time scheduler (one table lookup per decision, no
   lookahead, whatever the artifact's ``lookahead`` says). ``--split test`` draws the
@@ -22,14 +33,18 @@ Same equations (:mod:`edbatch.workloads.module_net`), parameters (the dict of
 :func:`main` interleaves them on reshuffled training mini-batches (1 thread; every
 contender runs forward and backward on the same mini-batch, in a shuffled order), checks
 that their losses agree and prints batches (kernel calls of modules) and milliseconds per
-mini-batch. Only the run, not its numbers, is checked here (timing under load means little).
+mini-batch (medians over the counted mini-batches). Only the run, not its numbers, is
+checked here (timing under load means little).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import random
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +60,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from benchmarks._dynet_server import DynetServer
+from benchmarks._throughput_data import GemmFloor, gemm_shapes
 from edbatch.data.clevr_programs import module_type
 from edbatch.executor import init_params
 from edbatch.executor.auto import AutoBatching, make_candidates
@@ -201,7 +218,7 @@ def suarez_loss(insts: Sequence[QuestionInstance], params: Mapping[str, Tensor]
 def _edbatch(workload: ModuleNet, insts: Sequence[QuestionInstance],
              params: Mapping[str, Tensor], scheduler: object, strategy: str,
              executor: TorchExecutor) -> tuple[Tensor, int]:
-    graph = workload.build_graph(insts)
+    graph = workload.minibatch(insts[0].split, [i.index for i in insts])
     schedule = scheduler(graph)  # type: ignore[operator]
     plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
     result = executor.run(graph, schedule, plan, params, grad=True)
@@ -215,11 +232,36 @@ class _Context:
     executor: TorchExecutor
     auto: AutoBatching
     schedulers: dict[str, Any]
+    dynet: dict[str, DynetServer]
+    split: str = "train"
+
+
+def _dynet_workers(args: argparse.Namespace, params: Mapping[str, Tensor], folder: str
+                   ) -> dict[str, DynetServer]:
+    """One serving DyNet worker per ``--dynet`` autobatch mode, on ``params``."""
+    root = Path(__file__).resolve().parents[1]
+    path = Path(folder) / "params.npz"
+    np.savez(path, **{k: v.detach().numpy() for k, v in params.items()})  # type: ignore[arg-type]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = {}
+    for mode in args.dynet:
+        cmd = [sys.executable, str(root / "benchmarks" / "dynet_peer.py"), "--workload",
+               "module_net", "--embed", str(ModuleNet(hidden_dim=1).embed_dim), "--hidden",
+               str(args.hidden_dim), "--autobatch", str(mode), "--minibatches", "1",
+               "--params", str(path), "--modes", "train", "--mem", "1024", "--serve",
+               "--preload-split", args.split]
+        out[f"dynet_autobatch{mode}"] = DynetServer(cmd, env, root)
+    return out
 
 
 def _step(name: str, insts: Sequence[QuestionInstance], params: Mapping[str, Tensor],
-          ctx: _Context, counted: bool) -> tuple[float, int]:
-    """One contender's forward and backward on a mini-batch: ``(loss, batches)``."""
+          ctx: _Context, counted: bool) -> tuple[float, int, float | None]:
+    """One contender's forward and backward on a mini-batch: ``(loss, batches, seconds)``
+    (``seconds`` as the DyNet worker timed itself, else ``None``: the caller's clock)."""
+    if name in ctx.dynet:
+        phases, value = ctx.dynet[name].run("train", 0, [i.index for i in insts], ctx.split)
+        return value, -1, sum(v for k, v in phases.items() if k in (
+            "construction", "forward", "backward", "update"))
     if name == "unbatched":
         loss, batches = unbatched_loss(insts, params)
     elif name == "suarez":
@@ -237,11 +279,12 @@ def _step(name: str, insts: Sequence[QuestionInstance], params: Mapping[str, Ten
         loss.backward()
     for p in params.values():
         p.grad = None
-    return float(loss.detach()), batches
+    return float(loss.detach()), batches, None
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
-    """Interleave the contenders; print and return batches and ms per mini-batch."""
+    """Interleave the contenders; print and return batches, median ms per mini-batch, the
+    speed-up over the unbatched loop and the multiple of the GEMM floor."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--minibatches", type=int, default=8, help="per round")
@@ -254,6 +297,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     ap.add_argument("--policy", default=None,
                     help="a learned FSM artifact (policy.json): contender edbatch/learned")
     ap.add_argument("--split", default="train", help="questions to draw mini-batches from")
+    ap.add_argument("--dynet", type=int, nargs="*", choices=(1, 2),
+                    default=[1] if importlib.util.find_spec("dynet") else [],
+                    help="DyNet autobatch modes to run (1 agenda, 2 depth; none: no DyNet)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     workload = ModuleNet(hidden_dim=args.hidden_dim)
@@ -261,43 +307,80 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     for p in params.values():
         p.requires_grad_(True)
     train = workload.load(args.split)
+    for i in range(len(train)):  # each question's graph, built once (as the trainer does)
+        workload.instance_graph(args.split, i)
     auto = AutoBatching(make_candidates(), trials=1)
-    ctx = _Context(workload, TorchExecutor("cpu"), auto,
-                   {h: make_scheduler(h) for h in HEURISTICS})
     heuristics = list(HEURISTICS)
-    if args.policy:
-        from policies.fsm import FSMPolicy  # benchmarks may import every layer
-        ctx.schedulers["learned"] = FSMPolicy.load(args.policy, workload.vocab
-                                                   ).runtime_scheduler("learned")
-        heuristics.append("learned")
+    with tempfile.TemporaryDirectory(prefix="module_net_peers-") as folder:
+        ctx = _Context(workload, TorchExecutor("cpu"), auto,
+                       {h: make_scheduler(h) for h in HEURISTICS},
+                       _dynet_workers(args, params, folder), args.split)
+        try:
+            if args.policy:
+                from policies.fsm import FSMPolicy  # benchmarks may import every layer
+                ctx.schedulers["learned"] = FSMPolicy.load(args.policy, workload.vocab
+                                                           ).runtime_scheduler("learned")
+                heuristics.append("learned")
+            stats = _interleave(args, train, params, ctx, heuristics)
+        finally:
+            for server in ctx.dynet.values():
+                server.close()
+    return _report(stats, auto)
+
+
+def _interleave(args: argparse.Namespace, train: Sequence[QuestionInstance],
+                params: Mapping[str, Tensor], ctx: _Context, heuristics: Sequence[str]
+                ) -> dict[str, list[tuple[int, float]]]:
+    """Every contender on every mini-batch, in a shuffled order; losses checked."""
     rng, order_rng = np.random.default_rng(args.seed), random.Random(args.seed)
+    gen, shapes = torch.Generator().manual_seed(args.seed), ctx.workload.param_shapes()
     stats: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for r in range(args.rounds):
         perm = rng.permutation(len(train))
         for m in range(args.minibatches + (args.warmup if r == 0 else 0)):
             counted = r > 0 or m >= args.warmup
             insts = [train[i] for i in perm[m * args.batch_size:(m + 1) * args.batch_size]]
-            names = ["unbatched", "suarez", *(f"edbatch/{h}" for h in heuristics), "auto"]
+            graph = ctx.workload.minibatch(args.split, [i.index for i in insts])
+            floor = GemmFloor(gemm_shapes(graph, ctx.schedulers["critical_path"](graph),
+                                          shapes, hoist=False), True, gen)
+            names = ["unbatched", "suarez", *(f"edbatch/{h}" for h in heuristics), "auto",
+                     *ctx.dynet, "floor"]
             order_rng.shuffle(names)
             losses = {}
             for name in names:
                 start = time.perf_counter()
-                loss, batches = _step(name, insts, params, ctx, counted)
+                if name == "floor":
+                    seconds: float | None = sum(floor.run().values())
+                    loss, batches = float("nan"), -1
+                else:
+                    loss, batches, seconds = _step(name, insts, params, ctx, counted)
+                    losses[name] = loss
                 if counted:
-                    stats[name].append((batches, time.perf_counter() - start))
-                losses[name] = loss
+                    stats[name].append((batches, seconds if seconds is not None
+                                        else time.perf_counter() - start))
             ref = losses["unbatched"]
             bad = {k: v for k, v in losses.items() if abs(v - ref) > 1e-4 * abs(ref)}
             if bad:
                 raise SystemExit(f"losses disagree with the unbatched loop ({ref}): {bad}")
-    base = np.mean([t for _, t in stats["unbatched"]])
+    return stats
+
+
+def _report(stats: Mapping[str, list[tuple[int, float]]], auto: AutoBatching
+            ) -> dict[str, dict[str, float]]:
+    base = float(np.median([t for _, t in stats["unbatched"]]))
+    floor = float(np.median([t for _, t in stats["floor"]]))
     out = {}
-    print(f"{'contender':26s} {'batches':>8s} {'ms/minibatch':>13s} {'vs unbatched':>13s}")
-    for name, rows in stats.items():
-        b, t = np.mean([r[0] for r in rows]), np.mean([r[1] for r in rows])
-        out[name] = {"batches": float(b), "ms": 1e3 * float(t), "speedup": float(base / t)}
-        print(f"{name:26s} {b:8.1f} {1e3 * t:13.1f} {base / t:12.2f}x")
-    print(f"auto: {auto.summary()['chosen']}; losses agree within 1e-4 on every mini-batch")
+    print(f"{'contender':26s} {'batches':>8s} {'ms/minibatch':>13s} {'vs unbatched':>13s} "
+          f"{'xfloor':>8s}")
+    for name, rows in sorted(stats.items(), key=lambda kv: -np.median([t for _, t in kv[1]])):
+        b, t = float(np.mean([r[0] for r in rows])), float(np.median([r[1] for r in rows]))
+        out[name] = {"batches": b, "ms": 1e3 * t, "speedup": base / t, "floor_multiple":
+                     t / floor}
+        shown = f"{b:8.1f}" if b >= 0 else f"{'-':>8s}"
+        print(f"{name:26s} {shown} {1e3 * t:13.1f} {base / t:12.2f}x {t / floor:8.1f}")
+    print(f"auto: {auto.summary()['chosen']}; losses agree within 1e-4 on every mini-batch "
+          f"(medians over {len(stats['unbatched'])} mini-batches; floor: the critical_path "
+          f"schedule's GEMMs alone)")
     return out
 
 

@@ -55,27 +55,44 @@ Saves = dict[str, Tensor] | None
 Grads = list[Tensor | None]
 
 
-def _pairs(att: Tensor, score: Tensor, mask: Tensor, save: Saves = None) -> Tensor:
+_OFF: dict[tuple[torch.dtype, torch.device], Tensor] = {}
+
+
+def _off(like: Tensor) -> Tensor:
+    """``1 - I`` (``N x N``), cached per dtype and device (one allocation per run)."""
+    key = (like.dtype, like.device)
+    off = _OFF.get(key)
+    if off is None:
+        off = _OFF[key] = 1.0 - torch.eye(MAX_OBJECTS, dtype=like.dtype, device=like.device)
+    return off
+
+
+def _pairs(att: Tensor, score: Tensor, mask: Tensor, save: Saves = None,
+           out: Tensor | None = None) -> Tensor:
     """``out_j = mask_j sum_{i != j} att_i sig(score_ij)`` for ``score (B, N, N)``."""
-    off = 1.0 - torch.eye(MAX_OBJECTS, dtype=score.dtype, device=score.device)
-    sg = torch.sigmoid(score)
-    t = torch.bmm(att.unsqueeze(1), sg * off).squeeze(1)
+    s_off = torch.sigmoid_(score) * _off(score)  # score: the caller's temporary
+    t = torch.bmm(att.unsqueeze(1), s_off).squeeze(1)
     if save is not None:
-        save.update(f=save["f"], att=att, sg=sg, t=t)
-    return t * mask
+        save.update(f=save["f"], att=att, sg=s_off, t=t)
+    return torch.mul(t, mask, out=out) if out is not None else t * mask
 
 
 def _pairs_backward(saved: Any, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(d att, d score, d f)`` of :func:`_pairs` (``d f``: the mask column only)."""
-    f, att, sg, t = saved.f, saved.att, saved.sg, saved.t
+    """``(d att, d score, d mask)`` of :func:`_pairs`. ``saved.sg`` is ``sig(score)`` with
+    a zero diagonal, so ``sig'`` through it is ``sig (1 - sig)`` off the diagonal and 0 on
+    it, as the masked product needs."""
+    f, att, s_off, t = saved.f, saved.att, saved.sg, saved.t
     d_t = grad * f[:, :, 0]
-    d_f = torch.zeros_like(f)
-    d_f[:, :, 0] = grad * t
-    off = 1.0 - torch.eye(MAX_OBJECTS, dtype=sg.dtype, device=sg.device)
-    s_off = sg * off
     d_att = torch.bmm(s_off, d_t.unsqueeze(2)).squeeze(2)
-    d_score = SIGMOID_GRAD(att.unsqueeze(2) * d_t.unsqueeze(1) * off, sg, grad_input=s_off)
-    return d_att, d_score, d_f
+    d_score = att.unsqueeze(2) * d_t.unsqueeze(1)
+    SIGMOID_GRAD(d_score, s_off, grad_input=d_score)
+    return d_att, d_score, grad * t
+
+
+def _tanh(z: Tensor, out: Tensor | None) -> Tensor:
+    """``tanh(z)`` into the arena region ``out`` when the executor gives one (its forward
+    runs untracked), else a new tensor."""
+    return torch.tanh_(z) if out is None else torch.tanh(z, out=out)
 
 
 def _flat(t: Tensor) -> Tensor:
@@ -92,20 +109,22 @@ class Filter(CellKind):
     dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
-        f = _scene(inputs[1])
-        s = torch.sigmoid(f @ p.w + p.b)
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
+        rows = inputs[1].reshape(-1, p.w.shape[0])  # [B * N, F]
+        s = torch.sigmoid_(torch.addmv(p.b, rows, p.w)).reshape(inputs[0].shape)
         if save is not None:
-            save.update(att=inputs[0], f=f, s=s)
-        return inputs[0] * s
+            save.update(att=inputs[0], f=rows, s=s)
+        return torch.mul(inputs[0], s, out=out) if out is not None else inputs[0] * s
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        f, s = saved.f, saved.s
-        d_z = SIGMOID_GRAD(grad * saved.att, s, grad_input=torch.empty_like(s))
-        grads.add("w", d_z.reshape(1, -1).mm(f.reshape(-1, f.shape[2])).reshape(-1))
-        grads.add("b", d_z.sum().reshape(1))
-        return [grad * s, _flat(d_z.unsqueeze(2) * p.w)]
+        s = saved.s
+        d_z = grad * saved.att
+        SIGMOID_GRAD(d_z, s, grad_input=d_z)
+        flat = d_z.reshape(-1)
+        grads.add("w", torch.mv(saved.f.t(), flat))
+        grads.add("b", flat.sum().reshape(1))
+        return [grad * s, torch.outer(flat, p.w).reshape(len(grad), -1)]
 
 
 class Relate(CellKind):
@@ -118,22 +137,23 @@ class Relate(CellKind):
     dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         f = _scene(inputs[1])
         proj = f @ p.u
         score = proj.unsqueeze(1) - proj.unsqueeze(2) + p.c  # [b, i, j] = proj_j - proj_i
         if save is not None:
             save["f"] = f
-        return _pairs(inputs[0], score, f[:, :, 0], save)
+        return _pairs(inputs[0], score, f[:, :, 0], save, out)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        d_att, d_score, d_f = _pairs_backward(saved, grad)
+        f = saved.f
+        d_att, d_score, d_mask = _pairs_backward(saved, grad)
         grads.add("c", d_score.sum().reshape(1))
         d_proj = d_score.sum(1) - d_score.sum(2)
-        f = saved.f
-        grads.add("u", d_proj.reshape(1, -1).mm(f.reshape(-1, f.shape[2])).reshape(-1))
-        d_f.add_(d_proj.unsqueeze(2) * p.u)
+        grads.add("u", torch.mv(f.reshape(-1, f.shape[2]).t(), d_proj.reshape(-1)))
+        d_f = d_proj.unsqueeze(2) * p.u
+        d_f[:, :, 0] += d_mask
         return [d_att, _flat(d_f)]
 
 
@@ -147,22 +167,23 @@ class Same(CellKind):
     dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         f = _scene(inputs[1])
         score = torch.bmm(f @ p.M, f.transpose(1, 2)) + p.c
         if save is not None:
             save["f"] = f
-        return _pairs(inputs[0], score, f[:, :, 0], save)
+        return _pairs(inputs[0], score, f[:, :, 0], save, out)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        d_att, d_score, d_f = _pairs_backward(saved, grad)
+        d_att, d_score, d_mask = _pairs_backward(saved, grad)
         f = saved.f
         grads.add("c", d_score.sum().reshape(1))
         a = torch.bmm(d_score, f)  # [b, i] = sum_j d_ij f_j
         width = f.shape[2]
         grads.add("M", f.reshape(-1, width).t().mm(a.reshape(-1, width)))
-        d_f.add_(a @ p.M.t()).add_(torch.bmm(d_score.transpose(1, 2), f) @ p.M)
+        d_f = torch.baddbmm(a @ p.M.t(), d_score.transpose(1, 2), f @ p.M)
+        d_f[:, :, 0] += d_mask
         return [d_att, _flat(d_f)]
 
 
@@ -175,9 +196,9 @@ class Unique(CellKind):
     saves = ("den", "y")
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         den = inputs[0].sum(dim=1, keepdim=True) + 1e-3
-        y = inputs[0] / den
+        y = torch.div(inputs[0], den, out=out) if out is not None else inputs[0] / den
         if save is not None:
             save.update(den=den, y=y)
         return y
@@ -196,15 +217,17 @@ class Union(CellKind):
     saves = ("a", "b")
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         a, b = inputs
         if save is not None:
             save.update(a=a, b=b)
-        return a + b - a * b
+        return torch.addcmul(a + b, a, b, value=-1.0, out=out) if out is not None else \
+            torch.addcmul(a + b, a, b, value=-1.0)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        return [grad * (1.0 - saved.b), grad * (1.0 - saved.a)]
+        return [torch.addcmul(grad, grad, saved.b, value=-1.0),
+                torch.addcmul(grad, grad, saved.a, value=-1.0)]
 
 
 class Intersect(CellKind):
@@ -216,10 +239,11 @@ class Intersect(CellKind):
     saves = ("a", "b")
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         if save is not None:
             save.update(a=inputs[0], b=inputs[1])
-        return inputs[0] * inputs[1]
+        return torch.mul(inputs[0], inputs[1], out=out) if out is not None else \
+            inputs[0] * inputs[1]
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -237,12 +261,12 @@ class Count(CellKind):
     dims = staticmethod(lambda op: {"H": op.out_shape[0], "K": COUNT_BINS})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         s = inputs[0].sum(dim=1, keepdim=True)
         bins = torch.arange(COUNT_BINS, dtype=s.dtype, device=s.device)
         diff = s - bins
         k = torch.exp(-2.0 * diff ** 2)
-        y = torch.tanh(F.linear(k, p.W, p.b))
+        y = _tanh(F.linear(k, p.W, p.b), out)
         if save is not None:
             save.update(diff=diff, k=k, y=y)
         return y
@@ -265,10 +289,10 @@ class Query(CellKind):
     dims = staticmethod(lambda op: {"H": op.out_shape[0], "F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         f = _scene(inputs[1])
         r = torch.bmm(inputs[0].unsqueeze(1), f).squeeze(1)
-        y = torch.tanh(F.linear(r, p.W, p.b))
+        y = _tanh(F.linear(r, p.W, p.b), out)
         if save is not None:
             save.update(att=inputs[0], f=f, r=r, y=y)
         return y
@@ -293,13 +317,13 @@ class Compare(CellKind):
     dims = staticmethod(lambda op: {"H": op.out_shape[0]})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         x, y = inputs
         xy = torch.cat([x, y, x * y], dim=1)
-        out = torch.tanh(F.linear(xy, p.W, p.b))
+        y = _tanh(F.linear(xy, p.W, p.b), out)
         if save is not None:
-            save.update(xy=xy, y=out)
-        return out
+            save.update(xy=xy, y=y)
+        return y
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -321,9 +345,9 @@ class EqualObject(CellKind):
     dims = staticmethod(lambda op: {"H": op.out_shape[0]})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         dot = (inputs[0] * inputs[1]).sum(dim=1, keepdim=True)
-        y = torch.tanh(F.linear(dot, p.W, p.b))
+        y = _tanh(F.linear(dot, p.W, p.b), out)
         if save is not None:
             save.update(a=inputs[0], b=inputs[1], dot=dot, y=y)
         return y
@@ -351,13 +375,13 @@ class Answer(CellKind):
     dims = staticmethod(lambda op: {"H": op.in_shapes[0][0]})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: Saves = None) -> Tensor:
+                out: Tensor | None = None, save: Saves = None) -> Tensor:
         logits = answer_logits(inputs[0], p.W, p.b)
         gold = logits.gather(1, attrs.reshape(-1, 1))
         lse = torch.logsumexp(logits, dim=1, keepdim=True)
         if save is not None:
             save.update(h=inputs[0], logits=logits, lse=lse)
-        return lse - gold
+        return torch.sub(lse, gold, out=out) if out is not None else lse - gold
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:

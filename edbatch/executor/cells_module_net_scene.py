@@ -75,23 +75,32 @@ class Object(CellKind):
         return []
 
 
+def _slots(attrs: Tensor, k: int) -> tuple[Tensor, list[int]]:
+    """Rows of the ``(B * N, F)`` scene block that operand slots ``0..k-1`` fill, slot by
+    slot (the order of ``cat(slots)``), and each slot's row count."""
+    filled = attrs.unsqueeze(0) > torch.arange(k, device=attrs.device).unsqueeze(1)
+    slot, node = filled.nonzero(as_tuple=True)
+    return node * MAX_OBJECTS + slot, filled.sum(1).tolist()
+
+
 class Objects(CellKind):
-    """A scene: its objects' rows stacked into ``(N * F,)``, zero rows after the last."""
+    """A scene: its objects' rows stacked into ``(N * F,)``, zero rows after the last (one
+    ``index_copy_`` of all slots; the backward one ``index_select``)."""
 
     kind = f"{_P}.objects"
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:
-        out = inputs[0].new_zeros(attrs.shape[0], MAX_OBJECTS, inputs[0].shape[1])
-        for k, slot in enumerate(inputs):
-            out[torch.nonzero(attrs > k).reshape(-1), k] = slot
+        rows, _ = _slots(attrs, len(inputs))
+        out = inputs[0].new_zeros(attrs.shape[0] * MAX_OBJECTS, inputs[0].shape[1])
+        out.index_copy_(0, rows, torch.cat(list(inputs)))
         return out.reshape(attrs.shape[0], -1)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        g = grad.reshape(grad.shape[0], MAX_OBJECTS, -1)
-        return [g[torch.nonzero(attrs > k).reshape(-1), k]
-                for k in range(int(attrs.max()))]
+        rows, counts = _slots(attrs, int(attrs.max()))
+        g = grad.reshape(grad.shape[0] * MAX_OBJECTS, -1).index_select(0, rows)
+        return list(g.split(counts))
 
 
 class Start(CellKind):

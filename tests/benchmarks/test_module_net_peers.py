@@ -70,7 +70,19 @@ def test_suarez_groups_by_depth_and_module() -> None:
 @pytest.mark.slow
 def test_benchmark_runs() -> None:
     out = main(["--minibatches", "1", "--batch-size", "16", "--hidden-dim", "8"])
-    assert {"unbatched", "suarez", "auto", "edbatch/critical_path"} <= out.keys()
+    assert {"unbatched", "suarez", "auto", "edbatch/critical_path", "floor"} <= out.keys()
+    assert out["floor"]["floor_multiple"] == 1.0
+    assert out["unbatched"]["floor_multiple"] > 1.0
+
+
+@pytest.mark.slow
+def test_benchmark_runs_the_dynet_peers() -> None:
+    """``--dynet 1 2``: both workers answer, and their losses passed the check in ``main``."""
+    pytest.importorskip("dynet")
+    out = main(["--minibatches", "1", "--warmup", "0", "--batch-size", "8",
+                "--hidden-dim", "8", "--dynet", "1", "2"])
+    assert {"dynet_autobatch1", "dynet_autobatch2"} <= out.keys()
+    assert all(out[k]["ms"] > 0 for k in ("dynet_autobatch1", "dynet_autobatch2"))
 
 
 @pytest.mark.slow
@@ -84,3 +96,11 @@ def test_benchmark_runs_a_learned_fsm_on_unseen_questions(tmp_path) -> None:  # 
     out = main(["--minibatches", "1", "--warmup", "0", "--batch-size", "16",
                 "--hidden-dim", "8", "--split", "test", "--policy", str(path)])
     assert out["edbatch/learned"]["batches"] == out["edbatch/critical_path"]["batches"]
+
+
+@pytest.mark.slow
+def test_profile_script_reports_every_phase() -> None:
+    from benchmarks import module_net_profile
+    out = module_net_profile.main(["--minibatches", "1", "--profiled", "1", "--hidden-dim", "8"])
+    assert set(module_net_profile.PHASES) | set(module_net_profile.PARTS) <= out.keys()
+    assert out["total"] >= out["forward"] > 0 and 0 < out["cell forwards"] < 100
