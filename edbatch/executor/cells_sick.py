@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor._weights import linear_t
+from edbatch.executor._weights import TRANSPOSED, linear_t
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD
 from edbatch.executor.cells_trees import _gates_backward
@@ -68,24 +68,27 @@ class SickNode(CellKind):
     kind = "tree_lstm_sick.node"
     params = (Param("W_iou", "3H, D"), Param("b_iou", "3H"), Param("U_iou", "3H, H"),
               Param("W_f", "H, D"), Param("b_f", "H"), Param("U_f", "H, H"))
-    saves = ("x", "io", "u", "t", "h_sum", "rows", "segment", "f", "sizes")
+    saves = ("x", "io", "u", "t", "h_sum", "rows", "segment", "f", "sizes", "w_t")
     dims = staticmethod(lambda op: {"H": op.out_shape[0] // 2})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Any] | None = None) -> Tensor:
         x = inputs[0]
         batch, hidden = x.shape[0], p.U_f.shape[0]
-        g = linear_t(x, p.W_iou, p.b_iou)
-        h_sum = rows = segment = f = fc = None
+        h_sum = rows = segment = f = fc = w_t = None
         if len(inputs) > 1:  # leaves only (a schedule's first node batch): h~ = 0, no f_k
             rows, segment = child_rows(inputs[1:], attrs, 2 * hidden)
             rows = rows.to(x.dtype)
             h_k, c_k = rows[:, :hidden], rows[:, hidden:]
             h_sum = x.new_zeros(batch, hidden).index_add_(0, segment, h_k)
-            g = torch.addmm(g, h_sum, p.U_iou.t())
-            wf = linear_t(x, p.W_f, p.b_f)
+            w_t, bias = _stacked(p)  # [W_iou; W_f] x: one GEMM (about 2x faster at B 100)
+            gw = torch.addmm(bias, x, w_t)
+            g = torch.addmm(gw[:, :3 * hidden], h_sum, p.U_iou.t())
+            wf = gw[:, 3 * hidden:]
             f = torch.sigmoid(torch.addmm(wf.index_select(0, segment), h_k, p.U_f.t()))
             fc = x.new_zeros(batch, hidden).index_add_(0, segment, f * c_k)
+        else:
+            g = linear_t(x, p.W_iou, p.b_iou)
         io = torch.sigmoid(g[:, :2 * hidden])
         u = fast_tanh(g[:, 2 * hidden:])
         if out is None or not untracked(x, *inputs[1:], *p):
@@ -103,7 +106,7 @@ class SickNode(CellKind):
             y = out
         if save is not None:
             save.update(x=x, io=io, u=u, t=t, h_sum=h_sum, rows=rows, segment=segment, f=f,
-                        sizes=[s.shape[0] for s in inputs[1:]])
+                        sizes=[s.shape[0] for s in inputs[1:]], w_t=w_t)
         return y
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
@@ -112,9 +115,8 @@ class SickNode(CellKind):
         hidden = u.shape[1]
         d_g, dc = _gates_backward(grad, saved.io, u, saved.t)
         grads.linear(("W_iou", "b_iou"), d_g, x)
-        dx = d_g @ p.W_iou
         if saved.segment is None:
-            return [dx]
+            return [d_g @ p.W_iou]
         segment, f, rows = saved.segment, saved.f, saved.rows
         grads.linear(("U_iou",), d_g, saved.h_sum)
         d_rows = torch.empty_like(rows)
@@ -123,13 +125,30 @@ class SickNode(CellKind):
         d_f = dc_k.mul_(rows[:, hidden:])
         SIGMOID_GRAD(d_f, f, grad_input=d_f)
         grads.linear(("U_f",), d_f, rows[:, :hidden])
-        d_wf = x.new_zeros(x.shape[0], hidden).index_add_(0, segment, d_f)
+        d_gw = x.new_zeros(x.shape[0], 4 * hidden)  # [d g; d (W_f x)]
+        d_gw[:, :3 * hidden] = d_g
+        d_wf = d_gw[:, 3 * hidden:].index_add_(0, segment, d_f)
         grads.linear(("W_f", "b_f"), d_wf, x)
-        dx.addmm_(d_wf, p.W_f)
+        dx = d_gw @ saved.w_t.t()
         # d h_k = (U_iou^T d g)[node of k] + U_f^T d f_k
         torch.addmm((d_g @ p.U_iou).index_select(0, segment), d_f, p.U_f,
                     out=d_rows[:, :hidden])
         return [dx, *d_rows.split(saved.sizes)]
+
+
+def _stacked(p: Any) -> tuple[Tensor, Tensor]:
+    """``([W_iou; W_f]^T, [b_iou; b_f])``: contiguous, made once per executor run when
+    autograd does not record the weights (kept in :data:`TRANSPOSED`'s run scope, so a
+    weight updated between runs is never read stale), else a differentiable copy."""
+    bias = torch.cat([p.b_iou, p.b_f])
+    entries = TRANSPOSED.entries
+    if entries is None or not untracked(p.W_iou, p.W_f):
+        return torch.cat([p.W_iou, p.W_f]).t().contiguous(), bias
+    key = (id(p.W_iou), -1 - id(p.W_f))  # no (weight, start) key of a transpose is negative
+    hit = entries.get(key)
+    if hit is None or hit[0] is not p.W_iou:
+        hit = entries[key] = (p.W_iou, torch.cat([p.W_iou, p.W_f]).t().contiguous())
+    return hit[1], bias
 
 
 def similarity_probs(h_a: Tensor, h_b: Tensor, w_x: Tensor, w_abs: Tensor, b_s: Tensor,
