@@ -83,9 +83,9 @@ class SickNode(CellKind):
             h_sum = x.new_zeros(batch, hidden).index_add_(0, segment, h_k)
             w_t, bias = _stacked(p)  # [W_iou; W_f] x: one GEMM (about 2x faster at B 100)
             gw = torch.addmm(bias, x, w_t)
-            g = torch.addmm(gw[:, :3 * hidden], h_sum, p.U_iou.t())
-            wf = gw[:, 3 * hidden:]
-            f = torch.sigmoid(torch.addmm(wf.index_select(0, segment), h_k, p.U_f.t()))
+            g = gw[:, :3 * hidden].addmm_(h_sum, p.U_iou.t())  # in place: no [B, 3H] copy
+            f = gw[:, 3 * hidden:].index_select(0, segment).addmm_(h_k, p.U_f.t())
+            f = f.sigmoid_() if untracked(x, *inputs[1:], *p) else torch.sigmoid(f)
             fc = x.new_zeros(batch, hidden).index_add_(0, segment, f * c_k)
         else:
             g = linear_t(x, p.W_iou, p.b_iou)
@@ -139,10 +139,11 @@ class SickNode(CellKind):
 def _stacked(p: Any) -> tuple[Tensor, Tensor]:
     """``([W_iou; W_f]^T, [b_iou; b_f])``: contiguous, made once per executor run when
     autograd does not record the weights (kept in :data:`TRANSPOSED`'s run scope, so a
-    weight updated between runs is never read stale), else a differentiable copy."""
+    weight updated between runs is never read stale), else (autograd, or off the CPU as
+    :func:`~edbatch.executor._weights.linear_t`) a fresh, differentiable copy."""
     bias = torch.cat([p.b_iou, p.b_f])
     entries = TRANSPOSED.entries
-    if entries is None or not untracked(p.W_iou, p.W_f):
+    if entries is None or not untracked(p.W_iou, p.W_f) or p.W_iou.device.type != "cpu":
         return torch.cat([p.W_iou, p.W_f]).t().contiguous(), bias
     key = (id(p.W_iou), -1 - id(p.W_f))  # no (weight, start) key of a transpose is negative
     hit = entries.get(key)
