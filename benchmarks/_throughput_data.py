@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from edbatch.executor.cell_kind import CELL_KINDS
 from edbatch.executor.cells_hoist import HOISTS
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph, OpType
@@ -104,10 +105,13 @@ def gemm_shapes(graph: Graph, schedule: Schedule, param_shapes: Mapping[str, tup
 def _weights(op: OpType, rows: int, param_shapes: Mapping[str, tuple[int, ...]],
              skip: str = "") -> list[tuple[int, int, int]]:
     out = []
+    cell = CELL_KINDS.get(op.kind)  # tables a cell kind declares (e.g. parser.E_w) are read
+    tables = {name for name, q in zip(op.params, cell.params, strict=False)
+              if q.init == "embedding"} if cell is not None else set()
     for name in op.params:
         shape = param_shapes.get(name)
         if name != skip and shape is not None and len(shape) == 2 and \
-                not name.endswith(_EMBEDDING_SUFFIXES):
+                not name.endswith(_EMBEDDING_SUFFIXES) and name not in tables:
             out.append((rows, shape[1], shape[0]))
     return out
 

@@ -6,7 +6,7 @@
   (:mod:`benchmarks.hand_batched`): one bidirectional ``nn.LSTM`` over the packed
   characters of every rare-word occurrence of the mini-batch (its final states composed),
   then one bidirectional ``nn.LSTM`` over the packed sentences, the MLP loss on every word;
-* :func:`unbatched_loss`: **unbatched per-instance PyTorch**, one sentence, word and
+* ``Unbatched`` (:func:`unbatched_loss`): **unbatched per-instance PyTorch**, one sentence, word and
   character at a time (the baseline the seeds' speedups divide by).
 
 All read the workload's parameters (``init_params``) and return its loss. The DyNet peer is
@@ -26,7 +26,8 @@ from torch import Tensor, nn
 from benchmarks import hand_batched
 from edbatch.api import DynamicBatch
 
-__all__ = ["CharTaggerPacked", "HandBatched", "record", "unbatched_loss"]
+__all__ = ["CharTaggerPacked", "CharTaggerUnbatched", "HandBatched", "Unbatched", "record",
+           "unbatched_loss"]
 
 _P = "char_tagger"
 
@@ -188,3 +189,17 @@ def unbatched_loss(instances: Sequence[Any], params: Mapping[str, Tensor]) -> Te
             logits = F.linear(a, p[f"{_P}.out"], p[f"{_P}.out.b"])
             total = total - torch.log_softmax(logits, 0)[tag]
     return total
+
+
+class CharTaggerUnbatched(hand_batched.HandBatched):
+    """:func:`unbatched_loss` as a benchmark contender (``prepare`` has nothing to do)."""
+
+    def prepare(self, instances: Sequence[Any]) -> Sequence[Any]:
+        return instances
+
+    def forward(self, prepared: Sequence[Any]) -> Tensor:
+        return unbatched_loss(prepared, self.params)
+
+
+#: The per-instance PyTorch model of this workload (the ``pytorch_unbatched`` contender).
+Unbatched = CharTaggerUnbatched

@@ -40,8 +40,19 @@ __all__ = ["AnalyticRun", "analytic"]
 
 def analytic(program: Program) -> bool:
     """Whether every step of ``program`` can run with hand-written backwards."""
-    return all(step.stacked or (not step.split and hasattr(step.kernel, "backward"))
-               for step in program.steps)
+    return all(step.stacked or hasattr(step.kernel, "backward") for step in program.steps)
+
+
+def _merged_grad(got: list[Tensor | None], rows: int, like: Tensor) -> Tensor:
+    """The gradient of a split step's one merged read (``rows`` operands of one node) from
+    its kernel's operand gradients (``[1, d]`` or narrower, the leading columns; missing or
+    ``None``: zero)."""
+    width = max((g.shape[1] for g in got if g is not None), default=like.shape[1])
+    merged = like.new_zeros(rows, width)
+    for j, g in enumerate(got):
+        if g is not None:
+            merged[j:j + 1, :g.shape[1]] += g
+    return merged
 
 
 class AnalyticRun(torch.autograd.Function):
@@ -77,6 +88,8 @@ class AnalyticRun(torch.autograd.Function):
                 continue
             got = step.kernel.backward(step.op, saves[i], out,  # type: ignore[attr-defined]
                                        params, step.attrs, acc)
+            if step.split:  # a variadic node alone: its operands are rows of one merged read
+                got = [_merged_grad(got, len(step.reads[0]), out)]
             for read, g in zip(step.reads, got, strict=False):
                 if g is not None:
                     read.route(g, bufs)  # type: ignore[attr-defined]

@@ -3,7 +3,8 @@ the similarity head of Tai et al. (2015) with its KL loss.
 
 The equations are in :mod:`edbatch.workloads.tree_lstm_sick`. Both
 :class:`~edbatch.executor.cell_kind.CellKind` subclasses read their parameters by their
-declared names and are plain autograd code (no hand-written backward). The word
+declared names and has a hand-written backward, so training runs the executor's
+analytic path (:mod:`edbatch.executor._analytic`). The word
 embedding table ``tree_lstm_sick.E`` is read by the built-in ``lookup`` kind
 (:class:`~edbatch.executor.cells.Lookup`, ``init="embedding"``).
 
@@ -26,8 +27,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor.cell_kind import CellKind, Param
-from edbatch.executor.kernels import fast_tanh
+from edbatch.executor._weights import TRANSPOSED, linear_t
+from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
+from edbatch.executor.cells import SIGMOID_GRAD
+from edbatch.executor.cells_trees import _gates_backward
+from edbatch.executor.kernels import fast_tanh, untracked
 from edbatch.graph import OpType
 
 __all__ = ["SCORE_SCALE", "SickNode", "SickSim", "child_rows", "score_target",
@@ -56,33 +60,96 @@ class SickNode(CellKind):
     ``h~ = sum_k h_k``; ``[i; o; u] = W_iou x + U_iou h~ + b_iou``;
     ``f_k = sigmoid(W_f x + U_f h_k + b_f)``; ``c = sigmoid(i)*tanh(u) + sum_k f_k*c_k``;
     ``h = sigmoid(o)*tanh(c)``; returns ``[h; c]``. Variadic: operand 0 is ``x``, then
-    the children's states (see the module doc).
+    the children's states (see the module doc). Hand backward: the gate gradients of the
+    binary Tree-LSTM (:func:`~edbatch.executor.cells_trees._gates_backward`), then the
+    forget gates per child row, summed per node with ``index_add``.
     """
 
     kind = "tree_lstm_sick.node"
     params = (Param("W_iou", "3H, D"), Param("b_iou", "3H"), Param("U_iou", "3H, H"),
               Param("W_f", "H, D"), Param("b_f", "H"), Param("U_f", "H, H"))
+    saves = ("x", "io", "u", "t", "h_sum", "rows", "segment", "f", "sizes", "w_t")
     dims = staticmethod(lambda op: {"H": op.out_shape[0] // 2})
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                out: Tensor | None = None, save: dict[str, Any] | None = None) -> Tensor:
         x = inputs[0]
         batch, hidden = x.shape[0], p.U_f.shape[0]
-        g = F.linear(x, p.W_iou, p.b_iou)
-        if len(inputs) == 1:  # leaves only (a schedule's first node batch): h~ = 0, no f_k
-            io = torch.sigmoid(g[:, :2 * hidden])
-            c = io[:, :hidden] * fast_tanh(g[:, 2 * hidden:])
-            return torch.cat([io[:, hidden:] * fast_tanh(c), c], dim=1)
-        rows, segment = child_rows(inputs[1:], attrs, 2 * hidden)
-        rows = rows.to(x.dtype)
-        h_k, c_k = rows[:, :hidden], rows[:, hidden:]
-        h_sum = x.new_zeros(batch, hidden).index_add(0, segment, h_k)
-        g = torch.addmm(g, h_sum, p.U_iou.t())
+        h_sum = rows = segment = f = fc = w_t = None
+        if len(inputs) > 1:  # leaves only (a schedule's first node batch): h~ = 0, no f_k
+            rows, segment = child_rows(inputs[1:], attrs, 2 * hidden)
+            rows = rows.to(x.dtype)
+            h_k, c_k = rows[:, :hidden], rows[:, hidden:]
+            h_sum = x.new_zeros(batch, hidden).index_add_(0, segment, h_k)
+            w_t, bias = _stacked(p)  # [W_iou; W_f] x: one GEMM (about 2x faster at B 100)
+            gw = torch.addmm(bias, x, w_t)
+            g = gw[:, :3 * hidden].addmm_(h_sum, p.U_iou.t())  # in place: no [B, 3H] copy
+            f = gw[:, 3 * hidden:].index_select(0, segment).addmm_(h_k, p.U_f.t())
+            f = f.sigmoid_() if untracked(x, *inputs[1:], *p) else torch.sigmoid(f)
+            fc = x.new_zeros(batch, hidden).index_add_(0, segment, f * c_k)
+        else:
+            g = linear_t(x, p.W_iou, p.b_iou)
         io = torch.sigmoid(g[:, :2 * hidden])
         u = fast_tanh(g[:, 2 * hidden:])
-        wf = F.linear(x, p.W_f, p.b_f)
-        f = torch.sigmoid(torch.addmm(wf.index_select(0, segment), h_k, p.U_f.t()))
-        c = io[:, :hidden] * u + x.new_zeros(batch, hidden).index_add(0, segment, f * c_k)
-        return torch.cat([io[:, hidden:] * fast_tanh(c), c], dim=1)
+        if out is None or not untracked(x, *inputs[1:], *p):
+            c = io[:, :hidden] * u
+            if fc is not None:
+                c = c + fc
+            t = fast_tanh(c)
+            y = torch.cat([io[:, hidden:] * t, c], dim=1, out=out)
+        else:  # the same arithmetic, c and h written straight into ``out``
+            c = torch.mul(io[:, :hidden], u, out=out[:, hidden:])
+            if fc is not None:
+                c.add_(fc)
+            t = fast_tanh(c)
+            torch.mul(io[:, hidden:], t, out=out[:, :hidden])
+            y = out
+        if save is not None:
+            save.update(x=x, io=io, u=u, t=t, h_sum=h_sum, rows=rows, segment=segment, f=f,
+                        sizes=[s.shape[0] for s in inputs[1:]], w_t=w_t)
+        return y
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        x, u = saved.x, saved.u
+        hidden = u.shape[1]
+        d_g, dc = _gates_backward(grad, saved.io, u, saved.t)
+        grads.linear(("W_iou", "b_iou"), d_g, x)
+        if saved.segment is None:
+            return [d_g @ p.W_iou]
+        segment, f, rows = saved.segment, saved.f, saved.rows
+        grads.linear(("U_iou",), d_g, saved.h_sum)
+        d_rows = torch.empty_like(rows)
+        dc_k = dc.index_select(0, segment)
+        torch.mul(dc_k, f, out=d_rows[:, hidden:])  # d c_k = dc * f_k
+        d_f = dc_k.mul_(rows[:, hidden:])
+        SIGMOID_GRAD(d_f, f, grad_input=d_f)
+        grads.linear(("U_f",), d_f, rows[:, :hidden])
+        d_gw = x.new_zeros(x.shape[0], 4 * hidden)  # [d g; d (W_f x)]
+        d_gw[:, :3 * hidden] = d_g
+        d_wf = d_gw[:, 3 * hidden:].index_add_(0, segment, d_f)
+        grads.linear(("W_f", "b_f"), d_wf, x)
+        dx = d_gw @ saved.w_t.t()
+        # d h_k = (U_iou^T d g)[node of k] + U_f^T d f_k
+        torch.addmm((d_g @ p.U_iou).index_select(0, segment), d_f, p.U_f,
+                    out=d_rows[:, :hidden])
+        return [dx, *d_rows.split(saved.sizes)]
+
+
+def _stacked(p: Any) -> tuple[Tensor, Tensor]:
+    """``([W_iou; W_f]^T, [b_iou; b_f])``: contiguous, made once per executor run when
+    autograd does not record the weights (kept in :data:`TRANSPOSED`'s run scope, so a
+    weight updated between runs is never read stale), else (autograd, or off the CPU as
+    :func:`~edbatch.executor._weights.linear_t`) a fresh, differentiable copy."""
+    bias = torch.cat([p.b_iou, p.b_f])
+    entries = TRANSPOSED.entries
+    if entries is None or not untracked(p.W_iou, p.W_f) or p.W_iou.device.type != "cpu":
+        return torch.cat([p.W_iou, p.W_f]).t().contiguous(), bias
+    key = (id(p.W_iou), -1 - id(p.W_f))  # no (weight, start) key of a transpose is negative
+    hit = entries.get(key)
+    if hit is None or hit[0] is not p.W_iou:
+        hit = entries[key] = (p.W_iou, torch.cat([p.W_iou, p.W_f]).t().contiguous())
+    return hit[1], bias
 
 
 def similarity_probs(h_a: Tensor, h_b: Tensor, w_x: Tensor, w_abs: Tensor, b_s: Tensor,
@@ -108,20 +175,44 @@ def score_target(attrs: Tensor, classes: int, dtype: torch.dtype) -> Tensor:
 
 class SickSim(CellKind):
     """``KL(t || p)`` per pair, ``[B, 1]``: ``p`` from :func:`similarity_probs` on the root
-    ``h`` of both trees, ``t`` the sparse target of the gold score (attr)."""
+    ``h`` of both trees, ``t`` the sparse target of the gold score (attr). Reads only the
+    ``h`` columns of both states (the executor's head reads); hand backward."""
 
     kind = "tree_lstm_sick.sim"
     inputs = ("a", "b")
+    head_reads = ("a", "b")
     params = (Param("W_x", "S, H"), Param("W_abs", "S, H"), Param("b_s", "S"),
               Param("W_p", "C, S"), Param("b_p", "C"))
+    saves = ("h_a", "h_b", "prod", "diff", "h_s", "logp", "target")
     dims = staticmethod(lambda op: {"H": op.in_shapes[0][0] // 2})
 
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
+    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
+                save: dict[str, Any] | None = None) -> Tensor:
         hidden = p.W_x.shape[1]
-        logp = similarity_probs(inputs[0][:, :hidden], inputs[1][:, :hidden], *p)
+        h_a, h_b = inputs[0][:, :hidden], inputs[1][:, :hidden]
+        prod, diff = h_a * h_b, h_a - h_b
+        h_s = torch.sigmoid(F.linear(prod, p.W_x, p.b_s) + F.linear(diff.abs(), p.W_abs))
+        logp = F.log_softmax(F.linear(h_s, p.W_p, p.b_p), dim=1)
         target = score_target(attrs, logp.shape[1], logp.dtype)
         log_t = torch.where(target > 0, target, torch.ones_like(target)).log()
+        if save is not None:
+            save.update(h_a=h_a, h_b=h_b, prod=prod, diff=diff, h_s=h_s, logp=logp, target=target)
         return (target * (log_t - logp)).sum(dim=1, keepdim=True)
+
+    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
+                 grads: RoleGrads) -> list[Tensor | None]:
+        target, h_s, diff = saved.target, saved.h_s, saved.diff
+        # d/d logits of -sum_j t_j log softmax_j = p * sum(t) - t
+        d_logits = (saved.logp.exp() * target.sum(1, keepdim=True) - target).mul_(grad)
+        grads.linear(("W_p", "b_p"), d_logits, h_s)
+        d_z = d_logits @ p.W_p
+        SIGMOID_GRAD(d_z, h_s, grad_input=d_z)
+        grads.linear(("W_x", "b_s"), d_z, saved.prod)
+        grads.linear(("W_abs",), d_z, diff.abs())
+        d_prod = d_z @ p.W_x
+        d_diff = (d_z @ p.W_abs).mul_(diff.sign())
+        return [torch.addcmul(d_diff, d_prod, saved.h_b),  # d h_a, d h_b (the h columns)
+                torch.addcmul(d_diff.neg_(), d_prod, saved.h_a)]
 
 
 #: The registered kernels, under the names they had as functions.

@@ -111,6 +111,7 @@ class TreeLSTMSick(Workload):
     name = _P
     default_eval_split = "dev"
     real_data = True
+    hand_backward = True
     granularities = ("cell",)
 
     @classmethod

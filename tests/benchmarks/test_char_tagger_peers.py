@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.peers.bilstm_char_tagger import HandBatched, unbatched_loss
+from benchmarks.peers.bilstm_char_tagger import HandBatched, Unbatched, unbatched_loss
 from edbatch.executor import init_params, reference_loss
 from edbatch.workloads import make_workload
 
@@ -28,6 +28,7 @@ def test_unbatched_and_hand_batched_equal_the_reference_fp64(split: str, start: 
         torch.testing.assert_close(g, w, atol=TOL, rtol=TOL, msg=name)
     hand = HandBatched(wl, params).loss(instances)
     torch.testing.assert_close(hand, ref, atol=TOL, rtol=TOL)
+    torch.testing.assert_close(Unbatched(wl, params).loss(instances), ref, atol=TOL, rtol=TOL)
     # another parameter draw gives another loss: the comparison can fail
     other = dict(init_params(wl, torch.Generator().manual_seed(4), dtype=torch.float64))
     assert abs(float(unbatched_loss(instances, other).detach()) - float(ref.detach())) > 1e-3

@@ -82,3 +82,26 @@ def test_inference_benchmark_outputs_match(dy: Any) -> None:
     assert report["mismatched_sentences"] == dict.fromkeys(
         ("edbatch", "hand_batched", "unbatched", "dynet"), 0)
     assert set(report["ms_per_batch"]) == set(report["mismatched_sentences"])
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_training_peers_equal_the_reference_loss_fp64(layers: int) -> None:
+    """The throughput harness's training peers (hand-batched: packed LSTMs, one MLP call
+    over every configuration; unbatched) give the reference loss, and the hand-batched
+    peer's gradients of the shared parameters equal the reference's."""
+    from benchmarks.peers.transition_parser import HandBatched, Unbatched
+
+    wl = small(layers)
+    params = {k: v.requires_grad_() for k, v in params_of(wl, torch.float64).items()}
+    instances = list(wl.load("dev")[:6])
+    ref = reference_loss(wl, params, instances)
+    hand = HandBatched(wl, params).loss(instances)
+    torch.testing.assert_close(hand, ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(Unbatched(wl, params).loss(instances), ref, rtol=1e-12,
+                               atol=1e-12)
+    shared = [params[f"parser.{k}"] for k in ("W_h", "W_o", "E_special")]
+    for g, want in zip(torch.autograd.grad(hand, shared), torch.autograd.grad(ref, shared),
+                       strict=True):
+        torch.testing.assert_close(g, want, rtol=1e-8, atol=1e-10)
+    other = {k: v.detach() for k, v in params_of(wl, torch.float64, seed=1).items()}
+    assert abs(float(HandBatched(wl, other).loss(instances)) - float(ref.detach())) > 1e-3

@@ -161,3 +161,24 @@ def test_vocab_size_caps_word_ids() -> None:
     embed = graph.op_ids == wl.vocab.id("tree_lstm_sick.embed")
     assert graph.attrs[embed].max() < 50 and (graph.attrs[embed] == 0).any()
     assert wl.vocab.names[-1] == LOSS_SUM
+
+
+def test_hand_backward_of_lone_nodes_in_one_arena() -> None:
+    """With ``embed_dim == 2 * hidden_dim`` a word and the child states share an arena, so
+    a node batch of one node reads its operands as one merged read (a split step); the hand
+    backward routes it like the others (fp64 against the reference)."""
+    wl = TreeLSTMSick(embed_dim=8, hidden_dim=4, sim_dim=3)
+    graph = wl.minibatch("dev", [4, 6])  # trees of unequal heights: lone top nodes
+    params = dict(init_params(wl, torch.Generator().manual_seed(1), dtype=torch.float64))
+    ref = torch.autograd.grad(reference_loss(graph, params), list(params.values()))
+    schedule = make_scheduler("depth")(graph)
+    plan = plan_memory(graph, schedule, "naive")
+    executor = TorchExecutor(dtype=torch.float64)
+    program, _ = executor._program(graph, schedule, plan)
+    assert any(step.split and step.op.kind == "tree_lstm_sick.node" for step in program.steps)
+    assert executor._training_function(program).__name__ == "AnalyticRun"
+    trained = executor.run(graph, schedule, plan, params, grad=True)
+    assert trained.loss is not None
+    grads = torch.autograd.grad(trained.loss, list(params.values()))
+    for name, g, r in zip(params, grads, ref, strict=True):
+        torch.testing.assert_close(g, r, atol=TOL, rtol=TOL, msg=f"gradient of {name}")
