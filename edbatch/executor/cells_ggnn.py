@@ -7,7 +7,9 @@ types (``in_shapes is None``): for a batch of ``B`` nodes, ``inputs`` holds the 
 slots, then repeated slot ``k`` with the ``k``-th repeated operand of every node that has
 more than ``k`` of them (in the batch's row order), and each node's attr is its number of
 repeated operands (the convention of :mod:`edbatch.api._variadic`; a batch of one node gets
-its operands one by one, which is the same thing).
+its operands one by one, which is the same thing); ``ggnn.update``'s attr also carries the
+bond type of each repeated operand above the count's bits
+(:func:`~edbatch.workloads.ggnn_molecules.update_attr`).
 
 Every kind but ``ggnn.sq_err`` has a hand-written backward reading its saves by name, so
 cell-granularity programs train with :mod:`edbatch.executor._analytic` (a batch of one
