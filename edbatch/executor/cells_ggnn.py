@@ -150,8 +150,7 @@ class GGNNUpdate(CellKind):
         c = fast_tanh(F.linear(xc, p.W_c, p.b_c))
         if save is not None:
             save.update(xh=xh, xc=xc, rz=rz, c=c, h=h, s=s, deg=deg, index=index)
-        z = rz[:, hidden:]
-        return z * h + (1.0 - z) * c
+        return torch.addcmul(c, rz[:, hidden:], h - c)  # z*h + (1 - z)*c in two kernels
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -162,11 +161,13 @@ class GGNNUpdate(CellKind):
         grads.linear(("W_c", "b_c"), d_pre_c, saved.xc)
         d_xc = d_pre_c @ p.W_c
         d_rh = d_xc[:, hidden:]
-        d_rz = torch.cat([d_rh * h, grad * (h - c)], dim=1)
+        d_rz = torch.empty_like(rz)  # [d_r d_z] written in place, no cat
+        torch.mul(d_rh, h, out=d_rz[:, :hidden])
+        torch.mul(grad, h - c, out=d_rz[:, hidden:])
         SIGMOID_GRAD(d_rz, rz, grad_input=d_rz)
         grads.linear(("W_rz", "b_rz"), d_rz, saved.xh)
         d_xh = d_rz @ p.W_rz
-        d_h = grad * z + d_rh * r + d_xh[:, hidden:]
+        d_h = torch.addcmul(d_xh[:, hidden:], grad, z).addcmul_(d_rh, r)
         if not saved.index.numel():
             return [d_h]
         d_a = d_xc[:, :hidden] + d_xh[:, :hidden]
