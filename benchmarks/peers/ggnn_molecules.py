@@ -4,8 +4,8 @@ unbatched baseline) and in PyTorch Geometric (the practitioner's choice: one dis
 batch, ``MessagePassing`` with ``add`` aggregation and ``global_add_pool``).
 
 * ``record``: the per-instance model on ``edbatch.api`` (:mod:`benchmarks.models_api`): per
-  round one message per (source atom, bond type) present and one variadic ``update`` per atom
-  on its state and incoming messages; a variadic ``readout`` over the atoms, the loss.
+  round one variadic ``update`` per atom on its state and its neighbours' states (messages
+  computed inside, per bond type); a variadic ``readout`` over the atoms, the loss.
 * ``Unbatched`` (:func:`unbatched_loss`): per-molecule tensors, a Python loop over molecules.
 * ``HandBatched`` (:func:`pyg_loss`): one PyG ``Batch`` of the mini-batch's molecules.
 
@@ -14,8 +14,8 @@ the molecules as :class:`~edbatch.workloads.ggnn_molecules.MoleculeInstance` (at
 incoming messages, coded target), and return the summed loss of a mini-batch, the value of
 its ``loss_sum`` node in edbatch (``tests/workloads/test_ggnn_molecules.py`` checks the
 equality in fp64). The equations are in :mod:`edbatch.workloads.ggnn_molecules`; here
-messages are computed per directed edge, as PyG does (edbatch computes one per source atom
-and bond type: the same values). PyG is the optional ``peers`` extra (``pip install
+messages are computed per directed edge, as PyG does (edbatch sums the neighbour states per
+bond type first: the same values). PyG is the optional ``peers`` extra (``pip install
 torch-geometric``). Their ``tanh`` is edbatch's :func:`~edbatch.executor.kernels.fast_tanh`,
 as in edbatch's kernels and every hand-batched peer (the rows compare batching, not a
 ``tanh`` implementation). The DyNet peer is ``benchmarks/peers/dynet/ggnn_molecules.py``.
@@ -39,6 +39,7 @@ from edbatch.workloads.ggnn_molecules import (
     GGNNMolecules,
     MoleculeInstance,
     unpack_atom,
+    update_attr,
 )
 
 __all__ = ["GGNNPyG", "GGNNUnbatched", "HandBatched", "Unbatched", "pyg_loss", "record",
@@ -49,21 +50,19 @@ P = "ggnn"
 
 def record(batch: DynamicBatch, wl: GGNNMolecules, instances: Sequence[MoleculeInstance]
            ) -> None:
-    """``wl.rounds`` rounds of typed messages and GRU updates per molecule, then the readout
+    """``wl.rounds`` rounds of one variadic ``update`` per atom on its state and its
+    neighbours' states (the messages are computed inside, per bond type), then the readout
     and the squared error."""
     embed, update, readout, loss = (batch.op(f"{P}.{n}")
                                     for n in ("embed", "update", "readout", "loss"))
-    msg_ops = [batch.op(f"{P}.msg.{bond}") for bond in BOND_TYPES]
     add_loss = batch.add_loss
     for inst in instances:
         with batch.instance():
             h = [embed(attr=code) for code in inst.atom_codes]
-            # one message per (source atom, bond type), read by every neighbour over it
-            keys = list(dict.fromkeys(pair for srcs in inst.sources for pair in srcs))
+            attrs = [update_attr([t for _, t in srcs]) for srcs in inst.sources]
             for _ in range(wl.rounds):
-                msg = {(u, t): msg_ops[t](h[u]) for u, t in keys}
-                h = [update(h[v], *[msg[k] for k in srcs], attr=len(srcs))
-                     for v, srcs in enumerate(inst.sources)]
+                h = [update(h[v], *[h[u] for u, _ in srcs], attr=attr)
+                     for v, (srcs, attr) in enumerate(zip(inst.sources, attrs, strict=True))]
             add_loss(loss(readout(*h, attr=len(h)), attr=inst.target_code))
 
 

@@ -7,7 +7,9 @@ types (``in_shapes is None``): for a batch of ``B`` nodes, ``inputs`` holds the 
 slots, then repeated slot ``k`` with the ``k``-th repeated operand of every node that has
 more than ``k`` of them (in the batch's row order), and each node's attr is its number of
 repeated operands (the convention of :mod:`edbatch.api._variadic`; a batch of one node gets
-its operands one by one, which is the same thing).
+its operands one by one, which is the same thing); ``ggnn.update``'s attr also carries the
+bond type of each repeated operand above the count's bits
+(:func:`~edbatch.workloads.ggnn_molecules.update_attr`).
 
 Every kind but ``ggnn.sq_err`` has a hand-written backward reading its saves by name, so
 cell-granularity programs train with :mod:`edbatch.executor._analytic` (a batch of one
@@ -25,17 +27,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.data.molecules import BOND_TYPES
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD
 from edbatch.executor.kernels import fast_tanh
 from edbatch.graph import OpType
-from edbatch.workloads.ggnn_molecules import FEATURE_RANGES, OFFSETS, TARGET_SCALE
+from edbatch.workloads.ggnn_molecules import COUNT_BITS, FEATURE_RANGES, OFFSETS, TARGET_SCALE
 
-__all__ = ["GGNNEmbed", "GGNNLoss", "GGNNMsg", "GGNNReadout", "GGNNSqErr", "GGNNUpdate",
-           "ggnn_embed", "ggnn_loss", "ggnn_msg", "ggnn_readout", "ggnn_sq_err",
-           "ggnn_update", "repeated_rows"]
+__all__ = ["GGNNEmbed", "GGNNLoss", "GGNNReadout", "GGNNSqErr", "GGNNUpdate", "ggnn_embed",
+           "ggnn_loss", "ggnn_readout", "ggnn_sq_err", "ggnn_update", "neighbour_sums",
+           "repeated_rows"]
 
 _SIZES = tuple(hi - lo + 1 for lo, hi in FEATURE_RANGES)
+_COUNT_MASK = (1 << COUNT_BITS) - 1
 Grads = list[Tensor | None]
 
 
@@ -84,45 +88,60 @@ class GGNNEmbed(CellKind):
         return []
 
 
-class GGNNMsg(CellKind):
-    """``m = A_b h + c_b`` (the bond type's weights are the op type's parameters)."""
-
-    kind = "ggnn.msg"
-    inputs = ("h",)
-    params = (Param("W", "H, H"), Param("b", "H"))
-    saves = ("x",)
-    dims = staticmethod(_hidden)
-
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: dict[str, Tensor] | None = None) -> Tensor:
-        if save is not None:
-            save.update(x=inputs[0])
-        return F.linear(inputs[0], p.W, p.b)
-
-    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
-                 grads: RoleGrads) -> Grads:
-        grads.linear(("W", "b"), grad, saved.x)
-        return [grad @ p.W]
+def neighbour_sums(slots: Sequence[Tensor], attrs: Tensor, bonds: int
+                   ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(s [B, bonds*H], deg [B, bonds], index int64[N])``: each node's neighbour states
+    summed per bond type (``s[v, b*H:(b+1)*H] = sum of h_u over v's in-edges of type b``),
+    its in-degree per bond type, and the ``node * bonds + bond`` bucket of every repeated
+    operand row (in :func:`repeated_rows` order), from the attrs of
+    :func:`~edbatch.workloads.ggnn_molecules.update_attr`."""
+    counts = torch.bitwise_and(attrs, _COUNT_MASK)
+    size, hidden = attrs.shape[0], slots[0].shape[1] if slots else 0
+    if not slots:
+        return (attrs.new_zeros(0), attrs.new_zeros(0), attrs.new_zeros(0))
+    codes = torch.bitwise_right_shift(attrs, COUNT_BITS)
+    nodes = [torch.nonzero(counts > k).reshape(-1) for k in range(len(slots))]
+    index = torch.cat([n * bonds + torch.bitwise_and(
+        torch.bitwise_right_shift(codes[n], 2 * k), 3) for k, n in enumerate(nodes)])
+    rows = torch.cat(list(slots))
+    s = rows.new_zeros(size * bonds, hidden).index_add_(0, index, rows)
+    deg = torch.bincount(index, minlength=size * bonds).to(rows.dtype)
+    return s.view(size, bonds * hidden), deg.view(size, bonds), index
 
 
 class GGNNUpdate(CellKind):
-    """GRU step with input ``a_v = sum of v's messages`` (zero if none) and state ``h_v``:
-    ``[r z] = sig(W_rz [a; h] + b_rz)``; ``c = tanh(W_c [a; r*h] + b_c)``;
-    ``h' = z*h + (1 - z)*c`` (as :func:`~edbatch.executor.cells.gru_step`)."""
+    """One round at an atom ``v``: messages ``a_v = sum_b A_b S_vb + deg_vb c_b`` with
+    ``S_vb`` the sum of the neighbour states over v's bonds of type ``b`` (``= sum over
+    in-edges of A_b h_u + c_b``, all bond types in one GEMM of ``[S_v1 .. S_v4]``), then the
+    GRU with input ``a_v`` and state ``h_v``: ``[r z] = sig(W_rz [a; h] + b_rz)``;
+    ``c = tanh(W_c [a; r*h] + b_c)``; ``h' = z*h + (1 - z)*c`` (as
+    :func:`~edbatch.executor.cells.gru_step`). Operands: ``h_v``, then the neighbour
+    states; attr:
+    :func:`~edbatch.workloads.ggnn_molecules.update_attr` of their bond types."""
 
     kind = "ggnn.update"
-    params = (Param("W_rz", "2H, 2H"), Param("b_rz", "2H"), Param("W_c", "H, 2H"),
+    params = (*(Param(f"{w}{b}", shape) for b in range(len(BOND_TYPES))
+                for w, shape in (("A", "H, H"), ("c", "H"))),
+              Param("W_rz", "2H, 2H"), Param("b_rz", "2H"), Param("W_c", "H, 2H"),
               Param("b_c", "H"))
-    saves = ("xh", "xc", "rz", "c", "h")
+    saves = ("xh", "xc", "rz", "c", "h", "s", "deg", "index")
     dims = staticmethod(_hidden)
+
+    @staticmethod
+    def _message_weights(p: Any) -> tuple[Tensor, Tensor]:
+        """``([A_1 .. A_4] [H, 4H], [c_1; ..; c_4] [4, H])``."""
+        bonds = range(len(BOND_TYPES))
+        return (torch.cat([getattr(p, f"A{b}") for b in bonds], dim=1),
+                torch.stack([getattr(p, f"c{b}") for b in bonds]))
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: dict[str, Tensor] | None = None) -> Tensor:
         h = inputs[0]
         hidden = h.shape[1]
+        s, deg, index = neighbour_sums(inputs[1:], attrs, len(BOND_TYPES))
         if len(inputs) > 1:
-            rows, segment = repeated_rows(inputs[1:], attrs)
-            a = h.new_zeros(h.shape).index_add(0, segment, rows)
+            weight, bias = self._message_weights(p)
+            a = torch.addmm(deg @ bias, s, weight.t())
         else:
             a = h.new_zeros(h.shape)
         xh = torch.cat([a, h], dim=1)
@@ -130,9 +149,8 @@ class GGNNUpdate(CellKind):
         xc = torch.cat([a, rz[:, :hidden] * h], dim=1)
         c = fast_tanh(F.linear(xc, p.W_c, p.b_c))
         if save is not None:
-            save.update(xh=xh, xc=xc, rz=rz, c=c, h=h)
-        z = rz[:, hidden:]
-        return z * h + (1.0 - z) * c
+            save.update(xh=xh, xc=xc, rz=rz, c=c, h=h, s=s, deg=deg, index=index)
+        return torch.addcmul(c, rz[:, hidden:], h - c)  # z*h + (1 - z)*c in two kernels
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -143,14 +161,26 @@ class GGNNUpdate(CellKind):
         grads.linear(("W_c", "b_c"), d_pre_c, saved.xc)
         d_xc = d_pre_c @ p.W_c
         d_rh = d_xc[:, hidden:]
-        d_rz = torch.cat([d_rh * h, grad * (h - c)], dim=1)
+        d_rz = torch.empty_like(rz)  # [d_r d_z] written in place, no cat
+        torch.mul(d_rh, h, out=d_rz[:, :hidden])
+        torch.mul(grad, h - c, out=d_rz[:, hidden:])
         SIGMOID_GRAD(d_rz, rz, grad_input=d_rz)
         grads.linear(("W_rz", "b_rz"), d_rz, saved.xh)
         d_xh = d_rz @ p.W_rz
-        d_h = grad * z + d_rh * r + d_xh[:, hidden:]
+        d_h = torch.addcmul(d_xh[:, hidden:], grad, z).addcmul_(d_rh, r)
+        if not saved.index.numel():
+            return [d_h]
         d_a = d_xc[:, :hidden] + d_xh[:, :hidden]
-        slots = int(attrs.max()) if attrs.numel() else 0
-        return [d_h, *(d_a[torch.nonzero(attrs > k).reshape(-1)] for k in range(slots))]
+        g_weight, g_bias = d_a.t() @ saved.s, saved.deg.t() @ d_a
+        for b in range(len(BOND_TYPES)):
+            grads.add(f"A{b}", g_weight[:, b * hidden:(b + 1) * hidden])
+            grads.add(f"c{b}", g_bias[b])
+        weight = self._message_weights(p)[0]
+        d_rows = (d_a @ weight).view(-1, hidden)[saved.index]
+        counts = torch.bitwise_and(attrs, _COUNT_MASK)
+        sizes = [int(n) for n in (counts.unsqueeze(1) > torch.arange(
+            int(counts.max()), device=attrs.device)).sum(0).tolist()]
+        return [d_h, *d_rows.split(sizes)]
 
 
 class GGNNReadout(CellKind):
@@ -228,5 +258,5 @@ class GGNNSqErr(CellKind):
 
 
 #: The registered kernels, under the names they had as functions.
-ggnn_embed, ggnn_msg, ggnn_update = GGNNEmbed.kernel, GGNNMsg.kernel, GGNNUpdate.kernel
+ggnn_embed, ggnn_update = GGNNEmbed.kernel, GGNNUpdate.kernel
 ggnn_readout, ggnn_loss, ggnn_sq_err = GGNNReadout.kernel, GGNNLoss.kernel, GGNNSqErr.kernel

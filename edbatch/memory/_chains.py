@@ -34,8 +34,9 @@ _NXT, _PRV, _PARENT, _WEIGHT, _HEAD, _TAIL, _ENTER, _EXIT, _BPARENT, _BWEIGHT, _
 class ChainPlanner:
     """Successor chains over nodes with block constraints and an undo log (see module doc)."""
 
-    def __init__(self, graph: Graph, schedule: Schedule, defer: bool) -> None:
-        self.graph, self.schedule = graph, schedule
+    def __init__(self, graph: Graph, schedule: Schedule, defer: bool, *,
+                 prune: bool = True) -> None:
+        self.graph, self.schedule, self.prune = graph, schedule, prune
         n, nb = graph.num_nodes, len(schedule.batches)
         self.batch: list[int] = schedule.step_of(n).tolist()
         self.size = [len(b) for b in schedule.batches]
@@ -187,15 +188,40 @@ class ChainPlanner:
                 free.append(piece)
         return first, free, last, False
 
-    def _slot_sequences(self, order: Sequence[int]) -> list[list[int]]:
-        """Per operand slot, the producers in ``order`` (empty if they repeat)."""
+    def _slot_sequences(self, order: Sequence[int], alive: Sequence[bool] | None = None
+                        ) -> list[list[int]]:
+        """Per operand slot, the producers in ``order`` (empty if they repeat or, with
+        ``prune``, if no order can align them: see :meth:`_alignable`; ``alive``: that
+        test's answers, already known for this batch)."""
         ops = self.operands
         arity = min(len(ops[v]) for v in order)  # a variadic op's nodes may differ
         out = []
         for k in range(arity):
+            if alive is not None and not alive[k]:
+                out.append([])
+                continue
             seq = [ops[v][k] for v in order]
-            out.append(seq if len(set(seq)) == len(seq) else [])
+            ok = len(set(seq)) == len(seq) and (
+                not self.prune or alive is not None or self._alignable(seq))
+            out.append(seq if ok else [])
         return out
+
+    def _alignable(self, seq: Sequence[int]) -> bool:
+        """A necessary condition for ``link_all`` of ``seq`` in *any* order, now or later:
+        the producers lying in one chain occupy consecutive positions of it (chains only
+        grow by concatenation, so the chain nodes between two producers stay between them
+        in every layout and would have to be producers too). A slot failing it can never
+        be aligned: skipping its ``link_all`` (which would fail and roll back) leaves the
+        plan unchanged, and a batch with no alignable slot needs no trial orders."""
+        span: dict[int, list[int]] = {}
+        for p in seq:
+            root, pos = self._pos(p)
+            s = span.get(root)
+            if s is None:
+                span[root] = [pos, pos, 1]
+            else:
+                s[0], s[1], s[2] = min(s[0], pos), max(s[1], pos), s[2] + 1
+        return all(hi - lo + 1 == n for lo, hi, n in span.values())
 
     def _position(self, p: int) -> tuple[int, ...]:
         """Sort key of a producer: its chain (by the head's batch), then its offset in it.
@@ -230,8 +256,8 @@ class ChainPlanner:
                     cands.append(cand)
         return cands
 
-    def _apply(self, first: list[int], free: list[list[int]], last: list[int]
-               ) -> tuple[list[int], int]:
+    def _apply(self, first: list[int], free: list[list[int]], last: list[int],
+               alive: Sequence[bool] | None = None) -> tuple[list[int], int]:
         """Close the batch with this piece order and align every slot; return (order, views)."""
         pieces = ([first] if first else []) + free + ([last] if last else [])
         order = [v for piece in pieces for v in piece]
@@ -240,7 +266,7 @@ class ChainPlanner:
             assert ok, "closing a batch from its own pieces cannot fail"
         if len(order) == 1:
             return order, len(self.operands[order[0]])
-        seqs = self._slot_sequences(order)
+        seqs = self._slot_sequences(order, alive)
         views = 0
         for seq in sorted(seqs, key=lambda s: len({self.batch[p] for p in s}) if s else 1 << 30):
             views += bool(seq) and self.link_all(seq)
@@ -249,17 +275,26 @@ class ChainPlanner:
     def close(self, b: int) -> None:
         """Fix batch ``b``'s order (best candidate) and add its slots' alignment edges."""
         first, free, last, complete = self._pieces(b)
+        alive = None
+        if self.prune:  # order-independent: which slots any order could still align
+            alive = [bool(seq) for seq in self._slot_sequences(
+                self.schedule.batches[b].node_ids.tolist())]
         if complete:
             order = last
-            for seq in self._slot_sequences(order):
+            for seq in self._slot_sequences(order, alive):
                 if seq and len(order) > 1:
                     self.link_all(seq)
         else:
-            cands = self._candidates(free)
             best, best_views, most = 0, -1, len(self.operands[self.size_first[b]])
+            if alive is not None:  # the alive slots are the most any candidate aligns
+                most = sum(alive)
+            if most == 0:  # every candidate aligns nothing: node-id order wins
+                cands = [sorted(free, key=lambda piece: piece[0])]
+            else:
+                cands = self._candidates(free)
             for i, cand in enumerate(cands if len(cands) > 1 else []):
                 mark = len(self.log)
-                order, views = self._apply(first, cand, last)
+                order, views = self._apply(first, cand, last, alive)
                 if views == most:  # every slot aligned: keep this one
                     best = -1
                     break
@@ -267,7 +302,7 @@ class ChainPlanner:
                 if views > best_views:
                     best, best_views = i, views
             if best >= 0:
-                order = self._apply(first, cands[best], last)[0]
+                order = self._apply(first, cands[best], last, alive)[0]
         self.order[b] = order
 
     def _deferrable(self) -> list[bool]:

@@ -27,11 +27,14 @@ element-wise product:
 Granularities (same parameters):
 
 * ``"cell"``: ``ggnn.embed`` (no operands, attr = the packed atom features, see
-  :func:`pack_atom`), ``ggnn.msg.<bond>`` (one ``(H,)`` operand), ``ggnn.update``
-  (variadic: the state, then any number of messages; attr = the number of messages; all
-  atoms' updates batch together whatever their degree), ``ggnn.readout`` (variadic over the
-  atoms' final states; attr = their number), ``ggnn.loss`` (attr = coded target, out
-  ``(1,)``), ``loss_sum``.
+  :func:`pack_atom`), ``ggnn.update`` (one round at one atom, variadic: its state, then its
+  neighbours' states in edge order; attr = :func:`update_attr` of their bond types; the
+  kernel sums the neighbour states per bond type and computes every message of a batch in
+  one GEMM, ``sum_b A_b S_b + deg_b c_b``, as PyG computes messages per bond type over a
+  gathered block; all atoms' updates batch together whatever their degree),
+  ``ggnn.readout`` (variadic over the atoms' final states; attr = their number),
+  ``ggnn.loss`` (attr = coded target, out ``(1,)``), ``loss_sum``. The messages' op types
+  per bond type are the primitive granularity's (below).
 * ``"primitive"``: DyNet-style ops: six ``lookup`` rows and five ``add/H`` per atom, one
   ``affine.ggnn.msg.<bond>`` per message, binary ``add/H`` chains for the message sums
   (``zero/H`` for an isolated atom), the primitive GRU, per atom two affines, ``sigmoid``,
@@ -62,8 +65,8 @@ from edbatch.workloads._seq import affine_params, check_positive, declare_cell, 
 from edbatch.workloads.base import Workload
 from edbatch.workloads.primitives import GRUNames, OpSet, emit_gru
 
-__all__ = ["EMBED_ROWS", "FEATURE_RANGES", "TARGET_SCALE", "GGNNMolecules", "MoleculeInstance",
-           "pack_atom", "unpack_atom"]
+__all__ = ["COUNT_BITS", "EMBED_ROWS", "FEATURE_RANGES", "TARGET_SCALE", "GGNNMolecules",
+           "MoleculeInstance", "pack_atom", "unpack_atom", "update_attr"]
 
 #: ``(low, high)`` allowed values of each column of ``Molecule.atoms`` (ATOM_FEATURES order).
 FEATURE_RANGES: tuple[tuple[int, int], ...] = (
@@ -76,6 +79,18 @@ EMBED_ROWS = sum(_SIZES)
 #: The loss node's attr is ``round(z * TARGET_SCALE)`` for the standardised target ``z``.
 TARGET_SCALE = 1_000_000
 _PREFIX = "ggnn"
+#: Low bits of a ``ggnn.update`` attr that count its neighbour operands (:func:`update_attr`).
+COUNT_BITS = 3
+
+
+def update_attr(bond_types: Sequence[int]) -> int:
+    """The attr of a ``ggnn.update`` node whose repeated operands are neighbour states over
+    bonds of these types (in operand order): their number in the low :data:`COUNT_BITS`
+    bits, then two bits per operand's bond type (operand ``k`` at bits ``2k`` above)."""
+    code = 0
+    for k, t in enumerate(bond_types):
+        code |= int(t) << (2 * k)
+    return len(bond_types) | (code << COUNT_BITS)
 
 
 def pack_atom(features: Sequence[int]) -> int:
@@ -172,11 +187,10 @@ class GGNNMolecules(Workload):
     def _declare_cells(self, ops: OpSet) -> None:
         p, h = _PREFIX, self.hidden_dim
         declare_cell(ops, f"{p}.embed", (), (h,), {f"{p}.atom_emb": (EMBED_ROWS, h)})
-        for bond in BOND_TYPES:
-            declare_cell(ops, f"{p}.msg.{bond}", ((h,),), (h,),
-                         affine_params(f"{p}.msg.{bond}", h, h), kind=f"{p}.msg")
-        ops.add(OpType(f"{p}.update", f"{p}.update", None, (h,),
-                       tuple(gru_params(f"{p}.gru", h, h))), gru_params(f"{p}.gru", h, h))
+        update = {k: v for bond in BOND_TYPES
+                  for k, v in affine_params(f"{p}.msg.{bond}", h, h).items()}
+        update.update(gru_params(f"{p}.gru", h, h))
+        ops.add(OpType(f"{p}.update", f"{p}.update", None, (h,), tuple(update)), update)
         readout = {**affine_params(f"{p}.gate", h, h), **affine_params(f"{p}.proj", h, h)}
         ops.add(OpType(f"{p}.readout", f"{p}.readout", None, (h,), tuple(readout)), readout)
         declare_cell(ops, f"{p}.loss", ((h,),), (1,), affine_params(f"{p}.hid", h, h),
@@ -243,6 +257,11 @@ class GGNNMolecules(Workload):
         incoming: list[list[tuple[int, int]]] = [[] for _ in range(len(atoms))]
         for (src, dst), bond in zip(mol.edges.tolist(), mol.bond_types.tolist(), strict=True):
             incoming[dst].append((src, bond))
+        worst = max(range(len(incoming)), key=lambda v: len(incoming[v]))
+        if len(incoming[worst]) >= 1 << COUNT_BITS:
+            raise GraphError(f"molecule #{index} of split {split!r} ({mol.smiles!r}): atom "
+                             f"{worst} has {len(incoming[worst])} bonds; ggnn.update's attr "
+                             f"encodes at most {(1 << COUNT_BITS) - 1}: drop the molecule")
         mean, std = self.target_stats()
         code = round((mol.y - mean) / std * TARGET_SCALE)
         return MoleculeInstance(split, index, mol, tuple(pack_atom(a) for a in atoms.tolist()),
@@ -263,12 +282,10 @@ class GGNNMolecules(Workload):
     def _emit_cells(self, inst: MoleculeInstance, b: GraphBuilder) -> list[int]:
         p, add = _PREFIX, b.add
         h = [add(f"{p}.embed", attr=code) for code in inst.atom_codes]
-        keys = self._message_keys(inst)
-        msg_ops = [f"{p}.msg.{bond}" for bond in BOND_TYPES]
+        attrs = [update_attr([t for _, t in srcs]) for srcs in inst.sources]
         for _ in range(self.rounds):
-            msg = {(u, t): add(msg_ops[t], h[u]) for u, t in keys}
-            h = [add(f"{p}.update", h[v], *[msg[k] for k in srcs], attr=len(srcs))
-                 for v, srcs in enumerate(inst.sources)]
+            h = [add(f"{p}.update", h[v], *[h[u] for u, _ in srcs], attr=attr)
+                 for v, (srcs, attr) in enumerate(zip(inst.sources, attrs, strict=True))]
         g = add(f"{p}.readout", *h, attr=len(h))
         return [add(f"{p}.loss", g, attr=inst.target_code)]
 

@@ -344,3 +344,25 @@ def test_plans_are_memoised_by_structure_and_schedule() -> None:
     other = make_scheduler("depth")(g)
     assert plan_memory(g, other) is not plan
     assert plan_memory(g, sched, cache=False) is not plan
+
+
+# ------------------------------------------------------------------ chain-planner pruning
+@pytest.mark.parametrize(("name", "granularity", "size"), [
+    ("ggnn_molecules", "cell", 24), ("ggnn_molecules", "primitive", 4),
+    ("tree_lstm", "cell", 16), ("tree_lstm", "primitive", 4),
+    ("lattice_lstm", "cell", 8), ("bilstm_tagger", "cell", 8)])
+@pytest.mark.parametrize("defer", [True, False])
+def test_pruned_chain_planner_gives_the_unpruned_plan(name: str, granularity: str, size: int,
+                                                      defer: bool) -> None:
+    """Skipping slots no order can align, and trial orders once every alignable slot is
+    aligned (``ChainPlanner(prune=True)``, the default), changes no row order or placement:
+    the full search is the oracle."""
+    from edbatch.memory._chains import ChainPlanner
+
+    g = minibatch(name, granularity, size)
+    for scheduler in ("depth", "dynet_agenda"):
+        s = scheduled(name, granularity, size, scheduler)
+        fast = ChainPlanner(g, s, defer).run()
+        full = ChainPlanner(g, s, defer, prune=False).run()
+        assert fast[1] == full[1]
+        assert all(np.array_equal(a, b) for a, b in zip(fast[0], full[0], strict=True))

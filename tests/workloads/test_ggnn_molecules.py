@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from edbatch.data.molecules import BOND_TYPES, Molecule, parse_smiles
+from edbatch.data.molecules import Molecule, parse_smiles
 from edbatch.errors import EdbatchError, GraphError, UnknownNameError
 from edbatch.executor import init_params, reference_loss
 from edbatch.executor._analytic import analytic
@@ -26,6 +26,7 @@ from edbatch.workloads.ggnn_molecules import (
     GGNNMolecules,
     pack_atom,
     unpack_atom,
+    update_attr,
 )
 
 H, T = 6, 2
@@ -69,10 +70,6 @@ def grads(loss: Tensor, params: dict[str, Tensor]) -> list[Tensor]:
                                                                      strict=True)]
 
 
-def distinct_messages(mol: Molecule) -> int:
-    return len({(int(s), int(b)) for (s, _), b in zip(mol.edges, mol.bond_types, strict=True)})
-
-
 # ---------------------------------------------------------------------- graphs
 def check_split(split: str, heuristics: tuple[str, ...], first_only: bool) -> None:
     """Every molecule of ``split`` in mini-batches of 64: node counts from the molecules,
@@ -81,6 +78,7 @@ def check_split(split: str, heuristics: tuple[str, ...], first_only: bool) -> No
     wl = workload()
     mols = [inst.molecule for inst in wl.load(split)]
     counts: Counter[str] = Counter()
+    neighbours = 0
     for k, graph in enumerate(wl.batches(split, 64)):
         bound = lower_bound(graph)
         assert bound >= 1
@@ -89,16 +87,13 @@ def check_split(split: str, heuristics: tuple[str, ...], first_only: bool) -> No
             schedule.validate(graph)
             assert schedule.num_batches >= bound, name
         counts.update({wl.vocab[k].name: int(c) for k, c in enumerate(graph.type_counts)})
+        updates = graph.op_ids == wl.vocab.id("ggnn.update")
+        neighbours += int(graph.arity[updates].sum()) - int(updates.sum())
+        assert np.array_equal(graph.attrs[updates] & 7, graph.arity[updates] - 1)
     atoms = sum(m.n_atoms for m in mols)
     assert counts["ggnn.embed"] == atoms
     assert counts["ggnn.update"] == T * atoms
-    by_bond = Counter(int(b) for m in mols for b in
-                      {(int(s), int(b)): b for (s, _), b in zip(m.edges, m.bond_types,
-                                                                strict=True)}.values())
-    for t, bond in enumerate(BOND_TYPES):
-        assert counts[f"ggnn.msg.{bond}"] == T * by_bond[t]
-    assert sum(counts[f"ggnn.msg.{b}"] for b in BOND_TYPES) == \
-        T * sum(distinct_messages(m) for m in mols)
+    assert neighbours == T * sum(len(m.edges) for m in mols)  # one operand per in-edge
     assert counts["ggnn.readout"] == counts["ggnn.loss"] == len(mols)
 
 
@@ -113,19 +108,22 @@ def test_every_heuristic_on_every_minibatch(split: str) -> None:
     check_split(split, tuple(HEURISTICS), first_only=False)
 
 
-def test_cell_graph_of_one_molecule_wires_messages_to_neighbours() -> None:
+def test_cell_graph_of_one_molecule_wires_neighbour_states_and_bond_types() -> None:
     wl = workload()
     inst = wl.load("train")[0]
     graph = wl.instance_graph("train", 0)
-    upd = wl.vocab.id("ggnn.update")
-    last = np.flatnonzero(graph.op_ids == upd)[-inst.n_atoms:]
+    upd = np.flatnonzero(graph.op_ids == wl.vocab.id("ggnn.update"))
+    prev, last = upd[-2 * inst.n_atoms:-inst.n_atoms], upd[-inst.n_atoms:]
+    edges, bonds = inst.molecule.edges, inst.molecule.bond_types
     for v, node in enumerate(last.tolist()):
         ops = graph.operand_ids[graph.operand_ptr[node]:graph.operand_ptr[node + 1]]
-        assert graph.attrs[node] == len(ops) - 1 == int((inst.molecule.edges[:, 1] == v).sum())
-        kinds = sorted(graph.vocab[int(graph.op_ids[u])].name for u in ops[1:])
-        want = sorted(f"ggnn.msg.{BOND_TYPES[int(b)]}"
-                      for b in inst.molecule.bond_types[inst.molecule.edges[:, 1] == v])
-        assert kinds == want
+        into = edges[:, 1] == v
+        assert ops[0] == prev[v]  # its own state, then its neighbours' in edge order
+        assert ops[1:].tolist() == prev[edges[into, 0]].tolist()
+        attr = int(graph.attrs[node])
+        assert attr == update_attr(bonds[into].tolist())
+        assert attr & 7 == len(ops) - 1
+        assert [(attr >> (3 + 2 * k)) & 3 for k in range(len(ops) - 1)] == bonds[into].tolist()
     loss = np.flatnonzero(graph.op_ids == wl.vocab.id("ggnn.loss"))
     mean, std = wl.target_stats()
     assert graph.attrs[loss[0]] / TARGET_SCALE == pytest.approx((inst.molecule.y - mean) / std,
@@ -184,14 +182,13 @@ def test_cell_programs_train_with_hand_written_backwards(granularity: str, sched
     program, _ = TorchExecutor()._program(graph, schedule, plan_memory(graph, schedule,
                                                                        "aligned"))
     # the equivalence test above then checks the hand-written gradients (cell) and
-    # autograd's (primitive: affines, slices ... have no hand-written backward). Depth
-    # batches methane's first update and its readout (no messages: lower depth) alone, and
-    # a variadic batch of one node is read operand by operand: autograd (loss_sum is
-    # stacked, not split).
+    # autograd's (primitive: affines, slices ... have no hand-written backward). At cell
+    # granularity every molecule has the same depth (embed, T updates, readout, loss), so
+    # no variadic batch holds one node (such a batch is read operand by operand: autograd;
+    # loss_sum is stacked, not split).
     lone = sorted((s.op.name, s.size) for s in program.steps if s.split and not s.stacked)
     if granularity == "cell":
-        assert lone == ([("ggnn.readout", 1), ("ggnn.update", 1)] if scheduler == "depth"
-                        else [])
+        assert lone == []
     assert analytic(program) == (granularity == "cell" and not lone)
 
 
@@ -237,6 +234,14 @@ def test_atom_feature_outside_the_embedding_range_is_named() -> None:
     mol = Molecule("x", "C[N+](C)(C)C", -1.0, atoms, edges, types)
     with pytest.raises(GraphError, match=r"molecule #3 .*atom 1 has degree 9, outside .*0\.\.5"):
         workload().encode(mol, "train", 3)
+
+
+def test_an_atom_with_too_many_bonds_for_the_update_attr_is_named() -> None:
+    atoms, _, _ = parse_smiles("CCCCCCCCC")
+    edges = np.array([[u, 0] for u in range(1, 9)] + [[0, u] for u in range(1, 9)])
+    mol = Molecule("x", "C(C)(C)(C)(C)(C)(C)(C)C", -1.0, atoms, edges, np.zeros(16, np.int64))
+    with pytest.raises(GraphError, match=r"molecule #4 .*atom 0 has 8 bonds.*at most 7"):
+        workload().encode(mol, "train", 4)
 
 
 def test_bad_arguments_and_splits_raise_clear_errors() -> None:
