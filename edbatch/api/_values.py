@@ -22,7 +22,10 @@ from edbatch.errors import ExecutionError
 from edbatch.executor import Kernel
 from edbatch.memory import MemoryPlan
 
-__all__ = ["Capture", "Values"]
+__all__ = ["MERGE_AT", "Capture", "Values"]
+
+#: A gather whose rows lie in more source batches than this joins those batches first.
+MERGE_AT = 4
 
 
 class Capture:
@@ -87,17 +90,30 @@ class Values:
 
     def gather(self, nodes: np.ndarray) -> Tensor:  # type: ignore[type-arg]
         """The values of ``nodes`` as ``[len(nodes), width]``: one ``index_select`` per
-        source batch (and a ``cat`` and a reorder when there are several)."""
+        source batch (and a ``cat`` and a reorder when there are several). Sources spread
+        over more than :data:`MERGE_AT` batches are first joined into one tensor (once:
+        the nodes' locations are moved to it), so that reading the same rows again, as a
+        parser does at every decision, is one ``index_select``."""
         nodes = np.asarray(nodes, dtype=np.int64)
-        src, row = self.batch[nodes], self.row[nodes]
+        src = self.batch[nodes]
         if np.any(src < 0):
             raise ExecutionError(f"node %{int(nodes[src < 0][0])} has no value yet")
         first = int(src[0])
         if np.all(src == first):
+            row = self.row[nodes]
             out = self.outputs[first]
-            if len(row) == out.shape[0] and np.array_equal(row, np.arange(len(row))):
+            if len(row) == out.shape[0] and row[0] == 0 and \
+                    np.array_equal(row, np.arange(len(row))):
                 return out
             return out.index_select(0, _index(row, out.device))
+        used = np.unique(src)
+        if len(used) > MERGE_AT:
+            self._merge(used)
+            src = self.batch[nodes]
+            if np.all(src == src[0]):
+                out = self.outputs[int(src[0])]
+                return out.index_select(0, _index(self.row[nodes], out.device))
+        row = self.row[nodes]
         order = np.argsort(src, kind="stable")
         bounds = np.flatnonzero(np.diff(src[order])) + 1
         parts = []
@@ -108,6 +124,18 @@ class Values:
         back = np.empty_like(order)
         back[order] = np.arange(len(order))
         return joined.index_select(0, _index(back, joined.device))
+
+    def _merge(self, used: np.ndarray) -> None:  # type: ignore[type-arg]
+        """Join the source batches ``used`` (sorted, one row width) into one new output
+        and point every node kept in them at its row there."""
+        parts = [self.outputs[int(b)] for b in used]
+        sizes = np.array([p.shape[0] for p in parts], dtype=np.int64)
+        shift = np.zeros(int(used[-1]) + 1, dtype=np.int64)
+        shift[used] = np.cumsum(sizes) - sizes
+        moved = np.isin(self.batch, used)
+        self.row[moved] += shift[self.batch[moved]]
+        self.batch[moved] = len(self.outputs)
+        self.outputs.append(torch.cat(parts))
 
 
 def _index(rows: np.ndarray, device: torch.device) -> Tensor:  # type: ignore[type-arg]
