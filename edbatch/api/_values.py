@@ -37,6 +37,14 @@ class Capture:
 
     def _wrap(self, kernel: Kernel) -> Kernel:
         keep = self.outputs.append
+        if getattr(kernel, "writes_out", False):  # fills the arena region it is given
+            def run_out(op, inputs, params, attrs, out=None, save=None):  # type: ignore[no-untyped-def]
+                out = kernel(op, inputs, params, attrs, out=out) if save is None else \
+                    kernel(op, inputs, params, attrs, out=out, save=save)
+                keep(out)
+                return out
+            run_out.writes_out = True  # type: ignore[attr-defined]
+            return run_out
 
         def run(op, inputs, params, attrs):  # type: ignore[no-untyped-def]
             out = kernel(op, inputs, params, attrs)
@@ -132,10 +140,31 @@ class Values:
         sizes = np.array([p.shape[0] for p in parts], dtype=np.int64)
         shift = np.zeros(int(used[-1]) + 1, dtype=np.int64)
         shift[used] = np.cumsum(sizes) - sizes
+        joined, at = _common_rows(parts)
+        if joined is None:
+            joined = torch.cat(parts)
+        else:  # row views of one arena (an inference run's in-place outputs): no copy
+            shift[used] = at
         moved = np.isin(self.batch, used)
         self.row[moved] += shift[self.batch[moved]]
         self.batch[moved] = len(self.outputs)
-        self.outputs.append(torch.cat(parts))
+        self.outputs.append(joined)
+
+
+def _common_rows(parts: Sequence[Tensor]) -> tuple[Tensor | None, list[int]]:
+    """``(arena, first row of each part)`` if every part is a block of whole rows of one
+    2-d tensor (``arena``), else ``(None, [])``."""
+    base = parts[0]._base
+    if base is None or base.dim() != 2 or not base.is_contiguous():
+        return None, []
+    stride, origin, at = base.stride(0), base.storage_offset(), []
+    for p in parts:
+        off = p.storage_offset() - origin
+        if p._base is not base or p.dim() != 2 or p.stride() != base.stride() or \
+                p.shape[1] != base.shape[1] or off % stride:
+            return None, []
+        at.append(off // stride)
+    return base, at
 
 
 def _index(rows: np.ndarray, device: torch.device) -> Tensor:  # type: ignore[type-arg]
