@@ -15,44 +15,56 @@ from edbatch.api._values import MERGE_AT, Values
 D = 3
 
 
-def _model() -> tuple[DynamicBatch, nn.Linear, object]:
+class _Pair(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2 * D, D).double()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.lin(torch.cat([a, b], -1))
+
+
+def _model() -> tuple[DynamicBatch, nn.Linear, _Pair, object, object]:
     torch.manual_seed(0)
-    lin = nn.Linear(D, D).double()
+    lin, pair = nn.Linear(D, D).double(), _Pair()
     batch = DynamicBatch(dtype=torch.float64)
-    return batch, lin, batch.cell(lin, "lin", [D], D)
+    return batch, lin, pair, batch.cell(lin, "lin", [D], D), batch.cell(pair, "pair",
+                                                                          [D, D], D)
 
 
-def _program(batch, cell, x, k):  # type: ignore[no-untyped-def]
+def _program(batch, cell, pair, x, k, j):  # type: ignore[no-untyped-def]
     feats = [batch.input(x)]
     for _ in range(3):
         feats.append(cell(feats[-1]))
     yield feats[-1]
-    return (yield cell(feats[k]))  # which earlier node is read depends on the instance
+    return (yield pair(feats[k], feats[j]))  # which earlier nodes: by instance
 
 
-def _reference(lin: nn.Linear, x: torch.Tensor, k: int) -> torch.Tensor:
+def _reference(lin: nn.Linear, pair: _Pair, x: torch.Tensor, k: int, j: int
+               ) -> torch.Tensor:
     feats = [x]
     for _ in range(3):
         feats.append(lin(feats[-1]))
-    return lin(feats[k])
+    return pair(feats[k], feats[j])
 
 
 def test_segments_reading_other_earlier_nodes_hit_the_cache() -> None:
-    batch, lin, cell = _model()
+    batch, lin, pair, cell, c_pair = _model()
     xs = torch.randn(3, D, dtype=torch.float64)
+    first, second = [(0, 1), (1, 2), (2, 3)], [(0, 1), (2, 3), (1, 3)]
     with torch.no_grad():
-        # the first mini-batch registers the value op (new kernels: a new cache); then
-        # repeats read fewer distinct earlier nodes than [1, 2, 0] does
-        for ks in ([0, 1, 2], [1, 2, 0], [2, 2, 0], [3, 3, 3]):
-            out = batch.run_programs([_program(batch, cell, x, k) for x, k in zip(xs, ks)],
-                                     grad=False)
-            for got, x, k in zip(out.returns, xs, ks, strict=True):
-                assert torch.allclose(got, _reference(lin, x, k), atol=1e-12)
+        # the first mini-batch registers the value op (new kernels: a new cache); then one
+        # node read twice, and nodes read in another order, record the same pattern
+        for ks in (first, second, [(2, 2), (3, 0), (1, 1)], [(3, 3), (0, 0), (2, 1)]):
+            out = batch.run_programs([_program(batch, cell, c_pair, x, k, j)
+                                      for x, (k, j) in zip(xs, ks)], grad=False)
+            for got, x, (k, j) in zip(out.returns, xs, ks, strict=True):
+                assert torch.allclose(got, _reference(lin, pair, x, k, j), atol=1e-12)
             assert out.syncs == 2
             cache = segment_state(batch).cache
-            if ks == [1, 2, 0]:
+            if ks is second:
                 misses = cache.misses
-            elif ks != [0, 1, 2]:  # the same recorded pattern: every segment hits
+            elif ks is not first:  # the same recorded pattern: every segment hits
                 assert cache.misses == misses
 
 
