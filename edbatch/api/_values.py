@@ -98,10 +98,11 @@ class Values:
 
     def gather(self, nodes: np.ndarray) -> Tensor:  # type: ignore[type-arg]
         """The values of ``nodes`` as ``[len(nodes), width]``: one ``index_select`` per
-        source batch (and a ``cat`` and a reorder when there are several). Sources spread
-        over more than :data:`MERGE_AT` batches are first joined into one tensor (once:
-        the nodes' locations are moved to it), so that reading the same rows again, as a
-        parser does at every decision, is one ``index_select``."""
+        source batch (and a ``cat`` and a reorder when there are several). Several sources
+        that are row views of one arena, or more than :data:`MERGE_AT` of them, are first
+        joined into one tensor (once: the nodes' locations are moved to it), so that
+        reading the same rows again, as a parser does at every decision, is one
+        ``index_select``."""
         nodes = np.asarray(nodes, dtype=np.int64)
         src = self.batch[nodes]
         if np.any(src < 0):
@@ -115,8 +116,7 @@ class Values:
                 return out
             return out.index_select(0, _index(row, out.device))
         used = np.unique(src)
-        if len(used) > MERGE_AT:
-            self._merge(used)
+        if self._merge(used):
             src = self.batch[nodes]
             if np.all(src == src[0]):
                 out = self.outputs[int(src[0])]
@@ -133,22 +133,27 @@ class Values:
         back[order] = np.arange(len(order))
         return joined.index_select(0, _index(back, joined.device))
 
-    def _merge(self, used: np.ndarray) -> None:  # type: ignore[type-arg]
+    def _merge(self, used: np.ndarray) -> bool:  # type: ignore[type-arg]
         """Join the source batches ``used`` (sorted, one row width) into one new output
-        and point every node kept in them at its row there."""
+        and point every node kept in them at its row there, if they are row views of one
+        arena (an inference run's in-place outputs: no copy) or more than
+        :data:`MERGE_AT` (one ``cat``); whether it did."""
         parts = [self.outputs[int(b)] for b in used]
-        sizes = np.array([p.shape[0] for p in parts], dtype=np.int64)
         shift = np.zeros(int(used[-1]) + 1, dtype=np.int64)
-        shift[used] = np.cumsum(sizes) - sizes
         joined, at = _common_rows(parts)
-        if joined is None:
-            joined = torch.cat(parts)
-        else:  # row views of one arena (an inference run's in-place outputs): no copy
+        if joined is not None:
             shift[used] = at
+        elif len(used) > MERGE_AT:
+            sizes = np.array([p.shape[0] for p in parts], dtype=np.int64)
+            shift[used] = np.cumsum(sizes) - sizes
+            joined = torch.cat(parts)
+        else:
+            return False
         moved = np.isin(self.batch, used)
         self.row[moved] += shift[self.batch[moved]]
         self.batch[moved] = len(self.outputs)
         self.outputs.append(joined)
+        return True
 
 
 def _common_rows(parts: Sequence[Tensor]) -> tuple[Tensor | None, list[int]]:
