@@ -8,7 +8,9 @@ a new random order (so all are timed in the same minutes). Contenders
 (``benchmarks/decode_torch.py``, ``benchmarks/_decode_dynet.py``):
 
 * ``edbatch``: one program per sentence (``examples/greedy_decode.py``'s ``Decoder.program``;
-  :func:`~benchmarks.decode_torch.exit_program`), ``batch.run_programs(..., grad=False)``;
+  :func:`~benchmarks.decode_torch.exit_program`), ``batch.run_programs(..., scheduler,
+  grad=False)`` (``--scheduler``, default ``typewise_greedy``: it batches every sentence's
+  first decoder step together, where ``depth`` splits them by source length);
 * ``pytorch_hand``: a practitioner's batched loop: one step for all unfinished sentences,
   finished ones masked out;
 * ``pytorch_unbatched``: each sentence alone, ``argmax().item()`` per step;
@@ -114,9 +116,11 @@ class Demo:
 
 
 def greedy_demo(hidden: int, vocab_size: int, max_len: int, max_steps: int, count: int,
-                dtype: torch.dtype = torch.float32) -> tuple[Demo, dict[str, Any]]:
+                dtype: torch.dtype = torch.float32, scheduler: str = "typewise_greedy"
+                ) -> tuple[Demo, dict[str, Any]]:
     """The greedy decoder on the first ``count`` IWSLT15 test sources (limit per sentence:
-    ``min(max_steps, 2 * source length)``); (demo, its DyNet arrays and ids)."""
+    ``min(max_steps, 2 * source length)``), edbatch scheduling with ``scheduler``; (demo,
+    its DyNet arrays and ids)."""
     model = load_example("greedy_decode").Decoder(hidden=hidden, vocab_size=vocab_size,
                                                   max_len=max_len, dtype=dtype)
     sources = [list(i.source_ids) for i in model.wl.load("test")[:count]]
@@ -127,8 +131,10 @@ def greedy_demo(hidden: int, vocab_size: int, max_len: int, max_steps: int, coun
         return [sources[i] for i in idx], [limits[i] for i in idx]
 
     def edbatch(idx: list[int]) -> Any:
-        outputs, demo.syncs = model.decode(*pick(idx))
-        return outputs
+        out = model.batch.run_programs([model.program(s, n) for s, n in
+                                        zip(*pick(idx), strict=True)], scheduler, grad=False)
+        demo.syncs = out.syncs
+        return out.returns
 
     contenders = {"edbatch": edbatch,
                   "pytorch_hand": lambda idx: dt.greedy_hand(w, *pick(idx), model.bos,
@@ -143,8 +149,8 @@ def greedy_demo(hidden: int, vocab_size: int, max_len: int, max_steps: int, coun
     return demo, {"arrays": arrays, "bos": model.bos, "eos": model.eos}
 
 
-def early_exit_demo(dim: int, threshold: float, count: int, dtype: torch.dtype = torch.float32
-                    ) -> tuple[Demo, dict[str, np.ndarray]]:
+def early_exit_demo(dim: int, threshold: float, count: int, dtype: torch.dtype = torch.float32,
+                    scheduler: str = "typewise_greedy") -> tuple[Demo, dict[str, np.ndarray]]:
     """The early-exit RNN on the first ``count`` SST train sentences; (demo, DyNet arrays)."""
     data, vocab = load_example("moe_routing").sentences(count)
     sentences = [list(w) for w, _ in data if len(w)]
@@ -154,7 +160,7 @@ def early_exit_demo(dim: int, threshold: float, count: int, dtype: torch.dtype =
 
     def edbatch(idx: list[int]) -> Any:
         out = model.batch.run_programs([dt.exit_program(model, sentences[i]) for i in idx],
-                                       "depth", grad=False)
+                                       scheduler, grad=False)
         demo.syncs = out.syncs
         return out.returns
 
@@ -227,6 +233,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--threshold", type=float, default=0.3)
     ap.add_argument("--no-dynet", action="store_true", help="leave the DyNet contenders out")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scheduler", default="typewise_greedy",
+                    help="edbatch's scheduler for run_programs (a registry name)")
     return ap
 
 
@@ -240,8 +248,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                              f"{getattr(args, flag)} must be >= 1")
     torch.set_num_threads(1)
     greedy, ids = greedy_demo(args.hidden, args.vocab_size, args.max_len, args.max_steps,
-                              args.sentences)
-    exit_, exit_arrays = early_exit_demo(args.exit_dim, args.threshold, args.sentences)
+                              args.sentences, scheduler=args.scheduler)
+    exit_, exit_arrays = early_exit_demo(args.exit_dim, args.threshold, args.sentences,
+                                         scheduler=args.scheduler)
     reports = []
     with tempfile.TemporaryDirectory() as tmp:
         params = Path(tmp) / "params.npz"

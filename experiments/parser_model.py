@@ -95,6 +95,7 @@ class ApiParser:
         width = 2 * workload.hidden_dim
         self.scores = b.cell(Scores(params), "scores", [width] * 4, workload.num_classes)
         self.class_actions = workload.class_actions()
+        self._masks: dict[tuple[bool, bool, bool], np.ndarray] = {}  # legal -> 0 / -inf
 
     # ------------------------------------------------------------------ recording
     def encode(self, attrs: Sequence[int]) -> tuple[list[Handle], dict[int, Handle]]:
@@ -149,7 +150,7 @@ class ApiParser:
         feats, vec = self.encode(attrs)
         state = ArcStandardState(len(attrs))
         labels = [-1] * len(attrs)
-        reads = 0
+        reads, masks = 0, self._masks
         while not state.done:
             legal = state.legal()
             if only_shift(legal):
@@ -157,7 +158,12 @@ class ApiParser:
                 continue
             scores = yield self.scores(*self._vectors(state, feats, vec))
             reads += 1
-            action, label = self.wl.action_of(choose(scores, legal, self.class_actions))
+            mask = masks.get(legal)
+            if mask is None:
+                mask = masks[legal] = np.where(np.asarray(legal)[self.class_actions], 0.0,
+                                               -np.inf)
+            # choose()'s pick (first best legal class) as one numpy add on the value's row
+            action, label = self.wl.action_of(int((scores.cpu().numpy() + mask).argmax()))
             dependent = state.apply(action)
             if dependent:
                 labels[dependent - 1] = label

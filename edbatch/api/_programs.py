@@ -53,7 +53,6 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -74,6 +73,9 @@ from edbatch.memory import Strategy
 from edbatch.schedule import Schedule, Scheduler
 
 __all__ = ["Program", "ProgramsResult", "run_programs"]
+
+_NO_OUTPUTS = np.zeros(0, np.int32)
+_NO_OUTPUTS.flags.writeable = False
 
 #: A per-instance program: yields handles (or lists of handles), gets their values.
 Program = Generator[Any, Any, Any]
@@ -149,26 +151,40 @@ class _Runner:
         self.inst_all = np.zeros(0, np.int32)
         self.mark_at, self.last_inst = 0, -1  # the marks read so far; the instance then
         self.rows: dict[str, tuple[int, Tensor]] = {}  # input rows: (blocks, joined)
+        self.arity = np.zeros(0, np.int64)  # operand count per op type (-1: variadic)
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
 
     def run(self) -> None:
-        """Run every node recorded and not run yet as one segment."""
+        """Run every node recorded and not run yet as one segment.
+
+        Every operand (and loss term) that reads an earlier segment's node becomes its own
+        ``value/<shape>`` node, in operand order (not one per distinct earlier node): the
+        segment's structure then depends only on what the programs recorded since the last
+        synchronisation, not on which earlier nodes they read, so segments of one pattern
+        (a decoding step, a parser decision for ``k`` sentences) hit the segment cache."""
         batch, rec, start = self.batch, self.batch._rec, self.start
         t0 = time.perf_counter()
         n = len(rec.ops)
-        losses = np.asarray(rec.losses[self.loss_start:], dtype=np.int64)
+        losses = np.array(rec.losses[self.loss_start:], dtype=np.int64)
         if n == start and not len(losses):
             return
         vocab_ops = batch._ops
-        self.op_all = op_all = np.concatenate(
-            [self.op_all, np.fromiter(islice(rec.ops, start, n), np.int32, n - start)])
-        arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops], np.int64)
-        counts = arity[op_all[start:]]
+        new_ops = np.array(rec.ops[start:n], dtype=np.int32)
+        self.op_all = op_all = np.concatenate([self.op_all, new_ops])
+        if len(self.arity) != len(vocab_ops):  # op types are only ever added
+            self.arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops],
+                                  np.int64)
+        counts = self.arity[new_ops]
         if np.any(counts < 0):
             counts[counts < 0] = rec.counts[self.count_start:]
-        flat = np.asarray(rec.operands[self.op_start:], dtype=np.int64)
-        old = np.unique(np.concatenate([flat[flat < start], losses[losses < start]]))
+        flat = np.array(rec.operands[self.op_start:], dtype=np.int64)
+        is_old, old_loss = flat < start, losses < start
+        old = np.concatenate([flat[is_old], losses[old_loss]])
         c, m = len(old), n - start
+        local = flat + (c - start)
+        local[is_old] = np.arange(int(is_old.sum()))
+        loss_local = losses + (c - start)
+        loss_local[old_loss] = np.arange(c - int(old_loss.sum()), c)
         inst_new = self._new_instances(rec.marks, start, n)
         if len(inst_new) and inst_new.min() < 0:
             warn_outside(batch, int((inst_new < 0).sum()))
@@ -189,23 +205,26 @@ class _Runner:
             old_ops[sel] = batch._kinds[op.name].op_id
             old_attrs[sel] = np.arange(len(sel))
             params[f"api.{op.name}"] = self.values.gather(old[sel])
-        local = np.where(flat < start, np.searchsorted(old, flat), flat - start + c)
-        loss_local = np.where(losses < start, np.searchsorted(old, losses), losses - start + c)
         has_loss = len(losses) > 0
         vocab = batch._vocab_for(has_loss)
-        op_ids = np.concatenate([old_ops, op_all[start:]] +
-                                ([np.array([len(vocab) - 1], np.int32)] if has_loss else []))
-        cnt = np.concatenate([np.zeros(c, np.int64), counts] +
-                             ([np.array([len(losses)])] if has_loss else []))
-        attrs = np.concatenate([old_attrs, np.asarray(rec.attrs[start:], np.int64)] +
-                               ([np.array([-1])] if has_loss else []))
-        inst = np.concatenate([inst_all[old], inst_all[start:]] +
-                              ([np.array([0])] if has_loss else []))
+        if has_loss:
+            op_ids = np.concatenate([old_ops, new_ops, np.array([len(vocab) - 1], np.int32)])
+            cnt = np.concatenate([np.zeros(c, np.int64), counts, np.array([len(losses)])])
+            attrs = np.concatenate([old_attrs, np.array(rec.attrs[start:n], np.int64),
+                                    np.array([-1])])
+            inst = np.concatenate([inst_all[old], inst_new, np.array([0], np.int32)])
+            operands = np.concatenate([local, loss_local]).astype(np.int32)
+            outputs = np.array([c + m], np.int32)
+        else:
+            op_ids = np.concatenate([old_ops, new_ops])
+            cnt = np.concatenate([np.zeros(c, np.int64), counts])
+            attrs = np.concatenate([old_attrs, np.array(rec.attrs[start:n], np.int64)])
+            inst = np.concatenate([inst_all[old], inst_new])
+            operands, outputs = local.astype(np.int32), _NO_OUTPUTS
         t1 = time.perf_counter()
         state = segment_state(batch)  # schedule, plan, program reused by structure
         arrays = {"op_ids": op_ids, "counts": cnt, "attrs": attrs, "instance": inst,
-                  "operands": np.concatenate([local, loss_local]).astype(np.int32),
-                  "outputs": np.array([c + m] if has_loss else [], np.int32),
+                  "operands": operands, "outputs": outputs,
                   "sizes": np.array([c, m], np.int64)}
         graph, schedule, entry, result = run_segment(
             state, vocab, self.make, self.strategy,
@@ -232,25 +251,37 @@ class _Runner:
             self.last_inst = int(m[-1, 1])
         return np.repeat(values, np.diff(bounds))
 
-    def values_of(self, asked: dict[int, Any],
-                  lists: dict[int, tuple[Sequence[int], tuple[int, ...]]]) -> dict[int, Any]:
-        """What each program is sent: the value of the handle it yielded (shape
-        ``handle.shape``) or of its list (``[k, *shape]``), all read in one gather, detached
-        (no autograd node per program; one ``unbind`` gives every single-handle program's
-        row as a view)."""
-        nodes = np.concatenate([_ids(ids) for ids, _ in lists.values()])
-        flat = self.values.gather(nodes).detach()
-        rows = flat.unbind(0)
-        out, at = {}, 0
-        for i, (ids, shape) in lists.items():
-            k = len(ids)
-            if type(asked[i]) is Handle:
-                row = rows[at]
-                out[i] = row if len(shape) == 1 else row.reshape(shape)
-            else:
-                out[i] = flat[at:at + k].reshape(k, *shape)
-            at += k
+    def values_of(self, asked: list[Any], lists: list[tuple[Sequence[int], tuple[int, ...]]]
+                  ) -> list[Any]:
+        """What each program is sent (general path: see :func:`_hand_back` for the common
+        one): the value of the handle it yielded (shape ``handle.shape``) or of its list
+        (``[k, *shape]``), detached, read in one gather per row shape."""
+        out: list[Any] = [None] * len(asked)
+        by_shape: dict[tuple[int, ...], list[int]] = {}
+        for j, (_, shape) in enumerate(lists):
+            by_shape.setdefault(shape, []).append(j)
+        for shape, js in by_shape.items():
+            nodes = np.concatenate([_ids(lists[j][0]) for j in js])
+            flat = self.values.gather(nodes).detach()
+            at = 0
+            for j in js:
+                k = len(lists[j][0])
+                if type(asked[j]) is Handle:
+                    out[j] = flat[at].reshape(shape)
+                else:
+                    out[j] = flat[at:at + k].reshape(k, *shape)
+                at += k
         return out
+
+
+def _hand_back(values: Values, nodes: np.ndarray,  # type: ignore[type-arg]
+               shape: tuple[int, ...]) -> Sequence[Tensor]:
+    """The values of ``nodes`` (one handle per program, all of row shape ``shape``) as
+    detached row views of one gather (one ``unbind``: no Python per program)."""
+    flat = values.gather(nodes).detach()
+    if len(shape) != 1:
+        flat = flat.reshape(len(nodes), *shape)
+    return flat.unbind(0)
 
 
 def _ids(ids: Sequence[int]) -> np.ndarray:  # type: ignore[type-arg]
@@ -300,36 +331,51 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
     runner = _Runner(batch, make, strategy, grad)
     returns: list[Any] = [None] * len(programs)
     ids = [batch.next_instance() for _ in programs]
-    live = dict(enumerate(programs))
-    sent: dict[int, Any] = {}
+    live = list(range(len(programs)))
+    sent: list[Any] = [None] * len(programs)
     syncs = 0
     clock = time.perf_counter
+    marks = rec.marks
     while live:
         t0 = clock()
-        asked: dict[int, Any] = {}
-        for i, program in list(live.items()):
+        ops = rec.ops
+        asking: list[int] = []
+        asked: list[Any] = []
+        for i in live:
             batch._instance = ids[i]
-            rec.marks.append((len(rec.ops), ids[i]))
+            marks.append((len(ops), ids[i]))
             try:
-                asked[i] = program.send(sent.pop(i, None))
+                asked.append(programs[i].send(sent[i]))
             except StopIteration as stop:
                 returns[i] = stop.value
-                del live[i]
+                continue
+            asking.append(i)
         batch._instance = -1
-        rec.marks.append((len(rec.ops), -1))
+        marks.append((len(ops), -1))
         runner.seconds["record"] += clock() - t0
+        live = asking
         if not asked:
             break
-        lists = {i: ([y.node_id], y._kind.shape) if type(y) is Handle and y._rec is rec
-                 else _check_yield(batch, i, y)
-                 for i, y in asked.items()}  # one handle of this mini-batch: nothing to check
-        nodes = np.concatenate([_ids(ids) for ids, _ in lists.values()])
+        kind = getattr(asked[0], "_kind", None)
+        if type(asked[0]) is Handle and all(type(y) is Handle and y._rec is rec and
+                                            y._kind is kind for y in asked):
+            # the common case: one handle of one kind per program, nothing more to check
+            nodes = np.fromiter([y.node_id for y in asked], np.int64, len(asked))
+            lists = None
+        else:
+            lists = [_check_yield(batch, i, y) for i, y in zip(asking, asked, strict=True)]
+            nodes = np.concatenate([_ids(ids) for ids, _ in lists])
         runner.values.grow(len(rec.ops))
         if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
             runner.run()
             syncs += 1
         t0 = clock()
-        sent = runner.values_of(asked, lists)
+        if lists is None:
+            values = _hand_back(runner.values, nodes, kind.shape)
+        else:
+            values = runner.values_of(asked, lists)
+        for i, v in zip(asking, values, strict=True):
+            sent[i] = v
         runner.seconds["read"] += clock() - t0
     runner.run()
     loss = None

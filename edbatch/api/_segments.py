@@ -46,7 +46,7 @@ __all__ = ["CACHE_SIZE", "Entry", "SegmentCache", "SegmentExecutor", "SegmentSta
            "add_values", "rebind", "run_segment", "segment_state", "value_groups"]
 
 #: Segment structures kept per batch.
-CACHE_SIZE = 64
+CACHE_SIZE = 256
 
 
 @dataclass

@@ -22,7 +22,10 @@ from edbatch.errors import ExecutionError
 from edbatch.executor import Kernel
 from edbatch.memory import MemoryPlan
 
-__all__ = ["Capture", "Values"]
+__all__ = ["MERGE_AT", "Capture", "Values"]
+
+#: A gather whose rows lie in more source batches than this joins those batches first.
+MERGE_AT = 4
 
 
 class Capture:
@@ -34,6 +37,14 @@ class Capture:
 
     def _wrap(self, kernel: Kernel) -> Kernel:
         keep = self.outputs.append
+        if getattr(kernel, "writes_out", False):  # fills the arena region it is given
+            def run_out(op, inputs, params, attrs, out=None, save=None):  # type: ignore[no-untyped-def]
+                out = kernel(op, inputs, params, attrs, out=out) if save is None else \
+                    kernel(op, inputs, params, attrs, out=out, save=save)
+                keep(out)
+                return out
+            run_out.writes_out = True  # type: ignore[attr-defined]
+            return run_out
 
         def run(op, inputs, params, attrs):  # type: ignore[no-untyped-def]
             out = kernel(op, inputs, params, attrs)
@@ -87,17 +98,30 @@ class Values:
 
     def gather(self, nodes: np.ndarray) -> Tensor:  # type: ignore[type-arg]
         """The values of ``nodes`` as ``[len(nodes), width]``: one ``index_select`` per
-        source batch (and a ``cat`` and a reorder when there are several)."""
+        source batch (and a ``cat`` and a reorder when there are several). Several sources
+        that are row views of one arena, or more than :data:`MERGE_AT` of them, are first
+        joined into one tensor (once: the nodes' locations are moved to it), so that
+        reading the same rows again, as a parser does at every decision, is one
+        ``index_select``."""
         nodes = np.asarray(nodes, dtype=np.int64)
-        src, row = self.batch[nodes], self.row[nodes]
+        src = self.batch[nodes]
         if np.any(src < 0):
             raise ExecutionError(f"node %{int(nodes[src < 0][0])} has no value yet")
         first = int(src[0])
         if np.all(src == first):
+            row = self.row[nodes]
             out = self.outputs[first]
-            if len(row) == out.shape[0] and np.array_equal(row, np.arange(len(row))):
+            if len(row) == out.shape[0] and row[0] == 0 and \
+                    np.array_equal(row, np.arange(len(row))):
                 return out
             return out.index_select(0, _index(row, out.device))
+        used = np.unique(src)
+        if self._merge(used):
+            src = self.batch[nodes]
+            if np.all(src == src[0]):
+                out = self.outputs[int(src[0])]
+                return out.index_select(0, _index(self.row[nodes], out.device))
+        row = self.row[nodes]
         order = np.argsort(src, kind="stable")
         bounds = np.flatnonzero(np.diff(src[order])) + 1
         parts = []
@@ -108,6 +132,44 @@ class Values:
         back = np.empty_like(order)
         back[order] = np.arange(len(order))
         return joined.index_select(0, _index(back, joined.device))
+
+    def _merge(self, used: np.ndarray) -> bool:  # type: ignore[type-arg]
+        """Join the source batches ``used`` (sorted, one row width) into one new output
+        and point every node kept in them at its row there, if they are row views of one
+        arena (an inference run's in-place outputs: no copy) or more than
+        :data:`MERGE_AT` (one ``cat``); whether it did."""
+        parts = [self.outputs[int(b)] for b in used]
+        shift = np.zeros(int(used[-1]) + 1, dtype=np.int64)
+        joined, at = _common_rows(parts)
+        if joined is not None:
+            shift[used] = at
+        elif len(used) > MERGE_AT:
+            sizes = np.array([p.shape[0] for p in parts], dtype=np.int64)
+            shift[used] = np.cumsum(sizes) - sizes
+            joined = torch.cat(parts)
+        else:
+            return False
+        moved = np.isin(self.batch, used)
+        self.row[moved] += shift[self.batch[moved]]
+        self.batch[moved] = len(self.outputs)
+        self.outputs.append(joined)
+        return True
+
+
+def _common_rows(parts: Sequence[Tensor]) -> tuple[Tensor | None, list[int]]:
+    """``(arena, first row of each part)`` if every part is a block of whole rows of one
+    2-d tensor (``arena``), else ``(None, [])``."""
+    base = parts[0]._base
+    if base is None or base.dim() != 2 or not base.is_contiguous():
+        return None, []
+    stride, origin, at = base.stride(0), base.storage_offset(), []
+    for p in parts:
+        off = p.storage_offset() - origin
+        if p._base is not base or p.dim() != 2 or p.stride() != base.stride() or \
+                p.shape[1] != base.shape[1] or off % stride:
+            return None, []
+        at.append(off // stride)
+    return base, at
 
 
 def _index(rows: np.ndarray, device: torch.device) -> Tensor:  # type: ignore[type-arg]
