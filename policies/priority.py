@@ -73,7 +73,10 @@ def population_batches(inputs: Sequence[tuple], ws: NDArray[np.float64]  # type:
 
 
 def _check_weights(w: Any, where: str) -> NDArray[np.float64]:
-    arr = np.asarray(w, dtype=np.float64)
+    try:
+        arr = np.asarray(w, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.full(np.shape(w), np.nan)
     if arr.shape != (len(FEATURES),) or not np.all(np.isfinite(arr)):
         raise ValueError(f"{where}: need {len(FEATURES)} finite weights (one per feature "
                          f"{list(FEATURES)}), got shape {arr.shape}")
