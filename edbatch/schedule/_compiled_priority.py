@@ -64,9 +64,15 @@ def critical_path_weights() -> np.ndarray:
 
 @njit(cache=True)
 def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total, last,
-                      hmax, ids, out):  # type: ignore[no-untyped-def]
+                      hmax, logt, seen, sumh, cmax, ctop, ids, out):  # type: ignore[no-untyped-def]
     """Write the feature rows of the ready batchable types (ascending id) into ``out`` and
-    their ids into ``ids``; return how many."""
+    their ids into ``ids``; return how many.
+
+    ``logt[i] = log1p(i)``; ``seen``/``sumh``/``cmax``/``ctop``: per type, the ready nodes
+    already read, the sum of their heights, the highest and how many sit at it (a ready
+    list only grows until its type runs, when the caller resets them): each ready node is
+    read once.
+    """
     top, n_ready, r = -1, 0, 0
     for a in range(k):
         if rlen[a] and batchable[a]:
@@ -75,24 +81,27 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
             n_ready += rlen[a]
             if maxh[a] > top:
                 top = maxh[a]
+            for j in range(start[a] + seen[a], start[a] + rlen[a]):
+                h = height[ready[j]]
+                sumh[a] += h
+                if h > cmax[a]:
+                    cmax[a], ctop[a] = h, 1
+                elif h == cmax[a]:
+                    ctop[a] += 1
+            seen[a] = rlen[a]
     for i in range(r):
         a = ids[i]
         c, t = rlen[a], tw[a]
-        s, at_top = 0, 0
-        for j in range(start[a], start[a] + c):
-            h = height[ready[j]]
-            s += h
-            if h == maxh[a]:
-                at_top += 1
+        s, at_top = sumh[a], ctop[a]
         gap = maxh[a] - top
         row = out[i]
         row[0] = gap
         row[1] = _ratio(rlen, tw, a)
         row[2] = 1.0 if c >= t else 0.0
-        row[3] = math.log1p(c) / 4.0
+        row[3] = logt[c] / 4.0
         row[4] = c / rem[a]
-        row[5] = math.log1p(t - c if t > c else 0) / 4.0
-        row[6] = math.log1p(rem[a] - c) / 8.0
+        row[5] = logt[t - c if t > c else 0] / 4.0
+        row[6] = logt[rem[a] - c] / 8.0
         row[7] = 1.0 if a == last else 0.0
         mg = maxh[a] - s / c
         row[8] = (mg if mg < 16.0 else 16.0) / 16.0
@@ -136,6 +145,17 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     for v in range(n):
         if height[v] + 1.0 > hmax:
             hmax = height[v] + 1.0
+    tmax = 0
+    for a in range(k):
+        if total[a] > tmax:
+            tmax = total[a]
+    logt = np.empty(tmax + 1, np.float64)
+    for i in range(tmax + 1):
+        logt[i] = math.log1p(i)
+    seen = np.zeros(k, np.int64)
+    sumh = np.zeros(k, np.int64)
+    cmax = np.full(k, -1, np.int64)
+    ctop = np.zeros(k, np.int64)
     x = np.zeros((k, len(w)), np.float64)
     ids = np.empty(k, np.int64)
     batch_op = np.empty(n, np.int64)
@@ -161,7 +181,7 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
         if done == n:
             break
         r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
-                              last, hmax, ids, x)
+                              last, hmax, logt, seen, sumh, cmax, ctop, ids, x)
         a = ids[_best(r, x, w)] if r > 1 else ids[0]
         decisions += 1
         if a != _critical(k, rlen, tw, maxh, batchable):
@@ -172,6 +192,7 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
         batch[:] = ready[start[a]:start[a] + c]
         sort_nodes(batch, mark)
         rlen[a], maxh[a] = 0, -1
+        seen[a], sumh[a], cmax[a], ctop[a] = 0, 0, -1, 0
         batch_op[nb] = a
         nb, done = nb + 1, done + c
         batch_ptr[nb] = done
