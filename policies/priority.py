@@ -154,6 +154,8 @@ class PriorityPolicy:
         """The Python oracle of this policy (a :class:`~edbatch.schedule.Policy`)."""
         return PriorityTwin(self.weights)
 
+    fork = twin  # a fresh Policy per run, as policies.frontier_net.distill_fsm expects
+
     def __repr__(self) -> str:
         return f"PriorityPolicy({self.name}, learned={self.learned})"
 

@@ -100,11 +100,14 @@ class PriorityTrainer:
             elite = ws[order[:self.elite]]
             mean = elite.mean(axis=0)
             std = np.maximum(elite.std(axis=0), self.sigma_floor)
-            row = {"episode": float(it + 1), "train/ratio_to_lb": best / lb_train,
+            row = {"episode": float(it + 1), "train/best_ratio_to_lb": best / lb_train,
+                   "train/mean_ratio_to_lb": float(scores[0]) / lb_train,
                    "train/mean_batches": float(scores.mean()) / len(train),
                    "train/fallback_ratio_to_lb": base / lb_train}
-            history.append({"episode": float(it + 1), "ratio_to_lb": best / lb_train,
-                            "fallback_ratio_to_lb": base / lb_train})
+            history.append({  # the learning curve (on the training graphs)
+                "episode": float(episodes), "eval/ratio_to_lb": float(scores[0]) / lb_train,
+                "eval/best_ratio_to_lb": best / lb_train,
+                "eval/fallback_ratio_to_lb": base / lb_train})
             if callback is not None:
                 callback(row)
             if progress:
