@@ -86,6 +86,7 @@ class PriorityTrainer:
         rng = np.random.default_rng(self.seed)
         w0 = critical_path_weights()
         base = int(population_batches(train, w0[None])[0].sum())
+        val_base0 = int(population_batches(val, w0[None])[0].sum())
         mean, std = w0.copy(), np.full(len(w0), self.sigma)
         best_w, best = w0.copy(), base
         history: list[dict[str, float]] = []
@@ -104,10 +105,11 @@ class PriorityTrainer:
                    "train/mean_ratio_to_lb": float(scores[0]) / lb_train,
                    "train/mean_batches": float(scores.mean()) / len(train),
                    "train/fallback_ratio_to_lb": base / lb_train}
-            history.append({  # the learning curve (on the training graphs)
-                "episode": float(episodes), "eval/ratio_to_lb": float(scores[0]) / lb_train,
-                "eval/best_ratio_to_lb": best / lb_train,
-                "eval/fallback_ratio_to_lb": base / lb_train})
+            v_mean, v_best = population_batches(val, np.vstack([ws[0], best_w])).sum(axis=1)
+            history.append({  # the learning curve on the validation graphs
+                "episode": float(episodes), "eval/ratio_to_lb": v_mean / lb_val,
+                "eval/best_ratio_to_lb": v_best / lb_val,
+                "eval/fallback_ratio_to_lb": val_base0 / lb_val})
             if callback is not None:
                 callback(row)
             if progress:
