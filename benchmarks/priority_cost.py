@@ -7,7 +7,9 @@ compiled critical path (one comparison per ready type), and the Python twin (the
     python -m benchmarks.priority_cost --workload module_net --graphs 8 [--policy policy.json]
 
 Prints microseconds per decision of each and the priority policy's extra cost over
-critical path (what the learned scorer adds per decision).
+critical path (what the learned scorer adds per decision). Times are the process's CPU time
+(``time.process_time``), not wall time: on a loaded machine a preempted round would
+otherwise count the other processes' time.
 """
 
 from __future__ import annotations
@@ -46,17 +48,17 @@ def _policy(path: str | None, graphs: list[Graph]) -> PriorityPolicy:
 
 
 def _interleave(fns: dict[str, Callable[[], None]], reps: int) -> dict[str, list[float]]:
-    """Seconds of each function per round, alternated (round 0 is warm-up); the Python
+    """CPU seconds of each function per round, alternated (round 0 is warm-up); the Python
     twin only every fifth round."""
     runs: dict[str, list[float]] = {k: [] for k in fns}
     for r in range(reps + 1):
         for name, fn in fns.items():
             if name == "python_twin" and r % 5:
                 continue
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             fn()
             if r:
-                runs[name].append(time.perf_counter() - t0)
+                runs[name].append(time.process_time() - t0)
     return runs
 
 
