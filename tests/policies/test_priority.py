@@ -134,3 +134,57 @@ def test_missing_or_corrupt_artifact(tmp_path: Path) -> None:
 def test_bad_trainer_settings() -> None:
     with pytest.raises(ValueError, match="elite"):
         PriorityTrainer(population=4, elite=5)
+
+
+def test_user_api_trains_saves_loads_and_runs_a_priority_policy(tmp_path: Path) -> None:
+    import torch
+    from torch import nn
+
+    from edbatch.api import DynamicBatch
+    from policies import train_policy
+
+    torch.manual_seed(0)
+    batch = DynamicBatch()
+    embed = nn.Embedding(20, 4)
+    step = batch.cell(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), "step", [4], 4)
+    other = batch.cell(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), "other", [4], 4)
+    loss = batch.cell(lambda h: h.pow(2).sum(1), "sq", [4], ())
+
+    def record(rng: np.random.Generator) -> None:
+        for _ in range(8):
+            with batch.instance():
+                h = batch.lookup(embed, int(rng.integers(20)))
+                for _ in range(int(rng.integers(1, 6))):
+                    h = (step if rng.random() < 0.5 else other)(h)
+                batch.add_loss(loss(h))
+
+    graphs = []
+    for s in range(3):
+        record(np.random.default_rng(s))
+        graphs.append(batch.graph())
+        batch.discard()
+    path = tmp_path / "policy.json"
+    with pytest.warns(UserWarning, match="learned nothing"):  # critical path is at the LB
+        policy = train_policy(graphs[:2], trainer="priority", val_graphs=graphs[2:],
+                              path=path, iterations=2, population=4, elite=2)
+    assert not policy.learned and policy.metadata["learned"] is False
+    loaded = load_policy(path)
+    assert isinstance(loaded, PriorityPolicy)
+    assert np.array_equal(loaded.weights, policy.weights)
+    record(np.random.default_rng(9))
+    out = batch.run(loaded)
+    out.schedule.validate(out.graph)
+    record(np.random.default_rng(9))
+    ref = batch.run("depth")
+    assert out.loss.item() == pytest.approx(ref.loss.item(), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_module_net_benchmark_runs_a_priority_artifact(tmp_path: Path) -> None:
+    """``--policy`` with critical path's weights: exactly critical path's batches."""
+    from benchmarks.module_net_peers import main
+
+    path = PriorityPolicy(critical_path_weights(), learned=False).save(tmp_path / "p.json")
+    out = main(["--minibatches", "1", "--warmup", "0", "--batch-size", "16",
+                "--hidden-dim", "8", "--split", "test", "--policy", str(path)])
+    assert out["edbatch/learned"]["batches"] == out["edbatch/critical_path"]["batches"]
