@@ -12,7 +12,7 @@ import pytest
 from edbatch.errors import PolicyFileError
 from edbatch.schedule import CriticalPathPolicy, lower_bound, make_scheduler, run_policy
 from edbatch.workloads import make_workload
-from edbatch.workloads.synthetic import random_lattices
+from edbatch.workloads.synthetic import random_binary_trees, random_lattices
 from experiments._learned import score_unseen
 from policies.priority import FEATURES, PriorityPolicy, critical_path_weights
 from policies.priority_train import PriorityTrainer
@@ -21,10 +21,10 @@ from policies.user import load_policy
 
 @pytest.fixture(scope="module")
 def graphs() -> list:
-    """Real mini-batches: module networks (many op types), lattices, trees."""
+    """Real mini-batches (module networks: many op types; lattices) and random trees."""
     out = list(make_workload("module_net", granularity="cell").batches("test", 12, limit=2))
     out += list(make_workload("lattice_lstm").batches("train", 6, limit=1))
-    out += list(make_workload("tree_lstm").batches("train", 6, limit=1))
+    out.append(random_binary_trees(np.random.default_rng(0), 6, 12))
     return out
 
 
