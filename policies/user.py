@@ -75,6 +75,10 @@ def _learned_nothing(policy: Any, result: Any) -> str | None:
     ratio = getattr(result, "best_ratio", float("nan"))
     fallback = getattr(policy, "fallback_name", "?")
     stop = (getattr(policy, "metadata", {}).get("config") or {}).get("early_stop_ratio")
+    why = getattr(policy, "metadata", {}).get("learned_nothing")
+    if why and getattr(policy, "encoding", None) == "priority":  # weights, not a table
+        return (f"train_policy: the priority policy learned nothing: {why}; the policy is "
+                f"{fallback!r} alone ({ratio:.4f} x the lower bound on validation)")
     if episodes == 0:
         return (f"train_policy: the policy learned nothing (0 states, 0 episodes): its "
                 f"fallback {fallback!r} already schedules the validation graphs at "
