@@ -188,3 +188,31 @@ def test_module_net_benchmark_runs_a_priority_artifact(tmp_path: Path) -> None:
     out = main(["--minibatches", "1", "--warmup", "0", "--batch-size", "16",
                 "--hidden-dim", "8", "--split", "test", "--policy", str(path)])
     assert out["edbatch/learned"]["batches"] == out["edbatch/critical_path"]["batches"]
+
+
+@pytest.mark.slow
+def test_experiments_train_with_trainer_priority(tmp_path: Path) -> None:
+    """``experiments.train trainer=priority`` saves the JSON artifact and prints the unseen
+    report line; the artifact reads back and schedules validly."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    run_dir = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-m", "experiments.train", "workload=module_net", "trainer=priority",
+         "num_train_graphs=1", "num_val_graphs=1", "batch_size=12", "num_eval_graphs=1",
+         "trainer.iterations=2", "trainer.population=4", "trainer.elite=2",
+         "progress=false", f"run_dir={run_dir}"],
+        cwd=root, env={**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(root)},
+        text=True, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if "unseen test mini-batches" in x)
+    assert line.startswith("priority on 1 unseen test mini-batches: ") and "critical_path" in line
+    p = PriorityPolicy.load(run_dir / "policy.json")
+    assert p.metadata["workload"] == "module_net"
+    assert p.metadata["learner"] == "cross-entropy method"
+    g = next(iter(make_workload("module_net").batches("test", 12, limit=1)))
+    p(g).validate(g)
+    assert (run_dir / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
