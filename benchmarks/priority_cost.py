@@ -47,7 +47,7 @@ def _policy(path: str | None, graphs: list[Graph]) -> PriorityPolicy:
     return policy if policy.learned else PriorityPolicy(critical_path_weights() + 0.1)
 
 
-def _interleave(fns: dict[str, Callable[[], None]], reps: int) -> dict[str, list[float]]:
+def _interleave(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, list[float]]:
     """CPU seconds of each function per round, alternated (round 0 is warm-up); the Python
     twin only every fifth round."""
     runs: dict[str, list[float]] = {k: [] for k in fns}
@@ -75,9 +75,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     decisions = policy.hits + policy.misses
     twin = policy.twin()
     runs = _interleave({
-        "priority": lambda: [run_priority(*x, policy.weights) for x in inputs] and None,
-        "critical_path": lambda: [compiled_arrays(g, "critical_path") for g in graphs] and None,
-        "python_twin": lambda: [run_policy(g, twin) for g in graphs] and None,
+        "priority": lambda: [run_priority(*x, policy.weights)  # type: ignore[call-arg]
+                             for x in inputs],
+        "critical_path": lambda: [compiled_arrays(g, "critical_path") for g in graphs],
+        "python_twin": lambda: [run_policy(g, twin) for g in graphs],
     }, args.reps)
     us = {k: 1e6 * statistics.median(v) / decisions for k, v in runs.items()}
     us["priority_extra"] = us["priority"] - us["critical_path"]

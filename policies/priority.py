@@ -69,7 +69,8 @@ def population_batches(inputs: Sequence[tuple], ws: NDArray[np.float64]  # type:
     """``int64[len(ws), len(inputs)]``: batches of each graph (its :func:`graph_inputs`)
     under each weight vector (rows of ``ws``)."""
     ws = np.ascontiguousarray(ws, dtype=np.float64)
-    return np.stack([run_priority_counts(*g, ws) for g in inputs], axis=1)
+    return np.stack([run_priority_counts(*g, ws) for g in inputs],  # type: ignore[call-arg]
+                    axis=1)
 
 
 def _check_weights(w: Any, where: str) -> NDArray[np.float64]:
@@ -134,8 +135,8 @@ class PriorityPolicy:
     # ------------------------------------------------------------------ scheduling
     def __call__(self, graph: Graph) -> Schedule:
         t0 = time.perf_counter()
-        bop, bforced, bptr, nodes, over, dec = run_priority(*graph_inputs(graph),
-                                                            self.weights)
+        bop, bforced, bptr, nodes, over, dec = run_priority(  # type: ignore[call-arg]
+            *graph_inputs(graph), self.weights)
         self.hits += int(over)
         self.misses += int(dec - over)
         return Schedule(_batches(bop, bforced, bptr, nodes), self.name,
