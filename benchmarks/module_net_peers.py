@@ -295,7 +295,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     ap.add_argument("--hidden-dim", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--policy", default=None,
-                    help="a learned FSM artifact (policy.json): contender edbatch/learned")
+                    help="a learned FSM or priority artifact (policy.json): contender "
+                         "edbatch/learned")
     ap.add_argument("--split", default="train", help="questions to draw mini-batches from")
     ap.add_argument("--dynet", type=int, nargs="*", choices=(1, 2),
                     default=[1] if importlib.util.find_spec("dynet") else [],
@@ -318,8 +319,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
         try:
             if args.policy:
                 from policies.fsm import FSMPolicy  # benchmarks may import every layer
-                ctx.schedulers["learned"] = FSMPolicy.load(args.policy, workload.vocab
-                                                           ).runtime_scheduler("learned")
+                from policies.priority import PriorityPolicy, is_priority_file
+                ctx.schedulers["learned"] = (
+                    PriorityPolicy.load(args.policy) if is_priority_file(args.policy)
+                    else FSMPolicy.load(args.policy, workload.vocab)
+                ).runtime_scheduler("learned")
                 heuristics.append("learned")
             stats = _interleave(args, train, params, ctx, heuristics)
         finally:

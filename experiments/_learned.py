@@ -47,7 +47,10 @@ class Unseen:
 
 
 def fallback_alone(policy: Any) -> Any:
-    """The FSM's fallback with the same lookahead and an empty table."""
+    """The FSM's fallback with the same lookahead and an empty table (a policy with its own
+    ``fallback_alone``, e.g. the priority policy, makes it)."""
+    if hasattr(policy, "fallback_alone"):
+        return policy.fallback_alone()
     return type(policy)({}, policy.encoding, policy.op_names, policy.fallback_name,
                         lookahead=policy.lookahead)
 
@@ -68,8 +71,11 @@ def score_unseen(policy: Any, graphs: Sequence[Graph], fsm_batches: int | None =
         else:  # an empty table is the fallback alone
             fallback_batches = fsm_batches
     policy.reset_stats()
-    for g in graphs:
-        run_policy(g, policy)
+    if hasattr(policy, "count_hits"):  # a compiled policy that counts its own decisions
+        policy.count_hits(graphs)
+    else:
+        for g in graphs:
+            run_policy(g, policy)
     return Unseen(len(graphs), sum(lower_bound(g) for g in graphs), int(fsm_batches),
                   int(fallback_batches), int(policy.num_states), float(policy.hit_rate),
                   str(policy.fallback_name))

@@ -53,6 +53,7 @@ TRAINERS: dict[str, tuple[str, dict[str, Any]]] = {
     "ed_batch": ("policies.q_learning:QLearningTrainer", {}),
     "maskable_ppo": ("policies.sb3:MaskablePPOTrainer", {"fallback": "auto"}),
     "dqn": ("policies.sb3:DQNTrainer", {"fallback": "auto"}),
+    "priority": ("policies.priority_train:PriorityTrainer", {}),  # weights, not a table
 }
 
 
@@ -74,6 +75,10 @@ def _learned_nothing(policy: Any, result: Any) -> str | None:
     ratio = getattr(result, "best_ratio", float("nan"))
     fallback = getattr(policy, "fallback_name", "?")
     stop = (getattr(policy, "metadata", {}).get("config") or {}).get("early_stop_ratio")
+    why = getattr(policy, "metadata", {}).get("learned_nothing")
+    if why and getattr(policy, "encoding", None) == "priority":  # weights, not a table
+        return (f"train_policy: the priority policy learned nothing: {why}; the policy is "
+                f"{fallback!r} alone ({ratio:.4f} x the lower bound on validation)")
     if episodes == 0:
         return (f"train_policy: the policy learned nothing (0 states, 0 episodes): its "
                 f"fallback {fallback!r} already schedules the validation graphs at "
@@ -159,11 +164,16 @@ def _make_trainer(name: str, seed: int, hparams: dict[str, Any]) -> Any:
                                f"the SB3 trainers for the accepted names") from None
 
 
-def load_policy(path: str | Path) -> FSMPolicy:
-    """Read a saved FSM policy (:meth:`policies.FSMPolicy.load`); ``batch.run(policy)``
-    checks each graph's op types against it.
+def load_policy(path: str | Path) -> Any:
+    """Read a saved FSM policy (:meth:`policies.FSMPolicy.load`; ``batch.run(policy)``
+    checks each graph's op types against it) or priority policy
+    (:meth:`policies.priority.PriorityPolicy.load`, any op types).
 
     Raises:
         PolicyFileError: a missing, corrupt or foreign file.
     """
+    from policies.priority import PriorityPolicy, is_priority_file
+
+    if is_priority_file(path):
+        return PriorityPolicy.load(path)
     return FSMPolicy.load(path)

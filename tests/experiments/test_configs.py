@@ -43,6 +43,11 @@ def test_every_scheduler_config_instantiates_and_schedules(name: str, tmp_path: 
     if name == "fsm":  # needs a trained artifact
         path = FSMPolicy({}, "base", graph.vocab.names).save(tmp_path / "p.json")
         overrides.append(f"scheduler.fsm.path={path}")
+    if name == "priority":  # a priority-policy artifact (any op types)
+        from policies.priority import PriorityPolicy, critical_path_weights
+
+        path = PriorityPolicy(critical_path_weights()).save(tmp_path / "w.json")
+        overrides.append(f"scheduler.priority.path={path}")
     cfg = _compose(overrides)
     scheduler = instantiate(cfg.scheduler[name])
     schedule = scheduler(graph)

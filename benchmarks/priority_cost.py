@@ -1,0 +1,93 @@
+"""Per-decision cost of the compiled priority policy (issue 31: <= 5 us per decision).
+
+Interleaved on the same graphs, medians over ``--reps`` rounds: the whole compiled schedule
+with the priority policy (features + score of every ready type at each decision), the
+compiled critical path (one comparison per ready type), and the Python twin (the oracle)::
+
+    python -m benchmarks.priority_cost --workload module_net --graphs 8 [--policy policy.json]
+
+Prints microseconds per decision of each and the priority policy's extra cost over
+critical path (what the learned scorer adds per decision). Times are the process's CPU time
+(``time.process_time``), not wall time: on a loaded machine a preempted round would
+otherwise count the other processes' time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+from edbatch.graph import Graph
+from edbatch.schedule import run_policy
+from edbatch.schedule._compiled_priority import run_priority
+from edbatch.schedule.compiled import compiled_arrays
+from edbatch.workloads import make_workload
+from policies.priority import PriorityPolicy, critical_path_weights, graph_inputs
+from policies.priority_train import PriorityTrainer
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", default="module_net")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--granularity", default=None, help="e.g. cell (default: the workload's)")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--graphs", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--policy", default=None, help="a priority artifact (default: 3 CEM "
+                    "iterations on the first graph, so the weights are not critical path's)")
+    return ap.parse_args(argv)
+
+
+def _policy(path: str | None, graphs: list[Graph]) -> PriorityPolicy:
+    policy = PriorityPolicy.load(path) if path else PriorityTrainer(
+        iterations=3, population=8, elite=3).fit(graphs[:1], graphs[:1]).policy
+    return policy if policy.learned else PriorityPolicy(critical_path_weights() + 0.1)
+
+
+def _interleave(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, list[float]]:
+    """CPU seconds of each function per round, alternated (round 0 is warm-up); the Python
+    twin only every fifth round."""
+    runs: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(reps + 1):
+        for name, fn in fns.items():
+            if name == "python_twin" and r % 5:
+                continue
+            t0 = time.process_time()
+            fn()
+            if r:
+                runs[name].append(time.process_time() - t0)
+    return runs
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    args = _args(argv)
+    wl = make_workload(args.workload, **({"granularity": args.granularity}
+                                         if args.granularity else {}))
+    graphs = list(wl.batches(args.split, args.batch_size, limit=args.graphs))
+    policy = _policy(args.policy, graphs)
+    inputs = [graph_inputs(g) for g in graphs]
+    policy.reset_stats()
+    for g in graphs:
+        policy(g)
+    decisions = policy.hits + policy.misses
+    twin = policy.twin()
+    runs = _interleave({
+        "priority": lambda: [run_priority(*x, policy.weights)  # type: ignore[call-arg]
+                             for x in inputs],
+        "critical_path": lambda: [compiled_arrays(g, "critical_path") for g in graphs],
+        "python_twin": lambda: [run_policy(g, twin) for g in graphs],
+    }, args.reps)
+    us = {k: 1e6 * statistics.median(v) / decisions for k, v in runs.items()}
+    us["priority_extra"] = us["priority"] - us["critical_path"]
+    print(f"{args.workload} {args.split}: {len(graphs)} graphs, {decisions} decisions, "
+          f"{len(runs['priority'])} reps")
+    for k, v in us.items():
+        print(f"  {k:16s} {v:8.3f} us per decision")
+    return us
+
+
+if __name__ == "__main__":
+    main()

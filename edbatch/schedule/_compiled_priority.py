@@ -1,0 +1,218 @@
+"""The priority policy on the compiled core: a learned linear score per ready op type.
+
+At every decision each ready batchable op type ``a`` gets a feature row ``f_a`` computed
+here from the frontier's arrays (:mod:`edbatch.schedule._compiled`'s state: ``rlen``,
+``tw``, ``maxh``, ``rem``, the ready lists and the critical-path heights) and the score
+``s_a = w . f_a``; the type with the highest score runs (ties: the smallest id, as critical
+path breaks them). The same ``w`` scores every type, so the policy does not depend on the
+number or the order of op types (no table, no key): it reads what a type looks like now.
+
+Features (:data:`PRIORITY_FEATURES`, ``F`` columns; ``top`` = the highest ready height,
+``H`` = the graph's highest height + 1):
+
+====================  ==========================================================
+``gap``               ``maxh[a] - top`` (<= 0): critical path's criterion
+``fill``              ``|F(a)| / max(T(a), 1)``: critical path's tie-breaker
+``complete``          1 if ``|F(a)| >= T(a)``
+``log_ready``         ``log1p(|F(a)|) / 4``
+``ready_rem``         ``|F(a)| / rem(a)``: share of the type's unexecuted nodes ready now
+``log_wait``          ``log1p(max(T(a) - |F(a)|, 0)) / 4``: type-wise free, not yet ready
+``log_after``         ``log1p(rem(a) - |F(a)|) / 8``: nodes of the type left afterwards
+``last``              1 if ``a`` was the previous decision
+``mean_gap``          ``min(maxh[a] - mean ready height, 16) / 16``
+``top_share``         share of ``a``'s ready nodes at height ``maxh[a]``
+``rel_height``        ``maxh[a] / H``
+``gap1``              1 if ``gap == -1``
+``gap0``              1 if ``gap == 0``
+``rem_share``         ``rem(a) / total(a)``: share of the type still unexecuted
+``ready_share``       ``|F(a)|`` / all ready batchable nodes
+====================  ==========================================================
+
+With ``w = (1, 1e-3, 0, ...)`` (:func:`critical_path_weights`) the argmax is critical
+path's choice exactly (integer gaps dominate, the fill breaks ties, then the smallest id).
+The Python twin (``policies.priority.PriorityTwin``, a Policy over
+:class:`~edbatch.schedule.FrontierView`) computes the same rows; the tests assert identical
+schedules.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from edbatch.schedule._compiled import _retire, _typewise_freed, start_state
+from edbatch.schedule._compiled_keys import _critical, _ratio
+from edbatch.schedule._compiled_sort import sort_nodes
+
+__all__ = ["PRIORITY_FEATURES", "critical_path_weights", "priority_features",
+           "run_priority", "run_priority_counts"]
+
+PRIORITY_FEATURES = ("gap", "fill", "complete", "log_ready", "ready_rem", "log_wait",
+                     "log_after", "last", "mean_gap", "top_share", "rel_height", "gap1",
+                     "gap0", "rem_share", "ready_share")
+NUM_PRIORITY_FEATURES = len(PRIORITY_FEATURES)
+
+
+def critical_path_weights() -> np.ndarray:
+    """The weights whose argmax is critical path's choice (``gap`` 1, ``fill`` 1e-3)."""
+    w = np.zeros(NUM_PRIORITY_FEATURES, np.float64)
+    w[0], w[1] = 1.0, 1e-3
+    return w
+
+
+@njit(cache=True)
+def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total, last,
+                      hmax, logt, seen, sumh, cmax, ctop, ids, out):  # type: ignore[no-untyped-def]
+    """Write the feature rows of the ready batchable types (ascending id) into ``out`` and
+    their ids into ``ids``; return how many.
+
+    ``logt[i] = log1p(i)``; ``seen``/``sumh``/``cmax``/``ctop``: per type, the ready nodes
+    already read, the sum of their heights, the highest and how many sit at it (a ready
+    list only grows until its type runs, when the caller resets them): each ready node is
+    read once.
+    """
+    top, n_ready, r = -1, 0, 0
+    for a in range(k):
+        if rlen[a] and batchable[a]:
+            ids[r] = a
+            r += 1
+            n_ready += rlen[a]
+            if maxh[a] > top:
+                top = maxh[a]
+            for j in range(start[a] + seen[a], start[a] + rlen[a]):
+                h = height[ready[j]]
+                sumh[a] += h
+                if h > cmax[a]:
+                    cmax[a], ctop[a] = h, 1
+                elif h == cmax[a]:
+                    ctop[a] += 1
+            seen[a] = rlen[a]
+    for i in range(r):
+        a = ids[i]
+        c, t = rlen[a], tw[a]
+        s, at_top = sumh[a], ctop[a]
+        gap = maxh[a] - top
+        row = out[i]
+        row[0] = gap
+        row[1] = _ratio(rlen, tw, a)
+        row[2] = 1.0 if c >= t else 0.0
+        row[3] = logt[c] / 4.0
+        row[4] = c / rem[a]
+        row[5] = logt[t - c if t > c else 0] / 4.0
+        row[6] = logt[rem[a] - c] / 8.0
+        row[7] = 1.0 if a == last else 0.0
+        mg = maxh[a] - s / c
+        row[8] = (mg if mg < 16.0 else 16.0) / 16.0
+        row[9] = at_top / c
+        row[10] = maxh[a] / hmax
+        row[11] = 1.0 if gap == -1 else 0.0
+        row[12] = 1.0 if gap == 0 else 0.0
+        row[13] = rem[a] / total[a]
+        row[14] = c / n_ready
+    return r
+
+
+@njit(cache=True)
+def _best(r, x, w):  # type: ignore[no-untyped-def]
+    """Row of the highest score ``x[i] . w`` (the first on ties)."""
+    best, best_s = 0, -np.inf
+    for i in range(r):
+        s = 0.0
+        for m in range(len(w)):
+            s += x[i, m] * w[m]
+        if s > best_s:
+            best, best_s = i, s
+    return best
+
+
+@njit(cache=True)
+def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
+                 total, w):  # type: ignore[no-untyped-def]
+    """Schedule one graph with the priority policy ``w`` (the core's loop, see
+    :func:`edbatch.schedule._compiled.run_schedule`; ``total``: nodes per op type).
+
+    Returns:
+        ``(batch_op, batch_forced, batch_ptr, nodes, overrides, decisions)``: the batches as
+        :func:`~edbatch.schedule._compiled.run_schedule` returns them, the decisions where
+        the choice differs from critical path's, and all decisions.
+    """
+    n, k = len(op), len(batchable)
+    (start, rem, remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
+     nf) = start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr)
+    hmax = 1.0
+    for v in range(n):
+        if height[v] + 1.0 > hmax:
+            hmax = height[v] + 1.0
+    tmax = 0
+    for a in range(k):
+        if total[a] > tmax:
+            tmax = total[a]
+    logt = np.empty(tmax + 1, np.float64)
+    for i in range(tmax + 1):
+        logt[i] = math.log1p(i)
+    seen = np.zeros(k, np.int64)
+    sumh = np.zeros(k, np.int64)
+    cmax = np.full(k, -1, np.int64)
+    ctop = np.zeros(k, np.int64)
+    x = np.zeros((k, len(w)), np.float64)
+    ids = np.empty(k, np.int64)
+    batch_op = np.empty(n, np.int64)
+    batch_forced = np.zeros(n, np.bool_)
+    batch_ptr = np.zeros(n + 1, np.int64)
+    nodes = np.empty(n, np.int64)
+    mark = np.zeros(n, np.bool_)
+    nb, done, overrides, decisions, last = 0, 0, 0, 0, -1
+    while True:
+        while nf > 0:
+            nf -= 1
+            v = forced[nf]
+            a = op[v]
+            nodes[done] = v
+            batch = nodes[done:done + 1]
+            batch_op[nb], batch_forced[nb] = a, True
+            nb, done = nb + 1, done + 1
+            batch_ptr[nb] = done
+            rem[a] -= 1
+            remd[a] -= depth[v]
+            nf = _retire(batch, uptr, uids, pending, op, batchable, ready, start, rlen, maxh,
+                         height, forced, nf)
+        if done == n:
+            break
+        r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
+                              last, hmax, logt, seen, sumh, cmax, ctop, ids, x)
+        a = ids[_best(r, x, w)] if r > 1 else ids[0]
+        decisions += 1
+        if a != _critical(k, rlen, tw, maxh, batchable):
+            overrides += 1
+        last = a
+        c = rlen[a]
+        batch = nodes[done:done + c]
+        batch[:] = ready[start[a]:start[a] + c]
+        sort_nodes(batch, mark)
+        rlen[a], maxh[a] = 0, -1
+        seen[a], sumh[a], cmax[a], ctop[a] = 0, 0, -1, 0
+        batch_op[nb] = a
+        nb, done = nb + 1, done + c
+        batch_ptr[nb] = done
+        if track_tw:
+            tw[a] += _typewise_freed(batch, tw_ptr, tw_ids, tw_pending) - c
+        rem[a] -= c
+        for v in batch:
+            remd[a] -= depth[v]
+        nf = _retire(batch, uptr, uids, pending, op, batchable, ready, start, rlen, maxh,
+                     height, forced, nf)
+    return batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, overrides, decisions
+
+
+@njit(cache=True)
+def run_priority_counts(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
+                        tw_ids, total, ws):  # type: ignore[no-untyped-def]
+    """Batch counts of one graph under each weight vector (rows of ``ws``): the trainer's
+    inner loop, one call per graph for a whole population."""
+    out = np.empty(len(ws), np.int64)
+    for i in range(len(ws)):
+        out[i] = len(run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred,
+                                  tw_ptr, tw_ids, total, ws[i])[0])
+    return out

@@ -1,0 +1,278 @@
+"""The priority policy: one learned weight vector scores every ready op type, compiled.
+
+Where an FSM table looks a decision up by a key (and on module networks, with about 17 of
+41 types ready per decision, keys never repeat), the priority policy *generalises across
+keys*: each ready type gets a feature row (:data:`FEATURES`: critical path's height gap,
+its fill ``|F|/T``, completeness, counts, ...; see
+:mod:`edbatch.schedule._compiled_priority`) and the score ``w . f``; the type with the
+highest score runs. The same weights score every type, so the policy is equivariant to the
+order of op types and reads any vocabulary (a mini-batch with op types it never saw is
+fine). ``w = critical_path_weights()`` *is* critical path (the fallback and the trainer's
+start, :mod:`policies.priority_train`).
+
+Run time: the whole schedule in one numba call (:func:`run_priority`), the features and
+the score computed per decision inside the compiled loop. :class:`PriorityTwin` is the
+Python oracle (a :class:`~edbatch.schedule.Policy` over
+:class:`~edbatch.schedule.FrontierView`): same rows, same schedules.
+
+Artifact: JSON ``{"format": "edbatch.priority", "version": 1, "features": [...],
+"weights": [...], "fallback": "critical_path", "learned": bool, "metadata": {...}}``.
+``batch.run(policy)`` takes a :class:`PriorityPolicy` (it is a ``graph -> Schedule``
+callable); ``experiments.evaluate scheduler=[priority] scheduler.priority.path=...``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from edbatch.errors import PolicyFileError
+from edbatch.graph import Graph
+from edbatch.schedule import FrontierView, Schedule
+from edbatch.schedule._compiled_priority import (
+    PRIORITY_FEATURES,
+    critical_path_weights,
+    run_priority,
+    run_priority_counts,
+)
+from edbatch.schedule.bounds import height_list
+from edbatch.schedule.compiled import _batches, core_graph
+
+__all__ = ["FEATURES", "FORMAT", "VERSION", "PriorityPolicy", "PriorityScheduler",
+           "PriorityTwin", "critical_path_weights", "graph_inputs", "is_priority_file",
+           "population_batches"]
+
+FORMAT = "edbatch.priority"
+VERSION = 1
+FEATURES = PRIORITY_FEATURES
+FALLBACK = "critical_path"
+
+
+def graph_inputs(graph: Graph) -> tuple:  # type: ignore[type-arg]
+    """The compiled core's inputs for ``graph`` (cached flat arrays, heights, ``T(a)``
+    graph, nodes per type), all but the weights of :func:`run_priority`."""
+    arr, height, tw_pred, tw_ptr, tw_ids = core_graph(graph, True, True)
+    total = np.ascontiguousarray(graph.type_counts, dtype=np.int64)
+    return (arr.op, arr.depth, arr.arity, arr.uptr, arr.uids, arr.batchable, height, tw_pred,
+            tw_ptr, tw_ids, total)
+
+
+def population_batches(inputs: Sequence[tuple], ws: NDArray[np.float64]  # type: ignore[type-arg]
+                       ) -> NDArray[np.int64]:
+    """``int64[len(ws), len(inputs)]``: batches of each graph (its :func:`graph_inputs`)
+    under each weight vector (rows of ``ws``)."""
+    ws = np.ascontiguousarray(ws, dtype=np.float64)
+    return np.stack([run_priority_counts(*g, ws) for g in inputs],  # type: ignore[call-arg]
+                    axis=1)
+
+
+def _check_weights(w: Any, where: str) -> NDArray[np.float64]:
+    try:
+        arr = np.asarray(w, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.full(np.shape(w), np.nan)
+    if arr.shape != (len(FEATURES),) or not np.all(np.isfinite(arr)):
+        raise ValueError(f"{where}: need {len(FEATURES)} finite weights (one per feature "
+                         f"{list(FEATURES)}), got shape {arr.shape}")
+    return np.ascontiguousarray(arr)
+
+
+class PriorityPolicy:
+    """A weight vector as a batching policy, compiled (a ``graph -> Schedule`` callable).
+
+    Args:
+        weights: one float per :data:`FEATURES` entry.
+        learned: whether the weights are the trainer's (``False``: critical path's, the
+            guard kept the fallback); ``num_states`` is the number of weights, 0 if not.
+        metadata: free-form training metadata (saved with the weights).
+
+    Counters: ``hits`` counts decisions whose choice differs from critical path's (where
+    the learned score overrides the fallback), ``misses`` the others; ``hit_rate`` is the
+    share of overriding decisions.
+    """
+
+    fallback_name = FALLBACK
+    encoding = "priority"
+
+    def __init__(self, weights: Any, *, learned: bool = True,
+                 metadata: dict[str, Any] | None = None) -> None:
+        self.weights = _check_weights(weights, "PriorityPolicy weights")
+        self.learned = bool(learned)
+        self.metadata = dict(metadata or {})
+        self.hits = self.misses = 0
+        self.name = "priority"
+
+    # ------------------------------------------------------------------ reporting
+    @property
+    def num_states(self) -> int:
+        """The artifact's size: the number of learned weights (0: critical path alone)."""
+        return len(self.weights) if self.learned else 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    def reset_stats(self) -> None:
+        self.hits = self.misses = 0
+
+    def fallback_alone(self) -> PriorityPolicy:
+        """Critical path as a priority policy (the weights the trainer starts from)."""
+        return PriorityPolicy(critical_path_weights(), learned=False)
+
+    def count_hits(self, graphs: Sequence[Graph]) -> None:
+        """Advance the counters over ``graphs`` (for ``experiments._learned.score_unseen``)."""
+        for g in graphs:
+            self(g)
+
+    # ------------------------------------------------------------------ scheduling
+    def __call__(self, graph: Graph) -> Schedule:
+        t0 = time.perf_counter()
+        bop, bforced, bptr, nodes, over, dec = run_priority(  # type: ignore[call-arg]
+            *graph_inputs(graph), self.weights)
+        self.hits += int(over)
+        self.misses += int(dec - over)
+        return Schedule(_batches(bop, bforced, bptr, nodes), self.name,
+                        seconds=time.perf_counter() - t0)
+
+    def scheduler(self, name: str = "priority") -> PriorityPolicy:
+        """This policy under ``name`` (a scheduler sharing the weights and counters)."""
+        s = PriorityPolicy.__new__(PriorityPolicy)
+        s.__dict__.update(self.__dict__)
+        s.name = name
+        return s
+
+    runtime_scheduler = scheduler
+
+    def twin(self) -> PriorityTwin:
+        """The Python oracle of this policy (a :class:`~edbatch.schedule.Policy`)."""
+        return PriorityTwin(self.weights)
+
+    fork = twin  # a fresh Policy per run, as policies.frontier_net.distill_fsm expects
+
+    def __repr__(self) -> str:
+        return f"PriorityPolicy({self.name}, learned={self.learned})"
+
+    # ------------------------------------------------------------------ artifact
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "features": list(FEATURES),
+                "weights": [float(x) for x in self.weights], "fallback": FALLBACK,
+                "learned": self.learned, "metadata": self.metadata}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the JSON artifact (atomically: a temporary file, then renamed)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=1, default=str))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> PriorityPolicy:
+        """Read an artifact written by :meth:`save`.
+
+        Raises:
+            PolicyFileError: missing, not JSON, another format or version, other features,
+                or weights that are not one finite number per feature.
+        """
+        path = Path(path)
+        fix = "retrain with python -m experiments.train trainer=priority or pass the right file"
+        if not path.is_file():
+            raise PolicyFileError(path, "no such priority-policy file", fix)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise PolicyFileError(path, f"not a JSON priority-policy file ({e})", fix) from None
+        found = data.get("format") if isinstance(data, dict) else None
+        if found != FORMAT:
+            raise PolicyFileError(path, f"format {found!r} is not {FORMAT!r}", fix)
+        if data.get("version") != VERSION:
+            raise PolicyFileError(path, f"version {data.get('version')!r}, this edbatch reads "
+                                  f"{VERSION}", fix)
+        if data.get("features") != list(FEATURES):
+            raise PolicyFileError(path, f"made for the features {data.get('features')}, this "
+                                  f"edbatch computes {list(FEATURES)}", fix)
+        try:
+            w = _check_weights(data.get("weights"), "weights")
+        except (TypeError, ValueError) as e:
+            raise PolicyFileError(path, str(e), fix) from None
+        return cls(w, learned=bool(data.get("learned", True)),
+                   metadata=dict(data.get("metadata") or {}))
+
+
+def is_priority_file(path: str | Path) -> bool:
+    """Whether ``path`` is a JSON file of :data:`FORMAT` (anything else: ``False``)."""
+    try:
+        return json.loads(Path(path).read_text()).get("format") == FORMAT  # type: ignore[no-any-return]
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return False
+
+
+class PriorityScheduler(PriorityPolicy):
+    """A saved priority artifact as a scheduler (``conf/scheduler/priority.yaml``)."""
+
+    def __init__(self, path: str | Path, name: str = "priority") -> None:
+        p = PriorityPolicy.load(path)
+        super().__init__(p.weights, learned=p.learned, metadata=p.metadata)
+        self.name = name
+
+
+class PriorityTwin:
+    """The Python oracle of the compiled priority policy: the same feature rows from a
+    :class:`~edbatch.schedule.FrontierView`, the same argmax (first on ties)."""
+
+    needs_typewise = True
+
+    def __init__(self, weights: Any) -> None:
+        self.weights = [float(x) for x in _check_weights(weights, "PriorityTwin weights")]
+        self._graph: Graph | None = None
+
+    def _prepare(self, graph: Graph) -> None:
+        self._graph = graph
+        self._h = height_list(graph)
+        self._hmax = float(max(self._h, default=0)) + 1.0
+        self._total = graph.type_counts.tolist()
+
+    def rows(self, view: FrontierView) -> tuple[list[int], list[list[float]]]:
+        """(ready batchable op ids ascending, their feature rows)."""
+        if view.graph is not self._graph:
+            self._prepare(view.graph)
+        h = self._h
+        ready = view.ready_ops
+        tops = [view.max_over_ready(a, h) for a in ready]
+        top = max(tops)
+        n_ready = sum(view.count(a) for a in ready)
+        rows = []
+        for a, mh in zip(ready, tops):
+            c, t = view.count(a), view.typewise(a)
+            rem = view.remaining(a)[0]
+            hs = [h[v] for v in view.ready_nodes(a).tolist()]
+            gap = mh - top
+            mg = mh - sum(hs) / c
+            rows.append([
+                float(gap), c / (t if t > 1 else 1), 1.0 if c >= t else 0.0,
+                math.log1p(c) / 4.0, c / rem, math.log1p(t - c if t > c else 0) / 4.0,
+                math.log1p(rem - c) / 8.0, 1.0 if a == view.last_op else 0.0,
+                (mg if mg < 16.0 else 16.0) / 16.0, sum(1 for x in hs if x == mh) / c,
+                mh / self._hmax, 1.0 if gap == -1 else 0.0, 1.0 if gap == 0 else 0.0,
+                rem / self._total[a], c / n_ready])
+        return ready, rows
+
+    def choose(self, view: FrontierView) -> int:
+        ready, rows = self.rows(view)
+        best, best_s = 0, -math.inf
+        for i, row in enumerate(rows):
+            s = 0.0
+            for x, w in zip(row, self.weights):
+                s += x * w
+            if s > best_s:
+                best, best_s = i, s
+        return ready[best]

@@ -1,0 +1,136 @@
+"""Training the priority policy by direct policy search on the batch-count reward.
+
+The learner is the **cross-entropy method** (CEM; Rubinstein 1999, as Szita and Lőrincz
+2006 use it for Tetris' linear evaluation weights): a Gaussian over the weight vector ``w``
+of :class:`~policies.priority.PriorityPolicy`, its mean starting at critical path's weights
+(so the search *starts from the best single heuristic*); each iteration samples
+``population`` weight vectors, scores every one by the batches the compiled scheduler needs
+on the training graphs (the episode return is minus the batch count: one deterministic
+episode per graph), and refits the mean and per-weight spread to the ``elite`` best, with a
+noise floor so the search does not collapse early. It is policy search, not value learning:
+no gradient and no table, just the policy's own return.
+
+Guard (as :mod:`policies.guard` does for tables): the best weights found are kept only if
+they need fewer batches than critical path on the training graphs and no more on the
+validation graphs; otherwise the artifact is critical path (``learned: false``) and says why.
+Deterministic: the same seed and graphs give the same weights.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edbatch.graph import Graph
+from edbatch.schedule import lower_bound
+from policies.priority import (
+    FEATURES,
+    PriorityPolicy,
+    critical_path_weights,
+    graph_inputs,
+    population_batches,
+)
+
+__all__ = ["PriorityResult", "PriorityTrainer"]
+
+
+@dataclass
+class PriorityResult:
+    """What :meth:`PriorityTrainer.fit` returns (``experiments.train`` reads it)."""
+
+    policy: PriorityPolicy
+    best_ratio: float          # validation batches / LB of the deployed policy
+    episodes: int              # schedules run (candidates x training graphs)
+    seconds: float
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+class PriorityTrainer:
+    """Cross-entropy-method search over the priority policy's weights (see module doc).
+
+    Args:
+        iterations: CEM iterations.
+        population: weight vectors sampled per iteration (the mean is always re-scored too).
+        elite: best vectors the Gaussian is refitted to.
+        sigma: initial spread of every weight (features are O(1); the height gap is an
+            integer, so 0.5 lets a feature outweigh one level of height).
+        sigma_floor: the least spread after a refit (extra noise).
+        seed: the sampling seed.
+    """
+
+    name = "priority"
+
+    def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
+                 sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0) -> None:
+        if population < 2 or not 1 <= elite <= population or iterations < 0:
+            raise ValueError(f"need population >= 2, 1 <= elite <= population and iterations "
+                             f">= 0; got population={population}, elite={elite}, "
+                             f"iterations={iterations}")
+        self.iterations, self.population, self.elite = iterations, population, elite
+        self.sigma, self.sigma_floor, self.seed = sigma, sigma_floor, seed
+
+    def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
+            checkpoint: Any = None, progress: bool = False,
+            callback: Callable[[dict[str, float]], None] | None = None,
+            metadata: dict[str, Any] | None = None) -> PriorityResult:
+        """Search the weights on ``train_graphs``; guard on both sets (see module doc)."""
+        t0 = time.perf_counter()
+        train = [graph_inputs(g) for g in train_graphs]
+        val = [graph_inputs(g) for g in val_graphs] or train
+        lb_train = max(sum(lower_bound(g) for g in train_graphs), 1)
+        lb_val = max(sum(lower_bound(g) for g in val_graphs), 1) if val_graphs else lb_train
+        rng = np.random.default_rng(self.seed)
+        w0 = critical_path_weights()
+        base = int(population_batches(train, w0[None])[0].sum())
+        val_base0 = int(population_batches(val, w0[None])[0].sum())
+        mean, std = w0.copy(), np.full(len(w0), self.sigma)
+        best_w, best = w0.copy(), base
+        history: list[dict[str, float]] = []
+        episodes = len(train)
+        for it in range(self.iterations):
+            ws = np.vstack([mean, mean + std * rng.standard_normal((self.population, len(w0)))])
+            scores = population_batches(train, ws).sum(axis=1)
+            episodes += len(ws) * len(train)
+            order = np.argsort(scores, kind="stable")
+            if scores[order[0]] < best:
+                best, best_w = int(scores[order[0]]), ws[order[0]].copy()
+            elite = ws[order[:self.elite]]
+            mean = elite.mean(axis=0)
+            std = np.maximum(elite.std(axis=0), self.sigma_floor)
+            row = {"episode": float(it + 1), "train/best_ratio_to_lb": best / lb_train,
+                   "train/mean_ratio_to_lb": float(scores[0]) / lb_train,
+                   "train/mean_batches": float(scores.mean()) / len(train),
+                   "train/fallback_ratio_to_lb": base / lb_train}
+            v_mean, v_best = population_batches(val, np.vstack([ws[0], best_w])).sum(axis=1)
+            history.append({  # the learning curve on the validation graphs
+                "episode": float(episodes), "eval/ratio_to_lb": v_mean / lb_val,
+                "eval/best_ratio_to_lb": v_best / lb_val,
+                "eval/fallback_ratio_to_lb": val_base0 / lb_val})
+            if callback is not None:
+                callback(row)
+            if progress:
+                print(f"priority CEM {it + 1}/{self.iterations}: best {best} batches "
+                      f"({best / lb_train:.4f} x LB), critical path {base}")
+        val_new, val_base = population_batches(val, np.vstack([best_w, w0])).sum(axis=1)
+        learned = best < base and val_new <= val_base
+        meta = dict(metadata or {})
+        meta.update({"learner": "cross-entropy method", "iterations": self.iterations,
+                     "population": self.population, "elite": self.elite, "seed": self.seed,
+                     "train_batches": best, "train_fallback_batches": base,
+                     "val_batches": int(val_new), "val_fallback_batches": int(val_base),
+                     "num_train_graphs": len(train_graphs),
+                     "num_val_graphs": len(val_graphs), "features": list(FEATURES)})
+        if not learned:
+            meta["learned_nothing"] = (
+                "no weights beat critical path on the training graphs" if best >= base else
+                f"the best weights ({best} vs {base} training batches) lost on validation "
+                f"({val_new} vs {val_base}); kept critical path")
+        w = best_w if learned else w0
+        policy = PriorityPolicy(w, learned=learned, metadata=meta)
+        ratio = (val_new if learned else val_base) / lb_val
+        return PriorityResult(policy, float(ratio), episodes, time.perf_counter() - t0,
+                              history)

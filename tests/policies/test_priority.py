@@ -1,0 +1,218 @@
+"""The priority policy: compiled scorer vs its Python twin, critical path's weights, the CEM
+trainer's guard, the JSON artifact and its errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edbatch.errors import PolicyFileError
+from edbatch.schedule import CriticalPathPolicy, lower_bound, make_scheduler, run_policy
+from edbatch.workloads import make_workload
+from edbatch.workloads.synthetic import random_binary_trees, random_lattices
+from experiments._learned import score_unseen
+from policies.priority import FEATURES, PriorityPolicy, critical_path_weights
+from policies.priority_train import PriorityTrainer
+from policies.user import load_policy
+
+
+@pytest.fixture(scope="module")
+def graphs() -> list:
+    """Real mini-batches (module networks: many op types; lattices) and random trees."""
+    out = list(make_workload("module_net", granularity="cell").batches("test", 12, limit=2))
+    out += list(make_workload("lattice_lstm").batches("train", 6, limit=1))
+    out.append(random_binary_trees(np.random.default_rng(0), 6, 12))
+    return out
+
+
+def _same(a, b) -> bool:  # type: ignore[no-untyped-def]
+    return a.num_batches == b.num_batches and all(
+        x.op_id == y.op_id and x.forced == y.forced and np.array_equal(x.node_ids, y.node_ids)
+        for x, y in zip(a.batches, b.batches))
+
+
+def test_critical_path_weights_reproduce_critical_path(graphs: list) -> None:
+    p = PriorityPolicy(critical_path_weights(), learned=False)
+    cp = make_scheduler("critical_path")
+    for g in graphs:
+        s = p(g)
+        assert _same(s, cp(g))
+        assert _same(s, run_policy(g, CriticalPathPolicy()))
+    assert p.hits == 0 and p.misses > 0  # never overrides critical path
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_compiled_scorer_equals_python_twin(graphs: list, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    w = critical_path_weights() + rng.normal(0.0, 0.7, len(FEATURES))
+    p = PriorityPolicy(w)
+    cp = make_scheduler("critical_path")
+    differs = 0
+    for g in graphs:
+        s = p(g)
+        assert _same(s, run_policy(g, p.twin()))
+        differs += s.num_batches != cp(g).num_batches
+    assert p.hits > 0 and differs > 0  # the weights really override critical path
+
+
+def test_training_is_never_worse_than_critical_path_on_validation() -> None:
+    rng = np.random.default_rng(7)
+    train = [random_lattices(rng, 6, 16, 4) for _ in range(3)]
+    val = [random_lattices(rng, 6, 16, 4) for _ in range(2)]
+    res = PriorityTrainer(iterations=4, population=8, elite=3, seed=1).fit(train, val)
+    p, cp = res.policy, PriorityPolicy(critical_path_weights())
+    val_new = sum(p(g).num_batches for g in val)
+    val_cp = sum(cp(g).num_batches for g in val)
+    assert val_new <= val_cp
+    assert res.best_ratio == pytest.approx(val_new / sum(lower_bound(g) for g in val))
+    if p.learned:
+        assert sum(p(g).num_batches for g in train) < sum(cp(g).num_batches for g in train)
+    else:
+        assert np.array_equal(p.weights, critical_path_weights()) and p.num_states == 0
+
+
+def test_training_learns_on_module_networks_and_is_deterministic(graphs: list) -> None:
+    train, val = graphs[:1], graphs[1:2]
+    a = PriorityTrainer(iterations=3, population=8, elite=3, seed=3).fit(train, val)
+    b = PriorityTrainer(iterations=3, population=8, elite=3, seed=3).fit(train, val)
+    assert np.array_equal(a.policy.weights, b.policy.weights)
+    meta = a.policy.metadata
+    assert meta["train_batches"] <= meta["train_fallback_batches"]
+    assert a.policy.learned == (meta["train_batches"] < meta["train_fallback_batches"]
+                                and meta["val_batches"] <= meta["val_fallback_batches"])
+    u = score_unseen(a.policy, graphs[2:])
+    assert u.fallback == "critical_path" and 0.0 <= u.hit_rate <= 1.0
+    assert u.fallback_batches == sum(make_scheduler("critical_path")(g).num_batches
+                                     for g in graphs[2:])
+
+
+def test_no_search_keeps_critical_path_and_says_why(graphs: list) -> None:
+    res = PriorityTrainer(iterations=0, seed=0).fit(graphs[:1], graphs[1:2])
+    assert not res.policy.learned and res.policy.num_states == 0
+    assert "critical path" in res.policy.metadata["learned_nothing"]
+
+
+def test_artifact_round_trip(tmp_path: Path, graphs: list) -> None:
+    w = critical_path_weights() + np.linspace(-0.3, 0.3, len(FEATURES))
+    p = PriorityPolicy(w, metadata={"seed": 4})
+    path = p.save(tmp_path / "policy.json")
+    q = load_policy(path)
+    assert isinstance(q, PriorityPolicy)
+    assert np.array_equal(q.weights, p.weights) and q.metadata == {"seed": 4} and q.learned
+    assert _same(q(graphs[0]), p(graphs[0]))
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.update(format="edbatch.fsm"), "format"),
+    (lambda d: d.update(version=99), "version 99"),
+    (lambda d: d.update(features=d["features"][:-1]), "made for the features"),
+    (lambda d: d.update(weights=d["weights"][:3]), "need 15 finite weights"),
+    (lambda d: d.update(weights=[float("nan")] * 15), "need 15 finite weights"),
+    (lambda d: d.update(weights="abc"), "finite weights"),
+])
+def test_bad_artifact_is_a_clear_error(tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+    data = PriorityPolicy(critical_path_weights()).to_json()
+    edit(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PolicyFileError, match=message):
+        PriorityPolicy.load(path)
+
+
+def test_missing_or_corrupt_artifact(tmp_path: Path) -> None:
+    with pytest.raises(PolicyFileError, match="no such"):
+        PriorityPolicy.load(tmp_path / "none.json")
+    bad = tmp_path / "cut.json"
+    bad.write_text('{"format": "edbatch.priority", "weights": [1')
+    with pytest.raises(PolicyFileError, match="not a JSON"):
+        PriorityPolicy.load(bad)
+
+
+def test_bad_trainer_settings() -> None:
+    with pytest.raises(ValueError, match="elite"):
+        PriorityTrainer(population=4, elite=5)
+
+
+def test_user_api_trains_saves_loads_and_runs_a_priority_policy(tmp_path: Path) -> None:
+    import torch
+    from torch import nn
+
+    from edbatch.api import DynamicBatch
+    from policies import train_policy
+
+    torch.manual_seed(0)
+    batch = DynamicBatch()
+    embed = nn.Embedding(20, 4)
+    step = batch.cell(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), "step", [4], 4)
+    other = batch.cell(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), "other", [4], 4)
+    loss = batch.cell(lambda h: h.pow(2).sum(1), "sq", [4], ())
+
+    def record(rng: np.random.Generator) -> None:
+        for _ in range(8):
+            with batch.instance():
+                h = batch.lookup(embed, int(rng.integers(20)))
+                for _ in range(int(rng.integers(1, 6))):
+                    h = (step if rng.random() < 0.5 else other)(h)
+                batch.add_loss(loss(h))
+
+    graphs = []
+    for s in range(3):
+        record(np.random.default_rng(s))
+        graphs.append(batch.graph())
+        batch.discard()
+    path = tmp_path / "policy.json"
+    with pytest.warns(UserWarning, match="learned nothing"):  # critical path is at the LB
+        policy = train_policy(graphs[:2], trainer="priority", val_graphs=graphs[2:],
+                              path=path, iterations=2, population=4, elite=2)
+    assert not policy.learned and policy.metadata["learned"] is False
+    loaded = load_policy(path)
+    assert isinstance(loaded, PriorityPolicy)
+    assert np.array_equal(loaded.weights, policy.weights)
+    record(np.random.default_rng(9))
+    out = batch.run(loaded)
+    out.schedule.validate(out.graph)
+    record(np.random.default_rng(9))
+    ref = batch.run("depth")
+    assert out.loss.item() == pytest.approx(ref.loss.item(), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_module_net_benchmark_runs_a_priority_artifact(tmp_path: Path) -> None:
+    """``--policy`` with critical path's weights: exactly critical path's batches."""
+    from benchmarks.module_net_peers import main
+
+    path = PriorityPolicy(critical_path_weights(), learned=False).save(tmp_path / "p.json")
+    out = main(["--minibatches", "1", "--warmup", "0", "--batch-size", "16",
+                "--hidden-dim", "8", "--split", "test", "--policy", str(path)])
+    assert out["edbatch/learned"]["batches"] == out["edbatch/critical_path"]["batches"]
+
+
+@pytest.mark.slow
+def test_experiments_train_with_trainer_priority(tmp_path: Path) -> None:
+    """``experiments.train trainer=priority`` saves the JSON artifact and prints the unseen
+    report line; the artifact reads back and schedules validly."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    run_dir = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-m", "experiments.train", "workload=module_net", "trainer=priority",
+         "num_train_graphs=1", "num_val_graphs=1", "batch_size=12", "num_eval_graphs=1",
+         "trainer.iterations=2", "trainer.population=4", "trainer.elite=2",
+         "progress=false", f"run_dir={run_dir}"],
+        cwd=root, env={**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(root)},
+        text=True, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if "unseen test mini-batches" in x)
+    assert line.startswith("priority on 1 unseen test mini-batches: ") and "critical_path" in line
+    p = PriorityPolicy.load(run_dir / "policy.json")
+    assert p.metadata["workload"] == "module_net"
+    assert p.metadata["learner"] == "cross-entropy method"
+    g = next(iter(make_workload("module_net").batches("test", 12, limit=1)))
+    p(g).validate(g)
+    assert (run_dir / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
