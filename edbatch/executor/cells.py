@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor import _fused
 from edbatch.executor._weights import linear_t
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.kernels import (
@@ -69,6 +70,15 @@ def lstm_step_xh(xh: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
     hidden = c.shape[1]
     g = linear_t(xh, weight, bias)
     if untracked(xh, c, weight, bias):  # the same arithmetic in place, into ``out``
+        if out is None:
+            out = torch.empty(g.shape[0], 2 * hidden, dtype=g.dtype, device=g.device)
+        if _fused.usable(g, c, out):  # one compiled kernel for the element-wise part
+            t = g.new_empty((g.shape[0], hidden))
+            _fused.lstm_forward(g, c, out, t)
+            if save is not None:
+                gates, u = g.split_with_sizes((3 * hidden, hidden), 1)
+                save.update(xh=xh, gates=gates, u=u, c=c, t=t)
+            return out
         gates, g_u = g.split_with_sizes((3 * hidden, hidden), 1)
         i, f, o = gates.sigmoid_().split_with_sizes((hidden, hidden, hidden), 1)
         u = fast_tanh(g_u)
@@ -107,6 +117,13 @@ def lstm_step_backward(saved: Any, grad: Tensor, weight: Tensor) -> tuple[Tensor
     """
     xh, gates, u, c, t = saved.xh, saved.gates, saved.u, saved.c, saved.t
     batch, hidden = u.shape
+    width = xh.shape[1]
+    if _fused.usable(grad, gates, u, c, t):  # one compiled kernel, then the matmul
+        d_gates = torch.empty(batch, 4 * hidden, dtype=u.dtype, device=u.device)
+        d_in = torch.empty(batch, width + hidden, dtype=u.dtype, device=u.device)
+        _fused.lstm_backward(grad, gates, u, c, t, d_gates, d_in[:, width:])
+        torch.mm(d_gates, weight, out=d_in[:, :width])
+        return d_gates, d_in
     i, f, o = gates.split_with_sizes((hidden, hidden, hidden), 1)
     dh, d_c = grad.split_with_sizes((hidden, hidden), 1)
     dc2 = TANH_GRAD(dh * o, t).add_(d_c)
@@ -118,7 +135,6 @@ def lstm_step_backward(saved: Any, grad: Tensor, weight: Tensor) -> tuple[Tensor
     torch.mul(dh, t, out=d_o)
     SIGMOID_GRAD(d_sig, gates, grad_input=d_sig)
     TANH_GRAD_INTO(dc2 * i, u, grad_input=d_u)
-    width = xh.shape[1]
     d_in = torch.empty(batch, width + hidden, dtype=u.dtype, device=u.device)
     d_x, d_cin = d_in.split_with_sizes((width, hidden), 1)
     torch.mm(d_gates, weight, out=d_x)

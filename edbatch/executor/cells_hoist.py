@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor import _fused
 from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.cell_kind import HEAD_READS, HOISTS, CellKind, HoistSpec, Param, RoleGrads
 from edbatch.executor.cells import lstm_step_backward, split_state
@@ -78,6 +79,13 @@ def lstm_from_gates(g: Tensor, c: Tensor, out: Tensor | None = None,
     hidden = c.shape[1]
     if out is None:
         out = g.new_empty((g.shape[0], 2 * hidden))
+    if _fused.usable(g, c, out):  # one compiled kernel: activations in g, c' and h' in out
+        t = g.new_empty((g.shape[0], hidden))
+        _fused.lstm_forward(g, c, out, t)
+        if save is not None:
+            gates, u = g.split_with_sizes((3 * hidden, hidden), 1)
+            save.update(gates=gates, u=u, c=c, t=t)
+        return out
     # split_with_sizes, not ``g[:, a:b]``: one dispatch for all pieces, and a multi-dim
     # ``__getitem__`` costs several us of Python per slice (7 of them per batch before)
     gates, g_u = g.split_with_sizes((3 * hidden, hidden), 1)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor import _fused
 from edbatch.executor._weights import linear_t
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD, TANH_GRAD_INTO, split_state
@@ -72,6 +73,15 @@ class TreeLSTMLeaf(CellKind):
         g = linear_t(x, p.W, p.b)
         hidden = g.shape[1] // 3
         if untracked(x, p.W, p.b):  # the same arithmetic in place, into ``out``
+            if out is None:
+                out = g.new_empty(g.shape[0], 2 * hidden)
+            if _fused.usable(g, out):  # one compiled kernel for the element-wise part
+                t = g.new_empty(g.shape[0], hidden)
+                _fused.tree_forward(g, None, out, t)
+                if save is not None:
+                    io, u = g.split_with_sizes((2 * hidden, hidden), 1)
+                    save.update(x=x, io=io, u=u, t=t)
+                return out
             io = g[:, :2 * hidden].sigmoid_()
             u = fast_tanh(g[:, 2 * hidden:])
             if out is None:
@@ -92,7 +102,11 @@ class TreeLSTMLeaf(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:
-        d_g, _ = _gates_backward(grad, saved.io, saved.u, saved.t)
+        if _fused.usable(grad, saved.io, saved.u, saved.t):
+            d_g = grad.new_empty(grad.shape[0], 3 * saved.u.shape[1])
+            _fused.tree_backward(grad, saved.io, saved.u, saved.t, d_g)
+        else:
+            d_g, _ = _gates_backward(grad, saved.io, saved.u, saved.t)
         grads.linear(("W", "b"), d_g, saved.x)
         grads.rows("E", attrs, d_g @ p.W)
         return []
@@ -135,6 +149,8 @@ class TreeLSTMInternal(CellKind):
                  grads: RoleGrads) -> list[Tensor | None]:
         x, u = saved.x, saved.u
         batch, hidden = u.shape
+        if _fused.usable(grad, saved.io, u, saved.t, saved.f1, saved.c1, saved.f2, saved.c2):
+            return _tree_internal_backward_fused(saved, grad, p, grads)
         d_iou, dc = _gates_backward(grad, saved.io, u, saved.t)
         grads.linear(("U_iou", "b_iou"), d_iou, x)
         dx = d_iou @ p.U_iou
@@ -161,12 +177,20 @@ def _tree_lstm_internal_inplace(x: Tensor, states: Sequence[Tensor], p: Any,
     h1, c1, h2, c2 = states
     hidden = c1.shape[1]
     g = linear_t(x, p.U_iou, p.b_iou)
+    if out is None:
+        out = g.new_empty(g.shape[0], 2 * hidden)
+    if _fused.usable(g, c1, c2, out):  # one compiled kernel for the element-wise part
+        f1, f2 = linear_t(h1, p.U_f1, p.b_f), linear_t(h2, p.U_f2, p.b_f)
+        t = g.new_empty(g.shape[0], hidden)
+        _fused.tree_forward(g, (f1, c1, f2, c2), out, t)
+        if save is not None:
+            io, u = g.split_with_sizes((2 * hidden, hidden), 1)
+            save.update(x=x, io=io, u=u, f1=f1, f2=f2, c1=c1, c2=c2, t=t)
+        return out
     io = g[:, :2 * hidden].sigmoid_()
     u = fast_tanh(g[:, 2 * hidden:])
     f1 = linear_t(h1, p.U_f1, p.b_f).sigmoid_()
     f2 = linear_t(h2, p.U_f2, p.b_f).sigmoid_()
-    if out is None:
-        out = g.new_empty(g.shape[0], 2 * hidden)
     c = torch.mul(io[:, :hidden], u, out=out[:, hidden:])
     c.addcmul_(f1, c1).addcmul_(f2, c2)
     t = fast_tanh(c)
@@ -174,6 +198,27 @@ def _tree_lstm_internal_inplace(x: Tensor, states: Sequence[Tensor], p: Any,
     if save is not None:
         save.update(x=x, io=io, u=u, f1=f1, f2=f2, c1=c1, c2=c2, t=t)
     return out
+
+
+def _tree_internal_backward_fused(saved: Any, grad: Tensor, p: Any, grads: RoleGrads
+                                  ) -> list[Tensor | None]:
+    """:meth:`TreeLSTMInternal.backward` with its element-wise part as one compiled kernel
+    (:func:`~edbatch.executor._fused.tree_backward`); the same matmuls."""
+    x, u = saved.x, saved.u
+    batch, hidden = u.shape
+    d_iou = grad.new_empty(batch, 3 * hidden)
+    d_f = grad.new_empty(2, batch, hidden)
+    d_states = grad.new_empty(2, batch, 2 * hidden)
+    _fused.tree_backward(grad, saved.io, u, saved.t, d_iou,
+                         (saved.f1, saved.c1, saved.f2, saved.c2, d_f[0], d_f[1],
+                          d_states[0, :, hidden:], d_states[1, :, hidden:]))
+    grads.linear(("U_iou", "b_iou"), d_iou, x)
+    dx = d_iou @ p.U_iou
+    for k, weight in enumerate(("U_f1", "U_f2")):
+        grads.linear((weight, "b_f"), d_f[k], x[:, k * hidden:(k + 1) * hidden])
+        torch.addmm(dx[:, k * hidden:(k + 1) * hidden], d_f[k], getattr(p, weight),
+                    out=d_states[k, :, :hidden])
+    return [d_states[0], d_states[1]]
 
 
 # ---------------------------------------------------------------------- Tree-GRU

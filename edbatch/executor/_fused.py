@@ -1,0 +1,291 @@
+"""Fused cell bodies: each LSTM-family cell's element-wise part as one compiled kernel per batch.
+
+An LSTM cell's element-wise part (gate sigmoids, ``tanh``, ``c' = f c + i u``,
+``h' = o tanh(c')``) is about nine torch kernels per batch, its hand backward as many; here
+each is one numba ``@njit`` loop over numpy views of the torch tensors (zero copy), row by
+row, so the arithmetic of a batch stays in registers and the per-batch dispatch is one call.
+Any batch size runs the same machine code (nothing is compiled per size); a kernel is
+compiled once per dtype (``cache=True``: on disk, so a second process does not compile).
+
+Numerics: in float32 ``tanh`` is a [13/6] rational approximation (the one Eigen uses for
+float32, clamped at +-7.9053, within 2.5e-7 absolute of the exact value: the loops then
+vectorise, which ``libm`` calls do not, as numba has no SVML here) and
+``sigmoid(x) = 0.5 + 0.5 tanh(x / 2)``; so a fused float32 batch differs from the unfused
+torch path (itself 1.8e-7 from ``torch.tanh``, :func:`~edbatch.executor.kernels.fast_tanh`)
+by a few 1e-7. In float64 ``tanh`` and ``exp`` are exact (libm), so fused and unfused agree
+to rounding (``tests/executor/test_fused.py`` checks 1e-10 on real workload graphs,
+gradients included).
+
+Scope: CPU tensors of float32 / float64 whose columns are contiguous (``stride(1) == 1``;
+rows may be strided, e.g. the ``c`` half of a state ``[h; c]``), outside autograd (the
+in-place inference path and the hand-backward training path). Anything else (CUDA,
+autograd recording, other dtypes) runs the unfused torch code, which stays the reference.
+The switch: :func:`use` (a context manager; ``TorchExecutor(fused=...)`` wraps its runs in
+it) and :data:`DEFAULT` (on: measured faster in every throughput row, docs/throughput.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from numba import njit, types
+from numba.extending import overload
+from torch import Tensor
+
+__all__ = ["DEFAULT", "enabled", "lstm_backward", "lstm_forward", "tree_backward",
+           "tree_forward", "use", "usable"]
+
+#: Whether the fused kernels run where they apply, unless :func:`use` says otherwise.
+DEFAULT = True
+_STATE = [DEFAULT]
+_DTYPES = (torch.float32, torch.float64)
+
+
+def enabled() -> bool:
+    """Whether fused kernels are on now (:func:`use`)."""
+    return _STATE[0]
+
+
+@contextlib.contextmanager
+def use(flag: bool | None) -> Iterator[None]:
+    """Turn the fused kernels on or off inside the block (``None``: leave as is)."""
+    if flag is None:
+        yield
+        return
+    old, _STATE[0] = _STATE[0], bool(flag)
+    try:
+        yield
+    finally:
+        _STATE[0] = old
+
+
+def usable(*tensors: Tensor) -> bool:
+    """Whether the fused path serves ``tensors`` (on, CPU, float32/64, unit column stride,
+    nothing recording autograd)."""
+    if not _STATE[0]:
+        return False
+    grad = torch.is_grad_enabled()
+    dtype = tensors[0].dtype
+    for t in tensors:
+        if t.device.type != "cpu" or t.dtype is not dtype or t.dim() != 2 or \
+                (t.stride(1) != 1 and t.shape[1] > 1) or (grad and t.requires_grad):
+            return False
+    return dtype in _DTYPES
+
+
+def _flat(x: Tensor) -> tuple[np.ndarray, int]:
+    """A 1-D numpy view from ``x``'s first element to its last, and its row stride."""
+    rows, width = x.shape
+    stride = x.stride(0) if rows > 1 else width
+    span = (rows - 1) * stride + width if rows else 0
+    return x.detach().as_strided((span,), (1,)).numpy(), stride
+
+
+# ---------------------------------------------------------------------- activations
+_P = (4.89352455891786e-03, 6.37261928875436e-04, 1.48572235717979e-05,
+      5.12229709037114e-08, -8.60467152213735e-11, 2.00018790482477e-13,
+      -2.76076847742355e-16)
+_Q = (4.89352518554385e-03, 2.26843463243900e-03, 1.18534705686654e-04,
+      1.19825839466702e-06)
+_CLAMP = 7.90531110763549805
+
+
+def _tanh(x):  # type: ignore[no-untyped-def]  # the overload below, in compiled code
+    return np.tanh(x)
+
+
+@overload(_tanh, inline="always")
+def _tanh_impl(x):  # type: ignore[no-untyped-def]  # numba: no annotations here
+    if x == types.float32:
+        p = tuple(np.float32(v) for v in _P)
+        q = tuple(np.float32(v) for v in _Q)
+        hi, lo = np.float32(_CLAMP), np.float32(-_CLAMP)
+
+        def rational(x):  # type: ignore[no-untyped-def]
+            x = min(max(x, lo), hi)
+            x2 = x * x
+            num = ((((((x2 * p[6] + p[5]) * x2 + p[4]) * x2 + p[3]) * x2 + p[2]) * x2 + p[1])
+                   * x2 + p[0]) * x
+            den = ((x2 * q[3] + q[2]) * x2 + q[1]) * x2 + q[0]
+            return num / den
+        return rational
+    return lambda x: np.tanh(x)
+
+
+def _sigmoid(x):  # type: ignore[no-untyped-def]  # the overload below, in compiled code
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@overload(_sigmoid, inline="always")
+def _sigmoid_impl(x):  # type: ignore[no-untyped-def]
+    if x == types.float32:
+        half = np.float32(0.5)
+        return lambda x: half + half * _tanh(half * x)
+    return lambda x: 1.0 / (1.0 + np.exp(-x))
+
+
+_JIT = {"fastmath": True, "error_model": "numpy", "cache": True, "nogil": True}
+
+
+@njit(**_JIT)
+def _sig_(a):  # type: ignore[no-untyped-def]
+    for j in range(a.shape[0]):
+        a[j] = _sigmoid(a[j])
+
+
+@njit(**_JIT)
+def _tanh_(a):  # type: ignore[no-untyped-def]
+    for j in range(a.shape[0]):
+        a[j] = _tanh(a[j])
+
+
+# ---------------------------------------------------------------------- LSTM
+@njit(**_JIT)
+def _lstm_row(i, f, o, u, c, h2, c2, t):  # type: ignore[no-untyped-def]
+    for j in range(c.shape[0]):
+        cj = f[j] * c[j] + i[j] * u[j]
+        tj = _tanh(cj)
+        c2[j] = cj
+        h2[j] = o[j] * tj
+        t[j] = tj
+
+
+@njit(**_JIT)
+def _lstm_fwd(n, hidden, g, gs, c, cs, out, os, t, ts):  # type: ignore[no-untyped-def]
+    h = hidden
+    for b in range(n):
+        gr = g[b * gs:b * gs + 4 * h]
+        _sig_(gr[:3 * h])
+        _tanh_(gr[3 * h:])
+        orow = out[b * os:b * os + 2 * h]
+        _lstm_row(gr[:h], gr[h:2 * h], gr[2 * h:3 * h], gr[3 * h:], c[b * cs:b * cs + h],
+                  orow[:h], orow[h:], t[b * ts:b * ts + h])
+
+
+def lstm_forward(g: Tensor, c: Tensor, out: Tensor, t: Tensor) -> None:
+    """In place: ``g`` (``[B, 4H]`` pre-activations ``i f o u``) becomes
+    ``[sigmoid(i f o); tanh(u)]``; ``out = [h'; c']``, ``t = tanh(c')``."""
+    hidden = c.shape[1]
+    (gv, gs), (cv, cs), (ov, os), (tv, ts) = _flat(g), _flat(c), _flat(out), _flat(t)
+    _lstm_fwd(g.shape[0], hidden, gv, gs, cv, cs, ov, os, tv, ts)
+
+
+@njit(**_JIT)
+def _lstm_bwd_row(dh, dcn, i, f, o, u, c, t, di, df, do, du, dcin):  # type: ignore[no-untyped-def]
+    for j in range(u.shape[0]):
+        tj, oj, ij, fj, uj = t[j], o[j], i[j], f[j], u[j]
+        dc = dh[j] * oj * (1 - tj * tj) + dcn[j]
+        di[j] = dc * uj * ij * (1 - ij)
+        df[j] = dc * c[j] * fj * (1 - fj)
+        do[j] = dh[j] * tj * oj * (1 - oj)
+        du[j] = dc * ij * (1 - uj * uj)
+        dcin[j] = dc * fj
+
+
+@njit(**_JIT)
+def _lstm_bwd(n, h, gr, grs, gt, gts, u, us, c, cs, t, ts, dg, dgs, dc,  # type: ignore[no-untyped-def]
+              dcs):
+    for b in range(n):
+        grow = gr[b * grs:b * grs + 2 * h]
+        gate = gt[b * gts:b * gts + 3 * h]
+        drow = dg[b * dgs:b * dgs + 4 * h]
+        _lstm_bwd_row(grow[:h], grow[h:], gate[:h], gate[h:2 * h], gate[2 * h:],
+                      u[b * us:b * us + h], c[b * cs:b * cs + h], t[b * ts:b * ts + h],
+                      drow[:h], drow[h:2 * h], drow[2 * h:3 * h], drow[3 * h:],
+                      dc[b * dcs:b * dcs + h])
+
+
+def lstm_backward(grad: Tensor, gates: Tensor, u: Tensor, c: Tensor, t: Tensor,
+                  d_gates: Tensor, d_c: Tensor) -> None:
+    """``d_gates`` (``[B, 4H]`` pre-activation gradients ``i f o u``) and ``d_c = dc' f``
+    from ``grad = d[h'; c']`` and the forward's ``gates = sigmoid(i f o)``, ``u``, ``c``,
+    ``t = tanh(c')``."""
+    args = [v for x in (grad, gates, u, c, t, d_gates, d_c) for v in _flat(x)]
+    _lstm_bwd(grad.shape[0], u.shape[1], *args)
+
+
+# ---------------------------------------------------------------------- Tree-LSTM
+@njit(**_JIT)
+def _tree_row(i, o, u, f1, c1, f2, c2, kids, h2, cn, t):  # type: ignore[no-untyped-def]
+    for j in range(u.shape[0]):
+        cj = i[j] * u[j]
+        if kids:
+            cj = cj + f1[j] * c1[j]
+            cj = cj + f2[j] * c2[j]
+        tj = _tanh(cj)
+        cn[j] = cj
+        h2[j] = o[j] * tj
+        t[j] = tj
+
+
+@njit(**_JIT)
+def _tree_fwd(n, h, kids, g, gs, f1, f1s, c1, c1s, f2, f2s, c2, c2s,  # type: ignore[no-untyped-def]
+              out, os, t, ts):
+    for b in range(n):
+        gr = g[b * gs:b * gs + 3 * h]
+        _sig_(gr[:2 * h])
+        _tanh_(gr[2 * h:])
+        a1, a2 = f1[b * f1s:b * f1s + h], f2[b * f2s:b * f2s + h]
+        if kids:
+            _sig_(a1)
+            _sig_(a2)
+        orow = out[b * os:b * os + 2 * h]
+        _tree_row(gr[:h], gr[h:2 * h], gr[2 * h:], a1, c1[b * c1s:b * c1s + h], a2,
+                  c2[b * c2s:b * c2s + h], kids, orow[:h], orow[h:], t[b * ts:b * ts + h])
+
+
+def tree_forward(g: Tensor, kids: tuple[Tensor, Tensor, Tensor, Tensor] | None, out: Tensor,
+                 t: Tensor) -> None:
+    """Tree-LSTM node in place: ``g`` (``[B, 3H]``: ``i o u``) becomes
+    ``[sigmoid(i o); tanh(u)]``; with ``kids = (f1, c1, f2, c2)`` the forget
+    pre-activations become ``sigmoid`` in place and ``c = i u + f1 c1 + f2 c2`` (else
+    ``c = i u``); ``out = [o tanh(c); c]``, ``t = tanh(c)``."""
+    hidden = t.shape[1]
+    f1, c1, f2, c2 = kids if kids is not None else (t, t, t, t)
+    args = [v for x in (g, f1, c1, f2, c2, out, t) for v in _flat(x)]
+    _tree_fwd(g.shape[0], hidden, kids is not None, *args)
+
+
+@njit(**_JIT)
+def _tree_bwd_row(dh, dcn, i, o, u, t, kids, f1, c1, f2, c2,  # type: ignore[no-untyped-def]
+                  di, do, du, df1, df2, dc1, dc2):
+    for j in range(u.shape[0]):
+        tj, oj, ij, uj = t[j], o[j], i[j], u[j]
+        dc = dh[j] * oj * (1 - tj * tj) + dcn[j]
+        di[j] = dc * uj * ij * (1 - ij)
+        do[j] = dh[j] * tj * oj * (1 - oj)
+        du[j] = dc * ij * (1 - uj * uj)
+        if kids:
+            a, b = f1[j], f2[j]
+            df1[j] = dc * c1[j] * a * (1 - a)
+            df2[j] = dc * c2[j] * b * (1 - b)
+            dc1[j] = dc * a
+            dc2[j] = dc * b
+
+
+@njit(**_JIT)
+def _tree_bwd(n, h, kids, gr, grs, io, ios, u, us, t, ts, f1, f1s,  # type: ignore[no-untyped-def]
+              c1, c1s, f2, f2s, c2, c2s, d, ds, df1, df1s, df2, df2s, dc1, dc1s, dc2, dc2s):
+    for b in range(n):
+        grow = gr[b * grs:b * grs + 2 * h]
+        gate = io[b * ios:b * ios + 2 * h]
+        drow = d[b * ds:b * ds + 3 * h]
+        _tree_bwd_row(grow[:h], grow[h:], gate[:h], gate[h:], u[b * us:b * us + h],
+                      t[b * ts:b * ts + h], kids, f1[b * f1s:b * f1s + h],
+                      c1[b * c1s:b * c1s + h], f2[b * f2s:b * f2s + h],
+                      c2[b * c2s:b * c2s + h], drow[:h], drow[h:2 * h], drow[2 * h:],
+                      df1[b * df1s:b * df1s + h], df2[b * df2s:b * df2s + h],
+                      dc1[b * dc1s:b * dc1s + h], dc2[b * dc2s:b * dc2s + h])
+
+
+def tree_backward(grad: Tensor, io: Tensor, u: Tensor, t: Tensor, d: Tensor,
+                  kids: tuple[Tensor, ...] | None = None) -> None:
+    """Tree-LSTM node backward: ``d`` (``[B, 3H]``) = pre-activation gradients of
+    ``i o u`` from ``grad = d[h; c]``; with ``kids = (f1, c1, f2, c2, df1, df2, dc1,
+    dc2)`` also the forget pre-activation gradients ``df_k`` and ``dc_k = dc f_k``."""
+    rest = kids if kids is not None else (t,) * 8
+    args = [v for x in (grad, io, u, t, *rest[:4], d, *rest[4:]) for v in _flat(x)]
+    _tree_bwd(grad.shape[0], u.shape[1], kids is not None, *args)
