@@ -67,21 +67,12 @@ def usable(*tensors: Tensor) -> bool:
     nothing recording autograd)."""
     if not _STATE[0]:
         return False
-    grad = torch.is_grad_enabled()
     dtype = tensors[0].dtype
     for t in tensors:
         if t.device.type != "cpu" or t.dtype is not dtype or t.dim() != 2 or \
-                (t.stride(1) != 1 and t.shape[1] > 1) or (grad and t.requires_grad):
+                (t.stride(1) != 1 and t.shape[1] > 1) or t.requires_grad:
             return False
     return dtype in _DTYPES
-
-
-def _flat(x: Tensor) -> tuple[np.ndarray, int]:
-    """A 1-D numpy view from ``x``'s first element to its last, and its row stride."""
-    rows, width = x.shape
-    stride = x.stride(0) if rows > 1 else width
-    span = (rows - 1) * stride + width if rows else 0
-    return x.detach().as_strided((span,), (1,)).numpy(), stride
 
 
 # ---------------------------------------------------------------------- activations
@@ -143,6 +134,9 @@ def _tanh_(a):  # type: ignore[no-untyped-def]
 
 
 # ---------------------------------------------------------------------- LSTM
+# Operands are 2-D numpy views (``Tensor.numpy()``, zero copy). A block that is a column range
+# of a wider contiguous tensor (``c`` of a state ``[h; c]``) is passed as that tensor and its
+# first column: a contiguous array compiles to vector loops, a strided one to slower code.
 @njit(**_JIT)
 def _lstm_row(i, f, o, u, c, h2, c2, t):  # type: ignore[no-untyped-def]
     for j in range(c.shape[0]):
@@ -154,23 +148,25 @@ def _lstm_row(i, f, o, u, c, h2, c2, t):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _lstm_fwd(n, hidden, g, gs, c, cs, out, os, t, ts):  # type: ignore[no-untyped-def]
-    h = hidden
-    for b in range(n):
-        gr = g[b * gs:b * gs + 4 * h]
+def _lstm_fwd(g, cs, c0, out, t):  # type: ignore[no-untyped-def]
+    h = t.shape[1]
+    for b in range(g.shape[0]):
+        gr, orow = g[b], out[b]
         _sig_(gr[:3 * h])
-        _tanh_(gr[3 * h:])
-        orow = out[b * os:b * os + 2 * h]
-        _lstm_row(gr[:h], gr[h:2 * h], gr[2 * h:3 * h], gr[3 * h:], c[b * cs:b * cs + h],
-                  orow[:h], orow[h:], t[b * ts:b * ts + h])
+        _tanh_(gr[3 * h:4 * h])
+        _lstm_row(gr[:h], gr[h:2 * h], gr[2 * h:3 * h], gr[3 * h:4 * h], cs[b, c0:c0 + h],
+                  orow[:h], orow[h:2 * h], t[b])
 
 
-def lstm_forward(g: Tensor, c: Tensor, out: Tensor, t: Tensor) -> None:
+def lstm_forward(g: Tensor, c: Tensor, out: Tensor, t: Tensor,
+                 state: Tensor | None = None) -> None:
     """In place: ``g`` (``[B, 4H]`` pre-activations ``i f o u``) becomes
-    ``[sigmoid(i f o); tanh(u)]``; ``out = [h'; c']``, ``t = tanh(c')``."""
-    hidden = c.shape[1]
-    (gv, gs), (cv, cs), (ov, os), (tv, ts) = _flat(g), _flat(c), _flat(out), _flat(t)
-    _lstm_fwd(g.shape[0], hidden, gv, gs, cv, cs, ov, os, tv, ts)
+    ``[sigmoid(i f o); tanh(u)]``; ``out = [h'; c']``, ``t = tanh(c')``. ``c`` is the old
+    cell state; pass its state ``[h; c]`` as ``state`` where there is one (faster)."""
+    if state is not None:
+        _lstm_fwd(g.numpy(), state.numpy(), t.shape[1], out.numpy(), t.numpy())
+    else:
+        _lstm_fwd(g.numpy(), c.numpy(), 0, out.numpy(), t.numpy())
 
 
 @njit(**_JIT)
@@ -186,25 +182,22 @@ def _lstm_bwd_row(dh, dcn, i, f, o, u, c, t, di, df, do, du, dcin):  # type: ign
 
 
 @njit(**_JIT)
-def _lstm_bwd(n, h, gr, grs, gt, gts, u, us, c, cs, t, ts, dg, dgs, dc,  # type: ignore[no-untyped-def]
-              dcs):
-    for b in range(n):
-        grow = gr[b * grs:b * grs + 2 * h]
-        gate = gt[b * gts:b * gts + 3 * h]
-        drow = dg[b * dgs:b * dgs + 4 * h]
-        _lstm_bwd_row(grow[:h], grow[h:], gate[:h], gate[h:2 * h], gate[2 * h:],
-                      u[b * us:b * us + h], c[b * cs:b * cs + h], t[b * ts:b * ts + h],
-                      drow[:h], drow[h:2 * h], drow[2 * h:3 * h], drow[3 * h:],
-                      dc[b * dcs:b * dcs + h])
+def _lstm_bwd(grad, g, c, t, dg, dc, d0):  # type: ignore[no-untyped-def]
+    h = t.shape[1]
+    for b in range(grad.shape[0]):
+        grow, gr, drow = grad[b], g[b], dg[b]
+        _lstm_bwd_row(grow[:h], grow[h:2 * h], gr[:h], gr[h:2 * h], gr[2 * h:3 * h],
+                      gr[3 * h:4 * h], c[b], t[b], drow[:h], drow[h:2 * h],
+                      drow[2 * h:3 * h], drow[3 * h:4 * h], dc[b, d0:d0 + h])
 
 
-def lstm_backward(grad: Tensor, gates: Tensor, u: Tensor, c: Tensor, t: Tensor,
-                  d_gates: Tensor, d_c: Tensor) -> None:
-    """``d_gates`` (``[B, 4H]`` pre-activation gradients ``i f o u``) and ``d_c = dc' f``
-    from ``grad = d[h'; c']`` and the forward's ``gates = sigmoid(i f o)``, ``u``, ``c``,
-    ``t = tanh(c')``."""
-    args = [v for x in (grad, gates, u, c, t, d_gates, d_c) for v in _flat(x)]
-    _lstm_bwd(grad.shape[0], u.shape[1], *args)
+def lstm_backward(grad: Tensor, g: Tensor, c: Tensor, t: Tensor, d_gates: Tensor,
+                  d_in: Tensor, d0: int) -> None:
+    """``d_gates`` (``[B, 4H]`` pre-activation gradients ``i f o u``) and, in the columns
+    ``d0:d0+H`` of ``d_in``, ``dc' f``, from ``grad = d[h'; c']`` and the forward's
+    ``g = [sigmoid(i f o); tanh(u)]`` (``[B, 4H]``, as :func:`lstm_forward` leaves it), old
+    ``c`` and ``t = tanh(c')``."""
+    _lstm_bwd(grad.numpy(), g.numpy(), c.numpy(), t.numpy(), d_gates.numpy(), d_in.numpy(), d0)
 
 
 # ---------------------------------------------------------------------- Tree-LSTM
@@ -222,31 +215,32 @@ def _tree_row(i, o, u, f1, c1, f2, c2, kids, h2, cn, t):  # type: ignore[no-unty
 
 
 @njit(**_JIT)
-def _tree_fwd(n, h, kids, g, gs, f1, f1s, c1, c1s, f2, f2s, c2, c2s,  # type: ignore[no-untyped-def]
-              out, os, t, ts):
-    for b in range(n):
-        gr = g[b * gs:b * gs + 3 * h]
+def _tree_fwd(g, kids, f1, s1, f2, s2, out, t):  # type: ignore[no-untyped-def]
+    h = t.shape[1]
+    for b in range(g.shape[0]):
+        gr, orow = g[b], out[b]
         _sig_(gr[:2 * h])
-        _tanh_(gr[2 * h:])
-        a1, a2 = f1[b * f1s:b * f1s + h], f2[b * f2s:b * f2s + h]
+        _tanh_(gr[2 * h:3 * h])
         if kids:
-            _sig_(a1)
-            _sig_(a2)
-        orow = out[b * os:b * os + 2 * h]
-        _tree_row(gr[:h], gr[h:2 * h], gr[2 * h:], a1, c1[b * c1s:b * c1s + h], a2,
-                  c2[b * c2s:b * c2s + h], kids, orow[:h], orow[h:], t[b * ts:b * ts + h])
+            _sig_(f1[b])
+            _sig_(f2[b])
+        _tree_row(gr[:h], gr[h:2 * h], gr[2 * h:3 * h], f1[b], s1[b, h:2 * h], f2[b],
+                  s2[b, h:2 * h], kids, orow[:h], orow[h:2 * h], t[b])
 
 
 def tree_forward(g: Tensor, kids: tuple[Tensor, Tensor, Tensor, Tensor] | None, out: Tensor,
                  t: Tensor) -> None:
     """Tree-LSTM node in place: ``g`` (``[B, 3H]``: ``i o u``) becomes
-    ``[sigmoid(i o); tanh(u)]``; with ``kids = (f1, c1, f2, c2)`` the forget
-    pre-activations become ``sigmoid`` in place and ``c = i u + f1 c1 + f2 c2`` (else
-    ``c = i u``); ``out = [o tanh(c); c]``, ``t = tanh(c)``."""
-    hidden = t.shape[1]
-    f1, c1, f2, c2 = kids if kids is not None else (t, t, t, t)
-    args = [v for x in (g, f1, c1, f2, c2, out, t) for v in _flat(x)]
-    _tree_fwd(g.shape[0], hidden, kids is not None, *args)
+    ``[sigmoid(i o); tanh(u)]``; with ``kids = (f1, state1, f2, state2)`` the forget
+    pre-activations become ``sigmoid`` in place and ``c = i u + f1 c1 + f2 c2`` (``c_k``:
+    the second half of the child state ``[h; c]``), else ``c = i u``;
+    ``out = [o tanh(c); c]``, ``t = tanh(c)``."""
+    gv, ov, tv = g.numpy(), out.numpy(), t.numpy()
+    if kids is None:
+        _tree_fwd(gv, False, tv, ov, tv, ov, ov, tv)
+    else:
+        f1, s1, f2, s2 = kids
+        _tree_fwd(gv, True, f1.numpy(), s1.numpy(), f2.numpy(), s2.numpy(), ov, tv)
 
 
 @njit(**_JIT)
@@ -267,25 +261,27 @@ def _tree_bwd_row(dh, dcn, i, o, u, t, kids, f1, c1, f2, c2,  # type: ignore[no-
 
 
 @njit(**_JIT)
-def _tree_bwd(n, h, kids, gr, grs, io, ios, u, us, t, ts, f1, f1s,  # type: ignore[no-untyped-def]
-              c1, c1s, f2, f2s, c2, c2s, d, ds, df1, df1s, df2, df2s, dc1, dc1s, dc2, dc2s):
-    for b in range(n):
-        grow = gr[b * grs:b * grs + 2 * h]
-        gate = io[b * ios:b * ios + 2 * h]
-        drow = d[b * ds:b * ds + 3 * h]
-        _tree_bwd_row(grow[:h], grow[h:], gate[:h], gate[h:], u[b * us:b * us + h],
-                      t[b * ts:b * ts + h], kids, f1[b * f1s:b * f1s + h],
-                      c1[b * c1s:b * c1s + h], f2[b * f2s:b * f2s + h],
-                      c2[b * c2s:b * c2s + h], drow[:h], drow[h:2 * h], drow[2 * h:],
-                      df1[b * df1s:b * df1s + h], df2[b * df2s:b * df2s + h],
-                      dc1[b * dc1s:b * dc1s + h], dc2[b * dc2s:b * dc2s + h])
+def _tree_bwd(grad, g, t, d, kids, f1, c1, f2, c2, df, ds):  # type: ignore[no-untyped-def]
+    h = t.shape[1]
+    for b in range(grad.shape[0]):
+        grow, gr, drow = grad[b], g[b], d[b]
+        _tree_bwd_row(grow[:h], grow[h:2 * h], gr[:h], gr[h:2 * h], gr[2 * h:3 * h], t[b],
+                      kids, f1[b], c1[b], f2[b], c2[b], drow[:h], drow[h:2 * h],
+                      drow[2 * h:3 * h], df[0, b], df[1, b], ds[0, b, h:2 * h],
+                      ds[1, b, h:2 * h])
 
 
-def tree_backward(grad: Tensor, io: Tensor, u: Tensor, t: Tensor, d: Tensor,
+def tree_backward(grad: Tensor, g: Tensor, t: Tensor, d: Tensor,
                   kids: tuple[Tensor, ...] | None = None) -> None:
     """Tree-LSTM node backward: ``d`` (``[B, 3H]``) = pre-activation gradients of
-    ``i o u`` from ``grad = d[h; c]``; with ``kids = (f1, c1, f2, c2, df1, df2, dc1,
-    dc2)`` also the forget pre-activation gradients ``df_k`` and ``dc_k = dc f_k``."""
-    rest = kids if kids is not None else (t,) * 8
-    args = [v for x in (grad, io, u, t, *rest[:4], d, *rest[4:]) for v in _flat(x)]
-    _tree_bwd(grad.shape[0], u.shape[1], kids is not None, *args)
+    ``i o u`` from ``grad = d[h; c]`` and the forward's ``g = [sigmoid(i o); tanh(u)]``,
+    ``t``; with ``kids = (f1, c1, f2, c2, d_f, d_states)`` also the forget pre-activation
+    gradients ``d_f[k]`` (``[2, B, H]``) and the child states' ``c`` gradients
+    ``dc f_k`` into ``d_states[k, :, H:]`` (``[2, B, 2H]``)."""
+    gv, tv, dv = grad.numpy(), t.numpy(), d.numpy()
+    if kids is None:
+        scratch = np.empty((2, dv.shape[0], 0), dtype=dv.dtype)
+        _tree_bwd(gv, g.numpy(), tv, dv, False, tv, tv, tv, tv, scratch, scratch)
+    else:
+        f1, c1, f2, c2, d_f, d_states = (x.numpy() for x in kids)
+        _tree_bwd(gv, g.numpy(), tv, dv, True, f1, c1, f2, c2, d_f, d_states)
