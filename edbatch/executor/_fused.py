@@ -118,16 +118,16 @@ def _sigmoid_impl(x):  # type: ignore[no-untyped-def]
     return lambda x: 1.0 / (1.0 + np.exp(-x))
 
 
-_JIT = {"fastmath": True, "error_model": "numpy", "cache": True, "nogil": True}
+_jit = njit(fastmath=True, error_model="numpy", cache=True, nogil=True)
 
 
-@njit(**_JIT)
+@_jit
 def _sig_(a):  # type: ignore[no-untyped-def]
     for j in range(a.shape[0]):
         a[j] = _sigmoid(a[j])
 
 
-@njit(**_JIT)
+@_jit
 def _tanh_(a):  # type: ignore[no-untyped-def]
     for j in range(a.shape[0]):
         a[j] = _tanh(a[j])
@@ -137,7 +137,7 @@ def _tanh_(a):  # type: ignore[no-untyped-def]
 # Operands are 2-D numpy views (``Tensor.numpy()``, zero copy). A block that is a column range
 # of a wider contiguous tensor (``c`` of a state ``[h; c]``) is passed as that tensor and its
 # first column: a contiguous array compiles to vector loops, a strided one to slower code.
-@njit(**_JIT)
+@_jit
 def _lstm_row(i, f, o, u, c, h2, c2, t):  # type: ignore[no-untyped-def]
     for j in range(c.shape[0]):
         cj = f[j] * c[j] + i[j] * u[j]
@@ -147,7 +147,7 @@ def _lstm_row(i, f, o, u, c, h2, c2, t):  # type: ignore[no-untyped-def]
         t[j] = tj
 
 
-@njit(**_JIT)
+@_jit
 def _lstm_fwd(g, cs, c0, out, t):  # type: ignore[no-untyped-def]
     h = t.shape[1]
     for b in range(g.shape[0]):
@@ -169,7 +169,7 @@ def lstm_forward(g: Tensor, c: Tensor, out: Tensor, t: Tensor,
         _lstm_fwd(g.numpy(), c.numpy(), 0, out.numpy(), t.numpy())
 
 
-@njit(**_JIT)
+@_jit
 def _lstm_bwd_row(dh, dcn, i, f, o, u, c, t, di, df, do, du, dcin):  # type: ignore[no-untyped-def]
     for j in range(u.shape[0]):
         tj, oj, ij, fj, uj = t[j], o[j], i[j], f[j], u[j]
@@ -181,7 +181,7 @@ def _lstm_bwd_row(dh, dcn, i, f, o, u, c, t, di, df, do, du, dcin):  # type: ign
         dcin[j] = dc * fj
 
 
-@njit(**_JIT)
+@_jit
 def _lstm_bwd(grad, g, c, t, dg, dc, d0):  # type: ignore[no-untyped-def]
     h = t.shape[1]
     for b in range(grad.shape[0]):
@@ -201,7 +201,7 @@ def lstm_backward(grad: Tensor, g: Tensor, c: Tensor, t: Tensor, d_gates: Tensor
 
 
 # ---------------------------------------------------------------------- Tree-LSTM
-@njit(**_JIT)
+@_jit
 def _tree_row(i, o, u, f1, c1, f2, c2, kids, h2, cn, t):  # type: ignore[no-untyped-def]
     for j in range(u.shape[0]):
         cj = i[j] * u[j]
@@ -214,7 +214,7 @@ def _tree_row(i, o, u, f1, c1, f2, c2, kids, h2, cn, t):  # type: ignore[no-unty
         t[j] = tj
 
 
-@njit(**_JIT)
+@_jit
 def _tree_fwd(g, kids, f1, s1, f2, s2, out, t):  # type: ignore[no-untyped-def]
     h = t.shape[1]
     for b in range(g.shape[0]):
@@ -243,7 +243,7 @@ def tree_forward(g: Tensor, kids: tuple[Tensor, Tensor, Tensor, Tensor] | None, 
         _tree_fwd(gv, True, f1.numpy(), s1.numpy(), f2.numpy(), s2.numpy(), ov, tv)
 
 
-@njit(**_JIT)
+@_jit
 def _tree_bwd_row(dh, dcn, i, o, u, t, kids, f1, c1, f2, c2,  # type: ignore[no-untyped-def]
                   di, do, du, df1, df2, dc1, dc2):
     for j in range(u.shape[0]):
@@ -260,7 +260,7 @@ def _tree_bwd_row(dh, dcn, i, o, u, t, kids, f1, c1, f2, c2,  # type: ignore[no-
             dc2[j] = dc * b
 
 
-@njit(**_JIT)
+@_jit
 def _tree_bwd(grad, g, t, d, kids, f1, c1, f2, c2, df, ds):  # type: ignore[no-untyped-def]
     h = t.shape[1]
     for b in range(grad.shape[0]):
