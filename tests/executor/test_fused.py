@@ -143,3 +143,61 @@ def test_usable_only_where_it_applies() -> None:
         with _fused.use(None):  # leaves the setting
             assert not _fused.enabled()
     assert _fused.enabled() == _fused.DEFAULT
+
+
+def test_unfused_backward_reads_a_fused_forwards_saves() -> None:
+    """A fused forward saves all of ``g`` as ``gates``; the unfused backward reads it too
+    (the switch turned off between forward and backward)."""
+    gen = torch.Generator().manual_seed(1)
+    batch, hidden = 4, 3
+    g = torch.randn(batch, 4 * hidden, generator=gen, dtype=torch.float64)
+    c = torch.randn(batch, hidden, generator=gen, dtype=torch.float64)
+    grad = torch.randn(batch, 2 * hidden, generator=gen, dtype=torch.float64)
+    weight = torch.randn(4 * hidden, 2, generator=gen, dtype=torch.float64)
+    got = []
+    for fused_forward in (True, False):
+        save: dict[str, Tensor] = {"xh": torch.zeros(batch, 2, dtype=torch.float64)}
+        with _fused.use(fused_forward):
+            lstm_from_gates(g.clone(), c, None, save)
+        assert save["gates"].shape[1] == (4 if fused_forward else 3) * hidden
+        with _fused.use(False):
+            got.append(lstm_step_backward(type("Saved", (), save), grad, weight))
+    for a, b in zip(got[0], got[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["tree_lstm.leaf", "tree_lstm.internal", "bilstm.l1_fwd"])
+def test_kernel_switch_between_forward_and_backward(kind: str) -> None:
+    """Every combination of fused / unfused forward and backward of a kind gives the
+    all-unfused gradients (fp64): the saves of either forward serve either backward."""
+    from edbatch.executor import KERNELS
+    from edbatch.executor.param_grads import ParamGrads
+    from tests.executor.test_kernels import ATTR_BOUND, catalogue
+
+    op, params = catalogue()[kind][0]
+    params = {k: v.double() for k, v in params.items()}
+    gen = torch.Generator().manual_seed(4)
+    batch = 5
+    inputs = [torch.randn(batch, w, generator=gen, dtype=torch.float64)
+              for w in [int(torch.tensor(s).prod()) for s in op.in_shapes or ()]]
+    attrs = torch.randint(0, ATTR_BOUND, (batch,), generator=gen)
+    kernel = KERNELS.get(kind)
+    results = {}
+    for forward in (True, False):
+        for backward in (True, False):
+            saved: list[Tensor] = []
+            with torch.no_grad(), _fused.use(forward):
+                out = kernel(op, inputs, params, attrs, save=saved)
+            grad = torch.ones_like(out) * torch.linspace(-1, 1, out.shape[1], dtype=out.dtype)
+            acc = ParamGrads()
+            with torch.no_grad(), _fused.use(backward):
+                operands = kernel.backward(op, saved, grad, params, attrs, acc)
+            results[forward, backward] = (out, operands, acc.result(params))
+    out0, ops0, grads0 = results[False, False]
+    for out, operands, grads in results.values():
+        torch.testing.assert_close(out, out0, rtol=1e-12, atol=1e-12)
+        for a, b in zip(operands, ops0, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        assert grads.keys() == grads0.keys()
+        for k in grads:
+            torch.testing.assert_close(grads[k], grads0[k], rtol=1e-12, atol=1e-12)
