@@ -11,7 +11,9 @@ Contenders (see ``docs/benchmarks.md``):
   (:func:`~edbatch.graph.dedupe_leaves`), which no other contender does unless ``--cse``;
   every edbatch contender runs with the executor's default, input-projection hoisting
   where a cell has a hoisted form; ``fsm+unhoisted`` runs ``fsm``'s schedule without it
-  (``TorchExecutor(hoist=False)``: the per-batch cells, the ablation);
+  (``TorchExecutor(hoist=False)``: the per-batch cells, the ablation); ``fsm+unfused`` runs
+  it with the cells' element-wise parts as separate torch kernels (``TorchExecutor(fused=
+  False)``; every other edbatch contender has the fused cell bodies, the default);
 * ``pytorch_hand``: :mod:`benchmarks.hand_batched` (level by level / packed ``nn.LSTM``);
 * ``pytorch_unbatched``: a workload's per-instance PyTorch model (``Unbatched`` of
   ``benchmarks/peers/<name>.py``), node by node, on the first ``--unbatched-minibatches``
@@ -47,11 +49,12 @@ from edbatch.memory import Strategy, plan_memory
 from edbatch.schedule import Schedule
 from edbatch.workloads import Workload
 
-__all__ = ["FLOOR", "GRAPHED", "HAND", "PHASES", "PT_UNBATCHED", "UNHOISTED", "Job",
+__all__ = ["FLOOR", "GRAPHED", "HAND", "PHASES", "PT_UNBATCHED", "UNFUSED", "UNHOISTED", "Job",
            "bench_job"]
 
 GRAPHED = "fsm+memo+cugraph"  # CUDA only
 UNHOISTED = "fsm+unhoisted"  # fsm without the executor's input-projection hoisting
+UNFUSED = "fsm+unfused"  # fsm with the cells' element-wise parts unfused (torch kernels)
 HAND = "pytorch_hand"
 PT_UNBATCHED = "pytorch_unbatched"  # per-instance PyTorch (a workload's ``Unbatched`` peer)
 SLOW = ("unbatched", PT_UNBATCHED)  # run on the first --unbatched-minibatches only
@@ -179,7 +182,8 @@ def _pass(job: Job, contender: str, r: int, k: int, *, profile: bool = False
                 clock.lap("planning")
                 ex = job.graphed if contender == GRAPHED and not profile and job.graphed else \
                     TorchExecutor(job.device, profile=profile, sparse_grads=job.train,
-                                  hoist=False if contender == UNHOISTED else None)
+                                  hoist=False if contender == UNHOISTED else None,
+                                  fused=False if contender == UNFUSED else None)
                 res = ex.run(graph, schedule, plan, job.params, grad=job.train)
                 clock.lap("execution")
                 assert res.loss is not None

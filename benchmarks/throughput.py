@@ -24,7 +24,9 @@ Contenders: edbatch ``unbatched`` (node by node, first ``--unbatched-minibatches
 ``fsm+planned``, ``fsm+fastbuild``, ``fsm+cse``, ``fsm+planned+memo`` (schedules and plans
 reused by structure), on CUDA ``fsm+memo+cugraph``, ``fsm+unhoisted`` (``fsm`` without the
 executor's input-projection hoisting, which every other edbatch contender has where a cell
-has a hoisted form: the default); ``pytorch_hand``
+has a hoisted form: the default), ``fsm+unfused`` (``fsm`` with the cells' element-wise parts
+as separate torch kernels instead of one compiled kernel per batch, the default);
+``pytorch_hand``
 (:mod:`benchmarks.hand_batched`); ``pytorch_unbatched`` (per-instance PyTorch, node by
 node, where ``benchmarks/peers/<name>.py`` has an ``Unbatched``; first
 ``--unbatched-minibatches`` only); ``floor`` (the GEMMs of the ``fsm`` schedule's hoisted
@@ -83,6 +85,7 @@ from benchmarks._throughput_passes import (
     HAND,
     PHASES,
     PT_UNBATCHED,
+    UNFUSED,
     UNHOISTED,
     Job,
     bench_job,
@@ -113,7 +116,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DYNET_PEER = ROOT / "benchmarks" / "dynet_peer.py"
 EDBATCH_CONTENDERS = ("unbatched", "depth", "dynet_agenda", "fsm", "fsm+aligned",
                       "fsm+planned", "fsm+fastbuild", "fsm+cse", "fsm+planned+memo", GRAPHED,
-                      "auto", UNHOISTED)
+                      "auto", UNHOISTED, UNFUSED)
 OTHER_CONTENDERS = (HAND, FLOOR, PT_UNBATCHED)
 DYNET_CONTENDERS = ("dynet_autobatch0", "dynet_autobatch1", "dynet_autobatch2")
 CONTENDERS = EDBATCH_CONTENDERS + OTHER_CONTENDERS + DYNET_CONTENDERS
@@ -225,7 +228,7 @@ def _schedulers(policy: Any, contenders: Sequence[str]) -> dict[str, Callable[[G
     if policy is not None:  # the FSM's run-time path: a lookup per decision, no rollout
         fsm = policy.runtime_scheduler("fsm")
         schedulers.update({"fsm": fsm, "fsm+aligned": fsm, "fsm+planned": fsm,
-                           "fsm+fastbuild": fsm, "fsm+cse": fsm, UNHOISTED: fsm,
+                           "fsm+fastbuild": fsm, "fsm+cse": fsm, UNHOISTED: fsm, UNFUSED: fsm,
                            "fsm+planned+memo": MemoScheduler(fsm), GRAPHED: MemoScheduler(fsm)})
     return schedulers
 

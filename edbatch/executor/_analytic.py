@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from edbatch.executor import _fused
 from edbatch.executor.param_grads import ParamGrads
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class AnalyticRun(torch.autograd.Function):
         arenas = executor._run_inplace(program, params, saves)
         ctx.program, ctx.saves, ctx.params, ctx.names = program, saves, params, names
         ctx.dtype, ctx.device, ctx.sparse = executor.dtype, executor.device, executor.sparse_grads
+        ctx.fused = getattr(executor, "fused", None)  # the backward's kernels follow suit
         return tuple(arenas[a][r:r + 1].clone() for _, a, r, _ in program.outputs)
 
     @staticmethod
@@ -77,23 +79,29 @@ class AnalyticRun(torch.autograd.Function):
             if g is not None:
                 bufs[a][r:r + 1] += g
         acc = ParamGrads(sparse_rows=ctx.sparse)
-        steps = program.steps
-        for i in range(len(steps) - 1, -1, -1):
-            step = steps[i]
-            out = bufs[step.out_arena].narrow(0, step.out_start, step.size)
-            if step.stacked:
-                (read,) = step.reads  # all operand rows of the variadic sum, merged
-                read.route(out.clone().expand(len(read), out.shape[1]),  # type: ignore[arg-type]
-                           bufs)  # type: ignore[attr-defined]
-                continue
-            got = step.kernel.backward(step.op, saves[i], out,  # type: ignore[attr-defined]
-                                       params, step.attrs, acc)
-            if step.split:  # a variadic node alone: its operands are rows of one merged read
-                got = [_merged_grad(got, len(step.reads[0]), out)]
-            for read, g in zip(step.reads, got, strict=False):
-                if g is not None:
-                    read.route(g, bufs)  # type: ignore[attr-defined]
+        with _fused.use(ctx.fused):
+            _backward_steps(program.steps, saves, params, bufs, acc)
         total = acc.result(params)
         return (None, None, None, *(total.get(n) if ctx.needs_input_grad[3 + k] else None
                                     for k, n in enumerate(ctx.names)))
+
+
+def _backward_steps(steps: Any, saves: list[list[Tensor]], params: dict[str, Tensor],
+                    bufs: list[Tensor], acc: ParamGrads) -> None:
+    """Visit the batches in reverse schedule order (see the module doc)."""
+    for i in range(len(steps) - 1, -1, -1):
+        step = steps[i]
+        out = bufs[step.out_arena].narrow(0, step.out_start, step.size)
+        if step.stacked:
+            (read,) = step.reads  # all operand rows of the variadic sum, merged
+            read.route(out.clone().expand(len(read), out.shape[1]),  # type: ignore[arg-type]
+                       bufs)  # type: ignore[attr-defined]
+            continue
+        got = step.kernel.backward(step.op, saves[i], out,  # type: ignore[attr-defined]
+                                   params, step.attrs, acc)
+        if step.split:  # a variadic node alone: its operands are rows of one merged read
+            got = [_merged_grad(got, len(step.reads[0]), out)]
+        for read, g in zip(step.reads, got, strict=False):
+            if g is not None:
+                read.route(g, bufs)  # type: ignore[attr-defined]
 

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor import _fused
 from edbatch.executor._weights import linear_t
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.kernels import (
@@ -51,24 +52,35 @@ def split_state(state: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def lstm_step(x: Tensor, h: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
-              out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+              out: Tensor | None = None, save: dict[str, Tensor] | None = None,
+              state: Tensor | None = None) -> Tensor:
     """One fused LSTM step; return the new states ``[h'; c']`` as ``[B, 2H]`` (into ``out``).
 
     ``[i f o u] = W [x; h] + b``; ``i, f, o = sigmoid(.)``, ``u = tanh(.)``;
     ``c' = f*c + i*u`` (one ``addcmul``); ``h' = o*tanh(c')`` (the order of
     :func:`~edbatch.workloads.primitives.emit_lstm`). With ``save``, puts what
-    :func:`lstm_step_backward` reads under the names :data:`LSTM_SAVES`.
+    :func:`lstm_step_backward` reads under the names :data:`LSTM_SAVES`. ``state``: the
+    ``[h; c]`` that ``h`` and ``c`` split (lets the fused kernel read ``c`` faster).
     """
-    return lstm_step_xh(torch.cat([x, h], dim=1), c, weight, bias, out, save)
+    return lstm_step_xh(torch.cat([x, h], dim=1), c, weight, bias, out, save, state)
 
 
 def lstm_step_xh(xh: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
-                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+                 out: Tensor | None = None, save: dict[str, Tensor] | None = None,
+                 state: Tensor | None = None) -> Tensor:
     """:func:`lstm_step` from the concatenated input ``[x; h]`` (a caller that assembles
     its input from several operands builds it with one ``cat``)."""
     hidden = c.shape[1]
     g = linear_t(xh, weight, bias)
     if untracked(xh, c, weight, bias):  # the same arithmetic in place, into ``out``
+        if out is None:
+            out = torch.empty(g.shape[0], 2 * hidden, dtype=g.dtype, device=g.device)
+        if _fused.usable(g, c, out, state if state is not None else c):
+            t = g.new_empty((g.shape[0], hidden))  # one compiled kernel, gates: all of g
+            _fused.lstm_forward(g, c, out, t, state)
+            if save is not None:
+                save.update(xh=xh, gates=g, u=g[:, 3 * hidden:], c=c, t=t)
+            return out
         gates, g_u = g.split_with_sizes((3 * hidden, hidden), 1)
         i, f, o = gates.sigmoid_().split_with_sizes((hidden, hidden, hidden), 1)
         u = fast_tanh(g_u)
@@ -107,6 +119,15 @@ def lstm_step_backward(saved: Any, grad: Tensor, weight: Tensor) -> tuple[Tensor
     """
     xh, gates, u, c, t = saved.xh, saved.gates, saved.u, saved.c, saved.t
     batch, hidden = u.shape
+    width = xh.shape[1]
+    if gates.shape[1] == 4 * hidden:  # a fused forward's: all of g (its last H are u)
+        if _fused.usable(grad, gates, c, t):  # one compiled kernel, then the matmul
+            d_gates = torch.empty(batch, 4 * hidden, dtype=u.dtype, device=u.device)
+            d_in = torch.empty(batch, width + hidden, dtype=u.dtype, device=u.device)
+            _fused.lstm_backward(grad, gates, c, t, d_gates, d_in, width)
+            torch.mm(d_gates, weight, out=d_in[:, :width])
+            return d_gates, d_in
+        gates = gates[:, :3 * hidden]
     i, f, o = gates.split_with_sizes((hidden, hidden, hidden), 1)
     dh, d_c = grad.split_with_sizes((hidden, hidden), 1)
     dc2 = TANH_GRAD(dh * o, t).add_(d_c)
@@ -118,7 +139,6 @@ def lstm_step_backward(saved: Any, grad: Tensor, weight: Tensor) -> tuple[Tensor
     torch.mul(dh, t, out=d_o)
     SIGMOID_GRAD(d_sig, gates, grad_input=d_sig)
     TANH_GRAD_INTO(dc2 * i, u, grad_input=d_u)
-    width = xh.shape[1]
     d_in = torch.empty(batch, width + hidden, dtype=u.dtype, device=u.device)
     d_x, d_cin = d_in.split_with_sizes((width, hidden), 1)
     torch.mm(d_gates, weight, out=d_x)

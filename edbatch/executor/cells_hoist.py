@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor import _fused
 from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.cell_kind import HEAD_READS, HOISTS, CellKind, HoistSpec, Param, RoleGrads
 from edbatch.executor.cells import lstm_step_backward, split_state
@@ -70,14 +71,23 @@ def _token_projection_dims(op: OpType) -> dict[str, int]:
 
 
 def lstm_from_gates(g: Tensor, c: Tensor, out: Tensor | None = None,
-                    save: dict[str, Tensor] | None = None) -> Tensor:
+                    save: dict[str, Tensor] | None = None, state: Tensor | None = None
+                    ) -> Tensor:
     """The element-wise part of :func:`~edbatch.executor.cells.lstm_step` from the gate
     pre-activations ``g`` (``[B, 4H]``, order ``i f o u``), written into ``out``; saves
     ``gates, u, c, t``. The gate sigmoids are computed in place in ``g`` (a projection row
-    block that no other batch reads), ``c'`` and ``h'`` straight into ``out`` (no ``cat``)."""
+    block that no other batch reads), ``c'`` and ``h'`` straight into ``out`` (no ``cat``).
+    Fused (:mod:`~edbatch.executor._fused`): one kernel, ``gates`` saved as the whole ``g``;
+    ``state``: the ``[h; c]`` that ``c`` is the second half of (read faster)."""
     hidden = c.shape[1]
     if out is None:
         out = g.new_empty((g.shape[0], 2 * hidden))
+    if _fused.usable(g, c, out, state if state is not None else c):
+        t = g.new_empty((g.shape[0], hidden))
+        _fused.lstm_forward(g, c, out, t, state)
+        if save is not None:
+            save.update(gates=g, u=g[:, 3 * hidden:], c=c, t=t)
+        return out
     # split_with_sizes, not ``g[:, a:b]``: one dispatch for all pieces, and a multi-dim
     # ``__getitem__`` costs several us of Python per slice (7 of them per batch before)
     gates, g_u = g.split_with_sizes((3 * hidden, hidden), 1)
@@ -121,7 +131,7 @@ class LSTMRecurrent(CellKind):
         if save is not None:
             save["xh"] = h
         # in place: each projection row is read by exactly this batch (and saved by nothing)
-        return lstm_from_gates(projection.addmm_(h, w_ht), c, out, save)
+        return lstm_from_gates(projection.addmm_(h, w_ht), c, out, save, state)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:

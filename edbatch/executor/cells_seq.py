@@ -60,7 +60,7 @@ class LatticeLSTMArc(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         h, c = split_state(inputs[0])
-        return lstm_step(F.embedding(attrs, p.emb), h, c, p.W, p.b, out, save)
+        return lstm_step(F.embedding(attrs, p.emb), h, c, p.W, p.b, out, save, inputs[0])
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:
@@ -101,7 +101,7 @@ class BiLSTML1(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         h, c = split_state(inputs[1])
-        return lstm_step(inputs[0], h, c, p.W, p.b, out, save)
+        return lstm_step(inputs[0], h, c, p.W, p.b, out, save, inputs[1])
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:
@@ -135,7 +135,7 @@ class BiLSTML2(CellKind):
         h, c = split_state(inputs[2])
         half = (p.W.shape[1] - h.shape[1]) // 2  # the layer-1 hidden size
         xh = torch.cat([*heads(inputs[:2], half), h], dim=1)
-        return lstm_step_xh(xh, c, p.W, p.b, out, save)
+        return lstm_step_xh(xh, c, p.W, p.b, out, save, inputs[2])
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:
@@ -191,7 +191,7 @@ class Seq2SeqStep(CellKind):
         x = fast_tanh(F.linear(e, p.W_e, p.b_e))
         if save is not None:
             save.update(e=e, x=x)
-        return lstm_step(x, h, c, p.W, p.b, out, save)
+        return lstm_step(x, h, c, p.W, p.b, out, save, inputs[0])
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:

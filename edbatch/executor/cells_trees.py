@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor import _fused
 from edbatch.executor._weights import linear_t
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD, TANH_GRAD_INTO, split_state
@@ -44,6 +45,8 @@ def _gates_backward(grad: Tensor, io: Tensor, u: Tensor, t: Tensor) -> tuple[Ten
     ``d[h; c]``, with ``h = o*tanh(c)``, ``c = i*u + ...``; the gate gradients are written
     into one ``[B, 3H]`` buffer, so no ``cat`` is needed."""
     batch, hidden = u.shape
+    if io.shape[1] != 2 * hidden:  # a fused forward's: all of g
+        io = io[:, :2 * hidden]
     i, o = io.split_with_sizes((hidden, hidden), 1)
     dh, d_c = grad.split_with_sizes((hidden, hidden), 1)
     dc = TANH_GRAD(dh * o, t).add_(d_c)
@@ -72,6 +75,14 @@ class TreeLSTMLeaf(CellKind):
         g = linear_t(x, p.W, p.b)
         hidden = g.shape[1] // 3
         if untracked(x, p.W, p.b):  # the same arithmetic in place, into ``out``
+            if out is None:
+                out = g.new_empty(g.shape[0], 2 * hidden)
+            if _fused.usable(g, out):  # one compiled kernel for the element-wise part
+                t = g.new_empty(g.shape[0], hidden)
+                _fused.tree_forward(g, None, out, t)
+                if save is not None:  # io: all of g (the fused backward reads it)
+                    save.update(x=x, io=g, u=g[:, 2 * hidden:], t=t)
+                return out
             io = g[:, :2 * hidden].sigmoid_()
             u = fast_tanh(g[:, 2 * hidden:])
             if out is None:
@@ -92,7 +103,12 @@ class TreeLSTMLeaf(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:
-        d_g, _ = _gates_backward(grad, saved.io, saved.u, saved.t)
+        if saved.io.shape[1] == 3 * saved.u.shape[1] and \
+                _fused.usable(grad, saved.io, saved.t):
+            d_g = grad.new_empty(grad.shape[0], 3 * saved.u.shape[1])
+            _fused.tree_backward(grad, saved.io, saved.t, d_g)
+        else:
+            d_g, _ = _gates_backward(grad, saved.io, saved.u, saved.t)
         grads.linear(("W", "b"), d_g, saved.x)
         grads.rows("E", attrs, d_g @ p.W)
         return []
@@ -119,7 +135,7 @@ class TreeLSTMInternal(CellKind):
         hidden = h1.shape[1]
         x = torch.cat([h1, h2], dim=1)
         if untracked(x, c1, c2, *p):
-            return _tree_lstm_internal_inplace(x, (h1, c1, h2, c2), p, out, save)
+            return _tree_lstm_internal_inplace(x, (h1, c1, h2, c2, *inputs[:2]), p, out, save)
         g = linear_t(x, p.U_iou, p.b_iou)
         io = torch.sigmoid(g[:, :2 * hidden])
         u = fast_tanh(g[:, 2 * hidden:])
@@ -135,6 +151,9 @@ class TreeLSTMInternal(CellKind):
                  grads: RoleGrads) -> list[Tensor | None]:
         x, u = saved.x, saved.u
         batch, hidden = u.shape
+        if saved.io.shape[1] == 3 * hidden and \
+                _fused.usable(grad, saved.io, saved.t, saved.f1, saved.c1, saved.f2, saved.c2):
+            return _tree_internal_backward_fused(saved, grad, p, grads)
         d_iou, dc = _gates_backward(grad, saved.io, u, saved.t)
         grads.linear(("U_iou", "b_iou"), d_iou, x)
         dx = d_iou @ p.U_iou
@@ -158,15 +177,23 @@ def _tree_lstm_internal_inplace(x: Tensor, states: Sequence[Tensor], p: Any,
     written straight into ``out``. The same arithmetic on the same memory layouts, so the
     same floats (both paths add ``f_k c_k`` with ``addcmul``; an activation over a wider
     or narrower block would take its vectorised and scalar paths on other elements)."""
-    h1, c1, h2, c2 = states
+    h1, c1, h2, c2 = states[:4]
     hidden = c1.shape[1]
     g = linear_t(x, p.U_iou, p.b_iou)
+    if out is None:
+        out = g.new_empty(g.shape[0], 2 * hidden)
+    s1, s2 = states[4], states[5]
+    if _fused.usable(g, s1, s2, out):  # one compiled kernel for the element-wise part
+        f1, f2 = linear_t(h1, p.U_f1, p.b_f), linear_t(h2, p.U_f2, p.b_f)
+        t = g.new_empty(g.shape[0], hidden)
+        _fused.tree_forward(g, (f1, s1, f2, s2), out, t)
+        if save is not None:  # io: all of g (the fused backward reads it)
+            save.update(x=x, io=g, u=g[:, 2 * hidden:], f1=f1, f2=f2, c1=c1, c2=c2, t=t)
+        return out
     io = g[:, :2 * hidden].sigmoid_()
     u = fast_tanh(g[:, 2 * hidden:])
     f1 = linear_t(h1, p.U_f1, p.b_f).sigmoid_()
     f2 = linear_t(h2, p.U_f2, p.b_f).sigmoid_()
-    if out is None:
-        out = g.new_empty(g.shape[0], 2 * hidden)
     c = torch.mul(io[:, :hidden], u, out=out[:, hidden:])
     c.addcmul_(f1, c1).addcmul_(f2, c2)
     t = fast_tanh(c)
@@ -174,6 +201,26 @@ def _tree_lstm_internal_inplace(x: Tensor, states: Sequence[Tensor], p: Any,
     if save is not None:
         save.update(x=x, io=io, u=u, f1=f1, f2=f2, c1=c1, c2=c2, t=t)
     return out
+
+
+def _tree_internal_backward_fused(saved: Any, grad: Tensor, p: Any, grads: RoleGrads
+                                  ) -> list[Tensor | None]:
+    """:meth:`TreeLSTMInternal.backward` with its element-wise part as one compiled kernel
+    (:func:`~edbatch.executor._fused.tree_backward`); the same matmuls."""
+    x, u = saved.x, saved.u
+    batch, hidden = u.shape
+    d_iou = grad.new_empty(batch, 3 * hidden)
+    d_f = grad.new_empty(2, batch, hidden)
+    d_states = grad.new_empty(2, batch, 2 * hidden)
+    _fused.tree_backward(grad, saved.io, saved.t, d_iou,
+                         (saved.f1, saved.c1, saved.f2, saved.c2, d_f, d_states))
+    grads.linear(("U_iou", "b_iou"), d_iou, x)
+    dx = d_iou @ p.U_iou
+    for k, weight in enumerate(("U_f1", "U_f2")):
+        grads.linear((weight, "b_f"), d_f[k], x[:, k * hidden:(k + 1) * hidden])
+        torch.addmm(dx[:, k * hidden:(k + 1) * hidden], d_f[k], getattr(p, weight),
+                    out=d_states[k, :, :hidden])
+    return [d_states[0], d_states[1]]
 
 
 # ---------------------------------------------------------------------- Tree-GRU

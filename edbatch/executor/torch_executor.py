@@ -64,6 +64,7 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ConfigError, ExecutionError
+from edbatch.executor import _fused
 from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
 from edbatch.executor._hoist import head_reads, hoist_kinds, hoist_program, unhoisted
@@ -119,6 +120,9 @@ class TorchExecutor:
             unhoisted); not with ``cuda_graphs`` on CUDA. ``None`` (the default): ``True``,
             except with ``cuda_graphs`` on CUDA (``False``); measured at least as fast on
             every workload it applies to (docs/runtime.md). ``False`` for the per-batch cells.
+        fused: the LSTM-family cells' element-wise parts as one compiled kernel per batch
+            (:mod:`~edbatch.executor._fused`; CPU, outside autograd); ``None``: the
+            process setting (on by default); ``False``: the unfused torch path.
 
     Raises:
         ConfigError: ``hoist`` with ``cuda_graphs`` on CUDA, or a ``hoist`` of another type.
@@ -129,8 +133,8 @@ class TorchExecutor:
                  *, kernels: Mapping[str, Kernel] | None = None, cache_size: int = 8,
                  profile: bool = False, hand_backward: bool = True,
                  sparse_grads: bool = False, cuda_graphs: bool = False,
-                 capture_after: int = 1, hoist: bool | str | Iterable[str] | None = None
-                 ) -> None:
+                 capture_after: int = 1, hoist: bool | str | Iterable[str] | None = None,
+                 fused: bool | None = None) -> None:
         self.device = check_device(device)
         dtype = check_dtype(dtype)
         if self.device.type == "cuda" and self.device.index is None and \
@@ -145,7 +149,7 @@ class TorchExecutor:
         if self.hoist and self.graphs is not None:
             raise ConfigError("hoist", hoist, "False with cuda_graphs=True on CUDA (captured "
                               "graphs run the unhoisted program)", "pass one of the two")
-        self.dtype = dtype
+        self.dtype, self.fused = dtype, fused
         self.kernels = kernels
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple[int, int], tuple[Graph, MemoryPlan, Program]] = \
@@ -324,7 +328,7 @@ class TorchExecutor:
         arenas = [torch.empty((rows, width), device=self.device, dtype=self.dtype)
                   for rows, width in program.arenas]
         fast = self._timer is None
-        with TRANSPOSED.run():  # each weight's W^T made once for the whole run
+        with TRANSPOSED.run(), _fused.use(self.fused):  # W^T made once for the whole run
             for i, step in enumerate(program.steps):
                 region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
                 save: list[Tensor] | None = None

@@ -5,11 +5,12 @@ gradient routes they feed give the same sums as the plain ``index_add_``."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pytest
 import torch
 
-from edbatch.executor import KERNELS
+from edbatch.executor import KERNELS, _fused
 from edbatch.executor._reads import PAD_MIN_ROWS, RowsRead
 from edbatch.executor.kernels import FAST_TANH_MIN, untracked
 from tests.executor.test_kernels import ATTR_BOUND, catalogue, random_inputs
@@ -17,6 +18,13 @@ from tests.executor.test_kernels import ATTR_BOUND, catalogue, random_inputs
 torch.set_num_threads(1)
 
 OUT_KINDS = [k for k in KERNELS.names() if getattr(KERNELS.get(k), "writes_out", False)]
+
+
+@pytest.fixture(autouse=True)
+def _unfused() -> Iterator[None]:
+    """Bit identity is the unfused torch path's (the fused kernels: ``test_fused.py``)."""
+    with _fused.use(False):
+        yield
 
 
 def test_the_fused_kinds_write_out() -> None:
