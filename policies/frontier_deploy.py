@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 from edbatch.errors import PolicyFileError, UnknownNameError
 from edbatch.schedule import FrontierView, PolicyScheduler, Scheduler
 from policies._frontier_features import FEATURES, NUM_FEATURES, FeatureTracker
+from policies._header import check_header
 
 __all__ = ["BACKENDS", "FORMAT", "WEIGHT_NAMES", "FrontierNetPolicy", "load_weights",
            "numpy_scores", "save_weights"]
@@ -212,15 +213,7 @@ def load_weights(path: str | Path) -> tuple[Weights, dict[str, Any]]:
         header = json.loads(str(arrays.pop("header")))
     except (KeyError, ValueError) as e:
         raise PolicyFileError(path, f"no readable header ({e})", fix) from None
-    found = header.get("format") if isinstance(header, dict) else header
-    if found != FORMAT:
-        raise PolicyFileError(path, f"format {found!r} is not {FORMAT!r}", fix)
-    if header.get("version") != VERSION:
-        raise PolicyFileError(path, f"version {header.get('version')!r}, this edbatch reads "
-                              f"{VERSION}", fix)
-    if header.get("features") != list(FEATURES):
-        raise PolicyFileError(path, f"made for the features {header.get('features')}, this "
-                              f"edbatch computes {list(FEATURES)}", fix)
+    check_header(path, header, FORMAT, VERSION, FEATURES, fix)
     try:
         _check_shapes(arrays, "the weights")
     except ValueError as e:

@@ -44,6 +44,7 @@ from edbatch.schedule._compiled_priority import (
 )
 from edbatch.schedule.bounds import height_list
 from edbatch.schedule.compiled import _batches, core_graph
+from policies._header import check_header
 
 __all__ = ["FEATURES", "FORMAT", "VERSION", "PriorityPolicy", "PriorityScheduler",
            "PriorityTwin", "critical_path_weights", "graph_inputs", "is_priority_file",
@@ -191,15 +192,8 @@ class PriorityPolicy:
             data = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError) as e:
             raise PolicyFileError(path, f"not a JSON priority-policy file ({e})", fix) from None
-        found = data.get("format") if isinstance(data, dict) else None
-        if found != FORMAT:
-            raise PolicyFileError(path, f"format {found!r} is not {FORMAT!r}", fix)
-        if data.get("version") != VERSION:
-            raise PolicyFileError(path, f"version {data.get('version')!r}, this edbatch reads "
-                                  f"{VERSION}", fix)
-        if data.get("features") != list(FEATURES):
-            raise PolicyFileError(path, f"made for the features {data.get('features')}, this "
-                                  f"edbatch computes {list(FEATURES)}", fix)
+        check_header(path, data if isinstance(data, dict) else None, FORMAT, VERSION,
+                     FEATURES, fix)
         try:
             w = _check_weights(data.get("weights"), "weights")
         except (TypeError, ValueError) as e:
