@@ -139,6 +139,10 @@ CHEAP: dict[str, str] = {
         f"{PY} -m experiments.train workload=lattice_lstm trainer=q_learning seed=1 "
         "num_train_graphs=1 num_val_graphs=1 trainer.max_episodes=2 progress=false "
         "policy.lookahead=none",
+    "python -m experiments.train workload=module_net trainer=priority seed=0":
+        f"{PY} -m experiments.train workload=module_net trainer=priority seed=0 "
+        "num_train_graphs=1 num_val_graphs=1 batch_size=8 trainer.iterations=2 "
+        "trainer.population=4 trainer.elite=2 progress=false",
     "python -m experiments.train workload=tree_lstm trainer=ed_batch num_train_graphs=1":
         f"{PY} -m experiments.train workload=tree_lstm trainer=ed_batch num_train_graphs=1 "
         "num_val_graphs=1 trainer.max_episodes=2 progress=false",
