@@ -47,10 +47,11 @@ per-phase ms (see docs/benchmarks.md). It asserts nothing about speed.
         [--no-dynet] [--out results/throughput.json] [--plot results/throughput.png]
 
 Without arguments it runs the default set (a few minutes on 2 cores, FSM policies trained
-on first use included): every workload and mode at 300x150, 2 mini-batches a pass, the
-contenders ``depth dynet_agenda fsm pytorch_hand floor dynet_autobatch1``. ``--full`` is the
-full set: every contender, sizes ``300x150 128x128``, the whole training split per pass
-(``--minibatches 0``; hours); flags given explicitly still apply.
+on first use included): ED-Batch's workloads (Tree-LSTM, lattice, BiLSTM tagger), every mode
+at 300x150, 2 mini-batches a pass, the contenders ``depth dynet_agenda fsm pytorch_hand floor
+dynet_autobatch1``. ``--full`` is the full set: every workload and contender, sizes
+``300x150 128x128``, the whole training split per pass (``--minibatches 0``; hours); flags
+given explicitly still apply.
 
 Sizes are ``EMBEDxHIDDEN`` strings (any positive pair, e.g. ``8x6`` for a quick check).
 """
@@ -108,7 +109,8 @@ from edbatch.schedule import MemoScheduler, Schedule, make_scheduler
 from edbatch.tracking import machine_info
 from edbatch.workloads import Workload, make_workload  # noqa: F401  (tests: tp.make_workload)
 
-__all__ = ["CONTENDERS", "DEFAULT_CONTENDERS", "DEFAULT_SIZES", "DYNET_CONTENDERS",
+__all__ = ["CONTENDERS", "DEFAULT_CONTENDERS", "DEFAULT_SIZES", "DEFAULT_WORKLOADS",
+           "DYNET_CONTENDERS",
            "EDBATCH_CONTENDERS", "PHASES", "build_parser", "fsm_hparams", "load_or_train_policy",
            "main", "parse_size", "run"]
 
@@ -125,11 +127,15 @@ WORKLOADS = tuple(RECORDERS)
 SIZES = ("300x150", "128x128")
 MODES = ("infer", "train")
 #: What a run without arguments measures (about 3 minutes on 2 idle cores, FSM policies
-#: trained on first use included): every workload and mode at the paper's size, 2 mini-batches
-#: a pass, the contenders that state the result (the learned FSM against edbatch's own
-#: agenda baselines, the hand-batched PyTorch peer, the GEMM floor and DyNet's agenda
-#: autobatching). ``--full`` is every contender at both sizes (hours: see --help).
+#: trained on first use included): ED-Batch's three workloads, every mode at the paper's
+#: size, 2 mini-batches a pass, the contenders that state the result (the learned FSM
+#: against edbatch's own agenda baselines, the hand-batched PyTorch peer, the GEMM floor and
+#: DyNet's agenda autobatching). ``--full`` is every workload and contender at both sizes
+#: (hours: see --help).
 DEFAULT_SIZES = ("300x150",)
+#: ED-Batch's three rows; the seeds' workloads (SICK, GGNN, parser, char tagger) with
+#: ``--workloads`` or ``--full``
+DEFAULT_WORKLOADS = ("tree_lstm", "lattice_lstm", "bilstm_tagger")
 DEFAULT_MINIBATCHES = 2
 DEFAULT_CONTENDERS = ("depth", "dynet_agenda", "fsm", HAND, FLOOR, "dynet_autobatch1")
 BATCH_SIZE = 64
@@ -487,12 +493,14 @@ def _dynet_note(args: argparse.Namespace) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0], epilog=(
-        f"The default run (no arguments): every workload and mode at "
+        f"The default run (no arguments): the workloads {' '.join(DEFAULT_WORKLOADS)}, "
+        f"every mode at "
         f"{' '.join(DEFAULT_SIZES)}, {DEFAULT_MINIBATCHES} mini-batches a pass, contenders "
         f"{' '.join(DEFAULT_CONTENDERS)}: a few minutes on 2 cores, FSM policies trained on "
-        f"first use included. --full: every contender at {' '.join(SIZES)} over the whole "
-        f"training split (hours)."))
-    p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+        f"first use included. --full: every workload and contender at {' '.join(SIZES)} "
+        f"over the whole training split (hours)."))
+    p.add_argument("--workloads", nargs="+", default=list(DEFAULT_WORKLOADS), choices=WORKLOADS,
+                   help=f"default {' '.join(DEFAULT_WORKLOADS)}; all: {' '.join(WORKLOADS)}")
     p.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), type=parse_size,
                    help=f"EMBEDxHIDDEN (default {' '.join(DEFAULT_SIZES)}; the full set: "
                         f"{' '.join(SIZES)})")
@@ -558,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.full:  # the full set, where the flag was not given explicitly
         given = argv if argv is not None else sys.argv[1:]
         for flag, value in (("--sizes", list(SIZES)), ("--contenders", list(CONTENDERS)),
-                            ("--minibatches", 0)):
+                            ("--minibatches", 0), ("--workloads", list(WORKLOADS))):
             if not any(a == flag or a.startswith(f"{flag}=") for a in given):
                 setattr(args, flag[2:], value)
     for flag in ("minibatches", "unbatched_minibatches", "warmup"):

@@ -112,7 +112,8 @@ def test_the_default_run_is_the_small_set_and_full_is_everything() -> None:
     default = tp.build_parser().parse_args([])
     assert default.sizes == list(tp.DEFAULT_SIZES) and default.minibatches == 2
     assert default.contenders == list(tp.DEFAULT_CONTENDERS) and not default.full
-    assert default.workloads == list(tp.WORKLOADS) and default.modes == list(tp.MODES)
+    assert default.workloads == list(tp.DEFAULT_WORKLOADS) and default.modes == list(tp.MODES)
+    assert set(tp.DEFAULT_WORKLOADS) < set(tp.WORKLOADS)
     assert "--full" in tp.build_parser().format_help()
 
 
