@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import numpy as np
 import pytest
 
 
@@ -15,3 +16,13 @@ def dy() -> Any:
     if "dynet" not in sys.modules:
         config.set(autobatch=1, mem="256", random_seed=1)
     return pytest.importorskip("dynet")
+
+
+def assert_dynet_grads(peer: dict[str, Any], want: dict[str, Any], label: str) -> None:
+    """Every DyNet parameter's gradient after ``loss.backward()`` equals ``want[name]``
+    (a torch tensor of the reference's gradient) in shape and value."""
+    for key, param in peer.items():
+        got = param.grad_as_array()
+        assert got.shape == tuple(want[key].shape), key
+        np.testing.assert_allclose(got, want[key].numpy(), rtol=2e-3, atol=2e-5,
+                                   err_msg=f"{label}DyNet gradient of {key}")

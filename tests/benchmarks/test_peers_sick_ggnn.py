@@ -17,7 +17,6 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
@@ -25,6 +24,7 @@ from benchmarks.hand_batched import make_hand_batched, make_unbatched
 from benchmarks.peers import sized_workload
 from edbatch.executor import init_params, reference_loss
 from edbatch.workloads import Workload
+from tests.benchmarks.conftest import assert_dynet_grads
 
 __all__: list[str] = []
 
@@ -95,11 +95,7 @@ def test_dynet_gradients_equal_the_reference(dy: Any, name: str) -> None:
     loss = dynet_peer.PEERS[name](dy, peer, wl.hidden_dim, instances)  # type: ignore[attr-defined]
     assert loss.value() == pytest.approx(float(ref.detach()), rel=1e-4)
     loss.backward()
-    for key, param in peer.items():
-        got = param.grad_as_array()
-        assert got.shape == tuple(want[key].shape), key
-        np.testing.assert_allclose(got, want[key].numpy(), rtol=2e-3, atol=2e-5,
-                                   err_msg=f"{name}: DyNet gradient of {key}")
+    assert_dynet_grads(peer, want, f"{name}: ")
 
 
 # ---------------------------------------------------------------------- the harness
