@@ -30,7 +30,7 @@ from torch import Tensor
 from edbatch.data.molecules import BOND_TYPES
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD
-from edbatch.executor.kernels import fast_tanh
+from edbatch.executor.kernels import fast_tanh, slot_nodes
 from edbatch.graph import OpType
 from edbatch.workloads.ggnn_molecules import COUNT_BITS, FEATURE_RANGES, OFFSETS, TARGET_SCALE
 
@@ -51,7 +51,7 @@ def _hidden(op: OpType) -> dict[str, int]:
 def repeated_rows(slots: Sequence[Tensor], counts: Tensor) -> tuple[Tensor, Tensor]:
     """``(rows [N, d], segment int64[N])``: the repeated operand slots stacked, and the node
     (``0..B-1``) each row belongs to, from the nodes' repeated-operand ``counts``."""
-    segment = torch.cat([torch.nonzero(counts > k).reshape(-1) for k in range(len(slots))])
+    segment = torch.cat(slot_nodes(counts, [t.shape[0] for t in slots]))
     return torch.cat(list(slots)), segment
 
 
@@ -100,12 +100,12 @@ def neighbour_sums(slots: Sequence[Tensor], attrs: Tensor, bonds: int
     if not slots:
         return (attrs.new_zeros(0), attrs.new_zeros(0), attrs.new_zeros(0))
     codes = torch.bitwise_right_shift(attrs, COUNT_BITS)
-    nodes = [torch.nonzero(counts > k).reshape(-1) for k in range(len(slots))]
+    nodes = slot_nodes(counts, [t.shape[0] for t in slots])
     index = torch.cat([n * bonds + torch.bitwise_and(
         torch.bitwise_right_shift(codes[n], 2 * k), 3) for k, n in enumerate(nodes)])
     rows = torch.cat(list(slots))
     s = rows.new_zeros(size * bonds, hidden).index_add_(0, index, rows)
-    deg = torch.bincount(index, minlength=size * bonds).to(rows.dtype)
+    deg = rows.new_zeros(size * bonds).index_add_(0, index, rows.new_ones(len(index)))
     return s.view(size, bonds * hidden), deg.view(size, bonds), index
 
 
@@ -124,7 +124,7 @@ class GGNNUpdate(CellKind):
                 for w, shape in (("A", "H, H"), ("c", "H"))),
               Param("W_rz", "2H, 2H"), Param("b_rz", "2H"), Param("W_c", "H, 2H"),
               Param("b_c", "H"))
-    saves = ("xh", "xc", "rz", "c", "h", "s", "deg", "index")
+    saves = ("xh", "xc", "rz", "c", "h", "s", "deg", "index", "sizes")
     dims = staticmethod(_hidden)
 
     @staticmethod
@@ -149,7 +149,8 @@ class GGNNUpdate(CellKind):
         xc = torch.cat([a, rz[:, :hidden] * h], dim=1)
         c = fast_tanh(F.linear(xc, p.W_c, p.b_c))
         if save is not None:
-            save.update(xh=xh, xc=xc, rz=rz, c=c, h=h, s=s, deg=deg, index=index)
+            save.update(xh=xh, xc=xc, rz=rz, c=c, h=h, s=s, deg=deg, index=index,
+                        sizes=[t.shape[0] for t in inputs[1:]])
         return torch.addcmul(c, rz[:, hidden:], h - c)  # z*h + (1 - z)*c in two kernels
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
@@ -177,10 +178,7 @@ class GGNNUpdate(CellKind):
             grads.add(f"c{b}", g_bias[b])
         weight = self._message_weights(p)[0]
         d_rows = (d_a @ weight).view(-1, hidden)[saved.index]
-        counts = torch.bitwise_and(attrs, _COUNT_MASK)
-        sizes = [int(n) for n in (counts.unsqueeze(1) > torch.arange(
-            int(counts.max()), device=attrs.device)).sum(0).tolist()]
-        return [d_h, *d_rows.split(sizes)]
+        return [d_h, *d_rows.split(saved.sizes)]
 
 
 class GGNNReadout(CellKind):
@@ -188,7 +186,7 @@ class GGNNReadout(CellKind):
 
     kind = "ggnn.readout"
     params = (Param("W_i", "H, H"), Param("b_i", "H"), Param("W_j", "H, H"), Param("b_j", "H"))
-    saves = ("rows", "segment", "s", "t")
+    saves = ("rows", "segment", "s", "t", "sizes")
     dims = staticmethod(_hidden)
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
@@ -196,7 +194,8 @@ class GGNNReadout(CellKind):
         rows, segment = repeated_rows(inputs, attrs)
         s, t = torch.sigmoid(F.linear(rows, p.W_i, p.b_i)), fast_tanh(F.linear(rows, p.W_j, p.b_j))
         if save is not None:
-            save.update(rows=rows, segment=segment, s=s, t=t)
+            save.update(rows=rows, segment=segment, s=s, t=t,
+                        sizes=[x.shape[0] for x in inputs])
         terms = s * t
         return terms.new_zeros(attrs.shape[0], terms.shape[1]).index_add(0, segment, terms)
 
@@ -210,9 +209,7 @@ class GGNNReadout(CellKind):
         grads.linear(("W_i", "b_i"), d_i, saved.rows)
         grads.linear(("W_j", "b_j"), d_j, saved.rows)
         d_rows = torch.addmm(d_i @ p.W_i, d_j, p.W_j)
-        sizes = [int(n) for n in (attrs.unsqueeze(1) > torch.arange(
-            int(attrs.max()), device=attrs.device)).sum(0).tolist()]
-        return list(d_rows.split(sizes))
+        return list(d_rows.split(saved.sizes))
 
 
 def _targets(attrs: Tensor, like: Tensor) -> Tensor:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
+from edbatch.executor.kernels import slot_nodes
 from edbatch.graph import OpType
 from edbatch.workloads.module_net import (
     ATTRIBUTE_ROWS,
@@ -26,7 +27,7 @@ from edbatch.workloads.module_net import (
 __all__ = ["Object", "Objects", "Start"]
 
 _P = "module_net"
-Saves = dict[str, Tensor] | None
+Saves = dict[str, Any] | None
 Grads = list[Tensor | None]
 
 
@@ -75,12 +76,11 @@ class Object(CellKind):
         return []
 
 
-def _slots(attrs: Tensor, k: int) -> tuple[Tensor, list[int]]:
+def _slots(attrs: Tensor, sizes: Sequence[int]) -> Tensor:
     """Rows of the ``(B * N, F)`` scene block that operand slots ``0..k-1`` fill, slot by
-    slot (the order of ``cat(slots)``), and each slot's row count."""
-    filled = attrs.unsqueeze(0) > torch.arange(k, device=attrs.device).unsqueeze(1)
-    slot, node = filled.nonzero(as_tuple=True)
-    return node * MAX_OBJECTS + slot, filled.sum(1).tolist()
+    slot (the order of ``cat(slots)``); ``sizes[j]``: slot ``j``'s row count."""
+    return torch.cat([node * MAX_OBJECTS + j
+                      for j, node in enumerate(slot_nodes(attrs, sizes))])
 
 
 class Objects(CellKind):
@@ -88,19 +88,23 @@ class Objects(CellKind):
     ``index_copy_`` of all slots; the backward one ``index_select``)."""
 
     kind = f"{_P}.objects"
+    saves = ("sizes",)
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:
-        rows, _ = _slots(attrs, len(inputs))
+        sizes = [x.shape[0] for x in inputs]
+        rows = _slots(attrs, sizes)
+        if save is not None:
+            save.update(sizes=sizes)
         out = inputs[0].new_zeros(attrs.shape[0] * MAX_OBJECTS, inputs[0].shape[1])
         out.index_copy_(0, rows, torch.cat(list(inputs)))
         return out.reshape(attrs.shape[0], -1)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        rows, counts = _slots(attrs, int(attrs.max()))
+        rows = _slots(attrs, saved.sizes)
         g = grad.reshape(grad.shape[0] * MAX_OBJECTS, -1).index_select(0, rows)
-        return list(g.split(counts))
+        return list(g.split(saved.sizes))
 
 
 class Start(CellKind):

@@ -31,7 +31,7 @@ from edbatch.executor._weights import TRANSPOSED, linear_t
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD
 from edbatch.executor.cells_trees import _gates_backward
-from edbatch.executor.kernels import fast_tanh, untracked
+from edbatch.executor.kernels import fast_tanh, slot_nodes, untracked
 from edbatch.graph import OpType
 
 __all__ = ["SCORE_SCALE", "SickNode", "SickSim", "child_rows", "score_target",
@@ -50,7 +50,7 @@ def child_rows(inputs: Sequence[Tensor], counts: Tensor, width: int) -> tuple[Te
     if not inputs:
         return counts.new_zeros((0, width), dtype=torch.get_default_dtype()), counts.new_zeros(0)
     rows = torch.cat(list(inputs)) if len(inputs) > 1 else inputs[0]
-    segment = torch.cat([torch.nonzero(counts > j).reshape(-1) for j in range(len(inputs))])
+    segment = torch.cat(slot_nodes(counts, [t.shape[0] for t in inputs]))
     return rows, segment
 
 

@@ -49,7 +49,7 @@ from edbatch.registry import Registry
 
 __all__ = ["FAST_TANH_MIN", "KERNELS", "Backward", "Kernel", "ParamGrads", "fast_tanh",
            "kernel_for", "new_zeros", "op_params", "parse_slice", "pick_nll", "pick_nll_backward",
-           "stacked_sum", "untracked", "with_backward", "writes_out"]
+           "slot_nodes", "stacked_sum", "untracked", "with_backward", "writes_out"]
 
 #: ``kernel(op, inputs, params, attrs) -> [B, prod(op.out_shape)]``.
 Kernel = Callable[[OpType, Sequence[Tensor], Mapping[str, Tensor], Tensor], Tensor]
@@ -172,6 +172,23 @@ def fast_tanh(x: Tensor) -> Tensor:
 
 
 _ONES: dict[torch.dtype, Tensor] = {}  # 0-dim CPU ones per dtype, for fast_tanh
+
+
+def slot_nodes(counts: Tensor, sizes: Sequence[int],
+               sync_free: bool | None = None) -> list[Tensor]:
+    """For each repeated-operand slot ``k``, the nodes (``0..B-1``, ascending) whose
+    ``counts`` exceed ``k``; ``sizes[k]`` is how many there are (the slot's row count,
+    known on the host from the operand's shape).
+
+    On the CPU this is ``nonzero(counts > k)``. Elsewhere it takes the first ``sizes[k]``
+    of a stable sort of ``counts <= k``: no data-dependent shape and no synchronisation
+    with the host, so the kernels that use it can be captured in CUDA graphs
+    (``sync_free``: force either form; ``None``, by device).
+    """
+    if not (counts.device.type != "cpu" if sync_free is None else sync_free):
+        return [torch.nonzero(counts > k).reshape(-1) for k in range(len(sizes))]
+    return [torch.argsort((counts <= k).to(torch.uint8), stable=True)[:n]
+            for k, n in enumerate(sizes)]
 
 
 def untracked(*tensors: Tensor) -> bool:

@@ -206,3 +206,18 @@ def test_registry_contract() -> None:
         reg.get("bb")
     with pytest.raises(KeyError):  # UnknownNameError is a KeyError
         reg.get("zzz")
+
+
+def test_slot_nodes_sync_free_form_equals_nonzero() -> None:
+    """The sort form (CUDA's: capturable) picks the same nodes as ``nonzero`` (the CPU's)."""
+    from edbatch.executor.kernels import slot_nodes
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        counts = torch.randint(0, 5, (int(torch.randint(1, 40, (1,), generator=gen)),),
+                               generator=gen)
+        sizes = [int((counts > k).sum()) for k in range(int(counts.max()))]
+        want = slot_nodes(counts, sizes, sync_free=False)
+        got = slot_nodes(counts, sizes, sync_free=True)
+        assert [t.tolist() for t in got] == [t.tolist() for t in want]
+        assert all(t.tolist() == torch.nonzero(counts > k).reshape(-1).tolist()
+                   for k, t in enumerate(want))
