@@ -121,10 +121,9 @@ class Filter(CellKind):
         s = saved.s
         d_z = grad * saved.att
         SIGMOID_GRAD(d_z, s, grad_input=d_z)
-        flat = d_z.reshape(-1)
-        grads.add("w", torch.mv(saved.f.t(), flat))
-        grads.add("b", flat.sum().reshape(1))
-        return [grad * s, torch.outer(flat, p.w).reshape(len(grad), -1)]
+        flat = d_z.reshape(-1, 1)
+        grads.linear(("w", "b"), flat, saved.f)  # one matmul per type for the whole run
+        return [grad * s, torch.mul(flat, p.w).reshape(len(grad), -1)]
 
 
 class Relate(CellKind):
@@ -151,7 +150,7 @@ class Relate(CellKind):
         d_att, d_score, d_mask = _pairs_backward(saved, grad)
         grads.add("c", d_score.sum().reshape(1))
         d_proj = d_score.sum(1) - d_score.sum(2)
-        grads.add("u", torch.mv(f.reshape(-1, f.shape[2]).t(), d_proj.reshape(-1)))
+        grads.linear(("u",), d_proj.reshape(-1, 1), f.reshape(-1, f.shape[2]))
         d_f = d_proj.unsqueeze(2) * p.u
         d_f[:, :, 0] += d_mask
         return [d_att, _flat(d_f)]

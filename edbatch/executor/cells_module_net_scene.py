@@ -78,7 +78,13 @@ class Object(CellKind):
 
 def _slots(attrs: Tensor, sizes: Sequence[int]) -> Tensor:
     """Rows of the ``(B * N, F)`` scene block that operand slots ``0..k-1`` fill, slot by
-    slot (the order of ``cat(slots)``); ``sizes[j]``: slot ``j``'s row count."""
+    slot (the order of ``cat(slots)``); ``sizes[j]``: slot ``j``'s row count. On the CPU one
+    ``nonzero`` of ``counts > slot`` (row-major: slot by slot, nodes ascending, as
+    :func:`~edbatch.executor.kernels.slot_nodes`); elsewhere ``slot_nodes`` (no host sync)."""
+    if attrs.device.type == "cpu":
+        slot = torch.arange(len(sizes), dtype=attrs.dtype).unsqueeze(1)
+        pairs = torch.nonzero(attrs.reshape(1, -1) > slot)  # (slot, node), row-major
+        return pairs[:, 1] * MAX_OBJECTS + pairs[:, 0]
     return torch.cat([node * MAX_OBJECTS + j
                       for j, node in enumerate(slot_nodes(attrs, sizes))])
 
@@ -88,22 +94,21 @@ class Objects(CellKind):
     ``index_copy_`` of all slots; the backward one ``index_select``)."""
 
     kind = f"{_P}.objects"
-    saves = ("sizes",)
+    saves = ("sizes", "rows")
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:
         sizes = [x.shape[0] for x in inputs]
         rows = _slots(attrs, sizes)
         if save is not None:
-            save.update(sizes=sizes)
+            save.update(sizes=sizes, rows=rows)
         out = inputs[0].new_zeros(attrs.shape[0] * MAX_OBJECTS, inputs[0].shape[1])
         out.index_copy_(0, rows, torch.cat(list(inputs)))
         return out.reshape(attrs.shape[0], -1)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        rows = _slots(attrs, saved.sizes)
-        g = grad.reshape(grad.shape[0] * MAX_OBJECTS, -1).index_select(0, rows)
+        g = grad.reshape(grad.shape[0] * MAX_OBJECTS, -1).index_select(0, saved.rows)
         return list(g.split(saved.sizes))
 
 

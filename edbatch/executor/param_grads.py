@@ -36,9 +36,10 @@ class ParamGrads:
 
     def linear(self, names: Sequence[str], d_out: Tensor, x: Tensor, start: int = 0) -> None:
         """Record ``y = x W^T + b`` for ``names = (W, b)``: ``dW += d_out^T x``,
-        ``db += sum(d_out)`` (a bias shared by several weights gets their sum). ``names =
-        (W,)`` has no bias; ``start`` > 0 (or an ``x`` narrower than ``W``) means ``x`` reads
-        the column block ``W[:, start:start + x.shape[1]]`` only (hoisted input projections)."""
+        ``db += sum(d_out)`` (a bias shared by several weights gets their sum; a vector
+        ``W``: ``y = x W + b``, ``d_out`` one column). ``names = (W,)`` has no bias;
+        ``start`` > 0 (or an ``x`` narrower than ``W``) means ``x`` reads the column block
+        ``W[:, start:start + x.shape[1]]`` only (hoisted input projections)."""
         entry = self._linear.setdefault((names[0], start),
                                         (names[1] if len(names) > 1 else None, [], []))
         entry[1].append(d_out)
@@ -64,7 +65,9 @@ class ParamGrads:
         for (weight, start), (bias, d_outs, xs) in self._linear.items():
             dy = d_outs[0] if len(d_outs) == 1 else torch.cat(d_outs)
             g = dy.t() @ (xs[0] if len(xs) == 1 else torch.cat(xs))
-            if start or g.shape != params[weight].shape:  # a column block of the weight
+            if params[weight].dim() == 1:  # a vector weight: y = x w + b, one column
+                g = g.reshape(-1)
+            elif start or g.shape != params[weight].shape:  # a column block of the weight
                 block, g = g, torch.zeros_like(params[weight])
                 g[:, start:start + block.shape[1]] = block
             add(weight, g)

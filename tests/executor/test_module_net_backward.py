@@ -67,3 +67,34 @@ def test_hand_backward_equals_autograd(op: OpType) -> None:
     assert len(got) == len(inputs)
     for name, w in zip(ps, want[len(inputs):], strict=True):
         torch.testing.assert_close(total[name], w, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_scene_slot_rows_cpu_form_equals_sync_free_form() -> None:
+    """The CPU's one-``nonzero`` slot rows equal the sync-free ``slot_nodes`` form."""
+    from edbatch.executor.cells_module_net_scene import _slots
+    from edbatch.executor.kernels import slot_nodes
+
+    attrs = torch.tensor([3, 1, 10, 2, 7, 1])
+    sizes = [int((attrs > k).sum()) for k in range(int(attrs.max()))]
+    want = torch.cat([node * MAX_OBJECTS + j for j, node in
+                      enumerate(slot_nodes(attrs, sizes, sync_free=True))])
+    assert torch.equal(_slots(attrs, sizes), want)
+
+
+def test_vector_weight_gradients_batched_across_batches() -> None:
+    """``ParamGrads.linear`` with a vector weight (``y = x w + b``) over several batches
+    equals the per-batch ``x^T d`` and ``sum(d)`` summed (fp64)."""
+    gen = torch.Generator().manual_seed(3)
+    f64 = torch.float64
+    params = {"w": torch.zeros(4, dtype=f64), "b": torch.zeros(1, dtype=f64)}
+    acc, dw, db = ParamGrads(), torch.zeros(4, dtype=f64), torch.zeros(1, dtype=f64)
+    for rows in (5, 2, 7):
+        x = torch.randn(rows, 4, generator=gen, dtype=torch.float64)
+        d = torch.randn(rows, 1, generator=gen, dtype=torch.float64)
+        acc.linear(("w", "b"), d, x)
+        dw += x.t() @ d[:, 0]
+        db += d.sum()
+    total = acc.result(params)
+    assert total["w"].shape == (4,) and total["b"].shape == (1,)
+    torch.testing.assert_close(total["w"], dw, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(total["b"], db, rtol=1e-12, atol=1e-12)
