@@ -205,10 +205,10 @@ def variadic_function(cell: Any, batch: Any) -> Callable[..., Handle]:
                     h._rec = rec
                     h._kind = kind
                     return h
-        except AttributeError:
-            pass
         except IndexError:
             grow_pool(pool, len(rec.ops))
+        except Exception:  # (not a handle: the checked path names it)
+            pass
         if flat is not None:
             del flat[start:]
         return slow(operands)
@@ -239,10 +239,10 @@ def _variadic0(kind: Any, pool: list[Handle], slow: Callable[..., Handle], op_id
                 h._rec = rec
                 h._kind = kind
                 return h
-        except AttributeError:
-            pass
         except IndexError:
             grow_pool(pool, len(rec.ops))
+        except Exception:  # (not a handle: the checked path names it)
+            pass
         if flat is not None:
             del flat[start:]
         return slow(rest)
@@ -275,10 +275,10 @@ def _variadic1(kind: Any, pool: list[Handle], slow: Callable[..., Handle], op_id
                     h._rec = rec
                     h._kind = kind
                     return h
-        except AttributeError:
-            pass
         except IndexError:
             grow_pool(pool, len(rec.ops))
+        except Exception:  # (not a handle: the checked path names it)
+            pass
         if flat is not None:
             del flat[start:]
         return slow((*_given(x), *rest))

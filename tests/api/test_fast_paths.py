@@ -31,6 +31,14 @@ class _Sum(nn.Module):
         return out + sum(fixed) if fixed else out
 
 
+class _Odd:
+    """Not a handle, and reading any attribute of it raises something else than
+    ``AttributeError``."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"no {name}")
+
+
 def _child_sum_batch(nfixed: int) -> tuple[DynamicBatch, Any]:
     batch = DynamicBatch()
     return batch, batch.cell(_Sum(), f"sum{nfixed}", [W] * (nfixed + 1), W, variadic=True)
@@ -82,6 +90,7 @@ def test_variadic_bad_operands_raise_and_record_nothing(nfixed: int) -> None:
             ([*fixed, x, torch.ones(W)], f"operand {nfixed + 1} is a Tensor"),
             ([*fixed, x, foreign], "belongs to another DynamicBatch"),
             ([*fixed, stale], "already ran"),
+            ([*fixed, x, _Odd()], f"operand {nfixed + 1} is a _Odd, not a Handle"),
         ]
         if nfixed:
             bad += [([wide, *fixed[1:], x], r"operand 0 \(fixed\) has shape \(4,\)"),
