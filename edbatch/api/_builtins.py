@@ -107,7 +107,7 @@ def _generic(batch: Batch, op: OpType) -> Callable[..., Handle]:
                 h._rec = rec
                 h._kind = kind
                 return h
-        except AttributeError:
+        except Exception:  # (not a handle, whatever reading it raised: named below)
             pass
         _undo(rec, operands, arity)
         for slot, h in enumerate(operands):

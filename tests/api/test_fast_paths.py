@@ -142,3 +142,19 @@ def test_attrs_struct_refuses_take_the_old_conversion() -> None:
         leaf(attr=2**70)
     with pytest.raises(OverflowError):
         batch.graph()
+
+
+def test_generic_builtin_op_takes_back_operands_whatever_an_operand_raises() -> None:
+    wl = make_workload("lattice_lstm", embed_dim=4, hidden_dim=W)
+    batch = DynamicBatch.from_workload(wl)
+    big = next(o.name for o in wl.vocab if o.arity is not None and o.arity > 3)
+    call, k = batch.op(big), wl.vocab[wl.vocab.id(big)].arity
+    with batch.instance():
+        s = batch.op("lattice_lstm.start")()
+        rec = batch._rec
+        before = (len(rec.ops), len(rec.operands), len(rec.attrs))
+        with pytest.raises(GraphError, match=f"operand {k - 1} is a _Odd, not a Handle"):
+            call(*[s] * (k - 1), _Odd())
+        assert (len(rec.ops), len(rec.operands), len(rec.attrs)) == before
+        assert call(*[s] * k).node_id == before[0]
+    batch.discard()
