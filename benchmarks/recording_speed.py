@@ -17,10 +17,12 @@ end of each mini-batch (``discard``) included:
 ``--baseline DIR`` also loads ``DIR/edbatch/api`` (e.g. ``git archive <commit> edbatch/api |
 tar -x -C DIR``) next to this checkout's and interleaves them, round by round, in the same
 process (the layers below the API are this checkout's for both); the table gives each one's
-median and the ratio baseline / current. It asserts nothing.
+median and the ratio baseline / current. ``--assemble`` times each mini-batch's graph
+assembly (``batch.graph()``) too, as the throughput benchmark's construction column does.
+It asserts nothing.
 
     python benchmarks/recording_speed.py [--models tree_lstm tree_cells] [--rounds 7] \\
-        [--baseline /tmp/api_base]
+        [--baseline /tmp/api_base] [--assemble]
 """
 
 from __future__ import annotations
@@ -127,14 +129,18 @@ def make_recorder(api: ModuleType, model: str, wl: Any, dim: int
 
 
 def time_recording(batch: Any, record: Callable[[Sequence[Any]], None],
-                   minibatches: Sequence[Sequence[Any]]) -> tuple[float, int]:
+                   minibatches: Sequence[Sequence[Any]], assemble: bool = False
+                   ) -> tuple[float, int]:
     """CPU seconds recording ``minibatches`` and discarding each (the end of a mini-batch
-    is part of recording's cost) and the nodes recorded."""
+    is part of recording's cost) and the nodes recorded; ``assemble``: each mini-batch's
+    graph is built too (``batch.graph()``, as the throughput benchmark's construction)."""
     total, nodes = 0.0, 0
     for mb in minibatches:
         t0 = time.process_time()
         record(mb)
         n = len(batch._rec.ops)
+        if assemble:
+            batch.graph()
         batch.discard()  # timed too: ending a mini-batch recycles its handles
         total += time.process_time() - t0
         nodes += n
@@ -175,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--minibatches", type=int, default=4, help="64-instance mini-batches")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--dim", type=int, default=8, help="cell width of the user-cell models")
+    p.add_argument("--assemble", action="store_true",
+                   help="time each mini-batch's graph assembly (batch.graph()) too")
     p.add_argument("--baseline", type=Path, default=None,
                    help="a directory holding another edbatch/api to compare with")
     args = p.parse_args(argv)
@@ -186,7 +194,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         apis = {"baseline": load_api(args.baseline), "current": current}
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
-    print(f"load average at start: {' '.join(load)}; CPU us per recorded node, median of "
+    print(f"load average at start: {' '.join(load)}; CPU us per recorded node"
+          f"{' (graph assembly included)' if args.assemble else ''}, median of "
           f"{args.rounds} rounds of {args.minibatches} mini-batches of 64")
     workloads: dict[str, Any] = {}
     print(f"{'model':<16}{'nodes/mb':>9}" + "".join(f"{k:>10}" for k in apis)
@@ -206,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for r in range(args.rounds):
             keys = list(apis) if r % 2 == 0 else list(apis)[::-1]
             for k in keys:
-                sec, nodes = time_recording(*made[k], mbs)
+                sec, nodes = time_recording(*made[k], mbs, args.assemble)
                 per[k].append(1e6 * sec / nodes)
         med = {k: statistics.median(v) for k, v in per.items()}
         ratio = f"{med['baseline'] / med['current']:>8.2f}" if len(apis) > 1 else ""

@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import struct
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -106,7 +107,7 @@ def _generic(batch: Batch, op: OpType) -> Callable[..., Handle]:
                 h._rec = rec
                 h._kind = kind
                 return h
-        except AttributeError:
+        except Exception:  # (not a handle, whatever reading it raised: named below)
             pass
         _undo(rec, operands, arity)
         for slot, h in enumerate(operands):
@@ -322,25 +323,24 @@ def assemble_graph(vocab: Vocab, rec: Recording, outputs: Sequence[int]
     graph and the loss-sum node id (``None`` without loss terms). Shapes and operand
     counts are checked here, for the whole graph at once (``Graph.from_arrays``).
     """
-    n = len(rec.ops)
-    op_ids = np.fromiter(rec.ops, np.int32, n)  # (fromiter: ~25% faster than np.array)
+    n, losses = len(rec.ops), rec.losses
+    try:
+        op_ids, flat, attr = _packed(rec, len(vocab) - 1)
+    except struct.error:  # e.g. an attr that is no integer, or out of int64's range
+        op_ids, flat, attr = _converted(rec, len(vocab) - 1)
     counts = vocab.shape_tables[0][op_ids]  # each op type's arity, -1: variadic
     if rec.counts:
-        counts[counts < 0] = rec.counts
-    flat = np.fromiter(rec.operands, np.int32, len(rec.operands))
-    attr = np.fromiter(rec.attrs, np.int64, n)
+        mine = counts[:n]  # (a view)
+        mine[mine < 0] = rec.counts
     inst = _instances(rec.marks, n)
     if n and inst.min() < 0:
         outside = inst < 0
         warn_outside(rec.batch, int(outside.sum()))
         inst[outside] = 0
     head = None
-    if rec.losses:
+    if losses:
         head = n
-        op_ids = np.append(op_ids, np.int32(len(vocab) - 1))
-        counts = np.append(counts, len(rec.losses))
-        flat = np.concatenate([flat, np.array(rec.losses, dtype=np.int32)])
-        attr = np.append(attr, -1)
+        counts[n] = len(losses)
         inst = np.append(inst, np.int32(0))
     ptr = np.zeros(len(op_ids) + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
@@ -348,6 +348,36 @@ def assemble_graph(vocab: Vocab, rec: Recording, outputs: Sequence[int]
     graph = Graph.from_arrays(vocab, op_ids, ptr, flat, attrs=attr, instance=inst,
                               outputs=np.asarray(heads + list(outputs), dtype=np.int32))
     return graph, head
+
+
+def _packed(rec: Recording, loss_op: int) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
+    """``(op_ids, operand ids, attrs)`` of the recording (the ``loss_sum`` node appended if
+    it has loss terms), each list packed by one ``struct.pack`` call: about twice as fast
+    as ``np.fromiter`` (9 against 18 ns per entry). Raises ``struct.error`` on an entry
+    that is no integer or out of range."""
+    ops, operands, attrs, losses = rec.ops, rec.operands, rec.attrs, rec.losses
+    n, e = len(ops), len(operands)
+    if losses:
+        return (np.frombuffer(struct.pack(f"{n + 1}i", *ops, loss_op), np.int32),
+                np.frombuffer(struct.pack(f"{e + len(losses)}i", *operands, *losses), np.int32),
+                np.frombuffer(struct.pack(f"{n + 1}q", *attrs, -1), np.int64))
+    return (np.frombuffer(struct.pack(f"{n}i", *ops), np.int32),
+            np.frombuffer(struct.pack(f"{e}i", *operands), np.int32),
+            np.frombuffer(struct.pack(f"{n}q", *attrs), np.int64))
+
+
+def _converted(rec: Recording, loss_op: int) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
+    """What :func:`_packed` returns, by ``np.fromiter`` (which converts what ``struct``
+    refuses as it always did, or raises its own error)."""
+    ops, operands, attrs, losses = rec.ops, rec.operands, rec.attrs, rec.losses
+    op_ids = np.fromiter(ops, np.int32, len(ops))
+    flat = np.fromiter(operands, np.int32, len(operands))
+    attr = np.fromiter(attrs, np.int64, len(attrs))
+    if losses:
+        op_ids = np.append(op_ids, np.int32(loss_op))
+        flat = np.concatenate([flat, np.fromiter(losses, np.int32, len(losses))])
+        attr = np.append(attr, np.int64(-1))
+    return op_ids, flat, attr
 
 
 class RecordingWarning(UserWarning):

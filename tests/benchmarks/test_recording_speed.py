@@ -48,3 +48,17 @@ def test_a_baseline_api_loads_beside_this_one(tmp_path: Path, trees, capsys) -> 
     assert "ratio" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="found no edbatch/api"):
         rs.load_api(tmp_path / "nowhere")
+
+
+def test_assemble_times_the_graph_too(trees, monkeypatch, capsys) -> None:
+    wl, instances = trees
+    batch, record = rs.make_recorder(edbatch.api, "tree_lstm", wl, 4)
+    built = []
+    graph = batch.graph
+    monkeypatch.setattr(batch, "graph", lambda: built.append(graph()[0]))
+    for assemble in (False, True):
+        _, nodes = rs.time_recording(batch, record, [instances], assemble)
+        assert len(built) == assemble and nodes > 0 and not batch._rec.ops
+    assert built[0].num_nodes == nodes + 1  # and the loss sum
+    rs.main(["--models", "tree_lstm", "--minibatches", "1", "--rounds", "1", "--assemble"])
+    assert "graph assembly included" in capsys.readouterr().out
