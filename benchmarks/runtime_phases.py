@@ -45,13 +45,13 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import torch
 
 from benchmarks.models_api import RECORDERS
+from benchmarks.peers import sized_workload
 from edbatch.api import DynamicBatch
 from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.tracking import machine_info
-from edbatch.workloads import make_workload
 
 PHASES = ("record", "assemble", "schedule", "plan", "compile", "execute", "backward")
 
@@ -102,7 +102,7 @@ def decision_alone_us(graph: Any, scheduler: Any, reps: int = 100_000) -> float 
 def run_workload(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """One row per mode: median ms per phase (CPU and wall) and the per-node record cost."""
     embed, hidden = (int(x) for x in args.size.split("x"))
-    wl = make_workload(name, embed_dim=embed, hidden_dim=hidden)
+    wl = sized_workload(name, embed, hidden)  # (a GGNN has no embed_dim)
     data = wl.load("train")
     scheduler = _scheduler(args, wl)
     rows = []
