@@ -26,7 +26,7 @@ from edbatch.graph import Graph
 from edbatch.schedule import Frontier, lower_bound, run_policy
 from envs.encoding import StateKey, encode_state, key_actions
 from policies._q_checkpoint import HeldCtrlC, QTable, load_checkpoint, save_checkpoint
-from policies.fsm import FSMPolicy, greedy_action, make_fallback
+from policies.fsm import FSMPolicy, check_fallback_config, greedy_action, make_fallback
 from policies.guard import fallback_choices, guard_table, pick_fallback, q_proposals
 from policies.resample import resample_graphs
 
@@ -92,6 +92,9 @@ class QLearningConfig:
     the FSM's own decisions either way."""
     seed: int = 0
     """Seed of the exploration and graph-sampling generator."""
+
+    def __post_init__(self) -> None:
+        check_fallback_config("trainer.fallback", self.fallback)
 
 
 @dataclass

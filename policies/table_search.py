@@ -94,6 +94,9 @@ def trace(table: dict[StateKey, int], graph: Graph, encoding: str, fallback: str
         policy = _policy(table, encoding, graph.vocab.names, fallback)
         seen = policy_votes(policy, [graph], encoding)
         return seen, table_batches(table, [graph], encoding, fallback)
+    if fallback not in cc.COMPILED_RULES:  # replay:<heuristic>
+        keys, lens, acts, nb = cc.compiled_trace(graph, fallback, encoding, cc.FsmTable(table))
+        return _seen(keys, lens, acts), int(nb)
     rule_id, need_tw, need_h = cc.COMPILED_RULES[fallback]
     enc_id, enc_tw, enc_h = cc.COMPILED_ENCODINGS[encoding]
     arr = cc._arrays(graph)
@@ -107,10 +110,15 @@ def trace(table: dict[StateKey, int], graph: Graph, encoding: str, fallback: str
     keys, lens, acts, nb = trace_schedule(
         arr.op, arr.depth, arr.arity, arr.uptr, arr.uids, arr.batchable, height, tw_pred,
         tw_ptr, tw_ids, arr.mean, arr.cplx, rule_id, enc_id, tab.hashes, tab.actions)
+    return _seen(keys, lens, acts), int(nb)
+
+
+def _seen(keys: np.ndarray, lens: np.ndarray, acts: np.ndarray  # type: ignore[type-arg]
+          ) -> dict[StateKey, Counter[int]]:
     seen: dict[StateKey, Counter[int]] = {}
     for row, m, a in zip(keys.tolist(), lens.tolist(), acts.tolist()):
         seen.setdefault(tuple(row[:m]), Counter())[a] += 1
-    return seen, int(nb)
+    return seen
 
 
 def decisions(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str,
