@@ -115,8 +115,11 @@ def evaluate_policy(policy: FSMPolicy, graphs: Sequence[Graph]) -> tuple[float, 
     return batches / max(lb, 1), batches, lb
 
 
-#: Heuristic fallbacks ``fallback="auto"`` chooses from.
-AUTO_FALLBACKS = ("critical_path", "typewise_greedy", "dynet_agenda", "ed_batch_agenda")
+#: Heuristic fallbacks ``fallback="auto"`` chooses from: the forward rules, then the replays
+#: of the two whole-graph heuristics that are no forward rule (:mod:`edbatch.schedule.replay`);
+#: ties go to the earlier name.
+AUTO_FALLBACKS = ("critical_path", "typewise_greedy", "dynet_agenda", "ed_batch_agenda",
+                  "replay:typewise_greedy_backward", "replay:dynet_level_agenda")
 
 
 def select_fallback(graphs: Sequence[Graph], encoding: str) -> str:

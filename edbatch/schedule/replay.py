@@ -10,10 +10,16 @@ cannot occur with ranks from a schedule, since each batch holds one op type; the
 take the smallest op id. As an FSM fallback it is named ``replay:<heuristic>`` (e.g.
 ``replay:typewise_greedy_backward``), and the artifact records that name.
 
-Replaying is not the heuristic's schedule: running *all* ready nodes of the chosen type can
-pull nodes the heuristic ran later into an earlier batch. Measured on the real workloads
-(docs/learning_alternatives.md) it needs as many batches or fewer on most graphs and more on
-some; nothing here claims it is never worse, so learners compare it like any fallback.
+Replaying is not the heuristic's schedule (running *all* ready nodes of the chosen type can
+pull nodes the heuristic ran later into an earlier batch), but it **never needs more
+batches** than the replayed schedule ``B_0 .. B_{m-1}`` (one op type per batch, unbatchable
+nodes alone). At a decision let ``r`` be the smallest ready rank. Every unexecuted node of
+rank ``< r`` would have an unexecuted predecessor of still smaller rank, down to one that is
+ready (forced nodes never wait), a contradiction; so ``B_0 .. B_{r-1}`` are done, every
+unexecuted node of ``B_r`` is ready, and the decision (``B_r``'s op type, all its ready
+nodes) finishes ``B_r``. Each decision thus finishes a batch the earlier ones had not, and
+each unbatchable node is one batch in both. A hypothesis test checks it on random graphs;
+docs/learning_alternatives.md has the counts on the real workloads.
 
 The compiled rule is :mod:`edbatch.schedule._compiled_replay`; :class:`ReplayPolicy` is its
 Python twin (the oracle in tests).
