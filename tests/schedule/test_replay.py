@@ -71,7 +71,7 @@ def test_replay_never_needs_more_batches_than_the_replayed_schedule(graph: Graph
 
 
 @pytest.mark.parametrize(("workload", "granularity"), [("lattice_lstm", "cell"),
-                                                       ("tree_lstm", "primitive")])
+                                                       ("lattice_lstm", "primitive")])
 def test_compiled_replay_equals_the_twin_on_real_graphs(workload: str, granularity: str) -> None:
     graph = minibatch(workload, granularity, 2 if granularity == "cell" else 1)
     cheap = granularity == "primitive"  # the Python oracles are slow on primitive graphs
