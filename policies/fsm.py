@@ -30,9 +30,19 @@ from edbatch.schedule import (
     Scheduler,
     TypewiseGreedyPolicy,
 )
-from edbatch.schedule.compiled import CompiledFsmScheduler, fsm_supported, resolve_backend
+from edbatch.schedule.compiled import (
+    COMPILED_ENCODINGS,
+    CompiledFsmScheduler,
+    fsm_supported,
+    resolve_backend,
+)
 from edbatch.schedule.op_types import check_op_types
-from edbatch.schedule.replay import ReplayPolicy, replay_heuristic, replay_names
+from edbatch.schedule.replay import (
+    ReplayFsmScheduler,
+    ReplayPolicy,
+    replay_heuristic,
+    replay_names,
+)
 from edbatch.schedule.rollout import RolloutScheduler
 from edbatch.schedule.search import SearchScheduler
 from envs.encoding import (
@@ -213,6 +223,9 @@ class FSMPolicy:
         if resolve_backend(backend) == "compiled" and fsm_supported(self.encoding,
                                                                     self.fallback_name):
             return CompiledFsmScheduler(self, name)
+        if resolve_backend(backend) == "compiled" and self.encoding in COMPILED_ENCODINGS \
+                and replay_heuristic(self.fallback_name) is not None:
+            return ReplayFsmScheduler(self, name)
         return PolicyScheduler(self, name)
 
     # ------------------------------------------------------------------ artifact

@@ -37,6 +37,7 @@ from edbatch.schedule import Frontier, lower_bound
 from edbatch.schedule import compiled as cc
 from edbatch.schedule._compiled_trace import trace_schedule
 from edbatch.schedule.policy import Policy, drive
+from edbatch.schedule.replay import replay_heuristic, replay_trace
 from envs.encoding import StateKey, encode_state, key_actions
 from policies.fsm import FSMPolicy
 
@@ -90,13 +91,13 @@ def trace(table: dict[StateKey, int], graph: Graph, encoding: str, fallback: str
     """The FSM's own schedule of ``graph``: (per state key, the actions taken there; the
     number of batches). Compiled (:mod:`edbatch.schedule._compiled_trace`) where the core
     has the key and the fallback, else the Python frontier (same result)."""
+    if replay_heuristic(fallback) is not None and encoding in cc.COMPILED_ENCODINGS:
+        keys, lens, acts, nb = replay_trace(graph, fallback, encoding, cc.FsmTable(table))
+        return _seen(keys, lens, acts), int(nb)
     if not cc.fsm_supported(encoding, fallback):
         policy = _policy(table, encoding, graph.vocab.names, fallback)
         seen = policy_votes(policy, [graph], encoding)
         return seen, table_batches(table, [graph], encoding, fallback)
-    if fallback not in cc.COMPILED_RULES:  # replay:<heuristic>
-        keys, lens, acts, nb = cc.compiled_trace(graph, fallback, encoding, cc.FsmTable(table))
-        return _seen(keys, lens, acts), int(nb)
     rule_id, need_tw, need_h = cc.COMPILED_RULES[fallback]
     enc_id, enc_tw, enc_h = cc.COMPILED_ENCODINGS[encoding]
     arr = cc._arrays(graph)

@@ -25,14 +25,11 @@ from edbatch.graph.ir import Graph
 from edbatch.schedule import _compiled as core
 from edbatch.schedule import bounds
 from edbatch.schedule._compiled_analysis import heights_numba, typewise_graph_numba
-from edbatch.schedule._compiled_replay import run_replay
-from edbatch.schedule.replay import replay_heuristic, replay_ranks
 from edbatch.schedule.reverse import reversed_operands
 from edbatch.schedule.schedule import Batch, Schedule
 
 __all__ = ["BACKENDS", "COMPILED_ENCODINGS", "COMPILED_RULES", "CompiledFsmScheduler",
            "CompiledScheduler", "FsmTable", "compiled_arrays", "compiled_schedule",
-           "compiled_trace",
            "compiled_typewise_greedy_backward", "fsm_supported", "heights", "resolve_backend",
            "typewise"]
 
@@ -189,36 +186,12 @@ def compiled_arrays(graph: Graph, rule: str, *, encoding: str | None = None,
     """The core's raw result for ``graph`` (no :class:`Batch` objects):
     ``(batch_op, batch_forced, batch_ptr, nodes, hits, misses)``, see
     :func:`~edbatch.schedule._compiled.run_schedule`. Arguments as :func:`compiled_schedule`."""
-    if replay_heuristic(rule) is not None:
-        return _replay(graph, rule, encoding, table, record=False)[:6]
     rule_id, enc_id, need_tw, need_h = core_ids(rule, encoding)
     arr, height, tw_pred, tw_ptr, tw_ids = core_graph(graph, need_tw, need_h)
     tab = table if table is not None else _NO_TABLE
     return core.run_schedule(  # type: ignore[no-any-return]
         arr.op, arr.depth, arr.arity, arr.uptr, arr.uids, arr.batchable, height,
         tw_pred, tw_ptr, tw_ids, arr.mean, arr.cplx, rule_id, enc_id, tab.hashes, tab.actions)
-
-
-def _replay(graph: Graph, rule: str, encoding: str | None, table: FsmTable | None, *,
-            record: bool) -> tuple:  # type: ignore[type-arg]
-    """:func:`~edbatch.schedule._compiled_replay.run_replay` on ``graph`` for the fallback
-    ``replay:<heuristic>`` (``rule``), the heuristic's ranks computed once per graph."""
-    rank = replay_ranks(graph, replay_heuristic(rule))  # type: ignore[arg-type]
-    enc_id, need_tw, need_h = (COMPILED_ENCODINGS[encoding] if encoding is not None
-                               else (core.ENC_NONE, False, False))
-    arr, height, tw_pred, tw_ptr, tw_ids = core_graph(graph, need_tw, need_h)
-    tab = table if table is not None else _NO_TABLE
-    return run_replay(arr.op, arr.depth, arr.arity, arr.uptr, arr.uids, arr.batchable, height,
-                      tw_pred, tw_ptr, tw_ids, rank, enc_id, tab.hashes, tab.actions, record)
-
-
-def compiled_trace(graph: Graph, rule: str, encoding: str, table: FsmTable) -> tuple:  # type: ignore[type-arg]
-    """The FSM's own schedule of ``graph`` with every decision's key and action:
-    ``(keys, key_len, actions, num_batches)`` as
-    :func:`~edbatch.schedule._compiled_trace.trace_schedule` returns them, for a
-    ``replay:<heuristic>`` fallback (``rule``)."""
-    out = _replay(graph, rule, encoding, table, record=True)
-    return out[6], out[7], out[8], len(out[0])
 
 
 def compiled_schedule(graph: Graph, rule: str, name: str, *, encoding: str | None = None,
@@ -313,11 +286,8 @@ class CompiledScheduler:
 
 
 def fsm_supported(encoding: str, fallback: str) -> bool:
-    """Whether an FSM with this encoding and fallback can run on the compiled core
-    (``replay:<heuristic>`` fallbacks included; the compiled rollout lacks those)."""
-    if encoding not in COMPILED_ENCODINGS:
-        return False
-    return fallback in COMPILED_RULES or replay_heuristic(fallback) is not None
+    """Whether an FSM with this encoding and fallback can run on the compiled core."""
+    return encoding in COMPILED_ENCODINGS and fallback in COMPILED_RULES
 
 
 class CompiledFsmScheduler:

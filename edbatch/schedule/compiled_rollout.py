@@ -18,7 +18,6 @@ from edbatch.schedule._compiled_rollout import run_rollout
 from edbatch.schedule.bounds import lower_bound
 from edbatch.schedule.compiled import (
     _EMPTY_I,
-    COMPILED_RULES,
     FsmTable,
     _batches,
     core_graph,
@@ -55,7 +54,7 @@ def _one(policy: object) -> CompiledBase | None:
     enc, fallback = getattr(policy, "encoding", None), getattr(policy, "fallback_name", None)
     table = getattr(policy, "table", None)
     if isinstance(enc, str) and isinstance(fallback, str) and isinstance(table, dict) \
-            and fsm_supported(enc, fallback) and fallback in COMPILED_RULES:
+            and fsm_supported(enc, fallback):
         core_table = FsmTable(table)
         return fallback, fsm_encoding(core_table, fallback, enc), core_table
     return None

@@ -27,18 +27,33 @@ Python twin (the oracle in tests).
 
 from __future__ import annotations
 
+import time
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph
+from edbatch.schedule import compiled as cc
+from edbatch.schedule._compiled_replay import run_replay
 from edbatch.schedule.frontier import FrontierView
+from edbatch.schedule.heuristics import (
+    AgendaPolicy,
+    CompleteLevelAgendaPolicy,
+    CriticalPathPolicy,
+    DynetAgendaPolicy,
+    MaxFrontierPolicy,
+    TypewiseGreedyPolicy,
+    depth_schedule,
+    typewise_greedy_backward,
+)
+from edbatch.schedule.policy import run_policy
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["PREFIX", "REPLAYABLE", "ReplayPolicy", "rank_of", "replay_heuristic",
-           "replay_names", "replay_ranks"]
+__all__ = ["PREFIX", "REPLAYABLE", "ReplayFsmScheduler", "ReplayPolicy", "rank_of",
+           "replay_arrays", "replay_heuristic", "replay_names", "replay_ranks", "replay_trace"]
 
 PREFIX = "replay:"
 
@@ -46,6 +61,21 @@ PREFIX = "replay:"
 #: :data:`edbatch.schedule.zoo.HEURISTICS`).
 REPLAYABLE = ("depth", "dynet_agenda", "ed_batch_agenda", "dynet_level_agenda",
               "max_frontier", "typewise_greedy", "typewise_greedy_backward", "critical_path")
+
+#: the Python form of each replayable heuristic (the compiled one, where the core has it,
+#: is :class:`~edbatch.schedule.compiled.CompiledScheduler`: the same schedule)
+_PYTHON: dict[str, Callable[[Graph], Schedule]] = {
+    "depth": depth_schedule,
+    "dynet_agenda": lambda g: run_policy(g, DynetAgendaPolicy()),
+    "ed_batch_agenda": lambda g: run_policy(g, AgendaPolicy()),
+    "dynet_level_agenda": lambda g: run_policy(g, CompleteLevelAgendaPolicy()),
+    "max_frontier": lambda g: run_policy(g, MaxFrontierPolicy()),
+    "typewise_greedy": lambda g: run_policy(g, TypewiseGreedyPolicy()),
+    "typewise_greedy_backward": typewise_greedy_backward,
+    "critical_path": lambda g: run_policy(g, CriticalPathPolicy()),
+}
+_COMPILED = ("dynet_agenda", "ed_batch_agenda", "max_frontier", "typewise_greedy",
+             "typewise_greedy_backward", "critical_path")
 
 _RANKS: weakref.WeakKeyDictionary[Graph, dict[tuple[str, str | None], NDArray[np.int64]]] = (
     weakref.WeakKeyDictionary())
@@ -83,14 +113,15 @@ def rank_of(schedule: Schedule, num_nodes: int) -> NDArray[np.int64]:
 def replay_ranks(graph: Graph, heuristic: str, backend: str | None = None
                  ) -> NDArray[np.int64]:
     """The ranks of ``graph``'s nodes in ``heuristic``'s schedule (cached per graph)."""
-    from edbatch.schedule.zoo import make_scheduler  # zoo -> compiled -> this module
-
     per = _RANKS.setdefault(graph, {})
     out = per.get((heuristic, backend))
     if out is None:
         if heuristic not in REPLAYABLE:
             replay_heuristic(PREFIX + heuristic)  # raises with the valid names
-        s = make_scheduler(heuristic, backend=backend)(graph)
+        if cc.resolve_backend(backend) == "compiled" and heuristic in _COMPILED:
+            s = cc.CompiledScheduler(heuristic)(graph)
+        else:
+            s = _PYTHON[heuristic](graph)
         out = per[(heuristic, backend)] = rank_of(s, graph.num_nodes)
         out.setflags(write=False)
     return out
@@ -124,3 +155,52 @@ class ReplayPolicy:
             if best_r is None or r < best_r:
                 best, best_r = a, r
         return best
+
+
+# ---------------------------------------------------------------------- the compiled path
+def _run(graph: Graph, fallback: str, encoding: str | None, table: cc.FsmTable | None, *,
+         record: bool) -> tuple:  # type: ignore[type-arg]
+    heuristic = replay_heuristic(fallback)
+    if heuristic is None:
+        raise UnknownNameError(f"{fallback!r} is not a replay fallback; choose one of "
+                               f"{list(replay_names())}.")
+    rank = replay_ranks(graph, heuristic)
+    enc_id, need_tw, need_h = (cc.COMPILED_ENCODINGS[encoding] if encoding is not None
+                               else (cc.core.ENC_NONE, False, False))
+    arr, height, tw_pred, tw_ptr, tw_ids = cc.core_graph(graph, need_tw, need_h)
+    tab = table if table is not None else cc._NO_TABLE
+    return run_replay(arr.op, arr.depth, arr.arity, arr.uptr, arr.uids, arr.batchable, height,
+                      tw_pred, tw_ptr, tw_ids, rank, enc_id, tab.hashes, tab.actions, record)
+
+
+def replay_arrays(graph: Graph, fallback: str, *, encoding: str | None = None,
+                  table: cc.FsmTable | None = None) -> tuple:  # type: ignore[type-arg]
+    """The compiled FSM (``encoding``, ``table``; none: the replay alone) with the
+    ``replay:<heuristic>`` ``fallback`` on ``graph``: ``(batch_op, batch_forced,
+    batch_ptr, nodes, hits, misses)`` as :func:`~edbatch.schedule.compiled.compiled_arrays`."""
+    return _run(graph, fallback, encoding, table, record=False)[:6]
+
+
+def replay_trace(graph: Graph, fallback: str, encoding: str, table: cc.FsmTable) -> tuple:  # type: ignore[type-arg]
+    """The same schedule with every decision's state key and action: ``(keys, key_len,
+    actions, num_batches)`` as :func:`~edbatch.schedule._compiled_trace.trace_schedule`."""
+    out = _run(graph, fallback, encoding, table, record=True)
+    return out[6], out[7], out[8], len(out[0])
+
+
+class ReplayFsmScheduler(cc.CompiledFsmScheduler):
+    """An FSM with a ``replay:<heuristic>`` fallback on the compiled core (its run-time path,
+    no lookahead); counters as :class:`~edbatch.schedule.compiled.CompiledFsmScheduler`."""
+
+    def __call__(self, graph: Graph) -> Schedule:
+        p = self.policy
+        table = self.table()
+        encoding = p.encoding if table.size else None  # type: ignore[attr-defined]
+        t0 = time.perf_counter()
+        bop, bforced, bptr, nodes, hits, misses = replay_arrays(
+            graph, p.fallback_name, encoding=encoding, table=table)  # type: ignore[attr-defined]
+        s = Schedule(cc._batches(bop, bforced, bptr, nodes), self.name,
+                     seconds=time.perf_counter() - t0)
+        p.hits += int(hits)  # type: ignore[attr-defined]
+        p.misses += int(misses) if encoding is not None else s.num_decisions  # type: ignore[attr-defined]
+        return s

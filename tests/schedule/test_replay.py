@@ -10,13 +10,14 @@ from edbatch.errors import UnknownNameError
 from edbatch.graph import Graph
 from edbatch.schedule import make_scheduler
 from edbatch.schedule._compiled_replay import replay_choice
-from edbatch.schedule.compiled import CompiledFsmScheduler, FsmTable, compiled_trace
+from edbatch.schedule.compiled import CompiledFsmScheduler, FsmTable
 from edbatch.schedule.replay import (
     REPLAYABLE,
     ReplayPolicy,
     rank_of,
     replay_heuristic,
     replay_ranks,
+    replay_trace,
 )
 from edbatch.schedule.zoo import HEURISTICS
 from policies.fsm import FSMPolicy
@@ -120,7 +121,7 @@ def test_compiled_trace_equals_the_python_votes(encoding: str) -> None:
     graph = minibatch("lattice_lstm", "cell", 2)
     table = table_for(graph, encoding)
     co, py = _pair(graph, "replay:dynet_level_agenda", table, encoding)
-    keys, lens, acts, nb = compiled_trace(graph, "replay:dynet_level_agenda", encoding,
+    keys, lens, acts, nb = replay_trace(graph, "replay:dynet_level_agenda", encoding,
                                           FsmTable(table))
     got: dict = {}  # type: ignore[type-arg]
     for row, m, a in zip(keys.tolist(), lens.tolist(), acts.tolist()):
