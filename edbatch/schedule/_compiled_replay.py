@@ -30,7 +30,7 @@ from edbatch.schedule._compiled import (
 )
 from edbatch.schedule._compiled_sort import sort_nodes
 
-__all__ = ["replay_choice", "run_replay"]
+__all__ = ["level_agenda_ranks", "replay_choice", "run_replay"]
 
 _NO_RANK = 1 << 62
 
@@ -126,3 +126,83 @@ def run_replay(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
     nk = nd if rec else 0
     return (batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, hits, misses,
             keys[:nk], key_len[:nk], actions[:nk])
+
+
+@njit(cache=True)
+def _whole_levels(lo, hi, a, ready, depth, pairs, w, cnt):  # type: ignore[no-untyped-def]
+    """Whether the ready nodes ``ready[lo:hi]`` of type ``a`` are, per depth, all the
+    unexecuted nodes of ``a`` at that depth (``cnt``: zeros, left so)."""
+    for i in range(lo, hi):
+        cnt[depth[ready[i]]] += 1
+    ok = True
+    for i in range(lo, hi):
+        d = depth[ready[i]]
+        if cnt[d] != pairs[a * w + d]:
+            ok = False
+    for i in range(lo, hi):
+        cnt[depth[ready[i]]] = 0
+    return ok
+
+
+@njit(cache=True)
+def _level_choice(k, rlen, batchable, ready, start, depth, pairs, w, cnt, qual, mean, cplx):  # type: ignore[no-untyped-def]
+    """``CompleteLevelAgendaPolicy.choose``: the qualifying (else any) ready type of lowest
+    static mean; on a tie the later type wins unless it is complex."""
+    anyq = False
+    for a in range(k):
+        qual[a] = bool(rlen[a] and batchable[a]) and _whole_levels(
+            start[a], start[a] + rlen[a], a, ready, depth, pairs, w, cnt)
+        anyq = anyq or qual[a]
+    best, best_avg = -1, np.inf
+    for a in range(k):
+        if rlen[a] and batchable[a] and (qual[a] or not anyq):
+            avg = mean[a]
+            if avg < best_avg or (avg == best_avg and not cplx[a]):
+                best, best_avg = a, avg
+    return best
+
+
+@njit(cache=True)
+def level_agenda_ranks(op, depth, arity, uptr, uids, batchable, mean, cplx):  # type: ignore[no-untyped-def]
+    """Per node, the index of its batch in DyNet's level agenda's schedule
+    (:class:`edbatch.schedule.heuristics.CompleteLevelAgendaPolicy`, line by line: among
+    the ready types whose ready nodes make up whole (type, depth) groups of the unexecuted
+    nodes, or all ready types if none does, the lowest static ``mean`` depth; on a tie the
+    later type wins unless it is complex). The replay's ranks without the Python frontier."""
+    n, k = len(op), len(batchable)
+    height = np.zeros(0, np.int64)
+    st = start_state(op, depth, arity, batchable, height, np.zeros(0, np.int32), height)
+    start, ready, rlen, maxh, forced, pending, nf = st[0], st[3], st[4], st[5], st[6], st[7], st[11]
+    w = depth.max() + 1 if n else 1
+    pairs = np.zeros(k * w, np.int64)  # unexecuted nodes per (type, depth) the policy ran
+    for v in range(n):
+        pairs[op[v] * w + depth[v]] += 1
+    cnt = np.zeros(w, np.int64)
+    qual = np.zeros(k, np.bool_)
+    rank = np.full(n, -1, np.int64)
+    buf = np.empty(n, np.int64)
+    nb, done = 0, 0
+    while True:
+        while nf > 0:
+            nf -= 1
+            buf[0] = forced[nf]
+            rank[buf[0]] = nb
+            nb, done = nb + 1, done + 1
+            nf = _retire(buf[:1], uptr, uids, pending, op, batchable, ready, start, rlen, maxh,
+                         height, forced, nf)
+        if done == n:
+            break
+        a = _level_choice(k, rlen, batchable, ready, start, depth, pairs, w, cnt, qual, mean,
+                          cplx)
+        c = rlen[a]
+        batch = buf[:c]
+        batch[:] = ready[start[a]:start[a] + c]
+        batch.sort()
+        rlen[a], maxh[a] = 0, -1
+        for v in batch:
+            rank[v] = nb
+            pairs[a * w + depth[v]] -= 1
+        nb, done = nb + 1, done + c
+        nf = _retire(batch, uptr, uids, pending, op, batchable, ready, start, rlen, maxh,
+                     height, forced, nf)
+    return rank

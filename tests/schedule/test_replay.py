@@ -71,6 +71,14 @@ def test_replay_never_needs_more_batches_than_the_replayed_schedule(graph: Graph
         assert co.scheduler("fsm")(graph).num_batches <= own, h
 
 
+@settings(max_examples=40, deadline=None)
+@given(graphs())
+def test_compiled_level_agenda_ranks_equal_the_python_schedule(graph: Graph) -> None:
+    np.testing.assert_array_equal(
+        replay_ranks(graph, "dynet_level_agenda"),
+        rank_of(make_scheduler("dynet_level_agenda")(graph), graph.num_nodes))
+
+
 @pytest.mark.parametrize(("workload", "granularity"), [("lattice_lstm", "cell"),
                                                        ("lattice_lstm", "primitive")])
 def test_compiled_replay_equals_the_twin_on_real_graphs(workload: str, granularity: str) -> None:
