@@ -52,8 +52,9 @@ from edbatch.schedule.heuristics import (
 from edbatch.schedule.policy import run_policy
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["PREFIX", "REPLAYABLE", "ReplayFsmScheduler", "ReplayPolicy", "rank_of",
-           "replay_arrays", "replay_heuristic", "replay_names", "replay_ranks", "replay_trace"]
+__all__ = ["PREFIX", "REPLAYABLE", "ReplayFsmScheduler", "ReplayPolicy", "ReplayScheduler",
+           "rank_of", "replay_arrays", "replay_heuristic", "replay_names", "replay_ranks",
+           "replay_trace"]
 
 PREFIX = "replay:"
 
@@ -209,3 +210,27 @@ class ReplayFsmScheduler(cc.CompiledFsmScheduler):
         p.hits += int(hits)  # type: ignore[attr-defined]
         p.misses += int(misses) if encoding is not None else s.num_decisions  # type: ignore[attr-defined]
         return s
+
+
+class ReplayScheduler:
+    """The replay rule alone as a whole-graph scheduler (``make_scheduler("replay:<h>")``):
+    compiled, or the Python twin under ``backend="python"``."""
+
+    def __init__(self, name: str, backend: str | None = None) -> None:
+        self.heuristic = replay_heuristic(name)
+        if self.heuristic is None:
+            raise UnknownNameError(f"{name!r} is not a replay rule; choose one of "
+                                   f"{list(replay_names())}.")
+        self.name, self.backend = name, cc.resolve_backend(backend)
+
+    def __call__(self, graph: Graph) -> Schedule:
+        t0 = time.perf_counter()
+        if self.backend == "python":
+            s = run_policy(graph, ReplayPolicy(self.heuristic, backend="python"))  # type: ignore[arg-type]
+            return Schedule(s.batches, self.name, seconds=time.perf_counter() - t0)
+        bop, bforced, bptr, nodes, _, _ = replay_arrays(graph, self.name)
+        return Schedule(cc._batches(bop, bforced, bptr, nodes), self.name,
+                        seconds=time.perf_counter() - t0)
+
+    def __repr__(self) -> str:
+        return f"ReplayScheduler({self.name})"

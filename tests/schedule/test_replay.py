@@ -111,6 +111,15 @@ def test_replay_with_empty_table_follows_the_rank_rule() -> None:
         done[b.node_ids] = True
 
 
+def test_make_scheduler_runs_the_replay_alone() -> None:
+    graph = minibatch("lattice_lstm", "cell", 2)
+    co = make_scheduler("replay:typewise_greedy_backward")(graph)
+    assert co.scheduler == "replay:typewise_greedy_backward"
+    assert_same(co, make_scheduler("replay:typewise_greedy_backward", backend="python")(graph))
+    with pytest.raises(UnknownNameError, match="replay:critical_path"):
+        make_scheduler("replay:nope")
+
+
 def test_replay_choice_ties_go_to_the_smallest_op_id() -> None:
     rlen = np.array([1, 1, 1], np.int64)
     start = np.array([0, 1, 2, 3], np.int64)
