@@ -48,7 +48,7 @@ from edbatch.schedule.schedule import Schedule
 from edbatch.schedule.search import improve_schedule
 from envs.encoding import StateKey, encode_state
 from policies.fallback_search import resolve_fallback
-from policies.fsm import FSMPolicy, make_fallback
+from policies.fsm import FSMPolicy, check_fallback_config, make_fallback
 from policies.pair_search import pair_search
 from policies.q_learning import TrainResult
 from policies.resample import resample_graphs
@@ -130,6 +130,7 @@ class ExpertConfig:
     """Processes labelling the teacher's graphs (joblib; -1: every core)."""
 
     def __post_init__(self) -> None:
+        check_fallback_config("trainer.fallback", self.fallback)
         if self.teacher not in TEACHERS:
             raise ConfigError("trainer.teacher", self.teacher, f"one of {list(TEACHERS)}",
                               "pass trainer.teacher=search (or rollout, the default)")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from edbatch.errors import PolicyFileError, UnknownNameError, did_you_mean
+from edbatch.errors import ConfigError, PolicyFileError, UnknownNameError, did_you_mean
 from edbatch.graph import Vocab
 from edbatch.schedule import (
     AgendaPolicy,
@@ -30,8 +30,19 @@ from edbatch.schedule import (
     Scheduler,
     TypewiseGreedyPolicy,
 )
-from edbatch.schedule.compiled import CompiledFsmScheduler, fsm_supported, resolve_backend
+from edbatch.schedule.compiled import (
+    COMPILED_ENCODINGS,
+    CompiledFsmScheduler,
+    fsm_supported,
+    resolve_backend,
+)
 from edbatch.schedule.op_types import check_op_types
+from edbatch.schedule.replay import (
+    ReplayFsmScheduler,
+    ReplayPolicy,
+    replay_heuristic,
+    replay_names,
+)
 from edbatch.schedule.rollout import RolloutScheduler
 from edbatch.schedule.search import SearchScheduler
 from envs.encoding import (
@@ -44,7 +55,7 @@ from envs.encoding import (
 )
 
 __all__ = ["FALLBACKS", "FORMAT", "LOOKAHEADS", "SCHEMA_VERSION", "FSMPolicy", "FSMScheduler",
-           "make_fallback"]
+           "check_fallback", "check_fallback_config", "fallback_names", "make_fallback"]
 
 FORMAT = "edbatch.fsm"
 SCHEMA_VERSION = 1
@@ -87,11 +98,40 @@ LOOKAHEADS = ("none", "rollout", "rollout2", "search")
 ROLLOUT2_BUDGET, ROLLOUT2_INNER_BUDGET = 10_000_000, 30_000
 
 
+def fallback_names() -> tuple[str, ...]:
+    """Every valid fallback name: :data:`FALLBACKS` and ``replay:<heuristic>``
+    (:mod:`edbatch.schedule.replay`)."""
+    return (*FALLBACKS, *replay_names())
+
+
+def check_fallback(name: str) -> None:
+    """Raise :class:`UnknownNameError` naming ``name`` and the valid fallbacks if invalid."""
+    if name not in FALLBACKS and not name.startswith("replay:"):
+        raise UnknownNameError(f"unknown fallback {name!r}; choose one of "
+                               f"{list(fallback_names())}." + did_you_mean(name, fallback_names()))
+    replay_heuristic(name)  # a replay: name must follow a known heuristic
+
+
+def check_fallback_config(key: str, name: str) -> None:
+    """A trainer's ``fallback`` option: ``auto`` or a valid fallback name, else
+    :class:`ConfigError` naming the key, the value and the valid choices."""
+    if name == "auto":
+        return
+    try:
+        check_fallback(name)
+    except UnknownNameError:
+        raise ConfigError(key, name, f"auto or one of {list(fallback_names())}",
+                          "pick one of those names, e.g. replay:typewise_greedy_backward"
+                          ) from None
+
+
 def make_fallback(name: str, encoding: str) -> Policy:
-    """The fallback policy called ``name`` (for states the table does not know)."""
-    if name not in FALLBACKS:
-        raise UnknownNameError(f"unknown fallback {name!r}; choose one of {list(FALLBACKS)}."
-                               + did_you_mean(name, FALLBACKS))
+    """The fallback policy called ``name`` (for states the table does not know): one of
+    :data:`FALLBACKS` or ``replay:<heuristic>`` (:class:`ReplayPolicy`)."""
+    check_fallback(name)
+    heuristic = replay_heuristic(name)
+    if heuristic is not None:
+        return ReplayPolicy(heuristic)
     return FALLBACKS[name](encoding)
 
 
@@ -102,7 +142,7 @@ class FSMPolicy:
         table: encoded state -> op id to batch.
         encoding: name of the state encoding (a key of :data:`envs.encoding.ENCODINGS`).
         op_names: op-type names of the vocabulary the table's ids refer to.
-        fallback: name of the fallback policy (:data:`FALLBACKS`).
+        fallback: name of the fallback policy (:data:`FALLBACKS` or ``replay:<heuristic>``).
         metadata: free-form training metadata saved with the artifact.
         lookahead: how :meth:`scheduler` schedules whole graphs (:data:`LOOKAHEADS`).
     """
@@ -183,6 +223,9 @@ class FSMPolicy:
         if resolve_backend(backend) == "compiled" and fsm_supported(self.encoding,
                                                                     self.fallback_name):
             return CompiledFsmScheduler(self, name)
+        if resolve_backend(backend) == "compiled" and self.encoding in COMPILED_ENCODINGS \
+                and replay_heuristic(self.fallback_name) is not None:
+            return ReplayFsmScheduler(self, name)
         return PolicyScheduler(self, name)
 
     # ------------------------------------------------------------------ artifact
@@ -257,6 +300,13 @@ class FSMPolicy:
         if lookahead not in LOOKAHEADS:
             raise PolicyFileError(path, f"lookahead {lookahead!r} is not one of "
                                   f"{list(LOOKAHEADS)}", "the file is corrupt; re-train it")
+        try:
+            check_fallback(fallback)
+        except UnknownNameError:
+            raise PolicyFileError(path, f"fallback {fallback!r} is not one of "
+                                  f"{list(fallback_names())}",
+                                  "the file is corrupt or from a newer edbatch; re-train it"
+                                  ) from None
         return cls(table, encoding, names, fallback, data.get("metadata", {}), lookahead)
 
 

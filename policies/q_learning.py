@@ -26,7 +26,7 @@ from edbatch.graph import Graph
 from edbatch.schedule import Frontier, lower_bound, run_policy
 from envs.encoding import StateKey, encode_state, key_actions
 from policies._q_checkpoint import HeldCtrlC, QTable, load_checkpoint, save_checkpoint
-from policies.fsm import FSMPolicy, greedy_action, make_fallback
+from policies.fsm import FSMPolicy, check_fallback_config, greedy_action, make_fallback
 from policies.guard import fallback_choices, guard_table, pick_fallback, q_proposals
 from policies.resample import resample_graphs
 
@@ -93,6 +93,9 @@ class QLearningConfig:
     seed: int = 0
     """Seed of the exploration and graph-sampling generator."""
 
+    def __post_init__(self) -> None:
+        check_fallback_config("trainer.fallback", self.fallback)
+
 
 @dataclass
 class TrainResult:
@@ -112,8 +115,11 @@ def evaluate_policy(policy: FSMPolicy, graphs: Sequence[Graph]) -> tuple[float, 
     return batches / max(lb, 1), batches, lb
 
 
-#: Heuristic fallbacks ``fallback="auto"`` chooses from.
-AUTO_FALLBACKS = ("critical_path", "typewise_greedy", "dynet_agenda", "ed_batch_agenda")
+#: Heuristic fallbacks ``fallback="auto"`` chooses from: the forward rules, then the replays
+#: of the two whole-graph heuristics that are no forward rule (:mod:`edbatch.schedule.replay`);
+#: ties go to the earlier name.
+AUTO_FALLBACKS = ("critical_path", "typewise_greedy", "dynet_agenda", "ed_batch_agenda",
+                  "replay:typewise_greedy_backward", "replay:dynet_level_agenda")
 
 
 def select_fallback(graphs: Sequence[Graph], encoding: str) -> str:

@@ -37,6 +37,7 @@ from edbatch.schedule import Frontier, lower_bound
 from edbatch.schedule import compiled as cc
 from edbatch.schedule._compiled_trace import trace_schedule
 from edbatch.schedule.policy import Policy, drive
+from edbatch.schedule.replay import replay_heuristic, replay_trace
 from envs.encoding import StateKey, encode_state, key_actions
 from policies.fsm import FSMPolicy
 
@@ -90,6 +91,9 @@ def trace(table: dict[StateKey, int], graph: Graph, encoding: str, fallback: str
     """The FSM's own schedule of ``graph``: (per state key, the actions taken there; the
     number of batches). Compiled (:mod:`edbatch.schedule._compiled_trace`) where the core
     has the key and the fallback, else the Python frontier (same result)."""
+    if replay_heuristic(fallback) is not None and encoding in cc.COMPILED_ENCODINGS:
+        keys, lens, acts, nb = replay_trace(graph, fallback, encoding, cc.FsmTable(table))
+        return _seen(keys, lens, acts), int(nb)
     if not cc.fsm_supported(encoding, fallback):
         policy = _policy(table, encoding, graph.vocab.names, fallback)
         seen = policy_votes(policy, [graph], encoding)
@@ -107,10 +111,15 @@ def trace(table: dict[StateKey, int], graph: Graph, encoding: str, fallback: str
     keys, lens, acts, nb = trace_schedule(
         arr.op, arr.depth, arr.arity, arr.uptr, arr.uids, arr.batchable, height, tw_pred,
         tw_ptr, tw_ids, arr.mean, arr.cplx, rule_id, enc_id, tab.hashes, tab.actions)
+    return _seen(keys, lens, acts), int(nb)
+
+
+def _seen(keys: np.ndarray, lens: np.ndarray, acts: np.ndarray  # type: ignore[type-arg]
+          ) -> dict[StateKey, Counter[int]]:
     seen: dict[StateKey, Counter[int]] = {}
     for row, m, a in zip(keys.tolist(), lens.tolist(), acts.tolist()):
         seen.setdefault(tuple(row[:m]), Counter())[a] += 1
-    return seen, int(nb)
+    return seen
 
 
 def decisions(table: dict[StateKey, int], graphs: Sequence[Graph], encoding: str,

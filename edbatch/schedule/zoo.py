@@ -20,6 +20,7 @@ from edbatch.schedule.heuristics import (
     typewise_greedy_backward,
 )
 from edbatch.schedule.policy import PolicyScheduler, Scheduler
+from edbatch.schedule.replay import ReplayScheduler, replay_heuristic
 from edbatch.schedule.rollout import DEFAULT_BUDGET, RolloutScheduler
 from edbatch.schedule.schedule import Schedule
 from edbatch.schedule.search import DEFAULT_ITERATIONS, SearchScheduler
@@ -95,7 +96,10 @@ def make_scheduler(name: str, *, backend: str | None = None, **kwargs: Any) -> S
     ``backend``: ``"compiled"`` (default, or ``$EDBATCH_BACKEND``) runs the names in
     :data:`COMPILED` on the numba core (:mod:`edbatch.schedule.compiled`), which gives
     the same schedules as ``"python"`` (the reference implementation, kept as the oracle).
+    ``replay:<heuristic>`` names (:mod:`edbatch.schedule.replay`) give the replay rule alone.
     """
+    if replay_heuristic(name) is not None and not kwargs:  # replay:<heuristic>
+        return ReplayScheduler(name, backend)
     entry = SCHEDULERS.get(name)
     if entry is None:
         raise UnknownNameError(f"unknown scheduler {name!r}; registered: {sorted(SCHEDULERS)}."
