@@ -62,6 +62,7 @@ from torch import Tensor
 from edbatch.api._builtins import warn_outside
 from edbatch.api._bulk import Handles
 from edbatch.api._handles import Handle
+from edbatch.api._requests import ArgMax, hand_back, hand_back_argmax, node_ids
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._segments import add_values, run_segment, segment_state, value_groups
 from edbatch.api._values import Values
@@ -253,9 +254,10 @@ class _Runner:
 
     def values_of(self, asked: list[Any], lists: list[tuple[Sequence[int], tuple[int, ...]]]
                   ) -> list[Any]:
-        """What each program is sent (general path: see :func:`_hand_back` for the common
-        one): the value of the handle it yielded (shape ``handle.shape``) or of its list
-        (``[k, *shape]``), detached, read in one gather per row shape."""
+        """What each program is sent (general path; the common rounds: see
+        :mod:`edbatch.api._requests`): the value of the handle it yielded (shape
+        ``handle.shape``) or of its list (``[k, *shape]``), detached, or the argmax it asked
+        for, read in one gather per row shape."""
         out: list[Any] = [None] * len(asked)
         by_shape: dict[tuple[int, ...], list[int]] = {}
         for j, (_, shape) in enumerate(lists):
@@ -268,20 +270,31 @@ class _Runner:
                 k = len(lists[j][0])
                 if type(asked[j]) is Handle:
                     out[j] = flat[at].reshape(shape)
+                elif type(asked[j]) is ArgMax:
+                    out[j] = int(flat[at].argmax())
                 else:
                     out[j] = flat[at:at + k].reshape(k, *shape)
                 at += k
         return out
 
 
-def _hand_back(values: Values, nodes: np.ndarray,  # type: ignore[type-arg]
-               shape: tuple[int, ...]) -> Sequence[Tensor]:
-    """The values of ``nodes`` (one handle per program, all of row shape ``shape``) as
-    detached row views of one gather (one ``unbind``: no Python per program)."""
-    flat = values.gather(nodes).detach()
-    if len(shape) != 1:
-        flat = flat.reshape(len(nodes), *shape)
-    return flat.unbind(0)
+def _round(batch: Any, asking: list[int], asked: list[Any]
+           ) -> tuple[np.ndarray, Any, Any, bool]:  # type: ignore[type-arg]
+    """A round's yields: ``(node ids, None, kind, argmax?)`` when every program yielded one
+    handle of one kind (or asked for its argmax): nothing more to check; else ``(node ids,
+    [(ids, shape)] per program, None, False)``, checked."""
+    rec, first = batch._rec, asked[0]
+    kind = getattr(first, "_kind", None)
+    if type(first) is Handle and all(type(y) is Handle and y._rec is rec and
+                                     y._kind is kind for y in asked):
+        return np.fromiter([y.node_id for y in asked], np.int64, len(asked)), None, kind, False
+    if type(first) is ArgMax:
+        kind = first.handle._kind
+        found = node_ids(asked, kind, rec)
+        if found is not None:
+            return found, None, kind, True
+    lists = [_check_yield(batch, i, y) for i, y in zip(asking, asked, strict=True)]
+    return np.concatenate([_ids(ids) for ids, _ in lists]), lists, None, False
 
 
 def _ids(ids: Sequence[int]) -> np.ndarray:  # type: ignore[type-arg]
@@ -297,12 +310,14 @@ def _rows(blocks: list[Tensor]) -> Tensor:
 def _check_yield(batch: Any, i: int, wanted: Any) -> tuple[Sequence[int], tuple[int, ...]]:
     """The node ids and row shape of what program ``i`` yielded (checked)."""
     rec = batch._rec
+    if type(wanted) is ArgMax:
+        wanted = wanted.handle
     if type(wanted) is Handles and wanted.rec is rec and wanted.n:
         return wanted.ids, wanted.shape
     items = [wanted] if type(wanted) is Handle else wanted
     if not isinstance(items, (list, tuple, Handles)) or not len(items):
         raise GraphError(f"program {i} yielded {type(wanted).__name__}; yield a Handle (or a "
-                         f"non-empty list of handles) whose value it needs")
+                         f"non-empty list of handles) whose value it needs, or argmax(handle)")
     items = list(items)
     shape = getattr(items[0], "shape", None)
     for h in items:
@@ -356,22 +371,15 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         live = asking
         if not asked:
             break
-        kind = getattr(asked[0], "_kind", None)
-        if type(asked[0]) is Handle and all(type(y) is Handle and y._rec is rec and
-                                            y._kind is kind for y in asked):
-            # the common case: one handle of one kind per program, nothing more to check
-            nodes = np.fromiter([y.node_id for y in asked], np.int64, len(asked))
-            lists = None
-        else:
-            lists = [_check_yield(batch, i, y) for i, y in zip(asking, asked, strict=True)]
-            nodes = np.concatenate([_ids(ids) for ids, _ in lists])
+        nodes, lists, kind, by_argmax = _round(batch, asking, asked)
         runner.values.grow(len(rec.ops))
         if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
             runner.run()
             syncs += 1
         t0 = clock()
         if lists is None:
-            values = _hand_back(runner.values, nodes, kind.shape)
+            got = runner.values.gather(nodes)
+            values = hand_back_argmax(got) if by_argmax else hand_back(got, kind.shape)
         else:
             values = runner.values_of(asked, lists)
         for i, v in zip(asking, values, strict=True):

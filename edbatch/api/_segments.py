@@ -35,6 +35,7 @@ from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
 from edbatch.executor._program import Program, Step
 from edbatch.executor._reads import to_device
+from edbatch.executor.kernels import KERNELS, stacked_sum
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import MemoryPlan, Strategy, plan_memory
@@ -72,6 +73,21 @@ class SegmentExecutor(TorchExecutor):
         super().__init__(device, dtype, kernels=capture.kernels, hoist=False, cache_size=1)
         self.given: Program | None = None
         self.compiled: Program | None = None
+        self.capture = capture
+        # the wrapped registry ``sum`` kernel (the loss sum's): its variadic node is reduced
+        # on the stacked read, as the plain executor does, not split into ``[1, d]`` rows
+        sum_kernel = capture.kernels.get("sum")
+        self.stacked_sum = sum_kernel if sum_kernel is not None and \
+            capture.originals.get("sum") is KERNELS.get("sum") else None
+
+    def _apply(self, i: int, step: Step, operands: list[Tensor], params: Any,
+               out: Tensor | None, save: list[Tensor] | None = None) -> Tensor:
+        if step.split and step.kernel is self.stacked_sum and save is None:
+            total = stacked_sum(operands[0])  # one reduction, one captured output
+            total = total if out is None else out.copy_(total)
+            self.capture.outputs.append(total)
+            return total
+        return super()._apply(i, step, operands, params, out, save)
 
     def _program(self, graph: Graph, schedule: Schedule, plan: MemoryPlan
                  ) -> tuple[Program, bool]:
