@@ -27,7 +27,8 @@ class Greedy:
         self.batch = b = DynamicBatch(dtype=torch.float64)
         self.c_step = b.cell(nn.Sequential(self.step, nn.Tanh()), "step", [DIM], DIM)
         self.c_score = b.cell(self.score, "score", [DIM], OUT)
-        self.c_grid = b.cell(lambda h: self.score(h).reshape(-1, 2, 3), "grid", [DIM], (2, 3))  # a 2-d value: flat argmax
+        # a 2-d value: its argmax is the flat index
+        self.c_grid = b.cell(lambda h: self.score(h).reshape(-1, 2, 3), "grid", [DIM], (2, 3))
         self.c_loss = b.cell(lambda h: h.pow(2).sum(1), "sq", [DIM], ())
 
     def program(self, first: int, steps: int, how: str):  # type: ignore[no-untyped-def]
