@@ -33,8 +33,10 @@ from torch import Tensor
 
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
-from edbatch.executor._program import Program, Step
-from edbatch.executor._reads import to_device
+from edbatch.executor._hoist import HoistedProgram, head_reads, hoist_program
+from edbatch.executor._program import Program, Step, compile_program
+from edbatch.executor._reads import SliceRead, to_device
+from edbatch.executor.cells_hoist import HOISTS
 from edbatch.executor.kernels import KERNELS, stacked_sum
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
@@ -94,9 +96,38 @@ class SegmentExecutor(TorchExecutor):
         given, self.given = self.given, None
         if given is not None:
             return given, False
-        program, compiled = super()._program(graph, schedule, plan)
+        program = compile_program(graph, schedule, plan, self.device, self.kernels)
+        kinds = hoist_kinds_of(graph, schedule)
+        if kinds:  # the registry's kernels decide, not their capturing wrappers
+            program = hoist_program(program, graph, schedule, plan, self.device, kinds,
+                                    self.capture.originals)
+        program = head_reads(program)
         self.compiled = program
-        return program, compiled
+        return program, True
+
+    def _run_inplace(self, program: Program, params: Any,
+                     saves: list[list[Tensor]] | None = None) -> list[Tensor]:
+        arenas = super()._run_inplace(program, params, saves)
+        if isinstance(program, HoistedProgram):  # its hoisted cells are not captured
+            self.capture.outputs[:] = [arenas[s.out_arena].narrow(0, s.out_start, s.size)
+                                       for s in program.steps if not _projects(s)]
+        return arenas
+
+
+def hoist_kinds_of(graph: Graph, schedule: Schedule) -> frozenset[str]:
+    """The op kinds of a segment whose input projections are hoisted
+    (:mod:`~edbatch.executor._hoist`: one GEMM for all their batches' inputs, as a greedy
+    decoder's encoder steps): the hoistable kinds of op types with several batches here
+    (one batch, as a decoding step's, would gain nothing from a projection step)."""
+    seen: dict[int, int] = {}
+    for batch in schedule.batches:
+        seen[batch.op_id] = seen.get(batch.op_id, 0) + 1
+    return frozenset(graph.vocab[o].kind for o, k in seen.items()
+                     if k > 1 and graph.vocab[o].kind in HOISTS)
+
+
+def _projects(step: Step) -> bool:
+    return step.op.kind.endswith(".projection")
 
 
 class SegmentCache:
@@ -201,7 +232,10 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
 
 def rebind(program: Program, attrs: NDArray[np.int64], device: torch.device) -> Program:
     """A copy of ``program`` whose steps (inference and training) read ``attrs`` (a graph's
-    attrs array, node order) from a new tensor; ``program`` itself is left as it is."""
+    attrs array, node order) from a new tensor; ``program`` itself is left as it is. A
+    hoisted program's projection steps read their batches' new attrs, joined."""
+    if isinstance(program, HoistedProgram) and program.base is not None:
+        return _rebind_hoisted(program, rebind(program.base, attrs, device))
     flat = to_device(attrs[program.attr_nodes], device)
     sizes = [step.size for step in program.steps]
     views = flat.split_with_sizes(sizes) if sizes else ()
@@ -218,6 +252,26 @@ def rebind(program: Program, attrs: NDArray[np.int64], device: torch.device) -> 
 
     copy = dataclasses.replace(program, steps=steps, grad_steps=grad_steps, attrs=flat)
     return copy
+
+
+def _rebind_hoisted(program: HoistedProgram, base: Program) -> Program:
+    """``program`` (hoisted) with the attrs of ``base`` (its base, rebound): every cell step
+    takes its batch's, every projection step those of the batches reading its rows."""
+    cells = [s for s in program.steps if not _projects(s)]
+    fresh = [_with_attrs(s, b.attrs) for s, b in zip(cells, base.steps, strict=True)]
+    steps, at = [], 0
+    for step in program.steps:
+        if not _projects(step):
+            steps.append(fresh[at])
+            at += 1
+            continue
+        lo, hi = step.out_start, step.out_start + step.size
+        group = sorted((r.lo, b.attrs) for s, b in zip(cells, base.steps, strict=True)
+                       for r in s.reads[1:2] if type(r) is SliceRead and
+                       r.b == step.out_arena and lo <= r.lo < hi)
+        steps.append(_with_attrs(step, torch.cat([a for _, a in group])))
+    return dataclasses.replace(program, steps=tuple(steps), base=base,
+                               grad_steps=base.grad_steps, attrs=base.attrs)
 
 
 def _with_attrs(step: Step, attrs: Tensor) -> Step:
