@@ -62,7 +62,7 @@ from torch import Tensor
 from edbatch.api._builtins import warn_outside
 from edbatch.api._bulk import Handles
 from edbatch.api._handles import Handle
-from edbatch.api._requests import ArgMax, hand_back, hand_back_argmax, node_ids
+from edbatch.api._requests import ArgMax, TopK, bulk_round
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._segments import add_values, run_segment, segment_state, value_groups
 from edbatch.api._values import Values
@@ -74,6 +74,10 @@ from edbatch.memory import Strategy
 from edbatch.schedule import Schedule, Scheduler
 
 __all__ = ["Program", "ProgramsResult", "run_programs"]
+
+#: Reads of earlier nodes per distinct node from which a segment makes one value node per
+#: earlier node rather than one per read (:meth:`_Runner.run`).
+SHARE_AT = 2
 
 _NO_OUTPUTS = np.zeros(0, np.int32)
 _NO_OUTPUTS.flags.writeable = False
@@ -162,7 +166,10 @@ class _Runner:
         ``value/<shape>`` node, in operand order (not one per distinct earlier node): the
         segment's structure then depends only on what the programs recorded since the last
         synchronisation, not on which earlier nodes they read, so segments of one pattern
-        (a decoding step, a parser decision for ``k`` sentences) hit the segment cache."""
+        (a decoding step, a parser decision for ``k`` sentences) hit the segment cache.
+        Unless the earlier nodes are read :data:`SHARE_AT` times or more on average (a MoE
+        layer's token rows, read by its experts and its combination): then each of them is
+        one value node (fewer rows to copy, and to zero-fill per read in backward)."""
         batch, rec, start = self.batch, self.batch._rec, self.start
         t0 = time.perf_counter()
         n = len(rec.ops)
@@ -181,11 +188,17 @@ class _Runner:
         flat = np.array(rec.operands[self.op_start:], dtype=np.int64)
         is_old, old_loss = flat < start, losses < start
         old = np.concatenate([flat[is_old], losses[old_loss]])
+        where = np.arange(len(old))  # each read's value node
+        if len(old) >= SHARE_AT * 2:
+            shared, inverse = np.unique(old, return_inverse=True)
+            if len(shared) * SHARE_AT <= len(old):
+                old, where = shared, inverse.reshape(-1)
         c, m = len(old), n - start
         local = flat + (c - start)
-        local[is_old] = np.arange(int(is_old.sum()))
+        reads = int(is_old.sum())
+        local[is_old] = where[:reads]
         loss_local = losses + (c - start)
-        loss_local[old_loss] = np.arange(c - int(old_loss.sum()), c)
+        loss_local[old_loss] = where[reads:]
         inst_new = self._new_instances(rec.marks, start, n)
         if len(inst_new) and inst_new.min() < 0:
             warn_outside(batch, int((inst_new < 0).sum()))
@@ -272,6 +285,9 @@ class _Runner:
                     out[j] = flat[at].reshape(shape)
                 elif type(asked[j]) is ArgMax:
                     out[j] = int(flat[at].argmax())
+                elif type(asked[j]) is TopK:
+                    out[j] = flat[at:at + k].reshape(k, -1).topk(asked[j].k, dim=1) \
+                        .indices.tolist()
                 else:
                     out[j] = flat[at:at + k].reshape(k, *shape)
                 at += k
@@ -279,22 +295,15 @@ class _Runner:
 
 
 def _round(batch: Any, asking: list[int], asked: list[Any]
-           ) -> tuple[np.ndarray, Any, Any, bool]:  # type: ignore[type-arg]
-    """A round's yields: ``(node ids, None, kind, argmax?)`` when every program yielded one
-    handle of one kind (or asked for its argmax): nothing more to check; else ``(node ids,
-    [(ids, shape)] per program, None, False)``, checked."""
-    rec, first = batch._rec, asked[0]
-    kind = getattr(first, "_kind", None)
-    if type(first) is Handle and all(type(y) is Handle and y._rec is rec and
-                                     y._kind is kind for y in asked):
-        return np.fromiter([y.node_id for y in asked], np.int64, len(asked)), None, kind, False
-    if type(first) is ArgMax:
-        kind = first.handle._kind
-        found = node_ids(asked, kind, rec)
-        if found is not None:
-            return found, None, kind, True
+           ) -> tuple[np.ndarray, Any, Any]:  # type: ignore[type-arg]
+    """A round's yields: ``(node ids, None, answer)`` when it is answered in bulk
+    (:func:`~edbatch.api._requests.bulk_round`: nothing more to check), else ``(node ids,
+    [(ids, shape)] per program, None)``, checked."""
+    found = bulk_round(asked, batch._rec)
+    if found is not None:
+        return found[0], None, found[1]
     lists = [_check_yield(batch, i, y) for i, y in zip(asking, asked, strict=True)]
-    return np.concatenate([_ids(ids) for ids, _ in lists]), lists, None, False
+    return np.concatenate([_ids(ids) for ids, _ in lists]), lists, None
 
 
 def _ids(ids: Sequence[int]) -> np.ndarray:  # type: ignore[type-arg]
@@ -312,6 +321,8 @@ def _check_yield(batch: Any, i: int, wanted: Any) -> tuple[Sequence[int], tuple[
     rec = batch._rec
     if type(wanted) is ArgMax:
         wanted = wanted.handle
+    elif type(wanted) is TopK:
+        wanted = wanted.handles
     if type(wanted) is Handles and wanted.rec is rec and wanted.n:
         return wanted.ids, wanted.shape
     items = [wanted] if type(wanted) is Handle else wanted
@@ -371,15 +382,14 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         live = asking
         if not asked:
             break
-        nodes, lists, kind, by_argmax = _round(batch, asking, asked)
+        nodes, lists, answer = _round(batch, asking, asked)
         runner.values.grow(len(rec.ops))
         if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
             runner.run()
             syncs += 1
         t0 = clock()
         if lists is None:
-            got = runner.values.gather(nodes)
-            values = hand_back_argmax(got) if by_argmax else hand_back(got, kind.shape)
+            values = answer(runner.values.gather(nodes))
         else:
             values = runner.values_of(asked, lists)
         for i, v in zip(asking, values, strict=True):

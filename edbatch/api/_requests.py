@@ -28,15 +28,17 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from torch import Tensor
 
+from edbatch.api._bulk import Handles
 from edbatch.api._handles import Handle
 from edbatch.errors import GraphError
 
-__all__ = ["ArgMax", "argmax", "hand_back", "hand_back_argmax"]
+__all__ = ["ArgMax", "TopK", "argmax", "bulk_round", "hand_back", "hand_back_argmax", "topk"]
 
 
 class ArgMax:
@@ -60,6 +62,30 @@ def argmax(handle: Handle) -> ArgMax:
     return ArgMax(handle)
 
 
+class TopK:
+    """A request for the indices of the ``k`` largest entries of each of ``handles``."""
+
+    __slots__ = ("handles", "k")
+
+    def __init__(self, handles: Handles | Sequence[Handle], k: int) -> None:
+        self.handles, self.k = handles, k
+
+    def __repr__(self) -> str:
+        return f"topk({len(self.handles)} handles, {self.k})"
+
+
+def topk(handles: Handles | Sequence[Handle], k: int) -> TopK:
+    """What a program yields to get, per handle, the indices of its value's ``k`` largest
+    entries (a list of ``k`` ints, largest first, as ``value.topk(k).indices.tolist()``),
+    computed for the whole round at once: one ``topk`` and one transfer (module docstring)."""
+    if not isinstance(handles, (Handles, list, tuple)) or not len(handles) or \
+            any(type(h) is not Handle for h in ([] if type(handles) is Handles else handles)):
+        raise GraphError(f"topk() takes a non-empty list of Handles, got {handles!r}")
+    if type(k) is not int or k < 1:
+        raise GraphError(f"topk(): k={k!r} must be an int >= 1")
+    return TopK(handles, k)
+
+
 def hand_back(values: Tensor, shape: tuple[int, ...]) -> Sequence[Tensor]:
     """``values`` (one row per program, all of row shape ``shape``) as detached row views
     (one ``unbind``: no Python per program)."""
@@ -75,12 +101,53 @@ def hand_back_argmax(values: Tensor) -> list[int]:
     return values.detach().reshape(len(values), -1).argmax(1).tolist()  # type: ignore[no-any-return]
 
 
-def node_ids(asked: list[object], kind: object, rec: object
-             ) -> np.ndarray | None:  # type: ignore[type-arg]
-    """The node ids of a round where every program asked for the argmax of one handle of
-    ``kind`` recorded in ``rec`` (``None`` if it is not such a round)."""
-    for y in asked:
-        if type(y) is not ArgMax or y.handle._kind is not kind or y.handle._rec is not rec:
-            return None
-    return np.fromiter([y.handle.node_id for y in asked], np.int64,  # type: ignore[attr-defined]
-                       len(asked))
+def _topk_rows(values: Tensor, k: int, counts: list[int]) -> list[list[list[int]]]:
+    """Per program (``counts[i]`` rows each) the top-``k`` indices of its rows: one batched
+    ``topk`` and one transfer, then list slices."""
+    rows = values.detach().reshape(len(values), -1).topk(k, dim=1).indices.tolist()
+    out, at = [], 0
+    for n in counts:
+        out.append(rows[at:at + n])
+        at += n
+    return out
+
+
+def bulk_round(asked: list[Any], rec: Any
+               ) -> tuple[np.ndarray, Callable[[Tensor], Sequence[Any]]] | None:  # type: ignore[type-arg]
+    """A round answered in bulk: every program yielded one handle of one kind, or asked for
+    the argmax of one, or for the top-``k`` of handles of one shape (all recorded in
+    ``rec``): ``(node ids, values -> what each program is sent)``; ``None`` otherwise."""
+    first = asked[0]
+    kind = type(first)
+    if kind is Handle or kind is ArgMax:
+        of = first if kind is Handle else first.handle
+        want = of._kind
+        for y in asked:
+            h = y if kind is Handle else getattr(y, "handle", None)
+            if type(y) is not kind or h._kind is not want or h._rec is not rec:
+                return None
+        nodes = np.fromiter([(y if kind is Handle else y.handle).node_id for y in asked],
+                            np.int64, len(asked))
+        if kind is ArgMax:
+            return nodes, hand_back_argmax
+        return nodes, lambda values: hand_back(values, want.shape)
+    if kind is TopK:
+        k, shape, ids, counts = first.k, None, [], []
+        for y in asked:
+            if type(y) is not TopK or y.k != k:
+                return None
+            hs = y.handles
+            if type(hs) is Handles:
+                if hs.rec is not rec or (shape is not None and hs.shape != shape):
+                    return None
+                shape = hs.shape
+                ids.append(np.arange(hs.first, hs.first + hs.n, dtype=np.int64))
+            else:
+                if any(h._rec is not rec or h.shape != hs[0].shape for h in hs) or \
+                        (shape is not None and hs[0].shape != shape):
+                    return None
+                shape = hs[0].shape
+                ids.append(np.fromiter([h.node_id for h in hs], np.int64, len(hs)))
+            counts.append(len(hs))
+        return np.concatenate(ids), lambda values: _topk_rows(values, k, counts)
+    return None

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from edbatch.api import ArgMax, DynamicBatch, argmax
+from edbatch.api import ArgMax, DynamicBatch, argmax, topk
 from edbatch.errors import GraphError
 
 DIM, OUT = 4, 6
@@ -123,3 +123,80 @@ def test_segment_loss_sum_is_one_reduction_with_equal_loss_and_gradients() -> No
     assert torch.allclose(out.loss, total, rtol=0, atol=1e-12)
     for a, p in zip(got, model.step.parameters(), strict=True):
         assert torch.allclose(a, p.grad, rtol=0, atol=1e-12)
+
+
+def _routing(model: Greedy, how: str):  # type: ignore[no-untyped-def]
+    """Per sentence: scores of every word (one Handles), the top 2 of each, then a step
+    on each word's embedding row ``a + b`` (mod OUT) and a loss."""
+    b = model.batch
+
+    def program(words: list[int], i: int):  # type: ignore[no-untyped-def]
+        hs = model.c_step.map([b.lookup(model.embed, w) for w in words])
+        scores = model.c_score.map(hs)
+        if how == "topk" or (how == "mixed" and i % 2):
+            tops = yield topk(scores if i % 3 else list(scores), 2)
+        else:
+            values = yield scores
+            tops = values.topk(2, dim=1).indices.tolist()
+        for h, (a, c) in zip(hs, tops, strict=True):  # the earlier h read twice
+            b.add_loss(model.c_loss(model.c_step(h)))
+            b.add_loss(model.c_loss(model.c_step(b.lookup(model.embed, (a + c) % OUT))))
+            b.add_loss(model.c_loss(h))
+        return tops
+
+    sentences = [[0, 1, 2], [3, 4], [5, 1, 1, 2], [2]]
+    return b.run_programs([program(s, i) for i, s in enumerate(sentences)], grad=True)
+
+
+@pytest.mark.parametrize("how", ["topk", "mixed"])
+def test_topk_requests_equal_the_programs_own_topk(how: str) -> None:
+    model = Greedy()
+    outs = []
+    for mode in ("value", how):
+        out = _routing(model, mode)
+        for p in model.step.parameters():
+            p.grad = None
+        out.loss.backward()
+        outs.append((out.returns, out.loss.detach(), out.syncs,
+                     [p.grad.clone() for p in model.step.parameters()]))
+    (r1, l1, s1, g1), (r2, l2, s2, g2) = outs
+    assert r1 == r2 and s1 == s2 == 1
+    assert all(len(row) == 2 and all(type(x) is int for x in row) for r in r2 for row in r)
+    assert torch.allclose(l1, l2, rtol=0, atol=1e-12)
+    for a, b in zip(g1, g2, strict=True):
+        assert torch.allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_topk_request_errors() -> None:
+    with pytest.raises(GraphError, match="topk\\(\\) takes"):
+        topk([], 2)
+    model = Greedy()
+    with model.batch.instance():
+        h = model.c_score(model.c_step(model.batch.lookup(model.embed, 0)))
+    with pytest.raises(GraphError, match="must be an int"):
+        topk([h], 0)
+    with pytest.raises(GraphError, match="topk\\(\\) takes"):
+        topk([h, 3], 2)  # type: ignore[list-item]
+    model.batch.discard()
+
+
+def test_earlier_nodes_read_often_become_one_value_node_each(monkeypatch) -> None:
+    from edbatch.api import _programs
+
+    model = Greedy()
+    results = []
+    for share in (_programs.SHARE_AT, 10 ** 9):  # shared value nodes, then one per read
+        monkeypatch.setattr(_programs, "SHARE_AT", share)
+        out = _routing(model, "topk")
+        for p in model.step.parameters():
+            p.grad = None
+        out.loss.backward()
+        graph = out.segments[-1].graph
+        names = [graph.vocab[int(o)].name for o in graph.op_ids]
+        results.append((sum(n.startswith("value/") for n in names), out.loss.detach(),
+                        [p.grad.clone() for p in model.step.parameters()]))
+    (shared, l1, g1), (per_read, l2, g2) = results
+    assert shared == 10 and per_read == 20  # 10 words, each h read twice
+    assert torch.allclose(l1, l2, rtol=0, atol=1e-12)
+    for a, b in zip(g1, g2, strict=True):
+        assert torch.allclose(a, b, rtol=0, atol=1e-12)
