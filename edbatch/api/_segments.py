@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
 from edbatch.executor._hoist import HoistedProgram, head_reads, hoist_program
 from edbatch.executor._program import Program, Step, compile_program
-from edbatch.executor._reads import SliceRead, to_device
+from edbatch.executor._reads import SelectRead, SliceRead, to_device
 from edbatch.executor.cells_hoist import HOISTS
 from edbatch.executor.kernels import KERNELS, stacked_sum
 from edbatch.executor.torch_executor import TorchExecutor
@@ -76,6 +77,7 @@ class SegmentExecutor(TorchExecutor):
         self.given: Program | None = None
         self.compiled: Program | None = None
         self.capture = capture
+        self._joined: tuple[tuple[Step, ...], tuple[Step, ...]] | None = None
         # the wrapped registry ``sum`` kernel (the loss sum's): its variadic node is reduced
         # on the stacked read, as the plain executor does, not split into ``[1, d]`` rows
         sum_kernel = capture.kernels.get("sum")
@@ -105,6 +107,18 @@ class SegmentExecutor(TorchExecutor):
         self.compiled = program
         return program, True
 
+    def _run_grad(self, program: Program, params: Any) -> dict[int, Tensor]:
+        """:meth:`TorchExecutor._run_grad` with reads of rows scattered over several batches
+        joined first (:class:`JoinedSelect`)."""
+        steps = program.grad_steps()
+        if self._joined is None or self._joined[0] is not steps:
+            self._joined = (steps, tuple(_joined_step(s) for s in steps))
+        outs: list[Tensor] = []
+        for i, step in enumerate(self._joined[1]):
+            outs.append(self._call(i, step, outs, params))
+        return {v: outs[b][r:r + 1]
+                for (v, _, _, r), b in zip(program.outputs, program.output_batch, strict=True)}
+
     def _run_inplace(self, program: Program, params: Any,
                      saves: list[list[Tensor]] | None = None) -> list[Tensor]:
         arenas = super()._run_inplace(program, params, saves)
@@ -124,6 +138,55 @@ def hoist_kinds_of(graph: Graph, schedule: Schedule) -> frozenset[str]:
         seen[batch.op_id] = seen.get(batch.op_id, 0) + 1
     return frozenset(graph.vocab[o].kind for o, k in seen.items()
                      if k > 1 and graph.vocab[o].kind in HOISTS)
+
+
+class JoinedSelect:
+    """A training read of rows scattered over several batch outputs (a
+    :class:`~edbatch.executor._reads.SelectRead` of several groups, as a MoE combination's
+    read of its tokens' expert outputs) as one ``cat`` of those outputs and one
+    ``index_select``: in backward one zero-filled gradient and one ``index_add``, where the
+    group-by-group read makes an ``index_put`` (and a full copy of the gradient) per group.
+    Taken only when the outputs hold at most :data:`JOIN_AT` times the rows read."""
+
+    __slots__ = ("flat", "read")
+    gather = True
+
+    def __init__(self, read: SelectRead) -> None:
+        self.read, self.flat = read, None  # flat: the rows' index in the joined outputs
+
+    def __call__(self, outs: Sequence[Tensor]) -> Tensor:
+        groups = self.read.groups
+        if self.flat is None:
+            sizes = [int(outs[b].shape[0]) for b, _, _ in groups]
+            if sum(sizes) > JOIN_AT * self.read.rows:
+                self.flat = False
+            else:
+                flat = torch.empty(self.read.rows, dtype=torch.int64, device=groups[0][1].device)
+                at = 0
+                for (_, idx, pos), size in zip(groups, sizes, strict=True):
+                    flat[pos] = idx + at
+                    at += size
+                self.flat = flat
+        if self.flat is False:
+            return self.read(outs)
+        return torch.cat([outs[b] for b, _, _ in groups]).index_select(0, self.flat)
+
+    def route(self, grad: Tensor, bufs: Sequence[Tensor]) -> None:
+        self.read.route(grad, bufs)
+
+
+#: Rows of the joined outputs per row read up to which :class:`JoinedSelect` joins them.
+JOIN_AT = 4
+
+
+def _joined_step(step: Step) -> Step:
+    if not any(type(r) is SelectRead and len(r.groups) > 1 for r in step.reads):
+        return step
+    new = object.__new__(Step)
+    new.__dict__.update(step.__dict__)
+    new.__dict__["reads"] = tuple(JoinedSelect(r) if type(r) is SelectRead and
+                                  len(r.groups) > 1 else r for r in step.reads)
+    return new
 
 
 def _projects(step: Step) -> bool:
