@@ -2,7 +2,8 @@
 decoder's encoder steps: one GEMM for all their inputs), on the first run and on cache hits
 (the projection steps rebound to the hit's tokens); values, decoded tokens, loss and
 gradients equal the unhoisted segments (fp64), also when a training run hits a segment
-first run (and hoisted) at inference."""
+first run (and hoisted) at inference. Training reads of rows scattered over several batches
+are joined (one cat, one index_select) with the same loss and gradients."""
 
 from __future__ import annotations
 
@@ -95,3 +96,43 @@ def test_hoisted_kinds_need_several_batches() -> None:
     for seg in rest:  # one decoder batch per step: nothing to hoist
         assert not _segments.hoist_kinds_of(seg.graph, seg.schedule)
         assert seg.run.stats["exec/hoisted_projections"] == 0
+
+
+def test_joined_scattered_reads_equal_the_group_by_group_reads(monkeypatch) -> None:
+    """A MoE combination reads its tokens' expert outputs from every expert's batch: joined
+    (one cat, one index_select) or group by group, loss and gradients equal (fp64)."""
+    from edbatch.workloads.moe import MoETagger
+
+    spec = importlib.util.spec_from_file_location("moe_join", ROOT / "examples" /
+                                                  "moe_routing.py")
+    assert spec is not None and spec.loader is not None
+    moe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(moe)
+    workload = MoETagger(dim=8, expert_dim=8, max_sentences=6)
+    workload.set_noise_round(1)
+    data = workload.load("train")
+    made: list = []
+    real = _segments.JoinedSelect.__init__
+
+    def spy(self, read):  # type: ignore[no-untyped-def]
+        real(self, read)
+        made.append(self)
+
+    monkeypatch.setattr(_segments.JoinedSelect, "__init__", spy)
+    runs = []
+    for join_at in (_segments.JOIN_AT, 0):  # joined, then never (0 rows allowed)
+        monkeypatch.setattr(_segments, "JOIN_AT", join_at)
+        made.clear()
+        model = moe.MoE(workload, dtype=torch.float64)
+        out = model.run(data)
+        out.loss.backward()
+        joined = sum(isinstance(r.flat, torch.Tensor) for r in made)
+        runs.append((joined, out.loss.detach(),
+                     {n: p.grad.clone() for n, p in model.params().items()
+                      if p.grad is not None}))
+    (j1, l1, g1), (j2, l2, g2) = runs
+    assert j1 > 0 and j2 == 0
+    assert torch.allclose(l1, l2, rtol=0, atol=1e-12)
+    assert g1.keys() == g2.keys()
+    for n in g1:
+        assert torch.allclose(g1[n], g2[n], rtol=0, atol=1e-12), n
