@@ -2,14 +2,15 @@
 
 A program is a generator, one per data instance. It records nodes as usual and *yields* a
 handle (or a list of handles) whose value it needs; the yield suspends it and evaluates to
-the value (a detached tensor of the handle's shape, or ``[k, *shape]`` for a list)::
+the value (a detached tensor of the handle's shape, or ``[k, *shape]`` for a list), or
+yields ``argmax(handle)`` / ``topk(handles, k)`` for indices computed for the whole round
+at once (:mod:`edbatch.api._requests`)::
 
     def program(batch, tokens):
         for t in tokens:
             x = batch.lookup(embed, t)
             probs = gate(x)
-            p = yield probs                         # suspends until the value is computed
-            a, b = p.topk(2).indices.tolist()       # plain Python on the value
+            [(a, b)] = yield topk([probs], 2)       # suspends until the value is computed
             batch.add_loss(loss(combine(probs, expert[a](x), expert[b](x), attr=a * 8 + b)))
 
     out = batch.run_programs([program(batch, s) for s in sentences])
@@ -160,16 +161,12 @@ class _Runner:
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
 
     def run(self) -> None:
-        """Run every node recorded and not run yet as one segment.
-
-        Every operand (and loss term) that reads an earlier segment's node becomes its own
-        ``value/<shape>`` node, in operand order (not one per distinct earlier node): the
-        segment's structure then depends only on what the programs recorded since the last
-        synchronisation, not on which earlier nodes they read, so segments of one pattern
-        (a decoding step, a parser decision for ``k`` sentences) hit the segment cache.
-        Unless the earlier nodes are read :data:`SHARE_AT` times or more on average (a MoE
-        layer's token rows, read by its experts and its combination): then each of them is
-        one value node (fewer rows to copy, and to zero-fill per read in backward)."""
+        """Run every node recorded and not run yet as one segment. Every operand (and loss
+        term) reading an earlier segment's node becomes its own ``value/<shape>`` node, in
+        operand order: the structure then depends only on what was recorded since the last
+        synchronisation, so segments of one pattern (a decoding step) hit the segment cache;
+        but earlier nodes read :data:`SHARE_AT` times or more on average (a MoE layer's
+        token rows) get one value node each (fewer rows to copy and zero-fill)."""
         batch, rec, start = self.batch, self.batch._rec, self.start
         t0 = time.perf_counter()
         n = len(rec.ops)

@@ -129,10 +129,8 @@ class SegmentExecutor(TorchExecutor):
 
 
 def hoist_kinds_of(graph: Graph, schedule: Schedule) -> frozenset[str]:
-    """The op kinds of a segment whose input projections are hoisted
-    (:mod:`~edbatch.executor._hoist`: one GEMM for all their batches' inputs, as a greedy
-    decoder's encoder steps): the hoistable kinds of op types with several batches here
-    (one batch, as a decoding step's, would gain nothing from a projection step)."""
+    """The kinds whose input projections a segment hoists (one GEMM for all their batches'
+    inputs, :mod:`~edbatch.executor._hoist`): hoistable, with several batches here."""
     seen: dict[int, int] = {}
     for batch in schedule.batches:
         seen[batch.op_id] = seen.get(batch.op_id, 0) + 1
@@ -141,12 +139,10 @@ def hoist_kinds_of(graph: Graph, schedule: Schedule) -> frozenset[str]:
 
 
 class JoinedSelect:
-    """A training read of rows scattered over several batch outputs (a
-    :class:`~edbatch.executor._reads.SelectRead` of several groups, as a MoE combination's
-    read of its tokens' expert outputs) as one ``cat`` of those outputs and one
-    ``index_select``: in backward one zero-filled gradient and one ``index_add``, where the
-    group-by-group read makes an ``index_put`` (and a full copy of the gradient) per group.
-    Taken only when the outputs hold at most :data:`JOIN_AT` times the rows read."""
+    """A training read of rows scattered over several batch outputs (a MoE combination's
+    read of its tokens' expert outputs) as one ``cat`` of them and one ``index_select``:
+    backward zero-fills one gradient, where a ``SelectRead`` makes an ``index_put`` and a
+    gradient copy per batch. Only where the outputs hold <= :data:`JOIN_AT` x the rows."""
 
     __slots__ = ("flat", "read")
     gather = True
