@@ -19,12 +19,12 @@ DIM, OUT = 4, 6
 class Greedy:
     """A toy greedy decoder: feed back the argmax of a score as the next input row."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
         torch.manual_seed(1)
-        self.embed = nn.Embedding(OUT, DIM).double()
-        self.step = nn.Linear(DIM, DIM).double()
-        self.score = nn.Linear(DIM, OUT).double()
-        self.batch = b = DynamicBatch(dtype=torch.float64)
+        self.embed = nn.Embedding(OUT, DIM).double().to(device)
+        self.step = nn.Linear(DIM, DIM).double().to(device)
+        self.score = nn.Linear(DIM, OUT).double().to(device)
+        self.batch = b = DynamicBatch(device=device, dtype=torch.float64)
         self.c_step = b.cell(nn.Sequential(self.step, nn.Tanh()), "step", [DIM], DIM)
         self.c_score = b.cell(self.score, "score", [DIM], OUT)
         # a 2-d value: its argmax is the flat index
@@ -200,3 +200,20 @@ def test_earlier_nodes_read_often_become_one_value_node_each(monkeypatch) -> Non
     assert torch.allclose(l1, l2, rtol=0, atol=1e-12)
     for a, b in zip(g1, g2, strict=True):
         assert torch.allclose(a, b, rtol=0, atol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_requests_and_shared_values_on_cuda_equal_cpu() -> None:
+    got = []
+    for device in ("cpu", "cuda"):
+        model = Greedy(device)
+        decoded = model.run("argmax", grad=True)
+        routed = _routing(model, "topk")
+        (decoded.loss + routed.loss).backward()
+        got.append((decoded.returns, routed.returns, (decoded.loss + routed.loss).item(),
+                    [p.grad.cpu() for p in model.step.parameters()]))
+    (d1, r1, l1, g1), (d2, r2, l2, g2) = got
+    assert d1 == d2 and r1 == r2
+    assert abs(l1 - l2) <= 1e-9 * abs(l1)
+    for a, b in zip(g1, g2, strict=True):
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12)
