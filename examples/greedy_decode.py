@@ -2,8 +2,9 @@
 
 ``python examples/greedy_decode.py``: the built-in ``seq2seq`` cells (encoder and decoder
 LSTM steps, :meth:`DynamicBatch.from_workload`) plus one user cell for the output logits.
-Each sentence is a program that encodes its source, then at every step reads the logits'
-value (``logits = yield ...``), takes the argmax as the next input and stops at ``</s>``.
+Each sentence is a program that encodes its source, then at every step asks for the argmax
+of the logits (``prev = yield argmax(logits)``: computed for all sentences at once), feeds it
+back as the next input and stops at ``</s>``.
 :meth:`~edbatch.api.DynamicBatch.run_programs` runs all sentences' steps together: one
 synchronisation per decoded position (the longest output), every decoder step of that
 position one batch.
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from edbatch.api import DynamicBatch
+from edbatch.api import DynamicBatch, argmax
 from edbatch.executor import init_params
 from edbatch.workloads import make_workload
 
@@ -63,8 +64,7 @@ class Decoder:
         prev, out = self.bos, []
         for _ in range(steps):
             state = self.dec(state, attr=prev)
-            scores = yield self.logits(state)        # one value read per position
-            prev = int(scores.argmax())
+            prev = yield argmax(self.logits(state))  # one value read per position
             out.append(prev)
             if prev == self.eos:
                 break

@@ -2,9 +2,10 @@
 
 ``python examples/moe_routing.py``: trains the sparsely gated mixture-of-experts UPOS tagger
 of :mod:`edbatch.workloads.moe` (noisy top-k gating, Shazeer et al. 2017) on EWT sentences.
-Per sentence, a plain Python program records the gates of every token of a layer, *reads
-their values* (``h = yield gates``), picks each token's ``k`` experts with ``topk`` and
-records the expert calls and their combination; then the next layer. ``run_programs`` runs
+Per sentence, a plain Python program records the gates of every token of a layer, asks for
+each token's ``k`` largest gates (``top = yield topk(gates, k)``: the runtime takes one
+``topk`` over every sentence's gate rows) and records the expert calls and their
+combination; then the next layer. ``run_programs`` runs
 every sentence of the mini-batch to that read, computes all gates as one batch, hands the
 values back and runs the routed experts batched across all sentences (every expert is an op
 type: all tokens routed to expert ``a`` of a layer run as one call). One synchronisation per
@@ -27,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from edbatch.api import DynamicBatch, switch
+from edbatch.api import DynamicBatch, switch, topk
 from edbatch.data.trees import load_trees
 from edbatch.workloads.base import DATA_DIR
 from edbatch.workloads.moe import (
@@ -116,7 +117,7 @@ class MoE(nn.Module):
         self.classify = Classify(p[names["out"]], p[names["out_b"]])
         b = self.batch = DynamicBatch(dtype=dtype)
         d, e = w.dim, w.experts
-        self.powers = e ** torch.arange(w.top_k)
+        self.pows = [e ** j for j in range(w.top_k)]
         self.c_embed = b.cell(self.embed, "embed", [], d, takes_attr=True)
         self.c_gates = [b.cell(g, f"gate{lay}", [d], e, takes_attr=True)
                         for lay, g in enumerate(self.gates)]
@@ -153,10 +154,9 @@ class MoE(nn.Module):
         chosen = []
         for lay in range(self.layers):
             gates = self.c_gates[lay].map(xs, attrs=keys[lay])
-            values = yield gates                       # [T, E]: all tokens at once
-            top = values.topk(self.k, dim=1).indices
-            packed = (top * self.powers).sum(1).tolist()
-            outs = [switch(self.c_experts[lay], slot, xs) for slot in top.t().tolist()]
+            top = yield topk(gates, self.k)  # per token its k experts: one topk per round
+            packed = [sum(a * p for a, p in zip(row, self.pows, strict=True)) for row in top]
+            outs = [switch(self.c_experts[lay], slot, xs) for slot in zip(*top, strict=True)]
             xs = self.c_combine.map(gates, xs, *outs, attrs=packed)
             chosen.append(packed)
         for y in self.c_loss.map(xs, attrs=inst.tag_ids):

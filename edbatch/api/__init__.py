@@ -37,10 +37,12 @@ from edbatch.api._builtins import BuiltinOp, RecordingWarning, take_graph
 from edbatch.api._bulk import Handles, switch
 from edbatch.api._handles import BatchResult, Cell, Handle, ShapeLike
 from edbatch.api._programs import ProgramsResult
+from edbatch.api._requests import ArgMax, TopK, argmax, topk
 from edbatch.api._schedulers import AutoScheduler, SchedulerLike, memory_strategy
 from edbatch.api._variadic import VariadicCell, segment_sum
 from edbatch.api._warmup import warmup
 
 __all__ = ["AutoScheduler", "BatchResult", "BuiltinOp", "Cell", "DynamicBatch", "Handle", "Handles",
-           "ProgramsResult", "RecordingWarning", "SchedulerLike", "ShapeLike", "VariadicCell",
-           "memory_strategy", "segment_sum", "switch", "take_graph", "warmup"]
+           "ArgMax", "ProgramsResult", "RecordingWarning", "SchedulerLike", "ShapeLike",
+           "TopK", "VariadicCell", "argmax", "memory_strategy", "segment_sum", "switch",
+           "take_graph", "topk", "warmup"]

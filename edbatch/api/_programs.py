@@ -2,14 +2,15 @@
 
 A program is a generator, one per data instance. It records nodes as usual and *yields* a
 handle (or a list of handles) whose value it needs; the yield suspends it and evaluates to
-the value (a detached tensor of the handle's shape, or ``[k, *shape]`` for a list)::
+the value (a detached tensor of the handle's shape, or ``[k, *shape]`` for a list), or
+yields ``argmax(handle)`` / ``topk(handles, k)`` for indices computed for the whole round
+at once (:mod:`edbatch.api._requests`)::
 
     def program(batch, tokens):
         for t in tokens:
             x = batch.lookup(embed, t)
             probs = gate(x)
-            p = yield probs                         # suspends until the value is computed
-            a, b = p.topk(2).indices.tolist()       # plain Python on the value
+            [(a, b)] = yield topk([probs], 2)       # suspends until the value is computed
             batch.add_loss(loss(combine(probs, expert[a](x), expert[b](x), attr=a * 8 + b)))
 
     out = batch.run_programs([program(batch, s) for s in sentences])
@@ -62,6 +63,7 @@ from torch import Tensor
 from edbatch.api._builtins import warn_outside
 from edbatch.api._bulk import Handles
 from edbatch.api._handles import Handle
+from edbatch.api._requests import ArgMax, TopK, bulk_round
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._segments import add_values, run_segment, segment_state, value_groups
 from edbatch.api._values import Values
@@ -73,6 +75,10 @@ from edbatch.memory import Strategy
 from edbatch.schedule import Schedule, Scheduler
 
 __all__ = ["Program", "ProgramsResult", "run_programs"]
+
+#: Reads of earlier nodes per distinct node from which a segment makes one value node per
+#: earlier node rather than one per read (:meth:`_Runner.run`).
+SHARE_AT = 2
 
 _NO_OUTPUTS = np.zeros(0, np.int32)
 _NO_OUTPUTS.flags.writeable = False
@@ -155,13 +161,12 @@ class _Runner:
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
 
     def run(self) -> None:
-        """Run every node recorded and not run yet as one segment.
-
-        Every operand (and loss term) that reads an earlier segment's node becomes its own
-        ``value/<shape>`` node, in operand order (not one per distinct earlier node): the
-        segment's structure then depends only on what the programs recorded since the last
-        synchronisation, not on which earlier nodes they read, so segments of one pattern
-        (a decoding step, a parser decision for ``k`` sentences) hit the segment cache."""
+        """Run every node recorded and not run yet as one segment. Every operand (and loss
+        term) reading an earlier segment's node becomes its own ``value/<shape>`` node, in
+        operand order: the structure then depends only on what was recorded since the last
+        synchronisation, so segments of one pattern (a decoding step) hit the segment cache;
+        but earlier nodes read :data:`SHARE_AT` times or more on average (a MoE layer's
+        token rows) get one value node each (fewer rows to copy and zero-fill)."""
         batch, rec, start = self.batch, self.batch._rec, self.start
         t0 = time.perf_counter()
         n = len(rec.ops)
@@ -180,11 +185,17 @@ class _Runner:
         flat = np.array(rec.operands[self.op_start:], dtype=np.int64)
         is_old, old_loss = flat < start, losses < start
         old = np.concatenate([flat[is_old], losses[old_loss]])
+        where = np.arange(len(old))  # each read's value node
+        if len(old) >= SHARE_AT * 2:
+            shared, inverse = np.unique(old, return_inverse=True)
+            if len(shared) * SHARE_AT <= len(old):
+                old, where = shared, inverse.reshape(-1)
         c, m = len(old), n - start
         local = flat + (c - start)
-        local[is_old] = np.arange(int(is_old.sum()))
+        reads = int(is_old.sum())
+        local[is_old] = where[:reads]
         loss_local = losses + (c - start)
-        loss_local[old_loss] = np.arange(c - int(old_loss.sum()), c)
+        loss_local[old_loss] = where[reads:]
         inst_new = self._new_instances(rec.marks, start, n)
         if len(inst_new) and inst_new.min() < 0:
             warn_outside(batch, int((inst_new < 0).sum()))
@@ -253,9 +264,10 @@ class _Runner:
 
     def values_of(self, asked: list[Any], lists: list[tuple[Sequence[int], tuple[int, ...]]]
                   ) -> list[Any]:
-        """What each program is sent (general path: see :func:`_hand_back` for the common
-        one): the value of the handle it yielded (shape ``handle.shape``) or of its list
-        (``[k, *shape]``), detached, read in one gather per row shape."""
+        """What each program is sent (general path; the common rounds: see
+        :mod:`edbatch.api._requests`): the value of the handle it yielded (shape
+        ``handle.shape``) or of its list (``[k, *shape]``), detached, or the argmax it asked
+        for, read in one gather per row shape."""
         out: list[Any] = [None] * len(asked)
         by_shape: dict[tuple[int, ...], list[int]] = {}
         for j, (_, shape) in enumerate(lists):
@@ -268,20 +280,27 @@ class _Runner:
                 k = len(lists[j][0])
                 if type(asked[j]) is Handle:
                     out[j] = flat[at].reshape(shape)
+                elif type(asked[j]) is ArgMax:
+                    out[j] = int(flat[at].argmax())
+                elif type(asked[j]) is TopK:
+                    out[j] = flat[at:at + k].reshape(k, -1).topk(asked[j].k, dim=1) \
+                        .indices.tolist()
                 else:
                     out[j] = flat[at:at + k].reshape(k, *shape)
                 at += k
         return out
 
 
-def _hand_back(values: Values, nodes: np.ndarray,  # type: ignore[type-arg]
-               shape: tuple[int, ...]) -> Sequence[Tensor]:
-    """The values of ``nodes`` (one handle per program, all of row shape ``shape``) as
-    detached row views of one gather (one ``unbind``: no Python per program)."""
-    flat = values.gather(nodes).detach()
-    if len(shape) != 1:
-        flat = flat.reshape(len(nodes), *shape)
-    return flat.unbind(0)
+def _round(batch: Any, asking: list[int], asked: list[Any]
+           ) -> tuple[np.ndarray, Any, Any]:  # type: ignore[type-arg]
+    """A round's yields: ``(node ids, None, answer)`` when it is answered in bulk
+    (:func:`~edbatch.api._requests.bulk_round`: nothing more to check), else ``(node ids,
+    [(ids, shape)] per program, None)``, checked."""
+    found = bulk_round(asked, batch._rec)
+    if found is not None:
+        return found[0], None, found[1]
+    lists = [_check_yield(batch, i, y) for i, y in zip(asking, asked, strict=True)]
+    return np.concatenate([_ids(ids) for ids, _ in lists]), lists, None
 
 
 def _ids(ids: Sequence[int]) -> np.ndarray:  # type: ignore[type-arg]
@@ -297,12 +316,16 @@ def _rows(blocks: list[Tensor]) -> Tensor:
 def _check_yield(batch: Any, i: int, wanted: Any) -> tuple[Sequence[int], tuple[int, ...]]:
     """The node ids and row shape of what program ``i`` yielded (checked)."""
     rec = batch._rec
+    if type(wanted) is ArgMax:
+        wanted = wanted.handle
+    elif type(wanted) is TopK:
+        wanted = wanted.handles
     if type(wanted) is Handles and wanted.rec is rec and wanted.n:
         return wanted.ids, wanted.shape
     items = [wanted] if type(wanted) is Handle else wanted
     if not isinstance(items, (list, tuple, Handles)) or not len(items):
         raise GraphError(f"program {i} yielded {type(wanted).__name__}; yield a Handle (or a "
-                         f"non-empty list of handles) whose value it needs")
+                         f"non-empty list of handles) whose value it needs, or argmax(handle)")
     items = list(items)
     shape = getattr(items[0], "shape", None)
     for h in items:
@@ -356,22 +379,14 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         live = asking
         if not asked:
             break
-        kind = getattr(asked[0], "_kind", None)
-        if type(asked[0]) is Handle and all(type(y) is Handle and y._rec is rec and
-                                            y._kind is kind for y in asked):
-            # the common case: one handle of one kind per program, nothing more to check
-            nodes = np.fromiter([y.node_id for y in asked], np.int64, len(asked))
-            lists = None
-        else:
-            lists = [_check_yield(batch, i, y) for i, y in zip(asking, asked, strict=True)]
-            nodes = np.concatenate([_ids(ids) for ids, _ in lists])
+        nodes, lists, answer = _round(batch, asking, asked)
         runner.values.grow(len(rec.ops))
         if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
             runner.run()
             syncs += 1
         t0 = clock()
         if lists is None:
-            values = _hand_back(runner.values, nodes, kind.shape)
+            values = answer(runner.values.gather(nodes))
         else:
             values = runner.values_of(asked, lists)
         for i, v in zip(asking, values, strict=True):

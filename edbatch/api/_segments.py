@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +34,11 @@ from torch import Tensor
 
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
-from edbatch.executor._program import Program, Step
-from edbatch.executor._reads import to_device
+from edbatch.executor._hoist import HoistedProgram, head_reads, hoist_program
+from edbatch.executor._program import Program, Step, compile_program
+from edbatch.executor._reads import SelectRead, SliceRead, to_device
+from edbatch.executor.cells_hoist import HOISTS
+from edbatch.executor.kernels import KERNELS, stacked_sum
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.memory import MemoryPlan, Strategy, plan_memory
@@ -72,15 +76,117 @@ class SegmentExecutor(TorchExecutor):
         super().__init__(device, dtype, kernels=capture.kernels, hoist=False, cache_size=1)
         self.given: Program | None = None
         self.compiled: Program | None = None
+        self.capture = capture
+        self._joined: tuple[tuple[Step, ...], tuple[Step, ...]] | None = None
+        # the wrapped registry ``sum`` kernel (the loss sum's): its variadic node is reduced
+        # on the stacked read, as the plain executor does, not split into ``[1, d]`` rows
+        sum_kernel = capture.kernels.get("sum")
+        self.stacked_sum = sum_kernel if sum_kernel is not None and \
+            capture.originals.get("sum") is KERNELS.get("sum") else None
+
+    def _apply(self, i: int, step: Step, operands: list[Tensor], params: Any,
+               out: Tensor | None, save: list[Tensor] | None = None) -> Tensor:
+        if step.split and step.kernel is self.stacked_sum and save is None:
+            total = stacked_sum(operands[0])  # one reduction, one captured output
+            total = total if out is None else out.copy_(total)
+            self.capture.outputs.append(total)
+            return total
+        return super()._apply(i, step, operands, params, out, save)
 
     def _program(self, graph: Graph, schedule: Schedule, plan: MemoryPlan
                  ) -> tuple[Program, bool]:
         given, self.given = self.given, None
         if given is not None:
             return given, False
-        program, compiled = super()._program(graph, schedule, plan)
+        program = compile_program(graph, schedule, plan, self.device, self.kernels)
+        kinds = hoist_kinds_of(graph, schedule)
+        if kinds:  # the registry's kernels decide, not their capturing wrappers
+            program = hoist_program(program, graph, schedule, plan, self.device, kinds,
+                                    self.capture.originals)
+        program = head_reads(program)
         self.compiled = program
-        return program, compiled
+        return program, True
+
+    def _run_grad(self, program: Program, params: Any) -> dict[int, Tensor]:
+        """:meth:`TorchExecutor._run_grad` with reads of rows scattered over several batches
+        joined first (:class:`JoinedSelect`)."""
+        steps = program.grad_steps()
+        if self._joined is None or self._joined[0] is not steps:
+            self._joined = (steps, tuple(_joined_step(s) for s in steps))
+        outs: list[Tensor] = []
+        for i, step in enumerate(self._joined[1]):
+            outs.append(self._call(i, step, outs, params))
+        return {v: outs[b][r:r + 1]
+                for (v, _, _, r), b in zip(program.outputs, program.output_batch, strict=True)}
+
+    def _run_inplace(self, program: Program, params: Any,
+                     saves: list[list[Tensor]] | None = None) -> list[Tensor]:
+        arenas = super()._run_inplace(program, params, saves)
+        if isinstance(program, HoistedProgram):  # its hoisted cells are not captured
+            self.capture.outputs[:] = [arenas[s.out_arena].narrow(0, s.out_start, s.size)
+                                       for s in program.steps if not _projects(s)]
+        return arenas
+
+
+def hoist_kinds_of(graph: Graph, schedule: Schedule) -> frozenset[str]:
+    """The kinds whose input projections a segment hoists (one GEMM for all their batches'
+    inputs, :mod:`~edbatch.executor._hoist`): hoistable, with several batches here."""
+    seen: dict[int, int] = {}
+    for batch in schedule.batches:
+        seen[batch.op_id] = seen.get(batch.op_id, 0) + 1
+    return frozenset(graph.vocab[o].kind for o, k in seen.items()
+                     if k > 1 and graph.vocab[o].kind in HOISTS)
+
+
+class JoinedSelect:
+    """A training read of rows scattered over several batch outputs (a MoE combination's
+    read of its tokens' expert outputs) as one ``cat`` of them and one ``index_select``:
+    backward zero-fills one gradient, where a ``SelectRead`` makes an ``index_put`` and a
+    gradient copy per batch. Only where the outputs hold <= :data:`JOIN_AT` x the rows."""
+
+    __slots__ = ("flat", "read")
+    gather = True
+
+    def __init__(self, read: SelectRead) -> None:
+        self.read, self.flat = read, None  # flat: the rows' index in the joined outputs
+
+    def __call__(self, outs: Sequence[Tensor]) -> Tensor:
+        groups = self.read.groups
+        if self.flat is None:
+            sizes = [int(outs[b].shape[0]) for b, _, _ in groups]
+            if sum(sizes) > JOIN_AT * self.read.rows:
+                self.flat = False
+            else:
+                flat = torch.empty(self.read.rows, dtype=torch.int64, device=groups[0][1].device)
+                at = 0
+                for (_, idx, pos), size in zip(groups, sizes, strict=True):
+                    flat[pos] = idx + at
+                    at += size
+                self.flat = flat
+        if self.flat is False:
+            return self.read(outs)
+        return torch.cat([outs[b] for b, _, _ in groups]).index_select(0, self.flat)
+
+    def route(self, grad: Tensor, bufs: Sequence[Tensor]) -> None:
+        self.read.route(grad, bufs)
+
+
+#: Rows of the joined outputs per row read up to which :class:`JoinedSelect` joins them.
+JOIN_AT = 4
+
+
+def _joined_step(step: Step) -> Step:
+    if not any(type(r) is SelectRead and len(r.groups) > 1 for r in step.reads):
+        return step
+    new = object.__new__(Step)
+    new.__dict__.update(step.__dict__)
+    new.__dict__["reads"] = tuple(JoinedSelect(r) if type(r) is SelectRead and
+                                  len(r.groups) > 1 else r for r in step.reads)
+    return new
+
+
+def _projects(step: Step) -> bool:
+    return step.op.kind.endswith(".projection")
 
 
 class SegmentCache:
@@ -185,7 +291,10 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
 
 def rebind(program: Program, attrs: NDArray[np.int64], device: torch.device) -> Program:
     """A copy of ``program`` whose steps (inference and training) read ``attrs`` (a graph's
-    attrs array, node order) from a new tensor; ``program`` itself is left as it is."""
+    attrs array, node order) from a new tensor; ``program`` itself is left as it is. A
+    hoisted program's projection steps read their batches' new attrs, joined."""
+    if isinstance(program, HoistedProgram) and program.base is not None:
+        return _rebind_hoisted(program, rebind(program.base, attrs, device))
     flat = to_device(attrs[program.attr_nodes], device)
     sizes = [step.size for step in program.steps]
     views = flat.split_with_sizes(sizes) if sizes else ()
@@ -202,6 +311,26 @@ def rebind(program: Program, attrs: NDArray[np.int64], device: torch.device) -> 
 
     copy = dataclasses.replace(program, steps=steps, grad_steps=grad_steps, attrs=flat)
     return copy
+
+
+def _rebind_hoisted(program: HoistedProgram, base: Program) -> Program:
+    """``program`` (hoisted) with the attrs of ``base`` (its base, rebound): every cell step
+    takes its batch's, every projection step those of the batches reading its rows."""
+    cells = [s for s in program.steps if not _projects(s)]
+    fresh = [_with_attrs(s, b.attrs) for s, b in zip(cells, base.steps, strict=True)]
+    steps, at = [], 0
+    for step in program.steps:
+        if not _projects(step):
+            steps.append(fresh[at])
+            at += 1
+            continue
+        lo, hi = step.out_start, step.out_start + step.size
+        group = sorted((r.lo, b.attrs) for s, b in zip(cells, base.steps, strict=True)
+                       for r in s.reads[1:2] if type(r) is SliceRead and
+                       r.b == step.out_arena and lo <= r.lo < hi)
+        steps.append(_with_attrs(step, torch.cat([a for _, a in group])))
+    return dataclasses.replace(program, steps=tuple(steps), base=base,
+                               grad_steps=base.grad_steps, attrs=base.attrs)
 
 
 def _with_attrs(step: Step, attrs: Tensor) -> Step:

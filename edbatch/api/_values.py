@@ -33,6 +33,7 @@ class Capture:
 
     def __init__(self, kernels: Mapping[str, Kernel]) -> None:
         self.outputs: list[Tensor] = []
+        self.originals = dict(kernels)
         self.kernels = {kind: self._wrap(k) for kind, k in kernels.items()}
 
     def _wrap(self, kernel: Kernel) -> Kernel:

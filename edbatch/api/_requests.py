@@ -1,0 +1,153 @@
+"""Value requests a program may yield instead of a handle: what the runtime computes for it.
+
+``yield argmax(handle)`` asks :meth:`DynamicBatch.run_programs
+<edbatch.api.DynamicBatch.run_programs>` for the index of the handle's largest entry (an
+``int``: over the flattened value, first of ties, as ``int(value.argmax())``). When every
+program of a round asks for the argmax of a handle of one kind (a greedy decoder's logits,
+a parser's action scores), the runtime gathers all the rows at once, takes one batched
+``argmax`` and reads the indices back to the host with one ``tolist()``: one device-to-host
+transfer per synchronisation, where each program's own ``int(value.argmax())`` costs an
+``argmax`` and a transfer per program. Rounds that mix requests and handles work too (each
+request then answered on its own).
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from edbatch.api import DynamicBatch, argmax
+    >>> _ = torch.manual_seed(0)
+    >>> batch = DynamicBatch()
+    >>> score = batch.cell(nn.Linear(3, 5), "score", [3], 5)
+    >>> def program(x):
+    ...     best = yield argmax(score(batch.input(x)))
+    ...     return best
+    >>> xs = [torch.randn(3) for _ in range(4)]
+    >>> out = batch.run_programs([program(x) for x in xs], grad=False)
+    >>> out.returns == [int(score.module(x).argmax()) for x in xs]
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from torch import Tensor
+
+from edbatch.api._bulk import Handles
+from edbatch.api._handles import Handle
+from edbatch.errors import GraphError
+
+__all__ = ["ArgMax", "TopK", "argmax", "bulk_round", "hand_back", "hand_back_argmax", "topk"]
+
+
+class ArgMax:
+    """A request for the index of the largest entry of ``handle``'s value (see module)."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+
+    def __repr__(self) -> str:
+        return f"argmax({self.handle!r})"
+
+
+def argmax(handle: Handle) -> ArgMax:
+    """What a program yields to get ``int(value.argmax())`` of ``handle``, computed for the
+    whole round at once (module docstring)."""
+    if type(handle) is not Handle:
+        raise GraphError(f"argmax() takes a Handle, got {type(handle).__name__}; yield "
+                         f"argmax(handle) for one recorded node")
+    return ArgMax(handle)
+
+
+class TopK:
+    """A request for the indices of the ``k`` largest entries of each of ``handles``."""
+
+    __slots__ = ("handles", "k")
+
+    def __init__(self, handles: Handles | Sequence[Handle], k: int) -> None:
+        self.handles, self.k = handles, k
+
+    def __repr__(self) -> str:
+        return f"topk({len(self.handles)} handles, {self.k})"
+
+
+def topk(handles: Handles | Sequence[Handle], k: int) -> TopK:
+    """What a program yields to get, per handle, the indices of its value's ``k`` largest
+    entries (a list of ``k`` ints, largest first, as ``value.topk(k).indices.tolist()``),
+    computed for the whole round at once: one ``topk`` and one transfer (module docstring)."""
+    if not isinstance(handles, (Handles, list, tuple)) or not len(handles) or \
+            any(type(h) is not Handle for h in ([] if type(handles) is Handles else handles)):
+        raise GraphError(f"topk() takes a non-empty list of Handles, got {handles!r}")
+    if type(k) is not int or k < 1:
+        raise GraphError(f"topk(): k={k!r} must be an int >= 1")
+    return TopK(handles, k)
+
+
+def hand_back(values: Tensor, shape: tuple[int, ...]) -> Sequence[Tensor]:
+    """``values`` (one row per program, all of row shape ``shape``) as detached row views
+    (one ``unbind``: no Python per program)."""
+    flat = values.detach()
+    if len(shape) != 1:
+        flat = flat.reshape(len(flat), *shape)
+    return flat.unbind(0)
+
+
+def hand_back_argmax(values: Tensor) -> list[int]:
+    """The flat argmax of every row of ``values`` (one per program): one batched ``argmax``
+    and one transfer to the host."""
+    return values.detach().reshape(len(values), -1).argmax(1).tolist()  # type: ignore[no-any-return]
+
+
+def _topk_rows(values: Tensor, k: int, counts: list[int]) -> list[list[list[int]]]:
+    """Per program (``counts[i]`` rows each) the top-``k`` indices of its rows: one batched
+    ``topk`` and one transfer, then list slices."""
+    rows = values.detach().reshape(len(values), -1).topk(k, dim=1).indices.tolist()
+    out, at = [], 0
+    for n in counts:
+        out.append(rows[at:at + n])
+        at += n
+    return out
+
+
+def bulk_round(asked: list[Any], rec: Any
+               ) -> tuple[np.ndarray, Callable[[Tensor], Sequence[Any]]] | None:  # type: ignore[type-arg]
+    """A round answered in bulk: every program yielded one handle of one kind, or asked for
+    the argmax of one, or for the top-``k`` of handles of one shape (all recorded in
+    ``rec``): ``(node ids, values -> what each program is sent)``; ``None`` otherwise."""
+    first = asked[0]
+    kind = type(first)
+    if kind is Handle or kind is ArgMax:
+        of = first if kind is Handle else first.handle
+        want = of._kind
+        for y in asked:
+            h = y if kind is Handle else getattr(y, "handle", None)
+            if type(y) is not kind or h._kind is not want or h._rec is not rec:
+                return None
+        nodes = np.fromiter([(y if kind is Handle else y.handle).node_id for y in asked],
+                            np.int64, len(asked))
+        if kind is ArgMax:
+            return nodes, hand_back_argmax
+        return nodes, lambda values: hand_back(values, want.shape)
+    if kind is TopK:
+        k, shape, ids, counts = first.k, None, [], []
+        for y in asked:
+            if type(y) is not TopK or y.k != k:
+                return None
+            hs = y.handles
+            if type(hs) is Handles:
+                if hs.rec is not rec or (shape is not None and hs.shape != shape):
+                    return None
+                shape = hs.shape
+                ids.append(np.arange(hs.first, hs.first + hs.n, dtype=np.int64))
+            else:
+                if any(h._rec is not rec or h.shape != hs[0].shape for h in hs) or \
+                        (shape is not None and hs[0].shape != shape):
+                    return None
+                shape = hs[0].shape
+                ids.append(np.fromiter([h.node_id for h in hs], np.int64, len(hs)))
+            counts.append(len(hs))
+        return np.concatenate(ids), lambda values: _topk_rows(values, k, counts)
+    return None
