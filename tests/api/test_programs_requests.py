@@ -202,6 +202,7 @@ def test_earlier_nodes_read_often_become_one_value_node_each(monkeypatch) -> Non
         assert torch.allclose(a, b, rtol=0, atol=1e-12)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_requests_and_shared_values_on_cuda_equal_cpu() -> None:
     got = []
