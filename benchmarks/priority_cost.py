@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     decisions = policy.hits + policy.misses
     twin = policy.twin()
     runs = _interleave({
-        "priority": lambda: [run_priority(*x, policy.weights)  # type: ignore[call-arg]
+        "priority": lambda: [run_priority(*x, policy.weights, policy.hidden)  # type: ignore[call-arg]
                              for x in inputs],
         "critical_path": lambda: [compiled_arrays(g, "critical_path") for g in graphs],
         "python_twin": lambda: [run_policy(g, twin) for g in graphs],
