@@ -90,6 +90,61 @@ def critical_path_weights(nh: int = 0) -> np.ndarray:
 
 
 @njit(cache=True)
+def _release_matrix(r, ids, ready, start, rlen, uptr, uids, pending, op, batchable, dec, rel,
+                    part):  # type: ignore[no-untyped-def]
+    """``rel[b, t]``: nodes of type ``t`` released if ready type ``b`` ran now; ``part[b]``:
+    its users left waiting for other operands (rows of the ready types only)."""
+    for i in range(r):
+        b = ids[i]
+        rel[b, :] = 0
+        part[b] = 0
+        for j in range(start[b], start[b] + rlen[b]):
+            v = ready[j]
+            for e in range(uptr[v], uptr[v + 1]):
+                dec[uids[e]] += 1
+        for j in range(start[b], start[b] + rlen[b]):
+            v = ready[j]
+            for e in range(uptr[v], uptr[v + 1]):
+                u = uids[e]
+                if dec[u] > 0:
+                    if pending[u] == dec[u]:
+                        if batchable[op[u]]:
+                            rel[b, op[u]] += 1
+                    else:
+                        part[b] += 1
+                    dec[u] = 0
+
+
+@njit(cache=True)
+def _release_row(a, r, k, ids, rlen, maxh, batchable, logt, rel, part, cp,
+                 row):  # type: ignore[no-untyped-def]
+    """Features 15-21 of ready type ``a`` (module doc) from the release matrix."""
+    c = rlen[a]
+    tot, join, wait, other = 0, 0, 0, -1
+    for t in range(k):
+        m = rel[a, t]
+        tot += m
+        if t != a and rlen[t] > 0 and batchable[t]:
+            join += m
+    for j in range(r):
+        b = ids[j]
+        if b != a:
+            if rel[b, a] > wait:
+                wait = rel[b, a]
+            if maxh[b] > other:
+                other = maxh[b]
+    row[15] = logt[tot] / 4.0
+    row[16] = join / c
+    row[17] = rel[a, a] / c
+    row[18] = wait / c
+    row[19] = rel[cp, a] / c if cp != a else 0.0
+    pc = part[a] / c
+    row[20] = (pc if pc < 4.0 else 4.0) / 4.0
+    ld = maxh[a] - other if r > 1 else 16
+    row[21] = (ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0
+
+
+@njit(cache=True)
 def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total, last,
                       hmax, logt, seen, sumh, cmax, ctop, ids, out, op, uptr, uids, pending,
                       dec, rel, part):  # type: ignore[no-untyped-def]
@@ -118,25 +173,8 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
                 elif h == cmax[a]:
                     ctop[a] += 1
             seen[a] = rlen[a]
-    for i in range(r):  # the release matrix rel[b, t] and the waiting users part[b]
-        b = ids[i]
-        rel[b, :] = 0
-        part[b] = 0
-        for j in range(start[b], start[b] + rlen[b]):
-            v = ready[j]
-            for e in range(uptr[v], uptr[v + 1]):
-                dec[uids[e]] += 1
-        for j in range(start[b], start[b] + rlen[b]):
-            v = ready[j]
-            for e in range(uptr[v], uptr[v + 1]):
-                u = uids[e]
-                if dec[u] > 0:
-                    if pending[u] == dec[u]:
-                        if batchable[op[u]]:
-                            rel[b, op[u]] += 1
-                    else:
-                        part[b] += 1
-                    dec[u] = 0
+    _release_matrix(r, ids, ready, start, rlen, uptr, uids, pending, op, batchable, dec, rel,
+                    part)
     cp = _critical(k, rlen, tw, maxh, batchable)
     for i in range(r):
         a = ids[i]
@@ -160,28 +198,7 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
         row[12] = 1.0 if gap == 0 else 0.0
         row[13] = rem[a] / total[a]
         row[14] = c / n_ready
-        tot, join, wait, other = 0, 0, 0, -1
-        for t in range(k):
-            m = rel[a, t]
-            tot += m
-            if t != a and rlen[t] > 0 and batchable[t]:
-                join += m
-        for j in range(r):
-            b = ids[j]
-            if b != a:
-                if rel[b, a] > wait:
-                    wait = rel[b, a]
-                if maxh[b] > other:
-                    other = maxh[b]
-        row[15] = logt[tot] / 4.0
-        row[16] = join / c
-        row[17] = rel[a, a] / c
-        row[18] = wait / c
-        row[19] = rel[cp, a] / c if cp != a else 0.0
-        pc = part[a] / c
-        row[20] = (pc if pc < 4.0 else 4.0) / 4.0
-        ld = maxh[a] - other if r > 1 else 16
-        row[21] = (ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0
+        _release_row(a, r, k, ids, rlen, maxh, batchable, logt, rel, part, cp, row)
     return r
 
 
