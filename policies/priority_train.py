@@ -60,7 +60,7 @@ class PriorityTrainer:
             integer, so 0.5 lets a feature outweigh one level of height).
         sigma_floor: the least spread after a refit (extra noise).
         seed: the sampling seed.
-        hidden: hidden units of the scorer (0: linear; else a one-hidden-layer MLP added
+        hidden_units: hidden units of the scorer (0: linear; else a one-hidden-layer MLP added
             to the linear score, its output weights starting at 0, so the start is still
             critical path).
     """
@@ -69,11 +69,13 @@ class PriorityTrainer:
 
     def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
                  sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
-                 hidden: int = 0) -> None:
+                 hidden_units: int = 0) -> None:
+        hidden = hidden_units
         if population < 2 or not 1 <= elite <= population or iterations < 0 or hidden < 0:
             raise ValueError(f"need population >= 2, 1 <= elite <= population, iterations "
                              f">= 0 and hidden >= 0; got population={population}, "
-                             f"elite={elite}, iterations={iterations}, hidden={hidden}")
+                             f"elite={elite}, iterations={iterations}, "
+                             f"hidden_units={hidden}")
         self.hidden = int(hidden)
         self.iterations, self.population, self.elite = iterations, population, elite
         self.sigma, self.sigma_floor, self.seed = sigma, sigma_floor, seed

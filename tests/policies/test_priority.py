@@ -96,11 +96,11 @@ def test_training_learns_on_module_networks_and_is_deterministic(graphs: list) -
 
 
 def test_mlp_training_is_deterministic_and_guarded(graphs: list) -> None:
-    """``hidden > 0``: the MLP scorer trains from critical path (output weights 0), is
+    """``hidden_units > 0``: the MLP scorer trains from critical path (output weights 0), is
     deterministic, and its artifact keeps the layer."""
     train, val = graphs[:1], graphs[1:2]
-    a = PriorityTrainer(iterations=2, population=6, elite=2, seed=5, hidden=2).fit(train, val)
-    b = PriorityTrainer(iterations=2, population=6, elite=2, seed=5, hidden=2).fit(train, val)
+    a = PriorityTrainer(iterations=2, population=6, elite=2, seed=5, hidden_units=2).fit(train, val)
+    b = PriorityTrainer(iterations=2, population=6, elite=2, seed=5, hidden_units=2).fit(train, val)
     assert np.array_equal(a.policy.weights, b.policy.weights) and a.policy.hidden == 2
     meta = a.policy.metadata
     assert meta["hidden"] == 2 and meta["val_batches"] <= meta["val_fallback_batches"]
@@ -177,8 +177,8 @@ def test_missing_or_corrupt_artifact(tmp_path: Path) -> None:
 def test_bad_trainer_settings() -> None:
     with pytest.raises(ValueError, match="elite"):
         PriorityTrainer(population=4, elite=5)
-    with pytest.raises(ValueError, match="hidden=-1"):
-        PriorityTrainer(hidden=-1)
+    with pytest.raises(ValueError, match="hidden_units=-1"):
+        PriorityTrainer(hidden_units=-1)
     with pytest.raises(ValueError, match="hidden units"):
         PriorityPolicy(critical_path_weights(), hidden=-2)
 
