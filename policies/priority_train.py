@@ -133,7 +133,8 @@ class PriorityTrainer:
                      "train_batches": best, "train_fallback_batches": base,
                      "val_batches": int(val_new), "val_fallback_batches": int(val_base),
                      "num_train_graphs": len(train_graphs),
-                     "num_val_graphs": len(val_graphs), "features": list(FEATURES)})
+                     "num_val_graphs": len(val_graphs), "features": list(FEATURES),
+                     "train_seconds": round(time.perf_counter() - t0, 3)})
         if not learned:
             meta["learned_nothing"] = (
                 "no weights beat critical path on the training graphs" if best >= base else
