@@ -91,13 +91,15 @@ def critical_path_weights(nh: int = 0) -> np.ndarray:
 
 @njit(cache=True)
 def _release_matrix(r, ids, ready, start, rlen, uptr, uids, pending, op, batchable, dec, rel,
-                    part):  # type: ignore[no-untyped-def]
-    """``rel[b, t]``: nodes of type ``t`` released if ready type ``b`` ran now; ``part[b]``:
-    its users left waiting for other operands (rows of the ready types only)."""
+                    part, relt):  # type: ignore[no-untyped-def]
+    """``rel[b, t]``: nodes of ready type ``t`` released if ready type ``b`` ran now (ready
+    ``t`` only), ``relt[b]``: all batchable nodes it releases; ``part[b]``: its users left
+    waiting for other operands (rows of the ready types only)."""
     for i in range(r):
         b = ids[i]
-        rel[b, :] = 0
-        part[b] = 0
+        for j in range(r):
+            rel[b, ids[j]] = 0
+        part[b], relt[b] = 0, 0
         for j in range(start[b], start[b] + rlen[b]):
             v = ready[j]
             for e in range(uptr[v], uptr[v + 1]):
@@ -108,32 +110,31 @@ def _release_matrix(r, ids, ready, start, rlen, uptr, uids, pending, op, batchab
                 u = uids[e]
                 if dec[u] > 0:
                     if pending[u] == dec[u]:
-                        if batchable[op[u]]:
-                            rel[b, op[u]] += 1
+                        t = op[u]
+                        if batchable[t]:
+                            relt[b] += 1
+                            if rlen[t] > 0:
+                                rel[b, t] += 1
                     else:
                         part[b] += 1
                     dec[u] = 0
 
 
 @njit(cache=True)
-def _release_row(a, r, k, ids, rlen, maxh, batchable, logt, rel, part, cp,
+def _release_row(a, r, ids, rlen, maxh, rel, part, relt, cp,
                  row):  # type: ignore[no-untyped-def]
     """Features 15-21 of ready type ``a`` (module doc) from the release matrix."""
     c = rlen[a]
-    tot, join, wait, other = 0, 0, 0, -1
-    for t in range(k):
-        m = rel[a, t]
-        tot += m
-        if t != a and rlen[t] > 0 and batchable[t]:
-            join += m
+    tot, join, wait, other = relt[a], 0, 0, -1
     for j in range(r):
         b = ids[j]
         if b != a:
+            join += rel[a, b]
             if rel[b, a] > wait:
                 wait = rel[b, a]
             if maxh[b] > other:
                 other = maxh[b]
-    row[15] = logt[tot] / 4.0
+    row[15] = math.log1p(tot) / 4.0  # tot may exceed every type's count: not logt
     row[16] = join / c
     row[17] = rel[a, a] / c
     row[18] = wait / c
@@ -147,7 +148,7 @@ def _release_row(a, r, k, ids, rlen, maxh, batchable, logt, rel, part, cp,
 @njit(cache=True)
 def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total, last,
                       hmax, logt, seen, sumh, cmax, ctop, ids, out, op, uptr, uids, pending,
-                      dec, rel, part):  # type: ignore[no-untyped-def]
+                      dec, rel, part, relt):  # type: ignore[no-untyped-def]
     """Write the feature rows of the ready batchable types (ascending id) into ``out`` and
     their ids into ``ids``; return how many.
 
@@ -155,7 +156,7 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
     already read, the sum of their heights, the highest and how many sit at it (a ready
     list only grows until its type runs, when the caller resets them): each ready node is
     read once. ``dec`` (zeros, per node; left zero), ``rel`` (``k x k``) and ``part``
-    (``k``) are scratch for the release matrix.
+    and ``relt`` (``k``) are scratch for the release matrix.
     """
     top, n_ready, r = -1, 0, 0
     for a in range(k):
@@ -174,7 +175,7 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
                     ctop[a] += 1
             seen[a] = rlen[a]
     _release_matrix(r, ids, ready, start, rlen, uptr, uids, pending, op, batchable, dec, rel,
-                    part)
+                    part, relt)
     cp = _critical(k, rlen, tw, maxh, batchable)
     for i in range(r):
         a = ids[i]
@@ -198,7 +199,7 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
         row[12] = 1.0 if gap == 0 else 0.0
         row[13] = rem[a] / total[a]
         row[14] = c / n_ready
-        _release_row(a, r, k, ids, rlen, maxh, batchable, logt, rel, part, cp, row)
+        _release_row(a, r, ids, rlen, maxh, rel, part, relt, cp, row)
     return r
 
 
@@ -258,6 +259,7 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     dec = np.zeros(n, np.int64)
     rel = np.zeros((k, k), np.int64)
     part = np.zeros(k, np.int64)
+    relt = np.zeros(k, np.int64)
     ids = np.empty(k, np.int64)
     batch_op = np.empty(n, np.int64)
     batch_forced = np.zeros(n, np.bool_)
@@ -283,7 +285,7 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
             break
         r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
                               last, hmax, logt, seen, sumh, cmax, ctop, ids, x, op, uptr,
-                              uids, pending, dec, rel, part)
+                              uids, pending, dec, rel, part, relt)
         a = ids[_best(r, x, w, nh)] if r > 1 else ids[0]
         decisions += 1
         if a != _critical(k, rlen, tw, maxh, batchable):
