@@ -285,8 +285,10 @@ def table_stats(policy_path: Path, folder: Path, k: int, num_types: int | None =
 
 def priority_overrides(args: argparse.Namespace, folder: Path, seed: int, run: Path,
                        num_types: int | None = None) -> list[str]:
-    """The ``experiments.train trainer=priority`` overrides of one seed (same graphs)."""
-    out = [o for o in train_overrides(args, folder, seed, run, num_types)
+    """The ``experiments.train trainer=priority`` overrides of one seed (same graphs; not
+    ``--extra``, which is the FSM trainer's: ``--priority-extra`` instead)."""
+    fsm = train_overrides(args, folder, seed, run, num_types)
+    out = [o for o in fsm[:len(fsm) - len(args.extra)]  # --extra is the FSM trainer's
            if not o.startswith(("trainer=", "++trainer.lookahead="))]
     return [*out, "trainer=priority", *args.priority_extra]
 
