@@ -16,6 +16,12 @@ learned table adds. The JSON ``rows`` carry ``states``, ``hit_rate`` and ``ratio
 ``--trainer`` picks any ``conf/trainer`` option (``expert``: expert iteration). ``--lookahead``
 overrides how the trained FSM schedules graphs (``none``: table lookups only).
 
+``--priority`` also trains the priority policy per seed (``experiments.train
+trainer=priority`` on the same training dumps; ``--priority-extra`` passes its overrides) and
+scores it beside the FSM and the heuristics (row ``priority``; states = learned weights, hit
+rate = share of decisions overriding critical path, ``priority_fallback_only`` = critical
+path); ``--trainer priority`` alone is refused (the FSM rows need an FSM).
+
 Every scheduler is also reported against the **path bound** of each test graph (``x bound``,
 JSON ``ratio_to_path_bound``, ``mean_path_bound``, per graph ``path_bound``):
 :func:`edbatch.schedule.path_lower_bound`, a proven lower bound on the batches of any
@@ -49,6 +55,8 @@ The summary goes to ``--out`` (default: under the system temp folder, never the 
     python benchmarks/dump_protocol.py --trainer expert --lookahead none --keep
     python benchmarks/dump_protocol.py --trainer expert --lookahead none --split test \\
         --graphs 5 --k 0 --train-split train --train-graphs 16 --extra trainer.augment=0
+    python benchmarks/dump_protocol.py --trainer q_learning --lookahead none --priority \
+        --priority-extra trainer.iterations=60 trainer.population=48 trainer.elite=8
     python benchmarks/dump_protocol.py --compose bilstm_B1 --graphs 8 --seeds 0 1
     python benchmarks/dump_protocol.py --folder PATH/lattice/B64 --seeds 0 1 2
 """
@@ -195,7 +203,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="keep each seed's policy.json and eval records in <out stem>_runs/")
     ap.add_argument("--extra", nargs="*", default=[], metavar="OVERRIDE",
                     help="more experiments.train overrides (e.g. trainer.rounds=3)")
+    ap.add_argument("--priority", action="store_true",
+                    help="also train and score the priority policy (trainer=priority)")
+    ap.add_argument("--priority-extra", nargs="*", default=[], metavar="OVERRIDE",
+                    help="experiments.train overrides of the priority run "
+                    "(e.g. trainer.iterations=60)")
     args = ap.parse_args(argv)
+    if args.trainer == "priority":
+        ap.error("--trainer priority: the FSM rows need an FSM trainer; pass --priority to "
+                 "score the priority policy beside it")
     if args.train_graphs < 0:
         ap.error(f"--train-graphs must be >= 0, got {args.train_graphs}")
     if args.k < 0 or (args.k == 0 and not args.train_graphs):
@@ -267,6 +283,58 @@ def table_stats(policy_path: Path, folder: Path, k: int, num_types: int | None =
                               for d, g in zip(dumps, graphs)}}
 
 
+def priority_overrides(args: argparse.Namespace, folder: Path, seed: int, run: Path,
+                       num_types: int | None = None) -> list[str]:
+    """The ``experiments.train trainer=priority`` overrides of one seed (same graphs; not
+    ``--extra``, which is the FSM trainer's: ``--priority-extra`` instead)."""
+    fsm = train_overrides(args, folder, seed, run, num_types)
+    out = [o for o in fsm[:len(fsm) - len(args.extra)]  # --extra is the FSM trainer's
+           if not o.startswith(("trainer=", "++trainer.lookahead="))]
+    return [*out, "trainer=priority", *args.priority_extra]
+
+
+def train_priority(args: argparse.Namespace, folder: Path, seed: int, run: Path,
+                   num_types: int | None) -> list[str]:
+    """With ``--priority``: train the priority policy into ``run``; return the evaluation's
+    override naming it (else nothing)."""
+    if not args.priority:
+        return []
+    _run(["experiments.train", *priority_overrides(args, folder, seed, run, num_types)])
+    return [f"scheduler.priority.path={run / 'policy.json'}"]
+
+
+def priority_stats(policy_path: Path, folder: Path, k: int, num_types: int | None = None
+                   ) -> dict[str, Any]:
+    """Learned weights, share of decisions overriding critical path on the test dumps,
+    training time, and the per-graph batches of critical path (its fallback)."""
+    from edbatch.schedule import make_scheduler
+    from edbatch.workloads.dumps import DumpWorkload
+    from policies.priority import PriorityPolicy
+
+    wl = DumpWorkload(folder, num_types=num_types)
+    dumps = wl.load(f"rest:{k}")
+    graphs = [wl.instance_graph(f"rest:{k}", i) for i in range(len(dumps))]
+    policy = PriorityPolicy.load(policy_path)
+    policy.reset_stats()
+    policy.count_hits(graphs)
+    cp = make_scheduler("critical_path")
+    return {"states": policy.num_states, "hit_rate": policy.hit_rate,
+            "train_seconds": policy.metadata.get("train_seconds"),
+            "fallback_only": {Path(d.path).name: cp(g).num_batches
+                              for d, g in zip(dumps, graphs)}}
+
+
+def add_priority(path: Path, folder: Path, k: int, num_types: int | None, seed: int,
+                 per_seed: dict[str, dict[int, float]]) -> dict[str, Any]:
+    """Add critical path's batches as ``priority_fallback_only``; return and print the
+    priority policy's stats."""
+    stats = priority_stats(path, folder, k, num_types)
+    per_seed["priority_fallback_only"][seed] = float(sum(stats.pop("fallback_only").values()))
+    print(f"seed {seed}: priority {stats['states']} learned weights, overrides "
+          f"{stats['hit_rate']:.3f}, trained in {stats['train_seconds'] or 0:.1f}s", flush=True)
+    return stats
+
+
 def graph_names(folder: Path, k: int) -> list[str]:
     """File names of the test dumps (``rest:k``), in evaluation order."""
     from edbatch.workloads.dumps import DumpWorkload
@@ -304,10 +372,14 @@ def main(argv: list[str] | None = None) -> None:
             run = work / f"seed{seed}"
             _run(["experiments.train", *train_overrides(args, train_folder, seed, run,
                                                         num_types)])
-            scheds = ["fsm", *HEURISTICS] if seed == args.seeds[0] else ["fsm"]
+            scheds = ["fsm", *(["priority"] if args.priority else []),
+                      *(HEURISTICS if seed == args.seeds[0] else [])]
+            prio = run / "priority"
+            prio_eval = train_priority(args, train_folder, seed, prio, num_types)
             _run(["experiments.evaluate", "workload=[dumps]", f"workload.dumps.folder={folder}",
                   f"split=rest:{args.k}", "limit=null", f"scheduler=[{','.join(scheds)}]",
                   f"scheduler.fsm.path={run / 'policy.json'}", "progress=false",
+                  *prio_eval,
                   f"hydra.run.dir={run / 'eval'}",
                   *([f"++workload.dumps.num_types={num_types}"] if num_types else [])])
             for r in _records(run / "eval" / "results.jsonl"):
@@ -325,6 +397,9 @@ def main(argv: list[str] | None = None) -> None:
                 per_graph.append({"scheduler": "fsm_fallback_only", "seed": seed,
                                   "graph": graph, "num_batches": b, "lower_bound": lb[graph]})
             seed_stats.append({"seed": seed, **stats})
+            if args.priority:
+                seed_stats[-1]["priority"] = add_priority(prio / "policy.json", folder, args.k,
+                                                          num_types, seed, per_seed)
             print(f"seed {seed}: {stats['states']} states, hit rate {stats['hit_rate']:.3f}, "
                   f"trained in {stats['train_seconds'] or 0:.1f}s (fallback "
                   f"{stats['fallback']}, lookahead {stats['lookahead']})", flush=True)
@@ -355,6 +430,7 @@ def main(argv: list[str] | None = None) -> None:
                                "policy": args.policy, "trainer": args.trainer
                                or DEFAULT_TRAINER.get(args.policy, "q_learning"),
                                "lookahead": args.lookahead, "seeds": args.seeds,
+                               "priority": args.priority,
                                "train_graphs": args.train_graphs, "trained_on": trained_on,
                                "test_graphs": n, "mean_lb": mean_lb,
                                "mean_path_bound": mean_pb, "rows": rows,
@@ -390,11 +466,12 @@ def summary_rows(per_seed: dict[str, dict[int, float]], lb: dict[str, int],
                                "ratio_to_lb": m / mean_lb, "seeds": len(means)}
         if mean_pb:
             row["ratio_to_path_bound"] = m / mean_pb
-        if name == "fsm" and seed_stats:
-            row["states"] = statistics.fmean(s["states"] for s in seed_stats)
-            row["hit_rate"] = statistics.fmean(s["hit_rate"] for s in seed_stats)
-            row["train_seconds"] = statistics.fmean(s["train_seconds"] or 0.0
-                                                    for s in seed_stats)
+        stats = ([s["priority"] for s in seed_stats if "priority" in s] if name == "priority"
+                 else seed_stats if name == "fsm" else [])
+        if stats:
+            row["states"] = statistics.fmean(s["states"] for s in stats)
+            row["hit_rate"] = statistics.fmean(s["hit_rate"] for s in stats)
+            row["train_seconds"] = statistics.fmean(s["train_seconds"] or 0.0 for s in stats)
         rows.append(row)
     return rows
 

@@ -5,6 +5,7 @@ with the priority policy (features + score of every ready type at each decision)
 compiled critical path (one comparison per ready type), and the Python twin (the oracle)::
 
     python -m benchmarks.priority_cost --workload module_net --graphs 8 [--policy policy.json]
+    python -m benchmarks.priority_cost --workload lattice_lstm --graphs 4 --hidden-units 16
 
 Prints microseconds per decision of each and the priority policy's extra cost over
 critical path (what the learned scorer adds per decision). Times are the process's CPU time
@@ -38,13 +39,17 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--policy", default=None, help="a priority artifact (default: 3 CEM "
                     "iterations on the first graph, so the weights are not critical path's)")
+    ap.add_argument("--hidden-units", type=int, default=0,
+                    help="without --policy: an MLP scorer of this many hidden units")
     return ap.parse_args(argv)
 
 
-def _policy(path: str | None, graphs: list[Graph]) -> PriorityPolicy:
+def _policy(path: str | None, graphs: list[Graph], hidden: int = 0) -> PriorityPolicy:
     policy = PriorityPolicy.load(path) if path else PriorityTrainer(
-        iterations=3, population=8, elite=3).fit(graphs[:1], graphs[:1]).policy
-    return policy if policy.learned else PriorityPolicy(critical_path_weights() + 0.1)
+        iterations=3, population=8, elite=3, hidden_units=hidden).fit(graphs[:1],
+                                                                      graphs[:1]).policy
+    return policy if policy.learned else PriorityPolicy(critical_path_weights(hidden) + 0.1,
+                                                        hidden=hidden)
 
 
 def _interleave(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, list[float]]:
@@ -67,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     wl = make_workload(args.workload, **({"granularity": args.granularity}
                                          if args.granularity else {}))
     graphs = list(wl.batches(args.split, args.batch_size, limit=args.graphs))
-    policy = _policy(args.policy, graphs)
+    policy = _policy(args.policy, graphs, args.hidden_units)
     inputs = [graph_inputs(g) for g in graphs]
     policy.reset_stats()
     for g in graphs:
@@ -75,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     decisions = policy.hits + policy.misses
     twin = policy.twin()
     runs = _interleave({
-        "priority": lambda: [run_priority(*x, policy.weights)  # type: ignore[call-arg]
+        "priority": lambda: [run_priority(*x, policy.weights, policy.hidden)  # type: ignore[call-arg]
                              for x in inputs],
         "critical_path": lambda: [compiled_arrays(g, "critical_path") for g in graphs],
         "python_twin": lambda: [run_policy(g, twin) for g in graphs],

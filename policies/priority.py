@@ -15,8 +15,11 @@ the score computed per decision inside the compiled loop. :class:`PriorityTwin` 
 Python oracle (a :class:`~edbatch.schedule.Policy` over
 :class:`~edbatch.schedule.FrontierView`): same rows, same schedules.
 
-Artifact: JSON ``{"format": "edbatch.priority", "version": 1, "features": [...],
-"weights": [...], "fallback": "critical_path", "learned": bool, "metadata": {...}}``.
+Artifact: JSON ``{"format": "edbatch.priority", "version": 2, "features": [...],
+"hidden": nh, "weights": [...], "fallback": "critical_path", "learned": bool,
+"metadata": {...}}`` (``weights``: the flat parameters of
+:func:`~edbatch.schedule._compiled_priority.num_params`; ``hidden`` 0 is linear). Version 1
+files (15 features, linear, no ``hidden``) still load: the 7 newer features get weight 0.
 ``batch.run(policy)`` takes a :class:`PriorityPolicy` (it is a ``graph -> Schedule``
 callable); ``experiments.evaluate scheduler=[priority] scheduler.priority.path=...``.
 """
@@ -35,10 +38,12 @@ from numpy.typing import NDArray
 
 from edbatch.errors import PolicyFileError
 from edbatch.graph import Graph
-from edbatch.schedule import FrontierView, Schedule
+from edbatch.schedule import CriticalPathPolicy, FrontierView, Schedule
 from edbatch.schedule._compiled_priority import (
     PRIORITY_FEATURES,
+    V1_FEATURES,
     critical_path_weights,
+    num_params,
     run_priority,
     run_priority_counts,
 )
@@ -48,10 +53,10 @@ from policies._header import check_header
 
 __all__ = ["FEATURES", "FORMAT", "VERSION", "PriorityPolicy", "PriorityScheduler",
            "PriorityTwin", "critical_path_weights", "graph_inputs", "is_priority_file",
-           "population_batches"]
+           "num_params", "population_batches"]
 
 FORMAT = "edbatch.priority"
-VERSION = 1
+VERSION = 2
 FEATURES = PRIORITY_FEATURES
 FALLBACK = "critical_path"
 
@@ -65,23 +70,30 @@ def graph_inputs(graph: Graph) -> tuple:  # type: ignore[type-arg]
             tw_ptr, tw_ids, total)
 
 
-def population_batches(inputs: Sequence[tuple], ws: NDArray[np.float64]  # type: ignore[type-arg]
-                       ) -> NDArray[np.int64]:
+def population_batches(inputs: Sequence[tuple], ws: NDArray[np.float64],  # type: ignore[type-arg]
+                       hidden: int = 0) -> NDArray[np.int64]:
     """``int64[len(ws), len(inputs)]``: batches of each graph (its :func:`graph_inputs`)
-    under each weight vector (rows of ``ws``)."""
+    under each parameter vector (rows of ``ws``, ``hidden`` hidden units)."""
     ws = np.ascontiguousarray(ws, dtype=np.float64)
-    return np.stack([run_priority_counts(*g, ws) for g in inputs],  # type: ignore[call-arg]
-                    axis=1)
+    return np.stack([run_priority_counts(*g, ws, hidden)  # type: ignore[call-arg]
+                     for g in inputs], axis=1)
 
 
-def _check_weights(w: Any, where: str) -> NDArray[np.float64]:
+def _check_hidden(hidden: Any, where: str) -> int:
+    if isinstance(hidden, bool) or not isinstance(hidden, (int, np.integer)) or hidden < 0:
+        raise ValueError(f"{where}: hidden units must be an integer >= 0, got {hidden!r}")
+    return int(hidden)
+
+
+def _check_weights(w: Any, where: str, hidden: int = 0) -> NDArray[np.float64]:
     try:
         arr = np.asarray(w, dtype=np.float64)
     except (TypeError, ValueError):
         arr = np.full(np.shape(w), np.nan)
-    if arr.shape != (len(FEATURES),) or not np.all(np.isfinite(arr)):
-        raise ValueError(f"{where}: need {len(FEATURES)} finite weights (one per feature "
-                         f"{list(FEATURES)}), got shape {arr.shape}")
+    n = num_params(hidden)
+    if arr.shape != (n,) or not np.all(np.isfinite(arr)):
+        raise ValueError(f"{where}: need {n} finite weights ({len(FEATURES)} features "
+                         f"{list(FEATURES)}, {hidden} hidden units), got shape {arr.shape}")
     return np.ascontiguousarray(arr)
 
 
@@ -89,7 +101,9 @@ class PriorityPolicy:
     """A weight vector as a batching policy, compiled (a ``graph -> Schedule`` callable).
 
     Args:
-        weights: one float per :data:`FEATURES` entry.
+        weights: the flat parameters (:func:`num_params` of ``hidden``; with ``hidden=0``
+            one float per :data:`FEATURES` entry).
+        hidden: hidden units of the scorer (0: linear ``w . f``).
         learned: whether the weights are the trainer's (``False``: critical path's, the
             guard kept the fallback); ``num_states`` is the number of weights, 0 if not.
         metadata: free-form training metadata (saved with the weights).
@@ -102,9 +116,10 @@ class PriorityPolicy:
     fallback_name = FALLBACK
     encoding = "priority"
 
-    def __init__(self, weights: Any, *, learned: bool = True,
+    def __init__(self, weights: Any, *, hidden: int = 0, learned: bool = True,
                  metadata: dict[str, Any] | None = None) -> None:
-        self.weights = _check_weights(weights, "PriorityPolicy weights")
+        self.hidden = _check_hidden(hidden, "PriorityPolicy")
+        self.weights = _check_weights(weights, "PriorityPolicy weights", self.hidden)
         self.learned = bool(learned)
         self.metadata = dict(metadata or {})
         self.hits = self.misses = 0
@@ -137,7 +152,7 @@ class PriorityPolicy:
     def __call__(self, graph: Graph) -> Schedule:
         t0 = time.perf_counter()
         bop, bforced, bptr, nodes, over, dec = run_priority(  # type: ignore[call-arg]
-            *graph_inputs(graph), self.weights)
+            *graph_inputs(graph), self.weights, self.hidden)
         self.hits += int(over)
         self.misses += int(dec - over)
         return Schedule(_batches(bop, bforced, bptr, nodes), self.name,
@@ -154,17 +169,18 @@ class PriorityPolicy:
 
     def twin(self) -> PriorityTwin:
         """The Python oracle of this policy (a :class:`~edbatch.schedule.Policy`)."""
-        return PriorityTwin(self.weights)
+        return PriorityTwin(self.weights, self.hidden)
 
     fork = twin  # a fresh Policy per run, as policies.frontier_net.distill_fsm expects
 
     def __repr__(self) -> str:
-        return f"PriorityPolicy({self.name}, learned={self.learned})"
+        return f"PriorityPolicy({self.name}, hidden={self.hidden}, learned={self.learned})"
 
     # ------------------------------------------------------------------ artifact
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "features": list(FEATURES),
-                "weights": [float(x) for x in self.weights], "fallback": FALLBACK,
+                "hidden": self.hidden, "weights": [float(x) for x in self.weights],
+                "fallback": FALLBACK,
                 "learned": self.learned, "metadata": self.metadata}
 
     def save(self, path: str | Path) -> Path:
@@ -178,11 +194,12 @@ class PriorityPolicy:
 
     @classmethod
     def load(cls, path: str | Path) -> PriorityPolicy:
-        """Read an artifact written by :meth:`save`.
+        """Read an artifact written by :meth:`save` (version 2, or version 1: linear over
+        the first 15 features, the others weighted 0).
 
         Raises:
             PolicyFileError: missing, not JSON, another format or version, other features,
-                or weights that are not one finite number per feature.
+                a bad ``hidden`` or weights that are not :func:`num_params` finite numbers.
         """
         path = Path(path)
         fix = "retrain with python -m experiments.train trainer=priority or pass the right file"
@@ -192,14 +209,25 @@ class PriorityPolicy:
             data = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError) as e:
             raise PolicyFileError(path, f"not a JSON priority-policy file ({e})", fix) from None
-        check_header(path, data if isinstance(data, dict) else None, FORMAT, VERSION,
-                     FEATURES, fix)
+        header = data if isinstance(data, dict) else None
+        v1 = header is not None and header.get("version") == 1
+        check_header(path, header, FORMAT, 1 if v1 else VERSION,
+                     V1_FEATURES if v1 else FEATURES, fix)
+        assert header is not None
         try:
-            w = _check_weights(data.get("weights"), "weights")
+            hidden = 0 if v1 else _check_hidden(header.get("hidden", 0), "hidden")
+            raw = header.get("weights")
+            if v1:  # version 1: the first 15 features' weights; the newer ones get 0
+                w1 = np.asarray(raw, dtype=np.float64) if isinstance(raw, list) else raw
+                if np.shape(w1) != (len(V1_FEATURES),):
+                    raise ValueError(f"weights: version 1 needs {len(V1_FEATURES)} weights, "
+                                     f"got shape {np.shape(w1)}")
+                raw = np.concatenate([w1, np.zeros(len(FEATURES) - len(V1_FEATURES))])
+            w = _check_weights(raw, "weights", hidden)
         except (TypeError, ValueError) as e:
             raise PolicyFileError(path, str(e), fix) from None
-        return cls(w, learned=bool(data.get("learned", True)),
-                   metadata=dict(data.get("metadata") or {}))
+        return cls(w, hidden=hidden, learned=bool(header.get("learned", True)),
+                   metadata=dict(header.get("metadata") or {}))
 
 
 def is_priority_file(path: str | Path) -> bool:
@@ -215,25 +243,56 @@ class PriorityScheduler(PriorityPolicy):
 
     def __init__(self, path: str | Path, name: str = "priority") -> None:
         p = PriorityPolicy.load(path)
-        super().__init__(p.weights, learned=p.learned, metadata=p.metadata)
+        super().__init__(p.weights, hidden=p.hidden, learned=p.learned, metadata=p.metadata)
         self.name = name
 
 
 class PriorityTwin:
     """The Python oracle of the compiled priority policy: the same feature rows from a
-    :class:`~edbatch.schedule.FrontierView`, the same argmax (first on ties)."""
+    :class:`~edbatch.schedule.FrontierView` (the release features read the live frontier's
+    pending operand counts), the same scores, the same argmax (first on ties)."""
 
     needs_typewise = True
 
-    def __init__(self, weights: Any) -> None:
-        self.weights = [float(x) for x in _check_weights(weights, "PriorityTwin weights")]
+    def __init__(self, weights: Any, hidden: int = 0) -> None:
+        self.hidden = _check_hidden(hidden, "PriorityTwin")
+        self.weights = [float(x) for x in _check_weights(weights, "PriorityTwin weights",
+                                                          self.hidden)]
         self._graph: Graph | None = None
+        self._cp = CriticalPathPolicy()
 
     def _prepare(self, graph: Graph) -> None:
         self._graph = graph
         self._h = height_list(graph)
         self._hmax = float(max(self._h, default=0)) + 1.0
         self._total = graph.type_counts.tolist()
+        self._op = graph.op_ids.tolist()
+        uptr, uids = graph.users
+        self._uptr, self._uids = uptr.tolist(), uids.tolist()
+        self._batchable = graph.vocab.batchable.tolist()
+
+    def _release(self, view: FrontierView, ready: list[int]
+                 ) -> tuple[dict[int, dict[int, int]], dict[int, int]]:
+        """Per ready type ``b``: released nodes per type, and users left waiting."""
+        pending = view._frontier._pending  # the live frontier's unexecuted operand counts
+        uptr, uids, op = self._uptr, self._uids, self._op
+        rel: dict[int, dict[int, int]] = {}
+        part: dict[int, int] = {}
+        for b in ready:
+            dec: dict[int, int] = {}
+            for v in view.ready_nodes(b).tolist():
+                for u in uids[uptr[v]:uptr[v + 1]]:
+                    dec[u] = dec.get(u, 0) + 1
+            row: dict[int, int] = {}
+            part[b] = 0
+            for u, d in dec.items():
+                if pending[u] == d:
+                    if self._batchable[op[u]]:
+                        row[op[u]] = row.get(op[u], 0) + 1
+                else:
+                    part[b] += 1
+            rel[b] = row
+        return rel, part
 
     def rows(self, view: FrontierView) -> tuple[list[int], list[list[float]]]:
         """(ready batchable op ids ascending, their feature rows)."""
@@ -244,6 +303,8 @@ class PriorityTwin:
         tops = [view.max_over_ready(a, h) for a in ready]
         top = max(tops)
         n_ready = sum(view.count(a) for a in ready)
+        rel, part = self._release(view, ready)
+        cp = self._cp.choose(view)
         rows = []
         for a, mh in zip(ready, tops):
             c, t = view.count(a), view.typewise(a)
@@ -251,22 +312,46 @@ class PriorityTwin:
             hs = [h[v] for v in view.ready_nodes(a).tolist()]
             gap = mh - top
             mg = mh - sum(hs) / c
+            tot = sum(rel[a].values())
+            join = sum(m for b, m in rel[a].items() if b != a and view.count(b) > 0)
+            others = [(b, o) for b, o in zip(ready, tops) if b != a]
+            wait = max([0] + [rel[b].get(a, 0) for b, _ in others])
+            ld = mh - max(o for _, o in others) if others else 16
+            pc = part[a] / c
             rows.append([
                 float(gap), c / (t if t > 1 else 1), 1.0 if c >= t else 0.0,
                 math.log1p(c) / 4.0, c / rem, math.log1p(t - c if t > c else 0) / 4.0,
                 math.log1p(rem - c) / 8.0, 1.0 if a == view.last_op else 0.0,
                 (mg if mg < 16.0 else 16.0) / 16.0, sum(1 for x in hs if x == mh) / c,
                 mh / self._hmax, 1.0 if gap == -1 else 0.0, 1.0 if gap == 0 else 0.0,
-                rem / self._total[a], c / n_ready])
+                rem / self._total[a], c / n_ready, math.log1p(tot) / 4.0, join / c,
+                rel[a].get(a, 0) / c, wait / c, rel[cp].get(a, 0) / c if cp != a else 0.0,
+                (pc if pc < 4.0 else 4.0) / 4.0,
+                (ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0])
         return ready, rows
+
+    def score(self, row: list[float]) -> float:
+        """The compiled scorer's arithmetic, in its order."""
+        w, f, nh = self.weights, len(row), self.hidden
+        s = 0.0
+        for m in range(f):
+            s += row[m] * w[m]
+        for j in range(nh):
+            o = f + j * (f + 1)
+            z = w[o + f]
+            for m in range(f):
+                z += row[m] * w[o + m]
+            if z > 0.0:
+                s += w[f + nh * (f + 1) + j] * z
+        return s
 
     def choose(self, view: FrontierView) -> int:
         ready, rows = self.rows(view)
+        if len(ready) == 1:
+            return ready[0]
         best, best_s = 0, -math.inf
         for i, row in enumerate(rows):
-            s = 0.0
-            for x, w in zip(row, self.weights):
-                s += x * w
+            s = self.score(row)
             if s > best_s:
                 best, best_s = i, s
         return ready[best]

@@ -60,16 +60,23 @@ class PriorityTrainer:
             integer, so 0.5 lets a feature outweigh one level of height).
         sigma_floor: the least spread after a refit (extra noise).
         seed: the sampling seed.
+        hidden_units: hidden units of the scorer (0: linear; else a one-hidden-layer MLP added
+            to the linear score, its output weights starting at 0, so the start is still
+            critical path).
     """
 
     name = "priority"
 
     def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
-                 sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0) -> None:
-        if population < 2 or not 1 <= elite <= population or iterations < 0:
-            raise ValueError(f"need population >= 2, 1 <= elite <= population and iterations "
-                             f">= 0; got population={population}, elite={elite}, "
-                             f"iterations={iterations}")
+                 sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
+                 hidden_units: int = 0) -> None:
+        hidden = hidden_units
+        if population < 2 or not 1 <= elite <= population or iterations < 0 or hidden < 0:
+            raise ValueError(f"need population >= 2, 1 <= elite <= population, iterations "
+                             f">= 0 and hidden >= 0; got population={population}, "
+                             f"elite={elite}, iterations={iterations}, "
+                             f"hidden_units={hidden}")
+        self.hidden = int(hidden)
         self.iterations, self.population, self.elite = iterations, population, elite
         self.sigma, self.sigma_floor, self.seed = sigma, sigma_floor, seed
 
@@ -84,16 +91,17 @@ class PriorityTrainer:
         lb_train = max(sum(lower_bound(g) for g in train_graphs), 1)
         lb_val = max(sum(lower_bound(g) for g in val_graphs), 1) if val_graphs else lb_train
         rng = np.random.default_rng(self.seed)
-        w0 = critical_path_weights()
-        base = int(population_batches(train, w0[None])[0].sum())
-        val_base0 = int(population_batches(val, w0[None])[0].sum())
+        nh = self.hidden
+        w0 = critical_path_weights(nh)
+        base = int(population_batches(train, w0[None], nh)[0].sum())
+        val_base0 = int(population_batches(val, w0[None], nh)[0].sum())
         mean, std = w0.copy(), np.full(len(w0), self.sigma)
         best_w, best = w0.copy(), base
         history: list[dict[str, float]] = []
         episodes = len(train)
         for it in range(self.iterations):
             ws = np.vstack([mean, mean + std * rng.standard_normal((self.population, len(w0)))])
-            scores = population_batches(train, ws).sum(axis=1)
+            scores = population_batches(train, ws, nh).sum(axis=1)
             episodes += len(ws) * len(train)
             order = np.argsort(scores, kind="stable")
             if scores[order[0]] < best:
@@ -105,7 +113,8 @@ class PriorityTrainer:
                    "train/mean_ratio_to_lb": float(scores[0]) / lb_train,
                    "train/mean_batches": float(scores.mean()) / len(train),
                    "train/fallback_ratio_to_lb": base / lb_train}
-            v_mean, v_best = population_batches(val, np.vstack([ws[0], best_w])).sum(axis=1)
+            v_mean, v_best = population_batches(val, np.vstack([ws[0], best_w]),
+                                                nh).sum(axis=1)
             history.append({  # the learning curve on the validation graphs
                 "episode": float(episodes), "eval/ratio_to_lb": v_mean / lb_val,
                 "eval/best_ratio_to_lb": v_best / lb_val,
@@ -115,22 +124,24 @@ class PriorityTrainer:
             if progress:
                 print(f"priority CEM {it + 1}/{self.iterations}: best {best} batches "
                       f"({best / lb_train:.4f} x LB), critical path {base}")
-        val_new, val_base = population_batches(val, np.vstack([best_w, w0])).sum(axis=1)
+        val_new, val_base = population_batches(val, np.vstack([best_w, w0]), nh).sum(axis=1)
         learned = best < base and val_new <= val_base
         meta = dict(metadata or {})
         meta.update({"learner": "cross-entropy method", "iterations": self.iterations,
                      "population": self.population, "elite": self.elite, "seed": self.seed,
+                     "hidden": nh,
                      "train_batches": best, "train_fallback_batches": base,
                      "val_batches": int(val_new), "val_fallback_batches": int(val_base),
                      "num_train_graphs": len(train_graphs),
-                     "num_val_graphs": len(val_graphs), "features": list(FEATURES)})
+                     "num_val_graphs": len(val_graphs), "features": list(FEATURES),
+                     "train_seconds": round(time.perf_counter() - t0, 3)})
         if not learned:
             meta["learned_nothing"] = (
                 "no weights beat critical path on the training graphs" if best >= base else
                 f"the best weights ({best} vs {base} training batches) lost on validation "
                 f"({val_new} vs {val_base}); kept critical path")
         w = best_w if learned else w0
-        policy = PriorityPolicy(w, learned=learned, metadata=meta)
+        policy = PriorityPolicy(w, hidden=nh, learned=learned, metadata=meta)
         ratio = (val_new if learned else val_base) / lb_val
         return PriorityResult(policy, float(ratio), episodes, time.perf_counter() - t0,
                               history)

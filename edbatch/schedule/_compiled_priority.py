@@ -26,7 +26,24 @@ Features (:data:`PRIORITY_FEATURES`, ``F`` columns; ``top`` = the highest ready 
 ``gap0``              1 if ``gap == 0``
 ``rem_share``         ``rem(a) / total(a)``: share of the type still unexecuted
 ``ready_share``       ``|F(a)|`` / all ready batchable nodes
+``rel_log``           ``log1p(R(a))/4``: batchable nodes released if ``a`` runs now
+``rel_join``          of those, the ones of another type with ready nodes, per ``|F(a)|``
+``rel_self``          released nodes of type ``a`` itself, per ``|F(a)|``
+``wait_gain``         most nodes of type ``a`` another ready type releases, per ``|F(a)|``
+``cp_feed``           nodes of type ``a`` critical path's choice (if not ``a``) releases,
+                      per ``|F(a)|``: the fill ``a`` gains if postponed one step
+``partial``           ``min(users of a's ready nodes left waiting / |F(a)|, 4) / 4``
+``lead``              ``clip(maxh[a] - highest other ready type's maxh, -16, 16) / 16``
 ====================  ==========================================================
+
+``R``, the release matrix ``M[b, t]`` (nodes of type ``t`` whose last pending operand is a
+ready node of type ``b``) is one pass over the users of the ready nodes per decision: what
+running a type *now* makes ready, no lookahead (no schedule is simulated).
+
+The score is ``w . f`` (linear, :func:`critical_path_weights`) plus, with ``nh > 0`` hidden
+units, ``sum_j v_j relu(W_j . f + b_j)`` (a one-hidden-layer MLP): the flat parameter vector
+is ``[w (F), W_1 (F), b_1, ..., W_nh (F), b_nh, v (nh)]``
+(:func:`num_params`).
 
 With ``w = (1, 1e-3, 0, ...)`` (:func:`critical_path_weights`) the argmax is critical
 path's choice exactly (integer gaps dominate, the fill breaks ties, then the smallest id).
@@ -46,32 +63,100 @@ from edbatch.schedule._compiled import _retire, _typewise_freed, start_state
 from edbatch.schedule._compiled_keys import _critical, _ratio
 from edbatch.schedule._compiled_sort import sort_nodes
 
-__all__ = ["PRIORITY_FEATURES", "critical_path_weights", "priority_features",
-           "run_priority", "run_priority_counts"]
+__all__ = ["PRIORITY_FEATURES", "V1_FEATURES", "critical_path_weights", "num_params",
+           "priority_features", "run_priority", "run_priority_counts"]
 
 PRIORITY_FEATURES = ("gap", "fill", "complete", "log_ready", "ready_rem", "log_wait",
                      "log_after", "last", "mean_gap", "top_share", "rel_height", "gap1",
-                     "gap0", "rem_share", "ready_share")
+                     "gap0", "rem_share", "ready_share", "rel_log", "rel_join", "rel_self",
+                     "wait_gain", "cp_feed", "partial", "lead")
+#: The first 15 features: artifact version 1's (its weights are these, the rest 0).
+V1_FEATURES = PRIORITY_FEATURES[:15]
 NUM_PRIORITY_FEATURES = len(PRIORITY_FEATURES)
 
 
-def critical_path_weights() -> np.ndarray:
-    """The weights whose argmax is critical path's choice (``gap`` 1, ``fill`` 1e-3)."""
-    w = np.zeros(NUM_PRIORITY_FEATURES, np.float64)
+def num_params(nh: int = 0) -> int:
+    """Length of the flat parameter vector with ``nh`` hidden units (0: linear)."""
+    f = NUM_PRIORITY_FEATURES
+    return f + nh * (f + 2)
+
+
+def critical_path_weights(nh: int = 0) -> np.ndarray:
+    """The parameters whose argmax is critical path's choice (``gap`` 1, ``fill`` 1e-3;
+    hidden units, if any, with zero output weights)."""
+    w = np.zeros(num_params(nh), np.float64)
     w[0], w[1] = 1.0, 1e-3
     return w
 
 
 @njit(cache=True)
+def _release_matrix(r, ids, ready, start, rlen, uptr, uids, pending, op, batchable, dec, rel,
+                    part, relt):  # type: ignore[no-untyped-def]
+    """``rel[b, t]``: nodes of ready type ``t`` released if ready type ``b`` ran now (ready
+    ``t`` only), ``relt[b]``: all batchable nodes it releases; ``part[b]``: its users left
+    waiting for other operands (rows of the ready types only)."""
+    for i in range(r):
+        b = ids[i]
+        for j in range(r):
+            rel[b, ids[j]] = 0
+        part[b], relt[b] = 0, 0
+        for j in range(start[b], start[b] + rlen[b]):
+            v = ready[j]
+            for e in range(uptr[v], uptr[v + 1]):
+                dec[uids[e]] += 1
+        for j in range(start[b], start[b] + rlen[b]):
+            v = ready[j]
+            for e in range(uptr[v], uptr[v + 1]):
+                u = uids[e]
+                if dec[u] > 0:
+                    if pending[u] == dec[u]:
+                        t = op[u]
+                        if batchable[t]:
+                            relt[b] += 1
+                            if rlen[t] > 0:
+                                rel[b, t] += 1
+                    else:
+                        part[b] += 1
+                    dec[u] = 0
+
+
+@njit(cache=True)
+def _release_row(a, r, ids, rlen, maxh, rel, part, relt, cp,
+                 row):  # type: ignore[no-untyped-def]
+    """Features 15-21 of ready type ``a`` (module doc) from the release matrix."""
+    c = rlen[a]
+    tot, join, wait, other = relt[a], 0, 0, -1
+    for j in range(r):
+        b = ids[j]
+        if b != a:
+            join += rel[a, b]
+            if rel[b, a] > wait:
+                wait = rel[b, a]
+            if maxh[b] > other:
+                other = maxh[b]
+    row[15] = math.log1p(tot) / 4.0  # tot may exceed every type's count: not logt
+    row[16] = join / c
+    row[17] = rel[a, a] / c
+    row[18] = wait / c
+    row[19] = rel[cp, a] / c if cp != a else 0.0
+    pc = part[a] / c
+    row[20] = (pc if pc < 4.0 else 4.0) / 4.0
+    ld = maxh[a] - other if r > 1 else 16
+    row[21] = (ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0
+
+
+@njit(cache=True)
 def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total, last,
-                      hmax, logt, seen, sumh, cmax, ctop, ids, out):  # type: ignore[no-untyped-def]
+                      hmax, logt, seen, sumh, cmax, ctop, ids, out, op, uptr, uids, pending,
+                      dec, rel, part, relt):  # type: ignore[no-untyped-def]
     """Write the feature rows of the ready batchable types (ascending id) into ``out`` and
     their ids into ``ids``; return how many.
 
     ``logt[i] = log1p(i)``; ``seen``/``sumh``/``cmax``/``ctop``: per type, the ready nodes
     already read, the sum of their heights, the highest and how many sit at it (a ready
     list only grows until its type runs, when the caller resets them): each ready node is
-    read once.
+    read once. ``dec`` (zeros, per node; left zero), ``rel`` (``k x k``) and ``part``
+    and ``relt`` (``k``) are scratch for the release matrix.
     """
     top, n_ready, r = -1, 0, 0
     for a in range(k):
@@ -89,6 +174,9 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
                 elif h == cmax[a]:
                     ctop[a] += 1
             seen[a] = rlen[a]
+    _release_matrix(r, ids, ready, start, rlen, uptr, uids, pending, op, batchable, dec, rel,
+                    part, relt)
+    cp = _critical(k, rlen, tw, maxh, batchable)
     for i in range(r):
         a = ids[i]
         c, t = rlen[a], tw[a]
@@ -111,17 +199,27 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
         row[12] = 1.0 if gap == 0 else 0.0
         row[13] = rem[a] / total[a]
         row[14] = c / n_ready
+        _release_row(a, r, ids, rlen, maxh, rel, part, relt, cp, row)
     return r
 
 
 @njit(cache=True)
-def _best(r, x, w):  # type: ignore[no-untyped-def]
-    """Row of the highest score ``x[i] . w`` (the first on ties)."""
+def _best(r, x, w, nh):  # type: ignore[no-untyped-def]
+    """Row of the highest score (the first on ties): ``x[i] . w[:F]`` plus the hidden
+    units' ``v_j relu(W_j . x[i] + b_j)`` (layout: :func:`num_params`)."""
+    f = x.shape[1]
     best, best_s = 0, -np.inf
     for i in range(r):
         s = 0.0
-        for m in range(len(w)):
+        for m in range(f):
             s += x[i, m] * w[m]
+        for j in range(nh):
+            o = f + j * (f + 1)
+            z = w[o + f]
+            for m in range(f):
+                z += x[i, m] * w[o + m]
+            if z > 0.0:
+                s += w[f + nh * (f + 1) + j] * z
         if s > best_s:
             best, best_s = i, s
     return best
@@ -129,8 +227,9 @@ def _best(r, x, w):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                 total, w):  # type: ignore[no-untyped-def]
-    """Schedule one graph with the priority policy ``w`` (the core's loop, see
+                 total, w, nh):  # type: ignore[no-untyped-def]
+    """Schedule one graph with the priority policy ``w`` (``nh`` hidden units; the core's
+    loop, see
     :func:`edbatch.schedule._compiled.run_schedule`; ``total``: nodes per op type).
 
     Returns:
@@ -156,7 +255,11 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     sumh = np.zeros(k, np.int64)
     cmax = np.full(k, -1, np.int64)
     ctop = np.zeros(k, np.int64)
-    x = np.zeros((k, len(w)), np.float64)
+    x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)
+    dec = np.zeros(n, np.int64)
+    rel = np.zeros((k, k), np.int64)
+    part = np.zeros(k, np.int64)
+    relt = np.zeros(k, np.int64)
     ids = np.empty(k, np.int64)
     batch_op = np.empty(n, np.int64)
     batch_forced = np.zeros(n, np.bool_)
@@ -181,8 +284,9 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
         if done == n:
             break
         r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
-                              last, hmax, logt, seen, sumh, cmax, ctop, ids, x)
-        a = ids[_best(r, x, w)] if r > 1 else ids[0]
+                              last, hmax, logt, seen, sumh, cmax, ctop, ids, x, op, uptr,
+                              uids, pending, dec, rel, part, relt)
+        a = ids[_best(r, x, w, nh)] if r > 1 else ids[0]
         decisions += 1
         if a != _critical(k, rlen, tw, maxh, batchable):
             overrides += 1
@@ -208,11 +312,11 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
 
 @njit(cache=True)
 def run_priority_counts(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
-                        tw_ids, total, ws):  # type: ignore[no-untyped-def]
+                        tw_ids, total, ws, nh):  # type: ignore[no-untyped-def]
     """Batch counts of one graph under each weight vector (rows of ``ws``): the trainer's
     inner loop, one call per graph for a whole population."""
     out = np.empty(len(ws), np.int64)
     for i in range(len(ws)):
         out[i] = len(run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred,
-                                  tw_ptr, tw_ids, total, ws[i])[0])
+                                  tw_ptr, tw_ids, total, ws[i], nh)[0])
     return out

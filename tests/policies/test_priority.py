@@ -14,7 +14,12 @@ from edbatch.schedule import CriticalPathPolicy, lower_bound, make_scheduler, ru
 from edbatch.workloads import make_workload
 from edbatch.workloads.synthetic import random_binary_trees, random_lattices
 from experiments._learned import score_unseen
-from policies.priority import FEATURES, PriorityPolicy, critical_path_weights
+from policies.priority import (
+    FEATURES,
+    PriorityPolicy,
+    critical_path_weights,
+    num_params,
+)
 from policies.priority_train import PriorityTrainer
 from policies.user import load_policy
 
@@ -34,8 +39,9 @@ def _same(a, b) -> bool:  # type: ignore[no-untyped-def]
         for x, y in zip(a.batches, b.batches))
 
 
-def test_critical_path_weights_reproduce_critical_path(graphs: list) -> None:
-    p = PriorityPolicy(critical_path_weights(), learned=False)
+@pytest.mark.parametrize("hidden", [0, 3])
+def test_critical_path_weights_reproduce_critical_path(graphs: list, hidden: int) -> None:
+    p = PriorityPolicy(critical_path_weights(hidden), hidden=hidden, learned=False)
     cp = make_scheduler("critical_path")
     for g in graphs:
         s = p(g)
@@ -44,11 +50,11 @@ def test_critical_path_weights_reproduce_critical_path(graphs: list) -> None:
     assert p.hits == 0 and p.misses > 0  # never overrides critical path
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_compiled_scorer_equals_python_twin(graphs: list, seed: int) -> None:
+@pytest.mark.parametrize(("seed", "hidden"), [(0, 0), (1, 0), (2, 0), (0, 4), (1, 8)])
+def test_compiled_scorer_equals_python_twin(graphs: list, seed: int, hidden: int) -> None:
     rng = np.random.default_rng(seed)
-    w = critical_path_weights() + rng.normal(0.0, 0.7, len(FEATURES))
-    p = PriorityPolicy(w)
+    w = critical_path_weights(hidden) + rng.normal(0.0, 0.7, num_params(hidden))
+    p = PriorityPolicy(w, hidden=hidden)
     cp = make_scheduler("critical_path")
     differs = 0
     for g in graphs:
@@ -89,29 +95,66 @@ def test_training_learns_on_module_networks_and_is_deterministic(graphs: list) -
                                      for g in graphs[2:])
 
 
+def test_mlp_training_is_deterministic_and_guarded(graphs: list) -> None:
+    """``hidden_units > 0``: the MLP scorer trains from critical path (output weights 0), is
+    deterministic, and its artifact keeps the layer."""
+    train, val = graphs[:1], graphs[1:2]
+    a = PriorityTrainer(iterations=2, population=6, elite=2, seed=5, hidden_units=2).fit(train, val)
+    b = PriorityTrainer(iterations=2, population=6, elite=2, seed=5, hidden_units=2).fit(train, val)
+    assert np.array_equal(a.policy.weights, b.policy.weights) and a.policy.hidden == 2
+    meta = a.policy.metadata
+    assert meta["hidden"] == 2 and meta["val_batches"] <= meta["val_fallback_batches"]
+    assert len(a.policy.weights) == num_params(2)
+
+
 def test_no_search_keeps_critical_path_and_says_why(graphs: list) -> None:
     res = PriorityTrainer(iterations=0, seed=0).fit(graphs[:1], graphs[1:2])
     assert not res.policy.learned and res.policy.num_states == 0
     assert "critical path" in res.policy.metadata["learned_nothing"]
 
 
-def test_artifact_round_trip(tmp_path: Path, graphs: list) -> None:
-    w = critical_path_weights() + np.linspace(-0.3, 0.3, len(FEATURES))
-    p = PriorityPolicy(w, metadata={"seed": 4})
+@pytest.mark.parametrize("hidden", [0, 2])
+def test_artifact_round_trip(tmp_path: Path, graphs: list, hidden: int) -> None:
+    w = critical_path_weights(hidden) + np.linspace(-0.3, 0.3, num_params(hidden))
+    p = PriorityPolicy(w, hidden=hidden, metadata={"seed": 4})
     path = p.save(tmp_path / "policy.json")
     q = load_policy(path)
-    assert isinstance(q, PriorityPolicy)
+    assert isinstance(q, PriorityPolicy) and q.hidden == hidden
     assert np.array_equal(q.weights, p.weights) and q.metadata == {"seed": 4} and q.learned
     assert _same(q(graphs[0]), p(graphs[0]))
+
+
+def test_version_1_artifact_still_loads(tmp_path: Path, graphs: list) -> None:
+    """A version-1 file (15 features, linear) scores with its weights, the newer features
+    at 0: the same schedules as the padded weights."""
+    w15 = critical_path_weights()[:15] + np.linspace(-0.3, 0.3, 15)
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps({"format": "edbatch.priority", "version": 1,
+                                "features": list(FEATURES[:15]), "weights": w15.tolist(),
+                                "fallback": "critical_path", "learned": True,
+                                "metadata": {}}))
+    q = PriorityPolicy.load(path)
+    assert q.hidden == 0 and np.array_equal(q.weights[:15], w15)
+    assert not q.weights[15:].any() and len(q.weights) == len(FEATURES)
+    ref = PriorityPolicy(np.concatenate([w15, np.zeros(len(FEATURES) - 15)]))
+    assert _same(q(graphs[0]), ref(graphs[0]))
+    data = json.loads(path.read_text())
+    data["weights"] = data["weights"][:14]
+    path.write_text(json.dumps(data))
+    with pytest.raises(PolicyFileError, match="version 1 needs 15 weights"):
+        PriorityPolicy.load(path)
 
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda d: d.update(format="edbatch.fsm"), "format"),
     (lambda d: d.update(version=99), "version 99"),
     (lambda d: d.update(features=d["features"][:-1]), "made for the features"),
-    (lambda d: d.update(weights=d["weights"][:3]), "need 15 finite weights"),
-    (lambda d: d.update(weights=[float("nan")] * 15), "need 15 finite weights"),
+    (lambda d: d.update(weights=d["weights"][:3]), f"need {len(FEATURES)} finite weights"),
+    (lambda d: d.update(weights=[float("nan")] * len(FEATURES)), "finite weights"),
     (lambda d: d.update(weights="abc"), "finite weights"),
+    (lambda d: d.update(hidden=2), f"need {num_params(2)} finite weights"),
+    (lambda d: d.update(hidden=-1), "hidden units must be an integer >= 0, got -1"),
+    (lambda d: d.update(hidden="two"), "hidden units must be an integer"),
 ])
 def test_bad_artifact_is_a_clear_error(tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
     data = PriorityPolicy(critical_path_weights()).to_json()
@@ -134,6 +177,10 @@ def test_missing_or_corrupt_artifact(tmp_path: Path) -> None:
 def test_bad_trainer_settings() -> None:
     with pytest.raises(ValueError, match="elite"):
         PriorityTrainer(population=4, elite=5)
+    with pytest.raises(ValueError, match="hidden_units=-1"):
+        PriorityTrainer(hidden_units=-1)
+    with pytest.raises(ValueError, match="hidden units"):
+        PriorityPolicy(critical_path_weights(), hidden=-2)
 
 
 def test_user_api_trains_saves_loads_and_runs_a_priority_policy(tmp_path: Path) -> None:
