@@ -73,6 +73,7 @@ PRIORITY_FEATURES = ("gap", "fill", "complete", "log_ready", "ready_rem", "log_w
 #: The first 15 features: artifact version 1's (its weights are these, the rest 0).
 V1_FEATURES = PRIORITY_FEATURES[:15]
 NUM_PRIORITY_FEATURES = len(PRIORITY_FEATURES)
+NUM_V1_FEATURES = len(V1_FEATURES)
 
 
 def num_params(nh: int = 0) -> int:
@@ -148,7 +149,7 @@ def _release_row(a, r, ids, rlen, maxh, rel, part, relt, cp,
 @njit(cache=True)
 def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total, last,
                       hmax, logt, seen, sumh, cmax, ctop, ids, out, op, uptr, uids, pending,
-                      dec, rel, part, relt):  # type: ignore[no-untyped-def]
+                      dec, rel, part, relt, release=True):  # type: ignore[no-untyped-def]
     """Write the feature rows of the ready batchable types (ascending id) into ``out`` and
     their ids into ``ids``; return how many.
 
@@ -156,7 +157,9 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
     already read, the sum of their heights, the highest and how many sit at it (a ready
     list only grows until its type runs, when the caller resets them): each ready node is
     read once. ``dec`` (zeros, per node; left zero), ``rel`` (``k x k``) and ``part``
-    and ``relt`` (``k``) are scratch for the release matrix.
+    and ``relt`` (``k``) are scratch for the release matrix. ``release=False`` skips
+    features 15-21 (the release matrix, most of the cost), leaving them as they are in
+    ``out``: for weights that give them no say.
     """
     top, n_ready, r = -1, 0, 0
     for a in range(k):
@@ -174,8 +177,9 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
                 elif h == cmax[a]:
                     ctop[a] += 1
             seen[a] = rlen[a]
-    _release_matrix(r, ids, ready, start, rlen, uptr, uids, pending, op, batchable, dec, rel,
-                    part, relt)
+    if release:
+        _release_matrix(r, ids, ready, start, rlen, uptr, uids, pending, op, batchable, dec,
+                        rel, part, relt)
     cp = _critical(k, rlen, tw, maxh, batchable)
     for i in range(r):
         a = ids[i]
@@ -199,8 +203,21 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
         row[12] = 1.0 if gap == 0 else 0.0
         row[13] = rem[a] / total[a]
         row[14] = c / n_ready
-        _release_row(a, r, ids, rlen, maxh, rel, part, relt, cp, row)
+        if release:
+            _release_row(a, r, ids, rlen, maxh, rel, part, relt, cp, row)
     return r
+
+
+@njit(cache=True)
+def _uses_release(w, nh):  # type: ignore[no-untyped-def]
+    """Whether features 15-21 can change a choice: hidden units, or a non-zero linear weight
+    on one of them (a linear score ignores a feature at weight 0)."""
+    if nh > 0:
+        return True
+    for j in range(NUM_V1_FEATURES, NUM_PRIORITY_FEATURES):
+        if w[j] != 0.0:
+            return True
+    return False
 
 
 @njit(cache=True)
@@ -255,7 +272,8 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     sumh = np.zeros(k, np.int64)
     cmax = np.full(k, -1, np.int64)
     ctop = np.zeros(k, np.int64)
-    x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)
+    x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)  # features 15-21 stay 0 unless
+    release = _uses_release(w, nh)  # the weights give them a say
     dec = np.zeros(n, np.int64)
     rel = np.zeros((k, k), np.int64)
     part = np.zeros(k, np.int64)
@@ -285,7 +303,7 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
             break
         r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
                               last, hmax, logt, seen, sumh, cmax, ctop, ids, x, op, uptr,
-                              uids, pending, dec, rel, part, relt)
+                              uids, pending, dec, rel, part, relt, release)
         a = ids[_best(r, x, w, nh)] if r > 1 else ids[0]
         decisions += 1
         if a != _critical(k, rlen, tw, maxh, batchable):
