@@ -75,10 +75,14 @@ def test_dynet_peer_parses_and_loss_equal_reference(dy: Any, layers: int) -> Non
 
 @pytest.mark.slow
 def test_inference_benchmark_outputs_match(dy: Any) -> None:
+    import dynet_config
+
     from benchmarks.parser_inference import main
 
+    conf = dynet_config.get()  # an earlier test in this process may have fixed the mode
+    mode = int(conf["autobatch"]) if conf else 0
     report = main(["--sentences", "6", "--batch-size", "3", "--repeats", "1", "--embed", "6",
-                   "--pos", "3", "--hidden", "5", "--mlp", "7"])
+                   "--pos", "3", "--hidden", "5", "--mlp", "7", "--autobatch", str(mode)])
     assert report["mismatched_sentences"] == dict.fromkeys(
         ("edbatch", "hand_batched", "unbatched", "dynet"), 0)
     assert set(report["ms_per_batch"]) == set(report["mismatched_sentences"])
