@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -39,16 +38,7 @@ from edbatch.graph.ir import Graph
 from edbatch.schedule import compiled as cc
 from edbatch.schedule._compiled_replay import level_agenda_ranks, run_replay
 from edbatch.schedule.frontier import FrontierView
-from edbatch.schedule.heuristics import (
-    AgendaPolicy,
-    CompleteLevelAgendaPolicy,
-    CriticalPathPolicy,
-    DynetAgendaPolicy,
-    MaxFrontierPolicy,
-    TypewiseGreedyPolicy,
-    depth_schedule,
-    typewise_greedy_backward,
-)
+from edbatch.schedule.named import HEURISTICS, make_heuristic
 from edbatch.schedule.policy import run_policy
 from edbatch.schedule.schedule import Schedule
 
@@ -58,25 +48,8 @@ __all__ = ["PREFIX", "REPLAYABLE", "ReplayFsmScheduler", "ReplayPolicy", "Replay
 
 PREFIX = "replay:"
 
-#: Heuristics a replay rule may follow (the registry's deterministic whole-graph heuristics,
-#: :data:`edbatch.schedule.zoo.HEURISTICS`).
-REPLAYABLE = ("depth", "dynet_agenda", "ed_batch_agenda", "dynet_level_agenda",
-              "max_frontier", "typewise_greedy", "typewise_greedy_backward", "critical_path")
-
-#: the Python form of each replayable heuristic (the compiled one, where the core has it,
-#: is :class:`~edbatch.schedule.compiled.CompiledScheduler`: the same schedule)
-_PYTHON: dict[str, Callable[[Graph], Schedule]] = {
-    "depth": depth_schedule,
-    "dynet_agenda": lambda g: run_policy(g, DynetAgendaPolicy()),
-    "ed_batch_agenda": lambda g: run_policy(g, AgendaPolicy()),
-    "dynet_level_agenda": lambda g: run_policy(g, CompleteLevelAgendaPolicy()),
-    "max_frontier": lambda g: run_policy(g, MaxFrontierPolicy()),
-    "typewise_greedy": lambda g: run_policy(g, TypewiseGreedyPolicy()),
-    "typewise_greedy_backward": typewise_greedy_backward,
-    "critical_path": lambda g: run_policy(g, CriticalPathPolicy()),
-}
-_COMPILED = ("dynet_agenda", "ed_batch_agenda", "max_frontier", "typewise_greedy",
-             "typewise_greedy_backward", "critical_path")
+#: Heuristics a replay rule may follow: the registry's deterministic whole-graph heuristics.
+REPLAYABLE = HEURISTICS
 
 _RANKS: weakref.WeakKeyDictionary[Graph, dict[tuple[str, str | None], NDArray[np.int64]]] = (
     weakref.WeakKeyDictionary())
@@ -125,9 +98,7 @@ def replay_ranks(graph: Graph, heuristic: str, backend: str | None = None
             out = level_agenda_ranks(arr.op, arr.depth, arr.arity, arr.uptr, arr.uids,
                                      arr.batchable, arr.mean, arr.cplx)
         else:
-            s = (cc.CompiledScheduler(heuristic)(graph) if compiled and heuristic in _COMPILED
-                 else _PYTHON[heuristic](graph))
-            out = rank_of(s, graph.num_nodes)
+            out = rank_of(make_heuristic(heuristic, backend)(graph), graph.num_nodes)
         per[(heuristic, backend)] = out
         out.setflags(write=False)
     return out

@@ -11,6 +11,7 @@ from edbatch.graph import Graph
 from edbatch.schedule import make_scheduler
 from edbatch.schedule._compiled_replay import replay_choice
 from edbatch.schedule.compiled import CompiledFsmScheduler, FsmTable
+from edbatch.schedule.named import HEURISTICS, make_heuristic
 from edbatch.schedule.replay import (
     REPLAYABLE,
     ReplayPolicy,
@@ -19,7 +20,6 @@ from edbatch.schedule.replay import (
     replay_ranks,
     replay_trace,
 )
-from edbatch.schedule.zoo import HEURISTICS
 from policies.fsm import FSMPolicy
 from policies.table_search import policy_votes
 from tests.schedule.test_compiled import assert_same, minibatch
@@ -48,8 +48,19 @@ def _check(graph: Graph, fallback: str, table: dict, encoding: str = "hints") ->
     return s.num_batches
 
 
-def test_replayable_are_the_registry_heuristics() -> None:
+@settings(max_examples=10, deadline=None)
+@given(graphs())
+def test_make_heuristic_gives_the_registry_schedule_on_both_backends(graph: Graph) -> None:
+    """The one registry both replay and zoo use: the compiled and the Python form of each
+    heuristic give the schedule ``make_scheduler`` gives, and replay follows exactly them."""
     assert REPLAYABLE == HEURISTICS
+    for h in HEURISTICS:
+        want = [tuple(b.node_ids) for b in make_scheduler(h, backend="python")(graph).batches]
+        for backend in ("compiled", "python"):
+            got = make_heuristic(h, backend)(graph)
+            assert [tuple(b.node_ids) for b in got.batches] == want, (h, backend)
+    with pytest.raises(UnknownNameError, match="'rollout'.*critical_path"):
+        make_heuristic("rollout")
 
 
 @settings(max_examples=25, deadline=None)
