@@ -65,98 +65,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._dump_export import compose, export, export_training, read_records, run_module
+
 HEURISTICS = ["dynet_agenda", "typewise_greedy", "typewise_greedy_backward", "critical_path"]
-_SUM_RULE = (r".*\.sum[0-9]+", "sum")
-
-
-def _run(args: list[str]) -> None:
-    env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")}
-    proc = subprocess.run([sys.executable, "-m", *args], env=env, capture_output=True,
-                          text=True, check=False)
-    if proc.returncode:
-        raise SystemExit(f"command failed ({proc.returncode}): python -m {' '.join(args)}\n"
-                         f"{proc.stderr[-3000:]}")
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def export(workload: str, graphs: int, batch_size: int, merge_sums: bool, folder: Path,
-           split: str = "train") -> None:
-    """Write the first ``graphs`` mini-batches of ``workload``'s ``split`` as dumps."""
-    from edbatch.workloads import make_workload
-    from edbatch.workloads.dumps import export_dumps
-
-    wl = make_workload(workload)
-    if split not in wl.splits:
-        raise SystemExit(f"--split {split!r}: {workload} has the splits {', '.join(wl.splits)}")
-    batches = list(wl.batches(split, batch_size, limit=graphs))
-    export_dumps(batches, folder, merge=[_SUM_RULE] if merge_sums else [])
-    print(f"exported {len(batches)} {workload} graphs (batch {batch_size}, sums "
-          f"{'merged' if merge_sums else 'by arity'}) to {folder}")
-
-
-def export_training(args: argparse.Namespace, merge: bool, evaluation: Path, folder: Path
-                    ) -> list[str]:
-    """The training folder of ``--train-graphs``: the evaluation folder's first ``--k`` dumps,
-    then ``--train-graphs`` mini-batches of ``--train-split`` (disjoint from the evaluation
-    dumps); returns where each training dump came from."""
-    from edbatch.data.dumps import load_dump_folder
-    from edbatch.workloads import make_workload
-    from edbatch.workloads.dumps import export_dumps
-
-    wl = make_workload(args.workload)
-    batches, sources = [], []
-    for split in args.train_split.split(","):
-        if split not in wl.splits:
-            raise SystemExit(f"--train-split {split!r}: {args.workload} has the splits "
-                             f"{', '.join(wl.splits)}")
-        skip = args.graphs if split == args.split else 0  # the evaluation dumps' batches
-        for i, g in enumerate(wl.batches(split, args.batch_size)):
-            if i >= skip and len(batches) < args.train_graphs:
-                batches.append(g)
-                sources.append(f"{split}[{i}]")
-    if len(batches) < args.train_graphs:
-        raise SystemExit(f"--train-graphs {args.train_graphs}: {args.train_split} holds only "
-                         f"{len(batches)} mini-batches of {args.batch_size} disjoint from the "
-                         f"evaluation dumps; lower it or add a split to --train-split")
-    folder.mkdir(parents=True)
-    for d in load_dump_folder(evaluation)[:args.k]:
-        shutil.copy(d.path, folder / Path(d.path).name)
-    paths = export_dumps(batches, folder / "extra", merge=[_SUM_RULE] if merge else [])
-    for j, path in enumerate(paths):  # G<k>, G<k+1>, ... after the copied G0..G<k-1>
-        path.rename(folder / f"G{args.k + j}.txt")
-    (folder / "extra").rmdir()
-    print(f"exported {len(batches)} more training graphs ({', '.join(sources)}) to {folder}")
-    return [f"G{i}.txt" for i in range(args.k)] + sources
-
-
-def compose(src: str, per_graph: int, graphs: int, folder: Path, seed: int = 0) -> None:
-    """Write ``graphs`` dumps, each the disjoint union of ``per_graph`` dumps of ``src`` drawn
-    with replacement (batch-1 dumps -> batch-``per_graph`` graphs)."""
-    import numpy as np
-
-    from edbatch.workloads.dumps import DumpWorkload, export_dumps
-
-    wl = DumpWorkload(src)
-    rng = np.random.default_rng(seed)
-    export_dumps([wl.minibatch("all", rng.integers(len(wl.dumps), size=per_graph))
-                  for _ in range(graphs)], folder)
-    print(f"composed {graphs} graphs of {per_graph} dumps of {src} into {folder}")
-
-
 #: The trainer each policy option trains with unless ``--trainer`` says otherwise.
 DEFAULT_TRAINER = {"fsm": "q_learning", "ed_batch_fsm": "ed_batch"}
 
@@ -299,7 +222,7 @@ def train_priority(args: argparse.Namespace, folder: Path, seed: int, run: Path,
     override naming it (else nothing)."""
     if not args.priority:
         return []
-    _run(["experiments.train", *priority_overrides(args, folder, seed, run, num_types)])
+    run_module(["experiments.train", *priority_overrides(args, folder, seed, run, num_types)])
     return [f"scheduler.priority.path={run / 'policy.json'}"]
 
 
@@ -370,19 +293,19 @@ def main(argv: list[str] | None = None) -> None:
         lb: dict[str, int] = {}
         for seed in args.seeds:
             run = work / f"seed{seed}"
-            _run(["experiments.train", *train_overrides(args, train_folder, seed, run,
-                                                        num_types)])
+            run_module(["experiments.train",
+                        *train_overrides(args, train_folder, seed, run, num_types)])
             scheds = ["fsm", *(["priority"] if args.priority else []),
                       *(HEURISTICS if seed == args.seeds[0] else [])]
             prio = run / "priority"
             prio_eval = train_priority(args, train_folder, seed, prio, num_types)
-            _run(["experiments.evaluate", "workload=[dumps]", f"workload.dumps.folder={folder}",
-                  f"split=rest:{args.k}", "limit=null", f"scheduler=[{','.join(scheds)}]",
-                  f"scheduler.fsm.path={run / 'policy.json'}", "progress=false",
-                  *prio_eval,
-                  f"hydra.run.dir={run / 'eval'}",
-                  *([f"++workload.dumps.num_types={num_types}"] if num_types else [])])
-            for r in _records(run / "eval" / "results.jsonl"):
+            run_module(["experiments.evaluate", "workload=[dumps]",
+                        f"workload.dumps.folder={folder}", f"split=rest:{args.k}", "limit=null",
+                        f"scheduler=[{','.join(scheds)}]",
+                        f"scheduler.fsm.path={run / 'policy.json'}", "progress=false",
+                        *prio_eval, f"hydra.run.dir={run / 'eval'}",
+                        *([f"++workload.dumps.num_types={num_types}"] if num_types else [])])
+            for r in read_records(run / "eval" / "results.jsonl"):
                 graph = names[int(r["graph_id"].rsplit("/", 1)[1])]
                 per_seed[r["scheduler"]].setdefault(seed, 0.0)
                 per_seed[r["scheduler"]][seed] += r["num_batches"]
