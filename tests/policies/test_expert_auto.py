@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from edbatch.errors import ConfigError
+from edbatch.schedule import lower_bound
 from edbatch.workloads import make_workload
 from policies import FSMPolicy
 from policies.expert import ExpertConfig, resample_graphs, train_expert
-from policies.fallback_search import search_fallbacks
+from policies.fallback_search import estimate, search_fallbacks
 from policies.q_learning import AUTO_FALLBACKS
 from policies.table_search import search_table, table_batches
 
@@ -47,10 +48,12 @@ def test_every_candidate_is_scored_by_its_own_search(lattice, choice) -> None:
         assert row["best"] == min(row["bare"], row["probe"] if row["searched"] is None
                                   else row["searched"])
         assert row["evaluations"] >= st.evaluations
-    # the two best probes went on to the full search, the third did not
-    probed = sorted(CANDIDATES, key=lambda n: (min(choice.scores[n]["bare"],
-                                                    choice.scores[n]["probe"]),
-                                               CANDIDATES.index(n)))
+        assert row["whole"] == table_batches({}, [*train, *val], "expert", name)
+    # the two best probes (by their estimate) went on to the full search, the third did not
+    lb = sum(lower_bound(g) for g in [*train, *val])
+    probed = sorted(CANDIDATES, key=lambda n: (
+        choice.scores[n]["whole"] / lb * min(choice.scores[n]["bare"], choice.scores[n]["probe"])
+        / choice.scores[n]["bare"], CANDIDATES.index(n)))
     assert [n for n in CANDIDATES if choice.scores[n]["searched"] is not None] == sorted(
         probed[:2], key=CANDIDATES.index)
 
@@ -58,11 +61,11 @@ def test_every_candidate_is_scored_by_its_own_search(lattice, choice) -> None:
 def test_the_best_searched_table_on_validation_wins(lattice, choice) -> None:
     _, _, val = lattice
     finals = [n for n in CANDIDATES if choice.scores[n]["searched"] is not None]
-    best = min(choice.scores[n]["best"] for n in finals)  # type: ignore[type-var]
-    assert choice.fallback == next(n for n in finals if choice.scores[n]["best"] == best)
+    ratios = choice.ratios()
+    best = min(ratios[n]["estimate"] for n in finals)  # type: ignore[type-var]
+    assert choice.fallback == next(n for n in finals if ratios[n]["estimate"] == best)
     assert choice.batches == table_batches(choice.table, val, "expert", choice.fallback)
     assert choice.scores[choice.fallback]["searched"] == choice.batches
-    ratios = choice.ratios()
     assert ratios[choice.fallback]["searched_ratio"] == pytest.approx(choice.batches / choice.lb)
 
 
@@ -88,6 +91,16 @@ def test_the_searched_table_decides_not_the_bare_heuristic() -> None:
     assert one.fallback == "typewise_greedy" and one.scores["dynet_agenda"]["searched"] is None
 
 
+def test_the_estimate_measures_the_fallback_on_every_graph_and_the_table_on_validation(
+        ) -> None:
+    """Two validation graphs favour B alone by 1%, every graph favours A alone by 2.5%:
+    with no table gain A wins; a table gaining 5% on validation makes B win."""
+    a = {"whole": 1250, "bare": 1180, "best": 1180}
+    b = {"whole": 1280, "bare": 1168, "best": 1168}
+    assert estimate(a, 1000) == pytest.approx(1.25) and estimate(a, 1000) < estimate(b, 1000)
+    assert estimate({**b, "best": 1110}, 1000) < estimate(a, 1000)
+
+
 def test_ties_go_to_the_earlier_candidate(lattice) -> None:
     train, check, val = lattice
     a = search_fallbacks(("critical_path", "typewise_greedy"), train, check, val, "expert",
@@ -95,7 +108,7 @@ def test_ties_go_to_the_earlier_candidate(lattice) -> None:
     # no search at all: every candidate is its bare fallback, the fewest batches wins
     s = a.scores
     order = ("critical_path", "typewise_greedy")
-    assert a.fallback == min(order, key=lambda n: (s[n]["bare"], order.index(n)))
+    assert a.fallback == min(order, key=lambda n: (s[n]["whole"], order.index(n)))
     assert a.table == {}
 
 
