@@ -12,12 +12,13 @@ The GRU's blocks: ``P`` is ``[B, 3H]``, ``[r z | c]`` pre-activations in, activa
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from edbatch.executor._fused import _jit, _sigmoid, _tanh
 
-__all__ = ["gate_backward", "gate_forward", "gru_backward_c", "gru_backward_r",
-           "gru_gates", "gru_output"]
+__all__ = ["bond_buckets", "gate_backward", "gate_forward", "gru_backward_c",
+           "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes"]
 
 
 @_jit
@@ -143,3 +144,40 @@ def gate_backward(grad: Tensor, segment: Tensor, g: Tensor, d: Tensor) -> None:
     """Readout gate backward: ``D`` (``[N, 2H]``) = the pre-activation gradients, row ``n``
     from ``grad[segment[n]]`` and the forward's ``G``."""
     _gate_back(grad.numpy(), segment.numpy(), g.numpy(), d.numpy())
+
+
+# ---------------------------------------------------------------------- repeated operands
+@_jit
+def _rows(counts, codes, slots, bonds, node, index, deg):  # type: ignore[no-untyped-def]
+    r = 0
+    for k in range(slots):
+        for v in range(counts.shape[0]):
+            if counts[v] > k:
+                node[r] = v
+                if bonds:
+                    b = v * bonds + ((codes[v] >> (2 * k)) & 3)
+                    index[r] = b
+                    deg[b] += 1
+                r += 1
+
+
+def repeated_nodes(counts: Tensor, rows: int, slots: int) -> Tensor:
+    """``int64[rows]``: the node of every repeated operand row, slot after slot, each slot's
+    nodes ascending (``cat(slot_nodes(counts, sizes))``), in one compiled loop (CPU)."""
+    node = torch.empty(rows, dtype=torch.int64)
+    view = node.numpy()
+    _rows(counts.numpy(), view, slots, 0, view, view, view)
+    return node
+
+
+def bond_buckets(attrs: Tensor, rows: int, slots: int, bonds: int, count_bits: int,
+                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``(index int64[rows], deg [B * bonds])`` of ``ggnn.update`` attrs (CPU): each repeated
+    row's ``node * bonds + bond type`` bucket and each bucket's row count, in one compiled
+    loop (the attr's low ``count_bits`` bits count the rows, then 2 bits per bond type)."""
+    index = torch.empty(rows, dtype=torch.int64)
+    deg = torch.zeros(attrs.shape[0] * bonds, dtype=dtype)
+    a = attrs.numpy()
+    _rows(a & ((1 << count_bits) - 1), a >> count_bits, slots, bonds, index.numpy(),
+          index.numpy(), deg.numpy())
+    return index, deg

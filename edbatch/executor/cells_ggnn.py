@@ -31,12 +31,14 @@ from torch import Tensor
 from edbatch.data.molecules import BOND_TYPES
 from edbatch.executor import _fused
 from edbatch.executor._fused_ggnn import (
+    bond_buckets,
     gate_backward,
     gate_forward,
     gru_backward_c,
     gru_backward_r,
     gru_gates,
     gru_output,
+    repeated_nodes,
 )
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD, TANH_GRAD_INTO
@@ -67,6 +69,12 @@ def _tanh_(x: Tensor) -> Tensor:
     return x.add_(x).sigmoid_().mul_(2.0).sub_(1.0)
 
 
+def _compiled(attrs: Tensor) -> bool:
+    """Whether the repeated rows' bookkeeping runs as one compiled loop (fused kernels on,
+    CPU attrs) instead of torch's index kernels."""
+    return _fused.enabled() and attrs.device.type == "cpu"
+
+
 def slot_rows(counts: Tensor, sizes: Sequence[int], sync_free: bool | None = None
               ) -> tuple[Tensor, Tensor]:
     """``(node, slot)`` (``int64[N]``) of every repeated operand row, slot after slot, each
@@ -88,7 +96,9 @@ def slot_rows(counts: Tensor, sizes: Sequence[int], sync_free: bool | None = Non
 def repeated_rows(slots: Sequence[Tensor], counts: Tensor) -> tuple[Tensor, Tensor]:
     """``(rows [N, d], segment int64[N])``: the repeated operand slots stacked, and the node
     (``0..B-1``) each row belongs to, from the nodes' repeated-operand ``counts``."""
-    segment = slot_rows(counts, [t.shape[0] for t in slots])[0]
+    sizes = [t.shape[0] for t in slots]
+    segment = repeated_nodes(counts, sum(sizes), len(sizes)) if _compiled(counts) else \
+        slot_rows(counts, sizes)[0]
     return (slots[0] if len(slots) == 1 else torch.cat(list(slots))), segment
 
 
@@ -138,13 +148,16 @@ def neighbour_sums(slots: Sequence[Tensor], attrs: Tensor, bonds: int
     :func:`~edbatch.workloads.ggnn_molecules.update_attr`."""
     if not slots:
         return (attrs.new_zeros(0), attrs.new_zeros(0), attrs.new_zeros(0))
-    size, hidden = attrs.shape[0], slots[0].shape[1]
-    node, slot = slot_rows(torch.bitwise_and(attrs, _COUNT_MASK), [t.shape[0] for t in slots])
-    codes = torch.bitwise_right_shift(attrs, COUNT_BITS).index_select(0, node)
-    index = torch.bitwise_right_shift(codes, slot + slot).bitwise_and_(3).add_(node * bonds)
+    size, hidden, sizes = attrs.shape[0], slots[0].shape[1], [t.shape[0] for t in slots]
     rows = slots[0] if len(slots) == 1 else torch.cat(list(slots))
+    if _compiled(attrs):
+        index, deg = bond_buckets(attrs, len(rows), len(sizes), bonds, COUNT_BITS, rows.dtype)
+    else:
+        node, slot = slot_rows(torch.bitwise_and(attrs, _COUNT_MASK), sizes)
+        codes = torch.bitwise_right_shift(attrs, COUNT_BITS).index_select(0, node)
+        index = torch.bitwise_right_shift(codes, slot + slot).bitwise_and_(3).add_(node * bonds)
+        deg = rows.new_zeros(size * bonds).index_add_(0, index, rows.new_ones(len(index)))
     s = rows.new_zeros(size * bonds, hidden).index_add_(0, index, rows)
-    deg = rows.new_zeros(size * bonds).index_add_(0, index, rows.new_ones(len(index)))
     return s.view(size, bonds * hidden), deg.view(size, bonds), index
 
 
