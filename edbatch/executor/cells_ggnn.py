@@ -107,12 +107,11 @@ _EMBED_CODES: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
 
 def _embed_rows(attrs: Tensor) -> Tensor:
     """``int64[6, B]``: the table row each packed atom reads, one row per feature."""
-    consts = _EMBED_CODES.get(attrs.device)
-    if consts is None:
-        consts = _EMBED_CODES[attrs.device] = tuple(  # type: ignore[assignment]
-            torch.tensor(v, dtype=torch.int64, device=attrs.device).unsqueeze(1)
-            for v in (OFFSETS, _RADIX, _SIZES))
-    offset, radix, size = consts
+    if attrs.device not in _EMBED_CODES:
+        offset, radix, size = (torch.tensor(v, dtype=torch.int64, device=attrs.device)
+                               .unsqueeze(1) for v in (OFFSETS, _RADIX, _SIZES))
+        _EMBED_CODES[attrs.device] = (offset, radix, size)
+    offset, radix, size = _EMBED_CODES[attrs.device]
     return torch.div(attrs.unsqueeze(0), radix, rounding_mode="floor").remainder_(size) \
         .add_(offset)
 
