@@ -39,7 +39,6 @@ from edbatch.workloads.ggnn_molecules import (
     GGNNMolecules,
     MoleculeInstance,
     unpack_atom,
-    update_attr,
 )
 
 __all__ = ["GGNNPyG", "GGNNUnbatched", "HandBatched", "Unbatched", "pyg_loss", "record",
@@ -59,10 +58,10 @@ def record(batch: DynamicBatch, wl: GGNNMolecules, instances: Sequence[MoleculeI
     for inst in instances:
         with batch.instance():
             h = [embed(attr=code) for code in inst.atom_codes]
-            attrs = [update_attr([t for _, t in srcs]) for srcs in inst.sources]
-            for _ in range(wl.rounds):
-                h = [update(h[v], *[h[u] for u, _ in srcs], attr=attr)
-                     for v, (srcs, attr) in enumerate(zip(inst.sources, attrs, strict=True))]
+            for _ in range(wl.rounds):  # each atom's state, then its neighbours' states
+                get = h.__getitem__
+                h = [update(*map(get, ops), attr=attr)
+                     for ops, attr in zip(inst.update_operands, inst.update_attrs)]
             add_loss(loss(readout(*h, attr=len(h)), attr=inst.target_code))
 
 

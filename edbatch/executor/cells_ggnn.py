@@ -20,6 +20,7 @@ executor in ``tests/workloads/test_ggnn_molecules.py``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,18 +29,31 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.data.molecules import BOND_TYPES
+from edbatch.executor import _fused
+from edbatch.executor._fused_ggnn import (
+    bond_buckets,
+    gate_backward,
+    gate_forward,
+    gru_backward_c,
+    gru_backward_r,
+    gru_gates,
+    gru_output,
+    repeated_nodes,
+)
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
-from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD
-from edbatch.executor.kernels import fast_tanh, slot_nodes
+from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD, TANH_GRAD_INTO
+from edbatch.executor.kernels import FAST_TANH_MIN, fast_tanh, untracked
 from edbatch.graph import OpType
 from edbatch.workloads.ggnn_molecules import COUNT_BITS, FEATURE_RANGES, OFFSETS, TARGET_SCALE
 
 __all__ = ["GGNNEmbed", "GGNNLoss", "GGNNReadout", "GGNNSqErr", "GGNNUpdate", "ggnn_embed",
            "ggnn_loss", "ggnn_readout", "ggnn_sq_err", "ggnn_update", "neighbour_sums",
-           "repeated_rows"]
+           "repeated_rows", "slot_rows"]
 
 _SIZES = tuple(hi - lo + 1 for lo, hi in FEATURE_RANGES)
+_RADIX = tuple(math.prod(_SIZES[:f]) for f in range(len(_SIZES)))
 _COUNT_MASK = (1 << COUNT_BITS) - 1
+_BONDS = len(BOND_TYPES)
 Grads = list[Tensor | None]
 
 
@@ -48,20 +62,58 @@ def _hidden(op: OpType) -> dict[str, int]:
     return {"H": op.out_shape[0]}
 
 
+def _tanh_(x: Tensor) -> Tensor:
+    """``x = tanh(x)`` in place, as :func:`~edbatch.executor.kernels.fast_tanh` computes it."""
+    if x.numel() < FAST_TANH_MIN or x.device.type != "cpu":
+        return x.tanh_()
+    return x.add_(x).sigmoid_().mul_(2.0).sub_(1.0)
+
+
+def _compiled(attrs: Tensor) -> bool:
+    """Whether the repeated rows' bookkeeping runs as one compiled loop (fused kernels on,
+    CPU attrs) instead of torch's index kernels."""
+    return _fused.enabled() and attrs.device.type == "cpu"
+
+
+def slot_rows(counts: Tensor, sizes: Sequence[int], sync_free: bool | None = None
+              ) -> tuple[Tensor, Tensor]:
+    """``(node, slot)`` (``int64[N]``) of every repeated operand row, slot after slot, each
+    slot's nodes ascending: ``node`` is ``cat(slot_nodes(counts, sizes))`` of
+    :func:`~edbatch.executor.kernels.slot_nodes`, in one ``nonzero`` of the ``[K, B]``
+    mask ``counts > k`` on the CPU; elsewhere (``sync_free``) the first ``N = sum(sizes)``
+    of its stable sort, with no synchronisation with the host."""
+    k = torch.arange(len(sizes), device=counts.device)
+    mask = counts.unsqueeze(0) > k.unsqueeze(1)
+    if not (counts.device.type != "cpu" if sync_free is None else sync_free):
+        slot, node = torch.nonzero(mask).unbind(1)
+        return node, slot
+    flat = torch.argsort(torch.logical_not(mask).view(-1).to(torch.uint8),
+                         stable=True)[:sum(sizes)]
+    size = counts.shape[0]
+    return flat.remainder(size), flat.div(size, rounding_mode="floor")
+
+
 def repeated_rows(slots: Sequence[Tensor], counts: Tensor) -> tuple[Tensor, Tensor]:
     """``(rows [N, d], segment int64[N])``: the repeated operand slots stacked, and the node
     (``0..B-1``) each row belongs to, from the nodes' repeated-operand ``counts``."""
-    segment = torch.cat(slot_nodes(counts, [t.shape[0] for t in slots]))
-    return torch.cat(list(slots)), segment
+    sizes = [t.shape[0] for t in slots]
+    segment = repeated_nodes(counts, sum(sizes), len(sizes)) if _compiled(counts) else \
+        slot_rows(counts, sizes)[0]
+    return (slots[0] if len(slots) == 1 else torch.cat(list(slots))), segment
 
 
-def _embed_rows(attrs: Tensor) -> list[Tensor]:
-    """The table rows each packed atom reads, one ``int64[B]`` per feature."""
-    rows, code = [], attrs
-    for offset, size in zip(OFFSETS, _SIZES, strict=True):
-        rows.append(offset + torch.remainder(code, size))
-        code = torch.div(code, size, rounding_mode="floor")
-    return rows
+_EMBED_CODES: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
+
+
+def _embed_rows(attrs: Tensor) -> Tensor:
+    """``int64[6, B]``: the table row each packed atom reads, one row per feature."""
+    if attrs.device not in _EMBED_CODES:
+        offset, radix, size = (torch.tensor(v, dtype=torch.int64, device=attrs.device)
+                               .unsqueeze(1) for v in (OFFSETS, _RADIX, _SIZES))
+        _EMBED_CODES[attrs.device] = (offset, radix, size)
+    offset, radix, size = _EMBED_CODES[attrs.device]
+    return torch.div(attrs.unsqueeze(0), radix, rounding_mode="floor").remainder_(size) \
+        .add_(offset)
 
 
 class GGNNEmbed(CellKind):
@@ -73,13 +125,11 @@ class GGNNEmbed(CellKind):
     dims = staticmethod(_hidden)
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: dict[str, Tensor] | None = None) -> Tensor:
-        out = None
-        for rows in _embed_rows(attrs):
-            row = F.embedding(rows, p.E)
-            out = row if out is None else out + row
-        assert out is not None
-        return out
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        rows = F.embedding(_embed_rows(attrs), p.E)  # [6, B, H]
+        if out is None:
+            return rows.sum(0)
+        return torch.sum(rows, 0, out=out) if untracked(rows) else out.copy_(rows.sum(0))
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -95,17 +145,18 @@ def neighbour_sums(slots: Sequence[Tensor], attrs: Tensor, bonds: int
     its in-degree per bond type, and the ``node * bonds + bond`` bucket of every repeated
     operand row (in :func:`repeated_rows` order), from the attrs of
     :func:`~edbatch.workloads.ggnn_molecules.update_attr`."""
-    counts = torch.bitwise_and(attrs, _COUNT_MASK)
-    size, hidden = attrs.shape[0], slots[0].shape[1] if slots else 0
     if not slots:
         return (attrs.new_zeros(0), attrs.new_zeros(0), attrs.new_zeros(0))
-    codes = torch.bitwise_right_shift(attrs, COUNT_BITS)
-    nodes = slot_nodes(counts, [t.shape[0] for t in slots])
-    index = torch.cat([n * bonds + torch.bitwise_and(
-        torch.bitwise_right_shift(codes[n], 2 * k), 3) for k, n in enumerate(nodes)])
-    rows = torch.cat(list(slots))
+    size, hidden, sizes = attrs.shape[0], slots[0].shape[1], [t.shape[0] for t in slots]
+    rows = slots[0] if len(slots) == 1 else torch.cat(list(slots))
+    if _compiled(attrs):
+        index, deg = bond_buckets(attrs, len(rows), len(sizes), bonds, COUNT_BITS, rows.dtype)
+    else:
+        node, slot = slot_rows(torch.bitwise_and(attrs, _COUNT_MASK), sizes)
+        codes = torch.bitwise_right_shift(attrs, COUNT_BITS).index_select(0, node)
+        index = torch.bitwise_right_shift(codes, slot + slot).bitwise_and_(3).add_(node * bonds)
+        deg = rows.new_zeros(size * bonds).index_add_(0, index, rows.new_ones(len(index)))
     s = rows.new_zeros(size * bonds, hidden).index_add_(0, index, rows)
-    deg = rows.new_zeros(size * bonds).index_add_(0, index, rows.new_ones(len(index)))
     return s.view(size, bonds * hidden), deg.view(size, bonds), index
 
 
@@ -116,99 +167,168 @@ class GGNNUpdate(CellKind):
     GRU with input ``a_v`` and state ``h_v``: ``[r z] = sig(W_rz [a; h] + b_rz)``;
     ``c = tanh(W_c [a; r*h] + b_c)``; ``h' = z*h + (1 - z)*c`` (as
     :func:`~edbatch.executor.cells.gru_step`). Operands: ``h_v``, then the neighbour
-    states; attr:
-    :func:`~edbatch.workloads.ggnn_molecules.update_attr` of their bond types."""
+    states; attr: :func:`~edbatch.workloads.ggnn_molecules.update_attr` of their bond types.
+
+    The GRU's weights are read as column blocks (no ``[a; h]`` is built): one GEMM of ``a``
+    by the stacked ``a`` blocks of ``W_rz`` and ``W_c`` gives ``[r z | c]``'s input part
+    (``G``, ``[B, 3H]``), the ``h`` and ``r*h`` blocks are added into it in place, and the
+    element-wise part runs in place in ``G`` (two compiled kernels where
+    :func:`~edbatch.executor._fused.usable`, else torch kernels); the backward mirrors it
+    with one ``[B, 3H]`` pre-activation gradient and per-batch weight gradients."""
 
     kind = "ggnn.update"
-    params = (*(Param(f"{w}{b}", shape) for b in range(len(BOND_TYPES))
+    params = (*(Param(f"{w}{b}", shape) for b in range(_BONDS)
                 for w, shape in (("A", "H, H"), ("c", "H"))),
               Param("W_rz", "2H, 2H"), Param("b_rz", "2H"), Param("W_c", "H, 2H"),
               Param("b_c", "H"))
-    saves = ("xh", "xc", "rz", "c", "h", "s", "deg", "index", "sizes")
+    saves = ("a", "h", "gates", "rh", "s", "deg", "index", "sizes")
     dims = staticmethod(_hidden)
 
     @staticmethod
     def _message_weights(p: Any) -> tuple[Tensor, Tensor]:
         """``([A_1 .. A_4] [H, 4H], [c_1; ..; c_4] [4, H])``."""
-        bonds = range(len(BOND_TYPES))
+        bonds = range(_BONDS)
         return (torch.cat([getattr(p, f"A{b}") for b in bonds], dim=1),
                 torch.stack([getattr(p, f"c{b}") for b in bonds]))
 
+    @staticmethod
+    def _input_weights(p: Any, hidden: int) -> tuple[Tensor, Tensor]:
+        """``([W_rz; W_c][:, :H] [3H, H], [b_rz; b_c] [3H])``: the ``a`` blocks, stacked."""
+        return (torch.cat([p.W_rz[:, :hidden], p.W_c[:, :hidden]]),
+                torch.cat([p.b_rz, p.b_c]))
+
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: dict[str, Tensor] | None = None) -> Tensor:
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         h = inputs[0]
         hidden = h.shape[1]
-        s, deg, index = neighbour_sums(inputs[1:], attrs, len(BOND_TYPES))
+        s, deg, index = neighbour_sums(inputs[1:], attrs, _BONDS)
         if len(inputs) > 1:
             weight, bias = self._message_weights(p)
             a = torch.addmm(deg @ bias, s, weight.t())
         else:
             a = h.new_zeros(h.shape)
-        xh = torch.cat([a, h], dim=1)
-        rz = torch.sigmoid(F.linear(xh, p.W_rz, p.b_rz))
-        xc = torch.cat([a, rz[:, :hidden] * h], dim=1)
-        c = fast_tanh(F.linear(xc, p.W_c, p.b_c))
+        w_a, b_a = self._input_weights(p, hidden)
+        w_rh, w_ch = p.W_rz[:, hidden:], p.W_c[:, hidden:]
+        if untracked(h, a, w_a, b_a):  # in place, into ``out``
+            g = torch.addmm(b_a, a, w_a.t())
+            g[:, :2 * hidden].addmm_(h, w_rh.t())
+            rh = torch.empty_like(h)
+            out = torch.empty_like(h) if out is None else out
+            fused = _fused.usable(g, h, rh, out)
+            if fused:
+                gru_gates(g, h, rh)
+            else:
+                torch.mul(g[:, :2 * hidden].sigmoid_()[:, :hidden], h, out=rh)
+            g[:, 2 * hidden:].addmm_(rh, w_ch.t())
+            if fused:
+                gru_output(g, h, out)
+            else:
+                c = _tanh_(g[:, 2 * hidden:])
+                torch.addcmul(c, g[:, hidden:2 * hidden], h - c, out=out)
+        else:  # autograd records: out of place
+            rz = torch.sigmoid(torch.addmm(b_a[:2 * hidden], a, w_a[:2 * hidden].t())
+                               + h @ w_rh.t())
+            rh = rz[:, :hidden] * h
+            c = fast_tanh(torch.addmm(b_a[2 * hidden:], a, w_a[2 * hidden:].t())
+                          + rh @ w_ch.t())
+            g = torch.cat([rz, c], dim=1)
+            y = torch.addcmul(c, rz[:, hidden:], h - c)
+            out = y if out is None else out.copy_(y)
         if save is not None:
-            save.update(xh=xh, xc=xc, rz=rz, c=c, h=h, s=s, deg=deg, index=index,
+            save.update(a=a, h=h, gates=g, rh=rh, s=s, deg=deg, index=index,
                         sizes=[t.shape[0] for t in inputs[1:]])
-        return torch.addcmul(c, rz[:, hidden:], h - c)  # z*h + (1 - z)*c in two kernels
+        return out
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        rz, c, h = saved.rz, saved.c, saved.h
+        g, h, rh, a = saved.gates, saved.h, saved.rh, saved.a
         hidden = h.shape[1]
-        r, z = rz[:, :hidden], rz[:, hidden:]
-        d_pre_c = TANH_GRAD(grad * (1.0 - z), c)
-        grads.linear(("W_c", "b_c"), d_pre_c, saved.xc)
-        d_xc = d_pre_c @ p.W_c
-        d_rh = d_xc[:, hidden:]
-        d_rz = torch.empty_like(rz)  # [d_r d_z] written in place, no cat
-        torch.mul(d_rh, h, out=d_rz[:, :hidden])
-        torch.mul(grad, h - c, out=d_rz[:, hidden:])
-        SIGMOID_GRAD(d_rz, rz, grad_input=d_rz)
-        grads.linear(("W_rz", "b_rz"), d_rz, saved.xh)
-        d_xh = d_rz @ p.W_rz
-        d_h = torch.addcmul(d_xh[:, hidden:], grad, z).addcmul_(d_rh, r)
+        w_a = self._input_weights(p, hidden)[0]
+        d = torch.empty_like(g)  # [d_r d_z d_c]: pre-activation gradients
+        d_h = torch.empty_like(h)
+        d_c = d[:, 2 * hidden:]
+        if _fused.usable(grad, g, h, d, d_h):
+            gru_backward_c(grad, g, h, d, d_h)
+            d_rh = d_c @ p.W_c[:, hidden:]
+            gru_backward_r(d_rh, g, h, d, d_h)
+        else:
+            r, z, c = g.split(hidden, 1)
+            torch.mul(grad, z, out=d_h)
+            TANH_GRAD_INTO(grad - d_h, c, grad_input=d_c)
+            d_z = d[:, hidden:2 * hidden]
+            SIGMOID_GRAD(torch.mul(grad, h - c, out=d_z), z, grad_input=d_z)
+            d_rh = d_c @ p.W_c[:, hidden:]
+            d_r = d[:, :hidden]
+            SIGMOID_GRAD(torch.mul(d_rh, h, out=d_r), r, grad_input=d_r)
+            d_h.addcmul_(d_rh, r)
+        d_h.addmm_(d[:, :2 * hidden], p.W_rz[:, hidden:])
+        d_a = d @ w_a
+        g_a, bias = d.t() @ a, d.sum(0)  # weight gradients per batch: no cat over batches
+        grads.add("W_rz", torch.cat([g_a[:2 * hidden], d[:, :2 * hidden].t() @ h], dim=1))
+        grads.add("W_c", torch.cat([g_a[2 * hidden:], d_c.t() @ rh], dim=1))
+        grads.add("b_rz", bias[:2 * hidden])
+        grads.add("b_c", bias[2 * hidden:])
         if not saved.index.numel():
             return [d_h]
-        d_a = d_xc[:, :hidden] + d_xh[:, :hidden]
         g_weight, g_bias = d_a.t() @ saved.s, saved.deg.t() @ d_a
-        for b in range(len(BOND_TYPES)):
+        for b in range(_BONDS):
             grads.add(f"A{b}", g_weight[:, b * hidden:(b + 1) * hidden])
             grads.add(f"c{b}", g_bias[b])
         weight = self._message_weights(p)[0]
-        d_rows = (d_a @ weight).view(-1, hidden)[saved.index]
+        d_rows = (d_a @ weight).view(-1, hidden).index_select(0, saved.index)
         return [d_h, *d_rows.split(saved.sizes)]
 
 
 class GGNNReadout(CellKind):
-    """``g = sum_v sig(W_i h_v + b_i) * tanh(W_j h_v + b_j)`` over each node's atoms."""
+    """``g = sum_v sig(W_i h_v + b_i) * tanh(W_j h_v + b_j)`` over each node's atoms (one
+    GEMM of the atoms' states by ``[W_i; W_j]``, the gate in place: one compiled kernel where
+    :func:`~edbatch.executor._fused.usable`)."""
 
     kind = "ggnn.readout"
     params = (Param("W_i", "H, H"), Param("b_i", "H"), Param("W_j", "H, H"), Param("b_j", "H"))
-    saves = ("rows", "segment", "s", "t", "sizes")
+    saves = ("rows", "segment", "gates", "sizes")
     dims = staticmethod(_hidden)
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: dict[str, Tensor] | None = None) -> Tensor:
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         rows, segment = repeated_rows(inputs, attrs)
-        s, t = torch.sigmoid(F.linear(rows, p.W_i, p.b_i)), fast_tanh(F.linear(rows, p.W_j, p.b_j))
+        hidden = rows.shape[1]
+        g = torch.addmm(torch.cat([p.b_i, p.b_j]), rows, torch.cat([p.W_i, p.W_j]).t())
+        if untracked(rows, g):
+            terms = torch.empty_like(rows)
+            if _fused.usable(g, terms):
+                gate_forward(g, terms)
+            else:
+                torch.mul(g[:, :hidden].sigmoid_(), _tanh_(g[:, hidden:]), out=terms)
+            out = terms.new_zeros(attrs.shape[0], hidden) if out is None else out.zero_()
+            out.index_add_(0, segment, terms)
+        else:
+            g = torch.cat([torch.sigmoid(g[:, :hidden]), fast_tanh(g[:, hidden:])], dim=1)
+            terms = g[:, :hidden] * g[:, hidden:]
+            y = terms.new_zeros(attrs.shape[0], hidden).index_add(0, segment, terms)
+            out = y if out is None else out.copy_(y)
         if save is not None:
-            save.update(rows=rows, segment=segment, s=s, t=t,
-                        sizes=[x.shape[0] for x in inputs])
-        terms = s * t
-        return terms.new_zeros(attrs.shape[0], terms.shape[1]).index_add(0, segment, terms)
+            save.update(rows=rows, segment=segment, gates=g, sizes=[x.shape[0] for x in inputs])
+        return out
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        s, t = saved.s, saved.t
-        g = grad[saved.segment]
-        d_i = g * t
-        SIGMOID_GRAD(d_i, s, grad_input=d_i)
-        d_j = TANH_GRAD(g * s, t)
-        grads.linear(("W_i", "b_i"), d_i, saved.rows)
-        grads.linear(("W_j", "b_j"), d_j, saved.rows)
-        d_rows = torch.addmm(d_i @ p.W_i, d_j, p.W_j)
+        g, rows = saved.gates, saved.rows
+        hidden = rows.shape[1]
+        d = torch.empty_like(g)
+        if _fused.usable(grad, g, d):
+            gate_backward(grad, saved.segment, g, d)
+        else:
+            x, (s, t) = grad.index_select(0, saved.segment), g.split(hidden, 1)
+            d_i, d_j = d[:, :hidden], d[:, hidden:]
+            SIGMOID_GRAD(torch.mul(x, t, out=d_i), s, grad_input=d_i)
+            TANH_GRAD_INTO(x.mul_(s), t, grad_input=d_j)
+        g_w, bias = d.t() @ rows, d.sum(0)
+        grads.add("W_i", g_w[:hidden])
+        grads.add("W_j", g_w[hidden:])
+        grads.add("b_i", bias[:hidden])
+        grads.add("b_j", bias[hidden:])
+        d_rows = d @ torch.cat([p.W_i, p.W_j])
         return list(d_rows.split(saved.sizes))
 
 

@@ -45,7 +45,7 @@ Granularities (same parameters):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +123,9 @@ class MoleculeInstance:
         sources: per atom, the ``(source atom, bond type)`` pairs of its incoming messages,
             in edge order.
         target_code: ``round(z * TARGET_SCALE)`` of the standardised target ``z``.
+        update_operands: per atom ``v``, the operands of its ``ggnn.update``: ``v``, then
+            its sources (derived from ``sources``).
+        update_attrs: per atom, the :func:`update_attr` of its incoming bond types (derived).
     """
 
     split: str
@@ -131,6 +134,15 @@ class MoleculeInstance:
     atom_codes: tuple[int, ...]
     sources: tuple[tuple[tuple[int, int], ...], ...]
     target_code: int
+    update_operands: tuple[tuple[int, ...], ...] = field(init=False, repr=False)
+    update_attrs: tuple[int, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        """Derive the per-atom update operands and attrs once (recording reads them)."""
+        object.__setattr__(self, "update_operands", tuple(
+            (v, *(u for u, _ in srcs)) for v, srcs in enumerate(self.sources)))
+        object.__setattr__(self, "update_attrs", tuple(
+            update_attr([t for _, t in srcs]) for srcs in self.sources))
 
     @property
     def n_atoms(self) -> int:
@@ -282,10 +294,10 @@ class GGNNMolecules(Workload):
     def _emit_cells(self, inst: MoleculeInstance, b: GraphBuilder) -> list[int]:
         p, add = _PREFIX, b.add
         h = [add(f"{p}.embed", attr=code) for code in inst.atom_codes]
-        attrs = [update_attr([t for _, t in srcs]) for srcs in inst.sources]
         for _ in range(self.rounds):
-            h = [add(f"{p}.update", h[v], *[h[u] for u, _ in srcs], attr=attr)
-                 for v, (srcs, attr) in enumerate(zip(inst.sources, attrs, strict=True))]
+            get = h.__getitem__
+            h = [add(f"{p}.update", *map(get, ops), attr=attr)
+                 for ops, attr in zip(inst.update_operands, inst.update_attrs, strict=True)]
         g = add(f"{p}.readout", *h, attr=len(h))
         return [add(f"{p}.loss", g, attr=inst.target_code)]
 

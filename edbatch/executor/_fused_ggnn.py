@@ -1,0 +1,183 @@
+"""Fused element-wise bodies of the GGNN cells (:mod:`~edbatch.executor.cells_ggnn`).
+
+As :mod:`~edbatch.executor._fused` does for the LSTM family: each function is one numba loop
+over numpy views of the torch tensors (zero copy), row by row, with the same ``tanh`` and
+``sigmoid`` (float32: the rational ``tanh``; float64: libm, so fused and unfused agree to
+rounding; ``tests/workloads/test_ggnn_molecules.py`` checks both paths, gradients included).
+The callers check :func:`~edbatch.executor._fused.usable` first; anything else (CUDA,
+autograd recording, other dtypes) runs their torch code.
+
+The GRU's blocks: ``P`` is ``[B, 3H]``, ``[r z | c]`` pre-activations in, activations out.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from edbatch.executor._fused import _jit, _sigmoid, _tanh
+
+__all__ = ["bond_buckets", "gate_backward", "gate_forward", "gru_backward_c",
+           "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes"]
+
+
+@_jit
+def _gates_row(r, z, h, rh):  # type: ignore[no-untyped-def]
+    for j in range(h.shape[0]):
+        x = _sigmoid(r[j])
+        r[j] = x
+        rh[j] = x * h[j]
+    for j in range(z.shape[0]):
+        z[j] = _sigmoid(z[j])
+
+
+@_jit
+def _gates(p, h, rh):  # type: ignore[no-untyped-def]
+    n = h.shape[1]
+    for b in range(p.shape[0]):
+        row = p[b]
+        _gates_row(row[:n], row[n:2 * n], h[b], rh[b])
+
+def gru_gates(p: Tensor, h: Tensor, rh: Tensor) -> None:
+    """In place ``P[:, :2H] = sigmoid(.)`` (``r z``), and ``rh = r * h``."""
+    _gates(p.numpy(), h.numpy(), rh.numpy())
+
+
+@_jit
+def _output_row(z, c, h, out):  # type: ignore[no-untyped-def]
+    for j in range(h.shape[0]):
+        x = _tanh(c[j])
+        c[j] = x
+        out[j] = x + z[j] * (h[j] - x)
+
+
+@_jit
+def _output(p, h, out):  # type: ignore[no-untyped-def]
+    n = h.shape[1]
+    for b in range(p.shape[0]):
+        row = p[b]
+        _output_row(row[n:2 * n], row[2 * n:3 * n], h[b], out[b])
+
+def gru_output(p: Tensor, h: Tensor, out: Tensor) -> None:
+    """In place ``P[:, 2H:] = c = tanh(.)``; ``out = z h + (1 - z) c``."""
+    _output(p.numpy(), h.numpy(), out.numpy())
+
+
+@_jit
+def _back_c_row(g, z, c, h, dz, dc, dh):  # type: ignore[no-untyped-def]
+    for j in range(h.shape[0]):
+        zj, cj, gj = z[j], c[j], g[j]
+        dc[j] = gj * (1 - zj) * (1 - cj * cj)
+        dz[j] = gj * (h[j] - cj) * zj * (1 - zj)
+        dh[j] = gj * zj
+
+
+@_jit
+def _back_c(g, p, h, d, dh):  # type: ignore[no-untyped-def]
+    n = h.shape[1]
+    for b in range(p.shape[0]):
+        row, drow = p[b], d[b]
+        _back_c_row(g[b], row[n:2 * n], row[2 * n:3 * n], h[b], drow[n:2 * n],
+                    drow[2 * n:3 * n], dh[b])
+
+def gru_backward_c(grad: Tensor, p: Tensor, h: Tensor, d: Tensor, dh: Tensor) -> None:
+    """From ``grad = d h'`` and the forward's ``P = [r z c]``: ``D[:, H:3H]`` = the
+    pre-activation gradients of ``z`` and ``c``, and ``dh = grad * z``."""
+    _back_c(grad.numpy(), p.numpy(), h.numpy(), d.numpy(), dh.numpy())
+
+
+@_jit
+def _back_r_row(d_rh, r, h, dr, dh):  # type: ignore[no-untyped-def]
+    for j in range(h.shape[0]):
+        rj, x = r[j], d_rh[j]
+        dr[j] = x * h[j] * rj * (1 - rj)
+        dh[j] += x * rj
+
+
+@_jit
+def _back_r(d_rh, p, h, d, dh):  # type: ignore[no-untyped-def]
+    n = h.shape[1]
+    for b in range(p.shape[0]):
+        _back_r_row(d_rh[b], p[b, :n], h[b], d[b, :n], dh[b])
+
+def gru_backward_r(d_rh: Tensor, p: Tensor, h: Tensor, d: Tensor, dh: Tensor) -> None:
+    """From ``d(r h)``: ``D[:, :H]`` = the pre-activation gradient of ``r``; ``dh += d_rh r``."""
+    _back_r(d_rh.numpy(), p.numpy(), h.numpy(), d.numpy(), dh.numpy())
+
+
+@_jit
+def _gate_row(s, t, terms):  # type: ignore[no-untyped-def]
+    for j in range(terms.shape[0]):
+        a, b = _sigmoid(s[j]), _tanh(t[j])
+        s[j], t[j] = a, b
+        terms[j] = a * b
+
+
+@_jit
+def _gate(g, terms):  # type: ignore[no-untyped-def]
+    n = terms.shape[1]
+    for b in range(g.shape[0]):
+        row = g[b]
+        _gate_row(row[:n], row[n:2 * n], terms[b])
+
+def gate_forward(g: Tensor, terms: Tensor) -> None:
+    """Readout gate in place: ``G = [sigmoid(.) | tanh(.)]`` (``[N, 2H]``), ``terms = s t``."""
+    _gate(g.numpy(), terms.numpy())
+
+
+@_jit
+def _gate_back_row(x, s, t, ds, dt):  # type: ignore[no-untyped-def]
+    for j in range(x.shape[0]):
+        a, b, xj = s[j], t[j], x[j]
+        ds[j] = xj * b * a * (1 - a)
+        dt[j] = xj * a * (1 - b * b)
+
+
+@_jit
+def _gate_back(grad, segment, g, d):  # type: ignore[no-untyped-def]
+    n = grad.shape[1]
+    for b in range(g.shape[0]):
+        row, drow = g[b], d[b]
+        _gate_back_row(grad[segment[b]], row[:n], row[n:2 * n], drow[:n], drow[n:2 * n])
+
+def gate_backward(grad: Tensor, segment: Tensor, g: Tensor, d: Tensor) -> None:
+    """Readout gate backward: ``D`` (``[N, 2H]``) = the pre-activation gradients, row ``n``
+    from ``grad[segment[n]]`` and the forward's ``G``."""
+    _gate_back(grad.numpy(), segment.numpy(), g.numpy(), d.numpy())
+
+
+# ---------------------------------------------------------------------- repeated operands
+@_jit
+def _rows(counts, codes, slots, bonds, node, index, deg):  # type: ignore[no-untyped-def]
+    r = 0
+    for k in range(slots):
+        for v in range(counts.shape[0]):
+            if counts[v] > k:
+                node[r] = v
+                if bonds:
+                    b = v * bonds + ((codes[v] >> (2 * k)) & 3)
+                    index[r] = b
+                    deg[b] += 1
+                r += 1
+
+
+def repeated_nodes(counts: Tensor, rows: int, slots: int) -> Tensor:
+    """``int64[rows]``: the node of every repeated operand row, slot after slot, each slot's
+    nodes ascending (``cat(slot_nodes(counts, sizes))``), in one compiled loop (CPU)."""
+    node = torch.empty(rows, dtype=torch.int64)
+    view = node.numpy()
+    _rows(counts.numpy(), view, slots, 0, view, view, view)
+    return node
+
+
+def bond_buckets(attrs: Tensor, rows: int, slots: int, bonds: int, count_bits: int,
+                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``(index int64[rows], deg [B * bonds])`` of ``ggnn.update`` attrs (CPU): each repeated
+    row's ``node * bonds + bond type`` bucket and each bucket's row count, in one compiled
+    loop (the attr's low ``count_bits`` bits count the rows, then 2 bits per bond type)."""
+    index = torch.empty(rows, dtype=torch.int64)
+    deg = torch.zeros(attrs.shape[0] * bonds, dtype=dtype)
+    a = attrs.numpy()
+    _rows(a & ((1 << count_bits) - 1), a >> count_bits, slots, bonds, index.numpy(),
+          index.numpy(), deg.numpy())
+    return index, deg
