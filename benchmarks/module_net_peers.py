@@ -33,6 +33,9 @@ Same equations (:mod:`edbatch.workloads.module_net`), parameters (the dict of
   bodies off (``TorchExecutor(fused=False)``: ``relate`` as its torch body), the before of
   an interleaved before/after; ``--only NAME ...`` keeps only those contenders (the first
   one kept is then the loss reference, else the unbatched loop).
+* ``--clock cpu`` times the in-process contenders in this thread's CPU time
+  (``time.thread_time``), which the other processes of a loaded machine do not inflate
+  (the floor included; not with DyNet, whose workers time themselves in wall-clock time).
 
 :func:`main` interleaves them on reshuffled training mini-batches (1 thread; every
 contender runs forward and backward on the same mini-batch, in a shuffled order), checks
@@ -308,10 +311,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
                     help="add edbatch/critical_path/unfused (compiled cell bodies off)")
     ap.add_argument("--only", nargs="*", default=None,
                     help="contenders to keep (names as printed, e.g. edbatch/learned)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="time contenders in wall-clock or this thread's CPU time")
     ap.add_argument("--dynet", type=int, nargs="*", choices=(1, 2),
                     default=[1] if importlib.util.find_spec("dynet") else [],
                     help="DyNet autobatch modes to run (1 agenda, 2 depth; none: no DyNet)")
     args = ap.parse_args(argv)
+    if args.clock == "cpu" and args.dynet:
+        ap.error(f"--clock cpu cannot time the DyNet workers (--dynet {args.dynet}: they time "
+                 f"themselves in wall-clock time); pass --dynet with no mode, or --clock wall")
     torch.set_num_threads(1)
     workload = ModuleNet(hidden_dim=args.hidden_dim)
     params = init_params(workload, torch.Generator().manual_seed(args.seed))
@@ -349,6 +357,7 @@ def _interleave(args: argparse.Namespace, train: Sequence[QuestionInstance],
     rng, order_rng = np.random.default_rng(args.seed), random.Random(args.seed)
     gen, shapes = torch.Generator().manual_seed(args.seed), ctx.workload.param_shapes()
     stats: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    clock = time.perf_counter if args.clock == "wall" else time.thread_time
     for r in range(args.rounds):
         perm = rng.permutation(len(train))
         for m in range(args.minibatches + (args.warmup if r == 0 else 0)):
@@ -368,16 +377,18 @@ def _interleave(args: argparse.Namespace, train: Sequence[QuestionInstance],
             order_rng.shuffle(names)
             losses = {}
             for name in names:
-                start = time.perf_counter()
+                start = clock()
                 if name == "floor":
                     seconds: float | None = sum(floor.run().values())
+                    if args.clock == "cpu":
+                        seconds = None
                     loss, batches = float("nan"), -1
                 else:
                     loss, batches, seconds = _step(name, insts, params, ctx, counted)
                     losses[name] = loss
                 if counted:
                     stats[name].append((batches, seconds if seconds is not None
-                                        else time.perf_counter() - start))
+                                        else clock() - start))
             ref = losses[reference]
             bad = {k: v for k, v in losses.items() if abs(v - ref) > 1e-4 * abs(ref)}
             if bad:

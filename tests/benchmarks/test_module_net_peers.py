@@ -112,6 +112,12 @@ def test_benchmark_runs_the_unfused_bodies_and_only_the_named_contenders() -> No
     (their losses checked against each other in ``main``), nothing else run."""
     names = ["edbatch/critical_path", "edbatch/critical_path/unfused"]
     out = main(["--minibatches", "1", "--warmup", "0", "--batch-size", "4",
-                "--hidden-dim", "4", "--dynet", "--unfused", "--only", *names])
+                "--hidden-dim", "4", "--dynet", "--unfused", "--clock", "cpu", "--only", *names])
     assert sorted(out) == names
     assert out[names[0]]["batches"] == out[names[1]]["batches"] > 0
+
+
+def test_cpu_clock_refuses_the_dynet_workers(capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit):
+        main(["--clock", "cpu", "--dynet", "1"])
+    assert "--clock cpu cannot time the DyNet workers" in capsys.readouterr().err
