@@ -112,7 +112,7 @@ class Filter(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
         rows = inputs[1].reshape(-1, p.w.shape[0])  # [B * N, F]
-        s = torch.sigmoid_(torch.addmv(p.b, rows, p.w)).reshape(inputs[0].shape)
+        s = torch.sigmoid_(torch.addmv(p.b, rows, p.w)).view(-1, MAX_OBJECTS)
         if save is not None:
             save.update(att=inputs[0], f=rows, s=s)
         return torch.mul(inputs[0], s, out=out) if out is not None else inputs[0] * s
@@ -122,9 +122,9 @@ class Filter(CellKind):
         s = saved.s
         d_z = grad * saved.att
         SIGMOID_GRAD(d_z, s, grad_input=d_z)
-        flat = d_z.reshape(-1, 1)
+        flat = d_z.view(-1, 1)  # fresh tensors: views
         grads.linear(("w", "b"), flat, saved.f)  # one matmul per type for the whole run
-        return [grad * s, torch.mul(flat, p.w).reshape(len(grad), -1)]
+        return [grad * s, torch.mul(flat, p.w).view(grad.shape[0], -1)]
 
 
 class Relate(CellKind):
@@ -326,26 +326,24 @@ class Compare(CellKind):
     kind = f"{_P}.compare"
     inputs = ("x", "y")
     params = (Param("W", "H, 3H"), Param("b", "H"))
-    saves = ("xy", "y")
+    saves = ("x", "y", "xy", "out")
     dims = staticmethod(lambda op: {"H": op.out_shape[0]})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
         x, y = inputs
         xy = torch.cat([x, y, x * y], dim=1)
-        y = _tanh(F.linear(xy, p.W, p.b), out)
+        h = _tanh(F.linear(xy, p.W, p.b), out)
         if save is not None:
-            save.update(xy=xy, y=y)
-        return y
+            save.update(x=x, y=y, xy=xy, out=h)
+        return h
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        dz = TANH_GRAD(grad, saved.y)
+        dz = TANH_GRAD(grad, saved.out)
         grads.linear(("W", "b"), dz, saved.xy)
-        d = dz @ p.W
-        x, y, _ = saved.xy.chunk(3, dim=1)
-        d_x, d_y, d_xy = d.chunk(3, dim=1)
-        return [d_x + d_xy * y, d_y + d_xy * x]
+        d_x, d_y, d_xy = (dz @ p.W).chunk(3, dim=1)
+        return [torch.addcmul(d_x, d_xy, saved.y), torch.addcmul(d_y, d_xy, saved.x)]
 
 
 class EqualObject(CellKind):
