@@ -29,6 +29,13 @@ Same equations (:mod:`edbatch.workloads.module_net`), parameters (the dict of
   lookahead, whatever the artifact's ``lookahead`` says). ``--split test`` draws the
   mini-batches from questions no policy was trained on; ``--hidden-dim 64`` with small
   cells is where the per-batch cost dominates.
+* ``--unfused`` adds ``edbatch/critical_path/unfused``: the same run with the compiled cell
+  bodies off (``TorchExecutor(fused=False)``: ``relate`` as its torch body), the before of
+  an interleaved before/after; ``--only NAME ...`` keeps only those contenders (the first
+  one kept is then the loss reference, else the unbatched loop).
+* ``--clock cpu`` times the in-process contenders in this thread's CPU time
+  (``time.thread_time``), which the other processes of a loaded machine do not inflate
+  (the floor included; not with DyNet, whose workers time themselves in wall-clock time).
 
 :func:`main` interleaves them on reshuffled training mini-batches (1 thread; every
 contender runs forward and backward on the same mini-batch, in a shuffled order), checks
@@ -230,6 +237,7 @@ def _edbatch(workload: ModuleNet, insts: Sequence[QuestionInstance],
 class _Context:
     workload: ModuleNet
     executor: TorchExecutor
+    unfused: TorchExecutor
     auto: AutoBatching
     schedulers: dict[str, Any]
     dynet: dict[str, DynetServer]
@@ -274,7 +282,8 @@ def _step(name: str, insts: Sequence[QuestionInstance], params: Mapping[str, Ten
     else:
         sched = ctx.auto.current().scheduler if name == "auto" else \
             ctx.schedulers[name.split("/")[1]]
-        loss, batches = _edbatch(ctx.workload, insts, params, sched, "aligned", ctx.executor)
+        executor = ctx.unfused if name.endswith("/unfused") else ctx.executor
+        loss, batches = _edbatch(ctx.workload, insts, params, sched, "aligned", executor)
     if name != "auto" or not counted:
         loss.backward()
     for p in params.values():
@@ -298,10 +307,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
                     help="a learned FSM or priority artifact (policy.json): contender "
                          "edbatch/learned")
     ap.add_argument("--split", default="train", help="questions to draw mini-batches from")
+    ap.add_argument("--unfused", action="store_true",
+                    help="add edbatch/critical_path/unfused (compiled cell bodies off)")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="contenders to keep (names as printed, e.g. edbatch/learned)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="time contenders in wall-clock or this thread's CPU time")
     ap.add_argument("--dynet", type=int, nargs="*", choices=(1, 2),
                     default=[1] if importlib.util.find_spec("dynet") else [],
                     help="DyNet autobatch modes to run (1 agenda, 2 depth; none: no DyNet)")
     args = ap.parse_args(argv)
+    if args.clock == "cpu" and args.dynet:
+        ap.error(f"--clock cpu cannot time the DyNet workers (--dynet {args.dynet}: they time "
+                 f"themselves in wall-clock time); pass --dynet with no mode, or --clock wall")
     torch.set_num_threads(1)
     workload = ModuleNet(hidden_dim=args.hidden_dim)
     params = init_params(workload, torch.Generator().manual_seed(args.seed))
@@ -313,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     auto = AutoBatching(make_candidates(), trials=1)
     heuristics = list(HEURISTICS)
     with tempfile.TemporaryDirectory(prefix="module_net_peers-") as folder:
-        ctx = _Context(workload, TorchExecutor("cpu"), auto,
+        ctx = _Context(workload, TorchExecutor("cpu"), TorchExecutor("cpu", fused=False), auto,
                        {h: make_scheduler(h) for h in HEURISTICS},
                        _dynet_workers(args, params, folder), args.split)
         try:
@@ -339,6 +357,7 @@ def _interleave(args: argparse.Namespace, train: Sequence[QuestionInstance],
     rng, order_rng = np.random.default_rng(args.seed), random.Random(args.seed)
     gen, shapes = torch.Generator().manual_seed(args.seed), ctx.workload.param_shapes()
     stats: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    clock = time.perf_counter if args.clock == "wall" else time.thread_time
     for r in range(args.rounds):
         perm = rng.permutation(len(train))
         for m in range(args.minibatches + (args.warmup if r == 0 else 0)):
@@ -349,30 +368,39 @@ def _interleave(args: argparse.Namespace, train: Sequence[QuestionInstance],
                                           shapes, hoist=False), True, gen)
             names = ["unbatched", "suarez", *(f"edbatch/{h}" for h in heuristics), "auto",
                      *ctx.dynet, "floor"]
+            if args.unfused:
+                names.append("edbatch/critical_path/unfused")
+            if args.only is not None:
+                names = [n for n in names if n in args.only]
+            reference = "unbatched" if "unbatched" in names else next(
+                n for n in names if n != "floor")
             order_rng.shuffle(names)
             losses = {}
             for name in names:
-                start = time.perf_counter()
+                start = clock()
                 if name == "floor":
                     seconds: float | None = sum(floor.run().values())
+                    if args.clock == "cpu":
+                        seconds = None
                     loss, batches = float("nan"), -1
                 else:
                     loss, batches, seconds = _step(name, insts, params, ctx, counted)
                     losses[name] = loss
                 if counted:
                     stats[name].append((batches, seconds if seconds is not None
-                                        else time.perf_counter() - start))
-            ref = losses["unbatched"]
+                                        else clock() - start))
+            ref = losses[reference]
             bad = {k: v for k, v in losses.items() if abs(v - ref) > 1e-4 * abs(ref)}
             if bad:
-                raise SystemExit(f"losses disagree with the unbatched loop ({ref}): {bad}")
+                raise SystemExit(f"losses disagree with {reference} ({ref}): {bad}")
     return stats
 
 
 def _report(stats: Mapping[str, list[tuple[int, float]]], auto: AutoBatching
             ) -> dict[str, dict[str, float]]:
-    base = float(np.median([t for _, t in stats["unbatched"]]))
-    floor = float(np.median([t for _, t in stats["floor"]]))
+    nan = [(0, float("nan"))]
+    base = float(np.median([t for _, t in stats.get("unbatched", nan)]))
+    floor = float(np.median([t for _, t in stats.get("floor", nan)]))
     out = {}
     print(f"{'contender':26s} {'batches':>8s} {'ms/minibatch':>13s} {'vs unbatched':>13s} "
           f"{'xfloor':>8s}")
@@ -383,7 +411,7 @@ def _report(stats: Mapping[str, list[tuple[int, float]]], auto: AutoBatching
         shown = f"{b:8.1f}" if b >= 0 else f"{'-':>8s}"
         print(f"{name:26s} {shown} {1e3 * t:13.1f} {base / t:12.2f}x {t / floor:8.1f}")
     print(f"auto: {auto.summary()['chosen']}; losses agree within 1e-4 on every mini-batch "
-          f"(medians over {len(stats['unbatched'])} mini-batches; floor: the critical_path "
+          f"(medians over {len(next(iter(stats.values())))} mini-batches; floor: the critical_path "
           f"schedule's GEMMs alone)")
     return out
 

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor import cells_module_net_fused as fused
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD
 from edbatch.executor.cells_module_net_scene import Object, Objects, Start
@@ -73,15 +74,15 @@ def _pairs(att: Tensor, score: Tensor, mask: Tensor, save: Saves = None,
     s_off = torch.sigmoid_(score) * _off(score)  # score: the caller's temporary
     t = torch.bmm(att.unsqueeze(1), s_off).squeeze(1)
     if save is not None:
-        save.update(f=save["f"], att=att, sg=s_off, t=t)
+        save.update(att=att, sg=s_off, t=t)
     return torch.mul(t, mask, out=out) if out is not None else t * mask
 
 
-def _pairs_backward(saved: Any, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(d att, d score, d mask)`` of :func:`_pairs`. ``saved.sg`` is ``sig(score)`` with
-    a zero diagonal, so ``sig'`` through it is ``sig (1 - sig)`` off the diagonal and 0 on
-    it, as the masked product needs."""
-    f, att, s_off, t = saved.f, saved.att, saved.sg, saved.t
+def _pairs_backward(saved: Any, grad: Tensor, f: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(d att, d score, d mask)`` of :func:`_pairs` (``f``: the ``(B, N, F)`` scene).
+    ``saved.sg`` is ``sig(score)`` with a zero diagonal, so ``sig'`` through it is
+    ``sig (1 - sig)`` off the diagonal and 0 on it, as the masked product needs."""
+    att, s_off, t = saved.att, saved.sg, saved.t
     d_t = grad * f[:, :, 0]
     d_att = torch.bmm(s_off, d_t.unsqueeze(2)).squeeze(2)
     d_score = att.unsqueeze(2) * d_t.unsqueeze(1)
@@ -111,7 +112,7 @@ class Filter(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
         rows = inputs[1].reshape(-1, p.w.shape[0])  # [B * N, F]
-        s = torch.sigmoid_(torch.addmv(p.b, rows, p.w)).reshape(inputs[0].shape)
+        s = torch.sigmoid_(torch.addmv(p.b, rows, p.w)).view(-1, MAX_OBJECTS)
         if save is not None:
             save.update(att=inputs[0], f=rows, s=s)
         return torch.mul(inputs[0], s, out=out) if out is not None else inputs[0] * s
@@ -121,13 +122,14 @@ class Filter(CellKind):
         s = saved.s
         d_z = grad * saved.att
         SIGMOID_GRAD(d_z, s, grad_input=d_z)
-        flat = d_z.reshape(-1, 1)
+        flat = d_z.view(-1, 1)  # fresh tensors: views
         grads.linear(("w", "b"), flat, saved.f)  # one matmul per type for the whole run
-        return [grad * s, torch.mul(flat, p.w).reshape(len(grad), -1)]
+        return [grad * s, torch.mul(flat, p.w).view(grad.shape[0], -1)]
 
 
 class Relate(CellKind):
-    """``relate[r]``: ``mask_j sum_{i != j} att_i sig(u . (f_j - f_i) + c)``."""
+    """``relate[r]``: ``mask_j sum_{i != j} att_i sig(u . (f_j - f_i) + c)`` (fused:
+    :mod:`.cells_module_net_fused`)."""
 
     kind = f"{_P}.relate"
     inputs = ("att", "scene")
@@ -137,17 +139,29 @@ class Relate(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
-        f = _scene(inputs[1])
+        att, scene = inputs
+        if fused.usable(att, scene):
+            y, sg, t = fused.relate_forward(att, scene, p.u, p.c, out)
+            if save is not None:
+                save.update(f=scene, att=att, sg=sg, t=t)
+            return y
+        f = _scene(scene)
         proj = f @ p.u
         score = proj.unsqueeze(1) - proj.unsqueeze(2) + p.c  # [b, i, j] = proj_j - proj_i
         if save is not None:
-            save["f"] = f
-        return _pairs(inputs[0], score, f[:, :, 0], save, out)
+            save["f"] = scene
+        return _pairs(att, score, f[:, :, 0], save, out)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        f = saved.f
-        d_att, d_score, d_mask = _pairs_backward(saved, grad)
+        if fused.usable(grad, saved.att):
+            d_att, d_scene, du, dc = fused.relate_backward(grad, saved.att, saved.sg,
+                                                           saved.t, saved.f, p.u)
+            grads.add("u", du)
+            grads.add("c", dc)
+            return [d_att, d_scene]
+        f = _scene(saved.f)
+        d_att, d_score, d_mask = _pairs_backward(saved, grad, f)
         grads.add("c", d_score.sum().reshape(1))
         d_proj = d_score.sum(1) - d_score.sum(2)
         grads.linear(("u",), d_proj.reshape(-1, 1), f.reshape(-1, f.shape[2]))
@@ -175,8 +189,8 @@ class Same(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        d_att, d_score, d_mask = _pairs_backward(saved, grad)
         f = saved.f
+        d_att, d_score, d_mask = _pairs_backward(saved, grad, f)
         grads.add("c", d_score.sum().reshape(1))
         a = torch.bmm(d_score, f)  # [b, i] = sum_j d_ij f_j
         width = f.shape[2]
@@ -312,26 +326,24 @@ class Compare(CellKind):
     kind = f"{_P}.compare"
     inputs = ("x", "y")
     params = (Param("W", "H, 3H"), Param("b", "H"))
-    saves = ("xy", "y")
+    saves = ("x", "y", "xy", "out")
     dims = staticmethod(lambda op: {"H": op.out_shape[0]})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
         x, y = inputs
         xy = torch.cat([x, y, x * y], dim=1)
-        y = _tanh(F.linear(xy, p.W, p.b), out)
+        h = _tanh(F.linear(xy, p.W, p.b), out)
         if save is not None:
-            save.update(xy=xy, y=y)
-        return y
+            save.update(x=x, y=y, xy=xy, out=h)
+        return h
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        dz = TANH_GRAD(grad, saved.y)
+        dz = TANH_GRAD(grad, saved.out)
         grads.linear(("W", "b"), dz, saved.xy)
-        d = dz @ p.W
-        x, y, _ = saved.xy.chunk(3, dim=1)
-        d_x, d_y, d_xy = d.chunk(3, dim=1)
-        return [d_x + d_xy * y, d_y + d_xy * x]
+        d_x, d_y, d_xy = (dz @ p.W).chunk(3, dim=1)
+        return [torch.addcmul(d_x, d_xy, saved.y), torch.addcmul(d_y, d_xy, saved.x)]
 
 
 class EqualObject(CellKind):

@@ -104,3 +104,20 @@ def test_profile_script_reports_every_phase() -> None:
     out = module_net_profile.main(["--minibatches", "1", "--profiled", "1", "--hidden-dim", "8"])
     assert set(module_net_profile.PHASES) | set(module_net_profile.PARTS) <= out.keys()
     assert out["total"] >= out["forward"] > 0 and 0 < out["cell forwards"] < 100
+
+
+@pytest.mark.slow
+def test_benchmark_runs_the_unfused_bodies_and_only_the_named_contenders() -> None:
+    """``--unfused --only``: the compiled and the torch cell bodies on the same mini-batch
+    (their losses checked against each other in ``main``), nothing else run."""
+    names = ["edbatch/critical_path", "edbatch/critical_path/unfused"]
+    out = main(["--minibatches", "1", "--warmup", "0", "--batch-size", "4",
+                "--hidden-dim", "4", "--dynet", "--unfused", "--clock", "cpu", "--only", *names])
+    assert sorted(out) == names
+    assert out[names[0]]["batches"] == out[names[1]]["batches"] > 0
+
+
+def test_cpu_clock_refuses_the_dynet_workers(capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit):
+        main(["--clock", "cpu", "--dynet", "1"])
+    assert "--clock cpu cannot time the DyNet workers" in capsys.readouterr().err
