@@ -102,14 +102,19 @@ def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None
     n = len(attrs) if attrs is not None else len(operands[0]) if operands else 0
     kind, rec = self.kind, self.batch._rec
     ok = kind is not None and (attrs is None) is not self.takes_attr and \
-        len(operands) == len(self.in_shapes) and all(len(o) == n for o in operands)
-    ids = []
-    for slot, want in zip(operands, self.in_shapes):
-        got = node_ids(slot, rec, want) if ok else None
-        if got is None:
-            ok = False
-            break
-        ids.append(got)
+        len(operands) == len(self.in_shapes)
+    ids: list[Sequence[int]] = []
+    if ok:
+        for slot, want in zip(operands, self.in_shapes):
+            if type(slot) is Handles and slot.rec is rec and slot.n == n and \
+                    slot.shape == want:  # (one check for the block)
+                ids.append(range(slot.first, slot.first + n))
+                continue
+            got = node_ids(slot, rec, want) if len(slot) == n else None
+            if got is None:
+                ok = False
+                break
+            ids.append(got)
     if not ok:
         hs = [self.checked([o[i] for o in operands], None if attrs is None else attrs[i])
               for i in range(n)]
