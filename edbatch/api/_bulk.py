@@ -4,6 +4,7 @@ instead of one call per node (see docs/api.md and ``examples/moe_routing.py``)."
 
 from __future__ import annotations
 
+import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +13,8 @@ import numpy as np
 from edbatch.api._handles import Cell, Handle, Kind, Recording, fresh_handle
 from edbatch.errors import GraphError
 
-__all__ = ["Handles", "add_losses", "cell_map", "int_list", "interleave", "node_ids", "switch"]
+__all__ = ["Handles", "add_losses", "cell_map", "int_array", "int_list", "interleave", "node_ids",
+           "switch"]
 
 
 class Handles(Sequence[Handle]):
@@ -89,6 +91,16 @@ def int_list(values: Sequence[int]) -> list[int]:
             raise GraphError(f"attrs must be integers, got an array of {values.dtype}")
         return values.tolist()  # type: ignore[no-any-return]
     return list(map(int, values))
+
+
+def int_array(values: list[int], start: int, stop: int, code: str) -> np.ndarray:  # type: ignore[type-arg]
+    """``values[start:stop]`` (Python ints) as a writable ``int64`` (``code`` ``"q"``) or
+    ``int32`` (``"i"``) array, through :mod:`array` (about half ``np.array``'s time)."""
+    if start == 0 and stop == len(values):
+        buf = array.array(code, values)
+    else:
+        buf = array.array(code, values[start:stop])
+    return np.frombuffer(buf, np.int64 if code == "q" else np.int32)
 
 
 def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None = None
