@@ -84,11 +84,12 @@ def interleave(ids: Sequence[Sequence[int]]) -> list[int]:
     return out
 
 
-def int_list(values: Sequence[int]) -> list[int]:
+def int_list(values: Sequence[int], what: str = "attrs") -> list[int]:
     """``values`` (ints, or a numpy integer array) as a list of Python ints."""
     if type(values) is np.ndarray:
         if values.dtype.kind not in "iu":
-            raise GraphError(f"attrs must be integers, got an array of {values.dtype}")
+            raise GraphError(f"{what} must be integers, got an array of {values.dtype}; "
+                             f"convert it with .astype(int)")
         return values.tolist()  # type: ignore[no-any-return]
     return list(map(int, values))
 
@@ -181,7 +182,7 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
                          f"{[len(o) for o in operands]} (or no cells); pass one of each "
                          f"per node")
     if type(choices) is np.ndarray:
-        choices = int_list(choices)
+        choices = int_list(choices, "switch: choices")
     if n and (min(choices) < 0 or max(choices) >= len(cells)):
         bad = [c for c in choices if not 0 <= c < len(cells)]
         raise GraphError(f"switch: choice {bad[0]} is not a cell index 0..{len(cells) - 1}")

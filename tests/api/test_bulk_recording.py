@@ -116,6 +116,8 @@ def test_bulk_losses_and_numpy_inputs_are_checked() -> None:
             b.add_loss(xs)
         with pytest.raises(GraphError, match="attrs must be integers"):
             c["embed"].map(attrs=np.array([1.0, 2.0]))
+        with pytest.raises(GraphError, match="choices must be integers"):
+            switch([c["a"], c["b"]], np.array([0.0, 1.0]), xs)
         with pytest.raises(GraphError, match="choice 5 is not a cell index"):
             switch([c["a"], c["b"]], np.array([0, 5]), xs)
         n = len(b._rec.ops)
