@@ -2,7 +2,7 @@
 
 ``python benchmarks/moe_routing.py``: the ``moe`` workload's model (``examples/moe_routing.py``:
 noisy top-2-of-8 gating, two MoE layers, UPOS tagging of EWT sentences) for one training
-step (forward and backward, gate noise on) per mini-batch of 64 sentences, three contenders
+step (forward and backward, gate noise on) per mini-batch of 64 sentences, the contenders
 on the same parameters, interleaved in a new random order on a freshly drawn (reshuffled)
 mini-batch each repeat, one CPU thread:
 
@@ -18,8 +18,8 @@ mini-batch each repeat, one CPU thread:
   (``benchmarks/_moe_dynet.py``; timed in the worker, its loss checked against the hand
   model's in float32). ``--no-dynet`` leaves it out.
 
-Before timing, the three losses and all gradients are checked equal in float64. Printed:
-the median milliseconds per step of each, the ratios, the *cell time* (Suarez's terms:
+Before timing, the three PyTorch losses and all gradients are checked equal in float64.
+Printed: the median milliseconds per step of each, the ratios, the *cell time* (Suarez's terms:
 seconds inside the cells' forward, ``gate``/``expert``/``combine``/``classify`` modules,
 per-token loop against edbatch) and edbatch's time by phase (recording, graph, schedule,
 memory plan, forward execution, reads; the rest of its step is backward). Timings depend
