@@ -2,7 +2,7 @@
 
 ``python benchmarks/moe_routing.py``: the ``moe`` workload's model (``examples/moe_routing.py``:
 noisy top-2-of-8 gating, two MoE layers, UPOS tagging of EWT sentences) for one training
-step (forward and backward, gate noise on) per mini-batch of 64 sentences, three contenders
+step (forward and backward, gate noise on) per mini-batch of 64 sentences, the contenders
 on the same parameters, interleaved in a new random order on a freshly drawn (reshuffled)
 mini-batch each repeat, one CPU thread:
 
@@ -12,10 +12,14 @@ mini-batch each repeat, one CPU thread:
   per expert the (token, slot) pairs routed to it (one sort of the flat choices, then one
   ``index_select``, expert call and ``index_add`` per expert);
 * ``per_token``: the per-instance loop (Suarez et al.'s baseline): each token alone through
-  the same modules.
+  the same modules;
+* ``dynet``: DyNet 2.2 (autobatch 1, the agenda) in a worker process, the sentences
+  interleaved by hand in one graph, one ``dy.forward`` per layer before reading the gates
+  (``benchmarks/_moe_dynet.py``; timed in the worker, its loss checked against the hand
+  model's in float32). ``--no-dynet`` leaves it out.
 
-Before timing, the three losses and all gradients are checked equal in float64. Printed:
-the median milliseconds per step of each, the ratios, the *cell time* (Suarez's terms:
+Before timing, the three PyTorch losses and all gradients are checked equal in float64.
+Printed: the median milliseconds per step of each, the ratios, the *cell time* (Suarez's terms:
 seconds inside the cells' forward, ``gate``/``expert``/``combine``/``classify`` modules,
 per-token loop against edbatch) and edbatch's time by phase (recording, graph, schedule,
 memory plan, forward execution, reads; the rest of its step is backward). Timings depend
@@ -30,7 +34,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +126,57 @@ def _check(moe: Any, workload: MoETagger, insts: Sequence[Any], scheduler: str) 
     return worst
 
 
+def _dynet_server(model: Any, dim: int, check: Sequence[Any]) -> Any:
+    """The DyNet worker on ``model``'s parameters, its float32 loss on ``check`` compared
+    with the hand model's (printed; more than 1e-4 relative raises)."""
+    import tempfile
+
+    from benchmarks._dynet_server import DynetServer
+    from benchmarks.dynet_peer import save_params
+    folder = tempfile.mkdtemp(prefix="moe_dynet_")
+    path = save_params(Path(folder) / "params.npz", model.params())
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "_moe_dynet.py"), "--params", str(path),
+           "--dim", str(dim), "--noise-round", str(model.workload.noise_round),
+           "--max-sentences", str(model.workload.max_sentences or 0)]
+    server = DynetServer(cmd, {**os.environ, "PYTHONPATH": str(ROOT)}, ROOT)
+    _, got = server.run("train", 0, [i.index for i in check], "train")
+    with torch.no_grad():
+        want = hand_loss(model, check).item()
+    rel = abs(got - want) / abs(want)
+    print(f"dynet check: loss {got:.6f} against the hand model's {want:.6f} "
+          f"(relative {rel:.1e}, float32)")
+    if rel > 1e-4:
+        server.close()
+        raise AssertionError(f"the DyNet peer's loss {got} differs from {want}")
+    return server
+
+
+def _timed(name: str, fn: Callable[[list[Any]], Any], chunk: list[Any]) -> float:
+    """Seconds of one training step of contender ``name`` (DyNet's: its phases, in the
+    worker)."""
+    if name == "dynet":
+        return float(sum(fn(chunk).values()))
+    t0 = time.perf_counter()
+    fn(chunk).backward()
+    return time.perf_counter() - t0
+
+
+def _cell_times(model: Any, chunk: list[Any], runs: Mapping[str, Any],
+                cells: dict[str, list[float]], scheduler: str) -> None:
+    """Append the cell time (forward inside the cells, no grad) of edbatch and the
+    per-token loop on ``chunk`` (those of them in ``runs``)."""
+    for name in cells:
+        if name in runs:
+            with torch.no_grad():
+                clock = CellClock(model)
+                if name == "edbatch":
+                    model.run(chunk, scheduler, grad=False)
+                else:
+                    per_token_loss(model, chunk)
+                clock.remove()
+            cells[name].append(clock.total)
+
+
 class CellClock:
     """Seconds inside the forward of the model's cell modules (Suarez's cell time)."""
 
@@ -153,6 +208,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p.add_argument("--scheduler", default="typewise_greedy")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-per-token", action="store_true", help="skip the slow per-token loop")
+    p.add_argument("--dynet", action=argparse.BooleanOptionalAction,
+                   default=importlib.util.find_spec("dynet") is not None,
+                   help="time the DyNet 2.2 peer (default: when dynet is installed)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     moe = _example()
@@ -167,34 +225,27 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from edbatch.api import warmup
     warmup((args.scheduler,))
     rng = np.random.default_rng(0)
-    runs: dict[str, Callable[[list[Any]], Tensor]] = {
+    runs: dict[str, Callable[[list[Any]], Any]] = {
         "edbatch": lambda b: edbatch_loss(model, b, args.scheduler),
         "pytorch_hand": lambda b: hand_loss(model, b)}
     if not args.no_per_token:
         runs["per_token"] = lambda b: per_token_loss(model, b)
+    first = [pool[int(i)] for i in rng.choice(len(pool), args.sentences, replace=False)]
+    server = _dynet_server(model, args.dim, first) if args.dynet else None
+    if server is not None:
+        runs["dynet"] = lambda b: server.run("train", 0, [i.index for i in b], "train")[0]
     times: dict[str, list[float]] = {name: [] for name in runs}
     cells: dict[str, list[float]] = {"edbatch": [], "per_token": []}
     phases: dict[str, list[float]] = {}
-    first = [pool[int(i)] for i in rng.choice(len(pool), args.sentences, replace=False)]
-    for fn in runs.values():  # warm every path
-        fn(first).backward()
+    for name, fn in runs.items():  # warm every path
+        if name != "dynet":
+            fn(first).backward()
     for _ in range(args.repeats):
         chunk = [pool[int(i)] for i in rng.choice(len(pool), args.sentences, replace=False)]
         for name in rng.permutation(list(runs)):
             model.zero_grad()
-            t0 = time.perf_counter()
-            runs[name](chunk).backward()
-            times[name].append(time.perf_counter() - t0)
-        for name in cells:
-            if name in runs:
-                with torch.no_grad():
-                    clock = CellClock(model)
-                    if name == "edbatch":
-                        model.run(chunk, args.scheduler, grad=False)
-                    else:
-                        per_token_loss(model, chunk)
-                    clock.remove()
-                cells[name].append(clock.total)
+            times[name].append(_timed(name, runs[name], chunk))
+        _cell_times(model, chunk, runs, cells, args.scheduler)
         for key, sec in model.last.seconds.items():
             phases.setdefault(key, []).append(sec)
     med = {name: statistics.median(t) * 1000 for name, t in times.items()}
@@ -208,6 +259,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     out = dict(med)
     out["hand_over_edbatch"] = med["pytorch_hand"] / med["edbatch"]
     print(f"edbatch speed relative to pytorch_hand: {out['hand_over_edbatch']:.2f}x")
+    if "dynet" in med:
+        out["dynet_over_edbatch"] = med["dynet"] / med["edbatch"]
+        print(f"edbatch speed relative to dynet: {out['dynet_over_edbatch']:.2f}x")
+        server.close()  # type: ignore[union-attr]
     if "per_token" in med:
         out["per_token_over_edbatch"] = med["per_token"] / med["edbatch"]
         c_pt, c_ed = statistics.median(cells["per_token"]), statistics.median(cells["edbatch"])

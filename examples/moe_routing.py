@@ -149,18 +149,18 @@ class MoE(nn.Module):
         Every step is recorded for all tokens of the sentence at once (``cell.map``, and
         ``switch`` for the experts: one node per token, one list extension per operand
         slot)."""
-        b, keys = self.batch, self.workload.key_lists(inst)
+        keys, e = self.workload.key_lists(inst), self.experts
         xs = self.c_embed.map(attrs=inst.word_ids)
         chosen = []
         for lay in range(self.layers):
             gates = self.c_gates[lay].map(xs, attrs=keys[lay])
             top = yield topk(gates, self.k)  # per token its k experts: one topk per round
-            packed = [sum(a * p for a, p in zip(row, self.pows, strict=True)) for row in top]
+            packed = [a + e * c for a, c in top] if self.k == 2 else \
+                [pack_choice(row, e) for row in top]
             outs = [switch(self.c_experts[lay], slot, xs) for slot in zip(*top, strict=True)]
             xs = self.c_combine.map(gates, xs, *outs, attrs=packed)
             chosen.append(packed)
-        for y in self.c_loss.map(xs, attrs=inst.tag_ids):
-            b.add_loss(y)
+        self.batch.add_loss(self.c_loss.map(xs, attrs=inst.tag_ids))  # every token's
         return chosen
 
     def run(self, instances: Sequence[MoEInstance], scheduler: str = "typewise_greedy",

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from edbatch.api._builtins import BuiltinOp, assemble_graph, builtin_op, register_workload
+from edbatch.api._bulk import Handles, add_losses
 from edbatch.api._cellcall import probe, user_function
 from edbatch.api._handles import (
     BatchResult,
@@ -286,14 +287,16 @@ class DynamicBatch:
         return cell(attr=index)
 
     def add_loss(self, handle: Handle) -> None:
-        """Add ``handle`` (one number per row) to the mini-batch loss that ``run`` returns."""
+        """Add ``handle`` (one number per row) to the mini-batch loss that ``run`` returns;
+        a :class:`Handles` (``cell.map``'s result) adds each of its nodes."""
         rec = self._rec
         try:  # (only a handle of this recording has it as ``_rec``)
             if handle._rec is rec and handle._kind.scalar:
                 rec.losses.append(handle.node_id)
                 return
         except AttributeError:
-            pass
+            if type(handle) is Handles:
+                return add_losses(self, handle)
         self._check_handle(handle, "add_loss")
         if math.prod(handle.shape) != 1:
             raise GraphError(f"add_loss: {handle!r} has shape {handle.shape}, not one number; "

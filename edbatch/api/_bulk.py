@@ -4,13 +4,17 @@ instead of one call per node (see docs/api.md and ``examples/moe_routing.py``)."
 
 from __future__ import annotations
 
+import array
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from edbatch.api._handles import Cell, Handle, Kind, Recording, fresh_handle
 from edbatch.errors import GraphError
 
-__all__ = ["Handles", "cell_map", "interleave", "node_ids", "switch"]
+__all__ = ["Handles", "add_losses", "cell_map", "int_array", "int_list", "interleave", "node_ids",
+           "switch"]
 
 
 class Handles(Sequence[Handle]):
@@ -69,10 +73,35 @@ def node_ids(slot: Sequence[Handle], rec: Recording, want: tuple[int, ...]
 
 
 def interleave(ids: Sequence[Sequence[int]]) -> list[int]:
-    """``[a0, b0, ..., a1, b1, ...]`` of equally long id lists (node-major operand order)."""
+    """``[a0, b0, ..., a1, b1, ...]`` of equally long id lists (node-major operand order):
+    one strided slice assignment per list (C loops, no Python per node)."""
     if len(ids) == 1:
         return list(ids[0])
-    return [v for vs in zip(*ids) for v in vs]
+    s = len(ids)
+    out = [0] * (len(ids[0]) * s)
+    for j, slot in enumerate(ids):
+        out[j::s] = slot
+    return out
+
+
+def int_list(values: Sequence[int], what: str = "attrs") -> list[int]:
+    """``values`` (ints, or a numpy integer array) as a list of Python ints."""
+    if type(values) is np.ndarray:
+        if values.dtype.kind not in "iu":
+            raise GraphError(f"{what} must be integers, got an array of {values.dtype}; "
+                             f"convert it with .astype(int)")
+        return values.tolist()  # type: ignore[no-any-return]
+    return list(map(int, values))
+
+
+def int_array(values: list[int], start: int, stop: int, code: str) -> np.ndarray:  # type: ignore[type-arg]
+    """``values[start:stop]`` (Python ints) as a writable ``int64`` (``code`` ``"q"``) or
+    ``int32`` (``"i"``) array, through :mod:`array` (about half ``np.array``'s time)."""
+    if start == 0 and stop == len(values):
+        buf = array.array(code, values)
+    else:
+        buf = array.array(code, values[start:stop])
+    return np.frombuffer(buf, np.int64 if code == "q" else np.int32)
 
 
 def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None = None
@@ -86,26 +115,55 @@ def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None
     n = len(attrs) if attrs is not None else len(operands[0]) if operands else 0
     kind, rec = self.kind, self.batch._rec
     ok = kind is not None and (attrs is None) is not self.takes_attr and \
-        len(operands) == len(self.in_shapes) and all(len(o) == n for o in operands)
-    ids = []
-    for slot, want in zip(operands, self.in_shapes):
-        got = node_ids(slot, rec, want) if ok else None
-        if got is None:
-            ok = False
-            break
-        ids.append(got)
+        len(operands) == len(self.in_shapes)
+    ids: list[Sequence[int]] = []
+    if ok:
+        for slot, want in zip(operands, self.in_shapes):
+            if type(slot) is Handles and slot.rec is rec and slot.n == n and \
+                    slot.shape == want:  # (one check for the block)
+                ids.append(range(slot.first, slot.first + n))
+                continue
+            got = node_ids(slot, rec, want) if len(slot) == n else None
+            if got is None:
+                ok = False
+                break
+            ids.append(got)
     if not ok:
         hs = [self.checked([o[i] for o in operands], None if attrs is None else attrs[i])
               for i in range(n)]
         return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
                        self.kind or self.batch._kinds[self.op.name], self.op.out_shape)
     assert kind is not None
+    attr_list = [-1] * n if attrs is None else int_list(attrs)  # (may raise: before appending)
     first = len(rec.ops)
     rec.ops.extend([kind.op_id] * n)
     if ids:
         rec.operands.extend(interleave(ids))
-    rec.attrs.extend([-1] * n if attrs is None else [int(a) for a in attrs])
+    rec.attrs.extend(attr_list)
     return Handles(rec, first, n, kind, kind.shape)
+
+
+#: ``tuple(cells)`` of recent :func:`switch` calls that passed the cells' checks -> their
+#: kinds and op ids (a cell function's kind, shapes and batch never change).
+_SWITCHES: dict[tuple[Any, ...], tuple[list[Kind], list[int]]] = {}
+
+
+def _switch_cells(cells: Sequence[Cell]) -> tuple[list[Kind], list[int]] | None:
+    """The kinds and op ids of ``cells`` if they can be recorded in bulk (same operand
+    shapes and batch, no attr), else ``None``; remembered per tuple of cells."""
+    key = tuple(cells)
+    hit = _SWITCHES.get(key)
+    if hit is not None:
+        return hit
+    first = cells[0]
+    if not all(getattr(c, "kind", None) is not None and not c.takes_attr and
+               c.in_shapes == first.in_shapes and c.batch is first.batch for c in cells):
+        return None
+    kinds = [c.kind for c in cells]
+    if len(_SWITCHES) >= 256:
+        _SWITCHES.clear()
+    hit = _SWITCHES[key] = (kinds, [k.op_id for k in kinds])
+    return hit
 
 
 def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Handle]
@@ -123,31 +181,47 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
         raise GraphError(f"switch: {n} choices but operand lists of lengths "
                          f"{[len(o) for o in operands]} (or no cells); pass one of each "
                          f"per node")
-    bad = [c for c in choices if not 0 <= c < len(cells)]
-    if bad:
+    if type(choices) is np.ndarray:
+        choices = int_list(choices, "switch: choices")
+    if n and (min(choices) < 0 or max(choices) >= len(cells)):
+        bad = [c for c in choices if not 0 <= c < len(cells)]
         raise GraphError(f"switch: choice {bad[0]} is not a cell index 0..{len(cells) - 1}")
     first = cells[0]
     rec, shapes = first.batch._rec, first.in_shapes
-    ok = len(operands) == len(shapes) and all(
-        c.kind is not None and not c.takes_attr and c.in_shapes == shapes
-        and c.batch is first.batch for c in cells)
+    known = _switch_cells(cells) if len(operands) == len(shapes) else None
     ids: list[Sequence[int]] = []
     for slot, want in zip(operands, shapes):
-        got = node_ids(slot, rec, want) if ok else None
+        got = node_ids(slot, rec, want) if known is not None else None
         if got is None:
-            ok = False
+            known = None
             break
         ids.append(got)
-    if not ok:
+    if known is None:
         hs = [cells[c](*(o[i] for o in operands)) for i, c in enumerate(choices)]
         return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
                        [h._kind for h in hs], first.op.out_shape)
-    kinds = [c.kind for c in cells]
-    op_ids = [k.op_id for k in kinds]  # type: ignore[union-attr]
+    kinds, op_ids = known
     start = len(rec.ops)
-    rec.ops.extend([op_ids[c] for c in choices])
+    rec.ops.extend(map(op_ids.__getitem__, choices))
     if ids:
         rec.operands.extend(interleave(ids))
     rec.attrs.extend([-1] * n)
-    return Handles(rec, start, n, [kinds[c] for c in choices],  # type: ignore[misc]
-                   first.op.out_shape)
+    return Handles(rec, start, n, list(map(kinds.__getitem__, choices)), first.op.out_shape)
+
+
+def add_losses(batch: Any, handles: Handles) -> None:
+    """``batch.add_loss(handles)``: every node of ``handles`` (one number per row, of the
+    batch's current recording) a loss term, added with one list extension.
+
+    Raises:
+        GraphError: ``handles`` are of another recording or not one number per row.
+    """
+    rec = batch._rec
+    if handles.rec is not rec:
+        raise GraphError(f"add_loss: {handles!r} are nodes of another mini-batch (or batch); "
+                         f"record the loss in this one")
+    kinds = handles.kinds
+    if not all(k.scalar for k in ([kinds] if type(kinds) is Kind else set(kinds))):
+        raise GraphError(f"add_loss: {handles!r} are not one number per row; declare the "
+                         f"loss cell with out_shape=() and reduce per row")
+    rec.losses.extend(handles.ids)

@@ -61,7 +61,7 @@ import torch
 from torch import Tensor
 
 from edbatch.api._builtins import warn_outside
-from edbatch.api._bulk import Handles
+from edbatch.api._bulk import Handles, int_array
 from edbatch.api._handles import Handle
 from edbatch.api._requests import ArgMax, TopK, bulk_round
 from edbatch.api._schedulers import memory_strategy
@@ -170,11 +170,11 @@ class _Runner:
         batch, rec, start = self.batch, self.batch._rec, self.start
         t0 = time.perf_counter()
         n = len(rec.ops)
-        losses = np.array(rec.losses[self.loss_start:], dtype=np.int64)
+        losses = int_array(rec.losses, self.loss_start, len(rec.losses), "q")
         if n == start and not len(losses):
             return
         vocab_ops = batch._ops
-        new_ops = np.array(rec.ops[start:n], dtype=np.int32)
+        new_ops = int_array(rec.ops, start, n, "i")
         self.op_all = op_all = np.concatenate([self.op_all, new_ops])
         if len(self.arity) != len(vocab_ops):  # op types are only ever added
             self.arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops],
@@ -182,7 +182,7 @@ class _Runner:
         counts = self.arity[new_ops]
         if np.any(counts < 0):
             counts[counts < 0] = rec.counts[self.count_start:]
-        flat = np.array(rec.operands[self.op_start:], dtype=np.int64)
+        flat = int_array(rec.operands, self.op_start, len(rec.operands), "q")
         is_old, old_loss = flat < start, losses < start
         old = np.concatenate([flat[is_old], losses[old_loss]])
         where = np.arange(len(old))  # each read's value node
@@ -221,7 +221,7 @@ class _Runner:
         if has_loss:
             op_ids = np.concatenate([old_ops, new_ops, np.array([len(vocab) - 1], np.int32)])
             cnt = np.concatenate([np.zeros(c, np.int64), counts, np.array([len(losses)])])
-            attrs = np.concatenate([old_attrs, np.array(rec.attrs[start:n], np.int64),
+            attrs = np.concatenate([old_attrs, int_array(rec.attrs, start, n, "q"),
                                     np.array([-1])])
             inst = np.concatenate([inst_all[old], inst_new, np.array([0], np.int32)])
             operands = np.concatenate([local, loss_local]).astype(np.int32)
@@ -229,7 +229,7 @@ class _Runner:
         else:
             op_ids = np.concatenate([old_ops, new_ops])
             cnt = np.concatenate([np.zeros(c, np.int64), counts])
-            attrs = np.concatenate([old_attrs, np.array(rec.attrs[start:n], np.int64)])
+            attrs = np.concatenate([old_attrs, int_array(rec.attrs, start, n, "q")])
             inst = np.concatenate([inst_all[old], inst_new])
             operands, outputs = local.astype(np.int32), _NO_OUTPUTS
         t1 = time.perf_counter()

@@ -273,7 +273,8 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
         graph = Graph.from_arrays(vocab, op_ids, ptr, operands, attrs=attrs, instance=inst,
                                   outputs=outputs)
         schedule = make(graph)
-        entry = Entry(graph, schedule, plan_memory(graph, schedule, memory))
+        # (this cache is the plan's memo: no second hash of the structure per miss)
+        entry = Entry(graph, schedule, plan_memory(graph, schedule, memory, cache=False))
         executor.given = None
     else:
         graph = dataclasses.replace(entry.graph, attrs=_frozen(attrs, np.int64),
@@ -375,7 +376,6 @@ def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, 
         values.grow(int(ids.max()) + 1)
         values.batch[ids] = entry.batch + base
         values.row[ids] = entry.row
-
 
 
 _SHAPES: dict[int, tuple[list[Any], int, list[Any], NDArray[np.int64]]] = {}

@@ -84,3 +84,47 @@ def test_bulk_calls_keep_the_errors_of_single_calls() -> None:
         with pytest.raises(GraphError, match="takes no attr"):
             c["a"].map(xs, attrs=[1, 2])
     b.discard()
+
+
+def test_numpy_choices_and_attrs_and_whole_loss_blocks_record_the_same_graph() -> None:
+    """``switch`` takes a numpy array of choices, ``map`` numpy attrs, and
+    ``add_loss(handles)`` adds every node of a block: the graph of the calls one by one."""
+    import numpy as np
+
+    words, choice = [1, 4, 2, 7], [0, 1, 1, 0]
+    b, c = _batch()
+    with b.instance():
+        xs = c["embed"].map(attrs=np.array(words))
+        zs = c["mix"].map(xs, switch([c["a"], c["b"]], np.array(choice), xs))
+        b.add_loss(c["sq"].map(zs))
+    bulk, got = b.graph()[0], b.run("depth").loss
+    _record(b, c, False, words, choice)
+    single, want = b.graph()[0], b.run("depth").loss
+    assert bulk.op_ids.tolist() == single.op_ids.tolist()
+    assert bulk.operand_ids.tolist() == single.operand_ids.tolist()
+    assert bulk.attrs.tolist() == single.attrs.tolist()
+    assert got.item() == pytest.approx(want.item(), rel=1e-12)
+
+
+def test_bulk_losses_and_numpy_inputs_are_checked() -> None:
+    import numpy as np
+
+    b, c = _batch()
+    with b.instance():
+        xs = c["embed"].map(attrs=[1, 2])
+        with pytest.raises(GraphError, match="not one number per row"):
+            b.add_loss(xs)
+        with pytest.raises(GraphError, match="attrs must be integers"):
+            c["embed"].map(attrs=np.array([1.0, 2.0]))
+        with pytest.raises(GraphError, match="choices must be integers"):
+            switch([c["a"], c["b"]], np.array([0.0, 1.0]), xs)
+        with pytest.raises(GraphError, match="choice 5 is not a cell index"):
+            switch([c["a"], c["b"]], np.array([0, 5]), xs)
+        n = len(b._rec.ops)
+        old = c["sq"].map(xs)
+    b.discard()
+    with b.instance():
+        with pytest.raises(GraphError, match="another mini-batch"):
+            b.add_loss(old)  # the discarded mini-batch's
+    assert n == 2 and not b._rec.losses
+    b.discard()
