@@ -243,8 +243,8 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     ctop = np.zeros(k, np.int64)
     x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)  # features 15-21 stay 0 unless
     release = _uses_release(w, nh)  # the weights give them a say
-    slot, scnt, nst, tst, rel = release_state(k, op, uptr, uids, ready, start, rlen, pending,
-                                              batchable, release)
+    slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
+                                                     pending, batchable, release)
     ids = np.empty(k, np.int64)
     batch_op = np.empty(n, np.int64)
     batch_forced = np.zeros(n, np.bool_)
@@ -265,7 +265,8 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
             rem[a] -= 1
             remd[a] -= depth[v]
             nf = retire_step(batch, False, release, uptr, uids, pending, op, batchable, ready,
-                             start, rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel)
+                             start, rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel,
+                             fresh)
         if done == n:
             break
         r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
@@ -296,7 +297,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
         for v in batch:
             remd[a] -= depth[v]
         nf = retire_step(batch, True, release, uptr, uids, pending, op, batchable, ready, start,
-                         rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel)
+                         rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel, fresh)
     return (batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, overrides,
             decisions, nt)
 
