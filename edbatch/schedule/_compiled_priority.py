@@ -49,8 +49,8 @@ is ``[w (F), W_1 (F), b_1, ..., W_nh (F), b_nh, v (nh)]``
 With ``w = (1, 1e-3, 0, ...)`` (:func:`critical_path_weights`) the argmax is critical
 path's choice exactly (integer gaps dominate, the fill breaks ties, then the smallest id).
 The Python twin (``policies.priority.PriorityTwin``, a Policy over
-:class:`~edbatch.schedule.FrontierView`) computes the same rows; the tests assert identical
-schedules.
+:class:`~edbatch.schedule.FrontierView`) computes the same rows by rescanning; the tests
+assert identical rows (:func:`priority_trace`) and schedules.
 """
 
 from __future__ import annotations

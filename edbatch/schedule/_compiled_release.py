@@ -12,9 +12,9 @@ distinct types they have and the sum of their types (with one type, the sum over
 is that type); per group (``u``, operand type), ``scnt`` the ready operands in it
 (:func:`_user_slots` numbers the groups). Each edge event, an operand joins a ready list
 (:func:`_mark_ready`) or runs (:func:`retire_tracked`), takes ``u``'s credit out of the
-sums, updates ``u`` and puts the credit back: O(1) per edge, so a graph's upkeep is O(edges) and
-a decision reads the sums in O(ready types^2) instead of rescanning the users of every
-ready node. The credit's arithmetic is written out where it is used: a numba call per
+sums, updates ``u`` and puts the credit back: O(1) per edge, so a graph's upkeep is
+O(edges) and a decision reads the sums in O(ready types^2) instead of rescanning the users
+of every ready node. The credit's arithmetic is written out where it is used: a numba call per
 edge (arrays passed, reference counts) cost more than the arithmetic. The Python twin
 (``policies.priority.PriorityTwin``) rescans: the oracle.
 """
