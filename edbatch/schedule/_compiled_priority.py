@@ -36,9 +36,10 @@ Features (:data:`PRIORITY_FEATURES`, ``F`` columns; ``top`` = the highest ready 
 ``lead``              ``clip(maxh[a] - highest other ready type's maxh, -16, 16) / 16``
 ====================  ==========================================================
 
-``R``, the release matrix ``M[b, t]`` (nodes of type ``t`` whose last pending operand is a
-ready node of type ``b``) is one pass over the users of the ready nodes per decision: what
-running a type *now* makes ready, no lookahead (no schedule is simulated).
+``R``, the release matrix ``M[b, t]`` (nodes of type ``t`` whose pending operands are all
+ready nodes of type ``b``): what running a type *now* makes ready, no lookahead. Its sums are
+kept up to date edge by edge (:mod:`edbatch.schedule._compiled_release`): a decision reads
+them in O(ready types^2) instead of rescanning the users of every ready node.
 
 The score is ``w . f`` (linear, :func:`critical_path_weights`) plus, with ``nh > 0`` hidden
 units, ``sum_j v_j relu(W_j . f + b_j)`` (a one-hidden-layer MLP): the flat parameter vector
@@ -48,8 +49,8 @@ is ``[w (F), W_1 (F), b_1, ..., W_nh (F), b_nh, v (nh)]``
 With ``w = (1, 1e-3, 0, ...)`` (:func:`critical_path_weights`) the argmax is critical
 path's choice exactly (integer gaps dominate, the fill breaks ties, then the smallest id).
 The Python twin (``policies.priority.PriorityTwin``, a Policy over
-:class:`~edbatch.schedule.FrontierView`) computes the same rows; the tests assert identical
-schedules.
+:class:`~edbatch.schedule.FrontierView`) computes the same rows by rescanning; the tests
+assert identical rows (:func:`priority_trace`) and schedules.
 """
 
 from __future__ import annotations
@@ -59,12 +60,13 @@ import math
 import numpy as np
 from numba import njit
 
-from edbatch.schedule._compiled import _retire, _typewise_freed, start_state
+from edbatch.schedule._compiled import _typewise_freed, start_state
 from edbatch.schedule._compiled_keys import _critical, _ratio
+from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
 __all__ = ["PRIORITY_FEATURES", "V1_FEATURES", "critical_path_weights", "num_params",
-           "priority_features", "run_priority", "run_priority_counts"]
+           "priority_features", "priority_trace", "run_priority", "run_priority_counts"]
 
 PRIORITY_FEATURES = ("gap", "fill", "complete", "log_ready", "ready_rem", "log_wait",
                      "log_after", "last", "mean_gap", "top_share", "rel_height", "gap1",
@@ -91,42 +93,10 @@ def critical_path_weights(nh: int = 0) -> np.ndarray:
 
 
 @njit(cache=True)
-def _release_matrix(r, ids, ready, start, rlen, uptr, uids, pending, op, batchable, dec, rel,
-                    part, relt):  # type: ignore[no-untyped-def]
-    """``rel[b, t]``: nodes of ready type ``t`` released if ready type ``b`` ran now (ready
-    ``t`` only), ``relt[b]``: all batchable nodes it releases; ``part[b]``: its users left
-    waiting for other operands (rows of the ready types only)."""
-    for i in range(r):
-        b = ids[i]
-        for j in range(r):
-            rel[b, ids[j]] = 0
-        part[b], relt[b] = 0, 0
-        for j in range(start[b], start[b] + rlen[b]):
-            v = ready[j]
-            for e in range(uptr[v], uptr[v + 1]):
-                dec[uids[e]] += 1
-        for j in range(start[b], start[b] + rlen[b]):
-            v = ready[j]
-            for e in range(uptr[v], uptr[v + 1]):
-                u = uids[e]
-                if dec[u] > 0:
-                    if pending[u] == dec[u]:
-                        t = op[u]
-                        if batchable[t]:
-                            relt[b] += 1
-                            if rlen[t] > 0:
-                                rel[b, t] += 1
-                    else:
-                        part[b] += 1
-                    dec[u] = 0
-
-
-@njit(cache=True)
-def _release_row(a, r, ids, rlen, maxh, rel, part, relt, cp,
-                 row):  # type: ignore[no-untyped-def]
-    """Features 15-21 of ready type ``a`` (module doc) from the release matrix."""
+def _release_row(a, r, ids, rlen, maxh, rel, tst, cp, row):  # type: ignore[no-untyped-def]
+    """Features 15-21 of ready type ``a`` (module doc) from the release sums."""
     c = rlen[a]
-    tot, join, wait, other = relt[a], 0, 0, -1
+    tot, join, wait, other = tst[2, a], 0, 0, -1
     for j in range(r):
         b = ids[j]
         if b != a:
@@ -140,7 +110,7 @@ def _release_row(a, r, ids, rlen, maxh, rel, part, relt, cp,
     row[17] = rel[a, a] / c
     row[18] = wait / c
     row[19] = rel[cp, a] / c if cp != a else 0.0
-    pc = part[a] / c
+    pc = (tst[0, a] - tst[1, a]) / c
     row[20] = (pc if pc < 4.0 else 4.0) / 4.0
     ld = maxh[a] - other if r > 1 else 16
     row[21] = (ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0
@@ -148,18 +118,18 @@ def _release_row(a, r, ids, rlen, maxh, rel, part, relt, cp,
 
 @njit(cache=True)
 def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total, last,
-                      hmax, logt, seen, sumh, cmax, ctop, ids, out, op, uptr, uids, pending,
-                      dec, rel, part, relt, release=True):  # type: ignore[no-untyped-def]
+                      hmax, logt, seen, sumh, cmax, ctop, ids, out, rel, tst,
+                      release=True):  # type: ignore[no-untyped-def]
     """Write the feature rows of the ready batchable types (ascending id) into ``out`` and
     their ids into ``ids``; return how many.
 
     ``logt[i] = log1p(i)``; ``seen``/``sumh``/``cmax``/``ctop``: per type, the ready nodes
     already read, the sum of their heights, the highest and how many sit at it (a ready
     list only grows until its type runs, when the caller resets them): each ready node is
-    read once. ``dec`` (zeros, per node; left zero), ``rel`` (``k x k``) and ``part``
-    and ``relt`` (``k``) are scratch for the release matrix. ``release=False`` skips
-    features 15-21 (the release matrix, most of the cost), leaving them as they are in
-    ``out``: for weights that give them no say.
+    read once. ``rel`` (``k x k``) and ``tst`` (``3 x k``): the release sums
+    (:mod:`~edbatch.schedule._compiled_release`). ``release=False`` skips features 15-21
+    (their upkeep is most of the cost), leaving them as they are in ``out``: for weights
+    that give them no say.
     """
     top, n_ready, r = -1, 0, 0
     for a in range(k):
@@ -177,9 +147,6 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
                 elif h == cmax[a]:
                     ctop[a] += 1
             seen[a] = rlen[a]
-    if release:
-        _release_matrix(r, ids, ready, start, rlen, uptr, uids, pending, op, batchable, dec,
-                        rel, part, relt)
     cp = _critical(k, rlen, tw, maxh, batchable)
     for i in range(r):
         a = ids[i]
@@ -204,7 +171,7 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
         row[13] = rem[a] / total[a]
         row[14] = c / n_ready
         if release:
-            _release_row(a, r, ids, rlen, maxh, rel, part, relt, cp, row)
+            _release_row(a, r, ids, rlen, maxh, rel, tst, cp, row)
     return r
 
 
@@ -243,48 +210,48 @@ def _best(r, x, w, nh):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                 total, w, nh):  # type: ignore[no-untyped-def]
-    """Schedule one graph with the priority policy ``w`` (``nh`` hidden units; the core's
-    loop, see
-    :func:`edbatch.schedule._compiled.run_schedule`; ``total``: nodes per op type).
-
-    Returns:
-        ``(batch_op, batch_forced, batch_ptr, nodes, overrides, decisions)``: the batches as
-        :func:`~edbatch.schedule._compiled.run_schedule` returns them, the decisions where
-        the choice differs from critical path's, and all decisions.
-    """
-    n, k = len(op), len(batchable)
-    (start, rem, remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
-     nf) = start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr)
+def _scales(height, total):  # type: ignore[no-untyped-def]
+    """``(H, logt)``: the highest height + 1 (at least 1) and ``log1p(i)`` for ``i`` up to
+    the most nodes of one type."""
     hmax = 1.0
-    for v in range(n):
+    for v in range(len(height)):
         if height[v] + 1.0 > hmax:
             hmax = height[v] + 1.0
     tmax = 0
-    for a in range(k):
+    for a in range(len(total)):
         if total[a] > tmax:
             tmax = total[a]
     logt = np.empty(tmax + 1, np.float64)
     for i in range(tmax + 1):
         logt[i] = math.log1p(i)
+    return hmax, logt
+
+
+@njit(cache=True)
+def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
+              total, w, nh, trace, trace_ids):  # type: ignore[no-untyped-def]
+    """:func:`run_priority`, also writing the feature rows of every decision (and their
+    types' ids) into ``trace``/``trace_ids`` while they have room; returns its result and
+    the number of rows traced."""
+    n, k = len(op), len(batchable)
+    (start, rem, remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
+     nf) = start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr)
+    hmax, logt = _scales(height, total)
     seen = np.zeros(k, np.int64)
     sumh = np.zeros(k, np.int64)
     cmax = np.full(k, -1, np.int64)
     ctop = np.zeros(k, np.int64)
     x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)  # features 15-21 stay 0 unless
     release = _uses_release(w, nh)  # the weights give them a say
-    dec = np.zeros(n, np.int64)
-    rel = np.zeros((k, k), np.int64)
-    part = np.zeros(k, np.int64)
-    relt = np.zeros(k, np.int64)
+    slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
+                                                     pending, batchable, release)
     ids = np.empty(k, np.int64)
     batch_op = np.empty(n, np.int64)
     batch_forced = np.zeros(n, np.bool_)
     batch_ptr = np.zeros(n + 1, np.int64)
     nodes = np.empty(n, np.int64)
     mark = np.zeros(n, np.bool_)
-    nb, done, overrides, decisions, last = 0, 0, 0, 0, -1
+    nb, done, overrides, decisions, last, nt = 0, 0, 0, 0, -1, 0
     while True:
         while nf > 0:
             nf -= 1
@@ -297,13 +264,19 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
             batch_ptr[nb] = done
             rem[a] -= 1
             remd[a] -= depth[v]
-            nf = _retire(batch, uptr, uids, pending, op, batchable, ready, start, rlen, maxh,
-                         height, forced, nf)
+            nf = retire_step(batch, False, release, uptr, uids, pending, op, batchable, ready,
+                             start, rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel,
+                             fresh)
         if done == n:
             break
         r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
-                              last, hmax, logt, seen, sumh, cmax, ctop, ids, x, op, uptr,
-                              uids, pending, dec, rel, part, relt, release)
+                              last, hmax, logt, seen, sumh, cmax, ctop, ids, x, rel, tst,
+                              release)
+        for i in range(r):
+            if nt < len(trace):
+                trace[nt] = x[i]
+                trace_ids[nt] = ids[i]
+                nt += 1
         a = ids[_best(r, x, w, nh)] if r > 1 else ids[0]
         decisions += 1
         if a != _critical(k, rlen, tw, maxh, batchable):
@@ -323,9 +296,39 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
         rem[a] -= c
         for v in batch:
             remd[a] -= depth[v]
-        nf = _retire(batch, uptr, uids, pending, op, batchable, ready, start, rlen, maxh,
-                     height, forced, nf)
-    return batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, overrides, decisions
+        nf = retire_step(batch, True, release, uptr, uids, pending, op, batchable, ready, start,
+                         rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel, fresh)
+    return (batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, overrides,
+            decisions, nt)
+
+
+@njit(cache=True)
+def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
+                 total, w, nh):  # type: ignore[no-untyped-def]
+    """Schedule one graph with the priority policy ``w`` (``nh`` hidden units; the core's
+    loop, see :func:`edbatch.schedule._compiled.run_schedule`; ``total``: nodes per type).
+
+    Returns:
+        ``(batch_op, batch_forced, batch_ptr, nodes, overrides, decisions)``: the batches as
+        :func:`~edbatch.schedule._compiled.run_schedule` returns them, the decisions where
+        the choice differs from critical path's, and all decisions.
+    """
+    res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
+                    total, w, nh, np.empty((0, NUM_PRIORITY_FEATURES), np.float64),
+                    np.empty(0, np.int64))
+    return res[0], res[1], res[2], res[3], res[4], res[5]
+
+
+@njit(cache=True)
+def priority_trace(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
+                   total, w, nh, cap):  # type: ignore[no-untyped-def]
+    """The feature rows the policy ``w`` scored, decision after decision (at most ``cap``
+    rows): ``(rows, op ids)``, the oracle tests' view of the compiled features."""
+    trace = np.zeros((cap, NUM_PRIORITY_FEATURES), np.float64)
+    trace_ids = np.empty(cap, np.int64)
+    nt = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
+                   total, w, nh, trace, trace_ids)[6]
+    return trace[:nt], trace_ids[:nt]
 
 
 @njit(cache=True)
