@@ -344,13 +344,27 @@ def test_command_targets_exist_and_accept_their_arguments(doc: str, command: str
             _compose(config, args)
 
 
+def _skip_in_copy(folder: str, names: list[str]) -> set[str]:
+    """Environments, outputs and caches, except numba's compiled core: every command runs
+    in a fresh process, and the first would spend a minute or more recompiling it (not what
+    these tests check). The caches are valid in the copy: numba keys them by the source's
+    mtime and size, which ``copytree`` keeps, and ``edbatch._numba_cache`` stamps each folder
+    with a hash of the sources, so a stale cache is deleted there as it is here."""
+    skip = set(shutil.ignore_patterns(".git", ".venv", "runs", "outputs", "multirun",
+                                      "results", ".pytest_cache", ".ruff_cache",
+                                      "*.egg-info")(folder, names))
+    if Path(folder).name == "__pycache__":
+        from edbatch._numba_cache import STAMP
+
+        return skip | {n for n in names if not n.endswith((".nbi", ".nbc")) and n != STAMP}
+    return skip
+
+
 @pytest.fixture(scope="module")
 def repo_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The working tree without environments, outputs and caches."""
+    """The working tree without environments, outputs and caches (numba's kept)."""
     dest = tmp_path_factory.mktemp("repo") / "edbatch"
-    skip = shutil.ignore_patterns(".git", ".venv", "runs", "outputs", "multirun", "results",
-                                  "__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info")
-    shutil.copytree(ROOT, dest, ignore=skip)
+    shutil.copytree(ROOT, dest, ignore=_skip_in_copy)
     return dest
 
 

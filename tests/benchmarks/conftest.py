@@ -18,6 +18,17 @@ def dy() -> Any:
     return pytest.importorskip("dynet")
 
 
+@pytest.fixture(scope="module")
+def dy_autobatch(dy: Any) -> int:
+    """The autobatch mode DyNet runs with in this process: fixed at its first import (by
+    ``dy``, or by whatever test imported it before), so a test that hands a mode to code
+    calling ``init_dynet`` must pass this one, whatever ran first."""
+    import dynet_config
+
+    conf = dynet_config.get()
+    return int(conf["autobatch"]) if conf else 0
+
+
 def assert_dynet_grads(peer: dict[str, Any], want: dict[str, Any], label: str) -> None:
     """Every DyNet parameter's gradient after ``loss.backward()`` equals ``want[name]``
     (a torch tensor of the reference's gradient) in shape and value."""

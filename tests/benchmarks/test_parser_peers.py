@@ -74,13 +74,10 @@ def test_dynet_peer_parses_and_loss_equal_reference(dy: Any, layers: int) -> Non
 
 
 @pytest.mark.slow
-def test_inference_benchmark_outputs_match(dy: Any) -> None:
-    import dynet_config
-
+def test_inference_benchmark_outputs_match(dy_autobatch: int) -> None:
     from benchmarks.parser_inference import main
 
-    conf = dynet_config.get()  # an earlier test in this process may have fixed the mode
-    mode = int(conf["autobatch"]) if conf else 0
+    mode = dy_autobatch  # an earlier test in this process may have fixed the mode
     report = main(["--sentences", "6", "--batch-size", "3", "--repeats", "1", "--embed", "6",
                    "--pos", "3", "--hidden", "5", "--mlp", "7", "--autobatch", str(mode)])
     assert report["mismatched_sentences"] == dict.fromkeys(
