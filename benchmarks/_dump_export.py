@@ -53,25 +53,36 @@ def export_training(args: argparse.Namespace, merge: bool, evaluation: Path, fol
     """The training folder of ``--train-graphs``: the evaluation folder's first ``--k`` dumps,
     then ``--train-graphs`` mini-batches of ``--train-split`` (disjoint from the evaluation
     dumps); returns where each training dump came from."""
+    import numpy as np
+
     from edbatch.data.dumps import load_dump_folder
     from edbatch.workloads import make_workload
     from edbatch.workloads.dumps import export_dumps
 
     wl = make_workload(args.workload)
     batches, sources = [], []
-    for split in args.train_split.split(","):
+    splits = args.train_split.split(",")
+    for split in splits:
         if split not in wl.splits:
             raise SystemExit(f"--train-split {split!r}: {args.workload} has the splits "
                              f"{', '.join(wl.splits)}")
-        skip = args.graphs if split == args.split else 0  # the evaluation dumps' batches
-        for i, g in enumerate(wl.batches(split, args.batch_size)):
-            if i >= skip and len(batches) < args.train_graphs:
-                batches.append(g)
-                sources.append(f"{split}[{i}]")
+    bs = args.batch_size
+    for rep in range(getattr(args, "train_shuffles", 0) + 1):
+        for split in splits:
+            skip = args.graphs * bs if split == args.split else 0  # the evaluation dumps'
+            order = np.arange(skip, len(wl.load(split)))
+            if rep:  # reshuffle S: the same instances cut into other mini-batches
+                np.random.default_rng(rep).shuffle(order)
+            for j, start in enumerate(range(0, len(order), bs)):
+                if len(batches) < args.train_graphs:
+                    batches.append(wl.minibatch(split, np.sort(order[start:start + bs])))
+                    i = j + skip // bs
+                    sources.append(f"{split}[{i}]" if not rep else f"{split}~{rep}[{j}]")
     if len(batches) < args.train_graphs:
         raise SystemExit(f"--train-graphs {args.train_graphs}: {args.train_split} holds only "
                          f"{len(batches)} mini-batches of {args.batch_size} disjoint from the "
-                         f"evaluation dumps; lower it or add a split to --train-split")
+                         f"evaluation dumps; lower it, add a split to --train-split or "
+                         f"reshuffle them (--train-shuffles)")
     folder.mkdir(parents=True)
     for d in load_dump_folder(evaluation)[:args.k]:
         shutil.copy(d.path, folder / Path(d.path).name)

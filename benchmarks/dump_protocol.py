@@ -47,6 +47,7 @@ evaluation dumps' own ``--split`` starts after the ``--graphs`` exported ones). 
 graphs stay ``rest:K`` of the evaluation folder, so every variant is scored on the same
 unseen graphs; ``--k 0`` trains on the extra graphs alone and tests on every exported dump.
 Pair it with ``--extra trainer.augment=0`` (distinct graphs instead of resampled ones).
+``--train-shuffles S`` adds S reshuffles of those instances cut into other mini-batches.
 
 The summary goes to ``--out`` (default: under the system temp folder, never the checkout);
 ``--keep`` keeps each seed's trained policy and evaluation records beside it.
@@ -108,6 +109,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--train-split", default="test,dev",
                     help="workload splits the --train-graphs come from, in order (--split "
                     "itself: after the --graphs exported ones)")
+    ap.add_argument("--train-shuffles", type=int, default=0, metavar="S",
+                    help="after the consecutive --train-split mini-batches, S reshuffles of "
+                    "the same instances (seeds 1..S) cut into other mini-batches")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--policy", default="fsm", help="policy config group option (fsm | "
                     "ed_batch_fsm)")
@@ -137,6 +141,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  "score the priority policy beside it")
     if args.train_graphs < 0:
         ap.error(f"--train-graphs must be >= 0, got {args.train_graphs}")
+    if args.train_shuffles < 0:
+        ap.error(f"--train-shuffles must be >= 0, got {args.train_shuffles}")
     if args.k < 0 or (args.k == 0 and not args.train_graphs):
         ap.error(f"--k must be >= 1 (or 0 with --train-graphs: train on those only), "
                  f"got {args.k}")

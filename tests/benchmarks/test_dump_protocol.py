@@ -167,6 +167,16 @@ def test_training_graphs_are_the_first_k_dumps_then_disjoint_mini_batches(tmp_pa
     args = dp.parse_args(["--batch-size", "64", "--train-graphs", "9", "--train-split", "dev"])
     with pytest.raises(SystemExit, match="holds only 2 mini-batches"):
         dp.export_training(args, True, evaluation, tmp_path / "t3")
+    # --train-shuffles: the same disjoint instances cut into other mini-batches
+    args = dp.parse_args(["--batch-size", "64", "--train-graphs", "4", "--train-split", "dev",
+                          "--train-shuffles", "1"])
+    assert dp.export_training(args, True, evaluation, tmp_path / "t4") == [
+        "G0.txt", "dev[0]", "dev[1]", "dev~1[0]", "dev~1[1]"]
+    shuf = load_dump_folder(tmp_path / "t4")
+    assert sum(d.num_nodes for d in shuf[1:3]) == sum(d.num_nodes for d in shuf[3:5])
+    assert not same(shuf[1], shuf[3])  # reshuffled: other mini-batches of the same lattices
+    with pytest.raises(SystemExit):
+        dp.parse_args(["--train-shuffles", "-1"])
 
 
 @pytest.mark.slow
