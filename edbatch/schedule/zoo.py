@@ -10,9 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from edbatch.errors import UnknownNameError, did_you_mean
-from edbatch.schedule.compiled import CompiledScheduler, resolve_backend
 from edbatch.schedule.heuristics import CriticalPathPolicy, RandomPolicy
-from edbatch.schedule.named import COMPILED, HEURISTIC_ENTRIES, HEURISTICS, NamedScheduler
+from edbatch.schedule.named import (
+    COMPILED,
+    HEURISTIC_ENTRIES,
+    HEURISTICS,
+    NamedScheduler,
+    make_heuristic,
+)
 from edbatch.schedule.policy import PolicyScheduler, Scheduler
 from edbatch.schedule.replay import ReplayScheduler, replay_heuristic
 from edbatch.schedule.rollout import DEFAULT_BUDGET, RolloutScheduler
@@ -42,6 +47,7 @@ SCHEDULERS: dict[str, tuple[Callable[..., Scheduler], str]] = {
     "exact": (_exact, "exact optimum by branch-and-bound with the LB heuristic (budgeted)"),
 }
 
+
 def make_scheduler(name: str, *, backend: str | None = None, **kwargs: Any) -> Scheduler:
     """Instantiate a registered scheduler (``kwargs`` go to its factory).
 
@@ -56,6 +62,6 @@ def make_scheduler(name: str, *, backend: str | None = None, **kwargs: Any) -> S
     if entry is None:
         raise UnknownNameError(f"unknown scheduler {name!r}; registered: {sorted(SCHEDULERS)}."
                                + did_you_mean(name, SCHEDULERS))
-    if resolve_backend(backend) == "compiled" and name in COMPILED and not kwargs:
-        return CompiledScheduler(name)
+    if name in HEURISTIC_ENTRIES and not kwargs:  # the compiled or the Python form
+        return make_heuristic(name, backend)
     return entry[0](**kwargs)
