@@ -74,6 +74,7 @@ class DynamicBatch:
         self.params: dict[str, Tensor] = {}  #: built-in op types' parameters (from_workload)
         self._vocabs: dict[tuple[int, bool], Vocab] = {}  # graph() vocabularies, reused
         self._kept: dict[Any, Any] = {}  # run("auto") and policies: made once, kept across runs
+        self._switches: dict[tuple[Any, ...], Any] = {}  # switch(): cells checked for bulk
         self._pool: list[Handle] = []  # node id -> its handle object (see _handles.recycle)
         self._clear()
 

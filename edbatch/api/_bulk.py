@@ -143,26 +143,24 @@ def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None
     return Handles(rec, first, n, kind, kind.shape)
 
 
-#: ``tuple(cells)`` of recent :func:`switch` calls that passed the cells' checks -> their
-#: kinds and op ids (a cell function's kind, shapes and batch never change).
-_SWITCHES: dict[tuple[Any, ...], tuple[list[Kind], list[int]]] = {}
-
-
 def _switch_cells(cells: Sequence[Cell]) -> tuple[list[Kind], list[int]] | None:
     """The kinds and op ids of ``cells`` if they can be recorded in bulk (same operand
-    shapes and batch, no attr), else ``None``; remembered per tuple of cells."""
+    shapes and batch, no attr), else ``None``; remembered per tuple of cells on their batch
+    (a cell function's kind, shapes and batch never change), so the memo lives and goes
+    with the batch."""
     key = tuple(cells)
-    hit = _SWITCHES.get(key)
+    first = cells[0]
+    memo = first.batch._switches
+    hit = memo.get(key)
     if hit is not None:
         return hit
-    first = cells[0]
     if not all(getattr(c, "kind", None) is not None and not c.takes_attr and
                c.in_shapes == first.in_shapes and c.batch is first.batch for c in cells):
         return None
     kinds = [c.kind for c in cells]
-    if len(_SWITCHES) >= 256:
-        _SWITCHES.clear()
-    hit = _SWITCHES[key] = (kinds, [k.op_id for k in kinds])
+    if len(memo) >= 256:
+        memo.clear()
+    hit = memo[key] = (kinds, [k.op_id for k in kinds])
     return hit
 
 
