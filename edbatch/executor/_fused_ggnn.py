@@ -17,8 +17,8 @@ from torch import Tensor
 
 from edbatch.executor._fused import _jit, _sigmoid, _tanh
 
-__all__ = ["bond_buckets", "gate_backward", "gate_forward", "gru_backward_c",
-           "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes"]
+__all__ = ["bond_buckets", "bucket_sums", "compact_buckets", "gate_backward", "gate_forward",
+           "gru_backward_c", "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes"]
 
 
 @_jit
@@ -181,3 +181,66 @@ def bond_buckets(attrs: Tensor, rows: int, slots: int, bonds: int, count_bits: i
     _rows(a & ((1 << count_bits) - 1), a >> count_bits, slots, bonds, index.numpy(),
           index.numpy(), deg.numpy())
     return index, deg
+
+
+@_jit
+def _compact(counts, codes, slots, bonds, deg, pos, nodes, offsets, bucket):  # type: ignore[no-untyped-def]
+    size, r = counts.shape[0], 0
+    for k in range(slots):  # every repeated row's node * bonds + bond (as _rows)
+        for v in range(size):
+            if counts[v] > k:
+                b = v * bonds + ((codes[v] >> (2 * k)) & 3)
+                bucket[r] = b
+                deg[b] += 1
+                r += 1
+    c = 0
+    for t in range(bonds):  # the non-empty buckets, bond type after bond type
+        offsets[t] = c
+        for v in range(size):
+            if deg[v * bonds + t] > 0:
+                pos[v * bonds + t] = c
+                nodes[c] = v
+                c += 1
+    offsets[bonds] = c
+    for i in range(r):
+        bucket[i] = pos[bucket[i]]
+
+
+def compact_buckets(attrs: Tensor, rows: int, slots: int, bonds: int, count_bits: int,
+                    dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, list[int]]:
+    """``(bucket int64[rows], deg [B * bonds], nodes int64[M], offsets)`` of
+    ``ggnn.update`` attrs (CPU), for the compact message form: the ``M`` non-empty
+    ``(node, bond type)`` buckets numbered bond type after bond type (those of type ``t``
+    are ``offsets[t]:offsets[t + 1]``, nodes ascending), ``nodes`` the node of each,
+    ``bucket`` the compact bucket of every repeated row (in :func:`repeated_nodes` order)
+    and ``deg`` each ``node * bonds + bond`` bucket's row count; one compiled loop."""
+    size = attrs.shape[0]
+    bucket = torch.empty(rows, dtype=torch.int64)
+    deg = torch.zeros(size * bonds, dtype=dtype)
+    pos = torch.empty(size * bonds, dtype=torch.int64)
+    nodes = torch.empty(size * bonds, dtype=torch.int64)
+    offsets = torch.empty(bonds + 1, dtype=torch.int64)
+    a = attrs.numpy()
+    _compact(a & ((1 << count_bits) - 1), a >> count_bits, slots, bonds, deg.numpy(),
+             pos.numpy(), nodes.numpy(), offsets.numpy(), bucket.numpy())
+    bounds = offsets.tolist()
+    return bucket, deg, nodes[:bounds[-1]], bounds
+
+
+@_jit
+def _add_rows(rows, bucket, start, s):  # type: ignore[no-untyped-def]
+    for i in range(rows.shape[0]):
+        src, dst = rows[i], s[bucket[start + i]]
+        for j in range(src.shape[0]):
+            dst[j] += src[j]
+
+
+def bucket_sums(slots: list[Tensor], bucket: Tensor, count: int) -> Tensor:
+    """``[count, H]``: the rows of ``slots`` (in order) summed into their ``bucket``s
+    (CPU), one compiled loop per slot (no ``cat``)."""
+    s = slots[0].new_zeros(count, slots[0].shape[1])
+    view, index, start = s.numpy(), bucket.numpy(), 0
+    for rows in slots:
+        _add_rows(rows.numpy(), index, start, view)
+        start += rows.shape[0]
+    return s

@@ -32,6 +32,8 @@ from edbatch.data.molecules import BOND_TYPES
 from edbatch.executor import _fused
 from edbatch.executor._fused_ggnn import (
     bond_buckets,
+    bucket_sums,
+    compact_buckets,
     gate_backward,
     gate_forward,
     gru_backward_c,
@@ -54,6 +56,10 @@ _SIZES = tuple(hi - lo + 1 for lo, hi in FEATURE_RANGES)
 _RADIX = tuple(math.prod(_SIZES[:f]) for f in range(len(_SIZES)))
 _COUNT_MASK = (1 << COUNT_BITS) - 1
 _BONDS = len(BOND_TYPES)
+#: Whether ``ggnn.update`` computes its messages in the compact form where it can (CPU,
+#: fused kernels on, nothing recording autograd); ``False``: the dense form everywhere (an
+#: ablation switch; both are checked equal in ``tests/workloads/test_ggnn_molecules.py``).
+COMPACT = True
 Grads = list[Tensor | None]
 
 
@@ -73,6 +79,25 @@ def _compiled(attrs: Tensor) -> bool:
     """Whether the repeated rows' bookkeeping runs as one compiled loop (fused kernels on,
     CPU attrs) instead of torch's index kernels."""
     return _fused.enabled() and attrs.device.type == "cpu"
+
+
+_STACKS: dict[str, tuple[tuple[Tensor, ...], tuple[int, ...], Any]] = {}
+
+
+def _stacked(key: str, parts: Sequence[Tensor], make: Any) -> Any:
+    """``make(*parts)`` (weights stacked or sliced for a GEMM), reused while the same
+    tensors at the same versions come again: the rounds and the backward of one run
+    share one copy (an in-place update bumps a version; autograd-recorded parts are
+    never cached)."""
+    got = _STACKS.get(key)
+    versions = tuple(t._version for t in parts)
+    if got is not None and got[1] == versions and \
+            all(a is b for a, b in zip(got[0], parts, strict=True)):
+        return got[2]
+    value = make(*parts)
+    if untracked(*parts):
+        _STACKS[key] = (tuple(parts), versions, value)
+    return value
 
 
 def slot_rows(counts: Tensor, sizes: Sequence[int], sync_free: bool | None = None
@@ -181,31 +206,59 @@ class GGNNUpdate(CellKind):
                 for w, shape in (("A", "H, H"), ("c", "H"))),
               Param("W_rz", "2H, 2H"), Param("b_rz", "2H"), Param("W_c", "H, 2H"),
               Param("b_c", "H"))
-    saves = ("a", "h", "gates", "rh", "s", "deg", "index", "sizes")
+    saves = ("a", "h", "gates", "rh", "s", "deg", "index", "nodes", "bounds", "sizes")
     dims = staticmethod(_hidden)
 
     @staticmethod
     def _message_weights(p: Any) -> tuple[Tensor, Tensor]:
         """``([A_1 .. A_4] [H, 4H], [c_1; ..; c_4] [4, H])``."""
-        bonds = range(_BONDS)
-        return (torch.cat([getattr(p, f"A{b}") for b in bonds], dim=1),
-                torch.stack([getattr(p, f"c{b}") for b in bonds]))
+        parts = [getattr(p, f"{w}{b}") for w in "Ac" for b in range(_BONDS)]
+        return _stacked("ggnn.update/messages", parts, lambda *t: (
+            torch.cat(t[:_BONDS], dim=1), torch.stack(t[_BONDS:])))
 
     @staticmethod
     def _input_weights(p: Any, hidden: int) -> tuple[Tensor, Tensor]:
         """``([W_rz; W_c][:, :H] [3H, H], [b_rz; b_c] [3H])``: the ``a`` blocks, stacked."""
-        return (torch.cat([p.W_rz[:, :hidden], p.W_c[:, :hidden]]),
-                torch.cat([p.b_rz, p.b_c]))
+        return _stacked("ggnn.update/inputs", (p.W_rz, p.W_c, p.b_rz, p.b_c),  # type: ignore[no-any-return]
+                        lambda w_rz, w_c, b_rz, b_c: (
+                            torch.cat([w_rz[:, :hidden], w_c[:, :hidden]]),
+                            torch.cat([b_rz, b_c])))
+
+    @staticmethod
+    def _compact_messages(slots: Sequence[Tensor], attrs: Tensor, p: Any
+                          ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, list[int]]:
+        """``(a, s, deg [B, 4], bucket, nodes, bounds)``: the messages over the non-empty
+        ``(node, bond type)`` buckets only (CPU, fused kernels on; about a third of the
+        ``B x 4`` blocks of the dense form): ``s`` sums each bucket's rows (buckets of bond
+        type ``t`` at ``bounds[t]:bounds[t + 1]``, their nodes ``nodes``), one GEMM by
+        ``A_t`` per bond type, scattered onto ``deg C``."""
+        rows = sum(t.shape[0] for t in slots)
+        bucket, deg, nodes, bounds = compact_buckets(attrs, rows, len(slots), _BONDS,
+                                                     COUNT_BITS, slots[0].dtype)
+        s = bucket_sums(list(slots), bucket, bounds[-1])
+        m = torch.empty_like(s)
+        for b in range(_BONDS):
+            if bounds[b + 1] > bounds[b]:
+                torch.mm(s[bounds[b]:bounds[b + 1]], getattr(p, f"A{b}").t(),
+                         out=m[bounds[b]:bounds[b + 1]])
+        deg = deg.view(-1, _BONDS)
+        a = torch.mm(deg, GGNNUpdate._message_weights(p)[1]).index_add_(0, nodes, m)
+        return a, s, deg, bucket, nodes, bounds
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         h = inputs[0]
         hidden = h.shape[1]
-        s, deg, index = neighbour_sums(inputs[1:], attrs, _BONDS)
-        if len(inputs) > 1:
+        nodes, bounds = None, None
+        if len(inputs) > 1 and COMPACT and _compiled(attrs) and \
+                untracked(*inputs[1:], *(getattr(p, f"A{b}") for b in range(_BONDS))):
+            a, s, deg, index, nodes, bounds = self._compact_messages(inputs[1:], attrs, p)
+        elif len(inputs) > 1:
+            s, deg, index = neighbour_sums(inputs[1:], attrs, _BONDS)
             weight, bias = self._message_weights(p)
             a = torch.addmm(deg @ bias, s, weight.t())
         else:
+            s, deg, index = neighbour_sums(inputs[1:], attrs, _BONDS)
             a = h.new_zeros(h.shape)
         w_a, b_a = self._input_weights(p, hidden)
         w_rh, w_ch = p.W_rz[:, hidden:], p.W_c[:, hidden:]
@@ -235,8 +288,8 @@ class GGNNUpdate(CellKind):
             y = torch.addcmul(c, rz[:, hidden:], h - c)
             out = y if out is None else out.copy_(y)
         if save is not None:
-            save.update(a=a, h=h, gates=g, rh=rh, s=s, deg=deg, index=index,
-                        sizes=[t.shape[0] for t in inputs[1:]])
+            save.update(a=a, h=h, gates=g, rh=rh, s=s, deg=deg, index=index, nodes=nodes,
+                        bounds=bounds, sizes=[t.shape[0] for t in inputs[1:]])
         return out
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
@@ -270,10 +323,21 @@ class GGNNUpdate(CellKind):
         grads.add("b_c", bias[2 * hidden:])
         if not saved.index.numel():
             return [d_h]
-        g_weight, g_bias = d_a.t() @ saved.s, saved.deg.t() @ d_a
+        g_bias = saved.deg.t() @ d_a
+        for b in range(_BONDS):
+            grads.add(f"c{b}", g_bias[b])
+        if saved.bounds is not None:  # the compact form: one GEMM per bond type each way
+            bounds, s = saved.bounds, saved.s
+            d_m, d_s = d_a.index_select(0, saved.nodes), torch.empty_like(s)
+            for b in range(_BONDS):
+                lo, hi = bounds[b], bounds[b + 1]
+                grads.add(f"A{b}", d_m[lo:hi].t() @ s[lo:hi])
+                if hi > lo:
+                    torch.mm(d_m[lo:hi], getattr(p, f"A{b}"), out=d_s[lo:hi])
+            return [d_h, *d_s.index_select(0, saved.index).split(saved.sizes)]
+        g_weight = d_a.t() @ saved.s
         for b in range(_BONDS):
             grads.add(f"A{b}", g_weight[:, b * hidden:(b + 1) * hidden])
-            grads.add(f"c{b}", g_bias[b])
         weight = self._message_weights(p)[0]
         d_rows = (d_a @ weight).view(-1, hidden).index_select(0, saved.index)
         return [d_h, *d_rows.split(saved.sizes)]
@@ -289,11 +353,18 @@ class GGNNReadout(CellKind):
     saves = ("rows", "segment", "gates", "sizes")
     dims = staticmethod(_hidden)
 
+    @staticmethod
+    def _weights(p: Any) -> tuple[Tensor, Tensor]:
+        """``([W_i; W_j] [2H, H], [b_i; b_j] [2H])``."""
+        return _stacked("ggnn.readout", (p.W_i, p.W_j, p.b_i, p.b_j),  # type: ignore[no-any-return]
+                        lambda w_i, w_j, b_i, b_j: (torch.cat([w_i, w_j]), torch.cat([b_i, b_j])))
+
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         rows, segment = repeated_rows(inputs, attrs)
         hidden = rows.shape[1]
-        g = torch.addmm(torch.cat([p.b_i, p.b_j]), rows, torch.cat([p.W_i, p.W_j]).t())
+        weight, bias = self._weights(p)
+        g = torch.addmm(bias, rows, weight.t())
         if untracked(rows, g):
             terms = torch.empty_like(rows)
             if _fused.usable(g, terms):
@@ -328,7 +399,7 @@ class GGNNReadout(CellKind):
         grads.add("W_j", g_w[hidden:])
         grads.add("b_i", bias[:hidden])
         grads.add("b_j", bias[hidden:])
-        d_rows = d @ torch.cat([p.W_i, p.W_j])
+        d_rows = d @ self._weights(p)[0]
         return list(d_rows.split(saved.sizes))
 
 
