@@ -148,11 +148,19 @@ def gate_backward(grad: Tensor, segment: Tensor, g: Tensor, d: Tensor) -> None:
 
 # ---------------------------------------------------------------------- repeated operands
 @_jit
+def _slots(counts):  # type: ignore[no-untyped-def]
+    top = 0
+    for v in range(counts.shape[0]):
+        top = max(top, counts[v])
+    return top
+
+
+@_jit
 def _rows(counts, codes, slots, bonds, node, index, deg):  # type: ignore[no-untyped-def]
-    r = 0
-    for k in range(slots):
+    r = 0  # (slots: from the counts, so one merged operand of every repeated row serves too)
+    for k in range(_slots(counts)):
         for v in range(counts.shape[0]):
-            if counts[v] > k:
+            if counts[v] > k and r < node.shape[0]:
                 node[r] = v
                 if bonds:
                     b = v * bonds + ((codes[v] >> (2 * k)) & 3)
@@ -186,9 +194,9 @@ def bond_buckets(attrs: Tensor, rows: int, slots: int, bonds: int, count_bits: i
 @_jit
 def _compact(counts, codes, slots, bonds, deg, pos, nodes, offsets, bucket):  # type: ignore[no-untyped-def]
     size, r = counts.shape[0], 0
-    for k in range(slots):  # every repeated row's node * bonds + bond (as _rows)
+    for k in range(_slots(counts)):  # every repeated row's node * bonds + bond (as _rows)
         for v in range(size):
-            if counts[v] > k:
+            if counts[v] > k and r < bucket.shape[0]:
                 b = v * bonds + ((codes[v] >> (2 * k)) & 3)
                 bucket[r] = b
                 deg[b] += 1

@@ -88,6 +88,18 @@ def _op_table(graph: Graph, schedule: Schedule, kernels: Mapping[str, Kernel] | 
     return table
 
 
+def _merge_repeated(kernel: Kernel, operands: tuple[Operand, ...]) -> tuple[Operand, ...]:
+    """A variadic batch of a cell kind declaring ``merge_repeated = k`` (CPU): its repeated
+    slots after the ``k`` fixed ones as one read of their rows, slot after slot (what the
+    kernel would ``cat``; one gather and one gradient route, not one per slot)."""
+    fixed = getattr(getattr(kernel, "cell", None), "merge_repeated", None)
+    if fixed is None or len(operands) <= fixed + 1 or \
+            len({o.arena for o in operands[fixed:]}) != 1:
+        return operands
+    rows = np.concatenate([o.rows() for o in operands[fixed:]])
+    return (*operands[:fixed], merged(operands[fixed].arena, rows))
+
+
 def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
                     kernels: Mapping[str, Kernel] | None) -> Program:
     """Precompute kernels, attrs and the inference reads of every batch.
@@ -112,6 +124,8 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
             if len(operands) > 1:
                 rows = np.concatenate([o.rows() for o in operands])
                 operand_lists[b] = (merged(operands[0].arena, rows),)
+        elif entry[3] and device.type == "cpu":
+            operand_lists[b] = _merge_repeated(entry[1], operands)
     reads = inplace_reads(operand_lists, device, counts[False])
     attrs = flat.split_with_sizes(sizes) if sizes else ()  # every batch's view in one call
     steps = [new_step(op, kernel, attrs[b], sizes[b], width, region.arena, region.start,

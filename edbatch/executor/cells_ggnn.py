@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -118,12 +119,21 @@ def slot_rows(counts: Tensor, sizes: Sequence[int], sync_free: bool | None = Non
     return flat.remainder(size), flat.div(size, rounding_mode="floor")
 
 
+def _slot_sizes(counts: Tensor, slots: Sequence[Tensor]) -> list[int]:
+    """Rows per repeated slot: the operands' own, or on the CPU from the ``counts`` (where
+    the executor passes the repeated rows as one merged operand, see ``merge_repeated``)."""
+    if counts.device.type != "cpu" or not counts.numel():
+        return [t.shape[0] for t in slots]
+    hist = np.bincount(counts.numpy())
+    return (len(counts) - np.cumsum(hist))[:len(hist) - 1].tolist()  # type: ignore[no-any-return]
+
+
 def repeated_rows(slots: Sequence[Tensor], counts: Tensor) -> tuple[Tensor, Tensor]:
     """``(rows [N, d], segment int64[N])``: the repeated operand slots stacked, and the node
     (``0..B-1``) each row belongs to, from the nodes' repeated-operand ``counts``."""
     sizes = [t.shape[0] for t in slots]
     segment = repeated_nodes(counts, sum(sizes), len(sizes)) if _compiled(counts) else \
-        slot_rows(counts, sizes)[0]
+        slot_rows(counts, _slot_sizes(counts, slots))[0]
     return (slots[0] if len(slots) == 1 else torch.cat(list(slots))), segment
 
 
@@ -177,7 +187,8 @@ def neighbour_sums(slots: Sequence[Tensor], attrs: Tensor, bonds: int
     if _compiled(attrs):
         index, deg = bond_buckets(attrs, len(rows), len(sizes), bonds, COUNT_BITS, rows.dtype)
     else:
-        node, slot = slot_rows(torch.bitwise_and(attrs, _COUNT_MASK), sizes)
+        counts = torch.bitwise_and(attrs, _COUNT_MASK)
+        node, slot = slot_rows(counts, _slot_sizes(counts, slots))
         codes = torch.bitwise_right_shift(attrs, COUNT_BITS).index_select(0, node)
         index = torch.bitwise_right_shift(codes, slot + slot).bitwise_and_(3).add_(node * bonds)
         deg = rows.new_zeros(size * bonds).index_add_(0, index, rows.new_ones(len(index)))
@@ -207,6 +218,7 @@ class GGNNUpdate(CellKind):
               Param("W_rz", "2H, 2H"), Param("b_rz", "2H"), Param("W_c", "H, 2H"),
               Param("b_c", "H"))
     saves = ("a", "h", "gates", "rh", "s", "deg", "index", "nodes", "bounds", "sizes")
+    merge_repeated = 1  # (CPU) the neighbour states as one read after h: see _program
     dims = staticmethod(_hidden)
 
     @staticmethod
@@ -351,6 +363,7 @@ class GGNNReadout(CellKind):
     kind = "ggnn.readout"
     params = (Param("W_i", "H, H"), Param("b_i", "H"), Param("W_j", "H, H"), Param("b_j", "H"))
     saves = ("rows", "segment", "gates", "sizes")
+    merge_repeated = 0  # (CPU) every atom state as one read: see _program
     dims = staticmethod(_hidden)
 
     @staticmethod
