@@ -24,7 +24,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -32,7 +31,6 @@ from torch import Tensor
 from edbatch.data.molecules import BOND_TYPES
 from edbatch.executor import _fused
 from edbatch.executor._fused_ggnn import (
-    bond_buckets,
     bucket_sums,
     compact_buckets,
     gate_backward,
@@ -41,7 +39,13 @@ from edbatch.executor._fused_ggnn import (
     gru_backward_r,
     gru_gates,
     gru_output,
-    repeated_nodes,
+)
+from edbatch.executor._ggnn_rows import (
+    compiled,
+    neighbour_sums,
+    repeated_rows,
+    slot_rows,
+    stacked,
 )
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD, TANH_GRAD_INTO
@@ -55,7 +59,6 @@ __all__ = ["GGNNEmbed", "GGNNLoss", "GGNNReadout", "GGNNSqErr", "GGNNUpdate", "g
 
 _SIZES = tuple(hi - lo + 1 for lo, hi in FEATURE_RANGES)
 _RADIX = tuple(math.prod(_SIZES[:f]) for f in range(len(_SIZES)))
-_COUNT_MASK = (1 << COUNT_BITS) - 1
 _BONDS = len(BOND_TYPES)
 #: Whether ``ggnn.update`` computes its messages in the compact form where it can (CPU,
 #: fused kernels on, nothing recording autograd); ``False``: the dense form everywhere (an
@@ -74,67 +77,6 @@ def _tanh_(x: Tensor) -> Tensor:
     if x.numel() < FAST_TANH_MIN or x.device.type != "cpu":
         return x.tanh_()
     return x.add_(x).sigmoid_().mul_(2.0).sub_(1.0)
-
-
-def _compiled(attrs: Tensor) -> bool:
-    """Whether the repeated rows' bookkeeping runs as one compiled loop (fused kernels on,
-    CPU attrs) instead of torch's index kernels."""
-    return _fused.enabled() and attrs.device.type == "cpu"
-
-
-_STACKS: dict[str, tuple[tuple[Tensor, ...], tuple[int, ...], Any]] = {}
-
-
-def _stacked(key: str, parts: Sequence[Tensor], make: Any) -> Any:
-    """``make(*parts)`` (weights stacked or sliced for a GEMM), reused while the same
-    tensors at the same versions come again: the rounds and the backward of one run
-    share one copy (an in-place update bumps a version; autograd-recorded parts are
-    never cached)."""
-    got = _STACKS.get(key)
-    versions = tuple(t._version for t in parts)
-    if got is not None and got[1] == versions and \
-            all(a is b for a, b in zip(got[0], parts, strict=True)):
-        return got[2]
-    value = make(*parts)
-    if untracked(*parts):
-        _STACKS[key] = (tuple(parts), versions, value)
-    return value
-
-
-def slot_rows(counts: Tensor, sizes: Sequence[int], sync_free: bool | None = None
-              ) -> tuple[Tensor, Tensor]:
-    """``(node, slot)`` (``int64[N]``) of every repeated operand row, slot after slot, each
-    slot's nodes ascending: ``node`` is ``cat(slot_nodes(counts, sizes))`` of
-    :func:`~edbatch.executor.kernels.slot_nodes`, in one ``nonzero`` of the ``[K, B]``
-    mask ``counts > k`` on the CPU; elsewhere (``sync_free``) the first ``N = sum(sizes)``
-    of its stable sort, with no synchronisation with the host."""
-    k = torch.arange(len(sizes), device=counts.device)
-    mask = counts.unsqueeze(0) > k.unsqueeze(1)
-    if not (counts.device.type != "cpu" if sync_free is None else sync_free):
-        slot, node = torch.nonzero(mask).unbind(1)
-        return node, slot
-    flat = torch.argsort(torch.logical_not(mask).view(-1).to(torch.uint8),
-                         stable=True)[:sum(sizes)]
-    size = counts.shape[0]
-    return flat.remainder(size), flat.div(size, rounding_mode="floor")
-
-
-def _slot_sizes(counts: Tensor, slots: Sequence[Tensor]) -> list[int]:
-    """Rows per repeated slot: the operands' own, or on the CPU from the ``counts`` (where
-    the executor passes the repeated rows as one merged operand, see ``merge_repeated``)."""
-    if counts.device.type != "cpu" or not counts.numel():
-        return [t.shape[0] for t in slots]
-    hist = np.bincount(counts.numpy())
-    return (len(counts) - np.cumsum(hist))[:len(hist) - 1].tolist()  # type: ignore[no-any-return]
-
-
-def repeated_rows(slots: Sequence[Tensor], counts: Tensor) -> tuple[Tensor, Tensor]:
-    """``(rows [N, d], segment int64[N])``: the repeated operand slots stacked, and the node
-    (``0..B-1``) each row belongs to, from the nodes' repeated-operand ``counts``."""
-    sizes = [t.shape[0] for t in slots]
-    segment = repeated_nodes(counts, sum(sizes), len(sizes)) if _compiled(counts) else \
-        slot_rows(counts, _slot_sizes(counts, slots))[0]
-    return (slots[0] if len(slots) == 1 else torch.cat(list(slots))), segment
 
 
 _EMBED_CODES: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
@@ -173,29 +115,6 @@ class GGNNEmbed(CellKind):
         return []
 
 
-def neighbour_sums(slots: Sequence[Tensor], attrs: Tensor, bonds: int
-                   ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(s [B, bonds*H], deg [B, bonds], index int64[N])``: each node's neighbour states
-    summed per bond type (``s[v, b*H:(b+1)*H] = sum of h_u over v's in-edges of type b``),
-    its in-degree per bond type, and the ``node * bonds + bond`` bucket of every repeated
-    operand row (in :func:`repeated_rows` order), from the attrs of
-    :func:`~edbatch.workloads.ggnn_molecules.update_attr`."""
-    if not slots:
-        return (attrs.new_zeros(0), attrs.new_zeros(0), attrs.new_zeros(0))
-    size, hidden, sizes = attrs.shape[0], slots[0].shape[1], [t.shape[0] for t in slots]
-    rows = slots[0] if len(slots) == 1 else torch.cat(list(slots))
-    if _compiled(attrs):
-        index, deg = bond_buckets(attrs, len(rows), len(sizes), bonds, COUNT_BITS, rows.dtype)
-    else:
-        counts = torch.bitwise_and(attrs, _COUNT_MASK)
-        node, slot = slot_rows(counts, _slot_sizes(counts, slots))
-        codes = torch.bitwise_right_shift(attrs, COUNT_BITS).index_select(0, node)
-        index = torch.bitwise_right_shift(codes, slot + slot).bitwise_and_(3).add_(node * bonds)
-        deg = rows.new_zeros(size * bonds).index_add_(0, index, rows.new_ones(len(index)))
-    s = rows.new_zeros(size * bonds, hidden).index_add_(0, index, rows)
-    return s.view(size, bonds * hidden), deg.view(size, bonds), index
-
-
 class GGNNUpdate(CellKind):
     """One round at an atom ``v``: messages ``a_v = sum_b A_b S_vb + deg_vb c_b`` with
     ``S_vb`` the sum of the neighbour states over v's bonds of type ``b`` (``= sum over
@@ -210,7 +129,14 @@ class GGNNUpdate(CellKind):
     (``G``, ``[B, 3H]``), the ``h`` and ``r*h`` blocks are added into it in place, and the
     element-wise part runs in place in ``G`` (two compiled kernels where
     :func:`~edbatch.executor._fused.usable`, else torch kernels); the backward mirrors it
-    with one ``[B, 3H]`` pre-activation gradient and per-batch weight gradients."""
+    with one ``[B, 3H]`` pre-activation gradient and per-batch weight gradients.
+
+    Messages: on the CPU with the compiled kernels (:data:`COMPACT`) only the non-empty
+    ``(atom, bond type)`` buckets are summed and multiplied (one GEMM by ``A_b`` per bond
+    type, about a third of the dense ``[S_1 .. S_4]`` block on ESOL); elsewhere (CUDA: no
+    host sync for the bucket counts; autograd) the dense GEMM. ``merge_repeated``: on the
+    CPU the executor reads the neighbour states as one operand after ``h`` (one gather and
+    one gradient route per batch); the kernels take the slots from the attrs' counts."""
 
     kind = "ggnn.update"
     params = (*(Param(f"{w}{b}", shape) for b in range(_BONDS)
@@ -225,13 +151,13 @@ class GGNNUpdate(CellKind):
     def _message_weights(p: Any) -> tuple[Tensor, Tensor]:
         """``([A_1 .. A_4] [H, 4H], [c_1; ..; c_4] [4, H])``."""
         parts = [getattr(p, f"{w}{b}") for w in "Ac" for b in range(_BONDS)]
-        return _stacked("ggnn.update/messages", parts, lambda *t: (
+        return stacked("ggnn.update/messages", parts, lambda *t: (
             torch.cat(t[:_BONDS], dim=1), torch.stack(t[_BONDS:])))
 
     @staticmethod
     def _input_weights(p: Any, hidden: int) -> tuple[Tensor, Tensor]:
         """``([W_rz; W_c][:, :H] [3H, H], [b_rz; b_c] [3H])``: the ``a`` blocks, stacked."""
-        return _stacked("ggnn.update/inputs", (p.W_rz, p.W_c, p.b_rz, p.b_c),  # type: ignore[no-any-return]
+        return stacked("ggnn.update/inputs", (p.W_rz, p.W_c, p.b_rz, p.b_c),  # type: ignore[no-any-return]
                         lambda w_rz, w_c, b_rz, b_c: (
                             torch.cat([w_rz[:, :hidden], w_c[:, :hidden]]),
                             torch.cat([b_rz, b_c])))
@@ -262,7 +188,7 @@ class GGNNUpdate(CellKind):
         h = inputs[0]
         hidden = h.shape[1]
         nodes, bounds = None, None
-        if len(inputs) > 1 and COMPACT and _compiled(attrs) and \
+        if len(inputs) > 1 and COMPACT and compiled(attrs) and \
                 untracked(*inputs[1:], *(getattr(p, f"A{b}") for b in range(_BONDS))):
             a, s, deg, index, nodes, bounds = self._compact_messages(inputs[1:], attrs, p)
         elif len(inputs) > 1:
@@ -369,7 +295,7 @@ class GGNNReadout(CellKind):
     @staticmethod
     def _weights(p: Any) -> tuple[Tensor, Tensor]:
         """``([W_i; W_j] [2H, H], [b_i; b_j] [2H])``."""
-        return _stacked("ggnn.readout", (p.W_i, p.W_j, p.b_i, p.b_j),  # type: ignore[no-any-return]
+        return stacked("ggnn.readout", (p.W_i, p.W_j, p.b_i, p.b_j),  # type: ignore[no-any-return]
                         lambda w_i, w_j, b_i, b_j: (torch.cat([w_i, w_j]), torch.cat([b_i, b_j])))
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,

@@ -289,6 +289,41 @@ def test_a_batch_of_isolated_atoms_runs_both_paths(monkeypatch: pytest.MonkeyPat
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
 
 
+def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp64, compiled kernels on: the compact message form with the repeated slots read as
+    one operand gives the dense form's loss and gradients (every parameter), and the
+    program does read an update's neighbours and the readout's atoms as one operand."""
+    from edbatch.executor import cells_ggnn
+    from edbatch.executor._program import compile_program
+
+    graph, loss, ref = reference("cell")
+    schedule = make_scheduler("depth")(graph)
+    plan = plan_memory(graph, schedule, "naive")
+    out = {}
+    for form in ("compact", "dense"):
+        on = form == "compact"
+        monkeypatch.setattr(cells_ggnn, "COMPACT", on)
+        monkeypatch.setattr(cells_ggnn.GGNNUpdate, "merge_repeated", 1 if on else None)
+        monkeypatch.setattr(cells_ggnn.GGNNReadout, "merge_repeated", 0 if on else None)
+        steps = compile_program(graph, schedule, plan, torch.device("cpu"), None).steps
+        reads = {s.op.kind: len(s.reads) for s in steps if s.size > 1}
+        if on:  # (the dense form: one read per slot, here 5 and 32)
+            assert (reads["ggnn.update"], reads["ggnn.readout"]) == (2, 1)
+        else:
+            assert reads["ggnn.update"] > 2 and reads["ggnn.readout"] > 1
+        trainable = {k: v.clone().requires_grad_() for k, v in params64().items()}
+        trained = TorchExecutor(dtype=torch.float64, fused=True).run(
+            graph, schedule, plan, trainable, grad=True).loss
+        assert trained is not None
+        out[form] = [trained.detach(), *grads(trained, trainable)]
+    torch.testing.assert_close(out["compact"][0], loss, **TOL)
+    for k, (a, b) in enumerate(zip(out["compact"], out["dense"], strict=True)):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10, msg=f"output {k}")
+    for k, (a, b) in enumerate(zip(out["compact"][1:], ref, strict=True)):
+        torch.testing.assert_close(a, b, **TOL, msg=f"gradient {k}")
+
+
 def test_slot_rows_in_one_nonzero_or_without_host_sync_equal_slot_nodes() -> None:
     from edbatch.executor.cells_ggnn import slot_rows
     from edbatch.executor.kernels import slot_nodes
