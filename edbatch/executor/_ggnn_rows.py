@@ -15,6 +15,7 @@ from torch import Tensor
 
 from edbatch.executor import _fused
 from edbatch.executor._fused_ggnn import bond_buckets, repeated_nodes
+from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.kernels import untracked
 from edbatch.workloads.ggnn_molecules import COUNT_BITS
 
@@ -29,22 +30,22 @@ def compiled(attrs: Tensor) -> bool:
     return _fused.enabled() and attrs.device.type == "cpu"
 
 
-_STACKS: dict[str, tuple[tuple[Tensor, ...], tuple[int, ...], Any]] = {}
-
-
 def stacked(key: str, parts: Sequence[Tensor], make: Any) -> Any:
-    """``make(*parts)`` (weights stacked or sliced for a GEMM), reused while the same
-    tensors at the same versions come again: the rounds and the backward of one run
-    share one copy (an in-place update bumps a version; autograd-recorded parts are
-    never cached)."""
-    got = _STACKS.get(key)
-    versions = tuple(t._version for t in parts)
-    if got is not None and got[1] == versions and \
-            all(a is b for a, b in zip(got[0], parts, strict=True)):
-        return got[2]
+    """``make(*parts)`` (weights stacked or sliced for a GEMM), made once per executor run
+    and reused by its other batches: kept in the run's scope of
+    :data:`~edbatch.executor._weights.TRANSPOSED` (under a key of its own), so it never
+    outlives the run (version counters cannot tell whether a weight changed between runs:
+    fused Adam, writes through ``.data``). Outside a run, or when autograd records a part,
+    it is made afresh."""
+    scope = TRANSPOSED.entries
+    if scope is None or not untracked(*parts):
+        return make(*parts)
+    slot: Any = (key, id(parts[0]))
+    got: Any = scope.get(slot)
+    if got is not None and all(a is b for a, b in zip(got[0], parts, strict=True)):
+        return got[1]
     value = make(*parts)
-    if untracked(*parts):
-        _STACKS[key] = (tuple(parts), versions, value)
+    scope[slot] = (tuple(parts), value)  # held for the run: the parts' ids stay theirs
     return value
 
 

@@ -324,6 +324,23 @@ def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
         torch.testing.assert_close(a, b, **TOL, msg=f"gradient {k}")
 
 
+def test_weights_changed_through_data_between_runs_are_read_afresh() -> None:
+    """The stacked weights a run reuses do not outlive it: a write through ``.data`` (no
+    version bump) between two inference runs shows in the second."""
+    graph = reference("cell")[0]
+    params = params64()
+    schedule = make_scheduler("depth")(graph)
+    plan = plan_memory(graph, schedule, "naive")
+    executor = TorchExecutor(dtype=torch.float64)
+    first = executor.run(graph, schedule, plan, params).loss
+    for value in params.values():
+        value.data.mul_(0.5)
+    second = executor.run(graph, schedule, plan, params).loss
+    assert first is not None and second is not None
+    torch.testing.assert_close(second, reference_loss(graph, params), **TOL)
+    assert not torch.allclose(first, second)
+
+
 def test_slot_rows_in_one_nonzero_or_without_host_sync_equal_slot_nodes() -> None:
     from edbatch.executor.cells_ggnn import slot_rows
     from edbatch.executor.kernels import slot_nodes
