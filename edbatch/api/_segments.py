@@ -21,6 +21,7 @@ first out.
 from __future__ import annotations
 
 import dataclasses
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -32,11 +33,14 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from edbatch.api import _typed
+from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
 from edbatch.executor._hoist import HoistedProgram, head_reads, hoist_program
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._reads import SelectRead, SliceRead, to_device
+from edbatch.executor._result import RunResult
 from edbatch.executor.cells_hoist import HOISTS
 from edbatch.executor.kernels import KERNELS, stacked_sum
 from edbatch.executor.torch_executor import TorchExecutor
@@ -61,7 +65,7 @@ class Entry:
 
     graph: Graph
     schedule: Schedule
-    plan: MemoryPlan
+    plan: MemoryPlan | None  # None: a typed segment (:mod:`~edbatch.api._typed`)
     program: Program | None = None
     nodes: NDArray[np.int64] | None = None
     batch: NDArray[np.int64] | None = None
@@ -267,11 +271,21 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
     if entry is not None and entry.graph.vocab is not vocab:  # an id reused
         entry = None
     executor = state.executor
+    state.keep = (state.keep[0], vocab, make)
     if entry is None:
         ptr = np.zeros(len(op_ids) + 1, np.int64)
         np.cumsum(counts, out=ptr[1:])
         graph = Graph.from_arrays(vocab, op_ids, ptr, operands, attrs=attrs, instance=inst,
                                   outputs=outputs)
+        typed = typed_program(graph, state.capture.kernels, executor.device) if \
+            _typed.TYPED else None
+        if typed is not None:
+            entry = Entry(graph, typed.schedule, None, typed.program)
+            c, m = (int(x) for x in arrays["sizes"])
+            entry.nodes = np.arange(m, dtype=np.int64)
+            entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
+            cache.put(key, entry)
+            return _run_typed(state, graph, entry, entry.program, params, grad)
         schedule = make(graph)
         # (this cache is the plan's memo: no second hash of the structure per miss)
         entry = Entry(graph, schedule, plan_memory(graph, schedule, memory, cache=False))
@@ -280,13 +294,36 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
         graph = dataclasses.replace(entry.graph, attrs=_frozen(attrs, np.int64),
                                     instance=_frozen(inst, np.int32))
         assert entry.program is not None
-        executor.given = rebind(entry.program, graph.attrs, executor.device)
-    state.keep = (state.keep[0], vocab, make)
+        program = rebind(entry.program, graph.attrs, executor.device)
+        if entry.plan is None:
+            return _run_typed(state, graph, entry, program, params, grad)
+        executor.given = program
     state.capture.outputs.clear()
     result = executor.run(graph, entry.schedule, entry.plan, params, grad=grad)
     if entry.program is None:
         entry.program = executor.compiled
         cache.put(key, entry)
+    return graph, entry.schedule, entry, result
+
+
+def _run_typed(state: SegmentState, graph: Graph, entry: Entry, program: Program,
+               params: dict[str, Tensor], grad: bool) -> tuple[Graph, Schedule, Entry, Any]:
+    """Run a typed segment's program (:func:`~edbatch.api._typed.run_typed`)."""
+    state.capture.outputs.clear()
+    t0 = time.perf_counter()
+    outputs = run_typed(state.executor, program, state.executor._on_device(params), grad)
+    seconds = time.perf_counter() - t0
+    loss = None
+    if len(outputs) == 1:
+        (value,) = outputs.values()
+        loss = value.reshape(()) if value.numel() == 1 else None
+    views = sum(type(r) is SliceRead for s in program.steps for r in s.reads)
+    reads = sum(len(s.reads) for s in program.steps)
+    stats = {"exec/num_views": float(views), "exec/num_gathers": float(reads - views),
+             "exec/num_kernel_calls": float(len(program.steps)), "exec/seconds": seconds,
+             "exec/compile_seconds": 0.0, "exec/cuda_graph": 0.0,
+             "exec/capture_seconds": 0.0, "exec/hoisted_projections": 0.0}
+    result = RunResult(outputs, loss, len(program.steps), stats, seconds)
     return graph, entry.schedule, entry, result
 
 
@@ -355,7 +392,9 @@ def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, 
         ExecutionError: the executor did not make one kernel call per batch.
     """
     plan = entry.plan
+    batches = len(entry.schedule.batches)
     if entry.nodes is None:
+        assert plan is not None
         sizes = np.asarray([len(r) for r in plan.row_order], dtype=np.int64)
         nodes = np.concatenate(plan.row_order).astype(np.int64) if len(sizes) else \
             np.zeros(0, np.int64)
@@ -365,10 +404,10 @@ def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, 
         entry.nodes = nodes[keep] - first
         entry.batch = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)[keep]
         entry.row = row[keep]
-    if len(outputs) != len(plan.row_order):
+    if len(outputs) != batches:
         raise ExecutionError(
             f"run_programs: the executor made {len(outputs)} kernel calls for "
-            f"{len(plan.row_order)} batches; values are read from one kernel call per batch")
+            f"{batches} batches; values are read from one kernel call per batch")
     base = len(values.outputs)
     values.outputs.extend(outputs)
     ids = entry.nodes + offset
