@@ -268,7 +268,8 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
     cache = state.cache
     key = cache.key(vocab, make, strategy, op_ids, counts, operands, outputs, arrays["sizes"])
     entry = cache.get(key)
-    if entry is not None and entry.graph.vocab is not vocab:  # an id reused
+    if entry is not None and (entry.graph.vocab is not vocab or  # an id reused
+                              (entry.plan is None and not _typed.TYPED)):  # typed: switched off
         entry = None
     executor = state.executor
     state.keep = (state.keep[0], vocab, make)
