@@ -21,7 +21,6 @@ first out.
 from __future__ import annotations
 
 import dataclasses
-import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -40,7 +39,6 @@ from edbatch.errors import ExecutionError
 from edbatch.executor._hoist import HoistedProgram, head_reads, hoist_program
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._reads import SelectRead, SliceRead, to_device
-from edbatch.executor._result import RunResult
 from edbatch.executor.cells_hoist import HOISTS
 from edbatch.executor.kernels import KERNELS, stacked_sum
 from edbatch.executor.torch_executor import TorchExecutor
@@ -286,7 +284,8 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
             entry.nodes = np.arange(m, dtype=np.int64)
             entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
             cache.put(key, entry)
-            return _run_typed(state, graph, entry, entry.program, params, grad)
+            return graph, entry.schedule, entry, run_typed(executor, entry.program,
+                                                           params, grad)
         schedule = make(graph)
         # (this cache is the plan's memo: no second hash of the structure per miss)
         entry = Entry(graph, schedule, plan_memory(graph, schedule, memory, cache=False))
@@ -297,34 +296,13 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
         assert entry.program is not None
         program = rebind(entry.program, graph.attrs, executor.device)
         if entry.plan is None:
-            return _run_typed(state, graph, entry, program, params, grad)
+            return graph, entry.schedule, entry, run_typed(executor, program, params, grad)
         executor.given = program
     state.capture.outputs.clear()
     result = executor.run(graph, entry.schedule, entry.plan, params, grad=grad)
     if entry.program is None:
         entry.program = executor.compiled
         cache.put(key, entry)
-    return graph, entry.schedule, entry, result
-
-
-def _run_typed(state: SegmentState, graph: Graph, entry: Entry, program: Program,
-               params: dict[str, Tensor], grad: bool) -> tuple[Graph, Schedule, Entry, Any]:
-    """Run a typed segment's program (:func:`~edbatch.api._typed.run_typed`)."""
-    state.capture.outputs.clear()
-    t0 = time.perf_counter()
-    outputs = run_typed(state.executor, program, state.executor._on_device(params), grad)
-    seconds = time.perf_counter() - t0
-    loss = None
-    if len(outputs) == 1:
-        (value,) = outputs.values()
-        loss = value.reshape(()) if value.numel() == 1 else None
-    views = sum(type(r) is SliceRead for s in program.steps for r in s.reads)
-    reads = sum(len(s.reads) for s in program.steps)
-    stats = {"exec/num_views": float(views), "exec/num_gathers": float(reads - views),
-             "exec/num_kernel_calls": float(len(program.steps)), "exec/seconds": seconds,
-             "exec/compile_seconds": 0.0, "exec/cuda_graph": 0.0,
-             "exec/capture_seconds": 0.0, "exec/hoisted_projections": 0.0}
-    result = RunResult(outputs, loss, len(program.steps), stats, seconds)
     return graph, entry.schedule, entry, result
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ from torch import Tensor
 
 from edbatch.executor._program import Program, Step, new_step
 from edbatch.executor._reads import Read, SelectRead, SliceRead, to_device
+from edbatch.executor._result import RunResult
 from edbatch.executor.cells_hoist import HEAD_READS
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
 from edbatch.graph import Graph
@@ -220,10 +222,26 @@ def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.dev
 
 
 def run_typed(executor: Any, program: Program, params: Mapping[str, Tensor], grad: bool
-              ) -> dict[int, Tensor]:
-    """Run a typed program's steps on ``executor`` (a ``SegmentExecutor``): the training
-    loop, under ``no_grad`` for inference."""
+              ) -> RunResult:
+    """Run a typed program's steps on ``executor`` (a ``SegmentExecutor``, its capture's
+    outputs cleared first): the training loop, under ``no_grad`` for inference."""
+    executor.capture.outputs.clear()
+    params = executor._on_device(params)
+    t0 = time.perf_counter()
     if grad:
-        return executor._run_grad(program, params)  # type: ignore[no-any-return]
-    with torch.no_grad():
-        return executor._run_grad(program, params)  # type: ignore[no-any-return]
+        outputs = executor._run_grad(program, params)
+    else:
+        with torch.no_grad():
+            outputs = executor._run_grad(program, params)
+    seconds = time.perf_counter() - t0
+    loss = None
+    if len(outputs) == 1:
+        (value,) = outputs.values()
+        loss = value.reshape(()) if value.numel() == 1 else None
+    views = sum(type(r) is SliceRead for s in program.steps for r in s.reads)
+    reads = sum(len(s.reads) for s in program.steps)
+    stats = {"exec/num_views": float(views), "exec/num_gathers": float(reads - views),
+             "exec/num_kernel_calls": float(len(program.steps)), "exec/seconds": seconds,
+             "exec/compile_seconds": 0.0, "exec/cuda_graph": 0.0,
+             "exec/capture_seconds": 0.0, "exec/hoisted_projections": 0.0}
+    return RunResult(outputs, loss, len(program.steps), stats, seconds)
