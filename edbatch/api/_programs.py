@@ -54,6 +54,7 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -186,10 +187,12 @@ class _Runner:
         is_old, old_loss = flat < start, losses < start
         old = np.concatenate([flat[is_old], losses[old_loss]])
         where = np.arange(len(old))  # each read's value node
-        if len(old) >= SHARE_AT * 2:
-            shared, inverse = np.unique(old, return_inverse=True)
-            if len(shared) * SHARE_AT <= len(old):
-                old, where = shared, inverse.reshape(-1)
+        if len(old) >= SHARE_AT * 2:  # the distinct nodes read, sorted, without a sort
+            seen = np.zeros(start, np.int64)
+            seen[old] = 1
+            rank = np.cumsum(seen) - 1
+            if (rank[-1] + 1) * SHARE_AT <= len(old):
+                old, where = np.flatnonzero(seen), rank[old]
         c, m = len(old), n - start
         local = flat + (c - start)
         reads = int(is_old.sum())
@@ -254,7 +257,8 @@ class _Runner:
                        ) -> np.ndarray:  # type: ignore[type-arg]
         """The instance of nodes ``start..n-1`` from the marks recorded since the last
         segment (every one at or after ``start``) and the instance in effect before them."""
-        m = np.array(marks[self.mark_at:], dtype=np.int64).reshape(-1, 2)
+        new = marks[self.mark_at:]
+        m = np.fromiter(chain.from_iterable(new), np.int64, 2 * len(new)).reshape(-1, 2)
         self.mark_at = len(marks)
         bounds = np.concatenate([[start], np.minimum(m[:, 0], n), [n]])
         values = np.concatenate([[self.last_inst], m[:, 1]]).astype(np.int32)

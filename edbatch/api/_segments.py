@@ -415,4 +415,7 @@ def value_groups(ops: list[Any], op_ids: NDArray[Any]
             del _SHAPES[next(iter(_SHAPES))]
     _, _, shapes, of_op = hit
     sid = of_op[op_ids]
+    lo = int(sid.min())
+    if lo == int(sid.max()):  # one shape (a decoding round's states)
+        return [(shapes[lo], np.arange(len(sid)))]
     return [(shapes[k], np.flatnonzero(sid == k)) for k in np.unique(sid)]
