@@ -176,7 +176,7 @@ class _Runner:
             return
         vocab_ops = batch._ops
         new_ops = int_array(rec.ops, start, n, "i")
-        self.op_all = op_all = np.concatenate([self.op_all, new_ops])
+        self.op_all = op_all = _extend(self.op_all, start, new_ops)
         if len(self.arity) != len(vocab_ops):  # op types are only ever added
             self.arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops],
                                   np.int64)
@@ -203,7 +203,7 @@ class _Runner:
         if len(inst_new) and inst_new.min() < 0:
             warn_outside(batch, int((inst_new < 0).sum()))
             inst_new[inst_new < 0] = 0
-        self.inst_all = inst_all = np.concatenate([self.inst_all, inst_new])
+        self.inst_all = inst_all = _extend(self.inst_all, start, inst_new)
         # the earlier nodes read here become value/<shape> nodes over their gathered rows
         params = dict(batch.params)
         for name, blocks in rec.rows.items():
@@ -305,6 +305,18 @@ def _round(batch: Any, asking: list[int], asked: list[Any]
         return found[0], None, found[1]
     lists = [_check_yield(batch, i, y) for i, y in zip(asking, asked, strict=True)]
     return np.concatenate([_ids(ids) for ids, _ in lists]), lists, None
+
+
+def _extend(buf: np.ndarray, at: int, new: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+    """``buf[:at]`` followed by ``new``, in ``buf`` when it has room (else in one twice as
+    large): entries past the end are never read."""
+    end = at + len(new)
+    if end > len(buf):
+        grown = np.empty(max(end, 2 * len(buf)), buf.dtype)
+        grown[:at] = buf[:at]
+        buf = grown
+    buf[at:end] = new
+    return buf
 
 
 def _ids(ids: Sequence[int]) -> np.ndarray:  # type: ignore[type-arg]
