@@ -69,9 +69,7 @@ def _type_order(t_node: NDArray[np.int64], first: list[int], operands: NDArray[A
     succ: list[list[int]] = [[] for _ in range(k)]
     indeg = [0] * k
     if len(operands):
-        tp, tc = t_node[operands], t_node[consumer]
-        edge = np.zeros(k * k, np.bool_)
-        edge[tp * k + tc] = True
+        edge = np.bincount(t_node[operands] * k + t_node[consumer], minlength=k * k)
         if edge[::k + 1].any():  # a node reads one of its own type
             return None
         for code in np.flatnonzero(edge).tolist():
@@ -111,7 +109,7 @@ def _read(pb: NDArray[np.int64], lr: NDArray[np.int64], sizes: NDArray[np.int64]
         lo = int(lr[0])
         if int(lr[-1]) - lo == n - 1 and (n == 1 or bool((np.diff(lr) == 1).all())):
             return SliceRead(b0, lo, lo + n)
-        return SelectRead([(b0, _tensor(lr, device), _tensor(np.arange(n), device))], n)
+        return SelectRead([(b0, _tensor(lr, device), _NO_POS)], n)  # (pos: unread)
     used = np.flatnonzero(np.bincount(pb, minlength=len(sizes)))
     if int(sizes[used].sum()) <= JOIN_AT * n:
         at = np.zeros(len(sizes), np.int64)
@@ -124,6 +122,8 @@ def _read(pb: NDArray[np.int64], lr: NDArray[np.int64], sizes: NDArray[np.int64]
               for pos in np.split(order, cuts)]
     return SelectRead(groups, n)
 
+
+_NO_POS = torch.zeros(0, dtype=torch.int64)
 
 #: Rows of the joined outputs per row read up to which :class:`JoinedRead` joins them.
 JOIN_AT = 4
