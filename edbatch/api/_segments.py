@@ -264,10 +264,10 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
     op_ids, counts, operands = arrays["op_ids"], arrays["counts"], arrays["operands"]
     attrs, inst, outputs = arrays["attrs"], arrays["instance"], arrays["outputs"]
     cache = state.cache
-    key = cache.key(vocab, make, strategy, op_ids, counts, operands, outputs, arrays["sizes"])
+    key = cache.key(vocab, make, strategy, op_ids, counts, operands, outputs,
+                    arrays["sizes"]) + (_typed.TYPED,)  # (each path keeps its own entries)
     entry = cache.get(key)
-    if entry is not None and (entry.graph.vocab is not vocab or  # an id reused
-                              (entry.plan is None and not _typed.TYPED)):  # typed: switched off
+    if entry is not None and entry.graph.vocab is not vocab:  # an id reused
         entry = None
     executor = state.executor
     state.keep = (state.keep[0], vocab, make)
