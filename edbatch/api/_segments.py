@@ -264,8 +264,8 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
     op_ids, counts, operands = arrays["op_ids"], arrays["counts"], arrays["operands"]
     attrs, inst, outputs = arrays["attrs"], arrays["instance"], arrays["outputs"]
     cache = state.cache
-    key = cache.key(vocab, make, strategy, op_ids, counts, operands, outputs,
-                    arrays["sizes"]) + (_typed.TYPED,)  # (each path keeps its own entries)
+    key = cache.key(vocab, make, (strategy, _typed.TYPED),  # each path its own entries
+                    op_ids, counts, operands, outputs, arrays["sizes"])
     entry = cache.get(key)
     if entry is not None and entry.graph.vocab is not vocab:  # an id reused
         entry = None
