@@ -15,7 +15,9 @@ earlier segment's). The rows are parameters of every run, so they are never cach
 The cache lives with the batch (:func:`segment_state`, with the kernels it was compiled
 for: registering a kernel starts a new one), so it also serves the segments of later
 mini-batches of one structure; it keeps :data:`CACHE_SIZE` structures, least recently used
-first out.
+first out. A miss whose op types read each other without cycles (a MoE layer, a decoding
+round) is planned as one batch per op type in numpy (:mod:`~edbatch.api._typed`), not
+through the scheduler, memory planner and read compilation.
 """
 
 from __future__ import annotations
