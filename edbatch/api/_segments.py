@@ -7,10 +7,10 @@ and differs only in its attrs (token ids) and the rows its ``value/`` and input 
 Their schedule, memory plan and compiled executor program are then the same, so they are
 made once: a :class:`SegmentCache` keys them on the segment's structure (the bytes of its
 op ids, operand counts, operands and outputs, the vocabulary and the scheduler; a numpy
-``tobytes`` each, no per-node Python) and a hit only
-makes a new graph with this segment's attrs and instances and a copy of the program whose
-steps read these attrs (a fresh tensor: a training run's backward may still read the
-earlier segment's). The rows are parameters of every run, so they are never cached.
+``tobytes`` each, no per-node Python) and a hit only makes a new graph with this
+segment's attrs and instances and a copy of the program whose steps read these attrs
+(:func:`~edbatch.api._rebind.rebind`: a fresh tensor, since a training run's backward may
+still read the earlier segment's). The rows are parameters of every run, never cached.
 
 The cache lives with the batch (:func:`segment_state`, with the kernels it was compiled
 for: registering a kernel starts a new one), so it also serves the segments of later
@@ -35,12 +35,13 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.api import _typed
+from edbatch.api._rebind import projects, rebind
 from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
 from edbatch.executor._hoist import HoistedProgram, head_reads, hoist_program
 from edbatch.executor._program import Program, Step, compile_program
-from edbatch.executor._reads import SelectRead, SliceRead, to_device
+from edbatch.executor._reads import SelectRead
 from edbatch.executor.cells_hoist import HOISTS
 from edbatch.executor.kernels import KERNELS, stacked_sum
 from edbatch.executor.torch_executor import TorchExecutor
@@ -128,7 +129,7 @@ class SegmentExecutor(TorchExecutor):
         arenas = super()._run_inplace(program, params, saves)
         if isinstance(program, HoistedProgram):  # its hoisted cells are not captured
             self.capture.outputs[:] = [arenas[s.out_arena].narrow(0, s.out_start, s.size)
-                                       for s in program.steps if not _projects(s)]
+                                       for s in program.steps if not projects(s)]
         return arenas
 
 
@@ -187,10 +188,6 @@ def _joined_step(step: Step) -> Step:
     new.__dict__["reads"] = tuple(JoinedSelect(r) if type(r) is SelectRead and
                                   len(r.groups) > 1 else r for r in step.reads)
     return new
-
-
-def _projects(step: Step) -> bool:
-    return step.op.kind.endswith(".projection")
 
 
 class SegmentCache:
@@ -306,57 +303,6 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
         entry.program = executor.compiled
         cache.put(key, entry)
     return graph, entry.schedule, entry, result
-
-
-def rebind(program: Program, attrs: NDArray[np.int64], device: torch.device) -> Program:
-    """A copy of ``program`` whose steps (inference and training) read ``attrs`` (a graph's
-    attrs array, node order) from a new tensor; ``program`` itself is left as it is. A
-    hoisted program's projection steps read their batches' new attrs, joined."""
-    if isinstance(program, HoistedProgram) and program.base is not None:
-        return _rebind_hoisted(program, rebind(program.base, attrs, device))
-    flat = to_device(attrs[program.attr_nodes], device)
-    sizes = [step.size for step in program.steps]
-    views = flat.split_with_sizes(sizes) if sizes else ()
-    steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
-    compiled: list[tuple[Step, ...]] = []
-    base = program.grad_steps
-
-    def grad_steps() -> tuple[Step, ...]:
-        if not compiled:
-            compiled.append(tuple(_with_attrs(s, v)
-                                  for s, v in zip(base(), views, strict=True)))
-            copy.outputs, copy.output_batch = program.outputs, program.output_batch
-        return compiled[0]
-
-    copy = dataclasses.replace(program, steps=steps, grad_steps=grad_steps, attrs=flat)
-    return copy
-
-
-def _rebind_hoisted(program: HoistedProgram, base: Program) -> Program:
-    """``program`` (hoisted) with the attrs of ``base`` (its base, rebound): every cell step
-    takes its batch's, every projection step those of the batches reading its rows."""
-    cells = [s for s in program.steps if not _projects(s)]
-    fresh = [_with_attrs(s, b.attrs) for s, b in zip(cells, base.steps, strict=True)]
-    steps, at = [], 0
-    for step in program.steps:
-        if not _projects(step):
-            steps.append(fresh[at])
-            at += 1
-            continue
-        lo, hi = step.out_start, step.out_start + step.size
-        group = sorted((r.lo, b.attrs) for s, b in zip(cells, base.steps, strict=True)
-                       for r in s.reads[1:2] if type(r) is SliceRead and
-                       r.b == step.out_arena and lo <= r.lo < hi)
-        steps.append(_with_attrs(step, torch.cat([a for _, a in group])))
-    return dataclasses.replace(program, steps=tuple(steps), base=base,
-                               grad_steps=base.grad_steps, attrs=base.attrs)
-
-
-def _with_attrs(step: Step, attrs: Tensor) -> Step:
-    new = object.__new__(Step)
-    new.__dict__.update(step.__dict__)
-    new.__dict__["attrs"] = attrs
-    return new
 
 
 def _frozen(a: NDArray[Any], dtype: Any) -> NDArray[Any]:

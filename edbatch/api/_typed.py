@@ -14,11 +14,22 @@ whose cost (several ms per segment on the MoE model) is otherwise paid for every
 routing, which never repeats a segment's structure.
 
 A segment qualifies (:func:`typed_program`) when no operand edge joins two nodes of one op
-type, the type graph has no cycle, every variadic node is alone of its type, and no kind
-has inference-only read rewrites (:data:`~edbatch.executor.cells_hoist.HEAD_READS`). Both
-modes run its steps as the training loop does (a list of batch outputs; inference under
-``no_grad``). :data:`TYPED` switches it off (``EDBATCH_TYPED_SEGMENTS=0``: the general
-path, for comparisons).
+type, the type graph has no cycle, every variadic or unbatchable node is alone of its
+type, and no kind has inference-only read rewrites
+(:data:`~edbatch.executor.cells_hoist.HEAD_READS`). Both modes run its steps as the
+training loop does (a list of batch outputs; inference under ``no_grad``). :data:`TYPED`
+switches it off (``EDBATCH_TYPED_SEGMENTS=0``: the general path, for comparisons).
+
+Why the user's scheduler is not asked: a batch holds nodes of one op type, so any schedule
+of a segment has at least one batch per op type present. Under the conditions above that
+many suffice: no node reads one of its own type, so a type's nodes never wait on each
+other; the type graph is acyclic, so running the types in a topological order finds every
+operand computed. No dependency path visits a type twice, so ED-Batch's lower bound
+(:func:`~edbatch.schedule.bounds.lower_bound`: unbatchable nodes plus, per batchable type,
+its longest chain of nodes, here 1) is exactly the number of types, and this schedule
+meets it. So no scheduler, policy or search can make fewer batches (kernel launches) for
+such a segment; what is not considered is anything a scheduler might trade batches for
+(peak memory, the order of batches of independent types beyond the topological ties).
 """
 
 from __future__ import annotations
@@ -163,6 +174,9 @@ def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.dev
     present = np.bincount(op_ids)
     types = np.flatnonzero(present)
     if len(types) >= 1 << 15:  # (batch indices are sorted as int16)
+        return None
+    alone = ~graph.vocab.batchable[types]  # an unbatchable type runs each node alone
+    if alone.any() and (present[types[alone]] > 1).any():
         return None
     lut = np.zeros(len(present), np.int64)
     lut[types] = np.arange(len(types))

@@ -12,6 +12,7 @@ from torch import nn
 from edbatch.api import DynamicBatch, _typed, switch
 from edbatch.api._typed import typed_program
 from edbatch.graph import Graph, OpType, Vocab
+from edbatch.schedule.bounds import lower_bound
 
 D = 3
 
@@ -135,3 +136,50 @@ def test_type_order_is_topological() -> None:
     assert plan is not None
     assert [b.op_id for b in plan.schedule.batches] == [2, 0, 1]
     plan.schedule.validate(graph)
+
+
+def _random_qualifying(rng: np.random.Generator, k: int, n: int) -> Graph:
+    """``n`` nodes over ``k`` op types ranked in a random order; a node reads only nodes of
+    lower-ranked types (an acyclic type graph, no edge within a type)."""
+    rank = rng.permutation(k)
+    vocab = Vocab([OpType(f"t{t}", "abstract", () if rank[t] == 0 else ((D,),) * (1 + t % 2),
+                          (D,)) for t in range(k)])
+    ops: list[int] = []
+    operands: list[list[int]] = []
+    for _ in range(n):
+        t = int(rng.integers(k))
+        lower = [v for v, o in enumerate(ops) if rank[o] < rank[t]]
+        if rank[t] and not lower:  # nothing to read yet: a source node
+            t = int(np.flatnonzero(rank == 0)[0])
+        ops.append(t)
+        operands.append([] if rank[t] == 0 else
+                        [int(rng.choice(lower)) for _ in range(1 + t % 2)])
+    ptr = np.cumsum([0] + [len(o) for o in operands])
+    flat = np.array([v for o in operands for v in o], np.int32)
+    return Graph.from_arrays(vocab, np.array(ops, np.int32), ptr, flat)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_typed_batches_are_the_distinct_op_types_and_the_lower_bound(seed: int) -> None:
+    # the claim behind ignoring the user's scheduler (module docstring of _typed): a
+    # qualifying segment has one batch per op type present, ED-Batch's lower bound
+    rng = np.random.default_rng(seed)
+    graph = _random_qualifying(rng, k=int(rng.integers(2, 7)), n=int(rng.integers(5, 40)))
+    kernels = {"abstract": lambda op, inputs, params, attrs: inputs[0]}
+    plan = typed_program(graph, kernels, torch.device("cpu"))
+    assert plan is not None
+    plan.schedule.validate(graph)
+    assert plan.schedule.num_batches == len(np.unique(graph.op_ids)) == lower_bound(graph)
+
+
+def test_unbatchable_type_with_several_nodes_does_not_qualify() -> None:
+    vocab = Vocab([OpType("x", "abstract", (), (D,)),
+                   OpType("solo", "abstract", ((D,),), (D,), batchable=False)])
+    graph = Graph.from_arrays(vocab, np.array([0, 1, 1], np.int32), np.array([0, 0, 1, 2]),
+                              np.array([0, 0], np.int32))
+    assert typed_program(graph, {}, torch.device("cpu")) is None
+    one = Graph.from_arrays(vocab, np.array([0, 1], np.int32), np.array([0, 0, 1]),
+                            np.array([0], np.int32))
+    kernels = {"abstract": lambda op, inputs, params, attrs: inputs[0]}
+    plan = typed_program(one, kernels, torch.device("cpu"))
+    assert plan is not None and plan.schedule.num_batches == 2 == lower_bound(one)
