@@ -21,7 +21,7 @@ from edbatch.executor._hoist import HoistedProgram
 from edbatch.executor._program import Program, Step
 from edbatch.executor._reads import SliceRead, to_device
 
-__all__ = ["projects", "rebind"]
+__all__ = ["projects", "rebind", "rebind_typed"]
 
 
 def projects(step: Step) -> bool:
@@ -78,3 +78,13 @@ def _with_attrs(step: Step, attrs: Tensor) -> Step:
     new.__dict__.update(step.__dict__)
     new.__dict__["attrs"] = attrs
     return new
+
+
+def rebind_typed(program: Program, attrs: NDArray[np.int64], device: torch.device
+                 ) -> Program:
+    """:func:`rebind` for a typed segment's program (:mod:`~edbatch.api._typed`), whose
+    inference and training steps are the same: the steps made once, no lazy second set."""
+    flat = to_device(attrs[program.attr_nodes], device)
+    views = flat.split_with_sizes([step.size for step in program.steps])
+    steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
+    return dataclasses.replace(program, steps=steps, grad_steps=lambda: steps, attrs=flat)

@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.api import _typed
-from edbatch.api._rebind import projects, rebind
+from edbatch.api._rebind import projects, rebind, rebind_typed
 from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
@@ -293,10 +293,10 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
         graph = dataclasses.replace(entry.graph, attrs=_frozen(attrs, np.int64),
                                     instance=_frozen(inst, np.int32))
         assert entry.program is not None
-        program = rebind(entry.program, graph.attrs, executor.device)
         if entry.plan is None:
+            program = rebind_typed(entry.program, graph.attrs, executor.device)
             return graph, entry.schedule, entry, run_typed(executor, program, params, grad)
-        executor.given = program
+        executor.given = rebind(entry.program, graph.attrs, executor.device)
     state.capture.outputs.clear()
     result = executor.run(graph, entry.schedule, entry.plan, params, grad=grad)
     if entry.program is None:

@@ -243,10 +243,10 @@ def run_typed(executor: Any, program: Program, params: Mapping[str, Tensor], gra
     params = executor._on_device(params)
     t0 = time.perf_counter()
     if grad:
-        outputs = executor._run_grad(program, params)
+        outputs = _run_steps(executor, program, params)
     else:
         with torch.no_grad():
-            outputs = executor._run_grad(program, params)
+            outputs = _run_steps(executor, program, params)
     seconds = time.perf_counter() - t0
     loss = None
     if len(outputs) == 1:
@@ -259,3 +259,15 @@ def run_typed(executor: Any, program: Program, params: Mapping[str, Tensor], gra
              "exec/compile_seconds": 0.0, "exec/cuda_graph": 0.0,
              "exec/capture_seconds": 0.0, "exec/hoisted_projections": 0.0}
     return RunResult(outputs, loss, len(program.steps), stats, seconds)
+
+
+def _run_steps(executor: Any, program: Program, params: Mapping[str, Tensor]
+               ) -> dict[int, Tensor]:
+    """The training loop over the steps (inference and training steps are the same here;
+    reads over several batches are already joined where that pays, :func:`_read`)."""
+    outs: list[Tensor] = []
+    call = executor._call
+    for i, step in enumerate(program.steps):
+        outs.append(call(i, step, outs, params))
+    return {v: outs[b][r:r + 1]
+            for (v, _, _, r), b in zip(program.outputs, program.output_batch, strict=True)}
