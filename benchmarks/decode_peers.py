@@ -116,11 +116,12 @@ class Demo:
 
 
 def greedy_demo(hidden: int, vocab_size: int, max_len: int, max_steps: int, count: int,
-                dtype: torch.dtype = torch.float32, scheduler: str = "typewise_greedy"
-                ) -> tuple[Demo, dict[str, Any]]:
+                dtype: torch.dtype = torch.float32, scheduler: str = "typewise_greedy",
+                general: bool = False) -> tuple[Demo, dict[str, Any]]:
     """The greedy decoder on the first ``count`` IWSLT15 test sources (limit per sentence:
     ``min(max_steps, 2 * source length)``), edbatch scheduling with ``scheduler``; (demo,
-    its DyNet arrays and ids)."""
+    its DyNet arrays and ids). ``general``: also ``edbatch_general``, edbatch with typed
+    segments off (:data:`edbatch.api._typed.TYPED`), for a before/after in one run."""
     model = load_example("greedy_decode").Decoder(hidden=hidden, vocab_size=vocab_size,
                                                   max_len=max_len, dtype=dtype)
     sources = [list(i.source_ids) for i in model.wl.load("test")[:count]]
@@ -141,12 +142,24 @@ def greedy_demo(hidden: int, vocab_size: int, max_len: int, max_steps: int, coun
                                                              model.eos),
                   "pytorch_unbatched": lambda idx: dt.greedy_unbatched(w, *pick(idx),
                                                                        model.bos, model.eos)}
+    if general:
+        contenders["edbatch_general"] = lambda idx: _untyped(edbatch, idx)
     arrays = {k: v.detach().numpy() for k, v in model.params.items()}
     demo = Demo("greedy", model, len(sources), contenders,
                 lambda idx: dict(zip(("sources", "limits"), pick(idx), strict=True)),
                 f"hidden {hidden}, target vocabulary {model.wl.num_target}, sources of "
                 f"<= {max_len} tokens, limit min({max_steps}, 2 x source)")
     return demo, {"arrays": arrays, "bos": model.bos, "eos": model.eos}
+
+
+def _untyped(fn: Contender, idx: list[int]) -> Any:
+    """``fn(idx)`` with typed segments switched off."""
+    from edbatch.api import _typed
+    _typed.TYPED = False
+    try:
+        return fn(idx)
+    finally:
+        _typed.TYPED = True
 
 
 def early_exit_demo(dim: int, threshold: float, count: int, dtype: torch.dtype = torch.float32,
@@ -233,6 +246,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--threshold", type=float, default=0.3)
     ap.add_argument("--no-dynet", action="store_true", help="leave the DyNet contenders out")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--general", action="store_true",
+                    help="greedy: also time edbatch with typed segments off, interleaved")
     ap.add_argument("--scheduler", default="typewise_greedy",
                     help="edbatch's scheduler for run_programs (a registry name)")
     return ap
@@ -248,7 +263,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                              f"{getattr(args, flag)} must be >= 1")
     torch.set_num_threads(1)
     greedy, ids = greedy_demo(args.hidden, args.vocab_size, args.max_len, args.max_steps,
-                              args.sentences, scheduler=args.scheduler)
+                              args.sentences, scheduler=args.scheduler,
+                              general=args.general)
     exit_, exit_arrays = early_exit_demo(args.exit_dim, args.threshold, args.sentences,
                                          scheduler=args.scheduler)
     reports = []

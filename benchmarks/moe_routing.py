@@ -151,6 +151,17 @@ def _dynet_server(model: Any, dim: int, check: Sequence[Any]) -> Any:
     return server
 
 
+def _general(model: Any, fn: Callable[[], Tensor]) -> Tensor:
+    """``fn()`` with typed segments switched off (:data:`edbatch.api._typed.TYPED`); the
+    phases printed stay the typed run's (``model.last``)."""
+    from edbatch.api import _typed
+    last, _typed.TYPED = getattr(model, "last", None), False
+    try:
+        return fn()
+    finally:
+        _typed.TYPED, model.last = True, last
+
+
 def _timed(name: str, fn: Callable[[list[Any]], Any], chunk: list[Any]) -> float:
     """Seconds of one training step of contender ``name`` (DyNet's: its phases, in the
     worker)."""
@@ -200,6 +211,18 @@ class CellClock:
             h.remove()
 
 
+def _ratios(med: dict[str, float]) -> dict[str, float]:
+    """The medians with edbatch's speed relative to the hand model (printed)."""
+    out = dict(med)
+    out["hand_over_edbatch"] = med["pytorch_hand"] / med["edbatch"]
+    print(f"edbatch speed relative to pytorch_hand: {out['hand_over_edbatch']:.2f}x")
+    if "edbatch_general" in med:
+        out["hand_over_general"] = med["pytorch_hand"] / med["edbatch_general"]
+        print(f"edbatch_general (typed segments off) relative to pytorch_hand: "
+              f"{out['hand_over_general']:.2f}x")
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sentences", type=int, default=64, help="sentences per mini-batch")
@@ -208,6 +231,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p.add_argument("--scheduler", default="typewise_greedy")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-per-token", action="store_true", help="skip the slow per-token loop")
+    p.add_argument("--general", action="store_true",
+                   help="also time edbatch_general: typed segments off (the scheduler, memory "
+                        "planner and compiled reads for every segment), interleaved")
     p.add_argument("--dynet", action=argparse.BooleanOptionalAction,
                    default=importlib.util.find_spec("dynet") is not None,
                    help="time the DyNet 2.2 peer (default: when dynet is installed)")
@@ -228,6 +254,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     runs: dict[str, Callable[[list[Any]], Any]] = {
         "edbatch": lambda b: edbatch_loss(model, b, args.scheduler),
         "pytorch_hand": lambda b: hand_loss(model, b)}
+    if args.general:
+        runs["edbatch_general"] = lambda b: _general(model, lambda: edbatch_loss(
+            model, b, args.scheduler))
     if not args.no_per_token:
         runs["per_token"] = lambda b: per_token_loss(model, b)
     first = [pool[int(i)] for i in rng.choice(len(pool), args.sentences, replace=False)]
@@ -256,9 +285,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
           f"{args.threads} thread(s), load average {load:.1f}")
     for name, ms in med.items():
         print(f"{name:>12}: {ms:8.2f} ms per training step (median of {args.repeats})")
-    out = dict(med)
-    out["hand_over_edbatch"] = med["pytorch_hand"] / med["edbatch"]
-    print(f"edbatch speed relative to pytorch_hand: {out['hand_over_edbatch']:.2f}x")
+    out = _ratios(med)
     if "dynet" in med:
         out["dynet_over_edbatch"] = med["dynet"] / med["edbatch"]
         print(f"edbatch speed relative to dynet: {out['dynet_over_edbatch']:.2f}x")

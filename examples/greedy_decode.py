@@ -17,6 +17,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edbatch.api import DynamicBatch, argmax
@@ -34,8 +35,7 @@ class Logits(nn.Module):
         self.weight, self.bias = weight, bias
 
     def forward(self, state: Tensor) -> Tensor:
-        h = state[:, :self.weight.shape[1]]
-        return h @ self.weight.T + self.bias
+        return F.linear(state[:, :self.weight.shape[1]], self.weight, self.bias)
 
 
 class Decoder:

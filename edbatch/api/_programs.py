@@ -54,6 +54,7 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -175,7 +176,7 @@ class _Runner:
             return
         vocab_ops = batch._ops
         new_ops = int_array(rec.ops, start, n, "i")
-        self.op_all = op_all = np.concatenate([self.op_all, new_ops])
+        self.op_all = op_all = _extend(self.op_all, start, new_ops)
         if len(self.arity) != len(vocab_ops):  # op types are only ever added
             self.arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops],
                                   np.int64)
@@ -186,10 +187,12 @@ class _Runner:
         is_old, old_loss = flat < start, losses < start
         old = np.concatenate([flat[is_old], losses[old_loss]])
         where = np.arange(len(old))  # each read's value node
-        if len(old) >= SHARE_AT * 2:
-            shared, inverse = np.unique(old, return_inverse=True)
-            if len(shared) * SHARE_AT <= len(old):
-                old, where = shared, inverse.reshape(-1)
+        if len(old) >= SHARE_AT * 2:  # the distinct nodes read, sorted, without a sort
+            seen = np.zeros(start, np.int64)
+            seen[old] = 1
+            rank = np.cumsum(seen) - 1
+            if (rank[-1] + 1) * SHARE_AT <= len(old):
+                old, where = np.flatnonzero(seen), rank[old]
         c, m = len(old), n - start
         local = flat + (c - start)
         reads = int(is_old.sum())
@@ -200,7 +203,7 @@ class _Runner:
         if len(inst_new) and inst_new.min() < 0:
             warn_outside(batch, int((inst_new < 0).sum()))
             inst_new[inst_new < 0] = 0
-        self.inst_all = inst_all = np.concatenate([self.inst_all, inst_new])
+        self.inst_all = inst_all = _extend(self.inst_all, start, inst_new)
         # the earlier nodes read here become value/<shape> nodes over their gathered rows
         params = dict(batch.params)
         for name, blocks in rec.rows.items():
@@ -254,7 +257,8 @@ class _Runner:
                        ) -> np.ndarray:  # type: ignore[type-arg]
         """The instance of nodes ``start..n-1`` from the marks recorded since the last
         segment (every one at or after ``start``) and the instance in effect before them."""
-        m = np.array(marks[self.mark_at:], dtype=np.int64).reshape(-1, 2)
+        new = marks[self.mark_at:]
+        m = np.fromiter(chain.from_iterable(new), np.int64, 2 * len(new)).reshape(-1, 2)
         self.mark_at = len(marks)
         bounds = np.concatenate([[start], np.minimum(m[:, 0], n), [n]])
         values = np.concatenate([[self.last_inst], m[:, 1]]).astype(np.int32)
@@ -301,6 +305,18 @@ def _round(batch: Any, asking: list[int], asked: list[Any]
         return found[0], None, found[1]
     lists = [_check_yield(batch, i, y) for i, y in zip(asking, asked, strict=True)]
     return np.concatenate([_ids(ids) for ids, _ in lists]), lists, None
+
+
+def _extend(buf: np.ndarray, at: int, new: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+    """``buf[:at]`` followed by ``new``, in ``buf`` when it has room (else in one twice as
+    large): entries past the end are never read."""
+    end = at + len(new)
+    if end > len(buf):
+        grown = np.empty(max(end, 2 * len(buf)), buf.dtype)
+        grown[:at] = buf[:at]
+        buf = grown
+    buf[at:end] = new
+    return buf
 
 
 def _ids(ids: Sequence[int]) -> np.ndarray:  # type: ignore[type-arg]

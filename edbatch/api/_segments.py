@@ -7,15 +7,17 @@ and differs only in its attrs (token ids) and the rows its ``value/`` and input 
 Their schedule, memory plan and compiled executor program are then the same, so they are
 made once: a :class:`SegmentCache` keys them on the segment's structure (the bytes of its
 op ids, operand counts, operands and outputs, the vocabulary and the scheduler; a numpy
-``tobytes`` each, no per-node Python) and a hit only
-makes a new graph with this segment's attrs and instances and a copy of the program whose
-steps read these attrs (a fresh tensor: a training run's backward may still read the
-earlier segment's). The rows are parameters of every run, so they are never cached.
+``tobytes`` each, no per-node Python) and a hit only makes a new graph with this
+segment's attrs and instances and a copy of the program whose steps read these attrs
+(:func:`~edbatch.api._rebind.rebind`: a fresh tensor, since a training run's backward may
+still read the earlier segment's). The rows are parameters of every run, never cached.
 
 The cache lives with the batch (:func:`segment_state`, with the kernels it was compiled
 for: registering a kernel starts a new one), so it also serves the segments of later
 mini-batches of one structure; it keeps :data:`CACHE_SIZE` structures, least recently used
-first out.
+first out. A miss whose op types read each other without cycles (a MoE layer, a decoding
+round) is planned as one batch per op type in numpy (:mod:`~edbatch.api._typed`), not
+through the scheduler, memory planner and read compilation.
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from edbatch.api import _typed
+from edbatch.api._rebind import projects, rebind, rebind_typed
+from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
 from edbatch.executor._hoist import HoistedProgram, head_reads, hoist_program
 from edbatch.executor._program import Program, Step, compile_program
-from edbatch.executor._reads import SelectRead, SliceRead, to_device
+from edbatch.executor._reads import SelectRead
 from edbatch.executor.cells_hoist import HOISTS
 from edbatch.executor.kernels import KERNELS, stacked_sum
 from edbatch.executor.torch_executor import TorchExecutor
@@ -61,7 +66,7 @@ class Entry:
 
     graph: Graph
     schedule: Schedule
-    plan: MemoryPlan
+    plan: MemoryPlan | None  # None: a typed segment (:mod:`~edbatch.api._typed`)
     program: Program | None = None
     nodes: NDArray[np.int64] | None = None
     batch: NDArray[np.int64] | None = None
@@ -124,7 +129,7 @@ class SegmentExecutor(TorchExecutor):
         arenas = super()._run_inplace(program, params, saves)
         if isinstance(program, HoistedProgram):  # its hoisted cells are not captured
             self.capture.outputs[:] = [arenas[s.out_arena].narrow(0, s.out_start, s.size)
-                                       for s in program.steps if not _projects(s)]
+                                       for s in program.steps if not projects(s)]
         return arenas
 
 
@@ -183,10 +188,6 @@ def _joined_step(step: Step) -> Step:
     new.__dict__["reads"] = tuple(JoinedSelect(r) if type(r) is SelectRead and
                                   len(r.groups) > 1 else r for r in step.reads)
     return new
-
-
-def _projects(step: Step) -> bool:
-    return step.op.kind.endswith(".projection")
 
 
 class SegmentCache:
@@ -262,16 +263,28 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
     op_ids, counts, operands = arrays["op_ids"], arrays["counts"], arrays["operands"]
     attrs, inst, outputs = arrays["attrs"], arrays["instance"], arrays["outputs"]
     cache = state.cache
-    key = cache.key(vocab, make, strategy, op_ids, counts, operands, outputs, arrays["sizes"])
+    key = cache.key(vocab, make, (strategy, _typed.TYPED),  # each path its own entries
+                    op_ids, counts, operands, outputs, arrays["sizes"])
     entry = cache.get(key)
     if entry is not None and entry.graph.vocab is not vocab:  # an id reused
         entry = None
     executor = state.executor
+    state.keep = (state.keep[0], vocab, make)
     if entry is None:
         ptr = np.zeros(len(op_ids) + 1, np.int64)
         np.cumsum(counts, out=ptr[1:])
         graph = Graph.from_arrays(vocab, op_ids, ptr, operands, attrs=attrs, instance=inst,
                                   outputs=outputs)
+        typed = typed_program(graph, state.capture.kernels, executor.device) if \
+            _typed.TYPED else None
+        if typed is not None:
+            entry = Entry(graph, typed.schedule, None, typed.program)
+            c, m = (int(x) for x in arrays["sizes"])
+            entry.nodes = np.arange(m, dtype=np.int64)
+            entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
+            cache.put(key, entry)
+            return graph, entry.schedule, entry, run_typed(executor, entry.program,
+                                                           params, grad)
         schedule = make(graph)
         # (this cache is the plan's memo: no second hash of the structure per miss)
         entry = Entry(graph, schedule, plan_memory(graph, schedule, memory, cache=False))
@@ -280,65 +293,16 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
         graph = dataclasses.replace(entry.graph, attrs=_frozen(attrs, np.int64),
                                     instance=_frozen(inst, np.int32))
         assert entry.program is not None
+        if entry.plan is None:
+            program = rebind_typed(entry.program, graph.attrs, executor.device)
+            return graph, entry.schedule, entry, run_typed(executor, program, params, grad)
         executor.given = rebind(entry.program, graph.attrs, executor.device)
-    state.keep = (state.keep[0], vocab, make)
     state.capture.outputs.clear()
     result = executor.run(graph, entry.schedule, entry.plan, params, grad=grad)
     if entry.program is None:
         entry.program = executor.compiled
         cache.put(key, entry)
     return graph, entry.schedule, entry, result
-
-
-def rebind(program: Program, attrs: NDArray[np.int64], device: torch.device) -> Program:
-    """A copy of ``program`` whose steps (inference and training) read ``attrs`` (a graph's
-    attrs array, node order) from a new tensor; ``program`` itself is left as it is. A
-    hoisted program's projection steps read their batches' new attrs, joined."""
-    if isinstance(program, HoistedProgram) and program.base is not None:
-        return _rebind_hoisted(program, rebind(program.base, attrs, device))
-    flat = to_device(attrs[program.attr_nodes], device)
-    sizes = [step.size for step in program.steps]
-    views = flat.split_with_sizes(sizes) if sizes else ()
-    steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
-    compiled: list[tuple[Step, ...]] = []
-    base = program.grad_steps
-
-    def grad_steps() -> tuple[Step, ...]:
-        if not compiled:
-            compiled.append(tuple(_with_attrs(s, v)
-                                  for s, v in zip(base(), views, strict=True)))
-            copy.outputs, copy.output_batch = program.outputs, program.output_batch
-        return compiled[0]
-
-    copy = dataclasses.replace(program, steps=steps, grad_steps=grad_steps, attrs=flat)
-    return copy
-
-
-def _rebind_hoisted(program: HoistedProgram, base: Program) -> Program:
-    """``program`` (hoisted) with the attrs of ``base`` (its base, rebound): every cell step
-    takes its batch's, every projection step those of the batches reading its rows."""
-    cells = [s for s in program.steps if not _projects(s)]
-    fresh = [_with_attrs(s, b.attrs) for s, b in zip(cells, base.steps, strict=True)]
-    steps, at = [], 0
-    for step in program.steps:
-        if not _projects(step):
-            steps.append(fresh[at])
-            at += 1
-            continue
-        lo, hi = step.out_start, step.out_start + step.size
-        group = sorted((r.lo, b.attrs) for s, b in zip(cells, base.steps, strict=True)
-                       for r in s.reads[1:2] if type(r) is SliceRead and
-                       r.b == step.out_arena and lo <= r.lo < hi)
-        steps.append(_with_attrs(step, torch.cat([a for _, a in group])))
-    return dataclasses.replace(program, steps=tuple(steps), base=base,
-                               grad_steps=base.grad_steps, attrs=base.attrs)
-
-
-def _with_attrs(step: Step, attrs: Tensor) -> Step:
-    new = object.__new__(Step)
-    new.__dict__.update(step.__dict__)
-    new.__dict__["attrs"] = attrs
-    return new
 
 
 def _frozen(a: NDArray[Any], dtype: Any) -> NDArray[Any]:
@@ -355,7 +319,9 @@ def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, 
         ExecutionError: the executor did not make one kernel call per batch.
     """
     plan = entry.plan
+    batches = len(entry.schedule.batches)
     if entry.nodes is None:
+        assert plan is not None
         sizes = np.asarray([len(r) for r in plan.row_order], dtype=np.int64)
         nodes = np.concatenate(plan.row_order).astype(np.int64) if len(sizes) else \
             np.zeros(0, np.int64)
@@ -365,10 +331,10 @@ def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, 
         entry.nodes = nodes[keep] - first
         entry.batch = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)[keep]
         entry.row = row[keep]
-    if len(outputs) != len(plan.row_order):
+    if len(outputs) != batches:
         raise ExecutionError(
             f"run_programs: the executor made {len(outputs)} kernel calls for "
-            f"{len(plan.row_order)} batches; values are read from one kernel call per batch")
+            f"{batches} batches; values are read from one kernel call per batch")
     base = len(values.outputs)
     values.outputs.extend(outputs)
     ids = entry.nodes + offset
@@ -397,4 +363,7 @@ def value_groups(ops: list[Any], op_ids: NDArray[Any]
             del _SHAPES[next(iter(_SHAPES))]
     _, _, shapes, of_op = hit
     sid = of_op[op_ids]
+    lo = int(sid.min())
+    if lo == int(sid.max()):  # one shape (a decoding round's states)
+        return [(shapes[lo], np.arange(len(sid)))]
     return [(shapes[k], np.flatnonzero(sid == k)) for k in np.unique(sid)]

@@ -63,9 +63,10 @@ class Values:
         self.row = np.zeros(0, dtype=np.int64)
 
     def grow(self, n: int) -> None:
-        """Make room for nodes ``0..n-1``."""
+        """Make room for nodes ``0..n-1`` (and more: the room doubles, so a mini-batch of
+        many segments does not copy every node's entry per segment)."""
         if n > len(self.batch):
-            extra = n - len(self.batch)
+            extra = max(n, 2 * len(self.batch)) - len(self.batch)
             self.batch = np.concatenate([self.batch, np.full(extra, -1, dtype=np.int64)])
             self.row = np.concatenate([self.row, np.zeros(extra, dtype=np.int64)])
 

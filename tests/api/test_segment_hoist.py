@@ -100,7 +100,9 @@ def test_hoisted_kinds_need_several_batches() -> None:
 
 def test_joined_scattered_reads_equal_the_group_by_group_reads(monkeypatch) -> None:
     """A MoE combination reads its tokens' expert outputs from every expert's batch: joined
-    (one cat, one index_select) or group by group, loss and gradients equal (fp64)."""
+    (one cat, one index_select) or group by group, loss and gradients equal (fp64); on the
+    general path (typed segments off) and on the typed one (``_typed.JoinedRead``)."""
+    from edbatch.api import _typed
     from edbatch.workloads.moe import MoETagger
 
     spec = importlib.util.spec_from_file_location("moe_join", ROOT / "examples" /
@@ -122,6 +124,7 @@ def test_joined_scattered_reads_equal_the_group_by_group_reads(monkeypatch) -> N
     runs = []
     for join_at in (_segments.JOIN_AT, 0):  # joined, then never (0 rows allowed)
         monkeypatch.setattr(_segments, "JOIN_AT", join_at)
+        monkeypatch.setattr(_typed, "TYPED", False)
         made.clear()
         model = moe.MoE(workload, dtype=torch.float64)
         out = model.run(data)
@@ -136,3 +139,27 @@ def test_joined_scattered_reads_equal_the_group_by_group_reads(monkeypatch) -> N
     assert g1.keys() == g2.keys()
     for n in g1:
         assert torch.allclose(g1[n], g2[n], rtol=0, atol=1e-12), n
+    typed, joins = [], []
+    real_join = _typed.JoinedRead.__init__
+
+    def spy_join(self, *args):  # type: ignore[no-untyped-def]
+        real_join(self, *args)
+        joins.append(self)
+
+    monkeypatch.setattr(_typed.JoinedRead, "__init__", spy_join)
+    monkeypatch.setattr(_typed, "TYPED", True)
+    for join_at in (_typed.JOIN_AT, 0):  # the typed path: JoinedRead, then SelectRead groups
+        monkeypatch.setattr(_typed, "JOIN_AT", join_at)
+        joins.clear()
+        model = moe.MoE(workload, dtype=torch.float64)
+        out = model.run(data)
+        out.loss.backward()
+        assert {s.schedule.scheduler for s in out.segments} == {"typed"}
+        typed.append((len(joins), out.loss.detach(),
+                      {n: p.grad.clone() for n, p in model.params().items()
+                       if p.grad is not None}))
+    assert typed[0][0] > 0 and typed[1][0] == 0
+    for _, loss, grads in typed:
+        assert torch.allclose(loss, l1, rtol=0, atol=1e-12)
+        for n in g1:
+            assert torch.allclose(grads[n], g1[n], rtol=0, atol=1e-12), n

@@ -1,0 +1,90 @@
+"""A cached segment's compiled program bound to a new segment's attrs.
+
+Segments of one structure (:mod:`~edbatch.api._segments`) share their schedule, memory plan
+and compiled program; only their attrs (token ids, expert choices) differ. :func:`rebind`
+makes the copy of the cached program that reads this segment's attrs, from a fresh tensor
+(a training run's backward may still read the earlier segment's), for the inference steps,
+the training steps and, in a hoisted program, the projection steps that read the attrs of
+the batches whose rows they compute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import Tensor
+
+from edbatch.executor._hoist import HoistedProgram
+from edbatch.executor._program import Program, Step
+from edbatch.executor._reads import SliceRead, to_device
+
+__all__ = ["projects", "rebind", "rebind_typed"]
+
+
+def projects(step: Step) -> bool:
+    """Whether ``step`` is a hoisted projection (its kind ends in ``.projection``)."""
+    return step.op.kind.endswith(".projection")
+
+
+def rebind(program: Program, attrs: NDArray[np.int64], device: torch.device) -> Program:
+    """A copy of ``program`` whose steps (inference and training) read ``attrs`` (a graph's
+    attrs array, node order) from a new tensor; ``program`` itself is left as it is. A
+    hoisted program's projection steps read their batches' new attrs, joined."""
+    if isinstance(program, HoistedProgram) and program.base is not None:
+        return _rebind_hoisted(program, rebind(program.base, attrs, device))
+    flat = to_device(attrs[program.attr_nodes], device)
+    sizes = [step.size for step in program.steps]
+    views = flat.split_with_sizes(sizes) if sizes else ()
+    steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
+    compiled: list[tuple[Step, ...]] = []
+    base = program.grad_steps
+
+    def grad_steps() -> tuple[Step, ...]:
+        if not compiled:
+            compiled.append(tuple(_with_attrs(s, v)
+                                  for s, v in zip(base(), views, strict=True)))
+            copy.outputs, copy.output_batch = program.outputs, program.output_batch
+        return compiled[0]
+
+    copy = dataclasses.replace(program, steps=steps, grad_steps=grad_steps, attrs=flat)
+    return copy
+
+
+def _rebind_hoisted(program: HoistedProgram, base: Program) -> Program:
+    """``program`` (hoisted) with the attrs of ``base`` (its base, rebound): every cell step
+    takes its batch's, every projection step those of the batches reading its rows."""
+    cells = [s for s in program.steps if not projects(s)]
+    fresh = [_with_attrs(s, b.attrs) for s, b in zip(cells, base.steps, strict=True)]
+    steps, at = [], 0
+    for step in program.steps:
+        if not projects(step):
+            steps.append(fresh[at])
+            at += 1
+            continue
+        lo, hi = step.out_start, step.out_start + step.size
+        group = sorted((r.lo, b.attrs) for s, b in zip(cells, base.steps, strict=True)
+                       for r in s.reads[1:2] if type(r) is SliceRead and
+                       r.b == step.out_arena and lo <= r.lo < hi)
+        steps.append(_with_attrs(step, torch.cat([a for _, a in group])))
+    return dataclasses.replace(program, steps=tuple(steps), base=base,
+                               grad_steps=base.grad_steps, attrs=base.attrs)
+
+
+def _with_attrs(step: Step, attrs: Tensor) -> Step:
+    new = object.__new__(Step)
+    new.__dict__.update(step.__dict__)
+    new.__dict__["attrs"] = attrs
+    return new
+
+
+def rebind_typed(program: Program, attrs: NDArray[np.int64], device: torch.device
+                 ) -> Program:
+    """:func:`rebind` for a typed segment's program (:mod:`~edbatch.api._typed`), whose
+    inference and training steps are the same: the steps made once, no lazy second set."""
+    flat = to_device(attrs[program.attr_nodes], device)
+    views = flat.split_with_sizes([step.size for step in program.steps])
+    steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
+    return dataclasses.replace(program, steps=steps, grad_steps=lambda: steps, attrs=flat)

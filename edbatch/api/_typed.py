@@ -1,0 +1,273 @@
+"""Segments whose op types form a chain without cycles run one batch per op type, planned
+in a few array operations.
+
+Most segments of :meth:`DynamicBatch.run_programs <edbatch.api.DynamicBatch.run_programs>`
+are blocks recorded in bulk: a MoE layer's gates, its experts (``switch``), their
+combination; a decoding round's cell and logits. No node reads a node of its own op type,
+and the op types read each other along an acyclic pattern (``value -> expert -> combine ->
+gate``). Then the schedule with the fewest batches is one batch per op type in a
+topological order of the types (the lower bound: every type needs a batch, and each
+batch's operands are all computed before it), whatever scheduler was asked for, and it
+is found on the types, not the nodes. The training reads follow from each node's (batch,
+row) in vectorised numpy: no scheduler, memory plan or per-operand read compilation,
+whose cost (several ms per segment on the MoE model) is otherwise paid for every new
+routing, which never repeats a segment's structure.
+
+A segment qualifies (:func:`typed_program`) when no operand edge joins two nodes of one op
+type, the type graph has no cycle, every variadic or unbatchable node is alone of its
+type, and no kind has inference-only read rewrites
+(:data:`~edbatch.executor.cells_hoist.HEAD_READS`). Both modes run its steps as the
+training loop does (a list of batch outputs; inference under ``no_grad``). :data:`TYPED`
+switches it off (``EDBATCH_TYPED_SEGMENTS=0``: the general path, for comparisons).
+
+Why the user's scheduler is not asked: a batch holds nodes of one op type, so any schedule
+of a segment has at least one batch per op type present. Under the conditions above that
+many suffice: no node reads one of its own type, so a type's nodes never wait on each
+other; the type graph is acyclic, so running the types in a topological order finds every
+operand computed. No dependency path visits a type twice, so ED-Batch's lower bound
+(:func:`~edbatch.schedule.bounds.lower_bound`: unbatchable nodes plus, per batchable type,
+its longest chain of nodes, here 1) is exactly the number of types, and this schedule
+meets it. So no scheduler, policy or search can make fewer batches (kernel launches) for
+such a segment; what is not considered is anything a scheduler might trade batches for
+(peak memory, the order of batches of independent types beyond the topological ties).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import Tensor
+
+from edbatch.executor._program import Program, Step, new_step
+from edbatch.executor._reads import Read, SelectRead, SliceRead, to_device
+from edbatch.executor._result import RunResult
+from edbatch.executor.cells_hoist import HEAD_READS
+from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
+from edbatch.graph import Graph
+from edbatch.schedule import Batch, Schedule
+
+__all__ = ["TYPED", "TypedPlan", "typed_program"]
+
+#: Whether qualifying segments take this path (``EDBATCH_TYPED_SEGMENTS=0``: never).
+TYPED = os.environ.get("EDBATCH_TYPED_SEGMENTS", "1") != "0"
+
+
+class TypedPlan:
+    """A typed segment's schedule, program and where each node's value lands
+    (``batch_of``, ``row_of``: per graph node)."""
+
+    __slots__ = ("batch_of", "program", "row_of", "schedule")
+
+    def __init__(self, schedule: Schedule, program: Program, batch_of: NDArray[np.int64],
+                 row_of: NDArray[np.int64]) -> None:
+        self.schedule, self.program = schedule, program
+        self.batch_of, self.row_of = batch_of, row_of
+
+
+def _type_order(t_node: NDArray[np.int64], first: list[int], operands: NDArray[Any],
+                consumer: NDArray[np.int64]) -> NDArray[np.int64] | None:
+    """Each op type's batch index (a topological order of the types, ties by first node),
+    or ``None`` when a node reads a node of its own type or the types form a cycle."""
+    k = len(first)
+    succ: list[list[int]] = [[] for _ in range(k)]
+    indeg = [0] * k
+    if len(operands):
+        edge = np.bincount(t_node[operands] * k + t_node[consumer], minlength=k * k)
+        if edge[::k + 1].any():  # a node reads one of its own type
+            return None
+        for code in np.flatnonzero(edge).tolist():
+            a, b = divmod(code, k)
+            succ[a].append(b)
+            indeg[b] += 1
+    ready = [(first[t], t) for t in range(k) if not indeg[t]]
+    heapq.heapify(ready)
+    rank = np.full(k, -1, np.int64)
+    at = 0
+    while ready:
+        _, t = heapq.heappop(ready)
+        rank[t] = at
+        at += 1
+        for s in succ[t]:
+            indeg[s] -= 1
+            if not indeg[s]:
+                heapq.heappush(ready, (first[s], s))
+    return rank if at == k else None
+
+
+def _tensor(a: NDArray[Any], device: torch.device) -> Tensor:
+    if device.type == "cpu":
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+    return to_device(np.ascontiguousarray(a, dtype=np.int64), device)
+
+
+def _read(pb: NDArray[np.int64], lr: NDArray[np.int64], sizes: NDArray[np.int64],
+          device: torch.device) -> Read:
+    """The training read of rows ``lr`` of batch outputs ``pb`` (``sizes``: every batch's
+    rows): a slice when they are one batch's consecutive rows, one ``index_select`` of
+    one batch, else of the producers' outputs joined (:class:`JoinedRead`) unless those
+    hold more than :data:`JOIN_AT` x the rows read."""
+    n = len(pb)
+    b0 = int(pb[0])
+    if (pb == b0).all():
+        lo = int(lr[0])
+        if int(lr[-1]) - lo == n - 1 and (n == 1 or bool((np.diff(lr) == 1).all())):
+            return SliceRead(b0, lo, lo + n)
+        return SelectRead([(b0, _tensor(lr, device), _NO_POS)], n)  # (pos: unread)
+    used = np.flatnonzero(np.bincount(pb, minlength=len(sizes)))
+    if int(sizes[used].sum()) <= JOIN_AT * n:
+        at = np.zeros(len(sizes), np.int64)
+        at[used] = np.cumsum(sizes[used]) - sizes[used]
+        return JoinedRead(used.tolist(), _tensor(lr + at[pb], device),
+                          sizes[used].tolist())
+    order = np.argsort(pb.astype(np.int16), kind="stable")  # (a radix sort)
+    cuts = np.flatnonzero(np.diff(pb[order])) + 1
+    groups = [(int(pb[pos[0]]), _tensor(lr[pos], device), _tensor(pos, device))
+              for pos in np.split(order, cuts)]
+    return SelectRead(groups, n)
+
+
+_NO_POS = torch.zeros(0, dtype=torch.int64)
+
+#: Rows of the joined outputs per row read up to which :class:`JoinedRead` joins them.
+JOIN_AT = 4
+
+
+class JoinedRead:
+    """Rows scattered over several batch outputs (a MoE combination's read of its tokens'
+    expert outputs): one ``cat`` of those outputs and one ``index_select`` (backward
+    zero-fills one gradient)."""
+
+    __slots__ = ("batches", "flat", "sizes")
+    gather = True
+
+    def __init__(self, batches: list[int], flat: Tensor, sizes: list[int]) -> None:
+        self.batches, self.flat, self.sizes = batches, flat, sizes
+
+    def __call__(self, outs: Sequence[Tensor]) -> Tensor:
+        return torch.cat([outs[b] for b in self.batches]).index_select(0, self.flat)
+
+    def route(self, grad: Tensor, bufs: Sequence[Tensor]) -> None:
+        """Add the gradient rows into the producers' buffers."""
+        full = grad.new_zeros(sum(self.sizes), grad.shape[1])
+        full.index_add_(0, self.flat, grad)
+        for b, part in zip(self.batches, full.split(self.sizes), strict=True):
+            bufs[b].narrow(1, 0, grad.shape[1]).add_(part)
+
+
+def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.device
+                  ) -> TypedPlan | None:
+    """The one-batch-per-type schedule and program of ``graph`` (see the module
+    docstring), or ``None`` where the segment does not qualify."""
+    op_ids, ptr, operands = graph.op_ids, graph.operand_ptr, graph.operand_ids
+    n = len(op_ids)
+    if not n:
+        return None
+    # the op types present, each node's index among them and its type's first node
+    present = np.bincount(op_ids)
+    types = np.flatnonzero(present)
+    if len(types) >= 1 << 15:  # (batch indices are sorted as int16)
+        return None
+    alone = ~graph.vocab.batchable[types]  # an unbatchable type runs each node alone
+    if alone.any() and (present[types[alone]] > 1).any():
+        return None
+    lut = np.zeros(len(present), np.int64)
+    lut[types] = np.arange(len(types))
+    t_node = lut[op_ids]
+    at = np.full(len(types), n, np.int64)
+    at[t_node[::-1]] = np.arange(n - 1, -1, -1)  # the last write is the first node
+    counts = ptr[1:] - ptr[:-1]
+    consumer = np.repeat(np.arange(n, dtype=np.int64), counts)
+    rank = _type_order(t_node, at.tolist(), operands, consumer)
+    if rank is None:
+        return None
+    vocab, k = graph.vocab, len(types)
+    type_of = types[np.argsort(rank)].tolist()  # each batch's op id
+    ops = [vocab[o] for o in type_of]
+    if any(op.kind in HEAD_READS for op in ops):
+        return None
+    batch_of = rank[t_node]
+    sizes = np.bincount(batch_of, minlength=k)
+    order = np.argsort(batch_of.astype(np.int16), kind="stable")  # (a radix sort)
+    starts = np.cumsum(sizes) - sizes
+    row_of = np.empty(n, np.int64)
+    row_of[order] = np.arange(n, dtype=np.int64) - np.repeat(starts, sizes)
+    size_l, start_l = sizes.tolist(), starts.tolist()
+    flat = _tensor(graph.attrs[order], device)
+    attrs = flat.split_with_sizes(size_l)
+    sum_kernel = KERNELS.get("sum")
+    steps: list[Step] = []
+    batches: list[Batch] = []
+    for b, op in enumerate(ops):
+        nodes = order[start_l[b]:start_l[b] + size_l[b]]
+        kernel = kernel_for(op, kernels)
+        width = math.prod(op.out_shape)
+        split = op.arity is None
+        if split:  # a variadic node: alone of its type, one merged read of its operands
+            if size_l[b] != 1 or counts[nodes[0]] == 0:
+                return None
+            v = int(nodes[0])
+            src = operands[ptr[v]:ptr[v + 1]]
+            reads: tuple[Read, ...] = (_read(batch_of[src], row_of[src], sizes, device),)
+        elif op.arity:
+            cols = operands[ptr[nodes][:, None] + np.arange(op.arity)]
+            pb, lr = batch_of[cols], row_of[cols]
+            reads = tuple(_read(pb[:, s], lr[:, s], sizes, device) for s in range(op.arity))
+        else:
+            reads = ()
+        steps.append(new_step(op, kernel, attrs[b], size_l[b], width, b, 0, reads, split,
+                              split and kernel is sum_kernel, False))
+        batches.append(Batch(type_of[b], nodes.astype(np.int32)))
+    outs = graph.outputs.astype(np.int64)
+    outputs = tuple((int(v), int(batch_of[v]), int(row_of[v]), int(row_of[v])) for v in outs)
+    done = tuple(steps)
+    program = Program(done, lambda: done, tuple(zip(size_l, (s.width for s in done),
+                                                     strict=True)),
+                      outputs, [int(batch_of[v]) for v in outs],
+                      {False: [0, 0, 0], True: [0, 0, 0]}, flat, order)
+    return TypedPlan(Schedule(tuple(batches), "typed"), program, batch_of, row_of)
+
+
+def run_typed(executor: Any, program: Program, params: Mapping[str, Tensor], grad: bool
+              ) -> RunResult:
+    """Run a typed program's steps on ``executor`` (a ``SegmentExecutor``, its capture's
+    outputs cleared first): the training loop, under ``no_grad`` for inference."""
+    executor.capture.outputs.clear()
+    params = executor._on_device(params)
+    t0 = time.perf_counter()
+    if grad:
+        outputs = _run_steps(executor, program, params)
+    else:
+        with torch.no_grad():
+            outputs = _run_steps(executor, program, params)
+    seconds = time.perf_counter() - t0
+    loss = None
+    if len(outputs) == 1:
+        (value,) = outputs.values()
+        loss = value.reshape(()) if value.numel() == 1 else None
+    views = sum(type(r) is SliceRead for s in program.steps for r in s.reads)
+    reads = sum(len(s.reads) for s in program.steps)
+    stats = {"exec/num_views": float(views), "exec/num_gathers": float(reads - views),
+             "exec/num_kernel_calls": float(len(program.steps)), "exec/seconds": seconds,
+             "exec/compile_seconds": 0.0, "exec/cuda_graph": 0.0,
+             "exec/capture_seconds": 0.0, "exec/hoisted_projections": 0.0}
+    return RunResult(outputs, loss, len(program.steps), stats, seconds)
+
+
+def _run_steps(executor: Any, program: Program, params: Mapping[str, Tensor]
+               ) -> dict[int, Tensor]:
+    """The training loop over the steps (inference and training steps are the same here;
+    reads over several batches are already joined where that pays, :func:`_read`)."""
+    outs: list[Tensor] = []
+    call = executor._call
+    for i, step in enumerate(program.steps):
+        outs.append(call(i, step, outs, params))
+    return {v: outs[b][r:r + 1]
+            for (v, _, _, r), b in zip(program.outputs, program.output_batch, strict=True)}
