@@ -1,0 +1,99 @@
+"""The in-place executor's short path for hoisted LSTM recurrent batches (inference).
+
+A BiLSTM mini-batch runs about 250 batches of the hoisted recurrent cell
+(:class:`~edbatch.executor.cells_hoist.LSTMRecurrent`: ``g = projection + h W_h^T``, then the
+fused element-wise kernel), each a small GEMM and a few microseconds of arithmetic. Through
+the general kernel call a batch also pays the cell adapter (parameter binding, a named tuple
+of parameters), ``split_state``, the fused path's per-call checks, an allocation for
+``tanh(c')`` and four ``Tensor.numpy()`` conversions: several times the arithmetic at small
+batch sizes. Here, where a run qualifies as a whole (fused kernels on, CPU arenas of float32
+or float64, no profiling, nothing saved for a backward), such a batch runs as what remains:
+its state read, ``addmm_`` into its projection rows, and the compiled kernel on numpy views
+of the arenas taken once per run (:func:`_fused._lstm_fwd
+<edbatch.executor._fused.lstm_forward>`, the same call the kernel makes). Same operations on
+the same operands as the kernel path, so the values are bit-identical
+(``tests/executor/test_fast_lstm.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from edbatch.executor import _fused
+from edbatch.executor._reads import RowsRead, SliceRead
+from edbatch.executor._weights import TRANSPOSED
+from edbatch.executor.cells_hoist import LSTMRecurrent
+
+__all__ = ["ENABLED", "FastStep", "fast_steps", "qualifies"]
+
+#: Whether qualifying runs take the short path (``[False]``: every batch through its
+#: kernel, the reference the tests compare with).
+ENABLED = [True]
+
+
+class FastStep:
+    """One hoisted recurrent batch: its state read, its projection rows ``lo:lo+n`` of
+    arena ``pa`` and its output rows ``os:os+n`` of arena ``oa``; ``weight`` names the gate
+    weight parameter, ``hidden`` is ``H``."""
+
+    __slots__ = ("hidden", "lo", "n", "oa", "os", "pa", "state", "weight")
+
+    def __init__(self, step: Any, weight: str, hidden: int) -> None:
+        self.state, proj = step.reads
+        self.pa, self.lo, self.n = proj.b, proj.lo, proj.n
+        self.oa, self.os = step.out_arena, step.out_start
+        self.weight, self.hidden = weight, hidden
+
+    def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
+                 w_ht: Mapping[str, Tensor]) -> None:
+        n, lo, hidden = self.n, self.lo, self.hidden
+        state = self.state(arenas)
+        arenas[self.pa].narrow(0, lo, n).addmm_(state.narrow(1, 0, hidden), w_ht[self.weight])
+        g = views[self.pa][lo:lo + n]
+        _fused._lstm_fwd(g, state.numpy(), hidden, views[self.oa][self.os:self.os + n],
+                         np.empty((n, hidden), g.dtype))
+
+
+def _fast_step(step: Any, params: Mapping[str, Tensor]) -> FastStep | None:
+    """``step`` as a :class:`FastStep`, or ``None`` where it is not a hoisted recurrent batch
+    of the registered cell (or its operands are not the usual state and projection slice)."""
+    impl = getattr(step.kernel, "impl", None)
+    if not isinstance(impl, LSTMRecurrent) or step.split or not step.writes_out or \
+            len(step.reads) != 2 or type(step.reads[1]) is not SliceRead or \
+            type(step.reads[0]) not in (SliceRead, RowsRead):  # (whole [h; c] state rows)
+        return None
+    names = step.kernel.names(step.op, params)
+    return FastStep(step, getattr(names, impl.weight), step.width // 2)
+
+
+def fast_steps(program: Any, params: Mapping[str, Tensor], arenas: Sequence[Tensor],
+               wanted: bool = True
+               ) -> tuple[tuple[FastStep | None, ...], dict[str, Tensor], list[np.ndarray]]:  # type: ignore[type-arg]
+    """Per step of ``program`` its :class:`FastStep` (``None``: the general path; all
+    ``None`` unless ``wanted`` and the run :func:`qualifies`), made once per program; the
+    contiguous ``W_h^T`` of every gate weight they read, made for this run (call inside
+    ``TRANSPOSED.run()``); and numpy views of ``arenas``."""
+    if not (wanted and qualifies(arenas)):
+        return (None,) * len(program.steps), {}, []
+    steps = getattr(program, "fast_lstm", None)
+    if steps is None:
+        steps = tuple(_fast_step(step, params) for step in program.steps)
+        program.fast_lstm = steps
+    weights: dict[str, Tensor] = {}
+    for f in steps:
+        if f is not None and f.weight not in weights:
+            w = params[f.weight]
+            weights[f.weight] = TRANSPOSED(w, w.shape[1] - f.hidden)
+    return steps, weights, [a.numpy() for a in arenas]
+
+
+def qualifies(arenas: Sequence[Tensor]) -> bool:
+    """Whether a run over ``arenas`` takes the short path: fused kernels on (inside the
+    executor's ``_fused.use``), CPU, float32/float64, autograd not recording."""
+    return ENABLED[0] and bool(arenas) and _fused.enabled() and arenas[0].device.type == "cpu" and \
+        arenas[0].dtype in (torch.float32, torch.float64) and not torch.is_grad_enabled()
