@@ -25,9 +25,8 @@ import torch
 from torch import Tensor
 
 from edbatch.executor import _fused
-from edbatch.executor._reads import RowsRead, SliceRead
+from edbatch.executor._reads import Read
 from edbatch.executor._weights import TRANSPOSED
-from edbatch.executor.cells_hoist import LSTMRecurrent
 
 __all__ = ["ENABLED", "FastStep", "fast_steps", "qualifies"]
 
@@ -37,16 +36,16 @@ ENABLED = [True]
 
 
 class FastStep:
-    """One hoisted recurrent batch: its state read, its projection rows ``lo:lo+n`` of
-    arena ``pa`` and its output rows ``os:os+n`` of arena ``oa``; ``weight`` names the gate
-    weight parameter, ``hidden`` is ``H``."""
+    """One hoisted recurrent batch (made by :func:`~edbatch.executor._hoist.hoist_program`):
+    its state read (whole ``[h; c]`` rows: an arena slice or gather), its projection rows
+    ``lo:lo+n`` of arena ``pa`` and its output rows ``os:os+n`` of arena ``oa``; ``weight``
+    names the gate weight parameter, ``hidden`` is ``H``."""
 
     __slots__ = ("hidden", "lo", "n", "oa", "os", "pa", "state", "weight")
 
-    def __init__(self, step: Any, weight: str, hidden: int) -> None:
-        self.state, proj = step.reads
-        self.pa, self.lo, self.n = proj.b, proj.lo, proj.n
-        self.oa, self.os = step.out_arena, step.out_start
+    def __init__(self, state: Read, pa: int, lo: int, n: int, oa: int, os: int, weight: str,
+                 hidden: int) -> None:
+        self.state, self.pa, self.lo, self.n, self.oa, self.os = state, pa, lo, n, oa, os
         self.weight, self.hidden = weight, hidden
 
     def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
@@ -59,37 +58,25 @@ class FastStep:
                          np.empty((n, hidden), g.dtype))
 
 
-def _fast_step(step: Any, params: Mapping[str, Tensor]) -> FastStep | None:
-    """``step`` as a :class:`FastStep`, or ``None`` where it is not a hoisted recurrent batch
-    of the registered cell (or its operands are not the usual state and projection slice)."""
-    impl = getattr(step.kernel, "impl", None)
-    if not isinstance(impl, LSTMRecurrent) or step.split or not step.writes_out or \
-            len(step.reads) != 2 or type(step.reads[1]) is not SliceRead or \
-            type(step.reads[0]) not in (SliceRead, RowsRead):  # (whole [h; c] state rows)
-        return None
-    names = step.kernel.names(step.op, params)
-    return FastStep(step, getattr(names, impl.weight), step.width // 2)
-
-
 def fast_steps(program: Any, params: Mapping[str, Tensor], arenas: Sequence[Tensor],
                wanted: bool = True
-               ) -> tuple[tuple[FastStep | None, ...], dict[str, Tensor], list[np.ndarray]]:  # type: ignore[type-arg]
+               ) -> tuple[Sequence[FastStep | None], dict[str, Tensor], list[np.ndarray]]:  # type: ignore[type-arg]
     """Per step of ``program`` its :class:`FastStep` (``None``: the general path; all
-    ``None`` unless ``wanted`` and the run :func:`qualifies`), made once per program; the
+    ``None`` unless ``wanted``, the run :func:`qualifies` and ``program`` is hoisted); the
     contiguous ``W_h^T`` of every gate weight they read, made for this run (call inside
     ``TRANSPOSED.run()``); and numpy views of ``arenas``."""
-    if not (wanted and qualifies(arenas)):
-        return (None,) * len(program.steps), {}, []
-    steps = getattr(program, "fast_lstm", None)
-    if steps is None:
-        steps = tuple(_fast_step(step, params) for step in program.steps)
-        program.fast_lstm = steps
+    steps = getattr(program, "short", None)
+    if not (steps and wanted and qualifies(arenas)):
+        return _NONE * len(program.steps), {}, []
     weights: dict[str, Tensor] = {}
     for f in steps:
         if f is not None and f.weight not in weights:
             w = params[f.weight]
             weights[f.weight] = TRANSPOSED(w, w.shape[1] - f.hidden)
     return steps, weights, [a.numpy() for a in arenas]
+
+
+_NONE: tuple[None] = (None,)
 
 
 def qualifies(arenas: Sequence[Tensor]) -> bool:
