@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from edbatch.errors import ExecutionError
 from edbatch.executor import _fused
 from edbatch.executor._reads import Read
 from edbatch.executor._weights import TRANSPOSED
@@ -41,21 +42,26 @@ class FastStep:
     ``lo:lo+n`` of arena ``pa`` and its output rows ``os:os+n`` of arena ``oa``; ``weight``
     names the gate weight parameter, ``hidden`` is ``H``."""
 
-    __slots__ = ("hidden", "lo", "n", "oa", "os", "pa", "state", "weight")
+    __slots__ = ("hidden", "lo", "n", "name", "oa", "os", "pa", "state", "weight")
 
     def __init__(self, state: Read, pa: int, lo: int, n: int, oa: int, os: int, weight: str,
-                 hidden: int) -> None:
+                 hidden: int, name: str = "") -> None:
         self.state, self.pa, self.lo, self.n, self.oa, self.os = state, pa, lo, n, oa, os
-        self.weight, self.hidden = weight, hidden
+        self.weight, self.hidden, self.name = weight, hidden, name
 
     def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
                  w_ht: Mapping[str, Tensor]) -> None:
         n, lo, hidden = self.n, self.lo, self.hidden
-        state = self.state(arenas)
-        arenas[self.pa].narrow(0, lo, n).addmm_(state.narrow(1, 0, hidden), w_ht[self.weight])
-        g = views[self.pa][lo:lo + n]
-        _fused._lstm_fwd(g, state.numpy(), hidden, views[self.oa][self.os:self.os + n],
-                         np.empty((n, hidden), g.dtype))
+        try:
+            state = self.state(arenas)
+            arenas[self.pa].narrow(0, lo, n).addmm_(state.narrow(1, 0, hidden),
+                                                    w_ht[self.weight])
+            g = views[self.pa][lo:lo + n]
+            _fused._lstm_fwd(g, state.numpy(), hidden, views[self.oa][self.os:self.os + n],
+                             np.empty((n, hidden), g.dtype))
+        except Exception as e:  # as the kernel path reports a failing batch
+            raise ExecutionError(f"batch of op type {self.name!r} ({n} nodes, hoisted LSTM "
+                                 f"short path) failed: {type(e).__name__}: {e}") from e
 
 
 def fast_steps(program: Any, params: Mapping[str, Tensor], arenas: Sequence[Tensor],

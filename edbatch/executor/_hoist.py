@@ -181,7 +181,7 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
                                 step.split, step.stacked, True)
             if type(state) in (SliceRead, RowsRead):  # whole [h; c] rows: the short path
                 short[b] = FastStep(state, arena, offset[b], step.size, step.out_arena,
-                                    step.out_start, weight, hidden)
+                                    step.out_start, weight, hidden, op.name)
     out: list[Step] = []
     fast: list[FastStep | None] = []
     for b, kept in enumerate(steps):

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from edbatch.executor import _fast_lstm, init_params
+from edbatch.errors import ExecutionError
+from edbatch.executor import _fast_lstm, _fused, init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
@@ -78,3 +79,15 @@ def test_qualifies_needs_cpu_float_arenas_without_autograd() -> None:
         assert not _fast_lstm.qualifies([arena.to(torch.float16)])
         assert not _fast_lstm.qualifies([])
     assert not _fast_lstm.qualifies([arena])  # grad mode on
+
+
+@pytest.mark.parametrize("short", [True, False])
+def test_a_failing_batch_raises_execution_error_on_both_paths(
+        short: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The short path names a failing batch as the kernel path does."""
+
+    def broken(*args: object) -> None:
+        raise ValueError("boom")
+    monkeypatch.setattr(_fused, "_lstm_fwd", broken)
+    with pytest.raises(ExecutionError, match="boom"):
+        _outputs("bilstm_tagger", torch.float32, short)
