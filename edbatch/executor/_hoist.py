@@ -31,11 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
+from edbatch.executor._fast_lstm import FastStep
 from edbatch.executor._program import Program, Step, new_step
 from edbatch.executor._reads import (
     Read,
@@ -44,15 +46,16 @@ from edbatch.executor._reads import (
     SliceRead,
     inplace_reads,
     merged,
+    to_device,
 )
-from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, HoistSpec
+from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, HoistSpec, l2_project
 from edbatch.executor.kernels import KERNELS, Kernel
 from edbatch.graph import Graph, OpType
-from edbatch.memory.plan import MemoryPlan
+from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["HeadRowsRead", "HeadSliceRead", "HoistedProgram", "head_reads", "hoist_kinds",
-           "hoist_program", "unhoisted"]
+__all__ = ["HeadPairRead", "HeadRowsRead", "HeadSliceRead", "HoistedProgram", "head_reads",
+           "hoist_kinds", "hoist_program", "unhoisted"]
 
 
 @dataclass
@@ -61,6 +64,7 @@ class HoistedProgram(Program):
 
     base: Program | None = None
     num_projections: int = 0
+    short: tuple[Any, ...] = ()  # per step its FastStep (_fast_lstm) or None
 
 
 def hoist_kinds(hoist: bool | str | Iterable[str]) -> frozenset[str]:
@@ -150,6 +154,7 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     batch_of = RowLocator(plan).batch_of
     steps: list[Step | None] = list(program.steps)
     before: dict[int, list[Step]] = {}
+    short: dict[int, FastStep] = {}
     arenas = list(program.arenas)
     for op_id, batches in by_type.items():
         op = graph.vocab[op_id]
@@ -166,21 +171,30 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
             before.setdefault(group[0], []).append(
                 _projection_step(program, plan, device, op, spec, group, arena,
                                  offset[group[0]]))
+        weight, hidden = op.params[spec.weight], HoistSpec.gate_width(op) // 4
         for b in batches:  # new_step directly: dataclasses.replace costs ~10 us a batch
             step = program.steps[b]
+            state = step.reads[spec.state]
             steps[b] = new_step(step.op, spec.cell, step.attrs, step.size, step.width,
                                 step.out_arena, step.out_start,
-                                (step.reads[spec.state],
-                                 SliceRead(arena, offset[b], offset[b] + step.size)),
+                                (state, SliceRead(arena, offset[b], offset[b] + step.size)),
                                 step.split, step.stacked, True)
+            if type(state) in (SliceRead, RowsRead):  # whole [h; c] rows: the short path
+                short[b] = FastStep(state, arena, offset[b], step.size, step.out_arena,
+                                    step.out_start, weight, hidden, op.name)
     out: list[Step] = []
+    fast: list[FastStep | None] = []
     for b, kept in enumerate(steps):
-        out.extend(before.get(b, ()))
+        extra = before.get(b, ())
+        out.extend(extra)
         out.append(kept)  # type: ignore[arg-type]
+        fast.extend((None,) * len(extra))
+        fast.append(short.get(b))
     counts = {**program.counts, False: _count(out)}
     return HoistedProgram(tuple(out), program.grad_steps, tuple(arenas), program.outputs,
                           program.output_batch, counts, program.attrs, program.attr_nodes,
-                          base=program, num_projections=sum(len(v) for v in before.values()))
+                          base=program, num_projections=sum(len(v) for v in before.values()),
+                          short=tuple(fast))
 
 
 def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, op: OpType,
@@ -190,16 +204,36 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
         merged(plan.operands[group[0]][k].arena,
                np.concatenate([plan.operands[b][k].rows() for b in group]))
         for k in spec.hoisted)
-    (reads,) = inplace_reads([operands], device, [0, 0, 0]) if operands else [()]
-    if spec.heads:  # only the h columns of the [h; c] state rows
+    shapes = tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else ()
+    pair = _pair(operands, shapes, spec, device)
+    if pair is not None:  # the two h operands side by side from one gather
+        reads, shapes = (pair,), shapes[:1]
+    else:
+        (reads,) = inplace_reads([operands], device, [0, 0, 0]) if operands else [()]
+    if spec.heads and pair is None:  # only the h columns of the [h; c] state rows
         reads = tuple(_heads(read, op.in_shapes[k][0] // 2 if op.in_shapes else 0)
                       for read, k in zip(reads, spec.hoisted, strict=True))
     attrs = torch.cat([program.steps[b].attrs for b in group])
-    proj_op = OpType(f"{op.name}/projection", f"{op.kind}.projection",
-                     tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else (),
+    proj_op = OpType(f"{op.name}/projection", f"{op.kind}.projection", shapes,
                      (HoistSpec.gate_width(op),), op.params)
     return new_step(proj_op, spec.project, attrs, len(attrs), HoistSpec.gate_width(op),
                     arena, start, tuple(reads), False, False, True)
+
+
+def _pair(operands: tuple[Operand, ...], shapes: tuple[tuple[int, ...], ...],
+          spec: HoistSpec, device: torch.device) -> HeadPairRead | None:
+    """The layer-2 projection's ``(f1, b1)`` state gathers (one arena, one row each per
+    node) as one :class:`HeadPairRead`; ``None`` for anything else."""
+    if spec.project is not l2_project or len(operands) != 2 or len(shapes) != 2 or \
+            shapes[0] != shapes[1] or len(shapes[0]) != 1 or \
+            any(o.view is not None for o in operands) or \
+            operands[0].arena != operands[1].arena:
+        return None
+    rows0, rows1 = (np.asarray(o.gather) for o in operands)
+    if len(rows0) != len(rows1):
+        return None
+    idx = to_device(np.stack([rows0, rows1], 1).reshape(-1).astype(np.int64), device)
+    return HeadPairRead(operands[0].arena, idx, shapes[0][0] // 2)
 
 
 class HeadRowsRead(RowsRead):
@@ -213,6 +247,22 @@ class HeadRowsRead(RowsRead):
 
     def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
         return outs[self.b].narrow(1, 0, self.cols).index_select(0, self.idx)
+
+
+class HeadPairRead(HeadRowsRead):
+    """Rows ``idx`` (the ``f1, b1`` rows of each node, interleaved) of arena ``b``, leading
+    ``cols`` columns, as ``[nodes, 2 cols]``: a layer-2 projection's input ``[h(f1); h(b1)]``
+    from one ``index_select`` (instead of two and a ``cat``: the same values); the gradient
+    ``[nodes, 2 cols]`` routes back as ``[2 nodes, cols]`` rows."""
+
+    __slots__ = ()
+
+    def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return super().__call__(outs).view(-1, 2 * self.cols)
+
+    def route(self, grad: torch.Tensor, bufs: Sequence[torch.Tensor]) -> None:
+        """Add each node's two gradient halves into its two rows' leading columns."""
+        super().route(grad.reshape(-1, self.cols), bufs)
 
 
 class HeadSliceRead(SliceRead):

@@ -175,7 +175,8 @@ class L1Project(CellKind, registry=None):
 
 class L2Project(CellKind, registry=None):
     """Layer 2: ``W_x [h(f1_t); h(b1_t)] + b`` for operands ``(f1_t, b1_t)``: their states
-    ``[h; c]``, or only their ``h`` columns (the hoisted program's reads, ``heads``)."""
+    ``[h; c]``, or only their ``h`` columns (the hoisted program's reads, ``heads``), or
+    one operand ``[h(f1_t); h(b1_t)]`` (its pair read, ``_hoist.HeadPairRead``)."""
 
     inputs = ("f1", "b1")
     params = (Param("W", "4H, 2*H1+H"), Param("b", "4H"))
@@ -185,8 +186,8 @@ class L2Project(CellKind, registry=None):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         half = (p.W.shape[1] - p.W.shape[0] // 4) // 2  # the layer-1 hidden size
-        x = torch.cat([v if v.shape[1] == half else split_state(v)[0] for v in inputs[:2]],
-                      dim=1)
+        x = inputs[0] if len(inputs) == 1 else torch.cat(  # one operand: both h already
+            [v if v.shape[1] == half else split_state(v)[0] for v in inputs[:2]], dim=1)
         if save is not None:
             save["x"] = x
         return _projection(x, p.W, p.b, out)
@@ -196,6 +197,8 @@ class L2Project(CellKind, registry=None):
         x = saved.x
         grads.linear(("W", "b"), grad, x)
         dx = _input_grad(grad, p.W, x.shape[1])
+        if op.in_shapes is not None and len(op.in_shapes) == 1:
+            return [dx]  # one operand [h(f1_t); h(b1_t)] (the hoisted program's pair read)
         half = x.shape[1] // 2
         return [dx[:, :half], dx[:, half:]]  # the leading h of f1_t's and b1_t's state rows
 

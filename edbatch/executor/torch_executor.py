@@ -32,7 +32,8 @@ Three modes:
   ``kernels`` (which may hold parameters of their own) plain autograd records the whole run.
 
 Both modes count their zero-copy reads and gathers in :attr:`RunResult.stats`
-(``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``).
+(``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``). Inference runs the hoisted
+LSTM batches through a short path (:mod:`~edbatch.executor._fast_lstm`).
 
 On CUDA, the index tensors (the attrs of all batches as one flat tensor, gather rows) are
 compiled once per (graph, plan) and copied from pinned host memory without blocking, and the
@@ -67,6 +68,7 @@ from edbatch.errors import ConfigError, ExecutionError
 from edbatch.executor import _fused
 from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
+from edbatch.executor._fast_lstm import fast_steps
 from edbatch.executor._hoist import head_reads, hoist_kinds, hoist_program, unhoisted
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._result import RunResult
@@ -194,10 +196,9 @@ class TorchExecutor:
             program, compiled = captured.program, False
         compile_s = time.perf_counter() - start
         function = self._training_function(program) if grad else None
-        if function is not AnalyticRun and grad:
-            program = unhoisted(program)  # the autograd paths run the per-batch cells
-        if grad and function is not AnalyticRun:
-            program.grad_steps()  # compile the training reads outside the timed part
+        if function is not AnalyticRun and grad:  # the autograd paths run the per-batch
+            program = unhoisted(program)  # cells; their training reads compiled untimed
+            program.grad_steps()
         if self._timer is not None:
             self._timer.reset()
         outputs, seconds = timed(self.device, lambda: self._dispatch(
@@ -209,17 +210,14 @@ class TorchExecutor:
             self._capture(key, graph, schedule, plan, params, grad)
             capture_s = time.perf_counter() - t0
         views, gathers, rows = program.counts[grad and function is not AnalyticRun]
-        loss = None
-        if len(outputs) == 1:
-            (value,) = outputs.values()
-            loss = value.reshape(()) if value.numel() == 1 else None
+        value = next(iter(outputs.values())) if len(outputs) == 1 else None
+        loss = value.reshape(()) if value is not None and value.numel() == 1 else None
         stats = {"exec/num_views": float(views), "exec/num_gathers": float(gathers),
                  "exec/gathered_rows": float(rows), "exec/num_kernel_calls":
-                 float(len(program.steps)), "exec/seconds": seconds,
-                 "exec/compile_seconds": compile_s if compiled else 0.0,
-                 "exec/cuda_graph": float(captured is not None),
-                 "exec/capture_seconds": capture_s,
-                 "exec/hoisted_projections": float(getattr(program, "num_projections", 0))}
+                 float(len(program.steps)), "exec/seconds": seconds, "exec/compile_seconds":
+                 compile_s if compiled else 0.0, "exec/cuda_graph": float(captured is not None),
+                 "exec/capture_seconds": capture_s, "exec/hoisted_projections":
+                 float(getattr(program, "num_projections", 0))}
         if self._timer is not None:
             stats.update(self._timer.stats())
         return RunResult(outputs, loss, len(program.steps), stats, seconds)
@@ -229,9 +227,8 @@ class TorchExecutor:
         """The autograd function a training run of ``program`` goes through: the
         hand-written backwards where every kernel has one, else ``BatchedRun``; ``None``
         with custom kernels (plain autograd, :meth:`_run_grad`)."""
-        if self.kernels is not None:
-            return None
-        return AnalyticRun if self.hand_backward and analytic(program) else BatchedRun
+        return None if self.kernels is not None else \
+            AnalyticRun if self.hand_backward and analytic(program) else BatchedRun
 
     def _capture(self, key: bytes, graph: Graph, schedule: Schedule, plan: MemoryPlan,
                  params: Mapping[str, Tensor], grad: bool) -> None:
@@ -273,9 +270,8 @@ class TorchExecutor:
         return {v: arenas[a][r:r + 1].clone() for v, a, r, _ in program.outputs}
 
     def _on_device(self, params: Mapping[str, Tensor]) -> Mapping[str, Tensor]:
-        if all(p.device == self.device for p in params.values()):
-            return params
-        return {name: p.to(self.device, non_blocking=True) for name, p in params.items()}
+        return params if all(p.device == self.device for p in params.values()) else \
+            {name: p.to(self.device, non_blocking=True) for name, p in params.items()}
 
     def _call(self, i: int, step: Step, sources: Sequence[Tensor],
               params: Mapping[str, Tensor], out: Tensor | None = None,
@@ -329,12 +325,16 @@ class TorchExecutor:
                   for rows, width in program.arenas]
         fast = self._timer is None
         with TRANSPOSED.run(), _fused.use(self.fused):  # W^T made once for the whole run
+            # hoisted LSTM batches of a qualifying inference run: the short path
+            lstm, w_ht, views = fast_steps(program, params, arenas, fast and saves is None)
             for i, step in enumerate(program.steps):
+                if lstm[i] is not None:
+                    lstm[i](arenas, views, w_ht)
+                    continue
                 region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
-                save: list[Tensor] | None = None
+                save: list[Tensor] | None = None if saves is None else []
                 if saves is not None:
-                    save = []
-                    saves.append(save)
+                    saves.append(save)  # type: ignore[arg-type]
                 if fast and step.writes_out and not step.split:  # the common case, inlined
                     self._kernel(i, step, [read(arenas) for read in step.reads], params,
                                  region, save)

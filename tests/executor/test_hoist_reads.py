@@ -10,7 +10,7 @@ import torch
 
 from edbatch.api import DynamicBatch, take_graph
 from edbatch.executor import init_params
-from edbatch.executor._hoist import HeadRowsRead, HeadSliceRead, _ready
+from edbatch.executor._hoist import HeadPairRead, HeadRowsRead, HeadSliceRead, _ready
 from edbatch.executor._reads import RowLocator, RowsRead, SliceRead
 from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, l2_project
 from edbatch.executor.cells_seq import bilstm_l2, bilstm_loss
@@ -64,6 +64,14 @@ def test_state_consumers_gather_only_h_columns(strategy: Strategy, api: bool, ho
             assert isinstance(read, HeadRowsRead | HeadSliceRead) == expect, (
                 kind, type(read).__name__)
             full: RowsRead | SliceRead
+            if isinstance(read, HeadPairRead):  # both h operands of a projection at once
+                heads += 2
+                got = read(arenas)
+                assert read.cols == HIDDEN and got.shape == (step.size, 2 * HIDDEN)
+                rows = RowsRead(read.b, read.idx)(arenas)[:, :HIDDEN]
+                torch.testing.assert_close(got, torch.cat([rows[0::2], rows[1::2]], 1),
+                                           rtol=0, atol=0)
+                continue
             if isinstance(read, HeadRowsRead):
                 full = RowsRead(read.b, read.idx)
             elif isinstance(read, HeadSliceRead):

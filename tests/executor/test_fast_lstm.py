@@ -1,0 +1,93 @@
+"""The in-place executor's short path for hoisted LSTM batches
+(``edbatch.executor._fast_lstm``): bit-identical to the general kernel path on real workload
+graphs (every output, fp32 and fp64), taken exactly where it applies."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import Tensor
+
+from edbatch.errors import ExecutionError
+from edbatch.executor import _fast_lstm, _fused, init_params
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.memory import plan_memory
+from edbatch.schedule import make_scheduler
+from edbatch.workloads import WORKLOADS, make_workload
+
+#: Workloads with hoisted LSTM cell kinds (``cells_hoist.HOISTS``).
+HOISTED = ("bilstm_tagger", "lattice_lstm", "seq2seq", "transition_parser")
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Counts the short path's batches."""
+    count = [0]
+    real = _fast_lstm.FastStep.__call__
+
+    def counted(self: _fast_lstm.FastStep, *args: object) -> None:
+        count[0] += 1
+        real(self, *args)  # type: ignore[arg-type]
+    monkeypatch.setattr(_fast_lstm.FastStep, "__call__", counted)
+    yield count
+
+
+def _outputs(name: str, dtype: torch.dtype, short: bool, *, fused: bool | None = None,
+             grad: bool = False, strategy: str = "naive") -> dict[int, Tensor]:
+    wl = make_workload(name, granularity="cell",
+                       **WORKLOADS[name].test_kwargs(dim=6, hidden=5, short=True))
+    graph = wl.minibatch(wl.default_eval_split, range(4))
+    schedule = make_scheduler("critical_path")(graph)
+    plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
+    params = init_params(wl, torch.Generator().manual_seed(3), dtype=dtype)
+    old, _fast_lstm.ENABLED[0] = _fast_lstm.ENABLED[0], short
+    try:
+        result = TorchExecutor(dtype=dtype, fused=fused).run(graph, schedule, plan, params,
+                                                              grad=grad)
+    finally:
+        _fast_lstm.ENABLED[0] = old
+    return {k: v.detach() for k, v in result.outputs.items()}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", HOISTED)
+def test_short_path_is_bit_identical(name: str, dtype: torch.dtype, taken: list[int]) -> None:
+    strategy = "planned" if name == "lattice_lstm" else "naive"  # gathered states too
+    short = _outputs(name, dtype, True, strategy=strategy)
+    assert taken[0] > 0  # the short path ran
+    used = taken[0]
+    general = _outputs(name, dtype, False, strategy=strategy)
+    assert taken[0] == used  # switched off: the kernels only
+    assert short.keys() == general.keys()
+    for k in short:
+        assert torch.equal(short[k], general[k]), f"output of node {k} differs"
+
+
+@pytest.mark.parametrize("kwargs", [{"fused": False}, {"grad": True}])
+def test_short_path_only_where_it_applies(kwargs: dict[str, bool], taken: list[int]) -> None:
+    """Unfused runs and training runs (which save for the backward) take the kernels."""
+    _outputs("bilstm_tagger", torch.float64, True, **kwargs)  # type: ignore[arg-type]
+    assert taken[0] == 0
+
+
+def test_qualifies_needs_cpu_float_arenas_without_autograd() -> None:
+    arena = torch.zeros(3, 4)
+    with torch.no_grad():
+        assert _fast_lstm.qualifies([arena])
+        assert not _fast_lstm.qualifies([arena.to(torch.float16)])
+        assert not _fast_lstm.qualifies([])
+    assert not _fast_lstm.qualifies([arena])  # grad mode on
+
+
+@pytest.mark.parametrize("short", [True, False])
+def test_a_failing_batch_raises_execution_error_on_both_paths(
+        short: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The short path names a failing batch as the kernel path does."""
+
+    def broken(*args: object) -> None:
+        raise ValueError("boom")
+    monkeypatch.setattr(_fused, "_lstm_fwd", broken)
+    with pytest.raises(ExecutionError, match="boom"):
+        _outputs("bilstm_tagger", torch.float32, short)
