@@ -62,9 +62,9 @@ import torch
 from torch import Tensor
 
 from edbatch.api._builtins import warn_outside
-from edbatch.api._bulk import Handles, int_array
+from edbatch.api._bulk import int_array
 from edbatch.api._handles import Handle
-from edbatch.api._requests import ArgMax, TopK, bulk_round
+from edbatch.api._requests import ArgMax, TopK, ids_array, round_yields
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._segments import add_values, run_segment, segment_state, value_groups
 from edbatch.api._values import Values
@@ -277,7 +277,7 @@ class _Runner:
         for j, (_, shape) in enumerate(lists):
             by_shape.setdefault(shape, []).append(j)
         for shape, js in by_shape.items():
-            nodes = np.concatenate([_ids(lists[j][0]) for j in js])
+            nodes = np.concatenate([ids_array(lists[j][0]) for j in js])
             flat = self.values.gather(nodes).detach()
             at = 0
             for j in js:
@@ -295,18 +295,6 @@ class _Runner:
         return out
 
 
-def _round(batch: Any, asking: list[int], asked: list[Any]
-           ) -> tuple[np.ndarray, Any, Any]:  # type: ignore[type-arg]
-    """A round's yields: ``(node ids, None, answer)`` when it is answered in bulk
-    (:func:`~edbatch.api._requests.bulk_round`: nothing more to check), else ``(node ids,
-    [(ids, shape)] per program, None)``, checked."""
-    found = bulk_round(asked, batch._rec)
-    if found is not None:
-        return found[0], None, found[1]
-    lists = [_check_yield(batch, i, y) for i, y in zip(asking, asked, strict=True)]
-    return np.concatenate([_ids(ids) for ids, _ in lists]), lists, None
-
-
 def _extend(buf: np.ndarray, at: int, new: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
     """``buf[:at]`` followed by ``new``, in ``buf`` when it has room (else in one twice as
     large): entries past the end are never read."""
@@ -319,38 +307,8 @@ def _extend(buf: np.ndarray, at: int, new: np.ndarray) -> np.ndarray:  # type: i
     return buf
 
 
-def _ids(ids: Sequence[int]) -> np.ndarray:  # type: ignore[type-arg]
-    if type(ids) is range:
-        return np.arange(ids.start, ids.stop, dtype=np.int64)
-    return np.asarray(ids, dtype=np.int64)
-
-
 def _rows(blocks: list[Tensor]) -> Tensor:
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
-
-
-def _check_yield(batch: Any, i: int, wanted: Any) -> tuple[Sequence[int], tuple[int, ...]]:
-    """The node ids and row shape of what program ``i`` yielded (checked)."""
-    rec = batch._rec
-    if type(wanted) is ArgMax:
-        wanted = wanted.handle
-    elif type(wanted) is TopK:
-        wanted = wanted.handles
-    if type(wanted) is Handles and wanted.rec is rec and wanted.n:
-        return wanted.ids, wanted.shape
-    items = [wanted] if type(wanted) is Handle else wanted
-    if not isinstance(items, (list, tuple, Handles)) or not len(items):
-        raise GraphError(f"program {i} yielded {type(wanted).__name__}; yield a Handle (or a "
-                         f"non-empty list of handles) whose value it needs, or argmax(handle)")
-    items = list(items)
-    shape = getattr(items[0], "shape", None)
-    for h in items:
-        if type(h) is not Handle or h._rec is not rec:
-            batch._check_handle(h, f"program {i}'s yield")
-        if h._kind.shape != shape:
-            raise GraphError(f"program {i} yielded handles of shapes {items[0].shape} and "
-                             f"{h.shape}; yield a list of one shape (or yield them apart)")
-    return [h.node_id for h in items], shape  # type: ignore[return-value]
 
 
 def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
@@ -395,7 +353,7 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         live = asking
         if not asked:
             break
-        nodes, lists, answer = _round(batch, asking, asked)
+        nodes, lists, answer = round_yields(batch, asking, asked)
         runner.values.grow(len(rec.ops))
         if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
             runner.run()

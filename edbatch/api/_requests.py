@@ -38,7 +38,8 @@ from edbatch.api._bulk import Handles
 from edbatch.api._handles import Handle
 from edbatch.errors import GraphError
 
-__all__ = ["ArgMax", "TopK", "argmax", "bulk_round", "hand_back", "hand_back_argmax", "topk"]
+__all__ = ["ArgMax", "TopK", "argmax", "bulk_round", "check_yield", "hand_back", "hand_back_argmax",
+           "ids_array", "round_yields", "topk"]
 
 
 class ArgMax:
@@ -151,3 +152,45 @@ def bulk_round(asked: list[Any], rec: Any
             counts.append(len(hs))
         return np.concatenate(ids), lambda values: _topk_rows(values, k, counts)
     return None
+
+
+def round_yields(batch: Any, asking: list[int], asked: list[Any]
+           ) -> tuple[np.ndarray, Any, Any]:  # type: ignore[type-arg]
+    """A round's yields: ``(node ids, None, answer)`` when it is answered in bulk
+    (:func:`~edbatch.api._requests.bulk_round`: nothing more to check), else ``(node ids,
+    [(ids, shape)] per program, None)``, checked."""
+    found = bulk_round(asked, batch._rec)
+    if found is not None:
+        return found[0], None, found[1]
+    lists = [check_yield(batch, i, y) for i, y in zip(asking, asked, strict=True)]
+    return np.concatenate([ids_array(ids) for ids, _ in lists]), lists, None
+
+
+def ids_array(ids: Sequence[int]) -> np.ndarray:  # type: ignore[type-arg]
+    if type(ids) is range:
+        return np.arange(ids.start, ids.stop, dtype=np.int64)
+    return np.asarray(ids, dtype=np.int64)
+
+
+def check_yield(batch: Any, i: int, wanted: Any) -> tuple[Sequence[int], tuple[int, ...]]:
+    """The node ids and row shape of what program ``i`` yielded (checked)."""
+    rec = batch._rec
+    if type(wanted) is ArgMax:
+        wanted = wanted.handle
+    elif type(wanted) is TopK:
+        wanted = wanted.handles
+    if type(wanted) is Handles and wanted.rec is rec and wanted.n:
+        return wanted.ids, wanted.shape
+    items = [wanted] if type(wanted) is Handle else wanted
+    if not isinstance(items, (list, tuple, Handles)) or not len(items):
+        raise GraphError(f"program {i} yielded {type(wanted).__name__}; yield a Handle (or a "
+                         f"non-empty list of handles) whose value it needs, or argmax(handle)")
+    items = list(items)
+    shape = getattr(items[0], "shape", None)
+    for h in items:
+        if type(h) is not Handle or h._rec is not rec:
+            batch._check_handle(h, f"program {i}'s yield")
+        if h._kind.shape != shape:
+            raise GraphError(f"program {i} yielded handles of shapes {items[0].shape} and "
+                             f"{h.shape}; yield a list of one shape (or yield them apart)")
+    return [h.node_id for h in items], shape  # type: ignore[return-value]
