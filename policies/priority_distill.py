@@ -1,0 +1,160 @@
+"""Distilling the priority policy into a :class:`~policies.priority_fsm.PriorityFSM` by DAgger.
+
+The teacher is a trained :class:`~policies.priority.PriorityPolicy`; the student a table over
+the rank key (:class:`~policies.priority_fsm.RankKey`: the ready types in critical path's
+order, the first few described by a few features cut into classes). DAgger (Ross, Gordon and
+Bagnell 2011) with the teacher's labels:
+
+1. round 0: the teacher schedules the labelling graphs; every decision with two or more
+   ready types gives ``(key, slot of the teacher's choice)``;
+2. the table is the majority slot per key over all data so far (slots the key cannot name,
+   a teacher's choice outside the candidates, do not vote; ties go to the lower slot, slot 0
+   being critical path's choice);
+3. round ``i``: the current table schedules the labelling graphs and the states it visits
+   are labelled by the teacher and added (the states the student reaches, not only the
+   teacher's);
+4. the deployed table is the round's with the fewest batches on the labelling and
+   validation graphs together (ties: the earlier round; two validation graphs alone
+   select noisily); it is kept only if it needs fewer batches than critical path on the
+   labelling graphs and no more on the validation graphs, else the table is empty and the
+   metadata says why.
+
+The labelling graphs need no batch count from the teacher, only its choices, so they can be
+many more than the teacher trained on (``experiments``: the training split's mini-batches).
+Deterministic: no sampling anywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edbatch.graph import Graph
+from edbatch.schedule import lower_bound
+from policies.priority import PriorityPolicy
+from policies.priority_fsm import PriorityFSM, RankKey
+
+__all__ = ["DistillResult", "PriorityDistiller", "vote"]
+
+#: Records kept per graph and round (a 64-lattice has about 200 decisions).
+RECORD_CAP = 1 << 16
+
+
+@dataclass
+class DistillResult:
+    policy: PriorityFSM
+    rounds: list[dict[str, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def vote(key: RankKey, keys: np.ndarray, labels: np.ndarray,
+         min_votes: int = 1) -> dict[tuple[int, ...], int]:
+    """Majority slot per packed key (votes of slot ``key.slots``, the unrepresentable
+    choice, are dropped; ties: the lower slot); keys with fewer than ``min_votes`` votes
+    are left out."""
+    ok = labels < key.actions
+    keys, labels = keys[ok], labels[ok]
+    if not len(keys):
+        return {}
+    pairs, counts = np.unique(np.stack([keys, labels], axis=1), axis=0, return_counts=True)
+    table: dict[tuple[int, ...], int] = {}
+    best: dict[int, tuple[int, int]] = {}
+    total: dict[int, int] = {}
+    for (k, a), c in zip(pairs.tolist(), counts.tolist()):
+        total[k] = total.get(k, 0) + c
+        if k not in best or c > best[k][0]:  # pairs ascend in a: ties keep the lower slot
+            best[k] = (c, a)
+    for k, (_, a) in best.items():
+        if total[k] >= min_votes:
+            table[key.unpack(k)] = a
+    return table
+
+
+class PriorityDistiller:
+    """DAgger from a priority policy into a rank-key table (module doc).
+
+    Args:
+        key: the :class:`RankKey` (default: 3 slots, ``wait_gain`` and ``rel_join`` cut).
+        rounds: DAgger rounds after the teacher's own trajectories.
+        min_votes: the least votes a key needs to enter the table.
+    """
+
+    name = "priority_fsm"
+
+    def __init__(self, key: RankKey | None = None, rounds: int = 4, min_votes: int = 1) -> None:
+        if rounds < 0 or min_votes < 1:
+            raise ValueError(f"need rounds >= 0 and min_votes >= 1, got rounds={rounds}, "
+                             f"min_votes={min_votes}")
+        self.key = key or RankKey()
+        self.rounds, self.min_votes = rounds, min_votes
+
+    def fit(self, teacher: PriorityPolicy, label_graphs: Sequence[Graph],
+            val_graphs: Sequence[Graph], *, op_types: Sequence[str] | None = None,
+            progress: bool = False, metadata: dict[str, Any] | None = None
+            ) -> DistillResult:
+        t0 = time.perf_counter()
+        key = self.key
+        names = op_types if key.type_radix else None
+        if key.type_radix and names is None:
+            names = label_graphs[0].vocab.names
+        empty = PriorityFSM(key, {}, names)
+        val = list(val_graphs) or list(label_graphs)
+        cp_val = sum(len(empty.run(g)[0]) for g in val)
+        cp_label = sum(len(empty.run(g)[0]) for g in label_graphs)
+        lb_val = max(sum(lower_bound(g) for g in val), 1)
+        ks, ls = [], []
+        for g in label_graphs:
+            rk, rl = empty.run(g, teacher, mode=0, record=RECORD_CAP)[-2:]
+            ks.append(rk)
+            ls.append(rl)
+        rounds: list[dict[str, float]] = []
+        tables = []
+        for r in range(self.rounds + 1):
+            table = vote(key, np.concatenate(ks), np.concatenate(ls), self.min_votes)
+            fsm = PriorityFSM(key, table, names)
+            train_b = agree = choices = 0
+            for g in label_graphs:
+                res = fsm.run(g, teacher, mode=1, record=RECORD_CAP)
+                train_b += len(res[0])
+                choices += int(res[5])
+                agree += int(res[6])
+                ks.append(res[-2])
+                ls.append(res[-1])
+            val_b = sum(len(fsm.run(g)[0]) for g in val)
+            row = {"round": float(r), "states": float(len(table)),
+                   "label_batches": float(train_b), "val_batches": float(val_b),
+                   "val_ratio_to_lb": val_b / lb_val, "agreement": agree / max(choices, 1),
+                   "records": float(sum(len(k) for k in ks))}
+            rounds.append(row)
+            tables.append(table)
+            if progress:
+                print(f"priority_fsm DAgger round {r}: {len(table)} states, label graphs "
+                      f"{train_b} batches, validation {val_b} ({val_b / lb_val:.4f} x LB; "
+                      f"critical path {cp_val}), agreement {row['agreement']:.3f}", flush=True)
+        best = min(range(len(rounds)), key=lambda i: (
+            rounds[i]["val_batches"] + rounds[i]["label_batches"], i))
+        meta = dict(metadata or {})
+        meta.update({"learner": "DAgger from the priority policy", "rounds": self.rounds,
+                     "min_votes": self.min_votes, "round_kept": best,
+                     "num_label_graphs": len(label_graphs), "num_val_graphs": len(val),
+                     "val_batches": rounds[best]["val_batches"],
+                     "val_fallback_batches": cp_val,
+                     "label_batches": rounds[best]["label_batches"],
+                     "label_fallback_batches": cp_label, "history": rounds,
+                     "teacher_metadata": {k: v for k, v in teacher.metadata.items()
+                                          if k in ("seed", "workload", "train_batches",
+                                                   "train_fallback_batches")}})
+        table = tables[best]
+        if rounds[best]["val_batches"] > cp_val or rounds[best]["label_batches"] >= cp_label:
+            meta["learned_nothing"] = (
+                f"the best table needs {rounds[best]['label_batches']:.0f} batches on the "
+                f"labelling graphs and {rounds[best]['val_batches']:.0f} on validation, "
+                f"critical path {cp_label} and {cp_val}; kept critical path")
+            table = {}
+        meta["train_seconds"] = round(time.perf_counter() - t0, 3)
+        return DistillResult(PriorityFSM(key, table, names, meta), rounds,
+                             time.perf_counter() - t0)
