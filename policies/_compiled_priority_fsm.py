@@ -38,8 +38,7 @@ from edbatch.schedule._compiled_priority import (
 from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
-__all__ = ["act_index", "candidate_order", "decision_key", "dump_decisions", "run_rank_fsm",
-           "teacher_label"]
+__all__ = ["act_index", "candidate_order", "decision_key", "run_rank_fsm", "teacher_label"]
 
 
 @njit(cache=True)
@@ -232,69 +231,3 @@ def run_rank_fsm(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
                          rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel, fresh)
     return (batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, hits, choices, agree,
             nrec)
-
-
-@njit(cache=True)
-def dump_decisions(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                   total, w, nh, cap):  # type: ignore[no-untyped-def]
-    """The teacher's trajectory, every decision with two or more ready types: ``(rows,
-    op ids, decision pointer, teacher's row index per decision)`` (at most ``cap`` rows):
-    the data for studying keys offline."""
-    n, k = len(op), len(batchable)
-    (start, rem, _remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
-     nf) = start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr)
-    hmax, logt = _scales(height, total)
-    seen = np.zeros(k, np.int64)
-    sumh = np.zeros(k, np.int64)
-    cmax = np.full(k, -1, np.int64)
-    ctop = np.zeros(k, np.int64)
-    x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)
-    slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
-                                                     pending, batchable, True)
-    ids = np.empty(k, np.int64)
-    rows = np.zeros((cap, NUM_PRIORITY_FEATURES), np.float64)
-    rids = np.empty(cap, np.int64)
-    dptr = np.zeros(n + 1, np.int64)
-    dteach = np.zeros(n, np.int64)
-    nodes = np.empty(n, np.int64)
-    mark = np.zeros(n, np.bool_)
-    done, last, nd, nt = 0, -1, 0, 0
-    while True:
-        while nf > 0:
-            nf -= 1
-            v = forced[nf]
-            a = op[v]
-            nodes[done] = v
-            batch = nodes[done:done + 1]
-            done += 1
-            rem[a] -= 1
-            nf = retire_step(batch, False, True, uptr, uids, pending, op, batchable, ready,
-                             start, rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel,
-                             fresh)
-        if done == n:
-            break
-        r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
-                              last, hmax, logt, seen, sumh, cmax, ctop, ids, x, rel, tst, True)
-        b = _best(r, x, w, nh) if r > 1 else 0
-        a = ids[b]
-        if r > 1 and nt + r <= cap:
-            rows[nt:nt + r] = x[:r]
-            rids[nt:nt + r] = ids[:r]
-            dteach[nd] = b
-            nt += r
-            nd += 1
-            dptr[nd] = nt
-        last = a
-        c = rlen[a]
-        batch = nodes[done:done + c]
-        batch[:] = ready[start[a]:start[a] + c]
-        sort_nodes(batch, mark)
-        rlen[a], maxh[a] = 0, -1
-        seen[a], sumh[a], cmax[a], ctop[a] = 0, 0, -1, 0
-        done += c
-        if track_tw:
-            tw[a] += _typewise_freed(batch, tw_ptr, tw_ids, tw_pending) - c
-        rem[a] -= c
-        nf = retire_step(batch, True, True, uptr, uids, pending, op, batchable, ready, start,
-                         rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel, fresh)
-    return rows[:nt], rids[:nt], dptr[:nd + 1], dteach[:nd]

@@ -17,7 +17,13 @@ Bagnell 2011) with the teacher's labels:
    validation graphs together (ties: the earlier round; two validation graphs alone
    select noisily); it is kept only if it needs fewer batches than critical path on the
    labelling graphs and no more on the validation graphs, else the table is empty and the
-   metadata says why.
+   metadata says why;
+5. optionally (``search_states=N``) a coordinate descent on the batch count itself: for the
+   ``N`` keys the table's schedules visit on the most labelling graphs, each other action
+   is tried and kept if the graphs visiting that key then need fewer batches; the searched
+   table is kept only if it needs no more validation batches. It optimises what the table
+   is judged by where the teacher's labels are only a proxy (the table can then need fewer
+   batches than its teacher).
 
 The labelling graphs need no batch count from the teacher, only its choices, so they can be
 many more than the teacher trained on (``experiments``: the training split's mini-batches).
@@ -38,7 +44,19 @@ from edbatch.schedule import lower_bound
 from policies.priority import PriorityPolicy
 from policies.priority_fsm import PriorityFSM, RankKey
 
-__all__ = ["DistillResult", "PriorityDistiller", "vote"]
+__all__ = ["DEFAULT_KEYS", "DistillResult", "PriorityDistiller", "vote"]
+
+#: The keys tried by default (see docs/learning_alternatives.md): critical path's first 3
+#: types with their ``wait_gain`` and ``rel_join`` classes (lattices), and the set of
+#: codes of (on the critical path?, ``wait_gain`` low?, ``rel_height`` high?) present
+#: (module networks).
+DEFAULT_KEYS = (
+    RankKey(3, ("wait_gain", "rel_join", "complete", "cp_feed"),
+            ((0.069,), (2.0,), (0.5,), (0.13,))),
+    RankKey(3, ("wait_gain", "rel_join"), ((0.25,), (0.1, 0.5))),
+    RankKey(features=("gap", "wait_gain", "rel_height"), edges=((-0.5,), (0.143,), (0.385,)),
+            kind="bucket"),
+)
 
 #: Records kept per graph and round (a 64-lattice has about 200 decisions).
 RECORD_CAP = 1 << 16
@@ -78,26 +96,50 @@ class PriorityDistiller:
     """DAgger from a priority policy into a rank-key table (module doc).
 
     Args:
-        key: the :class:`RankKey` (default: 3 slots, ``wait_gain`` and ``rel_join`` cut).
+        keys: the candidate keys (:class:`RankKey`; default :data:`DEFAULT_KEYS`): each is
+            distilled, the one whose table needs the fewest batches on the labelling and
+            validation graphs is kept (ties: the earlier).
         rounds: DAgger rounds after the teacher's own trajectories.
         min_votes: the least votes a key needs to enter the table.
+        search_states: keys the final coordinate descent revisits (0: none; module doc).
     """
 
     name = "priority_fsm"
 
-    def __init__(self, key: RankKey | None = None, rounds: int = 4, min_votes: int = 1) -> None:
-        if rounds < 0 or min_votes < 1:
-            raise ValueError(f"need rounds >= 0 and min_votes >= 1, got rounds={rounds}, "
-                             f"min_votes={min_votes}")
-        self.key = key or RankKey()
+    def __init__(self, keys: RankKey | Sequence[RankKey] | None = None, rounds: int = 4,
+                 min_votes: int = 1, search_states: int = 0) -> None:
+        if rounds < 0 or min_votes < 1 or search_states < 0:
+            raise ValueError(f"need rounds >= 0, min_votes >= 1 and search_states >= 0, got "
+                             f"rounds={rounds}, min_votes={min_votes}, "
+                             f"search_states={search_states}")
+        self.search_states = search_states
+        keys = DEFAULT_KEYS if keys is None else keys
+        self.keys = (keys,) if isinstance(keys, RankKey) else tuple(keys)
+        if not self.keys:
+            raise ValueError("need at least one key")
         self.rounds, self.min_votes = rounds, min_votes
 
     def fit(self, teacher: PriorityPolicy, label_graphs: Sequence[Graph],
             val_graphs: Sequence[Graph], *, op_types: Sequence[str] | None = None,
             progress: bool = False, metadata: dict[str, Any] | None = None
             ) -> DistillResult:
+        """Distil ``teacher`` with every key; keep the best (class doc)."""
         t0 = time.perf_counter()
-        key = self.key
+        results = [self._fit(key, teacher, label_graphs, val_graphs, op_types, progress,
+                             metadata) for key in self.keys]
+        cost = [r.policy.metadata["label_batches"] + r.policy.metadata["val_batches"]
+                for r in results]
+        best = results[int(np.argmin(cost))]
+        best.policy.metadata["keys_tried"] = [
+            {"key": k.to_json(), "label_val_batches": c} for k, c in zip(self.keys, cost)]
+        best.policy.metadata["train_seconds"] = round(time.perf_counter() - t0, 3)
+        best.seconds = time.perf_counter() - t0
+        return best
+
+    def _fit(self, key: RankKey, teacher: PriorityPolicy, label_graphs: Sequence[Graph],
+             val_graphs: Sequence[Graph], op_types: Sequence[str] | None, progress: bool,
+             metadata: dict[str, Any] | None) -> DistillResult:
+        t0 = time.perf_counter()
         names = op_types if key.type_radix else None
         if key.type_radix and names is None:
             names = label_graphs[0].vocab.names
@@ -138,7 +180,8 @@ class PriorityDistiller:
         best = min(range(len(rounds)), key=lambda i: (
             rounds[i]["val_batches"] + rounds[i]["label_batches"], i))
         meta = dict(metadata or {})
-        meta.update({"learner": "DAgger from the priority policy", "rounds": self.rounds,
+        meta.update({"learner": "DAgger from the priority policy", "key": key.to_json(),
+                     "rounds": self.rounds,
                      "min_votes": self.min_votes, "round_kept": best,
                      "num_label_graphs": len(label_graphs), "num_val_graphs": len(val),
                      "val_batches": rounds[best]["val_batches"],
@@ -155,6 +198,54 @@ class PriorityDistiller:
                 f"labelling graphs and {rounds[best]['val_batches']:.0f} on validation, "
                 f"critical path {cp_label} and {cp_val}; kept critical path")
             table = {}
+            meta["label_batches"], meta["val_batches"] = cp_label, cp_val
+        elif self.search_states:
+            table, meta["search"] = self._search(key, table, names, label_graphs, val)
+            meta["label_batches"] = meta["search"]["label_batches"]
+            meta["val_batches"] = meta["search"]["val_batches"]
+            if progress:
+                print(f"priority_fsm search: {meta['search']}", flush=True)
         meta["train_seconds"] = round(time.perf_counter() - t0, 3)
         return DistillResult(PriorityFSM(key, table, names, meta), rounds,
                              time.perf_counter() - t0)
+
+    def _search(self, key: RankKey, table: dict[tuple[int, ...], int],
+                names: Sequence[str] | None, graphs: Sequence[Graph], val: Sequence[Graph]
+                ) -> tuple[dict[tuple[int, ...], int], dict[str, float]]:
+        """Step 5 of the module doc: ``(table, what the search did)``."""
+        def run(tab: dict[tuple[int, ...], int], gs: Sequence[Graph]
+                ) -> tuple[list[int], list[set[int]]]:
+            fsm = PriorityFSM(key, tab, names)
+            res = [fsm.run(g, record=RECORD_CAP) for g in gs]
+            return [len(r[0]) for r in res], [set(r[-2].tolist()) for r in res]
+
+        start = dict(table)
+        gb, gv = run(table, graphs)
+        before = sum(gb)
+        visits: dict[int, int] = {}
+        for v in gv:
+            for k in v:
+                visits[k] = visits.get(k, 0) + 1
+        order = sorted(visits, key=lambda k: (-visits[k], k))[:self.search_states]
+        evals = changed = 0
+        for pk in order:
+            kt = key.unpack(pk)
+            acts = list(kt[1:]) if key.kind == "bucket" else list(range(min(kt[0], key.slots)))
+            for a in sorted(set(acts)):
+                if a == table.get(kt, None if key.kind == "bucket" else 0):
+                    continue
+                idx = [i for i, v in enumerate(gv) if pk in v]
+                trial = {**table, kt: a}
+                nb, nv = run(trial, [graphs[i] for i in idx])
+                evals += 1
+                if sum(nb) < sum(gb[i] for i in idx):
+                    table, changed = trial, changed + 1
+                    for i, b, v in zip(idx, nb, nv):
+                        gb[i], gv[i] = b, v
+        val_start, val_new = (sum(run(t, val)[0]) for t in (start, table))
+        kept = val_new <= val_start
+        return (table if kept else start), {
+            "states": float(len(order)), "evaluations": float(evals), "changed": float(changed),
+            "kept": float(kept), "label_batches_before": float(before),
+            "label_batches": float(sum(gb) if kept else before),
+            "val_batches": float(val_new if kept else val_start)}

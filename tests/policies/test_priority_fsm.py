@@ -165,3 +165,18 @@ def test_bad_keys_are_refused() -> None:
                                                             (0.1, 0.2, 0.3)), kind="bucket")
     with pytest.raises(ValueError, match="int64"):
         RankKey(12, ("fill", "gap"), ((0.1, 0.2, 0.3, 0.4, 0.5), (-5, -4, -3, -2, -1)))
+
+
+def test_search_never_raises_label_or_validation_batches(graphs: list,
+                                                          teacher: PriorityPolicy) -> None:
+    table = _table(RANK, graphs, teacher)
+    label, val = graphs[:2], graphs[2:]
+    new, info = PriorityDistiller(RANK, search_states=8)._search(RANK, table, None, label, val)
+    assert info["evaluations"] > 0 and info["label_batches"] <= info["label_batches_before"]
+    assert info["label_batches_before"] == sum(PriorityFSM(RANK, table)(g).num_batches
+                                               for g in label)
+    assert sum(PriorityFSM(RANK, new)(g).num_batches for g in label) == info["label_batches"]
+    assert sum(PriorityFSM(RANK, new)(g).num_batches for g in val) <= sum(
+        PriorityFSM(RANK, table)(g).num_batches for g in val)
+    with pytest.raises(ValueError, match="search_states"):
+        PriorityDistiller(search_states=-1)
