@@ -44,7 +44,8 @@ from edbatch.schedule import lower_bound
 from policies.priority import PriorityPolicy
 from policies.priority_fsm import PriorityFSM, RankKey
 
-__all__ = ["DEFAULT_KEYS", "DistillResult", "PriorityDistiller", "vote"]
+__all__ = ["DEFAULT_KEYS", "DistillResult", "PriorityDistiller", "PriorityFsmResult",
+           "PriorityFsmTrainer", "vote"]
 
 #: The keys tried by default (see docs/learning_alternatives.md): critical path's first 3
 #: types with their ``wait_gain`` and ``rel_join`` classes (lattices), and the set of
@@ -249,3 +250,44 @@ class PriorityDistiller:
             "kept": float(kept), "label_batches_before": float(before),
             "label_batches": float(sum(gb) if kept else before),
             "val_batches": float(val_new if kept else val_start)}
+
+
+@dataclass
+class PriorityFsmResult:
+    """What :meth:`PriorityFsmTrainer.fit` returns (``experiments.train`` reads it)."""
+
+    policy: PriorityFSM
+    best_ratio: float          # validation batches / LB of the deployed table
+    episodes: int              # the teacher's schedules (candidates x training graphs)
+    seconds: float
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+class PriorityFsmTrainer:
+    """``trainer=priority_fsm``: the priority policy (CEM, :class:`PriorityTrainer`'s
+    arguments) trained on the training graphs, then distilled by :class:`PriorityDistiller`
+    labelling the same graphs (``benchmarks/priority_distill.py`` labels many more)."""
+
+    name = "priority_fsm"
+
+    def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
+                 sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
+                 rounds: int = 4, min_votes: int = 1, search_states: int = 0) -> None:
+        from policies.priority_train import PriorityTrainer
+
+        self.teacher = PriorityTrainer(iterations, population, elite, sigma, sigma_floor, seed)
+        self.distiller = PriorityDistiller(None, rounds, min_votes, search_states)
+
+    def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
+            checkpoint: Any = None, progress: bool = False, callback: Any = None,
+            metadata: dict[str, Any] | None = None) -> PriorityFsmResult:
+        t0 = time.perf_counter()
+        res = self.teacher.fit(train_graphs, val_graphs, progress=progress, callback=callback,
+                               metadata=metadata)
+        fsm = self.distiller.fit(res.policy, train_graphs, val_graphs, progress=progress,
+                                 metadata=metadata).policy
+        fsm.metadata["teacher_learned"] = res.policy.learned
+        val = list(val_graphs) or list(train_graphs)
+        lb = max(sum(lower_bound(g) for g in val), 1)
+        return PriorityFsmResult(fsm, sum(fsm(g).num_batches for g in val) / lb, res.episodes,
+                                 time.perf_counter() - t0, res.history)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from edbatch.errors import PolicyFileError
-from edbatch.schedule import make_scheduler, run_policy
+from edbatch.schedule import lower_bound, make_scheduler, run_policy
 from edbatch.workloads import make_workload
 from edbatch.workloads.synthetic import random_lattices
 from experiments._learned import score_unseen
@@ -180,3 +180,24 @@ def test_search_never_raises_label_or_validation_batches(graphs: list,
         PriorityFSM(RANK, table)(g).num_batches for g in val)
     with pytest.raises(ValueError, match="search_states"):
         PriorityDistiller(search_states=-1)
+
+
+def test_trainer_config_trains_a_guarded_table(tmp_path: Path) -> None:
+    import yaml
+    from hydra.utils import get_class
+
+    conf = Path(__file__).resolve().parents[2] / "conf" / "trainer" / "priority_fsm.yaml"
+    hp = yaml.safe_load(conf.read_text())
+    cls = get_class(hp.pop("_target_"))
+    hp.update(seed=0, iterations=3, population=6, elite=2, rounds=1)
+    rng = np.random.default_rng(5)
+    train = [random_lattices(rng, 6, 16, 4) for _ in range(3)]
+    val = [random_lattices(rng, 6, 16, 4) for _ in range(2)]
+    res = cls(**hp).fit(train, val)
+    p = res.policy
+    assert isinstance(p, PriorityFSM) and res.episodes > 0 and res.history
+    val_new = sum(p(g).num_batches for g in val)
+    assert val_new <= sum(PriorityFSM(p.key, {})(g).num_batches for g in val)
+    assert res.best_ratio == pytest.approx(val_new / sum(lower_bound(g) for g in val))
+    assert ("learned_nothing" in p.metadata) == (p.num_states == 0)
+    assert PriorityFSM.load(p.save(tmp_path / "p.json")).table == p.table
