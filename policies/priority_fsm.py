@@ -41,7 +41,7 @@ from policies._header import check_header
 from policies.priority import FEATURES, PriorityTwin, critical_path_weights, graph_inputs
 
 __all__ = ["FORMAT", "KINDS", "VERSION", "PriorityFSM", "PriorityFsmTwin", "RankKey", "act_row",
-           "rank_key"]
+           "is_priority_fsm_file", "rank_key"]
 
 FORMAT = "edbatch.priority_fsm"
 VERSION = 1
@@ -345,6 +345,14 @@ class PriorityFSM:
             raise PolicyFileError(path, "its typed key was distilled on other op types",
                                   "load it with the workload it was distilled on")
         return fsm
+
+
+def is_priority_fsm_file(path: str | Path) -> bool:
+    """Whether ``path`` is a JSON file of :data:`FORMAT` (anything else: ``False``)."""
+    try:
+        return json.loads(Path(path).read_text()).get("format") == FORMAT  # type: ignore[no-any-return]
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return False
 
 
 class PriorityFsmTwin:

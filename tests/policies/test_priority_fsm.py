@@ -201,3 +201,7 @@ def test_trainer_config_trains_a_guarded_table(tmp_path: Path) -> None:
     assert res.best_ratio == pytest.approx(val_new / sum(lower_bound(g) for g in val))
     assert ("learned_nothing" in p.metadata) == (p.num_states == 0)
     assert PriorityFSM.load(p.save(tmp_path / "p.json")).table == p.table
+    from policies.user import load_policy
+
+    back = load_policy(tmp_path / "p.json")
+    assert isinstance(back, PriorityFSM) and back.table == p.table
