@@ -54,6 +54,7 @@ TRAINERS: dict[str, tuple[str, dict[str, Any]]] = {
     "maskable_ppo": ("policies.sb3:MaskablePPOTrainer", {"fallback": "auto"}),
     "dqn": ("policies.sb3:DQNTrainer", {"fallback": "auto"}),
     "priority": ("policies.priority_train:PriorityTrainer", {}),  # weights, not a table
+    "priority_fsm": ("policies.priority_distill:PriorityFsmTrainer", {}),  # distilled table
 }
 
 
@@ -76,7 +77,7 @@ def _learned_nothing(policy: Any, result: Any) -> str | None:
     fallback = getattr(policy, "fallback_name", "?")
     stop = (getattr(policy, "metadata", {}).get("config") or {}).get("early_stop_ratio")
     why = getattr(policy, "metadata", {}).get("learned_nothing")
-    if why and getattr(policy, "encoding", None) == "priority":  # weights, not a table
+    if why and getattr(policy, "encoding", None) in ("priority", "rank"):  # priority_fsm: rank
         return (f"train_policy: the priority policy learned nothing: {why}; the policy is "
                 f"{fallback!r} alone ({ratio:.4f} x the lower bound on validation)")
     if episodes == 0:
@@ -167,13 +168,17 @@ def _make_trainer(name: str, seed: int, hparams: dict[str, Any]) -> Any:
 def load_policy(path: str | Path) -> Any:
     """Read a saved FSM policy (:meth:`policies.FSMPolicy.load`; ``batch.run(policy)``
     checks each graph's op types against it) or priority policy
-    (:meth:`policies.priority.PriorityPolicy.load`, any op types).
+    (:meth:`policies.priority.PriorityPolicy.load`, any op types) or the priority policy
+    distilled into a table (:meth:`policies.priority_fsm.PriorityFSM.load`).
 
     Raises:
         PolicyFileError: a missing, corrupt or foreign file.
     """
     from policies.priority import PriorityPolicy, is_priority_file
+    from policies.priority_fsm import PriorityFSM, is_priority_fsm_file
 
     if is_priority_file(path):
         return PriorityPolicy.load(path)
+    if is_priority_fsm_file(path):
+        return PriorityFSM.load(path)
     return FSMPolicy.load(path)
