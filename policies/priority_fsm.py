@@ -8,7 +8,7 @@ each by a few of the priority policy's features cut into classes (e.g. ``wait_ga
 or over 0.2). The table maps a key to a slot; an unknown key runs slot 0, i.e. the fallback
 is critical path. The key never reads the policy's weights: the table is all there is.
 
-Run time: one numba call per graph (:func:`policies._compiled_priority_fsm.run_rank_fsm`),
+Run time: one numba call per graph (:func:`edbatch.schedule._compiled_priority_fsm.run_rank_fsm`),
 the features, key and table lookup (binary search over the sorted packed keys) per
 decision. :class:`PriorityFsmTwin` is the Python oracle over a
 :class:`~edbatch.schedule.FrontierView` (same keys, same schedules; the tests compare them).
@@ -35,8 +35,8 @@ from numpy.typing import NDArray
 from edbatch.errors import PolicyFileError
 from edbatch.graph import Graph
 from edbatch.schedule import FrontierView, Schedule
+from edbatch.schedule._compiled_priority_fsm import run_rank_fsm
 from edbatch.schedule.compiled import _batches
-from policies._compiled_priority_fsm import run_rank_fsm
 from policies._header import check_header
 from policies.priority import FEATURES, PriorityTwin, critical_path_weights, graph_inputs
 
@@ -160,7 +160,7 @@ class RankKey:
 def rank_key(spec: RankKey, ids: Sequence[int], rows: Sequence[Sequence[float]]
              ) -> tuple[tuple[int, ...], list[int], list[int]]:
     """The key tuple of one decision, the rows in critical path's order and each row's code
-    (Python twin of :func:`~policies._compiled_priority_fsm.decision_key`; ``ids``
+    (Python twin of :func:`~edbatch.schedule._compiled_priority_fsm.decision_key`; ``ids``
     ascending, ``rows`` their feature rows)."""
     cols = [FEATURES.index(f) for f in spec.features]
     order = sorted(range(len(ids)), key=lambda i: (-rows[i][0], -rows[i][1], i))
