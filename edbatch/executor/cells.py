@@ -25,7 +25,7 @@ from torch import Tensor
 
 from edbatch.executor import _fused
 from edbatch.executor._weights import linear_t
-from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
+from edbatch.executor.cell_kind import HEAD_READS, CellKind, Param, RoleGrads
 from edbatch.executor.kernels import (
     fast_tanh,
     new_zeros,
@@ -228,5 +228,12 @@ class Lookup(CellKind):
 
 #: The registered kernels of the shared kinds (the names the kernels had as functions).
 state_loss = StateLoss.kernel
+
+# Of StateLoss's kinds, the LSTM ones read only the leading h of their [h; c] state, half its
+# width: the executor's inference reads gather just those columns (_hoist.head_reads). Not a
+# class-wide ``head_reads``: the head reads take half the operand's width, which is the h of
+# an LSTM state only (a GRU state is h alone, MV-RNN's [v; vec(M)] not two halves).
+for _kind in ("tree_lstm.loss", "lattice_lstm.loss"):
+    HEAD_READS[_kind] = (0,)
 zero_state = ZeroState.kernel
 lookup = Lookup.kernel

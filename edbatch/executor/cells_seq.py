@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor.cell_kind import HEAD_READS, CellKind, Hoist, Param, RoleGrads
+from edbatch.executor.cell_kind import CellKind, Hoist, Param, RoleGrads
 from edbatch.executor.cells import (
     LSTM_SAVES,
     gru_step,
@@ -234,8 +234,3 @@ def mlp_nll_backward(saved: Any, grad: Tensor, p: Any, attrs: Tensor, grads: Rol
     dz = (d_logits @ p.W_o) * (1.0 - a * a)
     grads.linear(("W_h", "b_h"), dz, saved.x)
     return dz @ p.W_h
-
-
-# StateLoss (cells.py) reads only the leading h of a lattice LSTM state [h; c]: gather just
-# those columns in inference (_hoist.head_reads).
-HEAD_READS["lattice_lstm.loss"] = (0,)

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from edbatch.executor import _fused
 from edbatch.executor._weights import linear_t
-from edbatch.executor.cell_kind import HEAD_READS, CellKind, Param, RoleGrads
+from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD, TANH_GRAD_INTO, split_state
 from edbatch.executor.kernels import affine_rows_of, fast_tanh, untracked
 from edbatch.graph import OpType
@@ -310,8 +310,3 @@ tree_gru_leaf = TreeGRULeaf.kernel
 tree_gru_internal = TreeGRUInternal.kernel
 mvrnn_leaf = MVRNNLeaf.kernel
 mvrnn_internal = MVRNNInternal.kernel
-
-
-# The shared StateLoss (cells.py) reads only the leading h of its operand: the executor's
-# inference reads gather just those columns of a Tree-LSTM state [h; c] (_hoist.head_reads).
-HEAD_READS["tree_lstm.loss"] = (0,)
