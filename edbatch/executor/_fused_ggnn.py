@@ -167,6 +167,7 @@ def _rows(counts, codes, slots, bonds, node, index, deg):  # type: ignore[no-unt
                     index[r] = b
                     deg[b] += 1
                 r += 1
+    return r
 
 
 def repeated_nodes(counts: Tensor, rows: int, slots: int) -> Tensor:
@@ -193,14 +194,8 @@ def bond_buckets(attrs: Tensor, rows: int, slots: int, bonds: int, count_bits: i
 
 @_jit
 def _compact(counts, codes, slots, bonds, deg, pos, nodes, offsets, bucket):  # type: ignore[no-untyped-def]
-    size, r = counts.shape[0], 0
-    for k in range(_slots(counts)):  # every repeated row's node * bonds + bond (as _rows)
-        for v in range(size):
-            if counts[v] > k and r < bucket.shape[0]:
-                b = v * bonds + ((codes[v] >> (2 * k)) & 3)
-                bucket[r] = b
-                deg[b] += 1
-                r += 1
+    size = counts.shape[0]
+    r = _rows(counts, codes, slots, bonds, bucket, bucket, deg)  # node * bonds + bond per row
     c = 0
     for t in range(bonds):  # the non-empty buckets, bond type after bond type
         offsets[t] = c
