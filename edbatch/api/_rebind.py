@@ -11,6 +11,7 @@ the batches whose rows they compute.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -35,10 +36,7 @@ def rebind(program: Program, attrs: NDArray[np.int64], device: torch.device) -> 
     hoisted program's projection steps read their batches' new attrs, joined."""
     if isinstance(program, HoistedProgram) and program.base is not None:
         return _rebind_hoisted(program, rebind(program.base, attrs, device))
-    flat = to_device(attrs[program.attr_nodes], device)
-    sizes = [step.size for step in program.steps]
-    views = flat.split_with_sizes(sizes) if sizes else ()
-    steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
+    flat, views, steps = _bound_steps(program, attrs, device)
     compiled: list[tuple[Step, ...]] = []
     base = program.grad_steps
 
@@ -73,6 +71,17 @@ def _rebind_hoisted(program: HoistedProgram, base: Program) -> Program:
                                grad_steps=base.grad_steps, attrs=base.attrs)
 
 
+def _bound_steps(program: Program, attrs: NDArray[np.int64], device: torch.device
+                 ) -> tuple[Tensor, Sequence[Tensor], tuple[Step, ...]]:
+    """``(flat, views, steps)``: ``program``'s attrs taken from ``attrs`` into a new tensor,
+    its per-step views, and copies of the inference steps reading them."""
+    flat = to_device(attrs[program.attr_nodes], device)
+    sizes = [step.size for step in program.steps]
+    views = flat.split_with_sizes(sizes) if sizes else ()
+    return flat, views, tuple(_with_attrs(s, v)
+                              for s, v in zip(program.steps, views, strict=True))
+
+
 def _with_attrs(step: Step, attrs: Tensor) -> Step:
     new = object.__new__(Step)
     new.__dict__.update(step.__dict__)
@@ -84,7 +93,5 @@ def rebind_typed(program: Program, attrs: NDArray[np.int64], device: torch.devic
                  ) -> Program:
     """:func:`rebind` for a typed segment's program (:mod:`~edbatch.api._typed`), whose
     inference and training steps are the same: the steps made once, no lazy second set."""
-    flat = to_device(attrs[program.attr_nodes], device)
-    views = flat.split_with_sizes([step.size for step in program.steps])
-    steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
+    flat, _, steps = _bound_steps(program, attrs, device)
     return dataclasses.replace(program, steps=steps, grad_steps=lambda: steps, attrs=flat)
