@@ -147,7 +147,8 @@ class JoinedSelect:
     """A training read of rows scattered over several batch outputs (a MoE combination's
     read of its tokens' expert outputs) as one ``cat`` of them and one ``index_select``:
     backward zero-fills one gradient, where a ``SelectRead`` makes an ``index_put`` and a
-    gradient copy per batch. Only where the outputs hold <= :data:`JOIN_AT` x the rows."""
+    gradient copy per batch. Only where the outputs hold <= :data:`~edbatch.api._typed.JOIN_AT`
+    x the rows (the typed path's threshold, one knob for both)."""
 
     __slots__ = ("flat", "read")
     gather = True
@@ -159,7 +160,7 @@ class JoinedSelect:
         groups = self.read.groups
         if self.flat is None:
             sizes = [int(outs[b].shape[0]) for b, _, _ in groups]
-            if sum(sizes) > JOIN_AT * self.read.rows:
+            if sum(sizes) > _typed.JOIN_AT * self.read.rows:
                 self.flat = False
             else:
                 flat = torch.empty(self.read.rows, dtype=torch.int64, device=groups[0][1].device)
@@ -175,9 +176,6 @@ class JoinedSelect:
     def route(self, grad: Tensor, bufs: Sequence[Tensor]) -> None:
         self.read.route(grad, bufs)
 
-
-#: Rows of the joined outputs per row read up to which :class:`JoinedSelect` joins them.
-JOIN_AT = 4
 
 
 def _joined_step(step: Step) -> Step:

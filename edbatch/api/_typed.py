@@ -136,7 +136,8 @@ def _read(pb: NDArray[np.int64], lr: NDArray[np.int64], sizes: NDArray[np.int64]
 
 _NO_POS = torch.zeros(0, dtype=torch.int64)
 
-#: Rows of the joined outputs per row read up to which :class:`JoinedRead` joins them.
+#: Rows of the joined outputs per row read up to which :class:`JoinedRead` (and the
+#: general path's :class:`~edbatch.api._segments.JoinedSelect`) joins them.
 JOIN_AT = 4
 
 

@@ -122,8 +122,9 @@ def test_joined_scattered_reads_equal_the_group_by_group_reads(monkeypatch) -> N
 
     monkeypatch.setattr(_segments.JoinedSelect, "__init__", spy)
     runs = []
-    for join_at in (_segments.JOIN_AT, 0):  # joined, then never (0 rows allowed)
-        monkeypatch.setattr(_segments, "JOIN_AT", join_at)
+    default = _typed.JOIN_AT  # the one threshold of both paths
+    for join_at in (default, 0):  # joined, then never (0 rows allowed)
+        monkeypatch.setattr(_typed, "JOIN_AT", join_at)
         monkeypatch.setattr(_typed, "TYPED", False)
         made.clear()
         model = moe.MoE(workload, dtype=torch.float64)
@@ -148,7 +149,7 @@ def test_joined_scattered_reads_equal_the_group_by_group_reads(monkeypatch) -> N
 
     monkeypatch.setattr(_typed.JoinedRead, "__init__", spy_join)
     monkeypatch.setattr(_typed, "TYPED", True)
-    for join_at in (_typed.JOIN_AT, 0):  # the typed path: JoinedRead, then SelectRead groups
+    for join_at in (default, 0):  # the typed path: JoinedRead, then SelectRead groups
         monkeypatch.setattr(_typed, "JOIN_AT", join_at)
         joins.clear()
         model = moe.MoE(workload, dtype=torch.float64)
