@@ -227,8 +227,9 @@ class TorchExecutor:
         """The autograd function a training run of ``program`` goes through: the
         hand-written backwards where every kernel has one, else ``BatchedRun``; ``None``
         with custom kernels (plain autograd, :meth:`_run_grad`)."""
-        return None if self.kernels is not None else \
-            AnalyticRun if self.hand_backward and analytic(program) else BatchedRun
+        if self.kernels is not None:
+            return None
+        return AnalyticRun if self.hand_backward and analytic(program) else BatchedRun
 
     def _capture(self, key: bytes, graph: Graph, schedule: Schedule, plan: MemoryPlan,
                  params: Mapping[str, Tensor], grad: bool) -> None:
@@ -270,8 +271,9 @@ class TorchExecutor:
         return {v: arenas[a][r:r + 1].clone() for v, a, r, _ in program.outputs}
 
     def _on_device(self, params: Mapping[str, Tensor]) -> Mapping[str, Tensor]:
-        return params if all(p.device == self.device for p in params.values()) else \
-            {name: p.to(self.device, non_blocking=True) for name, p in params.items()}
+        if all(p.device == self.device for p in params.values()):
+            return params
+        return {name: p.to(self.device, non_blocking=True) for name, p in params.items()}
 
     def _call(self, i: int, step: Step, sources: Sequence[Tensor],
               params: Mapping[str, Tensor], out: Tensor | None = None,
@@ -332,9 +334,10 @@ class TorchExecutor:
                     lstm[i](arenas, views, w_ht)
                     continue
                 region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
-                save: list[Tensor] | None = None if saves is None else []
+                save: list[Tensor] | None = None
                 if saves is not None:
-                    saves.append(save)  # type: ignore[arg-type]
+                    save = []
+                    saves.append(save)
                 if fast and step.writes_out and not step.split:  # the common case, inlined
                     self._kernel(i, step, [read(arenas) for read in step.reads], params,
                                  region, save)
