@@ -287,7 +287,7 @@ class PriorityFsmTrainer:
         fsm = self.distiller.fit(res.policy, train_graphs, val_graphs, progress=progress,
                                  metadata=metadata).policy
         fsm.metadata["teacher_learned"] = res.policy.learned
-        val = list(val_graphs) or list(train_graphs)
+        val = list(val_graphs) or list(train_graphs)  # (the graphs the distiller validated on)
         lb = max(sum(lower_bound(g) for g in val), 1)
-        return PriorityFsmResult(fsm, sum(fsm(g).num_batches for g in val) / lb, res.episodes,
+        return PriorityFsmResult(fsm, fsm.metadata["val_batches"] / lb, res.episodes,
                                  time.perf_counter() - t0, res.history)
