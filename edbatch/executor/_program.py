@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.executor._reads import Read, RowLocator, inplace_reads, merged, to_device
+from edbatch.executor._reads import indexed_reads as _indexed
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
 from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
@@ -126,7 +127,8 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
                 operand_lists[b] = (merged(operands[0].arena, rows),)
         elif entry[3] and device.type == "cpu":
             operand_lists[b] = _merge_repeated(entry[1], operands)
-    reads = inplace_reads(operand_lists, device, counts[False])
+    reads = _indexed([e[1] for e in entries],  # scene-like operands read by index (CPU)
+                     inplace_reads(operand_lists, device, counts[False]), device)
     attrs = flat.split_with_sizes(sizes) if sizes else ()  # every batch's view in one call
     steps = [new_step(op, kernel, attrs[b], sizes[b], width, region.arena, region.start,
                       reads[b], splits[b], splits[b] and is_sum, writes_out)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor import cells_module_net_fused as fused
+from edbatch.executor._reads import ArenaRows
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD
 from edbatch.executor.cells_module_net_scene import Object, Objects, Start
@@ -101,25 +102,38 @@ def _flat(t: Tensor) -> Tensor:
 
 
 class Filter(CellKind):
-    """``filter_a[v]``: ``att * sig(f w + b)``."""
+    """``filter_a[v]``: ``att * sig(f w + b)`` (fused: :mod:`.cells_module_net_fused`)."""
 
     kind = f"{_P}.filter"
     inputs = ("att", "scene")
+    indexed_reads = ("scene",)
     params = (Param("w", "F"), Param("b", "1"))
     saves = ("att", "f", "s")
     dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
-        rows = inputs[1].reshape(-1, p.w.shape[0])  # [B * N, F]
+        att, scene = inputs
+        if fused.usable(att, scene):
+            scene = fused.arena_rows(scene)
+            y, s = fused.filter_forward(att, scene, p.w, p.b, out)
+            if save is not None:
+                save.update(att=att, f=scene, s=s)
+            return y
+        rows = fused.rows(scene).reshape(-1, p.w.shape[0])  # [B * N, F]
         s = torch.sigmoid_(torch.addmv(p.b, rows, p.w)).view(-1, MAX_OBJECTS)
         if save is not None:
-            save.update(att=inputs[0], f=rows, s=s)
-        return torch.mul(inputs[0], s, out=out) if out is not None else inputs[0] * s
+            save.update(att=att, f=rows, s=s)
+        return torch.mul(att, s, out=out) if out is not None else att * s
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
         s = saved.s
+        if isinstance(saved.f, ArenaRows):  # the fused forward's saves
+            d_att, d_scene, dw, db = fused.filter_backward(grad, saved.att, s, saved.f, p.w)
+            grads.add("w", dw)
+            grads.add("b", db)
+            return [d_att, fused.scene_grad(d_scene, saved.f)]
         d_z = grad * saved.att
         SIGMOID_GRAD(d_z, s, grad_input=d_z)
         flat = d_z.view(-1, 1)  # fresh tensors: views
@@ -133,6 +147,7 @@ class Relate(CellKind):
 
     kind = f"{_P}.relate"
     inputs = ("att", "scene")
+    indexed_reads = ("scene",)
     params = (Param("u", "F"), Param("c", "1"))
     saves = ("f", "att", "sg", "t")
     dims = staticmethod(lambda op: {"F": _features(op)})
@@ -141,10 +156,12 @@ class Relate(CellKind):
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
         att, scene = inputs
         if fused.usable(att, scene):
+            scene = fused.arena_rows(scene)
             y, sg, t = fused.relate_forward(att, scene, p.u, p.c, out)
             if save is not None:
                 save.update(f=scene, att=att, sg=sg, t=t)
             return y
+        scene = fused.rows(scene)
         f = _scene(scene)
         proj = f @ p.u
         score = proj.unsqueeze(1) - proj.unsqueeze(2) + p.c  # [b, i, j] = proj_j - proj_i
@@ -154,12 +171,12 @@ class Relate(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        if fused.usable(grad, saved.att):
+        if isinstance(saved.f, ArenaRows):  # the fused forward's saves
             d_att, d_scene, du, dc = fused.relate_backward(grad, saved.att, saved.sg,
                                                            saved.t, saved.f, p.u)
             grads.add("u", du)
             grads.add("c", dc)
-            return [d_att, d_scene]
+            return [d_att, fused.scene_grad(d_scene, saved.f)]
         f = _scene(saved.f)
         d_att, d_score, d_mask = _pairs_backward(saved, grad, f)
         grads.add("c", d_score.sum().reshape(1))
@@ -175,13 +192,14 @@ class Same(CellKind):
 
     kind = f"{_P}.same"
     inputs = ("att", "scene")
+    indexed_reads = ("scene",)
     params = (Param("M", "F, F"), Param("c", "1"))
     saves = ("f", "att", "sg", "t")
     dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
-        f = _scene(inputs[1])
+        f = _scene(fused.rows(inputs[1]))
         score = torch.bmm(f @ p.M, f.transpose(1, 2)) + p.c
         if save is not None:
             save["f"] = f
@@ -293,27 +311,37 @@ class Count(CellKind):
 
 
 class Query(CellKind):
-    """``query_a``: ``tanh(W (sum_j att_j f_j) + b)``."""
+    """``query_a``: ``tanh(W (sum_j att_j f_j) + b)`` (the scene sums compiled:
+    :mod:`.cells_module_net_fused`)."""
 
     kind = f"{_P}.query"
     inputs = ("att", "scene")
+    indexed_reads = ("scene",)
     params = (Param("W", "H, F"), Param("b", "H"))
     saves = ("att", "f", "r", "y")
     dims = staticmethod(lambda op: {"H": op.out_shape[0], "F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
-        f = _scene(inputs[1])
-        r = torch.bmm(inputs[0].unsqueeze(1), f).squeeze(1)
+        att, scene = inputs
+        if fused.usable(att, scene):
+            f: Any = fused.arena_rows(scene)
+            r = fused.query_rows(att, f)
+        else:
+            f = _scene(fused.rows(scene))
+            r = torch.bmm(att.unsqueeze(1), f).squeeze(1)
         y = _tanh(F.linear(r, p.W, p.b), out)
         if save is not None:
-            save.update(att=inputs[0], f=f, r=r, y=y)
+            save.update(att=att, f=f, r=r, y=y)
         return y
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
         dz = TANH_GRAD(grad, saved.y)
         grads.linear(("W", "b"), dz, saved.r)
+        if isinstance(saved.f, ArenaRows):  # the fused forward's saves
+            d_att, d_scene = fused.query_backward(dz @ p.W, saved.att, saved.f)
+            return [d_att, fused.scene_grad(d_scene, saved.f)]
         d_r = (dz @ p.W).unsqueeze(1)
         d_att = torch.bmm(d_r, saved.f.transpose(1, 2)).squeeze(1)
         return [d_att, _flat(saved.att.unsqueeze(2) * d_r)]

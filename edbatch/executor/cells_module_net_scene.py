@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor._reads import ArenaRows
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.kernels import slot_nodes
 from edbatch.graph import OpType
@@ -117,10 +118,15 @@ class Start(CellKind):
 
     kind = f"{_P}.start"
     inputs = ("scene",)
+    indexed_reads = ("scene",)  # on the CPU: ArenaRows (the scene arena, rows by index)
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:
-        return _scene(inputs[0])[:, :, 0]
+        scene = inputs[0]
+        if isinstance(scene, ArenaRows):  # the mask column of each node's arena row
+            width = scene.arena.shape[1] // MAX_OBJECTS
+            return scene.arena[:, ::width].index_select(0, scene.idx)
+        return _scene(scene)[:, :, 0]
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
