@@ -26,7 +26,7 @@ from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["Program", "Step", "compile_program", "new_step"]
+__all__ = ["PROGRAM_PASSES", "Program", "Step", "compile_program", "new_step"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,9 @@ class Step:
 
 
 _new = object.__new__
+#: Rewrites of the inference steps, applied in order at the end of :func:`compile_program`
+#: (``(program, device) -> program``; a workload's cells module appends its own).
+PROGRAM_PASSES: list[Callable[[Program, torch.device], Program]] = []
 
 
 def new_step(op: OpType, kernel: Kernel, attrs: Tensor, size: int, width: int,
@@ -153,4 +156,6 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
 
     program = Program(tuple(steps), grad_steps, plan.arenas, outputs, output_batch, counts,
                       flat, attr_nodes)
+    for rewrite in PROGRAM_PASSES:  # e.g. the module network's attention segments
+        program = rewrite(program, device)
     return program

@@ -1,0 +1,393 @@
+"""The module network's attention segments: consecutive attention batches as one compiled call.
+
+In a ``critical_path`` schedule of 64 CLEVR questions about 95 of the 119 batches are a run of
+attention modules (``scene``, ``filter``, ``relate``, ``unique``, ``union``, ``intersect``)
+between the scene batches and the terminal modules; each is tiny (``B x 10`` outputs), so
+per batch the executor's loop, the operand reads, the kernel adapter and the torch calls cost
+far more than the arithmetic. :func:`attention_segments` (a program pass of
+:mod:`edbatch.executor._program`, CPU) replaces each such run of the registered kernels by one
+:class:`Segment` step: one numba call runs every batch of the run in schedule order on the
+arenas themselves (attention rows and scene rows by index, parameters from one flat vector),
+and one call runs their backwards in reverse order into the gradient arenas, with the
+parameter gradients summed in a flat vector (the forward's intermediate values, ``sig(.)``,
+are recomputed there: nothing is saved). The other batches of the run stay in the program as
+empty steps (:class:`Placeholder`), so the program keeps one step per batch.
+
+Same equations as the cell kinds (:mod:`.cells_module_net`, :mod:`.cells_module_net_fused`);
+with fused kernels off (``fused=False``), grad recording, or a dtype other than float32/64 a
+segment runs its batches one by one through their own kernels (the reference path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from edbatch.executor import _fused
+from edbatch.executor._fused import _jit, _sigmoid
+from edbatch.executor._program import PROGRAM_PASSES, Program, Step, new_step
+from edbatch.executor._reads import IndexedRead, RowsRead, SliceRead
+from edbatch.executor.kernels import KERNELS
+from edbatch.workloads.module_net import MAX_OBJECTS
+
+__all__ = ["CODES", "Placeholder", "Segment", "attention_segments"]
+
+#: Kind -> its code in a segment's table (operands: attention slots, then the scene).
+CODES = {"module_net.start": 0, "module_net.filter": 1, "module_net.relate": 2,
+         "module_net.unique": 3, "module_net.union": 4, "module_net.intersect": 5}
+_SCENE = {0: 0, 1: 1, 2: 1}  # code -> scene operand slot
+_DTYPES = (torch.float32, torch.float64)
+#: Fewest batches in a run worth a segment.
+MIN_RUN = 2
+
+
+# ---------------------------------------------------------------------- compiled bodies
+@_jit
+def _proj(scene, srow, params, po, n, f, proj):  # type: ignore[no-untyped-def]
+    """``proj_j = f_j . params[po:po + f]`` (filter's ``w``, relate's ``u``)."""
+    for j in range(n):
+        z = 0.0
+        for k in range(f):
+            z += scene[srow, j * f + k] * params[po + k]
+        proj[j] = z
+
+
+@_jit
+def _pair_sums(att, arow, proj, c, n, sg, t):  # type: ignore[no-untyped-def]
+    """relate: ``sg_ij = sig(proj_j - proj_i + c)`` (0 on the diagonal), ``t = att sg``."""
+    for j in range(n):
+        t[j] = 0.0
+    for i in range(n):
+        ai = att[arow, i]
+        for j in range(n):
+            v = 0.0 if i == j else _sigmoid(proj[j] - proj[i] + c)
+            sg[i, j] = v
+            t[j] += ai * v
+
+
+@_jit
+def _forward(table, rows, att, scene, params):  # type: ignore[no-untyped-def]
+    n = att.shape[1]
+    f = scene.shape[1] // n
+    proj, t = np.empty(n, dtype=att.dtype), np.empty(n, dtype=att.dtype)
+    sg = np.empty((n, n), dtype=att.dtype)
+    for s in range(table.shape[0]):
+        code, dst0, size = table[s, 0], table[s, 1], table[s, 2]
+        o0, o1, po = table[s, 3], table[s, 4], table[s, 5]
+        for r in range(size):
+            dst, a_row, b_row = dst0 + r, rows[o0 + r], rows[o1 + r]
+            if code == 0:  # scene: the mask column (operand 0 is the scene)
+                for j in range(n):
+                    att[dst, j] = scene[a_row, j * f]
+            elif code == 1:  # filter: att * sig(f w + b)
+                _proj(scene, b_row, params, po, n, f, proj)
+                for j in range(n):
+                    att[dst, j] = att[a_row, j] * _sigmoid(proj[j] + params[po + f])
+            elif code == 2:  # relate: mask_j sum_i att_i sg_ij
+                _proj(scene, b_row, params, po, n, f, proj)
+                _pair_sums(att, a_row, proj, params[po + f], n, sg, t)
+                for j in range(n):
+                    att[dst, j] = t[j] * scene[b_row, j * f]
+            else:
+                _plain_forward(att, code, dst, a_row, b_row, n)
+
+
+@_jit
+def _plain_forward(att, code, dst, a_row, b_row, n):  # type: ignore[no-untyped-def]
+    """unique ``att / (sum att + 1e-3)``, union ``a + b - a b``, intersect ``a b``."""
+    if code == 3:
+        den = 0.0
+        for j in range(n):
+            den += att[a_row, j]
+        den += 1e-3
+        for j in range(n):
+            att[dst, j] = att[a_row, j] / den
+        return
+    for j in range(n):
+        a, b = att[a_row, j], att[b_row, j]
+        att[dst, j] = (a + b) - a * b if code == 4 else a * b
+
+
+@_jit
+def _backward(table, rows, att, scene, params, gatt, gscene, pgrad):  # type: ignore[no-untyped-def]
+    n = att.shape[1]
+    f = scene.shape[1] // n
+    proj, t = np.empty(n, dtype=att.dtype), np.empty(n, dtype=att.dtype)
+    sg = np.empty((n, n), dtype=att.dtype)
+    d_proj = np.empty(n, dtype=att.dtype)
+    for s in range(table.shape[0] - 1, -1, -1):
+        code, dst0, size = table[s, 0], table[s, 1], table[s, 2]
+        o0, o1, po = table[s, 3], table[s, 4], table[s, 5]
+        for r in range(size):
+            dst, a_row, b_row = dst0 + r, rows[o0 + r], rows[o1 + r]
+            if code == 0:
+                for j in range(n):
+                    gscene[a_row, j * f] += gatt[dst, j]
+            elif code == 1:
+                _proj(scene, b_row, params, po, n, f, proj)
+                db = 0.0
+                for j in range(n):
+                    v, g = _sigmoid(proj[j] + params[po + f]), gatt[dst, j]
+                    gatt[a_row, j] += g * v
+                    d_proj[j] = g * att[a_row, j] * (v * (1.0 - v))
+                    db += d_proj[j]
+                _proj_grad(scene, b_row, params, po, n, f, d_proj, pgrad, gscene)
+                pgrad[po + f] += db
+            elif code == 2:
+                _proj(scene, b_row, params, po, n, f, proj)
+                _pair_sums(att, a_row, proj, params[po + f], n, sg, t)
+                pgrad[po + f] += _relate_grad(att, a_row, gatt, dst, scene, b_row, f, sg,
+                                              d_proj)
+                _proj_grad(scene, b_row, params, po, n, f, d_proj, pgrad, gscene)
+                for j in range(n):
+                    gscene[b_row, j * f] += gatt[dst, j] * t[j]
+            else:
+                _plain_backward(att, gatt, code, dst, a_row, b_row, n)
+
+
+@_jit
+def _relate_grad(att, a_row, gatt, dst, scene, srow, f, sg, d_proj):  # type: ignore[no-untyped-def]
+    """relate: ``d att`` added into ``gatt``, ``d proj`` into ``d_proj``; returns ``d c``."""
+    n = att.shape[1]
+    dc = 0.0
+    for j in range(n):
+        d_proj[j] = 0.0
+    for i in range(n):
+        ai, da = att[a_row, i], 0.0
+        for j in range(n):
+            d_t = gatt[dst, j] * scene[srow, j * f]
+            v = sg[i, j]
+            da += v * d_t
+            ds = ai * d_t * (v * (1.0 - v))
+            dc += ds
+            d_proj[j] += ds
+            d_proj[i] -= ds
+        gatt[a_row, i] += da
+    return dc
+
+
+@_jit
+def _proj_grad(scene, srow, params, po, n, f, d_proj, pgrad, gscene):  # type: ignore[no-untyped-def]
+    """Through ``proj_j = f_j . v``: ``d v += sum_j d_j f_j``, ``d f_j += d_j v``."""
+    for j in range(n):
+        dp = d_proj[j]
+        for k in range(f):
+            pgrad[po + k] += dp * scene[srow, j * f + k]
+            gscene[srow, j * f + k] += dp * params[po + k]
+
+
+@_jit
+def _plain_backward(att, gatt, code, dst, a_row, b_row, n):  # type: ignore[no-untyped-def]
+    if code == 3:
+        den, gy = 0.0, 0.0
+        for j in range(n):
+            den += att[a_row, j]
+            gy += gatt[dst, j] * att[dst, j]
+        den += 1e-3
+        for j in range(n):
+            gatt[a_row, j] += (gatt[dst, j] - gy) / den
+        return
+    for j in range(n):
+        g, a, b = gatt[dst, j], att[a_row, j], att[b_row, j]
+        if code == 4:
+            gatt[a_row, j] += g - g * b
+            gatt[b_row, j] += g - g * a
+        else:
+            gatt[a_row, j] += g * b
+            gatt[b_row, j] += g * a
+
+
+# ---------------------------------------------------------------------- steps
+class Placeholder:
+    """The kernel of a batch that its segment runs: nothing to do, forward or backward."""
+
+    writes_out = True
+
+    def __call__(self, op: Any, inputs: Any, params: Any, attrs: Tensor,
+                 out: Tensor | None = None, save: Any = None) -> Tensor:
+        assert out is not None
+        return out
+
+    def backward(self, op: Any, saved: Any, grad: Tensor, params: Any, attrs: Tensor,
+                 acc: Any) -> list[Tensor | None]:
+        return []
+
+
+PLACEHOLDER = Placeholder()
+
+
+class _Arenas:
+    """The one read of a segment step: every arena (its route: the segment's backward)."""
+
+    __slots__ = ()
+    gather = False
+
+    def __call__(self, outs: Sequence[Tensor]) -> Any:
+        return outs
+
+    def route(self, grad: Any, bufs: Sequence[Tensor]) -> None:
+        grad(bufs)
+
+
+class Segment:
+    """The kernel of a segment step (see the module doc): ``steps`` the batches it runs."""
+
+    writes_out = True
+
+    def __init__(self, steps: Sequence[Step], table: np.ndarray, rows: np.ndarray,
+                 att: int, scene: int, names: Sequence[str], offsets: Sequence[int]) -> None:
+        self.steps, self.table, self.rows = tuple(steps), table, rows
+        self.att, self.scene, self.names, self.offsets = att, scene, tuple(names), offsets
+
+    def _compiled(self, arenas: Sequence[Tensor]) -> bool:
+        a = arenas[self.att]
+        return _fused.enabled() and not torch.is_grad_enabled() and a.is_cpu and \
+            a.dtype in _DTYPES and not a.requires_grad
+
+    def _flat(self, params: Mapping[str, Tensor], dtype: torch.dtype) -> Tensor:
+        if not self.names:
+            return torch.zeros(1, dtype=dtype)
+        return torch.cat([params[n].reshape(-1) for n in self.names]).to(dtype)
+
+    def __call__(self, op: Any, inputs: Sequence[Any], params: Mapping[str, Tensor],
+                 attrs: Tensor, out: Tensor | None = None, save: list[Any] | None = None
+                 ) -> Tensor:
+        arenas = inputs[0]
+        assert out is not None
+        if self._compiled(arenas):
+            flat = self._flat(params, arenas[self.att].dtype)
+            _forward(self.table, self.rows, arenas[self.att].numpy(),
+                     arenas[self.scene].numpy(), flat.numpy())
+            if save is not None:
+                save.append((True, arenas, flat))
+            return out
+        inner: list[list[Any]] = []
+        for step in self.steps:  # the reference path: batch by batch, own kernels
+            region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
+            kept: list[Any] | None = [] if save is not None else None
+            y = step.kernel(step.op, [read(arenas) for read in step.reads], params,
+                            step.attrs, out=region, save=kept)
+            if y is not region:
+                region.copy_(y)
+            inner.append(kept)  # type: ignore[arg-type]
+        if save is not None:
+            save.append((False, arenas, inner))
+        return out
+
+    def backward(self, op: Any, saved: Sequence[Any], grad: Tensor,
+                 params: Mapping[str, Tensor], attrs: Tensor, acc: Any) -> list[Any]:
+        compiled, arenas, extra = saved[0]
+
+        def route(bufs: Sequence[Tensor]) -> None:
+            if compiled:
+                pgrad = torch.zeros_like(extra)
+                _backward(self.table, self.rows, arenas[self.att].numpy(),
+                          arenas[self.scene].numpy(), extra.numpy(), bufs[self.att].numpy(),
+                          bufs[self.scene].numpy(), pgrad.numpy())
+                for name, lo, hi in zip(self.names, self.offsets, self.offsets[1:],
+                                        strict=False):
+                    acc.add(name, pgrad[lo:hi].view(params[name].shape))
+                return
+            for step, kept in zip(reversed(self.steps), reversed(extra), strict=True):
+                g_out = bufs[step.out_arena].narrow(0, step.out_start, step.size)
+                got = step.kernel.backward(step.op, kept, g_out, params, step.attrs, acc)
+                for read, g in zip(step.reads, got, strict=False):
+                    if g is not None:
+                        read.route(g, bufs)
+
+        return [route]
+
+
+def _rows_of(read: Any) -> tuple[int, np.ndarray] | None:
+    if type(read) is SliceRead:
+        return read.b, np.arange(read.lo, read.hi, dtype=np.int64)
+    if type(read) in (RowsRead, IndexedRead):
+        return read.b, read.idx.numpy()
+    return None
+
+
+def _entry(step: Step) -> tuple[int, list[tuple[int, np.ndarray]]] | None:
+    """``(code, [(arena, rows) per operand])`` of a step a segment can run, else None."""
+    code = CODES.get(step.op.kind)
+    if code is None or step.split or step.kernel is not KERNELS.get(step.op.kind):
+        return None
+    reads = [_rows_of(r) for r in step.reads]
+    if any(r is None for r in reads):
+        return None
+    return code, reads  # type: ignore[return-value]
+
+
+def attention_segments(program: Program, device: torch.device) -> Program:
+    """Replace every run of at least :data:`MIN_RUN` consecutive attention batches (see the
+    module doc) of ``program``'s steps by a segment step and placeholders (CPU)."""
+    if device.type != "cpu":
+        return program
+    steps = list(program.steps)
+    entries = [_entry(s) for s in steps]
+    i = 0
+    while i < len(steps):
+        j = i
+        att = scene = None
+        while j < len(steps) and entries[j] is not None:
+            code, reads = entries[j]  # type: ignore[misc]
+            slot = _SCENE.get(code)
+            ok = steps[j].width == MAX_OBJECTS and (att is None or steps[j].out_arena == att)
+            for k, (arena, _) in enumerate(reads):
+                if k == slot:
+                    ok = ok and (scene is None or arena == scene)
+                else:
+                    ok = ok and arena == steps[j].out_arena
+            if not ok:
+                break
+            att = steps[j].out_arena
+            if slot is not None:
+                scene = reads[slot][0]
+            j += 1
+        if j - i >= MIN_RUN:
+            steps[i:j] = _segment(steps[i:j], entries[i:j], att, scene)  # type: ignore[arg-type]
+        i = max(j, i + 1)
+    program.steps = tuple(steps)
+    return program
+
+
+def _segment(steps: list[Step], entries: list[Any], att: int, scene: int | None
+             ) -> list[Step]:
+    names: list[str] = []
+    offsets = [0]
+    where: dict[str, int] = {}
+    table = np.zeros((len(steps), 6), dtype=np.int64)
+    rows: list[np.ndarray] = []
+    at = 0
+    for s, (step, (code, reads)) in enumerate(zip(steps, entries, strict=True)):
+        first = step.op.params[0] if step.op.params else None
+        if first is not None and first not in where:
+            where[first] = offsets[-1]
+            for name in step.op.params:  # (w, b) / (u, c): consecutive in the flat vector
+                names.append(name)
+                offsets.append(offsets[-1] + _numel(step, name))
+        operand = [at, at]
+        for k, (_, r) in enumerate(reads):
+            operand[k] = at
+            rows.append(r)
+            at += len(r)
+        table[s] = (code, step.out_start, step.size, operand[0], operand[1],
+                    where.get(first, 0) if first is not None else 0)
+    kernel = Segment(steps, table, np.concatenate(rows) if rows else np.zeros(0, np.int64),
+                     att, att if scene is None else scene, names, offsets)
+    head = steps[0]
+    first_step = new_step(head.op, kernel, head.attrs, head.size, head.width, head.out_arena,
+                          head.out_start, (_Arenas(),), False, False, True)
+    return [first_step, *(new_step(s.op, PLACEHOLDER, s.attrs, s.size, s.width, s.out_arena,
+                                   s.out_start, (), False, False, True) for s in steps[1:])]
+
+
+def _numel(step: Step, name: str) -> int:
+    """Elements of parameter ``name`` of a filter or relate op (``(F,)`` then ``(1,)``)."""
+    assert step.op.in_shapes is not None
+    return step.op.in_shapes[-1][0] // MAX_OBJECTS if name == step.op.params[0] else 1
+
+PROGRAM_PASSES.append(attention_segments)
