@@ -48,8 +48,8 @@ class Step:
 
 _new = object.__new__
 #: Rewrites of the inference steps, applied in order at the end of :func:`compile_program`
-#: (``(program, device) -> program``; a workload's cells module appends its own).
-PROGRAM_PASSES: list[Callable[[Program, torch.device], Program]] = []
+#: (``(program, operands of each step, device) -> program``; a cells module appends its own).
+PROGRAM_PASSES: list[Callable[[Program, list[tuple[Operand, ...]], torch.device], Program]] = []
 
 
 def new_step(op: OpType, kernel: Kernel, attrs: Tensor, size: int, width: int,
@@ -157,5 +157,5 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     program = Program(tuple(steps), grad_steps, plan.arenas, outputs, output_batch, counts,
                       flat, attr_nodes)
     for rewrite in PROGRAM_PASSES:  # e.g. the module network's attention segments
-        program = rewrite(program, device)
+        program = rewrite(program, operand_lists, device)
     return program

@@ -30,8 +30,8 @@ from torch import Tensor
 from edbatch.executor import _fused
 from edbatch.executor._fused import _jit, _sigmoid
 from edbatch.executor._program import PROGRAM_PASSES, Program, Step, new_step
-from edbatch.executor._reads import IndexedRead, RowsRead, SliceRead
 from edbatch.executor.kernels import KERNELS
+from edbatch.memory.plan import Operand
 from edbatch.workloads.module_net import MAX_OBJECTS
 
 __all__ = ["CODES", "Placeholder", "Segment", "attention_segments"]
@@ -302,32 +302,23 @@ class Segment:
         return [route]
 
 
-def _rows_of(read: Any) -> tuple[int, np.ndarray] | None:
-    if type(read) is SliceRead:
-        return read.b, np.arange(read.lo, read.hi, dtype=np.int64)
-    if type(read) in (RowsRead, IndexedRead):
-        return read.b, read.idx.numpy()
-    return None
-
-
-def _entry(step: Step) -> tuple[int, list[tuple[int, np.ndarray]]] | None:
+def _entry(step: Step, operands: tuple[Operand, ...]
+           ) -> tuple[int, list[tuple[int, np.ndarray]]] | None:
     """``(code, [(arena, rows) per operand])`` of a step a segment can run, else None."""
     code = CODES.get(step.op.kind)
     if code is None or step.split or step.kernel is not KERNELS.get(step.op.kind):
         return None
-    reads = [_rows_of(r) for r in step.reads]
-    if any(r is None for r in reads):
-        return None
-    return code, reads  # type: ignore[return-value]
+    return code, [(o.arena, o.rows()) for o in operands]
 
 
-def attention_segments(program: Program, device: torch.device) -> Program:
+def attention_segments(program: Program, operands: list[tuple[Operand, ...]],
+                       device: torch.device) -> Program:
     """Replace every run of at least :data:`MIN_RUN` consecutive attention batches (see the
     module doc) of ``program``'s steps by a segment step and placeholders (CPU)."""
     if device.type != "cpu":
         return program
     steps = list(program.steps)
-    entries = [_entry(s) for s in steps]
+    entries = [_entry(s, o) for s, o in zip(steps, operands, strict=True)]
     i = 0
     while i < len(steps):
         j = i
