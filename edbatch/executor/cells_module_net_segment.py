@@ -1,8 +1,9 @@
 """The module network's attention segments: consecutive attention batches as one compiled call.
 
 In a ``critical_path`` schedule of 64 CLEVR questions about 95 of the 119 batches are a run of
-attention modules (``scene``, ``filter``, ``relate``, ``unique``, ``union``, ``intersect``)
-between the scene batches and the terminal modules; each is tiny (``B x 10`` outputs), so
+attention modules (``scene``, ``filter``, ``relate``, ``same``, ``unique``, ``union``,
+``intersect``) between the scene batches and the terminal modules; each is tiny (``B x 10``
+outputs), so
 per batch the executor's loop, the operand reads, the kernel adapter and the torch calls cost
 far more than the arithmetic. :func:`attention_segments` (a program pass of
 :mod:`edbatch.executor._program`, CPU) replaces each such run of the registered kernels by one
@@ -38,8 +39,9 @@ __all__ = ["CODES", "Placeholder", "Segment", "attention_segments"]
 
 #: Kind -> its code in a segment's table (operands: attention slots, then the scene).
 CODES = {"module_net.start": 0, "module_net.filter": 1, "module_net.relate": 2,
-         "module_net.unique": 3, "module_net.union": 4, "module_net.intersect": 5}
-_SCENE = {0: 0, 1: 1, 2: 1}  # code -> scene operand slot
+         "module_net.unique": 3, "module_net.union": 4, "module_net.intersect": 5,
+         "module_net.same": 6}
+_SCENE = {0: 0, 1: 1, 2: 1, 6: 1}  # code -> scene operand slot
 _DTYPES = (torch.float32, torch.float64)
 #: Fewest batches in a run worth a segment.
 MIN_RUN = 2
@@ -70,11 +72,67 @@ def _pair_sums(att, arow, proj, c, n, sg, t):  # type: ignore[no-untyped-def]
 
 
 @_jit
+def _same_sums(att, arow, scene, srow, params, po, n, f, fm, sg, t):  # type: ignore[no-untyped-def]
+    """same: ``fm_i = f_i^T M``, ``sg_ij = sig(fm_i . f_j + c)`` (0 on the diagonal),
+    ``t = att sg`` (``M``: ``params[po:po + f * f]`` row-major, then ``c``)."""
+    c = params[po + f * f]
+    for i in range(n):
+        for b in range(f):
+            fm[i, b] = 0.0
+        for a in range(f):
+            fa = scene[srow, i * f + a]
+            for b in range(f):
+                fm[i, b] += fa * params[po + a * f + b]
+    for j in range(n):
+        t[j] = 0.0
+    for i in range(n):
+        ai = att[arow, i]
+        for j in range(n):
+            v = 0.0
+            if i != j:
+                z = 0.0
+                for b in range(f):
+                    z += fm[i, b] * scene[srow, j * f + b]
+                v = _sigmoid(z + c)
+            sg[i, j] = v
+            t[j] += ai * v
+
+
+@_jit
+def _same_grad(att, a_row, gatt, dst, scene, srow, params, po, n, f, fm, sg, d_a, pgrad,
+               gscene):  # type: ignore[no-untyped-def]
+    """same's backward (after :func:`_same_sums`): ``d att``, ``d M``, ``d c``, ``d f``."""
+    dc = 0.0
+    for i in range(n):
+        ai, da = att[a_row, i], 0.0
+        for b in range(f):
+            d_a[b] = 0.0
+        for j in range(n):
+            d_t = gatt[dst, j] * scene[srow, j * f]
+            v = sg[i, j]
+            da += v * d_t
+            ds = ai * d_t * (v * (1.0 - v))
+            if ds != 0.0:
+                dc += ds
+                for b in range(f):  # A_i = sum_j ds_ij f_j; d f_j += ds_ij fm_i
+                    d_a[b] += ds * scene[srow, j * f + b]
+                    gscene[srow, j * f + b] += ds * fm[i, b]
+        gatt[a_row, i] += da
+        for a in range(f):  # d M += f_i A_i^T; d f_i += M A_i
+            fa, acc = scene[srow, i * f + a], 0.0
+            for b in range(f):
+                pgrad[po + a * f + b] += fa * d_a[b]
+                acc += params[po + a * f + b] * d_a[b]
+            gscene[srow, i * f + a] += acc
+    pgrad[po + f * f] += dc
+
+
+@_jit
 def _forward(table, rows, att, scene, params):  # type: ignore[no-untyped-def]
     n = att.shape[1]
     f = scene.shape[1] // n
     proj, t = np.empty(n, dtype=att.dtype), np.empty(n, dtype=att.dtype)
-    sg = np.empty((n, n), dtype=att.dtype)
+    sg, fm = np.empty((n, n), dtype=att.dtype), np.empty((n, f), dtype=att.dtype)
     for s in range(table.shape[0]):
         code, dst0, size = table[s, 0], table[s, 1], table[s, 2]
         o0, o1, po = table[s, 3], table[s, 4], table[s, 5]
@@ -90,6 +148,10 @@ def _forward(table, rows, att, scene, params):  # type: ignore[no-untyped-def]
             elif code == 2:  # relate: mask_j sum_i att_i sg_ij
                 _proj(scene, b_row, params, po, n, f, proj)
                 _pair_sums(att, a_row, proj, params[po + f], n, sg, t)
+                for j in range(n):
+                    att[dst, j] = t[j] * scene[b_row, j * f]
+            elif code == 6:  # same: mask_j sum_i att_i sig(f_i M f_j + c)
+                _same_sums(att, a_row, scene, b_row, params, po, n, f, fm, sg, t)
                 for j in range(n):
                     att[dst, j] = t[j] * scene[b_row, j * f]
             else:
@@ -117,8 +179,8 @@ def _backward(table, rows, att, scene, params, gatt, gscene, pgrad):  # type: ig
     n = att.shape[1]
     f = scene.shape[1] // n
     proj, t = np.empty(n, dtype=att.dtype), np.empty(n, dtype=att.dtype)
-    sg = np.empty((n, n), dtype=att.dtype)
-    d_proj = np.empty(n, dtype=att.dtype)
+    sg, fm = np.empty((n, n), dtype=att.dtype), np.empty((n, f), dtype=att.dtype)
+    d_proj, d_a = np.empty(n, dtype=att.dtype), np.empty(f, dtype=att.dtype)
     for s in range(table.shape[0] - 1, -1, -1):
         code, dst0, size = table[s, 0], table[s, 1], table[s, 2]
         o0, o1, po = table[s, 3], table[s, 4], table[s, 5]
@@ -143,6 +205,12 @@ def _backward(table, rows, att, scene, params, gatt, gscene, pgrad):  # type: ig
                 pgrad[po + f] += _relate_grad(att, a_row, gatt, dst, scene, b_row, f, sg,
                                               d_proj)
                 _proj_grad(scene, b_row, params, po, n, f, d_proj, pgrad, gscene)
+                for j in range(n):
+                    gscene[b_row, j * f] += gatt[dst, j] * t[j]
+            elif code == 6:
+                _same_sums(att, a_row, scene, b_row, params, po, n, f, fm, sg, t)
+                _same_grad(att, a_row, gatt, dst, scene, b_row, params, po, n, f, fm, sg, d_a,
+                           pgrad, gscene)
                 for j in range(n):
                     gscene[b_row, j * f] += gatt[dst, j] * t[j]
             else:
@@ -377,8 +445,12 @@ def _segment(steps: list[Step], entries: list[Any], att: int, scene: int | None
 
 
 def _numel(step: Step, name: str) -> int:
-    """Elements of parameter ``name`` of a filter or relate op (``(F,)`` then ``(1,)``)."""
+    """Elements of parameter ``name`` of a filter, relate or same op (``(F,)`` or
+    ``(F, F)``, then ``(1,)``)."""
     assert step.op.in_shapes is not None
-    return step.op.in_shapes[-1][0] // MAX_OBJECTS if name == step.op.params[0] else 1
+    width = step.op.in_shapes[-1][0] // MAX_OBJECTS
+    if name != step.op.params[0]:
+        return 1
+    return width * width if step.op.kind == "module_net.same" else width
 
 PROGRAM_PASSES.append(attention_segments)

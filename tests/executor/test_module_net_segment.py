@@ -52,6 +52,8 @@ def test_segments_equal_per_batch_kernels_and_autograd(dtype: torch.dtype,
     assert segments and covered - len(segments) == sum(isinstance(k, Placeholder)
                                                        for k in kernels)
     assert covered > len(kernels) // 2  # most batches of a CLEVR schedule are attentions
+    kinds = {s.op.kind for k in segments for s in k.steps}
+    assert {"module_net.filter", "module_net.relate", "module_net.same"} <= kinds
     tol = {"rtol": 1e-11, "atol": 1e-13} if dtype == torch.float64 else \
         {"rtol": 2e-5, "atol": 2e-6}
     for other in ({"fused": False}, {"hand_backward": False}):
