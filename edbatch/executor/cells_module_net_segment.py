@@ -31,6 +31,7 @@ from torch import Tensor
 from edbatch.executor import _fused
 from edbatch.executor._fused import _jit, _sigmoid
 from edbatch.executor._program import PROGRAM_PASSES, Program, Step, new_step
+from edbatch.executor.cells_module_net_fused import _param
 from edbatch.executor.kernels import KERNELS
 from edbatch.memory.plan import Operand
 from edbatch.workloads.module_net import MAX_OBJECTS
@@ -310,16 +311,19 @@ class Segment:
                  att: int, scene: int, names: Sequence[str], offsets: Sequence[int]) -> None:
         self.steps, self.table, self.rows = tuple(steps), table, rows
         self.att, self.scene, self.names, self.offsets = att, scene, tuple(names), offsets
+        self.sizes = np.diff(offsets).tolist()
 
     def _compiled(self, arenas: Sequence[Tensor]) -> bool:
         a = arenas[self.att]
         return _fused.enabled() and not torch.is_grad_enabled() and a.is_cpu and \
             a.dtype in _DTYPES and not a.requires_grad
 
-    def _flat(self, params: Mapping[str, Tensor], dtype: torch.dtype) -> Tensor:
+    def _flat(self, params: Mapping[str, Tensor], dtype: torch.dtype) -> np.ndarray:
+        """The segment's parameters as one vector (numpy views of the tensors, cached)."""
+        want = np.float64 if dtype is torch.float64 else np.float32
         if not self.names:
-            return torch.zeros(1, dtype=dtype)
-        return torch.cat([params[n].reshape(-1) for n in self.names]).to(dtype)
+            return np.zeros(1, want)
+        return np.concatenate([_param(params[n]) for n in self.names]).astype(want, copy=False)
 
     def __call__(self, op: Any, inputs: Sequence[Any], params: Mapping[str, Tensor],
                  attrs: Tensor, out: Tensor | None = None, save: list[Any] | None = None
@@ -329,7 +333,7 @@ class Segment:
         if self._compiled(arenas):
             flat = self._flat(params, arenas[self.att].dtype)
             _forward(self.table, self.rows, arenas[self.att].numpy(),
-                     arenas[self.scene].numpy(), flat.numpy())
+                     arenas[self.scene].numpy(), flat)
             if save is not None:
                 save.append((True, arenas, flat))
             return out
@@ -352,13 +356,13 @@ class Segment:
 
         def route(bufs: Sequence[Tensor]) -> None:
             if compiled:
-                pgrad = torch.zeros_like(extra)
+                pgrad = np.zeros_like(extra)
                 _backward(self.table, self.rows, arenas[self.att].numpy(),
-                          arenas[self.scene].numpy(), extra.numpy(), bufs[self.att].numpy(),
-                          bufs[self.scene].numpy(), pgrad.numpy())
-                for name, lo, hi in zip(self.names, self.offsets, self.offsets[1:],
-                                        strict=False):
-                    acc.add(name, pgrad[lo:hi].view(params[name].shape))
+                          arenas[self.scene].numpy(), extra, bufs[self.att].numpy(),
+                          bufs[self.scene].numpy(), pgrad)
+                parts = torch.from_numpy(pgrad).split_with_sizes(self.sizes)
+                for name, part in zip(self.names, parts, strict=True):
+                    acc.add(name, part.view(params[name].shape))
                 return
             for step, kept in zip(reversed(self.steps), reversed(extra), strict=True):
                 g_out = bufs[step.out_arena].narrow(0, step.out_start, step.size)
