@@ -8,10 +8,11 @@ per-question graphs, scheduling, memory planning, compiling the program, the for
 the hand-written backward), then, under ``cProfile`` on ``--profiled`` further steps, each
 part's share of the executor's run (cell forwards, operand reads, cell backwards, gradient
 routes, batched parameter gradients, program compilation) and the module kinds that cost
-most (calls per step, share). ``--clock cpu`` times the phases in this thread's CPU time
-(``time.thread_time``: what a loaded machine's other processes do not inflate; compilation
-is then the executor's wall-clock figure, and the forward what remains). Numbers only;
-nothing is checked.
+most (calls per step, share; the attention segments of
+:mod:`edbatch.executor.cells_module_net_segment` as ``Segment``). ``--clock cpu`` times the
+phases in this thread's CPU time (``time.thread_time``: what a loaded machine's other
+processes do not inflate; compilation is then the executor's wall-clock figure, and the
+forward what remains). Numbers only; nothing is checked.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import numpy as np
 import torch
 
-from edbatch.executor import init_params
+from edbatch.executor import cells_module_net_segment, init_params
 from edbatch.executor.cell_kind import CELL_KINDS
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
@@ -39,6 +40,7 @@ from edbatch.workloads.module_net import ModuleNet
 
 __all__ = ["main"]
 
+SEGMENT_FILE = cells_module_net_segment.__file__
 PHASES = ("merge", "schedule", "plan", "compile", "forward", "backward", "total")
 #: Part of the run -> (file suffix, function name) whose cumulative time it is.
 PARTS = {"compile_program": ("_program.py", "compile_program"),
@@ -123,9 +125,11 @@ def _profile(wl: ModuleNet, sched: Callable, ex: TorchExecutor, params: dict,
     names = {(m.__code__.co_filename, m.__code__.co_firstlineno): f"{cls.__name__}.{m.__name__}"
              for kind, cls in CELL_KINDS.items() if kind.startswith("module_net.")
              for m in (cls.forward, getattr(cls, "backward", None)) if m is not None}
-    kinds = {names.get((f[0], f[1]), f"{f[0]}:{f[1]}"): (v[0] // steps, 100 * v[3] / total)
-             for f, v in rows.items()
-             if "cells_module_net" in f[0] and f[2] in ("forward", "backward")}
+    segment = {"__call__": "Segment.forward", "route": "Segment.backward"}
+    kinds = {names.get((f[0], f[1]), segment.get(f[2], f"{f[0]}:{f[1]}")):
+             (v[0] // steps, 100 * v[3] / total) for f, v in rows.items()
+             if "cells_module_net" in f[0] and (f[2] in ("forward", "backward") or (
+                 f[0] == SEGMENT_FILE and f[2] in segment))}
     top = sorted(kinds.items(), key=lambda kv: -kv[1][1])[:6]
     print("costliest module kinds (calls per step, % of the run):",
           "; ".join(f"{k}: {c}, {s:.0f}%" for k, (c, s) in top))

@@ -20,12 +20,13 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.executor._reads import Read, RowLocator, inplace_reads, merged, to_device
+from edbatch.executor._reads import indexed_reads as _indexed
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
 from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["Program", "Step", "compile_program", "new_step"]
+__all__ = ["PROGRAM_PASSES", "Program", "Step", "compile_program", "new_step"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class Step:
 
 
 _new = object.__new__
+#: Rewrites of the inference steps, applied in order at the end of :func:`compile_program`
+#: (``(program, operands of each step, device) -> program``; a cells module appends its own).
+PROGRAM_PASSES: list[Callable[[Program, list[tuple[Operand, ...]], torch.device], Program]] = []
 
 
 def new_step(op: OpType, kernel: Kernel, attrs: Tensor, size: int, width: int,
@@ -126,7 +130,8 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
                 operand_lists[b] = (merged(operands[0].arena, rows),)
         elif entry[3] and device.type == "cpu":
             operand_lists[b] = _merge_repeated(entry[1], operands)
-    reads = inplace_reads(operand_lists, device, counts[False])
+    reads = _indexed([e[1] for e in entries],  # scene-like operands read by index (CPU)
+                     inplace_reads(operand_lists, device, counts[False]), device)
     attrs = flat.split_with_sizes(sizes) if sizes else ()  # every batch's view in one call
     steps = [new_step(op, kernel, attrs[b], sizes[b], width, region.arena, region.start,
                       reads[b], splits[b], splits[b] and is_sum, writes_out)
@@ -151,4 +156,6 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
 
     program = Program(tuple(steps), grad_steps, plan.arenas, outputs, output_batch, counts,
                       flat, attr_nodes)
+    for rewrite in PROGRAM_PASSES:  # e.g. the module network's attention segments
+        program = rewrite(program, operand_lists, device)
     return program

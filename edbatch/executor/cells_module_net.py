@@ -8,7 +8,9 @@ batch together whatever question they come from. There are no images: a scene is
 is ``(N,)`` and a terminal module's output ``(H,)``.
 
 The scene-building kinds (``object``, ``objects``, ``start``) live in
-:mod:`edbatch.executor.cells_module_net_scene` (re-exported here).
+:mod:`edbatch.executor.cells_module_net_scene`, the terminal ones (``count``, ``compare``,
+``equal_object``, ``answer``) in :mod:`edbatch.executor.cells_module_net_terminal` (both
+re-exported here).
 ``module_net.objects`` is a batchable *variadic* op type (``in_shapes is None``): operand
 slot ``k`` of a batch holds the ``k``-th object of every node that has more than ``k`` of
 them, in the batch's row order, and a node's attr is its number of objects (the convention
@@ -29,11 +31,19 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor import cells_module_net_fused as fused
+from edbatch.executor._reads import ArenaRows
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD
 from edbatch.executor.cells_module_net_scene import Object, Objects, Start
+from edbatch.executor.cells_module_net_terminal import (
+    Answer,
+    Compare,
+    Count,
+    EqualObject,
+    answer_logits,
+)
 from edbatch.graph import OpType
-from edbatch.workloads.module_net import COUNT_BINS, MAX_OBJECTS
+from edbatch.workloads.module_net import MAX_OBJECTS
 
 __all__ = ["Answer", "Compare", "Count", "EqualObject", "Filter", "Intersect", "Object",
            "Objects", "Query", "Relate", "Same", "Start", "Union", "Unique", "answer_logits"]
@@ -101,25 +111,38 @@ def _flat(t: Tensor) -> Tensor:
 
 
 class Filter(CellKind):
-    """``filter_a[v]``: ``att * sig(f w + b)``."""
+    """``filter_a[v]``: ``att * sig(f w + b)`` (fused: :mod:`.cells_module_net_fused`)."""
 
     kind = f"{_P}.filter"
     inputs = ("att", "scene")
+    indexed_reads = ("scene",)
     params = (Param("w", "F"), Param("b", "1"))
     saves = ("att", "f", "s")
     dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
-        rows = inputs[1].reshape(-1, p.w.shape[0])  # [B * N, F]
+        att, scene = inputs
+        if fused.usable(att, scene):
+            scene = fused.arena_rows(scene)
+            y, s = fused.filter_forward(att, scene, p.w, p.b, out)
+            if save is not None:
+                save.update(att=att, f=scene, s=s)
+            return y
+        rows = fused.rows(scene).reshape(-1, p.w.shape[0])  # [B * N, F]
         s = torch.sigmoid_(torch.addmv(p.b, rows, p.w)).view(-1, MAX_OBJECTS)
         if save is not None:
-            save.update(att=inputs[0], f=rows, s=s)
-        return torch.mul(inputs[0], s, out=out) if out is not None else inputs[0] * s
+            save.update(att=att, f=rows, s=s)
+        return torch.mul(att, s, out=out) if out is not None else att * s
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
         s = saved.s
+        if isinstance(saved.f, ArenaRows):  # the fused forward's saves
+            d_att, d_scene, dw, db = fused.filter_backward(grad, saved.att, s, saved.f, p.w)
+            grads.add("w", dw)
+            grads.add("b", db)
+            return [d_att, fused.scene_grad(d_scene, saved.f)]
         d_z = grad * saved.att
         SIGMOID_GRAD(d_z, s, grad_input=d_z)
         flat = d_z.view(-1, 1)  # fresh tensors: views
@@ -133,6 +156,7 @@ class Relate(CellKind):
 
     kind = f"{_P}.relate"
     inputs = ("att", "scene")
+    indexed_reads = ("scene",)
     params = (Param("u", "F"), Param("c", "1"))
     saves = ("f", "att", "sg", "t")
     dims = staticmethod(lambda op: {"F": _features(op)})
@@ -141,10 +165,12 @@ class Relate(CellKind):
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
         att, scene = inputs
         if fused.usable(att, scene):
+            scene = fused.arena_rows(scene)
             y, sg, t = fused.relate_forward(att, scene, p.u, p.c, out)
             if save is not None:
                 save.update(f=scene, att=att, sg=sg, t=t)
             return y
+        scene = fused.rows(scene)
         f = _scene(scene)
         proj = f @ p.u
         score = proj.unsqueeze(1) - proj.unsqueeze(2) + p.c  # [b, i, j] = proj_j - proj_i
@@ -154,12 +180,12 @@ class Relate(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        if fused.usable(grad, saved.att):
+        if isinstance(saved.f, ArenaRows):  # the fused forward's saves
             d_att, d_scene, du, dc = fused.relate_backward(grad, saved.att, saved.sg,
                                                            saved.t, saved.f, p.u)
             grads.add("u", du)
             grads.add("c", dc)
-            return [d_att, d_scene]
+            return [d_att, fused.scene_grad(d_scene, saved.f)]
         f = _scene(saved.f)
         d_att, d_score, d_mask = _pairs_backward(saved, grad, f)
         grads.add("c", d_score.sum().reshape(1))
@@ -175,13 +201,14 @@ class Same(CellKind):
 
     kind = f"{_P}.same"
     inputs = ("att", "scene")
+    indexed_reads = ("scene",)
     params = (Param("M", "F, F"), Param("c", "1"))
     saves = ("f", "att", "sg", "t")
     dims = staticmethod(lambda op: {"F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
-        f = _scene(inputs[1])
+        f = _scene(fused.rows(inputs[1]))
         score = torch.bmm(f @ p.M, f.transpose(1, 2)) + p.c
         if save is not None:
             save["f"] = f
@@ -263,141 +290,38 @@ class Intersect(CellKind):
         return [grad * saved.b, grad * saved.a]
 
 
-class Count(CellKind):
-    """``count`` / ``exist``: ``tanh(W k(s) + b)``, ``k_m(s) = exp(-2 (s - m)^2)``,
-    ``s = sum att``, ``m = 0..10``."""
-
-    kind = f"{_P}.count"
-    inputs = ("att",)
-    params = (Param("W", "H, K"), Param("b", "H"))
-    saves = ("diff", "k", "y")
-    dims = staticmethod(lambda op: {"H": op.out_shape[0], "K": COUNT_BINS})
-
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                out: Tensor | None = None, save: Saves = None) -> Tensor:
-        s = inputs[0].sum(dim=1, keepdim=True)
-        bins = torch.arange(COUNT_BINS, dtype=s.dtype, device=s.device)
-        diff = s - bins
-        k = torch.exp(-2.0 * diff ** 2)
-        y = _tanh(F.linear(k, p.W, p.b), out)
-        if save is not None:
-            save.update(diff=diff, k=k, y=y)
-        return y
-
-    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
-                 grads: RoleGrads) -> Grads:
-        dz = TANH_GRAD(grad, saved.y)
-        grads.linear(("W", "b"), dz, saved.k)
-        d_s = ((dz @ p.W) * saved.k * saved.diff).sum(dim=1, keepdim=True) * -4.0
-        return [d_s.expand(len(d_s), MAX_OBJECTS)]
-
-
 class Query(CellKind):
-    """``query_a``: ``tanh(W (sum_j att_j f_j) + b)``."""
+    """``query_a``: ``tanh(W (sum_j att_j f_j) + b)`` (the scene sums compiled:
+    :mod:`.cells_module_net_fused`)."""
 
     kind = f"{_P}.query"
     inputs = ("att", "scene")
+    indexed_reads = ("scene",)
     params = (Param("W", "H, F"), Param("b", "H"))
     saves = ("att", "f", "r", "y")
     dims = staticmethod(lambda op: {"H": op.out_shape[0], "F": _features(op)})
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
-        f = _scene(inputs[1])
-        r = torch.bmm(inputs[0].unsqueeze(1), f).squeeze(1)
+        att, scene = inputs
+        if fused.usable(att, scene):
+            f: Any = fused.arena_rows(scene)
+            r = fused.query_rows(att, f)
+        else:
+            f = _scene(fused.rows(scene))
+            r = torch.bmm(att.unsqueeze(1), f).squeeze(1)
         y = _tanh(F.linear(r, p.W, p.b), out)
         if save is not None:
-            save.update(att=inputs[0], f=f, r=r, y=y)
+            save.update(att=att, f=f, r=r, y=y)
         return y
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
         dz = TANH_GRAD(grad, saved.y)
         grads.linear(("W", "b"), dz, saved.r)
+        if isinstance(saved.f, ArenaRows):  # the fused forward's saves
+            d_att, d_scene = fused.query_backward(dz @ p.W, saved.att, saved.f)
+            return [d_att, fused.scene_grad(d_scene, saved.f)]
         d_r = (dz @ p.W).unsqueeze(1)
         d_att = torch.bmm(d_r, saved.f.transpose(1, 2)).squeeze(1)
         return [d_att, _flat(saved.att.unsqueeze(2) * d_r)]
-
-
-class Compare(CellKind):
-    """``equal_a``, ``equal_integer``, ``less_than``, ``greater_than``:
-    ``tanh(W [x; y; x * y] + b)``."""
-
-    kind = f"{_P}.compare"
-    inputs = ("x", "y")
-    params = (Param("W", "H, 3H"), Param("b", "H"))
-    saves = ("x", "y", "xy", "out")
-    dims = staticmethod(lambda op: {"H": op.out_shape[0]})
-
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                out: Tensor | None = None, save: Saves = None) -> Tensor:
-        x, y = inputs
-        xy = torch.cat([x, y, x * y], dim=1)
-        h = _tanh(F.linear(xy, p.W, p.b), out)
-        if save is not None:
-            save.update(x=x, y=y, xy=xy, out=h)
-        return h
-
-    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
-                 grads: RoleGrads) -> Grads:
-        dz = TANH_GRAD(grad, saved.out)
-        grads.linear(("W", "b"), dz, saved.xy)
-        d_x, d_y, d_xy = (dz @ p.W).chunk(3, dim=1)
-        return [torch.addcmul(d_x, d_xy, saved.y), torch.addcmul(d_y, d_xy, saved.x)]
-
-
-class EqualObject(CellKind):
-    """``equal_object``: ``tanh(W (sum_j a_j b_j) + b)``."""
-
-    kind = f"{_P}.equal_object"
-    inputs = ("a", "b")
-    params = (Param("W", "H, 1"), Param("b", "H"))
-    saves = ("a", "b", "dot", "y")
-    dims = staticmethod(lambda op: {"H": op.out_shape[0]})
-
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                out: Tensor | None = None, save: Saves = None) -> Tensor:
-        dot = (inputs[0] * inputs[1]).sum(dim=1, keepdim=True)
-        y = _tanh(F.linear(dot, p.W, p.b), out)
-        if save is not None:
-            save.update(a=inputs[0], b=inputs[1], dot=dot, y=y)
-        return y
-
-    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
-                 grads: RoleGrads) -> Grads:
-        dz = TANH_GRAD(grad, saved.y)
-        grads.linear(("W", "b"), dz, saved.dot)
-        d_dot = dz @ p.W
-        return [d_dot * saved.b, d_dot * saved.a]
-
-
-def answer_logits(h: Tensor, W: Tensor, b: Tensor) -> Tensor:
-    """The answer classifier's logits ``W h + b`` (``[B, answers]``)."""
-    return F.linear(h, W, b)
-
-
-class Answer(CellKind):
-    """Cross-entropy ``logsumexp(W h + b) - (W h + b)[attr]`` (attr = the answer), ``[B, 1]``."""
-
-    kind = f"{_P}.answer"
-    inputs = ("h",)
-    params = (Param("W", "A, H"), Param("b", "A"))
-    saves = ("h", "logits", "lse")
-    dims = staticmethod(lambda op: {"H": op.in_shapes[0][0]})
-
-    def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                out: Tensor | None = None, save: Saves = None) -> Tensor:
-        logits = answer_logits(inputs[0], p.W, p.b)
-        gold = logits.gather(1, attrs.reshape(-1, 1))
-        lse = torch.logsumexp(logits, dim=1, keepdim=True)
-        if save is not None:
-            save.update(h=inputs[0], logits=logits, lse=lse)
-        return torch.sub(lse, gold, out=out) if out is not None else lse - gold
-
-    def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
-                 grads: RoleGrads) -> Grads:
-        d = torch.exp(saved.logits - saved.lse)
-        d.scatter_add_(1, attrs.reshape(-1, 1), torch.full_like(saved.lse, -1.0))
-        d.mul_(grad)
-        grads.linear(("W", "b"), d, saved.h)
-        return [d @ p.W]

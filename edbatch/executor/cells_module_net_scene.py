@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor._reads import ArenaRows
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.kernels import slot_nodes
 from edbatch.graph import OpType
@@ -50,6 +52,8 @@ class Object(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:
+        if attrs.is_cpu:
+            return self._forward_cpu(attrs, p.E, save)
         code, offset = attrs.reshape(-1), 0
         rows = []
         for size in VOCAB_SIZES:
@@ -66,6 +70,30 @@ class Object(CellKind):
             parts.append(((xy - XY_OFFSET).to(e.dtype) / 100).unsqueeze(1))
             code = torch.div(code, XY_RADIX, rounding_mode="floor")
         return torch.cat(parts, dim=1)
+
+    @staticmethod
+    def _forward_cpu(attrs: Tensor, table: Tensor, save: Saves) -> Tensor:
+        """The CPU form: codes decoded and the constant columns written in numpy (the same
+        values; a dozen torch calls on a few hundred objects cost more than the decoding)."""
+        code = attrs.reshape(-1).numpy()
+        n, d = len(code), table.shape[1]
+        index = np.empty((n, len(VOCAB_SIZES)), dtype=np.int64)
+        offset = 0
+        for j, size in enumerate(VOCAB_SIZES):
+            index[:, j] = offset + code % size
+            code, offset = code // size, offset + size
+        out = table.new_zeros(n, 3 + ATTRIBUTE_ROWS + d)
+        host = out.detach().numpy()
+        host[:, 0] = 1.0
+        host[np.arange(n)[:, None], 1 + index] = 1.0
+        for k in (1, 2):
+            host[:, -3 + k] = (code % XY_RADIX - XY_OFFSET).astype(host.dtype) / 100
+            code = code // XY_RADIX
+        index_t = torch.from_numpy(index)
+        if save is not None:
+            save.update(index=index_t)
+        out[:, 1 + ATTRIBUTE_ROWS:1 + ATTRIBUTE_ROWS + d] = F.embedding(index_t, table).sum(1)
+        return out
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
@@ -117,10 +145,15 @@ class Start(CellKind):
 
     kind = f"{_P}.start"
     inputs = ("scene",)
+    indexed_reads = ("scene",)  # on the CPU: ArenaRows (the scene arena, rows by index)
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:
-        return _scene(inputs[0])[:, :, 0]
+        scene = inputs[0]
+        if isinstance(scene, ArenaRows):  # the mask column of each node's arena row
+            width = scene.arena.shape[1] // MAX_OBJECTS
+            return scene.arena[:, ::width].index_select(0, scene.idx)
+        return _scene(scene)[:, :, 0]
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:

@@ -86,7 +86,9 @@ def test_hand_backward_equals_autograd_in_fp64(name: str, strategy: Strategy) ->
     hand_loss, hand = gradients(wl, graph, schedule, plan, TorchExecutor(dtype=torch.float64))
     auto_loss, auto = gradients(wl, graph, schedule, plan,
                                 TorchExecutor(dtype=torch.float64, hand_backward=False))
-    assert torch.equal(hand_loss, auto_loss)  # the same kernels compute the values
+    # the same kernels compute the values (compiled bodies, e.g. module_net's attention
+    # segments, sum in another order: rounding level)
+    torch.testing.assert_close(hand_loss, auto_loss, rtol=1e-13, atol=0)
     # every parameter of an op type the graph uses gets a gradient, from both sides
     used = {p for k in np.flatnonzero(graph.type_counts) for p in graph.vocab[k].params}
     assert hand.keys() == auto.keys() == used

@@ -1,0 +1,107 @@
+"""The module network's compiled paths equal the torch bodies they replace: the attention
+segments (:mod:`edbatch.executor.cells_module_net_segment`: runs of attention batches as one
+numba call each way), and the scene-arena reads (``ArenaRows``, ``SceneGrad``) of the fused
+``filter``, ``relate`` and ``query`` bodies."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from edbatch.executor import KERNELS, _fused, init_params
+from edbatch.executor._reads import IndexedRead
+from edbatch.executor.cells_module_net_segment import Placeholder, Segment
+from edbatch.executor.param_grads import ParamGrads
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.memory import plan_memory
+from edbatch.schedule import make_scheduler
+from edbatch.workloads.module_net import MAX_OBJECTS, ModuleNet
+
+WL = ModuleNet(embed_dim=4, hidden_dim=5)
+
+
+def _run(dtype: torch.dtype, strategy: str, **kw: object
+         ) -> tuple[torch.Tensor, dict[str, torch.Tensor], TorchExecutor]:
+    graph = WL.minibatch("val", range(24))
+    schedule = make_scheduler("critical_path")(graph)
+    plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
+    params = init_params(WL, torch.Generator().manual_seed(4), dtype=dtype)
+    gen = torch.Generator().manual_seed(5)
+    params = {k: (v + 0.1 * torch.randn(v.shape, generator=gen, dtype=dtype)).requires_grad_()
+              for k, v in params.items()}  # non-zero biases: every parameter matters
+    ex = TorchExecutor("cpu", dtype, **kw)  # type: ignore[arg-type]
+    res = ex.run(graph, schedule, plan, params, grad=True)
+    assert res.loss is not None and res.num_kernel_calls == schedule.num_batches
+    grads = torch.autograd.grad(res.loss, list(params.values()), allow_unused=True)
+    ex._last = (graph, schedule, plan)  # type: ignore[attr-defined]
+    return res.loss.detach(), {k: g for k, g in zip(params, grads, strict=True)
+                               if g is not None}, ex
+
+
+@pytest.mark.parametrize("strategy", ["aligned", "naive"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_segments_equal_per_batch_kernels_and_autograd(dtype: torch.dtype,
+                                                       strategy: str) -> None:
+    """Segments (fused on) against the same program batch by batch (fused off: the segment
+    runs its batches' own torch kernels) and against per-batch autograd (no segments)."""
+    loss, grads, ex = _run(dtype, strategy)
+    program, _ = ex._program(*ex._last)  # type: ignore[attr-defined]
+    kernels = [s.kernel for s in program.steps]
+    segments = [k for k in kernels if isinstance(k, Segment)]
+    covered = sum(len(k.steps) for k in segments)
+    assert segments and covered - len(segments) == sum(isinstance(k, Placeholder)
+                                                       for k in kernels)
+    assert covered > len(kernels) // 2  # most batches of a CLEVR schedule are attentions
+    kinds = {s.op.kind for k in segments for s in k.steps}
+    assert {"module_net.filter", "module_net.relate", "module_net.same"} <= kinds
+    tol = {"rtol": 1e-11, "atol": 1e-13} if dtype == torch.float64 else \
+        {"rtol": 2e-5, "atol": 2e-6}
+    for other in ({"fused": False}, {"hand_backward": False}):
+        loss2, grads2, _ = _run(dtype, strategy, **other)
+        torch.testing.assert_close(loss, loss2, **tol)
+        assert grads.keys() == grads2.keys() and len(grads) > 20
+        for k in grads:
+            torch.testing.assert_close(grads[k], grads2[k], **tol, msg=k)
+
+
+def test_segments_in_inference_equal_the_torch_path() -> None:
+    graph = WL.minibatch("val", range(24, 40))
+    schedule = make_scheduler("depth")(graph)
+    plan = plan_memory(graph, schedule, "aligned")
+    params = init_params(WL, torch.Generator().manual_seed(1), dtype=torch.float64)
+    losses = [TorchExecutor("cpu", torch.float64, fused=on).run(graph, schedule, plan, params)
+              .loss for on in (True, False)]
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["module_net.filter", "module_net.relate", "module_net.query"])
+def test_scene_arena_reads_equal_gathered_reads(kind: str) -> None:
+    """A fused body reading its scenes in the arena by row (``IndexedRead``, repeated rows
+    included) and routing a ``SceneGrad`` equals the torch body on the gathered rows with a
+    dense ``index_add_`` (fp64)."""
+    f64 = torch.float64
+    op = next(o for o in WL.vocab if o.kind == kind)
+    params = {k: v.detach() for k, v in init_params(
+        WL, torch.Generator().manual_seed(2), dtype=f64).items() if k in op.params}
+    gen = torch.Generator().manual_seed(3)
+    width = op.in_shapes[1][0] // MAX_OBJECTS  # type: ignore[index]
+    arena = torch.randn(9, MAX_OBJECTS, width, generator=gen, dtype=f64)
+    arena[:, 7:, 0], arena[:, :7, 0] = 0.0, 1.0  # seven objects, three padded rows
+    arena = arena.reshape(9, -1)
+    idx = torch.tensor([4, 0, 4, 8, 2])
+    att = torch.rand(5, MAX_OBJECTS, generator=gen, dtype=f64)
+    grad = torch.randn(5, op.out_shape[0], generator=gen, dtype=f64)
+    kernel, runs = KERNELS[kind], []
+    for on in (True, False):
+        read = IndexedRead(0, idx)
+        with torch.no_grad(), _fused.use(on):
+            saves: list = []
+            y = kernel(op, [att, read([arena])], params, torch.zeros(5), save=saves)
+            acc = ParamGrads()
+            got = kernel.backward(op, saves, grad, params, torch.zeros(5), acc)
+            d_arena = torch.zeros_like(arena)
+            read.route(got[1], [d_arena])
+        assert isinstance(got[1], torch.Tensor) != on  # fused: a SceneGrad
+        runs.append((y, got[0], d_arena, *acc.result(params).values()))
+    for have, want in zip(*runs, strict=True):
+        torch.testing.assert_close(have, want, rtol=1e-12, atol=1e-13)
