@@ -31,7 +31,7 @@ from torch import Tensor
 from edbatch.executor import _fused
 from edbatch.executor._program import PROGRAM_PASSES, Program, Step, new_step
 from edbatch.executor.cells_module_net_fused import _param
-from edbatch.executor.cells_module_net_segment_bodies import _backward, _forward
+from edbatch.executor.cells_module_net_segment_bodies import segment_backward, segment_forward
 from edbatch.executor.kernels import KERNELS
 from edbatch.memory.plan import Operand
 from edbatch.workloads.module_net import MAX_OBJECTS
@@ -110,7 +110,7 @@ class Segment:
         assert out is not None
         if self._compiled(arenas):
             flat = self._flat(params, arenas[self.att].dtype)
-            _forward(self.table, self.rows, arenas[self.att].numpy(),
+            segment_forward(self.table, self.rows, arenas[self.att].numpy(),
                      arenas[self.scene].numpy(), flat)
             if save is not None:
                 save.append((True, arenas, flat))
@@ -135,7 +135,7 @@ class Segment:
         def route(bufs: Sequence[Tensor]) -> None:
             if compiled:
                 pgrad = np.zeros_like(extra)
-                _backward(self.table, self.rows, arenas[self.att].numpy(),
+                segment_backward(self.table, self.rows, arenas[self.att].numpy(),
                           arenas[self.scene].numpy(), extra, bufs[self.att].numpy(),
                           bufs[self.scene].numpy(), pgrad)
                 parts = torch.from_numpy(pgrad).split_with_sizes(self.sizes)

@@ -1,6 +1,6 @@
 """Compiled bodies of the module network's attention segments
-(:mod:`edbatch.executor.cells_module_net_segment`): :func:`_forward` runs a segment's batches
-in schedule order on the attention and scene arenas, :func:`_backward` their backwards in
+(:mod:`edbatch.executor.cells_module_net_segment`): :func:`segment_forward` runs a segment's batches
+in schedule order on the attention and scene arenas, :func:`segment_backward` their backwards in
 reverse order into the gradient arenas and a flat parameter-gradient vector.
 
 A segment's table has one row per batch: ``(code, first output row, rows, operand 0's offset
@@ -16,7 +16,7 @@ import numpy as np
 
 from edbatch.executor._fused import _jit, _sigmoid
 
-__all__: list[str] = []
+__all__ = ["segment_backward", "segment_forward"]
 
 
 # ---------------------------------------------------------------------- compiled bodies
@@ -100,7 +100,7 @@ def _same_grad(att, a_row, gatt, dst, scene, srow, params, po, n, f, fm, sg, d_a
 
 
 @_jit
-def _forward(table, rows, att, scene, params):  # type: ignore[no-untyped-def]
+def segment_forward(table, rows, att, scene, params):  # type: ignore[no-untyped-def]
     n = att.shape[1]
     f = scene.shape[1] // n
     proj, t = np.empty(n, dtype=att.dtype), np.empty(n, dtype=att.dtype)
@@ -147,7 +147,7 @@ def _plain_forward(att, code, dst, a_row, b_row, n):  # type: ignore[no-untyped-
 
 
 @_jit
-def _backward(table, rows, att, scene, params, gatt, gscene, pgrad):  # type: ignore[no-untyped-def]
+def segment_backward(table, rows, att, scene, params, gatt, gscene, pgrad):  # type: ignore[no-untyped-def]
     n = att.shape[1]
     f = scene.shape[1] // n
     proj, t = np.empty(n, dtype=att.dtype), np.empty(n, dtype=att.dtype)
