@@ -1,10 +1,14 @@
 """Bulk recording: :class:`Handles` (consecutive nodes of one row shape), ``cell.map`` and
-:func:`switch` (routed bulk calls), recorded with one list extension per operand slot
-instead of one call per node (see docs/api.md and ``examples/moe_routing.py``)."""
+:func:`switch` (routed bulk calls), recorded with one list extension per column instead
+of one call per node, and operands that are :class:`Handles` blocks as one block record
+(no int per operand; :func:`operand_array` makes them an array per segment). See
+docs/api.md and ``examples/moe_routing.py``."""
 
 from __future__ import annotations
 
 import array
+import bisect
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +18,7 @@ from edbatch.api._handles import Cell, Handle, Kind, Recording, fresh_handle
 from edbatch.errors import GraphError
 
 __all__ = ["Handles", "add_losses", "cell_map", "int_array", "int_list", "interleave", "node_ids",
-           "switch"]
+           "operand_array", "switch"]
 
 
 class Handles(Sequence[Handle]):
@@ -116,12 +120,12 @@ def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None
     kind, rec = self.kind, self.batch._rec
     ok = kind is not None and (attrs is None) is not self.takes_attr and \
         len(operands) == len(self.in_shapes)
-    ids: list[Sequence[int]] = []
+    ids: list[Any] = []  # per slot: its first node (a Handles block) or its node ids
     if ok:
         for slot, want in zip(operands, self.in_shapes):
             if type(slot) is Handles and slot.rec is rec and slot.n == n and \
                     slot.shape == want:  # (one check for the block)
-                ids.append(range(slot.first, slot.first + n))
+                ids.append(slot.first)
                 continue
             got = node_ids(slot, rec, want) if len(slot) == n else None
             if got is None:
@@ -137,10 +141,58 @@ def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None
     attr_list = [-1] * n if attrs is None else int_list(attrs)  # (may raise: before appending)
     first = len(rec.ops)
     rec.ops.extend([kind.op_id] * n)
-    if ids:
-        rec.operands.extend(interleave(ids))
+    if ids and n:
+        _operands(rec, first, n, ids)
     rec.attrs.extend(attr_list)
     return Handles(rec, first, n, kind, kind.shape)
+
+
+def _operands(rec: Recording, first: int, n: int, ids: list[Any]) -> None:
+    """Record the operands of nodes ``first .. first + n - 1``: one block (no int per
+    operand) when every slot is a :class:`Handles` block (``ids``: their first nodes),
+    else node-major into ``rec.operands``."""
+    for got in ids:
+        if type(got) is not int:
+            rec.operands.extend(interleave([range(i, i + n) if type(i) is int else i
+                                            for i in ids]))
+            return
+    rec.blocks.append((len(rec.operands), first, n, len(rec.block_firsts)))
+    rec.block_firsts.extend(ids)
+
+
+def operand_array(rec: Recording, op_start: int, node_start: int
+                  ) -> np.ndarray:  # type: ignore[type-arg]
+    """The operands of nodes ``node_start..`` of ``rec`` in node order (``int64``): those
+    listed from position ``op_start`` of ``rec.operands`` merged with its blocks'
+    (:class:`~edbatch.api._handles.Recording`), built in a few array operations."""
+    listed = int_array(rec.operands, op_start, len(rec.operands), "q")
+    blocks = rec.blocks
+    if not blocks or blocks[-1][1] < node_start:
+        return listed
+    lo = bisect.bisect_left(blocks, node_start, key=_FIRST_NODE)
+    b = np.array(blocks[lo:] if lo else blocks, np.int64)
+    off0 = int(b[0, 3])
+    firsts = int_array(rec.block_firsts, off0, len(rec.block_firsts), "q")
+    off = b[:, 3] - off0
+    slots = np.diff(off, append=len(firsts))
+    cnt = b[:, 2] * slots  # operands per block, node-major: node i, slot j
+    total = int(cnt.sum())
+    e = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    per = np.repeat(slots, cnt)
+    i = e // per
+    values = firsts[np.repeat(off, cnt) + (e - i * per)] + i
+    if not len(listed):
+        return values
+    out = np.empty(len(listed) + total, np.int64)
+    at = np.repeat(b[:, 0] - op_start, cnt) + np.arange(total)  # blocks keep their order
+    out[at] = values
+    keep = np.ones(len(out), bool)
+    keep[at] = False
+    out[keep] = listed
+    return out
+
+
+_FIRST_NODE = operator.itemgetter(1)
 
 
 def _switch_cells(cells: Sequence[Cell]) -> tuple[list[Kind], list[int]] | None:
@@ -155,7 +207,8 @@ def _switch_cells(cells: Sequence[Cell]) -> tuple[list[Kind], list[int]] | None:
     if hit is not None:
         return hit
     if not all(getattr(c, "kind", None) is not None and not c.takes_attr and
-               c.in_shapes == first.in_shapes and c.batch is first.batch for c in cells):
+               c.in_shapes == first.in_shapes and c.op.out_shape == first.op.out_shape and
+               c.batch is first.batch for c in cells):
         return None
     kinds = [c.kind for c in cells]
     if len(memo) >= 256:
@@ -187,9 +240,14 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
     first = cells[0]
     rec, shapes = first.batch._rec, first.in_shapes
     known = _switch_cells(cells) if len(operands) == len(shapes) else None
-    ids: list[Sequence[int]] = []
+    ids: list[Any] = []
     for slot, want in zip(operands, shapes):
-        got = node_ids(slot, rec, want) if known is not None else None
+        if known is None:
+            break
+        if type(slot) is Handles and slot.rec is rec and slot.shape == want:
+            ids.append(slot.first)  # (its length is checked above)
+            continue
+        got = node_ids(slot, rec, want)
         if got is None:
             known = None
             break
@@ -201,8 +259,8 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
     kinds, op_ids = known
     start = len(rec.ops)
     rec.ops.extend(map(op_ids.__getitem__, choices))
-    if ids:
-        rec.operands.extend(interleave(ids))
+    if ids and n:
+        _operands(rec, start, n, ids)
     rec.attrs.extend([-1] * n)
     return Handles(rec, start, n, list(map(kinds.__getitem__, choices)), first.op.out_shape)
 

@@ -163,6 +163,91 @@ class JoinedRead:
             bufs[b].narrow(1, 0, grad.shape[1]).add_(part)
 
 
+class GatherGroup:
+    """Rows of the same producer batches read by several operand slots (a MoE layer's
+    experts reading their tokens' rows, a combination's slots reading the experts'
+    outputs): one ``index_select`` (of those outputs joined) for all of them, split into
+    the slots' parts. Backward then fills one gradient, where a read per slot fills one
+    per slot."""
+
+    __slots__ = ("batches", "flat", "sizes")
+
+    def __init__(self, batches: list[int], flat: Tensor, sizes: list[int]) -> None:
+        self.batches, self.flat, self.sizes = batches, flat, sizes
+
+    def __call__(self, outs: Sequence[Tensor]) -> tuple[Tensor, ...]:
+        src = outs[self.batches[0]] if len(self.batches) == 1 else \
+            torch.cat([outs[b] for b in self.batches])
+        return src.index_select(0, self.flat).split_with_sizes(self.sizes)  # type: ignore[no-any-return]
+
+
+class GroupPart:
+    """One slot's part of a :class:`GatherGroup` (the group is gathered once per run by
+    :func:`_run_steps`; called alone, it gathers the group for itself)."""
+
+    __slots__ = ("group", "j")
+    gather = True
+
+    def __init__(self, group: GatherGroup, j: int) -> None:
+        self.group, self.j = group, j
+
+    def __call__(self, outs: Sequence[Tensor]) -> Tensor:
+        return self.group(outs)[self.j]
+
+
+def _place_reads(slots: list[list[Any]], sizes: NDArray[np.int64], device: torch.device
+                 ) -> None:
+    """Replace every ``(producer batches, rows)`` of ``slots`` by its read: a slice where
+    it can (one batch's consecutive rows), else a part of one :class:`GatherGroup` per set
+    of producer batches read by more than one slot, else :func:`_read`."""
+    groups: dict[bytes, list[tuple[int, int, NDArray[np.int64]]]] = {}
+    for b, reads in enumerate(slots):
+        for s, got in enumerate(reads):
+            if type(got) is not tuple:
+                continue
+            pb, lr = got
+            b0 = int(pb[0])
+            if (pb == b0).all():
+                lo, n = int(lr[0]), len(lr)
+                if int(lr[-1]) - lo == n - 1 and (n == 1 or bool((np.diff(lr) == 1).all())):
+                    reads[s] = SliceRead(b0, lo, lo + n)
+                    continue
+                used = np.array([b0])
+            else:
+                used = np.flatnonzero(np.bincount(pb, minlength=len(sizes)))
+            groups.setdefault(used.tobytes(), []).append((b, s, used))
+    for members in groups.values():
+        used = members[0][2]
+        rows = sum(len(slots[b][s][0]) for b, s, _ in members)
+        if len(members) == 1 or int(sizes[used].sum()) > JOIN_AT * rows:
+            for b, s, _ in members:
+                slots[b][s] = _read(*slots[b][s], sizes, device)
+            continue
+        at = np.zeros(len(sizes), np.int64)
+        at[used] = np.cumsum(sizes[used]) - sizes[used]
+        flat = np.concatenate([slots[b][s][1] + at[slots[b][s][0]] for b, s, _ in members])
+        group = GatherGroup(used.tolist(), _tensor(flat, device),
+                            [len(slots[b][s][0]) for b, s, _ in members])
+        for j, (b, s, _) in enumerate(members):
+            slots[b][s] = GroupPart(group, j)
+
+
+#: The op name prefix of :meth:`run_programs <edbatch.api.DynamicBatch.run_programs>`'s
+#: value nodes (lookups of rows of earlier segments).
+VALUE_PREFIX = "value/"
+
+
+def value_rows(op: Any, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+               attrs: Tensor) -> Tensor:
+    """The kernel of a batch of value nodes that reads its table's rows in order (how a
+    segment's value nodes are made): the table itself, no copy (and no embedding
+    backward: the gradient flows straight to the rows' producers)."""
+    table = params[op.params[0]]
+    if table.shape[0] != attrs.shape[0]:  # (not every row: a plain lookup)
+        return torch.nn.functional.embedding(attrs, table)
+    return table
+
+
 def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.device
                   ) -> TypedPlan | None:
     """The one-batch-per-type schedule and program of ``graph`` (see the module
@@ -204,28 +289,34 @@ def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.dev
     flat = _tensor(graph.attrs[order], device)
     attrs = flat.split_with_sizes(size_l)
     sum_kernel = KERNELS.get("sum")
-    steps: list[Step] = []
+    slots: list[list[Any]] = []  # per batch its reads, or (producer batches, rows) to place
     batches: list[Batch] = []
     for b, op in enumerate(ops):
         nodes = order[start_l[b]:start_l[b] + size_l[b]]
-        kernel = kernel_for(op, kernels)
-        width = math.prod(op.out_shape)
-        split = op.arity is None
-        if split:  # a variadic node: alone of its type, one merged read of its operands
+        if op.arity is None:  # a variadic node: alone of its type, one merged read
             if size_l[b] != 1 or counts[nodes[0]] == 0:
                 return None
             v = int(nodes[0])
             src = operands[ptr[v]:ptr[v + 1]]
-            reads: tuple[Read, ...] = (_read(batch_of[src], row_of[src], sizes, device),)
+            slots.append([_read(batch_of[src], row_of[src], sizes, device)])
         elif op.arity:
             cols = operands[ptr[nodes][:, None] + np.arange(op.arity)]
             pb, lr = batch_of[cols], row_of[cols]
-            reads = tuple(_read(pb[:, s], lr[:, s], sizes, device) for s in range(op.arity))
+            slots.append([(pb[:, s], lr[:, s]) for s in range(op.arity)])
         else:
-            reads = ()
-        steps.append(new_step(op, kernel, attrs[b], size_l[b], width, b, 0, reads, split,
-                              split and kernel is sum_kernel, False))
+            slots.append([])
         batches.append(Batch(type_of[b], nodes.astype(np.int32)))
+    _place_reads(slots, sizes, device)
+    steps: list[Step] = []
+    for b, op in enumerate(ops):
+        kernel = kernel_for(op, kernels)
+        split = op.arity is None
+        if op.name.startswith(VALUE_PREFIX) and op.kind == "lookup" and \
+                np.array_equal(graph.attrs[order[start_l[b]:start_l[b] + size_l[b]]],
+                               np.arange(size_l[b])):
+            kernel = value_rows  # every row of its table, in order: the table itself
+        steps.append(new_step(op, kernel, attrs[b], size_l[b], math.prod(op.out_shape), b, 0,
+                              tuple(slots[b]), split, split and kernel is sum_kernel, False))
     outs = graph.outputs.astype(np.int64)
     outputs = tuple((int(v), int(batch_of[v]), int(row_of[v]), int(row_of[v])) for v in outs)
     done = tuple(steps)
@@ -267,8 +358,25 @@ def _run_steps(executor: Any, program: Program, params: Mapping[str, Tensor]
     """The training loop over the steps (inference and training steps are the same here;
     reads over several batches are already joined where that pays, :func:`_read`)."""
     outs: list[Tensor] = []
-    call = executor._call
+    apply, keep = executor._apply, executor.capture.outputs.append
+    timed = executor._timer is not None  # (a profiled run: every read timed on its own)
+    groups: dict[GatherGroup, tuple[Tensor, ...]] = {}  # this run's gathered groups
     for i, step in enumerate(program.steps):
-        outs.append(call(i, step, outs, params))
+        if timed:
+            out = executor._call(i, step, outs, params)
+        else:
+            operands = []
+            for read in step.reads:
+                if type(read) is GroupPart:
+                    parts = groups.get(read.group)
+                    if parts is None:
+                        parts = groups[read.group] = read.group(outs)
+                    operands.append(parts[read.j])
+                else:
+                    operands.append(read(outs))
+            out = apply(i, step, operands, params, None)
+        if step.kernel is value_rows:  # (not a capturing kernel)
+            keep(out)
+        outs.append(out)
     return {v: outs[b][r:r + 1]
             for (v, _, _, r), b in zip(program.outputs, program.output_batch, strict=True)}
