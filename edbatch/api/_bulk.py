@@ -30,7 +30,7 @@ class Handles(Sequence[Handle]):
 
     __slots__ = ("first", "kinds", "n", "rec", "shape")
 
-    def __init__(self, rec: Recording, first: int, n: int, kinds: Kind | list[Kind],
+    def __init__(self, rec: Recording, first: int, n: int, kinds: Kind | Sequence[Kind],
                  shape: tuple[int, ...]) -> None:
         self.rec, self.first, self.n, self.kinds, self.shape = rec, first, n, kinds, shape
 
@@ -195,17 +195,37 @@ def operand_array(rec: Recording, op_start: int, node_start: int
 _FIRST_NODE = operator.itemgetter(1)
 
 
-def _switch_cells(cells: Sequence[Cell]) -> tuple[list[Kind], list[int]] | None:
-    """The kinds and op ids of ``cells`` if they can be recorded in bulk (same operand
-    shapes and batch, no attr), else ``None``; remembered per tuple of cells on their batch
-    (a cell function's kind, shapes and batch never change), so the memo lives and goes
-    with the batch."""
-    key = tuple(cells)
+class Routed(Sequence[Kind]):
+    """The kinds of a :func:`switch` block, ``table[choices[i]]``, looked up on access
+    (no list per call)."""
+
+    __slots__ = ("choices", "table")
+
+    def __init__(self, table: list[Kind], choices: Sequence[int]) -> None:
+        self.table, self.choices = table, choices
+
+    def __len__(self) -> int:
+        return len(self.choices)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self.table[c] for c in self.choices[i]]
+        return self.table[self.choices[i]]
+
+    def __iter__(self) -> Any:
+        return map(self.table.__getitem__, self.choices)
+
+
+def _switch_cells(cells: Sequence[Cell]) -> tuple[Any, list[Kind], list[int]] | None:
+    """``(cells copy, kinds, op ids)`` of ``cells`` if they can be recorded in bulk (same
+    operand and output shapes and batch, no attr), else ``None``; remembered per cell list
+    on their batch (by ``id``, checked against a copy: a cell function's kind, shapes and
+    batch never change), so the memo lives and goes with the batch."""
     first = cells[0]
     memo = first.batch._switches
-    hit = memo.get(key)
-    if hit is not None:
-        return hit
+    hit = memo.get(id(cells))
+    if hit is not None and hit[0] == cells:
+        return hit  # type: ignore[no-any-return]
     if not all(getattr(c, "kind", None) is not None and not c.takes_attr and
                c.in_shapes == first.in_shapes and c.op.out_shape == first.op.out_shape and
                c.batch is first.batch for c in cells):
@@ -213,7 +233,8 @@ def _switch_cells(cells: Sequence[Cell]) -> tuple[list[Kind], list[int]] | None:
     kinds = [c.kind for c in cells]
     if len(memo) >= 256:
         memo.clear()
-    hit = memo[key] = (kinds, [k.op_id for k in kinds])
+    hit = memo[id(cells)] = (type(cells)(cells) if isinstance(cells, (list, tuple))
+                             else tuple(cells), kinds, [k.op_id for k in kinds])
     return hit
 
 
@@ -222,47 +243,48 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
     """Routed bulk call: node ``i`` runs ``cells[choices[i]]`` on ``operands[0][i], ...``
     (e.g. the expert a gate chose for token ``i``, read from a value). The cells take the
     same operand shapes and no attr; the nodes are recorded with one list extension per
-    operand slot. Any check that fails falls back to the calls one by one (their errors).
+    column (a :class:`Handles` operand as one block). Any check that fails falls back to
+    the calls one by one (their errors).
 
     Raises:
         GraphError: a choice outside ``0..len(cells)-1``, or lists of different lengths.
     """
     n = len(choices)
-    if any(len(o) != n for o in operands) or not cells:
-        raise GraphError(f"switch: {n} choices but operand lists of lengths "
-                         f"{[len(o) for o in operands]} (or no cells); pass one of each "
-                         f"per node")
     if type(choices) is np.ndarray:
         choices = int_list(choices, "switch: choices")
-    if n and (min(choices) < 0 or max(choices) >= len(cells)):
+    elif type(choices) is not tuple:  # (kept by the block's kinds: not the caller's list)
+        choices = tuple(choices)
+    if not cells or (n and (min(choices) < 0 or max(choices) >= len(cells))):
         bad = [c for c in choices if not 0 <= c < len(cells)]
-        raise GraphError(f"switch: choice {bad[0]} is not a cell index 0..{len(cells) - 1}")
+        raise GraphError(f"switch: choice {bad[0] if bad else '(none)'} is not a cell index "
+                         f"0..{len(cells) - 1}; pass one cell per choice value")
     first = cells[0]
     rec, shapes = first.batch._rec, first.in_shapes
     known = _switch_cells(cells) if len(operands) == len(shapes) else None
     ids: list[Any] = []
     for slot, want in zip(operands, shapes):
-        if known is None:
-            break
-        if type(slot) is Handles and slot.rec is rec and slot.shape == want:
-            ids.append(slot.first)  # (its length is checked above)
+        if type(slot) is Handles and slot.rec is rec and slot.n == n and slot.shape == want:
+            ids.append(slot.first)
             continue
-        got = node_ids(slot, rec, want)
+        got = node_ids(slot, rec, want) if len(slot) == n else None
         if got is None:
             known = None
             break
         ids.append(got)
     if known is None:
+        if any(len(o) != n for o in operands):
+            raise GraphError(f"switch: {n} choices but operand lists of lengths "
+                             f"{[len(o) for o in operands]}; pass one of each per node")
         hs = [cells[c](*(o[i] for o in operands)) for i, c in enumerate(choices)]
         return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
                        [h._kind for h in hs], first.op.out_shape)
-    kinds, op_ids = known
+    _, kinds, op_ids = known
     start = len(rec.ops)
     rec.ops.extend(map(op_ids.__getitem__, choices))
     if ids and n:
         _operands(rec, start, n, ids)
     rec.attrs.extend([-1] * n)
-    return Handles(rec, start, n, list(map(kinds.__getitem__, choices)), first.op.out_shape)
+    return Handles(rec, start, n, Routed(kinds, choices), first.op.out_shape)
 
 
 def add_losses(batch: Any, handles: Handles) -> None:
@@ -277,7 +299,8 @@ def add_losses(batch: Any, handles: Handles) -> None:
         raise GraphError(f"add_loss: {handles!r} are nodes of another mini-batch (or batch); "
                          f"record the loss in this one")
     kinds = handles.kinds
-    if not all(k.scalar for k in ([kinds] if type(kinds) is Kind else set(kinds))):
+    if not all(k.scalar for k in ([kinds] if type(kinds) is Kind else kinds.table
+                                  if type(kinds) is Routed else set(kinds))):
         raise GraphError(f"add_loss: {handles!r} are not one number per row; declare the "
                          f"loss cell with out_shape=() and reduce per row")
     rec.losses.extend(handles.ids)

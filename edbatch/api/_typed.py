@@ -195,41 +195,65 @@ class GroupPart:
         return self.group(outs)[self.j]
 
 
-def _place_reads(slots: list[list[Any]], sizes: NDArray[np.int64], device: torch.device
-                 ) -> None:
-    """Replace every ``(producer batches, rows)`` of ``slots`` by its read: a slice where
-    it can (one batch's consecutive rows), else a part of one :class:`GatherGroup` per set
-    of producer batches read by more than one slot, else :func:`_read`."""
-    groups: dict[bytes, list[tuple[int, int, NDArray[np.int64]]]] = {}
-    for b, reads in enumerate(slots):
-        for s, got in enumerate(reads):
-            if type(got) is not tuple:
-                continue
-            pb, lr = got
-            b0 = int(pb[0])
-            if (pb == b0).all():
-                lo, n = int(lr[0]), len(lr)
-                if int(lr[-1]) - lo == n - 1 and (n == 1 or bool((np.diff(lr) == 1).all())):
-                    reads[s] = SliceRead(b0, lo, lo + n)
-                    continue
-                used = np.array([b0])
-            else:
-                used = np.flatnonzero(np.bincount(pb, minlength=len(sizes)))
-            groups.setdefault(used.tobytes(), []).append((b, s, used))
-    for members in groups.values():
-        used = members[0][2]
-        rows = sum(len(slots[b][s][0]) for b, s, _ in members)
-        if len(members) == 1 or int(sizes[used].sum()) > JOIN_AT * rows:
-            for b, s, _ in members:
-                slots[b][s] = _read(*slots[b][s], sizes, device)
+def _reads(ops: list[Any], operands: NDArray[Any], consumer: NDArray[np.int64],
+           ptr: NDArray[np.int64], batch_of: NDArray[np.int64], row_of: NDArray[np.int64],
+           sizes: NDArray[np.int64], device: torch.device) -> list[list[Read]]:
+    """Every batch's operand reads (one per slot; a variadic node's operands one read):
+    a slice where the rows are one batch's consecutive rows, else a part of one
+    :class:`GatherGroup` per set of producer batches read by more than one slot, else
+    :func:`_read`. The producers' (batch, row) of all reads are laid out slot by slot in
+    two arrays first (each read a contiguous range), and the slices found for all at once."""
+    k = len(sizes)
+    size_l = sizes.tolist()
+    made: list[list[Any]] = [[] for _ in range(k)]
+    if not len(operands):
+        return made
+    bc = batch_of[consumer]
+    edges = np.bincount(bc, minlength=k)
+    e0 = np.cumsum(edges) - edges
+    slot = np.arange(len(operands)) - ptr[consumer]
+    pos = e0[bc] + slot * sizes[bc] + row_of[consumer]  # (a variadic node: 1 row, row 0)
+    pb, lr = np.empty_like(pos), np.empty_like(pos)
+    pb[pos], lr[pos] = batch_of[operands], row_of[operands]
+    bounds: list[tuple[int, int, int, int]] = []  # (batch, slot, lo, hi): tiling 0..E
+    for b, (op, lo) in enumerate(zip(ops, e0.tolist(), strict=True)):
+        if op.arity is None:
+            bounds.append((b, 0, lo, lo + int(edges[b])))
+        else:
+            bounds.extend((b, j, lo + j * size_l[b], lo + (j + 1) * size_l[b])
+                          for j in range(op.arity))
+    rb = np.array(bounds, np.int64).reshape(-1, 4)
+    bad = (pb[1:] != pb[:-1]) | (lr[1:] != lr[:-1] + 1)  # a read's rows not a slice there
+    cut = np.concatenate([[0], np.cumsum(bad)])
+    whole = (cut[rb[:, 3] - 1] == cut[rb[:, 2]]).tolist()
+    rows = np.repeat(np.arange(len(rb)), rb[:, 3] - rb[:, 2])
+    pairs = np.unique((rows * k + pb)[~np.array(whole)[rows]])  # non-slice reads' producers
+    used: dict[int, list[int]] = {}
+    for code in pairs.tolist():
+        used.setdefault(code // k, []).append(code % k)
+    groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
+    for r, (b, j, lo, hi) in enumerate(bounds):
+        if whole[r]:
+            first = int(lr[lo])
+            made[b].append(SliceRead(int(pb[lo]), first, first + hi - lo))
+        else:
+            made[b].append(None)  # (placed below)
+            groups.setdefault(tuple(used[r]), []).append((b, j, lo, hi))
+    for producers, members in groups.items():
+        src = np.array(producers, np.int64)
+        total = sum(hi - lo for _, _, lo, hi in members)
+        if len(members) == 1 or int(sizes[src].sum()) > JOIN_AT * total:
+            for b, j, lo, hi in members:
+                made[b][j] = _read(pb[lo:hi], lr[lo:hi], sizes, device)
             continue
-        at = np.zeros(len(sizes), np.int64)
-        at[used] = np.cumsum(sizes[used]) - sizes[used]
-        flat = np.concatenate([slots[b][s][1] + at[slots[b][s][0]] for b, s, _ in members])
-        group = GatherGroup(used.tolist(), _tensor(flat, device),
-                            [len(slots[b][s][0]) for b, s, _ in members])
-        for j, (b, s, _) in enumerate(members):
-            slots[b][s] = GroupPart(group, j)
+        at = np.zeros(k, np.int64)
+        at[src] = np.cumsum(sizes[src]) - sizes[src]
+        flat = np.concatenate([lr[lo:hi] + at[pb[lo:hi]] for _, _, lo, hi in members])
+        group = GatherGroup(list(producers), _tensor(flat, device),
+                            [hi - lo for _, _, lo, hi in members])
+        for i, (b, j, _, _) in enumerate(members):
+            made[b][j] = GroupPart(group, i)
+    return made
 
 
 #: The op name prefix of :meth:`run_programs <edbatch.api.DynamicBatch.run_programs>`'s
@@ -289,24 +313,13 @@ def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.dev
     flat = _tensor(graph.attrs[order], device)
     attrs = flat.split_with_sizes(size_l)
     sum_kernel = KERNELS.get("sum")
-    slots: list[list[Any]] = []  # per batch its reads, or (producer batches, rows) to place
-    batches: list[Batch] = []
+    batches = []
     for b, op in enumerate(ops):
         nodes = order[start_l[b]:start_l[b] + size_l[b]]
-        if op.arity is None:  # a variadic node: alone of its type, one merged read
-            if size_l[b] != 1 or counts[nodes[0]] == 0:
-                return None
-            v = int(nodes[0])
-            src = operands[ptr[v]:ptr[v + 1]]
-            slots.append([_read(batch_of[src], row_of[src], sizes, device)])
-        elif op.arity:
-            cols = operands[ptr[nodes][:, None] + np.arange(op.arity)]
-            pb, lr = batch_of[cols], row_of[cols]
-            slots.append([(pb[:, s], lr[:, s]) for s in range(op.arity)])
-        else:
-            slots.append([])
+        if op.arity is None and (size_l[b] != 1 or counts[nodes[0]] == 0):
+            return None  # (a variadic node runs alone of its type, on >= 1 operand)
         batches.append(Batch(type_of[b], nodes.astype(np.int32)))
-    _place_reads(slots, sizes, device)
+    slots = _reads(ops, operands, consumer, ptr, batch_of, row_of, sizes, device)
     steps: list[Step] = []
     for b, op in enumerate(ops):
         kernel = kernel_for(op, kernels)
