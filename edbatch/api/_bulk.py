@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import array
 import bisect
-import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -156,7 +155,7 @@ def _operands(rec: Recording, first: int, n: int, ids: list[Any]) -> None:
             rec.operands.extend(interleave([range(i, i + n) if type(i) is int else i
                                             for i in ids]))
             return
-    rec.blocks.append((len(rec.operands), first, n, len(rec.block_firsts)))
+    rec.blocks.extend((len(rec.operands), first, n, len(rec.block_firsts)))
     rec.block_firsts.extend(ids)
 
 
@@ -166,11 +165,12 @@ def operand_array(rec: Recording, op_start: int, node_start: int
     listed from position ``op_start`` of ``rec.operands`` merged with its blocks'
     (:class:`~edbatch.api._handles.Recording`), built in a few array operations."""
     listed = int_array(rec.operands, op_start, len(rec.operands), "q")
-    blocks = rec.blocks
-    if not blocks or blocks[-1][1] < node_start:
+    blocks = rec.blocks  # 4 ints per block
+    if not blocks or blocks[-3] < node_start:
         return listed
-    lo = bisect.bisect_left(blocks, node_start, key=_FIRST_NODE)
-    b = np.array(blocks[lo:] if lo else blocks, np.int64)
+    lo = 4 * bisect.bisect_left(range(len(blocks) // 4), node_start,
+                                key=lambda i: blocks[4 * i + 1])
+    b = int_array(blocks, lo, len(blocks), "q").reshape(-1, 4)
     off0 = int(b[0, 3])
     firsts = int_array(rec.block_firsts, off0, len(rec.block_firsts), "q")
     off = b[:, 3] - off0
@@ -190,9 +190,6 @@ def operand_array(rec: Recording, op_start: int, node_start: int
     keep[at] = False
     out[keep] = listed
     return out
-
-
-_FIRST_NODE = operator.itemgetter(1)
 
 
 class Routed(Sequence[Kind]):

@@ -78,9 +78,9 @@ class Recording:
     Node ``v`` has op id ``ops[v]`` and attr ``attrs[v]``; its operands follow those of
     node ``v - 1`` in ``operands`` (as many as its op's arity; a variadic op's count is the
     next entry of ``counts``), except the nodes of bulk blocks (:mod:`edbatch.api._bulk`),
-    kept as ``blocks`` of ``(position in operands, first node, nodes, offset in
-    block_firsts)``: node ``first + i`` reads ``block_firsts[offset + j] + i`` per slot
-    ``j`` (no int per operand; :func:`~edbatch.api._bulk.operand_array` merges them).
+    kept as ``blocks``, four ints each (position in ``operands``, first node, nodes,
+    offset in ``block_firsts``): node ``first + i`` reads ``block_firsts[offset + j] + i``
+    per slot ``j`` (no int per operand; :func:`~edbatch.api._bulk.operand_array` merges).
     ``marks`` holds ``(first node, instance id)`` each time the
     current instance changes. A handle keeps its recording, so a recording is also the
     token of its batch's generation: ``handle._rec is batch._rec`` checks both at once.
@@ -93,7 +93,7 @@ class Recording:
         self.batch, self.generation = batch, generation
         self.ops: list[int] = []
         self.operands: list[int] = []
-        self.blocks: list[tuple[int, int, int, int]] = []
+        self.blocks: list[int] = []
         self.block_firsts: list[int] = []
         self.attrs: list[int] = []
         self.counts: list[int] = []

@@ -227,10 +227,8 @@ def _reads(ops: list[Any], operands: NDArray[Any], consumer: NDArray[np.int64],
     cut = np.concatenate([[0], np.cumsum(bad)])
     whole = (cut[rb[:, 3] - 1] == cut[rb[:, 2]]).tolist()
     rows = np.repeat(np.arange(len(rb)), rb[:, 3] - rb[:, 2])
-    pairs = np.unique((rows * k + pb)[~np.array(whole)[rows]])  # non-slice reads' producers
-    used: dict[int, list[int]] = {}
-    for code in pairs.tolist():
-        used.setdefault(code // k, []).append(code % k)
+    hit = np.bincount(rows * k + pb, minlength=len(rb) * k).reshape(-1, k)  # (no sort)
+    used = {r: np.flatnonzero(hit[r]).tolist() for r, w in enumerate(whole) if not w}
     groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
     for r, (b, j, lo, hi) in enumerate(bounds):
         if whole[r]:
