@@ -120,6 +120,7 @@ def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None
     ok = kind is not None and (attrs is None) is not self.takes_attr and \
         len(operands) == len(self.in_shapes)
     ids: list[Any] = []  # per slot: its first node (a Handles block) or its node ids
+    blocks = True  # every slot a Handles block
     if ok:
         for slot, want in zip(operands, self.in_shapes):
             if type(slot) is Handles and slot.rec is rec and slot.n == n and \
@@ -131,16 +132,27 @@ def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None
                 ok = False
                 break
             ids.append(got)
+            blocks = False
     if not ok:
         hs = [self.checked([o[i] for o in operands], None if attrs is None else attrs[i])
               for i in range(n)]
         return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
                        self.kind or self.batch._kinds[self.op.name], self.op.out_shape)
     assert kind is not None
-    attr_list = [-1] * n if attrs is None else int_list(attrs)  # (may raise: before appending)
+    if attrs is None:
+        attr_list: Any = [-1] * n
+    elif type(attrs) is list or type(attrs) is tuple:
+        attr_list = list(map(int, attrs))  # (may raise: before appending)
+    else:
+        attr_list = int_list(attrs)
     first = len(rec.ops)
     rec.ops.extend([kind.op_id] * n)
-    if ids and n:
+    if not ids or not n:
+        pass
+    elif blocks:  # one block record (the inline :func:`_operands`)
+        rec.blocks.extend((len(rec.operands), first, n, len(rec.block_firsts)))
+        rec.block_firsts.extend(ids)
+    else:
         _operands(rec, first, n, ids)
     rec.attrs.extend(attr_list)
     return Handles(rec, first, n, kind, kind.shape)
@@ -235,6 +247,22 @@ def _switch_cells(cells: Sequence[Cell]) -> tuple[Any, list[Kind], list[int]] | 
     return hit
 
 
+def _choices(cells: Sequence[Cell], choices: Sequence[int]) -> tuple[int, ...]:
+    """``choices`` as a tuple (kept by a block's kinds: not the caller's list), checked.
+
+    Raises:
+        GraphError: a choice outside ``0..len(cells)-1`` (or no cells).
+    """
+    if type(choices) is np.ndarray:
+        choices = int_list(choices, "switch: choices")
+    choices = tuple(choices)
+    if not cells or (choices and (min(choices) < 0 or max(choices) >= len(cells))):
+        bad = [c for c in choices if not 0 <= c < len(cells)]
+        raise GraphError(f"switch: choice {bad[0] if bad else '(none)'} is not a cell index "
+                         f"0..{len(cells) - 1}; pass one cell per choice value")
+    return choices
+
+
 def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Handle]
            ) -> Handles:
     """Routed bulk call: node ``i`` runs ``cells[choices[i]]`` on ``operands[0][i], ...``
@@ -247,18 +275,18 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
         GraphError: a choice outside ``0..len(cells)-1``, or lists of different lengths.
     """
     n = len(choices)
-    if type(choices) is np.ndarray:
-        choices = int_list(choices, "switch: choices")
-    elif type(choices) is not tuple:  # (kept by the block's kinds: not the caller's list)
-        choices = tuple(choices)
-    if not cells or (n and (min(choices) < 0 or max(choices) >= len(cells))):
-        bad = [c for c in choices if not 0 <= c < len(cells)]
-        raise GraphError(f"switch: choice {bad[0] if bad else '(none)'} is not a cell index "
-                         f"0..{len(cells) - 1}; pass one cell per choice value")
+    if type(choices) is not tuple or not cells or \
+            (n and (min(choices) < 0 or max(choices) >= len(cells))):
+        choices = _choices(cells, choices)
     first = cells[0]
-    rec, shapes = first.batch._rec, first.in_shapes
-    known = _switch_cells(cells) if len(operands) == len(shapes) else None
+    batch, shapes = first.batch, first.in_shapes
+    rec, known = batch._rec, batch._switches.get(id(cells))  # (the memo's hit inline)
+    if known is None or known[0] != cells:
+        known = _switch_cells(cells)
+    if len(operands) != len(shapes):
+        known = None
     ids: list[Any] = []
+    blocks = True  # every slot a Handles block
     for slot, want in zip(operands, shapes):
         if type(slot) is Handles and slot.rec is rec and slot.n == n and slot.shape == want:
             ids.append(slot.first)
@@ -268,6 +296,7 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
             known = None
             break
         ids.append(got)
+        blocks = False
     if known is None:
         if any(len(o) != n for o in operands):
             raise GraphError(f"switch: {n} choices but operand lists of lengths "
@@ -278,7 +307,12 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
     _, kinds, op_ids = known
     start = len(rec.ops)
     rec.ops.extend(map(op_ids.__getitem__, choices))
-    if ids and n:
+    if not ids or not n:
+        pass
+    elif blocks:
+        rec.blocks.extend((len(rec.operands), start, n, len(rec.block_firsts)))
+        rec.block_firsts.extend(ids)
+    else:
         _operands(rec, start, n, ids)
     rec.attrs.extend([-1] * n)
     return Handles(rec, start, n, Routed(kinds, choices), first.op.out_shape)
