@@ -220,3 +220,31 @@ def test_switch_over_cells_of_other_output_shapes_records_node_by_node() -> None
         zs = switch([c["a"], c["b"]], [1, 0, 1], xs)
         assert [z.op_name for z in zs] == ["user.b", "user.a", "user.b"]
     b.discard()
+
+
+def test_run_programs_pauses_the_garbage_collector_and_resumes_it() -> None:
+    import gc
+
+    b, c = _batch()
+    seen = []
+
+    def program(words, fail):  # type: ignore[no-untyped-def]
+        seen.append(gc.isenabled())
+        values = yield c["embed"].map(attrs=words)
+        if fail:
+            raise ValueError("a program's own error")
+        b.add_loss(c["sq"].map(c["a"].map(c["embed"].map(attrs=words))))
+        return values.shape
+
+    assert gc.isenabled()
+    out = b.run_programs([program([1, 2], False), program([3], False)])
+    assert seen == [False, False] and gc.isenabled() and out.returns == [(2, 3), (1, 3)]
+    with pytest.raises(ValueError, match="own error"):
+        b.run_programs([program([1], True)])
+    assert gc.isenabled()
+    gc.disable()  # a caller's own pause is left as it was
+    try:
+        b.run_programs([program([4], False)])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
