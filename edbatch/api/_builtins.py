@@ -34,7 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from torch import Tensor
 
-from edbatch.api._bulk import operand_array
+from edbatch.api._bulk import with_blocks
 from edbatch.api._handles import Handle, Recording, grow_pool
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
@@ -359,8 +359,8 @@ def _packed(rec: Recording, loss_op: int) -> tuple[np.ndarray, ...]:  # type: ig
     ops, operands, attrs, losses = rec.ops, rec.operands, rec.attrs, rec.losses
     n, e = len(ops), len(operands)
     if rec.blocks:  # bulk blocks' operands: merged as arrays
-        return _with_blocks(rec, np.frombuffer(struct.pack(f"{n}i", *ops), np.int32),
-                            np.frombuffer(struct.pack(f"{n}q", *attrs), np.int64), loss_op)
+        return with_blocks(rec, np.frombuffer(struct.pack(f"{n}i", *ops), np.int32),
+                           np.frombuffer(struct.pack(f"{n}q", *attrs), np.int64), loss_op)
     if losses:
         return (np.frombuffer(struct.pack(f"{n + 1}i", *ops, loss_op), np.int32),
                 np.frombuffer(struct.pack(f"{e + len(losses)}i", *operands, *losses), np.int32),
@@ -377,23 +377,11 @@ def _converted(rec: Recording, loss_op: int) -> tuple[np.ndarray, ...]:  # type:
     op_ids = np.fromiter(ops, np.int32, len(ops))
     attr = np.fromiter(attrs, np.int64, len(attrs))
     if rec.blocks:
-        return _with_blocks(rec, op_ids, attr, loss_op)
+        return with_blocks(rec, op_ids, attr, loss_op)
     flat = np.fromiter(operands, np.int32, len(operands))
     if losses:
         op_ids = np.append(op_ids, np.int32(loss_op))
         flat = np.concatenate([flat, np.fromiter(losses, np.int32, len(losses))])
-        attr = np.append(attr, np.int64(-1))
-    return op_ids, flat, attr
-
-
-def _with_blocks(rec: Recording, op_ids: np.ndarray, attr: np.ndarray, loss_op: int  # type: ignore[type-arg]
-                 ) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
-    """``(op_ids, operand ids, attrs)`` of a recording with bulk blocks (their operands
-    merged by :func:`~edbatch.api._bulk.operand_array`), the loss sum appended if any."""
-    flat = operand_array(rec, 0, 0).astype(np.int32)
-    if rec.losses:
-        op_ids = np.append(op_ids, np.int32(loss_op))
-        flat = np.concatenate([flat, np.fromiter(rec.losses, np.int32, len(rec.losses))])
         attr = np.append(attr, np.int64(-1))
     return op_ids, flat, attr
 

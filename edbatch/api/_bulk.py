@@ -17,7 +17,7 @@ from edbatch.api._handles import Cell, Handle, Kind, Recording, fresh_handle
 from edbatch.errors import GraphError
 
 __all__ = ["Handles", "add_losses", "cell_map", "int_array", "int_list", "interleave", "node_ids",
-           "operand_array", "switch"]
+           "operand_array", "switch", "with_blocks"]
 
 
 class Handles(Sequence[Handle]):
@@ -261,6 +261,18 @@ def _choices(cells: Sequence[Cell], choices: Sequence[int]) -> tuple[int, ...]:
         raise GraphError(f"switch: choice {bad[0] if bad else '(none)'} is not a cell index "
                          f"0..{len(cells) - 1}; pass one cell per choice value")
     return choices
+
+
+def with_blocks(rec: Recording, op_ids: np.ndarray, attr: np.ndarray, loss_op: int  # type: ignore[type-arg]
+                ) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
+    """``(op_ids, operand ids, attrs)`` of a whole recording with bulk blocks (for
+    :func:`~edbatch.api._builtins.assemble_graph`), the loss sum appended if any."""
+    flat = operand_array(rec, 0, 0).astype(np.int32)
+    if rec.losses:
+        op_ids = np.append(op_ids, np.int32(loss_op))
+        flat = np.concatenate([flat, np.fromiter(rec.losses, np.int32, len(rec.losses))])
+        attr = np.append(attr, np.int64(-1))
+    return op_ids, flat, attr
 
 
 def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Handle]
