@@ -19,11 +19,11 @@ mini-batch each repeat, one CPU thread:
   model's in float32). ``--no-dynet`` leaves it out.
 
 Before timing, the three PyTorch losses and all gradients are checked equal in float64.
-Printed: the median milliseconds per step of each, the ratios, the *cell time* (Suarez's terms:
-seconds inside the cells' forward, ``gate``/``expert``/``combine``/``classify`` modules,
-per-token loop against edbatch) and edbatch's time by phase (recording, graph, schedule,
-memory plan, forward execution, reads; the rest of its step is backward). Timings depend
-on the machine and its load: report them with both.
+Printed: the median milliseconds per step of each (wall, then this process's CPU time), the
+ratios, the *cell time* (Suarez's terms: seconds inside the cells' forward, ``gate``/
+``expert``/``combine``/``classify`` modules, per-token loop against edbatch) and edbatch's
+time by phase (recording, graph, schedule, memory plan, forward execution, reads; the rest
+of its step is backward). Timings depend on the machine and its load: report them with both.
 """
 
 from __future__ import annotations
@@ -162,14 +162,18 @@ def _general(model: Any, fn: Callable[[], Tensor]) -> Tensor:
         _typed.TYPED, model.last = True, last
 
 
-def _timed(name: str, fn: Callable[[list[Any]], Any], chunk: list[Any]) -> float:
-    """Seconds of one training step of contender ``name`` (DyNet's: its phases, in the
-    worker)."""
+def _timed(name: str, fn: Callable[[list[Any]], Any], chunk: list[Any],
+           times: dict[str, list[float]], cpus: dict[str, list[float]]) -> None:
+    """Append the seconds of one training step of contender ``name``, wall to ``times``
+    and CPU (this process's, one thread) to ``cpus``; DyNet's: its phases' wall time in
+    the worker, no CPU time."""
     if name == "dynet":
-        return float(sum(fn(chunk).values()))
-    t0 = time.perf_counter()
+        times[name].append(float(sum(fn(chunk).values())))
+        return
+    t0, c0 = time.perf_counter(), time.process_time()
     fn(chunk).backward()
-    return time.perf_counter() - t0
+    times[name].append(time.perf_counter() - t0)
+    cpus.setdefault(name, []).append(time.process_time() - c0)
 
 
 def _cell_times(model: Any, chunk: list[Any], runs: Mapping[str, Any],
@@ -211,14 +215,14 @@ class CellClock:
             h.remove()
 
 
-def _ratios(med: dict[str, float]) -> dict[str, float]:
+def _ratios(med: dict[str, float], what: str = "") -> dict[str, float]:
     """The medians with edbatch's speed relative to the hand model (printed)."""
     out = dict(med)
     out["hand_over_edbatch"] = med["pytorch_hand"] / med["edbatch"]
-    print(f"edbatch speed relative to pytorch_hand: {out['hand_over_edbatch']:.2f}x")
+    print(f"{what}edbatch speed relative to pytorch_hand: {out['hand_over_edbatch']:.2f}x")
     if "edbatch_general" in med:
         out["hand_over_general"] = med["pytorch_hand"] / med["edbatch_general"]
-        print(f"edbatch_general (typed segments off) relative to pytorch_hand: "
+        print(f"{what}edbatch_general (typed segments off) relative to pytorch_hand: "
               f"{out['hand_over_general']:.2f}x")
     return out
 
@@ -264,6 +268,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if server is not None:
         runs["dynet"] = lambda b: server.run("train", 0, [i.index for i in b], "train")[0]
     times: dict[str, list[float]] = {name: [] for name in runs}
+    cpus: dict[str, list[float]] = {}
     cells: dict[str, list[float]] = {"edbatch": [], "per_token": []}
     phases: dict[str, list[float]] = {}
     for name, fn in runs.items():  # warm every path
@@ -273,7 +278,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         chunk = [pool[int(i)] for i in rng.choice(len(pool), args.sentences, replace=False)]
         for name in rng.permutation(list(runs)):
             model.zero_grad()
-            times[name].append(_timed(name, runs[name], chunk))
+            _timed(name, runs[name], chunk, times, cpus)
         _cell_times(model, chunk, runs, cells, args.scheduler)
         for key, sec in model.last.seconds.items():
             phases.setdefault(key, []).append(sec)
@@ -286,6 +291,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for name, ms in med.items():
         print(f"{name:>12}: {ms:8.2f} ms per training step (median of {args.repeats})")
     out = _ratios(med)
+    cpu = {name: statistics.median(t) * 1000 for name, t in cpus.items()}
+    print("CPU time (process, median ms): " + ", ".join(f"{n} {ms:.2f}" for n, ms in cpu.items()))
+    cpu_ratios = _ratios(cpu, "CPU time: ")
+    out.update({f"cpu_{k}": v for k, v in cpu_ratios.items()})
     if "dynet" in med:
         out["dynet_over_edbatch"] = med["dynet"] / med["edbatch"]
         print(f"edbatch speed relative to dynet: {out['dynet_over_edbatch']:.2f}x")

@@ -5,6 +5,7 @@ See :mod:`edbatch.api` for the overview and an example.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -324,15 +325,22 @@ class DynamicBatch:
             ``syncs``, the segments run, and any node's value (``result[handle]``,
             ``result.stack(handles)``).
 
+        Python's cyclic garbage collector is paused while they run (resumed after, also on
+        errors): recorded objects die by refcount; collections cost ~5% of a MoE step.
+
         Raises:
             GraphError: nodes were already recorded, a program yielded something other
                 than handles of this mini-batch.
         """
         make = as_scheduler(scheduler, self._kept)
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             return run_programs(self, programs, make, strategy, grad)
         finally:
             self._clear()
+            if collecting:
+                gc.enable()
 
     def discard(self) -> None:
         """Drop the recorded mini-batch without running it and start a new one; its handles

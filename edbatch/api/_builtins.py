@@ -34,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from torch import Tensor
 
+from edbatch.api._bulk import with_blocks
 from edbatch.api._handles import Handle, Recording, grow_pool
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
@@ -357,6 +358,9 @@ def _packed(rec: Recording, loss_op: int) -> tuple[np.ndarray, ...]:  # type: ig
     that is no integer or out of range."""
     ops, operands, attrs, losses = rec.ops, rec.operands, rec.attrs, rec.losses
     n, e = len(ops), len(operands)
+    if rec.blocks:  # bulk blocks' operands: merged as arrays
+        return with_blocks(rec, np.frombuffer(struct.pack(f"{n}i", *ops), np.int32),
+                           np.frombuffer(struct.pack(f"{n}q", *attrs), np.int64), loss_op)
     if losses:
         return (np.frombuffer(struct.pack(f"{n + 1}i", *ops, loss_op), np.int32),
                 np.frombuffer(struct.pack(f"{e + len(losses)}i", *operands, *losses), np.int32),
@@ -371,8 +375,10 @@ def _converted(rec: Recording, loss_op: int) -> tuple[np.ndarray, ...]:  # type:
     refuses as it always did, or raises its own error)."""
     ops, operands, attrs, losses = rec.ops, rec.operands, rec.attrs, rec.losses
     op_ids = np.fromiter(ops, np.int32, len(ops))
-    flat = np.fromiter(operands, np.int32, len(operands))
     attr = np.fromiter(attrs, np.int64, len(attrs))
+    if rec.blocks:
+        return with_blocks(rec, op_ids, attr, loss_op)
+    flat = np.fromiter(operands, np.int32, len(operands))
     if losses:
         op_ids = np.append(op_ids, np.int32(loss_op))
         flat = np.concatenate([flat, np.fromiter(losses, np.int32, len(losses))])

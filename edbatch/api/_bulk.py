@@ -1,10 +1,13 @@
 """Bulk recording: :class:`Handles` (consecutive nodes of one row shape), ``cell.map`` and
-:func:`switch` (routed bulk calls), recorded with one list extension per operand slot
-instead of one call per node (see docs/api.md and ``examples/moe_routing.py``)."""
+:func:`switch` (routed bulk calls), recorded with one list extension per column instead
+of one call per node, and operands that are :class:`Handles` blocks as one block record
+(no int per operand; :func:`operand_array` makes them an array per segment). See
+docs/api.md and ``examples/moe_routing.py``."""
 
 from __future__ import annotations
 
 import array
+import bisect
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +17,7 @@ from edbatch.api._handles import Cell, Handle, Kind, Recording, fresh_handle
 from edbatch.errors import GraphError
 
 __all__ = ["Handles", "add_losses", "cell_map", "int_array", "int_list", "interleave", "node_ids",
-           "switch"]
+           "operand_array", "switch", "with_blocks"]
 
 
 class Handles(Sequence[Handle]):
@@ -26,7 +29,7 @@ class Handles(Sequence[Handle]):
 
     __slots__ = ("first", "kinds", "n", "rec", "shape")
 
-    def __init__(self, rec: Recording, first: int, n: int, kinds: Kind | list[Kind],
+    def __init__(self, rec: Recording, first: int, n: int, kinds: Kind | Sequence[Kind],
                  shape: tuple[int, ...]) -> None:
         self.rec, self.first, self.n, self.kinds, self.shape = rec, first, n, kinds, shape
 
@@ -116,52 +119,160 @@ def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None
     kind, rec = self.kind, self.batch._rec
     ok = kind is not None and (attrs is None) is not self.takes_attr and \
         len(operands) == len(self.in_shapes)
-    ids: list[Sequence[int]] = []
+    ids: list[Any] = []  # per slot: its first node (a Handles block) or its node ids
+    blocks = True  # every slot a Handles block
     if ok:
         for slot, want in zip(operands, self.in_shapes):
             if type(slot) is Handles and slot.rec is rec and slot.n == n and \
                     slot.shape == want:  # (one check for the block)
-                ids.append(range(slot.first, slot.first + n))
+                ids.append(slot.first)
                 continue
             got = node_ids(slot, rec, want) if len(slot) == n else None
             if got is None:
                 ok = False
                 break
             ids.append(got)
+            blocks = False
     if not ok:
         hs = [self.checked([o[i] for o in operands], None if attrs is None else attrs[i])
               for i in range(n)]
         return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
                        self.kind or self.batch._kinds[self.op.name], self.op.out_shape)
     assert kind is not None
-    attr_list = [-1] * n if attrs is None else int_list(attrs)  # (may raise: before appending)
+    if attrs is None:
+        attr_list: Any = [-1] * n
+    elif type(attrs) is list or type(attrs) is tuple:
+        attr_list = list(map(int, attrs))  # (may raise: before appending)
+    else:
+        attr_list = int_list(attrs)
     first = len(rec.ops)
     rec.ops.extend([kind.op_id] * n)
-    if ids:
-        rec.operands.extend(interleave(ids))
+    if not ids or not n:
+        pass
+    elif blocks:  # one block record (the inline :func:`_operands`)
+        rec.blocks.extend((len(rec.operands), first, n, len(rec.block_firsts)))
+        rec.block_firsts.extend(ids)
+    else:
+        _operands(rec, first, n, ids)
     rec.attrs.extend(attr_list)
     return Handles(rec, first, n, kind, kind.shape)
 
 
-def _switch_cells(cells: Sequence[Cell]) -> tuple[list[Kind], list[int]] | None:
-    """The kinds and op ids of ``cells`` if they can be recorded in bulk (same operand
-    shapes and batch, no attr), else ``None``; remembered per tuple of cells on their batch
-    (a cell function's kind, shapes and batch never change), so the memo lives and goes
-    with the batch."""
-    key = tuple(cells)
+def _operands(rec: Recording, first: int, n: int, ids: list[Any]) -> None:
+    """Record the operands of nodes ``first .. first + n - 1``: one block (no int per
+    operand) when every slot is a :class:`Handles` block (``ids``: their first nodes),
+    else node-major into ``rec.operands``."""
+    for got in ids:
+        if type(got) is not int:
+            rec.operands.extend(interleave([range(i, i + n) if type(i) is int else i
+                                            for i in ids]))
+            return
+    rec.blocks.extend((len(rec.operands), first, n, len(rec.block_firsts)))
+    rec.block_firsts.extend(ids)
+
+
+def operand_array(rec: Recording, op_start: int, node_start: int
+                  ) -> np.ndarray:  # type: ignore[type-arg]
+    """The operands of nodes ``node_start..`` of ``rec`` in node order (``int64``): those
+    listed from position ``op_start`` of ``rec.operands`` merged with its blocks'
+    (:class:`~edbatch.api._handles.Recording`), built in a few array operations."""
+    listed = int_array(rec.operands, op_start, len(rec.operands), "q")
+    blocks = rec.blocks  # 4 ints per block
+    if not blocks or blocks[-3] < node_start:
+        return listed
+    lo = 4 * bisect.bisect_left(range(len(blocks) // 4), node_start,
+                                key=lambda i: blocks[4 * i + 1])
+    b = int_array(blocks, lo, len(blocks), "q").reshape(-1, 4)
+    off0 = int(b[0, 3])
+    firsts = int_array(rec.block_firsts, off0, len(rec.block_firsts), "q")
+    off = b[:, 3] - off0
+    slots = np.diff(off, append=len(firsts))
+    cnt = b[:, 2] * slots  # operands per block, node-major: node i, slot j
+    total = int(cnt.sum())
+    e = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    per = np.repeat(slots, cnt)
+    i = e // per
+    values = firsts[np.repeat(off, cnt) + (e - i * per)] + i
+    if not len(listed):
+        return values
+    out = np.empty(len(listed) + total, np.int64)
+    at = np.repeat(b[:, 0] - op_start, cnt) + np.arange(total)  # blocks keep their order
+    out[at] = values
+    keep = np.ones(len(out), bool)
+    keep[at] = False
+    out[keep] = listed
+    return out
+
+
+class Routed(Sequence[Kind]):
+    """The kinds of a :func:`switch` block, ``table[choices[i]]``, looked up on access
+    (no list per call)."""
+
+    __slots__ = ("choices", "table")
+
+    def __init__(self, table: list[Kind], choices: Sequence[int]) -> None:
+        self.table, self.choices = table, choices
+
+    def __len__(self) -> int:
+        return len(self.choices)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self.table[c] for c in self.choices[i]]
+        return self.table[self.choices[i]]
+
+    def __iter__(self) -> Any:
+        return map(self.table.__getitem__, self.choices)
+
+
+def _switch_cells(cells: Sequence[Cell]) -> tuple[Any, list[Kind], list[int]] | None:
+    """``(cells copy, kinds, op ids)`` of ``cells`` if they can be recorded in bulk (same
+    operand and output shapes and batch, no attr), else ``None``; remembered per cell list
+    on their batch (by ``id``, checked against a copy: a cell function's kind, shapes and
+    batch never change), so the memo lives and goes with the batch."""
     first = cells[0]
     memo = first.batch._switches
-    hit = memo.get(key)
-    if hit is not None:
-        return hit
+    hit = memo.get(id(cells))
+    if hit is not None and hit[0] == cells:
+        return hit  # type: ignore[no-any-return]
     if not all(getattr(c, "kind", None) is not None and not c.takes_attr and
-               c.in_shapes == first.in_shapes and c.batch is first.batch for c in cells):
+               c.in_shapes == first.in_shapes and c.op.out_shape == first.op.out_shape and
+               c.batch is first.batch for c in cells):
         return None
     kinds = [c.kind for c in cells]
     if len(memo) >= 256:
         memo.clear()
-    hit = memo[key] = (kinds, [k.op_id for k in kinds])
+    hit = memo[id(cells)] = (type(cells)(cells) if isinstance(cells, (list, tuple))
+                             else tuple(cells), kinds, [k.op_id for k in kinds])
     return hit
+
+
+def _choices(cells: Sequence[Cell], choices: Sequence[int]) -> tuple[int, ...]:
+    """``choices`` as a tuple (kept by a block's kinds: not the caller's list), checked.
+
+    Raises:
+        GraphError: a choice outside ``0..len(cells)-1`` (or no cells).
+    """
+    if type(choices) is np.ndarray:
+        choices = int_list(choices, "switch: choices")
+    choices = tuple(choices)
+    if not cells or (choices and (min(choices) < 0 or max(choices) >= len(cells))):
+        bad = [c for c in choices if not 0 <= c < len(cells)]
+        raise GraphError(f"switch: choice {bad[0] if bad else '(none)'} is not a cell index "
+                         f"0..{len(cells) - 1}; pass one cell per choice value")
+    return choices
+
+
+def with_blocks(rec: Recording, op_ids: np.ndarray, attr: np.ndarray, loss_op: int  # type: ignore[type-arg]
+                ) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
+    """``(op_ids, operand ids, attrs)`` of a whole recording with bulk blocks (for
+    :func:`~edbatch.api._builtins.assemble_graph`), the loss sum appended if any."""
+    flat = operand_array(rec, 0, 0).astype(np.int32)
+    if rec.losses:
+        op_ids = np.append(op_ids, np.int32(loss_op))
+        flat = np.concatenate([flat, np.fromiter(rec.losses, np.int32, len(rec.losses))])
+        attr = np.append(attr, np.int64(-1))
+    return op_ids, flat, attr
 
 
 def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Handle]
@@ -169,42 +280,54 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
     """Routed bulk call: node ``i`` runs ``cells[choices[i]]`` on ``operands[0][i], ...``
     (e.g. the expert a gate chose for token ``i``, read from a value). The cells take the
     same operand shapes and no attr; the nodes are recorded with one list extension per
-    operand slot. Any check that fails falls back to the calls one by one (their errors).
+    column (a :class:`Handles` operand as one block). Any check that fails falls back to
+    the calls one by one (their errors).
 
     Raises:
         GraphError: a choice outside ``0..len(cells)-1``, or lists of different lengths.
     """
     n = len(choices)
-    if any(len(o) != n for o in operands) or not cells:
-        raise GraphError(f"switch: {n} choices but operand lists of lengths "
-                         f"{[len(o) for o in operands]} (or no cells); pass one of each "
-                         f"per node")
-    if type(choices) is np.ndarray:
-        choices = int_list(choices, "switch: choices")
-    if n and (min(choices) < 0 or max(choices) >= len(cells)):
-        bad = [c for c in choices if not 0 <= c < len(cells)]
-        raise GraphError(f"switch: choice {bad[0]} is not a cell index 0..{len(cells) - 1}")
+    if type(choices) is not tuple or not cells or \
+            (n and (min(choices) < 0 or max(choices) >= len(cells))):
+        choices = _choices(cells, choices)
     first = cells[0]
-    rec, shapes = first.batch._rec, first.in_shapes
-    known = _switch_cells(cells) if len(operands) == len(shapes) else None
-    ids: list[Sequence[int]] = []
+    batch, shapes = first.batch, first.in_shapes
+    rec, known = batch._rec, batch._switches.get(id(cells))  # (the memo's hit inline)
+    if known is None or known[0] != cells:
+        known = _switch_cells(cells)
+    if len(operands) != len(shapes):
+        known = None
+    ids: list[Any] = []
+    blocks = True  # every slot a Handles block
     for slot, want in zip(operands, shapes):
-        got = node_ids(slot, rec, want) if known is not None else None
+        if type(slot) is Handles and slot.rec is rec and slot.n == n and slot.shape == want:
+            ids.append(slot.first)
+            continue
+        got = node_ids(slot, rec, want) if len(slot) == n else None
         if got is None:
             known = None
             break
         ids.append(got)
+        blocks = False
     if known is None:
+        if any(len(o) != n for o in operands):
+            raise GraphError(f"switch: {n} choices but operand lists of lengths "
+                             f"{[len(o) for o in operands]}; pass one of each per node")
         hs = [cells[c](*(o[i] for o in operands)) for i, c in enumerate(choices)]
         return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
                        [h._kind for h in hs], first.op.out_shape)
-    kinds, op_ids = known
+    _, kinds, op_ids = known
     start = len(rec.ops)
     rec.ops.extend(map(op_ids.__getitem__, choices))
-    if ids:
-        rec.operands.extend(interleave(ids))
+    if not ids or not n:
+        pass
+    elif blocks:
+        rec.blocks.extend((len(rec.operands), start, n, len(rec.block_firsts)))
+        rec.block_firsts.extend(ids)
+    else:
+        _operands(rec, start, n, ids)
     rec.attrs.extend([-1] * n)
-    return Handles(rec, start, n, list(map(kinds.__getitem__, choices)), first.op.out_shape)
+    return Handles(rec, start, n, Routed(kinds, choices), first.op.out_shape)
 
 
 def add_losses(batch: Any, handles: Handles) -> None:
@@ -219,7 +342,8 @@ def add_losses(batch: Any, handles: Handles) -> None:
         raise GraphError(f"add_loss: {handles!r} are nodes of another mini-batch (or batch); "
                          f"record the loss in this one")
     kinds = handles.kinds
-    if not all(k.scalar for k in ([kinds] if type(kinds) is Kind else set(kinds))):
+    if not all(k.scalar for k in ([kinds] if type(kinds) is Kind else kinds.table
+                                  if type(kinds) is Routed else set(kinds))):
         raise GraphError(f"add_loss: {handles!r} are not one number per row; declare the "
                          f"loss cell with out_shape=() and reduce per row")
     rec.losses.extend(handles.ids)

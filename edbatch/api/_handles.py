@@ -77,18 +77,24 @@ class Recording:
 
     Node ``v`` has op id ``ops[v]`` and attr ``attrs[v]``; its operands follow those of
     node ``v - 1`` in ``operands`` (as many as its op's arity; a variadic op's count is the
-    next entry of ``counts``). ``marks`` holds ``(first node, instance id)`` each time the
+    next entry of ``counts``), except the nodes of bulk blocks (:mod:`edbatch.api._bulk`),
+    kept as ``blocks``, four ints each (position in ``operands``, first node, nodes,
+    offset in ``block_firsts``): node ``first + i`` reads ``block_firsts[offset + j] + i``
+    per slot ``j`` (no int per operand; :func:`~edbatch.api._bulk.operand_array` merges).
+    ``marks`` holds ``(first node, instance id)`` each time the
     current instance changes. A handle keeps its recording, so a recording is also the
     token of its batch's generation: ``handle._rec is batch._rec`` checks both at once.
     """
 
-    __slots__ = ("attrs", "batch", "counts", "generation", "losses", "marks", "nrows",
-                 "operands", "ops", "rows")
+    __slots__ = ("attrs", "batch", "block_firsts", "blocks", "counts", "generation", "losses",
+                 "marks", "nrows", "operands", "ops", "rows")
 
     def __init__(self, batch: Any, generation: int) -> None:
         self.batch, self.generation = batch, generation
         self.ops: list[int] = []
         self.operands: list[int] = []
+        self.blocks: list[int] = []
+        self.block_firsts: list[int] = []
         self.attrs: list[int] = []
         self.counts: list[int] = []
         self.marks: list[tuple[int, int]] = []
@@ -99,6 +105,7 @@ class Recording:
     def release(self) -> None:
         """Drop the recorded lists (the mini-batch ran); handles keep batch and generation."""
         self.ops = self.operands = self.attrs = self.counts = self.losses = []
+        self.blocks, self.block_firsts = [], []
         self.marks, self.rows, self.nrows = [], {}, {}
 
 

@@ -62,7 +62,7 @@ import torch
 from torch import Tensor
 
 from edbatch.api._builtins import warn_outside
-from edbatch.api._bulk import int_array
+from edbatch.api._bulk import int_array, operand_array
 from edbatch.api._handles import Handle
 from edbatch.api._requests import ArgMax, TopK, ids_array, round_yields
 from edbatch.api._schedulers import memory_strategy
@@ -183,7 +183,7 @@ class _Runner:
         counts = self.arity[new_ops]
         if np.any(counts < 0):
             counts[counts < 0] = rec.counts[self.count_start:]
-        flat = int_array(rec.operands, self.op_start, len(rec.operands), "q")
+        flat = operand_array(rec, self.op_start, start)
         is_old, old_loss = flat < start, losses < start
         old = np.concatenate([flat[is_old], losses[old_loss]])
         where = np.arange(len(old))  # each read's value node

@@ -163,6 +163,113 @@ class JoinedRead:
             bufs[b].narrow(1, 0, grad.shape[1]).add_(part)
 
 
+class GatherGroup:
+    """Rows of the same producer batches read by several operand slots (a MoE layer's
+    experts reading their tokens' rows, a combination's slots reading the experts'
+    outputs): one ``index_select`` (of those outputs joined) for all of them, split into
+    the slots' parts. Backward then fills one gradient, where a read per slot fills one
+    per slot."""
+
+    __slots__ = ("batches", "flat", "sizes")
+
+    def __init__(self, batches: list[int], flat: Tensor, sizes: list[int]) -> None:
+        self.batches, self.flat, self.sizes = batches, flat, sizes
+
+    def __call__(self, outs: Sequence[Tensor]) -> tuple[Tensor, ...]:
+        src = outs[self.batches[0]] if len(self.batches) == 1 else \
+            torch.cat([outs[b] for b in self.batches])
+        return src.index_select(0, self.flat).split_with_sizes(self.sizes)  # type: ignore[no-any-return]
+
+
+class GroupPart:
+    """One slot's part of a :class:`GatherGroup` (the group is gathered once per run by
+    :func:`_run_steps`; called alone, it gathers the group for itself)."""
+
+    __slots__ = ("group", "j")
+    gather = True
+
+    def __init__(self, group: GatherGroup, j: int) -> None:
+        self.group, self.j = group, j
+
+    def __call__(self, outs: Sequence[Tensor]) -> Tensor:
+        return self.group(outs)[self.j]
+
+
+def _reads(ops: list[Any], operands: NDArray[Any], consumer: NDArray[np.int64],
+           ptr: NDArray[np.int64], batch_of: NDArray[np.int64], row_of: NDArray[np.int64],
+           sizes: NDArray[np.int64], device: torch.device) -> list[list[Read]]:
+    """Every batch's operand reads (one per slot; a variadic node's operands one read):
+    a slice where the rows are one batch's consecutive rows, else a part of one
+    :class:`GatherGroup` per set of producer batches read by more than one slot, else
+    :func:`_read`. The producers' (batch, row) of all reads are laid out slot by slot in
+    two arrays first (each read a contiguous range), and the slices found for all at once."""
+    k = len(sizes)
+    size_l = sizes.tolist()
+    made: list[list[Any]] = [[] for _ in range(k)]
+    if not len(operands):
+        return made
+    bc = batch_of[consumer]
+    edges = np.bincount(bc, minlength=k)
+    e0 = np.cumsum(edges) - edges
+    slot = np.arange(len(operands)) - ptr[consumer]
+    pos = e0[bc] + slot * sizes[bc] + row_of[consumer]  # (a variadic node: 1 row, row 0)
+    pb, lr = np.empty_like(pos), np.empty_like(pos)
+    pb[pos], lr[pos] = batch_of[operands], row_of[operands]
+    bounds: list[tuple[int, int, int, int]] = []  # (batch, slot, lo, hi): tiling 0..E
+    for b, (op, lo) in enumerate(zip(ops, e0.tolist(), strict=True)):
+        if op.arity is None:
+            bounds.append((b, 0, lo, lo + int(edges[b])))
+        else:
+            bounds.extend((b, j, lo + j * size_l[b], lo + (j + 1) * size_l[b])
+                          for j in range(op.arity))
+    rb = np.array(bounds, np.int64).reshape(-1, 4)
+    bad = (pb[1:] != pb[:-1]) | (lr[1:] != lr[:-1] + 1)  # a read's rows not a slice there
+    cut = np.concatenate([[0], np.cumsum(bad)])
+    whole = (cut[rb[:, 3] - 1] == cut[rb[:, 2]]).tolist()
+    rows = np.repeat(np.arange(len(rb)), rb[:, 3] - rb[:, 2])
+    hit = np.bincount(rows * k + pb, minlength=len(rb) * k).reshape(-1, k)  # (no sort)
+    used = {r: np.flatnonzero(hit[r]).tolist() for r, w in enumerate(whole) if not w}
+    groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
+    for r, (b, j, lo, hi) in enumerate(bounds):
+        if whole[r]:
+            first = int(lr[lo])
+            made[b].append(SliceRead(int(pb[lo]), first, first + hi - lo))
+        else:
+            made[b].append(None)  # (placed below)
+            groups.setdefault(tuple(used[r]), []).append((b, j, lo, hi))
+    for producers, members in groups.items():
+        src = np.array(producers, np.int64)
+        total = sum(hi - lo for _, _, lo, hi in members)
+        if len(members) == 1 or int(sizes[src].sum()) > JOIN_AT * total:
+            for b, j, lo, hi in members:
+                made[b][j] = _read(pb[lo:hi], lr[lo:hi], sizes, device)
+            continue
+        at = np.zeros(k, np.int64)
+        at[src] = np.cumsum(sizes[src]) - sizes[src]
+        flat = np.concatenate([lr[lo:hi] + at[pb[lo:hi]] for _, _, lo, hi in members])
+        group = GatherGroup(list(producers), _tensor(flat, device),
+                            [hi - lo for _, _, lo, hi in members])
+        for i, (b, j, _, _) in enumerate(members):
+            made[b][j] = GroupPart(group, i)
+    return made
+
+
+#: The op name prefix of :meth:`run_programs <edbatch.api.DynamicBatch.run_programs>`'s
+#: value nodes (lookups of rows of earlier segments).
+VALUE_PREFIX = "value/"
+
+
+def value_rows(op: Any, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
+               attrs: Tensor) -> Tensor:
+    """The kernel of a batch of value nodes that reads its table's rows in order (how a
+    segment's value nodes are made): the table itself, no copy (and no embedding
+    backward: the gradient flows straight to the rows' producers)."""
+    table = params[op.params[0]]
+    if table.shape[0] != attrs.shape[0]:  # (not every row: a plain lookup)
+        return torch.nn.functional.embedding(attrs, table)
+    return table
+
+
 def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.device
                   ) -> TypedPlan | None:
     """The one-batch-per-type schedule and program of ``graph`` (see the module
@@ -204,28 +311,23 @@ def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.dev
     flat = _tensor(graph.attrs[order], device)
     attrs = flat.split_with_sizes(size_l)
     sum_kernel = KERNELS.get("sum")
-    steps: list[Step] = []
-    batches: list[Batch] = []
+    batches = []
     for b, op in enumerate(ops):
         nodes = order[start_l[b]:start_l[b] + size_l[b]]
-        kernel = kernel_for(op, kernels)
-        width = math.prod(op.out_shape)
-        split = op.arity is None
-        if split:  # a variadic node: alone of its type, one merged read of its operands
-            if size_l[b] != 1 or counts[nodes[0]] == 0:
-                return None
-            v = int(nodes[0])
-            src = operands[ptr[v]:ptr[v + 1]]
-            reads: tuple[Read, ...] = (_read(batch_of[src], row_of[src], sizes, device),)
-        elif op.arity:
-            cols = operands[ptr[nodes][:, None] + np.arange(op.arity)]
-            pb, lr = batch_of[cols], row_of[cols]
-            reads = tuple(_read(pb[:, s], lr[:, s], sizes, device) for s in range(op.arity))
-        else:
-            reads = ()
-        steps.append(new_step(op, kernel, attrs[b], size_l[b], width, b, 0, reads, split,
-                              split and kernel is sum_kernel, False))
+        if op.arity is None and (size_l[b] != 1 or counts[nodes[0]] == 0):
+            return None  # (a variadic node runs alone of its type, on >= 1 operand)
         batches.append(Batch(type_of[b], nodes.astype(np.int32)))
+    slots = _reads(ops, operands, consumer, ptr, batch_of, row_of, sizes, device)
+    steps: list[Step] = []
+    for b, op in enumerate(ops):
+        kernel = kernel_for(op, kernels)
+        split = op.arity is None
+        if op.name.startswith(VALUE_PREFIX) and op.kind == "lookup" and \
+                np.array_equal(graph.attrs[order[start_l[b]:start_l[b] + size_l[b]]],
+                               np.arange(size_l[b])):
+            kernel = value_rows  # every row of its table, in order: the table itself
+        steps.append(new_step(op, kernel, attrs[b], size_l[b], math.prod(op.out_shape), b, 0,
+                              tuple(slots[b]), split, split and kernel is sum_kernel, False))
     outs = graph.outputs.astype(np.int64)
     outputs = tuple((int(v), int(batch_of[v]), int(row_of[v]), int(row_of[v])) for v in outs)
     done = tuple(steps)
@@ -267,8 +369,25 @@ def _run_steps(executor: Any, program: Program, params: Mapping[str, Tensor]
     """The training loop over the steps (inference and training steps are the same here;
     reads over several batches are already joined where that pays, :func:`_read`)."""
     outs: list[Tensor] = []
-    call = executor._call
+    apply, keep = executor._apply, executor.capture.outputs.append
+    timed = executor._timer is not None  # (a profiled run: every read timed on its own)
+    groups: dict[GatherGroup, tuple[Tensor, ...]] = {}  # this run's gathered groups
     for i, step in enumerate(program.steps):
-        outs.append(call(i, step, outs, params))
+        if timed:
+            out = executor._call(i, step, outs, params)
+        else:
+            operands = []
+            for read in step.reads:
+                if type(read) is GroupPart:
+                    parts = groups.get(read.group)
+                    if parts is None:
+                        parts = groups[read.group] = read.group(outs)
+                    operands.append(parts[read.j])
+                else:
+                    operands.append(read(outs))
+            out = apply(i, step, operands, params, None)
+        if step.kernel is value_rows:  # (not a capturing kernel)
+            keep(out)
+        outs.append(out)
     return {v: outs[b][r:r + 1]
             for (v, _, _, r), b in zip(program.outputs, program.output_batch, strict=True)}

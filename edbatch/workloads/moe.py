@@ -158,6 +158,7 @@ class MoETagger(Workload):
         self.names = param_names(layers, experts)
         self.routing_params = self._seeded_params()
         self._routes: dict[tuple[str, int], list[list[int]]] = {}
+        self._key_lists: dict[tuple[str, int], list[list[int]]] = {}
 
     # ------------------------------------------------------------------ vocabulary
     def _declare_cells(self, ops: OpSet) -> None:
@@ -214,6 +215,7 @@ class MoETagger(Workload):
         """Gate noise of round ``noise_round`` (``-1``: none) from now on; drops caches."""
         if noise_round != self.noise_round:
             self.noise_round = noise_round
+            self._key_lists.clear()
             self._routes.clear()
             self._cache.clear()
 
@@ -248,12 +250,20 @@ class MoETagger(Workload):
                        + torch.arange(self.layers).reshape(1, -1))
 
     def key_lists(self, inst: MoEInstance) -> list[list[int]]:
-        """:meth:`keys` as one list of ints per layer (what a program passes as attrs)."""
+        """:meth:`keys` as one list of ints per layer (what a program passes as attrs),
+        made once per sentence and noise round (shared: do not modify them)."""
+        got = self._key_lists.get((inst.split, inst.index))
+        if got is not None:
+            return got
         n = len(inst)
         if self.noise_round < 0:
-            return [[-1] * n for _ in range(self.layers)]
-        base = noise_key(self.noise_round, inst.index, 0, 0)
-        return [list(range(base + lay, base + lay + 16 * n, 16)) for lay in range(self.layers)]
+            got = [[-1] * n for _ in range(self.layers)]
+        else:
+            base = noise_key(self.noise_round, inst.index, 0, 0)
+            got = [list(range(base + lay, base + lay + 16 * n, 16))
+                   for lay in range(self.layers)]
+        self._key_lists[(inst.split, inst.index)] = got
+        return got
 
     def routes(self, inst: MoEInstance) -> list[list[list[int]]]:
         """Per layer, per token, the chosen experts (under :attr:`routing_params`)."""

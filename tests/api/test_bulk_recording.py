@@ -128,3 +128,123 @@ def test_bulk_losses_and_numpy_inputs_are_checked() -> None:
             b.add_loss(old)  # the discarded mini-batch's
     assert n == 2 and not b._rec.losses
     b.discard()
+
+
+def _mixed(b, c, bulk: bool, words, choice):  # type: ignore[no-untyped-def]
+    """Bulk blocks with single calls between them (and a map over a plain handle list:
+    the node-major path), or every node alone."""
+    with b.instance():
+        if bulk:
+            xs = c["embed"].map(attrs=words)
+            lone = c["a"](xs[0])  # a single call between blocks
+            ys = switch([c["a"], c["b"]], choice, xs)
+            zs = c["mix"].map(list(ys), xs)  # a plain list of handles: not a block
+            ws = c["mix"].map(zs, ys)
+        else:
+            xs = [c["embed"](attr=w) for w in words]
+            lone = c["a"](xs[0])
+            ys = [(c["a"], c["b"])[k](x) for k, x in zip(choice, xs, strict=True)]
+            zs = [c["mix"](y, x) for x, y in zip(xs, ys, strict=True)]
+            ws = [c["mix"](z, y) for z, y in zip(zs, ys, strict=True)]
+        b.add_loss(c["sq"](c["mix"](lone, ws[-1])))
+        for w in ws:
+            b.add_loss(c["sq"](w))
+
+
+def test_blocks_between_single_calls_record_the_same_graph() -> None:
+    """Operands of ``Handles`` blocks are kept as blocks (no int per operand) and merged
+    in node order with the listed ones: the graph of the calls one by one."""
+    from edbatch.api._bulk import operand_array
+
+    words, choice = [3, 1, 4, 1, 5], [1, 0, 0, 1, 1]
+    b, c = _batch()
+    _mixed(b, c, True, words, choice)
+    assert b._rec.blocks and b._rec.operands  # both kinds of record
+    assert operand_array(b._rec, 0, 0).tolist() == b.graph()[0].operand_ids[
+        :-len(b._rec.losses)].tolist()
+    bulk, got = b.graph()[0], b.run("depth").loss
+    _mixed(b, c, False, words, choice)
+    assert not b._rec.blocks
+    single, want = b.graph()[0], b.run("depth").loss
+    assert bulk.op_ids.tolist() == single.op_ids.tolist()
+    assert bulk.operand_ids.tolist() == single.operand_ids.tolist()
+    assert bulk.attrs.tolist() == single.attrs.tolist()
+    assert got.item() == pytest.approx(want.item(), rel=1e-12)
+
+
+@pytest.mark.parametrize("typed", [True, False])
+def test_blocks_across_segments_equal_single_calls(typed: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Programs recording blocks and single calls over several segments (each segment's
+    blocks merged from its first node on): loss and gradients of the calls one by one
+    (fp64), on the typed and the general path."""
+    from edbatch.api import _typed
+    monkeypatch.setattr(_typed, "TYPED", typed)
+    b, c = _batch()
+    mods = [c[n].module for n in ("embed", "a", "b")]
+
+    def program(words, bulk):  # type: ignore[no-untyped-def]
+        xs = c["embed"].map(attrs=words) if bulk else [c["embed"](attr=w) for w in words]
+        for _ in range(2):
+            values = yield xs
+            choice = (values[:, 0] > 0).long().tolist()
+            if bulk:
+                ys = switch([c["a"], c["b"]], choice, xs)
+                xs = c["mix"].map(c["a"].map(xs), ys)
+            else:
+                ys = [(c["a"], c["b"])[k](x) for k, x in zip(choice, xs, strict=True)]
+                xs = [c["mix"](c["a"](x), y) for x, y in zip(xs, ys, strict=True)]
+            b.add_loss(c["sq"](xs[0]))
+        b.add_loss(c["sq"].map(xs) if bulk else c["sq"].map(list(xs)))
+
+    results = []
+    for bulk in (True, False):
+        for m in mods:
+            m.zero_grad()
+        out = b.run_programs([program(w, bulk) for w in ([1, 2, 3], [4, 5], [6])])
+        out.loss.backward()
+        results.append((out.loss.item(), [p.grad.clone() for m in mods
+                                          for p in m.parameters()]))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-12)
+    for g, want in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(g, want, rtol=1e-10, atol=1e-12)
+
+
+def test_switch_over_cells_of_other_output_shapes_records_node_by_node() -> None:
+    b, c = _batch()
+    wide = b.cell(nn.Linear(3, 4).double(), "wide", [3], 4)
+    with b.instance():
+        xs = c["embed"].map(attrs=[1, 2, 3])
+        ys = switch([c["a"], wide], [0, 1, 0], xs)
+        assert [y.shape for y in ys] == [(3,), (4,), (3,)]  # each node its own cell's
+        zs = switch([c["a"], c["b"]], [1, 0, 1], xs)
+        assert [z.op_name for z in zs] == ["user.b", "user.a", "user.b"]
+    b.discard()
+
+
+def test_run_programs_pauses_the_garbage_collector_and_resumes_it() -> None:
+    import gc
+
+    b, c = _batch()
+    seen = []
+
+    def program(words, fail):  # type: ignore[no-untyped-def]
+        seen.append(gc.isenabled())
+        values = yield c["embed"].map(attrs=words)
+        if fail:
+            raise ValueError("a program's own error")
+        b.add_loss(c["sq"].map(c["a"].map(c["embed"].map(attrs=words))))
+        return values.shape
+
+    assert gc.isenabled()
+    out = b.run_programs([program([1, 2], False), program([3], False)])
+    assert seen == [False, False] and gc.isenabled() and out.returns == [(2, 3), (1, 3)]
+    with pytest.raises(ValueError, match="own error"):
+        b.run_programs([program([1], True)])
+    assert gc.isenabled()
+    gc.disable()  # a caller's own pause is left as it was
+    try:
+        b.run_programs([program([4], False)])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

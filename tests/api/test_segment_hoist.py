@@ -141,15 +141,14 @@ def test_joined_scattered_reads_equal_the_group_by_group_reads(monkeypatch) -> N
     for n in g1:
         assert torch.allclose(g1[n], g2[n], rtol=0, atol=1e-12), n
     typed, joins = [], []
-    real_join = _typed.JoinedRead.__init__
+    for joined_kind in (_typed.JoinedRead, _typed.GatherGroup):  # (one slot's, several's)
+        def spy_join(self, *args, real=joined_kind.__init__):  # type: ignore[no-untyped-def]
+            real(self, *args)
+            joins.append(self)
 
-    def spy_join(self, *args):  # type: ignore[no-untyped-def]
-        real_join(self, *args)
-        joins.append(self)
-
-    monkeypatch.setattr(_typed.JoinedRead, "__init__", spy_join)
+        monkeypatch.setattr(joined_kind, "__init__", spy_join)
     monkeypatch.setattr(_typed, "TYPED", True)
-    for join_at in (default, 0):  # the typed path: JoinedRead, then SelectRead groups
+    for join_at in (default, 0):  # the typed path: joined reads, then SelectRead groups
         monkeypatch.setattr(_typed, "JOIN_AT", join_at)
         joins.clear()
         model = moe.MoE(workload, dtype=torch.float64)

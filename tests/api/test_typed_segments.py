@@ -183,3 +183,55 @@ def test_unbatchable_type_with_several_nodes_does_not_qualify() -> None:
     kernels = {"abstract": lambda op, inputs, params, attrs: inputs[0]}
     plan = typed_program(one, kernels, torch.device("cpu"))
     assert plan is not None and plan.schedule.num_batches == 2 == lower_bound(one)
+
+
+def _weighted(op, inputs, params, attrs):  # type: ignore[no-untyped-def]
+    """A source row from its attr, else ``attr / 1000 + sum_j (j + 1) * operand_j``:
+    every operand and its slot shows in the value."""
+    out = attrs.double()[:, None].expand(-1, D) / 1000.0
+    for j, x in enumerate(inputs):
+        out = out + (j + 1) * x
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_typed_reads_deliver_every_operand(seed: int) -> None:
+    """The reads of a typed program (slices, gathers, parts of a gather shared by several
+    slots, each called alone) hand every node its operands: node values equal a per-node
+    evaluation on random qualifying graphs."""
+    from edbatch.api._typed import GroupPart
+    rng = np.random.default_rng(100 + seed)
+    g = _random_qualifying(rng, k=int(rng.integers(2, 7)), n=int(rng.integers(20, 80)))
+    graph = Graph.from_arrays(g.vocab, g.op_ids, g.operand_ptr, g.operand_ids,
+                              attrs=np.arange(g.num_nodes, dtype=np.int64))
+    plan = typed_program(graph, {"abstract": _weighted}, torch.device("cpu"))
+    assert plan is not None
+    outs: list[torch.Tensor] = []
+    for step in plan.program.steps:
+        outs.append(step.kernel(step.op, [r(outs) for r in step.reads], {}, step.attrs))
+    want: list[torch.Tensor] = []
+    for v in range(graph.num_nodes):
+        ins = [want[int(u)] for u in graph.operands(v)]
+        want.append(_weighted(None, ins, {}, torch.tensor([v]))[0])
+    got = torch.stack([outs[int(plan.batch_of[v])][int(plan.row_of[v])]
+                       for v in range(graph.num_nodes)])
+    torch.testing.assert_close(got, torch.stack(want), rtol=0, atol=1e-12)
+    assert seed or any(type(r) is GroupPart for s in plan.program.steps for r in s.reads)
+
+
+def test_value_nodes_are_their_table_and_expert_reads_one_gather(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later segment's value nodes read their table's rows in order: the step is the
+    table itself (no lookup); the two experts reading those rows share one gather."""
+    from edbatch.api._segments import _STATES
+    from edbatch.api._typed import GroupPart, value_rows
+    model = Routed()
+    _run(model, True, monkeypatch)
+    entries = list(_STATES[model.batch].cache.entries.values())
+    steps = [s for e in entries for s in e.program.steps]
+    values = [s for s in steps if s.op.name.startswith("value/")]
+    assert values and all(s.kernel is value_rows for s in values)
+    experts = [s for s in steps if s.op.name.startswith("user.exp")]
+    parts = [r for s in experts for r in s.reads]
+    assert parts and all(type(r) is GroupPart for r in parts)
+    assert len({id(r.group) for r in parts}) == len(entries) - 2  # one per expert segment

@@ -64,6 +64,6 @@ def test_routing_params_must_be_complete() -> None:
 def test_key_lists_are_the_keys() -> None:
     w = _small()
     inst = w.load("train")[2]
-    for noise_round in (-1, 4):
+    for noise_round in (-1, 4, 4, -1, 7):  # (made once per sentence and round)
         w.set_noise_round(noise_round)
         assert w.key_lists(inst) == w.keys(inst).t().tolist()
