@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from torch import Tensor
 
 from edbatch.api import _typed
 from edbatch.api._rebind import projects, rebind, rebind_typed
+from edbatch.api._rounds import RoundPlan, Rounds
 from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
@@ -197,16 +198,21 @@ class SegmentCache:
         self.hits = self.misses = 0
 
     @staticmethod
-    def key(vocab: Any, make: Scheduler, strategy: Strategy, *arrays: NDArray[Any]
+    def maker(make: Scheduler) -> Any:
+        """``make`` as the cache keys it: a registry scheduler by its rule and name (a new
+        instance of it hits too), any other by itself."""
+        kind = type(make)
+        return (make.rule, make.name) if kind is CompiledScheduler else \
+            (make.fn, make.name) if kind is NamedScheduler else make
+
+    @staticmethod
+    def key(vocab: Any, make: Scheduler, strategy: Any, *arrays: NDArray[Any]
             ) -> tuple[Any, ...]:
         """The structure of a segment given as arrays (op ids, operand counts, operands,
-        outputs, sizes) with its vocabulary, scheduler (a registry scheduler by its rule
-        and name, so a new instance of it hits too) and strategy. Not the instances: the
-        schedulers and the memory planner read op types and operands only."""
-        kind = type(make)
-        maker = (make.rule, make.name) if kind is CompiledScheduler else \
-            (make.fn, make.name) if kind is NamedScheduler else make
-        return (id(vocab), maker, strategy,
+        outputs, sizes) with its vocabulary, scheduler (:meth:`maker`) and strategy. Not
+        the instances: the schedulers and the memory planner read op types and operands
+        only."""
+        return (id(vocab), SegmentCache.maker(make), strategy,
                 *((a.dtype.str, len(a), a.tobytes()) for a in arrays))
 
     def get(self, key: tuple[Any, ...]) -> Entry | None:
@@ -233,6 +239,7 @@ class SegmentState:
     cache: SegmentCache
     kernels: dict[str, Any]  # the batch's kernels it was made for (a copy)
     keep: tuple[Any, ...]  # the objects whose ids key the cache (kept alive)
+    rounds: Rounds  # round plans by signature (:mod:`~edbatch.api._rounds`)
 
 
 _STATES: weakref.WeakKeyDictionary[Any, SegmentState] = weakref.WeakKeyDictionary()
@@ -247,32 +254,40 @@ def segment_state(batch: Any) -> SegmentState:
             state.executor.dtype != batch.dtype or state.keep[0] != batch.device:
         capture = Capture(kernels)
         state = SegmentState(capture, SegmentExecutor(batch.device, batch.dtype, capture),
-                             SegmentCache(CACHE_SIZE), dict(kernels), (batch.device,))
+                             SegmentCache(CACHE_SIZE), dict(kernels), (batch.device,),
+                             Rounds(CACHE_SIZE))
         _STATES[batch] = state
     return state
 
 
-def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Strategy,
-                memory: Strategy, arrays: dict[str, Any], params: dict[str, Tensor],
-                grad: bool) -> tuple[Graph, Schedule, Entry, Any]:
-    """Build (or take from the cache) the segment's graph, schedule, plan and program and
-    run it: ``arrays`` holds ``op_ids``, ``counts``, ``operands``, ``attrs``, ``instance``
-    and ``outputs``; ``memory`` is the strategy the plan is made with."""
-    op_ids, counts, operands = arrays["op_ids"], arrays["counts"], arrays["operands"]
-    attrs, inst, outputs = arrays["attrs"], arrays["instance"], arrays["outputs"]
-    cache = state.cache
-    key = cache.key(vocab, make, (strategy, _typed.TYPED),  # each path its own entries
-                    op_ids, counts, operands, outputs, arrays["sizes"])
-    entry = cache.get(key)
+def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: Strategy,
+                attrs: NDArray[np.int64], instance: Callable[[], NDArray[np.int32]],
+                params: dict[str, Tensor], grad: bool
+                ) -> tuple[Graph | Callable[[], Graph], Schedule, Entry, Any]:
+    """Build (or take from the cache) the segment's graph, schedule, memory plan (made
+    with ``memory``) and program and run it: ``plan`` gives its structure (arrays, cache
+    key), ``attrs`` its attrs, ``instance()`` its instances. Returns the graph, or for a
+    typed segment of a structure seen before a function making it (the instances are only
+    worked out when it is read), the schedule, the cache entry and the executor result."""
+    vocab, cache, executor = plan.vocab, state.cache, state.executor
+    entry = cache.get(plan.key)
     if entry is not None and entry.graph.vocab is not vocab:  # an id reused
         entry = None
-    executor = state.executor
     state.keep = (state.keep[0], vocab, make)
+    if entry is not None and entry.plan is None:  # typed: rebind the attrs and run
+        program = rebind_typed(entry.program, attrs, executor.device)  # type: ignore[arg-type]
+        base = entry.graph
+        return (lambda: dataclasses.replace(base, attrs=_frozen(attrs, np.int64),
+                                            instance=_frozen(instance(), np.int32)),
+                entry.schedule, entry, run_typed(executor, program, params, grad))
+    arrays = plan.arrays
+    inst = instance()
     if entry is None:
+        op_ids, counts = arrays["op_ids"], arrays["counts"]
         ptr = np.zeros(len(op_ids) + 1, np.int64)
         np.cumsum(counts, out=ptr[1:])
-        graph = Graph.from_arrays(vocab, op_ids, ptr, operands, attrs=attrs, instance=inst,
-                                  outputs=outputs)
+        graph = Graph.from_arrays(vocab, op_ids, ptr, arrays["operands"], attrs=attrs,
+                                  instance=inst, outputs=arrays["outputs"])
         typed = typed_program(graph, state.capture.kernels, executor.device) if \
             _typed.TYPED else None
         if typed is not None:
@@ -280,7 +295,7 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
             c, m = (int(x) for x in arrays["sizes"])
             entry.nodes = np.arange(m, dtype=np.int64)
             entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
-            cache.put(key, entry)
+            cache.put(plan.key, entry)
             return graph, entry.schedule, entry, run_typed(executor, entry.program,
                                                            params, grad)
         schedule = make(graph)
@@ -291,15 +306,12 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
         graph = dataclasses.replace(entry.graph, attrs=_frozen(attrs, np.int64),
                                     instance=_frozen(inst, np.int32))
         assert entry.program is not None
-        if entry.plan is None:
-            program = rebind_typed(entry.program, graph.attrs, executor.device)
-            return graph, entry.schedule, entry, run_typed(executor, program, params, grad)
         executor.given = rebind(entry.program, graph.attrs, executor.device)
     state.capture.outputs.clear()
     result = executor.run(graph, entry.schedule, entry.plan, params, grad=grad)
     if entry.program is None:
         entry.program = executor.compiled
-        cache.put(key, entry)
+        cache.put(plan.key, entry)
     return graph, entry.schedule, entry, result
 
 

@@ -1,0 +1,136 @@
+"""A round's structure, read from the recording once and reused while it repeats.
+
+Every synchronisation of :meth:`DynamicBatch.run_programs
+<edbatch.api.DynamicBatch.run_programs>` runs what the programs recorded since the last one
+as a segment. Its graph is the new nodes plus one ``value/<shape>`` node per earlier node
+they read (:meth:`~edbatch.api._programs._Runner.run`), so most rounds of a mini-batch
+repeat one structure: every greedy decoding step over the same sentences, a parser's
+decisions over the same number of sentences. What that structure fixes is made on its
+first occurrence and kept in a :class:`RoundPlan` (per :class:`~edbatch.api._segments.
+SegmentState`, so later mini-batches find it too): the vocabulary, which value parameters
+gather which reads, the segment's op ids, operand counts, operands and outputs, the
+constant attrs of its value nodes and the segment-cache key
+(:class:`~edbatch.api._segments.SegmentCache`). A round whose :func:`signature` was seen
+before then only reads its attrs and the nodes it reads from the recording (a handful of
+numpy calls), gathers their values and runs the cached program: no value grouping, array
+assembly or structure hashing per round.
+
+The signature is the round's structure in bytes: the new nodes' op ids (and variadic operand
+counts), each operand as the index of its value node (a read of an earlier node) or of its
+new node relative to the round's first (:func:`localise`), the loss terms the same way, and
+the op ids of the earlier nodes read (their shapes decide the value nodes). Two rounds of
+equal signatures make equal segment arrays except the attrs and instances, which the
+schedulers, memory planner and compiled programs do not read (their attrs are rebound).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["RoundPlan", "Rounds", "instances", "localise"]
+
+
+@dataclass
+class RoundPlan:
+    """What a round's structure fixes (module docstring): ``arrays`` holds the segment's
+    ``op_ids``, ``counts``, ``operands``, ``outputs`` and ``sizes`` (``[c, m]``: value
+    nodes, new nodes); ``groups`` per value parameter its name and the positions among the
+    earlier nodes read that it gathers (``None``: all of them, in order); ``tail`` the attrs
+    after the new nodes (``[-1]`` for a loss sum, else none)."""
+
+    vocab: Any
+    key: tuple[Any, ...]
+    arrays: dict[str, NDArray[Any]]
+    groups: tuple[tuple[str, NDArray[np.int64] | None], ...]
+    old_attrs: NDArray[np.int64]
+    tail: NDArray[np.int64]
+
+    def attrs(self, new: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The segment's attrs with ``new`` those of the round's new nodes."""
+        return np.concatenate([self.old_attrs, new, self.tail])
+
+
+class Rounds:
+    """Round plans by signature, least recently used first out."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.plans: OrderedDict[tuple[Any, ...], RoundPlan] = OrderedDict()
+
+    def get(self, sig: tuple[Any, ...]) -> RoundPlan | None:
+        plan = self.plans.get(sig)
+        if plan is not None:
+            self.plans.move_to_end(sig)
+        return plan
+
+    def put(self, sig: tuple[Any, ...], plan: RoundPlan) -> None:
+        self.plans[sig] = plan
+        while len(self.plans) > self.size:
+            self.plans.popitem(last=False)
+
+
+_ALL: dict[int, NDArray[np.int64]] = {}
+
+
+def _arange(k: int) -> NDArray[np.int64]:
+    """``np.arange(k)`` (read-only, made once per length)."""
+    got = _ALL.get(k)
+    if got is None:
+        got = _ALL[k] = np.arange(k, dtype=np.int64)
+        got.flags.writeable = False
+        if len(_ALL) > 4096:
+            _ALL.clear()
+    return got
+
+
+def localise(flat: NDArray[np.int64], losses: NDArray[np.int64], start: int, share_at: int
+             ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """``(old, local, loss_local)``: the earlier nodes (ids below ``start``) that operands
+    ``flat`` and loss terms ``losses`` read, one per read in order, or each distinct one
+    once (sorted) when there are ``share_at`` reads or more per distinct node; and the
+    operands and loss terms renumbered for the segment: a read of an earlier node as the
+    index of its value node, a new node ``v`` as ``len(old) + v - start``."""
+    is_old = flat < start
+    old = flat[is_old]
+    reads = len(old)
+    old_loss = None
+    if len(losses):
+        old_loss = losses < start
+        old = np.concatenate([old, losses[old_loss]])
+    c = len(old)
+    where = _arange(c)  # each read's value node
+    if c >= share_at * 2:  # the distinct nodes read: one sort; the mapping only if shared
+        s = np.sort(old)
+        first = np.empty(c, bool)
+        first[0] = True
+        np.not_equal(s[1:], s[:-1], out=first[1:])
+        if int(np.count_nonzero(first)) * share_at <= c:
+            distinct = s[first]
+            old, where = distinct, np.searchsorted(distinct, old)
+            c = len(old)
+    local = flat + (c - start)
+    local[is_old] = where[:reads]
+    loss_local = losses + (c - start)
+    if old_loss is not None:
+        loss_local[old_loss] = where[reads:]
+    return old, local, loss_local
+
+
+def instances(marks: list[tuple[int, int]], last: int, start: int, n: int
+              ) -> NDArray[np.int32]:
+    """The instance of nodes ``start..n-1`` from ``marks`` (``(first node, instance)``,
+    every one at or after ``start``) and ``last``, the instance in effect before them."""
+    m = np.fromiter(chain.from_iterable(marks), np.int64, 2 * len(marks)).reshape(-1, 2)
+    bounds = np.empty(len(m) + 2, np.int64)
+    bounds[0], bounds[-1] = start, n
+    np.minimum(m[:, 0], n, out=bounds[1:-1])
+    values = np.empty(len(m) + 1, np.int32)
+    values[0] = last
+    values[1:] = m[:, 1]
+    return np.repeat(values, np.diff(bounds))
