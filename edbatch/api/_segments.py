@@ -252,7 +252,7 @@ def segment_state(batch: Any) -> SegmentState:
     kernels = batch.kernels
     if state is None or len(state.kernels) != len(kernels) or state.kernels != kernels or \
             state.executor.dtype != batch.dtype or state.keep[0] != batch.device:
-        capture = Capture(kernels)
+        capture = Capture({**kernels, VALUE_ROWS: _value_rows_kernel(kernels["lookup"])})
         state = SegmentState(capture, SegmentExecutor(batch.device, batch.dtype, capture),
                              SegmentCache(CACHE_SIZE), dict(kernels), (batch.device,),
                              Rounds(CACHE_SIZE))
@@ -291,7 +291,8 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
         typed = typed_program(graph, state.capture.kernels, executor.device) if \
             _typed.TYPED else None
         if typed is not None:
-            entry = Entry(graph, typed.schedule, None, typed.program)
+            entry = Entry(graph, typed.schedule, None,
+                          value_rows(typed.program, graph, state.capture.kernels[VALUE_ROWS]))
             c, m = (int(x) for x in arrays["sizes"])
             entry.nodes = np.arange(m, dtype=np.int64)
             entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
@@ -313,6 +314,41 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
         entry.program = executor.compiled
         cache.put(plan.key, entry)
     return graph, entry.schedule, entry, result
+
+
+#: The kernel name under which a :class:`SegmentState`'s capture holds
+#: :func:`_value_rows_kernel`'s kernel.
+VALUE_ROWS = "api.value_rows"
+
+
+def _value_rows_kernel(lookup: Any) -> Any:
+    """A kernel for a batch of ``value/<shape>`` nodes that take their parameter's rows
+    ``0..k-1`` in order: the parameter itself (the rows gathered for them), no copy;
+    ``lookup`` where the row count differs."""
+    def value_rows(op: Any, inputs: Sequence[Tensor], params: Any, attrs: Tensor) -> Tensor:
+        rows = params[op.params[0]]
+        return rows if rows.shape[0] == attrs.shape[0] else lookup(op, inputs, params, attrs)
+    return value_rows
+
+
+def value_rows(program: Program, graph: Graph, kernel: Any) -> Program:
+    """``program`` (typed) with each batch of ``value/<shape>`` nodes whose attrs are
+    ``0..k-1`` in order run by ``kernel`` (:func:`_value_rows_kernel`): the segment
+    gathers exactly those rows as the parameter (:class:`~edbatch.api._rounds.RoundPlan`),
+    so the batch's output is that tensor. Their attrs are fixed by the segment's structure
+    (each value node's rank among those of its op type), so every cache hit keeps them."""
+    steps, at = list(program.steps), 0
+    for k, step in enumerate(program.steps):
+        nodes = program.attr_nodes[at:at + step.size]
+        at += step.size
+        if step.op.name.startswith("value/") and step.op.kind == "lookup" and \
+                np.array_equal(graph.attrs[nodes], np.arange(step.size)):
+            new = object.__new__(Step)
+            new.__dict__.update(step.__dict__)
+            new.__dict__["kernel"] = kernel
+            steps[k] = new
+    done = tuple(steps)
+    return dataclasses.replace(program, steps=done, grad_steps=lambda: done)
 
 
 def _frozen(a: NDArray[Any], dtype: Any) -> NDArray[Any]:
