@@ -92,6 +92,14 @@ def _with_attrs(step: Step, attrs: Tensor) -> Step:
 def rebind_typed(program: Program, attrs: NDArray[np.int64], device: torch.device
                  ) -> Program:
     """:func:`rebind` for a typed segment's program (:mod:`~edbatch.api._typed`), whose
-    inference and training steps are the same: the steps made once, no lazy second set."""
-    flat, _, steps = _bound_steps(program, attrs, device)
-    return dataclasses.replace(program, steps=steps, grad_steps=lambda: steps, attrs=flat)
+    inference and training steps are the same: the steps made once, no lazy second set,
+    and the copy made field by field (no dataclass ``replace``: this runs every round)."""
+    flat = attrs[program.attr_nodes]  # (a fresh array: the tensor may own it)
+    host = torch.from_numpy(flat)
+    flat_t = host if device.type == "cpu" else to_device(flat, device)
+    views = flat_t.split_with_sizes([s.size for s in program.steps]) if program.steps else ()
+    steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
+    copy = object.__new__(Program)
+    copy.__dict__.update(program.__dict__)
+    copy.__dict__.update(steps=steps, grad_steps=lambda: steps, attrs=flat_t)
+    return copy

@@ -72,6 +72,7 @@ class Entry:
     nodes: NDArray[np.int64] | None = None
     batch: NDArray[np.int64] | None = None
     row: NDArray[np.int64] | None = None
+    span: bool = False  # ``nodes`` is ``0..len(nodes)-1`` in order (a typed segment's)
 
 
 class SegmentExecutor(TorchExecutor):
@@ -294,7 +295,7 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
             entry = Entry(graph, typed.schedule, None,
                           value_rows(typed.program, graph, state.capture.kernels[VALUE_ROWS]))
             c, m = (int(x) for x in arrays["sizes"])
-            entry.nodes = np.arange(m, dtype=np.int64)
+            entry.nodes, entry.span = np.arange(m, dtype=np.int64), True
             entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
             cache.put(plan.key, entry)
             return graph, entry.schedule, entry, run_typed(executor, entry.program,
@@ -383,6 +384,13 @@ def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, 
             f"{batches} batches; values are read from one kernel call per batch")
     base = len(values.outputs)
     values.outputs.extend(outputs)
+    if entry.span:  # nodes offset.. in order: slices, not index arrays
+        end = offset + len(entry.nodes)
+        values.grow(end)
+        values.batch[offset:end] = entry.batch
+        values.batch[offset:end] += base
+        values.row[offset:end] = entry.row
+        return
     ids = entry.nodes + offset
     if len(ids):
         values.grow(int(ids.max()) + 1)
