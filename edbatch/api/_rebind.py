@@ -22,7 +22,7 @@ from edbatch.executor._hoist import HoistedProgram
 from edbatch.executor._program import Program, Step
 from edbatch.executor._reads import SliceRead, to_device
 
-__all__ = ["projects", "rebind", "rebind_typed"]
+__all__ = ["InPlaceAttrs", "projects", "rebind", "rebind_typed"]
 
 
 def projects(step: Step) -> bool:
@@ -103,3 +103,26 @@ def rebind_typed(program: Program, attrs: NDArray[np.int64], device: torch.devic
     copy.__dict__.update(program.__dict__)
     copy.__dict__.update(steps=steps, grad_steps=lambda: steps, attrs=flat_t)
     return copy
+
+
+class InPlaceAttrs:
+    """A typed program (:mod:`~edbatch.api._typed`) for inference on the CPU whose steps
+    read their attrs from one buffer, overwritten for each run (:meth:`bind`): no new
+    tensor or steps per run. Inference only: a training run's backward reads the attrs of
+    its segment after later segments ran, so training runs rebind (:func:`rebind_typed`)."""
+
+    __slots__ = ("buffer", "program")
+
+    def __init__(self, program: Program) -> None:
+        self.buffer = np.zeros(len(program.attr_nodes), np.int64)
+        flat = torch.from_numpy(self.buffer)
+        views = flat.split_with_sizes([s.size for s in program.steps]) if program.steps \
+            else ()
+        steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
+        self.program = dataclasses.replace(program, steps=steps, grad_steps=lambda: steps,
+                                           attrs=flat)
+
+    def bind(self, attrs: NDArray[np.int64]) -> Program:
+        """The program, its steps now reading ``attrs`` (a graph's attrs, node order)."""
+        np.take(attrs, self.program.attr_nodes, out=self.buffer)
+        return self.program

@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.api import _typed
-from edbatch.api._rebind import projects, rebind, rebind_typed
+from edbatch.api._rebind import InPlaceAttrs, projects, rebind, rebind_typed
 from edbatch.api._rounds import RoundPlan, Rounds
 from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
@@ -73,6 +73,7 @@ class Entry:
     batch: NDArray[np.int64] | None = None
     row: NDArray[np.int64] | None = None
     span: bool = False  # ``nodes`` is ``0..len(nodes)-1`` in order (a typed segment's)
+    inplace: InPlaceAttrs | None = None  # a typed program's CPU inference copy
 
 
 class SegmentExecutor(TorchExecutor):
@@ -276,7 +277,13 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
         entry = None
     state.keep = (state.keep[0], vocab, make)
     if entry is not None and entry.plan is None:  # typed: rebind the attrs and run
-        program = rebind_typed(entry.program, attrs, executor.device)  # type: ignore[arg-type]
+        assert entry.program is not None
+        if grad or executor.device.type != "cpu":
+            program = rebind_typed(entry.program, attrs, executor.device)
+        else:
+            if entry.inplace is None:
+                entry.inplace = InPlaceAttrs(entry.program)
+            program = entry.inplace.bind(attrs)
         base = entry.graph
         return (lambda: dataclasses.replace(base, attrs=_frozen(attrs, np.int64),
                                             instance=_frozen(instance(), np.int32)),
