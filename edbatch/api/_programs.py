@@ -66,7 +66,7 @@ from edbatch.api._builtins import warn_outside
 from edbatch.api._bulk import int_array
 from edbatch.api._handles import Handle
 from edbatch.api._requests import ArgMax, TopK, ids_array, round_yields
-from edbatch.api._rounds import RoundPlan, instances, localise
+from edbatch.api._rounds import RoundPlan, instances, localise, slot_major
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._segments import (
     SegmentCache,
@@ -261,14 +261,20 @@ class _Runner:
         """A round's :class:`~edbatch.api._rounds.RoundPlan` (its first occurrence)."""
         batch = self.batch
         c, m = len(old), len(new_ops)
+        perm = None
+        if int((local < c).sum()) + int((loss_local < c).sum()) == c:  # one per read
+            perm, local, loss_local = slot_major(local, loss_local, c, new_ops, counts)
         old_ops = np.zeros(c, np.int32)
         old_attrs = np.zeros(c, np.int64)
         groups = []
-        for shape, sel in value_groups(batch._ops, self.op_all[old]):
+        for shape, sel in value_groups(batch._ops, self.op_all[old if perm is None
+                                                               else old[perm]]):
             op = batch._input_op(shape, "value")
             old_ops[sel] = batch._kinds[op.name].op_id
             old_attrs[sel] = np.arange(len(sel))
-            groups.append((f"api.{op.name}", None if len(sel) == c else sel))
+            pick = sel if perm is None else perm[sel]
+            groups.append((f"api.{op.name}",
+                           None if np.array_equal(pick, np.arange(c)) else pick))
         has_loss = len(loss_local) > 0
         vocab = batch._vocab_for(has_loss)
         op_ids = [old_ops, new_ops]

@@ -121,14 +121,15 @@ def bulk_round(asked: list[Any], rec: Any
     first = asked[0]
     kind = type(first)
     if kind is Handle or kind is ArgMax:
-        of = first if kind is Handle else first.handle
-        want = of._kind
-        for y in asked:
+        want = (first if kind is Handle else first.handle)._kind
+        ids = []
+        add = ids.append
+        for y in asked:  # one pass: the checks and the node ids
             h = y if kind is Handle else getattr(y, "handle", None)
             if type(y) is not kind or h._kind is not want or h._rec is not rec:
                 return None
-        nodes = np.fromiter([(y if kind is Handle else y.handle).node_id for y in asked],
-                            np.int64, len(asked))
+            add(h.node_id)
+        nodes = np.array(ids, np.int64)
         if kind is ArgMax:
             return nodes, hand_back_argmax
         return nodes, lambda values: hand_back(values, want.shape)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["RoundPlan", "Rounds", "instances", "localise"]
+__all__ = ["RoundPlan", "Rounds", "instances", "localise", "slot_major"]
 
 
 @dataclass
@@ -120,6 +120,39 @@ def localise(flat: NDArray[np.int64], losses: NDArray[np.int64], start: int, sha
     if old_loss is not None:
         loss_local[old_loss] = where[reads:]
     return old, local, loss_local
+
+
+def slot_major(local: NDArray[np.int64], loss_local: NDArray[np.int64], c: int,
+               new_ops: NDArray[np.int32], counts: NDArray[np.int64]
+               ) -> tuple[NDArray[np.int64] | None, NDArray[np.int64], NDArray[np.int64]]:
+    """The value nodes (``0..c-1``, one per read of an earlier node, in read order) put in
+    the order of their readers' op type, operand slot and node: ``(perm, local, loss_local)``
+    with ``perm[k]`` the read that value node ``k`` now is (``None``: already so) and the
+    operands renumbered. A batch's reads of one slot are then consecutive rows of the
+    value batch (views, no gather): a parser's four features per decision, say. Made once
+    per :class:`RoundPlan` (the order follows from the round's structure)."""
+    if not c:
+        return None, local, loss_local
+    m = len(new_ops)
+    ptr = np.zeros(m + 1, np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    owner = np.repeat(np.arange(m), counts)
+    is_value, loss_value = local < c, loss_local < c
+    types = np.concatenate([new_ops[owner][is_value].astype(np.int64),
+                            np.full(int(loss_value.sum()), 1 << 40)])
+    slots = np.concatenate([(np.arange(len(local)) - ptr[owner])[is_value],
+                            np.flatnonzero(loss_value)])
+    nodes = np.concatenate([owner[is_value], np.zeros(int(loss_value.sum()), np.int64)])
+    reads = np.concatenate([local[is_value], loss_local[loss_value]])
+    perm = reads[np.lexsort((nodes, slots, types))]
+    if np.array_equal(perm, np.arange(c)):
+        return None, local, loss_local
+    inv = np.empty(c, np.int64)
+    inv[perm] = np.arange(c)
+    local, loss_local = local.copy(), loss_local.copy()
+    local[is_value] = inv[local[is_value]]
+    loss_local[loss_value] = inv[loss_local[loss_value]]
+    return perm, local, loss_local
 
 
 def instances(marks: list[tuple[int, int]], last: int, start: int, n: int

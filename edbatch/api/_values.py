@@ -61,6 +61,7 @@ class Values:
         self.outputs: list[Tensor] = []
         self.batch = np.full(0, -1, dtype=np.int64)
         self.row = np.zeros(0, dtype=np.int64)
+        self.gathered: set[bytes] = set()  # the source sets read by gathers so far
 
     def grow(self, n: int) -> None:
         """Make room for nodes ``0..n-1`` (and more: the room doubles, so a mini-batch of
@@ -139,14 +140,18 @@ class Values:
     def _merge(self, used: np.ndarray) -> bool:  # type: ignore[type-arg]
         """Join the source batches ``used`` (sorted, one row width) into one new output
         and point every node kept in them at its row there, if they are row views of one
-        arena (an inference run's in-place outputs: no copy) or more than
-        :data:`MERGE_AT` (one ``cat``); whether it did."""
+        arena (an inference run's in-place outputs: no copy), more than :data:`MERGE_AT`
+        or read together before (one ``cat``: a parser reads its words' features and its
+        root and pad vectors at every decision); whether it did."""
         parts = [self.outputs[int(b)] for b in used]
         shift = np.zeros(int(used[-1]) + 1, dtype=np.int64)
         joined, at = _common_rows(parts)
+        seen = used.tobytes()
+        again = seen in self.gathered
+        self.gathered.add(seen)
         if joined is not None:
             shift[used] = at
-        elif len(used) > MERGE_AT:
+        elif len(used) > MERGE_AT or again:
             sizes = np.array([p.shape[0] for p in parts], dtype=np.int64)
             shift[used] = np.cumsum(sizes) - sizes
             joined = torch.cat(parts)
