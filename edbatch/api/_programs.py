@@ -65,7 +65,7 @@ from edbatch.api import _typed
 from edbatch.api._builtins import warn_outside
 from edbatch.api._bulk import int_array
 from edbatch.api._handles import Handle
-from edbatch.api._requests import ArgMax, TopK, ids_array, round_yields
+from edbatch.api._requests import ArgMax, TopK, hand_back_argmax, ids_array, round_yields
 from edbatch.api._rounds import RoundPlan, instances, localise, slot_major
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._segments import (
@@ -345,7 +345,7 @@ class _Runner:
                 if type(asked[j]) is Handle:
                     out[j] = flat[at].reshape(shape)
                 elif type(asked[j]) is ArgMax:
-                    out[j] = int(flat[at].argmax())
+                    out[j] = hand_back_argmax(flat[at:at + 1], [asked[j].allowed])[0]
                 elif type(asked[j]) is TopK:
                     out[j] = flat[at:at + k].reshape(k, -1).topk(asked[j].k, dim=1) \
                         .indices.tolist()

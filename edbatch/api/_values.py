@@ -61,7 +61,7 @@ class Values:
         self.outputs: list[Tensor] = []
         self.batch = np.full(0, -1, dtype=np.int64)
         self.row = np.zeros(0, dtype=np.int64)
-        self.gathered: set[bytes] = set()  # the source sets read by gathers so far
+        self.gathered: set[int] = set()  # the batches read by gathers of several so far
 
     def grow(self, n: int) -> None:
         """Make room for nodes ``0..n-1`` (and more: the room doubles, so a mini-batch of
@@ -141,14 +141,14 @@ class Values:
         """Join the source batches ``used`` (sorted, one row width) into one new output
         and point every node kept in them at its row there, if they are row views of one
         arena (an inference run's in-place outputs: no copy), more than :data:`MERGE_AT`
-        or read together before (one ``cat``: a parser reads its words' features and its
-        root and pad vectors at every decision); whether it did."""
+        or one of them was read with others before (one ``cat``: a parser reads its words'
+        features and its root and pad vectors at every decision); whether it did."""
         parts = [self.outputs[int(b)] for b in used]
         shift = np.zeros(int(used[-1]) + 1, dtype=np.int64)
         joined, at = _common_rows(parts)
-        seen = used.tobytes()
-        again = seen in self.gathered
-        self.gathered.add(seen)
+        listed = used.tolist()
+        again = not self.gathered.isdisjoint(listed)
+        self.gathered.update(listed)
         if joined is not None:
             shift[used] = at
         elif len(used) > MERGE_AT or again:
@@ -160,6 +160,7 @@ class Values:
         moved = np.isin(self.batch, used)
         self.row[moved] += shift[self.batch[moved]]
         self.batch[moved] = len(self.outputs)
+        self.gathered.add(len(self.outputs))
         self.outputs.append(joined)
         return True
 
