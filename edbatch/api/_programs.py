@@ -225,9 +225,8 @@ class _Runner:
             if counts is None:
                 counts = self.arity[new_ops]
             plan = self._plan(old, new_ops, counts, local, loss_local)
-            state = segment_state(batch)  # (a new value/<shape> op type renews it)
-            if len(batch._ops) == sig[3]:
-                state.rounds.put(sig, plan)
+            state = segment_state(batch)  # (a new value/<shape> op type: the next rounds
+            state.rounds.put((*sig[:3], len(batch._ops), *sig[4:]), plan)  # see it)
         params = dict(batch.params)  # the earlier nodes read: rows of the value params
         for name, blocks in rec.rows.items():
             kept = self.rows.get(name)

@@ -62,11 +62,15 @@ class Rounds:
     def __init__(self, size: int) -> None:
         self.size = size
         self.plans: OrderedDict[tuple[Any, ...], RoundPlan] = OrderedDict()
+        self.hits = self.misses = 0
 
     def get(self, sig: tuple[Any, ...]) -> RoundPlan | None:
         plan = self.plans.get(sig)
-        if plan is not None:
-            self.plans.move_to_end(sig)
+        if plan is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self.plans.move_to_end(sig)
         return plan
 
     def put(self, sig: tuple[Any, ...], plan: RoundPlan) -> None:
