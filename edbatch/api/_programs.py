@@ -62,11 +62,10 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.api import _typed
-from edbatch.api._builtins import warn_outside
 from edbatch.api._bulk import int_array
 from edbatch.api._handles import Handle
 from edbatch.api._requests import ArgMax, TopK, hand_back_argmax, ids_array, round_yields
-from edbatch.api._rounds import RoundPlan, instances, localise, slot_major
+from edbatch.api._rounds import Instances, RoundPlan, extend, localise, slot_major
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._segments import (
     SegmentCache,
@@ -178,12 +177,7 @@ class _Runner:
         self.losses: list[Tensor] = []
         self.segments: list[Segment] = []
         self.op_all = np.zeros(0, np.int32)  # every node's op id so far (grown, not rebuilt)
-        # every node's instance up to ``inst_at``; the rounds after it: (start, stop,
-        # marks, instance before them), read when a graph needs them (:meth:`instances`)
-        self.inst_all, self.inst_at = np.zeros(0, np.int32), 0
-        self.pending: list[tuple[int, int, list[tuple[int, int]], int]] = []
-        self.mark_at, self.last_inst = 0, -1  # the marks read so far; the instance then
-        self.marks = marks  # how many marks this runner's loop appended since (see run())
+        self.inst = Instances(batch, marks)  # the nodes' instances, from the marks
         self.rows: dict[str, tuple[int, Tensor]] = {}  # input rows: (blocks, joined)
         self.arity = np.zeros(0, np.int64)  # operand count per op type (-1: variadic)
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
@@ -205,7 +199,7 @@ class _Runner:
             return
         vocab_ops = batch._ops
         new_ops = int_array(rec.ops, start, n, "i")
-        self.op_all = op_all = _extend(self.op_all, start, new_ops)
+        self.op_all = op_all = extend(self.op_all, start, new_ops)
         if len(self.arity) != len(vocab_ops):  # op types are only ever added
             self.arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops],
                                   np.int64)
@@ -215,7 +209,7 @@ class _Runner:
             counts[counts < 0] = rec.counts[self.count_start:]
         flat = int_array(rec.operands, self.op_start, len(rec.operands), "q")
         old, local, loss_local = localise(flat, losses, start, SHARE_AT)
-        self._read_marks(rec.marks, start, n)
+        self.inst.read(rec.marks, start, n)
         state = segment_state(batch)
         sig = (self.maker, self.strategy, _typed.TYPED, len(vocab_ops), new_ops.tobytes(),
                b"" if counts is None else counts.tobytes(), local.tobytes(),
@@ -243,7 +237,7 @@ class _Runner:
         t1 = time.perf_counter()
         graph, schedule, entry, result = run_segment(
             state, plan, self.make, self.memory, attrs,
-            lambda: self.instances(old, start, n, has_loss), params, self.grad)
+            lambda: self.inst.of(old, start, n, has_loss), params, self.grad)
         add_values(self.values, entry, state.capture.outputs, c, m, start)
         sec = self.seconds
         sec["graph"] += t1 - t0
@@ -292,39 +286,6 @@ class _Runner:
                                                      "outputs", "sizes")))
         return RoundPlan(vocab, key, arrays, tuple(groups), old_attrs, tail)
 
-    def _read_marks(self, marks: list[tuple[int, int]], start: int, n: int) -> None:
-        """Take the instance marks recorded since the last segment. Where only this
-        runner's loop made them (one per program and round, none inside a program), every
-        node is in its program's instance: the instances are worked out when a graph is
-        read. Else now, with a warning for nodes recorded outside every instance."""
-        new = marks[self.mark_at:]
-        self.mark_at = len(marks)
-        last, expected = self.last_inst, self.marks
-        self.marks = 0
-        if new:
-            self.last_inst = new[-1][1]
-        if len(new) == expected:
-            self.pending.append((start, n, new, last))
-            return
-        self.instances(_NO_LOSSES, start, start, False)  # the rounds before, in order
-        inst = instances(new, last, start, n)
-        if len(inst) and inst.min() < 0:
-            warn_outside(self.batch, int((inst < 0).sum()))
-            inst[inst < 0] = 0
-        self.inst_all = _extend(self.inst_all, start, inst)
-        self.inst_at = n
-
-    def instances(self, old: NDArray[np.int64], start: int, n: int, loss: bool
-                  ) -> NDArray[np.int32]:
-        """A segment's instances: those of the earlier nodes it reads (``old``), of its new
-        nodes ``start..n-1`` and ``0`` for its loss sum (``loss``)."""
-        while self.pending and self.pending[0][0] < n:
-            s, e, marks, last = self.pending.pop(0)
-            self.inst_all = _extend(self.inst_all, s, instances(marks, last, s, e))
-            self.inst_at = e
-        tail = [np.zeros(1, np.int32)] if loss else []
-        return np.concatenate([self.inst_all[old], self.inst_all[start:n], *tail])
-
     def values_of(self, asked: list[Any], lists: list[tuple[Sequence[int], tuple[int, ...]]]
                   ) -> list[Any]:
         """What each program is sent (general path; the common rounds: see
@@ -352,18 +313,6 @@ class _Runner:
                     out[j] = flat[at:at + k].reshape(k, *shape)
                 at += k
         return out
-
-
-def _extend(buf: np.ndarray, at: int, new: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
-    """``buf[:at]`` followed by ``new``, in ``buf`` when it has room (else in one twice as
-    large): entries past the end are never read."""
-    end = at + len(new)
-    if end > len(buf):
-        grown = np.empty(max(end, 2 * len(buf)), buf.dtype)
-        grown[:at] = buf[:at]
-        buf = grown
-    buf[at:end] = new
-    return buf
 
 
 def _rows(blocks: list[Tensor]) -> Tensor:
@@ -408,7 +357,7 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
             asking.append(i)
         batch._instance = -1
         marks.append((len(ops), -1))
-        runner.marks += len(live) + 1  # (the marks of this loop: see _Runner._read_marks)
+        runner.inst.marks += len(live) + 1  # (the marks of this loop: Instances.read)
         runner.seconds["record"] += clock() - t0
         live = asking
         if not asked:

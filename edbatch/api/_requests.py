@@ -157,16 +157,16 @@ def bulk_round(asked: list[Any], rec: Any
     kind = type(first)
     if kind is Handle or kind is ArgMax:
         want = (first if kind is Handle else first.handle)._kind
-        ids = []
-        add = ids.append
+        node_ids: list[int] = []
+        add = node_ids.append
         masked = False
         for y in asked:  # one pass: the checks and the node ids
-            h = y if kind is Handle else getattr(y, "handle", None)
+            h: Any = y if kind is Handle else getattr(y, "handle", None)
             if type(y) is not kind or h._kind is not want or h._rec is not rec:
                 return None
             add(h.node_id)
             masked = masked or (kind is ArgMax and y.allowed is not None)
-        nodes = np.array(ids, np.int64)
+        nodes = np.array(node_ids, np.int64)
         if kind is ArgMax:
             if masked:
                 allowed = [y.allowed for y in asked]

@@ -33,7 +33,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["RoundPlan", "Rounds", "instances", "localise", "slot_major"]
+from edbatch.api._builtins import warn_outside
+
+__all__ = ["Instances", "RoundPlan", "Rounds", "extend", "instances", "localise", "slot_major"]
 
 
 @dataclass
@@ -171,3 +173,57 @@ def instances(marks: list[tuple[int, int]], last: int, start: int, n: int
     values[0] = last
     values[1:] = m[:, 1]
     return np.repeat(values, np.diff(bounds))
+
+
+class Instances:
+    """The instances of a mini-batch's nodes, from the recording's ``(first node,
+    instance)`` marks, read segment by segment (:meth:`read`). Where only
+    ``run_programs``'s loop made a segment's marks (one per program and round, counted in
+    ``marks``; none made inside a program), every node is in its program's instance, so
+    they are worked out only when a graph asks (:meth:`of`); else at once, with a warning
+    for nodes recorded outside every instance."""
+
+    def __init__(self, batch: Any, marks: int) -> None:
+        self.batch, self.marks = batch, marks
+        self.all = np.zeros(0, np.int32)  # every node's instance, up to the pending rounds
+        self.pending: list[tuple[int, int, list[tuple[int, int]], int]] = []
+        self.mark_at, self.last = 0, -1  # the marks read so far; the instance then
+
+    def read(self, marks: list[tuple[int, int]], start: int, n: int) -> None:
+        """Take the marks of nodes ``start..n-1`` (recorded since the last segment)."""
+        new = marks[self.mark_at:]
+        self.mark_at = len(marks)
+        last, expected = self.last, self.marks
+        self.marks = 0
+        if new:
+            self.last = new[-1][1]
+        if len(new) == expected:
+            self.pending.append((start, n, new, last))
+            return
+        self.of(np.zeros(0, np.int64), start, start, False)  # the rounds before, in order
+        inst = instances(new, last, start, n)
+        if len(inst) and inst.min() < 0:
+            warn_outside(self.batch, int((inst < 0).sum()))
+            inst[inst < 0] = 0
+        self.all = extend(self.all, start, inst)
+
+    def of(self, old: NDArray[np.int64], start: int, n: int, loss: bool) -> NDArray[np.int32]:
+        """A segment's instances: those of the earlier nodes it reads (``old``), of its new
+        nodes ``start..n-1`` and ``0`` for its loss sum (``loss``)."""
+        while self.pending and self.pending[0][0] < n:
+            s, e, marks, last = self.pending.pop(0)
+            self.all = extend(self.all, s, instances(marks, last, s, e))
+        tail = [np.zeros(1, np.int32)] if loss else []
+        return np.concatenate([self.all[old], self.all[start:n], *tail])
+
+
+def extend(buf: NDArray[Any], at: int, new: NDArray[Any]) -> NDArray[Any]:
+    """``buf[:at]`` followed by ``new``, in ``buf`` when it has room (else in one twice as
+    large): entries past the end are never read."""
+    end = at + len(new)
+    if end > len(buf):
+        grown = np.empty(max(end, 2 * len(buf)), buf.dtype)
+        grown[:at] = buf[:at]
+        buf = grown
+    buf[at:end] = new
+    return buf

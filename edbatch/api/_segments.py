@@ -6,11 +6,12 @@ a mini-batch, every early-exit step, records the same op types with the same ope
 and differs only in its attrs (token ids) and the rows its ``value/`` and input nodes read.
 Their schedule, memory plan and compiled executor program are then the same, so they are
 made once: a :class:`SegmentCache` keys them on the segment's structure (the bytes of its
-op ids, operand counts, operands and outputs, the vocabulary and the scheduler; a numpy
-``tobytes`` each, no per-node Python) and a hit only makes a new graph with this
-segment's attrs and instances and a copy of the program whose steps read these attrs
-(:func:`~edbatch.api._rebind.rebind`: a fresh tensor, since a training run's backward may
-still read the earlier segment's). The rows are parameters of every run, never cached.
+op ids, operand counts, operands and outputs, the vocabulary and the scheduler, made once
+per round structure by :mod:`edbatch.api._rounds`) and a hit only binds this segment's
+attrs to the cached program (:func:`~edbatch.api._rebind.rebind`, a fresh tensor: a
+training backward may still read the earlier segment's; at CPU inference of a typed segment
+one buffer overwritten per run, :class:`~edbatch.api._rebind.InPlaceAttrs`). The rows are
+parameters of every run, never cached.
 
 The cache lives with the batch (:func:`segment_state`, with the kernels it was compiled
 for: registering a kernel starts a new one), so it also serves the segments of later
@@ -35,7 +36,15 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.api import _typed
-from edbatch.api._rebind import InPlaceAttrs, projects, rebind, rebind_typed
+from edbatch.api._rebind import (
+    VALUE_ROWS,
+    InPlaceAttrs,
+    projects,
+    rebind,
+    rebind_typed,
+    value_rows,
+    value_rows_kernel,
+)
 from edbatch.api._rounds import RoundPlan, Rounds
 from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
@@ -254,7 +263,7 @@ def segment_state(batch: Any) -> SegmentState:
     kernels = batch.kernels
     if state is None or len(state.kernels) != len(kernels) or state.kernels != kernels or \
             state.executor.dtype != batch.dtype or state.keep[0] != batch.device:
-        capture = Capture({**kernels, VALUE_ROWS: _value_rows_kernel(kernels["lookup"])})
+        capture = Capture({**kernels, VALUE_ROWS: value_rows_kernel(kernels["lookup"])})
         state = SegmentState(capture, SegmentExecutor(batch.device, batch.dtype, capture),
                              SegmentCache(CACHE_SIZE), dict(kernels), (batch.device,),
                              Rounds(CACHE_SIZE))
@@ -299,14 +308,13 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
         typed = typed_program(graph, state.capture.kernels, executor.device) if \
             _typed.TYPED else None
         if typed is not None:
-            entry = Entry(graph, typed.schedule, None,
-                          value_rows(typed.program, graph, state.capture.kernels[VALUE_ROWS]))
+            program = value_rows(typed.program, graph, state.capture.kernels[VALUE_ROWS])
+            entry = Entry(graph, typed.schedule, None, program)
             c, m = (int(x) for x in arrays["sizes"])
             entry.nodes, entry.span = np.arange(m, dtype=np.int64), True
             entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
             cache.put(plan.key, entry)
-            return graph, entry.schedule, entry, run_typed(executor, entry.program,
-                                                           params, grad)
+            return graph, entry.schedule, entry, run_typed(executor, program, params, grad)
         schedule = make(graph)
         # (this cache is the plan's memo: no second hash of the structure per miss)
         entry = Entry(graph, schedule, plan_memory(graph, schedule, memory, cache=False))
@@ -322,41 +330,6 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
         entry.program = executor.compiled
         cache.put(plan.key, entry)
     return graph, entry.schedule, entry, result
-
-
-#: The kernel name under which a :class:`SegmentState`'s capture holds
-#: :func:`_value_rows_kernel`'s kernel.
-VALUE_ROWS = "api.value_rows"
-
-
-def _value_rows_kernel(lookup: Any) -> Any:
-    """A kernel for a batch of ``value/<shape>`` nodes that take their parameter's rows
-    ``0..k-1`` in order: the parameter itself (the rows gathered for them), no copy;
-    ``lookup`` where the row count differs."""
-    def value_rows(op: Any, inputs: Sequence[Tensor], params: Any, attrs: Tensor) -> Tensor:
-        rows = params[op.params[0]]
-        return rows if rows.shape[0] == attrs.shape[0] else lookup(op, inputs, params, attrs)
-    return value_rows
-
-
-def value_rows(program: Program, graph: Graph, kernel: Any) -> Program:
-    """``program`` (typed) with each batch of ``value/<shape>`` nodes whose attrs are
-    ``0..k-1`` in order run by ``kernel`` (:func:`_value_rows_kernel`): the segment
-    gathers exactly those rows as the parameter (:class:`~edbatch.api._rounds.RoundPlan`),
-    so the batch's output is that tensor. Their attrs are fixed by the segment's structure
-    (each value node's rank among those of its op type), so every cache hit keeps them."""
-    steps, at = list(program.steps), 0
-    for k, step in enumerate(program.steps):
-        nodes = program.attr_nodes[at:at + step.size]
-        at += step.size
-        if step.op.name.startswith("value/") and step.op.kind == "lookup" and \
-                np.array_equal(graph.attrs[nodes], np.arange(step.size)):
-            new = object.__new__(Step)
-            new.__dict__.update(step.__dict__)
-            new.__dict__["kernel"] = kernel
-            steps[k] = new
-    done = tuple(steps)
-    return dataclasses.replace(program, steps=done, grad_steps=lambda: done)
 
 
 def _frozen(a: NDArray[Any], dtype: Any) -> NDArray[Any]:
@@ -391,6 +364,7 @@ def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, 
             f"{batches} batches; values are read from one kernel call per batch")
     base = len(values.outputs)
     values.outputs.extend(outputs)
+    assert entry.nodes is not None and entry.batch is not None and entry.row is not None
     if entry.span:  # nodes offset.. in order: slices, not index arrays
         end = offset + len(entry.nodes)
         values.grow(end)
