@@ -110,26 +110,54 @@ def rebind_typed(program: Program, attrs: NDArray[np.int64], device: torch.devic
 
 
 class InPlaceAttrs:
-    """A typed program (:mod:`~edbatch.api._typed`) for inference on the CPU whose steps
-    read their attrs from one buffer, overwritten for each run (:meth:`bind`): no new
-    tensor or steps per run. Inference only: a training run's backward reads the attrs of
-    its segment after later segments ran, so training runs rebind (:func:`rebind_typed`)."""
+    """A cached program for inference on the CPU whose steps read their attrs from one
+    buffer, overwritten for each run (:meth:`bind`: one ``np.take``): no new tensor or
+    steps per run. A hoisted program's projection steps read the attrs of the batches whose
+    rows they compute (as :func:`rebind` joins them). Inference only: a training run's
+    backward reads the attrs of its segment after later segments ran, so training runs
+    rebind (:func:`rebind`, :func:`rebind_typed`)."""
 
-    __slots__ = ("buffer", "program")
+    __slots__ = ("buffer", "nodes", "program")
 
     def __init__(self, program: Program) -> None:
-        self.buffer = np.zeros(len(program.attr_nodes), np.int64)
+        per_step = _step_nodes(program)
+        self.nodes = np.concatenate(per_step) if per_step else np.zeros(0, np.int64)
+        self.buffer = np.zeros(len(self.nodes), np.int64)
         flat = torch.from_numpy(self.buffer)
-        views = flat.split_with_sizes([s.size for s in program.steps]) if program.steps \
-            else ()
+        views = flat.split_with_sizes([len(n) for n in per_step]) if per_step else ()
         steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
-        self.program = dataclasses.replace(program, steps=steps, grad_steps=lambda: steps,
-                                           attrs=flat)
+        if isinstance(program, HoistedProgram):  # (its base is not read at inference)
+            self.program = dataclasses.replace(program, steps=steps)
+        else:
+            self.program = dataclasses.replace(program, steps=steps, attrs=flat,
+                                               grad_steps=lambda: steps)
 
     def bind(self, attrs: NDArray[np.int64]) -> Program:
         """The program, its steps now reading ``attrs`` (a graph's attrs, node order)."""
-        np.take(attrs, self.program.attr_nodes, out=self.buffer)
+        np.take(attrs, self.nodes, out=self.buffer)
         return self.program
+
+
+def _step_nodes(program: Program) -> list[NDArray[np.int64]]:
+    """Per inference step of ``program`` the nodes whose attrs it reads, in row order."""
+    if isinstance(program, HoistedProgram) and program.base is not None:
+        base = _step_nodes(program.base)
+        cells = [s for s in program.steps if not projects(s)]
+        out, at = [], 0
+        for step in program.steps:
+            if not projects(step):
+                out.append(base[at])
+                at += 1
+                continue
+            lo, hi = step.out_start, step.out_start + step.size
+            group = sorted((r.lo, k) for k, s in enumerate(cells) for r in s.reads[1:2]
+                           if type(r) is SliceRead and r.b == step.out_arena and
+                           lo <= r.lo < hi)
+            out.append(np.concatenate([base[k] for _, k in group]))
+        return out
+    nodes = np.asarray(program.attr_nodes, np.int64)
+    return np.split(nodes, np.cumsum([s.size for s in program.steps])[:-1]) \
+        if program.steps else []
 
 
 #: The kernel name under which a :class:`SegmentState`'s capture holds

@@ -82,7 +82,7 @@ class Entry:
     batch: NDArray[np.int64] | None = None
     row: NDArray[np.int64] | None = None
     span: bool = False  # ``nodes`` is ``0..len(nodes)-1`` in order (a typed segment's)
-    inplace: InPlaceAttrs | None = None  # a typed program's CPU inference copy
+    inplace: InPlaceAttrs | None = None  # the program's CPU inference copy
 
 
 class SegmentExecutor(TorchExecutor):
@@ -323,7 +323,12 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
         graph = dataclasses.replace(entry.graph, attrs=_frozen(attrs, np.int64),
                                     instance=_frozen(inst, np.int32))
         assert entry.program is not None
-        executor.given = rebind(entry.program, graph.attrs, executor.device)
+        if grad or executor.device.type != "cpu":
+            executor.given = rebind(entry.program, graph.attrs, executor.device)
+        else:
+            if entry.inplace is None:
+                entry.inplace = InPlaceAttrs(entry.program)
+            executor.given = entry.inplace.bind(attrs)
     state.capture.outputs.clear()
     result = executor.run(graph, entry.schedule, entry.plan, params, grad=grad)
     if entry.program is None:

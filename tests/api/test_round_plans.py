@@ -187,3 +187,35 @@ def test_argmax_allowed_picks_the_best_allowed_entry_for_every_program() -> None
 
     with pytest.raises(GraphError, match="allows no entry"):
         model.batch.run_programs([none_allowed(), none_allowed()], grad=False)
+
+
+def test_a_mini_batch_of_the_same_structure_and_other_tokens_hits_and_decodes_right() -> None:
+    """The seq2seq greedy decoder (hoisted encoder segment, typed rounds): a second
+    mini-batch with the same lengths and other tokens runs every segment from the cache
+    (the first, hoisted one included: its attrs bound in place at inference) and decodes
+    what the per-instance reference decodes."""
+    import importlib.util
+    from pathlib import Path
+
+    from benchmarks import decode_torch as dt
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("greedy_decode_rp",
+                                                  root / "examples" / "greedy_decode.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    model = example.Decoder(hidden=8, vocab_size=16, max_len=None, dtype=torch.float64)
+    w = dt.Weights(model.params)
+    lengths = [3, 5, 2, 5]
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        sources = [rng.integers(4, 16, size=k).tolist() for k in lengths]
+        out = model.batch.run_programs([model.program(s, 6) for s in sources],
+                                       "typewise_greedy", grad=False)
+        want = dt.greedy_unbatched(w, sources, [6] * len(sources), model.bos, model.eos)
+        assert out.returns == want
+    state = segment_state(model.batch)
+    assert state.cache.misses < state.cache.hits
+    assert any(e.inplace is not None and e.plan is not None
+               for e in state.cache.entries.values())  # the hoisted first segment's
