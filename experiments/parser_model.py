@@ -11,7 +11,8 @@ transition MLP without its loss.
   mini-batch.
 * **Parsing** (:meth:`ApiParser.program`, :meth:`ApiParser.parse`): per sentence a generator
   program records the BiLSTM, then at every configuration records the scores node, *yields*
-  it, picks the best legal class from the value it gets back and applies it.
+  ``argmax(scores, allowed)`` (the best legal class, taken for all sentences at once) and
+  applies it.
   :meth:`DynamicBatch.run_programs <edbatch.api.DynamicBatch.run_programs>` advances every
   sentence to its next read and runs all pending nodes as one graph: the configurations of
   every sentence at one step batch together. A configuration with ``SHIFT`` as its only
@@ -33,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from edbatch.api import DynamicBatch, Handle, ProgramsResult, SchedulerLike
+from edbatch.api import DynamicBatch, Handle, ProgramsResult, SchedulerLike, argmax
 from edbatch.data.transitions import SHIFT, ArcStandardState
 from edbatch.executor.cells_parser import transition_scores
 from edbatch.memory import Strategy
@@ -95,7 +96,7 @@ class ApiParser:
         width = 2 * workload.hidden_dim
         self.scores = b.cell(Scores(params), "scores", [width] * 4, workload.num_classes)
         self.class_actions = workload.class_actions()
-        self._masks: dict[tuple[bool, bool, bool], np.ndarray] = {}  # legal -> 0 / -inf
+        self._masks: dict[tuple[bool, bool, bool], np.ndarray] = {}  # legal -> classes
 
     # ------------------------------------------------------------------ recording
     def encode(self, attrs: Sequence[int]) -> tuple[list[Handle], dict[int, Handle]]:
@@ -156,14 +157,13 @@ class ApiParser:
             if only_shift(legal):
                 state.apply(SHIFT)
                 continue
-            scores = yield self.scores(*self._vectors(state, feats, vec))
+            allowed = masks.get(legal)
+            if allowed is None:  # the classes whose action is legal (made once per pattern)
+                allowed = masks[legal] = np.asarray(legal)[self.class_actions]
+            # choose()'s pick (first best legal class), taken for every sentence at once
+            cls = yield argmax(self.scores(*self._vectors(state, feats, vec)), allowed)
             reads += 1
-            mask = masks.get(legal)
-            if mask is None:
-                mask = masks[legal] = np.where(np.asarray(legal)[self.class_actions], 0.0,
-                                               -np.inf)
-            # choose()'s pick (first best legal class) as one numpy add on the value's row
-            action, label = self.wl.action_of(int((scores.cpu().numpy() + mask).argmax()))
+            action, label = self.wl.action_of(cls)
             dependent = state.apply(action)
             if dependent:
                 labels[dependent - 1] = label

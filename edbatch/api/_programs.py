@@ -52,21 +52,28 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch import Tensor
 
-from edbatch.api._builtins import warn_outside
+from edbatch.api import _typed
 from edbatch.api._bulk import int_array, operand_array
 from edbatch.api._handles import Handle
-from edbatch.api._requests import ArgMax, TopK, ids_array, round_yields
+from edbatch.api._requests import ArgMax, TopK, hand_back_argmax, ids_array, round_yields
+from edbatch.api._rounds import Instances, RoundPlan, extend, localise, slot_major
 from edbatch.api._schedulers import memory_strategy
-from edbatch.api._segments import add_values, run_segment, segment_state, value_groups
+from edbatch.api._segments import (
+    SegmentCache,
+    add_values,
+    run_segment,
+    segment_state,
+    value_groups,
+)
 from edbatch.api._values import Values
 from edbatch.errors import GraphError
 from edbatch.executor._weights import TRANSPOSED
@@ -83,18 +90,31 @@ SHARE_AT = 2
 
 _NO_OUTPUTS = np.zeros(0, np.int32)
 _NO_OUTPUTS.flags.writeable = False
+_NO_LOSSES = np.zeros(0, np.int64)
+_NO_LOSSES.flags.writeable = False
 
 #: A per-instance program: yields handles (or lists of handles), gets their values.
 Program = Generator[Any, Any, Any]
 
 
-@dataclass
 class Segment:
-    """One synchronisation's graph, schedule and executor result."""
+    """One synchronisation's graph, schedule and executor result. The graph of a segment
+    whose structure ran before is made when first read (its attrs and instances)."""
 
-    graph: Graph
-    schedule: Schedule
-    run: RunResult
+    __slots__ = ("_graph", "run", "schedule")
+
+    def __init__(self, graph: Graph | Callable[[], Graph], schedule: Schedule,
+                 run: RunResult) -> None:
+        self._graph, self.schedule, self.run = graph, schedule, run
+
+    @property
+    def graph(self) -> Graph:
+        if not isinstance(self._graph, Graph):
+            self._graph = self._graph()
+        return self._graph
+
+    def __repr__(self) -> str:
+        return f"Segment({self.schedule.num_batches} batches)"
 
 
 @dataclass
@@ -147,16 +167,17 @@ class ProgramsResult:
 class _Runner:
     """The segments of one mini-batch (see the module docstring)."""
 
-    def __init__(self, batch: Any, make: Scheduler, strategy: Strategy, grad: bool) -> None:
+    def __init__(self, batch: Any, make: Scheduler, strategy: Strategy, grad: bool,
+                 marks: int) -> None:
         self.batch, self.make, self.strategy, self.grad = batch, make, strategy, grad
+        self.memory = memory_strategy(make, strategy)
+        self.maker = SegmentCache.maker(make)
         self.values = Values()
         self.start = self.op_start = self.count_start = self.loss_start = 0
         self.losses: list[Tensor] = []
         self.segments: list[Segment] = []
-        # every node's op id and instance so far, extended per segment (not rebuilt)
-        self.op_all = np.zeros(0, np.int32)
-        self.inst_all = np.zeros(0, np.int32)
-        self.mark_at, self.last_inst = 0, -1  # the marks read so far; the instance then
+        self.op_all = np.zeros(0, np.int32)  # every node's op id so far (grown, not rebuilt)
+        self.inst = Instances(batch, marks)  # the nodes' instances, from the marks
         self.rows: dict[str, tuple[int, Tensor]] = {}  # input rows: (blocks, joined)
         self.arity = np.zeros(0, np.int64)  # operand count per op type (-1: variadic)
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
@@ -165,84 +186,58 @@ class _Runner:
         """Run every node recorded and not run yet as one segment. Every operand (and loss
         term) reading an earlier segment's node becomes its own ``value/<shape>`` node, in
         operand order: the structure then depends only on what was recorded since the last
-        synchronisation, so segments of one pattern (a decoding step) hit the segment cache;
-        but earlier nodes read :data:`SHARE_AT` times or more on average (a MoE layer's
-        token rows) get one value node each (fewer rows to copy and zero-fill)."""
+        synchronisation, so the rounds of one pattern (a decoding step) repeat one
+        :class:`~edbatch.api._rounds.RoundPlan` and segment-cache entry; but earlier nodes
+        read :data:`SHARE_AT` times or more on average (a MoE layer's token rows) get one
+        value node each (fewer rows to copy and zero-fill)."""
         batch, rec, start = self.batch, self.batch._rec, self.start
         t0 = time.perf_counter()
-        n = len(rec.ops)
-        losses = int_array(rec.losses, self.loss_start, len(rec.losses), "q")
+        n, k = len(rec.ops), len(rec.losses)
+        losses = int_array(rec.losses, self.loss_start, k, "q") if k > self.loss_start \
+            else _NO_LOSSES
         if n == start and not len(losses):
             return
         vocab_ops = batch._ops
         new_ops = int_array(rec.ops, start, n, "i")
-        self.op_all = op_all = _extend(self.op_all, start, new_ops)
+        self.op_all = op_all = extend(self.op_all, start, new_ops)
         if len(self.arity) != len(vocab_ops):  # op types are only ever added
             self.arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops],
                                   np.int64)
-        counts = self.arity[new_ops]
-        if np.any(counts < 0):
+        counts = None  # (variadic nodes record their operand count)
+        if len(rec.counts) > self.count_start:
+            counts = self.arity[new_ops]
             counts[counts < 0] = rec.counts[self.count_start:]
         flat = operand_array(rec, self.op_start, start)
-        is_old, old_loss = flat < start, losses < start
-        old = np.concatenate([flat[is_old], losses[old_loss]])
-        where = np.arange(len(old))  # each read's value node
-        if len(old) >= SHARE_AT * 2:  # the distinct nodes read, sorted, without a sort
-            seen = np.zeros(start, np.int64)
-            seen[old] = 1
-            rank = np.cumsum(seen) - 1
-            if (rank[-1] + 1) * SHARE_AT <= len(old):
-                old, where = np.flatnonzero(seen), rank[old]
-        c, m = len(old), n - start
-        local = flat + (c - start)
-        reads = int(is_old.sum())
-        local[is_old] = where[:reads]
-        loss_local = losses + (c - start)
-        loss_local[old_loss] = where[reads:]
-        inst_new = self._new_instances(rec.marks, start, n)
-        if len(inst_new) and inst_new.min() < 0:
-            warn_outside(batch, int((inst_new < 0).sum()))
-            inst_new[inst_new < 0] = 0
-        self.inst_all = inst_all = _extend(self.inst_all, start, inst_new)
-        # the earlier nodes read here become value/<shape> nodes over their gathered rows
-        params = dict(batch.params)
+        old, local, loss_local = localise(flat, losses, start, SHARE_AT)
+        self.inst.read(rec.marks, start, n)
+        state = segment_state(batch)
+        sig = (self.maker, self.strategy, _typed.TYPED, len(vocab_ops), new_ops.tobytes(),
+               b"" if counts is None else counts.tobytes(), local.tobytes(),
+               loss_local.tobytes(), op_all[old].tobytes())
+        plan = state.rounds.get(sig)
+        if plan is None:
+            if counts is None:
+                counts = self.arity[new_ops]
+            plan = self._plan(old, new_ops, counts, local, loss_local)
+            state = segment_state(batch)  # (a new value/<shape> op type: the next rounds
+            state.rounds.put((*sig[:3], len(batch._ops), *sig[4:]), plan)  # see it)
+        params = dict(batch.params)  # the earlier nodes read: rows of the value params
         for name, blocks in rec.rows.items():
             kept = self.rows.get(name)
             if kept is None or kept[0] != len(blocks):  # blocks are only ever appended
                 kept = self.rows[name] = (len(blocks),
                                           _rows(blocks).to(batch.device, batch.dtype))
             params[f"api.{name}"] = kept[1]
-        old_ops = np.zeros(c, np.int32)
-        old_attrs = np.zeros(c, np.int64)
-        for shape, sel in value_groups(vocab_ops, op_all[old]):
-            op = batch._input_op(shape, "value")
-            old_ops[sel] = batch._kinds[op.name].op_id
-            old_attrs[sel] = np.arange(len(sel))
-            params[f"api.{op.name}"] = self.values.gather(old[sel])
+        gather = self.values.gather
+        for name, sel in plan.groups:
+            params[name] = gather(old if sel is None else old[sel])
+        attrs = plan.attrs(int_array(rec.attrs, start, n, "q"))
+        c, m = len(old), n - start
         has_loss = len(losses) > 0
-        vocab = batch._vocab_for(has_loss)
-        if has_loss:
-            op_ids = np.concatenate([old_ops, new_ops, np.array([len(vocab) - 1], np.int32)])
-            cnt = np.concatenate([np.zeros(c, np.int64), counts, np.array([len(losses)])])
-            attrs = np.concatenate([old_attrs, int_array(rec.attrs, start, n, "q"),
-                                    np.array([-1])])
-            inst = np.concatenate([inst_all[old], inst_new, np.array([0], np.int32)])
-            operands = np.concatenate([local, loss_local]).astype(np.int32)
-            outputs = np.array([c + m], np.int32)
-        else:
-            op_ids = np.concatenate([old_ops, new_ops])
-            cnt = np.concatenate([np.zeros(c, np.int64), counts])
-            attrs = np.concatenate([old_attrs, int_array(rec.attrs, start, n, "q")])
-            inst = np.concatenate([inst_all[old], inst_new])
-            operands, outputs = local.astype(np.int32), _NO_OUTPUTS
         t1 = time.perf_counter()
-        state = segment_state(batch)  # schedule, plan, program reused by structure
-        arrays = {"op_ids": op_ids, "counts": cnt, "attrs": attrs, "instance": inst,
-                  "operands": operands, "outputs": outputs,
-                  "sizes": np.array([c, m], np.int64)}
         graph, schedule, entry, result = run_segment(
-            state, vocab, self.make, self.strategy,
-            memory_strategy(self.make, self.strategy), arrays, params, self.grad)
+            state, plan, self.make, self.memory, attrs,
+            lambda: self.inst.of(old, start, n, has_loss), params, self.grad)
         add_values(self.values, entry, state.capture.outputs, c, m, start)
         sec = self.seconds
         sec["graph"] += t1 - t0
@@ -253,18 +248,43 @@ class _Runner:
         self.start, self.op_start = n, len(rec.operands)
         self.count_start, self.loss_start = len(rec.counts), len(rec.losses)
 
-    def _new_instances(self, marks: list[tuple[int, int]], start: int, n: int
-                       ) -> np.ndarray:  # type: ignore[type-arg]
-        """The instance of nodes ``start..n-1`` from the marks recorded since the last
-        segment (every one at or after ``start``) and the instance in effect before them."""
-        new = marks[self.mark_at:]
-        m = np.fromiter(chain.from_iterable(new), np.int64, 2 * len(new)).reshape(-1, 2)
-        self.mark_at = len(marks)
-        bounds = np.concatenate([[start], np.minimum(m[:, 0], n), [n]])
-        values = np.concatenate([[self.last_inst], m[:, 1]]).astype(np.int32)
-        if len(m):
-            self.last_inst = int(m[-1, 1])
-        return np.repeat(values, np.diff(bounds))
+    def _plan(self, old: NDArray[np.int64], new_ops: NDArray[np.int32],
+              counts: NDArray[np.int64], local: NDArray[np.int64],
+              loss_local: NDArray[np.int64]) -> RoundPlan:
+        """A round's :class:`~edbatch.api._rounds.RoundPlan` (its first occurrence)."""
+        batch = self.batch
+        c, m = len(old), len(new_ops)
+        perm = None
+        if int((local < c).sum()) + int((loss_local < c).sum()) == c:  # one per read
+            perm, local, loss_local = slot_major(local, loss_local, c, new_ops, counts)
+        old_ops = np.zeros(c, np.int32)
+        old_attrs = np.zeros(c, np.int64)
+        groups = []
+        for shape, sel in value_groups(batch._ops, self.op_all[old if perm is None
+                                                               else old[perm]]):
+            op = batch._input_op(shape, "value")
+            old_ops[sel] = batch._kinds[op.name].op_id
+            old_attrs[sel] = np.arange(len(sel))
+            pick = sel if perm is None else perm[sel]
+            groups.append((f"api.{op.name}",
+                           None if np.array_equal(pick, np.arange(c)) else pick))
+        has_loss = len(loss_local) > 0
+        vocab = batch._vocab_for(has_loss)
+        op_ids = [old_ops, new_ops]
+        cnt = [np.zeros(c, np.int64), counts]
+        operands = [local, loss_local]
+        outputs, tail = _NO_OUTPUTS, _NO_LOSSES
+        if has_loss:
+            op_ids.append(np.array([len(vocab) - 1], np.int32))
+            cnt.append(np.array([len(loss_local)]))
+            outputs, tail = np.array([c + m], np.int32), np.array([-1], np.int64)
+        arrays = {"op_ids": np.concatenate(op_ids), "counts": np.concatenate(cnt),
+                  "operands": np.concatenate(operands).astype(np.int32),
+                  "outputs": outputs, "sizes": np.array([c, m], np.int64)}
+        key = SegmentCache.key(vocab, self.make, (self.strategy, _typed.TYPED),
+                               *(arrays[k] for k in ("op_ids", "counts", "operands",
+                                                     "outputs", "sizes")))
+        return RoundPlan(vocab, key, arrays, tuple(groups), old_attrs, tail)
 
     def values_of(self, asked: list[Any], lists: list[tuple[Sequence[int], tuple[int, ...]]]
                   ) -> list[Any]:
@@ -285,7 +305,7 @@ class _Runner:
                 if type(asked[j]) is Handle:
                     out[j] = flat[at].reshape(shape)
                 elif type(asked[j]) is ArgMax:
-                    out[j] = int(flat[at].argmax())
+                    out[j] = hand_back_argmax(flat[at:at + 1], [asked[j].allowed])[0]
                 elif type(asked[j]) is TopK:
                     out[j] = flat[at:at + k].reshape(k, -1).topk(asked[j].k, dim=1) \
                         .indices.tolist()
@@ -293,18 +313,6 @@ class _Runner:
                     out[j] = flat[at:at + k].reshape(k, *shape)
                 at += k
         return out
-
-
-def _extend(buf: np.ndarray, at: int, new: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
-    """``buf[:at]`` followed by ``new``, in ``buf`` when it has room (else in one twice as
-    large): entries past the end are never read."""
-    end = at + len(new)
-    if end > len(buf):
-        grown = np.empty(max(end, 2 * len(buf)), buf.dtype)
-        grown[:at] = buf[:at]
-        buf = grown
-    buf[at:end] = new
-    return buf
 
 
 def _rows(blocks: list[Tensor]) -> Tensor:
@@ -325,7 +333,7 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
     if rec.ops:
         raise GraphError("run_programs: the mini-batch already has recorded nodes; run() or "
                          "discard() them first (the programs record the whole mini-batch)")
-    runner = _Runner(batch, make, strategy, grad)
+    runner = _Runner(batch, make, strategy, grad, len(programs))
     returns: list[Any] = [None] * len(programs)
     ids = [batch.next_instance() for _ in programs]
     live = list(range(len(programs)))
@@ -349,13 +357,14 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
             asking.append(i)
         batch._instance = -1
         marks.append((len(ops), -1))
+        runner.inst.marks += len(live) + 1  # (the marks of this loop: Instances.read)
         runner.seconds["record"] += clock() - t0
         live = asking
         if not asked:
             break
         nodes, lists, answer = round_yields(batch, asking, asked)
         runner.values.grow(len(rec.ops))
-        if np.any(runner.values.batch[nodes] < 0):  # some value not computed yet
+        if runner.values.batch[nodes].min() < 0:  # some value not computed yet
             runner.run()
             syncs += 1
         t0 = clock()

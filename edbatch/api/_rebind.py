@@ -5,13 +5,15 @@ and compiled program; only their attrs (token ids, expert choices) differ. :func
 makes the copy of the cached program that reads this segment's attrs, from a fresh tensor
 (a training run's backward may still read the earlier segment's), for the inference steps,
 the training steps and, in a hoisted program, the projection steps that read the attrs of
-the batches whose rows they compute.
+the batches whose rows they compute. Also here: the step rewrite that runs a batch of
+``value/<shape>`` nodes as the rows gathered for it (:func:`value_rows`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,8 +23,10 @@ from torch import Tensor
 from edbatch.executor._hoist import HoistedProgram
 from edbatch.executor._program import Program, Step
 from edbatch.executor._reads import SliceRead, to_device
+from edbatch.graph import Graph
 
-__all__ = ["projects", "rebind", "rebind_typed"]
+__all__ = ["VALUE_ROWS", "InPlaceAttrs", "projects", "rebind", "rebind_typed", "value_rows",
+           "value_rows_kernel"]
 
 
 def projects(step: Step) -> bool:
@@ -92,6 +96,100 @@ def _with_attrs(step: Step, attrs: Tensor) -> Step:
 def rebind_typed(program: Program, attrs: NDArray[np.int64], device: torch.device
                  ) -> Program:
     """:func:`rebind` for a typed segment's program (:mod:`~edbatch.api._typed`), whose
-    inference and training steps are the same: the steps made once, no lazy second set."""
-    flat, _, steps = _bound_steps(program, attrs, device)
-    return dataclasses.replace(program, steps=steps, grad_steps=lambda: steps, attrs=flat)
+    inference and training steps are the same: the steps made once, no lazy second set,
+    and the copy made field by field (no dataclass ``replace``: this runs every round)."""
+    flat = attrs[program.attr_nodes]  # (a fresh array: the tensor may own it)
+    host = torch.from_numpy(flat)
+    flat_t = host if device.type == "cpu" else to_device(flat, device)
+    views = flat_t.split_with_sizes([s.size for s in program.steps]) if program.steps else ()
+    steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
+    copy = object.__new__(Program)
+    copy.__dict__.update(program.__dict__)
+    copy.__dict__.update(steps=steps, grad_steps=lambda: steps, attrs=flat_t)
+    return copy
+
+
+class InPlaceAttrs:
+    """A cached program for inference on the CPU whose steps read their attrs from one
+    buffer, overwritten for each run (:meth:`bind`: one ``np.take``): no new tensor or
+    steps per run. A hoisted program's projection steps read the attrs of the batches whose
+    rows they compute (as :func:`rebind` joins them). Inference only: a training run's
+    backward reads the attrs of its segment after later segments ran, so training runs
+    rebind (:func:`rebind`, :func:`rebind_typed`)."""
+
+    __slots__ = ("buffer", "nodes", "program")
+
+    def __init__(self, program: Program) -> None:
+        per_step = _step_nodes(program)
+        self.nodes = np.concatenate(per_step) if per_step else np.zeros(0, np.int64)
+        self.buffer = np.zeros(len(self.nodes), np.int64)
+        flat = torch.from_numpy(self.buffer)
+        views = flat.split_with_sizes([len(n) for n in per_step]) if per_step else ()
+        steps = tuple(_with_attrs(s, v) for s, v in zip(program.steps, views, strict=True))
+        if isinstance(program, HoistedProgram):  # (its base is not read at inference)
+            self.program = dataclasses.replace(program, steps=steps)
+        else:
+            self.program = dataclasses.replace(program, steps=steps, attrs=flat,
+                                               grad_steps=lambda: steps)
+
+    def bind(self, attrs: NDArray[np.int64]) -> Program:
+        """The program, its steps now reading ``attrs`` (a graph's attrs, node order)."""
+        np.take(attrs, self.nodes, out=self.buffer)
+        return self.program
+
+
+def _step_nodes(program: Program) -> list[NDArray[np.int64]]:
+    """Per inference step of ``program`` the nodes whose attrs it reads, in row order."""
+    if isinstance(program, HoistedProgram) and program.base is not None:
+        base = _step_nodes(program.base)
+        cells = [s for s in program.steps if not projects(s)]
+        out, at = [], 0
+        for step in program.steps:
+            if not projects(step):
+                out.append(base[at])
+                at += 1
+                continue
+            lo, hi = step.out_start, step.out_start + step.size
+            group = sorted((r.lo, k) for k, s in enumerate(cells) for r in s.reads[1:2]
+                           if type(r) is SliceRead and r.b == step.out_arena and
+                           lo <= r.lo < hi)
+            out.append(np.concatenate([base[k] for _, k in group]))
+        return out
+    nodes = np.asarray(program.attr_nodes, np.int64)
+    return np.split(nodes, np.cumsum([s.size for s in program.steps])[:-1]) \
+        if program.steps else []
+
+
+#: The kernel name under which a :class:`SegmentState`'s capture holds
+#: :func:`value_rows_kernel`'s kernel.
+VALUE_ROWS = "api.value_rows"
+
+
+def value_rows_kernel(lookup: Any) -> Any:
+    """A kernel for a batch of ``value/<shape>`` nodes that take their parameter's rows
+    ``0..k-1`` in order: the parameter itself (the rows gathered for them), no copy;
+    ``lookup`` where the row count differs."""
+    def value_rows(op: Any, inputs: Sequence[Tensor], params: Any, attrs: Tensor) -> Tensor:
+        rows = params[op.params[0]]
+        return rows if rows.shape[0] == attrs.shape[0] else lookup(op, inputs, params, attrs)
+    return value_rows
+
+
+def value_rows(program: Program, graph: Graph, kernel: Any) -> Program:
+    """``program`` (typed) with each batch of ``value/<shape>`` nodes whose attrs are
+    ``0..k-1`` in order run by ``kernel`` (:func:`value_rows_kernel`): the segment
+    gathers exactly those rows as the parameter (:class:`~edbatch.api._rounds.RoundPlan`),
+    so the batch's output is that tensor. Their attrs are fixed by the segment's structure
+    (each value node's rank among those of its op type), so every cache hit keeps them."""
+    steps, at = list(program.steps), 0
+    for k, step in enumerate(program.steps):
+        nodes = program.attr_nodes[at:at + step.size]
+        at += step.size
+        if step.op.name.startswith("value/") and step.op.kind == "lookup" and \
+                np.array_equal(graph.attrs[nodes], np.arange(step.size)):
+            new = object.__new__(Step)
+            new.__dict__.update(step.__dict__)
+            new.__dict__["kernel"] = kernel
+            steps[k] = new
+    done = tuple(steps)
+    return dataclasses.replace(program, steps=done, grad_steps=lambda: done)

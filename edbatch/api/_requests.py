@@ -28,10 +28,12 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from edbatch.api._bulk import Handles
@@ -43,24 +45,34 @@ __all__ = ["ArgMax", "TopK", "argmax", "bulk_round", "check_yield", "hand_back",
 
 
 class ArgMax:
-    """A request for the index of the largest entry of ``handle``'s value (see module)."""
+    """A request for the index of the largest entry of ``handle``'s value, among the
+    ``allowed`` entries if given (see module)."""
 
-    __slots__ = ("handle",)
+    __slots__ = ("allowed", "handle")
 
-    def __init__(self, handle: Handle) -> None:
-        self.handle = handle
+    def __init__(self, handle: Handle, allowed: np.ndarray | None = None) -> None:  # type: ignore[type-arg]
+        self.handle, self.allowed = handle, allowed
 
     def __repr__(self) -> str:
         return f"argmax({self.handle!r})"
 
 
-def argmax(handle: Handle) -> ArgMax:
+def argmax(handle: Handle, allowed: np.ndarray | None = None) -> ArgMax:  # type: ignore[type-arg]
     """What a program yields to get ``int(value.argmax())`` of ``handle``, computed for the
-    whole round at once (module docstring)."""
+    whole round at once (module docstring). ``allowed``: a boolean array over the value's
+    entries (flattened); then the index of the largest allowed entry (first of ties), as
+    ``int(np.where(allowed, value, -inf).argmax())`` (a parser's best legal transition).
+    Pass the same array object for the same mask (it is not copied)."""
     if type(handle) is not Handle:
         raise GraphError(f"argmax() takes a Handle, got {type(handle).__name__}; yield "
                          f"argmax(handle) for one recorded node")
-    return ArgMax(handle)
+    if allowed is not None and (type(allowed) is not np.ndarray or allowed.dtype != bool or
+                                allowed.size != math.prod(handle.shape)):
+        raise GraphError(f"argmax(): allowed must be a numpy bool array of "
+                         f"{math.prod(handle.shape)} entries (the value's), got "
+                         f"{type(allowed).__name__} {getattr(allowed, 'dtype', '')} "
+                         f"{getattr(allowed, 'shape', '')}; build it with np.asarray(x, bool)")
+    return ArgMax(handle, allowed)
 
 
 class TopK:
@@ -96,10 +108,33 @@ def hand_back(values: Tensor, shape: tuple[int, ...]) -> Sequence[Tensor]:
     return flat.unbind(0)
 
 
-def hand_back_argmax(values: Tensor) -> list[int]:
-    """The flat argmax of every row of ``values`` (one per program): one batched ``argmax``
-    and one transfer to the host."""
-    return values.detach().reshape(len(values), -1).argmax(1).tolist()  # type: ignore[no-any-return]
+def hand_back_argmax(values: Tensor, allowed: list[Any] | None = None) -> list[int]:
+    """The flat argmax of every row of ``values`` (one per program), over the entries its
+    ``allowed`` mask keeps (``None``: all): one batched ``argmax`` and one transfer to the
+    host.
+
+    Raises:
+        GraphError: a mask allows no entry.
+    """
+    flat = values.detach().reshape(len(values), -1)
+    if allowed is not None:  # each distinct mask once (programs pass shared arrays)
+        first: dict[int, int] = {}
+        masks: list[np.ndarray] = []  # type: ignore[type-arg]
+        rows = []
+        for a in allowed:
+            k = first.get(id(a))
+            if k is None:
+                k = first[id(a)] = len(masks)
+                masks.append(np.ones(flat.shape[1], bool) if a is None else a.reshape(-1))
+            rows.append(k)
+        table = np.stack(masks)
+        if not table.any(1).all():
+            raise GraphError("argmax(): an allowed mask allows no entry; allow at least one")
+        keep = table[rows]
+        if flat.device.type == "cpu":  # (numpy: cheaper than torch at these sizes)
+            return np.where(keep, flat.numpy(), -np.inf).argmax(1).tolist()  # type: ignore[no-any-return]
+        flat = flat.masked_fill(torch.from_numpy(~keep).to(flat.device), -math.inf)
+    return flat.argmax(1).tolist()  # type: ignore[no-any-return]
 
 
 def _topk_rows(values: Tensor, k: int, counts: list[int]) -> list[list[list[int]]]:
@@ -121,15 +156,21 @@ def bulk_round(asked: list[Any], rec: Any
     first = asked[0]
     kind = type(first)
     if kind is Handle or kind is ArgMax:
-        of = first if kind is Handle else first.handle
-        want = of._kind
-        for y in asked:
-            h = y if kind is Handle else getattr(y, "handle", None)
+        want = (first if kind is Handle else first.handle)._kind
+        node_ids: list[int] = []
+        add = node_ids.append
+        masked = False
+        for y in asked:  # one pass: the checks and the node ids
+            h: Any = y if kind is Handle else getattr(y, "handle", None)
             if type(y) is not kind or h._kind is not want or h._rec is not rec:
                 return None
-        nodes = np.fromiter([(y if kind is Handle else y.handle).node_id for y in asked],
-                            np.int64, len(asked))
+            add(h.node_id)
+            masked = masked or (kind is ArgMax and y.allowed is not None)
+        nodes = np.array(node_ids, np.int64)
         if kind is ArgMax:
+            if masked:
+                allowed = [y.allowed for y in asked]
+                return nodes, lambda values: hand_back_argmax(values, allowed)
             return nodes, hand_back_argmax
         return nodes, lambda values: hand_back(values, want.shape)
     if kind is TopK:

@@ -6,11 +6,12 @@ a mini-batch, every early-exit step, records the same op types with the same ope
 and differs only in its attrs (token ids) and the rows its ``value/`` and input nodes read.
 Their schedule, memory plan and compiled executor program are then the same, so they are
 made once: a :class:`SegmentCache` keys them on the segment's structure (the bytes of its
-op ids, operand counts, operands and outputs, the vocabulary and the scheduler; a numpy
-``tobytes`` each, no per-node Python) and a hit only makes a new graph with this
-segment's attrs and instances and a copy of the program whose steps read these attrs
-(:func:`~edbatch.api._rebind.rebind`: a fresh tensor, since a training run's backward may
-still read the earlier segment's). The rows are parameters of every run, never cached.
+op ids, operand counts, operands and outputs, the vocabulary and the scheduler, made once
+per round structure by :mod:`edbatch.api._rounds`) and a hit only binds this segment's
+attrs to the cached program (:func:`~edbatch.api._rebind.rebind`, a fresh tensor: a
+training backward may still read the earlier segment's; at CPU inference of a typed segment
+one buffer overwritten per run, :class:`~edbatch.api._rebind.InPlaceAttrs`). The rows are
+parameters of every run, never cached.
 
 The cache lives with the batch (:func:`segment_state`, with the kernels it was compiled
 for: registering a kernel starts a new one), so it also serves the segments of later
@@ -25,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,16 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.api import _typed
-from edbatch.api._rebind import projects, rebind, rebind_typed
+from edbatch.api._rebind import (
+    VALUE_ROWS,
+    InPlaceAttrs,
+    projects,
+    rebind,
+    rebind_typed,
+    value_rows,
+    value_rows_kernel,
+)
+from edbatch.api._rounds import RoundPlan, Rounds
 from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
@@ -71,6 +81,8 @@ class Entry:
     nodes: NDArray[np.int64] | None = None
     batch: NDArray[np.int64] | None = None
     row: NDArray[np.int64] | None = None
+    span: bool = False  # ``nodes`` is ``0..len(nodes)-1`` in order (a typed segment's)
+    inplace: InPlaceAttrs | None = None  # the program's CPU inference copy
 
 
 class SegmentExecutor(TorchExecutor):
@@ -197,16 +209,21 @@ class SegmentCache:
         self.hits = self.misses = 0
 
     @staticmethod
-    def key(vocab: Any, make: Scheduler, strategy: Strategy, *arrays: NDArray[Any]
+    def maker(make: Scheduler) -> Any:
+        """``make`` as the cache keys it: a registry scheduler by its rule and name (a new
+        instance of it hits too), any other by itself."""
+        kind = type(make)
+        return (make.rule, make.name) if kind is CompiledScheduler else \
+            (make.fn, make.name) if kind is NamedScheduler else make
+
+    @staticmethod
+    def key(vocab: Any, make: Scheduler, strategy: Any, *arrays: NDArray[Any]
             ) -> tuple[Any, ...]:
         """The structure of a segment given as arrays (op ids, operand counts, operands,
-        outputs, sizes) with its vocabulary, scheduler (a registry scheduler by its rule
-        and name, so a new instance of it hits too) and strategy. Not the instances: the
-        schedulers and the memory planner read op types and operands only."""
-        kind = type(make)
-        maker = (make.rule, make.name) if kind is CompiledScheduler else \
-            (make.fn, make.name) if kind is NamedScheduler else make
-        return (id(vocab), maker, strategy,
+        outputs, sizes) with its vocabulary, scheduler (:meth:`maker`) and strategy. Not
+        the instances: the schedulers and the memory planner read op types and operands
+        only."""
+        return (id(vocab), SegmentCache.maker(make), strategy,
                 *((a.dtype.str, len(a), a.tobytes()) for a in arrays))
 
     def get(self, key: tuple[Any, ...]) -> Entry | None:
@@ -233,6 +250,7 @@ class SegmentState:
     cache: SegmentCache
     kernels: dict[str, Any]  # the batch's kernels it was made for (a copy)
     keep: tuple[Any, ...]  # the objects whose ids key the cache (kept alive)
+    rounds: Rounds  # round plans by signature (:mod:`~edbatch.api._rounds`)
 
 
 _STATES: weakref.WeakKeyDictionary[Any, SegmentState] = weakref.WeakKeyDictionary()
@@ -245,44 +263,58 @@ def segment_state(batch: Any) -> SegmentState:
     kernels = batch.kernels
     if state is None or len(state.kernels) != len(kernels) or state.kernels != kernels or \
             state.executor.dtype != batch.dtype or state.keep[0] != batch.device:
-        capture = Capture(kernels)
+        capture = Capture({**kernels, VALUE_ROWS: value_rows_kernel(kernels["lookup"])})
         state = SegmentState(capture, SegmentExecutor(batch.device, batch.dtype, capture),
-                             SegmentCache(CACHE_SIZE), dict(kernels), (batch.device,))
+                             SegmentCache(CACHE_SIZE), dict(kernels), (batch.device,),
+                             Rounds(CACHE_SIZE))
         _STATES[batch] = state
     return state
 
 
-def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Strategy,
-                memory: Strategy, arrays: dict[str, Any], params: dict[str, Tensor],
-                grad: bool) -> tuple[Graph, Schedule, Entry, Any]:
-    """Build (or take from the cache) the segment's graph, schedule, plan and program and
-    run it: ``arrays`` holds ``op_ids``, ``counts``, ``operands``, ``attrs``, ``instance``
-    and ``outputs``; ``memory`` is the strategy the plan is made with."""
-    op_ids, counts, operands = arrays["op_ids"], arrays["counts"], arrays["operands"]
-    attrs, inst, outputs = arrays["attrs"], arrays["instance"], arrays["outputs"]
-    cache = state.cache
-    key = cache.key(vocab, make, (strategy, _typed.TYPED),  # each path its own entries
-                    op_ids, counts, operands, outputs, arrays["sizes"])
-    entry = cache.get(key)
+def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: Strategy,
+                attrs: NDArray[np.int64], instance: Callable[[], NDArray[np.int32]],
+                params: dict[str, Tensor], grad: bool
+                ) -> tuple[Graph | Callable[[], Graph], Schedule, Entry, Any]:
+    """Build (or take from the cache) the segment's graph, schedule, memory plan (made
+    with ``memory``) and program and run it: ``plan`` gives its structure (arrays, cache
+    key), ``attrs`` its attrs, ``instance()`` its instances. Returns the graph, or for a
+    typed segment of a structure seen before a function making it (the instances are only
+    worked out when it is read), the schedule, the cache entry and the executor result."""
+    vocab, cache, executor = plan.vocab, state.cache, state.executor
+    entry = cache.get(plan.key)
     if entry is not None and entry.graph.vocab is not vocab:  # an id reused
         entry = None
-    executor = state.executor
     state.keep = (state.keep[0], vocab, make)
+    if entry is not None and entry.plan is None:  # typed: rebind the attrs and run
+        assert entry.program is not None
+        if grad or executor.device.type != "cpu":
+            program = rebind_typed(entry.program, attrs, executor.device)
+        else:
+            if entry.inplace is None:
+                entry.inplace = InPlaceAttrs(entry.program)
+            program = entry.inplace.bind(attrs)
+        base = entry.graph
+        return (lambda: dataclasses.replace(base, attrs=_frozen(attrs, np.int64),
+                                            instance=_frozen(instance(), np.int32)),
+                entry.schedule, entry, run_typed(executor, program, params, grad))
+    arrays = plan.arrays
+    inst = instance()
     if entry is None:
+        op_ids, counts = arrays["op_ids"], arrays["counts"]
         ptr = np.zeros(len(op_ids) + 1, np.int64)
         np.cumsum(counts, out=ptr[1:])
-        graph = Graph.from_arrays(vocab, op_ids, ptr, operands, attrs=attrs, instance=inst,
-                                  outputs=outputs)
+        graph = Graph.from_arrays(vocab, op_ids, ptr, arrays["operands"], attrs=attrs,
+                                  instance=inst, outputs=arrays["outputs"])
         typed = typed_program(graph, state.capture.kernels, executor.device) if \
             _typed.TYPED else None
         if typed is not None:
-            entry = Entry(graph, typed.schedule, None, typed.program)
+            program = value_rows(typed.program, graph, state.capture.kernels[VALUE_ROWS])
+            entry = Entry(graph, typed.schedule, None, program)
             c, m = (int(x) for x in arrays["sizes"])
-            entry.nodes = np.arange(m, dtype=np.int64)
+            entry.nodes, entry.span = np.arange(m, dtype=np.int64), True
             entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
-            cache.put(key, entry)
-            return graph, entry.schedule, entry, run_typed(executor, entry.program,
-                                                           params, grad)
+            cache.put(plan.key, entry)
+            return graph, entry.schedule, entry, run_typed(executor, program, params, grad)
         schedule = make(graph)
         # (this cache is the plan's memo: no second hash of the structure per miss)
         entry = Entry(graph, schedule, plan_memory(graph, schedule, memory, cache=False))
@@ -291,15 +323,17 @@ def run_segment(state: SegmentState, vocab: Any, make: Scheduler, strategy: Stra
         graph = dataclasses.replace(entry.graph, attrs=_frozen(attrs, np.int64),
                                     instance=_frozen(inst, np.int32))
         assert entry.program is not None
-        if entry.plan is None:
-            program = rebind_typed(entry.program, graph.attrs, executor.device)
-            return graph, entry.schedule, entry, run_typed(executor, program, params, grad)
-        executor.given = rebind(entry.program, graph.attrs, executor.device)
+        if grad or executor.device.type != "cpu":
+            executor.given = rebind(entry.program, graph.attrs, executor.device)
+        else:
+            if entry.inplace is None:
+                entry.inplace = InPlaceAttrs(entry.program)
+            executor.given = entry.inplace.bind(attrs)
     state.capture.outputs.clear()
     result = executor.run(graph, entry.schedule, entry.plan, params, grad=grad)
     if entry.program is None:
         entry.program = executor.compiled
-        cache.put(key, entry)
+        cache.put(plan.key, entry)
     return graph, entry.schedule, entry, result
 
 
@@ -335,6 +369,14 @@ def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, 
             f"{batches} batches; values are read from one kernel call per batch")
     base = len(values.outputs)
     values.outputs.extend(outputs)
+    assert entry.nodes is not None and entry.batch is not None and entry.row is not None
+    if entry.span:  # nodes offset.. in order: slices, not index arrays
+        end = offset + len(entry.nodes)
+        values.grow(end)
+        values.batch[offset:end] = entry.batch
+        values.batch[offset:end] += base
+        values.row[offset:end] = entry.row
+        return
     ids = entry.nodes + offset
     if len(ids):
         values.grow(int(ids.max()) + 1)

@@ -61,6 +61,7 @@ class Values:
         self.outputs: list[Tensor] = []
         self.batch = np.full(0, -1, dtype=np.int64)
         self.row = np.zeros(0, dtype=np.int64)
+        self.gathered: set[int] = set()  # the batches read by gathers of several so far
 
     def grow(self, n: int) -> None:
         """Make room for nodes ``0..n-1`` (and more: the room doubles, so a mini-batch of
@@ -107,14 +108,15 @@ class Values:
         ``index_select``."""
         nodes = np.asarray(nodes, dtype=np.int64)
         src = self.batch[nodes]
-        if np.any(src < 0):
+        first, last = int(src.min()), int(src.max())
+        if first < 0:
             raise ExecutionError(f"node %{int(nodes[src < 0][0])} has no value yet")
-        first = int(src[0])
-        if np.all(src == first):
+        if first == last:
             row = self.row[nodes]
             out = self.outputs[first]
-            if len(row) == out.shape[0] and row[0] == 0 and \
-                    np.array_equal(row, np.arange(len(row))):
+            k = len(row)
+            if k == out.shape[0] and row[0] == 0 and row[-1] == k - 1 and \
+                    (k < 3 or bool((row[1:] > row[:-1]).all())):  # rows 0..k-1 in order
                 return out
             return out.index_select(0, _index(row, out.device))
         used = np.unique(src)
@@ -138,14 +140,18 @@ class Values:
     def _merge(self, used: np.ndarray) -> bool:  # type: ignore[type-arg]
         """Join the source batches ``used`` (sorted, one row width) into one new output
         and point every node kept in them at its row there, if they are row views of one
-        arena (an inference run's in-place outputs: no copy) or more than
-        :data:`MERGE_AT` (one ``cat``); whether it did."""
+        arena (an inference run's in-place outputs: no copy), more than :data:`MERGE_AT`
+        or one of them was read with others before (one ``cat``: a parser reads its words'
+        features and its root and pad vectors at every decision); whether it did."""
         parts = [self.outputs[int(b)] for b in used]
         shift = np.zeros(int(used[-1]) + 1, dtype=np.int64)
         joined, at = _common_rows(parts)
+        listed = used.tolist()
+        again = not self.gathered.isdisjoint(listed)
+        self.gathered.update(listed)
         if joined is not None:
             shift[used] = at
-        elif len(used) > MERGE_AT:
+        elif len(used) > MERGE_AT or again:
             sizes = np.array([p.shape[0] for p in parts], dtype=np.int64)
             shift[used] = np.cumsum(sizes) - sizes
             joined = torch.cat(parts)
@@ -154,6 +160,7 @@ class Values:
         moved = np.isin(self.batch, used)
         self.row[moved] += shift[self.batch[moved]]
         self.batch[moved] = len(self.outputs)
+        self.gathered.add(len(self.outputs))
         self.outputs.append(joined)
         return True
 
