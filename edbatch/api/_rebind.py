@@ -5,15 +5,13 @@ and compiled program; only their attrs (token ids, expert choices) differ. :func
 makes the copy of the cached program that reads this segment's attrs, from a fresh tensor
 (a training run's backward may still read the earlier segment's), for the inference steps,
 the training steps and, in a hoisted program, the projection steps that read the attrs of
-the batches whose rows they compute. Also here: the step rewrite that runs a batch of
-``value/<shape>`` nodes as the rows gathered for it (:func:`value_rows`).
+the batches whose rows they compute.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -23,10 +21,8 @@ from torch import Tensor
 from edbatch.executor._hoist import HoistedProgram
 from edbatch.executor._program import Program, Step
 from edbatch.executor._reads import SliceRead, to_device
-from edbatch.graph import Graph
 
-__all__ = ["VALUE_ROWS", "InPlaceAttrs", "projects", "rebind", "rebind_typed", "value_rows",
-           "value_rows_kernel"]
+__all__ = ["InPlaceAttrs", "projects", "rebind", "rebind_typed"]
 
 
 def projects(step: Step) -> bool:
@@ -158,38 +154,3 @@ def _step_nodes(program: Program) -> list[NDArray[np.int64]]:
     nodes = np.asarray(program.attr_nodes, np.int64)
     return np.split(nodes, np.cumsum([s.size for s in program.steps])[:-1]) \
         if program.steps else []
-
-
-#: The kernel name under which a :class:`SegmentState`'s capture holds
-#: :func:`value_rows_kernel`'s kernel.
-VALUE_ROWS = "api.value_rows"
-
-
-def value_rows_kernel(lookup: Any) -> Any:
-    """A kernel for a batch of ``value/<shape>`` nodes that take their parameter's rows
-    ``0..k-1`` in order: the parameter itself (the rows gathered for them), no copy;
-    ``lookup`` where the row count differs."""
-    def value_rows(op: Any, inputs: Sequence[Tensor], params: Any, attrs: Tensor) -> Tensor:
-        rows = params[op.params[0]]
-        return rows if rows.shape[0] == attrs.shape[0] else lookup(op, inputs, params, attrs)
-    return value_rows
-
-
-def value_rows(program: Program, graph: Graph, kernel: Any) -> Program:
-    """``program`` (typed) with each batch of ``value/<shape>`` nodes whose attrs are
-    ``0..k-1`` in order run by ``kernel`` (:func:`value_rows_kernel`): the segment
-    gathers exactly those rows as the parameter (:class:`~edbatch.api._rounds.RoundPlan`),
-    so the batch's output is that tensor. Their attrs are fixed by the segment's structure
-    (each value node's rank among those of its op type), so every cache hit keeps them."""
-    steps, at = list(program.steps), 0
-    for k, step in enumerate(program.steps):
-        nodes = program.attr_nodes[at:at + step.size]
-        at += step.size
-        if step.op.name.startswith("value/") and step.op.kind == "lookup" and \
-                np.array_equal(graph.attrs[nodes], np.arange(step.size)):
-            new = object.__new__(Step)
-            new.__dict__.update(step.__dict__)
-            new.__dict__["kernel"] = kernel
-            steps[k] = new
-    done = tuple(steps)
-    return dataclasses.replace(program, steps=done, grad_steps=lambda: done)

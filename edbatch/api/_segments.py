@@ -36,15 +36,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.api import _typed
-from edbatch.api._rebind import (
-    VALUE_ROWS,
-    InPlaceAttrs,
-    projects,
-    rebind,
-    rebind_typed,
-    value_rows,
-    value_rows_kernel,
-)
+from edbatch.api._rebind import InPlaceAttrs, projects, rebind, rebind_typed
 from edbatch.api._rounds import RoundPlan, Rounds
 from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
@@ -263,7 +255,7 @@ def segment_state(batch: Any) -> SegmentState:
     kernels = batch.kernels
     if state is None or len(state.kernels) != len(kernels) or state.kernels != kernels or \
             state.executor.dtype != batch.dtype or state.keep[0] != batch.device:
-        capture = Capture({**kernels, VALUE_ROWS: value_rows_kernel(kernels["lookup"])})
+        capture = Capture(kernels)
         state = SegmentState(capture, SegmentExecutor(batch.device, batch.dtype, capture),
                              SegmentCache(CACHE_SIZE), dict(kernels), (batch.device,),
                              Rounds(CACHE_SIZE))
@@ -308,7 +300,7 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
         typed = typed_program(graph, state.capture.kernels, executor.device) if \
             _typed.TYPED else None
         if typed is not None:
-            program = value_rows(typed.program, graph, state.capture.kernels[VALUE_ROWS])
+            program = typed.program
             entry = Entry(graph, typed.schedule, None, program)
             c, m = (int(x) for x in arrays["sizes"])
             entry.nodes, entry.span = np.arange(m, dtype=np.int64), True
