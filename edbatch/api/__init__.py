@@ -32,8 +32,9 @@ Example:
     (torch.Size([]), 5)
 """
 
+from edbatch.api._assemble import RecordingWarning, take_graph
 from edbatch.api._batch import DynamicBatch
-from edbatch.api._builtins import BuiltinOp, RecordingWarning, take_graph
+from edbatch.api._builtins import BuiltinOp
 from edbatch.api._bulk import Handles, switch
 from edbatch.api._handles import BatchResult, Cell, Handle, ShapeLike
 from edbatch.api._programs import ProgramsResult

@@ -5,7 +5,6 @@ See :mod:`edbatch.api` for the overview and an example.
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -13,7 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from edbatch.api._builtins import BuiltinOp, assemble_graph, builtin_op, register_workload
+from edbatch.api._assemble import assemble_graph
+from edbatch.api._builtins import BuiltinOp, builtin_op, register_workload
 from edbatch.api._bulk import Handles, add_losses
 from edbatch.api._cellcall import probe, user_function
 from edbatch.api._handles import (
@@ -333,14 +333,10 @@ class DynamicBatch:
                 than handles of this mini-batch.
         """
         make = as_scheduler(scheduler, self._kept)
-        collecting = gc.isenabled()
-        gc.disable()
         try:
             return run_programs(self, programs, make, strategy, grad)
         finally:
             self._clear()
-            if collecting:
-                gc.enable()
 
     def discard(self) -> None:
         """Drop the recorded mini-batch without running it and start a new one; its handles

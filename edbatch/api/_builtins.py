@@ -1,4 +1,4 @@
-"""Built-in op types in the user API, and the fast graph assembly of recorded mini-batches.
+"""Built-in op types in the user API (graph assembly: :mod:`edbatch.api._assemble`).
 
 :meth:`DynamicBatch.from_workload <edbatch.api.DynamicBatch.from_workload>` registers a
 workload's op types (its fused cells, whose kernels have hand-written backwards) in a
@@ -26,22 +26,17 @@ Example:
 
 from __future__ import annotations
 
-import struct
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
 from torch import Tensor
 
-from edbatch.api._bulk import with_blocks
 from edbatch.api._handles import Handle, Recording, grow_pool
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
-from edbatch.graph import Graph, OpType, Vocab
+from edbatch.graph import OpType, Vocab
 
-__all__ = ["BuiltinOp", "RecordingWarning", "assemble_graph", "builtin_op", "register_workload",
-           "take_graph", "warn_outside"]
+__all__ = ["BuiltinOp", "builtin_op", "register_workload"]
 
 #: A :class:`~edbatch.api.DynamicBatch` (typed loosely: this module is imported by it).
 Batch = Any
@@ -313,113 +308,3 @@ def register_workload(batch: Batch, workload: Any,
                              f"pass init_params(workload, ...)")
         batch.params.update(params)
     return batch
-
-
-def assemble_graph(vocab: Vocab, rec: Recording, outputs: Sequence[int]
-                   ) -> tuple[Graph, int | None]:
-    """Build a :class:`Graph` from a recording's flat lists in a few numpy calls.
-
-    The loss terms (if any) become the operands of one final ``loss_sum`` node (the last
-    op type of ``vocab``); the graph's outputs are that node, then ``outputs``. Returns the
-    graph and the loss-sum node id (``None`` without loss terms). Shapes and operand
-    counts are checked here, for the whole graph at once (``Graph.from_arrays``).
-    """
-    n, losses = len(rec.ops), rec.losses
-    try:
-        op_ids, flat, attr = _packed(rec, len(vocab) - 1)
-    except struct.error:  # e.g. an attr that is no integer, or out of int64's range
-        op_ids, flat, attr = _converted(rec, len(vocab) - 1)
-    counts = vocab.shape_tables[0][op_ids]  # each op type's arity, -1: variadic
-    if rec.counts:
-        mine = counts[:n]  # (a view)
-        mine[mine < 0] = rec.counts
-    inst = _instances(rec.marks, n)
-    if n and inst.min() < 0:
-        outside = inst < 0
-        warn_outside(rec.batch, int(outside.sum()))
-        inst[outside] = 0
-    head = None
-    if losses:
-        head = n
-        counts[n] = len(losses)
-        inst = np.append(inst, np.int32(0))
-    ptr = np.zeros(len(op_ids) + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    heads = [head] if head is not None else []
-    graph = Graph.from_arrays(vocab, op_ids, ptr, flat, attrs=attr, instance=inst,
-                              outputs=np.asarray(heads + list(outputs), dtype=np.int32))
-    return graph, head
-
-
-def _packed(rec: Recording, loss_op: int) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
-    """``(op_ids, operand ids, attrs)`` of the recording (the ``loss_sum`` node appended if
-    it has loss terms), each list packed by one ``struct.pack`` call: about twice as fast
-    as ``np.fromiter`` (9 against 18 ns per entry). Raises ``struct.error`` on an entry
-    that is no integer or out of range."""
-    ops, operands, attrs, losses = rec.ops, rec.operands, rec.attrs, rec.losses
-    n, e = len(ops), len(operands)
-    if rec.blocks:  # bulk blocks' operands: merged as arrays
-        return with_blocks(rec, np.frombuffer(struct.pack(f"{n}i", *ops), np.int32),
-                           np.frombuffer(struct.pack(f"{n}q", *attrs), np.int64), loss_op)
-    if losses:
-        return (np.frombuffer(struct.pack(f"{n + 1}i", *ops, loss_op), np.int32),
-                np.frombuffer(struct.pack(f"{e + len(losses)}i", *operands, *losses), np.int32),
-                np.frombuffer(struct.pack(f"{n + 1}q", *attrs, -1), np.int64))
-    return (np.frombuffer(struct.pack(f"{n}i", *ops), np.int32),
-            np.frombuffer(struct.pack(f"{e}i", *operands), np.int32),
-            np.frombuffer(struct.pack(f"{n}q", *attrs), np.int64))
-
-
-def _converted(rec: Recording, loss_op: int) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
-    """What :func:`_packed` returns, by ``np.fromiter`` (which converts what ``struct``
-    refuses as it always did, or raises its own error)."""
-    ops, operands, attrs, losses = rec.ops, rec.operands, rec.attrs, rec.losses
-    op_ids = np.fromiter(ops, np.int32, len(ops))
-    attr = np.fromiter(attrs, np.int64, len(attrs))
-    if rec.blocks:
-        return with_blocks(rec, op_ids, attr, loss_op)
-    flat = np.fromiter(operands, np.int32, len(operands))
-    if losses:
-        op_ids = np.append(op_ids, np.int32(loss_op))
-        flat = np.concatenate([flat, np.fromiter(losses, np.int32, len(losses))])
-        attr = np.append(attr, np.int64(-1))
-    return op_ids, flat, attr
-
-
-class RecordingWarning(UserWarning):
-    """Something recorded in a :class:`~edbatch.api.DynamicBatch` is probably not meant
-    that way (e.g. nodes outside every ``with batch.instance()``)."""
-
-
-def warn_outside(batch: Batch, count: int) -> None:
-    """Warn (once per batch) that ``count`` nodes were recorded outside every instance."""
-    if getattr(batch, "warned_outside", True):
-        return
-    batch.warned_outside = True
-    warnings.warn(RecordingWarning(
-        f"{count} node(s) of this mini-batch were recorded outside any `with "
-        f"batch.instance():` block; they count as instance 0. Instances only label nodes "
-        f"with their data item (no value, gradient or schedule changes; the lower bound "
-        f"and policy training use them): wrap each data item's code in `with "
-        f"batch.instance():` (or call batch.next_instance() first). Warned once per batch"),
-        stacklevel=4)
-
-
-def _instances(marks: Sequence[tuple[int, int]], n: int) -> np.ndarray:  # type: ignore[type-arg]
-    """Each node's instance id from the ``(first node, instance)`` marks (-1: outside
-    every instance)."""
-    if not marks:
-        return np.full(n, -1, dtype=np.int32)
-    m = np.array(marks, dtype=np.int64).reshape(-1, 2)
-    starts = np.concatenate([[0], m[:, 0], [n]])
-    values = np.concatenate([[-1], m[:, 1]]).astype(np.int32)
-    return np.repeat(values, np.diff(starts))
-
-
-def take_graph(batch: Batch, outputs: Sequence[Handle] = ()) -> tuple[Graph, int | None]:
-    """The recorded mini-batch's graph (as :meth:`DynamicBatch.graph`), then start the next
-    mini-batch without running this one (for callers that schedule and execute themselves,
-    e.g. benchmarks that time each phase)."""
-    graph = batch.graph(outputs)
-    batch.discard()
-    return graph

@@ -266,7 +266,7 @@ def _choices(cells: Sequence[Cell], choices: Sequence[int]) -> tuple[int, ...]:
 def with_blocks(rec: Recording, op_ids: np.ndarray, attr: np.ndarray, loss_op: int  # type: ignore[type-arg]
                 ) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
     """``(op_ids, operand ids, attrs)`` of a whole recording with bulk blocks (for
-    :func:`~edbatch.api._builtins.assemble_graph`), the loss sum appended if any."""
+    :func:`~edbatch.api._assemble.assemble_graph`), the loss sum appended if any."""
     flat = operand_array(rec, 0, 0).astype(np.int32)
     if rec.losses:
         op_ids = np.append(op_ids, np.int32(loss_op))

@@ -51,6 +51,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -322,9 +323,16 @@ def _rows(blocks: list[Tensor]) -> Tensor:
 def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                  strategy: Strategy, grad: bool) -> ProgramsResult:
     """:meth:`DynamicBatch.run_programs` (see the module docstring). The weights must not
-    change while it runs (each ``W^T`` is made once for all segments)."""
-    with TRANSPOSED.run():  # each weight's W^T made once for all segments, not per segment
-        return _run_programs(batch, programs, make, strategy, grad)
+    change while it runs (each ``W^T`` is made once for all segments). Python's cyclic
+    garbage collector is paused meanwhile (recorded objects die by refcount)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with TRANSPOSED.run():  # each weight's W^T made once for all segments
+            return _run_programs(batch, programs, make, strategy, grad)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from edbatch.api._builtins import warn_outside
+from edbatch.api._assemble import warn_outside
 
 __all__ = ["Instances", "RoundPlan", "Rounds", "extend", "instances", "localise", "slot_major"]
 

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from edbatch.api import DynamicBatch, Handle, take_graph
-from edbatch.api._builtins import _converted, _packed
+from edbatch.api._assemble import _converted, _packed
 from edbatch.errors import GraphError
 from edbatch.executor import init_params
 from edbatch.workloads import make_workload
