@@ -27,9 +27,14 @@ from pathlib import Path
 
 __all__ = ["COMPILED_MODULES", "STAMP", "cache_dirs", "refresh", "sources_digest"]
 
-#: every module of the package that defines ``njit(cache=True)`` functions (relative to
-#: the package folder); ``tests/test_numba_cache.py`` keeps the list complete
+#: every module of the package that defines ``njit(cache=True)`` functions, also through a
+#: shared decorator such as ``executor._fused._jit`` (relative to the package folder);
+#: ``tests/test_numba_cache.py`` keeps the list complete
 COMPILED_MODULES = (
+    "executor/_fused.py",
+    "executor/_fused_ggnn.py",
+    "executor/cells_module_net_fused.py",
+    "executor/cells_module_net_segment_bodies.py",
     "graph/_csr.py",
     "graph/_scan.py",
     "memory/_aligned_compiled.py",
