@@ -34,6 +34,7 @@ from policies.priority import (
     graph_inputs,
     population_batches,
 )
+from policies.priority_api import improve
 
 __all__ = ["PriorityResult", "PriorityTrainer"]
 
@@ -63,19 +64,24 @@ class PriorityTrainer:
         hidden_units: hidden units of the scorer (0: linear; else a one-hidden-layer MLP added
             to the linear score, its output weights starting at 0, so the start is still
             critical path).
+        api_rounds: rounds of rollout-based policy iteration after the CEM, from its best
+            weights (:mod:`policies.priority_api`; 0: none).
     """
 
     name = "priority"
 
     def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
                  sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
-                 hidden_units: int = 0) -> None:
+                 hidden_units: int = 0, api_rounds: int = 0) -> None:
         hidden = hidden_units
-        if population < 2 or not 1 <= elite <= population or iterations < 0 or hidden < 0:
+        if population < 2 or not 1 <= elite <= population or iterations < 0 or hidden < 0 \
+                or api_rounds < 0:
             raise ValueError(f"need population >= 2, 1 <= elite <= population, iterations "
-                             f">= 0 and hidden >= 0; got population={population}, "
-                             f"elite={elite}, iterations={iterations}, "
-                             f"hidden_units={hidden}")
+                             f">= 0, hidden >= 0 and api_rounds >= 0; got "
+                             f"population={population}, elite={elite}, "
+                             f"iterations={iterations}, hidden_units={hidden}, "
+                             f"api_rounds={api_rounds}")
+        self.api_rounds = int(api_rounds)
         self.hidden = int(hidden)
         self.iterations, self.population, self.elite = iterations, population, elite
         self.sigma, self.sigma_floor, self.seed = sigma, sigma_floor, seed
@@ -124,12 +130,20 @@ class PriorityTrainer:
             if progress:
                 print(f"priority CEM {it + 1}/{self.iterations}: best {best} batches "
                       f"({best / lb_train:.4f} x LB), critical path {base}")
+        api: list[dict[str, int]] = []
+        if self.api_rounds:
+            cem_best = best
+            best_w, best, rounds = improve(train, best_w, nh, self.api_rounds, seed=self.seed)
+            api = [vars(r) for r in rounds]
+            if progress:
+                print(f"priority API: {cem_best} -> {best} training batches in {len(api)} "
+                      f"rounds")
         val_new, val_base = population_batches(val, np.vstack([best_w, w0]), nh).sum(axis=1)
         learned = best < base and val_new <= val_base
         meta = dict(metadata or {})
         meta.update({"learner": "cross-entropy method", "iterations": self.iterations,
                      "population": self.population, "elite": self.elite, "seed": self.seed,
-                     "hidden": nh,
+                     "hidden": nh, "api_rounds": api,
                      "train_batches": best, "train_fallback_batches": base,
                      "val_batches": int(val_new), "val_fallback_batches": int(val_base),
                      "num_train_graphs": len(train_graphs),
