@@ -90,6 +90,18 @@ def regret_loss(x: torch.Tensor, seg: torch.Tensor, regret: torch.Tensor, w: tor
     return (e / z[seg] * regret).sum() / nseg
 
 
+def _score_spread(x: NDArray[np.float64], seg: NDArray[np.int64], w: NDArray[np.float64],
+                  nh: int) -> float:
+    """Median over decisions of the gap between the best and the second-best score of
+    ``w`` (at least 1e-3): the scale the softmax temperatures are relative to."""
+    s = _scores(torch.from_numpy(x), torch.from_numpy(w), nh).numpy()
+    order = np.lexsort((-s, seg))
+    ss, sg = s[order], seg[order]
+    first = np.flatnonzero(np.r_[True, sg[1:] != sg[:-1]])
+    gaps = ss[first] - ss[first + 1]  # every kept decision has two or more types
+    return max(float(np.median(gaps)), 1e-3)
+
+
 def _fit(x: NDArray[np.float64], seg: NDArray[np.int64], regret: NDArray[np.float64],
          w0: NDArray[np.float64], nh: int, temperature: float, steps: Sequence[int],
          l2: float, lr: float) -> list[NDArray[np.float64]]:
@@ -111,7 +123,7 @@ def _fit(x: NDArray[np.float64], seg: NDArray[np.int64], regret: NDArray[np.floa
 
 
 def improve(inputs: Sequence[tuple], w: NDArray[np.float64], nh: int, rounds: int, *,  # type: ignore[type-arg]
-            temperatures: Sequence[float] = (0.1, 0.3, 1.0), steps: Sequence[int] = (20, 60, 150),
+            temperatures: Sequence[float] = (0.3, 1.0, 3.0), steps: Sequence[int] = (20, 60, 150),
             alphas: Sequence[float] = (0.1, 0.25, 0.5, 1.0, 2.0), l2: float = 1e-3,
             lr: float = 0.02, seed: int = 0,
             ) -> tuple[NDArray[np.float64], int, list[ApiRound]]:
@@ -138,9 +150,10 @@ def improve(inputs: Sequence[tuple], w: NDArray[np.float64], nh: int, rounds: in
         ra = np.concatenate([p[2] for p in parts])
         scale = np.maximum(np.abs(xa).max(axis=0), 1e-9)  # features O(1) for the optimiser
         cands = []
-        for t in temperatures:
-            fitted = _fit(xa / scale, sa, ra, best_w_scaled(best_w, scale, nh), nh, t, steps,
-                          l2, lr)
+        spread = _score_spread(xa, sa, best_w, nh)
+        for t in temperatures:  # relative to the current scores' spread per decision
+            fitted = _fit(xa / scale, sa, ra, best_w_scaled(best_w, scale, nh), nh,
+                          t * spread, steps, l2, lr)
             cands += [best_w + a * (unscale(c, scale, nh) - best_w)
                       for c in fitted for a in alphas]
         ws = np.vstack(cands)

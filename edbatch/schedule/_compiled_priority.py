@@ -235,13 +235,14 @@ def _scales(height, total):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-              total, w, nh, trace, trace_ids, trace_dec, prefix):  # type: ignore[no-untyped-def]
+              total, w, nh, trace, trace_ids, trace_dec, prefix, full=False):  # type: ignore[no-untyped-def]
     """:func:`run_priority`, also writing the feature rows of every decision (and their
     types' ids and the decision's index) into ``trace``/``trace_ids``/``trace_dec`` while
     they have room; returns its result and
     the number of rows traced. The first ``len(prefix)`` decisions take ``prefix``'s op types
     instead of the scores' choice (each must have ready nodes then): a rollout from the
-    state those decisions reach."""
+    state those decisions reach. ``full``: compute the release features even where the
+    weights give them no say (for a learner that reads the rows)."""
     n, k = len(op), len(batchable)
     (start, rem, remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
      nf) = start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr)
@@ -250,8 +251,8 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     sumh = np.zeros(k, np.int64)
     cmax = np.full(k, -1, np.int64)
     ctop = np.zeros(k, np.int64)
-    x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)  # features 15-21 stay 0 unless the
-    release = _uses_release(w, nh) or len(trace) > 0  # weights give them a say or rows are traced
+    x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)  # features 15-21 stay 0 unless
+    release = full or _uses_release(w, nh)  # the weights give them a say
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     ids = np.empty(k, np.int64)

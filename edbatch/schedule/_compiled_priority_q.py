@@ -30,7 +30,7 @@ def priority_q(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
     trace_dec = np.empty(cap, np.int64)
     none = np.empty(0, np.int64)
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                    total, w, nh, trace, trace_ids, trace_dec, none)
+                    total, w, nh, trace, trace_ids, trace_dec, none, True)
     batch_op, forced, nt = res[0], res[1], res[6]
     base = len(batch_op)
     seq = np.empty(base, np.int64)
