@@ -15,7 +15,7 @@ exported ``test,dev`` mini-batches with ``--train-shuffles`` reshuffles, validat
 training graphs, tested on the unseen dumps G1-G17) without the FSM rows::
 
     python -m benchmarks.priority_lattice --dumps --seeds 0 1 2 --iterations 70 \
-        --population 56 --num-train-graphs 24 --api-rounds 2
+        --population 56 --num-train-graphs 24 --far
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     ap.add_argument("--hidden-units", type=int, default=0)
     ap.add_argument("--api-rounds", type=int, default=0,
                     help="rollout policy-iteration rounds after the CEM (trainer.api_rounds)")
+    ap.add_argument("--far", action="store_true",
+                    help="also search feature far's weights (trainer.far=true)")
     ap.add_argument("--dumps", action="store_true",
                     help="the held-out dump protocol (train G0 + extra, test G1-G17)")
     ap.add_argument("--train-shuffles", type=int, default=3, help="with --dumps")
@@ -90,7 +92,7 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
         t0, c0 = time.perf_counter(), time.process_time()
         p = PriorityTrainer(args.iterations, args.population, args.elite, seed=seed,
                             hidden_units=args.hidden_units,
-                            api_rounds=args.api_rounds).fit(train, val).policy
+                            api_rounds=args.api_rounds, far=args.far).fit(train, val).policy
         out[seed] = sum(p(g).num_batches for g in test) / lb
         m = p.metadata
         print(f"seed {seed}: {out[seed]:.4f} x LB (learned {p.learned}; train "

@@ -125,13 +125,15 @@ def _fit(x: NDArray[np.float64], seg: NDArray[np.int64], regret: NDArray[np.floa
 def improve(inputs: Sequence[tuple], w: NDArray[np.float64], nh: int, rounds: int, *,  # type: ignore[type-arg]
             temperatures: Sequence[float] = (0.3, 1.0, 3.0), steps: Sequence[int] = (20, 60, 150),
             alphas: Sequence[float] = (0.1, 0.25, 0.5, 1.0, 2.0), l2: float = 1e-3,
-            lr: float = 0.02, seed: int = 0,
+            lr: float = 0.02, seed: int = 0, active: NDArray[np.bool_] | None = None,
             ) -> tuple[NDArray[np.float64], int, list[ApiRound]]:
     """Up to ``rounds`` rounds of policy iteration from ``w`` on the graphs ``inputs`` (see
     the module doc); ``(best weights, their training batches, one record per round)``.
-    Stops early when a round finds nothing better."""
+    Stops early when a round finds nothing better. ``active``: the parameters it may
+    change (the others keep their values; default all)."""
     torch.manual_seed(seed)
     best_w = np.ascontiguousarray(w, dtype=np.float64)
+    keep = np.zeros(len(best_w), np.bool_) if active is None else ~np.asarray(active)
     best = int(population_batches(inputs, best_w[None], nh)[0].sum())
     data: list[tuple[NDArray[np.float64], NDArray[np.float64]]] = []
     history: list[ApiRound] = []
@@ -154,7 +156,7 @@ def improve(inputs: Sequence[tuple], w: NDArray[np.float64], nh: int, rounds: in
         for t in temperatures:  # relative to the current scores' spread per decision
             fitted = _fit(xa / scale, sa, ra, best_w_scaled(best_w, scale, nh), nh,
                           t * spread, steps, l2, lr)
-            cands += [best_w + a * (unscale(c, scale, nh) - best_w)
+            cands += [best_w + a * np.where(keep, 0.0, unscale(c, scale, nh) - best_w)
                       for c in fitted for a in alphas]
         ws = np.vstack(cands)
         scores = population_batches(inputs, ws, nh).sum(axis=1)

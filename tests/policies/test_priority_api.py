@@ -16,6 +16,7 @@ from edbatch.schedule._compiled_priority_q import priority_q
 from edbatch.workloads import make_workload
 from edbatch.workloads.synthetic import random_lattices
 from policies.priority import (
+    FEATURES,
     PriorityPolicy,
     PriorityTwin,
     critical_path_weights,
@@ -23,7 +24,7 @@ from policies.priority import (
     num_params,
 )
 from policies.priority_api import best_w_scaled, decision_data, improve, regret_loss, unscale
-from policies.priority_train import PriorityTrainer
+from policies.priority_train import PriorityTrainer, searched
 
 
 class _Forced(PriorityTwin):
@@ -126,3 +127,21 @@ def test_priority_config_names_every_trainer_argument() -> None:
     args = set(PriorityTrainer.__init__.__code__.co_varnames[1:PriorityTrainer.__init__
                                                              .__code__.co_argcount])
     assert set(cfg) - {"_target_"} == args
+
+
+@pytest.mark.parametrize("hidden", [0, 2])
+def test_far_is_searched_only_when_asked(hidden: int) -> None:
+    """``far=False`` (the default) holds feature ``far``'s weights at 0, in the linear part
+    and in every hidden unit, and searches every other parameter; ``far=True`` all."""
+    f, j = len(FEATURES), FEATURES.index("far")
+    off = searched(hidden, False)
+    assert searched(hidden, True).all() and (~off).sum() == 1 + hidden
+    assert not off[j] and all(not off[f + u * (f + 1) + j] for u in range(hidden))
+    rng = np.random.default_rng(6)
+    train = [random_lattices(rng, 6, 16, 4) for _ in range(2)]
+    held = PriorityTrainer(iterations=2, population=6, elite=2, seed=1, hidden_units=hidden,
+                           api_rounds=1).fit(train, train).policy
+    assert not held.weights[~off].any() and held.metadata["far"] is False
+    free = PriorityTrainer(iterations=2, population=6, elite=2, seed=1, hidden_units=hidden,
+                           far=True).fit(train, train).policy
+    assert free.metadata["far"] is True and (not free.learned or free.weights[j] != 0.0)
