@@ -8,14 +8,24 @@ guarded CEM) and prints test batches / LB per seed, the mean, and critical path'
     python -m benchmarks.priority_lattice --seeds 0 1 2 3 4   # 60 x 49 candidates, elite 8
     python -m benchmarks.priority_lattice --seeds 0 1 2 3 4 --iterations 70 --population 56 \
         --num-train-graphs 24   # 2026-11-26: mean 1.190 x LB, about 3 min CPU per seed
+
+``--dumps`` runs the held-out dump protocol of ``benchmarks/dump_protocol.py --priority``
+in one process instead (the same graphs and trainer: G0 plus ``--num-train-graphs``
+exported ``test,dev`` mini-batches with ``--train-shuffles`` reshuffles, validation = the
+training graphs, tested on the unseen dumps G1-G17) without the FSM rows::
+
+    python -m benchmarks.priority_lattice --dumps --seeds 0 1 2 --iterations 70 \
+        --population 56 --num-train-graphs 24 --far
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from edbatch.schedule import lower_bound, make_scheduler
 from edbatch.workloads import make_workload
@@ -32,20 +42,57 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     ap.add_argument("--population", type=int, default=48)
     ap.add_argument("--elite", type=int, default=8)
     ap.add_argument("--hidden-units", type=int, default=0)
+    ap.add_argument("--api-rounds", type=int, default=0,
+                    help="rollout policy-iteration rounds after the CEM (trainer.api_rounds)")
+    ap.add_argument("--far", action="store_true",
+                    help="also search feature far's weights (trainer.far=true)")
+    ap.add_argument("--dumps", action="store_true",
+                    help="the held-out dump protocol (train G0 + extra, test G1-G17)")
+    ap.add_argument("--train-shuffles", type=int, default=3, help="with --dumps")
     args = ap.parse_args(argv)
+    if args.dumps:
+        with tempfile.TemporaryDirectory(prefix="edbatch-prio-dumps-") as tmp:
+            return _run(args, *_dump_graphs(args, Path(tmp)))
     wl = make_workload(args.workload)
     test = graph_set(wl, "test", 64, 8)
     val = graph_set(wl, "train", 64, 2)
+    return _run(args, test, val, lambda seed: graph_set(wl, "train", 64, args.num_train_graphs,
+                                                        shuffle_seed=seed))
+
+
+def _dump_graphs(args: argparse.Namespace, tmp: Path) -> tuple:  # type: ignore[type-arg]
+    """The dump protocol's graphs: (test G1-G17, validation = training, training by seed)."""
+    from benchmarks._dump_export import export, export_training
+    from edbatch.workloads.dumps import DumpWorkload
+
+    merge = "lattice" in args.workload
+    export(args.workload, 20, 64, merge, tmp / "eval")
+    ns = argparse.Namespace(workload=args.workload, train_split="test,dev", batch_size=64,
+                            graphs=20, split="train", train_shuffles=args.train_shuffles,
+                            train_graphs=args.num_train_graphs, k=1)
+    export_training(ns, merge, tmp / "eval", tmp / "train")
+    nt = max(DumpWorkload(f).num_types for f in (tmp / "eval", tmp / "train"))
+
+    def load(folder: Path, split: str) -> list:  # type: ignore[type-arg]
+        wl = DumpWorkload(folder, num_types=nt)
+        return [wl.instance_graph(split, i) for i in range(len(wl.load(split)))]
+
+    train = load(tmp / "train", f"first:{args.num_train_graphs + 1}")
+    return load(tmp / "eval", "rest:1"), train, lambda seed: train
+
+
+def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int, float]:  # type: ignore[no-untyped-def,type-arg]
     lb = sum(lower_bound(g) for g in test)
     cp = make_scheduler("critical_path")
     print(f"{len(test)} test graphs, LB {lb}, critical path "
           f"{sum(cp(g).num_batches for g in test) / lb:.4f} x LB")
     out = {}
     for seed in args.seeds:
-        train = graph_set(wl, "train", 64, args.num_train_graphs, shuffle_seed=seed)
+        train = train_of(seed)
         t0, c0 = time.perf_counter(), time.process_time()
         p = PriorityTrainer(args.iterations, args.population, args.elite, seed=seed,
-                            hidden_units=args.hidden_units).fit(train, val).policy
+                            hidden_units=args.hidden_units,
+                            api_rounds=args.api_rounds, far=args.far).fit(train, val).policy
         out[seed] = sum(p(g).num_batches for g in test) / lb
         m = p.metadata
         print(f"seed {seed}: {out[seed]:.4f} x LB (learned {p.learned}; train "

@@ -15,11 +15,12 @@ the score computed per decision inside the compiled loop. :class:`PriorityTwin` 
 Python oracle (a :class:`~edbatch.schedule.Policy` over
 :class:`~edbatch.schedule.FrontierView`): same rows, same schedules.
 
-Artifact: JSON ``{"format": "edbatch.priority", "version": 2, "features": [...],
+Artifact: JSON ``{"format": "edbatch.priority", "version": 3, "features": [...],
 "hidden": nh, "weights": [...], "fallback": "critical_path", "learned": bool,
 "metadata": {...}}`` (``weights``: the flat parameters of
-:func:`~edbatch.schedule._compiled_priority.num_params`; ``hidden`` 0 is linear). Version 1
-files (15 features, linear, no ``hidden``) still load: the 7 newer features get weight 0.
+:func:`~edbatch.schedule._compiled_priority.num_params`; ``hidden`` 0 is linear). Versions 1
+(15 features, linear, no ``hidden``) and 2 (22 features) still load: the newer features
+get weight 0 (:func:`widen`).
 ``batch.run(policy)`` takes a :class:`PriorityPolicy` (it is a ``graph -> Schedule``
 callable); ``experiments.evaluate scheduler=[priority] scheduler.priority.path=...``.
 """
@@ -42,6 +43,7 @@ from edbatch.schedule import CriticalPathPolicy, FrontierView, Schedule
 from edbatch.schedule._compiled_priority import (
     PRIORITY_FEATURES,
     V1_FEATURES,
+    V2_FEATURES,
     critical_path_weights,
     num_params,
     run_priority,
@@ -51,12 +53,12 @@ from edbatch.schedule.bounds import height_list
 from edbatch.schedule.compiled import _batches, core_graph
 from policies._header import check_header
 
-__all__ = ["FEATURES", "FORMAT", "VERSION", "PriorityPolicy", "PriorityScheduler",
+__all__ = ["FEATURES", "FORMAT", "VERSION", "PriorityPolicy", "PriorityScheduler", "widen",
            "PriorityTwin", "critical_path_weights", "graph_inputs", "is_priority_file",
            "num_params", "population_batches"]
 
 FORMAT = "edbatch.priority"
-VERSION = 2
+VERSION = 3
 FEATURES = PRIORITY_FEATURES
 FALLBACK = "critical_path"
 
@@ -194,8 +196,8 @@ class PriorityPolicy:
 
     @classmethod
     def load(cls, path: str | Path) -> PriorityPolicy:
-        """Read an artifact written by :meth:`save` (version 2, or version 1: linear over
-        the first 15 features, the others weighted 0).
+        """Read an artifact written by :meth:`save` (version 3; version 2: 22 features,
+        version 1: linear over the first 15; the newer features weighted 0).
 
         Raises:
             PolicyFileError: missing, not JSON, another format or version, other features,
@@ -210,24 +212,41 @@ class PriorityPolicy:
         except (OSError, UnicodeDecodeError, ValueError) as e:
             raise PolicyFileError(path, f"not a JSON priority-policy file ({e})", fix) from None
         header = data if isinstance(data, dict) else None
-        v1 = header is not None and header.get("version") == 1
-        check_header(path, header, FORMAT, 1 if v1 else VERSION,
-                     V1_FEATURES if v1 else FEATURES, fix)
+        version = header.get("version") if header is not None else None
+        old = {1: V1_FEATURES, 2: V2_FEATURES}.get(version)  # type: ignore[arg-type]
+        check_header(path, header, FORMAT, version if old else VERSION,  # type: ignore[arg-type]
+                     old or FEATURES, fix)
         assert header is not None
         try:
-            hidden = 0 if v1 else _check_hidden(header.get("hidden", 0), "hidden")
+            hidden = 0 if version == 1 else _check_hidden(header.get("hidden", 0), "hidden")
             raw = header.get("weights")
-            if v1:  # version 1: the first 15 features' weights; the newer ones get 0
+            if old:  # an older feature list: its weights, the newer features' 0
                 w1 = np.asarray(raw, dtype=np.float64) if isinstance(raw, list) else raw
-                if np.shape(w1) != (len(V1_FEATURES),):
-                    raise ValueError(f"weights: version 1 needs {len(V1_FEATURES)} weights, "
-                                     f"got shape {np.shape(w1)}")
-                raw = np.concatenate([w1, np.zeros(len(FEATURES) - len(V1_FEATURES))])
+                f = len(old)
+                if np.shape(w1) != (f + hidden * (f + 2),):
+                    raise ValueError(f"weights: version {version} needs "
+                                     f"{f + hidden * (f + 2)} weights, got shape "
+                                     f"{np.shape(w1)}")
+                raw = widen(w1, f, hidden)
             w = _check_weights(raw, "weights", hidden)
         except (TypeError, ValueError) as e:
             raise PolicyFileError(path, str(e), fix) from None
         return cls(w, hidden=hidden, learned=bool(header.get("learned", True)),
                    metadata=dict(header.get("metadata") or {}))
+
+
+def widen(w: NDArray[np.float64], f: int, hidden: int = 0) -> NDArray[np.float64]:
+    """Parameters over the first ``f`` features as parameters over all of :data:`FEATURES`
+    (the others weighted 0 in the linear part and in every hidden unit): same scores."""
+    n = len(FEATURES)
+    out = np.zeros(num_params(hidden), np.float64)
+    out[:f] = w[:f]
+    for j in range(hidden):
+        src, dst = f + j * (f + 1), n + j * (n + 1)
+        out[dst:dst + f] = w[src:src + f]
+        out[dst + n] = w[src + f]
+    out[n + hidden * (n + 1):] = w[f + hidden * (f + 1):]
+    return out
 
 
 def is_priority_file(path: str | Path) -> bool:
@@ -327,7 +346,8 @@ class PriorityTwin:
                 rem / self._total[a], c / n_ready, math.log1p(tot) / 4.0, join / c,
                 rel[a].get(a, 0) / c, wait / c, rel[cp].get(a, 0) / c if cp != a else 0.0,
                 (pc if pc < 4.0 else 4.0) / 4.0,
-                (ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0])
+                (ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0,
+                math.log1p(-gap) / 4.0])
         return ready, rows
 
     def score(self, row: list[float]) -> float:

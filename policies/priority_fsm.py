@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from edbatch.errors import PolicyFileError
 from edbatch.graph import Graph
 from edbatch.schedule import FrontierView, Schedule
+from edbatch.schedule._compiled_priority import V2_FEATURES
 from edbatch.schedule._compiled_priority_fsm import run_rank_fsm
 from edbatch.schedule.compiled import _batches
 from policies._header import check_header
@@ -45,6 +46,9 @@ __all__ = ["FORMAT", "KINDS", "VERSION", "PriorityFSM", "PriorityFsmTwin", "Rank
 
 FORMAT = "edbatch.priority_fsm"
 VERSION = 1
+#: The feature list its artifact names: the one it was made with (its keys cut these; the
+#: policy's newer ``far`` is not among them).
+KEY_FEATURES = V2_FEATURES
 FALLBACK = "critical_path"
 #: Key kinds: ``rank`` (the first ``slots`` types in critical path's order, action = slot)
 #: and ``bucket`` (the set of codes present, action = a code).
@@ -298,7 +302,7 @@ class PriorityFSM:
 
     # ------------------------------------------------------------------ artifact
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": VERSION, "features": list(FEATURES),
+        return {"format": FORMAT, "version": VERSION, "features": list(KEY_FEATURES),
                 "key": self.key.to_json(), "op_types": None if self.op_types is None
                 else list(self.op_types),
                 "table": [[list(k), a] for k, a in sorted(self.table.items())],
@@ -330,7 +334,7 @@ class PriorityFSM:
         except (OSError, UnicodeDecodeError, ValueError) as e:
             raise PolicyFileError(path, f"not a JSON priority-FSM file ({e})", _FIX) from None
         check_header(path, data if isinstance(data, dict) else None, FORMAT, VERSION,
-                     FEATURES, _FIX)
+                     KEY_FEATURES, _FIX)
         try:
             key = RankKey.from_json(data.get("key"))
             table = {tuple(int(c) for c in k): int(a) for k, a in data["table"]}

@@ -32,10 +32,24 @@ from policies.priority import (
     PriorityPolicy,
     critical_path_weights,
     graph_inputs,
+    num_params,
     population_batches,
 )
+from policies.priority_api import improve
 
-__all__ = ["PriorityResult", "PriorityTrainer"]
+__all__ = ["PriorityResult", "PriorityTrainer", "searched"]
+
+
+def searched(nh: int, far: bool) -> np.ndarray:  # type: ignore[type-arg]
+    """Which of the :func:`~policies.priority.num_params` parameters the trainer searches:
+    all, or (``far=False``) all but feature ``far``'s weight in the linear part and in each
+    hidden unit."""
+    active = np.ones(num_params(nh), np.bool_)
+    if not far:
+        f, j = len(FEATURES), FEATURES.index("far")
+        active[j] = False
+        active[[f + u * (f + 1) + j for u in range(nh)]] = False
+    return active
 
 
 @dataclass
@@ -63,19 +77,26 @@ class PriorityTrainer:
         hidden_units: hidden units of the scorer (0: linear; else a one-hidden-layer MLP added
             to the linear score, its output weights starting at 0, so the start is still
             critical path).
+        api_rounds: rounds of rollout-based policy iteration after the CEM, from its best
+            weights (:mod:`policies.priority_api`; 0: none).
+        far: also search the weights of feature ``far`` (the log gap; ``False``: they stay
+            0, and the search draws exactly what it drew before that feature existed).
     """
 
     name = "priority"
 
     def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
                  sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
-                 hidden_units: int = 0) -> None:
+                 hidden_units: int = 0, api_rounds: int = 0, far: bool = False) -> None:
         hidden = hidden_units
-        if population < 2 or not 1 <= elite <= population or iterations < 0 or hidden < 0:
+        if population < 2 or not 1 <= elite <= population or iterations < 0 or hidden < 0 \
+                or api_rounds < 0:
             raise ValueError(f"need population >= 2, 1 <= elite <= population, iterations "
-                             f">= 0 and hidden >= 0; got population={population}, "
-                             f"elite={elite}, iterations={iterations}, "
-                             f"hidden_units={hidden}")
+                             f">= 0, hidden >= 0 and api_rounds >= 0; got "
+                             f"population={population}, elite={elite}, "
+                             f"iterations={iterations}, hidden_units={hidden}, "
+                             f"api_rounds={api_rounds}")
+        self.api_rounds, self.far = int(api_rounds), bool(far)
         self.hidden = int(hidden)
         self.iterations, self.population, self.elite = iterations, population, elite
         self.sigma, self.sigma_floor, self.seed = sigma, sigma_floor, seed
@@ -95,12 +116,15 @@ class PriorityTrainer:
         w0 = critical_path_weights(nh)
         base = int(population_batches(train, w0[None], nh)[0].sum())
         val_base0 = int(population_batches(val, w0[None], nh)[0].sum())
-        mean, std = w0.copy(), np.full(len(w0), self.sigma)
+        active = searched(nh, self.far)
+        mean, std = w0.copy(), np.where(active, self.sigma, 0.0)
         best_w, best = w0.copy(), base
         history: list[dict[str, float]] = []
         episodes = len(train)
         for it in range(self.iterations):
-            ws = np.vstack([mean, mean + std * rng.standard_normal((self.population, len(w0)))])
+            noise = np.zeros((self.population, len(w0)))
+            noise[:, active] = rng.standard_normal((self.population, int(active.sum())))
+            ws = np.vstack([mean, mean + std * noise])
             scores = population_batches(train, ws, nh).sum(axis=1)
             episodes += len(ws) * len(train)
             order = np.argsort(scores, kind="stable")
@@ -108,7 +132,7 @@ class PriorityTrainer:
                 best, best_w = int(scores[order[0]]), ws[order[0]].copy()
             elite = ws[order[:self.elite]]
             mean = elite.mean(axis=0)
-            std = np.maximum(elite.std(axis=0), self.sigma_floor)
+            std = np.where(active, np.maximum(elite.std(axis=0), self.sigma_floor), 0.0)
             row = {"episode": float(it + 1), "train/best_ratio_to_lb": best / lb_train,
                    "train/mean_ratio_to_lb": float(scores[0]) / lb_train,
                    "train/mean_batches": float(scores.mean()) / len(train),
@@ -124,12 +148,21 @@ class PriorityTrainer:
             if progress:
                 print(f"priority CEM {it + 1}/{self.iterations}: best {best} batches "
                       f"({best / lb_train:.4f} x LB), critical path {base}")
+        api: list[dict[str, int]] = []
+        if self.api_rounds:
+            cem_best = best
+            best_w, best, rounds = improve(train, best_w, nh, self.api_rounds, seed=self.seed,
+                                           active=active)
+            api = [vars(r) for r in rounds]
+            if progress:
+                print(f"priority API: {cem_best} -> {best} training batches in {len(api)} "
+                      f"rounds")
         val_new, val_base = population_batches(val, np.vstack([best_w, w0]), nh).sum(axis=1)
         learned = best < base and val_new <= val_base
         meta = dict(metadata or {})
         meta.update({"learner": "cross-entropy method", "iterations": self.iterations,
                      "population": self.population, "elite": self.elite, "seed": self.seed,
-                     "hidden": nh,
+                     "hidden": nh, "api_rounds": api, "far": self.far,
                      "train_batches": best, "train_fallback_batches": base,
                      "val_batches": int(val_new), "val_fallback_batches": int(val_base),
                      "num_train_graphs": len(train_graphs),

@@ -34,6 +34,8 @@ Features (:data:`PRIORITY_FEATURES`, ``F`` columns; ``top`` = the highest ready 
                       per ``|F(a)|``: the fill ``a`` gains if postponed one step
 ``partial``           ``min(users of a's ready nodes left waiting / |F(a)|, 4) / 4``
 ``lead``              ``clip(maxh[a] - highest other ready type's maxh, -16, 16) / 16``
+``far``               ``log1p(-gap) / 4``: the gap on a log scale, so that a linear score
+                      can charge a type far below the critical one less than ``gap`` does
 ====================  ==========================================================
 
 ``R``, the release matrix ``M[b, t]`` (nodes of type ``t`` whose pending operands are all
@@ -65,17 +67,20 @@ from edbatch.schedule._compiled_keys import _critical, _ratio
 from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
-__all__ = ["PRIORITY_FEATURES", "V1_FEATURES", "critical_path_weights", "num_params",
+__all__ = ["PRIORITY_FEATURES", "V1_FEATURES", "V2_FEATURES", "critical_path_weights", "num_params",
            "priority_features", "priority_trace", "run_priority", "run_priority_counts"]
 
 PRIORITY_FEATURES = ("gap", "fill", "complete", "log_ready", "ready_rem", "log_wait",
                      "log_after", "last", "mean_gap", "top_share", "rel_height", "gap1",
                      "gap0", "rem_share", "ready_share", "rel_log", "rel_join", "rel_self",
-                     "wait_gain", "cp_feed", "partial", "lead")
+                     "wait_gain", "cp_feed", "partial", "lead", "far")
 #: The first 15 features: artifact version 1's (its weights are these, the rest 0).
 V1_FEATURES = PRIORITY_FEATURES[:15]
+#: The first 22: artifact version 2's (15-21 are the release features).
+V2_FEATURES = PRIORITY_FEATURES[:22]
 NUM_PRIORITY_FEATURES = len(PRIORITY_FEATURES)
 NUM_V1_FEATURES = len(V1_FEATURES)
+NUM_V2_FEATURES = len(V2_FEATURES)
 
 
 def num_params(nh: int = 0) -> int:
@@ -170,6 +175,7 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
         row[12] = 1.0 if gap == 0 else 0.0
         row[13] = rem[a] / total[a]
         row[14] = c / n_ready
+        row[22] = math.log1p(-gap) / 4.0
         if release:
             _release_row(a, r, ids, rlen, maxh, rel, tst, cp, row)
     return r
@@ -181,7 +187,7 @@ def _uses_release(w, nh):  # type: ignore[no-untyped-def]
     on one of them (a linear score ignores a feature at weight 0)."""
     if nh > 0:
         return True
-    for j in range(NUM_V1_FEATURES, NUM_PRIORITY_FEATURES):
+    for j in range(NUM_V1_FEATURES, NUM_V2_FEATURES):
         if w[j] != 0.0:
             return True
     return False
@@ -229,10 +235,14 @@ def _scales(height, total):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-              total, w, nh, trace, trace_ids):  # type: ignore[no-untyped-def]
+              total, w, nh, trace, trace_ids, trace_dec, prefix, full=False):  # type: ignore[no-untyped-def]
     """:func:`run_priority`, also writing the feature rows of every decision (and their
-    types' ids) into ``trace``/``trace_ids`` while they have room; returns its result and
-    the number of rows traced."""
+    types' ids and the decision's index) into ``trace``/``trace_ids``/``trace_dec`` while
+    they have room; returns its result and
+    the number of rows traced. The first ``len(prefix)`` decisions take ``prefix``'s op types
+    instead of the scores' choice (each must have ready nodes then): a rollout from the
+    state those decisions reach. ``full``: compute the release features even where the
+    weights give them no say (for a learner that reads the rows)."""
     n, k = len(op), len(batchable)
     (start, rem, remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
      nf) = start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr)
@@ -242,7 +252,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     cmax = np.full(k, -1, np.int64)
     ctop = np.zeros(k, np.int64)
     x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)  # features 15-21 stay 0 unless
-    release = _uses_release(w, nh)  # the weights give them a say
+    release = full or _uses_release(w, nh)  # the weights give them a say
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     ids = np.empty(k, np.int64)
@@ -276,8 +286,12 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
             if nt < len(trace):
                 trace[nt] = x[i]
                 trace_ids[nt] = ids[i]
+                trace_dec[nt] = decisions
                 nt += 1
-        a = ids[_best(r, x, w, nh)] if r > 1 else ids[0]
+        if decisions < len(prefix):
+            a = prefix[decisions]
+        else:
+            a = ids[_best(r, x, w, nh)] if r > 1 else ids[0]
         decisions += 1
         if a != _critical(k, rlen, tw, maxh, batchable):
             overrides += 1
@@ -315,7 +329,7 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     """
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                     total, w, nh, np.empty((0, NUM_PRIORITY_FEATURES), np.float64),
-                    np.empty(0, np.int64))
+                    np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
     return res[0], res[1], res[2], res[3], res[4], res[5]
 
 
@@ -327,7 +341,8 @@ def priority_trace(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
     trace = np.zeros((cap, NUM_PRIORITY_FEATURES), np.float64)
     trace_ids = np.empty(cap, np.int64)
     nt = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                   total, w, nh, trace, trace_ids)[6]
+                   total, w, nh, trace, trace_ids, np.empty(cap, np.int64),
+                   np.empty(0, np.int64))[6]
     return trace[:nt], trace_ids[:nt]
 
 

@@ -11,14 +11,17 @@ import pytest
 
 from edbatch.errors import PolicyFileError
 from edbatch.schedule import CriticalPathPolicy, lower_bound, make_scheduler, run_policy
+from edbatch.schedule._compiled_priority import V2_FEATURES
 from edbatch.workloads import make_workload
 from edbatch.workloads.synthetic import random_binary_trees, random_lattices
 from experiments._learned import score_unseen
 from policies.priority import (
     FEATURES,
     PriorityPolicy,
+    PriorityTwin,
     critical_path_weights,
     num_params,
+    widen,
 )
 from policies.priority_train import PriorityTrainer
 from policies.user import load_policy
@@ -263,3 +266,36 @@ def test_experiments_train_with_trainer_priority(tmp_path: Path) -> None:
     g = next(iter(make_workload("module_net").batches("test", 12, limit=1)))
     p(g).validate(g)
     assert (run_dir / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("hidden", [0, 2])
+def test_version_2_artifact_still_loads(tmp_path: Path, graphs: list, hidden: int) -> None:
+    """A version-2 file (22 features, linear or MLP) scores as before: its weights widened
+    to every feature, the newer ones at 0 in the linear part and in each hidden unit."""
+    rng = np.random.default_rng(hidden)
+    f = len(V2_FEATURES)
+    w = rng.normal(0.0, 0.5, f + hidden * (f + 2))
+    w[0] += 2.0
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps({"format": "edbatch.priority", "version": 2,
+                                "features": list(V2_FEATURES), "hidden": hidden,
+                                "weights": w.tolist(), "fallback": "critical_path",
+                                "learned": True, "metadata": {}}))
+    q = PriorityPolicy.load(path)
+    assert q.hidden == hidden and len(q.weights) == num_params(hidden)
+    assert np.array_equal(q.weights, widen(w, f, hidden))
+    x = rng.normal(size=(5, len(FEATURES)))  # the same scores as the 22-feature scorer
+    twin, old = q.twin(), PriorityTwin(widen(w, f, hidden), hidden)
+    for row in x:
+        ref = float(row[:f] @ w[:f])
+        for j in range(hidden):
+            o = f + j * (f + 1)
+            ref += w[f + hidden * (f + 1) + j] * max(0.0, float(row[:f] @ w[o:o + f] + w[o + f]))
+        assert twin.score(row.tolist()) == pytest.approx(ref)
+        assert twin.score(row.tolist()) == old.score(row.tolist())
+    assert _same(q(graphs[0]), run_policy(graphs[0], q.twin()))
+    data = json.loads(path.read_text())
+    data["weights"] = data["weights"][:-1]
+    path.write_text(json.dumps(data))
+    with pytest.raises(PolicyFileError, match="version 2 needs"):
+        PriorityPolicy.load(path)

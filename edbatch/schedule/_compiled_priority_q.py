@@ -1,0 +1,62 @@
+"""Rollout values of the priority policy's decisions, on the compiled core.
+
+For every decision of the policy ``w`` on a graph with two or more ready types, and every
+ready type ``b`` there: the batches of the whole schedule when that decision takes ``b``
+and the policy makes every later one (``Q(s_t, b)``, the state reached by the policy's own
+first ``t`` decisions). The chosen type's value is the policy's own count. This is what a
+policy-iteration learner (:mod:`policies.priority_api`) fits its next weights to: the
+feature rows of each decision's ready types and their values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES, _schedule
+
+__all__ = ["priority_q"]
+
+
+@njit(cache=True)
+def priority_q(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
+               total, w, nh, cap):  # type: ignore[no-untyped-def]
+    """``(rows, ids, ptr, q, batches)``: the feature rows and op ids of the ready types of
+    every decision (at most ``cap`` rows; decision ``t`` owns ``rows[ptr[t]:ptr[t + 1]]``),
+    each type's rollout value (batches of the whole schedule, see the module doc) and the
+    policy's own batches. Decisions with a single ready type get that count."""
+    trace = np.zeros((cap, NUM_PRIORITY_FEATURES), np.float64)
+    trace_ids = np.empty(cap, np.int64)
+    trace_dec = np.empty(cap, np.int64)
+    none = np.empty(0, np.int64)
+    res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
+                    total, w, nh, trace, trace_ids, trace_dec, none, True)
+    batch_op, forced, nt = res[0], res[1], res[6]
+    base = len(batch_op)
+    seq = np.empty(base, np.int64)
+    nd = 0
+    for i in range(base):
+        if not forced[i]:
+            seq[nd] = batch_op[i]
+            nd += 1
+    ptr = np.zeros(nd + 1, np.int64)
+    for i in range(nt):
+        ptr[trace_dec[i] + 1] = i + 1
+    for t in range(nd):  # decisions past the trace's room own no rows
+        if ptr[t + 1] < ptr[t]:
+            ptr[t + 1] = ptr[t]
+    q = np.full(nt, base, np.int64)
+    prefix = np.empty(nd, np.int64)
+    for t in range(nd):
+        lo, hi = ptr[t], ptr[t + 1]
+        if hi - lo < 2:
+            continue
+        prefix[:t] = seq[:t]
+        for i in range(lo, hi):
+            b = trace_ids[i]
+            if b != seq[t]:
+                prefix[t] = b
+                q[i] = len(_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred,
+                                     tw_ptr, tw_ids, total, w, nh, trace[:0], trace_ids[:0],
+                                     trace_dec[:0], prefix[:t + 1])[0])
+    return trace[:nt], trace_ids[:nt], ptr, q, base
