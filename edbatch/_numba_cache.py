@@ -45,6 +45,7 @@ COMPILED_MODULES = (
     "schedule/_compiled_keys.py",
     "schedule/_compiled_priority.py",
     "schedule/_compiled_priority_fsm.py",
+    "schedule/_compiled_priority_q.py",
     "schedule/_compiled_release.py",
     "schedule/_compiled_replay.py",
     "schedule/_compiled_scs.py",
