@@ -51,6 +51,15 @@ def rebind(program: Program, attrs: NDArray[np.int64], device: torch.device) -> 
     return copy
 
 
+def _covered(projection: Step, cells: Sequence[Step]) -> list[int]:
+    """The indices in ``cells`` (a hoisted program's cell steps) of the batches whose input
+    rows the ``projection`` step computes, in row order."""
+    lo, hi = projection.out_start, projection.out_start + projection.size
+    return [k for _, k in sorted((r.lo, k) for k, s in enumerate(cells) for r in s.reads[1:2]
+                                 if type(r) is SliceRead and r.b == projection.out_arena and
+                                 lo <= r.lo < hi)]
+
+
 def _rebind_hoisted(program: HoistedProgram, base: Program) -> Program:
     """``program`` (hoisted) with the attrs of ``base`` (its base, rebound): every cell step
     takes its batch's, every projection step those of the batches reading its rows."""
@@ -62,11 +71,8 @@ def _rebind_hoisted(program: HoistedProgram, base: Program) -> Program:
             steps.append(fresh[at])
             at += 1
             continue
-        lo, hi = step.out_start, step.out_start + step.size
-        group = sorted((r.lo, b.attrs) for s, b in zip(cells, base.steps, strict=True)
-                       for r in s.reads[1:2] if type(r) is SliceRead and
-                       r.b == step.out_arena and lo <= r.lo < hi)
-        steps.append(_with_attrs(step, torch.cat([a for _, a in group])))
+        steps.append(_with_attrs(step, torch.cat([base.steps[k].attrs
+                                                  for k in _covered(step, cells)])))
     return dataclasses.replace(program, steps=tuple(steps), base=base,
                                grad_steps=base.grad_steps, attrs=base.attrs)
 
@@ -145,11 +151,7 @@ def _step_nodes(program: Program) -> list[NDArray[np.int64]]:
                 out.append(base[at])
                 at += 1
                 continue
-            lo, hi = step.out_start, step.out_start + step.size
-            group = sorted((r.lo, k) for k, s in enumerate(cells) for r in s.reads[1:2]
-                           if type(r) is SliceRead and r.b == step.out_arena and
-                           lo <= r.lo < hi)
-            out.append(np.concatenate([base[k] for _, k in group]))
+            out.append(np.concatenate([base[k] for k in _covered(step, cells)]))
         return out
     nodes = np.asarray(program.attr_nodes, np.int64)
     return np.split(nodes, np.cumsum([s.size for s in program.steps])[:-1]) \
