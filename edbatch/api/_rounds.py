@@ -28,14 +28,18 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from edbatch.api._assemble import warn_outside
 
-__all__ = ["Instances", "RoundPlan", "Rounds", "extend", "instances", "localise", "slot_major"]
+__all__ = ["Instances", "Lru", "RoundPlan", "Rounds", "extend", "instances", "localise",
+           "slot_major"]
+
+
+V = TypeVar("V")
 
 
 @dataclass
@@ -58,27 +62,32 @@ class RoundPlan:
         return np.concatenate([self.old_attrs, new, self.tail])
 
 
-class Rounds:
-    """Round plans by signature, least recently used first out."""
+class Lru(Generic[V]):
+    """Values by key, least recently used first out past ``size``, hits and misses counted
+    (the round plans here, :class:`~edbatch.api._segments.SegmentCache`'s entries)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.plans: OrderedDict[tuple[Any, ...], RoundPlan] = OrderedDict()
+        self.entries: OrderedDict[tuple[Any, ...], V] = OrderedDict()
         self.hits = self.misses = 0
 
-    def get(self, sig: tuple[Any, ...]) -> RoundPlan | None:
-        plan = self.plans.get(sig)
-        if plan is None:
+    def get(self, key: tuple[Any, ...]) -> V | None:
+        value = self.entries.get(key)
+        if value is None:
             self.misses += 1
             return None
         self.hits += 1
-        self.plans.move_to_end(sig)
-        return plan
+        self.entries.move_to_end(key)
+        return value
 
-    def put(self, sig: tuple[Any, ...], plan: RoundPlan) -> None:
-        self.plans[sig] = plan
-        while len(self.plans) > self.size:
-            self.plans.popitem(last=False)
+    def put(self, key: tuple[Any, ...], value: V) -> None:
+        self.entries[key] = value
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+
+
+class Rounds(Lru[RoundPlan]):
+    """Round plans by the round's structure in bytes (module docstring)."""
 
 
 _ALL: dict[int, NDArray[np.int64]] = {}

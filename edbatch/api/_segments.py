@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +36,7 @@ from torch import Tensor
 
 from edbatch.api import _typed
 from edbatch.api._rebind import InPlaceAttrs, projects, rebind, rebind_typed
-from edbatch.api._rounds import RoundPlan, Rounds
+from edbatch.api._rounds import Lru, RoundPlan, Rounds
 from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
@@ -192,13 +191,11 @@ def _joined_step(step: Step) -> Step:
     return new
 
 
-class SegmentCache:
+class SegmentCache(Lru[Entry]):
     """Schedules, memory plans and compiled programs by segment structure (LRU)."""
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
-        self.size = size
-        self.entries: OrderedDict[tuple[Any, ...], Entry] = OrderedDict()
-        self.hits = self.misses = 0
+        super().__init__(size)
 
     @staticmethod
     def maker(make: Scheduler) -> Any:
@@ -217,20 +214,6 @@ class SegmentCache:
         only."""
         return (id(vocab), SegmentCache.maker(make), strategy,
                 *((a.dtype.str, len(a), a.tobytes()) for a in arrays))
-
-    def get(self, key: tuple[Any, ...]) -> Entry | None:
-        entry = self.entries.get(key)
-        if entry is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self.entries.move_to_end(key)
-        return entry
-
-    def put(self, key: tuple[Any, ...], entry: Entry) -> None:
-        self.entries[key] = entry
-        while len(self.entries) > self.size:
-            self.entries.popitem(last=False)
 
 
 @dataclass
