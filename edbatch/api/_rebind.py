@@ -51,28 +51,30 @@ def rebind(program: Program, attrs: NDArray[np.int64], device: torch.device) -> 
     return copy
 
 
-def _covered(projection: Step, cells: Sequence[Step]) -> list[int]:
-    """The indices in ``cells`` (a hoisted program's cell steps) of the batches whose input
-    rows the ``projection`` step computes, in row order."""
-    lo, hi = projection.out_start, projection.out_start + projection.size
-    return [k for _, k in sorted((r.lo, k) for k, s in enumerate(cells) for r in s.reads[1:2]
-                                 if type(r) is SliceRead and r.b == projection.out_arena and
-                                 lo <= r.lo < hi)]
+def _sources(program: HoistedProgram) -> list[list[int]]:
+    """Per step of ``program`` (hoisted) the indices of its base's steps whose attrs it
+    reads: a cell step its own batch's, a projection step those of the batches whose input
+    rows it computes, in row order."""
+    cells = [s for s in program.steps if not projects(s)]
+    out, at = [], 0
+    for step in program.steps:
+        if not projects(step):
+            out.append([at])
+            at += 1
+            continue
+        lo, hi = step.out_start, step.out_start + step.size
+        out.append([k for _, k in sorted((r.lo, k) for k, s in enumerate(cells)
+                                         for r in s.reads[1:2] if type(r) is SliceRead and
+                                         r.b == step.out_arena and lo <= r.lo < hi)])
+    return out
 
 
 def _rebind_hoisted(program: HoistedProgram, base: Program) -> Program:
     """``program`` (hoisted) with the attrs of ``base`` (its base, rebound): every cell step
     takes its batch's, every projection step those of the batches reading its rows."""
-    cells = [s for s in program.steps if not projects(s)]
-    fresh = [_with_attrs(s, b.attrs) for s, b in zip(cells, base.steps, strict=True)]
-    steps, at = [], 0
-    for step in program.steps:
-        if not projects(step):
-            steps.append(fresh[at])
-            at += 1
-            continue
-        steps.append(_with_attrs(step, torch.cat([base.steps[k].attrs
-                                                  for k in _covered(step, cells)])))
+    steps = [_with_attrs(step, base.steps[ks[0]].attrs if not projects(step) else
+                         torch.cat([base.steps[k].attrs for k in ks]))
+             for step, ks in zip(program.steps, _sources(program), strict=True)]
     return dataclasses.replace(program, steps=tuple(steps), base=base,
                                grad_steps=base.grad_steps, attrs=base.attrs)
 
@@ -144,15 +146,8 @@ def _step_nodes(program: Program) -> list[NDArray[np.int64]]:
     """Per inference step of ``program`` the nodes whose attrs it reads, in row order."""
     if isinstance(program, HoistedProgram) and program.base is not None:
         base = _step_nodes(program.base)
-        cells = [s for s in program.steps if not projects(s)]
-        out, at = [], 0
-        for step in program.steps:
-            if not projects(step):
-                out.append(base[at])
-                at += 1
-                continue
-            out.append(np.concatenate([base[k] for k in _covered(step, cells)]))
-        return out
+        return [base[ks[0]] if len(ks) == 1 else np.concatenate([base[k] for k in ks])
+                for ks in _sources(program)]
     nodes = np.asarray(program.attr_nodes, np.int64)
     return np.split(nodes, np.cumsum([s.size for s in program.steps])[:-1]) \
         if program.steps else []
