@@ -169,7 +169,7 @@ class ApiParser:
                 labels[dependent - 1] = label
         return list(state.heads), labels, reads
 
-    def parse(self, sentences: Sequence[Sequence[int]], scheduler: SchedulerLike = "depth",
+    def parse(self, sentences: Sequence[Sequence[int]], scheduler: SchedulerLike = "dynet_agenda",
               strategy: Strategy = "aligned") -> tuple[list[Parse], ProgramsResult]:
         """Parse every sentence (embed attrs) in one batched run; the parses and the run."""
         out = self.batch.run_programs([self.program(a) for a in sentences], scheduler,

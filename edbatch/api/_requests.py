@@ -66,13 +66,28 @@ def argmax(handle: Handle, allowed: np.ndarray | None = None) -> ArgMax:  # type
     if type(handle) is not Handle:
         raise GraphError(f"argmax() takes a Handle, got {type(handle).__name__}; yield "
                          f"argmax(handle) for one recorded node")
-    if allowed is not None and (type(allowed) is not np.ndarray or allowed.dtype != bool or
-                                allowed.size != math.prod(handle.shape)):
+    if allowed is not None:
+        seen = _CHECKED.get(id(allowed))  # (a mask checked before: programs share them)
+        if seen is None or seen[0] is not allowed or seen[1] is not handle._kind.shape:
+            _check_mask(handle, allowed)
+    return ArgMax(handle, allowed)
+
+
+#: Masks checked by :func:`argmax` (by id, each kept alive with the interned row shape it
+#: was checked for).
+_CHECKED: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}  # type: ignore[type-arg]
+
+
+def _check_mask(handle: Handle, allowed: Any) -> None:
+    size = math.prod(handle.shape)
+    if type(allowed) is not np.ndarray or allowed.dtype != bool or allowed.size != size:
         raise GraphError(f"argmax(): allowed must be a numpy bool array of "
-                         f"{math.prod(handle.shape)} entries (the value's), got "
+                         f"{size} entries (the value's), got "
                          f"{type(allowed).__name__} {getattr(allowed, 'dtype', '')} "
                          f"{getattr(allowed, 'shape', '')}; build it with np.asarray(x, bool)")
-    return ArgMax(handle, allowed)
+    if len(_CHECKED) >= 4096:
+        _CHECKED.clear()
+    _CHECKED[id(allowed)] = (allowed, handle._kind.shape)
 
 
 class TopK:
@@ -118,19 +133,15 @@ def hand_back_argmax(values: Tensor, allowed: list[Any] | None = None) -> list[i
     """
     flat = values.detach().reshape(len(values), -1)
     if allowed is not None:  # each distinct mask once (programs pass shared arrays)
-        first: dict[int, int] = {}
-        masks: list[np.ndarray] = []  # type: ignore[type-arg]
-        rows = []
-        for a in allowed:
-            k = first.get(id(a))
-            if k is None:
-                k = first[id(a)] = len(masks)
-                masks.append(np.ones(flat.shape[1], bool) if a is None else a.reshape(-1))
-            rows.append(k)
-        table = np.stack(masks)
+        ids = list(map(id, allowed))  # (C loops: no Python per program)
+        index = {i: k for k, i in enumerate(dict.fromkeys(ids))}
+        masks = [allowed[ids.index(i)] for i in index]
+        table = np.stack([np.ones(flat.shape[1], bool) if a is None else a.reshape(-1)
+                          for a in masks])
         if not table.any(1).all():
             raise GraphError("argmax(): an allowed mask allows no entry; allow at least one")
-        keep = table[rows]
+        keep = table[list(map(index.__getitem__, ids))] if len(masks) > 1 else \
+            np.broadcast_to(table[0], flat.shape)
         if flat.device.type == "cpu":  # (numpy: cheaper than torch at these sizes)
             return np.where(keep, flat.numpy(), -np.inf).argmax(1).tolist()  # type: ignore[no-any-return]
         flat = flat.masked_fill(torch.from_numpy(~keep).to(flat.device), -math.inf)

@@ -189,6 +189,34 @@ def test_argmax_allowed_picks_the_best_allowed_entry_for_every_program() -> None
         model.batch.run_programs([none_allowed(), none_allowed()], grad=False)
 
 
+def test_a_checked_mask_is_checked_again_for_another_shape_and_read_afresh() -> None:
+    """``argmax`` checks a mask array once per row shape (cached by id): the same array on a
+    value of another size is still refused; a mask changed in place between mini-batches
+    picks by its new entries."""
+    model = Greedy()
+    mask = np.ones(OUT, bool)
+    h = model.batch.lookup(model.embed, 0)
+    argmax(model.c_score(model.c_step(h, h)), mask)  # checked for [OUT] rows
+    with pytest.raises(GraphError, match="allowed must be a numpy bool array of 6 entries"):
+        argmax(model.c_score(model.c_step(h, h)), np.ones(5, bool))
+    with pytest.raises(GraphError, match="allowed must be a numpy bool array of 4 entries"):
+        argmax(model.c_step(h, h), mask)  # the same array, a [DIM] value
+    model.batch.discard()
+
+    def program(k: int):  # type: ignore[no-untyped-def]
+        h = model.c_step(model.batch.lookup(model.embed, k), model.batch.lookup(model.embed, k))
+        best = yield argmax(model.c_score(h), mask)
+        value = yield model.c_score(h)
+        return best, value.numpy()
+
+    for keep in ([0, 3], [5], [1, 2, 4]):
+        mask[:] = False
+        mask[keep] = True
+        out = model.batch.run_programs([program(k) for k in range(3)], grad=False)
+        for best, value in out.returns:
+            assert best == int(np.where(mask, value, -np.inf).argmax())
+
+
 def test_a_mini_batch_of_the_same_structure_and_other_tokens_hits_and_decodes_right() -> None:
     """The seq2seq greedy decoder (hoisted encoder segment, typed rounds): a second
     mini-batch with the same lengths and other tokens runs every segment from the cache
