@@ -33,7 +33,8 @@ Three modes:
 
 Both modes count their zero-copy reads and gathers in :attr:`RunResult.stats`
 (``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``). Inference runs the hoisted
-LSTM batches through a short path (:mod:`~edbatch.executor._fast_lstm`).
+LSTM batches and the Tree-LSTM batches through short paths (:mod:`~edbatch.executor._fast_lstm`,
+:mod:`~edbatch.executor._fast_tree`).
 
 On CUDA, the index tensors (the attrs of all batches as one flat tensor, gather rows) are
 compiled once per (graph, plan) and copied from pinned host memory without blocking, and the
@@ -69,6 +70,7 @@ from edbatch.executor import _fused
 from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
 from edbatch.executor._fast_lstm import fast_steps
+from edbatch.executor._fast_tree import tree_short
 from edbatch.executor._hoist import head_reads, hoist_kinds, hoist_program, unhoisted
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._result import RunResult
@@ -327,11 +329,11 @@ class TorchExecutor:
                   for rows, width in program.arenas]
         fast = self._timer is None
         with TRANSPOSED.run(), _fused.use(self.fused):  # W^T made once for the whole run
-            # hoisted LSTM batches of a qualifying inference run: the short path
-            lstm, w_ht, views = fast_steps(program, params, arenas, fast and saves is None)
+            # hoisted LSTM and Tree-LSTM batches of a qualifying inference run: short paths
+            short, bound, views = fast_steps(program, params, arenas, fast and saves is None)
             for i, step in enumerate(program.steps):
-                if lstm[i] is not None:
-                    lstm[i](arenas, views, w_ht)
+                if short[i] is not None:
+                    short[i](arenas, views, bound)
                     continue
                 region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
                 save: list[Tensor] | None = None
@@ -371,6 +373,7 @@ class TorchExecutor:
             program = hoist_program(program, graph, schedule, plan, self.device, self.hoist,
                                     self.kernels)
         program = head_reads(program)  # h-only gathers for the BiLSTM's state consumers
+        program = tree_short(program, self.device)  # Tree-LSTM batches' inference short path
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
