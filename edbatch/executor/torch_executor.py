@@ -20,21 +20,19 @@ Three modes:
 * **Training with autograd** (``grad=True`` otherwise, or ``hand_backward=False``): writing
   into a shared arena would bump the version of a tensor autograd saved (an earlier slice of
   the same arena) and break ``backward``, so each batch keeps its own output tensor and
-  nothing is written in place. An operand the
-  plan reads as a view that lies inside one producer batch's region is a slice of that
-  batch's output (zero-copy); any other read (a view spanning several batches, or a
-  gather) is assembled with ``torch.cat`` of slices or ``index_select`` per producer batch.
-  With the registered kernels (which read parameters only from ``params``) the run is one
-  :class:`~edbatch.executor._train.BatchedRun` autograd function: each
-  batch records its own small graph on detached operands, and its backward routes operand
-  gradients into per-batch gradient buffers (slice additions, ``index_add_``) instead of
-  letting autograd materialise a producer-sized zero tensor per read. With custom
-  ``kernels`` (which may hold parameters of their own) plain autograd records the whole run.
+  nothing is written in place. An operand the plan reads as a view that lies inside one
+  producer batch's region is a slice of that batch's output (zero-copy); any other read (a
+  view spanning several batches, or a gather) is assembled with ``torch.cat`` of slices or
+  ``index_select`` per producer batch. With the registered kernels (which read parameters
+  only from ``params``) the run is one :class:`~edbatch.executor._train.BatchedRun`
+  autograd function: each batch records its own small graph on detached operands, and its
+  backward routes operand gradients into per-batch gradient buffers (slice additions,
+  ``index_add_``), not producer-sized zero tensors per read. With custom ``kernels`` (which
+  may hold parameters of their own) plain autograd records the whole run.
 
 Both modes count their zero-copy reads and gathers in :attr:`RunResult.stats`
-(``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``). Inference runs the hoisted
-LSTM batches and the Tree-LSTM batches through short paths (:mod:`~edbatch.executor._fast_lstm`,
-:mod:`~edbatch.executor._fast_tree`).
+(``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``). Inference runs hoisted LSTM
+and Tree-LSTM batches through short paths (:mod:`~edbatch.executor._fast_lstm`, ``_fast_tree``).
 
 On CUDA, the index tensors (the attrs of all batches as one flat tensor, gather rows) are
 compiled once per (graph, plan) and copied from pinned host memory without blocking, and the
@@ -282,8 +280,7 @@ class TorchExecutor:
               save: list[Tensor] | None = None) -> Tensor:
         timer = self._timer
         if timer is None:
-            return self._apply(i, step, [read(sources) for read in step.reads], params, out,
-                               save)
+            return self._apply(i, step, [r(sources) for r in step.reads], params, out, save)
         operands = timer.reads(step, sources)
         return timer.kernel(self._apply, i, step, operands, params, out, save)
 
