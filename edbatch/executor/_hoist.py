@@ -115,32 +115,6 @@ def _groups(batches: list[int], ready: dict[int, int]) -> list[list[int]]:
     return groups
 
 
-def _concat_rows(operands: Sequence[Operand]) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[type-arg]
-    """``(rows, sizes)``: the arena rows of every operand, concatenated in order (as
-    ``np.concatenate([o.rows() for o in operands])``), and each operand's row count; the
-    views' ranges are made in one vectorised pass instead of one ``np.arange`` each."""
-    n = len(operands)
-    views = [o.view for o in operands]
-    starts = np.fromiter((-1 if v is None else v.start for v in views), np.int64, n)
-    sizes = np.fromiter((len(o.gather) if v is None else v.stop - v.start  # type: ignore[arg-type]
-                         for o, v in zip(operands, views, strict=True)), np.int64, n)
-    is_view = starts >= 0
-    if not is_view.any():
-        return (np.concatenate([o.gather for o in operands]) if n else np.zeros(0, np.int64),
-                sizes)
-    total = int(sizes.sum())
-    ends = np.cumsum(sizes)
-    if is_view.all():  # row r of operand j: starts[j] + (r - its first position)
-        return np.repeat(starts - (ends - sizes), sizes) + np.arange(total), sizes
-    out = np.empty(total, np.int64)
-    pos = np.repeat(is_view, sizes)
-    vs = sizes[is_view]
-    out[pos] = np.repeat(starts[is_view] - (np.cumsum(vs) - vs), vs) + np.arange(int(vs.sum()))
-    out[~pos] = np.concatenate([o.gather for o, v in zip(operands, views, strict=True)
-                                if v is None])
-    return out, sizes
-
-
 def _ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # type: ignore[type-arg]
            slots: tuple[int, ...]) -> dict[int, int]:
     """Batch -> the last batch producing one of its ``slots`` operands (-1: none), in one
@@ -148,16 +122,15 @@ def _ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # 
     late = np.full(len(batches), -1, dtype=np.int64)
     for k in slots:
         operands = [plan.operands[b][k] for b in batches]
-        arenas = [o.arena for o in operands]
-        for arena in set(arenas):
-            pick = [j for j, a in enumerate(arenas) if a == arena]
-            rows, sizes = _concat_rows(operands if len(pick) == len(operands)
-                                       else [operands[j] for j in pick])
+        for arena in {o.arena for o in operands}:
+            pick = [j for j, o in enumerate(operands) if o.arena == arena]
+            rows = [operands[j].rows() for j in pick]
+            sizes = np.fromiter((len(r) for r in rows), np.int64, len(rows))
             some = sizes > 0
             if not some.any():
                 continue
-            producers = batch_of[arena][rows]
-            last = np.full(len(sizes), -1, np.int64)  # per read: its latest producer
+            producers = batch_of[arena][np.concatenate(rows)]
+            last = np.full(len(rows), -1, np.int64)  # per read: its latest producer
             last[some] = np.maximum.reduceat(producers, (np.cumsum(sizes) - sizes)[some])
             idx = np.asarray(pick)
             late[idx] = np.maximum(late[idx], last)
@@ -229,7 +202,7 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
     """The step projecting ``group``'s nodes (in batch order) into ``arena`` from ``start``."""
     operands = tuple(
         merged(plan.operands[group[0]][k].arena,
-               _concat_rows([plan.operands[b][k] for b in group])[0])
+               np.concatenate([plan.operands[b][k].rows() for b in group]))
         for k in spec.hoisted)
     shapes = tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else ()
     pair = _pair(operands, shapes, spec, device)
