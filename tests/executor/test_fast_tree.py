@@ -19,7 +19,6 @@ from edbatch.schedule import make_scheduler
 from edbatch.workloads import WORKLOADS, make_workload
 
 
-
 @pytest.fixture
 def taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Counts the short path's batches."""
@@ -85,8 +84,9 @@ def test_fused_rows_kernel_reads_children_in_place() -> None:
     g = rng.standard_normal((n, 3 * hidden))
     f1, f2 = rng.standard_normal((n, hidden)), rng.standard_normal((n, hidden))
     out, t = np.empty((n, 2 * hidden)), np.empty((n, hidden))
-    want_g, want_out, want_t = (torch.from_numpy(g.copy()), torch.empty(n, 2 * hidden, dtype=torch.float64),
-                                torch.empty(n, hidden, dtype=torch.float64))
+    want_g = torch.from_numpy(g.copy())
+    want_out = torch.empty(n, 2 * hidden, dtype=torch.float64)
+    want_t = torch.empty(n, hidden, dtype=torch.float64)
     kids = (torch.from_numpy(f1.copy()), torch.from_numpy(states[left]),
             torch.from_numpy(f2.copy()), torch.from_numpy(states[right]))
     _fused.tree_forward(want_g, kids, want_out, want_t)
