@@ -49,8 +49,15 @@ class FastStep:
         self.state, self.pa, self.lo, self.n, self.oa, self.os = state, pa, lo, n, oa, os
         self.weight, self.hidden, self.name = weight, hidden, name
 
+    def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
+        """Put the contiguous ``W_h^T`` this batch reads into ``into`` (once per weight and
+        run; call inside ``TRANSPOSED.run()``)."""
+        if self.weight not in into:
+            w = params[self.weight]
+            into[self.weight] = TRANSPOSED(w, w.shape[1] - self.hidden)
+
     def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
-                 w_ht: Mapping[str, Tensor]) -> None:
+                 w_ht: Mapping[Any, Tensor]) -> None:
         n, lo, hidden = self.n, self.lo, self.hidden
         try:
             state = self.state(arenas)
@@ -66,19 +73,19 @@ class FastStep:
 
 def fast_steps(program: Any, params: Mapping[str, Tensor], arenas: Sequence[Tensor],
                wanted: bool = True
-               ) -> tuple[Sequence[FastStep | None], dict[str, Tensor], list[np.ndarray]]:  # type: ignore[type-arg]
-    """Per step of ``program`` its :class:`FastStep` (``None``: the general path; all
-    ``None`` unless ``wanted``, the run :func:`qualifies` and ``program`` is hoisted); the
-    contiguous ``W_h^T`` of every gate weight they read, made for this run (call inside
+               ) -> tuple[Sequence[Any], dict[Any, Tensor], list[np.ndarray]]:  # type: ignore[type-arg]
+    """Per step of ``program`` its short-path step (a :class:`FastStep`, or a Tree-LSTM
+    batch's :class:`~edbatch.executor._fast_tree.FastTreeStep`; ``None``: the general path;
+    all ``None`` unless ``wanted``, the run :func:`qualifies` and ``program`` has any); the
+    parameters they read (contiguous weight transposes made for this run: call inside
     ``TRANSPOSED.run()``); and numpy views of ``arenas``."""
     steps = getattr(program, "short", None)
     if not (steps and wanted and qualifies(arenas)):
         return _NONE * len(program.steps), {}, []
-    weights: dict[str, Tensor] = {}
+    weights: dict[Any, Tensor] = {}
     for f in steps:
-        if f is not None and f.weight not in weights:
-            w = params[f.weight]
-            weights[f.weight] = TRANSPOSED(w, w.shape[1] - f.hidden)
+        if f is not None:
+            f.bind(params, weights)
     return steps, weights, [a.numpy() for a in arenas]
 
 

@@ -37,7 +37,7 @@ from numba.extending import overload
 from torch import Tensor
 
 __all__ = ["DEFAULT", "enabled", "lstm_backward", "lstm_forward", "tree_backward",
-           "tree_forward", "use", "usable"]
+           "tree_forward", "tree_forward_rows", "use", "usable"]
 
 #: Whether the fused kernels run where they apply, unless :func:`use` says otherwise.
 DEFAULT = True
@@ -242,6 +242,29 @@ def tree_forward(g: Tensor, kids: tuple[Tensor, Tensor, Tensor, Tensor] | None, 
     else:
         f1, s1, f2, s2 = kids
         _tree_fwd(gv, True, f1.numpy(), s1.numpy(), f2.numpy(), s2.numpy(), ov, tv)
+
+
+@_jit
+def _tree_fwd_rows(g, f1, f2, states, left, right, out, t):  # type: ignore[no-untyped-def]
+    h = t.shape[1]
+    for b in range(g.shape[0]):
+        gr, orow = g[b], out[b]
+        _sig_(gr[:2 * h])
+        _tanh_(gr[2 * h:3 * h])
+        _sig_(f1[b])
+        _sig_(f2[b])
+        _tree_row(gr[:h], gr[h:2 * h], gr[2 * h:3 * h], f1[b], states[left[b], h:2 * h],
+                  f2[b], states[right[b], h:2 * h], True, orow[:h], orow[h:2 * h], t[b])
+
+
+def tree_forward_rows(g: np.ndarray, f1: np.ndarray, f2: np.ndarray,  # type: ignore[type-arg]
+                      states: np.ndarray, left: np.ndarray, right: np.ndarray,  # type: ignore[type-arg]
+                      out: np.ndarray, t: np.ndarray) -> None:  # type: ignore[type-arg]
+    """:func:`tree_forward` with children, reading each child's ``c`` in place: rows
+    ``left[b]`` and ``right[b]`` (``int64``) of ``states`` (an arena of ``[h; c]`` rows,
+    ``[rows, 2H]``) instead of gathered copies; numpy arrays (the same arithmetic, so the
+    same floats)."""
+    _tree_fwd_rows(g, f1, f2, states, left, right, out, t)
 
 
 @_jit

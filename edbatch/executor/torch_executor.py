@@ -20,20 +20,19 @@ Three modes:
 * **Training with autograd** (``grad=True`` otherwise, or ``hand_backward=False``): writing
   into a shared arena would bump the version of a tensor autograd saved (an earlier slice of
   the same arena) and break ``backward``, so each batch keeps its own output tensor and
-  nothing is written in place. An operand the
-  plan reads as a view that lies inside one producer batch's region is a slice of that
-  batch's output (zero-copy); any other read (a view spanning several batches, or a
-  gather) is assembled with ``torch.cat`` of slices or ``index_select`` per producer batch.
-  With the registered kernels (which read parameters only from ``params``) the run is one
-  :class:`~edbatch.executor._train.BatchedRun` autograd function: each
-  batch records its own small graph on detached operands, and its backward routes operand
-  gradients into per-batch gradient buffers (slice additions, ``index_add_``) instead of
-  letting autograd materialise a producer-sized zero tensor per read. With custom
-  ``kernels`` (which may hold parameters of their own) plain autograd records the whole run.
+  nothing is written in place. An operand the plan reads as a view that lies inside one
+  producer batch's region is a slice of that batch's output (zero-copy); any other read (a
+  view spanning several batches, or a gather) is assembled with ``torch.cat`` of slices or
+  ``index_select`` per producer batch. With the registered kernels (which read parameters
+  only from ``params``) the run is one :class:`~edbatch.executor._train.BatchedRun`
+  autograd function: each batch records its own small graph on detached operands, and its
+  backward routes operand gradients into per-batch gradient buffers (slice additions,
+  ``index_add_``), not producer-sized zero tensors per read. With custom ``kernels`` (which
+  may hold parameters of their own) plain autograd records the whole run.
 
 Both modes count their zero-copy reads and gathers in :attr:`RunResult.stats`
-(``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``). Inference runs the hoisted
-LSTM batches through a short path (:mod:`~edbatch.executor._fast_lstm`).
+(``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``). Inference runs hoisted LSTM
+and Tree-LSTM batches through short paths (:mod:`~edbatch.executor._fast_lstm`, ``_fast_tree``).
 
 On CUDA, the index tensors (the attrs of all batches as one flat tensor, gather rows) are
 compiled once per (graph, plan) and copied from pinned host memory without blocking, and the
@@ -69,6 +68,7 @@ from edbatch.executor import _fused
 from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
 from edbatch.executor._fast_lstm import fast_steps
+from edbatch.executor._fast_tree import tree_short
 from edbatch.executor._hoist import head_reads, hoist_kinds, hoist_program, unhoisted
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._result import RunResult
@@ -280,8 +280,7 @@ class TorchExecutor:
               save: list[Tensor] | None = None) -> Tensor:
         timer = self._timer
         if timer is None:
-            return self._apply(i, step, [read(sources) for read in step.reads], params, out,
-                               save)
+            return self._apply(i, step, [r(sources) for r in step.reads], params, out, save)
         operands = timer.reads(step, sources)
         return timer.kernel(self._apply, i, step, operands, params, out, save)
 
@@ -327,11 +326,11 @@ class TorchExecutor:
                   for rows, width in program.arenas]
         fast = self._timer is None
         with TRANSPOSED.run(), _fused.use(self.fused):  # W^T made once for the whole run
-            # hoisted LSTM batches of a qualifying inference run: the short path
-            lstm, w_ht, views = fast_steps(program, params, arenas, fast and saves is None)
+            # hoisted LSTM and Tree-LSTM batches of a qualifying inference run: short paths
+            short, bound, views = fast_steps(program, params, arenas, fast and saves is None)
             for i, step in enumerate(program.steps):
-                if lstm[i] is not None:
-                    lstm[i](arenas, views, w_ht)
+                if short[i] is not None:
+                    short[i](arenas, views, bound)
                     continue
                 region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
                 save: list[Tensor] | None = None
@@ -371,6 +370,7 @@ class TorchExecutor:
             program = hoist_program(program, graph, schedule, plan, self.device, self.hoist,
                                     self.kernels)
         program = head_reads(program)  # h-only gathers for the BiLSTM's state consumers
+        program = tree_short(program, self.device)  # Tree-LSTM batches' inference short path
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)

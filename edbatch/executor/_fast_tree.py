@@ -1,0 +1,120 @@
+"""The in-place executor's short path for binary Tree-LSTM batches (inference).
+
+A :class:`~edbatch.executor.cells_trees.TreeLSTMInternal` batch reads its two children's
+states ``[h; c]`` (two gathers of ``[B, 2H]`` rows), concatenates their ``h`` halves into
+``x = [h1; h2]`` (a third copy), runs its three GEMMs and the fused element-wise kernel,
+which reads ``c1`` and ``c2`` from the gathered copies. Here, where a run qualifies
+(:func:`~edbatch.executor._fast_lstm.qualifies`: fused kernels on, CPU float32/64 arenas,
+nothing saved for a backward), such a batch gathers ``x`` with **one** ``index_select`` of
+the children's rows interleaved (``left[0], right[0], left[1], ...``) from the ``h`` columns
+of the state arena, viewed as ``[B, 2H]``, and the compiled kernel
+(:func:`~edbatch.executor._fused.tree_forward_rows`) reads each child's ``c`` in place from
+the arena by row index. The same GEMMs on operands of the same values and layouts (``h1``
+is ``x``'s leading columns with row stride ``2H``, as the gathered state's was) and the same
+element-wise arithmetic: bit-identical outputs (``tests/executor/test_fast_tree.py``), one
+gather of ``B x 2H`` values instead of three copies of ``B x 2H``, and no cell adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from edbatch.errors import ExecutionError
+from edbatch.executor import _fused
+from edbatch.executor._reads import Read, RowsRead, SliceRead
+from edbatch.executor._weights import TRANSPOSED
+from edbatch.executor.kernels import KERNELS
+
+__all__ = ["KIND", "FastTreeStep", "tree_short"]
+
+#: The op kind this short path serves.
+KIND = "tree_lstm.internal"
+
+
+class FastTreeStep:
+    """One Tree-LSTM internal batch of ``n`` nodes: children rows ``left``/``right``
+    (``int64``) of state arena ``arena`` (``pair``: them interleaved, a torch index), output
+    rows ``os:os+n`` of arena ``oa``; ``names``: the parameters ``U_iou, b_iou, U_f1, U_f2,
+    b_f``; ``hidden`` is ``H``."""
+
+    __slots__ = ("arena", "hidden", "left", "n", "name", "names", "oa", "os", "pair", "right")
+
+    def __init__(self, arena: int, left: np.ndarray, right: np.ndarray,  # type: ignore[type-arg]
+                 oa: int, os: int, names: tuple[str, ...], hidden: int, name: str = "") -> None:
+        self.arena, self.left, self.right, self.oa, self.os = arena, left, right, oa, os
+        self.pair = torch.from_numpy(np.stack([left, right], 1).reshape(-1))
+        self.n, self.names, self.hidden, self.name = len(left), names, hidden, name
+
+    def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
+        """Put what :meth:`__call__` reads into ``into``: each weight's contiguous
+        transpose under ``(name, 0)`` (made once per run, inside ``TRANSPOSED.run()``), each
+        bias under its name."""
+        for k, name in enumerate(self.names):
+            if k in (1, 4):
+                into[name] = params[name].detach()
+            elif (name, 0) not in into:
+                into[(name, 0)] = TRANSPOSED(params[name])
+
+    def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
+                 w: Mapping[Any, Tensor]) -> None:
+        n, hidden = self.n, self.hidden
+        u_iou, b_iou, u_f1, u_f2, b_f = self.names
+        try:
+            x = arenas[self.arena].narrow(1, 0, hidden).index_select(0, self.pair)
+            x = x.view(n, 2 * hidden)
+            g = torch.addmm(w[b_iou], x, w[(u_iou, 0)])
+            f1 = torch.addmm(w[b_f], x.narrow(1, 0, hidden), w[(u_f1, 0)])
+            f2 = torch.addmm(w[b_f], x.narrow(1, hidden, hidden), w[(u_f2, 0)])
+            gv = g.numpy()
+            _fused._tree_fwd_rows(gv, f1.numpy(), f2.numpy(), views[self.arena], self.left,
+                                  self.right, views[self.oa][self.os:self.os + n],
+                                  np.empty((n, hidden), gv.dtype))
+        except Exception as e:  # as the kernel path reports a failing batch
+            raise ExecutionError(f"batch of op type {self.name!r} ({n} nodes, Tree-LSTM short "
+                                 f"path) failed: {type(e).__name__}: {e}") from e
+
+
+def _rows(read: Read) -> tuple[int, np.ndarray] | None:  # type: ignore[type-arg]
+    """``(arena, int64 rows)`` of a whole-row read (a gather or a slice), else ``None``."""
+    kind = type(read)
+    if kind is RowsRead:
+        return read.b, read.idx.numpy()  # type: ignore[attr-defined]
+    if kind is SliceRead:
+        return read.b, np.arange(read.lo, read.hi, dtype=np.int64)  # type: ignore[attr-defined]
+    return None
+
+
+def tree_short(program: Any, device: torch.device) -> Any:
+    """Give ``program``'s Tree-LSTM internal batches (the registered kernel, children read
+    as whole rows of one state arena) a :class:`FastTreeStep` in ``program.short`` (its
+    other entries are kept); returns ``program``. Nothing off the CPU."""
+    kernel = KERNELS.get(KIND)
+    if device.type != "cpu" or kernel is None:
+        return program
+    short = list(getattr(program, "short", ()) or ())
+    found = False
+    for i, step in enumerate(program.steps):
+        if step.op.kind != KIND or step.kernel is not kernel or step.split or \
+                not step.writes_out or len(step.reads) != 2 or len(step.op.params) != 5 or \
+                (short and short[i] is not None):
+            continue
+        left, right = _rows(step.reads[0]), _rows(step.reads[1])
+        hidden = step.width // 2
+        if left is None or right is None or left[0] != right[0] or \
+                program.arenas[left[0]][1] != 2 * hidden or len(left[1]) != step.size or \
+                len(right[1]) != step.size:
+            continue
+        if not short:
+            short = [None] * len(program.steps)
+        short[i] = FastTreeStep(left[0], np.ascontiguousarray(left[1], np.int64),
+                                np.ascontiguousarray(right[1], np.int64), step.out_arena,
+                                step.out_start, tuple(step.op.params), hidden, step.op.name)
+        found = True
+    if found:
+        program.short = tuple(short)
+    return program

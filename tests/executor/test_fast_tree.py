@@ -1,0 +1,106 @@
+"""The in-place executor's short path for Tree-LSTM internal batches
+(``edbatch.executor._fast_tree``): bit-identical to the general kernel path on real Tree-LSTM
+graphs (every output, fp32 and fp64), taken exactly where it applies."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor
+
+from edbatch.errors import ExecutionError
+from edbatch.executor import _fast_lstm, _fast_tree, _fused, init_params
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.memory import plan_memory
+from edbatch.schedule import make_scheduler
+from edbatch.workloads import WORKLOADS, make_workload
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Counts the short path's batches."""
+    count = [0]
+    real = _fast_tree.FastTreeStep.__call__
+
+    def counted(self: _fast_tree.FastTreeStep, *args: object) -> None:
+        count[0] += 1
+        real(self, *args)  # type: ignore[arg-type]
+    monkeypatch.setattr(_fast_tree.FastTreeStep, "__call__", counted)
+    yield count
+
+
+def _outputs(name: str, dtype: torch.dtype, short: bool, *, fused: bool | None = None,
+             grad: bool = False, strategy: str = "naive", scheduler: str = "critical_path",
+             params: dict[str, Tensor] | None = None) -> dict[int, Tensor]:
+    wl = make_workload(name, granularity="cell",
+                       **WORKLOADS[name].test_kwargs(dim=6, hidden=5, short=True))
+    graph = wl.minibatch(wl.default_eval_split, range(6))
+    schedule = make_scheduler(scheduler)(graph)
+    plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
+    if params is None:
+        params = init_params(wl, torch.Generator().manual_seed(3), dtype=dtype)
+    old, _fast_lstm.ENABLED[0] = _fast_lstm.ENABLED[0], short
+    try:
+        result = TorchExecutor(dtype=dtype, fused=fused).run(graph, schedule, plan, params,
+                                                              grad=grad)
+    finally:
+        _fast_lstm.ENABLED[0] = old
+    return {k: v.detach() for k, v in result.outputs.items()}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("name", "strategy", "scheduler"),
+                         [("tree_lstm", "naive", "critical_path"),
+                          ("tree_lstm", "planned", "depth"),
+                          ("tree_lstm", "naive", "dynet_agenda")])
+def test_short_path_is_bit_identical(name: str, strategy: str, scheduler: str,
+                                     dtype: torch.dtype, taken: list[int]) -> None:
+    short = _outputs(name, dtype, True, strategy=strategy, scheduler=scheduler)
+    assert taken[0] > 0  # the short path ran
+    used = taken[0]
+    general = _outputs(name, dtype, False, strategy=strategy, scheduler=scheduler)
+    assert taken[0] == used  # switched off: the kernels only
+    assert short.keys() == general.keys()
+    for k in short:
+        assert torch.equal(short[k], general[k]), f"output of node {k} differs"
+
+
+@pytest.mark.parametrize("kwargs", [{"fused": False}, {"grad": True}])
+def test_short_path_only_where_it_applies(kwargs: dict[str, bool], taken: list[int]) -> None:
+    """Unfused runs and training runs (which save for the backward) take the kernels."""
+    _outputs("tree_lstm", torch.float64, True, **kwargs)  # type: ignore[arg-type]
+    assert taken[0] == 0
+
+
+def test_fused_rows_kernel_reads_children_in_place() -> None:
+    """``tree_forward_rows`` on arena rows equals ``tree_forward`` on gathered copies."""
+    rng = np.random.default_rng(0)
+    hidden, n = 4, 3
+    states = rng.standard_normal((7, 2 * hidden))
+    left, right = np.array([0, 5, 2]), np.array([6, 1, 2])
+    g = rng.standard_normal((n, 3 * hidden))
+    f1, f2 = rng.standard_normal((n, hidden)), rng.standard_normal((n, hidden))
+    out, t = np.empty((n, 2 * hidden)), np.empty((n, hidden))
+    want_g = torch.from_numpy(g.copy())
+    want_out = torch.empty(n, 2 * hidden, dtype=torch.float64)
+    want_t = torch.empty(n, hidden, dtype=torch.float64)
+    kids = (torch.from_numpy(f1.copy()), torch.from_numpy(states[left]),
+            torch.from_numpy(f2.copy()), torch.from_numpy(states[right]))
+    _fused.tree_forward(want_g, kids, want_out, want_t)
+    _fused.tree_forward_rows(g, f1, f2, states, left, right, out, t)
+    np.testing.assert_array_equal(out, want_out.numpy())
+    np.testing.assert_array_equal(t, want_t.numpy())
+    np.testing.assert_array_equal(g, want_g.numpy())
+
+
+def test_failing_batch_names_the_short_path() -> None:
+    wl = make_workload("tree_lstm", granularity="cell",
+                       **WORKLOADS["tree_lstm"].test_kwargs(dim=6, hidden=5, short=True))
+    params = init_params(wl, torch.Generator().manual_seed(3), dtype=torch.float64)
+    name = next(k for k in params if k.endswith("U_f1"))
+    params[name] = params[name][:, :3]  # a wrongly shaped weight
+    with pytest.raises(ExecutionError, match="Tree-LSTM short path"):
+        _outputs("tree_lstm", torch.float64, True, params=params)
