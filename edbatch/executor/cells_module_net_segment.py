@@ -5,14 +5,15 @@ of attention modules (``scene``, ``filter``, ``relate``, ``same``, ``unique``, `
 ``intersect``) between the scene batches and the terminal modules; each is tiny (``B x 10``
 outputs), so per batch the executor's loop, the operand reads, the kernel adapter and the
 torch calls cost far more than the arithmetic. :func:`attention_segments` (a program pass of
-:mod:`edbatch.executor._program`, CPU) replaces each such run of the registered kernels by
+:mod:`edbatch.executor._program`, CPU) replaces each such run of the registered kernels (their
+outputs one block of the attention arena, as the aligned and naive plans lay a run out) by
 one :class:`Segment` step: one numba call (:mod:`.cells_module_net_segment_bodies`) runs
 every batch of the run in schedule order on the arenas themselves (attention rows and scene
 rows by index, parameters from one flat vector), and one call runs their backwards in
 reverse order into the gradient arenas, with the parameter gradients summed in a flat vector
 (the forward's intermediate values, ``sig(.)``, are recomputed there: nothing is saved). The
-other batches of the run stay in the program as empty steps (:class:`Placeholder`), so the
-program keeps one step per batch.
+step's rows are the whole block and its attrs the run's (so the program's steps still tile
+the attrs in plan row order); it is one kernel call, forward and backward.
 
 Same equations as the cell kinds (:mod:`.cells_module_net`, :mod:`.cells_module_net_fused`);
 with fused kernels off (``fused=False``), grad recording, or a dtype other than float32/64 a
@@ -36,7 +37,7 @@ from edbatch.executor.kernels import KERNELS
 from edbatch.memory.plan import Operand
 from edbatch.workloads.module_net import MAX_OBJECTS
 
-__all__ = ["CODES", "Placeholder", "Segment", "attention_segments"]
+__all__ = ["CODES", "Segment", "attention_segments"]
 
 #: Kind -> its code in a segment's table (operands: attention slots, then the scene).
 CODES = {"module_net.start": 0, "module_net.filter": 1, "module_net.relate": 2,
@@ -49,24 +50,6 @@ MIN_RUN = 2
 
 
 # ---------------------------------------------------------------------- steps
-class Placeholder:
-    """The kernel of a batch that its segment runs: nothing to do, forward or backward."""
-
-    writes_out = True
-
-    def __call__(self, op: Any, inputs: Any, params: Any, attrs: Tensor,
-                 out: Tensor | None = None, save: Any = None) -> Tensor:
-        assert out is not None
-        return out
-
-    def backward(self, op: Any, saved: Any, grad: Tensor, params: Any, attrs: Tensor,
-                 acc: Any) -> list[Tensor | None]:
-        return []
-
-
-PLACEHOLDER = Placeholder()
-
-
 class _Arenas:
     """The one read of a segment step: every arena (its route: the segment's backward)."""
 
@@ -152,78 +135,101 @@ class Segment:
         return [route]
 
 
-def _entry(step: Step, operands: tuple[Operand, ...]
-           ) -> tuple[int, list[tuple[int, np.ndarray]]] | None:
-    """``(code, [(arena, rows) per operand])`` of a step a segment can run, else None."""
+def _code(step: Step) -> int | None:
+    """A step's code in a segment's table if a segment can run it, else None."""
     code = CODES.get(step.op.kind)
     if code is None or step.split or step.kernel is not KERNELS.get(step.op.kind):
         return None
-    return code, [(o.arena, o.rows()) for o in operands]
+    return code
+
+
+def _fits(step: Step, ops: tuple[Operand, ...], code: int, att: int | None,
+          scene: int | None, stop: int | None) -> bool:
+    """Whether ``step`` (its ``code``, its operands ``ops``) continues a run writing
+    attention arena ``att`` up to row ``stop`` and reading scene arena ``scene``."""
+    if step.width != MAX_OBJECTS or (att is not None and (
+            step.out_arena != att or step.out_start != stop)):
+        return False
+    slot = _SCENE.get(code)
+    for k, o in enumerate(ops):
+        if k == slot:
+            if scene is not None and o.arena != scene:
+                return False
+        elif o.arena != step.out_arena:
+            return False
+    return True
 
 
 def attention_segments(program: Program, operands: list[tuple[Operand, ...]],
                        device: torch.device) -> Program:
     """Replace every run of at least :data:`MIN_RUN` consecutive attention batches (see the
-    module doc) of ``program``'s steps by a segment step and placeholders (CPU)."""
+    module doc) of ``program``'s steps, their outputs one block of the attention arena, by
+    one segment step (CPU)."""
     if device.type != "cpu":
         return program
-    steps = list(program.steps)
-    entries = [_entry(s, o) for s, o in zip(steps, operands, strict=True)]
-    i = 0
+    steps = program.steps
+    codes = [_code(s) for s in steps]
+    out: list[Step] = []
+    i, first_attr = 0, 0
     while i < len(steps):
-        j = i
-        att = scene = None
-        while j < len(steps) and entries[j] is not None:
-            code, reads = entries[j]  # type: ignore[misc]
-            slot = _SCENE.get(code)
-            ok = steps[j].width == MAX_OBJECTS and (att is None or steps[j].out_arena == att)
-            for k, (arena, _) in enumerate(reads):
-                if k == slot:
-                    ok = ok and (scene is None or arena == scene)
-                else:
-                    ok = ok and arena == steps[j].out_arena
-            if not ok:
+        j, att, scene, stop = i, None, None, None
+        while j < len(steps):
+            code = codes[j]
+            if code is None or not _fits(steps[j], operands[j], code, att, scene, stop):
                 break
-            att = steps[j].out_arena
+            att, stop = steps[j].out_arena, steps[j].out_start + steps[j].size
+            slot = _SCENE.get(code)
             if slot is not None:
-                scene = reads[slot][0]
+                scene = operands[j][slot].arena
             j += 1
+        run = steps[i:max(j, i + 1)]
+        rows = sum(s.size for s in run)
         if j - i >= MIN_RUN:
-            steps[i:j] = _segment(steps[i:j], entries[i:j], att, scene)  # type: ignore[arg-type]
+            out.append(_segment(run, [(codes[k], operands[k]) for k in range(i, j)], att,
+                                scene, program.attrs.narrow(0, first_attr, rows)))
+        else:
+            out.append(steps[i])
+        first_attr += rows
         i = max(j, i + 1)
-    program.steps = tuple(steps)
+    program.steps = tuple(out)
     return program
 
 
-def _segment(steps: list[Step], entries: list[Any], att: int, scene: int | None
-             ) -> list[Step]:
+def _segment(steps: Sequence[Step], entries: list[Any], att: int, scene: int | None,
+             attrs: Tensor) -> Step:
+    """One step running ``steps`` (rows ``attrs``), their outputs one block of ``att``."""
     names: list[str] = []
     offsets = [0]
     where: dict[str, int] = {}
-    table = np.zeros((len(steps), 6), dtype=np.int64)
-    rows: list[np.ndarray] = []
+    table: list[tuple[int, ...]] = []
+    gathers: list[np.ndarray] = []
     at = 0
-    for s, (step, (code, reads)) in enumerate(zip(steps, entries, strict=True)):
-        first = step.op.params[0] if step.op.params else None
+    for step, (code, ops) in zip(steps, entries, strict=True):
+        params = step.op.params
+        first = params[0] if params else None
         if first is not None and first not in where:
             where[first] = offsets[-1]
-            for name in step.op.params:  # (w, b) / (u, c): consecutive in the flat vector
+            for name in params:  # (w, b) / (u, c): consecutive in the flat vector
                 names.append(name)
                 offsets.append(offsets[-1] + _numel(step, name))
-        operand = [at, at]
-        for k, (_, r) in enumerate(reads):
-            operand[k] = at
-            rows.append(r)
-            at += len(r)
-        table[s] = (code, step.out_start, step.size, operand[0], operand[1],
-                    where.get(first, 0) if first is not None else 0)
-    kernel = Segment(steps, table, np.concatenate(rows) if rows else np.zeros(0, np.int64),
+        operand = [0, 0]
+        for k, o in enumerate(ops):  # a view as -(first row + 1), a gather by its offset
+            if o.view is not None:
+                operand[k] = -o.view.start - 1
+            else:
+                operand[k] = at
+                gathers.append(o.gather)  # type: ignore[arg-type]
+                at += len(o.gather)  # type: ignore[arg-type]
+        if len(ops) < 2:
+            operand[1] = operand[0]
+        table.append((code, step.out_start, step.size, operand[0], operand[1],
+                      where[first] if first is not None else 0))
+    kernel = Segment(steps, np.array(table, dtype=np.int64),
+                     np.concatenate(gathers) if gathers else np.zeros(0, np.int64),
                      att, att if scene is None else scene, names, offsets)
     head = steps[0]
-    first_step = new_step(head.op, kernel, head.attrs, head.size, head.width, head.out_arena,
-                          head.out_start, (_Arenas(),), False, False, True)
-    return [first_step, *(new_step(s.op, PLACEHOLDER, s.attrs, s.size, s.width, s.out_arena,
-                                   s.out_start, (), False, False, True) for s in steps[1:])]
+    return new_step(head.op, kernel, attrs, len(attrs), head.width, att, head.out_start,
+                    (_Arenas(),), False, False, True)
 
 
 def _numel(step: Step, name: str) -> int:
