@@ -30,14 +30,15 @@ import torch
 from torch import Tensor
 
 from edbatch.executor import _fused
-from edbatch.executor._program import PROGRAM_PASSES, Program, Step, new_step
+from edbatch.executor._program import PROGRAM_PASSES, READ_CLAIMS, Program, Step, new_step
+from edbatch.executor._reads import indexed_reads, inplace_reads
 from edbatch.executor.cells_module_net_fused import _param
 from edbatch.executor.cells_module_net_segment_bodies import segment_backward, segment_forward
 from edbatch.executor.kernels import KERNELS
 from edbatch.memory.plan import Operand
 from edbatch.workloads.module_net import MAX_OBJECTS
 
-__all__ = ["CODES", "Segment", "attention_segments"]
+__all__ = ["CODES", "Segment", "attention_segments", "claimed_batches"]
 
 #: Kind -> its code in a segment's table (operands: attention slots, then the scene).
 CODES = {"module_net.start": 0, "module_net.filter": 1, "module_net.relate": 2,
@@ -69,10 +70,21 @@ class Segment:
     writes_out = True
 
     def __init__(self, steps: Sequence[Step], table: np.ndarray, rows: np.ndarray,
-                 att: int, scene: int, names: Sequence[str], offsets: Sequence[int]) -> None:
+                 att: int, scene: int, names: Sequence[str], offsets: Sequence[int],
+                 operands: Sequence[tuple[Operand, ...]], device: torch.device) -> None:
         self.steps, self.table, self.rows = tuple(steps), table, rows
         self.att, self.scene, self.names, self.offsets = att, scene, tuple(names), offsets
         self.sizes = np.diff(offsets).tolist()
+        self.operands, self.device = tuple(operands), device
+        self._reads: list[tuple[Any, ...]] | None = None
+
+    def reads(self) -> list[tuple[Any, ...]]:
+        """Each batch's own operand reads (the reference path; compiled on first use: the
+        program compiles none for a segment's batches, see ``READ_CLAIMS``)."""
+        if self._reads is None:
+            self._reads = indexed_reads([s.kernel for s in self.steps], inplace_reads(
+                self.operands, self.device, [0, 0, 0]), self.device)
+        return self._reads
 
     def _compiled(self, arenas: Sequence[Tensor]) -> bool:
         a = arenas[self.att]
@@ -99,10 +111,10 @@ class Segment:
                 save.append((True, arenas, flat))
             return out
         inner: list[list[Any]] = []
-        for step in self.steps:  # the reference path: batch by batch, own kernels
-            region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
+        for step, reads in zip(self.steps, self.reads(), strict=True):  # the reference path:
+            region = arenas[step.out_arena].narrow(0, step.out_start, step.size)  # own kernels
             kept: list[Any] | None = [] if save is not None else None
-            y = step.kernel(step.op, [read(arenas) for read in step.reads], params,
+            y = step.kernel(step.op, [read(arenas) for read in reads], params,
                             step.attrs, out=region, save=kept)
             if y is not region:
                 region.copy_(y)
@@ -125,10 +137,11 @@ class Segment:
                 for name, part in zip(self.names, parts, strict=True):
                     acc.add(name, part.view(params[name].shape))
                 return
-            for step, kept in zip(reversed(self.steps), reversed(extra), strict=True):
+            for step, reads, kept in zip(reversed(self.steps), reversed(self.reads()),
+                                         reversed(extra), strict=True):
                 g_out = bufs[step.out_arena].narrow(0, step.out_start, step.size)
                 got = step.kernel.backward(step.op, kept, g_out, params, step.attrs, acc)
-                for read, g in zip(step.reads, got, strict=False):
+                for read, g in zip(reads, got, strict=False):
                     if g is not None:
                         read.route(g, bufs)
 
@@ -160,17 +173,14 @@ def _fits(step: Step, ops: tuple[Operand, ...], code: int, att: int | None,
     return True
 
 
-def attention_segments(program: Program, operands: list[tuple[Operand, ...]],
-                       device: torch.device) -> Program:
-    """Replace every run of at least :data:`MIN_RUN` consecutive attention batches (see the
-    module doc) of ``program``'s steps, their outputs one block of the attention arena, by
-    one segment step (CPU)."""
-    if device.type != "cpu":
-        return program
-    steps = program.steps
+def _runs(steps: Sequence[Step], operands: Sequence[tuple[Operand, ...]]
+          ) -> list[tuple[int, int, int | None, int | None]]:
+    """``(first, stop, attention arena, scene arena)`` of every run of ``steps`` a segment
+    takes: at least :data:`MIN_RUN` consecutive batches of :data:`CODES` writing one block of
+    one attention arena (see :func:`_fits`)."""
     codes = [_code(s) for s in steps]
-    out: list[Step] = []
-    i, first_attr = 0, 0
+    runs = []
+    i = 0
     while i < len(steps):
         j, att, scene, stop = i, None, None, None
         while j < len(steps):
@@ -182,21 +192,46 @@ def attention_segments(program: Program, operands: list[tuple[Operand, ...]],
             if slot is not None:
                 scene = operands[j][slot].arena
             j += 1
-        run = steps[i:max(j, i + 1)]
-        rows = sum(s.size for s in run)
         if j - i >= MIN_RUN:
-            out.append(_segment(run, [(codes[k], operands[k]) for k in range(i, j)], att,
-                                scene, program.attrs.narrow(0, first_attr, rows)))
-        else:
-            out.append(steps[i])
-        first_attr += rows
+            runs.append((i, j, att, scene))
         i = max(j, i + 1)
+    return runs
+
+
+def claimed_batches(steps: list[Step], operands: list[tuple[Operand, ...]],
+                    device: torch.device) -> list[int]:
+    """The batches :func:`attention_segments` will run (a ``READ_CLAIMS`` entry: their
+    per-batch reads are not compiled; a segment reads its operands by row itself)."""
+    if device.type != "cpu":
+        return []
+    return [b for i, j, _, _ in _runs(steps, operands) for b in range(i, j)]
+
+
+def attention_segments(program: Program, operands: list[tuple[Operand, ...]],
+                       device: torch.device) -> Program:
+    """Replace every run of at least :data:`MIN_RUN` consecutive attention batches (see the
+    module doc) of ``program``'s steps, their outputs one block of the attention arena, by
+    one segment step (CPU)."""
+    if device.type != "cpu":
+        return program
+    steps = program.steps
+    out: list[Step] = []
+    done, first_attr = 0, 0
+    for i, j, att, scene in _runs(steps, operands):
+        out.extend(steps[done:i])
+        first_attr += sum(s.size for s in steps[done:i])
+        rows = sum(s.size for s in steps[i:j])
+        out.append(_segment(steps[i:j], [(_code(steps[k]), operands[k]) for k in range(i, j)],
+                            att, scene, program.attrs.narrow(0, first_attr, rows), device))
+        first_attr += rows
+        done = j
+    out.extend(steps[done:])
     program.steps = tuple(out)
     return program
 
 
 def _segment(steps: Sequence[Step], entries: list[Any], att: int, scene: int | None,
-             attrs: Tensor) -> Step:
+             attrs: Tensor, device: torch.device) -> Step:
     """One step running ``steps`` (rows ``attrs``), their outputs one block of ``att``."""
     names: list[str] = []
     offsets = [0]
@@ -226,7 +261,8 @@ def _segment(steps: Sequence[Step], entries: list[Any], att: int, scene: int | N
                       where[first] if first is not None else 0))
     kernel = Segment(steps, np.array(table, dtype=np.int64),
                      np.concatenate(gathers) if gathers else np.zeros(0, np.int64),
-                     att, att if scene is None else scene, names, offsets)
+                     att, att if scene is None else scene, names, offsets,
+                     [ops for _, ops in entries], device)
     head = steps[0]
     return new_step(head.op, kernel, attrs, len(attrs), head.width, att, head.out_start,
                     (_Arenas(),), False, False, True)
@@ -241,4 +277,5 @@ def _numel(step: Step, name: str) -> int:
         return 1
     return width * width if step.op.kind == "module_net.same" else width
 
+READ_CLAIMS.append(claimed_batches)
 PROGRAM_PASSES.append(attention_segments)
