@@ -148,12 +148,19 @@ class Segment:
         return [route]
 
 
-def _code(step: Step) -> int | None:
-    """A step's code in a segment's table if a segment can run it, else None."""
-    code = CODES.get(step.op.kind)
-    if code is None or step.split or step.kernel is not KERNELS.get(step.op.kind):
-        return None
-    return code
+def _codes(steps: Sequence[Step]) -> list[int | None]:
+    """Each step's code in a segment's table if a segment can run it, else None (looked up
+    once per op type: a program's steps of one op type share its kernel)."""
+    known: dict[int, int | None] = {}
+    out: list[int | None] = []
+    for step in steps:
+        key = id(step.op)
+        if key not in known:
+            code = CODES.get(step.op.kind)
+            known[key] = code if code is not None and \
+                step.kernel is KERNELS.get(step.op.kind) else None
+        out.append(None if step.split else known[key])
+    return out
 
 
 def _fits(step: Step, ops: tuple[Operand, ...], code: int, att: int | None,
@@ -178,7 +185,7 @@ def _runs(steps: Sequence[Step], operands: Sequence[tuple[Operand, ...]]
     """``(first, stop, attention arena, scene arena)`` of every run of ``steps`` a segment
     takes: at least :data:`MIN_RUN` consecutive batches of :data:`CODES` writing one block of
     one attention arena (see :func:`_fits`)."""
-    codes = [_code(s) for s in steps]
+    codes = _codes(steps)
     runs = []
     i = 0
     while i < len(steps):
@@ -204,7 +211,13 @@ def claimed_batches(steps: list[Step], operands: list[tuple[Operand, ...]],
     per-batch reads are not compiled; a segment reads its operands by row itself)."""
     if device.type != "cpu":
         return []
-    return [b for i, j, _, _ in _runs(steps, operands) for b in range(i, j)]
+    runs = _runs(steps, operands)
+    _CLAIMED[:] = [operands, len(steps), runs]  # the pass that follows takes them
+    return [b for i, j, _, _ in runs for b in range(i, j)]
+
+
+#: The last claim's ``[operands, number of steps, runs]`` (its pass reuses the runs).
+_CLAIMED: list[Any] = [None, 0, []]
 
 
 def attention_segments(program: Program, operands: list[tuple[Operand, ...]],
@@ -215,13 +228,17 @@ def attention_segments(program: Program, operands: list[tuple[Operand, ...]],
     if device.type != "cpu":
         return program
     steps = program.steps
+    claim, _CLAIMED[:] = _CLAIMED[:], [None, 0, []]
+    runs = claim[2] if claim[0] is operands and claim[1] == len(steps) else \
+        _runs(steps, operands)
     out: list[Step] = []
     done, first_attr = 0, 0
-    for i, j, att, scene in _runs(steps, operands):
+    codes = _codes(steps)
+    for i, j, att, scene in runs:
         out.extend(steps[done:i])
         first_attr += sum(s.size for s in steps[done:i])
         rows = sum(s.size for s in steps[i:j])
-        out.append(_segment(steps[i:j], [(_code(steps[k]), operands[k]) for k in range(i, j)],
+        out.append(_segment(steps[i:j], [(codes[k], operands[k]) for k in range(i, j)],
                             att, scene, program.attrs.narrow(0, first_attr, rows), device))
         first_attr += rows
         done = j

@@ -113,3 +113,24 @@ def test_scene_arena_reads_equal_gathered_reads(kind: str) -> None:
         runs.append((y, got[0], d_arena, *acc.result(params).values()))
     for have, want in zip(*runs, strict=True):
         torch.testing.assert_close(have, want, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_compiled_object_rows_equal_the_numpy_rows(dtype: torch.dtype) -> None:
+    """``module_net.object``'s compiled rows (fused on) equal its numpy/torch rows and save
+    the same table rows."""
+    graph = WL.minibatch("val", range(6))
+    op = next(o for o in WL.vocab if o.kind == "module_net.object")
+    nodes = [v for v in range(graph.num_nodes) if graph.vocab[graph.op_ids[v]] is op]
+    attrs = torch.as_tensor(graph.attrs[nodes])
+    table = init_params(WL, torch.Generator().manual_seed(6), dtype=dtype)[op.params[0]]
+    runs = []
+    for on in (True, False):
+        saves: list = []
+        with torch.no_grad(), _fused.use(on):
+            runs.append((KERNELS[op.kind](op, [], {op.params[0]: table}, attrs, save=saves),
+                         saves[0].index))
+    assert len(nodes) > 20 and runs[0][0].shape == (len(nodes), op.out_shape[0])
+    torch.testing.assert_close(runs[0][0], runs[1][0], rtol=1e-6 if dtype == torch.float32
+                               else 1e-13, atol=0)
+    assert torch.equal(runs[0][1], runs[1][1])
