@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +26,7 @@ from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["PROGRAM_PASSES", "Program", "Step", "compile_program", "new_step"]
+__all__ = ["PROGRAM_PASSES", "READ_CLAIMS", "Program", "Step", "compile_program", "new_step"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,11 @@ _new = object.__new__
 #: Rewrites of the inference steps, applied in order at the end of :func:`compile_program`
 #: (``(program, operands of each step, device) -> program``; a cells module appends its own).
 PROGRAM_PASSES: list[Callable[[Program, list[tuple[Operand, ...]], torch.device], Program]] = []
+#: Batches a pass of :data:`PROGRAM_PASSES` will take over, asked before the inference reads
+#: are compiled (``(steps, operands of each step, device) -> batch indices``; the steps
+#: passed have no reads yet): those keep ``reads=()`` (the pass reads their operands itself).
+READ_CLAIMS: list[Callable[[list[Step], list[tuple[Operand, ...]], torch.device],
+                           Collection[int]]] = []
 
 
 def new_step(op: OpType, kernel: Kernel, attrs: Tensor, size: int, width: int,
@@ -130,13 +135,19 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
                 operand_lists[b] = (merged(operands[0].arena, rows),)
         elif entry[3] and device.type == "cpu":
             operand_lists[b] = _merge_repeated(entry[1], operands)
-    reads = _indexed([e[1] for e in entries],  # scene-like operands read by index (CPU)
-                     inplace_reads(operand_lists, device, counts[False]), device)
     attrs = flat.split_with_sizes(sizes) if sizes else ()  # every batch's view in one call
     steps = [new_step(op, kernel, attrs[b], sizes[b], width, region.arena, region.start,
-                      reads[b], splits[b], splits[b] and is_sum, writes_out)
+                      (), splits[b], splits[b] and is_sum, writes_out)
              for b, ((op, kernel, width, _, is_sum, writes_out), region)
              in enumerate(zip(entries, plan.outputs, strict=True))]
+    claimed = {b for claim in READ_CLAIMS for b in claim(steps, operand_lists, device)}
+    read_lists = [() if b in claimed else ops for b, ops in enumerate(operand_lists)] \
+        if claimed else operand_lists
+    reads = _indexed([e[1] for e in entries],  # scene-like operands read by index (CPU)
+                     inplace_reads(read_lists, device, counts[False]), device)
+    for step, step_reads in zip(steps, reads, strict=True):
+        if step_reads:
+            step.__dict__["reads"] = step_reads  # (set as new_step sets the fields)
     outputs = tuple((int(v), int(plan.node_arena[v]), int(plan.node_row[v]), -1)
                     for v in graph.outputs)
     grad: list[tuple[Step, ...]] = []

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor import _fused
 from edbatch.executor._reads import ArenaRows
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.kernels import slot_nodes
@@ -52,6 +53,15 @@ class Object(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:
+        if attrs.is_cpu and _fused.usable(p.E):  # compiled: one pass over the codes
+            table = p.E.detach()
+            code = attrs.reshape(-1).numpy()
+            out = table.new_zeros(len(code), 3 + ATTRIBUTE_ROWS + table.shape[1])
+            index = np.empty((len(code), len(VOCAB_SIZES)), dtype=np.int64)
+            _object_rows(code, _SIZES, table.numpy(), out.numpy(), index)
+            if save is not None:
+                save.update(index=torch.from_numpy(index))
+            return out
         if attrs.is_cpu:
             return self._forward_cpu(attrs, p.E, save)
         code, offset = attrs.reshape(-1), 0
@@ -102,6 +112,32 @@ class Object(CellKind):
         grads.rows("E", index.reshape(-1),
                    g.unsqueeze(1).expand(len(g), index.shape[1], d).reshape(-1, d))
         return []
+
+
+_SIZES = np.asarray(VOCAB_SIZES, dtype=np.int64)
+
+
+@_fused._jit
+def _object_rows(code, sizes, table, out, index):  # type: ignore[no-untyped-def]
+    """:meth:`Object._forward_cpu`'s rows (``out`` zeros, ``index`` each object's table
+    rows), compiled: per object its attributes, one-hot, embedding sum and coordinates."""
+    d = table.shape[1]
+    for i in range(code.shape[0]):
+        c, offset = code[i], 0
+        out[i, 0] = 1.0
+        for j in range(sizes.shape[0]):
+            r = offset + c % sizes[j]
+            c, offset = c // sizes[j], offset + sizes[j]
+            index[i, j] = r
+            out[i, 1 + r] = 1.0
+        for k in range(d):
+            e = 0.0
+            for j in range(sizes.shape[0]):
+                e += table[index[i, j], k]
+            out[i, 1 + offset + k] = e
+        for k in range(2):
+            out[i, 1 + offset + d + k] = (c % XY_RADIX - XY_OFFSET) / 100
+            c = c // XY_RADIX
 
 
 def _slots(attrs: Tensor, sizes: Sequence[int]) -> Tensor:

@@ -5,14 +5,15 @@ of attention modules (``scene``, ``filter``, ``relate``, ``same``, ``unique``, `
 ``intersect``) between the scene batches and the terminal modules; each is tiny (``B x 10``
 outputs), so per batch the executor's loop, the operand reads, the kernel adapter and the
 torch calls cost far more than the arithmetic. :func:`attention_segments` (a program pass of
-:mod:`edbatch.executor._program`, CPU) replaces each such run of the registered kernels by
+:mod:`edbatch.executor._program`, CPU) replaces each such run of the registered kernels (their
+outputs one block of the attention arena, as the aligned and naive plans lay a run out) by
 one :class:`Segment` step: one numba call (:mod:`.cells_module_net_segment_bodies`) runs
 every batch of the run in schedule order on the arenas themselves (attention rows and scene
 rows by index, parameters from one flat vector), and one call runs their backwards in
 reverse order into the gradient arenas, with the parameter gradients summed in a flat vector
 (the forward's intermediate values, ``sig(.)``, are recomputed there: nothing is saved). The
-other batches of the run stay in the program as empty steps (:class:`Placeholder`), so the
-program keeps one step per batch.
+step's rows are the whole block and its attrs the run's (so the program's steps still tile
+the attrs in plan row order); it is one kernel call, forward and backward.
 
 Same equations as the cell kinds (:mod:`.cells_module_net`, :mod:`.cells_module_net_fused`);
 with fused kernels off (``fused=False``), grad recording, or a dtype other than float32/64 a
@@ -29,14 +30,15 @@ import torch
 from torch import Tensor
 
 from edbatch.executor import _fused
-from edbatch.executor._program import PROGRAM_PASSES, Program, Step, new_step
+from edbatch.executor._program import PROGRAM_PASSES, READ_CLAIMS, Program, Step, new_step
+from edbatch.executor._reads import indexed_reads, inplace_reads
 from edbatch.executor.cells_module_net_fused import _param
 from edbatch.executor.cells_module_net_segment_bodies import segment_backward, segment_forward
 from edbatch.executor.kernels import KERNELS
 from edbatch.memory.plan import Operand
 from edbatch.workloads.module_net import MAX_OBJECTS
 
-__all__ = ["CODES", "Placeholder", "Segment", "attention_segments"]
+__all__ = ["CODES", "Segment", "attention_segments", "claimed_batches"]
 
 #: Kind -> its code in a segment's table (operands: attention slots, then the scene).
 CODES = {"module_net.start": 0, "module_net.filter": 1, "module_net.relate": 2,
@@ -49,24 +51,6 @@ MIN_RUN = 2
 
 
 # ---------------------------------------------------------------------- steps
-class Placeholder:
-    """The kernel of a batch that its segment runs: nothing to do, forward or backward."""
-
-    writes_out = True
-
-    def __call__(self, op: Any, inputs: Any, params: Any, attrs: Tensor,
-                 out: Tensor | None = None, save: Any = None) -> Tensor:
-        assert out is not None
-        return out
-
-    def backward(self, op: Any, saved: Any, grad: Tensor, params: Any, attrs: Tensor,
-                 acc: Any) -> list[Tensor | None]:
-        return []
-
-
-PLACEHOLDER = Placeholder()
-
-
 class _Arenas:
     """The one read of a segment step: every arena (its route: the segment's backward)."""
 
@@ -86,10 +70,21 @@ class Segment:
     writes_out = True
 
     def __init__(self, steps: Sequence[Step], table: np.ndarray, rows: np.ndarray,
-                 att: int, scene: int, names: Sequence[str], offsets: Sequence[int]) -> None:
+                 att: int, scene: int, names: Sequence[str], offsets: Sequence[int],
+                 operands: Sequence[tuple[Operand, ...]], device: torch.device) -> None:
         self.steps, self.table, self.rows = tuple(steps), table, rows
         self.att, self.scene, self.names, self.offsets = att, scene, tuple(names), offsets
         self.sizes = np.diff(offsets).tolist()
+        self.operands, self.device = tuple(operands), device
+        self._reads: list[tuple[Any, ...]] | None = None
+
+    def reads(self) -> list[tuple[Any, ...]]:
+        """Each batch's own operand reads (the reference path; compiled on first use: the
+        program compiles none for a segment's batches, see ``READ_CLAIMS``)."""
+        if self._reads is None:
+            self._reads = indexed_reads([s.kernel for s in self.steps], inplace_reads(
+                self.operands, self.device, [0, 0, 0]), self.device)
+        return self._reads
 
     def _compiled(self, arenas: Sequence[Tensor]) -> bool:
         a = arenas[self.att]
@@ -116,10 +111,10 @@ class Segment:
                 save.append((True, arenas, flat))
             return out
         inner: list[list[Any]] = []
-        for step in self.steps:  # the reference path: batch by batch, own kernels
-            region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
+        for step, reads in zip(self.steps, self.reads(), strict=True):  # the reference path:
+            region = arenas[step.out_arena].narrow(0, step.out_start, step.size)  # own kernels
             kept: list[Any] | None = [] if save is not None else None
-            y = step.kernel(step.op, [read(arenas) for read in step.reads], params,
+            y = step.kernel(step.op, [read(arenas) for read in reads], params,
                             step.attrs, out=region, save=kept)
             if y is not region:
                 region.copy_(y)
@@ -142,88 +137,152 @@ class Segment:
                 for name, part in zip(self.names, parts, strict=True):
                     acc.add(name, part.view(params[name].shape))
                 return
-            for step, kept in zip(reversed(self.steps), reversed(extra), strict=True):
+            for step, reads, kept in zip(reversed(self.steps), reversed(self.reads()),
+                                         reversed(extra), strict=True):
                 g_out = bufs[step.out_arena].narrow(0, step.out_start, step.size)
                 got = step.kernel.backward(step.op, kept, g_out, params, step.attrs, acc)
-                for read, g in zip(step.reads, got, strict=False):
+                for read, g in zip(reads, got, strict=False):
                     if g is not None:
                         read.route(g, bufs)
 
         return [route]
 
 
-def _entry(step: Step, operands: tuple[Operand, ...]
-           ) -> tuple[int, list[tuple[int, np.ndarray]]] | None:
-    """``(code, [(arena, rows) per operand])`` of a step a segment can run, else None."""
-    code = CODES.get(step.op.kind)
-    if code is None or step.split or step.kernel is not KERNELS.get(step.op.kind):
-        return None
-    return code, [(o.arena, o.rows()) for o in operands]
+def _codes(steps: Sequence[Step]) -> list[int | None]:
+    """Each step's code in a segment's table if a segment can run it, else None (looked up
+    once per op type: a program's steps of one op type share its kernel)."""
+    known: dict[int, int | None] = {}
+    out: list[int | None] = []
+    for step in steps:
+        key = id(step.op)
+        if key not in known:
+            code = CODES.get(step.op.kind)
+            known[key] = code if code is not None and \
+                step.kernel is KERNELS.get(step.op.kind) else None
+        out.append(None if step.split else known[key])
+    return out
+
+
+def _fits(step: Step, ops: tuple[Operand, ...], code: int, att: int | None,
+          scene: int | None, stop: int | None) -> bool:
+    """Whether ``step`` (its ``code``, its operands ``ops``) continues a run writing
+    attention arena ``att`` up to row ``stop`` and reading scene arena ``scene``."""
+    if step.width != MAX_OBJECTS or (att is not None and (
+            step.out_arena != att or step.out_start != stop)):
+        return False
+    slot = _SCENE.get(code)
+    for k, o in enumerate(ops):
+        if k == slot:
+            if scene is not None and o.arena != scene:
+                return False
+        elif o.arena != step.out_arena:
+            return False
+    return True
+
+
+def _runs(steps: Sequence[Step], operands: Sequence[tuple[Operand, ...]]
+          ) -> list[tuple[int, int, int | None, int | None]]:
+    """``(first, stop, attention arena, scene arena)`` of every run of ``steps`` a segment
+    takes: at least :data:`MIN_RUN` consecutive batches of :data:`CODES` writing one block of
+    one attention arena (see :func:`_fits`)."""
+    codes = _codes(steps)
+    runs = []
+    i = 0
+    while i < len(steps):
+        j, att, scene, stop = i, None, None, None
+        while j < len(steps):
+            code = codes[j]
+            if code is None or not _fits(steps[j], operands[j], code, att, scene, stop):
+                break
+            att, stop = steps[j].out_arena, steps[j].out_start + steps[j].size
+            slot = _SCENE.get(code)
+            if slot is not None:
+                scene = operands[j][slot].arena
+            j += 1
+        if j - i >= MIN_RUN:
+            runs.append((i, j, att, scene))
+        i = max(j, i + 1)
+    return runs
+
+
+def claimed_batches(steps: list[Step], operands: list[tuple[Operand, ...]],
+                    device: torch.device) -> list[int]:
+    """The batches :func:`attention_segments` will run (a ``READ_CLAIMS`` entry: their
+    per-batch reads are not compiled; a segment reads its operands by row itself)."""
+    if device.type != "cpu":
+        return []
+    runs = _runs(steps, operands)
+    _CLAIMED[:] = [operands, len(steps), runs]  # the pass that follows takes them
+    return [b for i, j, _, _ in runs for b in range(i, j)]
+
+
+#: The last claim's ``[operands, number of steps, runs]`` (its pass reuses the runs).
+_CLAIMED: list[Any] = [None, 0, []]
 
 
 def attention_segments(program: Program, operands: list[tuple[Operand, ...]],
                        device: torch.device) -> Program:
     """Replace every run of at least :data:`MIN_RUN` consecutive attention batches (see the
-    module doc) of ``program``'s steps by a segment step and placeholders (CPU)."""
+    module doc) of ``program``'s steps, their outputs one block of the attention arena, by
+    one segment step (CPU)."""
     if device.type != "cpu":
         return program
-    steps = list(program.steps)
-    entries = [_entry(s, o) for s, o in zip(steps, operands, strict=True)]
-    i = 0
-    while i < len(steps):
-        j = i
-        att = scene = None
-        while j < len(steps) and entries[j] is not None:
-            code, reads = entries[j]  # type: ignore[misc]
-            slot = _SCENE.get(code)
-            ok = steps[j].width == MAX_OBJECTS and (att is None or steps[j].out_arena == att)
-            for k, (arena, _) in enumerate(reads):
-                if k == slot:
-                    ok = ok and (scene is None or arena == scene)
-                else:
-                    ok = ok and arena == steps[j].out_arena
-            if not ok:
-                break
-            att = steps[j].out_arena
-            if slot is not None:
-                scene = reads[slot][0]
-            j += 1
-        if j - i >= MIN_RUN:
-            steps[i:j] = _segment(steps[i:j], entries[i:j], att, scene)  # type: ignore[arg-type]
-        i = max(j, i + 1)
-    program.steps = tuple(steps)
+    steps = program.steps
+    claim, _CLAIMED[:] = _CLAIMED[:], [None, 0, []]
+    runs = claim[2] if claim[0] is operands and claim[1] == len(steps) else \
+        _runs(steps, operands)
+    out: list[Step] = []
+    done, first_attr = 0, 0
+    codes = _codes(steps)
+    for i, j, att, scene in runs:
+        out.extend(steps[done:i])
+        first_attr += sum(s.size for s in steps[done:i])
+        rows = sum(s.size for s in steps[i:j])
+        out.append(_segment(steps[i:j], [(codes[k], operands[k]) for k in range(i, j)],
+                            att, scene, program.attrs.narrow(0, first_attr, rows), device))
+        first_attr += rows
+        done = j
+    out.extend(steps[done:])
+    program.steps = tuple(out)
     return program
 
 
-def _segment(steps: list[Step], entries: list[Any], att: int, scene: int | None
-             ) -> list[Step]:
+def _segment(steps: Sequence[Step], entries: list[Any], att: int, scene: int | None,
+             attrs: Tensor, device: torch.device) -> Step:
+    """One step running ``steps`` (rows ``attrs``), their outputs one block of ``att``."""
     names: list[str] = []
     offsets = [0]
     where: dict[str, int] = {}
-    table = np.zeros((len(steps), 6), dtype=np.int64)
-    rows: list[np.ndarray] = []
+    table: list[tuple[int, ...]] = []
+    gathers: list[np.ndarray] = []
     at = 0
-    for s, (step, (code, reads)) in enumerate(zip(steps, entries, strict=True)):
-        first = step.op.params[0] if step.op.params else None
+    for step, (code, ops) in zip(steps, entries, strict=True):
+        params = step.op.params
+        first = params[0] if params else None
         if first is not None and first not in where:
             where[first] = offsets[-1]
-            for name in step.op.params:  # (w, b) / (u, c): consecutive in the flat vector
+            for name in params:  # (w, b) / (u, c): consecutive in the flat vector
                 names.append(name)
                 offsets.append(offsets[-1] + _numel(step, name))
-        operand = [at, at]
-        for k, (_, r) in enumerate(reads):
-            operand[k] = at
-            rows.append(r)
-            at += len(r)
-        table[s] = (code, step.out_start, step.size, operand[0], operand[1],
-                    where.get(first, 0) if first is not None else 0)
-    kernel = Segment(steps, table, np.concatenate(rows) if rows else np.zeros(0, np.int64),
-                     att, att if scene is None else scene, names, offsets)
+        operand = [0, 0]
+        for k, o in enumerate(ops):  # a view as -(first row + 1), a gather by its offset
+            if o.view is not None:
+                operand[k] = -o.view.start - 1
+            else:
+                operand[k] = at
+                gathers.append(o.gather)  # type: ignore[arg-type]
+                at += len(o.gather)  # type: ignore[arg-type]
+        if len(ops) < 2:
+            operand[1] = operand[0]
+        table.append((code, step.out_start, step.size, operand[0], operand[1],
+                      where[first] if first is not None else 0))
+    kernel = Segment(steps, np.array(table, dtype=np.int64),
+                     np.concatenate(gathers) if gathers else np.zeros(0, np.int64),
+                     att, att if scene is None else scene, names, offsets,
+                     [ops for _, ops in entries], device)
     head = steps[0]
-    first_step = new_step(head.op, kernel, head.attrs, head.size, head.width, head.out_arena,
-                          head.out_start, (_Arenas(),), False, False, True)
-    return [first_step, *(new_step(s.op, PLACEHOLDER, s.attrs, s.size, s.width, s.out_arena,
-                                   s.out_start, (), False, False, True) for s in steps[1:])]
+    return new_step(head.op, kernel, attrs, len(attrs), head.width, att, head.out_start,
+                    (_Arenas(),), False, False, True)
 
 
 def _numel(step: Step, name: str) -> int:
@@ -235,4 +294,5 @@ def _numel(step: Step, name: str) -> int:
         return 1
     return width * width if step.op.kind == "module_net.same" else width
 
+READ_CLAIMS.append(claimed_batches)
 PROGRAM_PASSES.append(attention_segments)

@@ -4,7 +4,8 @@ in schedule order on the attention and scene arenas, :func:`segment_backward` th
 reverse order into the gradient arenas and a flat parameter-gradient vector.
 
 A segment's table has one row per batch: ``(code, first output row, rows, operand 0's offset
-in rows, operand 1's offset, parameter offset)``; codes as
+in rows, operand 1's offset, parameter offset)``, an operand that is a view of the arena as
+``-(its first row + 1)``; codes as
 :data:`~edbatch.executor.cells_module_net_segment.CODES` (0 scene, 1 filter, 2 relate,
 3 unique, 4 union, 5 intersect, 6 same). Same equations as the cell kinds of
 :mod:`edbatch.executor.cells_module_net`; the sigmoid is :mod:`edbatch.executor._fused`'s.
@@ -20,6 +21,12 @@ __all__ = ["segment_backward", "segment_forward"]
 
 
 # ---------------------------------------------------------------------- compiled bodies
+@_jit
+def _row(rows, o, r):  # type: ignore[no-untyped-def]
+    """Row ``r`` of an operand: ``rows[o + r]`` (a gather), ``-o - 1 + r`` (a view, ``o < 0``)."""
+    return rows[o + r] if o >= 0 else r - o - 1
+
+
 @_jit
 def _proj(scene, srow, params, po, n, f, proj):  # type: ignore[no-untyped-def]
     """``proj_j = f_j . params[po:po + f]`` (filter's ``w``, relate's ``u``)."""
@@ -109,7 +116,7 @@ def segment_forward(table, rows, att, scene, params):  # type: ignore[no-untyped
         code, dst0, size = table[s, 0], table[s, 1], table[s, 2]
         o0, o1, po = table[s, 3], table[s, 4], table[s, 5]
         for r in range(size):
-            dst, a_row, b_row = dst0 + r, rows[o0 + r], rows[o1 + r]
+            dst, a_row, b_row = dst0 + r, _row(rows, o0, r), _row(rows, o1, r)
             if code == 0:  # scene: the mask column (operand 0 is the scene)
                 for j in range(n):
                     att[dst, j] = scene[a_row, j * f]
@@ -157,7 +164,7 @@ def segment_backward(table, rows, att, scene, params, gatt, gscene, pgrad):  # t
         code, dst0, size = table[s, 0], table[s, 1], table[s, 2]
         o0, o1, po = table[s, 3], table[s, 4], table[s, 5]
         for r in range(size):
-            dst, a_row, b_row = dst0 + r, rows[o0 + r], rows[o1 + r]
+            dst, a_row, b_row = dst0 + r, _row(rows, o0, r), _row(rows, o1, r)
             if code == 0:
                 for j in range(n):
                     gscene[a_row, j * f] += gatt[dst, j]

@@ -10,7 +10,7 @@ import torch
 
 from edbatch.executor import KERNELS, _fused, init_params
 from edbatch.executor._reads import IndexedRead
-from edbatch.executor.cells_module_net_segment import Placeholder, Segment
+from edbatch.executor.cells_module_net_segment import Segment
 from edbatch.executor.param_grads import ParamGrads
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
@@ -31,7 +31,7 @@ def _run(dtype: torch.dtype, strategy: str, **kw: object
               for k, v in params.items()}  # non-zero biases: every parameter matters
     ex = TorchExecutor("cpu", dtype, **kw)  # type: ignore[arg-type]
     res = ex.run(graph, schedule, plan, params, grad=True)
-    assert res.loss is not None and res.num_kernel_calls == schedule.num_batches
+    assert res.loss is not None
     grads = torch.autograd.grad(res.loss, list(params.values()), allow_unused=True)
     ex._last = (graph, schedule, plan)  # type: ignore[attr-defined]
     return res.loss.detach(), {k: g for k, g in zip(params, grads, strict=True)
@@ -49,8 +49,16 @@ def test_segments_equal_per_batch_kernels_and_autograd(dtype: torch.dtype,
     kernels = [s.kernel for s in program.steps]
     segments = [k for k in kernels if isinstance(k, Segment)]
     covered = sum(len(k.steps) for k in segments)
-    assert segments and covered - len(segments) == sum(isinstance(k, Placeholder)
-                                                       for k in kernels)
+    assert segments and len(kernels) == ex._last[1].num_batches - covered + len(segments)
+    at = 0  # the steps tile the attrs in plan row order, a segment's its batches'
+    for step in program.steps:
+        assert step.attrs.data_ptr() == program.attrs[at:].data_ptr() and \
+            len(step.attrs) == step.size
+        if isinstance(step.kernel, Segment):
+            assert step.size == sum(s.size for s in step.kernel.steps)
+            assert torch.equal(step.attrs, torch.cat([s.attrs for s in step.kernel.steps]))
+        at += step.size
+    assert at == len(program.attrs)
     assert covered > len(kernels) // 2  # most batches of a CLEVR schedule are attentions
     kinds = {s.op.kind for k in segments for s in k.steps}
     assert {"module_net.filter", "module_net.relate", "module_net.same"} <= kinds
@@ -105,3 +113,24 @@ def test_scene_arena_reads_equal_gathered_reads(kind: str) -> None:
         runs.append((y, got[0], d_arena, *acc.result(params).values()))
     for have, want in zip(*runs, strict=True):
         torch.testing.assert_close(have, want, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_compiled_object_rows_equal_the_numpy_rows(dtype: torch.dtype) -> None:
+    """``module_net.object``'s compiled rows (fused on) equal its numpy/torch rows and save
+    the same table rows."""
+    graph = WL.minibatch("val", range(6))
+    op = next(o for o in WL.vocab if o.kind == "module_net.object")
+    nodes = [v for v in range(graph.num_nodes) if graph.vocab[graph.op_ids[v]] is op]
+    attrs = torch.as_tensor(graph.attrs[nodes])
+    table = init_params(WL, torch.Generator().manual_seed(6), dtype=dtype)[op.params[0]]
+    runs = []
+    for on in (True, False):
+        saves: list = []
+        with torch.no_grad(), _fused.use(on):
+            runs.append((KERNELS[op.kind](op, [], {op.params[0]: table}, attrs, save=saves),
+                         saves[0].index))
+    assert len(nodes) > 20 and runs[0][0].shape == (len(nodes), op.out_shape[0])
+    torch.testing.assert_close(runs[0][0], runs[1][0], rtol=1e-6 if dtype == torch.float32
+                               else 1e-13, atol=0)
+    assert torch.equal(runs[0][1], runs[1][1])
