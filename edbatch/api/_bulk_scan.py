@@ -34,3 +34,35 @@ def block_operands(b, firsts, off0):  # type: ignore[no-untyped-def]
                 out[p] = firsts[off + j] + i
                 p += 1
     return out, cnt
+
+
+@njit(cache=True, nogil=True)
+def read_layout(operands, ptr, batch_of, row_of, k):  # type: ignore[no-untyped-def]
+    """For :func:`~edbatch.api._typed._reads`: the producers' ``(batch, row)`` of every
+    operand laid out slot by slot per consumer batch (``pb``, ``lr``: batch ``b``'s slot
+    ``j`` rows at ``e0[b] + j * rows(b)``, a variadic node's operands in order), and
+    per batch its first position ``e0`` and operand count ``edges`` (``k`` batches)."""
+    n = len(batch_of)
+    edges = np.zeros(k, np.int64)
+    for v in range(n):
+        edges[batch_of[v]] += ptr[v + 1] - ptr[v]
+    e0 = np.empty(k, np.int64)
+    at = 0
+    for b in range(k):
+        e0[b] = at
+        at += edges[b]
+    sizes = np.zeros(k, np.int64)
+    for v in range(n):
+        sizes[batch_of[v]] += 1
+    m = len(operands)
+    pb = np.empty(m, np.int64)
+    lr = np.empty(m, np.int64)
+    for v in range(n):
+        b = batch_of[v]
+        base = e0[b] + row_of[v]
+        for e in range(ptr[v], ptr[v + 1]):
+            pos = base + (e - ptr[v]) * sizes[b]
+            u = operands[e]
+            pb[pos] = batch_of[u]
+            lr[pos] = row_of[u]
+    return pb, lr, e0, edges

@@ -195,26 +195,22 @@ class GroupPart:
         return self.group(outs)[self.j]
 
 
-def _reads(ops: list[Any], operands: NDArray[Any], consumer: NDArray[np.int64],
+def _reads(ops: list[Any], operands: NDArray[Any],
            ptr: NDArray[np.int64], batch_of: NDArray[np.int64], row_of: NDArray[np.int64],
            sizes: NDArray[np.int64], device: torch.device) -> list[list[Read]]:
     """Every batch's operand reads (one per slot; a variadic node's operands one read):
     a slice where the rows are one batch's consecutive rows, else a part of one
     :class:`GatherGroup` per set of producer batches read by more than one slot, else
     :func:`_read`. The producers' (batch, row) of all reads are laid out slot by slot in
-    two arrays first (each read a contiguous range), and the slices found for all at once."""
+    two arrays first (each read a contiguous range; one compiled pass,
+    :func:`~edbatch.api._bulk_scan.read_layout`), and the slices found for all at once."""
     k = len(sizes)
     size_l = sizes.tolist()
     made: list[list[Any]] = [[] for _ in range(k)]
     if not len(operands):
         return made
-    bc = batch_of[consumer]
-    edges = np.bincount(bc, minlength=k)
-    e0 = np.cumsum(edges) - edges
-    slot = np.arange(len(operands)) - ptr[consumer]
-    pos = e0[bc] + slot * sizes[bc] + row_of[consumer]  # (a variadic node: 1 row, row 0)
-    pb, lr = np.empty_like(pos), np.empty_like(pos)
-    pb[pos], lr[pos] = batch_of[operands], row_of[operands]
+    from edbatch.api._bulk_scan import read_layout
+    pb, lr, e0, edges = read_layout(operands, ptr, batch_of, row_of, k)  # (one pass)
     bounds: list[tuple[int, int, int, int]] = []  # (batch, slot, lo, hi): tiling 0..E
     for b, (op, lo) in enumerate(zip(ops, e0.tolist(), strict=True)):
         if op.arity is None:
@@ -224,7 +220,8 @@ def _reads(ops: list[Any], operands: NDArray[Any], consumer: NDArray[np.int64],
                           for j in range(op.arity))
     rb = np.array(bounds, np.int64).reshape(-1, 4)
     bad = (pb[1:] != pb[:-1]) | (lr[1:] != lr[:-1] + 1)  # a read's rows not a slice there
-    cut = np.concatenate([[0], np.cumsum(bad)])
+    cut = np.zeros(len(bad) + 1, np.int64)
+    np.cumsum(bad, out=cut[1:])
     whole = (cut[rb[:, 3] - 1] == cut[rb[:, 2]]).tolist()
     rows = np.repeat(np.arange(len(rb)), rb[:, 3] - rb[:, 2])
     hit = np.bincount(rows * k + pb, minlength=len(rb) * k).reshape(-1, k)  # (no sort)
@@ -317,7 +314,7 @@ def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.dev
         if op.arity is None and (size_l[b] != 1 or counts[nodes[0]] == 0):
             return None  # (a variadic node runs alone of its type, on >= 1 operand)
         batches.append(Batch(type_of[b], nodes.astype(np.int32)))
-    slots = _reads(ops, operands, consumer, ptr, batch_of, row_of, sizes, device)
+    slots = _reads(ops, operands, ptr, batch_of, row_of, sizes, device)
     steps: list[Step] = []
     for b, op in enumerate(ops):
         kernel = kernel_for(op, kernels)
