@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from edbatch.api._bulk_scan import block_operands
 from edbatch.api._handles import Cell, Handle, Kind, Recording, fresh_handle
 from edbatch.errors import GraphError
 
@@ -186,7 +187,6 @@ def operand_array(rec: Recording, op_start: int, node_start: int
     b = int_array(blocks, lo, len(blocks), "q").reshape(-1, 4)
     off0 = int(b[0, 3])
     firsts = int_array(rec.block_firsts, off0, len(rec.block_firsts), "q")
-    from edbatch.api._bulk_scan import block_operands
     values, cnt = block_operands(b, firsts, off0)
     total = len(values)
     if not len(listed):

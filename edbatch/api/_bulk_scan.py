@@ -1,14 +1,15 @@
-"""The compiled expansion of bulk blocks into operand ids (:func:`block_operands`), for
-:func:`~edbatch.api._bulk.operand_array`: one pass instead of about ten numpy passes over
-every operand of a segment. Imported on first use (importing :mod:`edbatch.api` does not
-compile it)."""
+"""Compiled passes over a segment's nodes and operands (numba, each one loop where numpy
+takes several passes and temporaries): the expansion of bulk blocks into operand ids
+(:func:`block_operands`, for :func:`~edbatch.api._bulk.operand_array`) and the layout of a
+typed segment (:func:`type_edges`, :func:`batch_rows`, :func:`read_layout`, for
+:mod:`edbatch.api._typed`). Compiled on first call, cached on disk."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-__all__ = ["block_operands"]
+__all__ = ["batch_rows", "block_operands", "read_layout", "type_edges"]
 
 
 @njit(cache=True, nogil=True)
@@ -66,3 +67,37 @@ def read_layout(operands, ptr, batch_of, row_of, k):  # type: ignore[no-untyped-
             pb[pos] = batch_of[u]
             lr[pos] = row_of[u]
     return pb, lr, e0, edges
+
+
+@njit(cache=True, nogil=True)
+def type_edges(t_node, ptr, operands, k):  # type: ignore[no-untyped-def]
+    """``int64[k * k]``: per (producer type, consumer type) the number of operand edges
+    (types: ``t_node``, ``k`` of them), for :func:`~edbatch.api._typed._type_order`."""
+    edge = np.zeros(k * k, np.int64)
+    for v in range(len(t_node)):
+        t = t_node[v]
+        for e in range(ptr[v], ptr[v + 1]):
+            edge[t_node[operands[e]] * k + t] += 1
+    return edge
+
+
+@njit(cache=True, nogil=True)
+def batch_rows(batch_of, k):  # type: ignore[no-untyped-def]
+    """``(sizes, order, row_of)`` of nodes in batches ``batch_of`` (``k`` batches): rows per
+    batch, the nodes batch by batch (in node order within a batch) and each node's row."""
+    n = len(batch_of)
+    sizes = np.zeros(k, np.int64)
+    row_of = np.empty(n, np.int64)
+    for v in range(n):
+        b = batch_of[v]
+        row_of[v] = sizes[b]
+        sizes[b] += 1
+    starts = np.empty(k, np.int64)
+    at = 0
+    for b in range(k):
+        starts[b] = at
+        at += sizes[b]
+    order = np.empty(n, np.int64)
+    for v in range(n):
+        order[starts[batch_of[v]] + row_of[v]] = v
+    return sizes, order, row_of

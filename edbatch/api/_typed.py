@@ -46,6 +46,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from edbatch.api._bulk_scan import batch_rows, read_layout, type_edges
 from edbatch.executor._program import Program, Step, new_step
 from edbatch.executor._reads import Read, SelectRead, SliceRead, to_device
 from edbatch.executor._result import RunResult
@@ -73,14 +74,14 @@ class TypedPlan:
 
 
 def _type_order(t_node: NDArray[np.int64], first: list[int], operands: NDArray[Any],
-                consumer: NDArray[np.int64]) -> NDArray[np.int64] | None:
+                ptr: NDArray[np.int64]) -> NDArray[np.int64] | None:
     """Each op type's batch index (a topological order of the types, ties by first node),
     or ``None`` when a node reads a node of its own type or the types form a cycle."""
     k = len(first)
     succ: list[list[int]] = [[] for _ in range(k)]
     indeg = [0] * k
     if len(operands):
-        edge = np.bincount(t_node[operands] * k + t_node[consumer], minlength=k * k)
+        edge = type_edges(t_node, ptr, operands, k)  # (one compiled pass)
         if edge[::k + 1].any():  # a node reads one of its own type
             return None
         for code in np.flatnonzero(edge).tolist():
@@ -209,7 +210,6 @@ def _reads(ops: list[Any], operands: NDArray[Any],
     made: list[list[Any]] = [[] for _ in range(k)]
     if not len(operands):
         return made
-    from edbatch.api._bulk_scan import read_layout
     pb, lr, e0, edges = read_layout(operands, ptr, batch_of, row_of, k)  # (one pass)
     bounds: list[tuple[int, int, int, int]] = []  # (batch, slot, lo, hi): tiling 0..E
     for b, (op, lo) in enumerate(zip(ops, e0.tolist(), strict=True)):
@@ -289,8 +289,7 @@ def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.dev
     at = np.full(len(types), n, np.int64)
     at[t_node[::-1]] = np.arange(n - 1, -1, -1)  # the last write is the first node
     counts = ptr[1:] - ptr[:-1]
-    consumer = np.repeat(np.arange(n, dtype=np.int64), counts)
-    rank = _type_order(t_node, at.tolist(), operands, consumer)
+    rank = _type_order(t_node, at.tolist(), operands, ptr)
     if rank is None:
         return None
     vocab, k = graph.vocab, len(types)
@@ -299,11 +298,8 @@ def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.dev
     if any(op.kind in HEAD_READS for op in ops):
         return None
     batch_of = rank[t_node]
-    sizes = np.bincount(batch_of, minlength=k)
-    order = np.argsort(batch_of.astype(np.int16), kind="stable")  # (a radix sort)
+    sizes, order, row_of = batch_rows(batch_of, k)  # (one compiled pass)
     starts = np.cumsum(sizes) - sizes
-    row_of = np.empty(n, np.int64)
-    row_of[order] = np.arange(n, dtype=np.int64) - np.repeat(starts, sizes)
     size_l, start_l = sizes.tolist(), starts.tolist()
     flat = _tensor(graph.attrs[order], device)
     attrs = flat.split_with_sizes(size_l)
