@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from edbatch.api._bulk_scan import block_operands
 from edbatch.api._handles import Cell, Handle, Kind, Recording, fresh_handle
 from edbatch.errors import GraphError
 
@@ -175,7 +176,8 @@ def operand_array(rec: Recording, op_start: int, node_start: int
                   ) -> np.ndarray:  # type: ignore[type-arg]
     """The operands of nodes ``node_start..`` of ``rec`` in node order (``int64``): those
     listed from position ``op_start`` of ``rec.operands`` merged with its blocks'
-    (:class:`~edbatch.api._handles.Recording`), built in a few array operations."""
+    (:class:`~edbatch.api._handles.Recording`): the blocks expanded in one compiled pass
+    (:func:`~edbatch.api._bulk_scan.block_operands`), merged in a few array operations."""
     listed = int_array(rec.operands, op_start, len(rec.operands), "q")
     blocks = rec.blocks  # 4 ints per block
     if not blocks or blocks[-3] < node_start:
@@ -185,14 +187,8 @@ def operand_array(rec: Recording, op_start: int, node_start: int
     b = int_array(blocks, lo, len(blocks), "q").reshape(-1, 4)
     off0 = int(b[0, 3])
     firsts = int_array(rec.block_firsts, off0, len(rec.block_firsts), "q")
-    off = b[:, 3] - off0
-    slots = np.diff(off, append=len(firsts))
-    cnt = b[:, 2] * slots  # operands per block, node-major: node i, slot j
-    total = int(cnt.sum())
-    e = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    per = np.repeat(slots, cnt)
-    i = e // per
-    values = firsts[np.repeat(off, cnt) + (e - i * per)] + i
+    values, cnt = block_operands(b, firsts, off0)
+    total = len(values)
     if not len(listed):
         return values
     out = np.empty(len(listed) + total, np.int64)

@@ -46,6 +46,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from edbatch.api._bulk_scan import batch_rows, read_layout, type_edges
 from edbatch.executor._program import Program, Step, new_step
 from edbatch.executor._reads import Read, SelectRead, SliceRead, to_device
 from edbatch.executor._result import RunResult
@@ -73,14 +74,14 @@ class TypedPlan:
 
 
 def _type_order(t_node: NDArray[np.int64], first: list[int], operands: NDArray[Any],
-                consumer: NDArray[np.int64]) -> NDArray[np.int64] | None:
+                ptr: NDArray[np.int64]) -> NDArray[np.int64] | None:
     """Each op type's batch index (a topological order of the types, ties by first node),
     or ``None`` when a node reads a node of its own type or the types form a cycle."""
     k = len(first)
     succ: list[list[int]] = [[] for _ in range(k)]
     indeg = [0] * k
     if len(operands):
-        edge = np.bincount(t_node[operands] * k + t_node[consumer], minlength=k * k)
+        edge = type_edges(t_node, ptr, operands, k)  # (one compiled pass)
         if edge[::k + 1].any():  # a node reads one of its own type
             return None
         for code in np.flatnonzero(edge).tolist():
@@ -195,26 +196,21 @@ class GroupPart:
         return self.group(outs)[self.j]
 
 
-def _reads(ops: list[Any], operands: NDArray[Any], consumer: NDArray[np.int64],
+def _reads(ops: list[Any], operands: NDArray[Any],
            ptr: NDArray[np.int64], batch_of: NDArray[np.int64], row_of: NDArray[np.int64],
            sizes: NDArray[np.int64], device: torch.device) -> list[list[Read]]:
     """Every batch's operand reads (one per slot; a variadic node's operands one read):
     a slice where the rows are one batch's consecutive rows, else a part of one
     :class:`GatherGroup` per set of producer batches read by more than one slot, else
     :func:`_read`. The producers' (batch, row) of all reads are laid out slot by slot in
-    two arrays first (each read a contiguous range), and the slices found for all at once."""
+    two arrays first (each read a contiguous range; one compiled pass,
+    :func:`~edbatch.api._bulk_scan.read_layout`), and the slices found for all at once."""
     k = len(sizes)
     size_l = sizes.tolist()
     made: list[list[Any]] = [[] for _ in range(k)]
     if not len(operands):
         return made
-    bc = batch_of[consumer]
-    edges = np.bincount(bc, minlength=k)
-    e0 = np.cumsum(edges) - edges
-    slot = np.arange(len(operands)) - ptr[consumer]
-    pos = e0[bc] + slot * sizes[bc] + row_of[consumer]  # (a variadic node: 1 row, row 0)
-    pb, lr = np.empty_like(pos), np.empty_like(pos)
-    pb[pos], lr[pos] = batch_of[operands], row_of[operands]
+    pb, lr, e0, edges = read_layout(operands, ptr, batch_of, row_of, k)  # (one pass)
     bounds: list[tuple[int, int, int, int]] = []  # (batch, slot, lo, hi): tiling 0..E
     for b, (op, lo) in enumerate(zip(ops, e0.tolist(), strict=True)):
         if op.arity is None:
@@ -224,7 +220,8 @@ def _reads(ops: list[Any], operands: NDArray[Any], consumer: NDArray[np.int64],
                           for j in range(op.arity))
     rb = np.array(bounds, np.int64).reshape(-1, 4)
     bad = (pb[1:] != pb[:-1]) | (lr[1:] != lr[:-1] + 1)  # a read's rows not a slice there
-    cut = np.concatenate([[0], np.cumsum(bad)])
+    cut = np.zeros(len(bad) + 1, np.int64)
+    np.cumsum(bad, out=cut[1:])
     whole = (cut[rb[:, 3] - 1] == cut[rb[:, 2]]).tolist()
     rows = np.repeat(np.arange(len(rb)), rb[:, 3] - rb[:, 2])
     hit = np.bincount(rows * k + pb, minlength=len(rb) * k).reshape(-1, k)  # (no sort)
@@ -292,8 +289,7 @@ def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.dev
     at = np.full(len(types), n, np.int64)
     at[t_node[::-1]] = np.arange(n - 1, -1, -1)  # the last write is the first node
     counts = ptr[1:] - ptr[:-1]
-    consumer = np.repeat(np.arange(n, dtype=np.int64), counts)
-    rank = _type_order(t_node, at.tolist(), operands, consumer)
+    rank = _type_order(t_node, at.tolist(), operands, ptr)
     if rank is None:
         return None
     vocab, k = graph.vocab, len(types)
@@ -302,11 +298,8 @@ def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.dev
     if any(op.kind in HEAD_READS for op in ops):
         return None
     batch_of = rank[t_node]
-    sizes = np.bincount(batch_of, minlength=k)
-    order = np.argsort(batch_of.astype(np.int16), kind="stable")  # (a radix sort)
+    sizes, order, row_of = batch_rows(batch_of, k)  # (one compiled pass)
     starts = np.cumsum(sizes) - sizes
-    row_of = np.empty(n, np.int64)
-    row_of[order] = np.arange(n, dtype=np.int64) - np.repeat(starts, sizes)
     size_l, start_l = sizes.tolist(), starts.tolist()
     flat = _tensor(graph.attrs[order], device)
     attrs = flat.split_with_sizes(size_l)
@@ -317,7 +310,7 @@ def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.dev
         if op.arity is None and (size_l[b] != 1 or counts[nodes[0]] == 0):
             return None  # (a variadic node runs alone of its type, on >= 1 operand)
         batches.append(Batch(type_of[b], nodes.astype(np.int32)))
-    slots = _reads(ops, operands, consumer, ptr, batch_of, row_of, sizes, device)
+    slots = _reads(ops, operands, ptr, batch_of, row_of, sizes, device)
     steps: list[Step] = []
     for b, op in enumerate(ops):
         kernel = kernel_for(op, kernels)

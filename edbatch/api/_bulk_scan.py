@@ -1,0 +1,103 @@
+"""Compiled passes over a segment's nodes and operands (numba, each one loop where numpy
+takes several passes and temporaries): the expansion of bulk blocks into operand ids
+(:func:`block_operands`, for :func:`~edbatch.api._bulk.operand_array`) and the layout of a
+typed segment (:func:`type_edges`, :func:`batch_rows`, :func:`read_layout`, for
+:mod:`edbatch.api._typed`). Compiled on first call, cached on disk."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["batch_rows", "block_operands", "read_layout", "type_edges"]
+
+
+@njit(cache=True, nogil=True)
+def block_operands(b, firsts, off0):  # type: ignore[no-untyped-def]
+    """The operands of blocks ``b`` (rows ``(operand position, first node, n, offset into
+    the first-node list)``) node-major: node ``i`` of a block reads ``firsts[j] + i`` in
+    slot ``j`` (``firsts``: the block first-node list from offset ``off0``); and per block
+    its operand count."""
+    nb = b.shape[0]
+    cnt = np.empty(nb, np.int64)
+    total = 0
+    for r in range(nb):
+        nxt = b[r + 1, 3] - off0 if r + 1 < nb else len(firsts)
+        cnt[r] = b[r, 2] * (nxt - (b[r, 3] - off0))
+        total += cnt[r]
+    out = np.empty(total, np.int64)
+    p = 0
+    for r in range(nb):
+        off = b[r, 3] - off0
+        s = b[r + 1, 3] - off0 - off if r + 1 < nb else len(firsts) - off
+        for i in range(b[r, 2]):
+            for j in range(s):
+                out[p] = firsts[off + j] + i
+                p += 1
+    return out, cnt
+
+
+@njit(cache=True, nogil=True)
+def read_layout(operands, ptr, batch_of, row_of, k):  # type: ignore[no-untyped-def]
+    """For :func:`~edbatch.api._typed._reads`: the producers' ``(batch, row)`` of every
+    operand laid out slot by slot per consumer batch (``pb``, ``lr``: batch ``b``'s slot
+    ``j`` rows at ``e0[b] + j * rows(b)``, a variadic node's operands in order), and
+    per batch its first position ``e0`` and operand count ``edges`` (``k`` batches)."""
+    n = len(batch_of)
+    edges = np.zeros(k, np.int64)
+    for v in range(n):
+        edges[batch_of[v]] += ptr[v + 1] - ptr[v]
+    e0 = np.empty(k, np.int64)
+    at = 0
+    for b in range(k):
+        e0[b] = at
+        at += edges[b]
+    sizes = np.zeros(k, np.int64)
+    for v in range(n):
+        sizes[batch_of[v]] += 1
+    m = len(operands)
+    pb = np.empty(m, np.int64)
+    lr = np.empty(m, np.int64)
+    for v in range(n):
+        b = batch_of[v]
+        base = e0[b] + row_of[v]
+        for e in range(ptr[v], ptr[v + 1]):
+            pos = base + (e - ptr[v]) * sizes[b]
+            u = operands[e]
+            pb[pos] = batch_of[u]
+            lr[pos] = row_of[u]
+    return pb, lr, e0, edges
+
+
+@njit(cache=True, nogil=True)
+def type_edges(t_node, ptr, operands, k):  # type: ignore[no-untyped-def]
+    """``int64[k * k]``: per (producer type, consumer type) the number of operand edges
+    (types: ``t_node``, ``k`` of them), for :func:`~edbatch.api._typed._type_order`."""
+    edge = np.zeros(k * k, np.int64)
+    for v in range(len(t_node)):
+        t = t_node[v]
+        for e in range(ptr[v], ptr[v + 1]):
+            edge[t_node[operands[e]] * k + t] += 1
+    return edge
+
+
+@njit(cache=True, nogil=True)
+def batch_rows(batch_of, k):  # type: ignore[no-untyped-def]
+    """``(sizes, order, row_of)`` of nodes in batches ``batch_of`` (``k`` batches): rows per
+    batch, the nodes batch by batch (in node order within a batch) and each node's row."""
+    n = len(batch_of)
+    sizes = np.zeros(k, np.int64)
+    row_of = np.empty(n, np.int64)
+    for v in range(n):
+        b = batch_of[v]
+        row_of[v] = sizes[b]
+        sizes[b] += 1
+    starts = np.empty(k, np.int64)
+    at = 0
+    for b in range(k):
+        starts[b] = at
+        at += sizes[b]
+    order = np.empty(n, np.int64)
+    for v in range(n):
+        order[starts[batch_of[v]] + row_of[v]] = v
+    return sizes, order, row_of

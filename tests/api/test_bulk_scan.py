@@ -1,0 +1,64 @@
+"""The compiled passes of ``edbatch.api._bulk_scan`` against their numpy formulations (the
+code they replaced), on random inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edbatch.api._bulk_scan import batch_rows, block_operands, read_layout, type_edges
+
+
+def _random(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(batch_of, ptr, operands, consumer, k)``: nodes in ``k`` batches, those of batch
+    ``b`` reading ``arity[b]`` (0-3) earlier nodes each (batch 0: none, node 0's)."""
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(1, 60)), int(rng.integers(1, 6))
+    batch_of = rng.integers(0, k, n).astype(np.int64)
+    batch_of[0] = 0
+    arity = np.concatenate([[0], rng.integers(0, 4, k - 1)])
+    counts = arity[batch_of]
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    consumer = np.repeat(np.arange(n, dtype=np.int64), counts)
+    operands = (rng.random(len(consumer)) * np.maximum(consumer, 1)).astype(np.int32)
+    return batch_of, ptr, operands, consumer, k
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_batch_rows_and_type_edges_match_numpy(seed: int) -> None:
+    batch_of, ptr, operands, consumer, k = _random(seed)
+    sizes, order, row_of = batch_rows(batch_of, k)
+    want_order = np.argsort(batch_of, kind="stable")
+    starts = np.cumsum(sizes) - sizes
+    want_row = np.empty(len(batch_of), np.int64)
+    want_row[want_order] = np.arange(len(batch_of)) - np.repeat(starts, sizes)
+    assert sizes.tolist() == np.bincount(batch_of, minlength=k).tolist()
+    assert order.tolist() == want_order.tolist()
+    assert row_of.tolist() == want_row.tolist()
+    edge = np.bincount(batch_of[operands] * k + batch_of[consumer], minlength=k * k)
+    assert type_edges(batch_of, ptr, operands, k).tolist() == edge.tolist()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_read_layout_matches_numpy(seed: int) -> None:
+    batch_of, ptr, operands, consumer, k = _random(seed)
+    _, _, row_of = batch_rows(batch_of, k)
+    sizes = np.bincount(batch_of, minlength=k)
+    bc = batch_of[consumer]
+    edges = np.bincount(bc, minlength=k)
+    e0 = np.cumsum(edges) - edges
+    pos = e0[bc] + (np.arange(len(operands)) - ptr[consumer]) * sizes[bc] + row_of[consumer]
+    assert sorted(pos.tolist()) == list(range(len(pos)))  # (a tiling)
+    pb, lr = np.empty_like(pos), np.empty_like(pos)
+    pb[pos], lr[pos] = batch_of[operands], row_of[operands]
+    got = read_layout(operands, ptr, batch_of, row_of, k)
+    assert [a.tolist() for a in got] == [pb.tolist(), lr.tolist(), e0.tolist(), edges.tolist()]
+
+
+def test_block_operands_node_major() -> None:
+    # blocks: (operand position, first node, n, offset): 3 nodes x 2 slots, 2 nodes x 1 slot
+    b = np.array([[0, 10, 3, 5], [6, 20, 2, 7]], np.int64)
+    firsts = np.array([100, 200, 300], np.int64)  # offsets 5, 6 (block 0), 7 (block 1)
+    values, cnt = block_operands(b, firsts, 5)
+    assert values.tolist() == [100, 200, 101, 201, 102, 202, 300, 301]
+    assert cnt.tolist() == [6, 2]
