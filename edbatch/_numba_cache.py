@@ -31,9 +31,11 @@ __all__ = ["COMPILED_MODULES", "STAMP", "cache_dirs", "refresh", "sources_digest
 #: shared decorator such as ``executor._fused._jit`` (relative to the package folder);
 #: ``tests/test_numba_cache.py`` keeps the list complete
 COMPILED_MODULES = (
+    "api/_bulk_scan.py",
     "executor/_fused.py",
     "executor/_fused_ggnn.py",
     "executor/cells_module_net_fused.py",
+    "executor/cells_module_net_scene.py",
     "executor/cells_module_net_segment_bodies.py",
     "graph/_csr.py",
     "graph/_scan.py",
