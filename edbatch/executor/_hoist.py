@@ -54,6 +54,9 @@ from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.schedule.schedule import Schedule
 
+_new, _set = object.__new__, object.__setattr__
+_WHOLE_ROWS = (SliceRead, RowsRead)
+
 __all__ = ["HeadPairRead", "HeadRowsRead", "HeadSliceRead", "HoistedProgram", "head_reads",
            "hoist_kinds", "hoist_program", "unhoisted"]
 
@@ -144,11 +147,17 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     ``program`` itself when no batch has such a kind (or ``overrides`` replaces its kernel
     by another than the registry's, as a user's own cell does)."""
     by_type: dict[int, list[int]] = {}
+    hoisted: dict[int, bool] = {}  # op type -> whether its kind is hoisted (once per type)
+    psteps = program.steps
     for b, batch in enumerate(schedule.batches):
-        op: OpType = graph.vocab[batch.op_id]
-        if op.kind in kinds and not program.steps[b].split and (
-                overrides is None or overrides.get(op.kind) in (None, KERNELS.get(op.kind))):
-            by_type.setdefault(batch.op_id, []).append(b)
+        op_id = batch.op_id
+        wanted = hoisted.get(op_id)
+        if wanted is None:
+            op: OpType = graph.vocab[op_id]
+            wanted = hoisted[op_id] = op.kind in kinds and (
+                overrides is None or overrides.get(op.kind) in (None, KERNELS.get(op.kind)))
+        if wanted and not psteps[b].split:
+            by_type.setdefault(op_id, []).append(b)
     if not by_type:
         return program
     batch_of = RowLocator(plan).batch_of
@@ -172,24 +181,25 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
                 _projection_step(program, plan, device, op, spec, group, arena,
                                  offset[group[0]]))
         weight, hidden = op.params[spec.weight], HoistSpec.gate_width(op) // 4
-        for b in batches:  # new_step directly: dataclasses.replace costs ~10 us a batch
-            step = program.steps[b]
-            state = step.reads[spec.state]
-            steps[b] = new_step(step.op, spec.cell, step.attrs, step.size, step.width,
-                                step.out_arena, step.out_start,
-                                (state, SliceRead(arena, offset[b], offset[b] + step.size)),
-                                step.split, step.stacked, True)
-            if type(state) in (SliceRead, RowsRead):  # whole [h; c] rows: the short path
-                short[b] = FastStep(state, arena, offset[b], step.size, step.out_arena,
-                                    step.out_start, weight, hidden, op.name)
-    out: list[Step] = []
-    fast: list[FastStep | None] = []
-    for b, kept in enumerate(steps):
-        extra = before.get(b, ())
-        out.extend(extra)
-        out.append(kept)  # type: ignore[arg-type]
-        fast.extend((None,) * len(extra))
-        fast.append(short.get(b))
+        cell, slot, name = spec.cell, spec.state, op.name
+        for b in batches:  # a copy of the step's fields (dataclasses.replace: ~10 us a batch)
+            step = psteps[b]
+            fields = step.__dict__.copy()
+            state, size, lo = step.reads[slot], fields["size"], offset[b]
+            fields["kernel"], fields["writes_out"] = cell, True
+            fields["reads"] = (state, SliceRead(arena, lo, lo + size))
+            steps[b] = new = _new(Step)
+            _set(new, "__dict__", fields)
+            if type(state) in _WHOLE_ROWS:  # whole [h; c] rows: the short path
+                short[b] = FastStep(state, arena, lo, size, fields["out_arena"],
+                                    fields["out_start"], weight, hidden, name)
+    fast: list[FastStep | None] = [None] * len(steps)
+    for b, f in short.items():
+        fast[b] = f
+    out: list[Step] = steps  # type: ignore[assignment]
+    for b in sorted(before, reverse=True):  # the projection steps before their batches
+        out[b:b] = before[b]
+        fast[b:b] = (None,) * len(before[b])
     counts = {**program.counts, False: _count(out)}
     return HoistedProgram(tuple(out), program.grad_steps, tuple(arenas), program.outputs,
                           program.output_batch, counts, program.attrs, program.attr_nodes,
@@ -320,12 +330,17 @@ def head_reads(program: Program) -> Program:
 
 def _count(steps: Iterable[Step]) -> list[int]:
     """``[views, gathers, gathered rows]`` over every read of ``steps``."""
-    counts = [0, 0, 0]
+    views = gathers = rows = 0
+    kinds: dict[type, int] = {}  # read class -> 1 gather, 0 view, -1 neither
     for step in steps:
         for read in step.reads:
-            if isinstance(read, RowsRead):
-                counts[1] += 1
-                counts[2] += len(read)
-            elif isinstance(read, SliceRead):
-                counts[0] += 1
-    return counts
+            kind = kinds.get(type(read))
+            if kind is None:
+                kind = kinds[type(read)] = 1 if isinstance(read, RowsRead) else \
+                    0 if isinstance(read, SliceRead) else -1
+            if kind == 1:
+                gathers += 1
+                rows += read.idx.shape[0]  # type: ignore[attr-defined]
+            elif kind == 0:
+                views += 1
+    return [views, gathers, rows]

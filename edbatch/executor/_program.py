@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
@@ -152,21 +153,25 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
                     for v in graph.outputs)
     grad: list[tuple[Step, ...]] = []
     output_batch: list[int] = []
+    owner: list[weakref.ref[Program]] = []  # weak: no cycle, a dropped program is freed at once
 
     def grad_steps() -> tuple[Step, ...]:
         if not grad:
+            program = owner[0]()
             locate = RowLocator(plan)
             grad.append(tuple(
                 dataclasses.replace(step, reads=tuple(locate.read(o, device, counts[True])
                                                       for o in ops))
                 for step, ops in zip(steps, operand_lists, strict=True)))
             output_batch.extend(locate.local(a, r)[0] for _, a, r, _ in outputs)
-            program.outputs = tuple((v, a, r, locate.local(a, r)[1])
-                                    for v, a, r, _ in outputs)
+            if program is not None:
+                program.outputs = tuple((v, a, r, locate.local(a, r)[1])
+                                        for v, a, r, _ in outputs)
         return grad[0]
 
     program = Program(tuple(steps), grad_steps, plan.arenas, outputs, output_batch, counts,
                       flat, attr_nodes)
     for rewrite in PROGRAM_PASSES:  # e.g. the module network's attention segments
         program = rewrite(program, operand_lists, device)
+    owner.append(weakref.ref(program))
     return program

@@ -60,3 +60,35 @@ def test_split_attrs_and_gathers_equal_the_plan(name: str, strategy: Strategy) -
                 np.testing.assert_array_equal(read.idx.numpy(), o.gather)
                 gathers += 1
     assert gathers
+
+
+@pytest.mark.parametrize("name", ["bilstm_tagger", "tree_lstm"])
+def test_dropped_program_freed_without_the_cycle_collector(name: str) -> None:
+    """A compiled program holds no reference cycle (its lazily compiled training reads refer
+    to it weakly): dropped, it is freed by reference counting, not left for ``gc`` with its
+    arenas' worth of steps; its training reads still fill in the outputs' local rows."""
+    import gc
+    import weakref
+
+    graph = _graph(name, 12)
+    schedule = make_scheduler("depth")(graph)
+    plan = plan_memory(graph, schedule, "naive")
+    gc.collect()
+    gc.disable()
+    try:
+        ex = TorchExecutor("cpu")
+        program, _ = ex._program(graph, schedule, plan)
+        refs = [weakref.ref(program), weakref.ref(program.steps[0])]
+        base = getattr(program, "base", None) or program
+        refs.append(weakref.ref(base))
+        del ex, program, base
+        assert [r() for r in refs] == [None, None, None]
+    finally:
+        gc.enable()
+    program = TorchExecutor("cpu")._program(graph, schedule, plan)[0]
+    base = getattr(program, "base", None) or program
+    assert all(r == -1 for *_, r in base.outputs)
+    base.grad_steps()
+    assert [r for *_, r in base.outputs] == [
+        int(plan.node_row[v]) - plan.outputs[b].start
+        for (v, *_), b in zip(base.outputs, base.output_batch, strict=True)]
