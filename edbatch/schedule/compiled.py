@@ -172,7 +172,17 @@ def core_graph(graph: Graph, need_tw: bool, need_h: bool) -> tuple:  # type: ign
     the optional ones empty unless needed."""
     height = heights(graph) if need_h else _EMPTY_I
     tw = typewise(graph) if need_tw else (_EMPTY_32, _EMPTY_I, _EMPTY_32)
-    return (_arrays(graph), height, *tw)
+    return (_arrays(graph), _read_only(height), *map(_read_only, tw))
+
+
+def _read_only(a: NDArray) -> NDArray:  # type: ignore[type-arg]
+    """``a`` as a read-only view: numba compiles one signature per array's writeable flag,
+    so the core's optional inputs (cached or fresh, empty or not) always come read-only."""
+    if not a.flags.writeable:
+        return a
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def fsm_encoding(table: FsmTable, fallback: str, encoding: str) -> str | None:
