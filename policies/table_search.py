@@ -100,13 +100,8 @@ def trace(table: dict[StateKey, int], graph: Graph, encoding: str, fallback: str
         return seen, table_batches(table, [graph], encoding, fallback)
     rule_id, need_tw, need_h = cc.COMPILED_RULES[fallback]
     enc_id, enc_tw, enc_h = cc.COMPILED_ENCODINGS[encoding]
-    arr = cc._arrays(graph)
-    height = cc.heights(graph) if (need_h or enc_h) else np.empty(0, np.int64)
-    if need_tw or enc_tw:
-        tw_pred, tw_ptr, tw_ids = cc.typewise(graph)
-    else:
-        tw_pred, tw_ptr, tw_ids = (np.empty(0, np.int32), np.empty(0, np.int64),
-                                   np.empty(0, np.int32))
+    arr, height, tw_pred, tw_ptr, tw_ids = cc.core_graph(graph, need_tw or enc_tw,
+                                                         need_h or enc_h)
     tab = cc.FsmTable(table)
     keys, lens, acts, nb = trace_schedule(
         arr.op, arr.depth, arr.arity, arr.uptr, arr.uids, arr.batchable, height, tw_pred,

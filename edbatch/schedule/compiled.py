@@ -258,7 +258,7 @@ def compiled_typewise_greedy_backward(graph: Graph) -> Schedule:
     n = graph.num_nodes
     arr = _arrays(graph)
     op, optr, oids, uptr, uids = _reversed_arrays(graph)
-    tw_pred, tw_ptr, tw_ids = typewise_graph_numba(op, optr, oids)
+    tw_pred, tw_ptr, tw_ids = map(_read_only, typewise_graph_numba(op, optr, oids))
     zeros = np.zeros(n, np.int64)
     bop, bforced, bptr, nodes, _, _ = core.run_schedule(
         op, zeros, np.diff(optr), uptr, uids, arr.batchable, _EMPTY_I, tw_pred, tw_ptr,

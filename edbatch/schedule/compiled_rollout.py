@@ -20,6 +20,7 @@ from edbatch.schedule.compiled import (
     _EMPTY_I,
     FsmTable,
     _batches,
+    _read_only,
     core_graph,
     core_ids,
     fsm_encoding,
@@ -75,7 +76,7 @@ def compiled_bases(bases: Sequence[Policy | Callable[[], Policy]]) -> list[Compi
 
 
 def _cat(xs: list[np.ndarray]) -> np.ndarray:  # type: ignore[type-arg]
-    return np.ascontiguousarray(np.concatenate(xs), np.int64) if xs else _EMPTY_I
+    return _read_only(np.ascontiguousarray(np.concatenate(xs), np.int64)) if xs else _EMPTY_I
 
 
 def compiled_rollout(graph: Graph, bases: Sequence[CompiledBase], *, budget: int,
