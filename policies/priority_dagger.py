@@ -19,10 +19,10 @@ is learned runs inside the compiled core at the same cost per decision. Each rou
    teacher's choices (a classification loss, not the regret the policy-iteration stage of
    :mod:`policies.priority_api` minimises), Adam, features scaled to O(1), an L2 pull to the
    start.
-4. The fit's snapshots (after ``steps`` optimiser steps, ``l2`` strengths) are the round's
-   candidates; the one with the fewest training batches is the next student. The deployed
-   weights are the best student of all rounds (fewest training batches; the caller guards
-   them on validation).
+4. The fit's snapshots (after ``steps`` optimiser steps, ``l2`` strengths) and the points
+   ``alphas`` of the way to them from the start are the round's candidates; the one with
+   the fewest training batches is the next student. The deployed weights are the best
+   student of all rounds (fewest training batches; the caller guards them on validation).
 
 Deterministic for a seed (torch on one thread, a seeded hidden-layer start).
 """
@@ -170,8 +170,9 @@ def _start(w: NDArray[np.float64], nh: int, seed: int,
 
 
 def dagger(inputs: Sequence[tuple], w: NDArray[np.float64], nh: int, rounds: int, *,  # type: ignore[type-arg]
-           teacher: str = "critical_path", steps: Sequence[int] = (30, 100, 300),
-           l2s: Sequence[float] = (1e-2, 1e-3), lr: float = 0.03, seed: int = 0,
+           teacher: str = "critical_path", steps: Sequence[int] = (5, 15, 50, 150),
+           l2s: Sequence[float] = (1e-2, 1e-3), lr: float = 0.01,
+           alphas: Sequence[float] = (0.25, 0.5, 1.0), seed: int = 0,
            weighting: str = "uniform", active: NDArray[np.bool_] | None = None,
            progress: bool = False,
            ) -> tuple[NDArray[np.float64], int, list[DaggerRound]]:
@@ -206,8 +207,11 @@ def dagger(inputs: Sequence[tuple], w: NDArray[np.float64], nh: int, rounds: int
         ta = np.concatenate([p[2] for p in parts])
         wa = None if weighting == "uniform" else np.concatenate([p[3] for p in parts])
         cands = []
+        w_start = _start(w, nh, seed, act)
         for l2 in l2s:
-            cands += _fit(xa, sa, ta, wa, _start(w, nh, seed, act), nh, steps, l2, lr, act)
+            cands += [w_start + a * (c - w_start)
+                      for c in _fit(xa, sa, ta, wa, w_start, nh, steps, l2, lr, act)
+                      for a in alphas]
         ws = np.vstack(cands)
         scores = population_batches(inputs, ws, nh).sum(axis=1)
         i = int(np.argmin(scores))
