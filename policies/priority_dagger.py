@@ -170,7 +170,7 @@ def _start(w: NDArray[np.float64], nh: int, seed: int,
 
 
 def dagger(inputs: Sequence[tuple], w: NDArray[np.float64], nh: int, rounds: int, *,  # type: ignore[type-arg]
-           teacher: str = "critical_path", steps: Sequence[int] = (5, 15, 50, 150),
+           teacher: str = "critical_path", steps: Sequence[int] = (5, 15, 50, 150, 500, 1500),
            l2s: Sequence[float] = (1e-2, 1e-3), lr: float = 0.01,
            alphas: Sequence[float] = (0.25, 0.5, 1.0), seed: int = 0,
            weighting: str = "uniform", active: NDArray[np.bool_] | None = None,

@@ -84,8 +84,9 @@ class PriorityTrainer:
             0, and the search draws exactly what it drew before that feature existed).
         dagger_rounds: rounds of DAgger imitation of a rollout teacher
             (:mod:`policies.priority_dagger`; 0: none), after the CEM (from its best
-            weights) or, with ``dagger_first``, before it (the CEM then starts from the
-            DAgger student).
+            weights; the CEM then searches the linear weights only, DAgger fits the hidden
+            units as a residual) or, with ``dagger_first``, before it (the CEM then starts
+            from the DAgger student).
         teacher: the DAgger teacher's rollout base (``critical_path``, ``student``, ``both``).
         weighting: the DAgger loss's per-decision weights (``uniform``, ``spread``).
         dagger_first: run DAgger from critical path before the CEM.
@@ -133,6 +134,8 @@ class PriorityTrainer:
         base = int(population_batches(train, w0[None], nh)[0].sum())
         val_base0 = int(population_batches(val, w0[None], nh)[0].sum())
         active = searched(nh, self.far)
+        if self.dagger_rounds and not self.dagger_first:  # DAgger learns the hidden layer
+            active[len(FEATURES):] = False
         mean, std = w0.copy(), np.where(active, self.sigma, 0.0)
         best_w, best = w0.copy(), base
         dag: list[dict[str, float]] = []

@@ -51,7 +51,7 @@ def test_teacher_values_complete_with_the_base_policy(lattice) -> None:  # type:
     rng = np.random.default_rng(2)
     w = critical_path_weights(2) + rng.normal(0.0, 0.3, num_params(2))
     cp = critical_path_weights()
-    rows, ids, ptr, q, base = priority_q_base(*graph_inputs(lattice), w, 2, cp, 0, 10_000)
+    _, ids, ptr, q, base = priority_q_base(*graph_inputs(lattice), w, 2, cp, 0, 10_000)
     own = PriorityPolicy(w, hidden=2)(lattice)
     assert base == own.num_batches
     seq = [b.op_id for b in own.batches if not b.forced]
@@ -75,7 +75,7 @@ def test_teacher_values_complete_with_the_base_policy(lattice) -> None:  # type:
 def test_labels_are_the_fewest_batch_types(lattice) -> None:  # type: ignore[no-untyped-def]
     g = graph_inputs(lattice)
     cp = critical_path_weights()
-    x, seg, target, spread, total, agree = label([g], cp, 0, "critical_path")
+    _, seg, target, spread, total, agree = label([g], cp, 0, "critical_path")
     _, _, ptr, q, _ = priority_q_base(*g, cp, 0, cp, 0, 10_000)
     contested = sum(q[ptr[t]:ptr[t + 1]].min() != q[ptr[t]:ptr[t + 1]].max()
                     for t in range(len(ptr) - 1) if ptr[t + 1] - ptr[t] >= 2)
@@ -125,19 +125,21 @@ def test_dagger_is_never_worse_and_deterministic(hidden: int) -> None:
         dagger(inputs, w0, hidden, 1, weighting="loud")
 
 
-def test_trainer_dagger_is_guarded_and_recorded() -> None:
+@pytest.mark.parametrize("first", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_trainer_dagger_is_guarded_and_recorded(first: bool) -> None:
     rng = np.random.default_rng(4)
-    train = [random_lattices(rng, 6, 16, 4) for _ in range(2)]
-    val = [random_lattices(rng, 6, 16, 4)]
-    for first in (False, True):
-        res = PriorityTrainer(iterations=1, population=4, elite=2, seed=0, hidden_units=2,
-                              dagger_rounds=1, teacher="both", dagger_first=first).fit(
-            train, val)
-        meta = res.policy.metadata
-        assert meta["dagger"]["teacher"] == "both" and meta["dagger"]["first"] is first
-        assert len(meta["dagger"]["rounds"]) <= 1
-        assert meta["val_batches"] <= meta["val_fallback_batches"] or not res.policy.learned
-        assert meta["train_batches"] <= meta["train_fallback_batches"]
+    train = [random_lattices(rng, 5, 12, 4) for _ in range(2)]
+    val = [random_lattices(rng, 5, 12, 4)]
+    res = PriorityTrainer(iterations=1, population=4, elite=2, seed=0, hidden_units=2,
+                          dagger_rounds=1, teacher="both", dagger_first=first).fit(train, val)
+    meta = res.policy.metadata
+    assert meta["dagger"]["teacher"] == "both" and meta["dagger"]["first"] is first
+    assert len(meta["dagger"]["rounds"]) <= 1
+    assert meta["val_batches"] <= meta["val_fallback_batches"] or not res.policy.learned
+    assert meta["train_batches"] <= meta["train_fallback_batches"]
+
+
+def test_trainer_rejects_bad_dagger_arguments() -> None:
     with pytest.raises(ValueError, match="teacher='search'"):
         PriorityTrainer(dagger_rounds=1, teacher="search")
     with pytest.raises(ValueError, match="dagger_rounds=-2"):
