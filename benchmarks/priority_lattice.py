@@ -16,6 +16,14 @@ training graphs, tested on the unseen dumps G1-G17) without the FSM rows::
 
     python -m benchmarks.priority_lattice --dumps --seeds 0 1 2 --iterations 70 \
         --population 56 --num-train-graphs 24 --far
+
+``--dagger-rounds N`` adds DAgger imitation of a rollout teacher after the CEM
+(:mod:`policies.priority_dagger`; ``--teacher``, ``--weighting``, ``--dagger-first``; with
+``--hidden-units H`` the CEM searches the linear weights and DAgger fits the MLP)::
+
+    python -m benchmarks.priority_lattice --dumps --seeds 0 --iterations 70 --population 56 \
+        --num-train-graphs 24 --hidden-units 16 --dagger-rounds 2 --teacher both \
+        --weighting spread
 """
 
 from __future__ import annotations
