@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
         p = PriorityTrainer(args.iterations, args.population, args.elite, seed=seed,
                             hidden_units=args.hidden_units,
                             api_rounds=args.api_rounds, far=args.far,
-                            dagger_rounds=args.dagger_rounds, teacher=args.teacher,
+                            dagger_rounds=args.dagger_rounds, dagger_teacher=args.teacher,
                             weighting=args.weighting,
                             dagger_first=args.dagger_first).fit(train, val).policy
         out[seed] = sum(p(g).num_batches for g in test) / lb

@@ -87,7 +87,8 @@ class PriorityTrainer:
             weights; the CEM then searches the linear weights only, DAgger fits the hidden
             units as a residual) or, with ``dagger_first``, before it (the CEM then starts
             from the DAgger student).
-        teacher: the DAgger teacher's rollout base (``critical_path``, ``student``, ``both``).
+        dagger_teacher: the DAgger teacher's rollout base (``critical_path``, ``student``,
+            ``both``).
         weighting: the DAgger loss's per-decision weights (``uniform``, ``spread``).
         dagger_first: run DAgger from critical path before the CEM.
     """
@@ -97,14 +98,14 @@ class PriorityTrainer:
     def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
                  sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
                  hidden_units: int = 0, api_rounds: int = 0, far: bool = False,
-                 dagger_rounds: int = 0, teacher: str = "critical_path",
+                 dagger_rounds: int = 0, dagger_teacher: str = "critical_path",
                  weighting: str = "uniform", dagger_first: bool = False) -> None:
         hidden = hidden_units
-        if dagger_rounds < 0 or teacher not in TEACHERS or weighting not in WEIGHTINGS:
-            raise ValueError(f"need dagger_rounds >= 0, teacher in {TEACHERS} and weighting "
+        if dagger_rounds < 0 or dagger_teacher not in TEACHERS or weighting not in WEIGHTINGS:
+            raise ValueError(f"need dagger_rounds >= 0, dagger_teacher in {TEACHERS} and weighting "
                              f"in {WEIGHTINGS}; got dagger_rounds={dagger_rounds}, "
-                             f"teacher={teacher!r}, weighting={weighting!r}")
-        self.dagger_rounds, self.teacher = int(dagger_rounds), teacher
+                             f"dagger_teacher={dagger_teacher!r}, weighting={weighting!r}")
+        self.dagger_rounds, self.teacher = int(dagger_rounds), dagger_teacher
         self.weighting, self.dagger_first = weighting, bool(dagger_first)
         if population < 2 or not 1 <= elite <= population or iterations < 0 or hidden < 0 \
                 or api_rounds < 0:

@@ -131,7 +131,8 @@ def test_trainer_dagger_is_guarded_and_recorded(first: bool) -> None:
     train = [random_lattices(rng, 5, 12, 4) for _ in range(2)]
     val = [random_lattices(rng, 5, 12, 4)]
     res = PriorityTrainer(iterations=1, population=4, elite=2, seed=0, hidden_units=2,
-                          dagger_rounds=1, teacher="both", dagger_first=first).fit(train, val)
+                          dagger_rounds=1, dagger_teacher="both",
+                          dagger_first=first).fit(train, val)
     meta = res.policy.metadata
     assert meta["dagger"]["teacher"] == "both" and meta["dagger"]["first"] is first
     assert len(meta["dagger"]["rounds"]) <= 1
@@ -140,8 +141,8 @@ def test_trainer_dagger_is_guarded_and_recorded(first: bool) -> None:
 
 
 def test_trainer_rejects_bad_dagger_arguments() -> None:
-    with pytest.raises(ValueError, match="teacher='search'"):
-        PriorityTrainer(dagger_rounds=1, teacher="search")
+    with pytest.raises(ValueError, match="dagger_teacher='search'"):
+        PriorityTrainer(dagger_rounds=1, dagger_teacher="search")
     with pytest.raises(ValueError, match="dagger_rounds=-2"):
         PriorityTrainer(dagger_rounds=-2)
 
