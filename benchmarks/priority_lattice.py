@@ -16,6 +16,14 @@ training graphs, tested on the unseen dumps G1-G17) without the FSM rows::
 
     python -m benchmarks.priority_lattice --dumps --seeds 0 1 2 --iterations 70 \
         --population 56 --num-train-graphs 24 --far
+
+``--dagger-rounds N`` adds DAgger imitation of a rollout teacher after the CEM
+(:mod:`policies.priority_dagger`; ``--teacher``, ``--weighting``, ``--dagger-first``; with
+``--hidden-units H`` the CEM searches the linear weights and DAgger fits the MLP)::
+
+    python -m benchmarks.priority_lattice --dumps --seeds 0 --iterations 70 --population 56 \
+        --num-train-graphs 24 --hidden-units 16 --dagger-rounds 2 --teacher both \
+        --weighting spread
 """
 
 from __future__ import annotations
@@ -46,6 +54,13 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
                     help="rollout policy-iteration rounds after the CEM (trainer.api_rounds)")
     ap.add_argument("--far", action="store_true",
                     help="also search feature far's weights (trainer.far=true)")
+    ap.add_argument("--dagger-rounds", type=int, default=0,
+                    help="DAgger rounds imitating a rollout teacher (trainer.dagger_rounds)")
+    ap.add_argument("--teacher", default="critical_path",
+                    help="the DAgger teacher's rollout base: critical_path, student, both")
+    ap.add_argument("--weighting", default="uniform", help="DAgger loss: uniform, spread")
+    ap.add_argument("--dagger-first", action="store_true",
+                    help="DAgger from critical path before the CEM (default: after it)")
     ap.add_argument("--dumps", action="store_true",
                     help="the held-out dump protocol (train G0 + extra, test G1-G17)")
     ap.add_argument("--train-shuffles", type=int, default=3, help="with --dumps")
@@ -92,12 +107,16 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
         t0, c0 = time.perf_counter(), time.process_time()
         p = PriorityTrainer(args.iterations, args.population, args.elite, seed=seed,
                             hidden_units=args.hidden_units,
-                            api_rounds=args.api_rounds, far=args.far).fit(train, val).policy
+                            api_rounds=args.api_rounds, far=args.far,
+                            dagger_rounds=args.dagger_rounds, dagger_teacher=args.teacher,
+                            weighting=args.weighting,
+                            dagger_first=args.dagger_first).fit(train, val).policy
         out[seed] = sum(p(g).num_batches for g in test) / lb
         m = p.metadata
         print(f"seed {seed}: {out[seed]:.4f} x LB (learned {p.learned}; train "
               f"{m['train_batches']} vs {m['train_fallback_batches']}, validation "
-              f"{m['val_batches']} vs {m['val_fallback_batches']}; "
+              f"{m['val_batches']} vs {m['val_fallback_batches']}; DAgger "
+              f"{[r['best_candidate'] for r in m['dagger']['rounds']]}; "
               f"{time.process_time() - c0:.0f} s CPU, {time.perf_counter() - t0:.0f} s wall)",
               flush=True)
     print(f"mean {statistics.fmean(out.values()):.4f} x LB over seeds {args.seeds}")

@@ -36,6 +36,7 @@ from policies.priority import (
     population_batches,
 )
 from policies.priority_api import improve
+from policies.priority_dagger import TEACHERS, WEIGHTINGS, dagger
 
 __all__ = ["PriorityResult", "PriorityTrainer", "searched"]
 
@@ -81,14 +82,31 @@ class PriorityTrainer:
             weights (:mod:`policies.priority_api`; 0: none).
         far: also search the weights of feature ``far`` (the log gap; ``False``: they stay
             0, and the search draws exactly what it drew before that feature existed).
+        dagger_rounds: rounds of DAgger imitation of a rollout teacher
+            (:mod:`policies.priority_dagger`; 0: none), after the CEM (from its best
+            weights; the CEM then searches the linear weights only, DAgger fits the hidden
+            units as a residual) or, with ``dagger_first``, before it (the CEM then starts
+            from the DAgger student).
+        dagger_teacher: the DAgger teacher's rollout base (``critical_path``, ``student``,
+            ``both``).
+        weighting: the DAgger loss's per-decision weights (``uniform``, ``spread``).
+        dagger_first: run DAgger from critical path before the CEM.
     """
 
     name = "priority"
 
     def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
                  sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
-                 hidden_units: int = 0, api_rounds: int = 0, far: bool = False) -> None:
+                 hidden_units: int = 0, api_rounds: int = 0, far: bool = False,
+                 dagger_rounds: int = 0, dagger_teacher: str = "critical_path",
+                 weighting: str = "uniform", dagger_first: bool = False) -> None:
         hidden = hidden_units
+        if dagger_rounds < 0 or dagger_teacher not in TEACHERS or weighting not in WEIGHTINGS:
+            raise ValueError(f"need dagger_rounds >= 0, dagger_teacher in {TEACHERS} and weighting "
+                             f"in {WEIGHTINGS}; got dagger_rounds={dagger_rounds}, "
+                             f"dagger_teacher={dagger_teacher!r}, weighting={weighting!r}")
+        self.dagger_rounds, self.teacher = int(dagger_rounds), dagger_teacher
+        self.weighting, self.dagger_first = weighting, bool(dagger_first)
         if population < 2 or not 1 <= elite <= population or iterations < 0 or hidden < 0 \
                 or api_rounds < 0:
             raise ValueError(f"need population >= 2, 1 <= elite <= population, iterations "
@@ -117,8 +135,14 @@ class PriorityTrainer:
         base = int(population_batches(train, w0[None], nh)[0].sum())
         val_base0 = int(population_batches(val, w0[None], nh)[0].sum())
         active = searched(nh, self.far)
+        if self.dagger_rounds and not self.dagger_first:  # DAgger learns the hidden layer
+            active[len(FEATURES):] = False
         mean, std = w0.copy(), np.where(active, self.sigma, 0.0)
         best_w, best = w0.copy(), base
+        dag: list[dict[str, float]] = []
+        if self.dagger_rounds and self.dagger_first:
+            best_w, best, dag = self._dagger(train, w0, progress)
+            mean = best_w.copy()
         history: list[dict[str, float]] = []
         episodes = len(train)
         for it in range(self.iterations):
@@ -148,6 +172,8 @@ class PriorityTrainer:
             if progress:
                 print(f"priority CEM {it + 1}/{self.iterations}: best {best} batches "
                       f"({best / lb_train:.4f} x LB), critical path {base}")
+        if self.dagger_rounds and not self.dagger_first:
+            best_w, best, dag = self._dagger(train, best_w, progress)
         api: list[dict[str, int]] = []
         if self.api_rounds:
             cem_best = best
@@ -163,6 +189,8 @@ class PriorityTrainer:
         meta.update({"learner": "cross-entropy method", "iterations": self.iterations,
                      "population": self.population, "elite": self.elite, "seed": self.seed,
                      "hidden": nh, "api_rounds": api, "far": self.far,
+                     "dagger": {"rounds": dag, "teacher": self.teacher,
+                                "weighting": self.weighting, "first": self.dagger_first},
                      "train_batches": best, "train_fallback_batches": base,
                      "val_batches": int(val_new), "val_fallback_batches": int(val_base),
                      "num_train_graphs": len(train_graphs),
@@ -178,3 +206,13 @@ class PriorityTrainer:
         ratio = (val_new if learned else val_base) / lb_val
         return PriorityResult(policy, float(ratio), episodes, time.perf_counter() - t0,
                               history)
+
+    def _dagger(self, train: list, w: np.ndarray, progress: bool  # type: ignore[type-arg]
+                ) -> tuple[np.ndarray, int, list[dict[str, float]]]:  # type: ignore[type-arg]
+        """DAgger from ``w`` (:func:`policies.priority_dagger.dagger`): weights, training
+        batches, the rounds' records."""
+        w, best, rounds = dagger(train, w, self.hidden, self.dagger_rounds,
+                                 teacher=self.teacher, weighting=self.weighting,
+                                 seed=self.seed, active=searched(self.hidden, self.far),
+                                 progress=progress)
+        return w, best, [vars(r) for r in rounds]

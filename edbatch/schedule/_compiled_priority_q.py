@@ -15,16 +15,40 @@ from numba import njit
 
 from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES, _schedule
 
-__all__ = ["priority_q"]
+__all__ = ["priority_q", "priority_q_base"]
+
+
+@njit(cache=True)
+def _same(w, nh, wb, nhb):  # type: ignore[no-untyped-def]
+    """Whether ``(wb, nhb)`` is the policy ``(w, nh)``."""
+    if nhb != nh or len(wb) != len(w):
+        return False
+    for m in range(len(w)):
+        if wb[m] != w[m]:
+            return False
+    return True
 
 
 @njit(cache=True)
 def priority_q(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                total, w, nh, cap):  # type: ignore[no-untyped-def]
+    """:func:`priority_q_base` whose rollouts continue with the policy ``w`` itself."""
+    return priority_q_base(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
+                           tw_ids, total, w, nh, w, nh, cap)
+
+
+@njit(cache=True)
+def priority_q_base(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
+                    tw_ids, total, w, nh, wb, nhb, cap):  # type: ignore[no-untyped-def]
     """``(rows, ids, ptr, q, batches)``: the feature rows and op ids of the ready types of
     every decision (at most ``cap`` rows; decision ``t`` owns ``rows[ptr[t]:ptr[t + 1]]``),
-    each type's rollout value (batches of the whole schedule, see the module doc) and the
-    policy's own batches. Decisions with a single ready type get that count."""
+    each type's rollout value (batches of the whole schedule when decision ``t`` takes the
+    type and the *base* policy ``wb`` (``nhb`` hidden units) makes every later one; the
+    states are those ``w`` reaches) and ``w``'s own batches. Decisions with a single ready
+    type, and the type ``w`` chose when ``wb`` is ``w``, get ``w``'s count.
+    A DAgger teacher (:mod:`policies.priority_dagger`) labels the student's states with
+    ``wb`` = critical path: the one-step rollout over critical path."""
+    same = _same(w, nh, wb, nhb)
     trace = np.zeros((cap, NUM_PRIORITY_FEATURES), np.float64)
     trace_ids = np.empty(cap, np.int64)
     trace_dec = np.empty(cap, np.int64)
@@ -54,9 +78,9 @@ def priority_q(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
         prefix[:t] = seq[:t]
         for i in range(lo, hi):
             b = trace_ids[i]
-            if b != seq[t]:
+            if b != seq[t] or not same:
                 prefix[t] = b
                 q[i] = len(_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred,
-                                     tw_ptr, tw_ids, total, w, nh, trace[:0], trace_ids[:0],
+                                     tw_ptr, tw_ids, total, wb, nhb, trace[:0], trace_ids[:0],
                                      trace_dec[:0], prefix[:t + 1])[0])
     return trace[:nt], trace_ids[:nt], ptr, q, base
