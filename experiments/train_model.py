@@ -87,10 +87,10 @@ def bind_model_run_dir(cfg: DictConfig, dp: DataParallel) -> str:
 
 
 def _train_model(cfg: DictConfig, dp: DataParallel) -> dict[str, Any]:
-    if cfg.fsm and not Path(cfg.fsm).is_file():  # before the data loads (seconds)
+    state = bind_model_run_dir(cfg, dp)  # all ranks see the same files: all raise together
+    if cfg.fsm and not Path(cfg.fsm).is_file():  # before the data loads
         raise PolicyFileError(cfg.fsm, "no such policy file", "train one with `python -m "
                               "experiments.train` or fix the path")
-    state = bind_model_run_dir(cfg, dp)  # all ranks see the same files: all raise together
     if state != "new":
         log.info("%s: %s", cfg.run_dir, "the same config was run here before: training again "
                  "from scratch, its outputs are overwritten" if state == "resume" else
