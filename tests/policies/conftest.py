@@ -1,5 +1,5 @@
-"""Fixtures shared by the learner tests: three small lattice mini-batches, and a compiled
-state key evaluated on per-type arrays."""
+"""Fixtures shared by the learner tests: small lattice mini-batches, a compiled state key
+evaluated on per-type arrays, and a priority twin forced along a prefix."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from edbatch.schedule import FrontierView
 from edbatch.workloads import make_workload
+from policies.priority import PriorityTwin
 
 
 @pytest.fixture(scope="module")
@@ -16,6 +18,26 @@ def lattice() -> tuple[list, list]:
     """Lattice-LSTM train mini-batches of 8: the first to train on, two to check."""
     graphs = list(make_workload("lattice_lstm").batches("train", 8, limit=3))
     return graphs[:1], graphs[1:]
+
+
+@pytest.fixture(scope="module")
+def lattice4():  # type: ignore[no-untyped-def]
+    """One Lattice-LSTM train mini-batch of 4 (the priority learners' rollout values)."""
+    return next(iter(make_workload("lattice_lstm").batches("train", 4, limit=1)))
+
+
+class ForcedTwin(PriorityTwin):
+    """The priority policy's Python twin, except that its first decisions follow ``prefix``
+    (the schedule a rollout value of one deviation stands for)."""
+
+    def __init__(self, weights: np.ndarray, prefix: list[int], hidden: int = 0) -> None:
+        super().__init__(weights, hidden)
+        self.prefix, self.t = prefix, 0
+
+    def choose(self, view: FrontierView) -> int:
+        a = self.prefix[self.t] if self.t < len(self.prefix) else super().choose(view)
+        self.t += 1
+        return a
 
 
 def _compiled_key(fn, ready, tw, height) -> tuple[int, ...]:  # type: ignore[no-untyped-def]

@@ -11,46 +11,27 @@ import pytest
 import torch
 import yaml
 
-from edbatch.schedule import FrontierView, run_policy
+from edbatch.schedule import run_policy
 from edbatch.schedule._compiled_priority_q import priority_q
-from edbatch.workloads import make_workload
 from edbatch.workloads.synthetic import random_lattices
 from policies.priority import (
     FEATURES,
     PriorityPolicy,
-    PriorityTwin,
     critical_path_weights,
     graph_inputs,
     num_params,
 )
 from policies.priority_api import best_w_scaled, decision_data, improve, regret_loss, unscale
 from policies.priority_train import PriorityTrainer, searched
-
-
-class _Forced(PriorityTwin):
-    """The twin, except that its decisions follow ``prefix`` first."""
-
-    def __init__(self, weights: np.ndarray, prefix: list[int], hidden: int = 0) -> None:
-        super().__init__(weights, hidden)
-        self.prefix, self.t = prefix, 0
-
-    def choose(self, view: FrontierView) -> int:
-        a = self.prefix[self.t] if self.t < len(self.prefix) else super().choose(view)
-        self.t += 1
-        return a
-
-
-@pytest.fixture(scope="module")
-def lattice():  # type: ignore[no-untyped-def]
-    return next(iter(make_workload("lattice_lstm").batches("train", 4, limit=1)))
+from tests.policies.conftest import ForcedTwin
 
 
 @pytest.mark.parametrize("hidden", [0, 3])
-def test_rollout_values_equal_the_twins_forced_schedules(lattice, hidden: int) -> None:  # type: ignore[no-untyped-def]
+def test_rollout_values_equal_the_twins_forced_schedules(lattice4, hidden: int) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(hidden)
     w = critical_path_weights(hidden) + rng.normal(0.0, 0.3, num_params(hidden))
-    rows, ids, ptr, q, base = priority_q(*graph_inputs(lattice), w, hidden, 10_000)
-    own = PriorityPolicy(w, hidden=hidden)(lattice)
+    rows, ids, ptr, q, base = priority_q(*graph_inputs(lattice4), w, hidden, 10_000)
+    own = PriorityPolicy(w, hidden=hidden)(lattice4)
     assert base == own.num_batches and len(ptr) - 1 == sum(not b.forced for b in own.batches)
     seq = [b.op_id for b in own.batches if not b.forced]
     checked = spread = 0
@@ -61,7 +42,7 @@ def test_rollout_values_equal_the_twins_forced_schedules(lattice, hidden: int) -
             if ids[i] == seq[t]:
                 assert q[i] == base
             elif checked < 12 and t % 3 == 0:
-                ref = run_policy(lattice, _Forced(w, [*seq[:t], int(ids[i])], hidden))
+                ref = run_policy(lattice4, ForcedTwin(w, [*seq[:t], int(ids[i])], hidden))
                 assert q[i] == ref.num_batches
                 checked += 1
         spread += q[lo:hi].min() != q[lo:hi].max()

@@ -12,47 +12,28 @@ import pytest
 import torch
 import yaml
 
-from edbatch.schedule import FrontierView, run_policy
+from edbatch.schedule import run_policy
 from edbatch.schedule._compiled_priority_q import priority_q, priority_q_base
-from edbatch.workloads import make_workload
 from edbatch.workloads.synthetic import random_lattices
 from policies.priority import (
     PriorityPolicy,
-    PriorityTwin,
     critical_path_weights,
     graph_inputs,
     num_params,
 )
 from policies.priority_dagger import choice_loss, dagger, label
 from policies.priority_train import PriorityTrainer
+from tests.policies.conftest import ForcedTwin
 
 
-class _Forced(PriorityTwin):
-    """The twin of ``weights``, except that its first decisions follow ``prefix``."""
-
-    def __init__(self, weights: np.ndarray, prefix: list[int], hidden: int = 0) -> None:
-        super().__init__(weights, hidden)
-        self.prefix, self.t = prefix, 0
-
-    def choose(self, view: FrontierView) -> int:
-        a = self.prefix[self.t] if self.t < len(self.prefix) else super().choose(view)
-        self.t += 1
-        return a
-
-
-@pytest.fixture(scope="module")
-def lattice():  # type: ignore[no-untyped-def]
-    return next(iter(make_workload("lattice_lstm").batches("train", 4, limit=1)))
-
-
-def test_teacher_values_complete_with_the_base_policy(lattice) -> None:  # type: ignore[no-untyped-def]
+def test_teacher_values_complete_with_the_base_policy(lattice4) -> None:  # type: ignore[no-untyped-def]
     """States are the student's, completions the base's (here critical path): each value
     equals the twin forced through the student's prefix and the type, then critical path."""
     rng = np.random.default_rng(2)
     w = critical_path_weights(2) + rng.normal(0.0, 0.3, num_params(2))
     cp = critical_path_weights()
-    _, ids, ptr, q, base = priority_q_base(*graph_inputs(lattice), w, 2, cp, 0, 10_000)
-    own = PriorityPolicy(w, hidden=2)(lattice)
+    _, ids, ptr, q, base = priority_q_base(*graph_inputs(lattice4), w, 2, cp, 0, 10_000)
+    own = PriorityPolicy(w, hidden=2)(lattice4)
     assert base == own.num_batches
     seq = [b.op_id for b in own.batches if not b.forced]
     checked = 0
@@ -61,25 +42,25 @@ def test_teacher_values_complete_with_the_base_policy(lattice) -> None:  # type:
         if hi - lo < 2:
             continue
         for i in range(lo, hi):  # the student's own choice too: completed by the base
-            ref = run_policy(lattice, _Forced(cp, [*seq[:t], int(ids[i])]))
+            ref = run_policy(lattice4, ForcedTwin(cp, [*seq[:t], int(ids[i])]))
             assert q[i] == ref.num_batches
             checked += 1
         if checked >= 10:
             break
     assert checked > 0
-    same = priority_q_base(*graph_inputs(lattice), w, 2, w, 2, 10_000)
-    ref = priority_q(*graph_inputs(lattice), w, 2, 10_000)
+    same = priority_q_base(*graph_inputs(lattice4), w, 2, w, 2, 10_000)
+    ref = priority_q(*graph_inputs(lattice4), w, 2, 10_000)
     assert all(np.array_equal(a, b) for a, b in zip(same[:4], ref[:4])) and same[4] == ref[4]
 
 
-def test_labels_are_the_fewest_batch_types(lattice) -> None:  # type: ignore[no-untyped-def]
-    g = graph_inputs(lattice)
+def test_labels_are_the_fewest_batch_types(lattice4) -> None:  # type: ignore[no-untyped-def]
+    g = graph_inputs(lattice4)
     cp = critical_path_weights()
     _, seg, target, spread, total, agree = label([g], cp, 0, "critical_path")
     _, _, ptr, q, _ = priority_q_base(*g, cp, 0, cp, 0, 10_000)
     contested = sum(q[ptr[t]:ptr[t + 1]].min() != q[ptr[t]:ptr[t + 1]].max()
                     for t in range(len(ptr) - 1) if ptr[t + 1] - ptr[t] >= 2)
-    assert total == PriorityPolicy(cp)(lattice).num_batches
+    assert total == PriorityPolicy(cp)(lattice4).num_batches
     assert int(seg.max()) + 1 == contested == len(spread) and 0 <= agree <= contested
     for d in range(contested):  # every decision has a choice and a non-choice
         t = target[seg == d]
