@@ -4,8 +4,6 @@ graphs (every output, fp32 and fp64), taken exactly where it applies."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import Tensor
@@ -16,22 +14,16 @@ from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import WORKLOADS, make_workload
+from tests.executor.conftest import count_calls
 
 #: Workloads with hoisted LSTM cell kinds (``cells_hoist.HOISTS``).
 HOISTED = ("bilstm_tagger", "lattice_lstm", "seq2seq", "transition_parser")
 
 
 @pytest.fixture
-def taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+def taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the short path's batches."""
-    count = [0]
-    real = _fast_lstm.FastStep.__call__
-
-    def counted(self: _fast_lstm.FastStep, *args: object) -> None:
-        count[0] += 1
-        real(self, *args)  # type: ignore[arg-type]
-    monkeypatch.setattr(_fast_lstm.FastStep, "__call__", counted)
-    yield count
+    return count_calls(monkeypatch, _fast_lstm.FastStep)
 
 
 def _outputs(name: str, dtype: torch.dtype, short: bool, *, fused: bool | None = None,
