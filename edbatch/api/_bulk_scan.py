@@ -38,12 +38,13 @@ def block_operands(b, firsts, off0):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def read_layout(operands, ptr, batch_of, row_of, k):  # type: ignore[no-untyped-def]
+def read_layout(operands, ptr, batch_of, row_of, sizes):  # type: ignore[no-untyped-def]
     """For :func:`~edbatch.api._typed._reads`: the producers' ``(batch, row)`` of every
     operand laid out slot by slot per consumer batch (``pb``, ``lr``: batch ``b``'s slot
-    ``j`` rows at ``e0[b] + j * rows(b)``, a variadic node's operands in order), and
-    per batch its first position ``e0`` and operand count ``edges`` (``k`` batches)."""
-    n = len(batch_of)
+    ``j`` rows at ``e0[b] + j * sizes[b]``, a variadic node's operands in order), and
+    per batch its first position ``e0`` and operand count ``edges`` (``sizes``: rows per
+    batch, as :func:`batch_rows` gives them)."""
+    n, k = len(batch_of), len(sizes)
     edges = np.zeros(k, np.int64)
     for v in range(n):
         edges[batch_of[v]] += ptr[v + 1] - ptr[v]
@@ -52,9 +53,6 @@ def read_layout(operands, ptr, batch_of, row_of, k):  # type: ignore[no-untyped-
     for b in range(k):
         e0[b] = at
         at += edges[b]
-    sizes = np.zeros(k, np.int64)
-    for v in range(n):
-        sizes[batch_of[v]] += 1
     m = len(operands)
     pb = np.empty(m, np.int64)
     lr = np.empty(m, np.int64)

@@ -210,7 +210,7 @@ def _reads(ops: list[Any], operands: NDArray[Any],
     made: list[list[Any]] = [[] for _ in range(k)]
     if not len(operands):
         return made
-    pb, lr, e0, edges = read_layout(operands, ptr, batch_of, row_of, k)  # (one pass)
+    pb, lr, e0, edges = read_layout(operands, ptr, batch_of, row_of, sizes)  # (one pass)
     bounds: list[tuple[int, int, int, int]] = []  # (batch, slot, lo, hi): tiling 0..E
     for b, (op, lo) in enumerate(zip(ops, e0.tolist(), strict=True)):
         if op.arity is None:

@@ -51,7 +51,7 @@ def test_read_layout_matches_numpy(seed: int) -> None:
     assert sorted(pos.tolist()) == list(range(len(pos)))  # (a tiling)
     pb, lr = np.empty_like(pos), np.empty_like(pos)
     pb[pos], lr[pos] = batch_of[operands], row_of[operands]
-    got = read_layout(operands, ptr, batch_of, row_of, k)
+    got = read_layout(operands, ptr, batch_of, row_of, sizes)
     assert [a.tolist() for a in got] == [pb.tolist(), lr.tolist(), e0.tolist(), edges.tolist()]
 
 
