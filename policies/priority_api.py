@@ -18,7 +18,7 @@ batches. Deterministic for a seed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +29,7 @@ from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES
 from edbatch.schedule._compiled_priority_q import priority_q
 from policies.priority import population_batches
 
-__all__ = ["ApiRound", "decision_data", "improve", "regret_loss"]
+__all__ = ["ApiRound", "adam_path", "decision_data", "improve", "regret_loss"]
 
 
 @dataclass
@@ -102,24 +102,35 @@ def _score_spread(x: NDArray[np.float64], seg: NDArray[np.int64], w: NDArray[np.
     return max(float(np.median(gaps)), 1e-3)
 
 
+def adam_path(loss: Callable[[torch.Tensor], torch.Tensor], w0: torch.Tensor,
+              steps: Sequence[int], l2: float, lr: float,
+              frozen: torch.Tensor | None = None) -> list[NDArray[np.float64]]:
+    """Adam on ``loss(w) + l2 |w - w0|^2`` from ``w0`` (the entries ``frozen`` marks reset
+    to ``w0`` after every step); the weights after each of ``steps`` optimiser steps."""
+    w = w0.clone().requires_grad_(True)
+    opt = torch.optim.Adam([w], lr=lr)
+    out = []
+    for i in range(1, max(steps) + 1):
+        opt.zero_grad()
+        total = loss(w) + l2 * ((w - w0) ** 2).sum()
+        total.backward()
+        opt.step()
+        if frozen is not None:
+            with torch.no_grad():
+                w[frozen] = w0[frozen]
+        if i in steps:
+            out.append(w.detach().numpy().copy())
+    return out
+
+
 def _fit(x: NDArray[np.float64], seg: NDArray[np.int64], regret: NDArray[np.float64],
          w0: NDArray[np.float64], nh: int, temperature: float, steps: Sequence[int],
          l2: float, lr: float) -> list[NDArray[np.float64]]:
     """Adam on :func:`regret_loss` plus ``l2 |w - w0|^2`` from ``w0``; the weights after
     each of ``steps`` optimiser steps."""
     xt, st, rt = torch.from_numpy(x), torch.from_numpy(seg), torch.from_numpy(regret)
-    start = torch.from_numpy(w0.copy())
-    w = start.clone().requires_grad_(True)
-    opt = torch.optim.Adam([w], lr=lr)
-    out = []
-    for i in range(1, max(steps) + 1):
-        opt.zero_grad()
-        loss = regret_loss(xt, st, rt, w, nh, temperature) + l2 * ((w - start) ** 2).sum()
-        loss.backward()
-        opt.step()
-        if i in steps:
-            out.append(w.detach().numpy().copy())
-    return out
+    return adam_path(lambda w: regret_loss(xt, st, rt, w, nh, temperature),
+                     torch.from_numpy(w0.copy()), steps, l2, lr)
 
 
 def improve(inputs: Sequence[tuple], w: NDArray[np.float64], nh: int, rounds: int, *,  # type: ignore[type-arg]

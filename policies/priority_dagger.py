@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES, critical_path_weights
 from edbatch.schedule._compiled_priority_q import priority_q_base
 from policies.priority import population_batches
-from policies.priority_api import _scores, best_w_scaled, unscale
+from policies.priority_api import _scores, adam_path, best_w_scaled, unscale
 
 __all__ = ["TEACHERS", "WEIGHTINGS", "DaggerRound", "dagger", "label", "choice_loss"]
 
@@ -139,20 +139,9 @@ def _fit(x: NDArray[np.float64], seg: NDArray[np.int64], target: NDArray[np.bool
     st, tt = torch.from_numpy(seg), torch.from_numpy(target.astype(np.float64))
     wt = None if weight is None else torch.from_numpy(weight)
     w0 = torch.from_numpy(best_w_scaled(start, scale, nh))
-    w = w0.clone().requires_grad_(True)
     frozen = torch.from_numpy(~np.asarray(active, dtype=np.bool_))
-    opt = torch.optim.Adam([w], lr=lr)
-    out = []
-    for i in range(1, max(steps) + 1):
-        opt.zero_grad()
-        loss = choice_loss(xt, st, tt, w, nh, wt) + l2 * ((w - w0) ** 2).sum()
-        loss.backward()
-        opt.step()
-        with torch.no_grad():
-            w[frozen] = w0[frozen]
-        if i in steps:
-            out.append(unscale(w.detach().numpy().copy(), scale, nh))
-    return out
+    return [unscale(w, scale, nh) for w in adam_path(
+        lambda w: choice_loss(xt, st, tt, w, nh, wt), w0, steps, l2, lr, frozen)]
 
 
 def _start(w: NDArray[np.float64], nh: int, seed: int,
