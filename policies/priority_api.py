@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,7 +30,8 @@ from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES
 from edbatch.schedule._compiled_priority_q import priority_q
 from policies.priority import population_batches
 
-__all__ = ["ApiRound", "adam_path", "decision_data", "improve", "regret_loss"]
+__all__ = ["ApiRound", "adam_path", "decision_data", "improve", "regret_loss", "segment_exp",
+           "stack_rounds"]
 
 
 @dataclass
@@ -81,13 +83,30 @@ def _scores(x: torch.Tensor, w: torch.Tensor, nh: int) -> torch.Tensor:
 def regret_loss(x: torch.Tensor, seg: torch.Tensor, regret: torch.Tensor, w: torch.Tensor,
                 nh: int, temperature: float) -> torch.Tensor:
     """Mean over decisions of the softmax-expected regret of the scores ``w`` gives."""
-    s = _scores(x, w, nh) / temperature
+    e, z = segment_exp(_scores(x, w, nh) / temperature, seg)
+    return (e / z[seg] * regret).sum() / len(z)
+
+
+def segment_exp(s: torch.Tensor, seg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(e, z)``: ``exp`` of the scores ``s`` less their decision's maximum (decision
+    ``seg``, numbered from 0) and each decision's sum of ``e``: a softmax over each
+    decision's ready types is ``e / z[seg]``."""
     nseg = int(seg.max()) + 1
     m = torch.full((nseg,), -torch.inf, dtype=s.dtype).scatter_reduce(
         0, seg, s.detach(), "amax", include_self=True)
     e = torch.exp(s - m[seg])
-    z = torch.zeros(nseg, dtype=s.dtype).index_add(0, seg, e)
-    return (e / z[seg] * regret).sum() / nseg
+    return e, torch.zeros(nseg, dtype=s.dtype).index_add(0, seg, e)
+
+
+def stack_rounds(data: Sequence[tuple[NDArray[Any], ...]]) -> tuple[list[NDArray[Any]], int]:
+    """Every round's decision data (tuples whose second array is the decision index, from 0
+    per round) as one set of arrays, the rounds' decisions numbered apart; and the number of
+    decisions."""
+    off, parts = 0, []
+    for d in data:
+        parts.append((d[0], d[1] + off, *d[2:]))
+        off += int(d[1].max()) + 1
+    return [np.concatenate(col) for col in zip(*parts, strict=True)], off
 
 
 def _score_spread(x: NDArray[np.float64], seg: NDArray[np.int64], w: NDArray[np.float64],
@@ -154,13 +173,7 @@ def improve(inputs: Sequence[tuple], w: NDArray[np.float64], nh: int, rounds: in
             data.append((x, seg, regret))
         if not data:
             break
-        off, parts = 0, []
-        for xi, si, ri in data:  # every round's decisions, numbered apart
-            parts.append((xi, si + off, ri))
-            off += int(si.max()) + 1
-        xa = np.concatenate([p[0] for p in parts])
-        sa = np.concatenate([p[1] for p in parts])
-        ra = np.concatenate([p[2] for p in parts])
+        (xa, sa, ra), _ = stack_rounds(data)  # every round's decisions, numbered apart
         scale = np.maximum(np.abs(xa).max(axis=0), 1e-9)  # features O(1) for the optimiser
         cands = []
         spread = _score_spread(xa, sa, best_w, nh)

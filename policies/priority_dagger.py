@@ -40,7 +40,14 @@ from numpy.typing import NDArray
 from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES, critical_path_weights
 from edbatch.schedule._compiled_priority_q import priority_q_base
 from policies.priority import population_batches
-from policies.priority_api import _scores, adam_path, best_w_scaled, unscale
+from policies.priority_api import (
+    _scores,
+    adam_path,
+    best_w_scaled,
+    segment_exp,
+    stack_rounds,
+    unscale,
+)
 
 __all__ = ["TEACHERS", "WEIGHTINGS", "DaggerRound", "dagger", "label", "choice_loss"]
 
@@ -114,13 +121,8 @@ def choice_loss(x: torch.Tensor, seg: torch.Tensor, target: torch.Tensor, w: tor
                 nh: int, weight: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over decisions of ``-log`` (softmax mass of the scores on the teacher's choices),
     weighted per decision by ``weight`` (default 1; the weighted mean)."""
-    s = _scores(x, w, nh)
-    nseg = int(seg.max()) + 1
-    m = torch.full((nseg,), -torch.inf, dtype=s.dtype).scatter_reduce(
-        0, seg, s.detach(), "amax", include_self=True)
-    e = torch.exp(s - m[seg])
-    z = torch.zeros(nseg, dtype=s.dtype).index_add(0, seg, e)
-    zt = torch.zeros(nseg, dtype=s.dtype).index_add(0, seg, e * target)
+    e, z = segment_exp(_scores(x, w, nh), seg)
+    zt = torch.zeros(len(z), dtype=e.dtype).index_add(0, seg, e * target)
     nll = torch.log(z) - torch.log(zt)
     if weight is None:
         return nll.mean()
@@ -187,14 +189,8 @@ def dagger(inputs: Sequence[tuple], w: NDArray[np.float64], nh: int, rounds: int
             data.append((x, seg, tg, spread))
         if not data:
             break
-        off, parts = 0, []
-        for xi, si, ti, pi in data:
-            parts.append((xi, si + off, ti, pi))
-            off += int(si.max()) + 1
-        xa = np.concatenate([p[0] for p in parts])
-        sa = np.concatenate([p[1] for p in parts])
-        ta = np.concatenate([p[2] for p in parts])
-        wa = None if weighting == "uniform" else np.concatenate([p[3] for p in parts])
+        (xa, sa, ta, pa), off = stack_rounds(data)
+        wa = None if weighting == "uniform" else pa
         cands = []
         w_start = _start(w, nh, seed, act)
         for l2 in l2s:
