@@ -14,6 +14,7 @@ import math
 import weakref
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["PROGRAM_PASSES", "READ_CLAIMS", "Program", "Step", "compile_program", "new_step"]
+__all__ = ["PROGRAM_PASSES", "Program", "ProgramPass", "Step", "compile_program", "new_step"]
 
 
 @dataclass(frozen=True)
@@ -48,14 +49,25 @@ class Step:
 
 
 _new = object.__new__
-#: Rewrites of the inference steps, applied in order at the end of :func:`compile_program`
-#: (``(program, operands of each step, device) -> program``; a cells module appends its own).
-PROGRAM_PASSES: list[Callable[[Program, list[tuple[Operand, ...]], torch.device], Program]] = []
-#: Batches a pass of :data:`PROGRAM_PASSES` will take over, asked before the inference reads
-#: are compiled (``(steps, operands of each step, device) -> batch indices``; the steps
-#: passed have no reads yet): those keep ``reads=()`` (the pass reads their operands itself).
-READ_CLAIMS: list[Callable[[list[Step], list[tuple[Operand, ...]], torch.device],
-                           Collection[int]]] = []
+class ProgramPass(Protocol):
+    """A rewrite of the inference steps at the end of :func:`compile_program` (a cells
+    module appends its own to :data:`PROGRAM_PASSES`), e.g. several batches run as one step."""
+
+    def claim(self, steps: list[Step], operands: list[tuple[Operand, ...]],
+              device: torch.device) -> tuple[Collection[int], Any]:
+        """``(batches, found)``: the batches :meth:`apply` will take over, asked before the
+        inference reads are compiled (``steps`` have none yet; these keep ``reads=()``: the
+        pass reads their operands itself), and what :meth:`apply` is handed."""
+        ...
+
+    def apply(self, program: Program, operands: list[tuple[Operand, ...]],
+              device: torch.device, found: Any) -> Program:
+        """``program`` rewritten (``found``: what :meth:`claim` returned)."""
+        ...
+
+
+#: The passes applied, in order, at the end of :func:`compile_program`.
+PROGRAM_PASSES: list[ProgramPass] = []
 
 
 def new_step(op: OpType, kernel: Kernel, attrs: Tensor, size: int, width: int,
@@ -141,7 +153,8 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
                       (), splits[b], splits[b] and is_sum, writes_out)
              for b, ((op, kernel, width, _, is_sum, writes_out), region)
              in enumerate(zip(entries, plan.outputs, strict=True))]
-    claimed = {b for claim in READ_CLAIMS for b in claim(steps, operand_lists, device)}
+    claims = [rewrite.claim(steps, operand_lists, device) for rewrite in PROGRAM_PASSES]
+    claimed = {b for batches, _ in claims for b in batches}
     read_lists = [() if b in claimed else ops for b, ops in enumerate(operand_lists)] \
         if claimed else operand_lists
     reads = _indexed([e[1] for e in entries],  # scene-like operands read by index (CPU)
@@ -171,7 +184,7 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
 
     program = Program(tuple(steps), grad_steps, plan.arenas, outputs, output_batch, counts,
                       flat, attr_nodes)
-    for rewrite in PROGRAM_PASSES:  # e.g. the module network's attention segments
-        program = rewrite(program, operand_lists, device)
+    for rewrite, (_, found) in zip(PROGRAM_PASSES, claims, strict=True):
+        program = rewrite.apply(program, operand_lists, device, found)  # e.g. attention segments
     owner.append(weakref.ref(program))
     return program

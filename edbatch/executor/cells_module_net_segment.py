@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from edbatch.executor import _fused
-from edbatch.executor._program import PROGRAM_PASSES, READ_CLAIMS, Program, Step, new_step
+from edbatch.executor._program import PROGRAM_PASSES, Program, Step, new_step
 from edbatch.executor._reads import indexed_reads, inplace_reads
 from edbatch.executor.cells_module_net_fused import _param
 from edbatch.executor.cells_module_net_segment_bodies import segment_backward, segment_forward
@@ -38,7 +38,7 @@ from edbatch.executor.kernels import KERNELS
 from edbatch.memory.plan import Operand
 from edbatch.workloads.module_net import MAX_OBJECTS
 
-__all__ = ["CODES", "Segment", "attention_segments", "claimed_batches"]
+__all__ = ["CODES", "AttentionSegments", "Segment", "attention_segments"]
 
 #: Kind -> its code in a segment's table (operands: attention slots, then the scene).
 CODES = {"module_net.start": 0, "module_net.filter": 1, "module_net.relate": 2,
@@ -80,7 +80,7 @@ class Segment:
 
     def reads(self) -> list[tuple[Any, ...]]:
         """Each batch's own operand reads (the reference path; compiled on first use: the
-        program compiles none for a segment's batches, see ``READ_CLAIMS``)."""
+        program compiles none for a segment's batches: :meth:`AttentionSegments.claim`)."""
         if self._reads is None:
             self._reads = indexed_reads([s.kernel for s in self.steps], inplace_reads(
                 self.operands, self.device, [0, 0, 0]), self.device)
@@ -205,32 +205,32 @@ def _runs(steps: Sequence[Step], operands: Sequence[tuple[Operand, ...]]
     return runs
 
 
-def claimed_batches(steps: list[Step], operands: list[tuple[Operand, ...]],
-                    device: torch.device) -> list[int]:
-    """The batches :func:`attention_segments` will run (a ``READ_CLAIMS`` entry: their
-    per-batch reads are not compiled; a segment reads its operands by row itself)."""
-    if device.type != "cpu":
-        return []
-    runs = _runs(steps, operands)
-    _CLAIMED[:] = [operands, len(steps), runs]  # the pass that follows takes them
-    return [b for i, j, _, _ in runs for b in range(i, j)]
+class AttentionSegments:
+    """The program pass (:class:`~edbatch.executor._program.ProgramPass`) of this module:
+    claims the batches of every run :func:`_runs` finds (CPU; their per-batch reads are not
+    compiled, a segment reads its operands by row itself) and makes each run one step."""
 
+    def claim(self, steps: list[Step], operands: list[tuple[Operand, ...]],
+              device: torch.device) -> tuple[list[int], list[tuple[int, int, Any, Any]]]:
+        runs = _runs(steps, operands) if device.type == "cpu" else []
+        return [b for i, j, _, _ in runs for b in range(i, j)], runs
 
-#: The last claim's ``[operands, number of steps, runs]`` (its pass reuses the runs).
-_CLAIMED: list[Any] = [None, 0, []]
+    def apply(self, program: Program, operands: list[tuple[Operand, ...]],
+              device: torch.device, found: list[tuple[int, int, Any, Any]]) -> Program:
+        return attention_segments(program, operands, device, found)
 
 
 def attention_segments(program: Program, operands: list[tuple[Operand, ...]],
-                       device: torch.device) -> Program:
+                       device: torch.device,
+                       runs: list[tuple[int, int, Any, Any]] | None = None) -> Program:
     """Replace every run of at least :data:`MIN_RUN` consecutive attention batches (see the
     module doc) of ``program``'s steps, their outputs one block of the attention arena, by
-    one segment step (CPU)."""
+    one segment step (CPU); ``runs``: :func:`_runs` of these steps if already found."""
     if device.type != "cpu":
         return program
     steps = program.steps
-    claim, _CLAIMED[:] = _CLAIMED[:], [None, 0, []]
-    runs = claim[2] if claim[0] is operands and claim[1] == len(steps) else \
-        _runs(steps, operands)
+    if runs is None:
+        runs = _runs(steps, operands)
     out: list[Step] = []
     done, first_attr = 0, 0
     codes = _codes(steps)
@@ -294,5 +294,4 @@ def _numel(step: Step, name: str) -> int:
         return 1
     return width * width if step.op.kind == "module_net.same" else width
 
-READ_CLAIMS.append(claimed_batches)
-PROGRAM_PASSES.append(attention_segments)
+PROGRAM_PASSES.append(AttentionSegments())
