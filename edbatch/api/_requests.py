@@ -134,8 +134,9 @@ def hand_back_argmax(values: Tensor, allowed: list[Any] | None = None) -> list[i
     flat = values.detach().reshape(len(values), -1)
     if allowed is not None:  # each distinct mask once (programs pass shared arrays)
         ids = list(map(id, allowed))  # (C loops: no Python per program)
-        index = {i: k for k, i in enumerate(dict.fromkeys(ids))}
-        masks = [allowed[ids.index(i)] for i in index]
+        distinct = dict(zip(ids, allowed, strict=True))  # id -> its mask, first-seen order
+        index = {i: k for k, i in enumerate(distinct)}
+        masks = list(distinct.values())
         table = np.stack([np.ones(flat.shape[1], bool) if a is None else a.reshape(-1)
                           for a in masks])
         if not table.any(1).all():
