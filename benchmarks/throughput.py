@@ -59,13 +59,9 @@ Sizes are ``EMBEDxHIDDEN`` strings (any positive pair, e.g. ``8x6`` for a quick 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -75,11 +71,33 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np
 import torch
 
-from benchmarks._dynet_server import DynetServer, PeerServerError
-from benchmarks._throughput_data import DATA_MODES, GemmFloor, gemm_shapes, minibatch_plan
+from benchmarks._dynet_server import DynetServer
+from benchmarks._throughput_cli import (
+    CONTENDERS,
+    DEFAULT_CONTENDERS,
+    DEFAULT_SIZES,
+    DEFAULT_WORKLOADS,
+    EDBATCH_CONTENDERS,
+    MODES,
+    OTHER_CONTENDERS,
+    SIZES,
+    WORKLOADS,
+    make_parser,
+    parse_size,
+)
+from benchmarks._throughput_data import GemmFloor, gemm_shapes, minibatch_plan
+from benchmarks._throughput_dynet import (
+    BATCH_SIZE,
+    DYNET_CONTENDERS,
+    best_of,
+    dims,
+    dynet_available,
+    dynet_worker_rows,
+    log,
+    start_peers,
+)
 from benchmarks._throughput_passes import (
     FLOOR,
     GRAPHED,
@@ -91,6 +109,7 @@ from benchmarks._throughput_passes import (
     Job,
     bench_job,
 )
+from benchmarks._throughput_policy import fsm_hparams, load_or_train_policy
 from benchmarks._throughput_report import add_ratios
 from benchmarks.hand_batched import (
     hand_batched_models,
@@ -99,130 +118,22 @@ from benchmarks.hand_batched import (
     torchfold_status,
     unbatched_models,
 )
-from benchmarks.models_api import RECORDERS
 from benchmarks.peers import sized_workload
 from edbatch.api import AutoScheduler, DynamicBatch
 from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
 from edbatch.schedule import MemoScheduler, Schedule, make_scheduler
-from edbatch.tracking import machine_info
+from edbatch.tracking import git_sha, machine_info
 from edbatch.workloads import Workload, make_workload  # noqa: F401  (tests: tp.make_workload)
 
 __all__ = ["CONTENDERS", "DEFAULT_CONTENDERS", "DEFAULT_SIZES", "DEFAULT_WORKLOADS",
-           "DYNET_CONTENDERS",
-           "EDBATCH_CONTENDERS", "PHASES", "build_parser", "fsm_hparams", "load_or_train_policy",
-           "main", "parse_size", "run"]
+           "DYNET_CONTENDERS", "EDBATCH_CONTENDERS", "MODES", "OTHER_CONTENDERS", "PHASES",
+           "SIZES", "WORKLOADS", "build_parser", "fsm_hparams", "load_or_train_policy", "main",
+           "parse_size", "run"]
 
-ROOT = Path(__file__).resolve().parents[1]
-DYNET_PEER = ROOT / "benchmarks" / "dynet_peer.py"
-EDBATCH_CONTENDERS = ("unbatched", "depth", "dynet_agenda", "fsm", "fsm+aligned",
-                      "fsm+planned", "fsm+fastbuild", "fsm+cse", "fsm+planned+memo", GRAPHED,
-                      "auto", UNHOISTED, UNFUSED)
-OTHER_CONTENDERS = (HAND, FLOOR, PT_UNBATCHED)
-DYNET_CONTENDERS = ("dynet_autobatch0", "dynet_autobatch1", "dynet_autobatch2")
-CONTENDERS = EDBATCH_CONTENDERS + OTHER_CONTENDERS + DYNET_CONTENDERS
-#: The registered workloads with a per-instance API model (``benchmarks/peers/<name>.py``).
-WORKLOADS = tuple(RECORDERS)
-SIZES = ("300x150", "128x128")
-MODES = ("infer", "train")
-#: What a run without arguments measures (about 3 minutes on 2 idle cores, FSM policies
-#: trained on first use included): ED-Batch's three workloads, every mode at the paper's
-#: size, 2 mini-batches a pass, the contenders that state the result (the learned FSM
-#: against edbatch's own agenda baselines, the hand-batched PyTorch peer, the GEMM floor and
-#: DyNet's agenda autobatching). ``--full`` is every workload and contender at both sizes
-#: (hours: see --help).
-DEFAULT_SIZES = ("300x150",)
-#: ED-Batch's three rows; the seeds' workloads (SICK, GGNN, parser, char tagger) with
-#: ``--workloads`` or ``--full``
-DEFAULT_WORKLOADS = ("tree_lstm", "lattice_lstm", "bilstm_tagger")
-DEFAULT_MINIBATCHES = 2
-DEFAULT_CONTENDERS = ("depth", "dynet_agenda", "fsm", HAND, FLOOR, "dynet_autobatch1")
-BATCH_SIZE = 64
 LOSS_RTOL = 1e-3
 Plan = list[list[list[int]]]  # plan[r][k]: instance indices of mini-batch k of pass r
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def parse_size(text: str) -> str:
-    """Check an ``EMBEDxHIDDEN`` size string (argparse ``type``); return it unchanged.
-
-    Raises:
-        argparse.ArgumentTypeError: not two positive integers joined by ``x``.
-    """
-    m = re.fullmatch(r"(\d+)x(\d+)", text)
-    if m is None or min(int(m[1]), int(m[2])) < 1:
-        raise argparse.ArgumentTypeError(
-            f"invalid size {text!r}: expected EMBEDxHIDDEN with positive integers, e.g. "
-            f"300x150 or 128x128")
-    return text
-
-
-def _dims(size: str) -> tuple[int, int]:
-    embed, hidden = size.split("x")
-    return int(embed), int(hidden)
-
-
-# ---------------------------------------------------------------------- the FSM policy
-def fsm_hparams(max_episodes: int | None = None, seed: int = 0,
-                trainer: str = "q_learning") -> dict[str, Any]:
-    """The learner's settings: ``conf/trainer/<trainer>.yaml`` + ``policy/fsm``, no
-    lookahead (the run-time path is timed)."""
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.create({"seed": seed,
-                            "policy": OmegaConf.load(ROOT / "conf/policy/fsm.yaml"),
-                            "trainer": OmegaConf.load(ROOT / f"conf/trainer/{trainer}.yaml")})
-    cfg.policy.lookahead = "none"
-    hp = OmegaConf.to_container(cfg.trainer, resolve=True)
-    assert isinstance(hp, dict)
-    hp.pop("_target_", None)
-    if max_episodes and trainer == "q_learning":
-        hp["max_episodes"] = max_episodes
-    if trainer == "expert":  # 8 resampled mini-batches, not 32: minutes, not a quarter hour
-        hp["augment"] = 8
-    return {str(k): v for k, v in hp.items()}
-
-
-def load_or_train_policy(name: str, wl: Workload, policy_dir: str | Path,
-                         max_episodes: int | None = None, trainer: str = "expert"
-                         ) -> tuple[Any, dict[str, Any]]:
-    """Load ``policy_dir/<name>[_expert].json``, or train it with ``trainer`` (``expert``:
-    table search, ``q_learning``: ``max_episodes``) on 4 train graphs, 2 validation, and save.
-
-    Returns:
-        The :class:`~policies.fsm.FSMPolicy` and a record of where it lives and its training.
-    """
-    from experiments._common import graph_set
-    from policies import FSMPolicy, QLearningTrainer
-    from policies.expert import ExpertTrainer
-
-    trainers = {"expert": ExpertTrainer, "q_learning": QLearningTrainer}
-    path = Path(policy_dir) / (f"{name}.json" if trainer == "q_learning"
-                               else f"{name}_{trainer}.json")
-    if path.is_file():
-        policy = FSMPolicy.load(path, wl.vocab)
-        info: dict[str, Any] = {"path": str(path), "trained": False}
-        print(f"{name}: loaded FSM policy {path}")
-    else:
-        hp = fsm_hparams(max_episodes, trainer=trainer)
-        _log(f"{name}: training the FSM policy ({trainer}) ...")
-        train = graph_set(wl, "train", BATCH_SIZE, 4, shuffle_seed=0)
-        val = graph_set(wl, "train", BATCH_SIZE, 2)
-        t0 = time.perf_counter()
-        result = trainers[trainer](**hp).fit(train, val, metadata={"workload": name, "seed": 0})
-        seconds = time.perf_counter() - t0
-        policy = result.policy
-        policy.save(path)
-        info = {"path": str(path), "trained": True, "train_seconds": seconds,
-                "episodes": result.episodes, "hparams": hp}
-        print(f"{name}: trained FSM policy in {seconds:.1f}s ({result.episodes} episodes), "
-              f"saved to {path}")
-    info.update(states=policy.num_states, fallback=policy.fallback_name)
-    return policy, info
 
 
 # ---------------------------------------------------------------------- edbatch passes
@@ -272,7 +183,7 @@ def _edbatch_rows(name: str, size: str, wl: Workload, split: str,
     if PT_UNBATCHED in args.contenders and name in unbatched_models() and not cuda:
         contenders.append(PT_UNBATCHED)
     contenders += list(peers)
-    embed, hidden = _dims(size)
+    embed, hidden = dims(size)
     rows: list[dict[str, Any]] = []
     for mode in args.modes:
         train, plan = mode == "train", plans[mode]
@@ -302,96 +213,6 @@ def _edbatch_rows(name: str, size: str, wl: Workload, split: str,
     return rows
 
 
-# ---------------------------------------------------------------------- DyNet
-def dynet_available() -> bool:
-    """Whether ``import dynet`` would work in a subprocess."""
-    return importlib.util.find_spec("dynet") is not None
-
-
-def _save_peer_params(folder: Path, name: str, size: str, wl: Workload) -> Path:
-    """edbatch's initial parameters (seed 0) as the ``.npz`` the DyNet worker loads."""
-    path = folder / f"{name}_{size}.npz"
-    params = init_params(wl, torch.Generator().manual_seed(0))
-    np.savez(path, **{k: t.detach().numpy() for k, t in params.items()})  # type: ignore
-    return path
-
-
-def _peer_cmd(name: str, size: str, contender: str, num_minibatches: int,
-              args: argparse.Namespace, path: Path, *, serve: bool = False) -> list[str]:
-    """The DyNet worker's command line for one autobatch mode."""
-    embed, hidden = _dims(size)
-    return [sys.executable, str(args.dynet_peer), "--workload", name, "--embed", str(embed),
-            "--hidden", str(hidden), "--autobatch", contender[-1], "--batch-size",
-            str(BATCH_SIZE), "--minibatches", str(num_minibatches), "--repeats",
-            str(args.repeats), "--warmup", str(args.warmup), "--params", str(path),
-            "--modes", *args.modes, *(["--serve"] if serve else [])]
-
-
-def _peer_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-
-
-def _start_peers(stack: ExitStack, name: str, size: str, wl: Workload, num_minibatches: int,
-                 args: argparse.Namespace, errors: list[str]) -> dict[str, DynetServer]:
-    """One serving DyNet worker per requested autobatch mode (closed with ``stack``); a
-    worker that fails to start is recorded in ``errors`` and left out."""
-    peers: dict[str, DynetServer] = {}
-    # kept while the workers live: the memory probe starts more workers from these parameters
-    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="throughput-"))
-    path = _save_peer_params(Path(tmp), name, size, wl)
-    for contender in (c for c in args.contenders if c in DYNET_CONTENDERS):
-        cmd = _peer_cmd(name, size, contender, num_minibatches, args, path, serve=True)
-        _log(f"  {name} {size} {contender} (interleaved): {' '.join(cmd[1:])}")
-        try:
-            peers[contender] = stack.enter_context(DynetServer(cmd, _peer_env(), ROOT))
-        except PeerServerError as e:
-            errors.append(f"{name} {size} {contender}: {e}")
-            _log(errors[-1])
-    return peers
-
-
-def _dynet_rows(name: str, size: str, wl: Workload, num_minibatches: int,
-                args: argparse.Namespace, errors: list[str]) -> list[dict[str, Any]]:
-    """One worker subprocess per autobatch mode; rows for every requested mode."""
-    from benchmarks._throughput_report import dynet_rows
-
-    embed, hidden = _dims(size)
-    rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
-        path = _save_peer_params(Path(tmp), name, size, wl)
-        for contender in (c for c in args.contenders if c in DYNET_CONTENDERS):
-            cmd = _peer_cmd(name, size, contender, num_minibatches, args, path)
-            _log(f"  {name} {size} {contender}: {' '.join(cmd[1:])}")
-            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                                  env=_peer_env(), check=False)
-            try:
-                report = json.loads(proc.stdout.strip().splitlines()[-1])
-            except (IndexError, json.JSONDecodeError):
-                errors.append(f"{name} {size} {contender}: worker exited {proc.returncode}: "
-                              f"{proc.stderr.strip()[-600:]}")
-                _log(errors[-1])
-                continue
-            rows += dynet_rows(report, args.modes, workload=name, size=size, embed=embed,
-                               hidden=hidden)
-    return rows
-
-
-def best_of(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Per (contender, mode), the DyNet row with the most items/s over ``runs`` (conservative
-    for edbatch's ratios on a machine whose speed drifts); every run's items/s is kept in
-    ``items_per_s_runs``."""
-    best: dict[tuple[str, str], dict[str, Any]] = {}
-    seen: dict[tuple[str, str], list[float]] = {}
-    for run_rows in runs:
-        for row in run_rows:
-            key = (row["contender"], row["mode"])
-            seen.setdefault(key, []).append(row["items_per_s"])
-            if key not in best or row["items_per_s"] > best[key]["items_per_s"]:
-                best[key] = row
-    return [{**row, "items_per_s_runs": seen[key]} for key, row in best.items()]
-
-
 def _rows_dynet_in_blocks(name: str, size: str, wl: Workload, split: str,
                           plans: dict[str, Plan], policy: Any, args: argparse.Namespace,
                           use_dynet: bool, errors: list[str]) -> list[dict[str, Any]]:
@@ -400,10 +221,10 @@ def _rows_dynet_in_blocks(name: str, size: str, wl: Workload, split: str,
     runs: list[list[dict[str, Any]]] = []
     count = len(next(iter(plans.values()))[0])
     if use_dynet and args.dynet_runs > 1:  # bracket the edbatch passes
-        runs.append(_dynet_rows(name, size, wl, count, args, errors))
+        runs.append(dynet_worker_rows(name, size, wl, count, args, errors))
     rows = _edbatch_rows(name, size, wl, split, plans, policy, args)
     if use_dynet:
-        runs.append(_dynet_rows(name, size, wl, count, args, errors))
+        runs.append(dynet_worker_rows(name, size, wl, count, args, errors))
         rows += [{**r, "data": args.data} for r in best_of(runs)]
         add_ratios(rows)
     return rows
@@ -419,7 +240,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                "args": {k: str(v) if isinstance(v, Path) else v
                                         for k, v in vars(args).items()},
                                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                               "git_sha": _git_sha(), "data": args.data,
+                               "git_sha": git_sha(), "data": args.data,
                                "policies": {}, "dynet": _dynet_note(args), "dynet_errors": [],
                                "torchfold": torchfold_status() or "runs", "rows": []}
     print(f"machine: {results['machine']}")
@@ -429,7 +250,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name in args.workloads:
         policy = None
         for size in args.sizes:
-            embed, hidden = _dims(size)
+            embed, hidden = dims(size)
             wl = sized_workload(name, embed, hidden)  # (a GGNN has no embed_dim)
             if want_fsm and policy is None:  # once per workload, before any timing
                 policy, results["policies"][name] = load_or_train_policy(
@@ -440,11 +261,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 BATCH_SIZE, args.minibatches, args.warmup + args.repeats, args.seed + m)
                 for m, mode in enumerate(args.modes)}
             count = len(plans[args.modes[0]][0])
-            _log(f"{name} {size}: {count} mini-batches per pass of split {split!r} "
+            log(f"{name} {size}: {count} mini-batches per pass of split {split!r} "
                  f"({args.data})")
             if use_dynet and args.dynet_interleave:  # DyNet passes between edbatch's
                 with ExitStack() as stack:
-                    peers = _start_peers(stack, name, size, wl, count, args,
+                    peers = start_peers(stack, name, size, wl, count, args,
                                          results["dynet_errors"])
                     rows = _edbatch_rows(name, size, wl, split, plans, policy, args, peers,
                                          results["dynet_errors"])
@@ -458,15 +279,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print_table([r for r in rows if r["mode"] == mode])
     results["loadavg_after"] = os.getloadavg()
     return results
-
-
-def _git_sha() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=ROOT, check=False, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def _dynet_note(args: argparse.Namespace) -> dict[str, Any]:
@@ -491,70 +303,8 @@ def _dynet_note(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface."""
-    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0], epilog=(
-        f"The default run (no arguments): the workloads {' '.join(DEFAULT_WORKLOADS)}, "
-        f"every mode at "
-        f"{' '.join(DEFAULT_SIZES)}, {DEFAULT_MINIBATCHES} mini-batches a pass, contenders "
-        f"{' '.join(DEFAULT_CONTENDERS)}: a few minutes on 2 cores, FSM policies trained on "
-        f"first use included. --full: every workload and contender at {' '.join(SIZES)} "
-        f"over the whole training split (hours)."))
-    p.add_argument("--workloads", nargs="+", default=list(DEFAULT_WORKLOADS), choices=WORKLOADS,
-                   help=f"default {' '.join(DEFAULT_WORKLOADS)}; all: {' '.join(WORKLOADS)}")
-    p.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), type=parse_size,
-                   help=f"EMBEDxHIDDEN (default {' '.join(DEFAULT_SIZES)}; the full set: "
-                        f"{' '.join(SIZES)})")
-    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    p.add_argument("--data", choices=DATA_MODES, default="reshuffled",
-                   help="reshuffled: every pass draws new mini-batches from a seeded "
-                        "permutation of the training split (default); repeated: the same "
-                        "first mini-batches of the eval split every pass")
-    p.add_argument("--seed", type=int, default=0, help="seed of the reshuffled permutation")
-    p.add_argument("--minibatches", type=int, default=DEFAULT_MINIBATCHES,
-                   help=f"mini-batches of 64 per pass (default {DEFAULT_MINIBATCHES}; 0: all "
-                        f"of the eval split when repeated, the training split spread over "
-                        f"the passes when reshuffled)")
-    p.add_argument("--unbatched-minibatches", type=int, default=1,
-                   help="mini-batches the slow node-by-node contender runs (0: all)")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--no-dynet", action="store_true", help="skip the DyNet rows")
-    p.add_argument("--dynet-interleave", action=argparse.BooleanOptionalAction, default=True,
-                   help="keep one DyNet worker per autobatch mode running and interleave its "
-                        "passes with edbatch's (default); --no-dynet-interleave runs each "
-                        "worker's passes as one block (see --dynet-runs)")
-    p.add_argument("--dynet-runs", type=int, choices=(1, 2), default=2,
-                   help="2: DyNet runs before and after the edbatch passes, the faster run "
-                        "counts (conservative under drift); 1: after only")
-    p.add_argument("--construction", choices=("api", "fastbuild", "cached"), default="api",
-                   help="api: per-instance code on edbatch.api (benchmarks/models_api.py); "
-                        "fastbuild: the workload's numpy builder; cached: merge per-instance "
-                        "graphs built on first sight (Workload.minibatch)")
-    p.add_argument("--cse", action="store_true",
-                   help="merge repeated operand-free nodes (edbatch.graph.dedupe_leaves) for "
-                        "every edbatch contender (default: only fsm+cse does)")
-    p.add_argument("--contenders", nargs="+", default=list(DEFAULT_CONTENDERS),
-                   choices=CONTENDERS, metavar="CONTENDER",
-                   help=f"default: {' '.join(DEFAULT_CONTENDERS)}; any of {', '.join(CONTENDERS)}"
-                        f" (auto: the FSM and the heuristics x aligned/naive timed on the "
-                        f"first mini-batches, round-robin, the fastest kept)")
-    p.add_argument("--full", action="store_true",
-                   help=f"the full set: every contender, sizes {' '.join(SIZES)}, all of the "
-                        f"training split per pass (--minibatches 0); hours on 2 cores. "
-                        f"Explicit --sizes/--contenders/--minibatches still apply")
-    p.add_argument("--policy-dir", default="results/throughput_policies",
-                   help="FSM policies <workload>.json (trained here when missing)")
-    p.add_argument("--trainer", choices=("expert", "q_learning"), default="expert",
-                   help="FSM learner of a policy not in --policy-dir (docs/learning.md)")
-    p.add_argument("--fsm-episodes", type=int, default=None,
-                   help="override max_episodes when training a missing FSM (testing)")
-    p.add_argument("--dynet-peer", type=Path, default=DYNET_PEER,
-                   help=argparse.SUPPRESS)
-    p.add_argument("--device", default="cpu",
-                   help="cpu or cuda[:N]: where edbatch runs (cuda adds fsm+memo+cugraph)")
-    p.add_argument("--out", type=Path, default=Path("results/throughput.json"))
-    p.add_argument("--plot", type=Path, default=Path("results/throughput.png"))
-    return p
+    """The command-line interface (described by this module's docstring)."""
+    return make_parser((__doc__ or "").splitlines()[0])
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import pytest
 
 from benchmarks import _throughput_report as report
 from benchmarks import throughput as tp
+from benchmarks._throughput_dynet import dynet_worker_rows
 
 __all__: list[str] = []
 
@@ -147,7 +148,7 @@ def test_loss_match_against_a_stub_worker(tmp_path: Path) -> None:
                               dynet_peer=stub, repeats=1, warmup=0, modes=["train"])
     wl = tp.make_workload("tree_lstm", granularity="cell", embed_dim=8, hidden_dim=6)
     errors: list[str] = []
-    rows = tp._dynet_rows("tree_lstm", "8x6", wl, 1, args, errors)
+    rows = dynet_worker_rows("tree_lstm", "8x6", wl, 1, args, errors)
     assert not errors and [r["contender"] for r in rows] == list(args.contenders)
     edb = {"framework": "edbatch", "contender": "depth", "losses": [10.0 + 1e-4]}
     report.check_losses([edb, *rows])
@@ -162,7 +163,7 @@ def test_worker_failure_is_recorded_not_raised(tmp_path: Path) -> None:
                               warmup=0, modes=["infer"])
     wl = tp.make_workload("tree_lstm", granularity="cell", embed_dim=8, hidden_dim=6)
     errors: list[str] = []
-    assert tp._dynet_rows("tree_lstm", "8x6", wl, 1, args, errors) == []
+    assert dynet_worker_rows("tree_lstm", "8x6", wl, 1, args, errors) == []
     assert len(errors) == 1 and "boom" in errors[0] and "exited 2" in errors[0]
 
 
