@@ -5,9 +5,9 @@ exists, Hydra entry points compose with the command's overrides (unknown keys, o
 config groups fail), argparse scripts define the flags shown, install commands name files
 and extras that exist.
 
-Slow part: every command runs from a copy of the repository, as written or as the cheap
-variant in :data:`CHEAP` (a tiny budget of the same command); a command without a variant
-fails, so a new documented command must come with one. Self-contained ``python`` blocks
+Slow part: every command runs from a copy of the repository, as written or as its cheap
+variant in ``tests/docs_cheap.py`` (a tiny budget of the same command); a command without a
+variant fails, so a new documented command must come with one. Self-contained ``python`` blocks
 run too (:data:`FRAGMENTS` lists the markers of blocks that need the reader's own data).
 """
 
@@ -25,210 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs_cheap import CHEAP, PY
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-PY = "{python}"  # the test's interpreter in CHEAP variants
-
-#: documented command -> the command the slow test runs (same entry point, tiny budget).
-#: A tiny throughput run (no DyNet; an 8x6 model; the policy trained in 2 episodes).
-THROUGHPUT_CHEAP = (f"{PY} benchmarks/throughput.py --workloads tree_lstm --sizes 8x6 "
-                    "--minibatches 1 --repeats 1 --warmup 1 --no-dynet --fsm-episodes 2 "
-                    "--contenders depth fsm pytorch_hand floor --out results/throughput.json "
-                    "--plot results/throughput.png")
-
-CHEAP: dict[str, str] = {
-    # README: the main job and the test suite (the venv and install use this interpreter)
-    "python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e . && "
-    "WANDB_MODE=offline .venv/bin/python -m experiments.compare":
-        f"WANDB_MODE=offline {PY} -m experiments.compare 'workload=[tree_lstm]' eval_limit=1 "
-        "num_train_graphs=1 val_from_train=1 trainers.fsm.max_episodes=2 "
-        "trainers.ed_batch.max_episodes=2 policy.lookahead=none",
-    "python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e \".[dev,peers]\" "
-    "&& WANDB_MODE=disabled .venv/bin/python -m pytest -q -m \"not slow\"":
-        f"WANDB_MODE=disabled {PY} -m pytest -q -m \"not slow\" tests/test_api.py",
-    "python examples/own_model.py --epochs 3":
-        f"{PY} examples/own_model.py --trees 64 --batch-size 32 --epochs 1 --episodes 5",
-    # the expert learner (README) and the throughput benchmark (docs/benchmarks.md, results.md)
-    "python -m experiments.train workload=lattice_lstm trainer=expert policy.lookahead=none":
-        f"{PY} -m experiments.train workload=lattice_lstm trainer=expert policy.lookahead=none "
-        "num_train_graphs=1 num_val_graphs=1 batch_size=8 trainer.rounds=1 trainer.budget=2000 "
-        "progress=false",
-    # the neural route (docs/learning.md, last section)
-    "python -m experiments.train workload=lattice_lstm trainer=imitation policy.lookahead=none":
-        f"{PY} -m experiments.train workload=lattice_lstm trainer=imitation policy.lookahead=none "
-        "num_train_graphs=1 num_val_graphs=1 batch_size=8 trainer.dagger_rounds=1 "
-        "trainer.budget=2000 trainer.label_budget=2000 trainer.epochs=3 trainer.augment=2 "
-        "progress=false",
-    "python benchmarks/dump_protocol.py --trainer imitation --lookahead none --seeds 0 1":
-        f"{PY} benchmarks/dump_protocol.py --trainer imitation --lookahead none --seeds 0 "
-        "--graphs 3 --batch-size 8 --extra trainer.dagger_rounds=1 trainer.budget=2000 "
-        "trainer.label_budget=2000 trainer.epochs=3 trainer.augment=2",
-    "python benchmarks/throughput.py --workloads tree_lstm --minibatches 2":
-        THROUGHPUT_CHEAP,
-    "python benchmarks/throughput.py --workloads tree_lstm lattice_lstm bilstm_tagger --sizes "
-    "300x150 --minibatches 2 --repeats 3 --out results/throughput.json --plot "
-    "results/throughput.png":
-        THROUGHPUT_CHEAP,
-    "python benchmarks/throughput.py --workloads tree_lstm lattice_lstm bilstm_tagger --sizes "
-    "300x150 --minibatches 2 --repeats 3 --seed 0 --contenders depth dynet_agenda fsm "
-    "fsm+fastbuild fsm+cse auto pytorch_hand floor dynet_autobatch1 dynet_autobatch2":
-        THROUGHPUT_CHEAP,
-    "python benchmarks/throughput.py --workloads tree_lstm lattice_lstm bilstm_tagger --sizes "
-    "300x150 --minibatches 2 --repeats 3 --seed 0 --contenders depth dynet_agenda fsm "
-    "fsm+unhoisted auto pytorch_hand floor dynet_autobatch1":
-        f"{PY} benchmarks/throughput.py --workloads lattice_lstm --sizes 8x6 --minibatches 1 "
-        "--repeats 1 --warmup 1 --no-dynet --fsm-episodes 2 --seed 0 --contenders depth "
-        "dynet_agenda fsm fsm+unhoisted auto pytorch_hand floor --out results/throughput.json "
-        "--plot results/throughput.png",
-    # fused cell bodies against the unfused path (docs/throughput.md)
-    "python benchmarks/throughput.py --workloads tree_lstm lattice_lstm bilstm_tagger --sizes "
-    "300x150 --minibatches 2 --repeats 3 --seed 0 --no-dynet --contenders fsm fsm+unfused "
-    "pytorch_hand floor":
-        f"{PY} benchmarks/throughput.py --workloads tree_lstm --sizes 8x6 --minibatches 1 "
-        "--repeats 1 --warmup 1 --no-dynet --fsm-episodes 2 --seed 0 --contenders fsm "
-        "fsm+unfused pytorch_hand floor --out results/throughput.json "
-        "--plot results/throughput.png",
-    # the inference host cuts, hand-batched peer and floor (docs/throughput.md)
-    "python -m benchmarks.throughput --workloads tree_lstm bilstm_tagger --modes infer "
-    "--contenders fsm pytorch_hand floor --no-dynet --seed 0":
-        f"{PY} -m benchmarks.throughput --workloads tree_lstm bilstm_tagger --modes infer "
-        "--sizes 8x6 --minibatches 1 --repeats 1 --warmup 1 --fsm-episodes 2 --contenders fsm "
-        "pytorch_hand floor --no-dynet --seed 0 --out results/throughput.json "
-        "--plot results/throughput.png",
-    # input-projection hoisting (docs/benchmarks.md)
-    "python benchmarks/throughput.py --workloads bilstm_tagger --sizes 300x150 --minibatches 2 "
-    "--repeats 1 --contenders dynet_agenda fsm fsm+unhoisted pytorch_hand floor":
-        f"{PY} benchmarks/throughput.py --workloads bilstm_tagger --sizes 8x6 --minibatches 1 "
-        "--repeats 1 --warmup 1 --no-dynet --fsm-episodes 2 --contenders fsm fsm+unhoisted "
-        "pytorch_hand floor --out results/throughput.json --plot results/throughput.png",
-    # the run-time path's phases (docs/runtime.md)
-    "python benchmarks/runtime_phases.py --workloads tree_lstm lattice_lstm --minibatches 4":
-        f"{PY} benchmarks/runtime_phases.py --workloads tree_lstm --size 8x6 --minibatches 1 "
-        "--out results/runtime_phases.json",
-    # data-parallel training (docs/distributed.md)
-    "torchrun --nproc_per_node=2 -m experiments.train_model":
-        f"{PY} -m torch.distributed.run --standalone --nproc_per_node=2 -m experiments.train_model "
-        "epochs=1 max_steps=2 train_limit=64 eval_limit=64 eval_every=null batch_size=32 "
-        "run_dir=runs/docs_model_1",
-    "torchrun --nproc_per_node=2 -m experiments.train_model batch_size=128 max_steps=200 "
-    "time_budget_s=null":
-        f"{PY} -m torch.distributed.run --standalone --nproc_per_node=2 -m experiments.train_model "
-        "batch_size=128 max_steps=2 time_budget_s=null train_limit=256 eval_limit=64 "
-        "eval_every=null run_dir=runs/docs_model_2",
-    "torchrun --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint=node001:29400 "
-    "--rdzv_id=sst -m experiments.train_model batch_size=128":
-        f"({PY} -m torch.distributed.run --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d "
-        "--rdzv_endpoint=127.0.0.1:29431 --rdzv_id=sst -m experiments.train_model batch_size=32 "
-        "max_steps=2 train_limit=64 eval_limit=64 eval_every=null "
-        "run_dir=runs/docs_model_3) & p=$!; "
-        f"{PY} -m torch.distributed.run --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d "
-        "--rdzv_endpoint=127.0.0.1:29431 --rdzv_id=sst -m experiments.train_model batch_size=32 "
-        "max_steps=2 train_limit=64 eval_limit=64 eval_every=null "
-        "run_dir=runs/docs_model_3 && wait $p",
-    "python -m experiments.train_model -m hydra/launcher=slurm hydra.launcher.nodes=2 "
-    "hydra.launcher.tasks_per_node=2 batch_size=128":
-        f"{PY} -c 'import hydra_plugins.hydra_submitit_launcher.submitit_launcher' && "
-        f"{PY} -m experiments.train_model hydra/launcher=slurm hydra.launcher.nodes=2 "
-        "hydra.launcher.tasks_per_node=2 batch_size=128 --cfg hydra",
-    "python benchmarks/ddp_scaling.py --steps 40 --per-rank-batch 32":
-        f"{PY} benchmarks/ddp_scaling.py --steps 3 --warmup 1 --per-rank-batch 4 --repeats 1 "
-        "--matmul-seconds 0.2 --override workload.tree_lstm.embed_dim=8 "
-        "workload.tree_lstm.hidden_dim=8",
-    "python benchmarks/ddp_scaling.py --steps 40 --per-rank-batch 32 --concurrent":
-        f"{PY} benchmarks/ddp_scaling.py --steps 3 --warmup 1 --per-rank-batch 4 --repeats 1 "
-        "--matmul-seconds 0.2 --concurrent --override workload.tree_lstm.embed_dim=8 "
-        "workload.tree_lstm.hidden_dim=8",
-    "python benchmarks/ddp_profile.py --steps 30 --per-rank-batch 32":
-        f"{PY} benchmarks/ddp_profile.py --steps 3 --warmup 1 --per-rank-batch 4 "
-        "--override workload.tree_lstm.embed_dim=8 workload.tree_lstm.hidden_dim=8",
-    # training and evaluation (README, docs/training.md)
-    "python -m experiments.train workload=lattice_lstm trainer=q_learning seed=1":
-        f"{PY} -m experiments.train workload=lattice_lstm trainer=q_learning seed=1 "
-        "num_train_graphs=1 num_val_graphs=1 trainer.max_episodes=2 progress=false "
-        "policy.lookahead=none",
-    "python -m experiments.train workload=module_net trainer=priority seed=0":
-        f"{PY} -m experiments.train workload=module_net trainer=priority seed=0 "
-        "num_train_graphs=1 num_val_graphs=1 batch_size=8 trainer.iterations=2 "
-        "trainer.population=4 trainer.elite=2 progress=false",
-    "python -m experiments.train workload=tree_lstm trainer=ed_batch num_train_graphs=1":
-        f"{PY} -m experiments.train workload=tree_lstm trainer=ed_batch num_train_graphs=1 "
-        "num_val_graphs=1 trainer.max_episodes=2 progress=false",
-    "python -m experiments.train workload=lattice_lstm trainer=maskable_ppo":
-        f"{PY} -m experiments.train workload=lattice_lstm trainer=maskable_ppo "
-        "num_train_graphs=1 num_val_graphs=1 trainer.total_timesteps=64 progress=false "
-        "policy.lookahead=none batch_size=8",
-    "python -m experiments.train workload=lattice_lstm trainer=dqn":
-        f"{PY} -m experiments.train workload=lattice_lstm trainer=dqn num_train_graphs=1 "
-        "num_val_graphs=1 trainer.total_timesteps=64 progress=false policy.lookahead=none "
-        "batch_size=8",
-    "python -m experiments.evaluate":
-        f"{PY} -m experiments.evaluate 'workload=[tree_lstm,lattice_lstm]' limit=1 "
-        "'scheduler=[depth,critical_path]' progress=false",
-    "python -m experiments.evaluate 'workload=[lattice_lstm]' 'scheduler=[fsm,critical_path]' "
-    "scheduler.fsm.path=runs/lattice_lstm/q_learning/seed1/policy.json":
-        f"{PY} -m experiments.train workload=lattice_lstm seed=1 num_train_graphs=1 "
-        "num_val_graphs=1 trainer.max_episodes=2 progress=false policy.lookahead=none "
-        "resume=restart && "
-        f"{PY} -m experiments.evaluate 'workload=[lattice_lstm]' 'scheduler=[fsm,critical_path]' "
-        "scheduler.fsm.path=runs/lattice_lstm/q_learning/seed1/policy.json limit=1 "
-        "granularities=[cell] progress=false",
-    "python -m experiments.compare seeds=[0,1,2,3,4]":
-        f"{PY} -m experiments.compare seeds=[0,1] 'workload=[tree_lstm]' eval_limit=1 "
-        "num_train_graphs=1 val_from_train=1 trainers.fsm.max_episodes=2 "
-        "trainers.ed_batch.max_episodes=2 policy.lookahead=none",
-    # this one and the fsm= entry below both write runs/tree_lstm/q_learning/seed0 with other
-    # configs (one shared repo copy, order by doc): each starts the folder over
-    "python -m experiments.train -m seed=0,1,2,3,4 hydra/launcher=joblib":
-        f"{PY} -m experiments.train -m seed=0,1 hydra/launcher=joblib workload=tree_lstm "
-        "num_train_graphs=1 num_val_graphs=1 trainer.max_episodes=2 progress=false resume=restart",
-    "python -m experiments.train -m seed=0,1,2,3,4 hydra/launcher=slurm":
-        f"{PY} -c 'import hydra_plugins.hydra_submitit_launcher.submitit_launcher' && "
-        f"{PY} -m experiments.train seed=0 hydra/launcher=slurm --cfg hydra",  # no SLURM here
-    "python -m experiments.train workload=dumps workload.dumps.folder=bilstm_B1 batch_size=1 "
-    "train_split=first:1 val_split=first:1":
-        f"{PY} -m experiments.train workload=dumps workload.dumps.folder=bilstm_B1 "
-        "batch_size=1 train_split=first:1 val_split=first:1 trainer.max_episodes=2 "
-        "progress=false",
-    # the measured-cost objective (docs/learning.md, last section)
-    "python -m experiments.calibrate workload=tree_lstm granularity=primitive":
-        f"{PY} -m experiments.calibrate workload=tree_lstm granularity=primitive "
-        "batch_sizes=[1,4] reps=1 launch_reps=1 sample_batch_size=2",
-    "python -m experiments.evaluate 'workload=[tree_lstm]' 'granularities=[primitive]' "
-    "'scheduler=[depth,critical_path]' cost_model=calibrate measure_reps=3":
-        f"{PY} -m experiments.evaluate 'workload=[tree_lstm]' 'granularities=[primitive]' "
-        "'scheduler=[depth,critical_path]' cost_model=calibrate measure_reps=1 limit=1 "
-        "batch_size=2 progress=false",
-    "python -m experiments.train workload=tree_lstm workload.tree_lstm.granularity=primitive "
-    "trainer=maskable_ppo env=cost_model policy.lookahead=none":
-        f"{PY} -m experiments.train workload=tree_lstm workload.tree_lstm.granularity=primitive "
-        "trainer=maskable_ppo env=cost_model policy.lookahead=none num_train_graphs=1 "
-        "num_val_graphs=1 trainer.total_timesteps=64 batch_size=2 progress=false",
-    "python benchmarks/cost_objective.py --workloads tree_lstm lattice_lstm --batch-size 8 "
-    "--graphs 3":
-        f"{PY} benchmarks/cost_objective.py --workloads tree_lstm --batch-size 2 --graphs 1 "
-        "--reps 1 --rounds 1 --budget 500",
-    "python -m experiments.train_model epochs=2":
-        f"{PY} -m experiments.train_model epochs=1 max_steps=2 train_limit=64 eval_limit=64 "
-        "eval_every=null batch_size=32 run_dir=runs/docs_model_4",
-    # batching=auto and a fixed FSM (docs/training.md)
-    "python -m experiments.train_model batching=auto auto.trials=3":
-        f"{PY} -m experiments.train_model batching=auto auto.trials=1 epochs=1 max_steps=9 "
-        "train_limit=288 eval_limit=64 eval_every=null batch_size=32 run_dir=runs/docs_model_5",
-    "python -m experiments.train_model batching=auto 'auto.schedulers=[typewise_greedy,depth]' "
-    "'auto.strategies=[aligned]'":
-        f"{PY} -m experiments.train_model batching=auto 'auto.schedulers=[typewise_greedy,depth]' "
-        "'auto.strategies=[aligned]' epochs=1 max_steps=3 train_limit=96 eval_limit=64 "
-        "eval_every=null batch_size=32 run_dir=runs/docs_model_6",
-    "python -m experiments.train_model batching=fsm "
-    "fsm=runs/tree_lstm/q_learning/seed0/policy.json":
-        f"{PY} -m experiments.train workload=tree_lstm seed=0 num_train_graphs=1 "
-        "num_val_graphs=1 trainer.max_episodes=2 progress=false policy.lookahead=none "
-        "resume=restart && "
-        f"{PY} -m experiments.train_model batching=fsm "
-        "fsm=runs/tree_lstm/q_learning/seed0/policy.json epochs=1 max_steps=2 train_limit=64 "
-        "eval_limit=64 eval_every=null batch_size=32 run_dir=runs/docs_model_7",
-}
-
 #: markers of ``python`` blocks that use the reader's own data (covered by examples/).
 FRAGMENTS = ("chunks",)
 
@@ -309,6 +109,19 @@ def _compose(config: str, args: list[str]) -> None:
         compose(config_name=config, overrides=overrides, return_hydra_config=True)
 
 
+def _script_source(path: Path) -> str:
+    """A script's source and that of the repository's private modules it imports (where a
+    script's command line lives, e.g. ``benchmarks/_throughput_cli.py``), each parsed."""
+    source = path.read_text(encoding="utf-8")
+    ast.parse(source)
+    for module in re.findall(r"^from (benchmarks\._\w+) import", source, re.M):
+        own = ROOT / (module.replace(".", "/") + ".py")
+        text = own.read_text(encoding="utf-8")
+        ast.parse(text)
+        source += text
+    return source
+
+
 def test_the_docs_show_commands() -> None:
     assert len(COMMANDS) >= 10
     assert any("experiments.compare" in c for _, c in COMMANDS)
@@ -335,8 +148,7 @@ def test_command_targets_exist_and_accept_their_arguments(doc: str, command: str
         if kind == "script":
             path = ROOT / name
             assert path.is_file(), f"{doc}: {name} does not exist"
-            source = path.read_text(encoding="utf-8")
-            ast.parse(source)
+            source = _script_source(path)
             for flag in (a.split("=")[0] for a in args if a.startswith("--")):
                 assert f'"{flag}"' in source, f"{doc}: {name} defines no option {flag}"
             continue
@@ -386,7 +198,7 @@ def _env(repo: Path) -> dict[str, str]:
 def test_documented_command_runs(doc: str, command: str, repo_copy: Path) -> None:
     if command not in CHEAP:
         pytest.fail(f"{doc}: no cheap variant for the documented command\n  {command}\nadd one "
-                    f"to CHEAP in tests/test_docs_commands.py (same entry point, tiny budget)")
+                    f"to CHEAP in tests/docs_cheap.py (same entry point, tiny budget)")
     cheap = CHEAP[command].replace(PY, shlex.quote(sys.executable))
     proc = subprocess.run(["bash", "-c", cheap], cwd=repo_copy, env=_env(repo_copy),
                           capture_output=True, text=True, timeout=600)
