@@ -104,7 +104,7 @@ def retire_tracked(batch, was_ready, uptr, uids, pending, op, batchable, ready, 
     release sums up to date: ``batch`` ran (``was_ready``: from a ready list, else a forced
     node); ``fresh``: scratch for the nodes it makes ready. Returns the forced count."""
     rdy, nd, rsum = nst[0], nst[1], nst[2]
-    m = 0
+    m = np.int64(0)  # not Literal[int](0): one compiled _mark_ready
     for v in batch:
         b = op[v]
         for e in range(uptr[v], uptr[v + 1]):
@@ -165,7 +165,7 @@ def release_state(k, op, uptr, uids, ready, start, rlen, pending, batchable,
         return np.empty(0, np.int64), np.empty(0, np.int64), nst, tst, rel, fresh
     slot, ns = _user_slots(k, op, uptr, uids)
     scnt = np.zeros(ns, np.int64)
-    m = 0
+    m = np.int64(0)  # not Literal[int](0): one compiled _mark_ready
     for a in range(k):
         for j in range(start[a], start[a] + rlen[a]):
             fresh[m] = ready[j]

@@ -32,6 +32,8 @@ from edbatch.schedule._compiled import _release as _release_node
 __all__ = ["run_rollout"]
 
 _INF = 1 << 62
+# Constant int arguments of jitted callees are written np.int64(...): a bare 0 or -1 is typed
+# Literal[int] and compiles the whole callee tree a second time (cold start, tests).
 
 
 @njit(cache=True)
@@ -182,7 +184,7 @@ def _level1(start, prefix, first, g, bases, tabs, ws, trial, inner_budget, floor
     n = len(g[0])
     best = np.empty(n + 1, np.int64)
     ss = np.array([0, _INF, 0, 0], np.int64)
-    _complete(start, 0, -1, g, bases, tabs, ws, ss, best)
+    _complete(start, np.int64(0), np.int64(-1), g, bases, tabs, ws, ss, best)
     buf = ws[2]
     nb, nd = 0, 0
     if first >= 0:
@@ -214,8 +216,8 @@ def _complete2(start, prefix, first, g, bases, tabs, ws, ws2, ss, best, inner_bu
     """Level 2: complete ``start`` by a level-1 rollout; keep it if it beats the plan."""
     work, trial, dec = ws2
     _copy(start, work)
-    nb, nd, spent = _level1(work, prefix, -1, g, bases, tabs, ws, trial, inner_budget, floor,
-                            retry, dec)
+    nb, nd, spent = _level1(work, prefix, np.int64(-1), g, bases, tabs, ws, trial,
+                            inner_budget, floor, retry, dec)
     ss[0] += spent + nb
     _keep(ss, best, prefix + nb, first, dec, nd)
 
@@ -270,9 +272,10 @@ def run_rollout(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr
     ss = np.array([0, _INF, 0, 0], np.int64)  # spent, best cost, plan head, plan length
     cand = _new_state(op, arity, batchable, k, tw_pred, track)
     if level == 2:  # the first plan: a level-1 rollout searching plan_budget batches
-        _complete2(real, 0, -1, g, bases, tabs, ws, ws2, ss, best, plan_budget, floor, retry)
+        _complete2(real, np.int64(0), np.int64(-1), g, bases, tabs, ws, ws2, ss, best,
+                   plan_budget, floor, retry)
     else:
-        _complete(real, 0, -1, g, bases, tabs, ws, ss, best)
+        _complete(real, np.int64(0), np.int64(-1), g, bases, tabs, ws, ss, best)
     batch_op = np.empty(n, np.int64)
     batch_forced = np.zeros(n, np.bool_)
     batch_ptr = np.zeros(n + 1, np.int64)

@@ -70,7 +70,7 @@ def replay_count(seq, op, uptr, uids, arity, batchable, height, k, out):  # type
     cnt = np.zeros(k, np.int64)
     forced = np.empty(n, np.int64)
     buf = np.empty(n, np.int64)
-    nf = 0
+    nf = np.int64(0)  # not Literal[int](0): one compiled _push
     for v in range(n):
         if indeg[v] == 0:
             nf = _push(v, op, batchable, head, nxt, cnt, forced, nf)
