@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from edbatch.api import DynamicBatch, switch, topk
+from edbatch.api import DynamicBatch, route, topk
 from edbatch.data.trees import load_trees
 from edbatch.workloads.base import DATA_DIR
 from edbatch.workloads.moe import (
@@ -147,8 +147,8 @@ class MoE(nn.Module):
         the combination; then per-token losses. Returns each layer's packed choices.
 
         Every step is recorded for all tokens of the sentence at once (``cell.map``, and
-        ``switch`` for the experts: one node per token, one list extension per operand
-        slot)."""
+        ``route`` for the experts of every slot of the top-k: one node per token and slot,
+        one list extension per column)."""
         keys, e = self.workload.key_lists(inst), self.experts
         xs = self.c_embed.map(attrs=inst.word_ids)
         chosen = []
@@ -157,7 +157,7 @@ class MoE(nn.Module):
             top = yield topk(gates, self.k)  # per token its k experts: one topk per round
             packed = [a + e * c for a, c in top] if self.k == 2 else \
                 [pack_choice(row, e) for row in top]
-            outs = [switch(self.c_experts[lay], slot, xs) for slot in zip(*top, strict=True)]
+            outs = route(self.c_experts[lay], top, xs)  # per slot: its experts' nodes
             xs = self.c_combine.map(gates, xs, *outs, attrs=packed)
             chosen.append(packed)
         self.batch.add_loss(self.c_loss.map(xs, attrs=inst.tag_ids))  # every token's

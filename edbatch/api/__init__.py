@@ -35,7 +35,7 @@ Example:
 from edbatch.api._assemble import RecordingWarning, take_graph
 from edbatch.api._batch import DynamicBatch
 from edbatch.api._builtins import BuiltinOp
-from edbatch.api._bulk import Handles, switch
+from edbatch.api._bulk import Handles, route, switch
 from edbatch.api._handles import Cell, Handle, ShapeLike
 from edbatch.api._programs import ProgramsResult
 from edbatch.api._requests import ArgMax, TopK, argmax, topk
@@ -46,5 +46,5 @@ from edbatch.api._warmup import warmup
 
 __all__ = ["AutoScheduler", "BatchResult", "BuiltinOp", "Cell", "DynamicBatch", "Handle", "Handles",
            "ArgMax", "ProgramsResult", "RecordingWarning", "SchedulerLike", "ShapeLike",
-           "TopK", "VariadicCell", "argmax", "memory_strategy", "segment_sum", "switch",
+           "TopK", "VariadicCell", "argmax", "memory_strategy", "route", "segment_sum", "switch",
            "take_graph", "topk", "warmup"]

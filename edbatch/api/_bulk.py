@@ -18,7 +18,7 @@ from edbatch.api._handles import Cell, Handle, Kind, Recording, fresh_handle
 from edbatch.errors import GraphError
 
 __all__ = ["Handles", "add_losses", "cell_map", "int_array", "int_list", "interleave", "node_ids",
-           "operand_array", "switch", "with_blocks"]
+           "operand_array", "route", "switch", "with_blocks"]
 
 
 class Handles(Sequence[Handle]):
@@ -221,11 +221,11 @@ class Routed(Sequence[Kind]):
         return map(self.table.__getitem__, self.choices)
 
 
-def _switch_cells(cells: Sequence[Cell]) -> tuple[Any, list[Kind], list[int]] | None:
-    """``(cells copy, kinds, op ids)`` of ``cells`` if they can be recorded in bulk (same
-    operand and output shapes and batch, no attr), else ``None``; remembered per cell list
-    on their batch (by ``id``, checked against a copy: a cell function's kind, shapes and
-    batch never change), so the memo lives and goes with the batch."""
+def _switch_cells(cells: Sequence[Cell]) -> tuple[Any, list[Kind], dict[int, int]] | None:
+    """``(cells copy, kinds, op id by cell index)`` of ``cells`` if they can be recorded in
+    bulk (same operand and output shapes and batch, no attr), else ``None``; remembered per
+    cell list on their batch (by ``id``, checked against a copy: a cell function's kind,
+    shapes and batch never change), so the memo lives and goes with the batch."""
     first = cells[0]
     memo = first.batch._switches
     hit = memo.get(id(cells))
@@ -239,7 +239,7 @@ def _switch_cells(cells: Sequence[Cell]) -> tuple[Any, list[Kind], list[int]] | 
     if len(memo) >= 256:
         memo.clear()
     hit = memo[id(cells)] = (type(cells)(cells) if isinstance(cells, (list, tuple))
-                             else tuple(cells), kinds, [k.op_id for k in kinds])
+                             else tuple(cells), kinds, {i: k.op_id for i, k in enumerate(kinds)})
     return hit
 
 
@@ -324,6 +324,58 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
         _operands(rec, start, n, ids)
     rec.attrs.extend([-1] * n)
     return Handles(rec, start, n, Routed(kinds, choices), first.op.out_shape)
+
+
+def route(cells: Sequence[Cell], top: Sequence[Sequence[int]], *operands: Sequence[Handle]
+          ) -> list[Handles]:
+    """Every slot of a top-``k`` routing in one call: ``top[i]`` holds node row ``i``'s
+    ``k`` cell indices (what ``yield topk(...)`` hands back); returns ``k`` blocks, node ``i``
+    of block ``j`` running ``cells[top[i][j]]`` on ``operands[0][i], ...``. Records exactly
+    what ``[switch(cells, slot, *operands) for slot in zip(*top)]`` records (the same nodes
+    in the same order), with one list extension per column for all slots and no tuple per
+    slot made by the caller; operands other than :class:`Handles` blocks take that path.
+
+    Raises:
+        GraphError: rows of different lengths, or a choice outside ``0..len(cells)-1``.
+    """
+    n = len(top)
+    if not n or not cells:
+        return [switch(cells, slot, *operands) for slot in zip(*top, strict=True)]
+    try:
+        slots = list(zip(*top, strict=True))
+    except ValueError:
+        raise GraphError(f"route: rows of top have different lengths (the first "
+                         f"{len(top[0])}); give every node the same number of choices") from None
+    first = cells[0]
+    rec, known = first.batch._rec, first.batch._switches.get(id(cells))
+    if known is None or known[0] != cells:
+        known = _switch_cells(cells)
+    ids: list[int] = []
+    for slot, want in zip(operands, first.in_shapes):
+        if type(slot) is not Handles or slot.rec is not rec or slot.n != n or slot.shape != want:
+            known = None
+            break
+        ids.append(slot.first)
+    if known is None or len(ids) != len(first.in_shapes):
+        return [switch(cells, slot, *operands) for slot in slots]
+    _, kinds, op_ids = known
+    try:  # (the op id table is a dict: a choice outside it raises, no min/max pass)
+        new = [list(map(op_ids.__getitem__, slot)) for slot in slots]
+    except (KeyError, TypeError):
+        bad = next(c for slot in slots for c in slot if c not in op_ids)
+        raise GraphError(f"route: choice {bad!r} is not a cell index 0..{len(cells) - 1}; "
+                         f"pass one cell per choice value") from None
+    start, ops, shape = len(rec.ops), rec.ops, first.op.out_shape
+    out = []
+    for j, slot in enumerate(slots):  # what switch() records, slot by slot
+        at = start + j * n
+        ops.extend(new[j])
+        if ids:
+            rec.blocks.extend((len(rec.operands), at, n, len(rec.block_firsts)))
+            rec.block_firsts.extend(ids)
+        out.append(Handles(rec, at, n, Routed(kinds, slot), shape))
+    rec.attrs.extend([-1] * (n * len(slots)))
+    return out
 
 
 def add_losses(batch: Any, handles: Handles) -> None:
