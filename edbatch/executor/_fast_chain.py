@@ -42,6 +42,7 @@ __all__ = ["AVAILABLE", "ENABLED", "ChainStep", "chain_short"]
 ENABLED = [True]
 #: Arena and weight slots of one compiled call (a run touching more is cut in two).
 SLOTS = 8
+_WHOLE_ROWS = (SliceRead, RowsRead)
 _META = 10  # per batch: kind, state arena, state start, n, projection arena, its start,
 #             output arena, its start, weight slot, H
 
@@ -148,20 +149,20 @@ class ChainStep:
         self.steps, self.arenas, self.weights = tuple(steps), tuple(arenas), tuple(weights)
         slot = {a: k for k, a in enumerate(arenas)}
         wslot = {w: k for k, w in enumerate(weights)}
-        meta = np.zeros((len(steps), _META), np.int64)
+        rows: list[tuple[int, ...]] = []
         gathered: list[np.ndarray] = []  # type: ignore[type-arg]
         at = 0
-        for j, f in enumerate(steps):
+        for f in steps:
             state = f.state
             if type(state) is SliceRead:
-                kind, start = 0, state.lo
+                rows.append((0, slot[state.b], state.lo, f.n, slot[f.pa], f.lo, slot[f.oa],
+                             f.os, wslot[f.weight], f.hidden))
             else:
-                rows = state.idx.numpy()  # type: ignore[attr-defined]
-                kind, start = 1, at
-                gathered.append(rows)
-                at += len(rows)
-            meta[j] = (kind, slot[state.b], start, f.n, slot[f.pa], f.lo, slot[f.oa], f.os,
-                       wslot[f.weight], f.hidden)
+                rows.append((1, slot[state.b], at, f.n, slot[f.pa], f.lo, slot[f.oa], f.os,
+                             wslot[f.weight], f.hidden))
+                gathered.append(state.idx.numpy())  # type: ignore[attr-defined]
+                at += f.n
+        meta = np.array(rows, np.int64).reshape(len(rows), _META)
         self.meta = meta
         self.idx = np.concatenate(gathered).astype(np.int64) if gathered else \
             np.zeros(1, np.int64)
@@ -223,17 +224,20 @@ def _runs(short: Sequence[Any]) -> list[list[int]]:
     arenas: set[int] = set()
     weights: set[str] = set()
     for i, f in enumerate(short):
-        if type(f) is not FastStep or type(f.state) not in (SliceRead, RowsRead):
+        if type(f) is not FastStep or type(f.state) not in _WHOLE_ROWS:
             if run:
                 out.append(run)
-            run, arenas, weights = [], set(), set()
+            run = []
             continue
-        more = arenas | {f.state.b, f.pa, f.oa}
-        if len(more) > SLOTS or len(weights | {f.weight}) > SLOTS:
+        if not run:
+            arenas, weights = set(), set()
+        before = len(arenas)
+        arenas.update((f.state.b, f.pa, f.oa))
+        if len(arenas) > before and len(arenas) > SLOTS or \
+                f.weight not in weights and len(weights) == SLOTS:
             out.append(run)
-            run, more, weights = [], {f.state.b, f.pa, f.oa}, set()
+            run, arenas, weights = [], {f.state.b, f.pa, f.oa}, set()
         run.append(i)
-        arenas = more
         weights.add(f.weight)
     if run:
         out.append(run)
