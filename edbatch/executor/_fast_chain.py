@@ -70,7 +70,7 @@ AVAILABLE = _blas_loaded()
 _U8, _I32 = types.CPointer(types.uint8), types.CPointer(types.int32)
 
 
-def _sig(t: types.Type) -> types.Type:
+def _sig(t: types.Type) -> Any:
     p = types.CPointer(t)
     return types.void(_U8, _U8, _I32, _I32, _I32, p, p, _I32, p, _I32, p, p, _I32)
 
@@ -153,14 +153,14 @@ class ChainStep:
         gathered: list[np.ndarray] = []  # type: ignore[type-arg]
         at = 0
         for f in steps:
-            state = f.state
+            state: Any = f.state  # (a SliceRead or RowsRead: _runs took only those)
             if type(state) is SliceRead:
                 rows.append((0, slot[state.b], state.lo, f.n, slot[f.pa], f.lo, slot[f.oa],
                              f.os, wslot[f.weight], f.hidden))
             else:
                 rows.append((1, slot[state.b], at, f.n, slot[f.pa], f.lo, slot[f.oa], f.os,
                              wslot[f.weight], f.hidden))
-                gathered.append(state.idx.numpy())  # type: ignore[attr-defined]
+                gathered.append(state.idx.numpy())
                 at += f.n
         meta = np.array(rows, np.int64).reshape(len(rows), _META)
         self.meta = meta
@@ -231,12 +231,11 @@ def _runs(short: Sequence[Any]) -> list[list[int]]:
             continue
         if not run:
             arenas, weights = set(), set()
-        before = len(arenas)
-        arenas.update((f.state.b, f.pa, f.oa))
-        if len(arenas) > before and len(arenas) > SLOTS or \
-                f.weight not in weights and len(weights) == SLOTS:
+        state: Any = f.state
+        arenas.update((state.b, f.pa, f.oa))
+        if len(arenas) > SLOTS or (f.weight not in weights and len(weights) == SLOTS):
             out.append(run)
-            run, arenas, weights = [], {f.state.b, f.pa, f.oa}, set()
+            run, arenas, weights = [], {state.b, f.pa, f.oa}, set()
         run.append(i)
         weights.add(f.weight)
     if run:
@@ -259,7 +258,7 @@ def chain_short(program: Any, device: torch.device) -> Any:
     new = list(short)
     for run in runs:
         steps = [short[i] for i in run]
-        arenas = sorted({a for f in steps for a in (f.state.b, f.pa, f.oa)})
+        arenas = sorted({a for f in steps for a in (f.state.b, f.pa, f.oa)})  # type: ignore[attr-defined]
         weights = sorted({f.weight for f in steps})
         new[run[0]] = ChainStep(steps, arenas, weights)
         for i in run[1:]:
