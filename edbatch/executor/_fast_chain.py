@@ -14,13 +14,14 @@ projection rows, and runs the element-wise body of :func:`_fused._lstm_fwd
 <edbatch.executor._fused.lstm_forward>` on them, reading the old cell state in place by row.
 Same operations on the same operands as the per-batch short path: bit-identical outputs
 (``tests/executor/test_fast_chain.py``, fp32 and fp64). Where that BLAS symbol is not in
-the process (a torch build without it), :data:`AVAILABLE` is false and the steps run one
-by one as before.
+the process (a torch build without it: :data:`AVAILABLE` is false) or its product differs
+from ``addmm_``'s (:func:`agrees`, checked once), the steps run one by one as before.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ from edbatch.executor._fast_lstm import FastStep
 from edbatch.executor._fused import _jit, _lstm_row, _sig_, _tanh_
 from edbatch.executor._reads import RowsRead, SliceRead
 
-__all__ = ["AVAILABLE", "ENABLED", "ChainStep", "chain_short"]
+__all__ = ["AVAILABLE", "ENABLED", "ChainStep", "agrees", "chain_short"]
 
 #: Whether qualifying runs of hoisted batches run as one compiled call (``[False]``: one
 #: :class:`FastStep` per batch, the reference the tests compare with).
@@ -54,6 +55,8 @@ def _blas_loaded() -> bool:
 
         import llvmlite.binding as llb
 
+        if sys.byteorder != "little":  # (the integer slots below)
+            return False
         lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
         handle = ctypes.CDLL(lib)
         if not (hasattr(handle, "sgemm_") and hasattr(handle, "dgemm_")):
@@ -67,7 +70,9 @@ def _blas_loaded() -> bool:
 #: Whether the BLAS the CPU ``addmm`` calls is reachable from compiled code.
 AVAILABLE = _blas_loaded()
 
-_U8, _I32 = types.CPointer(types.uint8), types.CPointer(types.int32)
+# the integer arguments live in int64 slots (little-endian: an LP64 BLAS reads the low half,
+# an ILP64 one the whole slot; both see the same value)
+_U8, _I32 = types.CPointer(types.uint8), types.CPointer(types.int64)
 
 
 def _sig(t: types.Type) -> Any:
@@ -100,10 +105,10 @@ def _gemm_impl(c, c0, ldc, b, b0, ldb, w, ints, one):  # type: ignore[no-untyped
     fn = _SGEMM if c.dtype == types.float32 else _DGEMM
 
     def impl(c, c0, ldc, b, b0, ldb, w, ints, one):  # type: ignore[no-untyped-def]
-        # ints: [N, M rows, K, ldw, ldb, ldc, 'N' as int32 bytes]
+        # ints: [N, M rows, K, ldw, ldb, ldc, b'N' * 8]
         ints[0], ints[2], ints[3] = w.shape[1], w.shape[0], w.shape[1]
         ints[4], ints[5] = ldb, ldc
-        fn(_addr(ints.view(np.uint8), 24), _addr(ints.view(np.uint8), 24), _addr(ints, 0),
+        fn(_addr(ints.view(np.uint8), 48), _addr(ints.view(np.uint8), 48), _addr(ints, 0),
            _addr(ints, 1), _addr(ints, 2), _addr(one, 0), _addr(w, 0), _addr(ints, 3),
            _addr(b, b0), _addr(ints, 4), _addr(one, 0), _addr(c, c0), _addr(ints, 5))
     return impl
@@ -134,6 +139,32 @@ def _chain(meta, idx, arenas, weights, scratch, t, ints, one):  # type: ignore[n
             _tanh_(gr[3 * h:4 * h])
             _lstm_row(gr[:h], gr[h:2 * h], gr[2 * h:3 * h], gr[3 * h:4 * h], src[h:2 * h],
                       orow[:h], orow[h:2 * h], t[:h])
+
+
+@_jit
+def _gemm_once(c, b, w, ints, one):  # type: ignore[no-untyped-def]
+    ints[1] = b.shape[0]
+    _gemm(c, 0, c.shape[1], b, 0, b.shape[1], w, ints, one)
+
+
+_AGREES: list[bool] = []
+
+
+def agrees() -> bool:
+    """Whether the bound ``?gemm`` gives what ``torch.addmm_`` gives, bit for bit, on a
+    small float32 and float64 product read with a row stride (checked once per process;
+    else no chains are made)."""
+    if not _AGREES:
+        gen, ok = torch.Generator().manual_seed(0), True
+        for dtype in (torch.float32, torch.float64):
+            b, w, c = (torch.randn(*shape, generator=gen, dtype=dtype)
+                       for shape in ((5, 6), (3, 8), (5, 8)))
+            ref, mine = c.clone().addmm_(b.narrow(1, 0, 3), w), c.clone()
+            _gemm_once(mine.numpy(), b.numpy(), w.numpy(), _ints(),
+                       np.ones(1, mine.numpy().dtype))
+            ok = ok and torch.equal(ref, mine)
+        _AGREES.append(ok)
+    return _AGREES[0]
 
 
 class ChainStep:
@@ -194,9 +225,9 @@ class ChainStep:
 
 
 def _ints() -> np.ndarray:  # type: ignore[type-arg]
-    """The ``?gemm`` integer arguments' buffer, ``'NNNN'`` in its last slot."""
-    ints = np.zeros(7, np.int32)
-    ints.view(np.uint8)[24:28] = ord("N")
+    """The ``?gemm`` integer arguments' buffer (int64 slots), ``b'N' * 8`` in its last."""
+    ints = np.zeros(7, np.int64)
+    ints.view(np.uint8)[48:56] = ord("N")
     return ints
 
 
@@ -248,9 +279,9 @@ def chain_short(program: Any, device: torch.device) -> Any:
     hoisted batches (:class:`FastStep` entries) as one :class:`ChainStep` at its first batch
     and :data:`DONE` at the others (the executor runs it instead of ``short`` while
     :data:`ENABLED`); returns ``program``. Nothing off the CPU, nothing without
-    :data:`AVAILABLE`."""
+    :data:`AVAILABLE` or where the BLAS call does not :func:`agree <agrees>` with torch's."""
     short = getattr(program, "short", None)
-    if device.type != "cpu" or not AVAILABLE or not short:
+    if device.type != "cpu" or not AVAILABLE or not short or not agrees():
         return program
     runs = _runs(short)
     if not runs:

@@ -119,3 +119,23 @@ def test_chain_step_layout() -> None:
                                    [1, 0, 0, 2, 1, 0, 0, 2, 0, 3]]
     assert np.array_equal(chain.idx, [0, 0])
     assert (chain.rows, chain.width) == (2, 3)
+
+
+def test_the_blas_call_agrees_with_addmm() -> None:
+    """The bound ``?gemm`` (LP64 or ILP64 alike: int64 slots) equals ``addmm_`` bit for bit."""
+    assert _fast_chain.agrees()
+    for dtype in (torch.float32, torch.float64):
+        gen = torch.Generator().manual_seed(1)
+        state, w, proj = (torch.randn(*s, generator=gen, dtype=dtype)
+                          for s in ((7, 18), (9, 36), (7, 36)))
+        ref, mine = proj.clone().addmm_(state.narrow(1, 0, 9), w), proj.clone()
+        _fast_chain._gemm_once(mine.numpy(), state.numpy(), w.numpy(), _fast_chain._ints(),
+                               np.ones(1, mine.numpy().dtype))
+        assert torch.equal(ref, mine)
+
+
+def test_no_chains_where_the_blas_call_disagrees(monkeypatch: pytest.MonkeyPatch,
+                                                 chains: list[int]) -> None:
+    monkeypatch.setattr(_fast_chain, "_AGREES", [False])
+    _outputs("bilstm_tagger", torch.float32, True)
+    assert chains[0] == 0
