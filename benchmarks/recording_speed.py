@@ -19,10 +19,14 @@ tar -x -C DIR``) next to this checkout's and interleaves them, round by round, i
 process (the layers below the API are this checkout's for both); the table gives each one's
 median and the ratio baseline / current. ``--assemble`` times each mini-batch's graph
 assembly (``batch.graph()``) too, as the throughput benchmark's construction column does.
-It asserts nothing.
+``--breakdown`` (this checkout's API only) splits each node's time into recording, assembly
+and the end of the mini-batch, beside the *user floor*: the same user code on a
+:class:`StubBatch` whose ops and cells return one constant and record nothing (the
+``with batch.instance()`` blocks stay real), i.e. what the model code costs before any
+recorder runs. It asserts nothing.
 
     python benchmarks/recording_speed.py [--models tree_lstm tree_cells] [--rounds 7] \\
-        [--baseline /tmp/api_base] [--assemble]
+        [--baseline /tmp/api_base] [--assemble] [--breakdown]
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
@@ -47,7 +51,7 @@ from benchmarks.models_api import RECORDERS
 from edbatch.executor import init_params
 from edbatch.workloads import make_workload
 
-__all__ = ["MODELS", "load_api", "main", "time_recording"]
+__all__ = ["MODELS", "StubBatch", "load_api", "main", "time_breakdown", "time_recording"]
 
 #: model name -> workload whose training split it records.
 MODELS = {"tree_lstm": "tree_lstm", "bilstm_tagger": "bilstm_tagger",
@@ -147,6 +151,69 @@ def time_recording(batch: Any, record: Callable[[Sequence[Any]], None],
     return total, nodes
 
 
+class StubBatch:
+    """A stand-in for a ``DynamicBatch`` whose ops, cells and lookups return one constant
+    and record nothing, and whose ``add_loss`` does nothing: the user code's own cost.
+    ``instance()`` is the real batch's (so each instance's block costs what it does)."""
+
+    def __init__(self, batch: Any) -> None:
+        self.batch, self.value = batch, object()
+
+        def const(*operands: Any, attr: int = -1) -> Any:
+            return self.value
+        self.const = const
+
+    def op(self, name: str) -> Callable[..., Any]:
+        return self.const
+
+    def cell(self, *args: Any, **kw: Any) -> Callable[..., Any]:
+        return self.const
+
+    def lookup(self, embedding: Any, index: int) -> Any:
+        return self.value
+
+    def add_loss(self, handle: Any) -> None:
+        pass
+
+    def instance(self) -> Any:
+        return self.batch.instance()
+
+
+def time_breakdown(model: str, wl: Any, dim: int, minibatches: Sequence[Sequence[Any]]
+                   ) -> dict[str, float]:
+    """CPU seconds of ``model`` on this checkout's API over ``minibatches``, by phase:
+    ``record``, ``assemble`` (``batch.graph()``), ``end`` (``discard``), and ``floor``:
+    the same user code on a :class:`StubBatch`; also ``nodes``, the nodes recorded."""
+    import edbatch.api as api
+
+    batch, record = make_recorder(api, model, wl, dim)
+    stub = StubBatch(batch)
+    if model in RECORDERS:
+        def floor(mb: Sequence[Any]) -> None:
+            RECORDERS[model](stub, wl, mb)  # type: ignore[arg-type]
+    else:
+        stub_api = SimpleNamespace(DynamicBatch=lambda: stub)
+        floor = _tree_cells(stub_api, wl, dim, variadic=model == "childsum_cells")[1]  # type: ignore[arg-type]
+    out = dict.fromkeys(("record", "assemble", "end", "floor", "nodes"), 0.0)
+    clock = time.process_time
+    for mb in minibatches:
+        t0 = clock()
+        record(mb)
+        t1 = clock()
+        out["nodes"] += len(batch._rec.ops)
+        batch.graph()
+        t2 = clock()
+        batch.discard()
+        t3 = clock()
+        floor(mb)
+        t4 = clock()
+        batch.discard()  # (the stub's instance marks)
+        for key, sec in (("record", t1 - t0), ("assemble", t2 - t1), ("end", t3 - t2),
+                         ("floor", t4 - t3)):
+            out[key] += sec
+    return out
+
+
 def load_api(root: Path) -> ModuleType:
     """``root/edbatch/api`` imported as a second copy of ``edbatch.api`` (the modules
     below it shared); this checkout's ``edbatch.api`` stays in place."""
@@ -183,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--dim", type=int, default=8, help="cell width of the user-cell models")
     p.add_argument("--assemble", action="store_true",
                    help="time each mini-batch's graph assembly (batch.graph()) too")
+    p.add_argument("--breakdown", action="store_true",
+                   help="this checkout only: us per node by phase beside the user floor")
     p.add_argument("--baseline", type=Path, default=None,
                    help="a directory holding another edbatch/api to compare with")
     args = p.parse_args(argv)
@@ -194,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         apis = {"baseline": load_api(args.baseline), "current": current}
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
+    if args.breakdown:
+        return _breakdown(args, load)
     print(f"load average at start: {' '.join(load)}; CPU us per recorded node"
           f"{' (graph assembly included)' if args.assemble else ''}, median of "
           f"{args.rounds} rounds of {args.minibatches} mini-batches of 64")
@@ -221,6 +292,29 @@ def main(argv: Sequence[str] | None = None) -> None:
         ratio = f"{med['baseline'] / med['current']:>8.2f}" if len(apis) > 1 else ""
         print(f"{model:<16}{nodes // len(mbs):>9}" + "".join(f"{v:>10.3f}" for v in med.values())
               + ratio, flush=True)
+    with open("/proc/loadavg") as f:
+        print(f"load average at end: {' '.join(f.read().split()[:3])}")
+
+
+def _breakdown(args: argparse.Namespace, load: list[str]) -> None:
+    """``--breakdown``: median CPU us per node of each phase over the rounds."""
+    print(f"load average at start: {' '.join(load)}; CPU us per recorded node by phase, "
+          f"median of {args.rounds} rounds of {args.minibatches} mini-batches of 64; floor: "
+          f"the user code on a StubBatch (ops return a constant)")
+    phases = ("record", "assemble", "end", "floor")
+    print(f"{'model':<16}{'nodes/mb':>9}" + "".join(f"{k:>10}" for k in phases)
+          + f"{'total':>10}{'- floor':>10}")
+    for model in args.models:
+        wl = make_workload(MODELS[model], embed_dim=8, hidden_dim=8)
+        data = wl.load("train")
+        mbs = [list(data[k * 64:(k + 1) * 64]) for k in range(args.minibatches)]
+        time_breakdown(model, wl, args.dim, mbs[:1])  # warm up
+        rounds = [time_breakdown(model, wl, args.dim, mbs) for _ in range(args.rounds)]
+        med = {k: statistics.median(1e6 * r[k] / r["nodes"] for r in rounds) for k in phases}
+        total = med["record"] + med["assemble"] + med["end"]
+        print(f"{model:<16}{int(rounds[0]['nodes']) // len(mbs):>9}"
+              + "".join(f"{med[k]:>10.3f}" for k in phases)
+              + f"{total:>10.3f}{total - med['floor']:>10.3f}", flush=True)
     with open("/proc/loadavg") as f:
         print(f"load average at end: {' '.join(f.read().split()[:3])}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import warnings
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -118,7 +119,8 @@ def _instances(marks: Sequence[tuple[int, int]], n: int) -> np.ndarray:  # type:
     every instance)."""
     if not marks:
         return np.full(n, -1, dtype=np.int32)
-    m = np.array(marks, dtype=np.int64).reshape(-1, 2)
+    # (a flat ``fromiter`` over the pairs: a third of ``np.array``'s time on a list of tuples)
+    m = np.fromiter(chain.from_iterable(marks), np.int64, 2 * len(marks)).reshape(-1, 2)
     starts = np.concatenate([[0], m[:, 0], [n]])
     values = np.concatenate([[-1], m[:, 1]]).astype(np.int32)
     return np.repeat(values, np.diff(starts))

@@ -17,7 +17,6 @@ from edbatch.api._builtins import BuiltinOp, builtin_op, register_workload
 from edbatch.api._bulk import Handles, add_losses
 from edbatch.api._cellcall import probe, user_function
 from edbatch.api._handles import (
-    BatchResult,
     Cell,
     CellImpl,
     Handle,
@@ -26,12 +25,13 @@ from edbatch.api._handles import (
     Recording,
     ShapeLike,
     _shape,
-    dtype_hint,
     grow_pool,
     new_handle,
     recycle,
 )
+from edbatch.api._inputs import add_input, add_inputs, input_op
 from edbatch.api._programs import Program, ProgramsResult, run_programs
+from edbatch.api._result import BatchResult, dtype_hint
 from edbatch.api._schedulers import SchedulerLike, as_scheduler, memory_strategy
 from edbatch.api._variadic import VariadicCell
 from edbatch.errors import ExecutionError, GraphError
@@ -208,44 +208,17 @@ class DynamicBatch:
         Its op type is ``input/<shape>`` (one per shape), a lookup into the stacked rows.
         For many rows at once see :meth:`inputs`.
         """
-        shape = tuple(row.shape)
-        if not shape or not all(shape):
-            raise GraphError(f"input rows need a non-empty shape, got {shape}; reshape "
-                             f"scalars to (1,)")
-        op = self._input_op(shape)
-        rec = self._rec
-        have = rec.nrows.get(op.name, 0)
-        rec.rows.setdefault(op.name, []).append(row.reshape(1, -1))
-        rec.nrows[op.name] = have + 1
-        return self._add(op, [], have)
+        return add_input(self, row)
 
     def inputs(self, rows: Tensor) -> list[Handle]:
         """One node per row of ``rows`` (``[k, *shape]``), in the current instance: bulk
         :meth:`input`. The rows enter the executor as one block (one autograd node for the
         whole tensor, not one per row); gradients flow back to ``rows``."""
-        if rows.dim() < 2 or not all(rows.shape):
-            raise GraphError(f"inputs() needs a tensor [k, *shape] with k >= 1 and a "
-                             f"non-empty row shape, got {tuple(rows.shape)}; use input(row) "
-                             f"for one row")
-        op = self._input_op(tuple(rows.shape[1:]))
-        rec, kind, k = self._rec, self._kinds[op.name], rows.shape[0]
-        have = rec.nrows.get(op.name, 0)
-        rec.rows.setdefault(op.name, []).append(rows.reshape(k, -1))
-        rec.nrows[op.name] = have + k
-        first = len(rec.ops)
-        rec.ops.extend([kind.op_id] * k)
-        rec.attrs.extend(range(have, have + k))
-        return [new_handle(rec, first + i, kind) for i in range(k)]
+        return add_inputs(self, rows)
 
     def _input_op(self, shape: tuple[int, ...], prefix: str = "input") -> OpType:
         """The op type ``<prefix>/<shape>`` (a lookup of rows; registered on first use)."""
-        name = f"{prefix}/" + "x".join(map(str, shape))
-        kind = self._kinds.get(name)
-        if kind is not None:
-            return kind.op
-        op = OpType(name, "lookup", (), shape, (f"api.{name}",))
-        self._register(op)
-        return op
+        return input_op(self, shape, prefix)
 
     def lookup(self, embedding: nn.Embedding, index: int, *, name: str | None = None
                ) -> Handle:

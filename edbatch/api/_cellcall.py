@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from edbatch.api._bulk import cell_map
-from edbatch.api._handles import Handle, dtype_hint, grow_pool, intern_shape
+from edbatch.api._handles import Handle, grow_pool, intern_shape
+from edbatch.api._result import dtype_hint
 from edbatch.api._variadic import VariadicCell
 from edbatch.errors import GraphError
 

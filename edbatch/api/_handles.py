@@ -1,4 +1,5 @@
-"""Handles, cells and results of the user API (the pieces :class:`DynamicBatch` hands out).
+"""Handles and cells of the user API (the pieces :class:`DynamicBatch` hands out while
+recording; its results are in :mod:`edbatch.api._result`).
 
 They know the batch that made them only through the small :class:`Recorder` protocol, so
 this module imports nothing of :mod:`edbatch.api._batch` (the import graph stays one way).
@@ -7,23 +8,18 @@ this module imports nothing of :mod:`edbatch.api._batch` (the import graph stays
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from sys import getrefcount
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from edbatch.errors import GraphError
-from edbatch.executor.torch_executor import RunResult
-from edbatch.graph import Graph, OpType
-from edbatch.schedule import Schedule
+from edbatch.graph import OpType
 
-__all__ = ["BatchResult", "Cell", "CellImpl", "Handle", "Instance", "Kind", "Recorder",
-           "Recording", "ShapeLike", "dtype_hint", "fresh_handle", "grow_pool", "intern_shape",
-           "new_handle", "recycle"]
+__all__ = ["Cell", "CellImpl", "Handle", "Instance", "Kind", "Recorder", "Recording",
+           "ShapeLike", "fresh_handle", "grow_pool", "intern_shape", "new_handle", "recycle"]
 
 
 class Recorder(Protocol):
@@ -128,23 +124,6 @@ class Instance:
         if batch._rec is rec:  # (a run() inside the block started a new recording)
             batch._instance = self.previous
             rec.marks.append((len(rec.ops), self.previous))
-
-
-def dtype_hint(cells: Iterable[Any], dtype: torch.dtype) -> str:
-    """A hint naming ``DynamicBatch(dtype=...)`` when a cell's module has floating-point
-    parameters of another dtype than the batch's (``""`` if none has)."""
-    for cell in cells:
-        module = getattr(cell, "module", None)
-        if not isinstance(module, nn.Module):
-            continue
-        other = sorted({str(p.dtype) for p in module.parameters()
-                        if p.is_floating_point() and p.dtype != dtype})
-        if other:
-            return (f" The batch computes in {dtype} but cell {cell.name!r}'s module has "
-                    f"{', '.join(other)} parameters: create the batch with "
-                    f"DynamicBatch(dtype={other[0]}) or convert the module with "
-                    f"module.to({dtype})")
-    return ""
 
 
 class Handle:
@@ -354,48 +333,6 @@ class CellImpl:
                 f"a batch of {size} with input shapes {[tuple(x.shape) for x in xs]}; "
                 f"expected {want}. Fix the module or declare {fix}")
         return out.reshape(size, -1)
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """What :meth:`DynamicBatch.run` returns.
-
-    ``loss`` is the sum of the :meth:`~DynamicBatch.add_loss` terms (a scalar; ``None`` if
-    none), ``graph`` and ``schedule`` what ran, ``run`` the executor's
-    :class:`~edbatch.executor.torch_executor.RunResult` (stats, time); ``result[handle]``
-    reads a requested handle's value.
-    """
-
-    loss: Tensor | None
-    graph: Graph
-    schedule: Schedule
-    run: RunResult
-    batch: Any  # the DynamicBatch that recorded it
-    generation: int
-
-    @property
-    def num_batches(self) -> int:
-        """Kernel launches of the schedule (batches)."""
-        return self.schedule.num_batches
-
-    def __getitem__(self, handle: Handle) -> Tensor:
-        """The value of a requested handle, shaped ``handle.shape``.
-
-        Raises:
-            GraphError: the handle is of another mini-batch or was not requested.
-        """
-        if handle.batch is not self.batch or handle.generation != self.generation:
-            raise GraphError(f"{handle!r} is not a node of the mini-batch of this result; "
-                             f"read values from the result of the run that computed them")
-        value = self.run.outputs.get(handle.node_id)
-        if value is None:
-            raise GraphError(f"{handle!r} was not requested; pass it in "
-                             f"run(outputs=[...]) to read its value")
-        return value.reshape(handle.shape)
-
-    def stack(self, handles: Sequence[Handle]) -> Tensor:
-        """The values of ``handles`` stacked: ``[len(handles), *shape]``."""
-        return torch.stack([self[h] for h in handles])
 
 
 fresh_handle = _fresh

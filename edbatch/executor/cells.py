@@ -217,8 +217,12 @@ class Lookup(CellKind):
         return {"D": math.prod(op.out_shape)}
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
-                save: dict[str, Tensor] | None = None) -> Tensor:
-        return F.embedding(attrs, p.table)
+                out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        if out is None:
+            return F.embedding(attrs, p.table)
+        if untracked(p.table) and out.is_contiguous() and out.dtype == p.table.dtype:
+            return torch.index_select(p.table, 0, attrs, out=out)
+        return out.copy_(F.embedding(attrs, p.table))
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:

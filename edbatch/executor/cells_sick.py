@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor import _fused
 from edbatch.executor._weights import TRANSPOSED, linear_t
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD
@@ -80,15 +81,22 @@ class SickNode(CellKind):
             rows, segment = child_rows(inputs[1:], attrs, 2 * hidden)
             rows = rows.to(x.dtype)
             h_k, c_k = rows[:, :hidden], rows[:, hidden:]
-            h_sum = x.new_zeros(batch, hidden).index_add_(0, segment, h_k)
+            # summed as whole [h; c] rows: index_add over a column half is ~3x slower
+            h_sum = x.new_zeros(batch, 2 * hidden).index_add_(0, segment, rows)[:, :hidden]
             w_t, bias = _stacked(p)  # [W_iou; W_f] x: one GEMM (about 2x faster at B 100)
             gw = torch.addmm(bias, x, w_t)
             g = gw[:, :3 * hidden].addmm_(h_sum, p.U_iou.t())  # in place: no [B, 3H] copy
             f = gw[:, 3 * hidden:].index_select(0, segment).addmm_(h_k, p.U_f.t())
+        else:
+            gw = g = linear_t(x, p.W_iou, p.b_iou)
+        if untracked(x, *inputs[1:], *p) and _fused.usable(gw, rows if rows is not None
+                                                           else gw, *(() if out is None
+                                                                      else (out,))):
+            return self._fused(gw, f, rows, segment, out, save, x=x, h_sum=h_sum,
+                               sizes=[s.shape[0] for s in inputs[1:]], w_t=w_t)
+        if f is not None:
             f = f.sigmoid_() if untracked(x, *inputs[1:], *p) else torch.sigmoid(f)
             fc = x.new_zeros(batch, hidden).index_add_(0, segment, f * c_k)
-        else:
-            g = linear_t(x, p.W_iou, p.b_iou)
         io = torch.sigmoid(g[:, :2 * hidden])
         u = fast_tanh(g[:, 2 * hidden:])
         if out is None or not untracked(x, *inputs[1:], *p):
@@ -108,6 +116,27 @@ class SickNode(CellKind):
             save.update(x=x, io=io, u=u, t=t, h_sum=h_sum, rows=rows, segment=segment, f=f,
                         sizes=[s.shape[0] for s in inputs[1:]], w_t=w_t)
         return y
+
+    @staticmethod
+    def _fused(gw: Tensor, f: Tensor | None, rows: Tensor | None, segment: Tensor | None,
+               out: Tensor | None, save: dict[str, Any] | None, **saves: Any) -> Tensor:
+        """The element-wise part as one compiled kernel (:func:`_fused.sick_forward
+        <edbatch.executor._fused.sick_forward>`); saves what the backward reads (``io``: all
+        of ``gw``, as the binary Tree-LSTM's fused forward)."""
+        batch, hidden = gw.shape[0], gw.shape[1] // (3 if f is None else 4)
+        if out is None:
+            out = gw.new_empty(batch, 2 * hidden)
+        if f is None:  # leaves: no child rows
+            f, rows = gw.new_empty(0, hidden), gw.new_empty(0, 2 * hidden)
+            segment = torch.empty(0, dtype=torch.int64)
+        t = gw.new_empty(batch, hidden)
+        assert rows is not None and segment is not None
+        _fused.sick_forward(gw, f, rows.contiguous(), segment, out, t)
+        if save is not None:
+            save.update(io=gw, u=gw[:, 2 * hidden:3 * hidden], t=t, f=f if f.numel() else None,
+                        rows=rows if rows.numel() else None,
+                        segment=segment if segment.numel() else None, **saves)
+        return out
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:

@@ -62,3 +62,21 @@ def test_assemble_times_the_graph_too(trees, monkeypatch, capsys) -> None:
     assert built[0].num_nodes == nodes + 1  # and the loss sum
     rs.main(["--models", "tree_lstm", "--minibatches", "1", "--rounds", "1", "--assemble"])
     assert "graph assembly included" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("model", ["tree_lstm", "tree_cells", "childsum_cells"])
+def test_breakdown_times_each_phase_and_the_stub_records_nothing(trees, model: str,
+                                                                 capsys) -> None:
+    wl, instances = trees
+    out = rs.time_breakdown(model, wl, 4, [instances])
+    want = (3 if model == "childsum_cells" else 2) * sum(i.tree.num_nodes for i in instances)
+    assert out["nodes"] == want
+    assert all(out[k] >= 0 for k in ("record", "assemble", "end", "floor"))
+    batch, _ = rs.make_recorder(edbatch.api, "tree_lstm", wl, 4)
+    stub = rs.StubBatch(batch)
+    from benchmarks.models_api import RECORDERS
+
+    RECORDERS["tree_lstm"](stub, wl, instances)  # type: ignore[arg-type]
+    assert not batch._rec.ops and len(batch._rec.marks) == 2 * len(instances)
+    rs.main(["--models", model, "--minibatches", "1", "--rounds", "1", "--breakdown"])
+    assert "floor" in capsys.readouterr().out

@@ -21,7 +21,7 @@ from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, make_workload
 
 #: The workloads whose cell kinds all have hand-written backwards (the fused kinds' users).
 HAND = tuple(n for n in REAL_WORKLOADS if WORKLOADS[n].hand_backward)
-KERNELS = ("lstm_forward", "lstm_backward", "tree_forward", "tree_backward")
+KERNELS = ("lstm_forward", "lstm_backward", "tree_forward", "tree_backward", "sick_forward")
 
 
 @pytest.fixture(autouse=True)
@@ -78,9 +78,11 @@ def test_fused_equals_unfused_in_fp64(name: str, hoist: bool | None,
     if name in ("tree_lstm", "lattice_lstm", "bilstm_tagger"):  # the throughput rows
         assert calls[f"{'tree' if name == 'tree_lstm' else 'lstm'}_forward"] > 0
         assert calls[f"{'tree' if name == 'tree_lstm' else 'lstm'}_backward"] > 0
+    if name == "tree_lstm_sick":  # leaf and internal batches, inference and training
+        assert calls["sick_forward"] >= 4
 
 
-@pytest.mark.parametrize("name", ["tree_lstm", "lattice_lstm", "bilstm_tagger"])
+@pytest.mark.parametrize("name", ["tree_lstm", "lattice_lstm", "bilstm_tagger", "tree_lstm_sick"])
 def test_fused_close_to_unfused_in_fp32(name: str, calls: Counter[str]) -> None:
     infer, loss, grads = _run(name, torch.float32, True, None)
     infer0, loss0, grads0 = _run(name, torch.float32, False, None)
