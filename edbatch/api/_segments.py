@@ -40,6 +40,7 @@ from edbatch.api._rounds import Lru, RoundPlan, Rounds
 from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
+from edbatch.executor._fast_chain import chain_short
 from edbatch.executor._hoist import HoistedProgram, head_reads, hoist_program
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._reads import SelectRead
@@ -111,7 +112,7 @@ class SegmentExecutor(TorchExecutor):
         if kinds:  # the registry's kernels decide, not their capturing wrappers
             program = hoist_program(program, graph, schedule, plan, self.device, kinds,
                                     self.capture.originals)
-        program = head_reads(program)
+        program = chain_short(head_reads(program), self.device)
         self.compiled = program
         return program, True
 

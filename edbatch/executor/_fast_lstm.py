@@ -72,14 +72,16 @@ class FastStep:
 
 
 def fast_steps(program: Any, params: Mapping[str, Tensor], arenas: Sequence[Tensor],
-               wanted: bool = True
+               wanted: bool = True, chained: bool = False
                ) -> tuple[Sequence[Any], dict[Any, Tensor], list[np.ndarray]]:  # type: ignore[type-arg]
     """Per step of ``program`` its short-path step (a :class:`FastStep`, or a Tree-LSTM
-    batch's :class:`~edbatch.executor._fast_tree.FastTreeStep`; ``None``: the general path;
-    all ``None`` unless ``wanted``, the run :func:`qualifies` and ``program`` has any); the
+    batch's :class:`~edbatch.executor._fast_tree.FastTreeStep`; with ``chained``, the
+    program's ``chained`` steps where it has them: runs of hoisted batches as one
+    :class:`~edbatch.executor._fast_chain.ChainStep`; ``None``: the general path; all
+    ``None`` unless ``wanted``, the run :func:`qualifies` and ``program`` has any); the
     parameters they read (contiguous weight transposes made for this run: call inside
     ``TRANSPOSED.run()``); and numpy views of ``arenas``."""
-    steps = getattr(program, "short", None)
+    steps = (chained and getattr(program, "chained", None)) or getattr(program, "short", None)
     if not (steps and wanted and qualifies(arenas)):
         return _NONE * len(program.steps), {}, []
     weights: dict[Any, Tensor] = {}

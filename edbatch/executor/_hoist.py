@@ -68,6 +68,7 @@ class HoistedProgram(Program):
     base: Program | None = None
     num_projections: int = 0
     short: tuple[Any, ...] = ()  # per step its FastStep (_fast_lstm) or None
+    chained: tuple[Any, ...] = ()  # ``short`` with runs of FastSteps as one (_fast_chain)
 
 
 def hoist_kinds(hoist: bool | str | Iterable[str]) -> frozenset[str]:

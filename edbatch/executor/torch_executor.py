@@ -64,9 +64,10 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ConfigError, ExecutionError
-from edbatch.executor import _fused
+from edbatch.executor import _fast_chain, _fused
 from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
+from edbatch.executor._fast_chain import chain_short
 from edbatch.executor._fast_lstm import fast_steps
 from edbatch.executor._fast_tree import tree_short
 from edbatch.executor._hoist import head_reads, hoist_kinds, hoist_program, unhoisted
@@ -327,7 +328,8 @@ class TorchExecutor:
         fast = self._timer is None
         with TRANSPOSED.run(), _fused.use(self.fused):  # W^T made once for the whole run
             # hoisted LSTM and Tree-LSTM batches of a qualifying inference run: short paths
-            short, bound, views = fast_steps(program, params, arenas, fast and saves is None)
+            short, bound, views = fast_steps(program, params, arenas, fast and saves is None,
+                                             _fast_chain.ENABLED[0])
             for i, step in enumerate(program.steps):
                 if short[i] is not None:
                     short[i](arenas, views, bound)
@@ -371,6 +373,7 @@ class TorchExecutor:
                                     self.kernels)
         program = head_reads(program)  # h-only gathers for the BiLSTM's state consumers
         program = tree_short(program, self.device)  # Tree-LSTM batches' inference short path
+        program = chain_short(program, self.device)  # runs of hoisted LSTM batches: one call
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)

@@ -1,6 +1,7 @@
 """The in-place executor's short path for hoisted LSTM batches
 (``edbatch.executor._fast_lstm``): bit-identical to the general kernel path on real workload
-graphs (every output, fp32 and fp64), taken exactly where it applies."""
+graphs (every output, fp32 and fp64), taken exactly where it applies. Runs of batches as one
+call (``_fast_chain``) are off here: ``test_fast_chain.py`` compares them with this path."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor import _fast_lstm, _fused, init_params
+from edbatch.executor import _fast_chain, _fast_lstm, _fused, init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
@@ -35,11 +36,12 @@ def _outputs(name: str, dtype: torch.dtype, short: bool, *, fused: bool | None =
     plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
     params = init_params(wl, torch.Generator().manual_seed(3), dtype=dtype)
     old, _fast_lstm.ENABLED[0] = _fast_lstm.ENABLED[0], short
+    chained, _fast_chain.ENABLED[0] = _fast_chain.ENABLED[0], False
     try:
         result = TorchExecutor(dtype=dtype, fused=fused).run(graph, schedule, plan, params,
                                                               grad=grad)
     finally:
-        _fast_lstm.ENABLED[0] = old
+        _fast_lstm.ENABLED[0], _fast_chain.ENABLED[0] = old, chained
     return {k: v.detach() for k, v in result.outputs.items()}
 
 

@@ -1,0 +1,298 @@
+"""The in-place executor's short path for runs of hoisted LSTM batches (inference): one call.
+
+A BiLSTM mini-batch runs its hoisted recurrent batches back to back (about 117 a layer at
+300x150, the two directions alternating), each through its
+:class:`~edbatch.executor._fast_lstm.FastStep`: a state read, ``addmm_`` into its projection
+rows and the compiled element-wise kernel, about 50 us of Python and dispatch a batch beside
+its GEMM, where packed ``nn.LSTM`` loops over time steps in C++. Here every run of two or
+more consecutive such steps becomes one :class:`ChainStep`, and the whole run is **one**
+compiled call (:func:`_chain`): per batch it gathers the ``h`` rows of a gathered state into
+a scratch buffer laid out as the gather was (row stride ``2H``; a sliced state is read in
+place), calls the BLAS ``?gemm`` that ``torch.addmm_`` calls on the CPU (``sgemm_`` /
+``dgemm_`` exported by ``libtorch_cpu``, the same arguments: same floats) into the
+projection rows, and runs the element-wise body of :func:`_fused._lstm_fwd
+<edbatch.executor._fused.lstm_forward>` on them, reading the old cell state in place by row.
+Same operations on the same operands as the per-batch short path: bit-identical outputs
+(``tests/executor/test_fast_chain.py``, fp32 and fp64). Where that BLAS symbol is not in
+the process (a torch build without it: :data:`AVAILABLE` is false) or its product differs
+from ``addmm_``'s (:func:`agrees`, checked once), the steps run one by one as before.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from numba import types
+from numba.extending import intrinsic, overload
+from torch import Tensor
+
+from edbatch.errors import ExecutionError
+from edbatch.executor._fast_lstm import FastStep
+from edbatch.executor._fused import _jit, _lstm_row, _sig_, _tanh_
+from edbatch.executor._reads import RowsRead, SliceRead
+
+__all__ = ["AVAILABLE", "ENABLED", "ChainStep", "agrees", "chain_short"]
+
+#: Whether qualifying runs of hoisted batches run as one compiled call (``[False]``: one
+#: :class:`FastStep` per batch, the reference the tests compare with).
+ENABLED = [True]
+#: Arena and weight slots of one compiled call (a run touching more is cut in two).
+SLOTS = 8
+_WHOLE_ROWS = (SliceRead, RowsRead)
+_META = 10  # per batch: kind, state arena, state start, n, projection arena, its start,
+#             output arena, its start, weight slot, H
+
+
+def _blas_loaded() -> bool:
+    """Make torch's ``sgemm_``/``dgemm_`` resolvable by compiled code; whether they are."""
+    try:
+        import ctypes
+
+        import llvmlite.binding as llb
+
+        if sys.byteorder != "little":  # (the integer slots below)
+            return False
+        lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+        handle = ctypes.CDLL(lib)
+        if not (hasattr(handle, "sgemm_") and hasattr(handle, "dgemm_")):
+            return False
+        llb.load_library_permanently(lib)
+    except (OSError, RuntimeError, ImportError):
+        return False
+    return True
+
+
+#: Whether the BLAS the CPU ``addmm`` calls is reachable from compiled code.
+AVAILABLE = _blas_loaded()
+
+# the integer arguments live in int64 slots (little-endian: an LP64 BLAS reads the low half,
+# an ILP64 one the whole slot; both see the same value)
+_U8, _I32 = types.CPointer(types.uint8), types.CPointer(types.int64)
+
+
+def _sig(t: types.Type) -> Any:
+    p = types.CPointer(t)
+    return types.void(_U8, _U8, _I32, _I32, _I32, p, p, _I32, p, _I32, p, p, _I32)
+
+
+_SGEMM = types.ExternalFunction("sgemm_", _sig(types.float32))
+_DGEMM = types.ExternalFunction("dgemm_", _sig(types.float64))
+
+
+@intrinsic
+def _addr(typingctx, arr, off):  # type: ignore[no-untyped-def]  # numba: no annotations
+    """The address of ``arr``'s element ``off`` (flat, from its data pointer)."""
+    sig = types.CPointer(arr.dtype)(arr, types.intp)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.gep(ary.data, [args[1]])
+    return sig, codegen
+
+
+def _gemm(c, c0, ldc, b, b0, ldb, w, ints, one):  # type: ignore[no-untyped-def]
+    """``c[c0:] += b[b0:] @ w`` (row-major, leading dimensions ``ldc``, ``ldb``; ``w``
+    contiguous ``[K, N]``): the column-major ``?gemm`` call ``addmm_`` makes."""
+
+
+@overload(_gemm, inline="always")
+def _gemm_impl(c, c0, ldc, b, b0, ldb, w, ints, one):  # type: ignore[no-untyped-def]
+    fn = _SGEMM if c.dtype == types.float32 else _DGEMM
+
+    def impl(c, c0, ldc, b, b0, ldb, w, ints, one):  # type: ignore[no-untyped-def]
+        # ints: [N, M rows, K, ldw, ldb, ldc, b'N' * 8]
+        ints[0], ints[2], ints[3] = w.shape[1], w.shape[0], w.shape[1]
+        ints[4], ints[5] = ldb, ldc
+        fn(_addr(ints.view(np.uint8), 48), _addr(ints.view(np.uint8), 48), _addr(ints, 0),
+           _addr(ints, 1), _addr(ints, 2), _addr(one, 0), _addr(w, 0), _addr(ints, 3),
+           _addr(b, b0), _addr(ints, 4), _addr(one, 0), _addr(c, c0), _addr(ints, 5))
+    return impl
+
+
+@_jit
+def _chain(meta, idx, arenas, weights, scratch, t, ints, one):  # type: ignore[no-untyped-def]
+    for j in range(meta.shape[0]):
+        kind, sb, s0, n, pa, lo = meta[j, 0], meta[j, 1], meta[j, 2], meta[j, 3], \
+            meta[j, 4], meta[j, 5]
+        oa, o0, wi, h = meta[j, 6], meta[j, 7], meta[j, 8], meta[j, 9]
+        state, proj, out, w = arenas[sb], arenas[pa], arenas[oa], weights[wi]
+        ints[1] = n
+        if kind == 0:  # a slice of the state arena: h read in place
+            _gemm(proj, lo * proj.shape[1], proj.shape[1], state,
+                  s0 * state.shape[1], state.shape[1], w, ints, one)
+        else:  # gathered states: their h rows laid out as index_select lays out [h; c]
+            for r in range(n):
+                src = state[idx[s0 + r]]
+                for k in range(h):
+                    scratch[r * 2 * h + k] = src[k]
+            _gemm(proj, lo * proj.shape[1], proj.shape[1], scratch, 0, 2 * h, w, ints,
+                  one)
+        for r in range(n):
+            gr, orow = proj[lo + r], out[o0 + r]
+            src = state[s0 + r] if kind == 0 else state[idx[s0 + r]]
+            _sig_(gr[:3 * h])
+            _tanh_(gr[3 * h:4 * h])
+            _lstm_row(gr[:h], gr[h:2 * h], gr[2 * h:3 * h], gr[3 * h:4 * h], src[h:2 * h],
+                      orow[:h], orow[h:2 * h], t[:h])
+
+
+@_jit
+def _gemm_once(c, b, w, ints, one):  # type: ignore[no-untyped-def]
+    ints[1] = b.shape[0]
+    _gemm(c, 0, c.shape[1], b, 0, b.shape[1], w, ints, one)
+
+
+_AGREES: list[bool] = []
+
+
+def agrees() -> bool:
+    """Whether the bound ``?gemm`` gives what ``torch.addmm_`` gives, bit for bit, on a
+    small float32 and float64 product read with a row stride (checked once per process;
+    else no chains are made)."""
+    if not _AGREES:
+        gen, ok = torch.Generator().manual_seed(0), True
+        for dtype in (torch.float32, torch.float64):
+            b, w, c = (torch.randn(*shape, generator=gen, dtype=dtype)
+                       for shape in ((5, 6), (3, 8), (5, 8)))
+            ref, mine = c.clone().addmm_(b.narrow(1, 0, 3), w), c.clone()
+            _gemm_once(mine.numpy(), b.numpy(), w.numpy(), _ints(),
+                       np.ones(1, mine.numpy().dtype))
+            ok = ok and torch.equal(ref, mine)
+        _AGREES.append(ok)
+    return _AGREES[0]
+
+
+class ChainStep:
+    """Consecutive :class:`~edbatch.executor._fast_lstm.FastStep` batches ``steps`` run as
+    one compiled call; ``arenas``/``weights``: the arena indices and weight names its
+    slots stand for."""
+
+    __slots__ = ("arenas", "binders", "idx", "meta", "name", "rows", "steps", "weights",
+                 "width")
+
+    def __init__(self, steps: Sequence[FastStep], arenas: Sequence[int],
+                 weights: Sequence[str]) -> None:
+        self.steps, self.arenas, self.weights = tuple(steps), tuple(arenas), tuple(weights)
+        slot = {a: k for k, a in enumerate(arenas)}
+        wslot = {w: k for k, w in enumerate(weights)}
+        rows: list[tuple[int, ...]] = []
+        gathered: list[np.ndarray] = []  # type: ignore[type-arg]
+        at = 0
+        for f in steps:
+            state: Any = f.state  # (a SliceRead or RowsRead: _runs took only those)
+            if type(state) is SliceRead:
+                rows.append((0, slot[state.b], state.lo, f.n, slot[f.pa], f.lo, slot[f.oa],
+                             f.os, wslot[f.weight], f.hidden))
+            else:
+                rows.append((1, slot[state.b], at, f.n, slot[f.pa], f.lo, slot[f.oa], f.os,
+                             wslot[f.weight], f.hidden))
+                gathered.append(state.idx.numpy())
+                at += f.n
+        meta = np.array(rows, np.int64).reshape(len(rows), _META)
+        self.meta = meta
+        self.idx = np.concatenate(gathered).astype(np.int64) if gathered else \
+            np.zeros(1, np.int64)
+        self.rows = int(meta[:, 3].max())
+        self.width = int(meta[:, 9].max())
+        self.name = ", ".join(sorted({f.name for f in steps}))
+        self.binders = tuple({f.weight: f for f in reversed(steps)}.values())
+
+    def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
+        """As :meth:`FastStep.bind <edbatch.executor._fast_lstm.FastStep.bind>`, for
+        every batch."""
+        for f in self.binders:
+            f.bind(params, into)
+
+    def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
+                 w_ht: Mapping[Any, Tensor]) -> None:
+        dtype = views[0].dtype
+        try:
+            av = tuple(views[a] for a in self.arenas)
+            wv = tuple(w_ht[w].numpy() for w in self.weights)
+            scratch = torch.empty(self.rows * 2 * self.width, dtype=arenas[0].dtype).numpy()
+            _chain(self.meta, self.idx, av + av[:1] * (SLOTS - len(av)),
+                   wv + wv[:1] * (SLOTS - len(wv)), scratch, np.empty(self.width, dtype),
+                   _ints(), np.ones(1, dtype))
+        except Exception as e:  # as the kernel path reports a failing batch
+            raise ExecutionError(
+                f"{len(self.steps)} batches of op types {self.name!r} (hoisted LSTM chain "
+                f"short path) failed: {type(e).__name__}: {e}") from e
+
+
+def _ints() -> np.ndarray:  # type: ignore[type-arg]
+    """The ``?gemm`` integer arguments' buffer (int64 slots), ``b'N' * 8`` in its last."""
+    ints = np.zeros(7, np.int64)
+    ints.view(np.uint8)[48:56] = ord("N")
+    return ints
+
+
+class _Done:
+    """A batch an earlier :class:`ChainStep` of the program ran."""
+
+    __slots__ = ()
+
+    def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
+        pass
+
+    def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
+                 w_ht: Mapping[Any, Tensor]) -> None:
+        pass
+
+
+DONE = _Done()
+
+
+def _runs(short: Sequence[Any]) -> list[list[int]]:
+    """Maximal runs of consecutive :class:`FastStep` entries with whole-row states, each
+    within :data:`SLOTS` arenas and weights."""
+    out: list[list[int]] = []
+    run: list[int] = []
+    arenas: set[int] = set()
+    weights: set[str] = set()
+    for i, f in enumerate(short):
+        if type(f) is not FastStep or type(f.state) not in _WHOLE_ROWS:
+            if run:
+                out.append(run)
+            run = []
+            continue
+        if not run:
+            arenas, weights = set(), set()
+        state: Any = f.state
+        arenas.update((state.b, f.pa, f.oa))
+        if len(arenas) > SLOTS or (f.weight not in weights and len(weights) == SLOTS):
+            out.append(run)
+            run, arenas, weights = [], {state.b, f.pa, f.oa}, set()
+        run.append(i)
+        weights.add(f.weight)
+    if run:
+        out.append(run)
+    return [r for r in out if len(r) > 1]
+
+
+def chain_short(program: Any, device: torch.device) -> Any:
+    """Set ``program.chained``: ``program.short`` with every run of two or more consecutive
+    hoisted batches (:class:`FastStep` entries) as one :class:`ChainStep` at its first batch
+    and :data:`DONE` at the others (the executor runs it instead of ``short`` while
+    :data:`ENABLED`); returns ``program``. Nothing off the CPU, nothing without
+    :data:`AVAILABLE` or where the BLAS call does not :func:`agree <agrees>` with torch's."""
+    short = getattr(program, "short", None)
+    if device.type != "cpu" or not AVAILABLE or not short or not agrees():
+        return program
+    runs = _runs(short)
+    if not runs:
+        return program
+    new = list(short)
+    for run in runs:
+        steps = [short[i] for i in run]
+        arenas = sorted({a for f in steps for a in (f.state.b, f.pa, f.oa)})  # type: ignore[attr-defined]
+        weights = sorted({f.weight for f in steps})
+        new[run[0]] = ChainStep(steps, arenas, weights)
+        for i in run[1:]:
+            new[i] = DONE
+    program.chained = tuple(new)
+    return program

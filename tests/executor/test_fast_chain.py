@@ -1,0 +1,141 @@
+"""Runs of hoisted LSTM batches as one compiled call (``edbatch.executor._fast_chain``):
+bit-identical to the per-batch short path (``_fast_lstm``, itself bit-identical to the
+kernels) on real workload graphs, fp32 and fp64, sliced and gathered states; taken exactly
+where it applies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor
+
+from edbatch.errors import ExecutionError
+from edbatch.executor import _fast_chain, _fast_lstm, init_params
+from edbatch.executor._reads import RowsRead, SliceRead
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.memory import plan_memory
+from edbatch.schedule import make_scheduler
+from edbatch.workloads import WORKLOADS, make_workload
+from tests.executor.conftest import count_calls
+
+#: Workloads with hoisted LSTM cell kinds (the char tagger's two LSTMs have two widths).
+HOISTED = ("bilstm_tagger", "bilstm_char_tagger", "lattice_lstm", "seq2seq",
+           "transition_parser")
+
+pytestmark = pytest.mark.skipif(not _fast_chain.AVAILABLE,
+                                reason="torch's sgemm_/dgemm_ not reachable from numba")
+
+
+@pytest.fixture
+def chains(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the chained runs."""
+    return count_calls(monkeypatch, _fast_chain.ChainStep)
+
+
+@pytest.fixture
+def single(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the per-batch short path's batches."""
+    return count_calls(monkeypatch, _fast_lstm.FastStep)
+
+
+def _outputs(name: str, dtype: torch.dtype, chained: bool, *, strategy: str = "naive",
+             grad: bool = False, hidden: int = 5) -> dict[int, Tensor]:
+    wl = make_workload(name, granularity="cell",
+                       **WORKLOADS[name].test_kwargs(dim=6, hidden=hidden, short=True))
+    graph = wl.minibatch(wl.default_eval_split, range(6))
+    schedule = make_scheduler("critical_path")(graph)
+    plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
+    params = init_params(wl, torch.Generator().manual_seed(3), dtype=dtype)
+    old, _fast_chain.ENABLED[0] = _fast_chain.ENABLED[0], chained
+    try:
+        result = TorchExecutor(dtype=dtype).run(graph, schedule, plan, params, grad=grad)
+    finally:
+        _fast_chain.ENABLED[0] = old
+    return {k: v.detach() for k, v in result.outputs.items()}
+
+
+@pytest.mark.parametrize("strategy", ["naive", "planned"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", HOISTED)
+def test_chains_are_bit_identical(name: str, dtype: torch.dtype, strategy: str,
+                                  chains: list[int], single: list[int]) -> None:
+    chained = _outputs(name, dtype, True, strategy=strategy)
+    ran = chains[0]
+    if name in ("bilstm_tagger", "bilstm_char_tagger", "transition_parser"):
+        assert ran > 0  # whole layers of time steps back to back
+    alone = single[0]
+    reference = _outputs(name, dtype, False, strategy=strategy)
+    assert chains[0] == ran  # switched off: one short step per batch
+    assert single[0] > alone
+    assert chained.keys() == reference.keys()
+    for k in chained:
+        assert torch.equal(chained[k], reference[k]), f"output of node {k} differs"
+
+
+def test_chains_at_realistic_width(chains: list[int]) -> None:
+    """H = 40: the BLAS call's blocked code paths, not only its tiny-matrix ones."""
+    chained = _outputs("bilstm_tagger", torch.float32, True, hidden=40)
+    assert chains[0] > 0
+    reference = _outputs("bilstm_tagger", torch.float32, False, hidden=40)
+    for k in chained:
+        assert torch.equal(chained[k], reference[k])
+
+
+def test_training_takes_no_chain(chains: list[int]) -> None:
+    _outputs("bilstm_tagger", torch.float64, True, grad=True)
+    assert chains[0] == 0
+
+
+def test_a_failing_chain_raises_execution_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object) -> None:
+        raise ValueError("boom")
+    monkeypatch.setattr(_fast_chain, "_chain", broken)
+    with pytest.raises(ExecutionError, match="hoisted LSTM chain.*boom"):
+        _outputs("bilstm_tagger", torch.float32, True)
+
+
+def _step(arena: int, state: int, weight: str, gathered: bool = False) -> _fast_lstm.FastStep:
+    read = RowsRead(state, torch.zeros(2, dtype=torch.int64)) if gathered else \
+        SliceRead(state, 0, 2)
+    return _fast_lstm.FastStep(read, arena, 0, 2, state, 2, weight, 3)
+
+
+def test_runs_are_cut_at_other_steps_and_at_the_slot_limit() -> None:
+    steps = [_step(1, 0, "w"), _step(1, 0, "w", True), None, _step(1, 0, "w"),
+             _step(2, 0, "v"), _step(3, 0, "v")]
+    assert _fast_chain._runs(steps) == [[0, 1], [3, 4, 5]]
+    many = [_step(k, 0, "w") for k in range(1, _fast_chain.SLOTS + 2)]
+    assert _fast_chain._runs(many) == [list(range(_fast_chain.SLOTS - 1)),
+                                       list(range(_fast_chain.SLOTS - 1, len(many)))]
+    weights = [_step(1, 0, f"w{k}") for k in range(_fast_chain.SLOTS + 1)]
+    assert [len(r) for r in _fast_chain._runs(weights)] == [_fast_chain.SLOTS]  # a lone one
+
+
+def test_chain_step_layout() -> None:
+    steps = [_step(4, 1, "w"), _step(4, 1, "w", True)]
+    chain = _fast_chain.ChainStep(steps, [1, 4], ["w"])
+    assert chain.meta.tolist() == [[0, 0, 0, 2, 1, 0, 0, 2, 0, 3],
+                                   [1, 0, 0, 2, 1, 0, 0, 2, 0, 3]]
+    assert np.array_equal(chain.idx, [0, 0])
+    assert (chain.rows, chain.width) == (2, 3)
+
+
+def test_the_blas_call_agrees_with_addmm() -> None:
+    """The bound ``?gemm`` (LP64 or ILP64 alike: int64 slots) equals ``addmm_`` bit for bit."""
+    assert _fast_chain.agrees()
+    for dtype in (torch.float32, torch.float64):
+        gen = torch.Generator().manual_seed(1)
+        state, w, proj = (torch.randn(*s, generator=gen, dtype=dtype)
+                          for s in ((7, 18), (9, 36), (7, 36)))
+        ref, mine = proj.clone().addmm_(state.narrow(1, 0, 9), w), proj.clone()
+        _fast_chain._gemm_once(mine.numpy(), state.numpy(), w.numpy(), _fast_chain._ints(),
+                               np.ones(1, mine.numpy().dtype))
+        assert torch.equal(ref, mine)
+
+
+def test_no_chains_where_the_blas_call_disagrees(monkeypatch: pytest.MonkeyPatch,
+                                                 chains: list[int]) -> None:
+    monkeypatch.setattr(_fast_chain, "_AGREES", [False])
+    _outputs("bilstm_tagger", torch.float32, True)
+    assert chains[0] == 0
