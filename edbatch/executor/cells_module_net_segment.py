@@ -133,9 +133,10 @@ class Segment:
                 segment_backward(self.table, self.rows, arenas[self.att].numpy(),
                           arenas[self.scene].numpy(), extra, bufs[self.att].numpy(),
                           bufs[self.scene].numpy(), pgrad)
-                parts = torch.from_numpy(pgrad).split_with_sizes(self.sizes)
-                for name, part in zip(self.names, parts, strict=True):
-                    acc.add(name, part.view(params[name].shape))
+                if self.names:  # else the flat vector is a placeholder (no parameters)
+                    parts = torch.from_numpy(pgrad).split_with_sizes(self.sizes)
+                    for name, part in zip(self.names, parts, strict=True):
+                        acc.add(name, part.view(params[name].shape))
                 return
             for step, reads, kept in zip(reversed(self.steps), reversed(self.reads()),
                                          reversed(extra), strict=True):

@@ -97,19 +97,21 @@ def critical_path_weights(nh: int = 0) -> np.ndarray:
     return w
 
 
-@njit(cache=True)
-def _release_row(a, r, ids, rlen, maxh, rel, tst, cp, row):  # type: ignore[no-untyped-def]
-    """Features 15-21 of ready type ``a`` (module doc) from the release sums."""
+@njit(cache=True, inline="always")
+def _release_row(a, r, ids, rlen, maxh, rel, tst, cp, row, top1, top2, ntop1):  # type: ignore[no-untyped-def]
+    """Features 15-21 of ready type ``a`` (module doc) from the release sums; ``top1``: the
+    highest ``maxh`` of the ready types, ``ntop1`` how many have it, ``top2`` the highest
+    below it (so the highest other one is read in O(1)). Inlined: a call per row passing
+    arrays cost more than its arithmetic."""
     c = rlen[a]
-    tot, join, wait, other = tst[2, a], 0, 0, -1
+    tot, join, wait = tst[2, a], 0, 0
     for j in range(r):
         b = ids[j]
-        if b != a:
-            join += rel[a, b]
-            if rel[b, a] > wait:
-                wait = rel[b, a]
-            if maxh[b] > other:
-                other = maxh[b]
+        join += rel[a, b]
+        v = rel[b, a] if b != a else 0
+        wait = v if v > wait else wait
+    join -= rel[a, a]
+    other = top2 if (maxh[a] == top1 and ntop1 == 1) else top1
     row[15] = math.log1p(tot) / 4.0  # tot may exceed every type's count: not logt
     row[16] = join / c
     row[17] = rel[a, a] / c
@@ -153,6 +155,13 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
                     ctop[a] += 1
             seen[a] = rlen[a]
     cp = _critical(k, rlen, tw, maxh, batchable)
+    top2, ntop1 = -1, 0
+    for i in range(r):
+        h = maxh[ids[i]]
+        if h == top:
+            ntop1 += 1
+        elif h > top2:
+            top2 = h
     for i in range(r):
         a = ids[i]
         c, t = rlen[a], tw[a]
@@ -177,7 +186,7 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
         row[14] = c / n_ready
         row[22] = math.log1p(-gap) / 4.0
         if release:
-            _release_row(a, r, ids, rlen, maxh, rel, tst, cp, row)
+            _release_row(a, r, ids, rlen, maxh, rel, tst, cp, row, top, top2, ntop1)
     return r
 
 

@@ -82,6 +82,32 @@ def test_segments_in_inference_equal_the_torch_path() -> None:
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-12, atol=0)
 
 
+
+def test_a_segment_without_parameters_trains() -> None:
+    """A run of parameter-free batches (``unique`` then ``intersect``, as ``depth`` schedules
+    these 8 test questions) is a segment with no parameters: its backward routes the
+    attention gradients and adds no parameter gradient (it used to split a placeholder)."""
+    graph = WL.minibatch("test", [81, 100, 308, 466, 314, 143, 52, 457])
+    schedule = make_scheduler("depth")(graph)
+    plan = plan_memory(graph, schedule, "aligned")
+    ex = TorchExecutor("cpu", torch.float64)
+    program, _ = ex._program(graph, schedule, plan)
+    assert any(isinstance(s.kernel, Segment) and not s.kernel.names for s in program.steps)
+    params = init_params(WL, torch.Generator().manual_seed(2), dtype=torch.float64)
+    params = {k: v.requires_grad_() for k, v in params.items()}
+    out = []
+    for fused in (True, False):
+        res = TorchExecutor("cpu", torch.float64, fused=fused).run(graph, schedule, plan,
+                                                                   params, grad=True)
+        assert res.loss is not None
+        out.append((res.loss, torch.autograd.grad(res.loss, list(params.values()),
+                                                  allow_unused=True)))
+    torch.testing.assert_close(out[0][0], out[1][0], rtol=1e-12, atol=0)
+    for a, b in zip(out[0][1], out[1][1], strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-13)
+
 @pytest.mark.parametrize("kind", ["module_net.filter", "module_net.relate", "module_net.query"])
 def test_scene_arena_reads_equal_gathered_reads(kind: str) -> None:
     """A fused body reading its scenes in the arena by row (``IndexedRead``, repeated rows

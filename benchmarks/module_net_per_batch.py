@@ -1,0 +1,149 @@
+"""What one batch costs in an edbatch training step of the CLEVR module network (1 thread).
+
+    nice -n 5 python benchmarks/module_net_per_batch.py --split test --minibatches 12 \
+        --policy runs/module_net/priority/seed0/policy.json
+
+Every scheduler (``--schedulers``, plus ``learned`` from ``--policy``: a priority or FSM
+artifact's run-time scheduler) runs the same reshuffled mini-batches of 64 questions, in an
+alternating order, through the step of ``benchmarks/module_net_peers.py``'s edbatch
+contender (merge the cached per-question graphs, schedule, plan memory, run forward and
+backward). Per scheduler: mean batches, the medians of each phase and what a batch
+costs beside critical path: the median over mini-batches of ``(step - critical path's step)
+/ (batches - critical path's batches)``, also without the scheduling phase (what the
+batches themselves cost, not the scheduler that chose them). With ``learned``: its items/s
+over critical path's, the median of the per-mini-batch ratios (both ran on the same
+mini-batch, one after the other). ``--clock cpu`` (the default) times this thread's CPU time
+(``time.thread_time``), which a loaded machine's other processes do not inflate. Numbers
+only; nothing is checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import torch
+
+from edbatch.executor import init_params
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.memory import plan_memory
+from edbatch.schedule import make_scheduler
+from edbatch.workloads.module_net import ModuleNet
+
+__all__ = ["PHASES", "main"]
+
+PHASES = ("merge", "schedule", "plan", "run", "backward", "total")
+
+
+def _schedulers(args: argparse.Namespace, workload: ModuleNet) -> dict[str, object]:
+    out: dict[str, object] = {h: make_scheduler(h) for h in args.schedulers}
+    if args.policy:
+        from policies.fsm import FSMPolicy  # benchmarks may import every layer
+        from policies.priority import PriorityPolicy, is_priority_file
+        out["learned"] = (PriorityPolicy.load(args.policy) if is_priority_file(args.policy)
+                          else FSMPolicy.load(args.policy, workload.vocab)
+                          ).runtime_scheduler("learned")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    """Print and return each scheduler's ``<name>/batches``, ``<name>/<phase>`` medians
+    (ms), ``<name>/per_batch_us`` and ``<name>/per_batch_unscheduled_us`` (beside critical
+    path) and, with a policy, ``learned_items_ratio`` (critical path's step time over
+    learned's, median)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--minibatches", type=int, default=12)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--hidden-dim", type=int, default=64)
+    ap.add_argument("--split", default="train")
+    ap.add_argument("--schedulers", nargs="+",
+                    default=["depth", "dynet_agenda", "typewise_greedy", "critical_path"])
+    ap.add_argument("--policy", default=None, help="a priority or FSM policy.json: 'learned'")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="cpu")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if "critical_path" not in args.schedulers:
+        ap.error(f"--schedulers {args.schedulers} must include critical_path (the reference)")
+    clock = time.perf_counter if args.clock == "wall" else time.thread_time
+    torch.set_num_threads(1)
+    wl = ModuleNet(hidden_dim=args.hidden_dim)
+    data = wl.load(args.split)
+    for i in range(len(data)):  # each question's graph, built once (as the trainer does)
+        wl.instance_graph(args.split, i)
+    params = init_params(wl, torch.Generator().manual_seed(args.seed))
+    for p in params.values():
+        p.requires_grad_(True)
+    ex, rng = TorchExecutor("cpu"), np.random.default_rng(args.seed)
+    scheds = _schedulers(args, wl)
+    names = list(scheds)
+    times: dict[str, dict[str, list[float]]] = {n: {p: [] for p in PHASES} for n in names}
+    batches: dict[str, list[int]] = {n: [] for n in names}
+    for m in range(args.minibatches + 1):  # the first one warms up (numba, allocator)
+        idx = rng.permutation(len(data))[:args.batch_size]
+        for name in (names if m % 2 else names[::-1]):
+            t0 = clock()
+            graph = wl.minibatch(args.split, idx)
+            t1 = clock()
+            schedule = scheds[name](graph)  # type: ignore[operator]
+            t2 = clock()
+            plan = plan_memory(graph, schedule, "aligned")
+            t3 = clock()
+            res = ex.run(graph, schedule, plan, params, grad=True)
+            t4 = clock()
+            assert res.loss is not None
+            res.loss.backward()
+            t5 = clock()
+            for p in params.values():
+                p.grad = None
+            if m:
+                batches[name].append(schedule.num_batches)
+                for ph, v in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4,
+                                          t5 - t0), strict=True):
+                    times[name][ph].append(1e3 * v)
+    return _report(args, names, times, batches)
+
+
+def _report(args: argparse.Namespace, names: Sequence[str],
+            times: dict[str, dict[str, list[float]]], batches: dict[str, list[int]]
+            ) -> dict[str, float]:
+    cp_b = np.array(batches["critical_path"], np.float64)
+    cp_t = np.array(times["critical_path"]["total"])
+    cp_s = np.array(times["critical_path"]["schedule"])
+    out: dict[str, float] = {}
+    print(f"{args.clock} clock, ms per step (medians over {len(cp_t)} mini-batches of "
+          f"{args.batch_size}, hidden {args.hidden_dim}, split {args.split}); per batch: "
+          f"median over mini-batches of (step - critical path's) / (batches - its), with and "
+          f"without the scheduling phase:")
+    for n in names:
+        med = {p: float(np.median(v)) for p, v in times[n].items()}
+        out[f"{n}/batches"] = float(np.mean(batches[n]))
+        out.update({f"{n}/{p}": v for p, v in med.items()})
+        line = f"  {n:16s} batches {np.mean(batches[n]):6.1f} " + " ".join(
+            f"{p} {v:6.2f}" for p, v in med.items())
+        db = np.array(batches[n], np.float64) - cp_b
+        if n != "critical_path" and np.all(db != 0):
+            t, s = np.array(times[n]["total"]), np.array(times[n]["schedule"])
+            out[f"{n}/per_batch_us"] = float(np.median(1e3 * (t - cp_t) / db))
+            out[f"{n}/per_batch_unscheduled_us"] = float(
+                np.median(1e3 * ((t - s) - (cp_t - cp_s)) / db))
+            line += (f" | per batch {out[f'{n}/per_batch_us']:6.1f} us, without scheduling "
+                     f"{out[f'{n}/per_batch_unscheduled_us']:6.1f} us")
+        print(line)
+    if "learned" in names:
+        ratio = cp_t / np.array(times["learned"]["total"])
+        out["learned_items_ratio"] = float(np.median(ratio))
+        print(f"learned vs critical_path items/s: {100 * (np.median(ratio) - 1):+.1f}% "
+              f"(median of {len(ratio)} paired mini-batches; range "
+              f"{100 * (ratio.min() - 1):+.1f} to {100 * (ratio.max() - 1):+.1f}%)")
+    return out
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,32 @@
+"""``benchmarks/module_net_per_batch.py``: every scheduler's phases and what a batch costs
+beside critical path; a priority artifact runs as ``learned``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks.module_net_per_batch import PHASES, main
+
+
+@pytest.mark.slow
+def test_per_batch_costs_and_a_learned_priority_policy(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Critical path's weights as a priority artifact schedule as critical path does (same
+    batches on the same mini-batches, so no per-batch figure for it); depth needs more
+    batches on every mini-batch, so its per-batch cost is a number."""
+    from policies.priority import PriorityPolicy, critical_path_weights
+    path = PriorityPolicy(critical_path_weights(), learned=False).save(tmp_path / "p.json")
+    out = main(["--minibatches", "2", "--batch-size", "8", "--hidden-dim", "4", "--split",
+                "test", "--schedulers", "depth", "critical_path", "--policy", str(path)])
+    assert out["learned/batches"] == out["critical_path/batches"] > 0
+    assert out["depth/batches"] > out["critical_path/batches"]
+    assert math.isfinite(out["depth/per_batch_us"]) and "learned/per_batch_us" not in out
+    assert all(out[f"{n}/{p}"] > 0 for n in ("depth", "learned") for p in PHASES)
+    assert out["learned_items_ratio"] > 0
+
+
+def test_critical_path_is_required(capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit):
+        main(["--schedulers", "depth"])
+    assert "must include critical_path" in capsys.readouterr().err
