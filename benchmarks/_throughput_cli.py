@@ -9,7 +9,15 @@ from pathlib import Path
 
 from benchmarks._throughput_data import DATA_MODES
 from benchmarks._throughput_dynet import DYNET_CONTENDERS, ROOT
-from benchmarks._throughput_passes import FLOOR, GRAPHED, HAND, PT_UNBATCHED, UNFUSED, UNHOISTED
+from benchmarks._throughput_passes import (
+    FLOOR,
+    GRAPHED,
+    HAND,
+    PT_UNBATCHED,
+    UNCHAINED,
+    UNFUSED,
+    UNHOISTED,
+)
 from benchmarks.models_api import RECORDERS
 
 __all__ = ["CONTENDERS", "DEFAULT_CONTENDERS", "DEFAULT_MINIBATCHES", "DEFAULT_SIZES",
@@ -19,7 +27,7 @@ __all__ = ["CONTENDERS", "DEFAULT_CONTENDERS", "DEFAULT_MINIBATCHES", "DEFAULT_S
 DYNET_PEER = ROOT / "benchmarks" / "dynet_peer.py"
 EDBATCH_CONTENDERS = ("unbatched", "depth", "dynet_agenda", "fsm", "fsm+aligned",
                       "fsm+planned", "fsm+fastbuild", "fsm+cse", "fsm+planned+memo", GRAPHED,
-                      "auto", UNHOISTED, UNFUSED)
+                      "auto", UNHOISTED, UNFUSED, UNCHAINED)
 OTHER_CONTENDERS = (HAND, FLOOR, PT_UNBATCHED)
 CONTENDERS = EDBATCH_CONTENDERS + OTHER_CONTENDERS + DYNET_CONTENDERS
 #: The registered workloads with a per-instance API model (``benchmarks/peers/<name>.py``).

@@ -14,6 +14,8 @@ Contenders (see ``docs/benchmarks.md``):
   (``TorchExecutor(hoist=False)``: the per-batch cells, the ablation); ``fsm+unfused`` runs
   it with the cells' element-wise parts as separate torch kernels (``TorchExecutor(fused=
   False)``; every other edbatch contender has the fused cell bodies, the default);
+  ``fsm+unchained`` runs each hoisted LSTM batch of an inference run as its own call instead
+  of one compiled call per run of them (:mod:`~edbatch.executor._fast_chain`, the default);
 * ``pytorch_hand``: :mod:`benchmarks.hand_batched` (level by level / packed ``nn.LSTM``);
 * ``pytorch_unbatched``: a workload's per-instance PyTorch model (``Unbatched`` of
   ``benchmarks/peers/<name>.py``), node by node, on the first ``--unbatched-minibatches``
@@ -42,19 +44,21 @@ from benchmarks._throughput_data import GemmFloor, peak_rss_mb
 from benchmarks.hand_batched import HandBatched
 from benchmarks.models_api import RECORDERS
 from edbatch.api import AutoScheduler, DynamicBatch, memory_strategy, take_graph
-from edbatch.executor import reference_loss
+from edbatch.executor import _fast_chain, reference_loss
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph, dedupe_leaves
 from edbatch.memory import Strategy, plan_memory
 from edbatch.schedule import Schedule
 from edbatch.workloads import Workload
 
-__all__ = ["FLOOR", "GRAPHED", "HAND", "PHASES", "PT_UNBATCHED", "UNFUSED", "UNHOISTED", "Job",
+__all__ = ["FLOOR", "GRAPHED", "HAND", "PHASES", "PT_UNBATCHED", "UNCHAINED", "UNFUSED",
+           "UNHOISTED", "Job",
            "bench_job"]
 
 GRAPHED = "fsm+memo+cugraph"  # CUDA only
 UNHOISTED = "fsm+unhoisted"  # fsm without the executor's input-projection hoisting
 UNFUSED = "fsm+unfused"  # fsm with the cells' element-wise parts unfused (torch kernels)
+UNCHAINED = "fsm+unchained"  # fsm with each hoisted LSTM batch its own call (no chains)
 HAND = "pytorch_hand"
 PT_UNBATCHED = "pytorch_unbatched"  # per-instance PyTorch (a workload's ``Unbatched`` peer)
 SLOW = ("unbatched", PT_UNBATCHED)  # run on the first --unbatched-minibatches only
@@ -184,7 +188,12 @@ def _pass(job: Job, contender: str, r: int, k: int, *, profile: bool = False
                     TorchExecutor(job.device, profile=profile, sparse_grads=job.train,
                                   hoist=False if contender == UNHOISTED else None,
                                   fused=False if contender == UNFUSED else None)
-                res = ex.run(graph, schedule, plan, job.params, grad=job.train)
+                chained, _fast_chain.ENABLED[0] = _fast_chain.ENABLED[0], \
+                    _fast_chain.ENABLED[0] and contender != UNCHAINED
+                try:
+                    res = ex.run(graph, schedule, plan, job.params, grad=job.train)
+                finally:
+                    _fast_chain.ENABLED[0] = chained
                 clock.lap("execution")
                 assert res.loss is not None
                 loss = res.loss

@@ -25,7 +25,9 @@ Contenders: edbatch ``unbatched`` (node by node, first ``--unbatched-minibatches
 reused by structure), on CUDA ``fsm+memo+cugraph``, ``fsm+unhoisted`` (``fsm`` without the
 executor's input-projection hoisting, which every other edbatch contender has where a cell
 has a hoisted form: the default), ``fsm+unfused`` (``fsm`` with the cells' element-wise parts
-as separate torch kernels instead of one compiled kernel per batch, the default);
+as separate torch kernels instead of one compiled kernel per batch, the default),
+``fsm+unchained`` (``fsm`` with each hoisted LSTM batch its own call in inference, not one
+compiled call per run of them, the default);
 ``pytorch_hand``
 (:mod:`benchmarks.hand_batched`); ``pytorch_unbatched`` (per-instance PyTorch, node by
 node, where ``benchmarks/peers/<name>.py`` has an ``Unbatched``; first
@@ -104,6 +106,7 @@ from benchmarks._throughput_passes import (
     HAND,
     PHASES,
     PT_UNBATCHED,
+    UNCHAINED,
     UNFUSED,
     UNHOISTED,
     Job,
@@ -146,6 +149,7 @@ def _schedulers(policy: Any, contenders: Sequence[str]) -> dict[str, Callable[[G
         fsm = policy.runtime_scheduler("fsm")
         schedulers.update({"fsm": fsm, "fsm+aligned": fsm, "fsm+planned": fsm,
                            "fsm+fastbuild": fsm, "fsm+cse": fsm, UNHOISTED: fsm, UNFUSED: fsm,
+                           UNCHAINED: fsm,
                            "fsm+planned+memo": MemoScheduler(fsm), GRAPHED: MemoScheduler(fsm)})
     return schedulers
 
