@@ -314,7 +314,7 @@ def start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr):  # type: 
     track_tw = len(tw_ptr) > 0
     tw = _typewise_start(op, tw_pred, batchable, k, track_tw)
     tw_pending = tw_pred.astype(np.int64)
-    nf = 0
+    nf = np.int64(0)  # not Literal[int](0): one compiled _release
     for v in range(n):
         if arity[v] == 0:
             nf = _release(v, op, batchable, ready, start, rlen, maxh, height, forced, nf)

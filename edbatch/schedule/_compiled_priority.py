@@ -270,7 +270,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     batch_ptr = np.zeros(n + 1, np.int64)
     nodes = np.empty(n, np.int64)
     mark = np.zeros(n, np.bool_)
-    nb, done, overrides, decisions, last, nt = 0, 0, 0, 0, -1, 0
+    nb, done, overrides, decisions, last, nt = 0, 0, 0, 0, np.int64(-1), 0
     while True:
         while nf > 0:
             nf -= 1
@@ -283,9 +283,9 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
             batch_ptr[nb] = done
             rem[a] -= 1
             remd[a] -= depth[v]
-            nf = retire_step(batch, False, release, uptr, uids, pending, op, batchable, ready,
-                             start, rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel,
-                             fresh)
+            nf = retire_step(batch, np.bool_(False), release, uptr, uids, pending, op,
+                             batchable, ready, start, rlen, maxh, height, forced, nf, slot,
+                             scnt, nst, tst, rel, fresh)
         if done == n:
             break
         r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
@@ -319,8 +319,9 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
         rem[a] -= c
         for v in batch:
             remd[a] -= depth[v]
-        nf = retire_step(batch, True, release, uptr, uids, pending, op, batchable, ready, start,
-                         rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel, fresh)
+        nf = retire_step(batch, np.bool_(True), release, uptr, uids, pending, op, batchable,
+                         ready, start, rlen, maxh, height, forced, nf, slot, scnt, nst, tst,
+                         rel, fresh)
     return (batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, overrides,
             decisions, nt)
 
@@ -338,7 +339,8 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     """
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                     total, w, nh, np.empty((0, NUM_PRIORITY_FEATURES), np.float64),
-                    np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
+                    np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
+                    np.bool_(False))
     return res[0], res[1], res[2], res[3], res[4], res[5]
 
 
@@ -351,7 +353,7 @@ def priority_trace(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
     trace_ids = np.empty(cap, np.int64)
     nt = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                    total, w, nh, trace, trace_ids, np.empty(cap, np.int64),
-                   np.empty(0, np.int64))[6]
+                   np.empty(0, np.int64), np.bool_(False))[6]
     return trace[:nt], trace_ids[:nt]
 
 

@@ -157,7 +157,7 @@ def run_rank_fsm(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     ctop = np.zeros(k, np.int64)
     x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
-                                                     pending, batchable, True)
+                                                     pending, batchable, np.bool_(True))
     ids = np.empty(k, np.int64)
     order = np.empty(k, np.int64)
     codes = np.empty(k, np.int64)
@@ -167,7 +167,7 @@ def run_rank_fsm(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     nodes = np.empty(n, np.int64)
     mark = np.zeros(n, np.bool_)
     record = len(rec_keys) > 0
-    nb, done, last, hits, choices, agree, nrec = 0, 0, -1, 0, 0, 0, 0
+    nb, done, last, hits, choices, agree, nrec = 0, 0, np.int64(-1), 0, 0, 0, 0
     while True:
         while nf > 0:
             nf -= 1
@@ -180,13 +180,14 @@ def run_rank_fsm(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
             batch_ptr[nb] = done
             rem[a] -= 1
             remd[a] -= depth[v]
-            nf = retire_step(batch, False, True, uptr, uids, pending, op, batchable, ready,
-                             start, rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel,
-                             fresh)
+            nf = retire_step(batch, np.bool_(False), np.bool_(True), uptr, uids, pending, op,
+                             batchable, ready, start, rlen, maxh, height, forced, nf, slot,
+                             scnt, nst, tst, rel, fresh)
         if done == n:
             break
         r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
-                              last, hmax, logt, seen, sumh, cmax, ctop, ids, x, rel, tst, True)
+                              last, hmax, logt, seen, sumh, cmax, ctop, ids, x, rel, tst,
+                              np.bool_(True))
         if r == 1:
             a = ids[0]
         else:
@@ -227,7 +228,8 @@ def run_rank_fsm(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
         rem[a] -= c
         for v in batch:
             remd[a] -= depth[v]
-        nf = retire_step(batch, True, True, uptr, uids, pending, op, batchable, ready, start,
-                         rlen, maxh, height, forced, nf, slot, scnt, nst, tst, rel, fresh)
+        nf = retire_step(batch, np.bool_(True), np.bool_(True), uptr, uids, pending, op,
+                         batchable, ready, start, rlen, maxh, height, forced, nf, slot, scnt,
+                         nst, tst, rel, fresh)
     return (batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, hits, choices, agree,
             nrec)

@@ -54,7 +54,7 @@ def priority_q_base(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw
     trace_dec = np.empty(cap, np.int64)
     none = np.empty(0, np.int64)
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                    total, w, nh, trace, trace_ids, trace_dec, none, True)
+                    total, w, nh, trace, trace_ids, trace_dec, none, np.bool_(True))
     batch_op, forced, nt = res[0], res[1], res[6]
     base = len(batch_op)
     seq = np.empty(base, np.int64)
@@ -82,5 +82,6 @@ def priority_q_base(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw
                 prefix[t] = b
                 q[i] = len(_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred,
                                      tw_ptr, tw_ids, total, wb, nhb, trace[:0], trace_ids[:0],
-                                     trace_dec[:0], prefix[:t + 1])[0])
+                                     trace_dec[:0], prefix[:t + 1],
+                                     np.bool_(False))[0])
     return trace[:nt], trace_ids[:nt], ptr, q, base
