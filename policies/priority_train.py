@@ -38,7 +38,7 @@ from policies.priority import (
 from policies.priority_api import improve
 from policies.priority_dagger import TEACHERS, WEIGHTINGS, dagger
 
-__all__ = ["PriorityResult", "PriorityTrainer", "searched"]
+__all__ = ["PriorityResult", "PriorityTrainer", "prune_hidden", "searched"]
 
 
 def searched(nh: int, far: bool) -> np.ndarray:  # type: ignore[type-arg]
@@ -51,6 +51,17 @@ def searched(nh: int, far: bool) -> np.ndarray:  # type: ignore[type-arg]
         active[j] = False
         active[[f + u * (f + 1) + j for u in range(nh)]] = False
     return active
+
+
+def prune_hidden(w: np.ndarray, nh: int) -> tuple[np.ndarray, int]:  # type: ignore[type-arg]
+    """``(w, nh)`` without the hidden units whose output weight is 0: the same scores, bit for
+    bit (such a unit adds ``0 * z``), and no per-decision cost for them; all of them gone
+    (the CEM's linear weights kept over an untouched MLP), a linear scorer (``nh`` 0)."""
+    f = len(FEATURES)
+    out = w[f + nh * (f + 1):]
+    keep = [j for j in range(nh) if out[j] != 0.0]
+    units = [w[f + j * (f + 1):f + (j + 1) * (f + 1)] for j in keep]
+    return np.concatenate([w[:f], *units, out[keep]]), len(keep)
 
 
 @dataclass
@@ -201,8 +212,9 @@ class PriorityTrainer:
                 "no weights beat critical path on the training graphs" if best >= base else
                 f"the best weights ({best} vs {base} training batches) lost on validation "
                 f"({val_new} vs {val_base}); kept critical path")
-        w = best_w if learned else w0
-        policy = PriorityPolicy(w, hidden=nh, learned=learned, metadata=meta)
+        w, meta["hidden"] = prune_hidden(best_w if learned else w0, nh)
+        meta["hidden_searched"] = nh
+        policy = PriorityPolicy(w, hidden=meta["hidden"], learned=learned, metadata=meta)
         ratio = (val_new if learned else val_base) / lb_val
         return PriorityResult(policy, float(ratio), episodes, time.perf_counter() - t0,
                               history)

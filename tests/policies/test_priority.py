@@ -21,9 +21,10 @@ from policies.priority import (
     PriorityTwin,
     critical_path_weights,
     num_params,
+    population_batches,
     widen,
 )
-from policies.priority_train import PriorityTrainer
+from policies.priority_train import PriorityTrainer, prune_hidden
 from policies.user import load_policy
 
 
@@ -104,10 +105,47 @@ def test_mlp_training_is_deterministic_and_guarded(graphs: list) -> None:
     train, val = graphs[:1], graphs[1:2]
     a = PriorityTrainer(iterations=2, population=6, elite=2, seed=5, hidden_units=2).fit(train, val)
     b = PriorityTrainer(iterations=2, population=6, elite=2, seed=5, hidden_units=2).fit(train, val)
-    assert np.array_equal(a.policy.weights, b.policy.weights) and a.policy.hidden == 2
+    assert np.array_equal(a.policy.weights, b.policy.weights)
     meta = a.policy.metadata
-    assert meta["hidden"] == 2 and meta["val_batches"] <= meta["val_fallback_batches"]
-    assert len(a.policy.weights) == num_params(2)
+    assert meta["hidden_searched"] == 2 and meta["val_batches"] <= meta["val_fallback_batches"]
+    assert a.policy.hidden == meta["hidden"] == (2 if a.policy.learned else 0)  # CEM: all move
+    assert len(a.policy.weights) == num_params(a.policy.hidden)
+
+
+@pytest.mark.parametrize("zero", [[0, 1, 2], [1], []])
+def test_prune_hidden_drops_the_units_with_zero_output_weight(graphs: list, zero: list) -> None:
+    """Units with output weight 0 add nothing to any score: pruned, the same schedules; all
+    pruned, a linear artifact (``hidden`` 0, no MLP cost per decision)."""
+    nh, f = 3, len(FEATURES)
+    w = critical_path_weights(nh) + np.random.default_rng(2).normal(0.0, 0.7, num_params(nh))
+    w[[f + nh * (f + 1) + j for j in zero]] = 0.0
+    wp, kept = prune_hidden(w, nh)
+    assert kept == nh - len(zero) and len(wp) == num_params(kept)
+    assert np.array_equal(wp[:f], w[:f])
+    full, small = PriorityPolicy(w, hidden=nh), PriorityPolicy(wp, hidden=kept)
+    for g in graphs:
+        assert _same(full(g), small(g))
+    assert full.hits == small.hits > 0
+
+
+def test_trainer_deploys_linear_weights_when_dagger_keeps_the_cems(graphs: list,
+                                                                  monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``trainer=priority_dagger``'s MLP is a residual with output weights 0 until a DAgger
+    round beats the CEM; when none does, the artifact is the CEM's linear weights."""
+    kept = []
+
+    def no_gain(self, train, w, progress):  # type: ignore[no-untyped-def]
+        kept.append(w.copy())  # the CEM's best, its hidden units untouched
+        return w, int(population_batches(train, w[None], self.hidden)[0].sum()), []
+
+    monkeypatch.setattr(PriorityTrainer, "_dagger", no_gain)
+    res = PriorityTrainer(iterations=2, population=6, elite=2, seed=5, hidden_units=4,
+                          dagger_rounds=1).fit(graphs[:1], graphs[1:2])
+    p, meta = res.policy, res.policy.metadata
+    assert p.learned and p.hidden == meta["hidden"] == 0 and meta["hidden_searched"] == 4
+    assert np.array_equal(p.weights, kept[0][:len(FEATURES)])
+    mlp = PriorityPolicy(kept[0], hidden=4)
+    assert all(_same(p(g), mlp(g)) for g in graphs)
 
 
 def test_no_search_keeps_critical_path_and_says_why(graphs: list) -> None:
