@@ -70,7 +70,7 @@ def classify_compiled(cons, bptr, optr, oids, op_ids, variadic, node_row, node_a
         total += optr[cons[i] + 1] - optr[cons[i]]
     out = (np.empty(total + 1, np.int64), np.empty(total + 1, np.int64),
            np.empty(total, np.int64), np.empty(total, np.int32))
-    m = g = 0  # edges and reads written
+    m = g = np.int64(0)  # edges and reads written (np.int64: not Literal[int], one _emit)
     alone = np.zeros(nb, np.int64)  # 1: a variadic node alone, 2: ... over several arenas
     for b in range(nb):
         if bptr[b + 1] - bptr[b] == 1 and variadic[op_ids[cons[bptr[b]]]]:
