@@ -78,9 +78,8 @@ class FastSickStep:
             if self.arena < 0:  # leaves
                 g = torch.addmm(w[b_iou], x, w[(w_iou, 0)])
                 gv = g.numpy()
-                _fused._sick_fwd(gv, np.empty((0, hidden), gv.dtype),
-                                 np.empty((0, 2 * hidden), gv.dtype), self.kids, out,
-                                 np.empty((n, hidden), gv.dtype))
+                _fused.sick_forward_rows(gv, np.empty((0, hidden), gv.dtype), out, self.kids,
+                                         self.seg, out, np.empty((n, hidden), gv.dtype))
                 return
             gw = torch.addmm(w[(b_iou, b_f)], x, w[(w_iou, w_f)])
             h_k = arenas[self.arena].narrow(1, 0, hidden).index_select(0, self.kid_t)
