@@ -34,6 +34,7 @@ COMPILED_MODULES = (
     "api/_bulk_scan.py",
     "executor/_fused.py",
     "executor/_fused_ggnn.py",
+    "executor/_fused_sick.py",
     "executor/cells_module_net_fused.py",
     "executor/cells_module_net_scene.py",
     "executor/cells_module_net_segment_bodies.py",

@@ -7,7 +7,7 @@ adapter. Here, where a run qualifies (:func:`~edbatch.executor._fast_lstm.qualif
 kernels on, CPU float32/64 arenas, nothing saved for a backward), such a batch gathers only
 the children's ``h`` columns, all slots in one ``index_select`` (slot after slot, the general
 path's row order), and the compiled kernel
-(:func:`~edbatch.executor._fused.sick_forward_rows`) adds each child's parent ``W_f x`` row
+(:func:`~edbatch.executor._fused_sick.sick_forward_rows`) adds each child's parent ``W_f x`` row
 and reads its ``c`` in place from the state arena by row index. The same GEMMs on operands of
 the same values (``[W_iou; W_f]^T`` stacked, ``h~`` summed by ``index_add_`` in the same
 order) and the same element-wise arithmetic; the only reassociation is ``f_k``'s
@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor import _fused
+from edbatch.executor import _fused_sick
 from edbatch.executor._reads import Read, RowsRead, SliceRead
 from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.kernels import KERNELS
@@ -78,8 +78,9 @@ class FastSickStep:
             if self.arena < 0:  # leaves
                 g = torch.addmm(w[b_iou], x, w[(w_iou, 0)])
                 gv = g.numpy()
-                _fused.sick_forward_rows(gv, np.empty((0, hidden), gv.dtype), out, self.kids,
-                                         self.seg, out, np.empty((n, hidden), gv.dtype))
+                _fused_sick.sick_forward_rows(gv, np.empty((0, hidden), gv.dtype), out,
+                                              self.kids, self.seg, out,
+                                              np.empty((n, hidden), gv.dtype))
                 return
             gw = torch.addmm(w[(b_iou, b_f)], x, w[(w_iou, w_f)])
             h_k = arenas[self.arena].narrow(1, 0, hidden).index_select(0, self.kid_t)
@@ -87,8 +88,8 @@ class FastSickStep:
             gw[:, :3 * hidden].addmm_(h_sum, w[(u_iou, 0)])
             f = torch.mm(h_k, w[(u_f, 0)])
             gv = gw.numpy()
-            _fused.sick_forward_rows(gv, f.numpy(), views[self.arena], self.kids, self.seg, out,
-                                  np.empty((n, hidden), gv.dtype))
+            _fused_sick.sick_forward_rows(gv, f.numpy(), views[self.arena], self.kids,
+                                          self.seg, out, np.empty((n, hidden), gv.dtype))
         except Exception as e:  # as the kernel path reports a failing batch
             raise ExecutionError(f"batch of op type {self.name!r} ({n} nodes, child-sum "
                                  f"Tree-LSTM short path) failed: {type(e).__name__}: {e}") from e

@@ -37,7 +37,7 @@ from numba.extending import overload
 from torch import Tensor
 
 __all__ = ["DEFAULT", "enabled", "lstm_backward", "lstm_forward", "sick_forward",
-           "sick_forward_rows", "tree_backward", "tree_forward", "tree_forward_rows", "use", "usable"]
+           "tree_backward", "tree_forward", "tree_forward_rows", "use", "usable"]
 
 #: Whether the fused kernels run where they apply, unless :func:`use` says otherwise.
 DEFAULT = True
@@ -340,18 +340,6 @@ def _sick_out(gw, out, t):  # type: ignore[no-untyped-def]
             tr[j] = tj
 
 
-@_jit
-def _sick_fwd_rows(gw, f, states, kids, seg, out, t):  # type: ignore[no-untyped-def]
-    h = t.shape[1]
-    for b in range(gw.shape[0]):
-        t[b, :] = 0
-    for n in range(f.shape[0]):  # f_k = sigmoid(U_f h_k + (W_f x + b_f) of its node)
-        fr, cr, acc, wr = f[n], states[kids[n]], t[seg[n]], gw[seg[n]]
-        for j in range(h):
-            acc[j] += _sigmoid(fr[j] + wr[3 * h + j]) * cr[h + j]
-    _sick_out(gw, out, t)
-
-
 def sick_forward(gw: Tensor, f: Tensor, rows: Tensor, segment: Tensor, out: Tensor,
                  t: Tensor) -> None:
     """Child-sum Tree-LSTM node in place: ``gw`` (``[B, >= 3H]``, contiguous; its first
@@ -361,15 +349,4 @@ def sick_forward(gw: Tensor, f: Tensor, rows: Tensor, segment: Tensor, out: Tens
     the second half of ``rows[n]``, ``[N, 2H]``), ``out = [o tanh(c); c]``,
     ``t = tanh(c)``. No children: ``N = 0``."""
     _sick_fwd(gw.numpy(), f.numpy(), rows.numpy(), segment.numpy(), out.numpy(), t.numpy())
-
-
-def sick_forward_rows(gw: np.ndarray, f: np.ndarray, states: np.ndarray,  # type: ignore[type-arg]
-                      kids: np.ndarray, seg: np.ndarray, out: np.ndarray,  # type: ignore[type-arg]
-                      t: np.ndarray) -> None:  # type: ignore[type-arg]
-    """:func:`sick_forward` reading the children in place: child row ``n`` is row
-    ``kids[n]`` of ``states`` (an arena of ``[h; c]`` rows) and belongs to node ``seg[n]``
-    (``int64``); ``f`` (``[N, H]``) holds ``U_f h_k`` only: the kernel adds the node's
-    ``W_f x + b_f``, columns ``3H:4H`` of ``gw`` (``[B, 4H]``), and leaves ``f`` as it is;
-    numpy arrays."""
-    _sick_fwd_rows(gw, f, states, kids, seg, out, t)
 

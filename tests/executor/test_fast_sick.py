@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor import _fast_lstm, _fast_sick, _fused, init_params
+from edbatch.executor import _fast_lstm, _fast_sick, _fused, _fused_sick, init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
@@ -97,7 +97,7 @@ def test_fused_rows_kernel_reads_children_in_place() -> None:
     g_torch = torch.from_numpy(gw.copy())
     f_torch = torch.from_numpy(f + gw[seg, 3 * hidden:])
     f_before = f.copy()
-    _fused.sick_forward_rows(gw, f, states, kids, seg, out, t)
+    _fused_sick.sick_forward_rows(gw, f, states, kids, seg, out, t)
     np.testing.assert_allclose(out, want_out, rtol=0, atol=1e-12)
     np.testing.assert_allclose(t, want_t, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(f, f_before)  # f is read only
