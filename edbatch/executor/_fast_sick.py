@@ -116,10 +116,6 @@ def _step(step: Any, arenas: Sequence[tuple[int, int]]) -> FastSickStep | None:
     slots = [_rows(r) for r in step.reads[1:]]
     if any(s is None for s in slots) or len({s[0] for s in slots}) > 1:  # type: ignore[index]
         return None
-    counts = step.attrs.numpy()
-    seg = [np.flatnonzero(counts > k) for k in range(len(slots))]
-    if any(len(s) != len(r[1]) for s, r in zip(seg, slots, strict=True)):  # type: ignore[index]
-        return None
     if not slots:
         return FastSickStep(step.reads[0], -1, np.zeros(0, np.int64), np.zeros(0, np.int64),
                             step.out_arena, step.out_start, tuple(step.op.params), hidden,
@@ -127,8 +123,11 @@ def _step(step: Any, arenas: Sequence[tuple[int, int]]) -> FastSickStep | None:
     arena = slots[0][0]  # type: ignore[index]
     if arenas[arena][1] != 2 * hidden:
         return None
-    kids = np.ascontiguousarray(np.concatenate([r[1] for r in slots]), np.int64)  # type: ignore[index]
-    return FastSickStep(step.reads[0], arena, kids, np.concatenate(seg).astype(np.int64),
+    has = step.attrs.numpy() > np.arange(len(slots))[:, None]  # [slot, node]: node has it
+    if has.sum(1).tolist() != [len(r[1]) for r in slots]:  # type: ignore[index]
+        return None
+    kids = np.concatenate([r[1] for r in slots]).astype(np.int64, copy=False)  # type: ignore[index]
+    return FastSickStep(step.reads[0], arena, kids, np.nonzero(has)[1],
                         step.out_arena, step.out_start, tuple(step.op.params), hidden,
                         step.size, step.op.name)
 
