@@ -35,6 +35,7 @@ COMPILED_MODULES = (
     "executor/_fast_chain.py",
     "executor/_fused.py",
     "executor/_fused_ggnn.py",
+    "executor/_fused_sick.py",
     "executor/cells_module_net_fused.py",
     "executor/cells_module_net_scene.py",
     "executor/cells_module_net_segment_bodies.py",

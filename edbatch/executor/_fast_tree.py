@@ -26,6 +26,7 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fused
+from edbatch.executor._fast_sick import sick_short
 from edbatch.executor._reads import Read, RowsRead, SliceRead
 from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.kernels import KERNELS
@@ -92,7 +93,10 @@ def _rows(read: Read) -> tuple[int, np.ndarray] | None:  # type: ignore[type-arg
 def tree_short(program: Any, device: torch.device) -> Any:
     """Give ``program``'s Tree-LSTM internal batches (the registered kernel, children read
     as whole rows of one state arena) a :class:`FastTreeStep` in ``program.short`` (its
-    other entries are kept); returns ``program``. Nothing off the CPU."""
+    other entries are kept), and the child-sum Tree-LSTM's batches theirs
+    (:func:`~edbatch.executor._fast_sick.sick_short`); returns ``program``. Nothing off
+    the CPU."""
+    program = sick_short(program, device)
     kernel = KERNELS.get(KIND)
     if device.type != "cpu" or kernel is None:
         return program

@@ -322,7 +322,13 @@ def _sick_fwd(gw, f, rows, seg, out, t):  # type: ignore[no-untyped-def]
         _sig_(fr)
         for j in range(h):
             acc[j] += fr[j] * cr[h + j]
-    for b in range(gw.shape[0]):
+    _sick_out(gw, out, t)
+
+
+@_jit
+def _sick_out(gw, out, t):  # type: ignore[no-untyped-def]
+    h = t.shape[1]
+    for b in range(gw.shape[0]):  # t holds fc on entry, tanh(c) on exit
         gr, orow, tr = gw[b], out[b], t[b]
         _sig_(gr[:2 * h])
         _tanh_(gr[2 * h:3 * h])

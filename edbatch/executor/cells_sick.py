@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from edbatch.executor import _fused
+from edbatch.executor import _fused, _fused_sick
 from edbatch.executor._weights import TRANSPOSED, linear_t
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD
@@ -142,6 +142,9 @@ class SickNode(CellKind):
                  grads: RoleGrads) -> list[Tensor | None]:
         x, u = saved.x, saved.u
         hidden = u.shape[1]
+        if saved.io.shape[1] >= 3 * hidden and _fused.usable(  # a fused forward's saves
+                grad, saved.io, saved.t, *(() if saved.segment is None else (saved.f,))):
+            return self._fused_backward(saved, grad, p, grads)
         d_g, dc = _gates_backward(grad, saved.io, u, saved.t)
         grads.linear(("W_iou", "b_iou"), d_g, x)
         if saved.segment is None:
@@ -160,6 +163,34 @@ class SickNode(CellKind):
         grads.linear(("W_f", "b_f"), d_wf, x)
         dx = d_gw @ saved.w_t.t()
         # d h_k = (U_iou^T d g)[node of k] + U_f^T d f_k
+        torch.addmm((d_g @ p.U_iou).index_select(0, segment), d_f, p.U_f,
+                    out=d_rows[:, :hidden])
+        return [dx, *d_rows.split(saved.sizes)]
+
+    @staticmethod
+    def _fused_backward(saved: Any, grad: Tensor, p: Any, grads: RoleGrads
+                        ) -> list[Tensor | None]:
+        """:meth:`backward`'s element-wise part as one compiled kernel
+        (:func:`_fused_sick.sick_backward <edbatch.executor._fused_sick.sick_backward>`:
+        gate gradients, ``d f_k``, ``d c_k`` and the per-node sums of ``d f_k``); the same
+        matmuls."""
+        x, hidden = saved.x, saved.u.shape[1]
+        if saved.segment is None:
+            d_g = x.new_empty(x.shape[0], 3 * hidden)
+            _fused_sick.sick_backward(grad, saved.io, saved.t, d_g)
+            grads.linear(("W_iou", "b_iou"), d_g, x)
+            return [d_g @ p.W_iou]
+        segment, f, rows = saved.segment, saved.f, saved.rows.contiguous()
+        d_gw = x.new_empty(x.shape[0], 4 * hidden)  # [d g; d (W_f x)]
+        d_f, d_rows = torch.empty_like(f), torch.empty_like(rows)
+        _fused_sick.sick_backward(grad, saved.io, saved.t, d_gw,
+                                  (f, rows, segment, d_f, d_rows))
+        d_g = d_gw[:, :3 * hidden]
+        grads.linear(("W_iou", "b_iou"), d_g, x)
+        grads.linear(("U_iou",), d_g, saved.h_sum)
+        grads.linear(("U_f",), d_f, rows[:, :hidden])
+        grads.linear(("W_f", "b_f"), d_gw[:, 3 * hidden:], x)
+        dx = d_gw @ saved.w_t.t()
         torch.addmm((d_g @ p.U_iou).index_select(0, segment), d_f, p.U_f,
                     out=d_rows[:, :hidden])
         return [dx, *d_rows.split(saved.sizes)]

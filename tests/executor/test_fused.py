@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from edbatch.executor import _fused, init_params
+from edbatch.executor import _fused, _fused_sick, init_params
 from edbatch.executor.cells import lstm_step_backward
 from edbatch.executor.cells_hoist import lstm_from_gates
 from edbatch.executor.torch_executor import TorchExecutor
@@ -21,7 +21,8 @@ from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, make_workload
 
 #: The workloads whose cell kinds all have hand-written backwards (the fused kinds' users).
 HAND = tuple(n for n in REAL_WORKLOADS if WORKLOADS[n].hand_backward)
-KERNELS = ("lstm_forward", "lstm_backward", "tree_forward", "tree_backward", "sick_forward")
+KERNELS = ("lstm_forward", "lstm_backward", "tree_forward", "tree_backward", "sick_forward",
+           "sick_forward_rows", "sick_backward")
 
 
 @pytest.fixture(autouse=True)
@@ -34,12 +35,13 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     """Counts the fused kernels' calls (so a test sees the fused path really ran)."""
     counter: Counter[str] = Counter()
     for name in KERNELS:
-        real = getattr(_fused, name)
+        module = _fused_sick if name in _fused_sick.__all__ else _fused
+        real = getattr(module, name)
 
         def counted(*args: object, _real: object = real, _name: str = name) -> None:
             counter[_name] += 1
             _real(*args)  # type: ignore[operator]
-        monkeypatch.setattr(_fused, name, counted)
+        monkeypatch.setattr(module, name, counted)
     yield counter
 
 
@@ -79,7 +81,9 @@ def test_fused_equals_unfused_in_fp64(name: str, hoist: bool | None,
         assert calls[f"{'tree' if name == 'tree_lstm' else 'lstm'}_forward"] > 0
         assert calls[f"{'tree' if name == 'tree_lstm' else 'lstm'}_backward"] > 0
     if name == "tree_lstm_sick":  # leaf and internal batches, inference and training
-        assert calls["sick_forward"] >= 4
+        assert calls["sick_forward"] >= 2  # training (inference: the short path's kernel)
+        assert calls["sick_forward_rows"] >= 2
+        assert calls["sick_backward"] >= 2
 
 
 @pytest.mark.parametrize("name", ["tree_lstm", "lattice_lstm", "bilstm_tagger", "tree_lstm_sick"])
