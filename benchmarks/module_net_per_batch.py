@@ -22,8 +22,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -37,7 +38,7 @@ from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads.module_net import ModuleNet
 
-__all__ = ["PHASES", "main"]
+__all__ = ["PHASES", "main", "training_step"]
 
 PHASES = ("merge", "schedule", "plan", "run", "backward", "total")
 
@@ -51,6 +52,29 @@ def _schedulers(args: argparse.Namespace, workload: ModuleNet) -> dict[str, obje
                           else FSMPolicy.load(args.policy, workload.vocab)
                           ).runtime_scheduler("learned")
     return out
+
+
+def training_step(wl: ModuleNet, split: str, idx: Sequence[int], scheduler: Callable[..., Any],
+                  ex: TorchExecutor, params: dict[str, torch.Tensor],
+                  clock: Callable[[], float]) -> tuple[tuple[float, ...], Any, Any]:
+    """One training step on the mini-batch ``idx`` of ``split``: ``((merge, schedule, plan,
+    run, backward) seconds on ``clock``, the schedule, the executor's result)``; the
+    gradients are dropped after the backward."""
+    t0 = clock()
+    graph = wl.minibatch(split, idx)
+    t1 = clock()
+    schedule = scheduler(graph)
+    t2 = clock()
+    plan = plan_memory(graph, schedule, "aligned")
+    t3 = clock()
+    res = ex.run(graph, schedule, plan, params, grad=True)
+    t4 = clock()
+    assert res.loss is not None
+    res.loss.backward()
+    t5 = clock()
+    for p in params.values():
+        p.grad = None
+    return (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), schedule, res
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
@@ -88,24 +112,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     for m in range(args.minibatches + 1):  # the first one warms up (numba, allocator)
         idx = rng.permutation(len(data))[:args.batch_size]
         for name in (names if m % 2 else names[::-1]):
-            t0 = clock()
-            graph = wl.minibatch(args.split, idx)
-            t1 = clock()
-            schedule = scheds[name](graph)  # type: ignore[operator]
-            t2 = clock()
-            plan = plan_memory(graph, schedule, "aligned")
-            t3 = clock()
-            res = ex.run(graph, schedule, plan, params, grad=True)
-            t4 = clock()
-            assert res.loss is not None
-            res.loss.backward()
-            t5 = clock()
-            for p in params.values():
-                p.grad = None
+            laps, schedule, _ = training_step(wl, args.split, idx, scheds[name], ex, params,
+                                              clock)
             if m:
                 batches[name].append(schedule.num_batches)
-                for ph, v in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4,
-                                          t5 - t0), strict=True):
+                for ph, v in zip(PHASES, (*laps, sum(laps)), strict=True):
                     times[name][ph].append(1e3 * v)
     return _report(args, names, times, batches)
 

@@ -31,6 +31,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import numpy as np
 import torch
 
+from benchmarks.module_net_per_batch import training_step
 from edbatch.executor import cells_module_net_segment, init_params
 from edbatch.executor.cell_kind import CELL_KINDS
 from edbatch.executor.torch_executor import TorchExecutor
@@ -72,24 +73,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     ex, rng = TorchExecutor("cpu"), np.random.default_rng(0)
     times: dict[str, list[float]] = {k: [] for k in PHASES}
     for k in range(args.minibatches + 1):  # the first one warms up
-        t0 = clock()
-        graph = wl.minibatch("train", rng.permutation(len(train))[:64])
-        t1 = clock()
-        schedule = sched(graph)
-        t2 = clock()
-        plan = plan_memory(graph, schedule, "aligned")
-        t3 = clock()
-        res = ex.run(graph, schedule, plan, params, grad=True)
-        t4 = clock()
-        assert res.loss is not None
-        res.loss.backward()
-        t5 = clock()
-        for p in params.values():
-            p.grad = None
+        (merge, sch, plan, run, bwd), schedule, res = training_step(
+            wl, "train", rng.permutation(len(train))[:64], sched, ex, params, clock)
         c = res.stats["exec/compile_seconds"]
         if k:
-            for name, v in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, c, t4 - t3 - c, t5 - t4,
-                                        t5 - t0), strict=True):
+            for name, v in zip(PHASES, (merge, sch, plan, c, run - c, bwd,
+                                        merge + sch + plan + run + bwd), strict=True):
                 times[name].append(1e3 * v)
     out = {k: float(np.median(v)) for k, v in times.items()}
     print(f"ms per step ({args.clock} clock, medians):", {k: round(v, 1) for k, v in out.items()},

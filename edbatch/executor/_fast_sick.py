@@ -26,7 +26,7 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fused_sick
-from edbatch.executor._reads import Read, RowsRead, SliceRead
+from edbatch.executor._reads import Read, RowsRead, SliceRead, whole_rows
 from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.kernels import KERNELS
 
@@ -95,16 +95,6 @@ class FastSickStep:
                                  f"Tree-LSTM short path) failed: {type(e).__name__}: {e}") from e
 
 
-def _rows(read: Read) -> tuple[int, np.ndarray] | None:  # type: ignore[type-arg]
-    """``(arena, int64 rows)`` of a whole-row read (a gather or a slice), else ``None``."""
-    kind = type(read)
-    if kind is RowsRead:
-        return read.b, read.idx.numpy()  # type: ignore[attr-defined]
-    if kind is SliceRead:
-        return read.b, np.arange(read.lo, read.hi, dtype=np.int64)  # type: ignore[attr-defined]
-    return None
-
-
 def _step(step: Any, arenas: Sequence[tuple[int, int]]) -> FastSickStep | None:
     """The short step of one child-sum batch, or ``None`` where its reads do not fit (not
     whole rows, children in several arenas, a slot longer than the nodes with that many
@@ -113,7 +103,7 @@ def _step(step: Any, arenas: Sequence[tuple[int, int]]) -> FastSickStep | None:
     if len(step.op.params) != 6 or not step.reads or type(step.reads[0]) not in \
             (RowsRead, SliceRead):
         return None
-    slots = [_rows(r) for r in step.reads[1:]]
+    slots = [whole_rows(r) for r in step.reads[1:]]
     if any(s is None for s in slots) or len({s[0] for s in slots}) > 1:  # type: ignore[index]
         return None
     if not slots:

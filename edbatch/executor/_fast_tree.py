@@ -27,7 +27,7 @@ from torch import Tensor
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fused
 from edbatch.executor._fast_sick import sick_short
-from edbatch.executor._reads import Read, RowsRead, SliceRead
+from edbatch.executor._reads import whole_rows
 from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.kernels import KERNELS
 
@@ -80,16 +80,6 @@ class FastTreeStep:
                                  f"path) failed: {type(e).__name__}: {e}") from e
 
 
-def _rows(read: Read) -> tuple[int, np.ndarray] | None:  # type: ignore[type-arg]
-    """``(arena, int64 rows)`` of a whole-row read (a gather or a slice), else ``None``."""
-    kind = type(read)
-    if kind is RowsRead:
-        return read.b, read.idx.numpy()  # type: ignore[attr-defined]
-    if kind is SliceRead:
-        return read.b, np.arange(read.lo, read.hi, dtype=np.int64)  # type: ignore[attr-defined]
-    return None
-
-
 def tree_short(program: Any, device: torch.device) -> Any:
     """Give ``program``'s Tree-LSTM internal batches (the registered kernel, children read
     as whole rows of one state arena) a :class:`FastTreeStep` in ``program.short`` (its
@@ -107,7 +97,7 @@ def tree_short(program: Any, device: torch.device) -> Any:
                 not step.writes_out or len(step.reads) != 2 or len(step.op.params) != 5 or \
                 (short and short[i] is not None):
             continue
-        left, right = _rows(step.reads[0]), _rows(step.reads[1])
+        left, right = whole_rows(step.reads[0]), whole_rows(step.reads[1])
         hidden = step.width // 2
         if left is None or right is None or left[0] != right[0] or \
                 program.arenas[left[0]][1] != 2 * hidden or len(left[1]) != step.size or \

@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import torch
+from torch import Tensor
+
+from edbatch.executor import _fast_lstm, init_params
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.memory import plan_memory
+from edbatch.schedule import make_scheduler
+from edbatch.workloads import WORKLOADS, make_workload
 
 
 def count_calls(monkeypatch: pytest.MonkeyPatch, cls: type) -> list[int]:
@@ -15,3 +23,25 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, cls: type) -> list[int]:
         real(self, *args)
     monkeypatch.setattr(cls, "__call__", counted)
     return count
+
+
+def short_outputs(name: str, dtype: torch.dtype, short: bool, *, fused: bool | None = None,
+                  grad: bool = False, strategy: str = "naive",
+                  scheduler: str = "critical_path",
+                  params: dict[str, Tensor] | None = None) -> dict[int, Tensor]:
+    """Every output of a 6-instance test mini-batch of workload ``name`` (cell granularity),
+    with the executor's short paths on or off (``short``)."""
+    wl = make_workload(name, granularity="cell",
+                       **WORKLOADS[name].test_kwargs(dim=6, hidden=5, short=True))
+    graph = wl.minibatch(wl.default_eval_split, range(6))
+    schedule = make_scheduler(scheduler)(graph)
+    plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
+    if params is None:
+        params = init_params(wl, torch.Generator().manual_seed(3), dtype=dtype)
+    old, _fast_lstm.ENABLED[0] = _fast_lstm.ENABLED[0], short
+    try:
+        result = TorchExecutor(dtype=dtype, fused=fused).run(graph, schedule, plan, params,
+                                                              grad=grad)
+    finally:
+        _fast_lstm.ENABLED[0] = old
+    return {k: v.detach() for k, v in result.outputs.items()}

@@ -11,12 +11,9 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor import _fast_lstm, _fast_sick, _fused, _fused_sick, init_params
-from edbatch.executor.torch_executor import TorchExecutor
-from edbatch.memory import plan_memory
-from edbatch.schedule import make_scheduler
+from edbatch.executor import _fast_sick, _fused, _fused_sick, init_params
 from edbatch.workloads import WORKLOADS, make_workload
-from tests.executor.conftest import count_calls
+from tests.executor.conftest import count_calls, short_outputs
 
 _NAME = "tree_lstm_sick"
 
@@ -27,23 +24,8 @@ def taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return count_calls(monkeypatch, _fast_sick.FastSickStep)
 
 
-def _outputs(dtype: torch.dtype, short: bool, *, fused: bool | None = None,
-             grad: bool = False, strategy: str = "naive", scheduler: str = "critical_path",
-             params: dict[str, Tensor] | None = None) -> dict[int, Tensor]:
-    wl = make_workload(_NAME, granularity="cell",
-                       **WORKLOADS[_NAME].test_kwargs(dim=6, hidden=5, short=True))
-    graph = wl.minibatch(wl.default_eval_split, range(6))
-    schedule = make_scheduler(scheduler)(graph)
-    plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
-    if params is None:
-        params = init_params(wl, torch.Generator().manual_seed(3), dtype=dtype)
-    old, _fast_lstm.ENABLED[0] = _fast_lstm.ENABLED[0], short
-    try:
-        result = TorchExecutor(dtype=dtype, fused=fused).run(graph, schedule, plan, params,
-                                                              grad=grad)
-    finally:
-        _fast_lstm.ENABLED[0] = old
-    return {k: v.detach() for k, v in result.outputs.items()}
+def _outputs(dtype: torch.dtype, short: bool, **kwargs: object) -> dict[int, Tensor]:
+    return short_outputs(_NAME, dtype, short, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 2e-6), (torch.float64, 1e-10)])
