@@ -17,7 +17,7 @@ the same operands as the kernel path, so the values are bit-identical
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,8 +28,9 @@ from edbatch.errors import ExecutionError
 from edbatch.executor import _fused
 from edbatch.executor._reads import Read
 from edbatch.executor._weights import TRANSPOSED
+from edbatch.executor.kernels import KERNELS
 
-__all__ = ["ENABLED", "FastStep", "fast_steps", "qualifies"]
+__all__ = ["ENABLED", "FastStep", "fast_steps", "install_short", "qualifies"]
 
 #: Whether qualifying runs take the short path (``[False]``: every batch through its
 #: kernel, the reference the tests compare with).
@@ -99,3 +100,31 @@ def qualifies(arenas: Sequence[Tensor]) -> bool:
     executor's ``_fused.use``), CPU, float32/float64, autograd not recording."""
     return ENABLED[0] and bool(arenas) and _fused.enabled() and arenas[0].device.type == "cpu" and \
         arenas[0].dtype in (torch.float32, torch.float64) and not torch.is_grad_enabled()
+
+
+def install_short(program: Any, device: torch.device, kind: str,
+                  make: Callable[[Any], Any]) -> Any:
+    """Give ``program``'s batches of cell ``kind`` (its registered kernel, writing its own
+    output region, not split, no short step yet) the short step ``make(step)`` returns
+    (``None``: the general path) in ``program.short``, keeping its other entries; returns
+    ``program``. Nothing off the CPU."""
+    kernel = KERNELS.get(kind)
+    if device.type != "cpu" or kernel is None:
+        return program
+    short = list(getattr(program, "short", ()) or ())
+    found = False
+    for i, step in enumerate(program.steps):
+        if step.op.kind != kind or step.kernel is not kernel or step.split or \
+                not step.writes_out or (short and short[i] is not None):
+            continue
+        fast = make(step)
+        if fast is None:
+            continue
+        if not short:
+            short = [None] * len(program.steps)
+        short[i] = fast
+        found = True
+    if found:
+        program.short = tuple(short)
+    return program
+

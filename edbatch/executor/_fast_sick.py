@@ -26,9 +26,9 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fused_sick
+from edbatch.executor._fast_lstm import install_short
 from edbatch.executor._reads import Read, RowsRead, SliceRead, whole_rows
 from edbatch.executor._weights import TRANSPOSED
-from edbatch.executor.kernels import KERNELS
 
 __all__ = ["KIND", "FastSickStep", "sick_short"]
 
@@ -126,22 +126,4 @@ def sick_short(program: Any, device: torch.device) -> Any:
     """Give ``program``'s child-sum Tree-LSTM batches (the registered kernel, children read
     as whole rows of one state arena) a :class:`FastSickStep` in ``program.short`` (its
     other entries are kept); returns ``program``. Nothing off the CPU."""
-    kernel = KERNELS.get(KIND)
-    if device.type != "cpu" or kernel is None:
-        return program
-    short = list(getattr(program, "short", ()) or ())
-    found = False
-    for i, step in enumerate(program.steps):
-        if step.op.kind != KIND or step.kernel is not kernel or step.split or \
-                not step.writes_out or (short and short[i] is not None):
-            continue
-        fast = _step(step, program.arenas)
-        if fast is None:
-            continue
-        if not short:
-            short = [None] * len(program.steps)
-        short[i] = fast
-        found = True
-    if found:
-        program.short = tuple(short)
-    return program
+    return install_short(program, device, KIND, lambda step: _step(step, program.arenas))

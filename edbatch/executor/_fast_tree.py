@@ -26,10 +26,10 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fused
+from edbatch.executor._fast_lstm import install_short
 from edbatch.executor._fast_sick import sick_short
 from edbatch.executor._reads import whole_rows
 from edbatch.executor._weights import TRANSPOSED
-from edbatch.executor.kernels import KERNELS
 
 __all__ = ["KIND", "FastTreeStep", "tree_short"]
 
@@ -86,29 +86,20 @@ def tree_short(program: Any, device: torch.device) -> Any:
     other entries are kept), and the child-sum Tree-LSTM's batches theirs
     (:func:`~edbatch.executor._fast_sick.sick_short`); returns ``program``. Nothing off
     the CPU."""
-    program = sick_short(program, device)
-    kernel = KERNELS.get(KIND)
-    if device.type != "cpu" or kernel is None:
-        return program
-    short = list(getattr(program, "short", ()) or ())
-    found = False
-    for i, step in enumerate(program.steps):
-        if step.op.kind != KIND or step.kernel is not kernel or step.split or \
-                not step.writes_out or len(step.reads) != 2 or len(step.op.params) != 5 or \
-                (short and short[i] is not None):
-            continue
-        left, right = whole_rows(step.reads[0]), whole_rows(step.reads[1])
-        hidden = step.width // 2
-        if left is None or right is None or left[0] != right[0] or \
-                program.arenas[left[0]][1] != 2 * hidden or len(left[1]) != step.size or \
-                len(right[1]) != step.size:
-            continue
-        if not short:
-            short = [None] * len(program.steps)
-        short[i] = FastTreeStep(left[0], np.ascontiguousarray(left[1], np.int64),
-                                np.ascontiguousarray(right[1], np.int64), step.out_arena,
-                                step.out_start, tuple(step.op.params), hidden, step.op.name)
-        found = True
-    if found:
-        program.short = tuple(short)
-    return program
+    return install_short(sick_short(program, device), device, KIND,
+                         lambda step: _tree_step(step, program.arenas))
+
+
+def _tree_step(step: Any, arenas: Sequence[tuple[int, int]]) -> FastTreeStep | None:
+    """A binary internal batch's short step: its children whole rows of one state arena."""
+    if len(step.reads) != 2 or len(step.op.params) != 5:
+        return None
+    left, right = whole_rows(step.reads[0]), whole_rows(step.reads[1])
+    hidden = step.width // 2
+    if left is None or right is None or left[0] != right[0] or \
+            arenas[left[0]][1] != 2 * hidden or len(left[1]) != step.size or \
+            len(right[1]) != step.size:
+        return None
+    return FastTreeStep(left[0], np.ascontiguousarray(left[1], np.int64),
+                        np.ascontiguousarray(right[1], np.int64), step.out_arena,
+                        step.out_start, tuple(step.op.params), hidden, step.op.name)
