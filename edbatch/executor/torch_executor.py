@@ -17,22 +17,20 @@ Three modes:
   (:class:`~edbatch.executor._analytic.AnalyticRun`) runs the kernels' backwards in reverse
   schedule order over gradient arenas of the same layout, with weight gradients batched
   across batches (``sparse_grads=True`` gives embedding tables sparse row gradients).
-* **Training with autograd** (``grad=True`` otherwise, or ``hand_backward=False``): writing
-  into a shared arena would bump the version of a tensor autograd saved (an earlier slice of
-  the same arena) and break ``backward``, so each batch keeps its own output tensor and
-  nothing is written in place. An operand the plan reads as a view that lies inside one
-  producer batch's region is a slice of that batch's output (zero-copy); any other read (a
-  view spanning several batches, or a gather) is assembled with ``torch.cat`` of slices or
-  ``index_select`` per producer batch. With the registered kernels (which read parameters
-  only from ``params``) the run is one :class:`~edbatch.executor._train.BatchedRun`
-  autograd function: each batch records its own small graph on detached operands, and its
-  backward routes operand gradients into per-batch gradient buffers (slice additions,
-  ``index_add_``), not producer-sized zero tensors per read. With custom ``kernels`` (which
-  may hold parameters of their own) plain autograd records the whole run.
+* **Training with autograd** (``grad=True`` otherwise, or ``hand_backward=False``): writes
+  into a shared arena would bump the version of a tensor autograd saved, so each batch keeps
+  its own output tensor. A view inside one producer batch's region is a slice of its output
+  (zero-copy); any other read is assembled with ``torch.cat`` of slices or ``index_select``
+  per producer batch. With the registered kernels (parameters only from ``params``) the run
+  is one :class:`~edbatch.executor._train.BatchedRun` autograd function: each batch records
+  its own small graph on detached operands, its backward routes operand gradients into
+  per-batch gradient buffers. Custom ``kernels`` (parameters of their own): plain autograd.
 
 Both modes count their zero-copy reads and gathers in :attr:`RunResult.stats`
-(``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``). Inference runs hoisted LSTM
-and Tree-LSTM batches through short paths (:mod:`~edbatch.executor._fast_lstm`, ``_fast_tree``).
+(``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``). Inference runs hoisted
+LSTM batches (a run of them as one compiled call), Tree-LSTM and child-sum Tree-LSTM batches
+through short paths (:mod:`~edbatch.executor._fast_lstm`, ``_fast_chain``, ``_fast_tree``,
+``_fast_sick``).
 
 On CUDA, the index tensors (the attrs of all batches as one flat tensor, gather rows) are
 compiled once per (graph, plan) and copied from pinned host memory without blocking, and the
@@ -383,19 +381,10 @@ class TorchExecutor:
 def execute(graph: Graph, schedule: Schedule | None = None, *, params: Mapping[str, Tensor],
             strategy: Strategy = "planned", grad: bool = False,
             device: str | torch.device = "cpu") -> RunResult:
-    """Schedule (ED-Batch agenda by default), plan and run ``graph`` in one call.
-
-    Args:
-        graph: the graph.
-        schedule: a schedule of ``graph``; ``None`` runs the ``ed_batch_agenda`` scheduler.
-        params: parameter name -> tensor.
-        strategy: memory planning strategy.
-        grad: training mode (build the autograd graph).
-        device: where to run.
-
-    Returns:
-        The :class:`RunResult` (its stats also hold the plan's ``memory/`` metrics).
-    """
+    """Schedule (``None``: the ``ed_batch_agenda`` scheduler), plan with ``strategy`` and run
+    ``graph`` on ``device`` with ``params`` (name -> tensor) in one call; ``grad``: training
+    mode (build the autograd graph). Returns the :class:`RunResult`, its stats also holding
+    the plan's ``memory/`` metrics."""
     if schedule is None:
         from edbatch.schedule.zoo import make_scheduler
 
