@@ -356,8 +356,8 @@ def route(cells: Sequence[Cell], top: Sequence[Sequence[int]], *operands: Sequen
             known = None
             break
         ids.append(slot.first)
-    if known is None or len(ids) != len(first.in_shapes):
-        return [switch(cells, slot, *operands) for slot in slots]
+    if known is None or len(ids) != len(first.in_shapes) or len(operands) != len(ids):
+        return [switch(cells, slot, *operands) for slot in slots]  # (its errors too)
     _, kinds, op_ids = known
     try:  # (the op id table is a dict: a choice outside it raises, no min/max pass)
         new = [list(map(op_ids.__getitem__, slot)) for slot in slots]

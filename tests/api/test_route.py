@@ -86,4 +86,6 @@ def test_route_keeps_the_errors_of_a_bad_routing() -> None:
         assert len(b._rec.ops) == n  # nothing recorded by a refused call
         with pytest.raises(GraphError, match="2 choices but operand lists of lengths"):
             route(c["experts"], [[0, 1], [1, 0]], xs[:1])
+        with pytest.raises(GraphError, match="takes 1 operands .* got 2"):  # as switch
+            route(c["experts"], [[0, 1], [1, 0]], xs, xs)
     b.discard()
