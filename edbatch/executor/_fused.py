@@ -36,8 +36,8 @@ from numba import njit, types
 from numba.extending import overload
 from torch import Tensor
 
-__all__ = ["DEFAULT", "enabled", "lstm_backward", "lstm_forward", "sick_forward",
-           "tree_backward", "tree_forward", "tree_forward_rows", "use", "usable"]
+__all__ = ["DEFAULT", "enabled", "lstm_backward", "lstm_forward", "tree_backward",
+           "tree_forward", "tree_forward_rows", "use", "usable"]
 
 #: Whether the fused kernels run where they apply, unless :func:`use` says otherwise.
 DEFAULT = True
@@ -309,44 +309,3 @@ def tree_backward(grad: Tensor, g: Tensor, t: Tensor, d: Tensor,
     else:
         f1, c1, f2, c2, d_f, d_states = (x.numpy() for x in kids)
         _tree_bwd(gv, g.numpy(), tv, dv, True, f1, c1, f2, c2, d_f, d_states)
-
-
-# ---------------------------------------------------------------------- child-sum Tree-LSTM
-@_jit
-def _sick_fwd(gw, f, rows, seg, out, t):  # type: ignore[no-untyped-def]
-    h = t.shape[1]
-    for b in range(gw.shape[0]):  # t holds fc = sum_k f_k c_k until the last loop
-        t[b, :] = 0
-    for n in range(f.shape[0]):  # the child rows, in order (as index_add sums them)
-        fr, cr, acc = f[n], rows[n], t[seg[n]]
-        _sig_(fr)
-        for j in range(h):
-            acc[j] += fr[j] * cr[h + j]
-    _sick_out(gw, out, t)
-
-
-@_jit
-def _sick_out(gw, out, t):  # type: ignore[no-untyped-def]
-    h = t.shape[1]
-    for b in range(gw.shape[0]):  # t holds fc on entry, tanh(c) on exit
-        gr, orow, tr = gw[b], out[b], t[b]
-        _sig_(gr[:2 * h])
-        _tanh_(gr[2 * h:3 * h])
-        for j in range(h):
-            cj = gr[j] * gr[2 * h + j] + tr[j]
-            tj = _tanh(cj)
-            orow[h + j] = cj
-            orow[j] = gr[h + j] * tj
-            tr[j] = tj
-
-
-def sick_forward(gw: Tensor, f: Tensor, rows: Tensor, segment: Tensor, out: Tensor,
-                 t: Tensor) -> None:
-    """Child-sum Tree-LSTM node in place: ``gw`` (``[B, >= 3H]``, contiguous; its first
-    ``3H`` columns the pre-activations ``i o u``) becomes ``[sigmoid(i o); tanh(u)]``; the
-    child rows' forget pre-activations ``f`` (``[N, H]``) become ``sigmoid``;
-    ``c = i u + sum_k f_k c_k`` over the child rows ``n`` with ``segment[n] == b`` (``c_k``:
-    the second half of ``rows[n]``, ``[N, 2H]``), ``out = [o tanh(c); c]``,
-    ``t = tanh(c)``. No children: ``N = 0``."""
-    _sick_fwd(gw.numpy(), f.numpy(), rows.numpy(), segment.numpy(), out.numpy(), t.numpy())
-

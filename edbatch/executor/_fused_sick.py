@@ -1,7 +1,7 @@
-"""Fused element-wise bodies of the child-sum Tree-LSTM (SICK) beyond
-:func:`~edbatch.executor._fused.sick_forward`: the inference short path's forward that reads
-the children in place (:mod:`~edbatch.executor._fast_sick`) and the node's hand backward
-(:class:`~edbatch.executor.cells_sick.SickNode`).
+"""Fused element-wise bodies of the child-sum Tree-LSTM (SICK): the node's forward
+(:func:`sick_forward`, on gathered child rows), the inference short path's forward that reads
+the children in place (:func:`sick_forward_rows`, :mod:`~edbatch.executor._fast_sick`) and
+the node's hand backward (:class:`~edbatch.executor.cells_sick.SickNode`).
 
 As :mod:`~edbatch.executor._fused`: numba loops over numpy views of the torch tensors (zero
 copy), row by row, with its ``tanh`` and ``sigmoid`` (float64: libm, so fused and unfused
@@ -15,9 +15,48 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor
 
-from edbatch.executor._fused import _jit, _sick_out, _sigmoid
+from edbatch.executor._fused import _jit, _sig_, _sigmoid, _tanh, _tanh_
 
-__all__ = ["sick_backward", "sick_forward_rows"]
+__all__ = ["sick_backward", "sick_forward", "sick_forward_rows"]
+
+
+@_jit
+def _sick_fwd(gw, f, rows, seg, out, t):  # type: ignore[no-untyped-def]
+    h = t.shape[1]
+    for b in range(gw.shape[0]):  # t holds fc = sum_k f_k c_k until the last loop
+        t[b, :] = 0
+    for n in range(f.shape[0]):  # the child rows, in order (as index_add sums them)
+        fr, cr, acc = f[n], rows[n], t[seg[n]]
+        _sig_(fr)
+        for j in range(h):
+            acc[j] += fr[j] * cr[h + j]
+    _sick_out(gw, out, t)
+
+
+@_jit
+def _sick_out(gw, out, t):  # type: ignore[no-untyped-def]
+    h = t.shape[1]
+    for b in range(gw.shape[0]):  # t holds fc on entry, tanh(c) on exit
+        gr, orow, tr = gw[b], out[b], t[b]
+        _sig_(gr[:2 * h])
+        _tanh_(gr[2 * h:3 * h])
+        for j in range(h):
+            cj = gr[j] * gr[2 * h + j] + tr[j]
+            tj = _tanh(cj)
+            orow[h + j] = cj
+            orow[j] = gr[h + j] * tj
+            tr[j] = tj
+
+
+def sick_forward(gw: Tensor, f: Tensor, rows: Tensor, segment: Tensor, out: Tensor,
+                 t: Tensor) -> None:
+    """Child-sum Tree-LSTM node in place: ``gw`` (``[B, >= 3H]``, contiguous; its first
+    ``3H`` columns the pre-activations ``i o u``) becomes ``[sigmoid(i o); tanh(u)]``; the
+    child rows' forget pre-activations ``f`` (``[N, H]``) become ``sigmoid``;
+    ``c = i u + sum_k f_k c_k`` over the child rows ``n`` with ``segment[n] == b`` (``c_k``:
+    the second half of ``rows[n]``, ``[N, 2H]``), ``out = [o tanh(c); c]``,
+    ``t = tanh(c)``. No children: ``N = 0``."""
+    _sick_fwd(gw.numpy(), f.numpy(), rows.numpy(), segment.numpy(), out.numpy(), t.numpy())
 
 
 @_jit
@@ -35,7 +74,7 @@ def _sick_fwd_rows(gw, f, states, kids, seg, out, t):  # type: ignore[no-untyped
 def sick_forward_rows(gw: np.ndarray, f: np.ndarray, states: np.ndarray,  # type: ignore[type-arg]
                       kids: np.ndarray, seg: np.ndarray, out: np.ndarray,  # type: ignore[type-arg]
                       t: np.ndarray) -> None:  # type: ignore[type-arg]
-    """:func:`~edbatch.executor._fused.sick_forward` reading the children in place: child
+    """:func:`sick_forward` reading the children in place: child
     row ``n`` is row ``kids[n]`` of ``states`` (an arena of ``[h; c]`` rows) and belongs to
     node ``seg[n]`` (``int64``); ``f`` (``[N, H]``) holds ``U_f h_k`` only: the kernel adds
     the node's ``W_f x + b_f``, columns ``3H:4H`` of ``gw`` (``[B, 4H]``), and leaves ``f``

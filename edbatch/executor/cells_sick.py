@@ -120,8 +120,8 @@ class SickNode(CellKind):
     @staticmethod
     def _fused(gw: Tensor, f: Tensor | None, rows: Tensor | None, segment: Tensor | None,
                out: Tensor | None, save: dict[str, Any] | None, **saves: Any) -> Tensor:
-        """The element-wise part as one compiled kernel (:func:`_fused.sick_forward
-        <edbatch.executor._fused.sick_forward>`); saves what the backward reads (``io``: all
+        """The element-wise part as one compiled kernel (:func:`_fused_sick.sick_forward
+        <edbatch.executor._fused_sick.sick_forward>`); saves what the backward reads (``io``: all
         of ``gw``, as the binary Tree-LSTM's fused forward)."""
         batch, hidden = gw.shape[0], gw.shape[1] // (3 if f is None else 4)
         if out is None:
@@ -131,7 +131,7 @@ class SickNode(CellKind):
             segment = torch.empty(0, dtype=torch.int64)
         t = gw.new_empty(batch, hidden)
         assert rows is not None and segment is not None
-        _fused.sick_forward(gw, f, rows.contiguous(), segment, out, t)
+        _fused_sick.sick_forward(gw, f, rows.contiguous(), segment, out, t)
         if save is not None:
             save.update(io=gw, u=gw[:, 2 * hidden:3 * hidden], t=t, f=f if f.numel() else None,
                         rows=rows if rows.numel() else None,

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor import _fast_sick, _fused, _fused_sick, init_params
+from edbatch.executor import _fast_sick, _fused_sick, init_params
 from edbatch.workloads import WORKLOADS, make_workload
 from tests.executor.conftest import count_calls, short_outputs
 
@@ -85,7 +85,7 @@ def test_fused_rows_kernel_reads_children_in_place() -> None:
     np.testing.assert_array_equal(f, f_before)  # f is read only
     out2, t2 = torch.empty(n, 2 * hidden, dtype=torch.float64), torch.empty(n, hidden,
                                                                              dtype=torch.float64)
-    _fused.sick_forward(g_torch, f_torch, torch.from_numpy(states[kids]),
+    _fused_sick.sick_forward(g_torch, f_torch, torch.from_numpy(states[kids]),
                         torch.from_numpy(seg), out2, t2)
     np.testing.assert_allclose(out, out2.numpy(), rtol=0, atol=1e-14)  # (fastmath: FMAs)
     np.testing.assert_allclose(gw[:, :3 * hidden], g_torch.numpy()[:, :3 * hidden], rtol=0,
