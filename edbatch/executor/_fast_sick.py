@@ -29,6 +29,7 @@ from edbatch.executor import _fused_sick
 from edbatch.executor._fast_lstm import install_short
 from edbatch.executor._reads import Read, RowsRead, SliceRead, whole_rows
 from edbatch.executor._weights import TRANSPOSED
+from edbatch.executor.cells_sick import stacked_weights
 
 __all__ = ["KIND", "FastSickStep", "sick_short"]
 
@@ -59,10 +60,9 @@ class FastSickStep:
         under ``(W_iou, W_f)``, ``W_iou^T``, ``U_iou^T``, ``U_f^T`` under ``(name, 0)``, the
         bias ``b_iou`` under its name."""
         w_iou, b_iou, u_iou, w_f, b_f, u_f = self.names
-        if (w_iou, w_f) not in into:
-            into[(w_iou, w_f)] = torch.cat([params[w_iou], params[w_f]]).detach().t() \
-                .contiguous()
-            into[(b_iou, b_f)] = torch.cat([params[b_iou], params[b_f]]).detach()
+        if (w_iou, w_f) not in into:  # (the kernel path's copies, where it made them)
+            w_t, bias = stacked_weights(params[w_iou], params[w_f], params[b_iou], params[b_f])
+            into[(w_iou, w_f)], into[(b_iou, b_f)] = w_t, bias.detach()
             into[b_iou] = params[b_iou].detach()
         for name in (w_iou, u_iou, u_f):
             if (name, 0) not in into:
