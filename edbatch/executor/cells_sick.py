@@ -132,7 +132,8 @@ class SickNode(CellKind):
             segment = torch.empty(0, dtype=torch.int64)
         t = gw.new_empty(batch, hidden)
         assert rows is not None and segment is not None
-        _fused_sick.sick_forward(gw, f, rows.contiguous(), segment, out, t)
+        rows = rows.contiguous()  # (saved so: the fused backward reads it as it is)
+        _fused_sick.sick_forward(gw, f, rows, segment, out, t)
         if save is not None:
             save.update(io=gw, u=gw[:, 2 * hidden:3 * hidden], t=t, f=f if f.numel() else None,
                         rows=rows if rows.numel() else None,
@@ -181,7 +182,7 @@ class SickNode(CellKind):
             _fused_sick.sick_backward(grad, saved.io, saved.t, d_g)
             grads.linear(("W_iou", "b_iou"), d_g, x)
             return [d_g @ p.W_iou]
-        segment, f, rows = saved.segment, saved.f, saved.rows.contiguous()
+        segment, f, rows = saved.segment, saved.f, saved.rows  # (contiguous: saved so)
         d_gw = x.new_empty(x.shape[0], 4 * hidden)  # [d g; d (W_f x)]
         d_f, d_rows = torch.empty_like(f), torch.empty_like(rows)
         _fused_sick.sick_backward(grad, saved.io, saved.t, d_gw,
