@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from edbatch.executor import _fast_lstm, init_params
+from edbatch.executor import _fast_chain, _fast_lstm, init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
@@ -27,21 +27,24 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, cls: type) -> list[int]:
 
 def short_outputs(name: str, dtype: torch.dtype, short: bool, *, fused: bool | None = None,
                   grad: bool = False, strategy: str = "naive",
-                  scheduler: str = "critical_path",
-                  params: dict[str, Tensor] | None = None) -> dict[int, Tensor]:
-    """Every output of a 6-instance test mini-batch of workload ``name`` (cell granularity),
-    with the executor's short paths on or off (``short``)."""
+                  scheduler: str = "critical_path", params: dict[str, Tensor] | None = None,
+                  instances: int = 6, chains: bool = True, hidden: int = 5
+                  ) -> dict[int, Tensor]:
+    """Every output of a test mini-batch of ``instances`` of workload ``name`` (cell
+    granularity, ``hidden`` units), with the executor's short paths on or off (``short``)
+    and, with them, hoisted LSTM runs chained or one batch a call (``chains``)."""
     wl = make_workload(name, granularity="cell",
-                       **WORKLOADS[name].test_kwargs(dim=6, hidden=5, short=True))
-    graph = wl.minibatch(wl.default_eval_split, range(6))
+                       **WORKLOADS[name].test_kwargs(dim=6, hidden=hidden, short=True))
+    graph = wl.minibatch(wl.default_eval_split, range(instances))
     schedule = make_scheduler(scheduler)(graph)
     plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
     if params is None:
         params = init_params(wl, torch.Generator().manual_seed(3), dtype=dtype)
     old, _fast_lstm.ENABLED[0] = _fast_lstm.ENABLED[0], short
+    chained, _fast_chain.ENABLED[0] = _fast_chain.ENABLED[0], chains
     try:
         result = TorchExecutor(dtype=dtype, fused=fused).run(graph, schedule, plan, params,
                                                               grad=grad)
     finally:
-        _fast_lstm.ENABLED[0] = old
+        _fast_lstm.ENABLED[0], _fast_chain.ENABLED[0] = old, chained
     return {k: v.detach() for k, v in result.outputs.items()}

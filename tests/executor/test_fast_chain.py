@@ -11,13 +11,9 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor import _fast_chain, _fast_lstm, init_params
+from edbatch.executor import _fast_chain, _fast_lstm
 from edbatch.executor._reads import RowsRead, SliceRead
-from edbatch.executor.torch_executor import TorchExecutor
-from edbatch.memory import plan_memory
-from edbatch.schedule import make_scheduler
-from edbatch.workloads import WORKLOADS, make_workload
-from tests.executor.conftest import count_calls
+from tests.executor.conftest import count_calls, short_outputs
 
 #: Workloads with hoisted LSTM cell kinds (the char tagger's two LSTMs have two widths).
 HOISTED = ("bilstm_tagger", "bilstm_char_tagger", "lattice_lstm", "seq2seq",
@@ -41,18 +37,8 @@ def single(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def _outputs(name: str, dtype: torch.dtype, chained: bool, *, strategy: str = "naive",
              grad: bool = False, hidden: int = 5) -> dict[int, Tensor]:
-    wl = make_workload(name, granularity="cell",
-                       **WORKLOADS[name].test_kwargs(dim=6, hidden=hidden, short=True))
-    graph = wl.minibatch(wl.default_eval_split, range(6))
-    schedule = make_scheduler("critical_path")(graph)
-    plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
-    params = init_params(wl, torch.Generator().manual_seed(3), dtype=dtype)
-    old, _fast_chain.ENABLED[0] = _fast_chain.ENABLED[0], chained
-    try:
-        result = TorchExecutor(dtype=dtype).run(graph, schedule, plan, params, grad=grad)
-    finally:
-        _fast_chain.ENABLED[0] = old
-    return {k: v.detach() for k, v in result.outputs.items()}
+    return short_outputs(name, dtype, True, chains=chained, strategy=strategy, grad=grad,
+                         hidden=hidden)
 
 
 @pytest.mark.parametrize("strategy", ["naive", "planned"])

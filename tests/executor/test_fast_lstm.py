@@ -10,12 +10,8 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor import _fast_chain, _fast_lstm, _fused, init_params
-from edbatch.executor.torch_executor import TorchExecutor
-from edbatch.memory import plan_memory
-from edbatch.schedule import make_scheduler
-from edbatch.workloads import WORKLOADS, make_workload
-from tests.executor.conftest import count_calls
+from edbatch.executor import _fast_lstm, _fused
+from tests.executor.conftest import count_calls, short_outputs
 
 #: Workloads with hoisted LSTM cell kinds (``cells_hoist.HOISTS``).
 HOISTED = ("bilstm_tagger", "lattice_lstm", "seq2seq", "transition_parser")
@@ -27,22 +23,10 @@ def taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return count_calls(monkeypatch, _fast_lstm.FastStep)
 
 
-def _outputs(name: str, dtype: torch.dtype, short: bool, *, fused: bool | None = None,
-             grad: bool = False, strategy: str = "naive") -> dict[int, Tensor]:
-    wl = make_workload(name, granularity="cell",
-                       **WORKLOADS[name].test_kwargs(dim=6, hidden=5, short=True))
-    graph = wl.minibatch(wl.default_eval_split, range(4))
-    schedule = make_scheduler("critical_path")(graph)
-    plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
-    params = init_params(wl, torch.Generator().manual_seed(3), dtype=dtype)
-    old, _fast_lstm.ENABLED[0] = _fast_lstm.ENABLED[0], short
-    chained, _fast_chain.ENABLED[0] = _fast_chain.ENABLED[0], False
-    try:
-        result = TorchExecutor(dtype=dtype, fused=fused).run(graph, schedule, plan, params,
-                                                              grad=grad)
-    finally:
-        _fast_lstm.ENABLED[0], _fast_chain.ENABLED[0] = old, chained
-    return {k: v.detach() for k, v in result.outputs.items()}
+def _outputs(name: str, dtype: torch.dtype, short: bool, **kwargs: object) -> dict[int, Tensor]:
+    """4 instances, chains off: the per-batch short path against the kernels."""
+    return short_outputs(name, dtype, short, instances=4, chains=False,  # type: ignore[arg-type]
+                         **kwargs)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
