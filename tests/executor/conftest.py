@@ -48,3 +48,23 @@ def short_outputs(name: str, dtype: torch.dtype, short: bool, *, fused: bool | N
     finally:
         _fast_lstm.ENABLED[0], _fast_chain.ENABLED[0] = old, chained
     return {k: v.detach() for k, v in result.outputs.items()}
+
+
+def check_short_path(name: str, dtype: torch.dtype, taken: list[int],
+                     atol: float | None = None, **kwargs: object) -> None:
+    """Run :func:`short_outputs` with the short path and without: it ran only when on (its
+    batches counted in ``taken``), and every output equals the kernels' (``atol`` ``None``:
+    bit for bit, else within ``atol``)."""
+    short = short_outputs(name, dtype, True, **kwargs)  # type: ignore[arg-type]
+    assert taken[0] > 0  # the short path ran
+    used = taken[0]
+    general = short_outputs(name, dtype, False, **kwargs)  # type: ignore[arg-type]
+    assert taken[0] == used  # switched off: the kernels only
+    assert short.keys() == general.keys()
+    for k in short:
+        if atol is None:
+            assert torch.equal(short[k], general[k]), f"output of node {k} differs"
+        else:
+            torch.testing.assert_close(short[k], general[k], rtol=0, atol=atol,
+                                       msg=f"output of node {k} differs")
+

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fast_lstm, _fused
-from tests.executor.conftest import count_calls, short_outputs
+from tests.executor.conftest import check_short_path, count_calls, short_outputs
 
 #: Workloads with hoisted LSTM cell kinds (``cells_hoist.HOISTS``).
 HOISTED = ("bilstm_tagger", "lattice_lstm", "seq2seq", "transition_parser")
@@ -33,14 +33,7 @@ def _outputs(name: str, dtype: torch.dtype, short: bool, **kwargs: object) -> di
 @pytest.mark.parametrize("name", HOISTED)
 def test_short_path_is_bit_identical(name: str, dtype: torch.dtype, taken: list[int]) -> None:
     strategy = "planned" if name == "lattice_lstm" else "naive"  # gathered states too
-    short = _outputs(name, dtype, True, strategy=strategy)
-    assert taken[0] > 0  # the short path ran
-    used = taken[0]
-    general = _outputs(name, dtype, False, strategy=strategy)
-    assert taken[0] == used  # switched off: the kernels only
-    assert short.keys() == general.keys()
-    for k in short:
-        assert torch.equal(short[k], general[k]), f"output of node {k} differs"
+    check_short_path(name, dtype, taken, strategy=strategy, instances=4, chains=False)
 
 
 @pytest.mark.parametrize("kwargs", [{"fused": False}, {"grad": True}])

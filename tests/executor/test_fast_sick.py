@@ -13,7 +13,7 @@ from torch import Tensor
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fast_sick, _fused_sick, init_params
 from edbatch.workloads import WORKLOADS, make_workload
-from tests.executor.conftest import count_calls, short_outputs
+from tests.executor.conftest import check_short_path, count_calls, short_outputs
 
 _NAME = "tree_lstm_sick"
 
@@ -34,15 +34,7 @@ def _outputs(dtype: torch.dtype, short: bool, **kwargs: object) -> dict[int, Ten
                           ("naive", "dynet_agenda"), ("planned", "ed_batch_agenda")])
 def test_short_path_equals_the_kernels(strategy: str, scheduler: str, dtype: torch.dtype,
                                        tol: float, taken: list[int]) -> None:
-    short = _outputs(dtype, True, strategy=strategy, scheduler=scheduler)
-    assert taken[0] > 0  # the short path ran
-    used = taken[0]
-    general = _outputs(dtype, False, strategy=strategy, scheduler=scheduler)
-    assert taken[0] == used  # switched off: the kernels only
-    assert short.keys() == general.keys()
-    for k in short:
-        torch.testing.assert_close(short[k], general[k], rtol=0, atol=tol,
-                                   msg=f"output of node {k} differs")
+    check_short_path(_NAME, dtype, taken, atol=tol, strategy=strategy, scheduler=scheduler)
 
 
 @pytest.mark.parametrize("kwargs", [{"fused": False}, {"grad": True}])

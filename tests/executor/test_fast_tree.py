@@ -11,7 +11,7 @@ import torch
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fast_tree, _fused, init_params
 from edbatch.workloads import WORKLOADS, make_workload
-from tests.executor.conftest import count_calls, short_outputs
+from tests.executor.conftest import check_short_path, count_calls, short_outputs
 
 
 @pytest.fixture
@@ -30,14 +30,7 @@ _outputs = short_outputs
                           ("tree_lstm", "naive", "dynet_agenda")])
 def test_short_path_is_bit_identical(name: str, strategy: str, scheduler: str,
                                      dtype: torch.dtype, taken: list[int]) -> None:
-    short = _outputs(name, dtype, True, strategy=strategy, scheduler=scheduler)
-    assert taken[0] > 0  # the short path ran
-    used = taken[0]
-    general = _outputs(name, dtype, False, strategy=strategy, scheduler=scheduler)
-    assert taken[0] == used  # switched off: the kernels only
-    assert short.keys() == general.keys()
-    for k in short:
-        assert torch.equal(short[k], general[k]), f"output of node {k} differs"
+    check_short_path(name, dtype, taken, strategy=strategy, scheduler=scheduler)
 
 
 @pytest.mark.parametrize("kwargs", [{"fused": False}, {"grad": True}])
