@@ -20,21 +20,18 @@ import numpy as np
 import torch
 
 from benchmarks._dynet_server import DynetServer, PeerServerError
+from benchmarks._throughput_passes import log
 from benchmarks._throughput_report import dynet_rows
 from edbatch.executor import init_params
 from edbatch.workloads import Workload
 
 __all__ = ["BATCH_SIZE", "DYNET_CONTENDERS", "ROOT", "best_of", "dims", "dynet_available",
-           "dynet_worker_rows", "log", "peer_cmd", "peer_env", "save_peer_params",
+           "dynet_worker_rows", "peer_cmd", "peer_env", "save_peer_params",
            "start_peers"]
 
 ROOT = Path(__file__).resolve().parents[1]
 DYNET_CONTENDERS = ("dynet_autobatch0", "dynet_autobatch1", "dynet_autobatch2")
 BATCH_SIZE = 64
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def dims(size: str) -> tuple[int, int]:

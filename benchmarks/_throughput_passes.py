@@ -52,8 +52,7 @@ from edbatch.schedule import Schedule
 from edbatch.workloads import Workload
 
 __all__ = ["FLOOR", "GRAPHED", "HAND", "PHASES", "PT_UNBATCHED", "UNCHAINED", "UNFUSED",
-           "UNHOISTED", "Job",
-           "bench_job"]
+           "UNHOISTED", "Job", "bench_job", "log"]
 
 GRAPHED = "fsm+memo+cugraph"  # CUDA only
 UNHOISTED = "fsm+unhoisted"  # fsm without the executor's input-projection hoisting
@@ -73,7 +72,8 @@ MEMO = ("fsm+planned+memo", GRAPHED)  # schedules and plans reused across passes
 LR = 0.0  # the DyNet worker's default: every pass sees the same parameters
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
+    """A progress line on standard error (the tables go to standard output)."""
     import sys
 
     print(msg, file=sys.stderr, flush=True)
@@ -253,14 +253,14 @@ def bench_job(job: Job, contenders: Sequence[str], args: argparse.Namespace
                 except PeerServerError as e:
                     failed.add(c)
                     job.errors.append(f"{job.base['workload']} {job.base['size']} {c}: {e}")
-                    _log(job.errors[-1])
+                    log(job.errors[-1])
                     continue
                 t0[c] += time.perf_counter() - start
                 if r == 0:
                     infos[c].append(info)
                 if r >= args.warmup:
                     samples[c][k].append(times)
-        _log(f"  {job.base['workload']} {job.base['size']} {job.base['mode']} pass "
+        log(f"  {job.base['workload']} {job.base['size']} {job.base['mode']} pass "
              f"{r + 1}/{args.warmup + args.repeats}{' (warm-up)' if r < args.warmup else ''}: "
              + ", ".join(f"{c} {t:.2f}s" for c, t in t0.items() if c not in failed))
     kept = [c for c in contenders if c not in failed]
@@ -293,9 +293,9 @@ def _peak_rss(job: Job, contender: str) -> float | None:
         except PeerServerError as e:
             job.errors.append(f"{job.base['workload']} {job.base['size']} {contender} "
                               f"memory probe: {e}")
-            _log(job.errors[-1])
+            log(job.errors[-1])
             return None
-        _log(f"  {job.base['workload']} {job.base['size']} {job.base['mode']} {contender} "
+        log(f"  {job.base['workload']} {job.base['size']} {job.base['mode']} {contender} "
              f"memory: {mem.peak_mb:.0f} MB (RSS growth {mem.grown_mb:.0f} MB, backward pool "
              f"{mem.backward_pool_mb} MB, {mem.trials} workers)")
         return mem.peak_mb

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._throughput_dynet import BATCH_SIZE, ROOT, log
+from benchmarks._throughput_dynet import BATCH_SIZE, ROOT
+from benchmarks._throughput_passes import log
 from edbatch.workloads import Workload
 
 __all__ = ["fsm_hparams", "load_or_train_policy"]

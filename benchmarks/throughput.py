@@ -97,7 +97,6 @@ from benchmarks._throughput_dynet import (
     dims,
     dynet_available,
     dynet_worker_rows,
-    log,
     start_peers,
 )
 from benchmarks._throughput_passes import (
@@ -111,6 +110,7 @@ from benchmarks._throughput_passes import (
     UNHOISTED,
     Job,
     bench_job,
+    log,
 )
 from benchmarks._throughput_policy import fsm_hparams, load_or_train_policy
 from benchmarks._throughput_report import add_ratios
