@@ -66,7 +66,7 @@ class Entry:
     compiled program (after its first run) and where each batch's rows go in
     :class:`~edbatch.api._values.Values` (``nodes``, ``batch``, ``row``)."""
 
-    graph: Graph
+    source: Graph | Callable[[], Graph]  # (a typed segment's: made when first read)
     schedule: Schedule
     plan: MemoryPlan | None  # None: a typed segment (:mod:`~edbatch.api._typed`)
     program: Program | None = None
@@ -75,6 +75,13 @@ class Entry:
     row: NDArray[np.int64] | None = None
     span: bool = False  # ``nodes`` is ``0..len(nodes)-1`` in order (a typed segment's)
     inplace: InPlaceAttrs | None = None  # the program's CPU inference copy
+    vocab: Any = None  # the graph's vocabulary
+
+    @property
+    def graph(self) -> Graph:
+        if not isinstance(self.source, Graph):
+            self.source = self.source()
+        return self.source
 
 
 class SegmentExecutor(TorchExecutor):
@@ -258,7 +265,7 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
     worked out when it is read), the schedule, the cache entry and the executor result."""
     vocab, cache, executor = plan.vocab, state.cache, state.executor
     entry = cache.get(plan.key)
-    if entry is not None and entry.graph.vocab is not vocab:  # an id reused
+    if entry is not None and entry.vocab is not vocab:  # an id reused
         entry = None
     state.keep = (state.keep[0], vocab, make)
     if entry is not None and entry.plan is None:  # typed: rebind the attrs and run
@@ -274,28 +281,33 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
                                             instance=_frozen(instance(), np.int32)),
                 entry.schedule, entry, run_typed(executor, program, params, grad))
     arrays = plan.arrays
-    inst = instance()
     if entry is None:
         op_ids, counts = arrays["op_ids"], arrays["counts"]
         ptr = np.zeros(len(op_ids) + 1, np.int64)
         np.cumsum(counts, out=ptr[1:])
-        graph = Graph.from_arrays(vocab, op_ids, ptr, arrays["operands"], attrs=attrs,
-                                  instance=inst, outputs=arrays["outputs"])
-        typed = typed_program(graph, state.capture.kernels, executor.device) if \
-            _typed.TYPED else None
+        typed = typed_program(SegmentArrays(vocab, op_ids, ptr, arrays["operands"], attrs,
+                                            arrays["outputs"]),
+                              state.capture.kernels, executor.device) if _typed.TYPED else None
+
+        def made() -> Graph:  # (checked and with its instances when first read)
+            return Graph.from_arrays(vocab, op_ids, ptr, arrays["operands"], attrs=attrs,
+                                     instance=instance(), outputs=arrays["outputs"])
         if typed is not None:
             program = typed.program
-            entry = Entry(graph, typed.schedule, None, program)
+            entry = Entry(made, typed.schedule, None, program, vocab=vocab)
             c, m = (int(x) for x in arrays["sizes"])
             entry.nodes, entry.span = np.arange(m, dtype=np.int64), True
             entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
             cache.put(plan.key, entry)
-            return graph, entry.schedule, entry, run_typed(executor, program, params, grad)
+            return made, entry.schedule, entry, run_typed(executor, program, params, grad)
+        graph = made()
         schedule = make(graph)
         # (this cache is the plan's memo: no second hash of the structure per miss)
-        entry = Entry(graph, schedule, plan_memory(graph, schedule, memory, cache=False))
+        entry = Entry(graph, schedule, plan_memory(graph, schedule, memory, cache=False),
+                      vocab=vocab)
         executor.given = None
     else:
+        inst = instance()
         graph = dataclasses.replace(entry.graph, attrs=_frozen(attrs, np.int64),
                                     instance=_frozen(inst, np.int32))
         assert entry.program is not None
@@ -311,6 +323,19 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
         entry.program = executor.compiled
         cache.put(plan.key, entry)
     return graph, entry.schedule, entry, result
+
+
+class SegmentArrays:
+    """A segment's arrays as :func:`~edbatch.api._typed.typed_program` reads them (the
+    :class:`Graph` fields it uses), before any graph is made."""
+
+    __slots__ = ("attrs", "operand_ids", "operand_ptr", "op_ids", "outputs", "vocab")
+
+    def __init__(self, vocab: Any, op_ids: NDArray[Any], ptr: NDArray[np.int64],
+                 operands: NDArray[Any], attrs: NDArray[np.int64], outputs: NDArray[Any]
+                 ) -> None:
+        self.vocab, self.op_ids, self.operand_ptr = vocab, op_ids, ptr
+        self.operand_ids, self.attrs, self.outputs = operands, attrs, outputs
 
 
 def _frozen(a: NDArray[Any], dtype: Any) -> NDArray[Any]:
@@ -382,4 +407,5 @@ def value_groups(ops: list[Any], op_ids: NDArray[Any]
     lo = int(sid.min())
     if lo == int(sid.max()):  # one shape (a decoding round's states)
         return [(shapes[lo], np.arange(len(sid)))]
-    return [(shapes[k], np.flatnonzero(sid == k)) for k in np.unique(sid)]
+    return [(shapes[k], np.flatnonzero(sid == k))
+            for k in np.flatnonzero(np.bincount(sid, minlength=len(shapes))).tolist()]

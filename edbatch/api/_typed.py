@@ -267,10 +267,12 @@ def value_rows(op: Any, inputs: Sequence[Tensor], params: Mapping[str, Tensor],
     return table
 
 
-def typed_program(graph: Graph, kernels: Mapping[str, Kernel], device: torch.device
+def typed_program(graph: Graph | Any, kernels: Mapping[str, Kernel], device: torch.device
                   ) -> TypedPlan | None:
     """The one-batch-per-type schedule and program of ``graph`` (see the module
-    docstring), or ``None`` where the segment does not qualify."""
+    docstring), or ``None`` where the segment does not qualify. ``graph``: a :class:`Graph`
+    or the arrays of one (``SegmentArrays``: op ids, operand pointers and ids, attrs,
+    outputs and the vocabulary)."""
     op_ids, ptr, operands = graph.op_ids, graph.operand_ptr, graph.operand_ids
     n = len(op_ids)
     if not n:

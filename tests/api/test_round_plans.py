@@ -247,3 +247,39 @@ def test_a_mini_batch_of_the_same_structure_and_other_tokens_hits_and_decodes_ri
     assert state.cache.misses < state.cache.hits
     assert any(e.inplace is not None and e.plan is not None
                for e in state.cache.entries.values())  # the hoisted first segment's
+
+
+def _localise_sorted(flat, losses, start, share_at):  # type: ignore[no-untyped-def]
+    """The sort-based ``localise`` (the oracle of the marks over a dense range)."""
+    is_old = flat < start
+    old = np.concatenate([flat[is_old], losses[losses < start]])
+    where = np.arange(len(old))
+    if len(old) >= share_at * 2:
+        distinct = np.unique(old)
+        if len(distinct) * share_at <= len(old):
+            old, where = distinct, np.searchsorted(distinct, old)
+    c, reads = len(old), int(is_old.sum())
+    local = flat + (c - start)
+    local[is_old] = where[:reads]
+    loss_local = losses + (c - start)
+    loss_local[losses < start] = where[reads:]
+    return old, local, loss_local
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_localise_matches_the_sorted_oracle(seed: int) -> None:
+    """Dense ranges of earlier nodes (marks), sparse ones (sort), shared or not."""
+    from edbatch.api._rounds import localise
+    rng = np.random.default_rng(seed)
+    start = int(rng.integers(5, 400))
+    lo = int(rng.integers(0, start))
+    reads = int(rng.integers(0, 3 * (start - lo) + 4))
+    flat = np.concatenate([rng.integers(lo, start, reads),
+                           rng.integers(start, start + 50, int(rng.integers(0, 30)))])
+    rng.shuffle(flat)
+    losses = rng.integers(0 if seed % 2 else start, start + 50, int(rng.integers(0, 6)))
+    for share_at in (1, 2, 3):
+        got = localise(flat.copy(), losses.copy(), start, share_at)
+        want = _localise_sorted(flat.copy(), losses.copy(), start, share_at)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
