@@ -186,25 +186,51 @@ def bulk_round(asked: list[Any], rec: Any
             return nodes, hand_back_argmax
         return nodes, lambda values: hand_back(values, want.shape)
     if kind is TopK:
-        k, shape, ids, counts = first.k, None, [], []
-        for y in asked:
-            if type(y) is not TopK or y.k != k:
-                return None
-            hs = y.handles
-            if type(hs) is Handles:
-                if hs.rec is not rec or (shape is not None and hs.shape != shape):
-                    return None
-                shape = hs.shape
-                ids.append(np.arange(hs.first, hs.first + hs.n, dtype=np.int64))
-            else:
-                if any(h._rec is not rec or h.shape != hs[0].shape for h in hs) or \
-                        (shape is not None and hs[0].shape != shape):
-                    return None
-                shape = hs[0].shape
-                ids.append(np.fromiter([h.node_id for h in hs], np.int64, len(hs)))
-            counts.append(len(hs))
-        return np.concatenate(ids), lambda values: _topk_rows(values, k, counts)
+        return _bulk_topk(asked, rec)
     return None
+
+
+def _bulk_topk(asked: list[Any], rec: Any
+               ) -> tuple[np.ndarray, Callable[[Tensor], Sequence[Any]]] | None:  # type: ignore[type-arg]
+    """:func:`bulk_round` of a round of :class:`TopK` requests (``None``: not one ``k``
+    and row shape, or handles of another recording)."""
+    first = asked[0]
+    k, shape, ids, counts = first.k, None, [], []
+    firsts: list[int] | None = []  # every program's Handles block: its first node
+    for y in asked:
+        if type(y) is not TopK or y.k != k:
+            return None
+        hs = y.handles
+        if type(hs) is Handles:
+            if hs.rec is not rec or (shape is not None and hs.shape != shape):
+                return None
+            shape = hs.shape
+            if firsts is not None:
+                firsts.append(hs.first)
+            else:
+                ids.append(np.arange(hs.first, hs.first + hs.n, dtype=np.int64))
+        else:
+            if any(h._rec is not rec or h.shape != hs[0].shape for h in hs) or \
+                    (shape is not None and hs[0].shape != shape):
+                return None
+            shape = hs[0].shape
+            if firsts is not None:  # (the blocks so far as ranges)
+                ids = [np.arange(f, f + c, dtype=np.int64)
+                       for f, c in zip(firsts, counts, strict=True)]
+                firsts = None
+            ids.append(np.fromiter([h.node_id for h in hs], np.int64, len(hs)))
+        counts.append(len(hs))
+    if firsts is not None:  # the blocks' ranges in a few array operations
+        return _ranges(firsts, counts), lambda values: _topk_rows(values, k, counts)
+    return np.concatenate(ids), lambda values: _topk_rows(values, k, counts)
+
+
+def _ranges(firsts: list[int], counts: list[int]) -> np.ndarray:  # type: ignore[type-arg]
+    """``first .. first + count - 1`` of every ``(first, count)``, concatenated."""
+    cnt = np.array(counts, np.int64)
+    ends = np.cumsum(cnt)
+    return np.arange(int(ends[-1]), dtype=np.int64) + \
+        np.repeat(np.array(firsts, np.int64) - (ends - cnt), cnt)
 
 
 def round_yields(batch: Any, asking: list[int], asked: list[Any]

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 from edbatch.api._assemble import warn_outside
 
 __all__ = ["Instances", "Lru", "RoundPlan", "Rounds", "extend", "instances", "localise",
-           "slot_major"]
+           "slot_major", "value_groups"]
 
 
 V = TypeVar("V")
@@ -248,3 +248,31 @@ def extend(buf: NDArray[Any], at: int, new: NDArray[Any]) -> NDArray[Any]:
         buf = grown
     buf[at:end] = new
     return buf
+
+
+#: Op lists whose shape index :func:`value_groups` keeps.
+_SHAPES_KEPT = 256
+_SHAPES: dict[int, tuple[list[Any], int, list[Any], NDArray[np.int64]]] = {}
+
+
+def value_groups(ops: list[Any], op_ids: NDArray[Any]
+                 ) -> list[tuple[tuple[int, ...], NDArray[np.int64]]]:
+    """The positions in ``op_ids`` grouped by their op type's output shape, shapes sorted:
+    ``(shape, positions)`` pairs, from one shape index per op type (no per-node Python)."""
+    if not len(op_ids):
+        return []
+    hit = _SHAPES.get(id(ops))
+    if hit is None or hit[0] is not ops or hit[1] != len(ops):  # op types are only added
+        shapes = sorted({op.out_shape for op in ops})
+        index = {shape: k for k, shape in enumerate(shapes)}
+        hit = _SHAPES[id(ops)] = (ops, len(ops), shapes,
+                                  np.array([index[op.out_shape] for op in ops], np.int64))
+        while len(_SHAPES) > _SHAPES_KEPT:
+            del _SHAPES[next(iter(_SHAPES))]
+    _, _, shapes, of_op = hit
+    sid = of_op[op_ids]
+    lo = int(sid.min())
+    if lo == int(sid.max()):  # one shape (a decoding round's states)
+        return [(shapes[lo], np.arange(len(sid)))]
+    return [(shapes[k], np.flatnonzero(sid == k))
+            for k in np.flatnonzero(np.bincount(sid, minlength=len(shapes))).tolist()]

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from edbatch.api import _typed
 from edbatch.api._rebind import InPlaceAttrs, projects, rebind, rebind_typed
-from edbatch.api._rounds import Lru, RoundPlan, Rounds
+from edbatch.api._rounds import Lru, RoundPlan, Rounds, value_groups
 from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
@@ -383,29 +383,3 @@ def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, 
         values.grow(int(ids.max()) + 1)
         values.batch[ids] = entry.batch + base
         values.row[ids] = entry.row
-
-
-_SHAPES: dict[int, tuple[list[Any], int, list[Any], NDArray[np.int64]]] = {}
-
-
-def value_groups(ops: list[Any], op_ids: NDArray[Any]
-                 ) -> list[tuple[tuple[int, ...], NDArray[np.int64]]]:
-    """The positions in ``op_ids`` grouped by their op type's output shape, shapes sorted:
-    ``(shape, positions)`` pairs, from one shape index per op type (no per-node Python)."""
-    if not len(op_ids):
-        return []
-    hit = _SHAPES.get(id(ops))
-    if hit is None or hit[0] is not ops or hit[1] != len(ops):  # op types are only added
-        shapes = sorted({op.out_shape for op in ops})
-        index = {shape: k for k, shape in enumerate(shapes)}
-        hit = _SHAPES[id(ops)] = (ops, len(ops), shapes,
-                                  np.array([index[op.out_shape] for op in ops], np.int64))
-        while len(_SHAPES) > CACHE_SIZE:
-            del _SHAPES[next(iter(_SHAPES))]
-    _, _, shapes, of_op = hit
-    sid = of_op[op_ids]
-    lo = int(sid.min())
-    if lo == int(sid.max()):  # one shape (a decoding round's states)
-        return [(shapes[lo], np.arange(len(sid)))]
-    return [(shapes[k], np.flatnonzero(sid == k))
-            for k in np.flatnonzero(np.bincount(sid, minlength=len(shapes))).tolist()]
