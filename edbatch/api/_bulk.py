@@ -143,7 +143,11 @@ def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None
     if attrs is None:
         attr_list: Any = [-1] * n
     elif type(attrs) is list or type(attrs) is tuple:
-        attr_list = list(map(int, attrs))  # (may raise: before appending)
+        try:  # ints (or with ``__index__``) in int64, checked in C: kept as they are
+            array.array("q", attrs)
+            attr_list = attrs
+        except (TypeError, OverflowError):
+            attr_list = list(map(int, attrs))  # (may raise: before appending)
     else:
         attr_list = int_list(attrs)
     first = len(rec.ops)

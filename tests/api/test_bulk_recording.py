@@ -248,3 +248,21 @@ def test_run_programs_pauses_the_garbage_collector_and_resumes_it() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_map_attrs_of_numpy_ints_bools_and_floats_record_as_ints() -> None:
+    """A list of ints is kept as it is; numpy integers and bools record their int value and
+    floats their ``int()``, as before the C check; nothing is appended when one fails."""
+    import numpy as np
+
+    b, c = _batch()
+    with b.instance():
+        c["embed"].map(attrs=[np.int64(4), True, 3])
+        c["embed"].map(attrs=(2.0, 5))
+        n = len(b._rec.attrs)
+        with pytest.raises(ValueError):
+            c["embed"].map(attrs=[1, "x"])
+        assert len(b._rec.attrs) == n
+    graph, _ = b.graph()
+    assert graph.attrs.tolist() == [4, 1, 3, 2, 5]
+    b.discard()
