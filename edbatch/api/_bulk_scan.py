@@ -99,3 +99,23 @@ def batch_rows(batch_of, k):  # type: ignore[no-untyped-def]
     for v in range(n):
         order[starts[batch_of[v]] + row_of[v]] = v
     return sizes, order, row_of
+
+
+@njit(cache=True, nogil=True)
+def read_runs(pb, lr, lo, hi, k):  # type: ignore[no-untyped-def]
+    """For :func:`~edbatch.api._typed._reads`: per read ``r`` (positions ``lo[r]..hi[r]-1``
+    of the layout ``pb``, ``lr`` of :func:`read_layout`) whether its rows are one batch's
+    consecutive rows (``whole``, a slice) and, where not, which of the ``k`` producer
+    batches it reads (``hit[r]``)."""
+    reads = len(lo)
+    whole = np.ones(reads, np.bool_)
+    hit = np.zeros((reads, k), np.bool_)
+    for r in range(reads):
+        for e in range(lo[r] + 1, hi[r]):
+            if pb[e] != pb[e - 1] or lr[e] != lr[e - 1] + 1:
+                whole[r] = False
+                break
+        if not whole[r]:
+            for e in range(lo[r], hi[r]):
+                hit[r, pb[e]] = True
+    return whole, hit

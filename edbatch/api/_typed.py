@@ -46,7 +46,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from edbatch.api._bulk_scan import batch_rows, read_layout, type_edges
+from edbatch.api._bulk_scan import batch_rows, read_layout, read_runs, type_edges
 from edbatch.executor._program import Program, Step, new_step
 from edbatch.executor._reads import Read, SelectRead, SliceRead, to_device
 from edbatch.executor._result import RunResult
@@ -219,12 +219,8 @@ def _reads(ops: list[Any], operands: NDArray[Any],
             bounds.extend((b, j, lo + j * size_l[b], lo + (j + 1) * size_l[b])
                           for j in range(op.arity))
     rb = np.array(bounds, np.int64).reshape(-1, 4)
-    bad = (pb[1:] != pb[:-1]) | (lr[1:] != lr[:-1] + 1)  # a read's rows not a slice there
-    cut = np.zeros(len(bad) + 1, np.int64)
-    np.cumsum(bad, out=cut[1:])
-    whole = (cut[rb[:, 3] - 1] == cut[rb[:, 2]]).tolist()
-    rows = np.repeat(np.arange(len(rb)), rb[:, 3] - rb[:, 2])
-    hit = np.bincount(rows * k + pb, minlength=len(rb) * k).reshape(-1, k)  # (no sort)
+    runs, hit = read_runs(pb, lr, rb[:, 2], rb[:, 3], k)  # (one compiled pass)
+    whole = runs.tolist()
     used = {r: np.flatnonzero(hit[r]).tolist() for r, w in enumerate(whole) if not w}
     groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
     for r, (b, j, lo, hi) in enumerate(bounds):

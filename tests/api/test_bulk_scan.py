@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edbatch.api._bulk_scan import batch_rows, block_operands, read_layout, type_edges
+from edbatch.api._bulk_scan import (
+    batch_rows,
+    block_operands,
+    read_layout,
+    read_runs,
+    type_edges,
+)
 
 
 def _random(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
@@ -62,3 +68,26 @@ def test_block_operands_node_major() -> None:
     values, cnt = block_operands(b, firsts, 5)
     assert values.tolist() == [100, 200, 101, 201, 102, 202, 300, 301]
     assert cnt.tolist() == [6, 2]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_read_runs_match_numpy(seed: int) -> None:
+    """Against the cumulative-sum formulation it replaced: runs of consecutive rows of one
+    batch (slices) and the producer batches of every other read."""
+    rng = np.random.default_rng(seed)
+    k, m = int(rng.integers(1, 5)), int(rng.integers(2, 80))
+    pb = rng.integers(0, k, m).astype(np.int64)
+    lr = rng.integers(0, 6, m).astype(np.int64)
+    for a in range(0, m, 7):  # some slices
+        pb[a:a + 5] = pb[a]
+        lr[a:a + 5] = lr[a] + np.arange(len(lr[a:a + 5]))
+    cuts = np.unique(np.concatenate([[0, m], rng.integers(1, m, int(rng.integers(0, 8)))]))
+    lo, hi = cuts[:-1], cuts[1:]
+    whole, hit = read_runs(pb, lr, lo, hi, k)
+    bad = (pb[1:] != pb[:-1]) | (lr[1:] != lr[:-1] + 1)
+    cut = np.concatenate([[0], np.cumsum(bad)])
+    assert whole.tolist() == (cut[hi - 1] == cut[lo]).tolist()
+    rows = np.repeat(np.arange(len(lo)), hi - lo)
+    want = np.bincount(rows * k + pb, minlength=len(lo) * k).reshape(-1, k) > 0
+    for r in np.flatnonzero(~whole):
+        assert hit[r].tolist() == want[r].tolist()
