@@ -323,7 +323,9 @@ class CellImpl:
     def forward_rows(self, inputs: Sequence[Tensor], attrs: Tensor) -> Tensor:
         """Run the module on flattened rows ``[B, d_k]``; return ``[B, prod(out_shape)]``."""
         size, want = attrs.shape[0], (attrs.shape[0], *self.op.out_shape)
-        xs = [x.reshape(size, *s) for x, s in zip(inputs, self.op.in_shapes or ())]
+        # (rows already ``[B, d]``: as they are, no view and no ViewBackward per call)
+        xs = [x if len(s) == 1 and x.dim() == 2 and x.shape[0] == size and x.shape[1] == s[0]
+              else x.reshape(size, *s) for x, s in zip(inputs, self.op.in_shapes or ())]
         out = self.module(*xs, attrs) if self.takes_attr else self.module(*xs)
         if not isinstance(out, Tensor) or tuple(out.shape) != want:
             got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
@@ -332,7 +334,7 @@ class CellImpl:
                 f"cell {self.name!r}: module {type(self.module).__name__} returned {got} for "
                 f"a batch of {size} with input shapes {[tuple(x.shape) for x in xs]}; "
                 f"expected {want}. Fix the module or declare {fix}")
-        return out.reshape(size, -1)
+        return out if out.dim() == 2 else out.reshape(size, -1)
 
 
 fresh_handle = _fresh
