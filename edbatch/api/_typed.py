@@ -120,7 +120,7 @@ def _read(pb: NDArray[np.int64], lr: NDArray[np.int64], sizes: NDArray[np.int64]
     if (pb == b0).all():
         lo = int(lr[0])
         if int(lr[-1]) - lo == n - 1 and (n == 1 or bool((np.diff(lr) == 1).all())):
-            return SliceRead(b0, lo, lo + n)
+            return (WholeRead if lo == 0 and n == int(sizes[b0]) else SliceRead)(b0, lo, lo + n)
         return SelectRead([(b0, _tensor(lr, device), _NO_POS)], n)  # (pos: unread)
     used = np.flatnonzero(np.bincount(pb, minlength=len(sizes)))
     if int(sizes[used].sum()) <= JOIN_AT * n:
@@ -136,6 +136,16 @@ def _read(pb: NDArray[np.int64], lr: NDArray[np.int64], sizes: NDArray[np.int64]
 
 
 _NO_POS = torch.zeros(0, dtype=torch.int64)
+
+
+class WholeRead(SliceRead):
+    """Every row of batch ``b``'s output, in order: the output itself (no narrowed view,
+    whose backward would zero-fill a gradient of the whole output and copy into it)."""
+
+    __slots__ = ()
+
+    def __call__(self, outs: Sequence[Tensor]) -> Tensor:
+        return outs[self.b]
 
 #: Rows of the joined outputs per row read up to which :class:`JoinedRead` (and the
 #: general path's :class:`~edbatch.api._segments.JoinedSelect`) joins them.
@@ -225,8 +235,9 @@ def _reads(ops: list[Any], operands: NDArray[Any],
     groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
     for r, (b, j, lo, hi) in enumerate(bounds):
         if whole[r]:
-            first = int(lr[lo])
-            made[b].append(SliceRead(int(pb[lo]), first, first + hi - lo))
+            first, src = int(lr[lo]), int(pb[lo])
+            made[b].append((WholeRead if first == 0 and hi - lo == size_l[src] else SliceRead)(
+                src, first, first + hi - lo))
         else:
             made[b].append(None)  # (placed below)
             groups.setdefault(tuple(used[r]), []).append((b, j, lo, hi))
@@ -346,7 +357,7 @@ def run_typed(executor: Any, program: Program, params: Mapping[str, Tensor], gra
     if len(outputs) == 1:
         (value,) = outputs.values()
         loss = value.reshape(()) if value.numel() == 1 else None
-    views = sum(type(r) is SliceRead for s in program.steps for r in s.reads)
+    views = sum(isinstance(r, SliceRead) for s in program.steps for r in s.reads)
     reads = sum(len(s.reads) for s in program.steps)
     stats = {"exec/num_views": float(views), "exec/num_gathers": float(reads - views),
              "exec/num_kernel_calls": float(len(program.steps)), "exec/seconds": seconds,

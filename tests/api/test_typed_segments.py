@@ -235,3 +235,22 @@ def test_value_nodes_are_their_table_and_expert_reads_one_gather(
     parts = [r for s in experts for r in s.reads]
     assert parts and all(type(r) is GroupPart for r in parts)
     assert len({id(r.group) for r in parts}) == len(entries) - 2  # one per expert segment
+
+
+def test_a_read_of_every_row_of_a_batch_is_its_output_itself() -> None:
+    # x -> a -> b, each of b's rows reads a's rows in order: the output, no narrowed view
+    # (whose backward zero-fills and copies a gradient of the whole output); a part of
+    # a's rows stays a slice
+    graph = _graph([2, 2, 0, 0, 1, 1], [[], [], [0], [1], [2], [3]])
+    kernels = {"abstract": lambda op, inputs, params, attrs: inputs[0] * 2}
+    plan = typed_program(graph, kernels, torch.device("cpu"))
+    assert plan is not None
+    reads = [r for s in plan.program.steps for r in s.reads]
+    assert [type(r).__name__ for r in reads] == ["WholeRead", "WholeRead"]
+    outs = [torch.ones(2, D, requires_grad=True)]
+    assert reads[0](outs) is outs[0]
+    part = typed_program(_graph([2, 2, 0, 1], [[], [], [0], [2]]), kernels,
+                         torch.device("cpu"))
+    assert part is not None
+    assert [type(r).__name__ for s in part.program.steps for r in s.reads] == \
+        ["SliceRead", "WholeRead"]
