@@ -152,12 +152,10 @@ def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None
         attr_list = int_list(attrs)
     first = len(rec.ops)
     rec.ops.extend([kind.op_id] * n)
-    if not ids or not n:
-        pass
-    elif blocks:  # one block record (the inline :func:`_operands`)
+    if ids and n and blocks:  # one block record (the inline :func:`_operands`)
         rec.blocks.extend((len(rec.operands), first, n, len(rec.block_firsts)))
         rec.block_firsts.extend(ids)
-    else:
+    elif ids and n:
         _operands(rec, first, n, ids)
     rec.attrs.extend(attr_list)
     return Handles(rec, first, n, kind, kind.shape)
