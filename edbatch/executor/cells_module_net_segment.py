@@ -181,12 +181,13 @@ def _fits(step: Step, ops: tuple[Operand, ...], code: int, att: int | None,
     return True
 
 
-def _runs(steps: Sequence[Step], operands: Sequence[tuple[Operand, ...]]
+def _runs(steps: Sequence[Step], operands: Sequence[tuple[Operand, ...]],
+          codes: Sequence[int | None] | None = None
           ) -> list[tuple[int, int, int | None, int | None]]:
     """``(first, stop, attention arena, scene arena)`` of every run of ``steps`` a segment
     takes: at least :data:`MIN_RUN` consecutive batches of :data:`CODES` writing one block of
-    one attention arena (see :func:`_fits`)."""
-    codes = _codes(steps)
+    one attention arena (see :func:`_fits`); ``codes``: :func:`_codes` of ``steps`` if known."""
+    codes = _codes(steps) if codes is None else codes
     runs = []
     i = 0
     while i < len(steps):
@@ -212,29 +213,34 @@ class AttentionSegments:
     compiled, a segment reads its operands by row itself) and makes each run one step."""
 
     def claim(self, steps: list[Step], operands: list[tuple[Operand, ...]],
-              device: torch.device) -> tuple[list[int], list[tuple[int, int, Any, Any]]]:
-        runs = _runs(steps, operands) if device.type == "cpu" else []
-        return [b for i, j, _, _ in runs for b in range(i, j)], runs
+              device: torch.device) -> tuple[list[int], Any]:
+        if device.type != "cpu":
+            return [], ([], None)
+        codes = _codes(steps)  # the steps' kernels and ops are final: apply reuses them
+        runs = _runs(steps, operands, codes)
+        return [b for i, j, _, _ in runs for b in range(i, j)], (runs, codes)
 
     def apply(self, program: Program, operands: list[tuple[Operand, ...]],
-              device: torch.device, found: list[tuple[int, int, Any, Any]]) -> Program:
-        return attention_segments(program, operands, device, found)
+              device: torch.device, found: Any) -> Program:
+        return attention_segments(program, operands, device, *found)
 
 
 def attention_segments(program: Program, operands: list[tuple[Operand, ...]],
                        device: torch.device,
-                       runs: list[tuple[int, int, Any, Any]] | None = None) -> Program:
+                       runs: list[tuple[int, int, Any, Any]] | None = None,
+                       codes: Sequence[int | None] | None = None) -> Program:
     """Replace every run of at least :data:`MIN_RUN` consecutive attention batches (see the
     module doc) of ``program``'s steps, their outputs one block of the attention arena, by
-    one segment step (CPU); ``runs``: :func:`_runs` of these steps if already found."""
-    if device.type != "cpu":
+    one segment step (CPU); ``runs`` and ``codes``: :func:`_runs` and :func:`_codes` of these
+    steps if already found."""
+    if device.type != "cpu" or (runs is not None and not runs):
         return program
     steps = program.steps
+    codes = _codes(steps) if codes is None else codes
     if runs is None:
-        runs = _runs(steps, operands)
+        runs = _runs(steps, operands, codes)
     out: list[Step] = []
     done, first_attr = 0, 0
-    codes = _codes(steps)
     for i, j, att, scene in runs:
         out.extend(steps[done:i])
         first_attr += sum(s.size for s in steps[done:i])

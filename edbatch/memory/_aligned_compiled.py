@@ -2,9 +2,11 @@
 
 :func:`aligned_orders_compiled` returns exactly what
 :func:`edbatch.memory._aligned.aligned_orders` returns (the Python version is the oracle; the
-tests compare them): the vectorised set-up (each producer's first read) is shared numpy code,
-and the loop over batches, one small sort per batch, runs compiled on the concatenated node
-ids instead of costing a few numpy calls per batch.
+tests compare them): each producer's first read is one compiled pass over the edges
+(:func:`_first_reads`, the same result as the numpy
+:func:`~edbatch.memory._first_reads.first_reads` the oracle uses, without its sorts), and the
+loop over batches, one small sort per batch, runs compiled on the concatenated node ids
+instead of costing a few numpy calls per batch.
 """
 
 from __future__ import annotations
@@ -16,10 +18,59 @@ from numba import njit
 from numpy.typing import NDArray
 
 from edbatch.graph.ir import Graph
-from edbatch.memory._first_reads import first_reads
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["aligned_orders_compiled"]
+
+
+@njit(cache=True)
+def _deferred_batches(optr, oids, step, forced):  # type: ignore[no-untyped-def]
+    """``(arity, deferred)``: a batch is deferred if no edge of a batched consumer reads it
+    and it is not forced (as :func:`~edbatch.memory._first_reads.first_reads`)."""
+    n, nb = len(optr) - 1, len(forced)
+    arity = np.empty(n, np.int64)
+    feeds = np.zeros(nb, np.bool_)
+    for v in range(n):
+        arity[v] = optr[v + 1] - optr[v]
+        if not forced[step[v]]:
+            for e in range(optr[v], optr[v + 1]):
+                feeds[step[oids[e]]] = True
+    deferred = np.empty(nb, np.bool_)
+    for b in range(nb):
+        deferred[b] = not feeds[b] and not forced[b]
+    return arity, deferred
+
+
+@njit(cache=True)
+def _first_reads(optr, oids, step, forced):  # type: ignore[no-untyped-def]
+    """:func:`~edbatch.memory._first_reads.first_reads` in one pass over the edges (consumer
+    by consumer, slots in order): a producer's first read is the smallest (consumer step,
+    slot, consumer id), kept by a strict comparison so that ties keep the earliest edge as
+    the stable sort there does. ``step`` of an unscheduled node is -1 (read as numpy does)."""
+    n = len(optr) - 1
+    arity, deferred = _deferred_batches(optr, oids, step, forced)
+    kept = 0
+    for v in range(n):
+        if not forced[step[v]] and not deferred[step[v]]:
+            kept += arity[v]
+    consumer = np.empty(kept, np.int64)
+    slot = np.empty(kept, np.int64)
+    first = np.full(n, -1, np.int64)
+    i, slots = 0, 1
+    for v in range(n):
+        s = step[v]
+        if forced[s] or deferred[s]:
+            continue
+        for e in range(optr[v], optr[v + 1]):
+            p, k = oids[e], e - optr[v]
+            consumer[i], slot[i] = v, k
+            slots = max(slots, k + 1)
+            f = first[p]
+            if f < 0 or s < step[consumer[f]] or (s == step[consumer[f]] and (
+                    k < slot[f] or (k == slot[f] and v < consumer[f]))):
+                first[p] = i
+            i += 1
+    return arity, consumer, slot, deferred, first, slots
 
 
 @njit(cache=True)
@@ -76,7 +127,9 @@ def aligned_orders_compiled(graph: Graph, schedule: Schedule) -> list[NDArray[np
     if not batches:
         return []
     step = schedule.step_of(n)
-    arity, consumer, slot, deferred, first, slots = first_reads(graph, batches, step)
+    forced = np.array([b.forced for b in batches], dtype=np.bool_)
+    arity, consumer, slot, deferred, first, slots = _first_reads(
+        graph.operand_ptr.astype(np.int64), graph.operand_ids.astype(np.int64), step, forced)
     sizes = np.array([len(b) for b in batches], dtype=np.int64)
     bptr = np.zeros(len(batches) + 1, dtype=np.int64)
     np.cumsum(sizes, out=bptr[1:])

@@ -83,6 +83,37 @@ def test_segments_in_inference_equal_the_torch_path() -> None:
 
 
 
+def test_a_rerun_program_reads_this_runs_parameters() -> None:
+    """A cached program with a parameterised segment, run again after the parameters
+    changed in place (as an optimizer step does), gives what a fresh executor gives (a
+    segment must not keep the parameter vector of an earlier run)."""
+    graph = WL.minibatch("val", range(24))
+    schedule = make_scheduler("critical_path")(graph)
+    plan = plan_memory(graph, schedule, "aligned")
+    params = init_params(WL, torch.Generator().manual_seed(3), dtype=torch.float64)
+    params = {k: v.requires_grad_() for k, v in params.items()}
+    ex = TorchExecutor("cpu", torch.float64)
+    program, _ = ex._program(graph, schedule, plan)
+    assert any(isinstance(s.kernel, Segment) and s.kernel.names for s in program.steps)
+    out = []
+    for fresh in (False, True):
+        run = TorchExecutor("cpu", torch.float64) if fresh else ex
+        for step in range(1 if fresh else 2):
+            res = run.run(graph, schedule, plan, params, grad=True)
+            assert res.loss is not None
+            grads = torch.autograd.grad(res.loss, list(params.values()), allow_unused=True)
+            if not fresh and step == 0:
+                with torch.no_grad():
+                    for v in params.values():
+                        v.mul_(1.25)
+        out.append((res.loss.detach(), grads))
+    torch.testing.assert_close(out[0][0], out[1][0], rtol=1e-12, atol=0)
+    for a, b in zip(out[0][1], out[1][1], strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-13)
+
+
 def test_a_segment_without_parameters_trains() -> None:
     """A run of parameter-free batches (``unique`` then ``intersect``, as ``depth`` schedules
     these 8 test questions) is a segment with no parameters: its backward routes the

@@ -35,6 +35,23 @@ def test_merge_equals_building_in_one_builder() -> None:
     merged.validate()
 
 
+def test_merge_of_merges_shifts_instances_and_outputs() -> None:
+    """Parts with several instances and outputs (merged themselves), no reduce node."""
+    sizes = ((2, 1), (3,), (1, 4, 2))
+    parts = [merge_graphs([_tree(k) for k in ks]) for ks in sizes]
+    merged = merge_graphs(parts)
+    b = GraphBuilder(small_vocab())
+    outs = []
+    for i, k in enumerate(k for ks in sizes for k in ks):
+        b.instance = i
+        outs.append(b.add("loss", left_chain_tree(b, k)))
+    direct = b.build(outs)
+    for field in ("op_ids", "operand_ptr", "operand_ids", "attrs", "instance", "depth",
+                  "outputs"):
+        assert np.array_equal(getattr(merged, field), getattr(direct, field)), field
+    assert merged.num_instances == 6
+
+
 def test_merge_rejects_mixed_vocabularies() -> None:
     g1 = _tree(2)
     other = GraphBuilder(Vocab([OpType("z", "lookup", (), (1,))]))

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 
 from edbatch.graph import Graph
 from edbatch.memory._aligned import aligned_orders, aligned_orders_python
-from edbatch.memory._aligned_compiled import aligned_orders_compiled
+from edbatch.memory._aligned_compiled import _first_reads, aligned_orders_compiled
+from edbatch.memory._first_reads import first_reads
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import REAL_CASES
 from tests.schedule.test_compiled import minibatch
@@ -26,6 +27,14 @@ def assert_same_orders(graph: Graph) -> None:
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             assert g.dtype == w.dtype == np.int32
             np.testing.assert_array_equal(g, w, err_msg=f"{name} batch {i}")
+        step = schedule.step_of(graph.num_nodes)
+        forced = np.array([b.forced for b in schedule.batches], dtype=np.bool_)
+        got_reads = _first_reads(graph.operand_ptr.astype(np.int64),
+                                 graph.operand_ids.astype(np.int64), step, forced)
+        for field, g, w in zip(("arity", "consumer", "slot", "deferred", "first", "slots"),
+                               got_reads, first_reads(graph, schedule.batches, step),
+                               strict=True):
+            np.testing.assert_array_equal(g, w, err_msg=f"{name} {field}")
 
 
 @pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
