@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor
 
-from edbatch.executor._fused import _jit, _sig_, _sigmoid, _tanh, _tanh_
+from edbatch.executor._fused import _jit, _jit_inline, _sig_, _sigmoid, _tanh, _tanh_
 
 __all__ = ["sick_backward", "sick_forward", "sick_forward_rows"]
 
@@ -33,7 +33,7 @@ def _sick_fwd(gw, f, rows, seg, out, t):  # type: ignore[no-untyped-def]
     _sick_out(gw, out, t)
 
 
-@_jit
+@_jit_inline
 def _state_out(o, c, h2, t):  # type: ignore[no-untyped-def]
     """``t = tanh(c)``, ``h2 = o t``: one loop per store (each vectorises)."""
     for j in range(c.shape[0]):
