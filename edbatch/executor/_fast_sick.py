@@ -57,14 +57,15 @@ class FastSickStep:
     def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
         """Put what :meth:`__call__` reads into ``into`` (made once per run, inside
         ``TRANSPOSED.run()``; never across runs): ``[W_iou; W_f]^T`` and ``[b_iou; b_f]``
-        under ``(W_iou, W_f)``, ``W_iou^T``, ``U_iou^T``, ``U_f^T`` under ``(name, 0)``, the
-        bias ``b_iou`` under its name."""
+        under ``(W_iou, W_f)`` (a batch of leaves reads ``W_iou^T`` as its leading columns, a
+        view: no copy of its own), ``U_iou^T``, ``U_f^T`` under ``(name, 0)``, the bias
+        ``b_iou`` under its name."""
         w_iou, b_iou, u_iou, w_f, b_f, u_f = self.names
         if (w_iou, w_f) not in into:  # (the kernel path's copies, where it made them)
             w_t, bias = stacked_weights(params[w_iou], params[w_f], params[b_iou], params[b_f])
             into[(w_iou, w_f)], into[(b_iou, b_f)] = w_t, bias.detach()
             into[b_iou] = params[b_iou].detach()
-        for name in (w_iou, u_iou, u_f):
+        for name in (u_iou, u_f):
             if (name, 0) not in into:
                 into[(name, 0)] = TRANSPOSED(params[name])
 
@@ -76,7 +77,7 @@ class FastSickStep:
             x = self.x(arenas)
             out = views[self.oa][self.os:self.os + n]
             if self.arena < 0:  # leaves
-                g = torch.addmm(w[b_iou], x, w[(w_iou, 0)])
+                g = torch.addmm(w[b_iou], x, w[(w_iou, w_f)].narrow(1, 0, 3 * hidden))
                 gv = g.numpy()
                 _fused_sick.sick_forward_rows(gv, np.empty((0, hidden), gv.dtype), out,
                                               self.kids, self.seg, out,

