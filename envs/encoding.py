@@ -54,7 +54,6 @@ from edbatch.schedule import FrontierView
 from edbatch.schedule.bounds import height_list
 from envs._keys import (
     CAND_FEATURES,
-    CAND_TOP,
     CRIT_FEATURES,
     FILL_FEATURES,
     RICH_FEATURES,
