@@ -38,10 +38,11 @@ from torch import Tensor
 
 from edbatch.api._bulk import Handles
 from edbatch.api._handles import Handle
+from edbatch.api._values import Values
 from edbatch.errors import GraphError
 
 __all__ = ["ArgMax", "TopK", "argmax", "bulk_round", "check_yield", "hand_back", "hand_back_argmax",
-           "ids_array", "round_yields", "topk"]
+           "ids_array", "round_yields", "topk", "values_of"]
 
 
 class ArgMax:
@@ -247,3 +248,32 @@ def check_yield(batch: Any, i: int, wanted: Any) -> tuple[Sequence[int], tuple[i
             raise GraphError(f"program {i} yielded handles of shapes {items[0].shape} and "
                              f"{h.shape}; yield a list of one shape (or yield them apart)")
     return [h.node_id for h in items], shape  # type: ignore[return-value]
+
+
+def values_of(values: Values, asked: list[Any],
+              lists: list[tuple[Sequence[int], tuple[int, ...]]]) -> list[Any]:
+    """What each program is sent (the general path; the common rounds: :func:`bulk_round`):
+    the value of the handle it yielded (shape ``handle.shape``) or of its list (``[k,
+    *shape]``), detached, or the argmax or top-``k`` it asked for, read from ``values`` in
+    one gather per row shape."""
+    out: list[Any] = [None] * len(asked)
+    by_shape: dict[tuple[int, ...], list[int]] = {}
+    for j, (_, shape) in enumerate(lists):
+        by_shape.setdefault(shape, []).append(j)
+    for shape, js in by_shape.items():
+        nodes = np.concatenate([ids_array(lists[j][0]) for j in js])
+        flat = values.gather(nodes).detach()
+        at = 0
+        for j in js:
+            k = len(lists[j][0])
+            if type(asked[j]) is Handle:
+                out[j] = flat[at].reshape(shape)
+            elif type(asked[j]) is ArgMax:
+                out[j] = hand_back_argmax(flat[at:at + 1], [asked[j].allowed])[0]
+            elif type(asked[j]) is TopK:
+                out[j] = flat[at:at + k].reshape(k, -1).topk(asked[j].k, dim=1) \
+                    .indices.tolist()
+            else:
+                out[j] = flat[at:at + k].reshape(k, *shape)
+            at += k
+    return out
