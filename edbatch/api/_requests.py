@@ -124,6 +124,11 @@ def hand_back(values: Tensor, shape: tuple[int, ...]) -> Sequence[Tensor]:
     return flat.unbind(0)
 
 
+#: Dtypes whose CPU argmax runs in numpy (the same index: the first largest; a NaN counts as
+#: the largest, as in torch).
+_NUMPY_ARGMAX = (torch.float32, torch.float64)
+
+
 def hand_back_argmax(values: Tensor, allowed: list[Any] | None = None) -> list[int]:
     """The flat argmax of every row of ``values`` (one per program), over the entries its
     ``allowed`` mask keeps (``None``: all): one batched ``argmax`` and one transfer to the
@@ -147,6 +152,8 @@ def hand_back_argmax(values: Tensor, allowed: list[Any] | None = None) -> list[i
         if flat.device.type == "cpu":  # (numpy: cheaper than torch at these sizes)
             return np.where(keep, flat.numpy(), -np.inf).argmax(1).tolist()  # type: ignore[no-any-return]
         flat = flat.masked_fill(torch.from_numpy(~keep).to(flat.device), -math.inf)
+    if flat.device.type == "cpu" and flat.dtype in _NUMPY_ARGMAX:  # (a fifth of torch's time)
+        return flat.numpy().argmax(1).tolist()  # type: ignore[no-any-return]
     return flat.argmax(1).tolist()  # type: ignore[no-any-return]
 
 
