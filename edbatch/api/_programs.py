@@ -65,8 +65,15 @@ from torch import Tensor
 from edbatch.api import _typed
 from edbatch.api._bulk import int_array, operand_array
 from edbatch.api._handles import Handle
-from edbatch.api._requests import ArgMax, TopK, hand_back_argmax, ids_array, round_yields
-from edbatch.api._rounds import Instances, RoundPlan, extend, localise, slot_major
+from edbatch.api._requests import round_yields, values_of
+from edbatch.api._rounds import (
+    Follow,
+    Instances,
+    RoundPlan,
+    extend,
+    localise,
+    slot_major,
+)
 from edbatch.api._schedulers import memory_strategy
 from edbatch.api._segments import (
     SegmentCache,
@@ -179,6 +186,7 @@ class _Runner:
         self.segments: list[Segment] = []
         self.op_all = np.zeros(0, np.int32)  # every node's op id so far (grown, not rebuilt)
         self.inst = Instances(batch, marks)  # the nodes' instances, from the marks
+        self.follow = Follow()  # the last round, repeated shifted: its plan
         self.rows: dict[str, tuple[int, Tensor]] = {}  # input rows: (blocks, joined)
         self.arity = np.zeros(0, np.int64)  # operand count per op type (-1: variadic)
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
@@ -209,19 +217,21 @@ class _Runner:
             counts = self.arity[new_ops]
             counts[counts < 0] = rec.counts[self.count_start:]
         flat = operand_array(rec, self.op_start, start)
-        old, local, loss_local = localise(flat, losses, start, SHARE_AT)
         self.inst.read(rec.marks, start, n)
+        tag = (self.maker, self.strategy, _typed.TYPED, len(vocab_ops))
         state = segment_state(batch)
-        sig = (self.maker, self.strategy, _typed.TYPED, len(vocab_ops), new_ops.tobytes(),
-               b"" if counts is None else counts.tobytes(), local.tobytes(),
-               loss_local.tobytes(), op_all[old].tobytes())
-        plan = state.rounds.get(sig)
-        if plan is None:
-            if counts is None:
-                counts = self.arity[new_ops]
-            plan = self._plan(old, new_ops, counts, local, loss_local)
-            state = segment_state(batch)  # (a new value/<shape> op type: the next rounds
-            state.rounds.put((*sig[:3], len(batch._ops), *sig[4:]), plan)  # see it)
+        found = self.follow.match(tag, start, new_ops, counts, flat, losses, op_all) \
+            if state.rounds.size else None
+        if found is not None:  # the last round shifted (a decoding step after another)
+            old, local, loss_local, plan = found
+            state.rounds.hits += 1  # (a plan reused: a hit of the round plans)
+        else:
+            old, local, loss_local = localise(flat, losses, start, SHARE_AT)
+            plan = self._round_plan(tag, old, new_ops, counts, local, loss_local)
+            self.follow.keep(None if counts is not None else
+                             (*tag[:3], len(batch._ops)), start, new_ops, flat, losses,
+                             old, local, loss_local, plan, op_all)
+            state = segment_state(batch)
         params = dict(batch.params)  # the earlier nodes read: rows of the value params
         for name, blocks in rec.rows.items():
             kept = self.rows.get(name)
@@ -248,6 +258,21 @@ class _Runner:
         self.segments.append(Segment(graph, schedule, result))
         self.start, self.op_start = n, len(rec.operands)
         self.count_start, self.loss_start = len(rec.counts), len(rec.losses)
+
+    def _round_plan(self, tag: tuple[Any, ...], old: NDArray[np.int64],
+                    new_ops: NDArray[np.int32], counts: NDArray[np.int64] | None,
+                    local: NDArray[np.int64], loss_local: NDArray[np.int64]) -> RoundPlan:
+        """The round's plan: the one of its signature made before, else made now."""
+        sig = (*tag, new_ops.tobytes(), b"" if counts is None else counts.tobytes(),
+               local.tobytes(), loss_local.tobytes(), self.op_all[old].tobytes())
+        plan = segment_state(self.batch).rounds.get(sig)
+        if plan is None:
+            plan = self._plan(old, new_ops, self.arity[new_ops] if counts is None else
+                              counts, local, loss_local)
+            # (a new value/<shape> op type: the next rounds see it)
+            segment_state(self.batch).rounds.put((*tag[:3], len(self.batch._ops), *sig[4:]),
+                                                 plan)
+        return plan
 
     def _plan(self, old: NDArray[np.int64], new_ops: NDArray[np.int32],
               counts: NDArray[np.int64], local: NDArray[np.int64],
@@ -286,34 +311,6 @@ class _Runner:
                                *(arrays[k] for k in ("op_ids", "counts", "operands",
                                                      "outputs", "sizes")))
         return RoundPlan(vocab, key, arrays, tuple(groups), old_attrs, tail)
-
-    def values_of(self, asked: list[Any], lists: list[tuple[Sequence[int], tuple[int, ...]]]
-                  ) -> list[Any]:
-        """What each program is sent (general path; the common rounds: see
-        :mod:`edbatch.api._requests`): the value of the handle it yielded (shape
-        ``handle.shape``) or of its list (``[k, *shape]``), detached, or the argmax it asked
-        for, read in one gather per row shape."""
-        out: list[Any] = [None] * len(asked)
-        by_shape: dict[tuple[int, ...], list[int]] = {}
-        for j, (_, shape) in enumerate(lists):
-            by_shape.setdefault(shape, []).append(j)
-        for shape, js in by_shape.items():
-            nodes = np.concatenate([ids_array(lists[j][0]) for j in js])
-            flat = self.values.gather(nodes).detach()
-            at = 0
-            for j in js:
-                k = len(lists[j][0])
-                if type(asked[j]) is Handle:
-                    out[j] = flat[at].reshape(shape)
-                elif type(asked[j]) is ArgMax:
-                    out[j] = hand_back_argmax(flat[at:at + 1], [asked[j].allowed])[0]
-                elif type(asked[j]) is TopK:
-                    out[j] = flat[at:at + k].reshape(k, -1).topk(asked[j].k, dim=1) \
-                        .indices.tolist()
-                else:
-                    out[j] = flat[at:at + k].reshape(k, *shape)
-                at += k
-        return out
 
 
 def _rows(blocks: list[Tensor]) -> Tensor:
@@ -379,7 +376,7 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         if lists is None:
             values = answer(runner.values.gather(nodes))
         else:
-            values = runner.values_of(asked, lists)
+            values = values_of(runner.values, asked, lists)
         for i, v in zip(asking, values, strict=True):
             sent[i] = v
         runner.seconds["read"] += clock() - t0

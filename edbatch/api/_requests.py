@@ -38,10 +38,11 @@ from torch import Tensor
 
 from edbatch.api._bulk import Handles
 from edbatch.api._handles import Handle
+from edbatch.api._values import Values
 from edbatch.errors import GraphError
 
 __all__ = ["ArgMax", "TopK", "argmax", "bulk_round", "check_yield", "hand_back", "hand_back_argmax",
-           "ids_array", "round_yields", "topk"]
+           "ids_array", "round_yields", "topk", "values_of"]
 
 
 class ArgMax:
@@ -123,6 +124,11 @@ def hand_back(values: Tensor, shape: tuple[int, ...]) -> Sequence[Tensor]:
     return flat.unbind(0)
 
 
+#: Dtypes whose CPU argmax runs in numpy (the same index: the first largest; a NaN counts as
+#: the largest, as in torch).
+_NUMPY_ARGMAX = (torch.float32, torch.float64)
+
+
 def hand_back_argmax(values: Tensor, allowed: list[Any] | None = None) -> list[int]:
     """The flat argmax of every row of ``values`` (one per program), over the entries its
     ``allowed`` mask keeps (``None``: all): one batched ``argmax`` and one transfer to the
@@ -146,6 +152,8 @@ def hand_back_argmax(values: Tensor, allowed: list[Any] | None = None) -> list[i
         if flat.device.type == "cpu":  # (numpy: cheaper than torch at these sizes)
             return np.where(keep, flat.numpy(), -np.inf).argmax(1).tolist()  # type: ignore[no-any-return]
         flat = flat.masked_fill(torch.from_numpy(~keep).to(flat.device), -math.inf)
+    if flat.device.type == "cpu" and flat.dtype in _NUMPY_ARGMAX:  # (a fifth of torch's time)
+        return flat.numpy().argmax(1).tolist()  # type: ignore[no-any-return]
     return flat.argmax(1).tolist()  # type: ignore[no-any-return]
 
 
@@ -273,3 +281,32 @@ def check_yield(batch: Any, i: int, wanted: Any) -> tuple[Sequence[int], tuple[i
             raise GraphError(f"program {i} yielded handles of shapes {items[0].shape} and "
                              f"{h.shape}; yield a list of one shape (or yield them apart)")
     return [h.node_id for h in items], shape  # type: ignore[return-value]
+
+
+def values_of(values: Values, asked: list[Any],
+              lists: list[tuple[Sequence[int], tuple[int, ...]]]) -> list[Any]:
+    """What each program is sent (the general path; the common rounds: :func:`bulk_round`):
+    the value of the handle it yielded (shape ``handle.shape``) or of its list (``[k,
+    *shape]``), detached, or the argmax or top-``k`` it asked for, read from ``values`` in
+    one gather per row shape."""
+    out: list[Any] = [None] * len(asked)
+    by_shape: dict[tuple[int, ...], list[int]] = {}
+    for j, (_, shape) in enumerate(lists):
+        by_shape.setdefault(shape, []).append(j)
+    for shape, js in by_shape.items():
+        nodes = np.concatenate([ids_array(lists[j][0]) for j in js])
+        flat = values.gather(nodes).detach()
+        at = 0
+        for j in js:
+            k = len(lists[j][0])
+            if type(asked[j]) is Handle:
+                out[j] = flat[at].reshape(shape)
+            elif type(asked[j]) is ArgMax:
+                out[j] = hand_back_argmax(flat[at:at + 1], [asked[j].allowed])[0]
+            elif type(asked[j]) is TopK:
+                out[j] = flat[at:at + k].reshape(k, -1).topk(asked[j].k, dim=1) \
+                    .indices.tolist()
+            else:
+                out[j] = flat[at:at + k].reshape(k, *shape)
+            at += k
+    return out

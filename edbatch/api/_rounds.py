@@ -35,8 +35,8 @@ from numpy.typing import NDArray
 
 from edbatch.api._assemble import warn_outside
 
-__all__ = ["Instances", "Lru", "RoundPlan", "Rounds", "extend", "instances", "localise",
-           "slot_major", "value_groups"]
+__all__ = ["Follow", "Instances", "Lru", "RoundPlan", "Rounds", "extend", "instances",
+           "localise", "slot_major", "value_groups"]
 
 
 V = TypeVar("V")
@@ -88,6 +88,53 @@ class Lru(Generic[V]):
 
 class Rounds(Lru[RoundPlan]):
     """Round plans by the round's structure in bytes (module docstring)."""
+
+
+class Follow:
+    """The last round's structure, so that a round repeating it shifted by a constant (the
+    next decoding step of the same sentences: every operand and loss term ``d`` nodes
+    later, the earlier nodes read of the same op types) takes its :class:`RoundPlan` and
+    :func:`localise`'s renumbering without localising or hashing its signature. Equal
+    inputs shifted give equal outputs shifted: ``localise`` reads only the order and
+    equality of node ids and which lie below the round's first."""
+
+    __slots__ = ("flat", "found", "losses", "new_ops", "old_ops", "start", "tag")
+
+    def __init__(self) -> None:
+        self.tag: tuple[Any, ...] | None = None
+
+    def match(self, tag: tuple[Any, ...], start: int, new_ops: NDArray[np.int32],
+              counts: NDArray[np.int64] | None, flat: NDArray[np.int64],
+              losses: NDArray[np.int64], op_all: NDArray[np.int32]
+              ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64],
+                         RoundPlan] | None:
+        """``(old, local, loss_local, plan)`` of this round if it is the last one shifted
+        (``tag``: what else the plan depends on; ``counts``: variadic operand counts)."""
+        if tag != self.tag or counts is not None or len(flat) != len(self.flat) or \
+                len(losses) != len(self.losses) or not np.array_equal(new_ops, self.new_ops):
+            return None
+        d = start - self.start
+        if not (np.array_equal(flat, self.flat + d) and
+                np.array_equal(losses, self.losses + d)):
+            return None
+        old, local, loss_local, plan = self.found
+        old = old + d
+        if not np.array_equal(op_all[old], self.old_ops):
+            return None
+        self.start, self.flat, self.losses = start, flat, losses
+        self.found = (old, local, loss_local, plan)
+        return self.found
+
+    def keep(self, tag: tuple[Any, ...] | None, start: int, new_ops: NDArray[np.int32],
+             flat: NDArray[np.int64], losses: NDArray[np.int64], old: NDArray[np.int64],
+             local: NDArray[np.int64], loss_local: NDArray[np.int64], plan: RoundPlan,
+             op_all: NDArray[np.int32]) -> None:
+        """Remember a round localised and planned the long way (``tag`` ``None``: a round
+        with variadic nodes, never followed)."""
+        self.tag, self.start, self.new_ops, self.flat, self.losses = \
+            tag, start, new_ops, flat, losses
+        self.old_ops = op_all[old]
+        self.found = (old, local, loss_local, plan)
 
 
 _ALL: dict[int, NDArray[np.int64]] = {}

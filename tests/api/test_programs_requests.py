@@ -218,3 +218,17 @@ def test_requests_and_shared_values_on_cuda_equal_cpu() -> None:
     assert abs(l1 - l2) <= 1e-9 * abs(l1)
     for a, b in zip(g1, g2, strict=True):
         assert torch.allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_hand_back_argmax_is_torch_argmax(dtype: torch.dtype) -> None:
+    """The CPU hand-back (numpy for float32/64) picks torch's index: the first largest, a
+    NaN as the largest, all -inf at 0."""
+    from edbatch.api._requests import hand_back_argmax
+    torch.manual_seed(0)
+    rows = torch.randint(0, 4, (64, 9)).to(dtype)  # many ties
+    rows[3, 5] = rows[7, 0] = float("nan")
+    rows[9] = float("nan")
+    rows[11] = -float("inf")
+    assert hand_back_argmax(rows) == rows.argmax(1).tolist()
+    assert hand_back_argmax(rows.reshape(64, 3, 3)) == rows.argmax(1).tolist()
