@@ -49,7 +49,7 @@ from torch import Tensor
 
 from edbatch.api._bulk_scan import batch_rows, read_layout, read_runs, type_edges
 from edbatch.executor._program import Program, Step, new_step
-from edbatch.executor._reads import Read, SelectRead, SliceRead, to_device
+from edbatch.executor._reads import Read, SelectRead, SliceRead, WholeRead, to_device
 from edbatch.executor._result import RunResult
 from edbatch.executor.cells_hoist import HEAD_READS
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
@@ -138,15 +138,6 @@ def _read(pb: NDArray[np.int64], lr: NDArray[np.int64], sizes: NDArray[np.int64]
 
 _NO_POS = torch.zeros(0, dtype=torch.int64)
 
-
-class WholeRead(SliceRead):
-    """Every row of batch ``b``'s output, in order: the output itself (no narrowed view,
-    whose backward would zero-fill a gradient of the whole output and copy into it)."""
-
-    __slots__ = ()
-
-    def __call__(self, outs: Sequence[Tensor]) -> Tensor:
-        return outs[self.b]
 
 #: Rows of the joined outputs per row read up to which :class:`JoinedRead` (and the
 #: general path's :class:`~edbatch.api._segments.JoinedSelect`) joins them.
