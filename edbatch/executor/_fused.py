@@ -124,13 +124,16 @@ _jit = njit(fastmath=True, error_model="numpy", cache=True, nogil=True)
 _jit_inline = njit(fastmath=True, error_model="numpy", cache=True, nogil=True, inline="always")
 
 
-@_jit
+# the per-row LSTM helpers are inlined into their callers (numba IR, no call per row:
+# ``_lstm_bwd`` 125 -> 63 us, ``_lstm_fwd`` 96 -> 89 us on 200 rows of H=150, fp32); the same
+# arithmetic. (Storing c', tanh(c') and h' in three loops instead of one was slower: 113 us.)
+@_jit_inline
 def _sig_(a):  # type: ignore[no-untyped-def]
     for j in range(a.shape[0]):
         a[j] = _sigmoid(a[j])
 
 
-@_jit
+@_jit_inline
 def _tanh_(a):  # type: ignore[no-untyped-def]
     for j in range(a.shape[0]):
         a[j] = _tanh(a[j])
@@ -140,7 +143,7 @@ def _tanh_(a):  # type: ignore[no-untyped-def]
 # Operands are 2-D numpy views (``Tensor.numpy()``, zero copy). A block that is a column range
 # of a wider contiguous tensor (``c`` of a state ``[h; c]``) is passed as that tensor and its
 # first column: a contiguous array compiles to vector loops, a strided one to slower code.
-@_jit
+@_jit_inline
 def _lstm_row(i, f, o, u, c, h2, c2, t):  # type: ignore[no-untyped-def]
     for j in range(c.shape[0]):
         cj = f[j] * c[j] + i[j] * u[j]
@@ -172,7 +175,7 @@ def lstm_forward(g: Tensor, c: Tensor, out: Tensor, t: Tensor,
         _lstm_fwd(g.numpy(), c.numpy(), 0, out.numpy(), t.numpy())
 
 
-@_jit
+@_jit_inline
 def _lstm_bwd_row(dh, dcn, i, f, o, u, c, t, di, df, do, du, dcin):  # type: ignore[no-untyped-def]
     for j in range(u.shape[0]):
         tj, oj, ij, fj, uj = t[j], o[j], i[j], f[j], u[j]
