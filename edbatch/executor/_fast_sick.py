@@ -118,8 +118,7 @@ def _step(step: Any, arenas: Sequence[tuple[int, int]]) -> FastSickStep | None:
     if has.sum(1).tolist() != [len(r[1]) for r in slots]:  # type: ignore[index]
         return None
     kids = np.concatenate([r[1] for r in slots]).astype(np.int64, copy=False)  # type: ignore[index]
-    seg = np.flatnonzero(has) % has.shape[1]  # [slot, node] row-major: np.nonzero(has)[1]
-    return FastSickStep(step.reads[0], arena, kids, seg,
+    return FastSickStep(step.reads[0], arena, kids, np.nonzero(has)[1],
                         step.out_arena, step.out_start, tuple(step.op.params), hidden,
                         step.size, step.op.name)
 

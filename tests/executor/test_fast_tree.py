@@ -83,12 +83,3 @@ def test_interleave_matches_stack_reshape():
         assert got.dtype == np.int64 and got.flags.c_contiguous
         np.testing.assert_array_equal(got, want)
 
-
-def test_flat_seg_matches_nonzero():
-    """The child-sum step's ``seg`` (``flatnonzero % n``) equals ``np.nonzero(has)[1]``."""
-    import numpy as np
-    rng = np.random.default_rng(1)
-    for n, slots in ((1, 1), (9, 3), (64, 5)):
-        attrs = rng.integers(0, slots + 1, n)
-        has = attrs > np.arange(slots)[:, None]
-        np.testing.assert_array_equal(np.flatnonzero(has) % has.shape[1], np.nonzero(has)[1])
