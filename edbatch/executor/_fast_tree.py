@@ -31,7 +31,7 @@ from edbatch.executor._fast_sick import sick_short
 from edbatch.executor._reads import whole_rows
 from edbatch.executor._weights import TRANSPOSED
 
-__all__ = ["KIND", "FastTreeStep", "tree_short"]
+__all__ = ["KIND", "FastTreeStep", "interleave", "tree_short"]
 
 #: The op kind this short path serves.
 KIND = "tree_lstm.internal"
@@ -48,7 +48,7 @@ class FastTreeStep:
     def __init__(self, arena: int, left: np.ndarray, right: np.ndarray,  # type: ignore[type-arg]
                  oa: int, os: int, names: tuple[str, ...], hidden: int, name: str = "") -> None:
         self.arena, self.left, self.right, self.oa, self.os = arena, left, right, oa, os
-        self.pair = torch.from_numpy(np.stack([left, right], 1).reshape(-1))
+        self.pair = torch.from_numpy(interleave(left, right))
         self.n, self.names, self.hidden, self.name = len(left), names, hidden, name
 
     def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
@@ -78,6 +78,14 @@ class FastTreeStep:
         except Exception as e:  # as the kernel path reports a failing batch
             raise ExecutionError(f"batch of op type {self.name!r} ({n} nodes, Tree-LSTM short "
                                  f"path) failed: {type(e).__name__}: {e}") from e
+
+
+def interleave(left: np.ndarray, right: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+    """``left[0], right[0], left[1], ...`` as one contiguous ``int64`` array (the values of
+    ``np.stack([left, right], 1).reshape(-1)``, without its temporaries)."""
+    pair = np.empty(2 * len(left), np.int64)
+    pair[0::2], pair[1::2] = left, right
+    return pair
 
 
 def tree_short(program: Any, device: torch.device) -> Any:

@@ -69,3 +69,17 @@ def test_failing_batch_names_the_short_path() -> None:
     params[name] = params[name][:, :3]  # a wrongly shaped weight
     with pytest.raises(ExecutionError, match="Tree-LSTM short path"):
         _outputs("tree_lstm", torch.float64, True, params=params)
+
+
+def test_interleave_matches_stack_reshape():
+    """``interleave`` gives the values and dtype of the ``np.stack`` form it replaced."""
+    import numpy as np
+
+    from edbatch.executor._fast_tree import interleave
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 7, 64):
+        left, right = rng.integers(0, 500, n), rng.integers(0, 500, n)
+        got, want = interleave(left, right), np.stack([left, right], 1).reshape(-1)
+        assert got.dtype == np.int64 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+
