@@ -40,7 +40,6 @@ from numpy.typing import NDArray
 from edbatch.errors import PolicyFileError
 from edbatch.graph import Graph
 from edbatch.schedule import CriticalPathPolicy, FrontierView, Schedule
-from edbatch.schedule._compiled_priority_ctx import CONTEXT_SOURCES
 from edbatch.schedule._compiled_priority import (
     PRIORITY_FEATURES,
     V1_FEATURES,
@@ -51,6 +50,7 @@ from edbatch.schedule._compiled_priority import (
     run_priority,
     run_priority_counts,
 )
+from edbatch.schedule._compiled_priority_ctx import CONTEXT_SOURCES
 from edbatch.schedule.bounds import height_list
 from edbatch.schedule.compiled import _batches, core_graph
 from policies._header import check_header

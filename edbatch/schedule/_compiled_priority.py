@@ -74,7 +74,8 @@ from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
 __all__ = ["PRIORITY_FEATURES", "V1_FEATURES", "V2_FEATURES", "V3_FEATURES",
-           "critical_path_weights", "num_params", "priority_features", "priority_trace", "run_priority", "run_priority_counts"]
+           "critical_path_weights", "num_params", "priority_features", "priority_trace",
+           "run_priority", "run_priority_counts"]
 
 PRIORITY_FEATURES = ("gap", "fill", "complete", "log_ready", "ready_rem", "log_wait",
                      "log_after", "last", "mean_gap", "top_share", "rel_height", "gap1",
