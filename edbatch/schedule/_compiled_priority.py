@@ -201,14 +201,27 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
 
 @njit(cache=True)
 def _uses_release(w, nh):  # type: ignore[no-untyped-def]
-    """Whether features 15-21 or the context ones (23-) can change a choice: hidden units,
-    or a non-zero linear weight on one of them (a linear score ignores a feature at
-    weight 0)."""
+    """Whether features 15-21 can change a choice: hidden units, or a non-zero linear weight
+    on one of them or on a context feature (23-, which read them; a linear score ignores a
+    feature at weight 0)."""
     if nh > 0:
         return True
     for j in range(NUM_V1_FEATURES, NUM_PRIORITY_FEATURES):
         if w[j] != 0.0 and (j < NUM_V2_FEATURES or j >= FIRST_CONTEXT):
             return True
+    return False
+
+
+@njit(cache=True)
+def _uses_context(w, nh):  # type: ignore[no-untyped-def]
+    """Whether a context feature (23-) has a non-zero weight, in the linear part or in a
+    hidden unit (else its columns are not computed: they stay 0)."""
+    f = NUM_PRIORITY_FEATURES
+    for u in range(nh + 1):
+        o = 0 if u == 0 else f + (u - 1) * (f + 1)
+        for j in range(FIRST_CONTEXT, f):
+            if w[o + j] != 0.0:
+                return True
     return False
 
 
@@ -272,6 +285,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     ctop = np.zeros(k, np.int64)
     x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)  # 15-21, 23- stay 0 unless
     release = full or _uses_release(w, nh)  # the weights give them a say
+    context = full or _uses_context(w, nh)
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     ids = np.empty(k, np.int64)
@@ -303,7 +317,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
                               last, hmax, logt, seen, sumh, cmax, ctop, ids, x, rel, tst,
                               release)
         cp = _critical(k, rlen, tw, maxh, batchable)
-        if release:
+        if context:
             context_rows(r, ids, x, cp, last2)
         for i in range(r):
             if nt < len(trace):

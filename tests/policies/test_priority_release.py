@@ -117,6 +117,14 @@ def test_version_1_weights_leave_the_release_features_unread(real_graphs: list[G
     assert len(rows) and not rows[:, 15:22].any()  # 22 (far) is no release feature
     assert not rows[:, 23:].any()  # nor are the context features read
     assert run_policy(g, PriorityTwin(w)).num_batches == PriorityPolicy(w)(g).num_batches
+    w = _weights(rng, hidden=2)  # an MLP whose context weights are all 0: columns unread
+    f, c0 = len(FEATURES), FEATURES.index("is_cp")
+    for o in (0, f, 2 * f + 1):
+        w[o + c0:o + f] = 0.0
+    rows, _ = priority_trace(*graph_inputs(g), w, 2, 10_000)  # type: ignore[call-arg]
+    assert rows[:, 15:22].any() and not rows[:, 23:].any()
+    got, ref = PriorityPolicy(w, hidden=2)(g), run_policy(g, PriorityTwin(w, 2))
+    assert [b.op_id for b in got.batches] == [b.op_id for b in ref.batches]
 
 
 def test_context_columns_are_live_and_mean_what_they_say(real_graphs: list[Graph]) -> None:
