@@ -59,11 +59,15 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     ap.add_argument("--teacher", default="critical_path",
                     help="the DAgger teacher's rollout base: critical_path, student, both")
     ap.add_argument("--weighting", default="uniform", help="DAgger loss: uniform, spread")
+    ap.add_argument("--context", action="store_true",
+                    help="also search / fit the context features' weights (trainer.context)")
     ap.add_argument("--dagger-first", action="store_true",
                     help="DAgger from critical path before the CEM (default: after it)")
     ap.add_argument("--dumps", action="store_true",
                     help="the held-out dump protocol (train G0 + extra, test G1-G17)")
     ap.add_argument("--train-shuffles", type=int, default=3, help="with --dumps")
+    ap.add_argument("--save", type=Path, default=None,
+                    help="write each seed's artifact to SAVE/priority_seed<seed>.json")
     args = ap.parse_args(argv)
     if args.dumps:
         with tempfile.TemporaryDirectory(prefix="edbatch-prio-dumps-") as tmp:
@@ -110,8 +114,11 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
                             api_rounds=args.api_rounds, far=args.far,
                             dagger_rounds=args.dagger_rounds, dagger_teacher=args.teacher,
                             weighting=args.weighting,
-                            dagger_first=args.dagger_first).fit(train, val).policy
+                            dagger_first=args.dagger_first,
+                            context=args.context).fit(train, val).policy
         out[seed] = sum(p(g).num_batches for g in test) / lb
+        if args.save is not None:
+            p.save(args.save / f"priority_seed{seed}.json")
         m = p.metadata
         print(f"seed {seed}: {out[seed]:.4f} x LB (learned {p.learned}; train "
               f"{m['train_batches']} vs {m['train_fallback_batches']}, validation "

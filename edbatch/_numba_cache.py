@@ -48,6 +48,7 @@ COMPILED_MODULES = (
     "schedule/_compiled_hash.py",
     "schedule/_compiled_keys.py",
     "schedule/_compiled_priority.py",
+    "schedule/_compiled_priority_ctx.py",
     "schedule/_compiled_priority_fsm.py",
     "schedule/_compiled_priority_q.py",
     "schedule/_compiled_release.py",

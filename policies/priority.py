@@ -15,12 +15,12 @@ the score computed per decision inside the compiled loop. :class:`PriorityTwin` 
 Python oracle (a :class:`~edbatch.schedule.Policy` over
 :class:`~edbatch.schedule.FrontierView`): same rows, same schedules.
 
-Artifact: JSON ``{"format": "edbatch.priority", "version": 3, "features": [...],
+Artifact: JSON ``{"format": "edbatch.priority", "version": 4, "features": [...],
 "hidden": nh, "weights": [...], "fallback": "critical_path", "learned": bool,
 "metadata": {...}}`` (``weights``: the flat parameters of
 :func:`~edbatch.schedule._compiled_priority.num_params`; ``hidden`` 0 is linear). Versions 1
 (15 features, linear, no ``hidden``) and 2 (22 features) still load: the newer features
-get weight 0 (:func:`widen`).
+get weight 0 (:func:`widen`); so does version 3 (23, no context features).
 ``batch.run(policy)`` takes a :class:`PriorityPolicy` (it is a ``graph -> Schedule``
 callable); ``experiments.evaluate scheduler=[priority] scheduler.priority.path=...``.
 """
@@ -44,11 +44,13 @@ from edbatch.schedule._compiled_priority import (
     PRIORITY_FEATURES,
     V1_FEATURES,
     V2_FEATURES,
+    V3_FEATURES,
     critical_path_weights,
     num_params,
     run_priority,
     run_priority_counts,
 )
+from edbatch.schedule._compiled_priority_ctx import CONTEXT_SOURCES
 from edbatch.schedule.bounds import height_list
 from edbatch.schedule.compiled import _batches, core_graph
 from policies._header import check_header
@@ -58,7 +60,7 @@ __all__ = ["FEATURES", "FORMAT", "VERSION", "PriorityPolicy", "PriorityScheduler
            "num_params", "population_batches"]
 
 FORMAT = "edbatch.priority"
-VERSION = 3
+VERSION = 4
 FEATURES = PRIORITY_FEATURES
 FALLBACK = "critical_path"
 
@@ -196,8 +198,8 @@ class PriorityPolicy:
 
     @classmethod
     def load(cls, path: str | Path) -> PriorityPolicy:
-        """Read an artifact written by :meth:`save` (version 3; version 2: 22 features,
-        version 1: linear over the first 15; the newer features weighted 0).
+        """Read an artifact written by :meth:`save` (version 4; 3: 23 features, 2: 22,
+        1: linear over the first 15; the newer features weighted 0).
 
         Raises:
             PolicyFileError: missing, not JSON, another format or version, other features,
@@ -213,7 +215,7 @@ class PriorityPolicy:
             raise PolicyFileError(path, f"not a JSON priority-policy file ({e})", fix) from None
         header = data if isinstance(data, dict) else None
         version = header.get("version") if header is not None else None
-        old = {1: V1_FEATURES, 2: V2_FEATURES}.get(version)  # type: ignore[arg-type]
+        old = {1: V1_FEATURES, 2: V2_FEATURES, 3: V3_FEATURES}.get(version)  # type: ignore[arg-type]
         check_header(path, header, FORMAT, version if old else VERSION,  # type: ignore[arg-type]
                      old or FEATURES, fix)
         assert header is not None
@@ -279,6 +281,7 @@ class PriorityTwin:
                                                           self.hidden)]
         self._graph: Graph | None = None
         self._cp = CriticalPathPolicy()
+        self._hist: list[int] = []  # this twin's decisions on the current schedule
 
     def _prepare(self, graph: Graph) -> None:
         self._graph = graph
@@ -317,6 +320,8 @@ class PriorityTwin:
         """(ready batchable op ids ascending, their feature rows)."""
         if view.graph is not self._graph:
             self._prepare(view.graph)
+        if view.last_op == -1:
+            self._hist = []
         h = self._h
         ready = view.ready_ops
         tops = [view.max_over_ready(a, h) for a in ready]
@@ -348,6 +353,12 @@ class PriorityTwin:
                 (pc if pc < 4.0 else 4.0) / 4.0,
                 (ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0,
                 math.log1p(-gap) / 4.0])
+        last2 = self._hist[-2] if len(self._hist) > 1 else -1
+        for i, (a, row) in enumerate(zip(ready, rows)):  # context (_compiled_priority_ctx)
+            row += [1.0 if a == cp else 0.0, 1.0 if a == last2 else 0.0,
+                    math.log1p(len(ready) - 1) / 4.0]
+            row += [max((o[j] for k, o in enumerate(rows) if k != i), default=0.0)
+                    for j in CONTEXT_SOURCES]
         return ready, rows
 
     def score(self, row: list[float]) -> float:
@@ -367,11 +378,10 @@ class PriorityTwin:
 
     def choose(self, view: FrontierView) -> int:
         ready, rows = self.rows(view)
-        if len(ready) == 1:
-            return ready[0]
         best, best_s = 0, -math.inf
         for i, row in enumerate(rows):
             s = self.score(row)
             if s > best_s:
                 best, best_s = i, s
+        self._hist.append(ready[best])
         return ready[best]

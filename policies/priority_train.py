@@ -41,13 +41,15 @@ from policies.priority_dagger import TEACHERS, WEIGHTINGS, dagger
 __all__ = ["PriorityResult", "PriorityTrainer", "prune_hidden", "searched"]
 
 
-def searched(nh: int, far: bool) -> np.ndarray:  # type: ignore[type-arg]
+def searched(nh: int, far: bool, context: bool = False) -> np.ndarray:  # type: ignore[type-arg]
     """Which of the :func:`~policies.priority.num_params` parameters the trainer searches:
-    all, or (``far=False``) all but feature ``far``'s weight in the linear part and in each
-    hidden unit."""
+    all, or all but the weights (in the linear part and in each hidden unit) of feature
+    ``far`` (``far=False``) and of the context features (``context=False``)."""
     active = np.ones(num_params(nh), np.bool_)
-    if not far:
-        f, j = len(FEATURES), FEATURES.index("far")
+    f = len(FEATURES)
+    off = ([FEATURES.index("far")] if not far else []) + (
+        [] if context else list(range(FEATURES.index("is_cp"), f)))
+    for j in off:
         active[j] = False
         active[[f + u * (f + 1) + j for u in range(nh)]] = False
     return active
@@ -102,6 +104,8 @@ class PriorityTrainer:
             ``both``).
         weighting: the DAgger loss's per-decision weights (``uniform``, ``spread``).
         dagger_first: run DAgger from critical path before the CEM.
+        context: also search / fit the context features' weights
+            (:mod:`edbatch.schedule._compiled_priority_ctx`; ``False``: they stay 0).
     """
 
     name = "priority"
@@ -110,7 +114,8 @@ class PriorityTrainer:
                  sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
                  hidden_units: int = 0, api_rounds: int = 0, far: bool = False,
                  dagger_rounds: int = 0, dagger_teacher: str = "critical_path",
-                 weighting: str = "uniform", dagger_first: bool = False) -> None:
+                 weighting: str = "uniform", dagger_first: bool = False,
+                 context: bool = False) -> None:
         hidden = hidden_units
         if dagger_rounds < 0 or dagger_teacher not in TEACHERS or weighting not in WEIGHTINGS:
             raise ValueError(f"need dagger_rounds >= 0, dagger_teacher in {TEACHERS} and weighting "
@@ -125,7 +130,7 @@ class PriorityTrainer:
                              f"population={population}, elite={elite}, "
                              f"iterations={iterations}, hidden_units={hidden}, "
                              f"api_rounds={api_rounds}")
-        self.api_rounds, self.far = int(api_rounds), bool(far)
+        self.api_rounds, self.far, self.context = int(api_rounds), bool(far), bool(context)
         self.hidden = int(hidden)
         self.iterations, self.population, self.elite = iterations, population, elite
         self.sigma, self.sigma_floor, self.seed = sigma, sigma_floor, seed
@@ -145,7 +150,7 @@ class PriorityTrainer:
         w0 = critical_path_weights(nh)
         base = int(population_batches(train, w0[None], nh)[0].sum())
         val_base0 = int(population_batches(val, w0[None], nh)[0].sum())
-        active = searched(nh, self.far)
+        active = searched(nh, self.far, self.context)
         if self.dagger_rounds and not self.dagger_first:  # DAgger learns the hidden layer
             active[len(FEATURES):] = False
         mean, std = w0.copy(), np.where(active, self.sigma, 0.0)
@@ -200,6 +205,7 @@ class PriorityTrainer:
         meta.update({"learner": "cross-entropy method", "iterations": self.iterations,
                      "population": self.population, "elite": self.elite, "seed": self.seed,
                      "hidden": nh, "api_rounds": api, "far": self.far,
+                     "context": self.context,
                      "dagger": {"rounds": dag, "teacher": self.teacher,
                                 "weighting": self.weighting, "first": self.dagger_first},
                      "train_batches": best, "train_fallback_batches": base,
@@ -225,6 +231,7 @@ class PriorityTrainer:
         batches, the rounds' records."""
         w, best, rounds = dagger(train, w, self.hidden, self.dagger_rounds,
                                  teacher=self.teacher, weighting=self.weighting,
-                                 seed=self.seed, active=searched(self.hidden, self.far),
+                                 seed=self.seed,
+                                 active=searched(self.hidden, self.far, self.context),
                                  progress=progress)
         return w, best, [vars(r) for r in rounds]

@@ -38,6 +38,11 @@ Features (:data:`PRIORITY_FEATURES`, ``F`` columns; ``top`` = the highest ready 
                       can charge a type far below the critical one less than ``gap`` does
 ====================  ==========================================================
 
+Features 23-31 are *context* (:mod:`edbatch.schedule._compiled_priority_ctx`: critical
+path's choice, the decision before last, the other ready types' most ``fill``,
+``complete``, ``log_ready``, ``rel_join``, ``wait_gain``, ``cp_feed``), computed like the
+release features only where the weights give them a say.
+
 ``R``, the release matrix ``M[b, t]`` (nodes of type ``t`` whose pending operands are all
 ready nodes of type ``b``): what running a type *now* makes ready, no lookahead. Its sums are
 kept up to date edge by edge (:mod:`edbatch.schedule._compiled_release`): a decision reads
@@ -64,20 +69,24 @@ from numba import njit
 
 from edbatch.schedule._compiled import _typewise_freed, start_state
 from edbatch.schedule._compiled_keys import _critical, _ratio
+from edbatch.schedule._compiled_priority_ctx import CONTEXT_FEATURES, FIRST_CONTEXT, context_rows
 from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
-__all__ = ["PRIORITY_FEATURES", "V1_FEATURES", "V2_FEATURES", "critical_path_weights", "num_params",
-           "priority_features", "priority_trace", "run_priority", "run_priority_counts"]
+__all__ = ["PRIORITY_FEATURES", "V1_FEATURES", "V2_FEATURES", "V3_FEATURES",
+           "critical_path_weights", "num_params", "priority_features", "priority_trace",
+           "run_priority", "run_priority_counts"]
 
 PRIORITY_FEATURES = ("gap", "fill", "complete", "log_ready", "ready_rem", "log_wait",
                      "log_after", "last", "mean_gap", "top_share", "rel_height", "gap1",
                      "gap0", "rem_share", "ready_share", "rel_log", "rel_join", "rel_self",
-                     "wait_gain", "cp_feed", "partial", "lead", "far")
+                     "wait_gain", "cp_feed", "partial", "lead", "far", *CONTEXT_FEATURES)
 #: The first 15 features: artifact version 1's (its weights are these, the rest 0).
 V1_FEATURES = PRIORITY_FEATURES[:15]
 #: The first 22: artifact version 2's (15-21 are the release features).
 V2_FEATURES = PRIORITY_FEATURES[:22]
+#: The first 23: artifact version 3's (no context features).
+V3_FEATURES = PRIORITY_FEATURES[:FIRST_CONTEXT]
 NUM_PRIORITY_FEATURES = len(PRIORITY_FEATURES)
 NUM_V1_FEATURES = len(V1_FEATURES)
 NUM_V2_FEATURES = len(V2_FEATURES)
@@ -193,12 +202,26 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
 @njit(cache=True)
 def _uses_release(w, nh):  # type: ignore[no-untyped-def]
     """Whether features 15-21 can change a choice: hidden units, or a non-zero linear weight
-    on one of them (a linear score ignores a feature at weight 0)."""
+    on one of them or on a context feature (23-, which read them; a linear score ignores a
+    feature at weight 0)."""
     if nh > 0:
         return True
-    for j in range(NUM_V1_FEATURES, NUM_V2_FEATURES):
-        if w[j] != 0.0:
+    for j in range(NUM_V1_FEATURES, NUM_PRIORITY_FEATURES):
+        if w[j] != 0.0 and (j < NUM_V2_FEATURES or j >= FIRST_CONTEXT):
             return True
+    return False
+
+
+@njit(cache=True)
+def _uses_context(w, nh):  # type: ignore[no-untyped-def]
+    """Whether a context feature (23-) has a non-zero weight, in the linear part or in a
+    hidden unit (else its columns are not computed: they stay 0)."""
+    f = NUM_PRIORITY_FEATURES
+    for u in range(nh + 1):
+        o = 0 if u == 0 else f + (u - 1) * (f + 1)
+        for j in range(FIRST_CONTEXT, f):
+            if w[o + j] != 0.0:
+                return True
     return False
 
 
@@ -260,8 +283,9 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     sumh = np.zeros(k, np.int64)
     cmax = np.full(k, -1, np.int64)
     ctop = np.zeros(k, np.int64)
-    x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)  # features 15-21 stay 0 unless
+    x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)  # 15-21, 23- stay 0 unless
     release = full or _uses_release(w, nh)  # the weights give them a say
+    context = full or _uses_context(w, nh)
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     ids = np.empty(k, np.int64)
@@ -271,6 +295,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     nodes = np.empty(n, np.int64)
     mark = np.zeros(n, np.bool_)
     nb, done, overrides, decisions, last, nt = 0, 0, 0, 0, np.int64(-1), 0
+    last2 = np.int64(-1)
     while True:
         while nf > 0:
             nf -= 1
@@ -291,6 +316,9 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
         r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
                               last, hmax, logt, seen, sumh, cmax, ctop, ids, x, rel, tst,
                               release)
+        cp = _critical(k, rlen, tw, maxh, batchable)
+        if context:
+            context_rows(r, ids, x, cp, last2)
         for i in range(r):
             if nt < len(trace):
                 trace[nt] = x[i]
@@ -302,9 +330,9 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
         else:
             a = ids[_best(r, x, w, nh)] if r > 1 else ids[0]
         decisions += 1
-        if a != _critical(k, rlen, tw, maxh, batchable):
+        if a != cp:
             overrides += 1
-        last = a
+        last, last2 = a, last
         c = rlen[a]
         batch = nodes[done:done + c]
         batch[:] = ready[start[a]:start[a] + c]

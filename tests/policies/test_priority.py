@@ -11,7 +11,7 @@ import pytest
 
 from edbatch.errors import PolicyFileError
 from edbatch.schedule import CriticalPathPolicy, lower_bound, make_scheduler, run_policy
-from edbatch.schedule._compiled_priority import V2_FEATURES
+from edbatch.schedule._compiled_priority import V2_FEATURES, V3_FEATURES
 from edbatch.workloads import make_workload
 from edbatch.workloads.synthetic import random_binary_trees, random_lattices
 from experiments._learned import score_unseen
@@ -189,6 +189,7 @@ def test_version_1_artifact_still_loads(tmp_path: Path, graphs: list) -> None:
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda d: d.update(format="edbatch.fsm"), "format"),
     (lambda d: d.update(version=99), "version 99"),
+    (lambda d: d.update(version=3), "made for the features"),
     (lambda d: d.update(features=d["features"][:-1]), "made for the features"),
     (lambda d: d.update(weights=d["weights"][:3]), f"need {len(FEATURES)} finite weights"),
     (lambda d: d.update(weights=[float("nan")] * len(FEATURES)), "finite weights"),
@@ -306,17 +307,21 @@ def test_experiments_train_with_trainer_priority(tmp_path: Path) -> None:
     assert (run_dir / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.parametrize("version", [2, 3])
 @pytest.mark.parametrize("hidden", [0, 2])
-def test_version_2_artifact_still_loads(tmp_path: Path, graphs: list, hidden: int) -> None:
-    """A version-2 file (22 features, linear or MLP) scores as before: its weights widened
-    to every feature, the newer ones at 0 in the linear part and in each hidden unit."""
+def test_version_2_artifact_still_loads(tmp_path: Path, graphs: list, hidden: int,
+                                        version: int) -> None:
+    """A version-2 (22 features) or 3 (23) file, linear or MLP, scores as before: its
+    weights widened to every feature, the newer ones at 0 in the linear part and in each
+    hidden unit."""
     rng = np.random.default_rng(hidden)
-    f = len(V2_FEATURES)
+    old_features = V2_FEATURES if version == 2 else V3_FEATURES
+    f = len(old_features)
     w = rng.normal(0.0, 0.5, f + hidden * (f + 2))
     w[0] += 2.0
     path = tmp_path / "v2.json"
-    path.write_text(json.dumps({"format": "edbatch.priority", "version": 2,
-                                "features": list(V2_FEATURES), "hidden": hidden,
+    path.write_text(json.dumps({"format": "edbatch.priority", "version": version,
+                                "features": list(old_features), "hidden": hidden,
                                 "weights": w.tolist(), "fallback": "critical_path",
                                 "learned": True, "metadata": {}}))
     q = PriorityPolicy.load(path)
@@ -335,5 +340,5 @@ def test_version_2_artifact_still_loads(tmp_path: Path, graphs: list, hidden: in
     data = json.loads(path.read_text())
     data["weights"] = data["weights"][:-1]
     path.write_text(json.dumps(data))
-    with pytest.raises(PolicyFileError, match="version 2 needs"):
+    with pytest.raises(PolicyFileError, match=f"version {version} needs"):
         PriorityPolicy.load(path)

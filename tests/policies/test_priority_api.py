@@ -113,10 +113,13 @@ def test_priority_config_names_every_trainer_argument() -> None:
 @pytest.mark.parametrize("hidden", [0, 2])
 def test_far_is_searched_only_when_asked(hidden: int) -> None:
     """``far=False`` (the default) holds feature ``far``'s weights at 0, in the linear part
-    and in every hidden unit, and searches every other parameter; ``far=True`` all."""
+    and in every hidden unit, and searches every other parameter but the context features'
+    (``context=False``); ``far=True, context=True`` all."""
     f, j = len(FEATURES), FEATURES.index("far")
+    nc = f - FEATURES.index("is_cp")
     off = searched(hidden, False)
-    assert searched(hidden, True).all() and (~off).sum() == 1 + hidden
+    assert searched(hidden, True, True).all() and (~off).sum() == (1 + nc) * (1 + hidden)
+    assert (~searched(hidden, True)).sum() == nc * (1 + hidden)
     assert not off[j] and all(not off[f + u * (f + 1) + j] for u in range(hidden))
     rng = np.random.default_rng(6)
     train = [random_lattices(rng, 6, 16, 4) for _ in range(2)]

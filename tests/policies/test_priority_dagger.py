@@ -16,13 +16,14 @@ from edbatch.schedule import run_policy
 from edbatch.schedule._compiled_priority_q import priority_q, priority_q_base
 from edbatch.workloads.synthetic import random_lattices
 from policies.priority import (
+    FEATURES,
     PriorityPolicy,
     critical_path_weights,
     graph_inputs,
     num_params,
 )
-from policies.priority_dagger import choice_loss, dagger, label
-from policies.priority_train import PriorityTrainer
+from policies.priority_dagger import _fit, choice_loss, dagger, label
+from policies.priority_train import PriorityTrainer, searched
 from tests.policies.conftest import ForcedTwin
 
 
@@ -119,6 +120,38 @@ def test_trainer_dagger_is_guarded_and_recorded(first: bool) -> None:
     assert len(meta["dagger"]["rounds"]) <= 1
     assert meta["val_batches"] <= meta["val_fallback_batches"] or not res.policy.learned
     assert meta["train_batches"] <= meta["train_fallback_batches"]
+
+
+def test_context_weights_are_held_at_zero_unless_asked_for(tmp_path: Path) -> None:
+    """``context=False`` leaves the context features' weights 0 (linear part and hidden
+    units); ``context=True`` lets DAgger fit them, and that artifact runs compiled as its
+    Python twin does and round-trips."""
+    f = len(FEATURES)
+    c0 = FEATURES.index("is_cp")
+    for ctx in (False, True):
+        act = searched(2, False, ctx)
+        cols = [c0, *(f + u * (f + 1) + c0 for u in range(2))]
+        assert act[cols].all() == ctx and act[0] and not act[FEATURES.index("far")]
+    rng = np.random.default_rng(4)
+    train = [random_lattices(rng, 5, 12, 4) for _ in range(2)]
+    x, seg, tg, _, _, _ = label([graph_inputs(g) for g in train], critical_path_weights(2), 2,
+                                "critical_path")
+    for ctx in (False, True):
+        w = _fit(x, seg, tg, None, critical_path_weights(2), 2, [50], 1e-3, 0.01,
+                 searched(2, False, ctx))[0]
+        assert np.any(w[c0:f]) == ctx and np.any(w[:c0])
+    p = PriorityPolicy(w, hidden=2)
+    q = PriorityPolicy.load(p.save(tmp_path / "ctx.json"))
+    assert np.array_equal(q.weights, w)
+    for g in train:
+        assert q(g).num_batches == run_policy(g, q.twin()).num_batches
+    res = PriorityTrainer(iterations=1, population=4, elite=2, seed=0, hidden_units=2,
+                          dagger_rounds=1).fit(train, train[:1])
+    assert res.policy.metadata["context"] is False
+    ws = res.policy.weights
+    nh = res.policy.hidden
+    assert not ws[c0:f].any() and not any(ws[f + u * (f + 1) + c0:f + u * (f + 1) + f].any()
+                                          for u in range(nh))
 
 
 def test_trainer_rejects_bad_dagger_arguments() -> None:

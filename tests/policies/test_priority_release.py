@@ -115,4 +115,38 @@ def test_version_1_weights_leave_the_release_features_unread(real_graphs: list[G
     g = real_graphs[2]
     rows, _ = priority_trace(*graph_inputs(g), w, 0, 10_000)  # type: ignore[call-arg]
     assert len(rows) and not rows[:, 15:22].any()  # 22 (far) is no release feature
+    assert not rows[:, 23:].any()  # nor are the context features read
     assert run_policy(g, PriorityTwin(w)).num_batches == PriorityPolicy(w)(g).num_batches
+    w = _weights(rng, hidden=2)  # an MLP whose context weights are all 0: columns unread
+    f, c0 = len(FEATURES), FEATURES.index("is_cp")
+    for o in (0, f, 2 * f + 1):
+        w[o + c0:o + f] = 0.0
+    rows, _ = priority_trace(*graph_inputs(g), w, 2, 10_000)  # type: ignore[call-arg]
+    assert rows[:, 15:22].any() and not rows[:, 23:].any()
+    got, ref = PriorityPolicy(w, hidden=2)(g), run_policy(g, PriorityTwin(w, 2))
+    assert [b.op_id for b in got.batches] == [b.op_id for b in ref.batches]
+
+
+def test_context_columns_are_live_and_mean_what_they_say(real_graphs: list[Graph]) -> None:
+    """Every context column (23-) varies over a real schedule's rows (a column stuck at one
+    value in both the core and the twin would pass the equality tests), and they read as
+    documented: ``is_cp`` marks one row per decision, ``o_*`` is the most of the others."""
+    from edbatch.schedule._compiled_priority_ctx import CONTEXT_FEATURES, CONTEXT_SOURCES
+
+    rng = np.random.default_rng(11)
+    w = _weights(rng)
+    c0 = FEATURES.index("is_cp")
+    for g in real_graphs[:2]:
+        twin = _Recorder(w)
+        run_policy(g, twin)
+        rows = np.array([x for _, rs in twin.log for x in rs])
+        for j, name in enumerate(CONTEXT_FEATURES):
+            assert np.ptp(rows[:, c0 + j]) > 0, name
+        for _, rs in twin.log:
+            x = np.array(rs)
+            assert x[:, c0].sum() == 1
+            for k, src in enumerate(CONTEXT_SOURCES):
+                for i in range(len(x)):
+                    others = np.delete(x[:, src], i)
+                    assert x[i, c0 + 3 + k] == (others.max() if len(others) else 0.0)
+        _check(g, w)
