@@ -35,6 +35,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from edbatch.schedule import lower_bound, make_scheduler
 from edbatch.workloads import make_workload
 from experiments._common import graph_set
@@ -69,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     ap.add_argument("--save", type=Path, default=None,
                     help="write each seed's artifact to SAVE/priority_seed<seed>.json")
     args = ap.parse_args(argv)
+    torch.set_num_threads(1)  # the DAgger fits, like every RL run here (2 cores)
     if args.dumps:
         with tempfile.TemporaryDirectory(prefix="edbatch-prio-dumps-") as tmp:
             return _run(args, *_dump_graphs(args, Path(tmp)))
