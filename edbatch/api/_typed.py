@@ -38,7 +38,6 @@ import heapq
 import math
 import os
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -325,10 +324,12 @@ def typed_program(graph: Graph | Any, kernels: Mapping[str, Kernel], device: tor
     outs = graph.outputs.astype(np.int64)
     outputs = tuple((int(v), int(batch_of[v]), int(row_of[v]), int(row_of[v])) for v in outs)
     done = tuple(steps)
+    views = sum(isinstance(r, SliceRead) for s in done for r in s.reads)
+    gathers = sum(len(s.reads) for s in done) - views  # (the same steps in both modes)
     program = Program(done, lambda: done, tuple(zip(size_l, (s.width for s in done),
                                                      strict=True)),
                       outputs, [int(batch_of[v]) for v in outs],
-                      {False: [0, 0, 0], True: [0, 0, 0]}, flat, order)
+                      {False: [views, gathers, 0], True: [views, gathers, 0]}, flat, order)
     return TypedPlan(Schedule(tuple(batches), "typed"), program, batch_of, row_of)
 
 
@@ -349,29 +350,12 @@ def run_typed(executor: Any, program: Program, params: Mapping[str, Tensor], gra
     if len(outputs) == 1:
         (value,) = outputs.values()
         loss = value.reshape(()) if value.numel() == 1 else None
-    return RunResult(outputs, loss, len(program.steps),
-                     {**_counts(program), "exec/seconds": seconds}, seconds)
-
-
-#: id -> (weak reference to the program, its counts); a dead reference never matches.
-_COUNTS: dict[int, tuple[weakref.ref[Program], dict[str, float]]] = {}
-
-
-def _counts(program: Program) -> dict[str, float]:
-    """``program``'s stats but its seconds, counted on its first run (kept by id)."""
-    hit = _COUNTS.get(id(program))
-    if hit is not None and hit[0]() is program:
-        return hit[1]
-    views = sum(isinstance(r, SliceRead) for s in program.steps for r in s.reads)
-    reads = sum(len(s.reads) for s in program.steps)
-    counts = {"exec/num_views": float(views), "exec/num_gathers": float(reads - views),
-              "exec/num_kernel_calls": float(len(program.steps)),
-              "exec/compile_seconds": 0.0, "exec/cuda_graph": 0.0,
-              "exec/capture_seconds": 0.0, "exec/hoisted_projections": 0.0}
-    if len(_COUNTS) >= 1024:  # (a bound: programs of evicted segments)
-        _COUNTS.clear()
-    _COUNTS[id(program)] = (weakref.ref(program), counts)
-    return counts
+    views, gathers, _ = program.counts[False]  # (counted when the program was made)
+    stats = {"exec/num_views": float(views), "exec/num_gathers": float(gathers),
+             "exec/num_kernel_calls": float(len(program.steps)), "exec/seconds": seconds,
+             "exec/compile_seconds": 0.0, "exec/cuda_graph": 0.0,
+             "exec/capture_seconds": 0.0, "exec/hoisted_projections": 0.0}
+    return RunResult(outputs, loss, len(program.steps), stats, seconds)
 
 
 def _run_steps(executor: Any, program: Program, params: Mapping[str, Tensor]
