@@ -150,3 +150,19 @@ def test_context_columns_are_live_and_mean_what_they_say(real_graphs: list[Graph
                     others = np.delete(x[:, src], i)
                     assert x[i, c0 + 3 + k] == (others.max() if len(others) else 0.0)
         _check(g, w)
+
+
+def test_context_columns_follow_the_row_features() -> None:
+    """``FIRST_CONTEXT`` (a literal: the context module cannot import the feature list back)
+    is where the context names sit in the full row, and every ``o_*`` source is a row
+    feature before them."""
+    from edbatch.schedule._compiled_priority import PRIORITY_FEATURES
+    from edbatch.schedule._compiled_priority_ctx import (
+        CONTEXT_FEATURES,
+        CONTEXT_SOURCES,
+        FIRST_CONTEXT,
+    )
+    assert PRIORITY_FEATURES[FIRST_CONTEXT:] == CONTEXT_FEATURES
+    assert all(0 <= j < FIRST_CONTEXT for j in CONTEXT_SOURCES)
+    assert [PRIORITY_FEATURES[j] for j in CONTEXT_SOURCES] == \
+        ["fill", "complete", "log_ready", "rel_join", "wait_gain", "cp_feed"]
