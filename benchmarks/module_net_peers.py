@@ -25,8 +25,8 @@ Same equations (:mod:`edbatch.workloads.module_net`), parameters (the dict of
   ``dY^T X``; shapes of the ``critical_path`` schedule's batches, rows = batch size, as
   ``benchmarks/throughput.py``'s floor: :func:`benchmarks._throughput_data.gemm_shapes`);
   every row's ``xfloor`` is its time over the floor's.
-* ``--policy PATH`` adds a learned FSM artifact (``experiments.train``'s ``policy.json``)
-  as ``edbatch/learned``: its run-time scheduler (one table lookup per decision, no
+* ``--policy PATH`` adds a learned artifact (``experiments.train``'s ``policy.json``: FSM,
+  priority or distilled priority FSM) as ``edbatch/learned``: its run-time scheduler (no
   lookahead, whatever the artifact's ``lookahead`` says). ``--split test`` draws the
   mini-batches from questions no policy was trained on; ``--hidden-dim 64`` with small
   cells is where the per-batch cost dominates.
@@ -197,11 +197,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
         try:
             if args.policy:
                 from policies.fsm import FSMPolicy  # benchmarks may import every layer
-                from policies.priority import PriorityPolicy, is_priority_file
-                ctx.schedulers["learned"] = (
-                    PriorityPolicy.load(args.policy) if is_priority_file(args.policy)
-                    else FSMPolicy.load(args.policy, workload.vocab)
-                ).runtime_scheduler("learned")
+                from policies.user import load_policy
+                policy = load_policy(args.policy)
+                if isinstance(policy, FSMPolicy):  # its table names this vocabulary's types
+                    policy = FSMPolicy.load(args.policy, workload.vocab)
+                ctx.schedulers["learned"] = policy.runtime_scheduler("learned")
                 heuristics.append("learned")
             stats = _interleave(args, train, params, ctx, heuristics)
         finally:

@@ -3,18 +3,18 @@
     nice -n 5 python benchmarks/module_net_per_batch.py --split test --minibatches 12 \
         --policy runs/module_net/priority/seed0/policy.json
 
-Every scheduler (``--schedulers``, plus ``learned`` from ``--policy``: a priority or FSM
-artifact's run-time scheduler) runs the same reshuffled mini-batches of 64 questions, in an
-alternating order, through the step of ``benchmarks/module_net_peers.py``'s edbatch
-contender (merge the cached per-question graphs, schedule, plan memory, run forward and
-backward). Per scheduler: mean batches, the medians of each phase and what a batch
-costs beside critical path: the median over mini-batches of ``(step - critical path's step)
-/ (batches - critical path's batches)``, also without the scheduling phase (what the
-batches themselves cost, not the scheduler that chose them). With ``learned``: its items/s
-over critical path's, the median of the per-mini-batch ratios (both ran on the same
-mini-batch, one after the other). ``--clock cpu`` (the default) times this thread's CPU time
-(``time.thread_time``), which a loaded machine's other processes do not inflate. Numbers
-only; nothing is checked.
+Every scheduler (``--schedulers``, plus ``learned``, ``learned2``, ... from ``--policy``:
+each priority, distilled-FSM or FSM artifact's run-time scheduler) runs the same reshuffled
+mini-batches of 64 questions, in an alternating order, through the step of
+``benchmarks/module_net_peers.py``'s edbatch contender (merge the cached per-question
+graphs, schedule, plan memory, run forward and backward). Per scheduler: mean batches, the
+medians of each phase and what a batch costs beside critical path: the median over
+mini-batches of ``(step - critical path's step) / (batches - critical path's batches)``,
+also without the scheduling phase (what the batches themselves cost, not the scheduler that
+chose them). With each ``learned*``: its items/s over critical path's, the median of the
+per-mini-batch ratios (both ran on the same mini-batch, one after the other). ``--clock
+cpu`` (the default) times this thread's CPU time (``time.thread_time``), which a loaded
+machine's other processes do not inflate. Numbers only; nothing is checked.
 """
 
 from __future__ import annotations
@@ -45,12 +45,18 @@ PHASES = ("merge", "schedule", "plan", "run", "backward", "total")
 
 def _schedulers(args: argparse.Namespace, workload: ModuleNet) -> dict[str, object]:
     out: dict[str, object] = {h: make_scheduler(h) for h in args.schedulers}
-    if args.policy:
-        from policies.fsm import FSMPolicy  # benchmarks may import every layer
-        from policies.priority import PriorityPolicy, is_priority_file
-        out["learned"] = (PriorityPolicy.load(args.policy) if is_priority_file(args.policy)
-                          else FSMPolicy.load(args.policy, workload.vocab)
-                          ).runtime_scheduler("learned")
+    from policies.fsm import FSMPolicy  # benchmarks may import every layer
+    from policies.priority import PriorityPolicy, is_priority_file
+    from policies.priority_fsm import PriorityFSM, is_priority_fsm_file
+    for i, path in enumerate(args.policy):
+        name = "learned" if i == 0 else f"learned{i + 1}"
+        if is_priority_file(path):
+            policy: Any = PriorityPolicy.load(path)
+        elif is_priority_fsm_file(path):
+            policy = PriorityFSM.load(path)
+        else:
+            policy = FSMPolicy.load(path, workload.vocab)
+        out[name] = policy.runtime_scheduler(name)
     return out
 
 
@@ -80,8 +86,8 @@ def training_step(wl: ModuleNet, split: str, idx: Sequence[int], scheduler: Call
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """Print and return each scheduler's ``<name>/batches``, ``<name>/<phase>`` medians
     (ms), ``<name>/per_batch_us`` and ``<name>/per_batch_unscheduled_us`` (beside critical
-    path) and, with a policy, ``learned_items_ratio`` (critical path's step time over
-    learned's, median)."""
+    path) and, per policy, ``<learned*>_items_ratio`` (critical path's step time over
+    its, median)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minibatches", type=int, default=12)
     ap.add_argument("--batch-size", type=int, default=64)
@@ -89,7 +95,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     ap.add_argument("--split", default="train")
     ap.add_argument("--schedulers", nargs="+",
                     default=["depth", "dynet_agenda", "typewise_greedy", "critical_path"])
-    ap.add_argument("--policy", default=None, help="a priority or FSM policy.json: 'learned'")
+    ap.add_argument("--policy", nargs="*", default=[],
+                    help="priority, distilled-FSM or FSM policy.json files: rows 'learned', "
+                         "'learned2', ... (in that order)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="cpu")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -147,12 +155,15 @@ def _report(args: argparse.Namespace, names: Sequence[str],
             line += (f" | per batch {out[f'{n}/per_batch_us']:6.1f} us, without scheduling "
                      f"{out[f'{n}/per_batch_unscheduled_us']:6.1f} us")
         print(line)
-    if "learned" in names:
-        ratio = cp_t / np.array(times["learned"]["total"])
-        out["learned_items_ratio"] = float(np.median(ratio))
-        print(f"learned vs critical_path items/s: {100 * (np.median(ratio) - 1):+.1f}% "
-              f"(median of {len(ratio)} paired mini-batches; range "
-              f"{100 * (ratio.min() - 1):+.1f} to {100 * (ratio.max() - 1):+.1f}%)")
+    for n in names:
+        if not n.startswith("learned"):
+            continue
+        ratio = cp_t / np.array(times[n]["total"])
+        out[f"{n}_items_ratio"] = float(np.median(ratio))
+        print(f"{n} ({args.policy[0 if n == 'learned' else int(n[7:]) - 1]}) vs critical_path "
+              f"items/s: {100 * (np.median(ratio) - 1):+.1f}% (median of {len(ratio)} paired "
+              f"mini-batches; range {100 * (ratio.min() - 1):+.1f} to "
+              f"{100 * (ratio.max() - 1):+.1f}%)")
     return out
 
 

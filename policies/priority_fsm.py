@@ -10,8 +10,11 @@ is critical path. The key never reads the policy's weights: the table is all the
 
 Run time: one numba call per graph (:func:`edbatch.schedule._compiled_priority_fsm.run_rank_fsm`),
 the features, key and table lookup (binary search over the sorted packed keys) per
-decision. :class:`PriorityFsmTwin` is the Python oracle over a
-:class:`~edbatch.schedule.FrontierView` (same keys, same schedules; the tests compare them).
+decision; a key reading only :data:`~edbatch.schedule._compiled_priority_fsm.LEAN_FEATURES`
+(e.g. *bucket* over ``gap``, ``wait_gain``, ``rel_height``) computes only those columns, and
+keeps the release sums only if it reads one (``lean``; the same schedules).
+:class:`PriorityFsmTwin` is the Python oracle over a :class:`~edbatch.schedule.FrontierView`
+(same keys, same schedules; the tests compare them).
 Training: :mod:`policies.priority_distill` (DAgger over the priority policy's labels).
 
 Artifact: JSON ``{"format": "edbatch.priority_fsm", "version": 1, "features": [...], "key":
@@ -36,7 +39,7 @@ from edbatch.errors import PolicyFileError
 from edbatch.graph import Graph
 from edbatch.schedule import FrontierView, Schedule
 from edbatch.schedule._compiled_priority import V2_FEATURES
-from edbatch.schedule._compiled_priority_fsm import run_rank_fsm
+from edbatch.schedule._compiled_priority_fsm import LEAN_FEATURES, LEAN_RELEASE, run_rank_fsm
 from edbatch.schedule.compiled import _batches
 from policies._header import check_header
 from policies.priority import FEATURES, PriorityTwin, critical_path_weights, graph_inputs
@@ -227,6 +230,11 @@ class PriorityFSM:
         self._keys = np.array([p for p, _ in packed], np.int64)
         self._acts = np.array([a for _, a in packed], np.int64)
         self._arrays = key.arrays()
+        qf = set(self._arrays[0].tolist())
+        #: Run with the lean rows (the key reads only :data:`LEAN_FEATURES`); tests set it
+        #: false to compare against the full rows.
+        self.lean = qf <= set(LEAN_FEATURES)
+        self._release = bool(qf & set(LEAN_RELEASE))
         self.hits = self.misses = 0
         self.name = "priority_fsm"
 
@@ -271,10 +279,11 @@ class PriorityFSM:
             (critical_path_weights(), 0)
         qf, edges, ne = self._arrays
         rk, rl = np.zeros(record, np.int64), np.zeros(record, np.int64)
+        lean = (1 + (self.key.kind == "bucket")) * (self.lean and mode == 1 and record == 0)
         res = run_rank_fsm(*graph_inputs(graph), w, nh, mode, KINDS.index(self.key.kind),
                            self.key.slots, qf, edges, ne,
                            self.key.type_radix > 0, self.key.radix, self._keys, self._acts,
-                           rk, rl)
+                           rk, rl, lean, self._release or lean == 0)
         return (*res, rk[:res[7]], rl[:res[7]])
 
     def __call__(self, graph: Graph) -> Schedule:

@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from edbatch.schedule._compiled import _typewise_freed, start_state
+from edbatch.schedule._compiled_keys import _critical, _ratio
 from edbatch.schedule._compiled_priority import (
     NUM_PRIORITY_FEATURES,
     _best,
@@ -38,7 +39,16 @@ from edbatch.schedule._compiled_priority import (
 from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
-__all__ = ["act_index", "candidate_order", "decision_key", "run_rank_fsm", "teacher_label"]
+__all__ = ["LEAN_FEATURES", "LEAN_RELEASE", "act_index", "candidate_order", "decision_key",
+           "lean_features", "run_rank_fsm", "teacher_label"]
+
+#: Columns of :data:`~edbatch.schedule._compiled_priority.PRIORITY_FEATURES` that
+#: :func:`lean_features` computes (``gap``, ``fill``, ``complete``, ``rel_height``,
+#: ``gap1``, ``gap0``, ``rel_join``, ``rel_self``, ``wait_gain``, ``cp_feed``): a table
+#: whose key reads only these runs without the other features' upkeep.
+LEAN_FEATURES = (0, 1, 2, 10, 11, 12, 16, 17, 18, 19)
+#: Of those, the ones read from the release sums (kept only when the key reads one).
+LEAN_RELEASE = (16, 17, 18, 19)
 
 
 @njit(cache=True)
@@ -122,6 +132,47 @@ def teacher_label(r, order, codes, kind, kk, t):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
+def lean_features(k, rlen, tw, maxh, batchable, hmax, ids, out, rel,
+                  release):  # type: ignore[no-untyped-def]
+    """:func:`~edbatch.schedule._compiled_priority.priority_features` restricted to the
+    columns :data:`LEAN_FEATURES` (the others are left as they are in ``out``; ``release``
+    false: :data:`LEAN_RELEASE` too), the same values: the rows a table reads when its key
+    needs no other feature, without the per-node height sums the rest keep up. Returns the
+    number of ready batchable types (ids ascending in ``ids``)."""
+    top, r = -1, 0
+    for a in range(k):
+        if rlen[a] and batchable[a]:
+            ids[r] = a
+            r += 1
+            if maxh[a] > top:
+                top = maxh[a]
+    cp = _critical(k, rlen, tw, maxh, batchable) if release else -1
+    for i in range(r):
+        a = ids[i]
+        c = rlen[a]
+        gap = maxh[a] - top
+        out[i, 0] = gap
+        out[i, 1] = _ratio(rlen, tw, a)
+        out[i, 2] = 1.0 if c >= tw[a] else 0.0
+        out[i, 10] = maxh[a] / hmax
+        out[i, 11] = 1.0 if gap == -1 else 0.0
+        out[i, 12] = 1.0 if gap == 0 else 0.0
+        if release:
+            join, wait = 0, 0
+            for j in range(r):
+                b = ids[j]
+                join += rel[a, b]
+                v = rel[b, a] if b != a else 0
+                wait = v if v > wait else wait
+            join -= rel[a, a]
+            out[i, 16] = join / c
+            out[i, 17] = rel[a, a] / c
+            out[i, 18] = wait / c
+            out[i, 19] = rel[cp, a] / c if cp != a else 0.0
+    return r
+
+
+@njit(cache=True)
 def _lookup(keys, acts, key):  # type: ignore[no-untyped-def]
     j = np.searchsorted(keys, key)
     if j < len(keys) and keys[j] == key:
@@ -130,15 +181,53 @@ def _lookup(keys, acts, key):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
+def _rows(lean, release, k, rlen, tw, maxh, rem, batchable, ready, start, height, total, last,
+          hmax, logt, seen, sumh, cmax, ctop, ids, x, rel, tst):  # type: ignore[no-untyped-def]
+    """The decision's feature rows: :func:`lean_features` or all of them."""
+    if lean:
+        return lean_features(k, rlen, tw, maxh, batchable, hmax, ids, x, rel, release)
+    return priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
+                             last, hmax, logt, seen, sumh, cmax, ctop, ids, x, rel, tst,
+                             np.bool_(True))
+
+
+@njit(cache=True)
+def _bucket_pick(r, x, ids, codes, qf, edges, ne, use_type, k, tab_keys,
+                 tab_acts):  # type: ignore[no-untyped-def]
+    """A *bucket* table's row for one decision without sorting the candidates: the key
+    (the set of codes present), then the first row in critical path's order whose code is
+    the table's action (critical path's own row when the key is unknown or no row has that
+    code); the same row as :func:`decision_key` + :func:`act_index`. Returns
+    ``(row, hit)``."""
+    key = 0
+    for i in range(r):
+        codes[i] = _code(x, i, ids[i], qf, edges, ne, use_type, k)
+        key |= 1 << codes[i]
+    s = _lookup(tab_keys, tab_acts, key)
+    best, cp = -1, 0
+    for i in range(r):  # the first maximum of (gap, fill): candidate_order's first
+        if x[i, 0] > x[cp, 0] or (x[i, 0] == x[cp, 0] and x[i, 1] > x[cp, 1]):
+            cp = i
+        if codes[i] == s and (best < 0 or x[i, 0] > x[best, 0] or (
+                x[i, 0] == x[best, 0] and x[i, 1] > x[best, 1])):
+            best = i
+    return (best, 1) if best >= 0 else (cp, 0)
+
+
+@njit(cache=True)
 def run_rank_fsm(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                  total, w, nh, mode, kind, kk, qf, edges, ne, use_type, radix, tab_keys, tab_acts,
-                 rec_keys, rec_labels):  # type: ignore[no-untyped-def]
+                 rec_keys, rec_labels, lean=0, release=True):  # type: ignore[no-untyped-def]
     """Schedule one graph with the table (``mode`` 1) or the teacher ``w`` (``mode`` 0).
 
     ``tab_keys`` (sorted) and ``tab_acts``: the table, key -> slot. ``rec_keys`` /
     ``rec_labels``: filled with ``(key, teacher slot)`` for every decision with at least two
     ready types while they have room (pass empty arrays to record nothing; ``w`` is then
-    only read in ``mode`` 0).
+    only read in ``mode`` 0). ``lean`` 1 (only in ``mode`` 1 with nothing recorded and
+    ``qf`` within :data:`LEAN_FEATURES`; the caller checks): the rows by
+    :func:`lean_features`, the release sums kept only with ``release`` (which must be true
+    unless ``lean``); 2: also, for a *bucket* key, :func:`_bucket_pick`; the same choices,
+    less work per decision.
 
     Returns:
         ``(batch_op, batch_forced, batch_ptr, nodes, hits, choices, agree, nrec)``: the
@@ -157,7 +246,7 @@ def run_rank_fsm(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     ctop = np.zeros(k, np.int64)
     x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
-                                                     pending, batchable, np.bool_(True))
+                                                     pending, batchable, release)
     ids = np.empty(k, np.int64)
     order = np.empty(k, np.int64)
     codes = np.empty(k, np.int64)
@@ -180,16 +269,21 @@ def run_rank_fsm(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
             batch_ptr[nb] = done
             rem[a] -= 1
             remd[a] -= depth[v]
-            nf = retire_step(batch, np.bool_(False), np.bool_(True), uptr, uids, pending, op,
+            nf = retire_step(batch, np.bool_(False), release, uptr, uids, pending, op,
                              batchable, ready, start, rlen, maxh, height, forced, nf, slot,
                              scnt, nst, tst, rel, fresh)
         if done == n:
             break
-        r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
-                              last, hmax, logt, seen, sumh, cmax, ctop, ids, x, rel, tst,
-                              np.bool_(True))
+        r = _rows(lean > 0, release, k, rlen, tw, maxh, rem, batchable, ready, start, height,
+                  total, last, hmax, logt, seen, sumh, cmax, ctop, ids, x, rel, tst)
         if r == 1:
             a = ids[0]
+        elif lean == 2:
+            choices += 1
+            i, hit = _bucket_pick(r, x, ids, codes, qf, edges, ne, use_type, k, tab_keys,
+                                  tab_acts)
+            hits += hit
+            a = ids[i]
         else:
             choices += 1
             key = decision_key(r, x, ids, order, codes, kind, kk, qf, edges, ne, use_type, k,
@@ -206,10 +300,8 @@ def run_rank_fsm(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
                 agree += 1
             else:
                 i = act_index(r, order, codes, kind, kk, _lookup(tab_keys, tab_acts, key))
-                if i >= 0:
-                    hits += 1
-                else:
-                    i = order[0]
+                hits += i >= 0
+                i = i if i >= 0 else order[0]
                 if i == t:
                     agree += 1
                 a = ids[i]
@@ -228,7 +320,7 @@ def run_rank_fsm(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
         rem[a] -= c
         for v in batch:
             remd[a] -= depth[v]
-        nf = retire_step(batch, np.bool_(True), np.bool_(True), uptr, uids, pending, op,
+        nf = retire_step(batch, np.bool_(True), release, uptr, uids, pending, op,
                          batchable, ready, start, rlen, maxh, height, forced, nf, slot, scnt,
                          nst, tst, rel, fresh)
     return (batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, hits, choices, agree,

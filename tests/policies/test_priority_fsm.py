@@ -21,6 +21,9 @@ from policies.priority_fsm import FORMAT, PriorityFSM, RankKey
 RANK = RankKey(3, ("wait_gain", "rel_join"), ((0.25,), (0.1, 0.5)))
 BUCKET = RankKey(features=("gap", "wait_gain", "rel_height"),
                  edges=((-0.5,), (0.143,), (0.385,)), kind="bucket")
+#: Lean rows without the release sums (no release feature in the key).
+PLAIN = RankKey(features=("gap", "complete", "rel_height"),
+                edges=((-0.5,), (0.5,), (0.385,)), kind="bucket")
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +65,22 @@ def test_compiled_fsm_equals_python_twin(graphs: list, teacher: PriorityPolicy,
         assert _same(s, run_policy(g, fsm.twin()))
         differs += not _same(s, cp(g))
     assert fsm.hits > 0 and differs > 0  # the table answers and changes schedules
+
+
+@pytest.mark.parametrize("key", [RANK, BUCKET, PLAIN], ids=["rank", "bucket", "plain"])
+def test_lean_rows_choose_as_the_full_rows(graphs: list, teacher: PriorityPolicy,
+                                           key: RankKey) -> None:
+    """The lean run (only the key's columns, release sums only if read, bucket picks
+    without sorting) gives the full run's schedules and hit counts."""
+    lean = PriorityFSM(key, _table(key, graphs, teacher))
+    full = lean.scheduler()
+    full.lean = False
+    assert lean.lean and lean._release == (key is not PLAIN)
+    for g in graphs:
+        a, b = lean.run(g), full.run(g)
+        assert _same(lean(g), full(g)) and a[4:6] == b[4:6]
+    assert not PriorityFSM(RankKey(features=("gap", "log_ready"), edges=((-0.5,), (0.3,)),
+                                   kind="bucket"), {}).lean  # a column the lean rows lack
 
 
 @pytest.mark.parametrize("key", [RANK, BUCKET], ids=["rank", "bucket"])
