@@ -293,7 +293,9 @@ def _localise_sorted(flat, losses, start, share_at):  # type: ignore[no-untyped-
 
 @pytest.mark.parametrize("seed", range(12))
 def test_localise_matches_the_sorted_oracle(seed: int) -> None:
-    """Dense ranges of earlier nodes (marks), sparse ones (sort), shared or not."""
+    """Dense ranges of earlier nodes (marks), sparse ones (sort), shared or not; the
+    compiled ``localise_reads`` (what ``run_programs`` calls) and its Python twin."""
+    from edbatch.api._bulk_scan import localise_reads
     from edbatch.api._rounds import localise
     rng = np.random.default_rng(seed)
     start = int(rng.integers(5, 400))
@@ -304,7 +306,8 @@ def test_localise_matches_the_sorted_oracle(seed: int) -> None:
     rng.shuffle(flat)
     losses = rng.integers(0 if seed % 2 else start, start + 50, int(rng.integers(0, 6)))
     for share_at in (1, 2, 3):
-        got = localise(flat.copy(), losses.copy(), start, share_at)
         want = _localise_sorted(flat.copy(), losses.copy(), start, share_at)
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_array_equal(g, w)
+        for got in (localise(flat.copy(), losses.copy(), start, share_at),
+                    localise_reads(flat.copy(), losses.copy(), start, share_at)):
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(g, w)
