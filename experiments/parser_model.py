@@ -59,9 +59,12 @@ def choose(scores: Tensor, legal: tuple[bool, bool, bool], class_actions: np.nda
     return int(np.where(np.asarray(legal)[class_actions], values, -np.inf).argmax())
 
 
+_ONLY_SHIFT = (True, False, False)
+
+
 def only_shift(legal: tuple[bool, bool, bool]) -> bool:
     """Whether ``SHIFT`` is the only legal move (nothing to decide, no value read)."""
-    return legal == (True, False, False)
+    return legal == _ONLY_SHIFT
 
 
 class Scores(nn.Module):
@@ -149,21 +152,24 @@ class ApiParser:
     def program(self, attrs: Sequence[int]) -> Generator[Any, Tensor, Parse]:
         """Parse one sentence greedily, reading the scores of each decision."""
         feats, vec = self.encode(attrs)
-        state = ArcStandardState(len(attrs))
-        labels = [-1] * len(attrs)
-        reads, masks = 0, self._masks
+        nodes = [vec[ROOT], *feats, vec[PAD]]  # item i of config_items: nodes[i] (PAD: -1)
+        n = len(attrs)
+        state = ArcStandardState(n)
+        labels = [-1] * n
+        reads, masks, scores, action_of = 0, self._masks, self.scores, self.wl.action_of
         while not state.done:
             legal = state.legal()
-            if only_shift(legal):
+            if legal == _ONLY_SHIFT:  # nothing to decide: no value read
                 state.apply(SHIFT)
                 continue
             allowed = masks.get(legal)
             if allowed is None:  # the classes whose action is legal (made once per pattern)
                 allowed = masks[legal] = np.asarray(legal)[self.class_actions]
+            s2, s1, s0, b0 = config_items(state.stack, state.next, n)
             # choose()'s pick (first best legal class), taken for every sentence at once
-            cls = yield argmax(self.scores(*self._vectors(state, feats, vec)), allowed)
+            cls = yield argmax(scores(nodes[s2], nodes[s1], nodes[s0], nodes[b0]), allowed)
             reads += 1
-            action, label = self.wl.action_of(cls)
+            action, label = action_of(cls)
             dependent = state.apply(action)
             if dependent:
                 labels[dependent - 1] = label

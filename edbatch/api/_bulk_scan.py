@@ -2,14 +2,15 @@
 takes several passes and temporaries): the expansion of bulk blocks into operand ids
 (:func:`block_operands`, for :func:`~edbatch.api._bulk.operand_array`) and the layout of a
 typed segment (:func:`type_edges`, :func:`batch_rows`, :func:`read_layout`, for
-:mod:`edbatch.api._typed`). Compiled on first call, cached on disk."""
+:mod:`edbatch.api._typed`) and a round's renumbering (:func:`localise_reads`, for
+:mod:`edbatch.api._programs`). Compiled on first call, cached on disk."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-__all__ = ["batch_rows", "block_operands", "read_layout", "type_edges"]
+__all__ = ["batch_rows", "block_operands", "localise_reads", "read_layout", "type_edges"]
 
 
 @njit(cache=True, nogil=True)
@@ -119,3 +120,54 @@ def read_runs(pb, lr, lo, hi, k):  # type: ignore[no-untyped-def]
             for e in range(lo[r], hi[r]):
                 hit[r, pb[e]] = True
     return whole, hit
+
+
+@njit(cache=True, nogil=True)
+def _below(a, start, out, c):  # type: ignore[no-untyped-def]
+    """Append the entries of ``a`` below ``start`` to ``out`` from position ``c``; the new
+    count."""
+    for i in range(len(a)):
+        if a[i] < start:
+            out[c] = a[i]
+            c += 1
+    return c
+
+
+@njit(cache=True, nogil=True)
+def _renumber(a, start, where, r, c):  # type: ignore[no-untyped-def]
+    """``a`` renumbered: an entry below ``start`` as ``where[r]`` (``r`` counting up), any
+    other ``v`` as ``v + c - start``; and the next ``r``."""
+    out = np.empty(len(a), np.int64)
+    for i in range(len(a)):
+        if a[i] < start:
+            out[i] = where[r]
+            r += 1
+        else:
+            out[i] = a[i] + c - start
+    return out, r
+
+
+@njit(cache=True, nogil=True)
+def localise_reads(flat, losses, start, share_at):  # type: ignore[no-untyped-def]
+    """:func:`edbatch.api._rounds.localise` (its Python twin, the oracle) in one compiled
+    pass: ``(old, local, loss_local)``, the earlier nodes (ids below ``start``) read by
+    operands ``flat`` and loss terms ``losses`` (one per read in order, or each distinct one
+    once, sorted, when there are ``share_at`` reads or more per distinct node) and the
+    operands and loss terms renumbered for the segment."""
+    old = np.empty(len(flat) + len(losses), np.int64)
+    c = _below(losses, start, old, _below(flat, start, old, 0))
+    old = old[:c]
+    where = np.arange(c)
+    if c >= share_at * 2 and c > 0:
+        s = np.sort(old)
+        first = np.empty(c, np.bool_)
+        first[0] = True
+        first[1:] = s[1:] != s[:-1]
+        if int(first.sum()) * share_at <= c:
+            distinct = s[first]
+            where = np.searchsorted(distinct, old)
+            old = distinct
+            c = len(distinct)
+    local, r = _renumber(flat, start, where, 0, c)
+    loss_local, _ = _renumber(losses, start, where, r, c)
+    return old, local, loss_local

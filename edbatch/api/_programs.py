@@ -64,6 +64,7 @@ from torch import Tensor
 
 from edbatch.api import _typed
 from edbatch.api._bulk import int_array, operand_array
+from edbatch.api._bulk_scan import localise_reads
 from edbatch.api._handles import Handle
 from edbatch.api._requests import round_yields, values_of
 from edbatch.api._rounds import (
@@ -71,7 +72,6 @@ from edbatch.api._rounds import (
     Instances,
     RoundPlan,
     extend,
-    localise,
     slot_major,
 )
 from edbatch.api._schedulers import memory_strategy
@@ -226,7 +226,7 @@ class _Runner:
             old, local, loss_local, plan = found
             state.rounds.hits += 1  # (a plan reused: a hit of the round plans)
         else:
-            old, local, loss_local = localise(flat, losses, start, SHARE_AT)
+            old, local, loss_local = localise_reads(flat, losses, start, SHARE_AT)
             plan = self._round_plan(tag, old, new_ops, counts, local, loss_local)
             self.follow.keep(None if counts is not None else
                              (*tag[:3], len(batch._ops)), start, new_ops, flat, losses,

@@ -49,10 +49,12 @@ class ArgMax:
     """A request for the index of the largest entry of ``handle``'s value, among the
     ``allowed`` entries if given (see module)."""
 
-    __slots__ = ("allowed", "handle")
+    __slots__ = ("allowed", "code", "handle")
 
-    def __init__(self, handle: Handle, allowed: np.ndarray | None = None) -> None:  # type: ignore[type-arg]
-        self.handle, self.allowed = handle, allowed
+    def __init__(self, handle: Handle, allowed: np.ndarray | None = None,  # type: ignore[type-arg]
+                 code: int = -1) -> None:
+        # code: the mask's number in the registry of checked masks (-1: none or unknown)
+        self.handle, self.allowed, self.code = handle, allowed, code
 
     def __repr__(self) -> str:
         return f"argmax({self.handle!r})"
@@ -67,28 +69,61 @@ def argmax(handle: Handle, allowed: np.ndarray | None = None) -> ArgMax:  # type
     if type(handle) is not Handle:
         raise GraphError(f"argmax() takes a Handle, got {type(handle).__name__}; yield "
                          f"argmax(handle) for one recorded node")
-    if allowed is not None:
-        seen = _CHECKED.get(id(allowed))  # (a mask checked before: programs share them)
-        if seen is None or seen[0] is not allowed or seen[1] is not handle._kind.shape:
-            _check_mask(handle, allowed)
-    return ArgMax(handle, allowed)
+    if allowed is None:
+        return ArgMax(handle)
+    seen = _CHECKED.get(id(allowed))  # (a mask checked before: programs share them)
+    if seen is None or seen[0] is not allowed or seen[1] is not handle._kind.shape:
+        seen = _check_mask(handle, allowed)
+    return ArgMax(handle, allowed, seen[2])
 
 
 #: Masks checked by :func:`argmax` (by id, each kept alive with the interned row shape it
-#: was checked for).
-_CHECKED: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}  # type: ignore[type-arg]
+#: was checked for and its code: a number never given to another mask, the key of
+#: :data:`_BY_CODE`), at most :data:`_MASKS_KEPT`.
+_CHECKED: dict[int, tuple[np.ndarray, tuple[int, ...], int]] = {}  # type: ignore[type-arg]
+#: The checked masks by code (flattened views), emptied with :data:`_CHECKED`.
+_BY_CODE: dict[int, np.ndarray] = {}  # type: ignore[type-arg]
+_MASKS_KEPT = 4096
+_next_code = [0]
 
 
-def _check_mask(handle: Handle, allowed: Any) -> None:
+def _check_mask(handle: Handle, allowed: Any) -> tuple[np.ndarray, tuple[int, ...], int]:  # type: ignore[type-arg]
     size = math.prod(handle.shape)
     if type(allowed) is not np.ndarray or allowed.dtype != bool or allowed.size != size:
         raise GraphError(f"argmax(): allowed must be a numpy bool array of "
                          f"{size} entries (the value's), got "
                          f"{type(allowed).__name__} {getattr(allowed, 'dtype', '')} "
                          f"{getattr(allowed, 'shape', '')}; build it with np.asarray(x, bool)")
-    if len(_CHECKED) >= 4096:
+    if len(_CHECKED) >= _MASKS_KEPT:
         _CHECKED.clear()
-    _CHECKED[id(allowed)] = (allowed, handle._kind.shape)
+        _BY_CODE.clear()
+    code = _next_code[0]
+    _next_code[0] += 1
+    seen = _CHECKED[id(allowed)] = (allowed, handle._kind.shape, code)
+    _BY_CODE[code] = allowed.reshape(-1)
+    return seen
+
+
+def _mask_rows(codes: list[int]) -> np.ndarray | None:  # type: ignore[type-arg]
+    """Per program the entries its mask keeps, ``[len(codes), size]``, from the masks'
+    codes: the distinct masks stacked (read now: a mask changed in place picks by its new
+    entries) and indexed, a few numpy calls and no Python per program; ``None`` if a code
+    is no longer registered (then the masks themselves are read).
+
+    Raises:
+        GraphError: a mask allows no entry.
+    """
+    distinct = dict.fromkeys(codes)  # (C loops: no Python per program)
+    masks = list(map(_BY_CODE.get, distinct))
+    if not all(m is not None for m in masks):
+        return None
+    table = np.stack(masks)  # type: ignore[arg-type]
+    if not table.any(1).all():
+        raise GraphError("argmax(): an allowed mask allows no entry; allow at least one")
+    if len(masks) == 1:
+        return table
+    row = dict(zip(distinct, range(len(masks))))
+    return table[np.fromiter(map(row.__getitem__, codes), np.intp, len(codes))]
 
 
 class TopK:
@@ -129,15 +164,24 @@ def hand_back(values: Tensor, shape: tuple[int, ...]) -> Sequence[Tensor]:
 _NUMPY_ARGMAX = (torch.float32, torch.float64)
 
 
-def hand_back_argmax(values: Tensor, allowed: list[Any] | None = None) -> list[int]:
+def hand_back_argmax(values: Tensor, allowed: list[Any] | Callable[[], list[Any]] | None = None,
+                     codes: list[int] | None = None) -> list[int]:
     """The flat argmax of every row of ``values`` (one per program), over the entries its
     ``allowed`` mask keeps (``None``: all): one batched ``argmax`` and one transfer to the
-    host.
+    host. ``codes``: the masks' codes (:func:`argmax` gives every checked mask one), when
+    every program has one: the distinct masks are then stacked by code, with no Python
+    per program (``allowed`` may then be a function giving the masks, called only if a
+    code is no longer registered).
 
     Raises:
         GraphError: a mask allows no entry.
     """
     flat = values.detach().reshape(len(values), -1)
+    if codes is not None:
+        keep = _mask_rows(codes) if flat.device.type == "cpu" else None
+        if keep is not None:  # (numpy: cheaper than torch at these sizes)
+            return np.where(keep, flat.numpy(), -np.inf).argmax(1).tolist()  # type: ignore[no-any-return]
+        allowed = allowed() if callable(allowed) else allowed
     if allowed is not None:  # each distinct mask once (programs pass shared arrays)
         ids = list(map(id, allowed))  # (C loops: no Python per program)
         distinct = dict(zip(ids, allowed, strict=True))  # id -> its mask, first-seen order
@@ -179,19 +223,28 @@ def bulk_round(asked: list[Any], rec: Any
         want = (first if kind is Handle else first.handle)._kind
         node_ids: list[int] = []
         add = node_ids.append
-        masked = False
-        for y in asked:  # one pass: the checks and the node ids
-            h: Any = y if kind is Handle else getattr(y, "handle", None)
-            if type(y) is not kind or h._kind is not want or h._rec is not rec:
-                return None
-            add(h.node_id)
-            masked = masked or (kind is ArgMax and y.allowed is not None)
-        nodes = np.array(node_ids, np.int64)
         if kind is ArgMax:
-            if masked:
+            codes: list[int] = []
+            code = codes.append
+            for y in asked:  # one pass: the checks, the node ids and the mask codes
+                h: Any = getattr(y, "handle", None)
+                if type(y) is not kind or h._kind is not want or h._rec is not rec:
+                    return None
+                add(h.node_id)
+                code(y.code)
+            nodes = np.array(node_ids, np.int64)
+            if min(codes) >= 0:  # every mask checked by argmax(): the masks read if need be
+                return nodes, lambda values: hand_back_argmax(
+                    values, lambda: [y.allowed for y in asked], codes)
+            if any(y.allowed is not None for y in asked):
                 allowed = [y.allowed for y in asked]
                 return nodes, lambda values: hand_back_argmax(values, allowed)
             return nodes, hand_back_argmax
+        for y in asked:  # one pass: the checks and the node ids
+            if type(y) is not kind or y._kind is not want or y._rec is not rec:
+                return None
+            add(y.node_id)
+        nodes = np.array(node_ids, np.int64)
         return nodes, lambda values: hand_back(values, want.shape)
     if kind is TopK:
         return _bulk_topk(asked, rec)

@@ -217,6 +217,31 @@ def test_a_checked_mask_is_checked_again_for_another_shape_and_read_afresh() -> 
             assert best == int(np.where(mask, value, -np.inf).argmax())
 
 
+@pytest.mark.parametrize("kept", [1, 4096])
+def test_masked_argmax_by_mask_codes_and_after_the_registry_was_emptied(
+        kept: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round of masked ``argmax`` requests picks the best allowed entry per program, the
+    masks found by their codes; with a registry of one mask every new mask empties it, so
+    the codes of the earlier requests are gone and the masks themselves are read."""
+    from edbatch.api import _requests
+    monkeypatch.setattr(_requests, "_MASKS_KEPT", kept)
+    model = Greedy()
+    masks = [np.asarray(m, bool) for m in ([1, 0, 0, 1, 0, 1], [0, 1, 1, 0, 0, 0],
+                                          [0, 0, 0, 0, 1, 0])]
+
+    def program(k: int):  # type: ignore[no-untyped-def]
+        h = model.c_step(model.batch.lookup(model.embed, k), model.batch.lookup(model.embed, k))
+        best = yield argmax(model.c_score(h), masks[k % 3])
+        value = yield model.c_score(h)
+        return best, value.numpy()
+
+    out = model.batch.run_programs([program(k) for k in range(6)], grad=False)
+    for k, (best, value) in enumerate(out.returns):
+        assert best == int(np.where(masks[k % 3], value, -np.inf).argmax())
+    if kept == 1:  # (the last mask registered: the first programs' codes were gone)
+        assert len(_requests._BY_CODE) == 1
+
+
 def test_a_mini_batch_of_the_same_structure_and_other_tokens_hits_and_decodes_right() -> None:
     """The seq2seq greedy decoder (hoisted encoder segment, typed rounds): a second
     mini-batch with the same lengths and other tokens runs every segment from the cache
@@ -268,7 +293,9 @@ def _localise_sorted(flat, losses, start, share_at):  # type: ignore[no-untyped-
 
 @pytest.mark.parametrize("seed", range(12))
 def test_localise_matches_the_sorted_oracle(seed: int) -> None:
-    """Dense ranges of earlier nodes (marks), sparse ones (sort), shared or not."""
+    """Dense ranges of earlier nodes (marks), sparse ones (sort), shared or not; the
+    compiled ``localise_reads`` (what ``run_programs`` calls) and its Python twin."""
+    from edbatch.api._bulk_scan import localise_reads
     from edbatch.api._rounds import localise
     rng = np.random.default_rng(seed)
     start = int(rng.integers(5, 400))
@@ -279,7 +306,8 @@ def test_localise_matches_the_sorted_oracle(seed: int) -> None:
     rng.shuffle(flat)
     losses = rng.integers(0 if seed % 2 else start, start + 50, int(rng.integers(0, 6)))
     for share_at in (1, 2, 3):
-        got = localise(flat.copy(), losses.copy(), start, share_at)
         want = _localise_sorted(flat.copy(), losses.copy(), start, share_at)
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_array_equal(g, w)
+        for got in (localise(flat.copy(), losses.copy(), start, share_at),
+                    localise_reads(flat.copy(), losses.copy(), start, share_at)):
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(g, w)
