@@ -264,7 +264,8 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
     typed segment of a structure seen before a function making it (the instances are only
     worked out when it is read), the schedule, the cache entry and the executor result."""
     vocab, cache, executor = plan.vocab, state.cache, state.executor
-    entry = cache.get(plan.key)
+    key = plan.key  # (None: not looked up, not kept)
+    entry = None if key is None else cache.get(key)
     if entry is not None and entry.vocab is not vocab:  # an id reused
         entry = None
     state.keep = (state.keep[0], vocab, make)
@@ -298,7 +299,7 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
             c, m = (int(x) for x in arrays["sizes"])
             entry.nodes, entry.span = np.arange(m, dtype=np.int64), True
             entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
-            cache.put(plan.key, entry)
+            _keep(cache, key, entry)
             return made, entry.schedule, entry, run_typed(executor, program, params, grad)
         graph = made()
         schedule = make(graph)
@@ -321,8 +322,13 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
     result = executor.run(graph, entry.schedule, entry.plan, params, grad=grad)
     if entry.program is None:
         entry.program = executor.compiled
-        cache.put(plan.key, entry)
+        _keep(cache, key, entry)
     return graph, entry.schedule, entry, result
+
+
+def _keep(cache: SegmentCache, key: tuple[Any, ...] | None, entry: Entry) -> None:
+    if key is not None:  # (None: a round planned while lookups are cold)
+        cache.put(key, entry)
 
 
 class SegmentArrays:
