@@ -101,12 +101,10 @@ def int_list(values: Sequence[int], what: str = "attrs") -> list[int]:
 
 def int_array(values: list[int], start: int, stop: int, code: str) -> np.ndarray:  # type: ignore[type-arg]
     """``values[start:stop]`` (Python ints) as a writable ``int64`` (``code`` ``"q"``) or
-    ``int32`` (``"i"``) array, through :mod:`array` (about half ``np.array``'s time)."""
-    if start == 0 and stop == len(values):
-        buf = array.array(code, values)
-    else:
-        buf = array.array(code, values[start:stop])
-    return np.frombuffer(buf, np.int64 if code == "q" else np.int32)
+    ``int32`` (``"i"``) array, through ``np.fromiter`` on the slice (about 0.75x the time
+    of ``array.array`` and half ``np.array``'s)."""
+    part = values if start == 0 and stop == len(values) else values[start:stop]
+    return np.fromiter(part, np.int64 if code == "q" else np.int32, len(part))
 
 
 def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None = None
