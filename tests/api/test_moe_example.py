@@ -5,7 +5,9 @@ through the executor, in fp64."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
+import weakref
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,14 @@ def test_moe_example_trains() -> None:
     losses = _example().main(["--sentences", "32", "--batch-size", "16", "--epochs", "2",
                               "--dim", "8"])
     assert losses[1] < losses[0]
+
+
+def test_cached_segments_keep_no_mini_batch_alive() -> None:
+    _, model, data = _setup(3)
+    out = model.run(data)
+    out.loss.backward()
+    assert segment_state(model.batch).cache.entries  # (typed entries, kept for later)
+    values = weakref.ref(out.values)
+    del out
+    gc.collect()
+    assert values() is None  # no entry holds the runner (its values, autograd graph)
