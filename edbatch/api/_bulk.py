@@ -9,6 +9,7 @@ from __future__ import annotations
 import array
 import bisect
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -100,12 +101,10 @@ def int_list(values: Sequence[int], what: str = "attrs") -> list[int]:
 
 def int_array(values: list[int], start: int, stop: int, code: str) -> np.ndarray:  # type: ignore[type-arg]
     """``values[start:stop]`` (Python ints) as a writable ``int64`` (``code`` ``"q"``) or
-    ``int32`` (``"i"``) array, through :mod:`array` (about half ``np.array``'s time)."""
-    if start == 0 and stop == len(values):
-        buf = array.array(code, values)
-    else:
-        buf = array.array(code, values[start:stop])
-    return np.frombuffer(buf, np.int64 if code == "q" else np.int32)
+    ``int32`` (``"i"``) array, through ``np.fromiter`` on the slice (about 0.75x the time
+    of ``array.array`` and half ``np.array``'s)."""
+    part = values if start == 0 and stop == len(values) else values[start:stop]
+    return np.fromiter(part, np.int64 if code == "q" else np.int32, len(part))
 
 
 def cell_map(self: Any, *operands: Sequence[Handle], attrs: Sequence[int] | None = None
@@ -349,33 +348,37 @@ def route(cells: Sequence[Cell], top: Sequence[Sequence[int]], *operands: Sequen
         raise GraphError(f"route: rows of top have different lengths (the first "
                          f"{len(top[0])}); give every node the same number of choices") from None
     first = cells[0]
-    rec, known = first.batch._rec, first.batch._switches.get(id(cells))
+    batch = first.batch
+    rec, known = batch._rec, batch._switches.get(id(cells))
     if known is None or known[0] != cells:
         known = _switch_cells(cells)
-    ids: list[int] = []
-    for slot, want in zip(operands, first.in_shapes):
-        if type(slot) is not Handles or slot.rec is not rec or slot.n != n or slot.shape != want:
-            known = None
-            break
-        ids.append(slot.first)
-    if known is None or len(ids) != len(first.in_shapes) or len(operands) != len(ids):
+    shapes = first.in_shapes
+    if known is None or len(operands) != len(shapes):
         return [switch(cells, slot, *operands) for slot in slots]  # (its errors too)
+    ids: list[int] = []
+    for slot, want in zip(operands, shapes):
+        if type(slot) is not Handles or slot.rec is not rec or slot.n != n or slot.shape != want:
+            return [switch(cells, slot, *operands) for slot in slots]
+        ids.append(slot.first)
     _, kinds, op_ids = known
-    try:  # (the op id table is a dict: a choice outside it raises, no min/max pass)
-        new = [list(map(op_ids.__getitem__, slot)) for slot in slots]
+    try:  # (the op id table is a dict: a choice outside it raises; one C call per slot)
+        new = [itemgetter(*slot)(op_ids) for slot in slots] if n > 1 else \
+            [(op_ids[slot[0]],) for slot in slots]
     except (KeyError, TypeError):
         bad = next(c for slot in slots for c in slot if c not in op_ids)
         raise GraphError(f"route: choice {bad!r} is not a cell index 0..{len(cells) - 1}; "
                          f"pass one cell per choice value") from None
     start, ops, shape = len(rec.ops), rec.ops, first.op.out_shape
+    blocks, firsts = rec.blocks, rec.block_firsts
     out = []
-    for j, slot in enumerate(slots):  # what switch() records, slot by slot
-        at = start + j * n
-        ops.extend(new[j])
+    at = start
+    for ops_j, slot in zip(new, slots, strict=True):  # what switch() records, slot by slot
+        ops.extend(ops_j)
         if ids:
-            rec.blocks.extend((len(rec.operands), at, n, len(rec.block_firsts)))
-            rec.block_firsts.extend(ids)
+            blocks.extend((len(rec.operands), at, n, len(firsts)))
+            firsts.extend(ids)
         out.append(Handles(rec, at, n, Routed(kinds, slot), shape))
+        at += n
     rec.attrs.extend([-1] * (n * len(slots)))
     return out
 

@@ -225,10 +225,11 @@ class _Runner:
         if found is not None:  # the last round shifted (a decoding step after another)
             old, local, loss_local, plan = found
             state.rounds.hits += 1  # (a plan reused: a hit of the round plans)
+            state.rounds.streak = 0
         else:
             old, local, loss_local = localise_reads(flat, losses, start, SHARE_AT)
             plan = self._round_plan(tag, old, new_ops, counts, local, loss_local)
-            self.follow.keep(None if counts is not None else
+            self.follow.keep(None if counts is not None or plan.key is None else
                              (*tag[:3], len(batch._ops)), start, new_ops, flat, losses,
                              old, local, loss_local, plan, op_all)
             state = segment_state(batch)
@@ -262,10 +263,15 @@ class _Runner:
     def _round_plan(self, tag: tuple[Any, ...], old: NDArray[np.int64],
                     new_ops: NDArray[np.int32], counts: NDArray[np.int64] | None,
                     local: NDArray[np.int64], loss_local: NDArray[np.int64]) -> RoundPlan:
-        """The round's plan: the one of its signature made before, else made now."""
+        """The round's plan: the one of its signature made before, else made now (neither
+        signature nor segment-cache key made while lookups are cold, :meth:`Lru.cold`)."""
+        rounds = segment_state(self.batch).rounds
+        if rounds.cold():
+            return self._plan(old, new_ops, self.arity[new_ops] if counts is None else counts,
+                              local, loss_local, keyed=False)
         sig = (*tag, new_ops.tobytes(), b"" if counts is None else counts.tobytes(),
                local.tobytes(), loss_local.tobytes(), self.op_all[old].tobytes())
-        plan = segment_state(self.batch).rounds.get(sig)
+        plan = rounds.get(sig)
         if plan is None:
             plan = self._plan(old, new_ops, self.arity[new_ops] if counts is None else
                               counts, local, loss_local)
@@ -276,8 +282,9 @@ class _Runner:
 
     def _plan(self, old: NDArray[np.int64], new_ops: NDArray[np.int32],
               counts: NDArray[np.int64], local: NDArray[np.int64],
-              loss_local: NDArray[np.int64]) -> RoundPlan:
-        """A round's :class:`~edbatch.api._rounds.RoundPlan` (its first occurrence)."""
+              loss_local: NDArray[np.int64], keyed: bool = True) -> RoundPlan:
+        """A round's :class:`~edbatch.api._rounds.RoundPlan` (its first occurrence; without
+        a segment-cache key unless ``keyed``)."""
         batch = self.batch
         c, m = len(old), len(new_ops)
         perm = None
@@ -309,7 +316,7 @@ class _Runner:
                   "outputs": outputs, "sizes": np.array([c, m], np.int64)}
         key = SegmentCache.key(vocab, self.make, (self.strategy, _typed.TYPED),
                                *(arrays[k] for k in ("op_ids", "counts", "operands",
-                                                     "outputs", "sizes")))
+                                                     "outputs", "sizes"))) if keyed else None
         return RoundPlan(vocab, key, arrays, tuple(groups), old_attrs, tail)
 
 

@@ -35,8 +35,8 @@ from numpy.typing import NDArray
 
 from edbatch.api._assemble import warn_outside
 
-__all__ = ["Follow", "Instances", "Lru", "RoundPlan", "Rounds", "extend", "instances",
-           "localise", "slot_major", "value_groups"]
+__all__ = ["COLD_AFTER", "PROBE_EVERY", "Follow", "Instances", "Lru", "RoundPlan", "Rounds",
+           "extend", "instances", "localise", "slot_major", "value_groups"]
 
 
 V = TypeVar("V")
@@ -51,7 +51,7 @@ class RoundPlan:
     after the new nodes (``[-1]`` for a loss sum, else none)."""
 
     vocab: Any
-    key: tuple[Any, ...]
+    key: tuple[Any, ...] | None  # None: not looked up (:meth:`Lru.cold`)
     arrays: dict[str, NDArray[Any]]
     groups: tuple[tuple[str, NDArray[np.int64] | None], ...]
     old_attrs: NDArray[np.int64]
@@ -62,6 +62,11 @@ class RoundPlan:
         return np.concatenate([self.old_attrs, new, self.tail])
 
 
+#: Misses in a row after which :meth:`Lru.cold` skips most lookups, and every how many
+#: skippable lookups it still makes one (a pattern that starts repeating turns them back on).
+COLD_AFTER, PROBE_EVERY = 32, 16
+
+
 class Lru(Generic[V]):
     """Values by key, least recently used first out past ``size``, hits and misses counted
     (the round plans here, :class:`~edbatch.api._segments.SegmentCache`'s entries)."""
@@ -70,13 +75,28 @@ class Lru(Generic[V]):
         self.size = size
         self.entries: OrderedDict[tuple[Any, ...], V] = OrderedDict()
         self.hits = self.misses = 0
+        self.streak = self.skipped = 0  # misses in a row; lookups skipped by :meth:`cold`
+
+    def cold(self) -> bool:
+        """Whether to skip a lookup (and the key it needs) as a miss: after
+        :data:`COLD_AFTER` misses in a row (a MoE layer's rounds: the routing never repeats
+        a structure), all but every :data:`PROBE_EVERY`-th; a hit ends it."""
+        if self.streak < COLD_AFTER:
+            return False
+        self.skipped += 1
+        if self.skipped % PROBE_EVERY == 0:
+            return False
+        self.misses += 1
+        return True
 
     def get(self, key: tuple[Any, ...]) -> V | None:
         value = self.entries.get(key)
         if value is None:
             self.misses += 1
+            self.streak += 1
             return None
         self.hits += 1
+        self.streak = 0
         self.entries.move_to_end(key)
         return value
 
@@ -130,7 +150,7 @@ class Follow:
              local: NDArray[np.int64], loss_local: NDArray[np.int64], plan: RoundPlan,
              op_all: NDArray[np.int32]) -> None:
         """Remember a round localised and planned the long way (``tag`` ``None``: a round
-        with variadic nodes, never followed)."""
+        with variadic nodes or a plan without a cache key, never followed)."""
         self.tag, self.start, self.new_ops, self.flat, self.losses = \
             tag, start, new_ops, flat, losses
         self.old_ops = op_all[old]

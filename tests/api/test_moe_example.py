@@ -5,12 +5,16 @@ through the executor, in fp64."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
+import weakref
 from pathlib import Path
 
 import pytest
 import torch
 
+from edbatch.api import _rounds
+from edbatch.api._segments import segment_state
 from edbatch.executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
@@ -36,11 +40,16 @@ def _setup(noise_round: int):  # type: ignore[no-untyped-def]
     return workload, model, workload.load("train")
 
 
-@pytest.mark.parametrize(("scheduler", "noise_round"), [("typewise_greedy", 3),
-                                                        ("depth", -1)])
-def test_moe_equals_per_token_reference(scheduler: str, noise_round: int) -> None:
+@pytest.mark.parametrize(("scheduler", "noise_round", "cold"),
+                         [("typewise_greedy", 3, False), ("depth", -1, False),
+                          ("typewise_greedy", 3, True)])
+def test_moe_equals_per_token_reference(scheduler: str, noise_round: int, cold: bool,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     workload, model, data = _setup(noise_round)
+    if cold:  # round-plan and segment-cache lookups skipped from the first miss (Lru.cold)
+        monkeypatch.setattr(_rounds, "COLD_AFTER", 0)
     out = model.run(data, scheduler)
+    assert (segment_state(model.batch).rounds.skipped > 0) == cold
     assert out.syncs == workload.layers  # one read per layer, whatever the sentence count
     out.loss.backward()
     got = {n: p.grad.clone() for n, p in model.params().items() if p.grad is not None}
@@ -93,3 +102,14 @@ def test_moe_example_trains() -> None:
     losses = _example().main(["--sentences", "32", "--batch-size", "16", "--epochs", "2",
                               "--dim", "8"])
     assert losses[1] < losses[0]
+
+
+def test_cached_segments_keep_no_mini_batch_alive() -> None:
+    _, model, data = _setup(3)
+    out = model.run(data)
+    out.loss.backward()
+    assert segment_state(model.batch).cache.entries  # (typed entries, kept for later)
+    values = weakref.ref(out.values)
+    del out
+    gc.collect()
+    assert values() is None  # no entry holds the runner (its values, autograd graph)

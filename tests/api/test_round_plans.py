@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from edbatch.api import DynamicBatch, _segments, argmax
+from edbatch.api._rounds import COLD_AFTER, PROBE_EVERY, Lru
 from edbatch.api._segments import segment_state
 from edbatch.errors import GraphError
 
@@ -311,3 +312,15 @@ def test_localise_matches_the_sorted_oracle(seed: int) -> None:
                     localise_reads(flat.copy(), losses.copy(), start, share_at)):
             for g, w in zip(got, want, strict=True):
                 np.testing.assert_array_equal(g, w)
+
+
+def test_lookups_go_cold_after_misses_in_a_row_and_a_probe_hit_warms_them() -> None:
+    lru: Lru[int] = Lru(4)
+    for i in range(COLD_AFTER):
+        assert not lru.cold() and lru.get((i,)) is None
+    misses = lru.misses
+    skips = [lru.cold() for _ in range(PROBE_EVERY)]  # every PROBE_EVERY-th still looks
+    assert skips == [True] * (PROBE_EVERY - 1) + [False]
+    assert lru.misses - misses == PROBE_EVERY - 1  # a skipped lookup counts as a miss
+    lru.put(("x",), 1)
+    assert lru.get(("x",)) == 1 and not lru.cold()  # a hit: lookups again
