@@ -119,17 +119,33 @@ def _groups(batches: list[int], ready: dict[int, int]) -> list[list[int]]:
     return groups
 
 
+def _row_parts(operands: Sequence[Operand], base: np.ndarray  # type: ignore[type-arg]
+               ) -> list[np.ndarray]:  # type: ignore[type-arg]
+    """Each operand's arena rows (``Operand.rows()``): a view's as a slice of ``base`` (an
+    ``arange`` covering every arena, shared) instead of a new ``arange`` per operand."""
+    return [base[v.start:v.stop] if (v := o.view) is not None else o.gather
+            for o in operands]
+
+
 def _ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # type: ignore[type-arg]
-           slots: tuple[int, ...]) -> dict[int, int]:
+           slots: tuple[int, ...], base: np.ndarray | None = None  # type: ignore[type-arg]
+           ) -> dict[int, int]:
     """Batch -> the last batch producing one of its ``slots`` operands (-1: none), in one
-    numpy pass per arena read rather than one per batch."""
+    numpy pass per arena read rather than one per batch (``base``: see :func:`_row_parts`;
+    ``None``: built here)."""
+    if base is None:
+        base = np.arange(max(rows for rows, _ in plan.arenas), dtype=np.int64)
     late = np.full(len(batches), -1, dtype=np.int64)
     for k in slots:
         operands = [plan.operands[b][k] for b in batches]
-        for arena in {o.arena for o in operands}:
-            pick = [j for j, o in enumerate(operands) if o.arena == arena]
-            rows = [operands[j].rows() for j in pick]
-            sizes = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+        arenas = [o.arena for o in operands]
+        parts = _row_parts(operands, base)
+        distinct = set(arenas)
+        for arena in distinct:
+            pick = list(range(len(arenas))) if len(distinct) == 1 else \
+                [j for j, a in enumerate(arenas) if a == arena]
+            rows = [parts[j] for j in pick]
+            sizes = np.fromiter(map(len, rows), np.int64, len(rows))
             some = sizes > 0
             if not some.any():
                 continue
@@ -162,6 +178,7 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     if not by_type:
         return program
     batch_of = RowLocator(plan).batch_of
+    base = np.arange(max(rows for rows, _ in plan.arenas), dtype=np.int64)
     steps: list[Step | None] = list(program.steps)
     before: dict[int, list[Step]] = {}
     short: dict[int, FastStep] = {}
@@ -169,7 +186,7 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     for op_id, batches in by_type.items():
         op = graph.vocab[op_id]
         spec = HOISTS[op.kind]
-        ready = _ready(plan, batch_of, batches, spec.hoisted)
+        ready = _ready(plan, batch_of, batches, spec.hoisted, base)
         arena = len(arenas)
         groups = _groups(batches, ready)
         order = [b for group in groups for b in group]
@@ -180,7 +197,7 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
         for group in groups:
             before.setdefault(group[0], []).append(
                 _projection_step(program, plan, device, op, spec, group, arena,
-                                 offset[group[0]]))
+                                 offset[group[0]], base))
         weight, hidden = op.params[spec.weight], HoistSpec.gate_width(op) // 4
         cell, slot, name = spec.cell, spec.state, op.name
         for b in batches:  # a copy of the step's fields (dataclasses.replace: ~10 us a batch)
@@ -209,11 +226,14 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
 
 
 def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, op: OpType,
-                     spec: HoistSpec, group: list[int], arena: int, start: int) -> Step:
-    """The step projecting ``group``'s nodes (in batch order) into ``arena`` from ``start``."""
+                     spec: HoistSpec, group: list[int], arena: int, start: int,
+                     base: np.ndarray) -> Step:  # type: ignore[type-arg]
+    """The step projecting ``group``'s nodes (in batch order) into ``arena`` from ``start``
+    (``base``: see :func:`_row_parts`)."""
+    ops = plan.operands
     operands = tuple(
-        merged(plan.operands[group[0]][k].arena,
-               np.concatenate([plan.operands[b][k].rows() for b in group]))
+        merged(ops[group[0]][k].arena,
+               np.concatenate(_row_parts([ops[b][k] for b in group], base)))
         for k in spec.hoisted)
     shapes = tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else ()
     pair = _pair(operands, shapes, spec, device)
