@@ -81,7 +81,7 @@ def argmax(handle: Handle, allowed: np.ndarray | None = None) -> ArgMax:  # type
 #: was checked for and its code: a number never given to another mask, the key of
 #: :data:`_BY_CODE`), at most :data:`_MASKS_KEPT`.
 _CHECKED: dict[int, tuple[np.ndarray, tuple[int, ...], int]] = {}  # type: ignore[type-arg]
-#: The checked masks by code (flattened views), emptied with :data:`_CHECKED`.
+#: The checked masks by code, emptied with :data:`_CHECKED`.
 _BY_CODE: dict[int, np.ndarray] = {}  # type: ignore[type-arg]
 _MASKS_KEPT = 4096
 _next_code = [0]
@@ -100,7 +100,7 @@ def _check_mask(handle: Handle, allowed: Any) -> tuple[np.ndarray, tuple[int, ..
     code = _next_code[0]
     _next_code[0] += 1
     seen = _CHECKED[id(allowed)] = (allowed, handle._kind.shape, code)
-    _BY_CODE[code] = allowed.reshape(-1)
+    _BY_CODE[code] = allowed  # (flattened when read: a copy if it is not contiguous)
     return seen
 
 
@@ -117,7 +117,7 @@ def _mask_rows(codes: list[int]) -> np.ndarray | None:  # type: ignore[type-arg]
     masks = list(map(_BY_CODE.get, distinct))
     if not all(m is not None for m in masks):
         return None
-    table = np.stack(masks)  # type: ignore[arg-type]
+    table = np.stack([m.reshape(-1) for m in masks])  # type: ignore[union-attr]
     if not table.any(1).all():
         raise GraphError("argmax(): an allowed mask allows no entry; allow at least one")
     if len(masks) == 1:

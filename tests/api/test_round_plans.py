@@ -243,6 +243,27 @@ def test_masked_argmax_by_mask_codes_and_after_the_registry_was_emptied(
         assert len(_requests._BY_CODE) == 1
 
 
+def test_a_strided_mask_changed_in_place_picks_by_its_new_entries() -> None:
+    """A mask that is a strided view (its flat form a copy) and is edited in place after
+    ``argmax`` checked it: the next round picks among its new entries, not the old ones."""
+    model = Greedy()
+    mask = np.zeros((3, 2), bool).T  # 6 entries, not contiguous: its flat form is a copy
+
+    def program(k: int):  # type: ignore[no-untyped-def]
+        h = model.c_step(model.batch.lookup(model.embed, k), model.batch.lookup(model.embed, k))
+        best = yield argmax(model.c_score(h), mask)
+        value = yield model.c_score(h)
+        return best, value.numpy()
+
+    for allowed in ([0, 1], [4, 5]):
+        mask[:] = False
+        mask.flat[allowed] = True
+        out = model.batch.run_programs([program(k) for k in range(4)], grad=False)
+        for best, value in out.returns:
+            assert best in allowed
+            assert best == int(np.where(mask.reshape(-1), value, -np.inf).argmax())
+
+
 def test_a_mini_batch_of_the_same_structure_and_other_tokens_hits_and_decodes_right() -> None:
     """The seq2seq greedy decoder (hoisted encoder segment, typed rounds): a second
     mini-batch with the same lengths and other tokens runs every segment from the cache
