@@ -107,19 +107,28 @@ def critical_path_weights(nh: int = 0) -> np.ndarray:
 
 
 @njit(cache=True, inline="always")
+def _join_wait(a, r, ids, rel):  # type: ignore[no-untyped-def]
+    """Of ready type ``a`` among the ``r`` ready types ``ids``: the nodes of other ready
+    types its batch would release (``join``) and the most any one other ready type would
+    release of ``a``'s (``wait``), from the release sums ``rel``."""
+    join, wait = 0, 0
+    for j in range(r):
+        b = ids[j]
+        join += rel[a, b]
+        v = rel[b, a] if b != a else 0
+        wait = v if v > wait else wait
+    return join - rel[a, a], wait
+
+
+@njit(cache=True, inline="always")
 def _release_row(a, r, ids, rlen, maxh, rel, tst, cp, row, top1, top2, ntop1):  # type: ignore[no-untyped-def]
     """Features 15-21 of ready type ``a`` (module doc) from the release sums; ``top1``: the
     highest ``maxh`` of the ready types, ``ntop1`` how many have it, ``top2`` the highest
     below it (so the highest other one is read in O(1)). Inlined: a call per row passing
     arrays cost more than its arithmetic."""
     c = rlen[a]
-    tot, join, wait = tst[2, a], 0, 0
-    for j in range(r):
-        b = ids[j]
-        join += rel[a, b]
-        v = rel[b, a] if b != a else 0
-        wait = v if v > wait else wait
-    join -= rel[a, a]
+    tot = tst[2, a]
+    join, wait = _join_wait(a, r, ids, rel)
     other = top2 if (maxh[a] == top1 and ntop1 == 1) else top1
     row[15] = math.log1p(tot) / 4.0  # tot may exceed every type's count: not logt
     row[16] = join / c

@@ -33,6 +33,7 @@ from edbatch.schedule._compiled_keys import _critical, _ratio
 from edbatch.schedule._compiled_priority import (
     NUM_PRIORITY_FEATURES,
     _best,
+    _join_wait,
     _scales,
     priority_features,
 )
@@ -158,13 +159,7 @@ def lean_features(k, rlen, tw, maxh, batchable, hmax, ids, out, rel,
         out[i, 11] = 1.0 if gap == -1 else 0.0
         out[i, 12] = 1.0 if gap == 0 else 0.0
         if release:
-            join, wait = 0, 0
-            for j in range(r):
-                b = ids[j]
-                join += rel[a, b]
-                v = rel[b, a] if b != a else 0
-                wait = v if v > wait else wait
-            join -= rel[a, a]
+            join, wait = _join_wait(a, r, ids, rel)
             out[i, 16] = join / c
             out[i, 17] = rel[a, a] / c
             out[i, 18] = wait / c
