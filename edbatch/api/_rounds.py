@@ -25,21 +25,18 @@ schedulers, memory planner and compiled programs do not read (their attrs are re
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from edbatch._lru import COLD_AFTER, PROBE_EVERY, Lru
 from edbatch.api._assemble import warn_outside
 
 __all__ = ["COLD_AFTER", "PROBE_EVERY", "Follow", "Instances", "Lru", "RoundPlan", "Rounds",
            "extend", "instances", "localise", "slot_major", "value_groups"]
-
-
-V = TypeVar("V")
 
 
 @dataclass
@@ -60,50 +57,6 @@ class RoundPlan:
     def attrs(self, new: NDArray[np.int64]) -> NDArray[np.int64]:
         """The segment's attrs with ``new`` those of the round's new nodes."""
         return np.concatenate([self.old_attrs, new, self.tail])
-
-
-#: Misses in a row after which :meth:`Lru.cold` skips most lookups, and every how many
-#: skippable lookups it still makes one (a pattern that starts repeating turns them back on).
-COLD_AFTER, PROBE_EVERY = 32, 16
-
-
-class Lru(Generic[V]):
-    """Values by key, least recently used first out past ``size``, hits and misses counted
-    (the round plans here, :class:`~edbatch.api._segments.SegmentCache`'s entries)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.entries: OrderedDict[tuple[Any, ...], V] = OrderedDict()
-        self.hits = self.misses = 0
-        self.streak = self.skipped = 0  # misses in a row; lookups skipped by :meth:`cold`
-
-    def cold(self) -> bool:
-        """Whether to skip a lookup (and the key it needs) as a miss: after
-        :data:`COLD_AFTER` misses in a row (a MoE layer's rounds: the routing never repeats
-        a structure), all but every :data:`PROBE_EVERY`-th; a hit ends it."""
-        if self.streak < COLD_AFTER:
-            return False
-        self.skipped += 1
-        if self.skipped % PROBE_EVERY == 0:
-            return False
-        self.misses += 1
-        return True
-
-    def get(self, key: tuple[Any, ...]) -> V | None:
-        value = self.entries.get(key)
-        if value is None:
-            self.misses += 1
-            self.streak += 1
-            return None
-        self.hits += 1
-        self.streak = 0
-        self.entries.move_to_end(key)
-        return value
-
-    def put(self, key: tuple[Any, ...], value: V) -> None:
-        self.entries[key] = value
-        while len(self.entries) > self.size:
-            self.entries.popitem(last=False)
 
 
 class Rounds(Lru[RoundPlan]):

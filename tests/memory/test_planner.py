@@ -330,10 +330,13 @@ def test_planning_is_deterministic() -> None:
     assert all(np.array_equal(x, y) for x, y in zip(a.row_order, b.row_order, strict=True))
 
 
-def test_plans_are_memoised_by_structure_and_schedule() -> None:
+def test_plans_are_memoised_by_structure_and_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edbatch._lru import Lru
     from edbatch.graph import Graph
+    from edbatch.memory import planner
     from edbatch.workloads import make_workload
 
+    monkeypatch.setattr(planner, "_MEMO", Lru(256))  # (not cold from earlier tests' misses)
     wl = make_workload("tree_lstm", embed_dim=8, hidden_dim=8)
     g = wl.minibatch("dev", range(8))
     sched = make_scheduler("typewise_greedy")(g)
@@ -344,6 +347,30 @@ def test_plans_are_memoised_by_structure_and_schedule() -> None:
     other = make_scheduler("depth")(g)
     assert plan_memory(g, other) is not plan
     assert plan_memory(g, sched, cache=False) is not plan
+
+
+def test_the_memo_stops_hashing_after_misses_in_a_row_and_a_probe_hit_warms_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reshuffled mini-batches never repeat: after COLD_AFTER misses in a row the plan key
+    is computed only for every PROBE_EVERY-th plan; a probe that hits turns lookups on."""
+    from edbatch._lru import COLD_AFTER, PROBE_EVERY, Lru
+    from edbatch.memory import planner
+
+    monkeypatch.setattr(planner, "_MEMO", Lru(256))
+    keys = []
+    real_key = planner.plan_key
+    monkeypatch.setattr(planner, "plan_key", lambda *a: keys.append(1) or real_key(*a))
+    wl = make_workload("tree_lstm", embed_dim=8, hidden_dim=8)
+    graphs = [wl.minibatch("dev", range(i, i + 2)) for i in range(COLD_AFTER + PROBE_EVERY)]
+    scheds = [make_scheduler("typewise_greedy")(g) for g in graphs]
+    plans = [plan_memory(g, s, "naive") for g, s in zip(graphs, scheds, strict=True)]
+    assert len(keys) == COLD_AFTER + 1  # the warm ones, then one probe in PROBE_EVERY
+    for g, s, p in zip(graphs, scheds, plans, strict=True):  # (cold plans: not memoised)
+        check_plan(g, s, p)
+    while len(keys) < COLD_AFTER + 2:  # the next probe looks up a plan memoised while warm
+        again = plan_memory(graphs[0], scheds[0], "naive")
+    assert again is plans[0] and not planner._MEMO.cold()
+    assert plan_memory(graphs[1], scheds[1], "naive") is plans[1]  # warm again: hits
 
 
 # ------------------------------------------------------------------ chain-planner pruning
