@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from edbatch.api import _rounds
+from edbatch import _lru
 from edbatch.api._segments import segment_state
 from edbatch.executor import TorchExecutor
 from edbatch.memory import plan_memory
@@ -47,7 +47,7 @@ def test_moe_equals_per_token_reference(scheduler: str, noise_round: int, cold: 
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     workload, model, data = _setup(noise_round)
     if cold:  # round-plan and segment-cache lookups skipped from the first miss (Lru.cold)
-        monkeypatch.setattr(_rounds, "COLD_AFTER", 0)
+        monkeypatch.setattr(_lru, "COLD_AFTER", 0)
     out = model.run(data, scheduler)
     assert (segment_state(model.batch).rounds.skipped > 0) == cold
     assert out.syncs == workload.layers  # one read per layer, whatever the sentence count
