@@ -256,8 +256,9 @@ def _bulk_topk(asked: list[Any], rec: Any
     """:func:`bulk_round` of a round of :class:`TopK` requests (``None``: not one ``k``
     and row shape, or handles of another recording)."""
     first = asked[0]
-    k, shape, ids, counts = first.k, None, [], []
-    firsts: list[int] | None = []  # every program's Handles block: its first node
+    k, shape, counts = first.k, None, []
+    parts: list[Any] = []  # per program: its Handles block's first node, or its node ids
+    blocks = True  # every part a block's first node
     for y in asked:
         if type(y) is not TopK or y.k != k:
             return None
@@ -266,23 +267,19 @@ def _bulk_topk(asked: list[Any], rec: Any
             if hs.rec is not rec or (shape is not None and hs.shape != shape):
                 return None
             shape = hs.shape
-            if firsts is not None:
-                firsts.append(hs.first)
-            else:
-                ids.append(np.arange(hs.first, hs.first + hs.n, dtype=np.int64))
+            parts.append(hs.first)
         else:
             if any(h._rec is not rec or h.shape != hs[0].shape for h in hs) or \
                     (shape is not None and hs[0].shape != shape):
                 return None
             shape = hs[0].shape
-            if firsts is not None:  # (the blocks so far as ranges)
-                ids = [np.arange(f, f + c, dtype=np.int64)
-                       for f, c in zip(firsts, counts, strict=True)]
-                firsts = None
-            ids.append(np.fromiter([h.node_id for h in hs], np.int64, len(hs)))
+            parts.append(np.fromiter([h.node_id for h in hs], np.int64, len(hs)))
+            blocks = False
         counts.append(len(hs))
-    if firsts is not None:  # the blocks' ranges in a few array operations
-        return _ranges(firsts, counts), lambda values: _topk_rows(values, k, counts)
+    if blocks:  # the blocks' ranges in a few array operations
+        return _ranges(parts, counts), lambda values: _topk_rows(values, k, counts)
+    ids = [np.arange(p, p + c, dtype=np.int64) if type(p) is int else p
+           for p, c in zip(parts, counts, strict=True)]
     return np.concatenate(ids), lambda values: _topk_rows(values, k, counts)
 
 
