@@ -290,13 +290,14 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
                                             arrays["outputs"]),
                               state.capture.kernels, executor.device) if _typed.TYPED else None
 
-        def made() -> Graph:  # (checked and with its instances when first read)
-            return Graph.from_arrays(vocab, op_ids, ptr, arrays["operands"], attrs=attrs,
-                                     instance=instance(), outputs=arrays["outputs"])
+        made = _graph_maker(vocab, op_ids, ptr, arrays, attrs, instance)  # (checked when read)
         if typed is not None:
             program = typed.program
-            entry = Entry(_entry_graph(vocab, op_ids, ptr, arrays, attrs), typed.schedule, None,
-                          program, vocab=vocab)
+            # (the entry's maker without instance(), which would keep this mini-batch's runner,
+            # values and autograd graph alive with the entry: ~3.5 MB per MoE layer entry)
+            zeros = np.zeros(len(op_ids), np.int32)
+            entry = Entry(_graph_maker(vocab, op_ids, ptr, arrays, attrs, lambda: zeros),
+                          typed.schedule, None, program, vocab=vocab)
             c, m = (int(x) for x in arrays["sizes"])
             entry.nodes, entry.span = np.arange(m, dtype=np.int64), True
             entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
@@ -327,16 +328,13 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
     return graph, entry.schedule, entry, result
 
 
-def _entry_graph(vocab: Any, op_ids: NDArray[Any], ptr: NDArray[np.int64],
-                 arrays: dict[str, NDArray[Any]], attrs: NDArray[np.int64]
-                 ) -> Callable[[], Graph]:
-    """A typed cache entry's graph maker: the first segment's arrays without its instances
-    (every hit replaces attrs and instances). Not ``instance()``: it would keep the runner
-    of the mini-batch that made the entry alive as long as the entry (its values and
-    autograd graph: ~3.5 MB per MoE layer entry, ~0.9 GB for a full cache)."""
+def _graph_maker(vocab: Any, op_ids: NDArray[Any], ptr: NDArray[np.int64],
+                 arrays: dict[str, NDArray[Any]], attrs: NDArray[np.int64],
+                 instance: Callable[[], NDArray[Any]]) -> Callable[[], Graph]:
+    """A segment's graph, made (and checked) only when called, its instances from
+    ``instance``."""
     return lambda: Graph.from_arrays(vocab, op_ids, ptr, arrays["operands"], attrs=attrs,
-                                     instance=np.zeros(len(op_ids), np.int32),
-                                     outputs=arrays["outputs"])
+                                     instance=instance(), outputs=arrays["outputs"])
 
 
 def _keep(cache: SegmentCache, key: tuple[Any, ...] | None, entry: Entry) -> None:
