@@ -48,10 +48,14 @@ class Lru(Generic[V]):
             self.misses += 1
             self.streak += 1
             return None
-        self.hits += 1
-        self.streak = 0
+        self.hit()
         self.entries.move_to_end(key)
         return value
+
+    def hit(self) -> None:
+        """Count a hit (also one found without :meth:`get`): lookups are warm again."""
+        self.hits += 1
+        self.streak = 0
 
     def put(self, key: Hashable, value: V) -> None:
         self.entries[key] = value

@@ -224,8 +224,7 @@ class _Runner:
             if state.rounds.size else None
         if found is not None:  # the last round shifted (a decoding step after another)
             old, local, loss_local, plan = found
-            state.rounds.hits += 1  # (a plan reused: a hit of the round plans)
-            state.rounds.streak = 0
+            state.rounds.hit()  # (a plan reused: a hit of the round plans)
         else:
             old, local, loss_local = localise_reads(flat, losses, start, SHARE_AT)
             plan = self._round_plan(tag, old, new_ops, counts, local, loss_local)
@@ -266,18 +265,16 @@ class _Runner:
         """The round's plan: the one of its signature made before, else made now (neither
         signature nor segment-cache key made while lookups are cold, :meth:`Lru.cold`)."""
         rounds = segment_state(self.batch).rounds
-        if rounds.cold():
-            return self._plan(old, new_ops, self.arity[new_ops] if counts is None else counts,
-                              local, loss_local, keyed=False)
-        sig = (*tag, new_ops.tobytes(), b"" if counts is None else counts.tobytes(),
-               local.tobytes(), loss_local.tobytes(), self.op_all[old].tobytes())
-        plan = rounds.get(sig)
+        sig = None if rounds.cold() else (
+            *tag, new_ops.tobytes(), b"" if counts is None else counts.tobytes(),
+            local.tobytes(), loss_local.tobytes(), self.op_all[old].tobytes())
+        plan = None if sig is None else rounds.get(sig)
         if plan is None:
-            plan = self._plan(old, new_ops, self.arity[new_ops] if counts is None else
-                              counts, local, loss_local)
-            # (a new value/<shape> op type: the next rounds see it)
-            segment_state(self.batch).rounds.put((*tag[:3], len(self.batch._ops), *sig[4:]),
-                                                 plan)
+            plan = self._plan(old, new_ops, self.arity[new_ops] if counts is None else counts,
+                              local, loss_local, keyed=sig is not None)
+            if sig is not None:  # (a new value/<shape> op type: the next rounds see it)
+                segment_state(self.batch).rounds.put(
+                    (*tag[:3], len(self.batch._ops), *sig[4:]), plan)
         return plan
 
     def _plan(self, old: NDArray[np.int64], new_ops: NDArray[np.int32],
