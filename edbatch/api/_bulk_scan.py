@@ -1,7 +1,7 @@
 """Compiled passes over a segment's nodes and operands (numba, each one loop where numpy
 takes several passes and temporaries): the expansion of bulk blocks into operand ids
 (:func:`block_operands`, for :func:`~edbatch.api._bulk.operand_array`) and the layout of a
-typed segment (:func:`type_edges`, :func:`batch_rows`, :func:`read_layout`, for
+typed segment (:func:`type_scan`, :func:`type_edges`, :func:`batch_rows`, :func:`read_layout`, for
 :mod:`edbatch.api._typed`) and a round's renumbering (:func:`localise_reads`, for
 :mod:`edbatch.api._programs`). Compiled on first call, cached on disk."""
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["batch_rows", "block_operands", "localise_reads", "read_layout", "type_edges"]
+__all__ = ["batch_rows", "block_operands", "localise_reads", "read_layout", "type_edges",
+           "type_scan"]
 
 
 @njit(cache=True, nogil=True)
@@ -66,6 +67,43 @@ def read_layout(operands, ptr, batch_of, row_of, sizes):  # type: ignore[no-unty
             pb[pos] = batch_of[u]
             lr[pos] = row_of[u]
     return pb, lr, e0, edges
+
+
+@njit(cache=True, nogil=True)
+def type_scan(op_ids):  # type: ignore[no-untyped-def]
+    """For :func:`~edbatch.api._typed.typed_program`: ``(types, counts, t_node, first)``,
+    the op ids present (ascending), their node counts, each node's index among them and
+    each type's first node, in two passes over ``op_ids`` (where ``bincount``,
+    ``flatnonzero``, a lookup table and a reversed scatter took six)."""
+    n = len(op_ids)
+    top = 0
+    for v in range(n):
+        if op_ids[v] > top:
+            top = op_ids[v]
+    present = np.zeros(top + 1, np.int64)
+    head = np.empty(top + 1, np.int64)
+    for v in range(n):
+        o = op_ids[v]
+        if present[o] == 0:
+            head[o] = v
+        present[o] += 1
+    lut = np.empty(top + 1, np.int64)
+    k = 0
+    for o in range(top + 1):
+        if present[o]:
+            lut[o] = k
+            k += 1
+    types = np.empty(k, np.int64)
+    counts = np.empty(k, np.int64)
+    first = np.empty(k, np.int64)
+    for o in range(top + 1):
+        if present[o]:
+            t = lut[o]
+            types[t], counts[t], first[t] = o, present[o], head[o]
+    t_node = np.empty(n, np.int64)
+    for v in range(n):
+        t_node[v] = lut[op_ids[v]]
+    return types, counts, t_node, first
 
 
 @njit(cache=True, nogil=True)

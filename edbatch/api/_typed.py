@@ -46,7 +46,13 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from edbatch.api._bulk_scan import batch_rows, read_layout, read_runs, type_edges
+from edbatch.api._bulk_scan import (
+    batch_rows,
+    read_layout,
+    read_runs,
+    type_edges,
+    type_scan,
+)
 from edbatch.executor._program import Program, Step, new_step
 from edbatch.executor._reads import Read, SelectRead, SliceRead, WholeRead, to_device
 from edbatch.executor._result import RunResult
@@ -276,18 +282,12 @@ def typed_program(graph: Graph | Any, kernels: Mapping[str, Kernel], device: tor
     if not n:
         return None
     # the op types present, each node's index among them and its type's first node
-    present = np.bincount(op_ids)
-    types = np.flatnonzero(present)
+    types, present, t_node, at = type_scan(op_ids)  # (one compiled pass)
     if len(types) >= 1 << 15:  # (batch indices are sorted as int16)
         return None
     alone = ~graph.vocab.batchable[types]  # an unbatchable type runs each node alone
-    if alone.any() and (present[types[alone]] > 1).any():
+    if alone.any() and (present[alone] > 1).any():
         return None
-    lut = np.zeros(len(present), np.int64)
-    lut[types] = np.arange(len(types))
-    t_node = lut[op_ids]
-    at = np.full(len(types), n, np.int64)
-    at[t_node[::-1]] = np.arange(n - 1, -1, -1)  # the last write is the first node
     counts = ptr[1:] - ptr[:-1]
     rank = _type_order(t_node, at.tolist(), operands, ptr)
     if rank is None:

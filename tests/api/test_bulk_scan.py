@@ -12,6 +12,7 @@ from edbatch.api._bulk_scan import (
     read_layout,
     read_runs,
     type_edges,
+    type_scan,
 )
 
 
@@ -91,3 +92,19 @@ def test_read_runs_match_numpy(seed: int) -> None:
     want = np.bincount(rows * k + pb, minlength=len(lo) * k).reshape(-1, k) > 0
     for r in np.flatnonzero(~whole):
         assert hit[r].tolist() == want[r].tolist()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_type_scan_matches_numpy(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    op_ids = rng.integers(0, int(rng.integers(1, 20)), int(rng.integers(1, 80))).astype(np.int32)
+    present = np.bincount(op_ids)  # (the numpy formulation typed_program used)
+    types = np.flatnonzero(present)
+    lut = np.zeros(len(present), np.int64)
+    lut[types] = np.arange(len(types))
+    t_node = lut[op_ids]
+    first = np.full(len(types), len(op_ids), np.int64)
+    first[t_node[::-1]] = np.arange(len(op_ids) - 1, -1, -1)
+    got = type_scan(op_ids)
+    assert [a.tolist() for a in got] == [types.tolist(), present[types].tolist(),
+                                         t_node.tolist(), first.tolist()]
