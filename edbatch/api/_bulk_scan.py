@@ -186,6 +186,33 @@ def _renumber(a, start, where, r, c):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
+def _localise_dense(flat, losses, start, share_at, old, lo, where):  # type: ignore[no-untyped-def]
+    """:func:`localise_reads` where the earlier nodes read lie in ``lo..start-1`` (at most
+    4x as many as reads): the distinct ones marked in one pass over the range, no sort."""
+    c = len(old)
+    span = start - lo
+    lut = np.full(span, -1, np.int64)
+    for i in range(c):
+        lut[old[i] - lo] = 0
+    d = 0
+    for j in range(span):
+        if lut[j] == 0:
+            lut[j] = d
+            d += 1
+    if d * share_at <= c:
+        distinct = np.empty(d, np.int64)
+        for j in range(span):
+            if lut[j] >= 0:
+                distinct[lut[j]] = j + lo
+        for i in range(c):
+            where[i] = lut[old[i] - lo]
+        old, c = distinct, d
+    local, r = _renumber(flat, start, where, 0, c)
+    loss_local, _ = _renumber(losses, start, where, r, c)
+    return old, local, loss_local
+
+
+@njit(cache=True, nogil=True)
 def localise_reads(flat, losses, start, share_at):  # type: ignore[no-untyped-def]
     """:func:`edbatch.api._rounds.localise` (its Python twin, the oracle) in one compiled
     pass: ``(old, local, loss_local)``, the earlier nodes (ids below ``start``) read by
@@ -197,6 +224,9 @@ def localise_reads(flat, losses, start, share_at):  # type: ignore[no-untyped-de
     old = old[:c]
     where = np.arange(c)
     if c >= share_at * 2 and c > 0:
+        lo = old.min()
+        if start - lo <= 4 * c:  # a dense range (a layer's token rows): marks, no sort
+            return _localise_dense(flat, losses, start, share_at, old, lo, where)
         s = np.sort(old)
         first = np.empty(c, np.bool_)
         first[0] = True
