@@ -1,7 +1,7 @@
 """Compiled passes over a segment's nodes and operands (numba, each one loop where numpy
 takes several passes and temporaries): the expansion of bulk blocks into operand ids
 (:func:`block_operands`, for :func:`~edbatch.api._bulk.operand_array`) and the layout of a
-typed segment (:func:`type_scan`, :func:`type_edges`, :func:`batch_rows`, :func:`read_layout`, for
+typed segment (:func:`type_scan`, :func:`type_order`, :func:`batch_rows`, :func:`read_layout`, for
 :mod:`edbatch.api._typed`) and a round's renumbering (:func:`localise_reads`, for
 :mod:`edbatch.api._programs`). Compiled on first call, cached on disk."""
 
@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["batch_rows", "block_operands", "localise_reads", "read_layout", "type_edges",
-           "type_scan"]
+           "type_order", "type_scan"]
 
 
 @njit(cache=True, nogil=True)
@@ -116,6 +116,35 @@ def type_edges(t_node, ptr, operands, k):  # type: ignore[no-untyped-def]
         for e in range(ptr[v], ptr[v + 1]):
             edge[t_node[operands[e]] * k + t] += 1
     return edge
+
+
+@njit(cache=True, nogil=True)
+def type_order(t_node, ptr, operands, first, k):  # type: ignore[no-untyped-def]
+    """:func:`~edbatch.api._typed._type_order` (its Python twin, the oracle) compiled: each
+    of the ``k`` op types' batch index, a topological order of the types (of the ready
+    ones, the one whose first node ``first[t]`` comes first), or an empty array where a
+    node reads one of its own type or the types form a cycle."""
+    edge = type_edges(t_node, ptr, operands, k)
+    indeg = np.zeros(k, np.int64)
+    for a in range(k):
+        if edge[a * k + a]:
+            return np.empty(0, np.int64)
+        for b in range(k):
+            if edge[a * k + b]:
+                indeg[b] += 1
+    rank = np.full(k, -1, np.int64)
+    for at in range(k):
+        best = -1
+        for t in range(k):
+            if rank[t] < 0 and indeg[t] == 0 and (best < 0 or first[t] < first[best]):
+                best = t
+        if best < 0:
+            return np.empty(0, np.int64)
+        rank[best] = at
+        for t in range(k):
+            if edge[best * k + t]:
+                indeg[t] -= 1
+    return rank
 
 
 @njit(cache=True, nogil=True)

@@ -51,6 +51,7 @@ from edbatch.api._bulk_scan import (
     read_layout,
     read_runs,
     type_edges,
+    type_order,
     type_scan,
 )
 from edbatch.executor._program import Program, Step, new_step
@@ -82,7 +83,9 @@ class TypedPlan:
 def _type_order(t_node: NDArray[np.int64], first: list[int], operands: NDArray[Any],
                 ptr: NDArray[np.int64]) -> NDArray[np.int64] | None:
     """Each op type's batch index (a topological order of the types, ties by first node),
-    or ``None`` when a node reads a node of its own type or the types form a cycle."""
+    or ``None`` when a node reads a node of its own type or the types form a cycle: the
+    Python twin (the tests' oracle) of the compiled :func:`~edbatch.api._bulk_scan.
+    type_order` that :func:`typed_program` calls."""
     k = len(first)
     succ: list[list[int]] = [[] for _ in range(k)]
     indeg = [0] * k
@@ -289,8 +292,8 @@ def typed_program(graph: Graph | Any, kernels: Mapping[str, Kernel], device: tor
     if alone.any() and (present[alone] > 1).any():
         return None
     counts = ptr[1:] - ptr[:-1]
-    rank = _type_order(t_node, at.tolist(), operands, ptr)
-    if rank is None:
+    rank = type_order(t_node, ptr, operands, at, len(types))  # (compiled; twin _type_order)
+    if not len(rank):
         return None
     vocab, k = graph.vocab, len(types)
     type_of = types[np.argsort(rank)].tolist()  # each batch's op id

@@ -12,6 +12,7 @@ from edbatch.api._bulk_scan import (
     read_layout,
     read_runs,
     type_edges,
+    type_order,
     type_scan,
 )
 
@@ -108,3 +109,26 @@ def test_type_scan_matches_numpy(seed: int) -> None:
     got = type_scan(op_ids)
     assert [a.tolist() for a in got] == [types.tolist(), present[types].tolist(),
                                          t_node.tolist(), first.tolist()]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_type_order_matches_its_python_twin(seed: int) -> None:
+    """Random type graphs: acyclic ones (ties broken by first node) and, every third seed,
+    reads of any node (edges within a type, cycles: no order)."""
+    from edbatch.api._typed import _type_order
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 7))
+    n = k + int(rng.integers(0, 30))
+    t_node = np.concatenate([rng.permutation(k), rng.integers(0, k, n - k)]).astype(np.int64)
+    rank = rng.permutation(k)  # reads go to lower-ranked types (but see above)
+    reads: list[list[int]] = []
+    for v in range(n):
+        lower = [u for u in range(n) if seed % 3 == 0 or rank[t_node[u]] < rank[t_node[v]]]
+        reads.append([int(rng.choice(lower)) for _ in range(int(rng.integers(0, 3)))]
+                     if lower else [])
+    ptr = np.cumsum([0] + [len(r) for r in reads]).astype(np.int64)
+    ops = np.array([u for r in reads for u in r], np.int32)
+    first = np.array([int(np.flatnonzero(t_node == t)[0]) for t in range(k)], np.int64)
+    want = _type_order(t_node, first.tolist(), ops, ptr)
+    got = type_order(t_node, ptr, ops, first, k)
+    assert (want is None and len(got) == 0) or got.tolist() == want.tolist()
