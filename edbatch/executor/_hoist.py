@@ -38,7 +38,7 @@ import torch
 
 from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
 from edbatch.executor._fast_lstm import FastStep
-from edbatch.executor._program import Program, Step, new_step
+from edbatch.executor._program import Program, Step, new_step, split_alone
 from edbatch.executor._reads import (
     Read,
     RowLocator,
@@ -58,7 +58,7 @@ _new, _set = object.__new__, object.__setattr__
 _WHOLE_ROWS = (SliceRead, RowsRead)
 
 __all__ = ["HeadPairRead", "HeadRowsRead", "HeadSliceRead", "HoistedProgram", "head_reads",
-           "hoist_kinds", "hoist_program", "unhoisted"]
+           "hoist_kinds", "hoist_program", "hoisted_batches", "unhoisted"]
 
 
 @dataclass
@@ -157,15 +157,17 @@ def _ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # 
     return dict(zip(batches, late.tolist(), strict=True))
 
 
-def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: MemoryPlan,
-                  device: torch.device, kinds: frozenset[str],
-                  overrides: Mapping[str, Kernel] | None = None) -> Program:
-    """``program`` with the input projections of ``kinds`` hoisted (see the module doc);
-    ``program`` itself when no batch has such a kind (or ``overrides`` replaces its kernel
-    by another than the registry's, as a user's own cell does)."""
+def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
+                    kinds: frozenset[str], overrides: Mapping[str, Kernel] | None = None
+                    ) -> dict[int, list[int]]:
+    """Op type -> its batches (schedule order) that :func:`hoist_program` rewrites: those of
+    ``kinds`` whose kernel is the registry's (not replaced by ``overrides``), not ``split``
+    (:func:`~edbatch.executor._program.split_alone`). Pass their union as
+    :func:`~edbatch.executor._program.compile_program`'s ``skip``: their reads of the
+    hoisted operands are never used."""
     by_type: dict[int, list[int]] = {}
     hoisted: dict[int, bool] = {}  # op type -> whether its kind is hoisted (once per type)
-    psteps = program.steps
+    row_order = plan.row_order
     for b, batch in enumerate(schedule.batches):
         op_id = batch.op_id
         wanted = hoisted.get(op_id)
@@ -173,16 +175,36 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
             op: OpType = graph.vocab[op_id]
             wanted = hoisted[op_id] = op.kind in kinds and (
                 overrides is None or overrides.get(op.kind) in (None, KERNELS.get(op.kind)))
-        if wanted and not psteps[b].split:
+        if wanted and not (graph.vocab[op_id].arity is None and split_alone(
+                True, len(row_order[b]), plan.operands[b])):
             by_type.setdefault(op_id, []).append(b)
+    return by_type
+
+
+def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: MemoryPlan,
+                  device: torch.device, kinds: frozenset[str],
+                  overrides: Mapping[str, Kernel] | None = None,
+                  by_type: Mapping[int, list[int]] | None = None) -> Program:
+    """``program`` with the input projections of ``kinds`` hoisted (see the module doc);
+    ``program`` itself when no batch has such a kind (or ``overrides`` replaces its kernel
+    by another than the registry's, as a user's own cell does). ``by_type``:
+    :func:`hoisted_batches`, if already made. The rewritten batches' reads are compiled
+    here from ``plan`` (``program``'s own may have been skipped)."""
+    if by_type is None:
+        by_type = hoisted_batches(graph, schedule, plan, kinds, overrides)
     if not by_type:
         return program
+    psteps = program.steps
     batch_of = RowLocator(plan).batch_of
     base = np.arange(max(rows for rows, _ in plan.arenas), dtype=np.int64)
     steps: list[Step | None] = list(program.steps)
     before: dict[int, list[Step]] = {}
     short: dict[int, FastStep] = {}
     arenas = list(program.arenas)
+    ops = plan.operands
+    state_reads = iter(inplace_reads([(ops[b][HOISTS[graph.vocab[op_id].kind].state],)
+                                      for op_id, batches in by_type.items() for b in batches],
+                                     device, [0, 0, 0])).__next__
     for op_id, batches in by_type.items():
         op = graph.vocab[op_id]
         spec = HOISTS[op.kind]
@@ -199,11 +221,10 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
                 _projection_step(program, plan, device, op, spec, group, arena,
                                  offset[group[0]], base))
         weight, hidden = op.params[spec.weight], HoistSpec.gate_width(op) // 4
-        cell, slot, name = spec.cell, spec.state, op.name
+        cell, name = spec.cell, op.name
         for b in batches:  # a copy of the step's fields (dataclasses.replace: ~10 us a batch)
-            step = psteps[b]
-            fields = step.__dict__.copy()
-            state, size, lo = step.reads[slot], fields["size"], offset[b]
+            fields = psteps[b].__dict__.copy()
+            (state,), size, lo = state_reads(), fields["size"], offset[b]
             fields["kernel"], fields["writes_out"] = cell, True
             fields["reads"] = (state, SliceRead(arena, lo, lo + size))
             steps[b] = new = _new(Step)
