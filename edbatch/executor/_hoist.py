@@ -202,9 +202,16 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     short: dict[int, FastStep] = {}
     arenas = list(program.arenas)
     ops = plan.operands
-    state_reads = iter(inplace_reads([(ops[b][HOISTS[graph.vocab[op_id].kind].state],)
-                                      for op_id, batches in by_type.items() for b in batches],
-                                     device, [0, 0, 0])).__next__
+    # the rewritten program's read counts: the reads compiled so far (none for the skipped
+    # batches), these state reads, the projection steps' and one projection view a batch
+    counted = list(program.counts[False])
+    if any(psteps[b].reads for v in by_type.values() for b in v):  # compiled without skip
+        rewritten = {b for v in by_type.values() for b in v}
+        counted = _count(s for b, s in enumerate(psteps) if b not in rewritten)
+    state_reads = iter(inplace_reads(
+        [(ops[b][slot],) for op_id, batches in by_type.items()
+         for slot in (HOISTS[graph.vocab[op_id].kind].state,) for b in batches],
+        device, counted)).__next__
     for op_id, batches in by_type.items():
         op = graph.vocab[op_id]
         spec = HOISTS[op.kind]
@@ -219,7 +226,8 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
         for group in groups:
             before.setdefault(group[0], []).append(
                 _projection_step(program, plan, device, op, spec, group, arena,
-                                 offset[group[0]], base))
+                                 offset[group[0]], base, counted))
+        counted[0] += len(batches)  # each batch's projection rows: a view
         weight, hidden = op.params[spec.weight], HoistSpec.gate_width(op) // 4
         cell, name = spec.cell, op.name
         for b in batches:  # a copy of the step's fields (dataclasses.replace: ~10 us a batch)
@@ -239,7 +247,7 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     for b in sorted(before, reverse=True):  # the projection steps before their batches
         out[b:b] = before[b]
         fast[b:b] = (None,) * len(before[b])
-    counts = {**program.counts, False: _count(out)}
+    counts = {**program.counts, False: counted}
     return HoistedProgram(tuple(out), program.grad_steps, tuple(arenas), program.outputs,
                           program.output_batch, counts, program.attrs, program.attr_nodes,
                           base=program, num_projections=sum(len(v) for v in before.values()),
@@ -248,9 +256,9 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
 
 def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, op: OpType,
                      spec: HoistSpec, group: list[int], arena: int, start: int,
-                     base: np.ndarray) -> Step:  # type: ignore[type-arg]
+                     base: np.ndarray, counts: list[int]) -> Step:  # type: ignore[type-arg]
     """The step projecting ``group``'s nodes (in batch order) into ``arena`` from ``start``
-    (``base``: see :func:`_row_parts`)."""
+    (``base``: see :func:`_row_parts`); its reads are added to ``counts``."""
     ops = plan.operands
     operands = tuple(
         merged(ops[group[0]][k].arena,
@@ -260,8 +268,10 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
     pair = _pair(operands, shapes, spec, device)
     if pair is not None:  # the two h operands side by side from one gather
         reads, shapes = (pair,), shapes[:1]
+        counts[1] += 1
+        counts[2] += len(pair)
     else:
-        (reads,) = inplace_reads([operands], device, [0, 0, 0]) if operands else [()]
+        (reads,) = inplace_reads([operands], device, counts) if operands else [()]
     if spec.heads and pair is None:  # only the h columns of the [h; c] state rows
         reads = tuple(_heads(read, op.in_shapes[k][0] // 2 if op.in_shapes else 0)
                       for read, k in zip(reads, spec.hoisted, strict=True))
