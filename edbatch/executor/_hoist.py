@@ -166,17 +166,17 @@ def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
     :func:`~edbatch.executor._program.compile_program`'s ``skip``: their reads of the
     hoisted operands are never used."""
     by_type: dict[int, list[int]] = {}
-    hoisted: dict[int, bool] = {}  # op type -> whether its kind is hoisted (once per type)
-    row_order = plan.row_order
+    hoisted: dict[int, int] = {}  # op type -> 0 not hoisted, 1 hoisted, 2 hoisted, variadic
+    vocab = graph.vocab
     for b, batch in enumerate(schedule.batches):
         op_id = batch.op_id
         wanted = hoisted.get(op_id)
         if wanted is None:
-            op: OpType = graph.vocab[op_id]
-            wanted = hoisted[op_id] = op.kind in kinds and (
-                overrides is None or overrides.get(op.kind) in (None, KERNELS.get(op.kind)))
-        if wanted and not (graph.vocab[op_id].arity is None and split_alone(
-                True, len(row_order[b]), plan.operands[b])):
+            op: OpType = vocab[op_id]
+            wanted = hoisted[op_id] = (1 + (op.arity is None)) * (op.kind in kinds and (
+                overrides is None or overrides.get(op.kind) in (None, KERNELS.get(op.kind))))
+        if wanted == 1 or (wanted == 2 and not split_alone(  # (a variadic batch may be split)
+                True, len(plan.row_order[b]), plan.operands[b])):
             by_type.setdefault(op_id, []).append(b)
     return by_type
 
