@@ -163,8 +163,9 @@ def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
     """Op type -> its batches (schedule order) that :func:`hoist_program` rewrites: those of
     ``kinds`` whose kernel is the registry's (not replaced by ``overrides``), not ``split``
     (:func:`~edbatch.executor._program.split_alone`). Pass their union as
-    :func:`~edbatch.executor._program.compile_program`'s ``skip``: their reads of the
-    hoisted operands are never used."""
+    :func:`~edbatch.executor._program.compile_program`'s ``skip``: :func:`hoist_program`
+    compiles the one read each keeps (its state) itself; the others (its hoisted operands,
+    read by the projection step: about 60% of a BiLSTM program's reads) would be dropped."""
     by_type: dict[int, list[int]] = {}
     hoisted: dict[int, int] = {}  # op type -> 0 not hoisted, 1 hoisted, 2 hoisted, variadic
     vocab = graph.vocab
@@ -176,7 +177,7 @@ def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
             wanted = hoisted[op_id] = (1 + (op.arity is None)) * (op.kind in kinds and (
                 overrides is None or overrides.get(op.kind) in (None, KERNELS.get(op.kind))))
         if wanted == 1 or (wanted == 2 and not split_alone(  # (a variadic batch may be split)
-                True, len(plan.row_order[b]), plan.operands[b])):
+                len(plan.row_order[b]), plan.operands[b])):
             by_type.setdefault(op_id, []).append(b)
     return by_type
 

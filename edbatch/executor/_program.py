@@ -123,10 +123,10 @@ def _merge_repeated(kernel: Kernel, operands: tuple[Operand, ...]) -> tuple[Oper
     return (*operands[:fixed], merged(operands[fixed].arena, rows))
 
 
-def split_alone(variadic: bool, size: int, operands: tuple[Operand, ...]) -> bool:
-    """Whether a batch is ``split`` (:class:`Step`): a variadic node alone in its batch whose
-    operands are all in one arena (read as one merged read)."""
-    return variadic and size == 1 and bool(operands) and len({o.arena for o in operands}) == 1
+def split_alone(size: int, operands: tuple[Operand, ...]) -> bool:
+    """Whether a batch of a variadic op type is ``split`` (:class:`Step`): its node alone in
+    the batch, its operands all in one arena (read as one merged read)."""
+    return size == 1 and bool(operands) and len({o.arena for o in operands}) == 1
 
 
 def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
@@ -151,7 +151,7 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     splits = [False] * len(entries)
     for b, entry in enumerate(entries):  # a variadic node alone in its batch: one merged read
         operands = operand_lists[b]
-        if entry[3] and split_alone(True, sizes[b], operands):
+        if entry[3] and split_alone(sizes[b], operands):
             splits[b] = True
             if len(operands) > 1:
                 rows = np.concatenate([o.rows() for o in operands])
