@@ -181,7 +181,7 @@ class ChainStep:
         slot = {a: k for k, a in enumerate(arenas)}
         wslot = {w: k for k, w in enumerate(weights)}
         rows: list[tuple[int, ...]] = []
-        gathered: list[np.ndarray] = []  # type: ignore[type-arg]
+        gathered: list[Tensor] = []
         at = 0
         for f in steps:
             state: Any = f.state  # (a SliceRead or RowsRead: _runs took only those)
@@ -191,14 +191,14 @@ class ChainStep:
             else:
                 rows.append((1, slot[state.b], at, f.n, slot[f.pa], f.lo, slot[f.oa], f.os,
                              wslot[f.weight], f.hidden))
-                gathered.append(state.idx.numpy())
+                gathered.append(state.idx)
                 at += f.n
-        meta = np.array(rows, np.int64).reshape(len(rows), _META)
-        self.meta = meta
-        self.idx = np.concatenate(gathered).astype(np.int64) if gathered else \
-            np.zeros(1, np.int64)
-        self.rows = int(meta[:, 3].max())
-        self.width = int(meta[:, 9].max())
+        self.meta = np.array(rows, np.int64).reshape(len(rows), _META)
+        # one cat of the index tensors (not one .numpy() per gather)
+        self.idx = torch.cat(gathered).numpy().astype(np.int64, copy=False) if gathered \
+            else np.zeros(1, np.int64)
+        self.rows = max(f.n for f in steps)
+        self.width = max(f.hidden for f in steps)
         self.name = ", ".join(sorted({f.name for f in steps}))
         self.binders = tuple({f.weight: f for f in reversed(steps)}.values())
 

@@ -38,7 +38,7 @@ import torch
 
 from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
 from edbatch.executor._fast_lstm import FastStep
-from edbatch.executor._program import Program, Step, new_step
+from edbatch.executor._program import Program, Step, new_step, split_alone
 from edbatch.executor._reads import (
     Read,
     RowLocator,
@@ -58,7 +58,7 @@ _new, _set = object.__new__, object.__setattr__
 _WHOLE_ROWS = (SliceRead, RowsRead)
 
 __all__ = ["HeadPairRead", "HeadRowsRead", "HeadSliceRead", "HoistedProgram", "head_reads",
-           "hoist_kinds", "hoist_program", "unhoisted"]
+           "hoist_kinds", "hoist_program", "hoisted_batches", "unhoisted"]
 
 
 @dataclass
@@ -157,32 +157,62 @@ def _ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # 
     return dict(zip(batches, late.tolist(), strict=True))
 
 
-def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: MemoryPlan,
-                  device: torch.device, kinds: frozenset[str],
-                  overrides: Mapping[str, Kernel] | None = None) -> Program:
-    """``program`` with the input projections of ``kinds`` hoisted (see the module doc);
-    ``program`` itself when no batch has such a kind (or ``overrides`` replaces its kernel
-    by another than the registry's, as a user's own cell does)."""
+def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
+                    kinds: frozenset[str], overrides: Mapping[str, Kernel] | None = None
+                    ) -> dict[int, list[int]]:
+    """Op type -> its batches (schedule order) that :func:`hoist_program` rewrites: those of
+    ``kinds`` whose kernel is the registry's (not replaced by ``overrides``), not ``split``
+    (:func:`~edbatch.executor._program.split_alone`). Pass their union as
+    :func:`~edbatch.executor._program.compile_program`'s ``skip``: :func:`hoist_program`
+    compiles the one read each keeps (its state) itself; the others (its hoisted operands,
+    read by the projection step: about 60% of a BiLSTM program's reads) would be dropped."""
     by_type: dict[int, list[int]] = {}
-    hoisted: dict[int, bool] = {}  # op type -> whether its kind is hoisted (once per type)
-    psteps = program.steps
+    hoisted: dict[int, int] = {}  # op type -> 0 not hoisted, 1 hoisted, 2 hoisted, variadic
+    vocab = graph.vocab
     for b, batch in enumerate(schedule.batches):
         op_id = batch.op_id
         wanted = hoisted.get(op_id)
         if wanted is None:
-            op: OpType = graph.vocab[op_id]
-            wanted = hoisted[op_id] = op.kind in kinds and (
-                overrides is None or overrides.get(op.kind) in (None, KERNELS.get(op.kind)))
-        if wanted and not psteps[b].split:
+            op: OpType = vocab[op_id]
+            wanted = hoisted[op_id] = (1 + (op.arity is None)) * (op.kind in kinds and (
+                overrides is None or overrides.get(op.kind) in (None, KERNELS.get(op.kind))))
+        if wanted == 1 or (wanted == 2 and not split_alone(  # (a variadic batch may be split)
+                len(plan.row_order[b]), plan.operands[b])):
             by_type.setdefault(op_id, []).append(b)
+    return by_type
+
+
+def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: MemoryPlan,
+                  device: torch.device, kinds: frozenset[str],
+                  overrides: Mapping[str, Kernel] | None = None,
+                  by_type: Mapping[int, list[int]] | None = None) -> Program:
+    """``program`` with the input projections of ``kinds`` hoisted (see the module doc);
+    ``program`` itself when no batch has such a kind (or ``overrides`` replaces its kernel
+    by another than the registry's, as a user's own cell does). ``by_type``:
+    :func:`hoisted_batches`, if already made. The rewritten batches' reads are compiled
+    here from ``plan`` (``program``'s own may have been skipped)."""
+    if by_type is None:
+        by_type = hoisted_batches(graph, schedule, plan, kinds, overrides)
     if not by_type:
         return program
+    psteps = program.steps
     batch_of = RowLocator(plan).batch_of
     base = np.arange(max(rows for rows, _ in plan.arenas), dtype=np.int64)
     steps: list[Step | None] = list(program.steps)
     before: dict[int, list[Step]] = {}
     short: dict[int, FastStep] = {}
     arenas = list(program.arenas)
+    ops = plan.operands
+    # the rewritten program's read counts: the reads compiled so far (none for the skipped
+    # batches), these state reads, the projection steps' and one projection view a batch
+    counted = list(program.counts[False])
+    if any(psteps[b].reads for v in by_type.values() for b in v):  # compiled without skip
+        rewritten = {b for v in by_type.values() for b in v}
+        counted = _count(s for b, s in enumerate(psteps) if b not in rewritten)
+    state_reads = iter(inplace_reads(
+        [(ops[b][slot],) for op_id, batches in by_type.items()
+         for slot in (HOISTS[graph.vocab[op_id].kind].state,) for b in batches],
+        device, counted)).__next__
     for op_id, batches in by_type.items():
         op = graph.vocab[op_id]
         spec = HOISTS[op.kind]
@@ -197,13 +227,13 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
         for group in groups:
             before.setdefault(group[0], []).append(
                 _projection_step(program, plan, device, op, spec, group, arena,
-                                 offset[group[0]], base))
+                                 offset[group[0]], base, counted))
+        counted[0] += len(batches)  # each batch's projection rows: a view
         weight, hidden = op.params[spec.weight], HoistSpec.gate_width(op) // 4
-        cell, slot, name = spec.cell, spec.state, op.name
+        cell, name = spec.cell, op.name
         for b in batches:  # a copy of the step's fields (dataclasses.replace: ~10 us a batch)
-            step = psteps[b]
-            fields = step.__dict__.copy()
-            state, size, lo = step.reads[slot], fields["size"], offset[b]
+            fields = psteps[b].__dict__.copy()
+            (state,), size, lo = state_reads(), fields["size"], offset[b]
             fields["kernel"], fields["writes_out"] = cell, True
             fields["reads"] = (state, SliceRead(arena, lo, lo + size))
             steps[b] = new = _new(Step)
@@ -218,7 +248,7 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     for b in sorted(before, reverse=True):  # the projection steps before their batches
         out[b:b] = before[b]
         fast[b:b] = (None,) * len(before[b])
-    counts = {**program.counts, False: _count(out)}
+    counts = {**program.counts, False: counted}
     return HoistedProgram(tuple(out), program.grad_steps, tuple(arenas), program.outputs,
                           program.output_batch, counts, program.attrs, program.attr_nodes,
                           base=program, num_projections=sum(len(v) for v in before.values()),
@@ -227,9 +257,9 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
 
 def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, op: OpType,
                      spec: HoistSpec, group: list[int], arena: int, start: int,
-                     base: np.ndarray) -> Step:  # type: ignore[type-arg]
+                     base: np.ndarray, counts: list[int]) -> Step:  # type: ignore[type-arg]
     """The step projecting ``group``'s nodes (in batch order) into ``arena`` from ``start``
-    (``base``: see :func:`_row_parts`)."""
+    (``base``: see :func:`_row_parts`); its reads are added to ``counts``."""
     ops = plan.operands
     operands = tuple(
         merged(ops[group[0]][k].arena,
@@ -239,8 +269,10 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
     pair = _pair(operands, shapes, spec, device)
     if pair is not None:  # the two h operands side by side from one gather
         reads, shapes = (pair,), shapes[:1]
+        counts[1] += 1
+        counts[2] += len(pair)
     else:
-        (reads,) = inplace_reads([operands], device, [0, 0, 0]) if operands else [()]
+        (reads,) = inplace_reads([operands], device, counts) if operands else [()]
     if spec.heads and pair is None:  # only the h columns of the [h; c] state rows
         reads = tuple(_heads(read, op.in_shapes[k][0] // 2 if op.in_shapes else 0)
                       for read, k in zip(reads, spec.hoisted, strict=True))

@@ -28,7 +28,8 @@ from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["PROGRAM_PASSES", "Program", "ProgramPass", "Step", "compile_program", "new_step"]
+__all__ = ["PROGRAM_PASSES", "Program", "ProgramPass", "Step", "compile_program", "new_step",
+           "split_alone"]
 
 
 @dataclass(frozen=True)
@@ -122,12 +123,22 @@ def _merge_repeated(kernel: Kernel, operands: tuple[Operand, ...]) -> tuple[Oper
     return (*operands[:fixed], merged(operands[fixed].arena, rows))
 
 
+def split_alone(size: int, operands: tuple[Operand, ...]) -> bool:
+    """Whether a batch of a variadic op type is ``split`` (:class:`Step`): its node alone in
+    the batch, its operands all in one arena (read as one merged read)."""
+    return size == 1 and bool(operands) and len({o.arena for o in operands}) == 1
+
+
 def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
-                    kernels: Mapping[str, Kernel] | None) -> Program:
+                    kernels: Mapping[str, Kernel] | None, skip: Collection[int] = ()
+                    ) -> Program:
     """Precompute kernels, attrs and the inference reads of every batch.
 
     The training reads (which depend on which batch produced each row) are compiled on the
-    first training run of the program.
+    first training run of the program. ``skip``: batches whose inference reads are left out
+    (``reads=()``) because a rewrite compiles its own reads for them, as
+    :func:`~edbatch.executor._hoist.hoist_program` does for the hoisted LSTM batches (their
+    hoisted operands are read once by the projection step, not per batch).
     """
     counts = {False: [0, 0, 0], True: [0, 0, 0]}
     attr_nodes = (np.concatenate(plan.row_order).astype(np.int64) if plan.row_order
@@ -140,8 +151,7 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     splits = [False] * len(entries)
     for b, entry in enumerate(entries):  # a variadic node alone in its batch: one merged read
         operands = operand_lists[b]
-        if entry[3] and sizes[b] == 1 and operands and \
-                len({o.arena for o in operands}) == 1:
+        if entry[3] and split_alone(sizes[b], operands):
             splits[b] = True
             if len(operands) > 1:
                 rows = np.concatenate([o.rows() for o in operands])
@@ -155,6 +165,7 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
              in enumerate(zip(entries, plan.outputs, strict=True))]
     claims = [rewrite.claim(steps, operand_lists, device) for rewrite in PROGRAM_PASSES]
     claimed = {b for batches, _ in claims for b in batches}
+    claimed.update(skip)
     read_lists = [() if b in claimed else ops for b, ops in enumerate(operand_lists)] \
         if claimed else operand_lists
     reads = _indexed([e[1] for e in entries],  # scene-like operands read by index (CPU)

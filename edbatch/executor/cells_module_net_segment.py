@@ -217,6 +217,8 @@ class AttentionSegments:
         if device.type != "cpu":
             return [], ([], None)
         codes = _codes(steps)  # the steps' kernels and ops are final: apply reuses them
+        if codes.count(None) == len(codes):  # no attention batch (most workloads)
+            return [], ([], codes)
         runs = _runs(steps, operands, codes)
         return [b for i, j, _, _ in runs for b in range(i, j)], (runs, codes)
 

@@ -1,0 +1,101 @@
+"""The executor's hoisted program is compiled without the per-batch reads of the hoisted
+batches (``compile_program(skip=...)``) and equals the program compiled the old way (every
+read compiled, then rewritten by ``hoist_program``): same steps, reads, short steps, chain
+rows and read counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from edbatch.executor._fast_chain import ChainStep, chain_short
+from edbatch.executor._fast_lstm import FastStep
+from edbatch.executor._fast_tree import tree_short
+from edbatch.executor._hoist import (
+    HoistedProgram,
+    _count,
+    head_reads,
+    hoist_program,
+    hoisted_batches,
+    unhoisted,
+)
+from edbatch.executor._program import Program, compile_program
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.memory import plan_memory
+from edbatch.schedule import make_scheduler
+from edbatch.workloads import make_workload
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _old_path(graph: Any, schedule: Any, plan: Any, kinds: frozenset[str]) -> Program:
+    """The program as built before the skip: every read compiled, then rewritten."""
+    program = compile_program(graph, schedule, plan, CPU, None)
+    program = hoist_program(program, graph, schedule, plan, CPU, kinds)
+    return chain_short(tree_short(head_reads(program), CPU), CPU)
+
+
+def _read(read: Any) -> tuple[Any, ...]:
+    """A read as comparable values (its class and every field)."""
+    fields = []
+    for name in ("b", "lo", "hi", "cols"):
+        if hasattr(read, name):
+            fields.append(getattr(read, name))
+    idx = getattr(read, "idx", None)
+    return (type(read).__name__, *fields, None if idx is None else idx.tolist(),
+            getattr(read, "pieces", None))
+
+
+def _short(f: Any) -> tuple[Any, ...]:
+    if f is None:
+        return (None,)
+    if type(f) is FastStep:
+        return ("fast", _read(f.state), f.pa, f.lo, f.n, f.oa, f.os, f.weight, f.hidden)
+    if type(f) is ChainStep:
+        return ("chain", f.meta.tolist(), f.idx.tolist(), f.arenas, f.weights, f.rows,
+                f.width, f.name, [b.weight for b in f.binders], len(f.steps))
+    return (type(f).__name__,)
+
+
+@pytest.mark.parametrize("strategy", ["naive", "planned"])
+@pytest.mark.parametrize("name", ["bilstm_tagger", "lattice_lstm", "seq2seq"])
+def test_skipped_reads_program_equals_the_old_path(name: str, strategy: str) -> None:
+    wl = make_workload(name, embed_dim=6, hidden_dim=5)
+    graph = wl.minibatch(wl.default_eval_split, range(6))
+    schedule = make_scheduler("depth")(graph)
+    plan = plan_memory(graph, schedule, strategy)
+    executor = TorchExecutor(dtype=torch.float64)
+    new, _ = executor._program(graph, schedule, plan)
+    old = _old_path(graph, schedule, plan, executor.hoist)
+    assert isinstance(new, HoistedProgram) and isinstance(old, HoistedProgram)
+    hoisted = [b for v in hoisted_batches(graph, schedule, plan, executor.hoist).values()
+               for b in v]
+    assert hoisted
+    # the reads of the hoisted batches are not compiled (they would be thrown away) ...
+    assert all(unhoisted(new).steps[b].reads == () for b in hoisted)
+    assert all(unhoisted(old).steps[b].reads for b in hoisted)
+    # ... and the rewritten program is the old one, step by step
+    assert len(new.steps) == len(old.steps) and new.arenas == old.arenas
+    for a, b in zip(new.steps, old.steps, strict=True):
+        assert (a.op, a.kernel, a.size, a.width, a.out_arena, a.out_start, a.split,
+                a.stacked, a.writes_out) == (b.op, b.kernel, b.size, b.width, b.out_arena,
+                                             b.out_start, b.split, b.stacked, b.writes_out)
+        assert torch.equal(a.attrs, b.attrs)
+        assert [_read(r) for r in a.reads] == [_read(r) for r in b.reads]
+    assert [_short(f) for f in new.short] == [_short(f) for f in old.short]
+    assert [_short(f) for f in new.chained] == [_short(f) for f in old.chained]
+    assert any(type(f) is ChainStep for f in new.chained) or name != "bilstm_tagger"
+    assert new.counts[False] == old.counts[False] == _count(new.steps)
+    assert new.num_projections == old.num_projections
+    np.testing.assert_array_equal(new.attr_nodes, old.attr_nodes)
+    # the training reads (from the plan, not the inference reads) are the old ones too
+    assert [[_read(r) for r in s.reads] for s in new.grad_steps()] == \
+        [[_read(r) for r in s.reads] for s in old.grad_steps()]
