@@ -68,6 +68,7 @@ cell-level mini-batch and 2-4 s for a 100k-node primitive one, in pure Python.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -159,13 +160,13 @@ def _plan(graph: Graph, schedule: Schedule, strategy: Strategy) -> MemoryPlan:
     frame = _Frame(graph, schedule, range(n))
     naive = frame.nodes  # every batch's node ids, batch after batch: the naive row orders
     if strategy == "naive":
-        best = _Layout(graph, schedule, frame.split(naive), range(n), frame)
+        best = _Layout(graph, schedule, None, range(n), frame, naive)
     else:
-        best = _Layout(graph, schedule, aligned_orders(graph, schedule), range(n), frame)
+        best = _Layout(graph, schedule, None, range(n), frame, _aligned_cons(frame))
         # the naive layout is only counted; it is built when it has as many views (it was
         # the first candidate, kept on ties)
         if frame.num_views(naive) >= best.num_views:
-            best = _Layout(graph, schedule, frame.split(naive), range(n), frame)
+            best = _Layout(graph, schedule, None, range(n), frame, naive)
     if strategy == "planned":
         for defer in (True, False):
             planner = ChainPlanner(graph, schedule, defer)
@@ -249,12 +250,6 @@ class _Frame:
             np.arange(len(self.nodes), dtype=np.int64)
         self.pos_arena = np.repeat(arena, sizes).astype(np.int32)
 
-    def split(self, cons: NDArray[np.int64]) -> list[NDArray[np.int32]]:
-        """``cons`` (row orders concatenated) as one ``int32`` row order per batch."""
-        flat = cons.astype(np.int32)
-        return [flat[lo:hi] for lo, hi in zip(self.bptr[:-1].tolist(), self.bptr[1:].tolist(),
-                                              strict=True)]
-
     def node_rows(self, cons: NDArray[np.int64]
                   ) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
         """``(node_row, node_arena)`` of the row orders ``cons`` (concatenated)."""
@@ -294,14 +289,19 @@ class _Frame:
 class _Layout:
     """Rows of a given row order and placement, with every read classified (vectorised)."""
 
-    def __init__(self, graph: Graph, schedule: Schedule, orders: Sequence[NDArray[np.int32]],
-                 placement: Iterable[int], frame: _Frame | None = None) -> None:
-        """``frame``: the :class:`_Frame` of ``placement`` (built here if not given)."""
+    def __init__(self, graph: Graph, schedule: Schedule,
+                 orders: Sequence[NDArray[np.int32]] | None, placement: Iterable[int],
+                 frame: _Frame | None = None, cons: NDArray[np.int64] | None = None) -> None:
+        """Row ``orders`` per batch, or ``cons``: them concatenated (``int64``); ``frame``:
+        the :class:`_Frame` of ``placement`` (built here if not given)."""
         self.graph, self.schedule, self.orders = graph, schedule, orders
         frame = _Frame(graph, schedule, placement) if frame is None else frame
         self.widths, self.rows = frame.widths, frame.rows
         self.start, self.stop, self.arena = frame.start, frame.stop, frame.arena
-        cons = np.concatenate(orders).astype(np.int64) if orders else np.zeros(0, np.int64)
+        if cons is None:
+            assert orders is not None
+            cons = np.concatenate(orders).astype(np.int64) if orders else np.zeros(0, np.int64)
+        self.cons = cons
         (self.node_row, self.node_arena, self.read_start, self.read_batch, self.read_view,
          self.read_rows, self.read_arena, self.num_views) = frame.classify(cons)
         self._frame = frame
@@ -320,7 +320,7 @@ class _Layout:
         stops = np.append(starts[1:], len(self.read_rows)) if len(starts) else starts
         rows = np.ascontiguousarray(self.read_rows, dtype=np.int64)
         rows.setflags(write=False)
-        operands: list[list[Operand]] = [[] for _ in self.orders]
+        operands: list[list[Operand]] = [[] for _ in range(len(self._frame.sizes))]
         new, set_view, set_gather, set_op_arena, set_arena, set_start, set_stop = (
             _fast._new, _fast._set_view, _fast._set_gather, _fast._set_op_arena,
             _fast._set_arena, _fast._set_start, _fast._set_stop)
@@ -344,12 +344,10 @@ class _Layout:
                 set_gather(o, rows[lo:hi])
             set_op_arena(o, arena)
             operands[b].append(o)
-        sizes = [len(o) for o in self.orders]
-        flat = (np.concatenate(self.orders).astype(np.int32, copy=False) if self.orders
-                else np.zeros(0, np.int32))
+        flat = self.cons.astype(np.int32)
         flat.setflags(write=False)
-        ends = np.cumsum(sizes).tolist()
-        orders = tuple(flat[e - n:e] for n, e in zip(sizes, ends, strict=True))
+        bptr = self._frame.bptr.tolist()
+        orders = tuple(flat[lo:hi] for lo, hi in itertools.pairwise(bptr))
         for a in (self.node_row, self.node_arena):
             a.setflags(write=False)
         outputs = tuple(_region(a, lo, hi) for a, lo, hi in zip(
@@ -358,6 +356,19 @@ class _Layout:
                           self.node_row, self.node_arena, orders, outputs,
                           tuple(tuple(ops) for ops in operands),
                           tuple(b.forced for b in self.schedule.batches), seconds)
+
+
+def _aligned_cons(frame: _Frame) -> NDArray[np.int64]:
+    """The ``aligned`` row orders of ``frame``'s schedule, concatenated (``int64``): the
+    compiled pass on the frame's arrays, or the numpy oracle under ``$EDBATCH_BACKEND=python``
+    (:func:`~edbatch.memory._aligned.aligned_orders`)."""
+    from edbatch.memory._aligned_compiled import aligned_cons_compiled
+    from edbatch.schedule.compiled import resolve_backend
+
+    if resolve_backend() == "compiled":
+        return aligned_cons_compiled(frame.graph, frame.nodes, frame.bptr, frame.forced)
+    orders = aligned_orders(frame.graph, frame.schedule)
+    return np.concatenate(orders).astype(np.int64) if orders else np.zeros(0, np.int64)
 
 
 def _classify_numpy(frame: _Frame, cons: NDArray[np.int64], batch: NDArray[np.int64],
