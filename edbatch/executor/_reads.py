@@ -158,16 +158,12 @@ def indexed_reads(kernels: Sequence[object], reads: list[tuple[Read, ...]],
     if device.type != "cpu":
         return reads
     out = reads
-    known: dict[int, set[int] | None] = {}  # per kernel (batches of one op type share it)
     for b, kernel in enumerate(kernels):
-        slots = known.get(id(kernel), ())
-        if slots == ():
-            cell = getattr(kernel, "cell", None)
-            names = getattr(cell, "indexed_reads", ())
-            slots = known[id(kernel)] = {cell.inputs.index(n)  # type: ignore[union-attr]
-                                         for n in names} if names else None
-        if not slots:
+        cell = getattr(kernel, "cell", None)
+        names = getattr(cell, "indexed_reads", ())
+        if not names:
             continue
+        slots = {cell.inputs.index(n) for n in names}  # type: ignore[union-attr]
         new: list[Read] = []
         for k, read in enumerate(reads[b]):
             if k in slots and type(read) is RowsRead:

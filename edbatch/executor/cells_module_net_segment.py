@@ -265,30 +265,24 @@ def _segment(steps: Sequence[Step], entries: list[Any], att: int, scene: int | N
     at = 0
     for step, (code, ops) in zip(steps, entries, strict=True):
         params = step.op.params
-        if params:
-            first = params[0]
-            offset = where.get(first)
-            if offset is None:
-                offset = where[first] = offsets[-1]
-                for name in params:  # (w, b) / (u, c): consecutive in the flat vector
-                    names.append(name)
-                    offsets.append(offsets[-1] + _numel(step, name))
-        else:
-            offset = 0
-        operand = []
-        for o in ops:  # a view as -(first row + 1), a gather by its offset
-            view = o.view
-            if view is not None:
-                operand.append(-view.start - 1)
+        first = params[0] if params else None
+        if first is not None and first not in where:
+            where[first] = offsets[-1]
+            for name in params:  # (w, b) / (u, c): consecutive in the flat vector
+                names.append(name)
+                offsets.append(offsets[-1] + _numel(step, name))
+        operand = [0, 0]
+        for k, o in enumerate(ops):  # a view as -(first row + 1), a gather by its offset
+            if o.view is not None:
+                operand[k] = -o.view.start - 1
             else:
-                operand.append(at)
+                operand[k] = at
                 gathers.append(o.gather)  # type: ignore[arg-type]
                 at += len(o.gather)  # type: ignore[arg-type]
-        if len(operand) < 2:
-            operand.append(operand[0] if operand else 0)
-            if len(operand) < 2:
-                operand.append(0)
-        table.append((code, step.out_start, step.size, operand[0], operand[1], offset))
+        if len(ops) < 2:
+            operand[1] = operand[0]
+        table.append((code, step.out_start, step.size, operand[0], operand[1],
+                      where[first] if first is not None else 0))
     kernel = Segment(steps, np.array(table, dtype=np.int64),
                      np.concatenate(gathers) if gathers else np.zeros(0, np.int64),
                      att, att if scene is None else scene, names, offsets,
