@@ -135,9 +135,11 @@ def aligned_orders_compiled(graph: Graph, schedule: Schedule) -> list[NDArray[np
 
 
 def aligned_cons_compiled(graph: Graph, nodes: NDArray[np.int64], bptr: NDArray[np.int64],
-                          forced: NDArray[np.bool_]) -> NDArray[np.int64]:
+                          forced: NDArray[np.bool_], width: NDArray[np.int64] | None = None
+                          ) -> NDArray[np.int64]:
     """:func:`aligned_orders_compiled`'s row orders concatenated (``int64``), of the
-    schedule whose batches are ``nodes[bptr[b]:bptr[b + 1]]`` (``forced[b]``: forced)."""
+    schedule whose batches are ``nodes[bptr[b]:bptr[b + 1]]`` (``forced[b]``: forced);
+    ``width``: each op type's flattened output width, if known."""
     n = graph.num_nodes
     if not len(forced):
         return np.zeros(0, np.int64)
@@ -148,7 +150,8 @@ def aligned_cons_compiled(graph: Graph, nodes: NDArray[np.int64], bptr: NDArray[
     arity, consumer, slot, deferred, first, slots = _first_reads(optr, oids, step, forced)
     out, pos = _backward(nodes, bptr, deferred, first, consumer, slot, step, slots, n)
     if deferred.any():
-        width = np.array([math.prod(op.out_shape) for op in graph.vocab], dtype=np.int64)
+        if width is None:
+            width = np.array([math.prod(op.out_shape) for op in graph.vocab], dtype=np.int64)
         _deferred(out, bptr, deferred, arity, optr, oids, pos, step, width,
                   graph.op_ids.astype(np.int64))
     return out  # type: ignore[no-any-return]

@@ -227,7 +227,8 @@ class _Frame:
     def __init__(self, graph: Graph, schedule: Schedule, placement: Iterable[int]) -> None:
         self.graph, self.schedule = graph, schedule
         batches = schedule.batches
-        width, self.variadic = _op_tables(graph.vocab)
+        self.width, self.variadic = _op_tables(graph.vocab)  # per op type
+        width = self.width
         batch_width = width[np.fromiter((b.op_id for b in batches), np.int64, len(batches))]
         self.widths = sorted(set(batch_width.tolist()))
         arena = np.searchsorted(self.widths, batch_width)
@@ -350,12 +351,12 @@ class _Layout:
         orders = tuple(flat[lo:hi] for lo, hi in itertools.pairwise(bptr))
         for a in (self.node_row, self.node_arena):
             a.setflags(write=False)
-        outputs = tuple(_region(a, lo, hi) for a, lo, hi in zip(
-            self.arena.tolist(), self.start.tolist(), self.stop.tolist(), strict=True))
+        outputs = tuple(map(_region, self.arena.tolist(), self.start.tolist(),
+                            self.stop.tolist()))
         return MemoryPlan(strategy, tuple(zip(self.rows, self.widths, strict=True)),
                           self.node_row, self.node_arena, orders, outputs,
-                          tuple(tuple(ops) for ops in operands),
-                          tuple(b.forced for b in self.schedule.batches), seconds)
+                          tuple(map(tuple, operands)), tuple(self._frame.forced.tolist()),
+                          seconds)
 
 
 def _aligned_cons(frame: _Frame) -> NDArray[np.int64]:
@@ -366,7 +367,8 @@ def _aligned_cons(frame: _Frame) -> NDArray[np.int64]:
     from edbatch.schedule.compiled import resolve_backend
 
     if resolve_backend() == "compiled":
-        return aligned_cons_compiled(frame.graph, frame.nodes, frame.bptr, frame.forced)
+        return aligned_cons_compiled(frame.graph, frame.nodes, frame.bptr, frame.forced,
+                                     frame.width)
     orders = aligned_orders(frame.graph, frame.schedule)
     return np.concatenate(orders).astype(np.int64) if orders else np.zeros(0, np.int64)
 
