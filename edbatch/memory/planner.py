@@ -101,10 +101,10 @@ def plan_key(graph: Graph, schedule: Schedule, strategy: str) -> bytes:
     strategy (not ``attrs``); the key of the plan memo and of captured CUDA graphs."""
     h = hashlib.blake2b(graph.structure_key(), digest_size=16)
     h.update(strategy.encode())
-    h.update(np.array([len(b) for b in schedule.batches], dtype=np.int64).tobytes())
-    if schedule.batches:
-        h.update(np.concatenate([b.node_ids for b in schedule.batches]).astype(np.int32)
-                 .tobytes())
+    nodes = [b.node_ids for b in schedule.batches]
+    h.update(np.fromiter(map(len, nodes), np.int64, len(nodes)))  # (hashed as its bytes)
+    if nodes:
+        h.update(np.concatenate(nodes).astype(np.int32, copy=False))
     return h.digest()
 
 
