@@ -83,6 +83,7 @@ from edbatch.graph.ir import Graph, Vocab
 from edbatch.memory import plan as _fast
 from edbatch.memory._aligned import aligned_orders
 from edbatch.memory._chains import ChainPlanner
+from edbatch.memory._classify_numpy import classify_numpy
 from edbatch.memory.plan import MemoryPlan, Operand, Region, _region
 from edbatch.schedule.schedule import Schedule
 
@@ -265,14 +266,15 @@ class _Frame:
         group for consecutive rows: ``(node_row, node_arena, read_start, read_batch,
         read_view, read_rows, read_arena, num_views)``; compiled
         (:mod:`edbatch.memory._classify_compiled`) unless ``$EDBATCH_BACKEND`` is
-        ``python``, which runs the numpy oracle :func:`_classify_numpy`."""
+        ``python``, which runs the numpy oracle
+        (:func:`~edbatch.memory._classify_numpy.classify_numpy`)."""
         from edbatch.schedule.compiled import resolve_backend
 
         node_row, node_arena = self.node_rows(cons)
         if resolve_backend() != "compiled":
-            return (node_row, node_arena, *_classify_numpy(
-                self, cons, np.repeat(np.arange(len(self.sizes)), self.sizes), node_row,
-                node_arena))
+            return (node_row, node_arena, *classify_numpy(
+                self.graph, self.variadic, self.forced, cons,
+                np.repeat(np.arange(len(self.sizes)), self.sizes), node_row, node_arena))
         from edbatch.memory._classify_compiled import classify_compiled
 
         g = self.graph
@@ -308,10 +310,11 @@ class _Layout:
         self._frame = frame
 
     def _classify_numpy(self, cons: NDArray[np.int64], batch: NDArray[np.int64]) -> None:
-        """The reads of :func:`_classify_numpy` (the oracle) as this layout's."""
+        """The reads of the numpy oracle (:mod:`edbatch.memory._classify_numpy`) as this
+        layout's."""
         (self.read_start, self.read_batch, self.read_view, self.read_rows, self.read_arena,
-         self.num_views) = _classify_numpy(self._frame, cons, batch, self.node_row,
-                                           self.node_arena)
+         self.num_views) = classify_numpy(self.graph, self._frame.variadic, self._frame.forced,
+                                          cons, batch, self.node_row, self.node_arena)
 
     def plan(self, strategy: str, seconds: float) -> MemoryPlan:
         """Freeze into a :class:`MemoryPlan`."""
@@ -371,50 +374,3 @@ def _aligned_cons(frame: _Frame) -> NDArray[np.int64]:
                                      frame.width)
     orders = aligned_orders(frame.graph, frame.schedule)
     return np.concatenate(orders).astype(np.int64) if orders else np.zeros(0, np.int64)
-
-
-def _classify_numpy(frame: _Frame, cons: NDArray[np.int64], batch: NDArray[np.int64],
-                    node_row: NDArray[np.int64], node_arena: NDArray[np.int32]
-                    ) -> tuple[Any, ...]:
-    """:meth:`_Frame.classify`'s reads, vectorised numpy (the oracle of the compiled
-    version): ``(read_start, read_batch, read_view, read_rows, read_arena, num_views)``."""
-    g = frame.graph
-    arity = g.arity[cons]
-    edge = np.repeat(g.operand_ptr[cons], arity) + _ranks(arity)
-    slot = _ranks(arity)
-    variadic = frame.variadic[g.op_ids[cons]]
-    ebatch = np.repeat(batch, arity)
-    # A variadic op's node alone in its batch reads all its operands as one slot (rows
-    # in operand order) when they share an arena, else one read per operand. Batched
-    # variadic nodes (user cells) read slot k from the nodes that have a k-th operand.
-    alone = np.bincount(batch, minlength=len(frame.sizes))[batch] == 1
-    single = np.repeat(variadic & alone, arity)
-    if single.any():  # variadic nodes whose operands span several arenas
-        arenas = node_arena[g.operand_ids[edge[single]]].astype(np.int64)
-        owner = np.repeat(np.arange(len(cons)), arity)[single]
-        first = np.flatnonzero(np.diff(owner, prepend=-1))  # owner is ascending
-        same = np.zeros(len(cons), dtype=bool)
-        same[owner[first]] = (np.minimum.reduceat(arenas, first)
-                              == np.maximum.reduceat(arenas, first))
-        merged = np.repeat(same, arity) & single
-        slot[merged] = 0
-        single &= ~merged
-    key = ebatch * (int(slot.max(initial=0)) + 1) + slot
-    num_single = int(np.count_nonzero(single))
-    key[single] = np.arange(num_single) - num_single  # distinct, negative, ascending
-    order = np.argsort(key, kind="stable")
-    key, edge, ebatch = key[order], edge[order], ebatch[order]
-    rows = node_row[g.operand_ids[edge]]
-    read_start = np.flatnonzero(np.diff(key, prepend=-(1 << 62)) != 0)
-    read_batch = ebatch[read_start]
-    broken = np.flatnonzero((np.diff(rows) != 1) & (np.diff(key) == 0))
-    read_view = np.ones(len(read_start), dtype=bool)
-    read_view[np.searchsorted(read_start, broken, side="right") - 1] = False
-    num_views = int(np.count_nonzero(read_view & ~frame.forced[read_batch]))
-    return read_start, read_batch, read_view, rows, node_arena[g.operand_ids[edge]], num_views
-
-
-def _ranks(sizes: NDArray[np.int64]) -> NDArray[np.int64]:
-    """``[0..sizes[0]), [0..sizes[1]), ...`` concatenated."""
-    total = int(sizes.sum())
-    return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
