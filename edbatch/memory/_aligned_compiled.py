@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from edbatch.graph.ir import Graph
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["aligned_orders_compiled"]
+__all__ = ["aligned_cons_compiled", "aligned_orders_compiled"]
 
 
 @njit(cache=True)
@@ -123,22 +123,35 @@ def _deferred(out, bptr, deferred, arity, optr, oids, pos, step, width, op):  # 
 def aligned_orders_compiled(graph: Graph, schedule: Schedule) -> list[NDArray[np.int32]]:
     """:func:`~edbatch.memory._aligned.aligned_orders`, with its loops compiled."""
     batches = schedule.batches
-    n = graph.num_nodes
     if not batches:
         return []
-    step = schedule.step_of(n)
-    forced = np.array([b.forced for b in batches], dtype=np.bool_)
-    arity, consumer, slot, deferred, first, slots = _first_reads(
-        graph.operand_ptr.astype(np.int64), graph.operand_ids.astype(np.int64), step, forced)
     sizes = np.array([len(b) for b in batches], dtype=np.int64)
     bptr = np.zeros(len(batches) + 1, dtype=np.int64)
     np.cumsum(sizes, out=bptr[1:])
     nodes = np.concatenate([b.node_ids for b in batches]).astype(np.int64)
+    forced = np.array([b.forced for b in batches], dtype=np.bool_)
+    out32 = aligned_cons_compiled(graph, nodes, bptr, forced).astype(np.int32)
+    return [out32[bptr[i]:bptr[i + 1]] for i in range(len(batches))]
+
+
+def aligned_cons_compiled(graph: Graph, nodes: NDArray[np.int64], bptr: NDArray[np.int64],
+                          forced: NDArray[np.bool_], width: NDArray[np.int64] | None = None
+                          ) -> NDArray[np.int64]:
+    """:func:`aligned_orders_compiled`'s row orders concatenated (``int64``), of the
+    schedule whose batches are ``nodes[bptr[b]:bptr[b + 1]]`` (``forced[b]``: forced);
+    ``width``: each op type's flattened output width, if known."""
+    n = graph.num_nodes
+    if not len(forced):
+        return np.zeros(0, np.int64)
+    step = np.full(n, -1, dtype=np.int64)
+    step[nodes] = np.repeat(np.arange(len(forced), dtype=np.int64), np.diff(bptr))
+    optr = graph.operand_ptr.astype(np.int64)
+    oids = graph.operand_ids.astype(np.int64)
+    arity, consumer, slot, deferred, first, slots = _first_reads(optr, oids, step, forced)
     out, pos = _backward(nodes, bptr, deferred, first, consumer, slot, step, slots, n)
     if deferred.any():
-        width = np.array([math.prod(op.out_shape) for op in graph.vocab], dtype=np.int64)
-        _deferred(out, bptr, deferred, arity, graph.operand_ptr.astype(np.int64),
-                  graph.operand_ids.astype(np.int64), pos, step, width,
+        if width is None:
+            width = np.array([math.prod(op.out_shape) for op in graph.vocab], dtype=np.int64)
+        _deferred(out, bptr, deferred, arity, optr, oids, pos, step, width,
                   graph.op_ids.astype(np.int64))
-    out32 = out.astype(np.int32)
-    return [out32[bptr[i]:bptr[i + 1]] for i in range(len(batches))]
+    return out  # type: ignore[no-any-return]

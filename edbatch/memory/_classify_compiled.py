@@ -1,6 +1,6 @@
 """The planner's read classification in one compiled pass (numba).
 
-:func:`classify_compiled` returns exactly what ``planner._Layout._classify`` (vectorised
+:func:`classify_compiled` returns exactly what :mod:`edbatch.memory._classify_numpy` (vectorised
 numpy, the oracle; ``tests/memory/test_classify_compiled.py`` compares them) computes: the
 operand reads of every batch, grouped by ``(batch, slot)``, and whether each group's rows are
 consecutive (a view) or not (a gather). A variadic node alone in its batch reads all its

@@ -47,7 +47,9 @@ Strategies:
 
   ``plan_memory`` runs the chain planner with and without deferral, the aligned and the
   naive layout, and keeps the plan with most views, so **planned >= aligned >= naive** in
-  views by construction.
+  views by construction. The naive layout's views are counted on the aligned layout's
+  arenas and regions (:class:`_Frame`: the same for any row order); it is built in full only
+  when it has as many views as the aligned one (it wins ties).
 
 Guarantees: every node gets exactly one row; every batch's outputs are one contiguous region;
 every operand marked as a view really reads its producers' rows in order (reads are classified
@@ -66,20 +68,23 @@ cell-level mini-batch and 2-4 s for a 100k-node primitive one, in pure Python.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import time
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from edbatch._lru import Lru
 from edbatch.errors import UnknownNameError, did_you_mean
-from edbatch.graph.ir import Graph
+from edbatch.graph.ir import Graph, Vocab
+from edbatch.memory import plan as _fast
 from edbatch.memory._aligned import aligned_orders
 from edbatch.memory._chains import ChainPlanner
-from edbatch.memory.plan import MemoryPlan, Operand, _operand, _region
+from edbatch.memory._classify_numpy import classify_numpy
+from edbatch.memory.plan import MemoryPlan, Operand, Region, _region
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["STRATEGIES", "Strategy", "plan_key", "plan_memory", "zero_copy_upper_bound"]
@@ -97,10 +102,10 @@ def plan_key(graph: Graph, schedule: Schedule, strategy: str) -> bytes:
     strategy (not ``attrs``); the key of the plan memo and of captured CUDA graphs."""
     h = hashlib.blake2b(graph.structure_key(), digest_size=16)
     h.update(strategy.encode())
-    h.update(np.array([len(b) for b in schedule.batches], dtype=np.int64).tobytes())
-    if schedule.batches:
-        h.update(np.concatenate([b.node_ids for b in schedule.batches]).astype(np.int32)
-                 .tobytes())
+    nodes = [b.node_ids for b in schedule.batches]
+    h.update(np.fromiter(map(len, nodes), np.int64, len(nodes)))  # (hashed as its bytes)
+    if nodes:
+        h.update(np.concatenate(nodes).astype(np.int32, copy=False))
     return h.digest()
 
 
@@ -152,12 +157,17 @@ def plan_memory(graph: Graph, schedule: Schedule, strategy: Strategy = "planned"
 
 def _plan(graph: Graph, schedule: Schedule, strategy: Strategy) -> MemoryPlan:
     start = time.perf_counter()
-    orders = [np.asarray(b.node_ids, dtype=np.int32) for b in schedule.batches]
-    best = _Layout(graph, schedule, orders, range(len(orders)))
-    if strategy in ("aligned", "planned"):
-        cand = _Layout(graph, schedule, aligned_orders(graph, schedule), range(len(orders)))
-        if cand.num_views > best.num_views:
-            best = cand
+    n = len(schedule.batches)
+    frame = _Frame(graph, schedule, range(n))
+    naive = frame.nodes  # every batch's node ids, batch after batch: the naive row orders
+    if strategy == "naive":
+        best = _Layout(graph, schedule, None, range(n), frame, naive)
+    else:
+        best = _Layout(graph, schedule, None, range(n), frame, _aligned_cons(frame))
+        # the naive layout is only counted; it is built when it has as many views (it was
+        # the first candidate, kept on ties)
+        if frame.num_views(naive) >= best.num_views:
+            best = _Layout(graph, schedule, None, range(n), frame, naive)
     if strategy == "planned":
         for defer in (True, False):
             planner = ChainPlanner(graph, schedule, defer)
@@ -195,91 +205,116 @@ def zero_copy_upper_bound(graph: Graph, schedule: Schedule) -> float:
 
 
 # ---------------------------------------------------------------------------- plan assembly
-class _Layout:
-    """Rows of a given row order and placement, with every read classified (vectorised)."""
+_TABLES: dict[int, tuple[Vocab, NDArray[np.int64], NDArray[np.bool_]]] = {}
 
-    def __init__(self, graph: Graph, schedule: Schedule, orders: Sequence[NDArray[np.int32]],
-                 placement: Iterable[int]) -> None:
-        self.graph, self.schedule, self.orders = graph, schedule, orders
-        width = np.array([math.prod(op.out_shape) for op in graph.vocab], dtype=np.int64)
-        batch_width = width[[b.op_id for b in schedule.batches]]
+
+def _op_tables(vocab: Vocab) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """``(flattened output width, variadic)`` per op type of ``vocab``, computed once."""
+    hit = _TABLES.get(id(vocab))
+    if hit is None or hit[0] is not vocab:
+        if len(_TABLES) >= 16:
+            _TABLES.clear()
+        hit = _TABLES[id(vocab)] = (
+            vocab, np.array([math.prod(op.out_shape) for op in vocab], dtype=np.int64),
+            np.array([op.arity is None for op in vocab], dtype=np.bool_))
+    return hit[1], hit[2]
+
+
+class _Frame:
+    """What every layout of one schedule and one batch placement shares, whatever the row
+    order inside each batch: the arenas, each batch's region, and the row and arena of each
+    position of the batches' concatenated row orders."""
+
+    def __init__(self, graph: Graph, schedule: Schedule, placement: Iterable[int]) -> None:
+        self.graph, self.schedule = graph, schedule
+        batches = schedule.batches
+        self.width, self.variadic = _op_tables(graph.vocab)  # per op type
+        width = self.width
+        batch_width = width[np.fromiter((b.op_id for b in batches), np.int64, len(batches))]
         self.widths = sorted(set(batch_width.tolist()))
         arena = np.searchsorted(self.widths, batch_width)
-        sizes = np.array([len(o) for o in orders], dtype=np.int64)
+        sizes = np.fromiter((len(b.node_ids) for b in batches), np.int64, len(batches))
+        self.bptr = np.zeros(len(batches) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=self.bptr[1:])
+        self.nodes = (np.concatenate([b.node_ids for b in batches]).astype(np.int64)
+                      if batches else np.zeros(0, np.int64))
+        self.forced = np.fromiter((b.forced for b in batches), np.bool_, len(batches))
         # Rows: batches in placement order, each arena filled from row 0.
-        place = np.fromiter(placement, dtype=np.int64, count=len(orders))
+        place = np.fromiter(placement, dtype=np.int64, count=len(batches))
         placed_sizes = sizes[place]
-        ends = np.zeros(len(orders), dtype=np.int64)
+        ends = np.zeros(len(batches), dtype=np.int64)
         for a in range(len(self.widths)):
             mine = arena[place] == a
             ends[place[mine]] = np.cumsum(placed_sizes[mine])
-        self.start, self.stop, self.arena = ends - sizes, ends, arena
+        self.sizes, self.start, self.stop, self.arena = sizes, ends - sizes, ends, arena
         self.rows = [int(ends[arena == a].max(initial=0)) for a in range(len(self.widths))]
-        cons = np.concatenate(orders).astype(np.int64) if orders else np.zeros(0, np.int64)
-        self.node_row = np.empty(graph.num_nodes, dtype=np.int64)
-        self.node_row[cons] = np.repeat(self.start, sizes) + _ranks(sizes)
-        self.node_arena = np.empty(graph.num_nodes, dtype=np.int32)
-        self.node_arena[cons] = np.repeat(arena, sizes)
-        self._classify(cons, sizes)
+        self.pos_row = np.repeat(self.start - self.bptr[:-1], sizes) + \
+            np.arange(len(self.nodes), dtype=np.int64)
+        self.pos_arena = np.repeat(arena, sizes).astype(np.int32)
 
-    def _classify(self, cons: NDArray[np.int64], sizes: NDArray[np.int64]) -> None:
-        """Group operand reads by (batch, slot) and test each group for consecutive rows:
-        compiled (:mod:`edbatch.memory._classify_compiled`) unless ``$EDBATCH_BACKEND`` is
-        ``python``, which runs the numpy oracle :meth:`_classify_numpy`."""
+    def node_rows(self, cons: NDArray[np.int64]
+                  ) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+        """``(node_row, node_arena)`` of the row orders ``cons`` (concatenated)."""
+        node_row = np.empty(self.graph.num_nodes, dtype=np.int64)
+        node_row[cons] = self.pos_row
+        node_arena = np.empty(self.graph.num_nodes, dtype=np.int32)
+        node_arena[cons] = self.pos_arena
+        return node_row, node_arena
+
+    def classify(self, cons: NDArray[np.int64]) -> tuple[Any, ...]:
+        """Group the operand reads of the row orders ``cons`` by (batch, slot) and test each
+        group for consecutive rows: ``(node_row, node_arena, read_start, read_batch,
+        read_view, read_rows, read_arena, num_views)``; compiled
+        (:mod:`edbatch.memory._classify_compiled`) unless ``$EDBATCH_BACKEND`` is
+        ``python``, which runs the numpy oracle
+        (:func:`~edbatch.memory._classify_numpy.classify_numpy`)."""
         from edbatch.schedule.compiled import resolve_backend
 
+        node_row, node_arena = self.node_rows(cons)
         if resolve_backend() != "compiled":
-            self._classify_numpy(cons, np.repeat(np.arange(len(self.orders)), sizes))
-            return
+            return (node_row, node_arena, *classify_numpy(
+                self.graph, self.variadic, self.forced, cons,
+                np.repeat(np.arange(len(self.sizes)), self.sizes), node_row, node_arena))
         from edbatch.memory._classify_compiled import classify_compiled
 
         g = self.graph
-        bptr = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=bptr[1:])
-        variadic = np.array([op.arity is None for op in g.vocab], dtype=np.bool_)
-        forced = np.array([b.forced for b in self.schedule.batches], dtype=np.bool_)
-        (self.read_start, self.read_batch, self.read_view, self.read_rows, self.read_arena,
-         views) = classify_compiled(cons, bptr, g.operand_ptr, g.operand_ids, g.op_ids,
-                                    variadic, self.node_row, self.node_arena, forced)
-        self.num_views = int(views)
+        (start, batch, view, rows, arena, views) = classify_compiled(
+            cons, self.bptr, g.operand_ptr, g.operand_ids, g.op_ids, self.variadic, node_row,
+            node_arena, self.forced)
+        return node_row, node_arena, start, batch, view, rows, arena, int(views)
+
+    def num_views(self, cons: NDArray[np.int64]) -> int:
+        """Views of the layout of the row orders ``cons`` (concatenated), counted without
+        building it."""
+        return int(self.classify(cons)[-1])
+
+
+class _Layout:
+    """Rows of a given row order and placement, with every read classified (vectorised)."""
+
+    def __init__(self, graph: Graph, schedule: Schedule,
+                 orders: Sequence[NDArray[np.int32]] | None, placement: Iterable[int],
+                 frame: _Frame | None = None, cons: NDArray[np.int64] | None = None) -> None:
+        """Row ``orders`` per batch, or ``cons``: them concatenated (``int64``); ``frame``:
+        the :class:`_Frame` of ``placement`` (built here if not given)."""
+        self.graph, self.schedule, self.orders = graph, schedule, orders
+        frame = _Frame(graph, schedule, placement) if frame is None else frame
+        self.widths, self.rows = frame.widths, frame.rows
+        self.start, self.stop, self.arena = frame.start, frame.stop, frame.arena
+        if cons is None:
+            assert orders is not None
+            cons = np.concatenate(orders).astype(np.int64) if orders else np.zeros(0, np.int64)
+        self.cons = cons
+        (self.node_row, self.node_arena, self.read_start, self.read_batch, self.read_view,
+         self.read_rows, self.read_arena, self.num_views) = frame.classify(cons)
+        self._frame = frame
 
     def _classify_numpy(self, cons: NDArray[np.int64], batch: NDArray[np.int64]) -> None:
-        """:meth:`_classify`, vectorised numpy (the oracle of the compiled version)."""
-        g = self.graph
-        arity = g.arity[cons]
-        edge = np.repeat(g.operand_ptr[cons], arity) + _ranks(arity)
-        slot = _ranks(arity)
-        variadic = np.array([op.arity is None for op in g.vocab])[g.op_ids[cons]]
-        ebatch = np.repeat(batch, arity)
-        # A variadic op's node alone in its batch reads all its operands as one slot (rows
-        # in operand order) when they share an arena, else one read per operand. Batched
-        # variadic nodes (user cells) read slot k from the nodes that have a k-th operand.
-        alone = np.bincount(batch, minlength=len(self.orders))[batch] == 1
-        single = np.repeat(variadic & alone, arity)
-        if single.any():  # variadic nodes whose operands span several arenas
-            arenas = self.node_arena[g.operand_ids[edge[single]]].astype(np.int64)
-            owner = np.repeat(np.arange(len(cons)), arity)[single]
-            first = np.flatnonzero(np.diff(owner, prepend=-1))  # owner is ascending
-            same = np.zeros(len(cons), dtype=bool)
-            same[owner[first]] = (np.minimum.reduceat(arenas, first)
-                                  == np.maximum.reduceat(arenas, first))
-            merged = np.repeat(same, arity) & single
-            slot[merged] = 0
-            single &= ~merged
-        key = ebatch * (int(slot.max(initial=0)) + 1) + slot
-        num_single = int(np.count_nonzero(single))
-        key[single] = np.arange(num_single) - num_single  # distinct, negative, ascending
-        order = np.argsort(key, kind="stable")
-        key, edge, ebatch = key[order], edge[order], ebatch[order]
-        rows = self.node_row[g.operand_ids[edge]]
-        self.read_start = np.flatnonzero(np.diff(key, prepend=-(1 << 62)) != 0)
-        self.read_batch = ebatch[self.read_start]
-        broken = np.flatnonzero((np.diff(rows) != 1) & (np.diff(key) == 0))
-        self.read_view = np.ones(len(self.read_start), dtype=bool)
-        self.read_view[np.searchsorted(self.read_start, broken, side="right") - 1] = False
-        self.read_rows, self.read_arena = rows, self.node_arena[g.operand_ids[edge]]
-        forced = np.array([b.forced for b in self.schedule.batches], dtype=bool)
-        self.num_views = int(np.count_nonzero(self.read_view & ~forced[self.read_batch]))
+        """The reads of the numpy oracle (:mod:`edbatch.memory._classify_numpy`) as this
+        layout's."""
+        (self.read_start, self.read_batch, self.read_view, self.read_rows, self.read_arena,
+         self.num_views) = classify_numpy(self.graph, self._frame.variadic, self._frame.forced,
+                                          cons, batch, self.node_row, self.node_arena)
 
     def plan(self, strategy: str, seconds: float) -> MemoryPlan:
         """Freeze into a :class:`MemoryPlan`."""
@@ -289,32 +324,53 @@ class _Layout:
         stops = np.append(starts[1:], len(self.read_rows)) if len(starts) else starts
         rows = np.ascontiguousarray(self.read_rows, dtype=np.int64)
         rows.setflags(write=False)
-        operands: list[list[Operand]] = [[] for _ in self.orders]
+        operands: list[list[Operand]] = [[] for _ in range(len(self._frame.sizes))]
+        new, set_view, set_gather, set_op_arena, set_arena, set_start, set_stop = (
+            _fast._new, _fast._set_view, _fast._set_gather, _fast._set_op_arena,
+            _fast._set_arena, _fast._set_start, _fast._set_stop)
         for b, view, arena, lo, hi, first, last in zip(
                 self.read_batch.tolist(), self.read_view.tolist(),
                 self.read_arena[starts].tolist(), starts.tolist(), stops.tolist(),
                 rows[starts].tolist(), rows[stops - 1].tolist(), strict=True):
             # a view's rows ascend by one (first <= last); a gather's rows are a read-only
-            # slice: what Region's and Operand's checks would test
-            operands[b].append(_operand(_region(arena, first, last + 1), None, arena) if view
-                               else _operand(None, rows[lo:hi], arena))
-        sizes = [len(o) for o in self.orders]
-        flat = (np.concatenate(self.orders).astype(np.int32, copy=False) if self.orders
-                else np.zeros(0, np.int32))
+            # slice: what Region's and Operand's checks would test. (_operand and _region,
+            # inlined: two calls less per read)
+            o = new(Operand)
+            if view:
+                r = new(Region)
+                set_arena(r, arena)
+                set_start(r, first)
+                set_stop(r, last + 1)
+                set_view(o, r)
+                set_gather(o, None)
+            else:
+                set_view(o, None)
+                set_gather(o, rows[lo:hi])
+            set_op_arena(o, arena)
+            operands[b].append(o)
+        flat = self.cons.astype(np.int32)
         flat.setflags(write=False)
-        ends = np.cumsum(sizes).tolist()
-        orders = tuple(flat[e - n:e] for n, e in zip(sizes, ends, strict=True))
+        bptr = self._frame.bptr.tolist()
+        orders = tuple(flat[lo:hi] for lo, hi in itertools.pairwise(bptr))
         for a in (self.node_row, self.node_arena):
             a.setflags(write=False)
-        outputs = tuple(_region(a, lo, hi) for a, lo, hi in zip(
-            self.arena.tolist(), self.start.tolist(), self.stop.tolist(), strict=True))
+        outputs = tuple(map(_region, self.arena.tolist(), self.start.tolist(),
+                            self.stop.tolist()))
         return MemoryPlan(strategy, tuple(zip(self.rows, self.widths, strict=True)),
                           self.node_row, self.node_arena, orders, outputs,
-                          tuple(tuple(ops) for ops in operands),
-                          tuple(b.forced for b in self.schedule.batches), seconds)
+                          tuple(map(tuple, operands)), tuple(self._frame.forced.tolist()),
+                          seconds)
 
 
-def _ranks(sizes: NDArray[np.int64]) -> NDArray[np.int64]:
-    """``[0..sizes[0]), [0..sizes[1]), ...`` concatenated."""
-    total = int(sizes.sum())
-    return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+def _aligned_cons(frame: _Frame) -> NDArray[np.int64]:
+    """The ``aligned`` row orders of ``frame``'s schedule, concatenated (``int64``): the
+    compiled pass on the frame's arrays, or the numpy oracle under ``$EDBATCH_BACKEND=python``
+    (:func:`~edbatch.memory._aligned.aligned_orders`)."""
+    from edbatch.memory._aligned_compiled import aligned_cons_compiled
+    from edbatch.schedule.compiled import resolve_backend
+
+    if resolve_backend() == "compiled":
+        return aligned_cons_compiled(frame.graph, frame.nodes, frame.bptr, frame.forced,
+                                     frame.width)
+    orders = aligned_orders(frame.graph, frame.schedule)
+    return np.concatenate(orders).astype(np.int64) if orders else np.zeros(0, np.int64)

@@ -11,7 +11,7 @@ from edbatch.graph import Graph, GraphBuilder, OpType, Vocab
 from edbatch.memory import plan_memory
 from edbatch.memory._aligned import aligned_orders
 from edbatch.memory._chains import ChainPlanner
-from edbatch.memory.planner import _Layout
+from edbatch.memory.planner import _Frame, _Layout
 from edbatch.schedule import Schedule, make_scheduler
 from edbatch.workloads import REAL_CASES
 from tests.schedule.test_compiled import minibatch
@@ -78,3 +78,25 @@ def test_variadic_reads_across_arenas_and_batched_variadic_nodes() -> None:
     lay = _layouts(graph, schedule)[0]
     assert lay.read_batch[:3].tolist() == [3, 3, 3]  # m1: one read per operand, first
     plan_memory(graph, schedule, "naive", cache=False)
+
+
+@pytest.mark.parametrize("backend", ["compiled", "python"])
+@pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
+def test_counted_views_equal_the_built_layouts(workload: str, granularity: str, backend: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_Frame.num_views`` (what ``aligned`` counts of the naive layout instead of building
+    it) equals the views of the layout built in full, for the naive and the aligned orders;
+    so ``aligned`` keeps the naive plan exactly when building both would."""
+    monkeypatch.setenv("EDBATCH_BACKEND", backend)
+    graph = minibatch(workload, granularity)
+    for name in SCHEDULERS:
+        schedule = make_scheduler(name)(graph)
+        frame = _Frame(graph, schedule, range(schedule.num_batches))
+        for lay in _layouts(graph, schedule)[:2]:
+            cons = (np.concatenate(lay.orders).astype(np.int64) if lay.orders
+                    else np.zeros(0, np.int64))
+            assert frame.num_views(cons) == lay.num_views
+        naive, aligned = _layouts(graph, schedule)[:2]
+        want = naive if naive.num_views >= aligned.num_views else aligned
+        got = plan_memory(graph, schedule, "aligned", cache=False)
+        np.testing.assert_array_equal(got.node_row, want.node_row)
