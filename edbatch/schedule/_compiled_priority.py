@@ -70,13 +70,7 @@ from numba import njit
 from edbatch.schedule._compiled import _typewise_freed, start_state
 from edbatch.schedule._compiled_keys import _critical, _ratio
 from edbatch.schedule._compiled_priority_ctx import CONTEXT_FEATURES, FIRST_CONTEXT, context_rows
-from edbatch.schedule._compiled_priority_lean import (
-    _join_wait,
-    lean_ok,
-    lean_pick,
-    read_heights,
-    second_top,
-)
+from edbatch.schedule._compiled_priority_lean import _join_wait, lean_ok, lean_pick
 from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
@@ -157,9 +151,22 @@ def priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, t
             n_ready += rlen[a]
             if maxh[a] > top:
                 top = maxh[a]
-            read_heights(a, start, seen, rlen, ready, height, sumh, cmax, ctop)
+            for j in range(start[a] + seen[a], start[a] + rlen[a]):
+                h = height[ready[j]]
+                sumh[a] += h
+                if h > cmax[a]:
+                    cmax[a], ctop[a] = h, 1
+                elif h == cmax[a]:
+                    ctop[a] += 1
+            seen[a] = rlen[a]
     cp = _critical(k, rlen, tw, maxh, batchable)
-    top2, ntop1 = second_top(r, ids, maxh, top)
+    top2, ntop1 = -1, 0
+    for i in range(r):
+        h = maxh[ids[i]]
+        if h == top:
+            ntop1 += 1
+        elif h > top2:
+            top2 = h
     for i in range(r):
         a = ids[i]
         c, t = rlen[a], tw[a]
