@@ -25,8 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from edbatch.executor.cells_module_net_segment import CODES
 from edbatch.graph import Graph
 from edbatch.schedule import lower_bound
+from edbatch.schedule._compiled_priority_steps import run_priority_costs
 from policies.priority import (
     FEATURES,
     PriorityPolicy,
@@ -38,7 +40,25 @@ from policies.priority import (
 from policies.priority_api import improve
 from policies.priority_dagger import TEACHERS, WEIGHTINGS, dagger
 
-__all__ = ["PriorityResult", "PriorityTrainer", "prune_hidden", "searched"]
+__all__ = ["PriorityResult", "PriorityTrainer", "prune_hidden", "searched", "segment_types"]
+
+
+def segment_types(graph: Graph) -> np.ndarray:  # type: ignore[type-arg]
+    """Per op type of ``graph``'s vocabulary: whether the CPU executor runs a run of
+    consecutive batches of such types as one program step (module_net's attention kinds,
+    :data:`edbatch.executor.cells_module_net_segment.CODES`; all false elsewhere)."""
+    return np.array([op.kind in CODES for op in graph.vocab], dtype=np.bool_)
+
+
+def _costs(inputs: Sequence[tuple], segs: Sequence[np.ndarray],  # type: ignore[type-arg]
+           ws: np.ndarray, nh: int, lam: float) -> np.ndarray:  # type: ignore[type-arg]
+    """Per row of ``ws``: the batches summed over the graphs (``lam`` 0, integers) or
+    ``batches + lam * program steps`` (:mod:`edbatch.schedule._compiled_priority_steps`)."""
+    if not lam:
+        return population_batches(inputs, ws, nh).sum(axis=1)
+    ws = np.ascontiguousarray(ws, dtype=np.float64)
+    return np.sum([run_priority_costs(*g, ws, nh, seg, float(lam))  # type: ignore[call-arg]
+                   for g, seg in zip(inputs, segs, strict=True)], axis=0)
 
 
 def searched(nh: int, far: bool, context: bool = False) -> np.ndarray:  # type: ignore[type-arg]
@@ -106,6 +126,10 @@ class PriorityTrainer:
         dagger_first: run DAgger from critical path before the CEM.
         context: also search / fit the context features' weights
             (:mod:`edbatch.schedule._compiled_priority_ctx`; ``False``: they stay 0).
+        step_weight: ``lam`` of the cost ``batches + lam * program steps`` the CEM and the
+            guard minimise (a run of consecutive segment-type batches is one step,
+            :func:`segment_types`; 0: the batch count alone). Not with DAgger or API rounds
+            (their teachers count batches).
     """
 
     name = "priority"
@@ -115,8 +139,13 @@ class PriorityTrainer:
                  hidden_units: int = 0, api_rounds: int = 0, far: bool = False,
                  dagger_rounds: int = 0, dagger_teacher: str = "critical_path",
                  weighting: str = "uniform", dagger_first: bool = False,
-                 context: bool = False) -> None:
+                 context: bool = False, step_weight: float = 0.0) -> None:
         hidden = hidden_units
+        if not step_weight >= 0.0 or (step_weight and (dagger_rounds or api_rounds)):
+            raise ValueError(f"need step_weight >= 0, and 0 with dagger_rounds or api_rounds "
+                             f"(they count batches); got step_weight={step_weight!r}, "
+                             f"dagger_rounds={dagger_rounds}, api_rounds={api_rounds}")
+        self.step_weight = float(step_weight)
         if dagger_rounds < 0 or dagger_teacher not in TEACHERS or weighting not in WEIGHTINGS:
             raise ValueError(f"need dagger_rounds >= 0, dagger_teacher in {TEACHERS} and weighting "
                              f"in {WEIGHTINGS}; got dagger_rounds={dagger_rounds}, "
@@ -146,11 +175,14 @@ class PriorityTrainer:
         lb_train = max(sum(lower_bound(g) for g in train_graphs), 1)
         lb_val = max(sum(lower_bound(g) for g in val_graphs), 1) if val_graphs else lb_train
         rng = np.random.default_rng(self.seed)
-        nh = self.hidden
+        nh, lam = self.hidden, self.step_weight
+        tsegs = [segment_types(g) for g in train_graphs]
+        vsegs = [segment_types(g) for g in val_graphs] or tsegs
         w0 = critical_path_weights(nh)
-        base = int(population_batches(train, w0[None], nh)[0].sum())
-        val_base0 = int(population_batches(val, w0[None], nh)[0].sum())
+        base = _costs(train, tsegs, w0[None], nh, lam)[0].item()
+        val_base0 = _costs(val, vsegs, w0[None], nh, lam)[0].item()
         active = searched(nh, self.far, self.context)
+        unit = f"batches + {lam:g} x steps" if lam else "batches"
         if self.dagger_rounds and not self.dagger_first:  # DAgger learns the hidden layer
             active[len(FEATURES):] = False
         mean, std = w0.copy(), np.where(active, self.sigma, 0.0)
@@ -165,11 +197,11 @@ class PriorityTrainer:
             noise = np.zeros((self.population, len(w0)))
             noise[:, active] = rng.standard_normal((self.population, int(active.sum())))
             ws = np.vstack([mean, mean + std * noise])
-            scores = population_batches(train, ws, nh).sum(axis=1)
+            scores = _costs(train, tsegs, ws, nh, lam)
             episodes += len(ws) * len(train)
             order = np.argsort(scores, kind="stable")
             if scores[order[0]] < best:
-                best, best_w = int(scores[order[0]]), ws[order[0]].copy()
+                best, best_w = scores[order[0]].item(), ws[order[0]].copy()
             elite = ws[order[:self.elite]]
             mean = elite.mean(axis=0)
             std = np.where(active, np.maximum(elite.std(axis=0), self.sigma_floor), 0.0)
@@ -177,8 +209,7 @@ class PriorityTrainer:
                    "train/mean_ratio_to_lb": float(scores[0]) / lb_train,
                    "train/mean_batches": float(scores.mean()) / len(train),
                    "train/fallback_ratio_to_lb": base / lb_train}
-            v_mean, v_best = population_batches(val, np.vstack([ws[0], best_w]),
-                                                nh).sum(axis=1)
+            v_mean, v_best = _costs(val, vsegs, np.vstack([ws[0], best_w]), nh, lam)
             history.append({  # the learning curve on the validation graphs
                 "episode": float(episodes), "eval/ratio_to_lb": v_mean / lb_val,
                 "eval/best_ratio_to_lb": v_best / lb_val,
@@ -186,7 +217,7 @@ class PriorityTrainer:
             if callback is not None:
                 callback(row)
             if progress:
-                print(f"priority CEM {it + 1}/{self.iterations}: best {best} batches "
+                print(f"priority CEM {it + 1}/{self.iterations}: best {best} {unit} "
                       f"({best / lb_train:.4f} x LB), critical path {base}")
         if self.dagger_rounds and not self.dagger_first:
             best_w, best, dag = self._dagger(train, best_w, progress)
@@ -199,17 +230,17 @@ class PriorityTrainer:
             if progress:
                 print(f"priority API: {cem_best} -> {best} training batches in {len(api)} "
                       f"rounds")
-        val_new, val_base = population_batches(val, np.vstack([best_w, w0]), nh).sum(axis=1)
+        val_new, val_base = _costs(val, vsegs, np.vstack([best_w, w0]), nh, lam).tolist()
         learned = best < base and val_new <= val_base
         meta = dict(metadata or {})
         meta.update({"learner": "cross-entropy method", "iterations": self.iterations,
                      "population": self.population, "elite": self.elite, "seed": self.seed,
                      "hidden": nh, "api_rounds": api, "far": self.far,
-                     "context": self.context,
+                     "context": self.context, "step_weight": lam, "objective": unit,
                      "dagger": {"rounds": dag, "teacher": self.teacher,
                                 "weighting": self.weighting, "first": self.dagger_first},
                      "train_batches": best, "train_fallback_batches": base,
-                     "val_batches": int(val_new), "val_fallback_batches": int(val_base),
+                     "val_batches": val_new, "val_fallback_batches": val_base,
                      "num_train_graphs": len(train_graphs),
                      "num_val_graphs": len(val_graphs), "features": list(FEATURES),
                      "train_seconds": round(time.perf_counter() - t0, 3)})
@@ -222,6 +253,8 @@ class PriorityTrainer:
         meta["hidden_searched"] = nh
         policy = PriorityPolicy(w, hidden=meta["hidden"], learned=learned, metadata=meta)
         ratio = (val_new if learned else val_base) / lb_val
+        if lam:  # the deployed policy's batches, not its cost
+            ratio = float(population_batches(val, w[None], meta["hidden"])[0].sum()) / lb_val
         return PriorityResult(policy, float(ratio), episodes, time.perf_counter() - t0,
                               history)
 

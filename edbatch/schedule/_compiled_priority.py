@@ -70,6 +70,7 @@ from numba import njit
 from edbatch.schedule._compiled import _typewise_freed, start_state
 from edbatch.schedule._compiled_keys import _critical, _ratio
 from edbatch.schedule._compiled_priority_ctx import CONTEXT_FEATURES, FIRST_CONTEXT, context_rows
+from edbatch.schedule._compiled_priority_lean import _join_wait, lean_ok, lean_pick
 from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
@@ -104,20 +105,6 @@ def critical_path_weights(nh: int = 0) -> np.ndarray:
     w = np.zeros(num_params(nh), np.float64)
     w[0], w[1] = 1.0, 1e-3
     return w
-
-
-@njit(cache=True, inline="always")
-def _join_wait(a, r, ids, rel):  # type: ignore[no-untyped-def]
-    """Of ready type ``a`` among the ``r`` ready types ``ids``: the nodes of other ready
-    types its batch would release (``join``) and the most any one other ready type would
-    release of ``a``'s (``wait``), from the release sums ``rel``."""
-    join, wait = 0, 0
-    for j in range(r):
-        b = ids[j]
-        join += rel[a, b]
-        v = rel[b, a] if b != a else 0
-        wait = v if v > wait else wait
-    return join - rel[a, a], wait
 
 
 @njit(cache=True, inline="always")
@@ -276,14 +263,18 @@ def _scales(height, total):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-              total, w, nh, trace, trace_ids, trace_dec, prefix, full=False):  # type: ignore[no-untyped-def]
+              total, w, nh, trace, trace_ids, trace_dec, prefix, full=False,
+              lean=True):  # type: ignore[no-untyped-def]
     """:func:`run_priority`, also writing the feature rows of every decision (and their
     types' ids and the decision's index) into ``trace``/``trace_ids``/``trace_dec`` while
     they have room; returns its result and
     the number of rows traced. The first ``len(prefix)`` decisions take ``prefix``'s op types
     instead of the scores' choice (each must have ready nodes then): a rollout from the
     state those decisions reach. ``full``: compute the release features even where the
-    weights give them no say (for a learner that reads the rows)."""
+    weights give them no say (for a learner that reads the rows). ``lean`` (with nothing
+    traced, not ``full``, a :func:`~edbatch.schedule._compiled_priority_lean.lean_ok`
+    scorer): pick by :func:`~edbatch.schedule._compiled_priority_lean.lean_pick`, the same
+    choices without the rows."""
     n, k = len(op), len(batchable)
     (start, rem, remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
      nf) = start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr)
@@ -295,6 +286,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     x = np.zeros((k, NUM_PRIORITY_FEATURES), np.float64)  # 15-21, 23- stay 0 unless
     release = full or _uses_release(w, nh)  # the weights give them a say
     context = full or _uses_context(w, nh)
+    lean = lean and not full and len(trace) == 0 and lean_ok(w, nh)
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     ids = np.empty(k, np.int64)
@@ -322,22 +314,27 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
                              scnt, nst, tst, rel, fresh)
         if done == n:
             break
-        r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height, total,
-                              last, hmax, logt, seen, sumh, cmax, ctop, ids, x, rel, tst,
-                              release)
         cp = _critical(k, rlen, tw, maxh, batchable)
-        if context:
-            context_rows(r, ids, x, cp, last2)
-        for i in range(r):
-            if nt < len(trace):
-                trace[nt] = x[i]
-                trace_ids[nt] = ids[i]
-                trace_dec[nt] = decisions
-                nt += 1
-        if decisions < len(prefix):
-            a = prefix[decisions]
+        if lean:
+            a = prefix[decisions] if decisions < len(prefix) else lean_pick(
+                k, rlen, tw, maxh, rem, batchable, ready, start, height, total, last, hmax,
+                logt, seen, sumh, cmax, ctop, ids, rel, tst, w, cp)
         else:
-            a = ids[_best(r, x, w, nh)] if r > 1 else ids[0]
+            r = priority_features(k, rlen, tw, maxh, rem, batchable, ready, start, height,
+                                  total, last, hmax, logt, seen, sumh, cmax, ctop, ids, x,
+                                  rel, tst, release)
+            if context:
+                context_rows(r, ids, x, cp, last2)
+            for i in range(r):
+                if nt < len(trace):
+                    trace[nt] = x[i]
+                    trace_ids[nt] = ids[i]
+                    trace_dec[nt] = decisions
+                    nt += 1
+            if decisions < len(prefix):
+                a = prefix[decisions]
+            else:
+                a = ids[_best(r, x, w, nh)] if r > 1 else ids[0]
         decisions += 1
         if a != cp:
             overrides += 1
@@ -365,7 +362,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
 
 @njit(cache=True)
 def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                 total, w, nh):  # type: ignore[no-untyped-def]
+                 total, w, nh, lean=True):  # type: ignore[no-untyped-def]
     """Schedule one graph with the priority policy ``w`` (``nh`` hidden units; the core's
     loop, see :func:`edbatch.schedule._compiled.run_schedule`; ``total``: nodes per type).
 
@@ -377,7 +374,7 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                     total, w, nh, np.empty((0, NUM_PRIORITY_FEATURES), np.float64),
                     np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
-                    np.bool_(False))
+                    np.bool_(False), lean)
     return res[0], res[1], res[2], res[3], res[4], res[5]
 
 
