@@ -72,6 +72,7 @@ from edbatch.api._rounds import (
     Instances,
     RoundPlan,
     extend,
+    shape_ops,
     slot_major,
 )
 from edbatch.api._schedulers import memory_strategy
@@ -184,11 +185,15 @@ class _Runner:
         self.start = self.op_start = self.count_start = self.loss_start = 0
         self.losses: list[Tensor] = []
         self.segments: list[Segment] = []
-        self.op_all = np.zeros(0, np.int32)  # every node's op id so far (grown, not rebuilt)
+        # every node's op type so far (grown, not rebuilt), as the first op type of its
+        # output shape: what a value node of it depends on (rounds reading a parser's
+        # word features or its root / pad vectors then share one plan)
+        self.op_all = np.zeros(0, np.int32)
         self.inst = Instances(batch, marks)  # the nodes' instances, from the marks
         self.follow = Follow()  # the last round, repeated shifted: its plan
         self.rows: dict[str, tuple[int, Tensor]] = {}  # input rows: (blocks, joined)
         self.arity = np.zeros(0, np.int64)  # operand count per op type (-1: variadic)
+        self.shape_op = np.zeros(0, np.int32)  # per op type the first of its output shape
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
 
     def run(self) -> None:
@@ -208,10 +213,11 @@ class _Runner:
             return
         vocab_ops = batch._ops
         new_ops = int_array(rec.ops, start, n, "i")
-        self.op_all = op_all = extend(self.op_all, start, new_ops)
         if len(self.arity) != len(vocab_ops):  # op types are only ever added
             self.arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops],
                                   np.int64)
+            self.shape_op = shape_ops(vocab_ops)
+        self.op_all = op_all = extend(self.op_all, start, self.shape_op[new_ops])
         counts = None  # (variadic nodes record their operand count)
         if len(rec.counts) > self.count_start:
             counts = self.arity[new_ops]

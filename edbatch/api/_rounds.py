@@ -18,8 +18,8 @@ assembly or structure hashing per round.
 The signature is the round's structure in bytes: the new nodes' op ids (and variadic operand
 counts), each operand as the index of its value node (a read of an earlier node) or of its
 new node relative to the round's first (:func:`localise`), the loss terms the same way, and
-the op ids of the earlier nodes read (their shapes decide the value nodes). Two rounds of
-equal signatures make equal segment arrays except the attrs and instances, which the
+the shapes of the earlier nodes read (:func:`shape_ops`: they decide the value nodes). Two
+rounds of equal signatures make equal segment arrays except the attrs and instances, which the
 schedulers, memory planner and compiled programs do not read (their attrs are rebound).
 """
 
@@ -36,7 +36,7 @@ from edbatch._lru import COLD_AFTER, PROBE_EVERY, Lru
 from edbatch.api._assemble import warn_outside
 
 __all__ = ["COLD_AFTER", "PROBE_EVERY", "Follow", "Instances", "Lru", "RoundPlan", "Rounds",
-           "extend", "instances", "localise", "slot_major", "value_groups"]
+           "extend", "instances", "localise", "shape_ops", "slot_major", "value_groups"]
 
 
 @dataclass
@@ -66,7 +66,7 @@ class Rounds(Lru[RoundPlan]):
 class Follow:
     """The last round's structure, so that a round repeating it shifted by a constant (the
     next decoding step of the same sentences: every operand and loss term ``d`` nodes
-    later, the earlier nodes read of the same op types) takes its :class:`RoundPlan` and
+    later, the earlier nodes read of the same shapes) takes its :class:`RoundPlan` and
     :func:`localise`'s renumbering without localising or hashing its signature. Equal
     inputs shifted give equal outputs shifted: ``localise`` reads only the order and
     equality of node ids and which lie below the round's first."""
@@ -268,6 +268,13 @@ def extend(buf: NDArray[Any], at: int, new: NDArray[Any]) -> NDArray[Any]:
         buf = grown
     buf[at:end] = new
     return buf
+
+
+def shape_ops(ops: list[Any]) -> NDArray[np.int32]:
+    """Per op type of ``ops`` the first one of its output shape (stable as op types are
+    added): the op id a round's signature keeps for an earlier node it reads."""
+    first: dict[Any, int] = {}
+    return np.array([first.setdefault(op.out_shape, k) for k, op in enumerate(ops)], np.int32)
 
 
 #: Op lists whose shape index :func:`value_groups` keeps.
