@@ -72,6 +72,8 @@ from edbatch.api._rounds import (
     Instances,
     RoundPlan,
     extend,
+    last_rows,
+    shape_ops,
     slot_major,
 )
 from edbatch.api._schedulers import memory_strategy
@@ -184,12 +186,15 @@ class _Runner:
         self.start = self.op_start = self.count_start = self.loss_start = 0
         self.losses: list[Tensor] = []
         self.segments: list[Segment] = []
-        self.op_all = np.zeros(0, np.int32)  # every node's op id so far (grown, not rebuilt)
+        # every node's op type so far (grown, not rebuilt) as the first of its output shape
+        self.op_all = np.zeros(0, np.int32)  # (what its value node depends on: shape_ops)
         self.inst = Instances(batch, marks)  # the nodes' instances, from the marks
         self.follow = Follow()  # the last round, repeated shifted: its plan
         self.rows: dict[str, tuple[int, Tensor]] = {}  # input rows: (blocks, joined)
         self.arity = np.zeros(0, np.int64)  # operand count per op type (-1: variadic)
+        self.shape_op = np.zeros(0, np.int32)  # per op type the first of its output shape
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
+        self.new: tuple[int, int, Tensor] | None = None  # the last segment's new nodes' batch
 
     def run(self) -> None:
         """Run every node recorded and not run yet as one segment. Every operand (and loss
@@ -208,10 +213,11 @@ class _Runner:
             return
         vocab_ops = batch._ops
         new_ops = int_array(rec.ops, start, n, "i")
-        self.op_all = op_all = extend(self.op_all, start, new_ops)
         if len(self.arity) != len(vocab_ops):  # op types are only ever added
             self.arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops],
                                   np.int64)
+            self.shape_op = shape_ops(vocab_ops)
+        self.op_all = op_all = extend(self.op_all, start, self.shape_op[new_ops])
         counts = None  # (variadic nodes record their operand count)
         if len(rec.counts) > self.count_start:
             counts = self.arity[new_ops]
@@ -227,7 +233,8 @@ class _Runner:
             state.rounds.hit()  # (a plan reused: a hit of the round plans)
         else:
             old, local, loss_local = localise_reads(flat, losses, start, SHARE_AT)
-            plan = self._round_plan(tag, old, new_ops, counts, local, loss_local)
+            plan = self._round_plan(state.rounds, tag, old, new_ops, counts, local,
+                                    loss_local)
             self.follow.keep(None if counts is not None or plan.key is None else
                              (*tag[:3], len(batch._ops)), start, new_ops, flat, losses,
                              old, local, loss_local, plan, op_all)
@@ -250,6 +257,7 @@ class _Runner:
             state, plan, self.make, self.memory, attrs,
             lambda: self.inst.of(old, start, n, has_loss), params, self.grad)
         add_values(self.values, entry, state.capture.outputs, c, m, start)
+        self.new = None if entry.whole < 0 else (start, n, state.capture.outputs[entry.whole])
         sec = self.seconds
         sec["graph"] += t1 - t0
         sec["segment"] += time.perf_counter() - t1
@@ -259,12 +267,11 @@ class _Runner:
         self.start, self.op_start = n, len(rec.operands)
         self.count_start, self.loss_start = len(rec.counts), len(rec.losses)
 
-    def _round_plan(self, tag: tuple[Any, ...], old: NDArray[np.int64],
+    def _round_plan(self, rounds: Any, tag: tuple[Any, ...], old: NDArray[np.int64],
                     new_ops: NDArray[np.int32], counts: NDArray[np.int64] | None,
                     local: NDArray[np.int64], loss_local: NDArray[np.int64]) -> RoundPlan:
-        """The round's plan: the one of its signature made before, else made now (neither
-        signature nor segment-cache key made while lookups are cold, :meth:`Lru.cold`)."""
-        rounds = segment_state(self.batch).rounds
+        """The round's plan: the one of its signature in ``rounds`` made before, else made
+        now (neither signature nor segment-cache key made while lookups are cold)."""
         sig = None if rounds.cold() else (
             *tag, new_ops.tobytes(), b"" if counts is None else counts.tobytes(),
             local.tobytes(), loss_local.tobytes(), self.op_all[old].tobytes())
@@ -378,7 +385,8 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
             syncs += 1
         t0 = clock()
         if lists is None:
-            values = answer(runner.values.gather(nodes))
+            got = last_rows(runner.new, nodes)
+            values = answer(runner.values.gather(nodes) if got is None else got)
         else:
             values = values_of(runner.values, asked, lists)
         for i, v in zip(asking, values, strict=True):

@@ -18,8 +18,8 @@ assembly or structure hashing per round.
 The signature is the round's structure in bytes: the new nodes' op ids (and variadic operand
 counts), each operand as the index of its value node (a read of an earlier node) or of its
 new node relative to the round's first (:func:`localise`), the loss terms the same way, and
-the op ids of the earlier nodes read (their shapes decide the value nodes). Two rounds of
-equal signatures make equal segment arrays except the attrs and instances, which the
+the shapes of the earlier nodes read (:func:`shape_ops`: they decide the value nodes). Two
+rounds of equal signatures make equal segment arrays except the attrs and instances, which the
 schedulers, memory planner and compiled programs do not read (their attrs are rebound).
 """
 
@@ -36,7 +36,8 @@ from edbatch._lru import COLD_AFTER, PROBE_EVERY, Lru
 from edbatch.api._assemble import warn_outside
 
 __all__ = ["COLD_AFTER", "PROBE_EVERY", "Follow", "Instances", "Lru", "RoundPlan", "Rounds",
-           "extend", "instances", "localise", "slot_major", "value_groups"]
+           "extend", "instances", "last_rows", "localise", "shape_ops", "slot_major",
+           "value_groups", "whole_batch"]
 
 
 @dataclass
@@ -66,7 +67,7 @@ class Rounds(Lru[RoundPlan]):
 class Follow:
     """The last round's structure, so that a round repeating it shifted by a constant (the
     next decoding step of the same sentences: every operand and loss term ``d`` nodes
-    later, the earlier nodes read of the same op types) takes its :class:`RoundPlan` and
+    later, the earlier nodes read of the same shapes) takes its :class:`RoundPlan` and
     :func:`localise`'s renumbering without localising or hashing its signature. Equal
     inputs shifted give equal outputs shifted: ``localise`` reads only the order and
     equality of node ids and which lie below the round's first."""
@@ -87,8 +88,8 @@ class Follow:
                 len(losses) != len(self.losses) or not np.array_equal(new_ops, self.new_ops):
             return None
         d = start - self.start
-        if not (np.array_equal(flat, self.flat + d) and
-                np.array_equal(losses, self.losses + d)):
+        if (len(flat) and flat[0] != self.flat[0] + d) or not (  # (a parser's: at once)
+                np.array_equal(flat, self.flat + d) and np.array_equal(losses, self.losses + d)):
             return None
         old, local, loss_local, plan = self.found
         old = old + d
@@ -268,6 +269,40 @@ def extend(buf: NDArray[Any], at: int, new: NDArray[Any]) -> NDArray[Any]:
         buf = grown
     buf[at:end] = new
     return buf
+
+
+def last_rows(new: tuple[int, int, Any] | None, nodes: NDArray[np.int64]) -> Any:
+    """The values of ``nodes`` if they are the last segment's new nodes ``start..n-1`` in
+    order and make one batch of it, ``new = (start, n, that batch's output)`` (a parser's
+    scores: what ``Values.gather`` finds with more numpy calls), else ``None``."""
+    if new is None:
+        return None
+    start, n, out = new
+    if len(nodes) != n - start or nodes[0] != start or nodes[-1] != n - 1 or \
+            (n - start > 2 and not bool((nodes[1:] > nodes[:-1]).all())):
+        return None
+    return out
+
+
+def whole_batch(batch_of: NDArray[np.int64], row_of: NDArray[np.int64], c: int, m: int
+                ) -> int:
+    """The batch of a typed segment (``batch_of``, ``row_of``: each node's batch and row)
+    made of exactly its new nodes ``c..c+m-1``, in order, for :func:`last_rows`; ``-1``:
+    none (they are spread over several, or share theirs)."""
+    if not m:
+        return -1
+    b = int(batch_of[c])
+    if not (batch_of[c:c + m] == b).all() or int(np.count_nonzero(batch_of == b)) != m or \
+            not np.array_equal(row_of[c:c + m], _arange(m)):
+        return -1
+    return b
+
+
+def shape_ops(ops: list[Any]) -> NDArray[np.int32]:
+    """Per op type of ``ops`` the first one of its output shape (stable as op types are
+    added): the op id a round's signature keeps for an earlier node it reads."""
+    first: dict[Any, int] = {}
+    return np.array([first.setdefault(op.out_shape, k) for k, op in enumerate(ops)], np.int32)
 
 
 #: Op lists whose shape index :func:`value_groups` keeps.

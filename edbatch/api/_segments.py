@@ -36,7 +36,7 @@ from torch import Tensor
 
 from edbatch.api import _typed
 from edbatch.api._rebind import InPlaceAttrs, projects, rebind, rebind_typed
-from edbatch.api._rounds import Lru, RoundPlan, Rounds, value_groups
+from edbatch.api._rounds import Lru, RoundPlan, Rounds, value_groups, whole_batch
 from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
@@ -74,6 +74,7 @@ class Entry:
     batch: NDArray[np.int64] | None = None
     row: NDArray[np.int64] | None = None
     span: bool = False  # ``nodes`` is ``0..len(nodes)-1`` in order (a typed segment's)
+    whole: int = -1  # the batch made of exactly the new nodes, in order (-1: none)
     inplace: InPlaceAttrs | None = None  # the program's CPU inference copy
     vocab: Any = None  # the graph's vocabulary
 
@@ -301,6 +302,7 @@ def run_segment(state: SegmentState, plan: RoundPlan, make: Scheduler, memory: S
             c, m = (int(x) for x in arrays["sizes"])
             entry.nodes, entry.span = np.arange(m, dtype=np.int64), True
             entry.batch, entry.row = typed.batch_of[c:c + m], typed.row_of[c:c + m]
+            entry.whole = whole_batch(typed.batch_of, typed.row_of, c, m)
             _keep(cache, key, entry)
             return made, entry.schedule, entry, run_typed(executor, program, params, grad)
         graph = made()

@@ -343,7 +343,7 @@ def run_typed(executor: Any, program: Program, params: Mapping[str, Tensor], gra
     executor.capture.outputs.clear()
     params = executor._on_device(params)
     t0 = time.perf_counter()
-    if grad:
+    if grad or not torch.is_grad_enabled():  # (no second no_grad inside one)
         outputs = _run_steps(executor, program, params)
     else:
         with torch.no_grad():
