@@ -121,3 +121,10 @@ def test_cpu_clock_refuses_the_dynet_workers(capsys) -> None:  # type: ignore[no
     with pytest.raises(SystemExit):
         main(["--clock", "cpu", "--dynet", "1"])
     assert "--clock cpu cannot time the DyNet workers" in capsys.readouterr().err
+
+
+def test_more_minibatches_than_the_split_holds_is_refused(capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit):
+        main(["--split", "test", "--minibatches", "100000", "--dynet"])
+    err = capsys.readouterr().err
+    assert "--minibatches 100000" in err and "--split test has" in err
