@@ -186,10 +186,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     for p in params.values():
         p.requires_grad_(True)
     train = workload.load(args.split)
-    need = (args.minibatches + args.warmup) * args.batch_size
+    need = (args.minibatches + args.warmup - 1) * args.batch_size + 1  # the last may be short
     if need > len(train):
         ap.error(f"--minibatches {args.minibatches} (+ --warmup {args.warmup}) x --batch-size "
-                 f"{args.batch_size} needs {need} questions; --split {args.split} has "
+                 f"{args.batch_size} needs over {need - 1} questions; --split {args.split} has "
                  f"{len(train)}: lower --minibatches or raise --rounds (each reshuffles)")
     for i in range(len(train)):  # each question's graph, built once (as the trainer does)
         workload.instance_graph(args.split, i)
