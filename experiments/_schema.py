@@ -282,6 +282,10 @@ TRAINER_RULES: dict[str, tuple[type, float, float]] = {
     "hidden": (int, 1, float("inf")), "layers": (int, 1, float("inf")),  # trainer=imitation
     "epochs": (int, 1, float("inf")), "dagger_rounds": (int, 0, float("inf")),
     "lr": (float, 1e-12, float("inf")), "label_budget": (int, 0, float("inf")),
+    "iterations": (int, 0, float("inf")), "population": (int, 2, float("inf")),  # priority*
+    "elite": (int, 1, float("inf")), "sigma": (float, 0.0, float("inf")),
+    "sigma_floor": (float, 0.0, float("inf")), "hidden_units": (int, 0, float("inf")),
+    "api_rounds": (int, 0, float("inf")), "step_weight": (float, 0.0, float("inf")),
 }
 #: Trainer keys with a fixed set of values.
 TRAINER_CHOICES = {"teacher": ("rollout", "search")}

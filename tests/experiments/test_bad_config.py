@@ -83,6 +83,19 @@ def test_sb3_trainer_budget_is_checked_and_env_choices_match_the_env() -> None:
     assert ENV_CHOICES["reward"] == REWARDS
 
 
+@pytest.mark.parametrize("trainer", ["priority", "priority_dagger", "priority_fsm"])
+@pytest.mark.parametrize("override", ["step_weight=abc", "iterations=abc", "population=1",
+                                      "sigma=-1", "hidden_units=2.5"])
+def test_priority_trainers_numbers_are_checked_before_the_trainer_is_built(
+        trainer: str, override: str) -> None:
+    key = override.split("=")[0]
+    node = _compose("train", [f"trainer={trainer}"]).trainer
+    if key not in node:  # not every priority trainer has every key
+        pytest.skip(f"trainer={trainer} has no {key}")
+    with pytest.raises(ConfigError, match=f"trainer.{key}="):
+        validate(_compose("train", [f"trainer={trainer}", f"trainer.{override}"]))
+
+
 def test_expert_teacher_is_checked_and_the_choices_match_the_trainer() -> None:
     from experiments._schema import TRAINER_CHOICES
     from policies.expert import TEACHERS
