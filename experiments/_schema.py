@@ -272,7 +272,9 @@ for _name, _node in SCHEMAS.items():
     _store.store(name=_name, node=_node)
 
 
-#: Trainer hyper-parameters (any trainer of conf/trainer): (type, low, high), inclusive.
+_INF = float("inf")
+#: Trainer hyper-parameters (any trainer of conf/trainer): (type, low, high), inclusive;
+#: every number a conf/trainer file sets has its rule (a test checks).
 TRAINER_RULES: dict[str, tuple[type, float, float]] = {
     "max_episodes": (int, 1, float("inf")), "eval_every": (int, 1, float("inf")),
     "n_step": (int, 1, float("inf")), "total_timesteps": (int, 1, float("inf")),
@@ -286,6 +288,16 @@ TRAINER_RULES: dict[str, tuple[type, float, float]] = {
     "elite": (int, 1, float("inf")), "sigma": (float, 0.0, float("inf")),
     "sigma_floor": (float, 0.0, float("inf")), "hidden_units": (int, 0, float("inf")),
     "api_rounds": (int, 0, float("inf")), "step_weight": (float, 0.0, float("inf")),
+    **{k: (int, 0, _INF) for k in (  # counts and budgets of the other trainers (>= 0)
+        "rounds", "teacher_graphs", "budget", "exact_max_nodes", "exact_node_budget",
+        "min_count", "max_prune_evals", "augment", "search_sweeps", "complete_min_visits",
+        "search_max_evals", "search_min_visits", "search_pairs", "search_pair_evals",
+        "auto_probe_evals", "auto_finalists", "warm_start_epochs", "min_votes",
+        "search_states", "guard_check")},
+    "guard_max_evals": (int, 1, _INF), "batch_size": (int, 1, _INF), "n_jobs": (int, -1, _INF),
+    "confidence": (float, 0.0, 1.0), "tau": (float, 1e-12, _INF),
+    "weight_decay": (float, 0.0, _INF), "warm_start_lr": (float, 0.0, _INF),
+    "guard_margin": (float, -_INF, _INF),
 }
 #: Trainer keys with a fixed set of values.
 TRAINER_CHOICES = {"teacher": ("rollout", "search")}

@@ -96,6 +96,24 @@ def test_priority_trainers_numbers_are_checked_before_the_trainer_is_built(
         validate(_compose("train", [f"trainer={trainer}", f"trainer.{override}"]))
 
 
+def test_every_number_a_trainer_config_sets_has_a_rule() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from experiments._schema import TRAINER_RULES, _check_group
+
+    for path in sorted((Path(__file__).parents[2] / "conf" / "trainer").glob("*.yaml")):
+        node = yaml.safe_load(path.read_text())
+        numbers = [k for k, v in node.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        assert numbers
+        assert [k for k in numbers if k not in TRAINER_RULES] == [], path.name
+        _check_group(path.stem, node, TRAINER_RULES)  # the defaults pass their own rules
+    with pytest.raises(ConfigError, match="trainer.guard_check='x'"):
+        validate(_compose("train", ["trainer=q_learning", "trainer.guard_check=x"]))
+
+
 def test_expert_teacher_is_checked_and_the_choices_match_the_trainer() -> None:
     from experiments._schema import TRAINER_CHOICES
     from policies.expert import TEACHERS
