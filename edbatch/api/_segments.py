@@ -4,21 +4,18 @@
 synchronisation point, and most of them repeat one structure: every greedy decoding step of
 a mini-batch, every early-exit step, records the same op types with the same operand pattern
 and differs only in its attrs (token ids) and the rows its ``value/`` and input nodes read.
-Their schedule, memory plan and compiled executor program are then the same, so they are
-made once: a :class:`SegmentCache` keys them on the segment's structure (the bytes of its
-op ids, operand counts, operands and outputs, the vocabulary and the scheduler, made once
-per round structure by :mod:`edbatch.api._rounds`) and a hit only binds this segment's
-attrs to the cached program (:func:`~edbatch.api._rebind.rebind`, a fresh tensor: a
-training backward may still read the earlier segment's; at CPU inference of a typed segment
-one buffer overwritten per run, :class:`~edbatch.api._rebind.InPlaceAttrs`). The rows are
-parameters of every run, never cached.
+Their schedule, memory plan and compiled program are then the same, so they are made once:
+a :class:`SegmentCache` keys them on the segment's structure (its op ids, operand counts,
+operands and outputs, the vocabulary and the scheduler, in bytes made once per round
+structure by :mod:`edbatch.api._rounds`); a hit binds this segment's attrs (rows: never cached)
+to the program (:func:`~edbatch.api._rebind.rebind`: a fresh tensor, as a training backward may
+still read the last one's; one buffer per typed segment at CPU inference, ``InPlaceAttrs``).
 
-The cache lives with the batch (:func:`segment_state`, with the kernels it was compiled
-for: registering a kernel starts a new one), so it also serves the segments of later
-mini-batches of one structure; it keeps :data:`CACHE_SIZE` structures, least recently used
-first out. A miss whose op types read each other without cycles (a MoE layer, a decoding
-round) is planned as one batch per op type in numpy (:mod:`~edbatch.api._typed`), not
-through the scheduler, memory planner and read compilation.
+The cache lives with the batch (:func:`segment_state`; registering a kernel starts a new
+one) and serves later mini-batches too; it keeps :data:`CACHE_SIZE` structures (LRU). A
+miss whose op types read each other without cycles (a MoE layer, a decoding round) is
+planned as one batch per op type (:mod:`~edbatch.api._typed`), not through the scheduler,
+memory planner and read compilation.
 """
 
 from __future__ import annotations

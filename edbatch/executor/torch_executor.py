@@ -26,11 +26,9 @@ Three modes:
   its own small graph on detached operands, its backward routes operand gradients into
   per-batch gradient buffers. Custom ``kernels`` (parameters of their own): plain autograd.
 
-Both modes count their zero-copy reads and gathers in :attr:`RunResult.stats`
-(``exec/num_views``, ``exec/num_gathers``, ``exec/gathered_rows``). Inference runs hoisted
-LSTM batches (a run of them as one compiled call), Tree-LSTM and child-sum Tree-LSTM batches
-through short paths (:mod:`~edbatch.executor._fast_lstm`, ``_fast_chain``, ``_fast_tree``,
-``_fast_sick``).
+Both modes count zero-copy reads and gathers in :attr:`RunResult.stats` (``exec/num_views``,
+``exec/num_gathers``, ``exec/gathered_rows``). Inference runs hoisted LSTM batches (a run as
+one compiled call) and Tree-LSTM batches through short paths (``_fast_*``).
 
 On CUDA, the index tensors (the attrs of all batches as one flat tensor, gather rows) are
 compiled once per (graph, plan) and copied from pinned host memory without blocking, and the
@@ -119,14 +117,12 @@ class TorchExecutor:
             run of its shape starts (back-propagate each run first). No effect on CPU.
         capture_after: with ``cuda_graphs``, capture a shape on its ``capture_after``-th
             repetition (0: on its first run).
-        hoist: input-projection hoisting (:mod:`~edbatch.executor._hoist`): ``True`` for
-            every LSTM cell kind that has a hoisted form, or those op kinds only; the input
-            part ``W_x x + b`` of many batches of a cell type runs as one GEMM and each batch
-            adds only ``W_h h`` (the same multiply-adds; values equal up to float summation
-            order). Inference and hand-written-backward training (the autograd paths run
-            unhoisted); not with ``cuda_graphs`` on CUDA. ``None`` (the default): ``True``,
-            except with ``cuda_graphs`` on CUDA (``False``); measured at least as fast on
-            every workload it applies to (docs/runtime.md). ``False`` for the per-batch cells.
+        hoist: input-projection hoisting (:mod:`~edbatch.executor._hoist`) for every LSTM
+            cell kind with a hoisted form (``True``) or those op kinds: ``W_x x + b`` of many
+            batches as one GEMM, each batch adds ``W_h h`` (equal up to summation order).
+            Inference and hand-written-backward training; not with ``cuda_graphs`` on CUDA.
+            ``None`` (default): ``True``, except with ``cuda_graphs`` on CUDA; ``False``:
+            per-batch cells.
         fused: the LSTM-family cells' element-wise parts as one compiled kernel per batch
             (:mod:`~edbatch.executor._fused`; CPU, outside autograd); ``None``: the
             process setting (on by default); ``False``: the unfused torch path.
