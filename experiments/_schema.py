@@ -294,7 +294,7 @@ TRAINER_RULES: dict[str, tuple[type, float, float]] = {
         "search_max_evals", "search_min_visits", "search_pairs", "search_pair_evals",
         "auto_probe_evals", "auto_finalists", "warm_start_epochs", "min_votes",
         "search_states", "guard_check")},
-    "guard_max_evals": (int, 1, _INF), "batch_size": (int, 1, _INF), "n_jobs": (int, -1, _INF),
+    "guard_max_evals": (int, 0, _INF), "batch_size": (int, 1, _INF), "n_jobs": (int, -1, _INF),
     "confidence": (float, 0.0, 1.0), "tau": (float, 1e-12, _INF),
     "weight_decay": (float, 0.0, _INF), "warm_start_lr": (float, 0.0, _INF),
     "guard_margin": (float, -_INF, _INF),
