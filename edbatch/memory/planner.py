@@ -164,10 +164,11 @@ def _plan(graph: Graph, schedule: Schedule, strategy: Strategy) -> MemoryPlan:
         best = _Layout(graph, schedule, None, range(n), frame, naive)
     else:
         best = _Layout(graph, schedule, None, range(n), frame, _aligned_cons(frame))
-        # the naive layout is only counted; it is built when it has as many views (it was
-        # the first candidate, kept on ties)
-        if frame.num_views(naive) >= best.num_views:
-            best = _Layout(graph, schedule, None, range(n), frame, naive)
+        # the naive layout is only classified, not frozen; it is kept when it has as many
+        # views (it was the first candidate, kept on ties), its classification reused
+        counted = frame.classify(naive)
+        if counted[-1] >= best.num_views:
+            best = _Layout(graph, schedule, None, range(n), frame, naive, counted)
     if strategy == "planned":
         for defer in (True, False):
             planner = ChainPlanner(graph, schedule, defer)
@@ -283,20 +284,17 @@ class _Frame:
             node_arena, self.forced)
         return node_row, node_arena, start, batch, view, rows, arena, int(views)
 
-    def num_views(self, cons: NDArray[np.int64]) -> int:
-        """Views of the layout of the row orders ``cons`` (concatenated), counted without
-        building it."""
-        return int(self.classify(cons)[-1])
-
 
 class _Layout:
     """Rows of a given row order and placement, with every read classified (vectorised)."""
 
     def __init__(self, graph: Graph, schedule: Schedule,
                  orders: Sequence[NDArray[np.int32]] | None, placement: Iterable[int],
-                 frame: _Frame | None = None, cons: NDArray[np.int64] | None = None) -> None:
+                 frame: _Frame | None = None, cons: NDArray[np.int64] | None = None,
+                 classified: tuple[Any, ...] | None = None) -> None:
         """Row ``orders`` per batch, or ``cons``: them concatenated (``int64``); ``frame``:
-        the :class:`_Frame` of ``placement`` (built here if not given)."""
+        the :class:`_Frame` of ``placement`` (built here if not given); ``classified``:
+        ``frame.classify(cons)`` if already made."""
         self.graph, self.schedule, self.orders = graph, schedule, orders
         frame = _Frame(graph, schedule, placement) if frame is None else frame
         self.widths, self.rows = frame.widths, frame.rows
@@ -306,7 +304,8 @@ class _Layout:
             cons = np.concatenate(orders).astype(np.int64) if orders else np.zeros(0, np.int64)
         self.cons = cons
         (self.node_row, self.node_arena, self.read_start, self.read_batch, self.read_view,
-         self.read_rows, self.read_arena, self.num_views) = frame.classify(cons)
+         self.read_rows, self.read_arena, self.num_views) = (
+            frame.classify(cons) if classified is None else classified)
         self._frame = frame
 
     def _classify_numpy(self, cons: NDArray[np.int64], batch: NDArray[np.int64]) -> None:

@@ -84,7 +84,7 @@ def test_variadic_reads_across_arenas_and_batched_variadic_nodes() -> None:
 @pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
 def test_counted_views_equal_the_built_layouts(workload: str, granularity: str, backend: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_Frame.num_views`` (what ``aligned`` counts of the naive layout instead of building
+    """``_Frame.classify`` (what ``aligned`` counts of the naive layout instead of building
     it) equals the views of the layout built in full, for the naive and the aligned orders;
     so ``aligned`` keeps the naive plan exactly when building both would."""
     monkeypatch.setenv("EDBATCH_BACKEND", backend)
@@ -95,7 +95,7 @@ def test_counted_views_equal_the_built_layouts(workload: str, granularity: str, 
         for lay in _layouts(graph, schedule)[:2]:
             cons = (np.concatenate(lay.orders).astype(np.int64) if lay.orders
                     else np.zeros(0, np.int64))
-            assert frame.num_views(cons) == lay.num_views
+            assert frame.classify(cons)[-1] == lay.num_views
         naive, aligned = _layouts(graph, schedule)[:2]
         want = naive if naive.num_views >= aligned.num_views else aligned
         got = plan_memory(graph, schedule, "aligned", cache=False)
