@@ -38,8 +38,8 @@ from edbatch.api._typed import run_typed, typed_program
 from edbatch.api._values import Capture, Values
 from edbatch.errors import ExecutionError
 from edbatch.executor._fast_chain import chain_short
-from edbatch.executor._hoist import HoistedProgram, head_reads, hoist_program
-from edbatch.executor._program import Program, Step, compile_program
+from edbatch.executor._hoist import HoistedProgram, compile_hoisted, head_reads
+from edbatch.executor._program import Program, Step
 from edbatch.executor._reads import SelectRead
 from edbatch.executor.cells_hoist import HOISTS
 from edbatch.executor.kernels import KERNELS, stacked_sum
@@ -112,11 +112,9 @@ class SegmentExecutor(TorchExecutor):
         given, self.given = self.given, None
         if given is not None:
             return given, False
-        program = compile_program(graph, schedule, plan, self.device, self.kernels)
-        kinds = hoist_kinds_of(graph, schedule)
-        if kinds:  # the registry's kernels decide, not their capturing wrappers
-            program = hoist_program(program, graph, schedule, plan, self.device, kinds,
-                                    self.capture.originals)
+        # hoisted by the registry's kernels, not their capturing wrappers
+        program = compile_hoisted(graph, schedule, plan, self.device, self.kernels,
+                                  hoist_kinds_of(graph, schedule), self.capture.originals)
         program = chain_short(head_reads(program), self.device)
         self.compiled = program
         return program, True

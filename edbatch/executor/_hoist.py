@@ -38,7 +38,7 @@ import torch
 
 from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
 from edbatch.executor._fast_lstm import FastStep
-from edbatch.executor._program import Program, Step, new_step, split_alone
+from edbatch.executor._program import Program, Step, compile_program, new_step, split_alone
 from edbatch.executor._reads import (
     Read,
     RowLocator,
@@ -57,8 +57,8 @@ from edbatch.schedule.schedule import Schedule
 _new, _set = object.__new__, object.__setattr__
 _WHOLE_ROWS = (SliceRead, RowsRead)
 
-__all__ = ["HeadPairRead", "HeadRowsRead", "HeadSliceRead", "HoistedProgram", "head_reads",
-           "hoist_kinds", "hoist_program", "hoisted_batches", "unhoisted"]
+__all__ = ["HeadPairRead", "HeadRowsRead", "HeadSliceRead", "HoistedProgram", "compile_hoisted",
+           "head_reads", "hoist_kinds", "hoist_program", "hoisted_batches", "unhoisted"]
 
 
 @dataclass
@@ -160,12 +160,10 @@ def _ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # 
 def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
                     kinds: frozenset[str], overrides: Mapping[str, Kernel] | None = None
                     ) -> dict[int, list[int]]:
-    """Op type -> its batches (schedule order) that :func:`hoist_program` rewrites: those of
-    ``kinds`` whose kernel is the registry's (not replaced by ``overrides``), not ``split``
-    (:func:`~edbatch.executor._program.split_alone`). Pass their union as
-    :func:`~edbatch.executor._program.compile_program`'s ``skip``: :func:`hoist_program`
-    compiles the one read each keeps (its state) itself; the others (its hoisted operands,
-    read by the projection step: about 60% of a BiLSTM program's reads) would be dropped."""
+    """Op type -> its batches (schedule order) that :func:`hoist_program` rewrites: of
+    ``kinds``, the registry's kernel (not ``overrides``'), not ``split``
+    (:func:`~edbatch.executor._program.split_alone`). Their reads are
+    :func:`compile_hoisted`'s ``skip`` (~60% of a BiLSTM program's reads)."""
     by_type: dict[int, list[int]] = {}
     hoisted: dict[int, int] = {}  # op type -> 0 not hoisted, 1 hoisted, 2 hoisted, variadic
     vocab = graph.vocab
@@ -182,6 +180,17 @@ def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
     return by_type
 
 
+def compile_hoisted(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
+                    kernels: Mapping[str, Kernel] | None, kinds: frozenset[str],
+                    overrides: Mapping[str, Kernel] | None) -> Program:
+    """``compile_program`` without the reads of :func:`hoisted_batches`, then hoisted."""
+    by_type = hoisted_batches(graph, schedule, plan, kinds, overrides) if kinds else {}
+    program = compile_program(graph, schedule, plan, device, kernels,
+                              [b for batches in by_type.values() for b in batches])
+    return hoist_program(program, graph, schedule, plan, device, kinds, overrides, by_type) \
+        if by_type else program
+
+
 def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: MemoryPlan,
                   device: torch.device, kinds: frozenset[str],
                   overrides: Mapping[str, Kernel] | None = None,
@@ -189,8 +198,8 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     """``program`` with the input projections of ``kinds`` hoisted (see the module doc);
     ``program`` itself when no batch has such a kind (or ``overrides`` replaces its kernel
     by another than the registry's, as a user's own cell does). ``by_type``:
-    :func:`hoisted_batches`, if already made. The rewritten batches' reads are compiled
-    here from ``plan`` (``program``'s own may have been skipped)."""
+    :func:`hoisted_batches`, if made; the rewritten batches' reads come from ``plan``
+    (``program`` may skip them: :func:`compile_hoisted`)."""
     if by_type is None:
         by_type = hoisted_batches(graph, schedule, plan, kinds, overrides)
     if not by_type:

@@ -66,13 +66,7 @@ from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
 from edbatch.executor._fast_chain import chain_short
 from edbatch.executor._fast_lstm import fast_steps
 from edbatch.executor._fast_tree import tree_short
-from edbatch.executor._hoist import (
-    head_reads,
-    hoist_kinds,
-    hoist_program,
-    hoisted_batches,
-    unhoisted,
-)
+from edbatch.executor._hoist import compile_hoisted, head_reads, hoist_kinds, unhoisted
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._result import RunResult
 from edbatch.executor._timer import Timer, timed
@@ -367,13 +361,8 @@ class TorchExecutor:
         if hit is not None and hit[0] is graph and hit[1] is plan:
             self._cache.move_to_end(key)
             return hit[2], False
-        hoisted = hoisted_batches(graph, schedule, plan, self.hoist, self.kernels) \
-            if self.hoist else {}
-        program = compile_program(graph, schedule, plan, self.device, self.kernels,
-                                  [b for batches in hoisted.values() for b in batches])
-        if hoisted:  # the reads compile_program skipped: the hoisted program's own
-            program = hoist_program(program, graph, schedule, plan, self.device, self.hoist,
-                                    self.kernels, hoisted)
+        program = compile_hoisted(graph, schedule, plan, self.device, self.kernels, self.hoist,
+                                  self.kernels)
         program = head_reads(program)  # h-only gathers for the BiLSTM's state consumers
         program = tree_short(program, self.device)  # Tree-LSTM batches' inference short path
         program = chain_short(program, self.device)  # runs of hoisted LSTM batches: one call
