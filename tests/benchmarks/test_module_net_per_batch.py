@@ -26,6 +26,24 @@ def test_per_batch_costs_and_a_learned_priority_policy(tmp_path) -> None:  # typ
     assert out["learned_items_ratio"] > 0
 
 
+@pytest.mark.slow
+def test_at_cp_cost_runs_the_policys_schedules(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``--at-cp-cost``: a ``learned@cp`` row with the policy's batches (not critical
+    path's, which it runs and drops) and its own phases and items/s ratio."""
+    import numpy as np
+
+    from policies.priority import PriorityPolicy, critical_path_weights
+    w = critical_path_weights()
+    w[0], w[1] = 0.0, 1.0  # fill first: not critical path's schedules
+    path = PriorityPolicy(w).save(tmp_path / "p.json")
+    out = main(["--minibatches", "2", "--batch-size", "8", "--hidden-dim", "4", "--split",
+                "test", "--schedulers", "critical_path", "--policy", str(path),
+                "--at-cp-cost"])
+    assert out["learned@cp/batches"] == out["learned/batches"] != out["critical_path/batches"]
+    assert all(out[f"learned@cp/{p}"] > 0 for p in PHASES)
+    assert np.isfinite(out["learned@cp_items_ratio"])
+
+
 def test_critical_path_is_required(capsys) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(SystemExit):
         main(["--schedulers", "depth"])
