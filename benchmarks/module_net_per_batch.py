@@ -18,8 +18,9 @@ machine's other processes do not inflate. ``--at-cp-cost`` adds, per ``learned*`
 ``<name>@cp`` whose scheduler runs critical path on the graph (its whole cost, result
 dropped) and returns the policy's schedule of that mini-batch, made beforehand, untimed, on
 a copy of the graph: the items/s the policy's batches would give if choosing them cost what
-critical path's choice costs (the bound of a cheaper policy). Numbers only; nothing is
-checked.
+critical path's choice costs (the bound of a cheaper policy); every row then plans without
+the plan memo (the two rows' identical schedules would otherwise share plans). Numbers
+only; nothing is checked.
 """
 
 from __future__ import annotations
@@ -77,16 +78,17 @@ def _at_cp_cost(cp: Callable[..., Any], made: dict[str, Any], name: str
 
 def training_step(wl: ModuleNet, split: str, idx: Sequence[int], scheduler: Callable[..., Any],
                   ex: TorchExecutor, params: dict[str, torch.Tensor],
-                  clock: Callable[[], float]) -> tuple[tuple[float, ...], Any, Any]:
+                  clock: Callable[[], float], plan_cache: bool = True
+                  ) -> tuple[tuple[float, ...], Any, Any]:
     """One training step on the mini-batch ``idx`` of ``split``: ``((merge, schedule, plan,
     run, backward) seconds on ``clock``, the schedule, the executor's result)``; the
-    gradients are dropped after the backward."""
+    gradients are dropped after the backward. ``plan_cache``: use the plan memo."""
     t0 = clock()
     graph = wl.minibatch(split, idx)
     t1 = clock()
     schedule = scheduler(graph)
     t2 = clock()
-    plan = plan_memory(graph, schedule, "aligned")
+    plan = plan_memory(graph, schedule, "aligned", cache=plan_cache)
     t3 = clock()
     res = ex.run(graph, schedule, plan, params, grad=True)
     t4 = clock()
@@ -145,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             made[n] = scheds[n](wl.minibatch(args.split, idx))  # untimed, a copy
         for name in (names if m % 2 else names[::-1]):
             laps, schedule, _ = training_step(wl, args.split, idx, scheds[name], ex, params,
-                                              clock)
+                                              clock, not args.at_cp_cost)
             if m:
                 batches[name].append(schedule.num_batches)
                 for ph, v in zip(PHASES, (*laps, sum(laps)), strict=True):
