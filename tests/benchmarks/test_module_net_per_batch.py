@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from benchmarks.module_net_per_batch import PHASES, main
+from benchmarks.module_net_per_batch import PHASES, _at_cp_cost, main
 
 
 @pytest.mark.slow
@@ -42,6 +42,26 @@ def test_at_cp_cost_runs_the_policys_schedules(tmp_path) -> None:  # type: ignor
     assert out["learned@cp/batches"] == out["learned/batches"] != out["critical_path/batches"]
     assert all(out[f"learned@cp/{p}"] > 0 for p in PHASES)
     assert np.isfinite(out["learned@cp_items_ratio"])
+
+
+def test_at_cp_cost_replays_the_same_batches() -> None:
+    """The ``@cp`` row's scheduler (the policy's decisions replayed with critical path's
+    weights) makes the policy's schedule: same op ids, same nodes, same forced flags."""
+    import numpy as np
+
+    from edbatch.workloads import make_workload
+    from policies.priority import PriorityPolicy, critical_path_weights
+    w = critical_path_weights()
+    w[0], w[1], w[3] = 0.2, 1.0, -0.5  # not critical path's choices
+    policy = PriorityPolicy(w)
+    for g in make_workload("module_net", granularity="cell").batches("test", 16, limit=2):
+        ref = policy(g)
+        made = {"learned": np.array([b.op_id for b in ref.batches if not b.forced], np.int64)}
+        got = _at_cp_cost(made, "learned")(g)
+        assert [(b.op_id, b.forced, b.node_ids.tolist()) for b in got.batches] == \
+            [(b.op_id, b.forced, b.node_ids.tolist()) for b in ref.batches]
+        cp = policy.fallback_alone()(g)
+        assert [b.op_id for b in ref.batches] != [b.op_id for b in cp.batches]
 
 
 def test_critical_path_is_required(capsys) -> None:  # type: ignore[no-untyped-def]
