@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import numpy as np
 import torch
 
+from benchmarks import _args
 from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
@@ -99,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
                     help="priority, distilled-FSM or FSM policy.json files: rows 'learned', "
                          "'learned2', ... (in that order)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="cpu")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=_args.seed, default=0)
     args = ap.parse_args(argv)
     if "critical_path" not in args.schedulers:
         ap.error(f"--schedulers {args.schedulers} must include critical_path (the reference)")

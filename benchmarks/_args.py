@@ -1,0 +1,32 @@
+"""argparse ``type=`` checks shared by the benchmarks' command lines: a bad value ends in
+one usage line naming it (``argument --seed: ...``), not in a numpy or torch traceback."""
+
+from __future__ import annotations
+
+import argparse
+
+from edbatch.errors import DeviceError
+from edbatch.executor.device import check_device
+
+__all__ = ["device", "seed"]
+
+
+def seed(text: str) -> int:
+    """An int numpy's ``RandomState`` takes: in [0, 2**32)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32 or str(value) != text.strip().lstrip("+"):
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected an int in "
+                                         f"[0, 2**32), e.g. 0")
+    return value
+
+
+def device(text: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N`` that exists on this machine (returned unchanged)."""
+    try:
+        check_device(text)
+    except DeviceError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
