@@ -4,11 +4,15 @@ one usage line naming it (``argument --seed: ...``), not in a numpy or torch tra
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
 
-from edbatch.errors import DeviceError
+from edbatch.errors import DeviceError, EdbatchError
 from edbatch.executor.device import check_device
 
-__all__ = ["device", "seed"]
+__all__ = ["device", "run", "seed"]
 
 
 def seed(text: str) -> int:
@@ -30,3 +34,17 @@ def device(text: str) -> str:
     except DeviceError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+def run(main: Callable[..., Any], *args: Any) -> Any:
+    """Call a benchmark's ``main``; an edbatch error (a corrupt policy file, a cyclic graph, a
+    bad value found while running) ends in one ``error:`` line and exit status 2, not a
+    traceback (``EDBATCH_FULL_ERROR=1`` re-raises for developers)."""
+    try:
+        return main(*args)
+    except EdbatchError as e:
+        if os.environ.get("EDBATCH_FULL_ERROR") == "1":
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        print("(set EDBATCH_FULL_ERROR=1 for the full traceback)", file=sys.stderr)
+        raise SystemExit(2) from None

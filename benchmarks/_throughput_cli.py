@@ -115,7 +115,8 @@ def make_parser(description: str) -> argparse.ArgumentParser:
                         f"training split per pass (--minibatches 0); hours on 2 cores. "
                         f"Explicit --sizes/--contenders/--minibatches still apply")
     p.add_argument("--policy-dir", default="results/throughput_policies",
-                   help="FSM policies <workload>.json (trained here when missing)")
+                   help="FSM policies <workload>_expert.json (--trainer expert) or "
+                        "<workload>.json (q_learning), trained here when missing")
     p.add_argument("--trainer", choices=("expert", "q_learning"), default="expert",
                    help="FSM learner of a policy not in --policy-dir (docs/learning.md)")
     p.add_argument("--fsm-episodes", type=int, default=None,

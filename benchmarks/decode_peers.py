@@ -301,4 +301,4 @@ def _table(report: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -321,4 +321,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -283,4 +283,4 @@ def _report(stats: Mapping[str, list[tuple[int, float]]], auto: AutoBatching
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    _args.run(main, sys.argv[1:])

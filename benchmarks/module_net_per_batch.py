@@ -169,4 +169,4 @@ def _report(args: argparse.Namespace, names: Sequence[str],
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    _args.run(main, sys.argv[1:])

@@ -99,4 +99,4 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -135,4 +135,4 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)
