@@ -7,6 +7,7 @@ import argparse
 import re
 from pathlib import Path
 
+from benchmarks import _args
 from benchmarks._throughput_data import DATA_MODES
 from benchmarks._throughput_dynet import DYNET_CONTENDERS, ROOT
 from benchmarks._throughput_passes import (
@@ -80,7 +81,7 @@ def make_parser(description: str) -> argparse.ArgumentParser:
                    help="reshuffled: every pass draws new mini-batches from a seeded "
                         "permutation of the training split (default); repeated: the same "
                         "first mini-batches of the eval split every pass")
-    p.add_argument("--seed", type=int, default=0, help="seed of the reshuffled permutation")
+    p.add_argument("--seed", type=_args.seed, default=0, help="seed of the reshuffled permutation")
     p.add_argument("--minibatches", type=int, default=DEFAULT_MINIBATCHES,
                    help=f"mini-batches of 64 per pass (default {DEFAULT_MINIBATCHES}; 0: all "
                         f"of the eval split when repeated, the training split spread over "
@@ -114,14 +115,15 @@ def make_parser(description: str) -> argparse.ArgumentParser:
                         f"training split per pass (--minibatches 0); hours on 2 cores. "
                         f"Explicit --sizes/--contenders/--minibatches still apply")
     p.add_argument("--policy-dir", default="results/throughput_policies",
-                   help="FSM policies <workload>.json (trained here when missing)")
+                   help="FSM policies <workload>_expert.json (--trainer expert) or "
+                        "<workload>.json (q_learning), trained here when missing")
     p.add_argument("--trainer", choices=("expert", "q_learning"), default="expert",
                    help="FSM learner of a policy not in --policy-dir (docs/learning.md)")
     p.add_argument("--fsm-episodes", type=int, default=None,
                    help="override max_episodes when training a missing FSM (testing)")
     p.add_argument("--dynet-peer", type=Path, default=DYNET_PEER,
                    help=argparse.SUPPRESS)
-    p.add_argument("--device", default="cpu",
+    p.add_argument("--device", type=_args.device, default="cpu",
                    help="cpu or cuda[:N]: where edbatch runs (cuda adds fsm+memo+cugraph)")
     p.add_argument("--out", type=Path, default=Path("results/throughput.json"))
     p.add_argument("--plot", type=Path, default=Path("results/throughput.png"))

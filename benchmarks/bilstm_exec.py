@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
+from benchmarks import _args
 from benchmarks.hand_batched import make_hand_batched
 from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", default="300x150", help="EMBEDxHIDDEN")
     parser.add_argument("--minibatches", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=_args.seed, default=0)
     parser.add_argument("--op-counts", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -148,4 +149,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from benchmarks import _args
 from edbatch.executor import TorchExecutor, init_params
 from edbatch.executor.cost_model import calibrate, load_cost_model, measure_schedule_ms
 from edbatch.executor.cost_schedule import CostGreedyPolicy, CostRolloutScheduler
@@ -157,4 +158,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -48,6 +48,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: this checkout's edbatch
     sys.path.insert(0, str(ROOT))
+from benchmarks import _args  # noqa: E402
 from benchmarks import decode_torch as dt  # noqa: E402
 
 __all__ = ["Demo", "DynetWorker", "early_exit_demo", "greedy_demo", "main", "time_demo"]
@@ -245,7 +246,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--exit-dim", type=int, default=64)
     ap.add_argument("--threshold", type=float, default=0.3)
     ap.add_argument("--no-dynet", action="store_true", help="leave the DyNet contenders out")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=_args.seed, default=0)
     ap.add_argument("--general", action="store_true",
                     help="greedy: also time edbatch with typed segments off, interleaved")
     ap.add_argument("--scheduler", default="typewise_greedy",
@@ -300,4 +301,4 @@ def _table(report: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

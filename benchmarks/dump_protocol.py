@@ -77,6 +77,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import _args
 from benchmarks._dump_export import compose, export, export_training, read_records, run_module
 from benchmarks._dump_stats import (
     add_priority,
@@ -118,7 +119,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--train-shuffles", type=int, default=0, metavar="S",
                     help="after the consecutive --train-split mini-batches, S reshuffles of "
                     "the same instances (seeds 1..S) cut into other mini-batches")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--seeds", type=_args.seed, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--policy", default="fsm", help="policy config group option (fsm | "
                     "ed_batch_fsm)")
     ap.add_argument("--trainer", default=None, help="trainer config group option (q_learning "
@@ -310,4 +311,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

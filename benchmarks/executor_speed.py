@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from benchmarks import _args
 from edbatch.executor import init_params, reference_loss, run_reference
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.graph import Graph
@@ -297,7 +298,7 @@ def main() -> None:
                         help="print plan statistics for every workload instead of timings")
     parser.add_argument("--op-counts", action="store_true",
                         help="count the aten ops per mini-batch instead of timing")
-    parser.add_argument("--device", default="cpu",
+    parser.add_argument("--device", type=_args.device, default="cpu",
                         help="cpu or cuda[:N] (cuda adds the CUDA-graph replay row)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -320,4 +321,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import _args
 from edbatch.schedule import CriticalPathPolicy, Frontier, run_policy
 from edbatch.schedule.policy import drive
 from edbatch.workloads import make_workload
@@ -107,4 +108,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -27,6 +27,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import torch
 
 import benchmarks._throughput_passes as passes
+from benchmarks import _args
 from benchmarks._throughput_data import minibatch_plan
 from benchmarks.peers import sized_workload
 from benchmarks.throughput import _schedulers
@@ -88,4 +89,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    _args.run(main, sys.argv[1:])

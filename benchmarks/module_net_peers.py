@@ -67,6 +67,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from benchmarks import _args
 from benchmarks._dynet_server import DynetServer
 from benchmarks._module_net_models import suarez_loss, unbatched_loss
 from benchmarks._throughput_data import GemmFloor, gemm_shapes
@@ -162,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
                     help="first mini-batches run by every contender but not counted "
                          "(numba compilation, allocator)")
     ap.add_argument("--hidden-dim", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=_args.seed, default=0)
     ap.add_argument("--policy", default=None,
                     help="a learned FSM or priority artifact (policy.json): contender "
                          "edbatch/learned")
@@ -282,4 +283,4 @@ def _report(stats: Mapping[str, list[tuple[int, float]]], auto: AutoBatching
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    _args.run(main, sys.argv[1:])

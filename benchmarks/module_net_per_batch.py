@@ -39,6 +39,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import numpy as np
 import torch
 
+from benchmarks import _args
 from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="cpu")
     ap.add_argument("--at-cp-cost", action="store_true",
                     help="add '<learned>@cp': the policy's schedules at critical path's cost")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=_args.seed, default=0)
     args = ap.parse_args(argv)
     if "critical_path" not in args.schedulers:
         ap.error(f"--schedulers {args.schedulers} must include critical_path (the reference)")
@@ -207,4 +208,4 @@ def _report(args: argparse.Namespace, names: Sequence[str],
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    _args.run(main, sys.argv[1:])

@@ -31,6 +31,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import numpy as np
 import torch
 
+from benchmarks import _args
 from benchmarks.module_net_per_batch import training_step
 from edbatch.executor import cells_module_net_segment, init_params
 from edbatch.executor.cell_kind import CELL_KINDS
@@ -126,4 +127,4 @@ def _profile(wl: ModuleNet, sched: Callable, ex: TorchExecutor, params: dict,
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    _args.run(main, sys.argv[1:])

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: this checkout's edbatch, not an installed one
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import _args  # noqa: E402
 from benchmarks.moe_routing import _example, edbatch_loss, hand_loss  # noqa: E402
 from edbatch.api import _programs, _segments, warmup  # noqa: E402
 from edbatch.workloads.moe import MoETagger  # noqa: E402
@@ -139,4 +140,4 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

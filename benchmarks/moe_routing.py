@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: this checkout's edbatch, not an installed one
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import _args  # noqa: E402
 from edbatch.workloads.moe import MoETagger  # noqa: E402
 
 __all__ = ["hand_loss", "main", "per_token_loss"]
@@ -314,4 +315,4 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -37,6 +37,7 @@ import torch
 
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import _args
 from benchmarks.dynet_peer import build_peer, init_dynet
 from benchmarks.peers.dynet import transition_parser as dynet_parser
 from benchmarks.peers.transition_parser import HandBatchedParser, unbatched_parse
@@ -132,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--params", default=None, help="torch.save'd parameter dict")
     p.add_argument("--autobatch", type=int, default=1, choices=(0, 1, 2))
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_args.seed, default=0)
     p.add_argument("--out", default=None, help="write the JSON report here too")
     return p
 
@@ -152,4 +153,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -20,6 +20,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
+from benchmarks._args import run as run_cli
 from edbatch.graph import Graph
 from edbatch.schedule import run_policy
 from edbatch.schedule._compiled_priority import run_priority
@@ -95,4 +96,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks import _args
 from edbatch.schedule import lower_bound
 from edbatch.schedule.named import HEURISTICS, make_heuristic
 from edbatch.workloads import make_workload
@@ -56,7 +57,7 @@ def teacher_for(name: str, seed: int, folder: Path) -> PriorityPolicy:
 def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", default="module_net")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--seeds", type=_args.seed, nargs="+", default=[0])
     ap.add_argument("--dir", type=Path, default=Path("runs/distill"))
     ap.add_argument("--label-graphs", type=int, default=62,
                     help="training mini-batches per shuffle to label (lattices have 18)")
@@ -98,4 +99,4 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

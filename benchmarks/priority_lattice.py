@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import _args
 from edbatch.schedule import lower_bound, make_scheduler
 from edbatch.workloads import make_workload
 from experiments._common import graph_set
@@ -46,7 +47,7 @@ from policies.priority_train import PriorityTrainer
 def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", default="lattice_lstm")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--seeds", type=_args.seed, nargs="+", default=[0])
     ap.add_argument("--num-train-graphs", type=int, default=16)
     ap.add_argument("--iterations", type=int, default=60)
     ap.add_argument("--population", type=int, default=48)
@@ -134,4 +135,4 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

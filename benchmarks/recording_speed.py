@@ -47,6 +47,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import torch
 from torch import Tensor, nn
 
+from benchmarks import _args
 from benchmarks.models_api import RECORDERS
 from edbatch.executor import init_params
 from edbatch.workloads import make_workload
@@ -320,4 +321,4 @@ def _breakdown(args: argparse.Namespace, load: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from benchmarks import _args
 from edbatch.schedule import lower_bound, make_scheduler
 from edbatch.schedule.compiled import compiled_schedule
 from edbatch.workloads import REGISTRY, GraphSampler, make_workload
@@ -33,7 +34,7 @@ def main() -> None:
     ap.add_argument("--graphs", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--split", default="train")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=_args.seed, default=0)
     args = ap.parse_args()
     print("workload granularity heuristic graphs LB heuristic replay worse better seconds")
     for name in args.workloads:
@@ -58,4 +59,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -44,6 +44,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 import torch
 
+from benchmarks import _args
 from benchmarks.models_api import RECORDERS
 from benchmarks.peers import sized_workload
 from edbatch.api import DynamicBatch
@@ -212,7 +213,7 @@ def main() -> None:
     parser.add_argument("--size", default="300x150", help="EMBEDxHIDDEN")
     parser.add_argument("--minibatches", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=_args.seed, default=0)
     parser.add_argument("--scheduler", default="critical_path")
     parser.add_argument("--policy", default=None,
                         help="an FSM policy file ({workload} is replaced by the name)")
@@ -243,4 +244,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

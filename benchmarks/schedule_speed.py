@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from benchmarks import _args
 from edbatch.graph import Graph
 from edbatch.schedule import (
     COMPILED,
@@ -289,4 +290,4 @@ def _row(name: str, label: str, backend: str, sched: Callable[[Graph], Schedule]
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

@@ -75,6 +75,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 import torch
 
+from benchmarks import _args
 from benchmarks._dynet_server import DynetServer
 from benchmarks._throughput_cli import (
     CONTENDERS,
@@ -340,4 +341,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    _args.run(main)

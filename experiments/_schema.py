@@ -42,6 +42,14 @@ def _at_least(cfg: Any, key: str, low: float, *, nullable: bool = False,
                           fix)
 
 
+def _seeds(key: str, value: Any) -> None:
+    """Seeds go to numpy's legacy ``RandomState``: ints in [0, 2**32)."""
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
+            raise ConfigError(key, value, "an int in [0, 2**32)", f"pass e.g. {key}="
+                              + ("[0,1,2]" if isinstance(value, list) else "0"))
+
+
 def _one_of(cfg: Any, key: str, choices: tuple[str, ...]) -> None:
     value = getattr(cfg, key)
     values = value if isinstance(value, list) else [value]
@@ -77,6 +85,7 @@ class TrainConfig:
     learning_curve: str = "learning_curve.png"
 
     def __post_init__(self) -> None:
+        _seeds("seed", self.seed)
         _at_least(self, "batch_size", 1)
         _at_least(self, "num_train_graphs", 1, nullable=True, null_means="the whole split")
         _at_least(self, "num_val_graphs", 1, nullable=True, null_means="the whole split")
@@ -103,6 +112,7 @@ class EvaluateConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
+        _seeds("seed", self.seed)
         _at_least(self, "batch_size", 1)
         _at_least(self, "limit", 1, nullable=True, null_means="the whole split")
         _at_least(self, "measure_reps", 0)
@@ -130,6 +140,7 @@ class CalibrateConfig:
     output: str = "cost_model.json"
 
     def __post_init__(self) -> None:
+        _seeds("seed", self.seed)
         for key in ("reps", "num_threads", "sample_batch_size", "launch_reps"):
             _at_least(self, key, 1)
         _one_of(self, "granularity", ("cell", "primitive"))
@@ -169,6 +180,7 @@ class CompareConfig:
         if not self.seeds:
             raise ConfigError("seeds", self.seeds, "a non-empty list of ints",
                               "pass e.g. seeds=[0,1,2]")
+        _seeds("seeds", list(self.seeds))
         _at_least(self, "batch_size", 1)
         _at_least(self, "num_train_graphs", 1)
         _at_least(self, "val_from_train", 1)
@@ -226,6 +238,7 @@ class TrainModelConfig:
     resume: str = "auto"
 
     def __post_init__(self) -> None:
+        _seeds("seed", self.seed)
         for key in ("num_threads", "batch_size", "eval_batch_size", "log_every"):
             _at_least(self, key, 1)
         _at_least(self, "epochs", 0)

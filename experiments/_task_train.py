@@ -22,9 +22,9 @@ from edbatch.memory import plan_memory
 from edbatch.schedule import Scheduler
 from edbatch.workloads import Workload
 
-__all__ = ["adam", "add_run_args", "add_tail_args", "best_epoch", "check_at_least", "check_min",
-           "chunks", "epoch_steps", "finish", "graph_step", "log_main", "run_main", "snapshot",
-           "step", "write_json"]
+__all__ = ["adam", "add_run_args", "add_tail_args", "best_epoch", "check_at_least", "check_common",
+           "check_min", "chunks", "epoch_steps", "finish", "graph_step", "log_main", "run_main",
+           "snapshot", "step", "write_json"]
 
 
 def add_tail_args(p: argparse.ArgumentParser, out: str, train_help: str, unit: str,
@@ -56,6 +56,7 @@ def run_main(ap: argparse.ArgumentParser, argv: Sequence[str] | None, names: Seq
     add_run_args(ap)
     args = ap.parse_args(argv)
     check_min(ap, args, names)
+    check_common(ap, args)
     torch.set_num_threads(args.threads)
     summary = train(args)
     finish(summary, args.out)
@@ -89,6 +90,19 @@ def check_min(ap: argparse.ArgumentParser, args: argparse.Namespace,
         ap.error(f"{listed} must be >= 1, got " + ", ".join(str(v) for v in values))
 
 
+def check_common(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit with a usage error when ``--seed`` is outside numpy's [0, 2**32), ``--threads``
+    is below 1 or any ``--*-dim`` size is below 1 (each reached numpy or torch as a
+    traceback)."""
+    seed = getattr(args, "seed", 0)
+    if not 0 <= seed < 2**32:
+        p.error(f"--seed must be in [0, 2**32), got {seed}")
+    sizes = {k: v for k, v in vars(args).items()
+             if (k in ("threads", "dim") or k.endswith("_dim")) and isinstance(v, int) and v < 1}
+    for name, value in sizes.items():
+        p.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
 def log_main(p: argparse.ArgumentParser, argv: Sequence[str] | None, names: Iterable[str],
              train: Callable[[argparse.Namespace], dict[str, Any]],
              bounds: Mapping[str, int] | None = None) -> dict[str, Any]:
@@ -96,6 +110,7 @@ def log_main(p: argparse.ArgumentParser, argv: Sequence[str] | None, names: Iter
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args = p.parse_args(argv)
     check_at_least(p, args, names, bounds)
+    check_common(p, args)
     return train(args)
 
 

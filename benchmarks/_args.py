@@ -1,0 +1,50 @@
+"""argparse ``type=`` checks shared by the benchmarks' command lines: a bad value ends in
+one usage line naming it (``argument --seed: ...``), not in a numpy or torch traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from edbatch.errors import DeviceError, EdbatchError
+from edbatch.executor.device import check_device
+
+__all__ = ["device", "run", "seed"]
+
+
+def seed(text: str) -> int:
+    """An int numpy's ``RandomState`` takes: in [0, 2**32)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32 or str(value) != text.strip().lstrip("+"):
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected an int in "
+                                         f"[0, 2**32), e.g. 0")
+    return value
+
+
+def device(text: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N`` that exists on this machine (returned unchanged)."""
+    try:
+        check_device(text)
+    except DeviceError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def run(main: Callable[..., Any], *args: Any) -> Any:
+    """Call a benchmark's ``main``; an edbatch error (a corrupt policy file, a cyclic graph, a
+    bad value found while running) ends in one ``error:`` line and exit status 2, not a
+    traceback (``EDBATCH_FULL_ERROR=1`` re-raises for developers)."""
+    try:
+        return main(*args)
+    except EdbatchError as e:
+        if os.environ.get("EDBATCH_FULL_ERROR") == "1":
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        print("(set EDBATCH_FULL_ERROR=1 for the full traceback)", file=sys.stderr)
+        raise SystemExit(2) from None
