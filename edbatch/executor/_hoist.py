@@ -25,6 +25,12 @@ Same nodes, same FLOPs, different batching of the input GEMM; the values equal t
 unhoisted kernels' up to float summation order (``W_x x + b`` then ``+ W_h h`` instead of one
 ``W [x; h] + b``). Inference and the hand-written-backward training use the hoisted program;
 the autograd training paths (``hand_backward=False``, custom kernels) run the original one.
+
+The recurrent batches' :class:`~edbatch.executor._program.Step` and
+:class:`~edbatch.executor._fast_lstm.FastStep` entries are deferred
+(:class:`~edbatch.executor._program.LazySteps`, built on first use: training, profiling,
+chains off); :func:`~edbatch.executor._fast_chain.chain_short` chains them from their rows
+(``HoistedProgram.deferred``), so a chained inference run makes none of them.
 """
 
 from __future__ import annotations
