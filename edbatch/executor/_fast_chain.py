@@ -32,11 +32,13 @@ from numba.extending import intrinsic, overload
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor._fast_lstm import FastStep
+from edbatch.executor._fast_lstm import FastStep, bind_weight
 from edbatch.executor._fused import _jit, _lstm_row, _sig_, _tanh_
-from edbatch.executor._reads import RowsRead, SliceRead
+from edbatch.executor._program import LazySteps
+from edbatch.executor._reads import RowsRead, SliceRead, to_device
 
-__all__ = ["AVAILABLE", "ENABLED", "ChainStep", "agrees", "chain_short"]
+__all__ = ["AVAILABLE", "ENABLED", "ChainStep", "Row", "agrees", "chain_short", "row_step",
+           "step_row"]
 
 #: Whether qualifying runs of hoisted batches run as one compiled call (``[False]``: one
 #: :class:`FastStep` per batch, the reference the tests compare with).
@@ -167,46 +169,81 @@ def agrees() -> bool:
     return _AGREES[0]
 
 
+#: One hoisted batch as a chain reads it: ``(gathered, state arena, state start (a slice),
+#: state rows (gathered: int64) or None, n, projection arena, its start, output arena, its
+#: start, weight name, H, op type name)``.
+Row = tuple[int, int, int, Any, int, int, int, int, int, str, int, str]
+
+
+def step_row(f: FastStep) -> Row:
+    """``f``'s :data:`Row` (its state a :class:`SliceRead` or :class:`RowsRead`)."""
+    state: Any = f.state
+    if type(state) is SliceRead:
+        return (0, state.b, state.lo, None, f.n, f.pa, f.lo, f.oa, f.os, f.weight, f.hidden,
+                f.name)
+    return (1, state.b, 0, state.idx.numpy(), f.n, f.pa, f.lo, f.oa, f.os, f.weight,
+            f.hidden, f.name)
+
+
+def row_step(row: Row) -> FastStep:
+    """The :class:`FastStep` of a :data:`Row` (its state read: a slice or a gather)."""
+    kind, b, lo, idx, n, pa, plo, oa, os_, weight, hidden, name = row
+    state = RowsRead(b, to_device(idx, torch.device("cpu"))) if kind else \
+        SliceRead(b, lo, lo + n)
+    return FastStep(state, pa, plo, n, oa, os_, weight, hidden, name)
+
+
 class ChainStep:
     """Consecutive :class:`~edbatch.executor._fast_lstm.FastStep` batches ``steps`` run as
     one compiled call; ``arenas``/``weights``: the arena indices and weight names its
-    slots stand for."""
+    slots stand for (:meth:`of_rows`: the same from the batches' :data:`Row`\\ s)."""
 
-    __slots__ = ("arenas", "binders", "idx", "meta", "name", "rows", "steps", "weights",
+    __slots__ = ("arenas", "binders", "count", "idx", "meta", "name", "rows", "weights",
                  "width")
 
     def __init__(self, steps: Sequence[FastStep], arenas: Sequence[int],
                  weights: Sequence[str]) -> None:
-        self.steps, self.arenas, self.weights = tuple(steps), tuple(arenas), tuple(weights)
+        self._setup([step_row(f) for f in steps], arenas, weights)
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[Row], arenas: Sequence[int], weights: Sequence[str]
+                ) -> ChainStep:
+        """The chain of the batches ``rows`` (no :class:`FastStep` made)."""
+        chain = object.__new__(cls)
+        chain._setup(rows, arenas, weights)
+        return chain
+
+    def _setup(self, rows: Sequence[Row], arenas: Sequence[int], weights: Sequence[str]
+               ) -> None:
+        self.arenas, self.weights, self.count = tuple(arenas), tuple(weights), len(rows)
         slot = {a: k for k, a in enumerate(arenas)}
         wslot = {w: k for k, w in enumerate(weights)}
-        rows: list[tuple[int, ...]] = []
-        gathered: list[Tensor] = []
+        meta: list[tuple[int, ...]] = []
+        gathered: list[np.ndarray] = []  # type: ignore[type-arg]
         at = 0
-        for f in steps:
-            state: Any = f.state  # (a SliceRead or RowsRead: _runs took only those)
-            if type(state) is SliceRead:
-                rows.append((0, slot[state.b], state.lo, f.n, slot[f.pa], f.lo, slot[f.oa],
-                             f.os, wslot[f.weight], f.hidden))
+        for kind, sb, s0, idx, n, pa, lo, oa, os_, weight, hidden, _ in rows:
+            if kind:
+                meta.append((1, slot[sb], at, n, slot[pa], lo, slot[oa], os_, wslot[weight],
+                             hidden))
+                gathered.append(idx)
+                at += n
             else:
-                rows.append((1, slot[state.b], at, f.n, slot[f.pa], f.lo, slot[f.oa], f.os,
-                             wslot[f.weight], f.hidden))
-                gathered.append(state.idx)
-                at += f.n
-        self.meta = np.array(rows, np.int64).reshape(len(rows), _META)
-        # one cat of the index tensors (not one .numpy() per gather)
-        self.idx = torch.cat(gathered).numpy().astype(np.int64, copy=False) if gathered \
+                meta.append((0, slot[sb], s0, n, slot[pa], lo, slot[oa], os_, wslot[weight],
+                             hidden))
+        self.meta = np.array(meta, np.int64).reshape(len(rows), _META)
+        # one concatenation of the index arrays
+        self.idx = np.concatenate(gathered).astype(np.int64, copy=False) if gathered \
             else np.zeros(1, np.int64)
-        self.rows = max(f.n for f in steps)
-        self.width = max(f.hidden for f in steps)
-        self.name = ", ".join(sorted({f.name for f in steps}))
-        self.binders = tuple({f.weight: f for f in reversed(steps)}.values())
+        self.rows = max(r[4] for r in rows)
+        self.width = max(r[10] for r in rows)
+        self.name = ", ".join(sorted({r[11] for r in rows}))
+        self.binders = tuple({r[9]: r[10] for r in reversed(rows)}.items())  # weight -> H
 
     def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
         """As :meth:`FastStep.bind <edbatch.executor._fast_lstm.FastStep.bind>`, for
         every batch."""
-        for f in self.binders:
-            f.bind(params, into)
+        for weight, hidden in self.binders:
+            bind_weight(params, into, weight, hidden)
 
     def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
                  w_ht: Mapping[Any, Tensor]) -> None:
@@ -220,7 +257,7 @@ class ChainStep:
                    _ints(), np.ones(1, dtype))
         except Exception as e:  # as the kernel path reports a failing batch
             raise ExecutionError(
-                f"{len(self.steps)} batches of op types {self.name!r} (hoisted LSTM chain "
+                f"{self.count} batches of op types {self.name!r} (hoisted LSTM chain "
                 f"short path) failed: {type(e).__name__}: {e}") from e
 
 
@@ -250,25 +287,33 @@ DONE = _Done()
 def _runs(short: Sequence[Any]) -> list[list[int]]:
     """Maximal runs of consecutive :class:`FastStep` entries with whole-row states, each
     within :data:`SLOTS` arenas and weights."""
+    return _key_runs([(f.state.b, f.pa, f.oa, f.weight)  # type: ignore[attr-defined]
+                      if type(f) is FastStep and type(f.state) in _WHOLE_ROWS else None
+                      for f in short])
+
+
+def _key_runs(keys: Sequence[tuple[int, int, int, str] | None]) -> list[list[int]]:
+    """:func:`_runs` of the entries' ``(state arena, projection arena, output arena,
+    weight)`` (``None``: not a chainable batch)."""
     out: list[list[int]] = []
     run: list[int] = []
     arenas: set[int] = set()
     weights: set[str] = set()
-    for i, f in enumerate(short):
-        if type(f) is not FastStep or type(f.state) not in _WHOLE_ROWS:
+    for i, key in enumerate(keys):
+        if key is None:
             if run:
                 out.append(run)
             run = []
             continue
         if not run:
             arenas, weights = set(), set()
-        state: Any = f.state
-        arenas.update((state.b, f.pa, f.oa))
-        if len(arenas) > SLOTS or (f.weight not in weights and len(weights) == SLOTS):
+        sb, pa, oa, weight = key
+        arenas.update((sb, pa, oa))
+        if len(arenas) > SLOTS or (weight not in weights and len(weights) == SLOTS):
             out.append(run)
-            run, arenas, weights = [], {state.b, f.pa, f.oa}, set()
+            run, arenas, weights = [], {sb, pa, oa}, set()
         run.append(i)
-        weights.add(f.weight)
+        weights.add(weight)
     if run:
         out.append(run)
     return [r for r in out if len(r) > 1]
@@ -278,11 +323,17 @@ def chain_short(program: Any, device: torch.device) -> Any:
     """Set ``program.chained``: ``program.short`` with every run of two or more consecutive
     hoisted batches (:class:`FastStep` entries) as one :class:`ChainStep` at its first batch
     and :data:`DONE` at the others (the executor runs it instead of ``short`` while
-    :data:`ENABLED`); returns ``program``. Nothing off the CPU, nothing without
-    :data:`AVAILABLE` or where the BLAS call does not :func:`agree <agrees>` with torch's."""
+    :data:`ENABLED`); returns ``program``. A hoisted program whose batches' entries are
+    deferred (``program.deferred``: their :data:`Row`\\ s) gets the same chains from the rows,
+    its lone batches a :class:`FastStep` each, none of its deferred entries built. Nothing
+    off the CPU, nothing without :data:`AVAILABLE` or where the BLAS call does not
+    :func:`agree <agrees>` with torch's."""
     short = getattr(program, "short", None)
     if device.type != "cpu" or not AVAILABLE or not short or not agrees():
         return program
+    rows: Mapping[int, Row] = getattr(program, "deferred", None) or {}
+    if rows and isinstance(short, LazySteps) and not short.built:
+        return _chain_rows(program, short, rows)
     runs = _runs(short)
     if not runs:
         return program
@@ -294,5 +345,28 @@ def chain_short(program: Any, device: torch.device) -> Any:
         new[run[0]] = ChainStep(steps, arenas, weights)
         for i in run[1:]:
             new[i] = DONE
+    program.chained = tuple(new)
+    return program
+
+
+def _chain_rows(program: Any, short: LazySteps, rows: Mapping[int, Row]) -> Any:
+    """:func:`chain_short` of a program whose hoisted batches are deferred ``rows``."""
+    keys: list[tuple[int, int, int, str] | None] = [None] * len(short)
+    for i, row in rows.items():
+        keys[i] = (row[1], row[5], row[7], row[9])
+    new: list[Any] = [None] * len(short)
+    for i, entry in short.given():  # (a given FastStep is no deferred batch's: not chained)
+        new[i] = entry
+    chained: set[int] = set()
+    for run in _key_runs(keys):
+        picked = [rows[i] for i in run]
+        arenas = sorted({a for r in picked for a in (r[1], r[5], r[7])})
+        new[run[0]] = ChainStep.of_rows(picked, arenas, sorted({r[9] for r in picked}))
+        for i in run[1:]:
+            new[i] = DONE
+        chained.update(run)
+    for i, row in rows.items():
+        if i not in chained:
+            new[i] = row_step(row)
     program.chained = tuple(new)
     return program

@@ -26,11 +26,12 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fused
+from edbatch.executor._program import given_steps, replace_steps
 from edbatch.executor._reads import Read
 from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.kernels import KERNELS
 
-__all__ = ["ENABLED", "FastStep", "fast_steps", "install_short", "qualifies"]
+__all__ = ["ENABLED", "FastStep", "bind_weight", "fast_steps", "install_short", "qualifies"]
 
 #: Whether qualifying runs take the short path (``[False]``: every batch through its
 #: kernel, the reference the tests compare with).
@@ -53,9 +54,7 @@ class FastStep:
     def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
         """Put the contiguous ``W_h^T`` this batch reads into ``into`` (once per weight and
         run; call inside ``TRANSPOSED.run()``)."""
-        if self.weight not in into:
-            w = params[self.weight]
-            into[self.weight] = TRANSPOSED(w, w.shape[1] - self.hidden)
+        bind_weight(params, into, self.weight, self.hidden)
 
     def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
                  w_ht: Mapping[Any, Tensor]) -> None:
@@ -70,6 +69,15 @@ class FastStep:
         except Exception as e:  # as the kernel path reports a failing batch
             raise ExecutionError(f"batch of op type {self.name!r} ({n} nodes, hoisted LSTM "
                                  f"short path) failed: {type(e).__name__}: {e}") from e
+
+
+def bind_weight(params: Mapping[str, Tensor], into: dict[Any, Tensor], weight: str,
+                hidden: int) -> None:
+    """Put the contiguous ``W_h^T`` of gate weight ``weight`` (``H = hidden``) into ``into``
+    once per run (call inside ``TRANSPOSED.run()``)."""
+    if weight not in into:
+        w = params[weight]
+        into[weight] = TRANSPOSED(w, w.shape[1] - hidden)
 
 
 def fast_steps(program: Any, params: Mapping[str, Tensor], arenas: Sequence[Tensor],
@@ -111,20 +119,15 @@ def install_short(program: Any, device: torch.device, kind: str,
     kernel = KERNELS.get(kind)
     if device.type != "cpu" or kernel is None:
         return program
-    short = list(getattr(program, "short", ()) or ())
-    found = False
-    for i, step in enumerate(program.steps):
+    short = getattr(program, "short", ()) or ()
+    new: dict[int, Any] = {}
+    for i, step in given_steps(program.steps):  # (a hoisted program's deferred steps are
         if step.op.kind != kind or step.kernel is not kernel or step.split or \
-                not step.writes_out or (short and short[i] is not None):
+                not step.writes_out or (short and short[i] is not None):  # hoisted cells)
             continue
         fast = make(step)
-        if fast is None:
-            continue
-        if not short:
-            short = [None] * len(program.steps)
-        short[i] = fast
-        found = True
-    if found:
-        program.short = tuple(short)
+        if fast is not None:
+            new[i] = fast
+    if new:
+        program.short = replace_steps(short or (None,) * len(program.steps), new)
     return program
-

@@ -25,30 +25,50 @@ Same nodes, same FLOPs, different batching of the input GEMM; the values equal t
 unhoisted kernels' up to float summation order (``W_x x + b`` then ``+ W_h h`` instead of one
 ``W [x; h] + b``). Inference and the hand-written-backward training use the hoisted program;
 the autograd training paths (``hand_backward=False``, custom kernels) run the original one.
+
+The recurrent batches' :class:`~edbatch.executor._program.Step` and
+:class:`~edbatch.executor._fast_lstm.FastStep` entries are deferred
+(:class:`~edbatch.executor._program.LazySteps`, built on first use: training, profiling,
+chains off); :func:`~edbatch.executor._fast_chain.chain_short` chains them from their rows
+(``HoistedProgram.deferred``), so a chained inference run makes none of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
 from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
+from edbatch.executor._fast_chain import Row
 from edbatch.executor._fast_lstm import FastStep
-from edbatch.executor._program import Program, Step, compile_program, new_step, split_alone
+from edbatch.executor._head_reads import (
+    HeadPairRead,
+    HeadRowsRead,
+    HeadSliceRead,
+    head_read,
+    head_reads,
+    pair_read,
+)
+from edbatch.executor._program import (
+    LazySteps,
+    Program,
+    Step,
+    compile_program,
+    new_step,
+    split_alone,
+)
 from edbatch.executor._reads import (
-    Read,
     RowLocator,
     RowsRead,
     SliceRead,
     inplace_reads,
     merged,
-    to_device,
 )
-from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, HoistSpec, l2_project
+from edbatch.executor.cells_hoist import HOISTS, HoistSpec
 from edbatch.executor.kernels import KERNELS, Kernel
 from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
@@ -67,8 +87,11 @@ class HoistedProgram(Program):
 
     base: Program | None = None
     num_projections: int = 0
-    short: tuple[Any, ...] = ()  # per step its FastStep (_fast_lstm) or None
+    short: Sequence[Any] = ()  # per step its FastStep (_fast_lstm) or None
     chained: tuple[Any, ...] = ()  # ``short`` with runs of FastSteps as one (_fast_chain)
+    #: position -> chain row (``_fast_chain.Row``) of each hoisted batch: its ``steps`` and
+    #: ``short`` entries are made on first use (:class:`~edbatch.executor._program.LazySteps`)
+    deferred: Mapping[int, Row] = field(default_factory=dict)
 
 
 def hoist_kinds(hoist: bool | str | Iterable[str]) -> frozenset[str]:
@@ -207,9 +230,7 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     psteps = program.steps
     batch_of = RowLocator(plan).batch_of
     base = np.arange(max(rows for rows, _ in plan.arenas), dtype=np.int64)
-    steps: list[Step | None] = list(program.steps)
     before: dict[int, list[Step]] = {}
-    short: dict[int, FastStep] = {}
     arenas = list(program.arenas)
     ops = plan.operands
     # the rewritten program's read counts: the reads compiled so far (none for the skipped
@@ -218,10 +239,8 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     if any(psteps[b].reads for v in by_type.values() for b in v):  # compiled without skip
         rewritten = {b for v in by_type.values() for b in v}
         counted = _count(s for b, s in enumerate(psteps) if b not in rewritten)
-    state_reads = iter(inplace_reads(
-        [(ops[b][slot],) for op_id, batches in by_type.items()
-         for slot in (HOISTS[graph.vocab[op_id].kind].state,) for b in batches],
-        device, counted)).__next__
+    rows: dict[int, Row] = {}  # batch -> its chain row (_fast_chain.Row), in by_type's order
+    states: list[Operand] = []  # their state operands, in that order
     for op_id, batches in by_type.items():
         op = graph.vocab[op_id]
         spec = HOISTS[op.kind]
@@ -229,39 +248,84 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
         arena = len(arenas)
         groups = _groups(batches, ready)
         order = [b for group in groups for b in group]
-        offset = dict(zip(order, np.cumsum([0] + [program.steps[b].size for b in order])
+        offset = dict(zip(order, np.cumsum([0] + [psteps[b].size for b in order])
                           .tolist(), strict=False))
-        arenas.append((offset[order[-1]] + program.steps[order[-1]].size,
-                       HoistSpec.gate_width(op)))
+        arenas.append((offset[order[-1]] + psteps[order[-1]].size, HoistSpec.gate_width(op)))
         for group in groups:
             before.setdefault(group[0], []).append(
                 _projection_step(program, plan, device, op, spec, group, arena,
                                  offset[group[0]], base, counted))
         counted[0] += len(batches)  # each batch's projection rows: a view
-        weight, hidden = op.params[spec.weight], HoistSpec.gate_width(op) // 4
-        cell, name = spec.cell, op.name
-        for b in batches:  # a copy of the step's fields (dataclasses.replace: ~10 us a batch)
-            fields = psteps[b].__dict__.copy()
-            (state,), size, lo = state_reads(), fields["size"], offset[b]
-            fields["kernel"], fields["writes_out"] = cell, True
-            fields["reads"] = (state, SliceRead(arena, lo, lo + size))
-            steps[b] = new = _new(Step)
-            _set(new, "__dict__", fields)
-            if type(state) in _WHOLE_ROWS:  # whole [h; c] rows: the short path
-                short[b] = FastStep(state, arena, lo, size, fields["out_arena"],
-                                    fields["out_start"], weight, hidden, name)
-    fast: list[FastStep | None] = [None] * len(steps)
-    for b, f in short.items():
-        fast[b] = f
-    out: list[Step] = steps  # type: ignore[assignment]
+        weight, hidden, slot = op.params[spec.weight], HoistSpec.gate_width(op) // 4, spec.state
+        for b in batches:
+            state, region = ops[b][slot], plan.outputs[b]
+            states.append(state)
+            view = state.view
+            if view is not None:
+                counted[0] += 1
+                rows[b] = (0, state.arena, view.start, None, len(view), arena, offset[b],
+                           region.arena, region.start, weight, hidden, op.name)
+            else:
+                idx = state.gather
+                counted[1] += 1
+                counted[2] += len(idx)  # type: ignore[arg-type]
+                rows[b] = (1, state.arena, 0, idx, len(idx), arena,  # type: ignore[arg-type]
+                           offset[b], region.arena, region.start, weight, hidden, op.name)
+    at = np.arange(len(psteps))  # each batch's position once the projection steps are in
+    for b, projections in before.items():
+        at[b:] += len(projections)
+    out: list[Any] = list(psteps)
     for b in sorted(before, reverse=True):  # the projection steps before their batches
         out[b:b] = before[b]
-        fast[b:b] = (None,) * len(before[b])
+    deferred = {int(at[b]): row for b, row in rows.items()}
+    built = _Built(program, list(rows), states, rows, at, device)
     counts = {**program.counts, False: counted}
-    return HoistedProgram(tuple(out), program.grad_steps, tuple(arenas), program.outputs,
+    return HoistedProgram(LazySteps(out, deferred, built.steps),  # type: ignore[arg-type]
+                          program.grad_steps, tuple(arenas), program.outputs,
                           program.output_batch, counts, program.attrs, program.attr_nodes,
                           base=program, num_projections=sum(len(v) for v in before.values()),
-                          short=tuple(fast))
+                          short=LazySteps([None] * len(out), deferred, built.short),
+                          deferred=deferred)
+
+
+class _Built:
+    """The hoisted batches' steps and :class:`FastStep` entries of a hoisted program, made
+    on first use (a run that is not all short paths: training, profiling, chains off), as
+    :func:`hoist_program` made them eagerly before: each batch's fields with the hoisted
+    cell's kernel, its state read and its projection rows."""
+
+    def __init__(self, program: Program, batches: list[int], states: list[Operand],
+                 rows: Mapping[int, Row], at: np.ndarray,  # type: ignore[type-arg]
+                 device: torch.device) -> None:
+        self.made: list[tuple[dict[int, Step], dict[int, FastStep]]] = []
+        self.args = program, batches, states, rows, at, device
+
+    def _make(self) -> tuple[dict[int, Step], dict[int, FastStep]]:
+        if not self.made:
+            program, batches, states, rows, at, device = self.args
+            psteps = program.steps
+            reads = inplace_reads([(o,) for o in states], device, [0, 0, 0])
+            steps, short = {}, {}
+            for b, (state,) in zip(batches, reads, strict=True):
+                _, _, _, _, size, arena, lo, oa, os_, weight, hidden, name = rows[b]
+                fields = psteps[b].__dict__.copy()  # (dataclasses.replace: ~10 us a batch)
+                fields["kernel"], fields["writes_out"] = HOISTS[fields["op"].kind].cell, True
+                fields["reads"] = (state, SliceRead(arena, lo, lo + size))
+                new = _new(Step)
+                _set(new, "__dict__", fields)
+                i = int(at[b])
+                steps[i] = new
+                if type(state) in _WHOLE_ROWS:  # whole [h; c] rows: the short path
+                    short[i] = FastStep(state, arena, lo, size, oa, os_, weight, hidden, name)
+            self.made.append((steps, short))
+            self.args = ()  # type: ignore[assignment]
+        return self.made[0]
+
+    def steps(self) -> dict[int, Step]:
+        return self._make()[0]
+
+    def short(self) -> dict[int, FastStep]:
+        return self._make()[1]
 
 
 def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, op: OpType,
@@ -275,7 +339,7 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
                np.concatenate(_row_parts([ops[b][k] for b in group], base)))
         for k in spec.hoisted)
     shapes = tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else ()
-    pair = _pair(operands, shapes, spec, device)
+    pair = pair_read(operands, shapes, spec, device)
     if pair is not None:  # the two h operands side by side from one gather
         reads, shapes = (pair,), shapes[:1]
         counts[1] += 1
@@ -283,111 +347,13 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
     else:
         (reads,) = inplace_reads([operands], device, counts) if operands else [()]
     if spec.heads and pair is None:  # only the h columns of the [h; c] state rows
-        reads = tuple(_heads(read, op.in_shapes[k][0] // 2 if op.in_shapes else 0)
+        reads = tuple(head_read(read, op.in_shapes[k][0] // 2 if op.in_shapes else 0)
                       for read, k in zip(reads, spec.hoisted, strict=True))
     attrs = torch.cat([program.steps[b].attrs for b in group])
     proj_op = OpType(f"{op.name}/projection", f"{op.kind}.projection", shapes,
                      (HoistSpec.gate_width(op),), op.params)
     return new_step(proj_op, spec.project, attrs, len(attrs), HoistSpec.gate_width(op),
                     arena, start, tuple(reads), False, False, True)
-
-
-def _pair(operands: tuple[Operand, ...], shapes: tuple[tuple[int, ...], ...],
-          spec: HoistSpec, device: torch.device) -> HeadPairRead | None:
-    """The layer-2 projection's ``(f1, b1)`` state gathers (one arena, one row each per
-    node) as one :class:`HeadPairRead`; ``None`` for anything else."""
-    if spec.project is not l2_project or len(operands) != 2 or len(shapes) != 2 or \
-            shapes[0] != shapes[1] or len(shapes[0]) != 1 or \
-            any(o.view is not None for o in operands) or \
-            operands[0].arena != operands[1].arena:
-        return None
-    rows0, rows1 = (np.asarray(o.gather) for o in operands)
-    if len(rows0) != len(rows1):
-        return None
-    idx = to_device(np.stack([rows0, rows1], 1).reshape(-1).astype(np.int64), device)
-    return HeadPairRead(operands[0].arena, idx, shapes[0][0] // 2)
-
-
-class HeadRowsRead(RowsRead):
-    """Rows ``idx`` of arena ``b``, leading ``cols`` columns only (an ``index_select`` of
-    the column view); the gradient routes back as a narrow one (:meth:`RowsRead.route`)."""
-
-    __slots__ = ("cols",)
-
-    def __init__(self, b: int, idx: torch.Tensor, cols: int) -> None:
-        self.b, self.idx, self.cols = b, idx, cols  # RowsRead's fields, without its call
-
-    def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
-        return outs[self.b].narrow(1, 0, self.cols).index_select(0, self.idx)
-
-
-class HeadPairRead(HeadRowsRead):
-    """Rows ``idx`` (the ``f1, b1`` rows of each node, interleaved) of arena ``b``, leading
-    ``cols`` columns, as ``[nodes, 2 cols]``: a layer-2 projection's input ``[h(f1); h(b1)]``
-    from one ``index_select`` (instead of two and a ``cat``: the same values); the gradient
-    ``[nodes, 2 cols]`` routes back as ``[2 nodes, cols]`` rows."""
-
-    __slots__ = ()
-
-    def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
-        return super().__call__(outs).view(-1, 2 * self.cols)
-
-    def route(self, grad: torch.Tensor, bufs: Sequence[torch.Tensor]) -> None:
-        """Add each node's two gradient halves into its two rows' leading columns."""
-        super().route(grad.reshape(-1, self.cols), bufs)
-
-
-class HeadSliceRead(SliceRead):
-    """Rows ``lo:hi`` of arena ``b``, leading ``cols`` columns only (a zero-copy view)."""
-
-    __slots__ = ("cols",)
-
-    def __init__(self, b: int, lo: int, hi: int, cols: int) -> None:
-        self.b, self.lo, self.hi, self.n, self.cols = b, lo, hi, hi - lo, cols  # SliceRead's
-
-    def __call__(self, outs: Sequence[torch.Tensor]) -> torch.Tensor:
-        return outs[self.b].narrow(0, self.lo, self.n).narrow(1, 0, self.cols)
-
-
-def _heads(read: Read, cols: int) -> Read:
-    """``read`` restricted to the leading ``cols`` columns (unchanged if ``cols`` is 0)."""
-    if cols <= 0:
-        return read
-    kind = type(read)  # by exact type: the Head* subclasses are already restricted
-    if kind is RowsRead:
-        return HeadRowsRead(read.b, read.idx, cols)  # type: ignore[attr-defined]
-    if kind is SliceRead:
-        return HeadSliceRead(read.b, read.lo, read.hi, cols)  # type: ignore[attr-defined]
-    return read
-
-
-def _head_steps(steps: Iterable[Step]) -> list[Step]:
-    """``steps`` with the :data:`~edbatch.executor.cells_hoist.HEAD_READS` operands of the
-    registered kernels read as their ``h`` columns only."""
-    out = []
-    for step in steps:
-        slots = HEAD_READS.get(step.op.kind)
-        if slots and step.op.in_shapes and not step.split and step.kernel is KERNELS.get(
-                step.op.kind):
-            shapes = step.op.in_shapes
-            step = new_step(step.op, step.kernel, step.attrs, step.size, step.width,
-                            step.out_arena, step.out_start,
-                            tuple([_heads(r, shapes[k][0] // 2) if k in slots else r
-                                   for k, r in enumerate(step.reads)]),
-                            step.split, step.stacked, step.writes_out)
-        out.append(step)
-    return out
-
-
-def head_reads(program: Program) -> Program:
-    """Read only the ``h`` columns of the LSTM-state operands of
-    :data:`~edbatch.executor.cells_hoist.HEAD_READS` kinds (the BiLSTM's layer-2 cells and
-    loss), in place in ``program``'s inference steps: a gather of half the bytes and no
-    re-packing of strided halves. The training reads (``grad_steps``) are unchanged; the
-    kernels take either form. Returns ``program``."""
-    if any(step.op.kind in HEAD_READS for step in program.steps):
-        program.steps = tuple(_head_steps(program.steps))
-    return program
 
 
 def _count(steps: Iterable[Step]) -> list[int]:

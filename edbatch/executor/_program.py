@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import weakref
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,8 +28,8 @@ from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["PROGRAM_PASSES", "Program", "ProgramPass", "Step", "compile_program", "new_step",
-           "split_alone"]
+__all__ = ["PROGRAM_PASSES", "LazySteps", "Program", "ProgramPass", "Step", "compile_program",
+           "given_steps", "new_step", "replace_steps", "split_alone"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,82 @@ def new_step(op: OpType, kernel: Kernel, attrs: Tensor, size: int, width: int,
                          out_arena=out_arena, out_start=out_start, reads=reads, split=split,
                          stacked=stacked, writes_out=writes_out)
     return step
+
+
+_LATER = object()  # a LazySteps entry not built yet
+
+
+class LazySteps(Sequence[Any]):
+    """A program's per-step entries (its ``steps``, or its short steps) of which those at
+    ``later`` are built on first access to any of them, all at once, by ``build`` (position
+    -> entry); the others are given. An inference run that takes the short paths reads only
+    the given ones (:meth:`get`), e.g. a hoisted program's projection and non-LSTM steps
+    (:func:`~edbatch.executor._hoist.hoist_program`), never its recurrent batches' steps."""
+
+    __slots__ = ("_build", "_items", "_later")
+
+    def __init__(self, items: list[Any], later: Collection[int],
+                 build: Callable[[], Mapping[int, Any]]) -> None:
+        for i in later:
+            items[i] = _LATER
+        self._items, self._later, self._build = items, bool(later), build
+
+    def _all(self) -> list[Any]:
+        if self._later:
+            for i, entry in self._build().items():
+                self._items[i] = entry
+            self._later = False
+        return self._items
+
+    @property
+    def built(self) -> bool:
+        """Whether every entry exists (the deferred ones were asked for)."""
+        return not self._later
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return tuple(self._all()[i])
+        entry = self._items[i]
+        return self._all()[i] if entry is _LATER else entry
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._all())
+
+    def given(self) -> Iterator[tuple[int, Any]]:
+        """``(position, entry)`` of the entries that exist (none deferred is built)."""
+        return ((i, e) for i, e in enumerate(self._items) if e is not _LATER)
+
+    def replaced(self, new: Mapping[int, Any]) -> LazySteps:
+        """A copy with the existing entries at ``new``'s positions replaced (the deferred
+        ones come from the same ``build``)."""
+        items = list(self._items)
+        for i, entry in new.items():
+            if items[i] is _LATER:
+                raise ValueError(f"entry {i} is deferred; replace only given entries")
+            items[i] = entry
+        copy = _new(LazySteps)
+        copy._items, copy._later, copy._build = items, self._later, self._build
+        return copy
+
+
+def replace_steps(steps: Sequence[Any], new: Mapping[int, Any]) -> Sequence[Any]:
+    """``steps`` (a tuple or :class:`LazySteps`) with entries at ``new``'s positions
+    replaced, deferred entries left deferred."""
+    if isinstance(steps, LazySteps):
+        return steps.replaced(new)
+    out = list(steps)
+    for i, entry in new.items():
+        out[i] = entry
+    return tuple(out)
+
+
+def given_steps(steps: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    """``(position, entry)`` of ``steps``' entries that exist (all of a tuple's; a
+    :class:`LazySteps`' given ones, its deferred entries not built)."""
+    return steps.given() if isinstance(steps, LazySteps) else enumerate(steps)
 
 
 @dataclass

@@ -66,7 +66,8 @@ from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
 from edbatch.executor._fast_chain import chain_short
 from edbatch.executor._fast_lstm import fast_steps
 from edbatch.executor._fast_tree import tree_short
-from edbatch.executor._hoist import compile_hoisted, head_reads, hoist_kinds, unhoisted
+from edbatch.executor._head_reads import head_reads
+from edbatch.executor._hoist import compile_hoisted, hoist_kinds, unhoisted
 from edbatch.executor._program import Program, Step, compile_program
 from edbatch.executor._result import RunResult
 from edbatch.executor._timer import Timer, timed
@@ -324,10 +325,12 @@ class TorchExecutor:
             # hoisted LSTM and Tree-LSTM batches of a qualifying inference run: short paths
             short, bound, views = fast_steps(program, params, arenas, fast and saves is None,
                                              _fast_chain.ENABLED[0])
-            for i, step in enumerate(program.steps):
-                if short[i] is not None:
-                    short[i](arenas, views, bound)
+            steps = program.steps  # (a hoisted program's deferred steps: built if read)
+            for i, entry in enumerate(short):
+                if entry is not None:
+                    entry(arenas, views, bound)
                     continue
+                step = steps[i]
                 region = arenas[step.out_arena].narrow(0, step.out_start, step.size)
                 save: list[Tensor] | None = None
                 if saves is not None:

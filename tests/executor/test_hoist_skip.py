@@ -61,7 +61,7 @@ def _short(f: Any) -> tuple[Any, ...]:
         return ("fast", _read(f.state), f.pa, f.lo, f.n, f.oa, f.os, f.weight, f.hidden)
     if type(f) is ChainStep:
         return ("chain", f.meta.tolist(), f.idx.tolist(), f.arenas, f.weights, f.rows,
-                f.width, f.name, [b.weight for b in f.binders], len(f.steps))
+                f.width, f.name, list(f.binders), f.count)
     return (type(f).__name__,)
 
 
