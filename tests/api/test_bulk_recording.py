@@ -250,6 +250,57 @@ def test_run_programs_pauses_the_garbage_collector_and_resumes_it() -> None:
         gc.enable()
 
 
+def test_run_programs_frees_the_recording_before_the_collector_resumes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The recorded lists are dropped while the collector is still paused (freed by
+    refcount, not traversed by the collection resuming sets off)."""
+    import gc
+
+    from edbatch.api import _programs
+
+    b, c = _batch()
+    at_enable = []
+
+    class Gc:  # gc as _programs sees it: enable() notes what the batch still records
+        isenabled, disable = staticmethod(gc.isenabled), staticmethod(gc.disable)
+
+        @staticmethod
+        def enable() -> None:
+            at_enable.append(len(b._rec.ops))
+            gc.enable()
+
+    def program(words):  # type: ignore[no-untyped-def]
+        yield c["embed"].map(attrs=words)
+        b.add_loss(c["sq"].map(c["a"].map(c["embed"].map(attrs=words))))
+
+    monkeypatch.setattr(_programs, "gc", Gc)
+    out = b.run_programs([program([1, 2]), program([3])])
+    assert at_enable == [0] and gc.isenabled() and out.loss is not None
+
+
+def test_run_programs_result_is_freed_by_refcount() -> None:
+    """No reference cycle through the result (a segment's graph maker kept the runner, its
+    values and segments, alive until a collection of older objects)."""
+    import gc
+    import weakref
+
+    b, c = _batch()
+
+    def program(words):  # type: ignore[no-untyped-def]
+        yield c["embed"].map(attrs=words)
+        b.add_loss(c["sq"].map(c["a"].map(c["embed"].map(attrs=words))))
+
+    gc.collect()
+    gc.disable()
+    try:
+        out = b.run_programs([program([1, 2]), program([3])])
+        loss = weakref.ref(out.loss)
+        values = weakref.ref(out.values)  # (the forward's outputs)
+        del out
+        assert loss() is None and values() is None
+    finally:
+        gc.enable()
+
+
 def test_map_attrs_of_numpy_ints_bools_and_floats_record_as_ints() -> None:
     """A list of ints is kept as it is; numpy integers and bools record their int value and
     floats their ``int()``, as before the C check; nothing is appended when one fails."""
