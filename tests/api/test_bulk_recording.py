@@ -317,3 +317,30 @@ def test_map_attrs_of_numpy_ints_bools_and_floats_record_as_ints() -> None:
     graph, _ = b.graph()
     assert graph.attrs.tolist() == [4, 1, 3, 2, 5]
     b.discard()
+
+
+def test_map_fast_path_records_what_the_general_path_records() -> None:
+    """``cell.map`` (its inline common case) and ``_bulk.cell_map`` (every check) record
+    the same lists: attrs as a list, a tuple, none, no nodes, operands as handle lists."""
+    from edbatch.api._bulk import cell_map
+
+    recorded = []
+    for fast in (True, False):
+        b, c = _batch()
+
+        def call(cell, *operands, attrs=None, fast=fast):  # type: ignore[no-untyped-def]
+            return cell.map(*operands, attrs=attrs) if fast else \
+                cell_map(cell.cell, *operands, attrs=attrs)
+
+        with b.instance():
+            xs = call(c["embed"], attrs=[1, 2, 3])
+            ys = call(c["embed"], attrs=(4, 5, 6))
+            zs = call(c["mix"], xs, ys)
+            call(c["a"], list(zs))
+            call(c["embed"], attrs=[])
+            b.add_loss(call(c["sq"], call(c["b"], zs)))
+        rec = b._rec
+        recorded.append([list(x) for x in (rec.ops, rec.operands, rec.blocks, rec.block_firsts,
+                                           rec.attrs, rec.losses)])
+        b.discard()
+    assert recorded[0] == recorded[1]
