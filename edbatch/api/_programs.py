@@ -73,6 +73,7 @@ from edbatch.api._rounds import (
     RoundPlan,
     extend,
     last_rows,
+    op_array,
     shape_ops,
     slot_major,
 )
@@ -212,7 +213,7 @@ class _Runner:
         if n == start and not len(losses):
             return
         vocab_ops = batch._ops
-        new_ops = int_array(rec.ops, start, n, "i")
+        new_ops = op_array(rec.ops, start, n)
         if len(self.arity) != len(vocab_ops):  # op types are only ever added
             self.arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops],
                                   np.int64)

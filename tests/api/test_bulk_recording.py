@@ -344,3 +344,16 @@ def test_map_fast_path_records_what_the_general_path_records() -> None:
                                            rec.attrs, rec.losses)])
         b.discard()
     assert recorded[0] == recorded[1]
+
+
+def test_op_array_reads_ids_below_and_above_256() -> None:
+    """``op_array`` (through ``bytes`` below 256, else ``np.fromiter``) gives the slice's
+    ids as a writable int32 array either way."""
+    import numpy as np
+
+    from edbatch.api._rounds import op_array
+
+    for ops in ([3, 0, 255, 7, 7], [3, 256, 7, 1000, 2]):
+        got = op_array(ops, 1, 4)
+        assert got.dtype == np.int32 and got.flags.writeable and got.tolist() == ops[1:4]
+        assert op_array(ops, 0, len(ops)).tolist() == ops
