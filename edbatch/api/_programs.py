@@ -244,8 +244,8 @@ class _Runner:
         for name, blocks in rec.rows.items():
             kept = self.rows.get(name)
             if kept is None or kept[0] != len(blocks):  # blocks are only ever appended
-                kept = self.rows[name] = (len(blocks),
-                                          _rows(blocks).to(batch.device, batch.dtype))
+                kept = self.rows[name] = (len(blocks), (blocks[0] if len(blocks) == 1 else
+                                          torch.cat(blocks)).to(batch.device, batch.dtype))
             params[f"api.{name}"] = kept[1]
         gather = self.values.gather
         for name, sel in plan.groups:
@@ -254,8 +254,7 @@ class _Runner:
         c, m = len(old), n - start
         has_loss = len(losses) > 0
         t1 = time.perf_counter()
-        inst = self.inst  # (not ``self``: a segment's graph maker would keep the runner,
-        # its values and segments, in a cycle, alive until a collection of older objects)
+        inst = self.inst  # (not self: the graph maker would keep the runner in a cycle)
         graph, schedule, entry, result = run_segment(
             state, plan, self.make, self.memory, attrs,
             lambda: inst.of(old, start, n, has_loss), params, self.grad)
@@ -327,17 +326,12 @@ class _Runner:
         return RoundPlan(vocab, key, arrays, tuple(groups), old_attrs, tail)
 
 
-def _rows(blocks: list[Tensor]) -> Tensor:
-    return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
-
-
 def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                  strategy: Strategy, grad: bool) -> ProgramsResult:
     """:meth:`DynamicBatch.run_programs` (see the module docstring). The weights must not
-    change while it runs (each ``W^T`` is made once for all segments). Python's cyclic
-    garbage collector is paused meanwhile (recorded objects die by refcount) and the batch's
-    recording is cleared before it resumes: its lists (an int per node and attr) are then
-    freed, not traversed by the collection that resuming sets off (0.1-0.3 ms of a MoE step)."""
+    change while it runs (each ``W^T`` made once). Python's cyclic garbage collector is
+    paused meanwhile (recorded objects die by refcount) and the recording cleared before it
+    resumes (its int lists freed, not traversed by the collection resuming sets off)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
