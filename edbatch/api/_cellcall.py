@@ -18,6 +18,7 @@ tuple; a shape that is equal but not interned only takes the checked path.
 
 from __future__ import annotations
 
+import array
 import math
 from collections.abc import Callable
 from functools import partial
@@ -26,13 +27,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from edbatch.api._bulk import cell_map
+from edbatch.api._bulk import Handles, cell_map
 from edbatch.api._handles import Handle, grow_pool, intern_shape
 from edbatch.api._result import dtype_hint
 from edbatch.api._variadic import VariadicCell
 from edbatch.errors import GraphError
 
-__all__ = ["cell_function", "probe", "user_function", "variadic_function"]
+__all__ = ["cell_function", "map_function", "probe", "user_function", "variadic_function"]
 
 _NO: Any = type("_Missing", (), {"_rec": None})()  # a missing operand (never a recording)
 
@@ -296,12 +297,58 @@ def user_function(cell: Any, batch: Any) -> Callable[..., Handle]:
     else:
         call = cell_function(cell, batch)
         call.in_shapes, call.takes_attr = cell.in_shapes, cell.takes_attr
-        call.kind, call.map = cell.kind, partial(cell_map, cell)  # bulk (Cell.map, api.switch)
+        call.kind, call.map = cell.kind, map_function(cell)  # bulk (Cell.map, api.switch)
     call.cell, call.op, call.batch, call.name, call.module = (cell, cell.op, batch, cell.name,
                                                               cell.module)
     call.__name__ = call.__qualname__ = cell.name
     call.__doc__ = f"Add one node of cell {cell.name!r} (a :class:`Cell`)."
     return call  # type: ignore[no-any-return]
+
+
+def map_function(cell: Any) -> Callable[..., Handles]:
+    """``cell.map`` of the fixed-arity cell ``cell``: the common case inline (every operand
+    a :class:`~edbatch.api._bulk.Handles` block of the current recording, of the cell's
+    row shape and the attrs' length, and attrs a list or tuple of ints exactly when the
+    cell takes them), recorded as :func:`~edbatch.api._bulk.cell_map` records it; anything
+    else goes to :func:`~edbatch.api._bulk.cell_map` (its checks and errors). A closure
+    over the cell's kind and shapes: no ``partial`` and no attribute reads per call."""
+    batch, kind, takes_attr = cell.batch, cell.kind, cell.takes_attr
+    op_id, shape, shapes = kind.op_id, kind.shape, cell.in_shapes
+    general = partial(cell_map, cell)
+    check = array.array
+
+    def map_call(*operands: Any, attrs: Any = None) -> Handles:
+        rec = batch._rec
+        if attrs is None:
+            if takes_attr or not operands:
+                return general(*operands, attrs=attrs)
+            n = len(operands[0])
+        else:
+            if not takes_attr or (type(attrs) is not list and type(attrs) is not tuple):
+                return general(*operands, attrs=attrs)
+            n = len(attrs)
+        if len(operands) != len(shapes):
+            return general(*operands, attrs=attrs)
+        firsts = []
+        for slot, want in zip(operands, shapes):
+            if type(slot) is not Handles or slot.rec is not rec or slot.n != n or \
+                    slot.shape != want:
+                return general(*operands, attrs=attrs)
+            firsts.append(slot.first)
+        if attrs is not None:
+            try:  # ints (or with ``__index__``) in int64, checked in C
+                check("q", attrs)
+            except (TypeError, OverflowError):
+                return general(*operands, attrs=attrs)
+        ops = rec.ops
+        first = len(ops)
+        ops.extend([op_id] * n)
+        if firsts and n:  # one block record (no int per operand)
+            rec.blocks.extend((len(rec.operands), first, n, len(rec.block_firsts)))
+            rec.block_firsts.extend(firsts)
+        rec.attrs.extend([-1] * n if attrs is None else attrs)
+        return Handles(rec, first, n, kind, shape)
+    return map_call
 
 
 def probe(cell: Any, device: torch.device, dtype: torch.dtype) -> None:

@@ -73,6 +73,7 @@ from edbatch.api._rounds import (
     RoundPlan,
     extend,
     last_rows,
+    op_array,
     shape_ops,
     slot_major,
 )
@@ -212,7 +213,7 @@ class _Runner:
         if n == start and not len(losses):
             return
         vocab_ops = batch._ops
-        new_ops = int_array(rec.ops, start, n, "i")
+        new_ops = op_array(rec.ops, start, n)
         if len(self.arity) != len(vocab_ops):  # op types are only ever added
             self.arity = np.array([-1 if o.arity is None else o.arity for o in vocab_ops],
                                   np.int64)
@@ -243,8 +244,8 @@ class _Runner:
         for name, blocks in rec.rows.items():
             kept = self.rows.get(name)
             if kept is None or kept[0] != len(blocks):  # blocks are only ever appended
-                kept = self.rows[name] = (len(blocks),
-                                          _rows(blocks).to(batch.device, batch.dtype))
+                kept = self.rows[name] = (len(blocks), (blocks[0] if len(blocks) == 1 else
+                                          torch.cat(blocks)).to(batch.device, batch.dtype))
             params[f"api.{name}"] = kept[1]
         gather = self.values.gather
         for name, sel in plan.groups:
@@ -253,9 +254,10 @@ class _Runner:
         c, m = len(old), n - start
         has_loss = len(losses) > 0
         t1 = time.perf_counter()
+        inst = self.inst  # (not self: the graph maker would keep the runner in a cycle)
         graph, schedule, entry, result = run_segment(
             state, plan, self.make, self.memory, attrs,
-            lambda: self.inst.of(old, start, n, has_loss), params, self.grad)
+            lambda: inst.of(old, start, n, has_loss), params, self.grad)
         add_values(self.values, entry, state.capture.outputs, c, m, start)
         self.new = None if entry.whole < 0 else (start, n, state.capture.outputs[entry.whole])
         sec = self.seconds
@@ -324,21 +326,19 @@ class _Runner:
         return RoundPlan(vocab, key, arrays, tuple(groups), old_attrs, tail)
 
 
-def _rows(blocks: list[Tensor]) -> Tensor:
-    return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
-
-
 def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                  strategy: Strategy, grad: bool) -> ProgramsResult:
     """:meth:`DynamicBatch.run_programs` (see the module docstring). The weights must not
-    change while it runs (each ``W^T`` is made once for all segments). Python's cyclic
-    garbage collector is paused meanwhile (recorded objects die by refcount)."""
+    change while it runs (each ``W^T`` made once). Python's cyclic garbage collector is
+    paused meanwhile (recorded objects die by refcount) and the recording cleared before it
+    resumes (its int lists freed, not traversed by the collection resuming sets off)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
         with TRANSPOSED.run():  # each weight's W^T made once for all segments
             return _run_programs(batch, programs, make, strategy, grad)
     finally:
+        batch._clear()
         if collecting:
             gc.enable()
 

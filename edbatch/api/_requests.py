@@ -142,6 +142,8 @@ def topk(handles: Handles | Sequence[Handle], k: int) -> TopK:
     """What a program yields to get, per handle, the indices of its value's ``k`` largest
     entries (a list of ``k`` ints, largest first, as ``value.topk(k).indices.tolist()``),
     computed for the whole round at once: one ``topk`` and one transfer (module docstring)."""
+    if type(handles) is Handles and handles.n and type(k) is int and k >= 1:
+        return TopK(handles, k)  # (a block: nothing per handle to check)
     if not isinstance(handles, (Handles, list, tuple)) or not len(handles) or \
             any(type(h) is not Handle for h in ([] if type(handles) is Handles else handles)):
         raise GraphError(f"topk() takes a non-empty list of Handles, got {handles!r}")

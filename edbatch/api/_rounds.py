@@ -36,7 +36,7 @@ from edbatch._lru import COLD_AFTER, PROBE_EVERY, Lru
 from edbatch.api._assemble import warn_outside
 
 __all__ = ["COLD_AFTER", "PROBE_EVERY", "Follow", "Instances", "Lru", "RoundPlan", "Rounds",
-           "extend", "instances", "last_rows", "localise", "shape_ops", "slot_major",
+           "extend", "instances", "last_rows", "localise", "op_array", "shape_ops", "slot_major",
            "value_groups", "whole_batch"]
 
 
@@ -296,6 +296,17 @@ def whole_batch(batch_of: NDArray[np.int64], row_of: NDArray[np.int64], c: int, 
             not np.array_equal(row_of[c:c + m], _arange(m)):
         return -1
     return b
+
+
+def op_array(ops: list[int], start: int, stop: int) -> NDArray[np.int32]:
+    """``ops[start:stop]`` (a recording's op ids, Python ints) as a writable ``int32``
+    array: through ``bytes`` while every id is below 256 (one C check per entry, about
+    0.45x the time of ``np.fromiter``), else ``np.fromiter``."""
+    part = ops if start == 0 and stop == len(ops) else ops[start:stop]
+    try:
+        return np.frombuffer(bytes(part), np.uint8).astype(np.int32)
+    except ValueError:  # (an op id of 256 or more)
+        return np.fromiter(part, np.int32, len(part))
 
 
 def shape_ops(ops: list[Any]) -> NDArray[np.int32]:

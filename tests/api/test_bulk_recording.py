@@ -250,6 +250,57 @@ def test_run_programs_pauses_the_garbage_collector_and_resumes_it() -> None:
         gc.enable()
 
 
+def test_run_programs_frees_the_recording_before_the_collector_resumes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The recorded lists are dropped while the collector is still paused (freed by
+    refcount, not traversed by the collection resuming sets off)."""
+    import gc
+
+    from edbatch.api import _programs
+
+    b, c = _batch()
+    at_enable = []
+
+    class Gc:  # gc as _programs sees it: enable() notes what the batch still records
+        isenabled, disable = staticmethod(gc.isenabled), staticmethod(gc.disable)
+
+        @staticmethod
+        def enable() -> None:
+            at_enable.append(len(b._rec.ops))
+            gc.enable()
+
+    def program(words):  # type: ignore[no-untyped-def]
+        yield c["embed"].map(attrs=words)
+        b.add_loss(c["sq"].map(c["a"].map(c["embed"].map(attrs=words))))
+
+    monkeypatch.setattr(_programs, "gc", Gc)
+    out = b.run_programs([program([1, 2]), program([3])])
+    assert at_enable == [0] and gc.isenabled() and out.loss is not None
+
+
+def test_run_programs_result_is_freed_by_refcount() -> None:
+    """No reference cycle through the result (a segment's graph maker kept the runner, its
+    values and segments, alive until a collection of older objects)."""
+    import gc
+    import weakref
+
+    b, c = _batch()
+
+    def program(words):  # type: ignore[no-untyped-def]
+        yield c["embed"].map(attrs=words)
+        b.add_loss(c["sq"].map(c["a"].map(c["embed"].map(attrs=words))))
+
+    gc.collect()
+    gc.disable()
+    try:
+        out = b.run_programs([program([1, 2]), program([3])])
+        loss = weakref.ref(out.loss)
+        values = weakref.ref(out.values)  # (the forward's outputs)
+        del out
+        assert loss() is None and values() is None
+    finally:
+        gc.enable()
+
+
 def test_map_attrs_of_numpy_ints_bools_and_floats_record_as_ints() -> None:
     """A list of ints is kept as it is; numpy integers and bools record their int value and
     floats their ``int()``, as before the C check; nothing is appended when one fails."""
@@ -266,3 +317,43 @@ def test_map_attrs_of_numpy_ints_bools_and_floats_record_as_ints() -> None:
     graph, _ = b.graph()
     assert graph.attrs.tolist() == [4, 1, 3, 2, 5]
     b.discard()
+
+
+def test_map_fast_path_records_what_the_general_path_records() -> None:
+    """``cell.map`` (its inline common case) and ``_bulk.cell_map`` (every check) record
+    the same lists: attrs as a list, a tuple, none, no nodes, operands as handle lists."""
+    from edbatch.api._bulk import cell_map
+
+    recorded = []
+    for fast in (True, False):
+        b, c = _batch()
+
+        def call(cell, *operands, attrs=None, fast=fast):  # type: ignore[no-untyped-def]
+            return cell.map(*operands, attrs=attrs) if fast else \
+                cell_map(cell.cell, *operands, attrs=attrs)
+
+        with b.instance():
+            xs = call(c["embed"], attrs=[1, 2, 3])
+            ys = call(c["embed"], attrs=(4, 5, 6))
+            zs = call(c["mix"], xs, ys)
+            call(c["a"], list(zs))
+            call(c["embed"], attrs=[])
+            b.add_loss(call(c["sq"], call(c["b"], zs)))
+        rec = b._rec
+        recorded.append([list(x) for x in (rec.ops, rec.operands, rec.blocks, rec.block_firsts,
+                                           rec.attrs, rec.losses)])
+        b.discard()
+    assert recorded[0] == recorded[1]
+
+
+def test_op_array_reads_ids_below_and_above_256() -> None:
+    """``op_array`` (through ``bytes`` below 256, else ``np.fromiter``) gives the slice's
+    ids as a writable int32 array either way."""
+    import numpy as np
+
+    from edbatch.api._rounds import op_array
+
+    for ops in ([3, 0, 255, 7, 7], [3, 256, 7, 1000, 2]):
+        got = op_array(ops, 1, 4)
+        assert got.dtype == np.int32 and got.flags.writeable and got.tolist() == ops[1:4]
+        assert op_array(ops, 0, len(ops)).tolist() == ops

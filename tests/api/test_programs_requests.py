@@ -177,6 +177,15 @@ def test_topk_request_errors() -> None:
         topk([h], 0)
     with pytest.raises(GraphError, match="topk\\(\\) takes"):
         topk([h, 3], 2)  # type: ignore[list-item]
+    with model.batch.instance():  # a Handles block (topk's fast path) checks k the same
+        hs = model.c_score.map(model.c_step.map([model.batch.lookup(model.embed, 0)]))
+        none = model.c_step.map([])
+    for k in (0, 2.0, True):
+        with pytest.raises(GraphError, match="must be an int"):
+            topk(hs, k)  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match="topk\\(\\) takes"):
+        topk(none, 2)
+    assert topk(hs, 2).handles is hs
     model.batch.discard()
 
 
