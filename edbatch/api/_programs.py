@@ -253,9 +253,10 @@ class _Runner:
         c, m = len(old), n - start
         has_loss = len(losses) > 0
         t1 = time.perf_counter()
+        inst = self.inst  # (not self: runner -> segment -> maker -> runner is a cycle)
         graph, schedule, entry, result = run_segment(
             state, plan, self.make, self.memory, attrs,
-            lambda: self.inst.of(old, start, n, has_loss), params, self.grad)
+            lambda: inst.of(old, start, n, has_loss), params, self.grad)
         add_values(self.values, entry, state.capture.outputs, c, m, start)
         self.new = None if entry.whole < 0 else (start, n, state.capture.outputs[entry.whole])
         sec = self.seconds

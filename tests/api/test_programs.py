@@ -4,6 +4,9 @@ reads; losses and gradients equal plain per-instance PyTorch (fp64)."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 from torch import nn
@@ -181,3 +184,22 @@ def test_programs_run_with_a_policy_trained_on_their_segments() -> None:
     got = model.batch.run_programs([model.program(s) for s in SENTENCES], policy)
     assert got.syncs == out.syncs and got.returns == out.returns
     assert got.loss.item() == pytest.approx(out.loss.item(), rel=1e-12)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_finished_run_leaves_no_reference_cycle(grad: bool) -> None:
+    """Dropping a result frees its mini-batch (runner, segments, every batch output) by
+    reference counting: nothing is left to the cyclic garbage collector (a segment's graph
+    maker holding the runner kept each mini-batch's values alive until a collection)."""
+    model = Model()
+    model.batch.run_programs([model.program(s) for s in SENTENCES], grad=grad)  # (warm)
+    gc.collect()
+    gc.disable()
+    try:
+        out = model.batch.run_programs([model.program(s) for s in SENTENCES], grad=grad)
+        values, first = weakref.ref(out.values), weakref.ref(out.values.outputs[0])
+        del out
+        assert values() is None and first() is None
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
