@@ -305,11 +305,9 @@ class DynamicBatch:
             GraphError: nodes were already recorded, a program yielded something other
                 than handles of this mini-batch.
         """
-        make = as_scheduler(scheduler, self._kept)
-        try:
-            return run_programs(self, programs, make, strategy, grad)
-        finally:
-            self._clear()
+        # (which starts a new mini-batch when it ends, also on errors)
+        return run_programs(self, programs, as_scheduler(scheduler, self._kept), strategy,
+                            grad)
 
     def discard(self) -> None:
         """Drop the recorded mini-batch without running it and start a new one; its handles

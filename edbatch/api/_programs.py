@@ -331,15 +331,16 @@ def _rows(blocks: list[Tensor]) -> Tensor:
 
 def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                  strategy: Strategy, grad: bool) -> ProgramsResult:
-    """:meth:`DynamicBatch.run_programs` (see the module docstring). The weights must not
-    change while it runs (each ``W^T`` is made once for all segments). Python's cyclic
-    garbage collector is paused meanwhile (recorded objects die by refcount)."""
+    """:meth:`DynamicBatch.run_programs` (see the module docstring); the weights must not
+    change meanwhile (one ``W^T`` each). The cyclic garbage collector is paused until the
+    recording is dropped (objects die by refcount; its lists are never traversed)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
         with TRANSPOSED.run():  # each weight's W^T made once for all segments
             return _run_programs(batch, programs, make, strategy, grad)
     finally:
+        batch._clear()
         if collecting:
             gc.enable()
 

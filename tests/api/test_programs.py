@@ -203,3 +203,26 @@ def test_a_finished_run_leaves_no_reference_cycle(grad: bool) -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_the_garbage_collector_resumes_after_the_recording_is_dropped() -> None:
+    """The collector is paused for the run and resumes only once the recording's lists are
+    dropped: a mini-batch of many programs triggers no collection of the objects it
+    allocated (before, the first allocation after resuming traversed them all)."""
+    model = Model()
+    sentences = [[1 + k % 11, 2, 3, 4] for k in range(300)]
+    model.batch.run_programs([model.program(s) for s in sentences], grad=False)  # (warm)
+    runs: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            runs.append(info["generation"])
+
+    programs = [model.program(s) for s in sentences]
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        out = model.batch.run_programs(programs, grad=False)
+    finally:
+        gc.callbacks.remove(count)
+    assert out.syncs == 3 and runs == []
