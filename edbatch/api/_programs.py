@@ -252,8 +252,7 @@ class _Runner:
         attrs = plan.attrs(int_array(rec.attrs, start, n, "q"))
         c, m = len(old), n - start
         has_loss = len(losses) > 0
-        t1 = time.perf_counter()
-        inst = self.inst  # (not self: runner -> segment -> maker -> runner is a cycle)
+        t1, inst = time.perf_counter(), self.inst  # (not self: a runner-segment cycle)
         graph, schedule, entry, result = run_segment(
             state, plan, self.make, self.memory, attrs,
             lambda: inst.of(old, start, n, has_loss), params, self.grad)
@@ -331,9 +330,8 @@ def _rows(blocks: list[Tensor]) -> Tensor:
 
 def run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                  strategy: Strategy, grad: bool) -> ProgramsResult:
-    """:meth:`DynamicBatch.run_programs` (see the module docstring); the weights must not
-    change meanwhile (one ``W^T`` each). The cyclic garbage collector is paused until the
-    recording is dropped (objects die by refcount; its lists are never traversed)."""
+    """:meth:`DynamicBatch.run_programs` (module docstring; weights fixed meanwhile: one ``W^T``
+    each); the cyclic collector is paused until the recording is dropped (none traversed)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
