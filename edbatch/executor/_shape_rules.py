@@ -51,20 +51,24 @@ def _shape_error(cell: Any, op: OpType, q: Any, full: str, got: tuple[int, ...],
 
 def _eval(expr: str, env: Mapping[str, int], cell: Any) -> int:
     """An integer shape expression (``+ - * //``, integers and symbols of ``env``)."""
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.Name) and node.id in env:
-            return env[node.id]
-        if isinstance(node, ast.BinOp):
-            a, b = ev(node.left), ev(node.right)
-            ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b,
-                   ast.FloorDiv: a // b if b else 0}
-            if type(node.op) in ops:
-                return ops[type(node.op)]
-        raise TypeError(f"cell kind {cell.__name__}: shape {expr!r}: cannot evaluate "
-                        f"{ast.unparse(node)!r} (symbols: {sorted(env)})")
-    return ev(ast.parse(_implicit_mult(expr), mode="eval").body)
+    return _ev(ast.parse(_implicit_mult(expr), mode="eval").body, expr, env, cell)
+
+
+def _ev(node: ast.AST, expr: str, env: Mapping[str, int], cell: Any) -> int:
+    """:func:`_eval` of one node (a module function: a nested recursive one would be a
+    reference cycle left to the garbage collector on every call)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in env:
+        return env[node.id]
+    if isinstance(node, ast.BinOp):
+        a, b = _ev(node.left, expr, env, cell), _ev(node.right, expr, env, cell)
+        ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b,
+               ast.FloorDiv: a // b if b else 0}
+        if type(node.op) in ops:
+            return ops[type(node.op)]
+    raise TypeError(f"cell kind {cell.__name__}: shape {expr!r}: cannot evaluate "
+                    f"{ast.unparse(node)!r} (symbols: {sorted(env)})")
 
 
 def _implicit_mult(expr: str) -> str:

@@ -90,3 +90,27 @@ def test_fast_tanh_keeps_the_old_floats() -> None:
         assert torch.equal(fast_tanh(x), old)
         assert torch.equal(fast_tanh(x.clone().requires_grad_()).detach(), old)
         torch.testing.assert_close(fast_tanh(x), torch.tanh(x), rtol=0, atol=1e-6)
+
+
+def test_parser_transition_scores_multiply_by_the_runs_cached_transposes() -> None:
+    """The parser's decoding MLP (``cells_parser.transition_scores``) takes each weight's
+    ``W^T`` from the run's cache (one copy per run, not per round), gives ``F.linear``'s
+    values and, with weights that need gradients, every gradient."""
+    from edbatch.executor.cells_parser import transition_scores
+    gen = torch.Generator().manual_seed(1)
+    feats = [torch.randn(9, 6, generator=gen, dtype=torch.float64) for _ in range(4)]
+    w_h, b_h = torch.randn(5, 24, generator=gen, dtype=torch.float64), torch.zeros(5).double()
+    w_o, b_o = torch.randn(7, 5, generator=gen, dtype=torch.float64), torch.ones(7).double()
+    want = F.linear(torch.tanh(F.linear(torch.cat(feats, 1), w_h, b_h)), w_o, b_o)
+    with torch.no_grad(), TRANSPOSED.run():
+        got = transition_scores(feats, w_h, b_h, w_o, b_o)
+        assert TRANSPOSED.entries is not None
+        assert {k[0] for k in TRANSPOSED.entries} == {id(w_h), id(w_o)}
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    params = [t.clone().requires_grad_() for t in (w_h, b_h, w_o, b_o)]
+    transition_scores(feats, *params).square().sum().backward()
+    ref = [t.clone().requires_grad_() for t in (w_h, b_h, w_o, b_o)]
+    F.linear(torch.tanh(F.linear(torch.cat(feats, 1), ref[0], ref[1])), ref[2],
+             ref[3]).square().sum().backward()
+    for a, b in zip(params, ref, strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-10, atol=1e-10)
