@@ -105,7 +105,19 @@ def _backward(nodes, bptr, deferred, first, consumer, slot, step, slots, n):  # 
 
 @njit(cache=True)
 def _deferred(out, bptr, deferred, arity, optr, oids, pos, step, width, op):  # type: ignore[no-untyped-def]
-    """Deferred batches follow their slot-0 producers' rows: (width, step, position)."""
+    """Deferred batches follow their slot-0 producers' rows: (width, step, position), as
+    one stable sort of a single key per batch (the oracle's ``lexsort`` of three keys; the
+    three stable argsorts this took before were ~0.4 ms of a Tree-LSTM mini-batch)."""
+    k = len(width)
+    rank = np.empty(k, np.int64)  # each op type's width as its rank among the widths
+    for a in range(k):
+        r = 0
+        for c in range(k):
+            if width[c] < width[a] and _first_of(width, c):
+                r += 1
+        rank[a] = r
+    steps = len(bptr) + 1  # step[p] + 1 in [0, steps)
+    rows = len(pos) + 1
     for b in range(len(bptr) - 1):
         lo, hi = bptr[b], bptr[b + 1]
         if not deferred[b] or hi - lo < 2:
@@ -113,11 +125,20 @@ def _deferred(out, bptr, deferred, arity, optr, oids, pos, step, width, op):  # 
         ids = out[lo:hi].copy()
         if arity[ids].min() == 0:
             continue
-        p = oids[optr[ids]]
-        order = np.argsort(pos[p], kind="mergesort")
-        order = order[np.argsort(step[p][order], kind="mergesort")]
-        order = order[np.argsort(width[op[p]][order], kind="mergesort")]
-        out[lo:hi] = ids[order]
+        key = np.empty(hi - lo, np.int64)
+        for i in range(hi - lo):
+            p = oids[optr[ids[i]]]
+            key[i] = (rank[op[p]] * steps + step[p] + 1) * rows + pos[p]
+        out[lo:hi] = ids[np.argsort(key, kind="mergesort")]
+
+
+@njit(cache=True)
+def _first_of(width, c):  # type: ignore[no-untyped-def]
+    """Whether op type ``c`` is the first with its width (each width counted once)."""
+    for a in range(c):
+        if width[a] == width[c]:
+            return False
+    return True
 
 
 def aligned_orders_compiled(graph: Graph, schedule: Schedule) -> list[NDArray[np.int32]]:

@@ -24,7 +24,7 @@ from edbatch.errors import ScheduleError, UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph
 from edbatch.schedule import _compiled as core
 from edbatch.schedule import bounds
-from edbatch.schedule._compiled_analysis import heights_numba, typewise_graph_numba
+from edbatch.schedule._compiled_analysis import flat_arrays, heights_numba, typewise_graph_numba
 from edbatch.schedule.reverse import reversed_operands
 from edbatch.schedule.schedule import Batch, Schedule
 
@@ -102,8 +102,7 @@ def typewise(graph: Graph) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArra
     out = bounds._TYPEWISE.get(graph) or _TYPEWISE.get(graph)
     if out is None:
         out = _TYPEWISE[graph] = typewise_graph_numba(
-            graph.op_ids.astype(np.int64), graph.operand_ptr.astype(np.int64),
-            graph.operand_ids.astype(np.int64))
+            _arrays(graph).op, graph.operand_ptr, graph.operand_ids.astype(np.int64))
     return out  # type: ignore[return-value]
 
 
@@ -121,15 +120,12 @@ def heights(graph: Graph) -> NDArray[np.int64]:
 def _arrays(graph: Graph) -> _Arrays:
     out = _ARRAYS.get(graph)
     if out is None:
-        k = len(graph.vocab)
-        uptr, uids = graph.users
-        total = np.bincount(graph.op_ids, weights=graph.depth, minlength=k)
-        mean = total / (graph.type_counts + 1e-3)  # DynetAgendaPolicy's static mean
+        op, depth, arity, uptr, uids, mean = flat_arrays(
+            graph.op_ids, graph.operand_ptr, graph.operand_ids, graph.depth, len(graph.vocab))
         out = _ARRAYS[graph] = _Arrays(
-            graph.op_ids.astype(np.int64), graph.depth.astype(np.int64),
-            graph.arity.astype(np.int64), uptr.astype(np.int64), uids.astype(np.int64),
-            np.ascontiguousarray(graph.vocab.batchable, dtype=np.bool_),
-            mean.astype(np.float64), np.array([op.is_complex for op in graph.vocab], np.bool_))
+            op, depth, arity, uptr, uids, np.ascontiguousarray(graph.vocab.batchable,
+                                                               dtype=np.bool_),
+            mean, np.array([o.is_complex for o in graph.vocab], np.bool_))
     return out
 
 

@@ -11,7 +11,7 @@ from edbatch.errors import UnknownNameError
 from edbatch.graph import Graph
 from edbatch.schedule import COMPILED, Schedule, heights, make_scheduler, typewise_graph
 from edbatch.schedule._compiled import key_hash, key_hash_numba
-from edbatch.schedule._compiled_analysis import typewise_graph_numba
+from edbatch.schedule._compiled_analysis import flat_arrays, flat_arrays_numpy, typewise_graph_numba
 from edbatch.schedule.compiled import CompiledScheduler
 from edbatch.schedule.compiled import heights as compiled_heights
 from edbatch.workloads import REAL_CASES, make_workload
@@ -113,6 +113,12 @@ def assert_same_analyses(graph: Graph) -> None:
         assert sorted(got[2][lo:hi].tolist()) == sorted(want[2][lo:hi].tolist()), v
     assert got[0].dtype == np.int32 and got[1].dtype == np.int64 and got[2].dtype == np.int32
     np.testing.assert_array_equal(compiled_heights(fresh), heights(graph))
+    got_flat = flat_arrays(fresh.op_ids, fresh.operand_ptr, fresh.operand_ids, fresh.depth,
+                           len(fresh.vocab))
+    for name, g, w in zip(("op", "depth", "arity", "uptr", "uids", "mean"), got_flat,
+                          flat_arrays_numpy(fresh), strict=True):
+        assert g.dtype == w.dtype, name
+        np.testing.assert_array_equal(g, w, err_msg=name)  # (mean: bit for bit)
 
 
 @pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
