@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import re
 from pathlib import Path
 
@@ -223,3 +224,29 @@ def test_api_module_failing_on_a_real_batch_raises_execution_error_naming_the_ce
     with pytest.raises(ExecutionError, match=r"op type 'user.first_row'.*2 nodes.*cell "
                                              r"'first_row': module function returned \(1, 3\)"):
         batch.run()
+
+
+def test_default_memory_strategy_is_the_cheap_aligned_one(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """``run()`` and ``run_programs()`` plan ``aligned`` unless told otherwise: the chain
+    planner (``planned``) costs 70-200 ms of Python per fresh 64-instance mini-batch, 3-6x
+    a whole inference pass (docs/api.md), so it is opt-in."""
+    import edbatch.api._batch as batch_mod
+
+    seen: list[str] = []
+    real = batch_mod.plan_memory
+
+    def spy(graph: object, schedule: object, strategy: str, **kw: object) -> object:
+        seen.append(strategy)
+        return real(graph, schedule, strategy, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(batch_mod, "plan_memory", spy)
+    mods = _modules()
+    batch = DynamicBatch()
+    comp = batch.cell(mods[1], "compose", [DIM, DIM], DIM)
+    cls = batch.cell(mods[2], "loss", [DIM], (), takes_attr=True)
+    _record(batch, TREES, mods[0], comp, cls)
+    batch.run("typewise_greedy")
+    assert seen == ["aligned"]
+    assert inspect.signature(DynamicBatch.run_programs).parameters["strategy"].default \
+        == "aligned"
