@@ -68,3 +68,23 @@ def check_short_path(name: str, dtype: torch.dtype, taken: list[int],
             torch.testing.assert_close(short[k], general[k], rtol=0, atol=atol,
                                        msg=f"output of node {k} differs")
 
+
+
+def read_key(read: object) -> tuple[object, ...]:
+    """A program read as comparable values (its class and every field)."""
+    fields = [getattr(read, n) for n in ("b", "lo", "hi", "cols") if hasattr(read, n)]
+    idx = getattr(read, "idx", None)
+    return (type(read).__name__, *fields, None if idx is None else idx.tolist(),
+            getattr(read, "pieces", None))
+
+
+def assert_same_steps(got: object, want: object) -> None:
+    """Two programs' ``steps`` equal step by step: fields, attrs and reads."""
+    got, want = list(got), list(want)  # type: ignore[call-overload]
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert (a.op, a.kernel, a.size, a.width, a.out_arena, a.out_start, a.split,
+                a.stacked, a.writes_out) == (b.op, b.kernel, b.size, b.width, b.out_arena,
+                                             b.out_start, b.split, b.stacked, b.writes_out)
+        assert torch.equal(a.attrs, b.attrs)
+        assert [read_key(r) for r in a.reads] == [read_key(r) for r in b.reads]

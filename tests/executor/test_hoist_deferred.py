@@ -22,6 +22,7 @@ from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import make_workload
+from tests.executor.conftest import assert_same_steps, read_key
 
 CPU = torch.device("cpu")
 HOISTED = ("bilstm_tagger", "bilstm_char_tagger", "lattice_lstm", "transition_parser")
@@ -50,15 +51,9 @@ def _run(ex: TorchExecutor, program: Program, graph: Any, schedule: Any, plan: A
     return ex.run(graph, schedule, plan, params, grad=grad)
 
 
-def _read(read: Any) -> tuple[Any, ...]:
-    idx = getattr(read, "idx", None)
-    return (type(read).__name__, *(getattr(read, n, None) for n in ("b", "lo", "hi", "cols")),
-            None if idx is None else idx.tolist())
-
-
 def _entry(f: Any) -> tuple[Any, ...]:
     if type(f) is FastStep:
-        return ("fast", _read(f.state), f.pa, f.lo, f.n, f.oa, f.os, f.weight, f.hidden,
+        return ("fast", read_key(f.state), f.pa, f.lo, f.n, f.oa, f.os, f.weight, f.hidden,
                 f.name)
     if type(f) is ChainStep:
         return ("chain", f.meta.tolist(), f.idx.tolist(), f.arenas, f.weights, f.rows,
@@ -85,13 +80,7 @@ def test_chained_inference_builds_no_deferred_entry_and_equals_the_eager_program
     for k in got:
         assert torch.equal(got[k], want[k]), f"output of node {k} differs"
     # built on demand: the same steps and short steps as the eager program's
-    assert len(lazy.steps) == len(eager.steps)
-    for a, b in zip(lazy.steps, eager.steps, strict=True):
-        assert (a.op, a.kernel, a.size, a.width, a.out_arena, a.out_start, a.split,
-                a.stacked, a.writes_out) == (b.op, b.kernel, b.size, b.width, b.out_arena,
-                                             b.out_start, b.split, b.stacked, b.writes_out)
-        assert torch.equal(a.attrs, b.attrs)
-        assert [_read(r) for r in a.reads] == [_read(r) for r in b.reads]
+    assert_same_steps(lazy.steps, eager.steps)
     assert [_entry(f) for f in lazy.short] == [_entry(f) for f in eager.short]
     assert lazy.counts == eager.counts
 

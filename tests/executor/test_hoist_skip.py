@@ -27,6 +27,7 @@ from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import make_workload
+from tests.executor.conftest import assert_same_steps, read_key
 
 CPU = torch.device("cpu")
 
@@ -43,22 +44,11 @@ def _old_path(graph: Any, schedule: Any, plan: Any, kinds: frozenset[str]) -> Pr
     return chain_short(tree_short(head_reads(program), CPU), CPU)
 
 
-def _read(read: Any) -> tuple[Any, ...]:
-    """A read as comparable values (its class and every field)."""
-    fields = []
-    for name in ("b", "lo", "hi", "cols"):
-        if hasattr(read, name):
-            fields.append(getattr(read, name))
-    idx = getattr(read, "idx", None)
-    return (type(read).__name__, *fields, None if idx is None else idx.tolist(),
-            getattr(read, "pieces", None))
-
-
 def _short(f: Any) -> tuple[Any, ...]:
     if f is None:
         return (None,)
     if type(f) is FastStep:
-        return ("fast", _read(f.state), f.pa, f.lo, f.n, f.oa, f.os, f.weight, f.hidden)
+        return ("fast", read_key(f.state), f.pa, f.lo, f.n, f.oa, f.os, f.weight, f.hidden)
     if type(f) is ChainStep:
         return ("chain", f.meta.tolist(), f.idx.tolist(), f.arenas, f.weights, f.rows,
                 f.width, f.name, list(f.binders), f.count)
@@ -83,13 +73,8 @@ def test_skipped_reads_program_equals_the_old_path(name: str, strategy: str) -> 
     assert all(unhoisted(new).steps[b].reads == () for b in hoisted)
     assert all(unhoisted(old).steps[b].reads for b in hoisted)
     # ... and the rewritten program is the old one, step by step
-    assert len(new.steps) == len(old.steps) and new.arenas == old.arenas
-    for a, b in zip(new.steps, old.steps, strict=True):
-        assert (a.op, a.kernel, a.size, a.width, a.out_arena, a.out_start, a.split,
-                a.stacked, a.writes_out) == (b.op, b.kernel, b.size, b.width, b.out_arena,
-                                             b.out_start, b.split, b.stacked, b.writes_out)
-        assert torch.equal(a.attrs, b.attrs)
-        assert [_read(r) for r in a.reads] == [_read(r) for r in b.reads]
+    assert new.arenas == old.arenas
+    assert_same_steps(new.steps, old.steps)
     assert [_short(f) for f in new.short] == [_short(f) for f in old.short]
     assert [_short(f) for f in new.chained] == [_short(f) for f in old.chained]
     assert any(type(f) is ChainStep for f in new.chained) or name != "bilstm_tagger"
@@ -97,5 +82,5 @@ def test_skipped_reads_program_equals_the_old_path(name: str, strategy: str) -> 
     assert new.num_projections == old.num_projections
     np.testing.assert_array_equal(new.attr_nodes, old.attr_nodes)
     # the training reads (from the plan, not the inference reads) are the old ones too
-    assert [[_read(r) for r in s.reads] for s in new.grad_steps()] == \
-        [[_read(r) for r in s.reads] for s in old.grad_steps()]
+    assert [[read_key(r) for r in s.reads] for s in new.grad_steps()] == \
+        [[read_key(r) for r in s.reads] for s in old.grad_steps()]
