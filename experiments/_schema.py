@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from edbatch.errors import ConfigError
 
 __all__ = ["SCHEMAS", "AutoConfig", "CalibrateConfig", "CompareConfig", "EvaluateConfig",
-           "TrainConfig", "TrainModelConfig", "validate"]
+           "TrainConfig", "TrainModelConfig", "is_seed", "validate"]
 
 
 def _at_least(cfg: Any, key: str, low: float, *, nullable: bool = False,
@@ -42,10 +42,15 @@ def _at_least(cfg: Any, key: str, low: float, *, nullable: bool = False,
                           fix)
 
 
+def is_seed(value: Any) -> bool:
+    """Whether ``value`` is a seed numpy's legacy ``RandomState`` takes: an int in [0, 2**32)
+    (the one rule of the configs, the training CLIs and the benchmarks' ``--seed``)."""
+    return type(value) is int and 0 <= value < 2**32
+
+
 def _seeds(key: str, value: Any) -> None:
-    """Seeds go to numpy's legacy ``RandomState``: ints in [0, 2**32)."""
     for v in value if isinstance(value, list) else [value]:
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
+        if not is_seed(v):
             raise ConfigError(key, value, "an int in [0, 2**32)", f"pass e.g. {key}="
                               + ("[0,1,2]" if isinstance(value, list) else "0"))
 

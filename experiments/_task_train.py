@@ -21,6 +21,7 @@ from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import Scheduler
 from edbatch.workloads import Workload
+from experiments._schema import is_seed
 
 __all__ = ["adam", "add_run_args", "add_tail_args", "best_epoch", "check_at_least", "check_common",
            "check_min", "chunks", "epoch_steps", "finish", "graph_step", "log_main", "run_main",
@@ -95,7 +96,7 @@ def check_common(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     is below 1 or any ``--*-dim`` size is below 1 (each reached numpy or torch as a
     traceback)."""
     seed = getattr(args, "seed", 0)
-    if not 0 <= seed < 2**32:
+    if not is_seed(seed):
         p.error(f"--seed must be in [0, 2**32), got {seed}")
     sizes = {k: v for k, v in vars(args).items()
              if (k in ("threads", "dim") or k.endswith("_dim")) and isinstance(v, int) and v < 1}
