@@ -1,0 +1,335 @@
+"""The linear priority policy's run-time loop: one compiled function, no call per decision.
+
+:func:`~edbatch.schedule._compiled_priority._schedule` with the lean pick called, per
+decision, :func:`~edbatch.schedule._compiled_priority_lean.lean_pick` (22 arrays passed),
+``_critical`` and, per batch, the release upkeep's ``retire_tracked`` and ``_mark_ready``:
+on module_net about 1.8x critical path's loop, most of it spent passing arrays and
+recomputing what had not changed. :func:`fused_schedule` is the same schedule written as
+one loop body:
+
+* **cached own terms**: the columns of a ready type that read only its own state (``fill``,
+  ``complete``, counts, ``mean_gap``, ``top_share``, ``rel_height``, ``rem_share``,
+  ``rel_log``, ``rel_self``, ``partial``) are kept as ``w_j * f_j`` per type and recomputed
+  only for a *dirty* type: one whose ready list grew or whose release sums changed since it
+  was last scored (a ready type's ``T(a)`` and ``rem(a)`` only change when it runs);
+* **incremental join and wait**: ``join[a]`` (nodes of other ready types ``a`` releases) is
+  kept exact edge by edge and per ready-set change; ``wait[a]`` (the most any other type
+  releases of ``a``'s) is rescanned only for a type whose release column changed (a type
+  with no ready nodes has an all-zero release row, so the ready types' rows are all rows);
+* critical path's choice read off the same pass that lists the ready types (its ``fill``
+  is the cached one), the release upkeep and the type-wise count written out in the loop.
+
+The score is the same sum as the lean pick's, term by term in column order over the
+non-zero weights (each term ``f_j * w_j`` computed by the same expression), so the same
+argmax, the first on ties: the same schedules (``tests/policies/test_priority_fused.py``
+against the full rows and the Python twin). Used for linear weights without context
+features (:func:`~edbatch.schedule._compiled_priority_lean.lean_ok`), no prefix, nothing
+traced.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from edbatch.schedule._compiled import start_state
+from edbatch.schedule._compiled_priority_ctx import FIRST_CONTEXT
+from edbatch.schedule._compiled_release import release_state
+from edbatch.schedule._compiled_sort import sort_nodes
+
+__all__ = ["fused_schedule"]
+
+_OWN = (1, 2, 3, 4, 5, 6, 8, 9, 10, 13, 15, 17, 20)  # the columns cached per type
+
+
+@njit(cache=True)
+def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,  # noqa: C901
+                   total, w, release):  # type: ignore[no-untyped-def]
+    """:func:`~edbatch.schedule._compiled_priority.run_priority`'s result for linear ``w``
+    without context weights (``release``: whether a release weight is non-zero, so the
+    release sums are kept): ``(batch_op, batch_forced, batch_ptr, nodes, overrides,
+    decisions)``. One function on purpose (see the module doc)."""
+    n, k = len(op), len(batchable)
+    (start, rem, remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
+     nf) = start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr)
+    hmax = 1.0
+    for v in range(n):
+        if height[v] + 1.0 > hmax:
+            hmax = height[v] + 1.0
+    tmax = 0
+    for a in range(k):
+        tmax = total[a] if total[a] > tmax else tmax
+    logt = np.empty(tmax + 1, np.float64)
+    for i in range(tmax + 1):
+        logt[i] = math.log1p(i)
+    slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
+                                                     pending, batchable, release)
+    rdy, nd, rsum = nst[0], nst[1], nst[2]
+    nzc = np.empty(FIRST_CONTEXT, np.int64)  # the non-zero columns, ascending
+    nz = 0
+    for j in range(FIRST_CONTEXT):
+        if w[j] != 0.0:
+            nzc[nz] = j
+            nz += 1
+    need_join = release and w[16] != 0.0
+    need_wait = release and w[18] != 0.0
+    term = np.zeros((k, FIRST_CONTEXT), np.float64)
+    fill = np.zeros(k, np.float64)
+    dirty = np.ones(k, np.bool_)
+    seen = np.zeros(k, np.int64)
+    sumh = np.zeros(k, np.int64)
+    cmax = np.full(k, -1, np.int64)
+    ctop = np.zeros(k, np.int64)
+    join = np.zeros(k, np.int64)  # sum over ready t != a of rel[a, t]
+    wait = np.zeros(k, np.int64)  # max over t != a of rel[t, a]
+    wdirty = np.ones(k, np.bool_)
+    if need_join:
+        for a in range(k):
+            for t in range(k):
+                if t != a and rlen[t] > 0:
+                    join[a] += rel[a, t]
+    ids = np.empty(k, np.int64)
+    batch_op = np.empty(n, np.int64)
+    batch_forced = np.zeros(n, np.bool_)
+    batch_ptr = np.zeros(n + 1, np.int64)
+    nodes = np.empty(n, np.int64)
+    mark = np.zeros(n, np.bool_)
+    nb, done, overrides, decisions, last = 0, 0, 0, 0, np.int64(-1)
+    while True:
+        lo = done
+        if nf > 0:  # a forced node, the most recently released first
+            nf -= 1
+            v = forced[nf]
+            b = op[v]
+            nodes[done] = v
+            batch_op[nb], batch_forced[nb] = b, True
+            nb, done = nb + 1, done + 1
+            batch_ptr[nb] = done
+            rem[b] -= 1
+            remd[b] -= depth[v]
+            was_ready = False
+        else:
+            if done == n:
+                break
+            # ---- the ready types, critical path's choice, the dirty types' own terms
+            top, n_ready, r = -1, 0, 0
+            cp, cp_top, cp_fill = -1, -1, -1.0
+            for a in range(k):
+                if rlen[a] and batchable[a]:
+                    ids[r] = a
+                    r += 1
+                    n_ready += rlen[a]
+                    if dirty[a]:
+                        for j in range(start[a] + seen[a], start[a] + rlen[a]):
+                            h = height[ready[j]]
+                            sumh[a] += h
+                            if h > cmax[a]:
+                                cmax[a], ctop[a] = h, 1
+                            elif h == cmax[a]:
+                                ctop[a] += 1
+                        seen[a] = rlen[a]
+                        c, t = rlen[a], tw[a]
+                        f = c / (t if t > 1 else 1)  # _ratio
+                        fill[a] = f
+                        term[a, 1] = f * w[1]
+                        term[a, 2] = (1.0 if c >= t else 0.0) * w[2]
+                        term[a, 3] = (logt[c] / 4.0) * w[3]
+                        term[a, 4] = (c / rem[a]) * w[4]
+                        term[a, 5] = (logt[t - c if t > c else 0] / 4.0) * w[5]
+                        term[a, 6] = (logt[rem[a] - c] / 8.0) * w[6]
+                        mg = maxh[a] - sumh[a] / c
+                        term[a, 8] = ((mg if mg < 16.0 else 16.0) / 16.0) * w[8]
+                        term[a, 9] = (ctop[a] / c) * w[9]
+                        term[a, 10] = (maxh[a] / hmax) * w[10]
+                        term[a, 13] = (rem[a] / total[a]) * w[13]
+                        if release:
+                            term[a, 15] = (math.log1p(tst[2, a]) / 4.0) * w[15]
+                            term[a, 17] = (rel[a, a] / c) * w[17]
+                            pc = (tst[0, a] - tst[1, a]) / c
+                            term[a, 20] = ((pc if pc < 4.0 else 4.0) / 4.0) * w[20]
+                        dirty[a] = False
+                    h = maxh[a]
+                    if h > top:
+                        top = h
+                    if h > cp_top or (h == cp_top and fill[a] > cp_fill):
+                        cp, cp_top, cp_fill = a, h, fill[a]
+            a = ids[0]
+            if r > 1:
+                top2, ntop1 = -1, 0
+                if w[21] != 0.0:
+                    for i in range(r):
+                        h = maxh[ids[i]]
+                        if h == top:
+                            ntop1 += 1
+                        elif h > top2:
+                            top2 = h
+                best, best_s = 0, -np.inf
+                for i in range(r):
+                    x = ids[i]
+                    c = rlen[x]
+                    gap = maxh[x] - top
+                    term[x, 0] = gap * w[0]
+                    term[x, 7] = (1.0 if x == last else 0.0) * w[7]
+                    term[x, 11] = (1.0 if gap == -1 else 0.0) * w[11]
+                    term[x, 12] = (1.0 if gap == 0 else 0.0) * w[12]
+                    term[x, 14] = (c / n_ready) * w[14]
+                    if need_join:
+                        term[x, 16] = (join[x] / c) * w[16]
+                    if need_wait:
+                        if wdirty[x]:
+                            m = 0
+                            for jj in range(r):
+                                y = ids[jj]
+                                q = rel[y, x] if y != x else 0
+                                m = q if q > m else m
+                            wait[x] = m
+                            wdirty[x] = False
+                        term[x, 18] = (wait[x] / c) * w[18]
+                    if release:
+                        term[x, 19] = (rel[cp, x] / c if cp != x else 0.0) * w[19]
+                    if w[21] != 0.0:
+                        other = top2 if (maxh[x] == top and ntop1 == 1) else top
+                        ld = maxh[x] - other
+                        term[x, 21] = ((ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0) * w[21]
+                    if w[22] != 0.0:
+                        term[x, 22] = (math.log1p(-gap) / 4.0) * w[22]
+                    s = 0.0
+                    for jj in range(nz):
+                        s += term[x, nzc[jj]]
+                    if s > best_s:
+                        best, best_s = i, s
+                a = ids[best]
+            decisions += 1
+            if a != cp:
+                overrides += 1
+            last = a
+            c = rlen[a]
+            batch = nodes[done:done + c]
+            batch[:] = ready[start[a]:start[a] + c]
+            sort_nodes(batch, mark)
+            if need_join:  # a leaves the ready set
+                for y in range(k):
+                    if y != a:
+                        join[y] -= rel[y, a]
+            rlen[a], maxh[a] = 0, -1
+            seen[a], sumh[a], cmax[a], ctop[a] = 0, 0, -1, 0
+            dirty[a] = True
+            batch_op[nb] = a
+            nb, done = nb + 1, done + c
+            batch_ptr[nb] = done
+            if track_tw:
+                freed = 0
+                for v in batch:
+                    for i in range(tw_ptr[v], tw_ptr[v + 1]):
+                        u = tw_ids[i]
+                        tw_pending[u] -= 1
+                        if tw_pending[u] == 0:
+                            freed += 1
+                tw[a] += freed - c
+            rem[a] -= c
+            for v in batch:
+                remd[a] -= depth[v]
+            was_ready = True
+        # ---- retire nodes[lo:done]: Kahn's step, the release sums kept (retire_tracked)
+        mf = 0
+        for jv in range(lo, done):
+            v = nodes[jv]
+            b = op[v]
+            for e in range(uptr[v], uptr[v + 1]):
+                u = uids[e]
+                p = pending[u]
+                r = 0
+                if release:
+                    r = rdy[u]
+                    t = op[u]
+                    if r > 0 and r == p and nd[u] == 1:  # u's credit out
+                        y = rsum[u] if r == 1 else rsum[u] // r
+                        tst[1, y] -= 1
+                        dirty[y] = True
+                        if batchable[t]:
+                            tst[2, y] -= 1
+                            rel[y, t] -= 1
+                            wdirty[t] = True
+                            if need_join and rlen[t] > 0 and y != t:
+                                join[y] -= 1
+                    if was_ready:
+                        r -= 1
+                        rdy[u] = r
+                        rsum[u] -= b
+                        g = slot[e]
+                        scnt[g] -= 1
+                        if scnt[g] == 0:
+                            nd[u] -= 1
+                            tst[0, b] -= 1
+                            dirty[b] = True
+                p -= 1
+                pending[u] = p
+                if p == 0:  # released
+                    t = op[u]
+                    if batchable[t]:
+                        if need_join and rlen[t] == 0:  # t joins the ready set
+                            for y in range(k):
+                                if y != t:
+                                    join[y] += rel[y, t]
+                        ready[start[t] + rlen[t]] = u
+                        rlen[t] += 1
+                        dirty[t] = True
+                        if len(height) and height[u] > maxh[t]:
+                            maxh[t] = height[u]
+                        if release:
+                            fresh[mf] = u
+                            mf += 1
+                    else:
+                        forced[nf] = u
+                        nf += 1
+                elif release and r > 0 and r == p and nd[u] == 1:  # and back in
+                    y = rsum[u] if r == 1 else rsum[u] // r
+                    t = op[u]
+                    tst[1, y] += 1
+                    dirty[y] = True
+                    if batchable[t]:
+                        tst[2, y] += 1
+                        rel[y, t] += 1
+                        wdirty[t] = True
+                        if need_join and rlen[t] > 0 and y != t:
+                            join[y] += 1
+        # ---- the fresh ready nodes' users gain a ready operand (_mark_ready)
+        for i in range(mf):
+            v = fresh[i]
+            b = op[v]
+            for e in range(uptr[v], uptr[v + 1]):
+                u = uids[e]
+                r = rdy[u]
+                t = op[u]
+                if r > 0 and r == pending[u] and nd[u] == 1:  # u's credit out
+                    y = rsum[u] if r == 1 else rsum[u] // r
+                    tst[1, y] -= 1
+                    dirty[y] = True
+                    if batchable[t]:
+                        tst[2, y] -= 1
+                        rel[y, t] -= 1
+                        wdirty[t] = True
+                        if need_join and rlen[t] > 0 and y != t:
+                            join[y] -= 1
+                r += 1
+                rdy[u] = r
+                rsum[u] += b
+                g = slot[e]
+                scnt[g] += 1
+                if scnt[g] == 1:
+                    nd[u] += 1
+                    tst[0, b] += 1
+                    dirty[b] = True
+                if r == pending[u] and nd[u] == 1:  # and back in
+                    y = rsum[u] if r == 1 else rsum[u] // r
+                    tst[1, y] += 1
+                    dirty[y] = True
+                    if batchable[t]:
+                        tst[2, y] += 1
+                        rel[y, t] += 1
+                        wdirty[t] = True
+                        if need_join and rlen[t] > 0 and y != t:
+                            join[y] += 1
+    return batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, overrides, decisions
