@@ -50,6 +50,7 @@ COMPILED_MODULES = (
     "schedule/_compiled_priority.py",
     "schedule/_compiled_priority_ctx.py",
     "schedule/_compiled_priority_fsm.py",
+    "schedule/_compiled_priority_fused.py",
     "schedule/_compiled_priority_lean.py",
     "schedule/_compiled_priority_steps.py",
     "schedule/_compiled_priority_q.py",

@@ -70,6 +70,7 @@ from numba import njit
 from edbatch.schedule._compiled import _typewise_freed, start_state
 from edbatch.schedule._compiled_keys import _critical, _ratio
 from edbatch.schedule._compiled_priority_ctx import CONTEXT_FEATURES, FIRST_CONTEXT, context_rows
+from edbatch.schedule._compiled_priority_fused import fused_schedule
 from edbatch.schedule._compiled_priority_lean import _join_wait, lean_ok, lean_pick
 from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
@@ -371,6 +372,9 @@ def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
         :func:`~edbatch.schedule._compiled.run_schedule` returns them, the decisions where
         the choice differs from critical path's, and all decisions.
     """
+    if lean and lean_ok(w, nh):  # the same schedule, one loop (_compiled_priority_fused)
+        return fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
+                              tw_ids, total, w, _uses_release(w, nh))
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                     total, w, nh, np.empty((0, NUM_PRIORITY_FEATURES), np.float64),
                     np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
