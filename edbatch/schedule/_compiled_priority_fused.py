@@ -232,29 +232,24 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
             for v in batch:
                 remd[a] -= depth[v]
             was_ready = True
-        # ---- retire nodes[lo:done]: Kahn's step, the release sums kept (retire_tracked)
+        # ---- retire nodes[lo:done]: Kahn's step, the release sums kept (retire_tracked's
+        # result; a credited user (all pending operands ready, one type) keeps its credit
+        # when one of them runs, until its last one does; a forced node's users and a fresh
+        # node's users are never credited before: no credit to take out)
         mf = 0
         for jv in range(lo, done):
             v = nodes[jv]
             b = op[v]
             for e in range(uptr[v], uptr[v + 1]):
                 u = uids[e]
-                p = pending[u]
-                r = 0
+                p = pending[u] - 1
+                pending[u] = p
+                t = op[u]
                 if release:
                     r = rdy[u]
-                    t = op[u]
-                    if r > 0 and r == p and nd[u] == 1:  # u's credit out
-                        y = rsum[u] if r == 1 else rsum[u] // r
-                        tst[1, y] -= 1
-                        dirty[y] = True
-                        if batchable[t]:
-                            tst[2, y] -= 1
-                            rel[y, t] -= 1
-                            wdirty[t] = True
-                            if need_join and rlen[t] > 0 and y != t:
-                                join[y] -= 1
+                    credited = False
                     if was_ready:
+                        credited = r == p + 1 and nd[u] == 1  # then its type is b
                         r -= 1
                         rdy[u] = r
                         rsum[u] -= b
@@ -264,10 +259,26 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                             nd[u] -= 1
                             tst[0, b] -= 1
                             dirty[b] = True
-                p -= 1
-                pending[u] = p
+                    if p == 0 and credited:  # u's credit out
+                        tst[1, b] -= 1
+                        dirty[b] = True
+                        if batchable[t]:
+                            tst[2, b] -= 1
+                            rel[b, t] -= 1
+                            wdirty[t] = True
+                            if need_join and rlen[t] > 0 and b != t:
+                                join[b] -= 1
+                    elif p > 0 and not credited and r > 0 and r == p and nd[u] == 1:  # in
+                        y = rsum[u] if r == 1 else rsum[u] // r
+                        tst[1, y] += 1
+                        dirty[y] = True
+                        if batchable[t]:
+                            tst[2, y] += 1
+                            rel[y, t] += 1
+                            wdirty[t] = True
+                            if need_join and rlen[t] > 0 and y != t:
+                                join[y] += 1
                 if p == 0:  # released
-                    t = op[u]
                     if batchable[t]:
                         if need_join and rlen[t] == 0:  # t joins the ready set
                             for y in range(k):
@@ -284,36 +295,13 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                     else:
                         forced[nf] = u
                         nf += 1
-                elif release and r > 0 and r == p and nd[u] == 1:  # and back in
-                    y = rsum[u] if r == 1 else rsum[u] // r
-                    t = op[u]
-                    tst[1, y] += 1
-                    dirty[y] = True
-                    if batchable[t]:
-                        tst[2, y] += 1
-                        rel[y, t] += 1
-                        wdirty[t] = True
-                        if need_join and rlen[t] > 0 and y != t:
-                            join[y] += 1
-        # ---- the fresh ready nodes' users gain a ready operand (_mark_ready)
+        # ---- the fresh ready nodes' users gain a ready operand (_mark_ready's result)
         for i in range(mf):
             v = fresh[i]
             b = op[v]
             for e in range(uptr[v], uptr[v + 1]):
                 u = uids[e]
-                r = rdy[u]
-                t = op[u]
-                if r > 0 and r == pending[u] and nd[u] == 1:  # u's credit out
-                    y = rsum[u] if r == 1 else rsum[u] // r
-                    tst[1, y] -= 1
-                    dirty[y] = True
-                    if batchable[t]:
-                        tst[2, y] -= 1
-                        rel[y, t] -= 1
-                        wdirty[t] = True
-                        if need_join and rlen[t] > 0 and y != t:
-                            join[y] -= 1
-                r += 1
+                r = rdy[u] + 1
                 rdy[u] = r
                 rsum[u] += b
                 g = slot[e]
@@ -322,8 +310,9 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                     nd[u] += 1
                     tst[0, b] += 1
                     dirty[b] = True
-                if r == pending[u] and nd[u] == 1:  # and back in
+                if r == pending[u] and nd[u] == 1:  # u's credit in
                     y = rsum[u] if r == 1 else rsum[u] // r
+                    t = op[u]
                     tst[1, y] += 1
                     dirty[y] = True
                     if batchable[t]:
