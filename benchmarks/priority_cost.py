@@ -1,8 +1,12 @@
 """Per-decision cost of the compiled priority policy (issue 31: <= 5 us per decision).
 
 Interleaved on the same graphs, medians over ``--reps`` rounds: the whole compiled schedule
-with the priority policy (features + score of every ready type at each decision), the
-compiled critical path (one comparison per ready type), and the Python twin (the oracle)::
+with the priority policy (features + score of every ready type at each decision; for linear
+weights without context ones the fused loop, ``_compiled_priority_fused``), the same
+schedule through the per-decision pick (``per_call``: ``_schedule``'s lean pick, a numba
+call per decision and per batch's release upkeep, the loop before the fused one; linear
+weights only), the compiled critical path (one comparison per ready type), and the Python
+twin (the oracle)::
 
     python -m benchmarks.priority_cost --workload module_net --graphs 8 [--policy policy.json]
     python -m benchmarks.priority_cost --workload lattice_lstm --graphs 4 --hidden-units 16
@@ -20,10 +24,12 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from benchmarks._args import run as run_cli
 from edbatch.graph import Graph
 from edbatch.schedule import run_policy
-from edbatch.schedule._compiled_priority import run_priority
+from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES, _schedule, run_priority
 from edbatch.schedule.compiled import compiled_arrays
 from edbatch.workloads import make_workload
 from policies.priority import PriorityPolicy, critical_path_weights, graph_inputs
@@ -80,18 +86,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         policy(g)
     decisions = policy.hits + policy.misses
     twin = policy.twin()
+    rows, none = np.empty((0, NUM_PRIORITY_FEATURES), np.float64), np.empty(0, np.int64)
+    per_call = {} if policy.hidden else {"per_call": lambda: [
+        _schedule(*x, policy.weights, 0, rows, none, none, none, np.bool_(False), True)
+        for x in inputs]}
     runs = _interleave({
         "priority": lambda: [run_priority(*x, policy.weights, policy.hidden)  # type: ignore[call-arg]
                              for x in inputs],
+        **per_call,
         "critical_path": lambda: [compiled_arrays(g, "critical_path") for g in graphs],
         "python_twin": lambda: [run_policy(g, twin) for g in graphs],
     }, args.reps)
     us = {k: 1e6 * statistics.median(v) / decisions for k, v in runs.items()}
     us["priority_extra"] = us["priority"] - us["critical_path"]
+    us["priority_over_cp"] = us["priority"] / us["critical_path"]
+    if per_call:
+        us["per_call_over_cp"] = us["per_call"] / us["critical_path"]
     print(f"{args.workload} {args.split}: {len(graphs)} graphs, {decisions} decisions, "
           f"{len(runs['priority'])} reps")
     for k, v in us.items():
-        print(f"  {k:16s} {v:8.3f} us per decision")
+        print(f"  {k:16s} {v:8.3f} " + ("x critical path" if k.endswith("_over_cp")
+                                             else "us per decision"))
     return us
 
 
