@@ -5,7 +5,7 @@
 
 Every scheduler (``--schedulers``, plus ``learned``, ``learned2``, ... from ``--policy``:
 each priority, distilled-FSM or FSM artifact's run-time scheduler) runs the same reshuffled
-mini-batches of 64 questions, in an alternating order, through the step of
+mini-batches of 64 questions, in a rotating order (:func:`_order`), through the step of
 ``benchmarks/module_net_peers.py``'s edbatch contender (merge the cached per-question
 graphs, schedule, plan memory, run forward and backward). Per scheduler: mean batches, the
 medians of each phase and what a batch costs beside critical path: the median over
@@ -88,6 +88,16 @@ def _at_cp_cost(made: dict[str, Any], name: str) -> Callable[..., Any]:
     return schedule
 
 
+def _order(names: Sequence[str], m: int) -> list[str]:
+    """Mini-batch ``m``'s order of the schedulers: rotated by ``m``, reversed every other
+    round of ``len(names)`` mini-batches, so each scheduler runs in each position equally
+    often (with 2: alternating; with 3: all 6 orders in 6 mini-batches; forward/reverse
+    alone kept the middle one in the middle)."""
+    n = len(names)
+    out = [*names[m % n:], *names[:m % n]]
+    return out[::-1] if (m // n) % 2 else out
+
+
 def training_step(wl: ModuleNet, split: str, idx: Sequence[int], scheduler: Callable[..., Any],
                   ex: TorchExecutor, params: dict[str, torch.Tensor],
                   clock: Callable[[], float], plan_cache: bool = True
@@ -158,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         for n in [n[:-3] for n in names if n.endswith("@cp")]:
             copy = scheds[n](wl.minibatch(args.split, idx))  # untimed, on a copy
             made[n] = np.array([b.op_id for b in copy.batches if not b.forced], np.int64)
-        for name in (names if m % 2 else names[::-1]):
+        for name in _order(names, m):
             laps, schedule, _ = training_step(wl, args.split, idx, scheds[name], ex, params,
                                               clock, not args.at_cp_cost)
             if m:
