@@ -364,15 +364,12 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
 @njit(cache=True)
 def run_priority(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                  total, w, nh, lean=True):  # type: ignore[no-untyped-def]
-    """Schedule one graph with the priority policy ``w`` (``nh`` hidden units; the core's
-    loop, see :func:`edbatch.schedule._compiled.run_schedule`; ``total``: nodes per type).
-
-    Returns:
-        ``(batch_op, batch_forced, batch_ptr, nodes, overrides, decisions)``: the batches as
-        :func:`~edbatch.schedule._compiled.run_schedule` returns them, the decisions where
-        the choice differs from critical path's, and all decisions.
-    """
-    if lean and lean_ok(w, nh):  # the same schedule, one loop (_compiled_priority_fused)
+    """Schedule one graph with the policy ``w`` (``nh`` hidden units; ``total``: nodes per
+    type): ``(batch_op, batch_forced, batch_ptr, nodes, overrides, decisions)``, the batches
+    as :func:`~edbatch.schedule._compiled.run_schedule` returns them, the decisions where
+    the choice differs from critical path's, all decisions. ``lean`` and a :func:`lean_ok`
+    scorer: the fused loop (``_compiled_priority_fused``), the same schedule."""
+    if lean and lean_ok(w, nh):
         return fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
                               tw_ids, total, w, _uses_release(w, nh))
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
