@@ -68,3 +68,14 @@ def test_critical_path_is_required(capsys) -> None:  # type: ignore[no-untyped-d
     with pytest.raises(SystemExit):
         main(["--schedulers", "depth"])
     assert "must include critical_path" in capsys.readouterr().err
+
+
+def test_order_puts_every_scheduler_in_every_position() -> None:
+    """The rotating order: with 3 schedulers all 6 orders in 6 mini-batches (forward and
+    reverse alone left the second one in the middle), with 2 each first half the time."""
+    from itertools import permutations
+
+    from benchmarks.module_net_per_batch import _order
+    names = ["critical_path", "learned", "learned@cp"]
+    assert sorted(tuple(_order(names, m)) for m in range(6)) == sorted(permutations(names))
+    assert [_order(["a", "b"], m)[0] for m in range(4)] == ["a", "b", "b", "a"]
