@@ -48,10 +48,8 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.api._bulk_scan import (
-    batch_rows,
     type_edges,
-    type_order,
-    type_scan,
+    typed_layout,
 )
 from edbatch.api._read_plan import read_plan
 from edbatch.executor._program import Program, Step, new_step
@@ -85,7 +83,8 @@ def _type_order(t_node: NDArray[np.int64], first: list[int], operands: NDArray[A
     """Each op type's batch index (a topological order of the types, ties by first node),
     or ``None`` when a node reads a node of its own type or the types form a cycle: the
     Python twin (the tests' oracle) of the compiled :func:`~edbatch.api._bulk_scan.
-    type_order` that :func:`typed_program` calls."""
+    type_order` that :func:`typed_program` calls (in :func:`~edbatch.api._bulk_scan.
+    typed_layout`)."""
     k = len(first)
     succ: list[list[int]] = [[] for _ in range(k)]
     indeg = [0] * k
@@ -276,24 +275,23 @@ def typed_program(graph: Graph | Any, kernels: Mapping[str, Kernel], device: tor
     n = len(op_ids)
     if not n:
         return None
-    # the op types present, each node's index among them and its type's first node
-    types, present, t_node, at = type_scan(op_ids)  # (one compiled pass)
+    # the op types present and their counts, a topological rank of the types (empty: the
+    # segment does not qualify), each batch's op id, node's batch and row (one compiled pass)
+    types, present, rank, type_of_a, batch_of, sizes, order, row_of, order32 = \
+        typed_layout(op_ids, ptr, operands)
     if len(types) >= 1 << 15:  # (batch indices are sorted as int16)
         return None
     alone = ~graph.vocab.batchable[types]  # an unbatchable type runs each node alone
     if alone.any() and (present[alone] > 1).any():
         return None
     counts = ptr[1:] - ptr[:-1]
-    rank = type_order(t_node, ptr, operands, at, len(types))  # (compiled; twin _type_order)
     if not len(rank):
         return None
-    vocab, k = graph.vocab, len(types)
-    type_of = types[np.argsort(rank)].tolist()  # each batch's op id
+    vocab = graph.vocab
+    type_of = type_of_a.tolist()  # each batch's op id
     ops = [vocab[o] for o in type_of]
     if any(op.kind in HEAD_READS for op in ops):
         return None
-    batch_of = rank[t_node]
-    sizes, order, row_of = batch_rows(batch_of, k)  # (one compiled pass)
     starts = np.cumsum(sizes) - sizes
     size_l, start_l = sizes.tolist(), starts.tolist()
     flat = _tensor(graph.attrs[order], device)
@@ -301,10 +299,10 @@ def typed_program(graph: Graph | Any, kernels: Mapping[str, Kernel], device: tor
     sum_kernel = KERNELS.get("sum")
     batches = []
     for b, op in enumerate(ops):
-        nodes = order[start_l[b]:start_l[b] + size_l[b]]
+        nodes = order32[start_l[b]:start_l[b] + size_l[b]]
         if op.arity is None and (size_l[b] != 1 or counts[nodes[0]] == 0):
             return None  # (a variadic node runs alone of its type, on >= 1 operand)
-        batches.append(Batch(type_of[b], nodes.astype(np.int32)))
+        batches.append(Batch(type_of[b], nodes))
     slots = _reads(ops, operands, ptr, batch_of, row_of, sizes, device)
     steps: list[Step] = []
     for b, op in enumerate(ops):
