@@ -2,9 +2,9 @@
 :func:`~edbatch.api._typed._reads`): the operand layout, each read's range, whether it is
 one batch's consecutive rows, the reads grouped by the set of producer batches they hit,
 and every grouped read's rows in its group's joined outputs. Where Python built the ranges,
-a producer list per read and a concatenation per group (about 0.1 ms per large MoE
-segment). :func:`read_plan_py` is its Python twin, the tests' oracle. Compiled on first
-call, cached on disk."""
+a producer list per read and a concatenation per group (about 75 us less per large MoE
+segment, of about 225). :func:`read_plan_py` is its Python twin, the tests' oracle.
+Compiled on first call, cached on disk."""
 
 from __future__ import annotations
 
