@@ -274,13 +274,14 @@ def localise_reads(flat, losses, start, share_at):  # type: ignore[no-untyped-de
 def typed_layout(op_ids, ptr, operands):  # type: ignore[no-untyped-def]
     """For :func:`~edbatch.api._typed.typed_program`, one call where it made four and the
     numpy between them: :func:`type_scan`'s ``(types, counts)``, :func:`type_order`'s
-    ``rank`` (empty where the segment does not qualify: then nothing more is made) and,
+    ``rank`` (empty where the segment does not qualify, or has ``2**15`` types or more,
+    which ``typed_program`` refuses: then nothing more is made) and,
     where it qualifies, each batch's op id ``type_of``, each node's batch ``batch_of``,
     :func:`batch_rows`' ``(sizes, order, row_of)`` and ``order`` as ``int32``."""
     types, counts, t_node, first = type_scan(op_ids)
     k = len(types)
-    rank = type_order(t_node, ptr, operands, first, k)
     none = np.empty(0, np.int64)
+    rank = type_order(t_node, ptr, operands, first, k) if k < 1 << 15 else none
     if len(rank) == 0:
         return types, counts, rank, none, none, none, none, none, np.empty(0, np.int32)
     type_of = np.empty(k, np.int64)

@@ -162,3 +162,12 @@ def test_typed_layout_is_the_passes_it_joins(seed: int) -> None:
     want = [types[np.argsort(rank)], batch_of, sizes, order, row_of, order.astype(np.int32)]
     assert [(a.dtype, a.tolist()) for a in got[3:]] == [(a.dtype, a.tolist()) for a in want]
     assert seed % 3 == 0 or len(rank) == k
+
+
+def test_typed_layout_orders_no_more_than_2_15_types() -> None:
+    # (typed_program refuses that many: no k * k type edge table is made for them)
+    op_ids = np.arange(1 << 15, dtype=np.int32)
+    got = typed_layout(op_ids, np.zeros(len(op_ids) + 1, np.int64), np.zeros(0, np.int32))
+    assert len(got[0]) == 1 << 15 and all(len(a) == 0 for a in got[2:])
+    small = typed_layout(op_ids[:5], np.zeros(6, np.int64), np.zeros(0, np.int32))
+    assert small[2].tolist() == list(range(5))
