@@ -32,6 +32,7 @@ __all__ = ["COMPILED_MODULES", "STAMP", "cache_dirs", "refresh", "sources_digest
 #: ``tests/test_numba_cache.py`` keeps the list complete
 COMPILED_MODULES = (
     "api/_bulk_scan.py",
+    "api/_read_plan.py",
     "executor/_fast_chain.py",
     "executor/_fused.py",
     "executor/_fused_ggnn.py",

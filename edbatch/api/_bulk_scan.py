@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["batch_rows", "block_operands", "localise_reads", "read_layout", "type_edges",
-           "type_order", "type_scan"]
+           "type_order", "type_scan", "typed_layout"]
 
 
 @njit(cache=True, nogil=True)
@@ -268,3 +268,29 @@ def localise_reads(flat, losses, start, share_at):  # type: ignore[no-untyped-de
     local, r = _renumber(flat, start, where, 0, c)
     loss_local, _ = _renumber(losses, start, where, r, c)
     return old, local, loss_local
+
+
+@njit(cache=True, nogil=True)
+def typed_layout(op_ids, ptr, operands):  # type: ignore[no-untyped-def]
+    """For :func:`~edbatch.api._typed.typed_program`, one call where it made four and the
+    numpy between them: :func:`type_scan`'s ``(types, counts)``, :func:`type_order`'s
+    ``rank`` (empty where the segment does not qualify, or has ``2**15`` types or more,
+    which ``typed_program`` refuses: then nothing more is made) and,
+    where it qualifies, each batch's op id ``type_of``, each node's batch ``batch_of``,
+    :func:`batch_rows`' ``(sizes, order, row_of)`` and ``order`` as ``int32``."""
+    types, counts, t_node, first = type_scan(op_ids)
+    k = len(types)
+    none = np.empty(0, np.int64)
+    rank = type_order(t_node, ptr, operands, first, k) if k < 1 << 15 else none
+    if len(rank) == 0:
+        return types, counts, rank, none, none, none, none, none, np.empty(0, np.int32)
+    type_of = np.empty(k, np.int64)
+    for t in range(k):
+        type_of[rank[t]] = types[t]
+    n = len(op_ids)
+    batch_of = np.empty(n, np.int64)
+    for v in range(n):
+        batch_of[v] = rank[t_node[v]]
+    sizes, order, row_of = batch_rows(batch_of, k)
+    order32 = order.astype(np.int32)
+    return types, counts, rank, type_of, batch_of, sizes, order, row_of, order32

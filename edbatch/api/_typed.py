@@ -35,6 +35,7 @@ such a segment; what is not considered is anything a scheduler might trade batch
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import os
 import time
@@ -47,13 +48,10 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.api._bulk_scan import (
-    batch_rows,
-    read_layout,
-    read_runs,
     type_edges,
-    type_order,
-    type_scan,
+    typed_layout,
 )
+from edbatch.api._read_plan import read_plan
 from edbatch.executor._program import Program, Step, new_step
 from edbatch.executor._reads import Read, SelectRead, SliceRead, WholeRead, to_device
 from edbatch.executor._result import RunResult
@@ -85,7 +83,8 @@ def _type_order(t_node: NDArray[np.int64], first: list[int], operands: NDArray[A
     """Each op type's batch index (a topological order of the types, ties by first node),
     or ``None`` when a node reads a node of its own type or the types form a cycle: the
     Python twin (the tests' oracle) of the compiled :func:`~edbatch.api._bulk_scan.
-    type_order` that :func:`typed_program` calls."""
+    type_order` that :func:`typed_program` calls (in :func:`~edbatch.api._bulk_scan.
+    typed_layout`)."""
     k = len(first)
     succ: list[list[int]] = [[] for _ in range(k)]
     indeg = [0] * k
@@ -212,48 +211,40 @@ def _reads(ops: list[Any], operands: NDArray[Any],
     """Every batch's operand reads (one per slot; a variadic node's operands one read):
     a slice where the rows are one batch's consecutive rows, else a part of one
     :class:`GatherGroup` per set of producer batches read by more than one slot, else
-    :func:`_read`. The producers' (batch, row) of all reads are laid out slot by slot in
-    two arrays first (each read a contiguous range; one compiled pass,
-    :func:`~edbatch.api._bulk_scan.read_layout`), and the slices found for all at once."""
+    :func:`_read`. The producers' (batch, row) of all reads laid out slot by slot (each read
+    a contiguous range), the slices, the groups and their rows are found in one compiled
+    pass (:func:`~edbatch.api._read_plan.read_plan`)."""
     k = len(sizes)
     size_l = sizes.tolist()
     made: list[list[Any]] = [[] for _ in range(k)]
     if not len(operands):
         return made
-    pb, lr, e0, edges = read_layout(operands, ptr, batch_of, row_of, sizes)  # (one pass)
-    bounds: list[tuple[int, int, int, int]] = []  # (batch, slot, lo, hi): tiling 0..E
-    for b, (op, lo) in enumerate(zip(ops, e0.tolist(), strict=True)):
-        if op.arity is None:
-            bounds.append((b, 0, lo, lo + int(edges[b])))
-        else:
-            bounds.extend((b, j, lo + j * size_l[b], lo + (j + 1) * size_l[b])
-                          for j in range(op.arity))
-    rb = np.array(bounds, np.int64).reshape(-1, 4)
-    runs, hit = read_runs(pb, lr, rb[:, 2], rb[:, 3], k)  # (one compiled pass)
-    whole = runs.tolist()
-    used = {r: np.flatnonzero(hit[r]).tolist() for r, w in enumerate(whole) if not w}
-    groups: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
-    for r, (b, j, lo, hi) in enumerate(bounds):
-        if whole[r]:
+    arity = np.array([-1 if op.arity is None else op.arity for op in ops], np.int64)
+    pb, lr, rb, whole, gid, ghit, flat = read_plan(operands, ptr, batch_of, row_of, sizes,
+                                                   arity)  # (one compiled pass)
+    members: list[list[tuple[int, int, int, int]]] = [[] for _ in range(len(ghit))]
+    for b, j, lo, hi, w, g in zip(*rb.T.tolist(), whole.tolist(), gid.tolist(), strict=True):
+        if w:
             first, src = int(lr[lo]), int(pb[lo])
             made[b].append((WholeRead if first == 0 and hi - lo == size_l[src] else SliceRead)(
                 src, first, first + hi - lo))
         else:
             made[b].append(None)  # (placed below)
-            groups.setdefault(tuple(used[r]), []).append((b, j, lo, hi))
-    for producers, members in groups.items():
-        src = np.array(producers, np.int64)
-        total = sum(hi - lo for _, _, lo, hi in members)
-        if len(members) == 1 or int(sizes[src].sum()) > JOIN_AT * total:
-            for b, j, lo, hi in members:
+            members[g].append((b, j, lo, hi))
+    for hit, group_of in zip(ghit, members, strict=True):
+        src = np.flatnonzero(hit)
+        total = sum(hi - lo for _, _, lo, hi in group_of)
+        if len(group_of) == 1 or int(sizes[src].sum()) > JOIN_AT * total:
+            for b, j, lo, hi in group_of:
                 made[b][j] = _read(pb[lo:hi], lr[lo:hi], sizes, device)
             continue
-        at = np.zeros(k, np.int64)
-        at[src] = np.cumsum(sizes[src]) - sizes[src]
-        flat = np.concatenate([lr[lo:hi] + at[pb[lo:hi]] for _, _, lo, hi in members])
-        group = GatherGroup(list(producers), _tensor(flat, device),
-                            [hi - lo for _, _, lo, hi in members])
-        for i, (b, j, _, _) in enumerate(members):
+        ranges = [(lo, hi) for _, _, lo, hi in group_of]
+        if all(a[1] == z[0] for a, z in itertools.pairwise(ranges)):  # (one range: a copy)
+            rows = flat[ranges[0][0]:ranges[-1][1]].copy()
+        else:
+            rows = np.concatenate([flat[lo:hi] for lo, hi in ranges])
+        group = GatherGroup(src.tolist(), _tensor(rows, device), [hi - lo for lo, hi in ranges])
+        for i, (b, j, _, _) in enumerate(group_of):
             made[b][j] = GroupPart(group, i)
     return made
 
@@ -284,24 +275,23 @@ def typed_program(graph: Graph | Any, kernels: Mapping[str, Kernel], device: tor
     n = len(op_ids)
     if not n:
         return None
-    # the op types present, each node's index among them and its type's first node
-    types, present, t_node, at = type_scan(op_ids)  # (one compiled pass)
+    # the op types present and their counts, a topological rank of the types (empty: the
+    # segment does not qualify), each batch's op id, node's batch and row (one compiled pass)
+    types, present, rank, type_of_a, batch_of, sizes, order, row_of, order32 = \
+        typed_layout(op_ids, ptr, operands)
     if len(types) >= 1 << 15:  # (batch indices are sorted as int16)
         return None
     alone = ~graph.vocab.batchable[types]  # an unbatchable type runs each node alone
     if alone.any() and (present[alone] > 1).any():
         return None
     counts = ptr[1:] - ptr[:-1]
-    rank = type_order(t_node, ptr, operands, at, len(types))  # (compiled; twin _type_order)
     if not len(rank):
         return None
-    vocab, k = graph.vocab, len(types)
-    type_of = types[np.argsort(rank)].tolist()  # each batch's op id
+    vocab = graph.vocab
+    type_of = type_of_a.tolist()  # each batch's op id
     ops = [vocab[o] for o in type_of]
     if any(op.kind in HEAD_READS for op in ops):
         return None
-    batch_of = rank[t_node]
-    sizes, order, row_of = batch_rows(batch_of, k)  # (one compiled pass)
     starts = np.cumsum(sizes) - sizes
     size_l, start_l = sizes.tolist(), starts.tolist()
     flat = _tensor(graph.attrs[order], device)
@@ -309,10 +299,10 @@ def typed_program(graph: Graph | Any, kernels: Mapping[str, Kernel], device: tor
     sum_kernel = KERNELS.get("sum")
     batches = []
     for b, op in enumerate(ops):
-        nodes = order[start_l[b]:start_l[b] + size_l[b]]
+        nodes = order32[start_l[b]:start_l[b] + size_l[b]]
         if op.arity is None and (size_l[b] != 1 or counts[nodes[0]] == 0):
             return None  # (a variadic node runs alone of its type, on >= 1 operand)
-        batches.append(Batch(type_of[b], nodes.astype(np.int32)))
+        batches.append(Batch(type_of[b], nodes))
     slots = _reads(ops, operands, ptr, batch_of, row_of, sizes, device)
     steps: list[Step] = []
     for b, op in enumerate(ops):

@@ -14,6 +14,7 @@ from edbatch.api._bulk_scan import (
     type_edges,
     type_order,
     type_scan,
+    typed_layout,
 )
 
 
@@ -132,3 +133,41 @@ def test_type_order_matches_its_python_twin(seed: int) -> None:
     want = _type_order(t_node, first.tolist(), ops, ptr)
     got = type_order(t_node, ptr, ops, first, k)
     assert (want is None and len(got) == 0) or got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_typed_layout_is_the_passes_it_joins(seed: int) -> None:
+    """One call against type_scan, type_order, the numpy between them and batch_rows, as
+    typed_program made them before (random op ids and reads; cycles every third seed)."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 7))
+    n = k + int(rng.integers(0, 40))
+    op_ids = np.concatenate([rng.permutation(k) * 3 + 1, rng.integers(0, k, n - k) * 3 + 1]
+                            ).astype(np.int32)
+    level = rng.permutation(k)
+    reads = [[int(u) for u in rng.choice(v, int(rng.integers(0, 3)))
+              if seed % 3 == 0 or level[op_ids[u] // 3] < level[op_ids[v] // 3]]
+             if v else [] for v in range(n)]
+    ptr = np.cumsum([0] + [len(r) for r in reads]).astype(np.int64)
+    operands = np.array([u for r in reads for u in r], np.int32)
+    types, present, t_node, first = type_scan(op_ids)
+    rank = type_order(t_node, ptr, operands, first, len(types))
+    got = typed_layout(op_ids, ptr, operands)
+    assert [a.tolist() for a in got[:3]] == [types.tolist(), present.tolist(), rank.tolist()]
+    if not len(rank):
+        assert all(len(a) == 0 for a in got[3:])
+        return
+    batch_of = rank[t_node]
+    sizes, order, row_of = batch_rows(batch_of, len(types))
+    want = [types[np.argsort(rank)], batch_of, sizes, order, row_of, order.astype(np.int32)]
+    assert [(a.dtype, a.tolist()) for a in got[3:]] == [(a.dtype, a.tolist()) for a in want]
+    assert seed % 3 == 0 or len(rank) == k
+
+
+def test_typed_layout_orders_no_more_than_2_15_types() -> None:
+    # (typed_program refuses that many: no k * k type edge table is made for them)
+    op_ids = np.arange(1 << 15, dtype=np.int32)
+    got = typed_layout(op_ids, np.zeros(len(op_ids) + 1, np.int64), np.zeros(0, np.int32))
+    assert len(got[0]) == 1 << 15 and all(len(a) == 0 for a in got[2:])
+    small = typed_layout(op_ids[:5], np.zeros(6, np.int64), np.zeros(0, np.int32))
+    assert small[2].tolist() == list(range(5))
