@@ -1,0 +1,234 @@
+"""Direct rounds: a repeated one-cell round of ``run_programs`` run as one gather and one
+kernel call, with no per-round planning.
+
+A parser's decision round records, per live sentence, one ``scores`` node over four earlier
+feature nodes, and asks for its argmax. Through :meth:`_Runner.run
+<edbatch.api._programs._Runner.run>` every such round localises its reads, hashes its
+structure, finds its :class:`~edbatch.api._rounds.RoundPlan` and segment-cache entry, binds
+the cached typed program's attrs and runs it (a value batch, then the cell over its slot
+views): about 0.2 ms of host work per round around a kernel of about the same cost.
+
+A round is *direct* when (CPU inference, typed segments) its ``m`` new nodes are all of one
+op type of fixed arity ``a`` whose operand shapes are all one, every operand is an earlier
+segment's node, no node is shared by two reads (so the segment has one value node per read,
+as :func:`~edbatch.api._rounds.localise` decides), there is no loss term nor new input row,
+and a round of that op type and ``m`` ran the long way before in this segment state with
+the same output as the direct computation (checked once, when it is learnt). Then its
+value is computed as the long path computes it: the ``a * m`` operand rows gathered in slot
+order (:meth:`Values.gather <edbatch.api._values.Values.gather>`, the value batch), the
+cell's kernel on the ``a`` slot views, which are the same tensors the typed program hands
+it, so the output is bitwise the long path's. The segment's graph (the long path's, with
+this round's attrs and instances) and schedule (the cached one: a one-op-type round has no
+other) are made only when read (:class:`DirectSegment`).
+
+``EDBATCH_DIRECT_ROUNDS=0`` (or :data:`DIRECT` set to ``False``) turns the path off; the
+tests compare the two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import Tensor
+
+from edbatch.api import _typed
+from edbatch.api._bulk import int_array, operand_array
+from edbatch.api._bulk_scan import localise_reads
+from edbatch.api._rounds import Instances, extend
+from edbatch.api._segments import segment_state
+from edbatch.executor.kernels import kernel_for
+from edbatch.executor.torch_executor import RunResult
+from edbatch.graph import Graph
+from edbatch.schedule import Schedule
+
+__all__ = ["DIRECT", "DirectPlan", "DirectRounds", "DirectSegment"]
+
+#: Whether ``run_programs`` takes direct rounds (module docstring).
+DIRECT = os.environ.get("EDBATCH_DIRECT_ROUNDS", "1") != "0"
+
+#: Direct plans kept per segment state (op type and round size pairs).
+PLANS_KEPT = 1024
+
+_NO_LOSSES = np.zeros(0, np.int64)
+
+
+@dataclasses.dataclass
+class DirectPlan:
+    """What a direct round of one op type and size reuses: the long path's first graph of
+    it (``base``: value nodes' attrs ``base.attrs[:c]``, a loss-free tail), its schedule
+    and run stats, the kernel and the operands' shape ops in read order (checked per
+    round)."""
+
+    op: Any
+    kernel: Any
+    base: Graph
+    schedule: Schedule
+    stats: dict[str, float]
+    steps: int
+    old_ops: NDArray[np.int32]
+
+
+class DirectSegment:
+    """A direct round's segment: ``graph`` (made when first read, as the long path's cached
+    segments make theirs), ``schedule`` and ``run`` as :class:`~edbatch.api._programs.
+    Segment` has them."""
+
+    __slots__ = ("_graph", "_make", "run", "schedule")
+
+    def __init__(self, plan: DirectPlan, attrs: NDArray[np.int64], inst: Instances,
+                 old: NDArray[np.int64], start: int, n: int, run: RunResult) -> None:
+        self._graph: Graph | None = None
+        self._make = (plan.base, attrs, inst, old, start, n)
+        self.schedule, self.run = plan.schedule, run
+
+    @property
+    def graph(self) -> Graph:
+        if self._graph is None:
+            base, attrs, inst, old, start, n = self._make
+            c = len(old)
+            full = np.concatenate([base.attrs[:c], attrs, base.attrs[c + n - start:]])
+            self._graph = dataclasses.replace(base, attrs=_frozen(full, np.int64),
+                                              instance=_frozen(inst.of(old, start, n, False),
+                                                               np.int32))
+            self._make = None  # type: ignore[assignment]
+        return self._graph
+
+    def __repr__(self) -> str:
+        return f"Segment({self.schedule.num_batches} batches, direct)"
+
+
+#: Per segment state (by id, with a weak reference to it: a state is unhashable) its
+#: direct plans by round key (``None``: a round key learnt not direct).
+_PLANS: dict[int, tuple[weakref.ref[Any], dict[tuple[Any, ...], DirectPlan | None]]] = {}
+
+
+def _plans_of(state: Any) -> dict[tuple[Any, ...], DirectPlan | None]:
+    got = _PLANS.get(id(state))
+    if got is None or got[0]() is not state:
+        for k in [k for k, (ref, _) in _PLANS.items() if ref() is None]:
+            del _PLANS[k]
+        got = _PLANS[id(state)] = (weakref.ref(state), {})
+    return got[1]
+
+
+class DirectRounds:
+    """A mini-batch's direct rounds (module docstring), over one ``_Runner``'s state."""
+
+    def __init__(self, runner: Any, share_at: int) -> None:
+        batch = runner.batch
+        self.on = DIRECT and not runner.grad and _typed.TYPED and batch.device.type == "cpu"
+        self.tag = (runner.maker, runner.strategy)
+        self.share_at = share_at  # (the long path's rule: localise's)
+
+    def run(self, runner: Any) -> bool:
+        """Run the pending round directly if it is a direct round (module docstring),
+        learning its plan the long way (``runner.run()``) the first time; ``False``: it is
+        not one (nothing was run)."""
+        if not self.on:
+            return False
+        rec, start = runner.batch._rec, runner.start
+        n = len(rec.ops)
+        m = n - start
+        if m < 1 or len(rec.losses) != runner.loss_start or \
+                len(rec.counts) != runner.count_start:
+            return False
+        return self._uniform(runner, runner.batch, rec, start, n, m, rec.ops[start])
+
+    def _uniform(self, runner: Any, batch: Any, rec: Any, start: int, n: int, m: int,
+                 x: int) -> bool:
+        ops = rec.ops
+        if ops[n - 1] != x or ops[start:n].count(x) != m:
+            return False
+        op = batch._ops[x]
+        a = op.arity
+        shapes = op.in_shapes
+        if not a or not shapes or len(set(shapes)) != 1 or rec.blocks and rec.blocks[-3] >= start:
+            return False
+        if len(rec.operands) - runner.op_start != a * m:
+            return False
+        flat = operand_array(rec, runner.op_start, start)
+        if int(flat.max()) >= start:
+            return False
+        state = segment_state(batch)
+        plans = _plans_of(state)
+        key = (*self.tag, len(batch._ops), x, m)
+        plan = plans.get(key, False)
+        if plan is None:  # (learnt: not direct)
+            return False
+        old, _, _ = localise_reads(flat, _NO_LOSSES, start, self.share_at)
+        if len(old) != len(flat):  # shared reads: the long path's segment differs
+            return False
+        if plan is False:
+            runner.run()
+            if len(plans) >= PLANS_KEPT:
+                plans.clear()
+            plans[key] = _learn(runner, batch, op, flat, start, n, m, a)
+            return True
+        if not np.array_equal(runner.op_all[flat], plan.old_ops):
+            return False
+        t0 = time.perf_counter()
+        runner.op_all = extend(runner.op_all, start, np.full(m, runner.shape_op[x], np.int32))
+        runner.inst.read(rec.marks, start, n)
+        attrs = int_array(rec.attrs, start, n, "q")
+        t1 = time.perf_counter()
+        out, seconds = _compute(runner, plan, flat, attrs, m, a)
+        values = runner.values
+        values.grow(n)
+        values.batch[start:n] = len(values.outputs)
+        values.row[start:n] = np.arange(m)
+        values.outputs.append(out)
+        runner.new = (start, n, out)
+        stats = dict(plan.stats)
+        stats["exec/seconds"] = seconds
+        runner.segments.append(DirectSegment(plan, attrs, runner.inst, flat, start, n,
+                                             RunResult({}, None, plan.steps, stats, seconds)))
+        runner.start, runner.op_start = n, len(rec.operands)
+        sec = runner.seconds
+        sec["graph"] += t1 - t0
+        sec["segment"] += time.perf_counter() - t1
+        return True
+
+
+def _compute(runner: Any, plan: DirectPlan, flat: NDArray[np.int64], attrs: NDArray[np.int64],
+             m: int, a: int) -> tuple[Tensor, float]:
+    """The round's output: the operand rows in slot order, the kernel on the slot views."""
+    rows = runner.values.gather(flat.reshape(m, a).T.reshape(-1))
+    t = time.perf_counter()
+    inputs = [rows[s * m:(s + 1) * m] for s in range(a)]
+    out = plan.kernel(plan.op, inputs, runner.batch.params, torch.from_numpy(attrs))
+    return out, time.perf_counter() - t
+
+
+def _learn(runner: Any, batch: Any, op: Any, flat: NDArray[np.int64], start: int, n: int,
+           m: int, a: int) -> DirectPlan | None:
+    """The plan of a round just run the long way, if computing it directly gives the same
+    output (``None``: never direct)."""
+    seg = runner.segments[-1]
+    new = runner.new
+    if new is None or new[0] != start or new[1] != n or not isinstance(seg.graph, Graph):
+        return None
+    base = seg.graph
+    plan = DirectPlan(op, kernel_for(op, segment_state(batch).capture.originals), base,
+                      seg.schedule, dict(seg.run.stats), int(seg.run.num_kernel_calls),
+                      runner.op_all[flat].copy())
+    c = len(flat)
+    if len(base.attrs) != c + m or len(base.outputs):  # (a tail: not a plain round)
+        return None
+    with torch.no_grad():
+        out, _ = _compute(runner, plan, flat, base.attrs[c:].copy(), m, a)
+    if out.shape != new[2].shape or out.dtype != new[2].dtype or not torch.equal(out, new[2]):
+        return None
+    return plan
+
+
+def _frozen(a: NDArray[Any], dtype: Any) -> NDArray[Any]:
+    a = np.ascontiguousarray(a, dtype=dtype)
+    a.flags.writeable = False
+    return a
