@@ -10,16 +10,18 @@ views): about 0.2 ms of host work per round around a kernel of about the same co
 
 A round is *direct* when (CPU inference, typed segments) its ``m`` new nodes are all of one
 op type of fixed arity ``a`` whose operand shapes are all one, every operand is an earlier
-segment's node, no node is shared by two reads (so the segment has one value node per read,
-as :func:`~edbatch.api._rounds.localise` decides), there is no loss term nor new input row,
+segment's node, too few reads share a node for the segment to give several reads one value node
+(:func:`~edbatch.api._rounds.localise`'s rule), there is no loss term nor new input row,
 and a round of that op type and ``m`` ran the long way before in this segment state with
-the same output as the direct computation (checked once, when it is learnt). Then its
-value is computed as the long path computes it: the ``a * m`` operand rows gathered in slot
-order (:meth:`Values.gather <edbatch.api._values.Values.gather>`, the value batch), the
-cell's kernel on the ``a`` slot views, which are the same tensors the typed program hands
-it, so the output is bitwise the long path's. The segment's graph (the long path's, with
-this round's attrs and instances) and schedule (the cached one: a one-op-type round has no
-other) are made only when read (:class:`DirectSegment`).
+the same output as the direct computation (checked once, when it is learnt, bitwise). Then
+its value is computed as the long path computes it, less the planning: the ``a * m``
+operand rows gathered instance after instance (:meth:`Values.gather
+<edbatch.api._values.Values.gather>`, one ``index_select``) and viewed as ``[m, a * w]``,
+the cell's kernel on its ``a`` column blocks (the values of the long path's slot views; a
+kernel that concatenates them takes the block itself,
+:func:`~edbatch.executor.cells_parser.side_by_side`). The segment's graph (the long path's,
+with this round's attrs and instances) and schedule (the cached one: a one-op-type round
+has no other) are made only when read (:class:`DirectSegment`).
 
 ``EDBATCH_DIRECT_ROUNDS=0`` (or :data:`DIRECT` set to ``False``) turns the path off; the
 tests compare the two.
@@ -40,7 +42,6 @@ from torch import Tensor
 
 from edbatch.api import _typed
 from edbatch.api._bulk import int_array, operand_array
-from edbatch.api._bulk_scan import localise_reads
 from edbatch.api._rounds import Instances, extend
 from edbatch.api._segments import segment_state
 from edbatch.executor.kernels import kernel_for
@@ -55,8 +56,6 @@ DIRECT = os.environ.get("EDBATCH_DIRECT_ROUNDS", "1") != "0"
 
 #: Direct plans kept per segment state (op type and round size pairs).
 PLANS_KEPT = 1024
-
-_NO_LOSSES = np.zeros(0, np.int64)
 
 
 @dataclasses.dataclass
@@ -126,6 +125,7 @@ class DirectRounds:
         self.on = DIRECT and not runner.grad and _typed.TYPED and batch.device.type == "cpu"
         self.tag = (runner.maker, runner.strategy)
         self.share_at = share_at  # (the long path's rule: localise's)
+        self.state: tuple[int, Any] = (-1, None)  # (op types then, their segment state)
 
     def run(self, runner: Any) -> bool:
         """Run the pending round directly if it is a direct round (module docstring),
@@ -149,24 +149,29 @@ class DirectRounds:
         op = batch._ops[x]
         a = op.arity
         shapes = op.in_shapes
-        if not a or not shapes or len(set(shapes)) != 1 or rec.blocks and rec.blocks[-3] >= start:
+        if not a or not shapes or len(set(shapes)) != 1 or \
+                (rec.blocks and rec.blocks[-3] >= start):
             return False
         if len(rec.operands) - runner.op_start != a * m:
             return False
+        c = a * m
+        if c >= 2 * self.share_at and \
+                len(set(rec.operands[runner.op_start:])) * self.share_at <= c:
+            return False  # shared reads (localise's rule): the long path's segment differs
         flat = operand_array(rec, runner.op_start, start)
         if int(flat.max()) >= start:
             return False
-        state = segment_state(batch)
-        plans = _plans_of(state)
-        key = (*self.tag, len(batch._ops), x, m)
+        kinds = len(batch._ops)
+        if self.state[0] != kinds:  # (a kernel registered: the state may have changed)
+            self.state = (kinds, _plans_of(segment_state(batch)))
+        plans = self.state[1]
+        key = (*self.tag, kinds, x, m)
         plan = plans.get(key, False)
         if plan is None:  # (learnt: not direct)
             return False
-        old, _, _ = localise_reads(flat, _NO_LOSSES, start, self.share_at)
-        if len(old) != len(flat):  # shared reads: the long path's segment differs
-            return False
         if plan is False:
             runner.run()
+            self.state = (-1, None)
             if len(plans) >= PLANS_KEPT:
                 plans.clear()
             plans[key] = _learn(runner, batch, op, flat, start, n, m, a)
@@ -199,9 +204,11 @@ class DirectRounds:
 def _compute(runner: Any, plan: DirectPlan, flat: NDArray[np.int64], attrs: NDArray[np.int64],
              m: int, a: int) -> tuple[Tensor, float]:
     """The round's output: the operand rows in slot order, the kernel on the slot views."""
-    rows = runner.values.gather(flat.reshape(m, a).T.reshape(-1))
-    t = time.perf_counter()
-    inputs = [rows[s * m:(s + 1) * m] for s in range(a)]
+    rows = runner.values.gather(flat)  # (instance after instance: no cat for a concatenating
+    t = time.perf_counter()           # kernel, cells_parser.side_by_side)
+    width = rows.shape[1]
+    joined = rows.view(m, a * width)
+    inputs = [joined[:, s * width:(s + 1) * width] for s in range(a)]
     out = plan.kernel(plan.op, inputs, runner.batch.params, torch.from_numpy(attrs))
     return out, time.perf_counter() - t
 
@@ -221,8 +228,11 @@ def _learn(runner: Any, batch: Any, op: Any, flat: NDArray[np.int64], start: int
     c = len(flat)
     if len(base.attrs) != c + m or len(base.outputs):  # (a tail: not a plain round)
         return None
-    with torch.no_grad():
-        out, _ = _compute(runner, plan, flat, base.attrs[c:].copy(), m, a)
+    try:  # (a kernel that refuses column-block views: never direct)
+        with torch.no_grad():
+            out, _ = _compute(runner, plan, flat, base.attrs[c:].copy(), m, a)
+    except Exception:  # (any failure only means the long path stays)
+        return None
     if out.shape != new[2].shape or out.dtype != new[2].dtype or not torch.equal(out, new[2]):
         return None
     return plan

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from edbatch.api import DynamicBatch, _direct, argmax
+from edbatch.executor.cells_parser import side_by_side
 from experiments.parser_model import ApiParser, reference_parse
 from tests.workloads.test_transition_parser import fp64_params, small
 
@@ -138,3 +139,16 @@ def test_a_direct_computation_that_differs_is_never_taken(monkeypatch: pytest.Mo
         parses, out = model.parse(sentences)
         assert parses == [reference_parse(wl, params, a) for a in sentences]
         assert _direct_count(out) == 0
+
+
+def test_side_by_side_is_cat_and_joins_column_blocks_without_a_copy() -> None:
+    rows = torch.randn(6 * 4, 5, dtype=torch.float64)  # 6 instances x 4 slots, in that order
+    joined = rows.view(6, 20)
+    blocks = [joined[:, 5 * s:5 * (s + 1)] for s in range(4)]
+    got = side_by_side(blocks)
+    assert torch.equal(got, torch.cat(blocks, dim=1)) and got.data_ptr() == rows.data_ptr()
+    slot_major = [rows[6 * s:6 * (s + 1)] for s in range(4)]  # (the long path's slot views)
+    assert torch.equal(side_by_side(slot_major), torch.cat(slot_major, dim=1))
+    shuffled = [blocks[1], blocks[0], *blocks[2:]]
+    assert torch.equal(side_by_side(shuffled), torch.cat(shuffled, dim=1))
+    assert side_by_side(shuffled).data_ptr() != rows.data_ptr()
