@@ -179,7 +179,10 @@ class DirectRounds:
         if not np.array_equal(runner.op_all[flat], plan.old_ops):
             return False
         t0 = time.perf_counter()
-        runner.op_all = extend(runner.op_all, start, np.full(m, runner.shape_op[x], np.int32))
+        if len(runner.op_all) >= n:  # (room: filled in place)
+            runner.op_all[start:n] = runner.shape_op[x]
+        else:
+            runner.op_all = extend(runner.op_all, start, np.full(m, runner.shape_op[x], np.int32))
         runner.inst.read(rec.marks, start, n)
         attrs = int_array(rec.attrs, start, n, "q")
         t1 = time.perf_counter()
@@ -203,12 +206,12 @@ class DirectRounds:
 
 def _compute(runner: Any, plan: DirectPlan, flat: NDArray[np.int64], attrs: NDArray[np.int64],
              m: int, a: int) -> tuple[Tensor, float]:
-    """The round's output: the operand rows in slot order, the kernel on the slot views."""
+    """The round's output and the kernel's seconds: the operand rows instance after instance,
+    the kernel on their ``a`` column blocks."""
     rows = runner.values.gather(flat)  # (instance after instance: no cat for a concatenating
     t = time.perf_counter()           # kernel, cells_parser.side_by_side)
     width = rows.shape[1]
-    joined = rows.view(m, a * width)
-    inputs = [joined[:, s * width:(s + 1) * width] for s in range(a)]
+    inputs = rows.view(m, a * width).split(width, dim=1)
     out = plan.kernel(plan.op, inputs, runner.batch.params, torch.from_numpy(attrs))
     return out, time.perf_counter() - t
 

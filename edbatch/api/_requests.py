@@ -117,7 +117,7 @@ def _mask_rows(codes: list[int]) -> np.ndarray | None:  # type: ignore[type-arg]
     masks = list(map(_BY_CODE.get, distinct))
     if not all(m is not None for m in masks):
         return None
-    table = np.stack([m.reshape(-1) for m in masks])  # type: ignore[union-attr]
+    table = np.array([m.reshape(-1) for m in masks])  # type: ignore[union-attr]  # (np.stack: 2.5x)
     if not table.any(1).all():
         raise GraphError("argmax(): an allowed mask allows no entry; allow at least one")
     if len(masks) == 1:
