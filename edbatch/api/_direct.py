@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from edbatch.api import _typed
-from edbatch.api._bulk import int_array, operand_array
+from edbatch.api._bulk import int_array
 from edbatch.api._rounds import Instances, extend
 from edbatch.api._segments import segment_state
 from edbatch.executor.kernels import kernel_for
@@ -76,27 +76,35 @@ class DirectPlan:
 
 class DirectSegment:
     """A direct round's segment: ``graph`` (made when first read, as the long path's cached
-    segments make theirs), ``schedule`` and ``run`` as :class:`~edbatch.api._programs.
-    Segment` has them."""
+    segments make theirs), ``schedule`` and ``run`` (its :class:`RunResult`, made when
+    read) as :class:`~edbatch.api._programs.Segment` has them."""
 
-    __slots__ = ("_graph", "_make", "run", "schedule")
+    __slots__ = ("_graph", "_make", "_plan", "_run", "schedule")
 
     def __init__(self, plan: DirectPlan, attrs: NDArray[np.int64], inst: Instances,
-                 old: NDArray[np.int64], start: int, n: int, run: RunResult) -> None:
+                 old: NDArray[np.int64], start: int, n: int, seconds: float) -> None:
         self._graph: Graph | None = None
-        self._make = (plan.base, attrs, inst, old, start, n)
-        self.schedule, self.run = plan.schedule, run
+        self._make = (attrs, inst, old, start, n)
+        self._plan, self._run = plan, seconds
+        self.schedule = plan.schedule
+
+    @property
+    def run(self) -> RunResult:
+        if not isinstance(self._run, RunResult):
+            stats = dict(self._plan.stats)
+            stats["exec/seconds"] = self._run
+            self._run = RunResult({}, None, self._plan.steps, stats, self._run)
+        return self._run
 
     @property
     def graph(self) -> Graph:
         if self._graph is None:
-            base, attrs, inst, old, start, n = self._make
-            c = len(old)
+            attrs, inst, old, start, n = self._make
+            base, c = self._plan.base, len(old)
             full = np.concatenate([base.attrs[:c], attrs, base.attrs[c + n - start:]])
             self._graph = dataclasses.replace(base, attrs=_frozen(full, np.int64),
                                               instance=_frozen(inst.of(old, start, n, False),
                                                                np.int32))
-            self._make = None  # type: ignore[assignment]
         return self._graph
 
     def __repr__(self) -> str:
@@ -155,12 +163,11 @@ class DirectRounds:
         if len(rec.operands) - runner.op_start != a * m:
             return False
         c = a * m
-        if c >= 2 * self.share_at and \
-                len(set(rec.operands[runner.op_start:])) * self.share_at <= c:
-            return False  # shared reads (localise's rule): the long path's segment differs
-        flat = operand_array(rec, runner.op_start, start)
-        if int(flat.max()) >= start:
-            return False
+        part = rec.operands[runner.op_start:]  # (no operand block: checked above)
+        if max(part) >= start or \
+                (c >= 2 * self.share_at and len(set(part)) * self.share_at <= c):
+            return False  # a new node read, or shared reads (localise's rule): not direct
+        flat = np.fromiter(part, np.int64, c)
         kinds = len(batch._ops)
         if self.state[0] != kinds:  # (a kernel registered: the state may have changed)
             self.state = (kinds, _plans_of(segment_state(batch)))
@@ -193,10 +200,7 @@ class DirectRounds:
         values.row[start:n] = np.arange(m)
         values.outputs.append(out)
         runner.new = (start, n, out)
-        stats = dict(plan.stats)
-        stats["exec/seconds"] = seconds
-        runner.segments.append(DirectSegment(plan, attrs, runner.inst, flat, start, n,
-                                             RunResult({}, None, plan.steps, stats, seconds)))
+        runner.segments.append(DirectSegment(plan, attrs, runner.inst, flat, start, n, seconds))
         runner.start, runner.op_start = n, len(rec.operands)
         sec = runner.seconds
         sec["graph"] += t1 - t0

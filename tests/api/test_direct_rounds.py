@@ -35,6 +35,8 @@ def _same_segments(a: Any, b: Any) -> None:
         assert [(x.op_id, x.node_ids.tolist()) for x in s.schedule.batches] == \
             [(x.op_id, x.node_ids.tolist()) for x in t.schedule.batches]
         assert s.run.num_kernel_calls == t.run.num_kernel_calls
+        counts = ("exec/num_views", "exec/num_gathers", "exec/num_kernel_calls")
+        assert [s.run.stats[k] for k in counts] == [t.run.stats[k] for k in counts]
 
 
 def test_parser_rounds_run_directly_with_the_long_paths_trees_and_graphs(
