@@ -42,7 +42,7 @@ from torch import Tensor
 
 from edbatch.api import _typed
 from edbatch.api._bulk import int_array
-from edbatch.api._rounds import Instances, extend
+from edbatch.api._rounds import Instances, _arange, extend
 from edbatch.api._segments import segment_state
 from edbatch.executor.kernels import kernel_for
 from edbatch.executor.torch_executor import RunResult
@@ -62,8 +62,8 @@ PLANS_KEPT = 1024
 class DirectPlan:
     """What a direct round of one op type and size reuses: the long path's first graph of
     it (``base``: value nodes' attrs ``base.attrs[:c]``, a loss-free tail), its schedule
-    and run stats, the kernel and the operands' shape ops in read order (checked per
-    round)."""
+    and run stats, and the kernel. (Its operands' shapes are the op type's, which the cell
+    call checks: so are the shape ops the long path's plan keys on.)"""
 
     op: Any
     kernel: Any
@@ -71,7 +71,6 @@ class DirectPlan:
     schedule: Schedule
     stats: dict[str, float]
     steps: int
-    old_ops: NDArray[np.int32]
 
 
 class DirectSegment:
@@ -183,8 +182,6 @@ class DirectRounds:
                 plans.clear()
             plans[key] = _learn(runner, batch, op, flat, start, n, m, a)
             return True
-        if not np.array_equal(runner.op_all[flat], plan.old_ops):
-            return False
         t0 = time.perf_counter()
         if len(runner.op_all) >= n:  # (room: filled in place)
             runner.op_all[start:n] = runner.shape_op[x]
@@ -197,7 +194,7 @@ class DirectRounds:
         values = runner.values
         values.grow(n)
         values.batch[start:n] = len(values.outputs)
-        values.row[start:n] = np.arange(m)
+        values.row[start:n] = _arange(m)
         values.outputs.append(out)
         runner.new = (start, n, out)
         runner.segments.append(DirectSegment(plan, attrs, runner.inst, flat, start, n, seconds))
@@ -230,8 +227,7 @@ def _learn(runner: Any, batch: Any, op: Any, flat: NDArray[np.int64], start: int
         return None
     base = seg.graph
     plan = DirectPlan(op, kernel_for(op, segment_state(batch).capture.originals), base,
-                      seg.schedule, dict(seg.run.stats), int(seg.run.num_kernel_calls),
-                      runner.op_all[flat].copy())
+                      seg.schedule, dict(seg.run.stats), int(seg.run.num_kernel_calls))
     c = len(flat)
     if len(base.attrs) != c + m or len(base.outputs):  # (a tail: not a plain round)
         return None

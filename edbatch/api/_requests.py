@@ -229,8 +229,10 @@ def bulk_round(asked: list[Any], rec: Any
             codes: list[int] = []
             code = codes.append
             for y in asked:  # one pass: the checks, the node ids and the mask codes
-                h: Any = getattr(y, "handle", None)
-                if type(y) is not kind or h._kind is not want or h._rec is not rec:
+                if type(y) is not kind:
+                    return None
+                h: Any = y.handle
+                if h._kind is not want or h._rec is not rec:
                     return None
                 add(h.node_id)
                 code(y.code)
