@@ -212,8 +212,8 @@ def _compute(runner: Any, plan: DirectPlan, flat: NDArray[np.int64], attrs: NDAr
     rows = runner.values.gather(flat)  # (instance after instance: no cat for a concatenating
     t = time.perf_counter()           # kernel, cells_parser.side_by_side)
     width = rows.shape[1]
-    inputs = rows.view(m, a * width).split(width, dim=1)
-    out = plan.kernel(plan.op, inputs, runner.batch.params, torch.from_numpy(attrs))
+    out = plan.kernel(plan.op, rows.view(m, a * width).split(width, dim=1), runner.batch.params,
+                      torch.from_numpy(attrs))
     return out, time.perf_counter() - t
 
 

@@ -106,16 +106,18 @@ def side_by_side(parts: Sequence[Tensor]) -> Tensor:
     the ``[B, w]`` parts are consecutive column blocks of (the operand rows of a direct
     round gathered one instance after another: :mod:`edbatch.api._direct`)."""
     first = parts[0]
-    if first.dim() == 2 and len(parts) > 1:
-        width = sum(p.shape[1] for p in parts)
-        at, size = first.data_ptr(), first.element_size()
+    if len(parts) > 1 and first.dim() == 2:
+        width, rows, dtype = first.stride(0), first.shape[0], first.dtype
+        start = at = first.data_ptr()
+        size = first.element_size()
         for p in parts:
-            if p.stride() != (width, 1) or p.data_ptr() != at or p.dtype != first.dtype or \
-                    p.shape[0] != first.shape[0]:
+            if p.stride() != (width, 1) or p.data_ptr() != at or p.dtype is not dtype or \
+                    p.shape[0] != rows:
                 break
             at += p.shape[1] * size
         else:
-            return first.as_strided((first.shape[0], width), (width, 1))
+            if at == start + width * size:  # (the blocks fill the rows)
+                return first.as_strided((rows, width), (width, 1))
     return torch.cat(list(parts), dim=1)
 
 

@@ -154,3 +154,6 @@ def test_side_by_side_is_cat_and_joins_column_blocks_without_a_copy() -> None:
     shuffled = [blocks[1], blocks[0], *blocks[2:]]
     assert torch.equal(side_by_side(shuffled), torch.cat(shuffled, dim=1))
     assert side_by_side(shuffled).data_ptr() != rows.data_ptr()
+    some = blocks[:3]  # (consecutive, but not whole rows)
+    assert torch.equal(side_by_side(some), torch.cat(some, dim=1))
+    assert side_by_side(some).data_ptr() != rows.data_ptr()
