@@ -8,6 +8,8 @@ non-projective ones included) greedily with the same parameters (random, or ``--
 
 * ``edbatch``: :meth:`experiments.parser_model.ApiParser.parse` (per-sentence generator
   programs; ``run_programs`` batches every sentence's pending decision per synchronisation);
+* ``edbatch_long`` (only if named in ``--contenders``): the same with direct rounds off
+  (:mod:`edbatch.api._direct`: every decision round planned and run as a segment);
 * ``hand_batched``: :class:`benchmarks.peers.transition_parser.HandBatchedParser` (packed
   ``nn.LSTM``, then all sentences advance by transition step, one MLP call per step);
 * ``unbatched``: one sentence and one configuration at a time (the per-instance reference);
@@ -16,9 +18,10 @@ non-projective ones included) greedily with the same parameters (random, or ``--
 
 Each contender's heads and relations are compared with the per-instance reference decoder
 (a mismatch is counted and reported, not hidden). Timing: ``--repeats`` interleaved passes
-(contender order rotated per pass) after one warm-up pass, the median per mini-batch, summed.
-One CPU thread. The last stdout line is a JSON object with the load average beside the
-times: timings on a loaded machine are noise, the correctness check is not.
+(contender order rotated per pass) after one warm-up pass, the median per mini-batch, summed,
+in wall time and in this process's CPU time (``cpu_ms_per_batch``: less sensitive to the
+machine's load). One CPU thread. The last stdout line is a JSON object with the load average
+beside the times: timings on a loaded machine are noise, the correctness check is not.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from benchmarks import _args
 from benchmarks.dynet_peer import build_peer, init_dynet
 from benchmarks.peers.dynet import transition_parser as dynet_parser
 from benchmarks.peers.transition_parser import HandBatchedParser, unbatched_parse
+from edbatch.api import _direct
 from edbatch.executor import init_params
 from edbatch.workloads.transition_parser import TransitionParser
 from experiments.parser_model import ApiParser
@@ -48,6 +52,7 @@ from experiments.parser_model import ApiParser
 __all__ = ["main", "run"]
 
 Contender = Callable[[Sequence[Sequence[int]]], list[Any]]
+DEFAULT_CONTENDERS = ("edbatch", "hand_batched", "unbatched", "dynet")
 
 
 def contenders(wl: TransitionParser, params: dict[str, torch.Tensor], autobatch: int
@@ -60,8 +65,16 @@ def contenders(wl: TransitionParser, params: dict[str, torch.Tensor], autobatch:
     model, dy_params = build_peer(dy, wl.name, {k: v.detach().numpy()
                                                 for k, v in params.items()})
     actions = wl.class_actions()
+    def long_path(s: Sequence[Sequence[int]]) -> list[Any]:
+        on, _direct.DIRECT = _direct.DIRECT, False
+        try:
+            return api.parse(s)[0]
+        finally:
+            _direct.DIRECT = on
+
     return {
         "edbatch": lambda s: api.parse(s)[0],
+        "edbatch_long": long_path,
         "hand_batched": hand.parse,
         "unbatched": lambda s: unbatched_parse(wl, params, s),
         "dynet": lambda s, _model=model: dynet_parser.parse(dy, dy_params, wl.hidden_dim, s,
@@ -82,27 +95,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sentences = [wl.embed_attrs(s) for s in list(wl.sentences(args.split))[:args.sentences]]
     batches = [sentences[k:k + args.batch_size]
                for k in range(0, len(sentences), args.batch_size)]
-    runners = contenders(wl, params, args.autobatch)
+    runners = {n: c for n, c in contenders(wl, params, args.autobatch).items()
+               if n in args.contenders}
     with torch.no_grad():
         reference = [unbatched_parse(wl, params, b) for b in batches]
     times: dict[str, list[list[float]]] = {n: [[] for _ in batches] for n in runners}
+    cpu: dict[str, list[list[float]]] = {n: [[] for _ in batches] for n in runners}
     mismatches = dict.fromkeys(runners, 0)
     names = list(runners)
     for rep in range(args.repeats + 1):
         for k, batch in enumerate(batches):
             order = names[rep % len(names):] + names[:rep % len(names)]
             for name in order:
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
                 with torch.no_grad():
                     out = runners[name](batch)
                 seconds = time.perf_counter() - start
+                cpu_seconds = time.process_time() - cpu_start
                 if rep == 0:  # the warm-up pass checks the outputs
                     mismatches[name] += sum(
                         (a[0], a[1]) != (b[0], b[1])
                         for a, b in zip(out, reference[k], strict=True))
                 else:
                     times[name][k].append(seconds)
+                    cpu[name][k].append(cpu_seconds)
     total = {n: sum(statistics.median(t) for t in times[n]) for n in names}
+    cpu_total = {n: sum(statistics.median(t) for t in cpu[n]) for n in names}
     report = {
         "sentences": len(sentences), "batch_size": args.batch_size, "split": args.split,
         "model": {"embed": args.embed, "pos": args.pos, "hidden": args.hidden,
@@ -112,10 +130,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "loadavg": os.getloadavg(), "threads": 1,
         "mismatched_sentences": mismatches,
         "ms_per_batch": {n: 1000 * total[n] / len(batches) for n in names},
-        "edbatch_speedup": {n: total[n] / total["edbatch"] for n in names if n != "edbatch"},
+        "cpu_ms_per_batch": {n: 1000 * cpu_total[n] / len(batches) for n in names},
+        "edbatch_speedup": {n: total[n] / total["edbatch"] for n in names
+                            if n != "edbatch" and "edbatch" in total},
     }
     for name in names:
-        print(f"{name:>13}: {report['ms_per_batch'][name]:9.1f} ms per mini-batch, "
+        print(f"{name:>13}: {report['ms_per_batch'][name]:9.1f} ms per mini-batch "
+              f"({report['cpu_ms_per_batch'][name]:.1f} CPU), "
               f"{mismatches[name]} sentences differ from the reference")
     return report
 
@@ -134,6 +155,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--autobatch", type=int, default=1, choices=(0, 1, 2))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=_args.seed, default=0)
+    p.add_argument("--contenders", nargs="+", default=list(DEFAULT_CONTENDERS),
+                   choices=(*DEFAULT_CONTENDERS, "edbatch_long"),
+                   help="which to run (edbatch_long: edbatch with direct rounds off)")
     p.add_argument("--out", default=None, help="write the JSON report here too")
     return p
 

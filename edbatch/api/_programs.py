@@ -65,6 +65,7 @@ from torch import Tensor
 from edbatch.api import _typed
 from edbatch.api._bulk import int_array, operand_array
 from edbatch.api._bulk_scan import localise_reads
+from edbatch.api._direct import DirectRounds
 from edbatch.api._handles import Handle
 from edbatch.api._requests import round_yields, values_of
 from edbatch.api._rounds import (
@@ -196,6 +197,7 @@ class _Runner:
         self.shape_op = np.zeros(0, np.int32)  # per op type the first of its output shape
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
         self.new: tuple[int, int, Tensor] | None = None  # the last segment's new nodes' batch
+        self.direct = DirectRounds(self, SHARE_AT)  # repeated one-cell rounds run directly
 
     def run(self) -> None:
         """Run every node recorded and not run yet as one segment. Every operand (and loss
@@ -381,7 +383,8 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         nodes, lists, answer = round_yields(batch, asking, asked)
         runner.values.grow(len(rec.ops))
         if runner.values.batch[nodes].min() < 0:  # some value not computed yet
-            runner.run()
+            if not runner.direct.run(runner):
+                runner.run()
             syncs += 1
         t0 = clock()
         if lists is None:

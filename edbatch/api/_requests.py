@@ -117,7 +117,7 @@ def _mask_rows(codes: list[int]) -> np.ndarray | None:  # type: ignore[type-arg]
     masks = list(map(_BY_CODE.get, distinct))
     if not all(m is not None for m in masks):
         return None
-    table = np.stack([m.reshape(-1) for m in masks])  # type: ignore[union-attr]
+    table = np.array([m.reshape(-1) for m in masks])  # type: ignore[union-attr]  # (np.stack: 2.5x)
     if not table.any(1).all():
         raise GraphError("argmax(): an allowed mask allows no entry; allow at least one")
     if len(masks) == 1:
@@ -229,8 +229,10 @@ def bulk_round(asked: list[Any], rec: Any
             codes: list[int] = []
             code = codes.append
             for y in asked:  # one pass: the checks, the node ids and the mask codes
-                h: Any = getattr(y, "handle", None)
-                if type(y) is not kind or h._kind is not want or h._rec is not rec:
+                if type(y) is not kind:
+                    return None
+                h: Any = y.handle
+                if h._kind is not want or h._rec is not rec:
                     return None
                 add(h.node_id)
                 code(y.code)

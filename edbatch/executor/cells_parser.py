@@ -32,7 +32,7 @@ from edbatch.executor.cells_seq import BiLSTML1, BiLSTML2, heads, mlp_nll, mlp_n
 from edbatch.graph import OpType
 
 __all__ = ["ParserEmbed", "ParserFeat", "ParserL1", "ParserL2", "ParserStep", "ParserZero",
-           "transition_scores"]
+           "side_by_side", "transition_scores"]
 
 
 class ParserZero(ZeroState):
@@ -98,7 +98,27 @@ def transition_scores(features: Sequence[Tensor], w_h: Tensor, b_h: Tensor, w_o:
     product by the weight's contiguous ``W^T`` (:func:`~edbatch.executor._weights.linear_t`:
     cached for a run; ``[50, 800] x [800, 100]`` then ``[50, 100] x [100, 103]``: 87 against
     115 us with ``F.linear``'s strided ``W^T``, 1 thread)."""
-    return linear_t(torch.tanh(linear_t(torch.cat(list(features), dim=1), w_h, b_h)), w_o, b_o)
+    return linear_t(torch.tanh(linear_t(side_by_side(features), w_h, b_h)), w_o, b_o)
+
+
+def side_by_side(parts: Sequence[Tensor]) -> Tensor:
+    """``torch.cat(parts, dim=1)``, or without a copy the one ``[B, sum of widths]`` tensor
+    the ``[B, w]`` parts are consecutive column blocks of (the operand rows of a direct
+    round gathered one instance after another: :mod:`edbatch.api._direct`)."""
+    first = parts[0]
+    if len(parts) > 1 and first.dim() == 2:
+        width, rows, dtype = first.stride(0), first.shape[0], first.dtype
+        start = at = first.data_ptr()
+        size = first.element_size()
+        for p in parts:
+            if p.stride() != (width, 1) or p.data_ptr() != at or p.dtype is not dtype or \
+                    p.shape[0] != rows:
+                break
+            at += p.shape[1] * size
+        else:
+            if at == start + width * size:  # (the blocks fill the rows)
+                return first.as_strided((rows, width), (width, 1))
+    return torch.cat(list(parts), dim=1)
 
 
 class ParserStep(CellKind):

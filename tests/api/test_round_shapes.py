@@ -7,10 +7,11 @@ the per-program reference."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
-from edbatch.api import DynamicBatch, argmax
+from edbatch.api import DynamicBatch, _direct, argmax
 from edbatch.api._rounds import last_rows, shape_ops, whole_batch
 from edbatch.api._segments import segment_state
 
@@ -26,7 +27,9 @@ def _model() -> tuple[DynamicBatch, nn.Module, nn.Module, nn.Module, object, obj
             batch.cell(s, "s", [DIM], OUT))
 
 
-def test_rounds_reading_other_op_types_of_one_shape_share_a_plan() -> None:
+def test_rounds_reading_other_op_types_of_one_shape_share_a_plan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_direct, "DIRECT", False)  # (the long path's plans: round 3 is direct)
     batch, a, b, s, ca, cb, cs = _model()
     xs = [torch.randn(DIM, dtype=torch.float64) for _ in range(3)]
     mask = np.array([True, False, True, True, False])
