@@ -12,7 +12,7 @@ from typing import Any
 from edbatch.errors import DeviceError, EdbatchError
 from edbatch.executor.device import check_device
 
-__all__ = ["device", "run", "seed"]
+__all__ = ["device", "positive", "run", "seed"]
 
 
 def seed(text: str) -> int:
@@ -24,6 +24,18 @@ def seed(text: str) -> int:
     if not 0 <= value < 2**32 or str(value) != text.strip().lstrip("+"):
         raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected an int in "
                                          f"[0, 2**32), e.g. 0")
+    return value
+
+
+def positive(text: str) -> int:
+    """An int >= 1 (a count: repeats, graphs, mini-batches)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected an int >= 1, "
+                                         f"e.g. 5")
     return value
 
 

@@ -55,16 +55,13 @@ Contender = Callable[[Sequence[Sequence[int]]], list[Any]]
 DEFAULT_CONTENDERS = ("edbatch", "hand_batched", "unbatched", "dynet")
 
 
-def contenders(wl: TransitionParser, params: dict[str, torch.Tensor], autobatch: int
-               ) -> dict[str, Contender]:
-    """Every contender as ``parse(sentences) -> [(heads, labels, reads)]``."""
+def contenders(wl: TransitionParser, params: dict[str, torch.Tensor], autobatch: int,
+               names: Sequence[str] = DEFAULT_CONTENDERS) -> dict[str, Contender]:
+    """The contenders ``names`` as ``parse(sentences) -> [(heads, labels, reads)]`` (DyNet
+    started only when ``dynet`` is one of them)."""
     api = ApiParser(wl, params)
     hand = HandBatchedParser(wl, params)
-    dy = init_dynet(autobatch, mem="1024")
-    # keep the ParameterCollection alive: DyNet frees the parameters' memory with it
-    model, dy_params = build_peer(dy, wl.name, {k: v.detach().numpy()
-                                                for k, v in params.items()})
-    actions = wl.class_actions()
+
     def long_path(s: Sequence[Sequence[int]]) -> list[Any]:
         on, _direct.DIRECT = _direct.DIRECT, False
         try:
@@ -72,14 +69,21 @@ def contenders(wl: TransitionParser, params: dict[str, torch.Tensor], autobatch:
         finally:
             _direct.DIRECT = on
 
-    return {
+    out: dict[str, Contender] = {
         "edbatch": lambda s: api.parse(s)[0],
         "edbatch_long": long_path,
         "hand_batched": hand.parse,
         "unbatched": lambda s: unbatched_parse(wl, params, s),
-        "dynet": lambda s, _model=model: dynet_parser.parse(dy, dy_params, wl.hidden_dim, s,
-                                                            actions),
     }
+    if "dynet" in names:
+        dy = init_dynet(autobatch, mem="1024")
+        # keep the ParameterCollection alive: DyNet frees the parameters' memory with it
+        model, dy_params = build_peer(dy, wl.name, {k: v.detach().numpy()
+                                                    for k, v in params.items()})
+        actions = wl.class_actions()
+        out["dynet"] = lambda s, _model=model: dynet_parser.parse(dy, dy_params, wl.hidden_dim,
+                                                                  s, actions)
+    return {n: out[n] for n in names if n in out}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -95,8 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sentences = [wl.embed_attrs(s) for s in list(wl.sentences(args.split))[:args.sentences]]
     batches = [sentences[k:k + args.batch_size]
                for k in range(0, len(sentences), args.batch_size)]
-    runners = {n: c for n, c in contenders(wl, params, args.autobatch).items()
-               if n in args.contenders}
+    runners = contenders(wl, params, args.autobatch, args.contenders)
     with torch.no_grad():
         reference = [unbatched_parse(wl, params, b) for b in batches]
     times: dict[str, list[list[float]]] = {n: [[] for _ in batches] for n in runners}

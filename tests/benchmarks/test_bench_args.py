@@ -31,6 +31,12 @@ def test_good_seed_is_an_int(text: str) -> None:
     assert _args.seed(text) == int(text)
 
 
+@pytest.mark.parametrize("text", ["0", "-3", "x", "2.5"])
+def test_bad_count_is_refused_naming_it(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=f"invalid count {text!r}"):
+        _args.positive(text)
+
+
 @pytest.mark.parametrize("text", ["tpu", "cuda:x", "cpu:1"]
                          + ([] if torch.cuda.is_available() else ["cuda"]))
 def test_bad_device_is_refused_naming_it(text: str) -> None:
@@ -45,6 +51,7 @@ def test_bad_device_is_refused_naming_it(text: str) -> None:
     ("benchmarks.dump_protocol", ["--seeds", "0", "-1"]),
     ("benchmarks.module_net_peers", ["--seed", "-1"]),
     ("benchmarks.parser_inference", ["--seed", "-1"]),
+    ("benchmarks.priority_cost", ["--reps", "0"]),
 ])
 def test_benchmark_command_lines_use_the_checks(module: str, args: list[str],
                                                 capsys: pytest.CaptureFixture[str],

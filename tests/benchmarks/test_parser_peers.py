@@ -85,6 +85,21 @@ def test_inference_benchmark_outputs_match(dy_autobatch: int) -> None:
     assert set(report["ms_per_batch"]) == set(report["mismatched_sentences"])
 
 
+def test_inference_benchmark_without_dynet_never_starts_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import benchmarks.parser_inference as bench
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise AssertionError("DyNet started though --contenders leaves it out")
+
+    monkeypatch.setattr(bench, "init_dynet", refuse)
+    report = bench.main(["--sentences", "4", "--batch-size", "2", "--repeats", "1", "--embed",
+                         "6", "--pos", "3", "--hidden", "5", "--mlp", "7", "--contenders",
+                         "edbatch", "edbatch_long", "hand_batched"])
+    assert report["mismatched_sentences"] == dict.fromkeys(
+        ("edbatch", "edbatch_long", "hand_batched"), 0)
+
+
 @pytest.mark.parametrize("layers", [1, 2])
 def test_training_peers_equal_the_reference_loss_fp64(layers: int) -> None:
     """The throughput harness's training peers (hand-batched: packed LSTMs, one MLP call
