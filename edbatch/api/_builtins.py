@@ -31,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
+from edbatch.api._fast import ATTR_ANY, op_call
 from edbatch.api._handles import Handle, Recording, grow_pool
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
@@ -269,7 +270,7 @@ def builtin_op(batch: Batch, name: str) -> BuiltinOp:
                                f"workload with DynamicBatch.from_workload. Known: "
                                f"{names[:8]}" + did_you_mean(name, names))
     op = batch._ops[batch._op_ids[name]]
-    call: Any = _fixed(batch, op)
+    call: Any = op_call(batch, batch._kinds[name], _fixed(batch, op), None, ATTR_ANY)
     call.op, call.batch = op, batch
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"Add one node of op type {name!r} (a :class:`BuiltinOp`)."

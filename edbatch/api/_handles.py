@@ -18,7 +18,7 @@ from torch import Tensor
 from edbatch.errors import GraphError
 from edbatch.graph import OpType
 
-__all__ = ["Cell", "CellImpl", "Handle", "Instance", "Kind", "Recorder", "Recording",
+__all__ = ["Cell", "CellImpl", "Current", "Handle", "Instance", "Kind", "Recorder", "Recording",
            "ShapeLike", "fresh_handle", "grow_pool", "intern_shape", "new_handle", "recycle"]
 
 
@@ -103,6 +103,14 @@ class Recording:
         self.ops = self.operands = self.attrs = self.counts = self.losses = []
         self.blocks, self.block_firsts = [], []
         self.marks, self.rows, self.nrows = [], {}, {}
+
+
+class Current:
+    """A batch's current recording in one slot, ``rec``: always ``batch._rec`` (set together
+    in ``DynamicBatch._clear``, the one place a batch starts a recording). The C calls of
+    :mod:`edbatch.api._fast` read it there (no attribute lookup on the batch per call)."""
+
+    __slots__ = ("rec",)
 
 
 class Instance:

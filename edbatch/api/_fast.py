@@ -1,0 +1,60 @@
+"""The recorder's per-node hot path in C, where it is built (``edbatch/api/_fastrec.c``).
+
+:func:`op_call` wraps the Python function that records one node of an op type or a
+fixed-arity cell (:mod:`edbatch.api._builtins`, :mod:`edbatch.api._cellcall`) in a C callable
+that takes the common case itself (operands handles of the current recording, of the
+registered row shapes where the cell has them, the attr as the function takes it inline) and
+appends exactly what the Python function appends; anything else goes to the Python function,
+which records it or raises its usual error. :func:`add_loss_call` does the same for
+:meth:`DynamicBatch.add_loss <edbatch.api.DynamicBatch.add_loss>`. A Python call frame is
+most of what a recorded node costs: a Tree-LSTM node through the API 0.53 -> 0.29 us (see
+``docs/throughput.md``).
+
+The extension is optional (``setup.py`` builds it with ``optional=True``): without it, or
+with ``EDBATCH_PURE_RECORDING=1`` in the environment, or :data:`ENABLED` set false before a
+batch registers its ops, the Python functions record (the twin the tests compare with).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from edbatch.api._handles import Current, Handle, Kind, Recording
+
+__all__ = ["ATTR_ANY", "ATTR_INT", "ATTR_NONE", "ENABLED", "add_loss_call", "op_call"]
+
+try:
+    from edbatch.api import _fastrec  # type: ignore[attr-defined]
+except ImportError:  # (not built: no C compiler at install time)
+    _fastrec = None
+else:
+    _fastrec.setup(Handle, Kind, Recording, Current)
+
+#: Whether new op and cell functions take the C path (read when they are made).
+ENABLED: bool = _fastrec is not None and os.environ.get("EDBATCH_PURE_RECORDING", "") in ("", "0")
+
+#: How a call's ``attr`` is taken inline: any value (default -1; built-in ops), an ``int``
+#: exactly (cells with ``takes_attr``), none or ``None`` recorded as -1 (other cells).
+ATTR_ANY, ATTR_INT, ATTR_NONE = 0, 1, 2
+
+
+def op_call(batch: Any, kind: Kind, fallback: Callable[..., Handle],
+            shapes: Sequence[tuple[int, ...]] | None, attr_mode: int) -> Callable[..., Handle]:
+    """The C call recording nodes of ``kind`` in ``batch`` (``fallback``: the Python function
+    of the same op, for everything else; ``shapes``: the operands' interned row shapes to
+    check, ``None`` for none), or ``fallback`` itself where the C path is off or the op
+    is variadic."""
+    if not ENABLED or kind.arity < 0:
+        return fallback
+    return _fastrec.OpCall(batch._current, kind, kind.op_id, batch._pool, fallback,  # type: ignore[no-any-return]
+                           None if shapes is None else tuple(shapes), kind.arity, attr_mode)
+
+
+def add_loss_call(batch: Any, fallback: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``batch.add_loss`` with the common case (a one-number handle of the current
+    recording) in C, the bound method ``fallback`` for the rest; ``fallback`` where off."""
+    if not ENABLED:
+        return fallback
+    return _fastrec.AddLoss(batch._current, fallback)  # type: ignore[no-any-return]

@@ -1,0 +1,435 @@
+/* The recorder's per-node hot path in C: edbatch.api._fastrec (optional; see _fast.py).
+ *
+ * An OpCall wraps the Python function that records one node of an op type or cell (the
+ * closures of _builtins.py and _cellcall.py, its twin): it takes the common case itself
+ * (operands that are Handles of the batch's current Recording, of the registered row shapes
+ * where the cell has them, the attr as the Python function accepts it inline, the node's
+ * pooled handle present) and appends to the recording's lists exactly what the Python
+ * function appends; anything else is passed on to the Python function unchanged, which
+ * records it or raises its usual error. AddLoss does the same for DynamicBatch.add_loss.
+ *
+ * Handles, kinds and recordings are Python classes with __slots__: setup() reads each slot's
+ * offset from its member descriptor once, and the calls read and write the slots there.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stddef.h>
+
+#ifndef Py_T_OBJECT_EX
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#endif
+#ifndef Py_READONLY
+#define Py_READONLY READONLY
+#endif
+
+static PyTypeObject *HandleType, *KindType, *RecordingType, *CurrentType;
+static Py_ssize_t off_h_rec, off_h_kind, off_h_node;  /* Handle */
+static Py_ssize_t off_k_shape, off_k_scalar;          /* Kind */
+static Py_ssize_t off_r_ops, off_r_operands, off_r_attrs, off_r_losses;  /* Recording */
+static Py_ssize_t off_c_rec;  /* Current */
+static PyObject *str_attr, *minus_one;
+static int ready;
+
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+static int
+slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
+{
+    PyObject *d = PyDict_GetItemString(type->tp_dict, name);  /* borrowed */
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "_fastrec.setup: %s.%s is not a __slots__ member",
+                     type->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    if (m->type != Py_T_OBJECT_EX || (m->flags & Py_READONLY)) {
+        PyErr_Format(PyExc_TypeError, "_fastrec.setup: %s.%s is not a writable object slot",
+                     type->tp_name, name);
+        return -1;
+    }
+    *out = m->offset;
+    return 0;
+}
+
+static PyObject *
+fastrec_setup(PyObject *module, PyObject *args)
+{
+    PyTypeObject *h, *k, *r, *c;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!:setup", &PyType_Type, &h, &PyType_Type, &k,
+                          &PyType_Type, &r, &PyType_Type, &c))
+        return NULL;
+    if (slot_offset(h, "_rec", &off_h_rec) || slot_offset(h, "_kind", &off_h_kind) ||
+        slot_offset(h, "node_id", &off_h_node) || slot_offset(k, "shape", &off_k_shape) ||
+        slot_offset(k, "scalar", &off_k_scalar) || slot_offset(r, "ops", &off_r_ops) ||
+        slot_offset(r, "operands", &off_r_operands) || slot_offset(r, "attrs", &off_r_attrs) ||
+        slot_offset(r, "losses", &off_r_losses) || slot_offset(c, "rec", &off_c_rec))
+        return NULL;
+    Py_INCREF(h); Py_INCREF(k); Py_INCREF(r); Py_INCREF(c);
+    Py_XSETREF(HandleType, h);
+    Py_XSETREF(KindType, k);
+    Py_XSETREF(RecordingType, r);
+    Py_XSETREF(CurrentType, c);
+    ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* The batch's current Recording (borrowed: the Current holds it), or NULL to fall back. */
+static inline PyObject *
+current_recording(PyObject *current)
+{
+    PyObject *rec;
+    if (!Py_IS_TYPE(current, CurrentType))
+        return NULL;
+    rec = SLOT(current, off_c_rec);
+    return rec != NULL && Py_IS_TYPE(rec, RecordingType) ? rec : NULL;
+}
+
+static inline int
+is_list(PyObject *o)
+{
+    return o != NULL && PyList_CheckExact(o);
+}
+
+/* ------------------------------------------------------------------------------- OpCall */
+enum { ATTR_ANY = 0, ATTR_INT = 1, ATTR_NONE = 2 };
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    PyObject *current;   /* the batch's Current: its recording, read per call */
+    PyObject *kind;      /* the op type's Kind, set on the node's handle */
+    PyObject *op_id;     /* int appended to rec.ops */
+    PyObject *pool;      /* batch._pool: node id -> handle */
+    PyObject *fallback;  /* the Python function: everything but the common case */
+    PyObject *shapes;    /* tuple of interned row shapes per operand, or None (no check) */
+    Py_ssize_t arity;
+    int attr_mode;       /* ATTR_ANY: any attr, default -1; ATTR_INT: an exact int is
+                            required; ATTR_NONE: none or None, recorded as -1 */
+} OpCall;
+
+static PyObject *
+opcall_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    OpCall *self = (OpCall *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), i;
+    PyObject *attr = NULL, *rec, *ops, *operands, *attrs, *h, *old;
+
+    if (!ready || nargs != self->arity)
+        goto fallback;
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0) {
+        if (PyTuple_GET_SIZE(kwnames) != 1 || PyTuple_GET_ITEM(kwnames, 0) != str_attr)
+            goto fallback;  /* (a keyword not interned as "attr" takes the Python path) */
+        attr = args[nargs];
+    }
+    switch (self->attr_mode) {
+    case ATTR_ANY:
+        if (attr == NULL)
+            attr = minus_one;
+        break;
+    case ATTR_INT:
+        if (attr == NULL || !PyLong_CheckExact(attr))
+            goto fallback;
+        break;
+    default:
+        if (attr != NULL && attr != Py_None)
+            goto fallback;
+        attr = minus_one;
+    }
+    rec = current_recording(self->current);
+    if (rec == NULL)
+        goto fallback;
+    for (i = 0; i < nargs; i++) {
+        PyObject *a = args[i];
+        if (!Py_IS_TYPE(a, HandleType) || SLOT(a, off_h_rec) != rec ||
+            SLOT(a, off_h_node) == NULL)
+            goto fallback;
+        if (self->shapes != Py_None) {
+            PyObject *k = SLOT(a, off_h_kind);
+            if (k == NULL || !Py_IS_TYPE(k, KindType) ||
+                SLOT(k, off_k_shape) != PyTuple_GET_ITEM(self->shapes, i))
+                goto fallback;
+        }
+    }
+    ops = SLOT(rec, off_r_ops);
+    operands = SLOT(rec, off_r_operands);
+    attrs = SLOT(rec, off_r_attrs);
+    if (!is_list(ops) || !is_list(operands) || !is_list(attrs) ||
+        PyList_GET_SIZE(ops) >= PyList_GET_SIZE(self->pool))
+        goto fallback;  /* (a pool too short: the Python function grows it) */
+    h = PyList_GET_ITEM(self->pool, PyList_GET_SIZE(ops));
+    if (!Py_IS_TYPE(h, HandleType))
+        goto fallback;
+    if (PyList_Append(ops, self->op_id) < 0)
+        goto error;
+    for (i = 0; i < nargs; i++)
+        if (PyList_Append(operands, SLOT(args[i], off_h_node)) < 0)
+            goto error;
+    if (PyList_Append(attrs, attr) < 0)
+        goto error;
+    Py_INCREF(h);
+    old = SLOT(h, off_h_rec);
+    Py_INCREF(rec);
+    SLOT(h, off_h_rec) = rec;
+    Py_XDECREF(old);
+    old = SLOT(h, off_h_kind);
+    Py_INCREF(self->kind);
+    SLOT(h, off_h_kind) = self->kind;
+    Py_XDECREF(old);
+    return h;
+
+error:
+    return NULL;
+fallback:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+opcall_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"current", "kind", "op_id", "pool", "fallback", "shapes", "arity",
+                            "attr_mode", NULL};
+    PyObject *current, *kind, *op_id, *pool, *fallback, *shapes;
+    Py_ssize_t arity;
+    int attr_mode;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO!O!OOni:OpCall", names, &current, &kind,
+                                     &PyLong_Type, &op_id, &PyList_Type, &pool, &fallback,
+                                     &shapes, &arity, &attr_mode))
+        return NULL;
+    if (arity < 0 || attr_mode < ATTR_ANY || attr_mode > ATTR_NONE || !PyCallable_Check(fallback)
+        || (shapes != Py_None && (!PyTuple_CheckExact(shapes) ||
+                                  PyTuple_GET_SIZE(shapes) != arity))) {
+        PyErr_SetString(PyExc_ValueError, "OpCall: arity >= 0, attr_mode 0-2, a callable "
+                        "fallback and shapes None or a tuple of arity shapes");
+        return NULL;
+    }
+    OpCall *self = (OpCall *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = opcall_vectorcall;
+    Py_INCREF(current); self->current = current;
+    Py_INCREF(kind); self->kind = kind;
+    Py_INCREF(op_id); self->op_id = op_id;
+    Py_INCREF(pool); self->pool = pool;
+    Py_INCREF(fallback); self->fallback = fallback;
+    Py_INCREF(shapes); self->shapes = shapes;
+    self->arity = arity;
+    self->attr_mode = attr_mode;
+    return (PyObject *)self;
+}
+
+static int
+opcall_traverse(OpCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->dict);
+    Py_VISIT(self->current);
+    Py_VISIT(self->kind);
+    Py_VISIT(self->op_id);
+    Py_VISIT(self->pool);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->shapes);
+    return 0;
+}
+
+static int
+opcall_clear(OpCall *self)
+{
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->current);
+    Py_CLEAR(self->kind);
+    Py_CLEAR(self->op_id);
+    Py_CLEAR(self->pool);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->shapes);
+    return 0;
+}
+
+static void
+opcall_dealloc(OpCall *self)
+{
+    PyObject_GC_UnTrack(self);
+    opcall_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+call_repr(PyObject *self)
+{
+    PyObject *dict = *_PyObject_GetDictPtr(self);
+    PyObject *name = dict == NULL ? NULL : PyDict_GetItemString(dict, "__name__");
+    if (name == NULL)
+        return PyUnicode_FromFormat("<%s object at %p>", Py_TYPE(self)->tp_name, self);
+    return PyUnicode_FromFormat("<recording function %S>", name);
+}
+
+static PyMemberDef opcall_members[] = {
+    {"fallback", T_OBJECT, offsetof(OpCall, fallback), READONLY,
+     "the Python function this call passes everything but the common case to"},
+    {NULL}
+};
+
+static PyGetSetDef call_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL}
+};
+
+static PyTypeObject OpCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "edbatch.api._fastrec.OpCall",
+    .tp_doc = "One node of an op type or cell per call (the common case in C; see the "
+              "module).",
+    .tp_basicsize = sizeof(OpCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = opcall_new,
+    .tp_dealloc = (destructor)opcall_dealloc,
+    .tp_traverse = (traverseproc)opcall_traverse,
+    .tp_clear = (inquiry)opcall_clear,
+    .tp_vectorcall_offset = offsetof(OpCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dictoffset = offsetof(OpCall, dict),
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_members = opcall_members,
+    .tp_getset = call_getset,
+    .tp_repr = call_repr,
+};
+
+/* ------------------------------------------------------------------------------ AddLoss */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    PyObject *current;   /* the batch's Current */
+    PyObject *fallback;  /* the bound DynamicBatch.add_loss */
+} AddLoss;
+
+static PyObject *
+addloss_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    AddLoss *self = (AddLoss *)op;
+    PyObject *rec, *h, *k, *losses;
+    if (!ready || PyVectorcall_NARGS(nargsf) != 1 ||
+        (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0))
+        goto fallback;
+    rec = current_recording(self->current);
+    if (rec == NULL)
+        goto fallback;
+    h = args[0];
+    if (!Py_IS_TYPE(h, HandleType) || SLOT(h, off_h_rec) != rec ||
+        SLOT(h, off_h_node) == NULL || (k = SLOT(h, off_h_kind)) == NULL ||
+        !Py_IS_TYPE(k, KindType) || SLOT(k, off_k_scalar) != Py_True)
+        goto fallback;
+    losses = SLOT(rec, off_r_losses);
+    if (!is_list(losses))
+        goto fallback;
+    if (PyList_Append(losses, SLOT(h, off_h_node)) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+fallback:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+addloss_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"current", "fallback", NULL};
+    PyObject *current, *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:AddLoss", names, &current, &fallback))
+        return NULL;
+    AddLoss *self = (AddLoss *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = addloss_vectorcall;
+    Py_INCREF(current); self->current = current;
+    Py_INCREF(fallback); self->fallback = fallback;
+    return (PyObject *)self;
+}
+
+static int
+addloss_traverse(AddLoss *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->dict);
+    Py_VISIT(self->current);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+addloss_clear(AddLoss *self)
+{
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->current);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void
+addloss_dealloc(AddLoss *self)
+{
+    PyObject_GC_UnTrack(self);
+    addloss_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef addloss_members[] = {
+    {"fallback", T_OBJECT, offsetof(AddLoss, fallback), READONLY,
+     "the bound DynamicBatch.add_loss this call passes everything but the common case to"},
+    {NULL}
+};
+
+static PyTypeObject AddLossType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "edbatch.api._fastrec.AddLoss",
+    .tp_doc = "DynamicBatch.add_loss with the common case in C (see the module).",
+    .tp_basicsize = sizeof(AddLoss),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = addloss_new,
+    .tp_dealloc = (destructor)addloss_dealloc,
+    .tp_traverse = (traverseproc)addloss_traverse,
+    .tp_clear = (inquiry)addloss_clear,
+    .tp_vectorcall_offset = offsetof(AddLoss, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dictoffset = offsetof(AddLoss, dict),
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_members = addloss_members,
+    .tp_getset = call_getset,
+    .tp_repr = call_repr,
+};
+
+/* ------------------------------------------------------------------------------- module */
+static PyMethodDef fastrec_methods[] = {
+    {"setup", fastrec_setup, METH_VARARGS,
+     "setup(Handle, Kind, Recording): read the slots' offsets (once, before any call)."},
+    {NULL}
+};
+
+static struct PyModuleDef fastrec_module = {
+    PyModuleDef_HEAD_INIT, "_fastrec",
+    "The recorder's per-node hot path in C (edbatch.api._fast uses it).", -1,
+    fastrec_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fastrec(void)
+{
+    PyObject *m;
+    if (PyType_Ready(&OpCallType) < 0 || PyType_Ready(&AddLossType) < 0)
+        return NULL;
+    str_attr = PyUnicode_InternFromString("attr");
+    minus_one = PyLong_FromLong(-1);
+    if (str_attr == NULL || minus_one == NULL)
+        return NULL;
+    m = PyModule_Create(&fastrec_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&OpCallType);
+    Py_INCREF(&AddLossType);
+    if (PyModule_AddObject(m, "OpCall", (PyObject *)&OpCallType) < 0 ||
+        PyModule_AddObject(m, "AddLoss", (PyObject *)&AddLossType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
