@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
-from edbatch.api._fast import ATTR_ANY, op_call
+from edbatch.api._fast import ATTR_ANY, name_call, op_call
 from edbatch.api._handles import Handle, Recording, grow_pool
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
@@ -272,8 +272,7 @@ def builtin_op(batch: Batch, name: str) -> BuiltinOp:
     op = batch._ops[batch._op_ids[name]]
     call: Any = op_call(batch, batch._kinds[name], _fixed(batch, op), None, ATTR_ANY)
     call.op, call.batch = op, batch
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"Add one node of op type {name!r} (a :class:`BuiltinOp`)."
+    name_call(call, name, f"Add one node of op type {name!r} (a :class:`BuiltinOp`).")
     return call  # type: ignore[no-any-return]
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from edbatch.api._bulk import Handles, cell_map
-from edbatch.api._fast import ATTR_INT, ATTR_NONE, op_call
+from edbatch.api._fast import ATTR_INT, ATTR_NONE, name_call, op_call
 from edbatch.api._handles import Handle, grow_pool, intern_shape
 from edbatch.api._result import dtype_hint
 from edbatch.api._variadic import VariadicCell
@@ -302,8 +302,7 @@ def user_function(cell: Any, batch: Any) -> Callable[..., Handle]:
         call.kind, call.map = cell.kind, map_function(cell)  # bulk (Cell.map, api.switch)
     call.cell, call.op, call.batch, call.name, call.module = (cell, cell.op, batch, cell.name,
                                                               cell.module)
-    call.__name__ = call.__qualname__ = cell.name
-    call.__doc__ = f"Add one node of cell {cell.name!r} (a :class:`Cell`)."
+    name_call(call, cell.name, f"Add one node of cell {cell.name!r} (a :class:`Cell`).")
     return call  # type: ignore[no-any-return]
 
 

@@ -23,7 +23,8 @@ from typing import Any
 
 from edbatch.api._handles import Current, Handle, Kind, Recording
 
-__all__ = ["ATTR_ANY", "ATTR_INT", "ATTR_NONE", "ENABLED", "add_loss_call", "op_call"]
+__all__ = ["ATTR_ANY", "ATTR_INT", "ATTR_NONE", "ENABLED", "add_loss_call", "name_call",
+           "op_call"]
 
 try:
     from edbatch.api import _fastrec  # type: ignore[attr-defined]
@@ -58,3 +59,11 @@ def add_loss_call(batch: Any, fallback: Callable[[Any], None]) -> Callable[[Any]
     if not ENABLED:
         return fallback
     return _fastrec.AddLoss(batch._current, fallback)  # type: ignore[no-any-return]
+
+
+def name_call(call: Any, name: str, doc: str) -> None:
+    """Name ``call`` and the Python function it falls back to, if any (a ``TypeError`` about
+    its arguments names ``name``, from either)."""
+    for f in (call, getattr(call, "fallback", call)):
+        f.__name__ = f.__qualname__ = name
+        f.__doc__ = doc

@@ -1,0 +1,151 @@
+"""The recorder's C calls (``edbatch/api/_fastrec.c`` through :mod:`edbatch.api._fast`)
+against its Python functions (their twin, and their fallback for everything else): the same
+recording, list for list, on the benchmark's user models and on a run of odd and bad calls
+(each bad one raising the same error and recording nothing)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from benchmarks.recording_speed import make_recorder
+from edbatch import api
+from edbatch.api import DynamicBatch, _fast
+from edbatch.errors import GraphError
+from edbatch.executor import init_params
+from edbatch.workloads import make_workload
+
+FIELDS = ("ops", "operands", "attrs", "counts", "losses", "marks", "blocks", "block_firsts")
+W = 3
+
+
+def _lists(batch: DynamicBatch) -> dict[str, list[Any]]:
+    rec = batch._rec
+    return {f: [(type(v), v) for v in getattr(rec, f)] for f in FIELDS}
+
+
+def _paths(monkeypatch: pytest.MonkeyPatch, make: Callable[[], Any]) -> list[Any]:
+    """``make()`` with the C calls (where built) and with the Python functions only."""
+    out = [make()]
+    monkeypatch.setattr(_fast, "ENABLED", False)
+    out.append(make())
+    return out
+
+
+def test_the_c_calls_are_taken_where_built() -> None:
+    batch = DynamicBatch.from_workload(make_workload("tree_lstm", embed_dim=4, hidden_dim=W))
+    cell = batch.cell(nn.Linear(W, W), "lin", [W], W)
+    calls = (batch.op("tree_lstm.leaf"), cell, batch.add_loss)
+    if _fast._fastrec is None:
+        pytest.skip("edbatch.api._fastrec is not built (no C compiler at install time)")
+    assert _fast.ENABLED, "EDBATCH_PURE_RECORDING is set"
+    assert [type(c).__name__ for c in calls] == ["OpCall", "OpCall", "AddLoss"]
+    assert all(callable(c.fallback) and type(c.fallback) is not type(c) for c in calls)
+
+
+@pytest.mark.parametrize("model", ["tree_lstm", "lattice_lstm", "bilstm_tagger", "tree_cells",
+                                   "childsum_cells"])
+def test_c_and_python_calls_record_the_same_lists(model: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    wl = make_workload("tree_lstm" if model.endswith("cells") else model, embed_dim=4,
+                       hidden_dim=4)
+    data = list(wl.load("dev")[:12])
+
+    def record() -> dict[str, list[Any]]:
+        torch.manual_seed(0)
+        batch, rec = make_recorder(api, model, wl, 4)
+        rec(data)
+        return _lists(batch)
+
+    fast, slow = _paths(monkeypatch, record)
+    assert len(fast["ops"]) > 100
+    assert fast == slow
+
+
+class _Label(nn.Module):
+    def forward(self, x: torch.Tensor, attrs: torch.Tensor) -> torch.Tensor:
+        return x.sum(1) * attrs
+
+
+class _Pair(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b
+
+
+def _odd_calls() -> tuple[dict[str, list[Any]], list[str]]:
+    """A mini-batch of odd calls (each allowed one recorded, each bad one's error kept),
+    the node ids handed out, and the errors."""
+    batch = DynamicBatch.from_workload(make_workload("tree_lstm", embed_dim=4, hidden_dim=W))
+    leaf, internal, loss = (batch.op(f"tree_lstm.{n}") for n in ("leaf", "internal", "loss"))
+    pair = batch.cell(_Pair(), "pair", [W, W], W)
+    lab = batch.cell(_Label(), "lab", [W], (), takes_attr=True)
+    wide = batch.input(torch.ones(W + 1))
+    stale = leaf(attr=0)
+    batch.discard()
+    errors, ids = [], []
+    with batch.instance():
+        x = batch.input(torch.ones(W))
+        a, b = leaf(attr=1), leaf(attr=np.int64(2))
+        calls: list[Callable[[], Any]] = [
+            lambda: internal(a, b), lambda: internal(a), lambda: internal(a, b, a),
+            lambda: internal(a, stale), lambda: internal(a, 5), lambda: leaf(attr="w"),
+            lambda: leaf(a), lambda: leaf(), lambda: internal(a, b, attr=7),
+            lambda: internal(a, b, bad=1), lambda: loss(a, attr=True),
+            lambda: pair(x, x), lambda: pair(x, wide), lambda: pair(x, x, attr=None),
+            lambda: pair(x, x, attr=1), lambda: pair(x), lambda: pair(x, stale),
+            lambda: lab(x, attr=3), lambda: lab(x, attr=True), lambda: lab(x, attr=np.int64(4)),
+            lambda: lab(x), lambda: lab(x, attr=None), lambda: lab(wide, attr=1),
+            lambda: batch.add_loss(lab(x, attr=5)), lambda: batch.add_loss(a),
+            lambda: batch.add_loss(stale), lambda: batch.add_loss(7),
+            lambda: batch.add_loss(loss(internal(a, b), attr=1)),
+            lambda: batch.add_loss(loss(a, attr=2), 3),
+        ]
+        for call in calls:
+            try:
+                h = call()
+            except (GraphError, TypeError) as e:
+                errors.append(f"{type(e).__name__}: {e}")
+            else:
+                ids.append(getattr(h, "node_id", h))
+    return {**_lists(batch), "ids": ids}, errors
+
+
+def test_odd_and_bad_calls_record_and_raise_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    (fast, fast_errors), (slow, slow_errors) = _paths(monkeypatch, _odd_calls)
+    assert fast_errors == slow_errors and len(fast_errors) >= 14
+    assert fast == slow
+
+
+def test_current_follows_every_new_recording() -> None:
+    """The C calls read the batch's recording from ``_current``: it is ``_rec`` after a
+    discard, a run, a failed run and run_programs."""
+    wl = make_workload("tree_lstm", embed_dim=4, hidden_dim=W)
+    batch = DynamicBatch.from_workload(wl, init_params(wl, torch.Generator().manual_seed(0)))
+    leaf, loss = batch.op("tree_lstm.leaf"), batch.op("tree_lstm.loss")
+
+    def program() -> Any:
+        h = leaf(attr=1)
+        yield h
+        batch.add_loss(loss(h, attr=1))
+
+    assert batch._current.rec is batch._rec
+    for record_first, step in ((True, batch.discard),
+                               (True, lambda: batch.run("depth", grad=False)),
+                               (False, lambda: batch.run_programs([program()], grad=False))):
+        if record_first:
+            with batch.instance():
+                batch.add_loss(loss(leaf(attr=2), attr=0))
+        old = batch._rec
+        step()
+        assert batch._rec is not old and batch._current.rec is batch._rec
+    with pytest.raises(GraphError, match="empty"):
+        batch.run("depth")
+    assert batch._current.rec is batch._rec
+    with batch.instance():
+        h = leaf(attr=3)
+    assert h._rec is batch._rec and batch._rec.ops == [0]
