@@ -21,17 +21,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from edbatch.api._handles import Current, Handle, Kind, Recording
+from edbatch.api._handles import Handle, Kind, _fastrec  # (set up there)
 
 __all__ = ["ATTR_ANY", "ATTR_INT", "ATTR_NONE", "ENABLED", "add_loss_call", "name_call",
            "op_call"]
-
-try:
-    from edbatch.api import _fastrec  # type: ignore[attr-defined]
-except ImportError:  # (not built: no C compiler at install time)
-    _fastrec = None
-else:
-    _fastrec.setup(Handle, Kind, Recording, Current)
 
 #: Whether new op and cell functions take the C path (read when they are made).
 ENABLED: bool = _fastrec is not None and os.environ.get("EDBATCH_PURE_RECORDING", "") in ("", "0")

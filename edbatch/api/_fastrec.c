@@ -398,8 +398,40 @@ static PyTypeObject AddLossType = {
     .tp_repr = call_repr,
 };
 
+/* ------------------------------------------------------------------------------ handles */
+static PyObject *
+fastrec_handles(PyObject *module, PyObject *args)
+{
+    Py_ssize_t start, stop, i;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "nn:handles", &start, &stop))
+        return NULL;
+    if (!ready || start < 0 || stop < start) {
+        PyErr_SetString(PyExc_ValueError, "handles(start, stop): 0 <= start <= stop, after "
+                        "setup()");
+        return NULL;
+    }
+    out = PyList_New(stop - start);
+    if (out == NULL)
+        return NULL;
+    for (i = start; i < stop; i++) {
+        PyObject *h = HandleType->tp_alloc(HandleType, 0), *id;
+        if (h == NULL || (id = PyLong_FromSsize_t(i)) == NULL) {
+            Py_XDECREF(h);
+            Py_DECREF(out);
+            return NULL;
+        }
+        SLOT(h, off_h_node) = id;
+        PyList_SET_ITEM(out, i - start, h);
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------------------- module */
 static PyMethodDef fastrec_methods[] = {
+    {"handles", fastrec_handles, METH_VARARGS,
+     "handles(start, stop): new Handles of node ids start..stop-1 (node_id set, nothing "
+     "else), as _handles._fresh makes them one by one."},
     {"setup", fastrec_setup, METH_VARARGS,
      "setup(Handle, Kind, Recording): read the slots' offsets (once, before any call)."},
     {NULL}
