@@ -16,7 +16,7 @@ from edbatch.api._assemble import assemble_graph
 from edbatch.api._builtins import BuiltinOp, builtin_op, register_workload
 from edbatch.api._bulk import Handles, add_losses
 from edbatch.api._cellcall import probe, user_function
-from edbatch.api._fast import add_loss_call
+from edbatch.api._fast import bind_methods
 from edbatch.api._handles import (
     Cell,
     CellImpl,
@@ -81,8 +81,7 @@ class DynamicBatch:
         self._pool: list[Handle] = []  # node id -> its handle object (see _handles.recycle)
         self._current = Current()  # ``_rec`` again, in a slot for the C calls (see _fast)
         self._clear()
-        if type(self).add_loss is DynamicBatch.add_loss:  # (a subclass's own is left alone)
-            self.add_loss = add_loss_call(self, self.add_loss)  # type: ignore[method-assign]
+        bind_methods(self, DynamicBatch)  # add_loss and lookup: the common case in C
 
     @classmethod
     def from_workload(cls, workload: object, params: Mapping[str, Tensor] | None = None,

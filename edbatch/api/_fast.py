@@ -5,8 +5,9 @@ fixed-arity cell (:mod:`edbatch.api._builtins`, :mod:`edbatch.api._cellcall`) in
 that takes the common case itself (operands handles of the current recording, of the
 registered row shapes where the cell has them, the attr as the function takes it inline) and
 appends exactly what the Python function appends; anything else goes to the Python function,
-which records it or raises its usual error. :func:`add_loss_call` does the same for
-:meth:`DynamicBatch.add_loss <edbatch.api.DynamicBatch.add_loss>`. A Python call frame is
+which records it or raises its usual error. :func:`bind_methods` does the same for
+:meth:`DynamicBatch.add_loss <edbatch.api.DynamicBatch.add_loss>` and
+:meth:`~edbatch.api.DynamicBatch.lookup`. A Python call frame is
 most of what a recorded node costs: a Tree-LSTM node through the API 0.53 -> 0.29 us (see
 ``docs/throughput.md``).
 
@@ -23,35 +24,46 @@ from typing import Any
 
 from edbatch.api._handles import Handle, Kind, _fastrec  # (set up there)
 
-__all__ = ["ATTR_ANY", "ATTR_INT", "ATTR_NONE", "ENABLED", "add_loss_call", "name_call",
-           "op_call"]
+__all__ = ["ATTR_ANY", "ATTR_COUNT", "ATTR_INT", "ATTR_NONE", "ENABLED", "bind_methods",
+           "name_call", "op_call"]
 
 #: Whether new op and cell functions take the C path (read when they are made).
 ENABLED: bool = _fastrec is not None and os.environ.get("EDBATCH_PURE_RECORDING", "") in ("", "0")
 
 #: How a call's ``attr`` is taken inline: any value (default -1; built-in ops), an ``int``
-#: exactly (cells with ``takes_attr``), none or ``None`` recorded as -1 (other cells).
-ATTR_ANY, ATTR_INT, ATTR_NONE = 0, 1, 2
+#: exactly (cells with ``takes_attr``), none or ``None`` recorded as -1 (other cells), none
+#: with the count of repeated operands recorded (variadic cells).
+ATTR_ANY, ATTR_INT, ATTR_NONE, ATTR_COUNT = 0, 1, 2, 3
 
 
 def op_call(batch: Any, kind: Kind, fallback: Callable[..., Handle],
-            shapes: Sequence[tuple[int, ...]] | None, attr_mode: int) -> Callable[..., Handle]:
+            shapes: Sequence[tuple[int, ...]] | None, attr_mode: int,
+            each: tuple[int, ...] | None = None) -> Callable[..., Handle]:
     """The C call recording nodes of ``kind`` in ``batch`` (``fallback``: the Python function
     of the same op, for everything else; ``shapes``: the operands' interned row shapes to
-    check, ``None`` for none), or ``fallback`` itself where the C path is off or the op
-    is variadic."""
-    if not ENABLED or kind.arity < 0:
-        return fallback
-    return _fastrec.OpCall(batch._current, kind, kind.op_id, batch._pool, fallback,  # type: ignore[no-any-return]
-                           None if shapes is None else tuple(shapes), kind.arity, attr_mode)
-
-
-def add_loss_call(batch: Any, fallback: Callable[[Any], None]) -> Callable[[Any], None]:
-    """``batch.add_loss`` with the common case (a one-number handle of the current
-    recording) in C, the bound method ``fallback`` for the rest; ``fallback`` where off."""
+    check, ``None`` for none; a variadic op's fixed ones, then any number of ``each``),
+    or ``fallback`` itself where the C path is off."""
     if not ENABLED:
         return fallback
-    return _fastrec.AddLoss(batch._current, fallback)  # type: ignore[no-any-return]
+    variadic = kind.arity < 0
+    arity = (0 if shapes is None else len(shapes)) if variadic else kind.arity
+    return _fastrec.OpCall(batch._current, kind, kind.op_id, batch._pool,  # type: ignore[no-any-return]
+                           fallback, None if shapes is None else tuple(shapes), arity,
+                           attr_mode, variadic, each)
+
+
+def bind_methods(batch: Any, base: type) -> None:
+    """Give ``batch`` its ``add_loss`` and ``lookup`` with the common case in C (the bound
+    methods of ``base`` for the rest) where the C path is on and its class keeps ``base``'s
+    (a subclass's own method is left alone)."""
+    if not ENABLED:
+        return
+    cls = type(batch)
+    if cls.add_loss is base.add_loss:
+        batch.add_loss = _fastrec.AddLoss(batch._current, batch.add_loss)
+    if cls.lookup is base.lookup:
+        batch.lookup = _fastrec.Lookup(batch._current, batch._pool, batch._lookup_kinds,
+                                       batch.lookup)
 
 
 def name_call(call: Any, name: str, doc: str) -> None:

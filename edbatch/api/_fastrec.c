@@ -25,10 +25,10 @@
 
 static PyTypeObject *HandleType, *KindType, *RecordingType, *CurrentType;
 static Py_ssize_t off_h_rec, off_h_kind, off_h_node;  /* Handle */
-static Py_ssize_t off_k_shape, off_k_scalar;          /* Kind */
-static Py_ssize_t off_r_ops, off_r_operands, off_r_attrs, off_r_losses;  /* Recording */
+static Py_ssize_t off_k_shape, off_k_scalar, off_k_op_id;  /* Kind */
+static Py_ssize_t off_r_ops, off_r_operands, off_r_attrs, off_r_losses, off_r_counts;  /* Recording */
 static Py_ssize_t off_c_rec;  /* Current */
-static PyObject *str_attr, *minus_one;
+static PyObject *str_attr, *str_num_embeddings, *minus_one;
 static int ready;
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
@@ -61,7 +61,8 @@ fastrec_setup(PyObject *module, PyObject *args)
         return NULL;
     if (slot_offset(h, "_rec", &off_h_rec) || slot_offset(h, "_kind", &off_h_kind) ||
         slot_offset(h, "node_id", &off_h_node) || slot_offset(k, "shape", &off_k_shape) ||
-        slot_offset(k, "scalar", &off_k_scalar) || slot_offset(r, "ops", &off_r_ops) ||
+        slot_offset(k, "scalar", &off_k_scalar) || slot_offset(k, "op_id", &off_k_op_id) ||
+        slot_offset(r, "ops", &off_r_ops) || slot_offset(r, "counts", &off_r_counts) ||
         slot_offset(r, "operands", &off_r_operands) || slot_offset(r, "attrs", &off_r_attrs) ||
         slot_offset(r, "losses", &off_r_losses) || slot_offset(c, "rec", &off_c_rec))
         return NULL;
@@ -92,7 +93,7 @@ is_list(PyObject *o)
 }
 
 /* ------------------------------------------------------------------------------- OpCall */
-enum { ATTR_ANY = 0, ATTR_INT = 1, ATTR_NONE = 2 };
+enum { ATTR_ANY = 0, ATTR_INT = 1, ATTR_NONE = 2, ATTR_COUNT = 3 };
 
 typedef struct {
     PyObject_HEAD
@@ -104,9 +105,12 @@ typedef struct {
     PyObject *pool;      /* batch._pool: node id -> handle */
     PyObject *fallback;  /* the Python function: everything but the common case */
     PyObject *shapes;    /* tuple of interned row shapes per operand, or None (no check) */
-    Py_ssize_t arity;
+    PyObject *each;      /* a variadic cell's repeated row shape (None: not checked) */
+    Py_ssize_t arity;    /* operands; a variadic op's fixed ones (any number more follow) */
+    int variadic;        /* whether the node's operand count goes to rec.counts */
     int attr_mode;       /* ATTR_ANY: any attr, default -1; ATTR_INT: an exact int is
-                            required; ATTR_NONE: none or None, recorded as -1 */
+                            required; ATTR_NONE: none or None, recorded as -1; ATTR_COUNT:
+                            none, the repeated operands' count recorded (variadic cells) */
 } OpCall;
 
 static PyObject *
@@ -116,7 +120,7 @@ opcall_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), i;
     PyObject *attr = NULL, *rec, *ops, *operands, *attrs, *h, *old;
 
-    if (!ready || nargs != self->arity)
+    if (!ready || (self->variadic ? nargs < self->arity : nargs != self->arity))
         goto fallback;
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0) {
         if (PyTuple_GET_SIZE(kwnames) != 1 || PyTuple_GET_ITEM(kwnames, 0) != str_attr)
@@ -132,10 +136,14 @@ opcall_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         if (attr == NULL || !PyLong_CheckExact(attr))
             goto fallback;
         break;
-    default:
+    case ATTR_NONE:
         if (attr != NULL && attr != Py_None)
             goto fallback;
         attr = minus_one;
+        break;
+    default:
+        if (attr != NULL)
+            goto fallback;
     }
     rec = current_recording(self->current);
     if (rec == NULL)
@@ -147,8 +155,8 @@ opcall_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
             goto fallback;
         if (self->shapes != Py_None) {
             PyObject *k = SLOT(a, off_h_kind);
-            if (k == NULL || !Py_IS_TYPE(k, KindType) ||
-                SLOT(k, off_k_shape) != PyTuple_GET_ITEM(self->shapes, i))
+            if (k == NULL || !Py_IS_TYPE(k, KindType) || SLOT(k, off_k_shape) !=
+                (i < self->arity ? PyTuple_GET_ITEM(self->shapes, i) : self->each))
                 goto fallback;
         }
     }
@@ -156,6 +164,7 @@ opcall_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     operands = SLOT(rec, off_r_operands);
     attrs = SLOT(rec, off_r_attrs);
     if (!is_list(ops) || !is_list(operands) || !is_list(attrs) ||
+        (self->variadic && !is_list(SLOT(rec, off_r_counts))) ||
         PyList_GET_SIZE(ops) >= PyList_GET_SIZE(self->pool))
         goto fallback;  /* (a pool too short: the Python function grows it) */
     h = PyList_GET_ITEM(self->pool, PyList_GET_SIZE(ops));
@@ -166,7 +175,20 @@ opcall_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     for (i = 0; i < nargs; i++)
         if (PyList_Append(operands, SLOT(args[i], off_h_node)) < 0)
             goto error;
-    if (PyList_Append(attrs, attr) < 0)
+    if (self->variadic) {
+        PyObject *count = PyLong_FromSsize_t(nargs);
+        int bad = count == NULL || PyList_Append(SLOT(rec, off_r_counts), count) < 0;
+        Py_XDECREF(count);
+        if (bad)
+            goto error;
+    }
+    if (self->attr_mode == ATTR_COUNT) {
+        PyObject *repeated = PyLong_FromSsize_t(nargs - self->arity);
+        int bad = repeated == NULL || PyList_Append(attrs, repeated) < 0;
+        Py_XDECREF(repeated);
+        if (bad)
+            goto error;
+    } else if (PyList_Append(attrs, attr) < 0)
         goto error;
     Py_INCREF(h);
     old = SLOT(h, off_h_rec);
@@ -189,19 +211,21 @@ static PyObject *
 opcall_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"current", "kind", "op_id", "pool", "fallback", "shapes", "arity",
-                            "attr_mode", NULL};
-    PyObject *current, *kind, *op_id, *pool, *fallback, *shapes;
+                            "attr_mode", "variadic", "each", NULL};
+    PyObject *current, *kind, *op_id, *pool, *fallback, *shapes, *each = Py_None;
     Py_ssize_t arity;
-    int attr_mode;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO!O!OOni:OpCall", names, &current, &kind,
+    int attr_mode, variadic = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO!O!OOni|pO:OpCall", names, &current, &kind,
                                      &PyLong_Type, &op_id, &PyList_Type, &pool, &fallback,
-                                     &shapes, &arity, &attr_mode))
+                                     &shapes, &arity, &attr_mode, &variadic, &each))
         return NULL;
-    if (arity < 0 || attr_mode < ATTR_ANY || attr_mode > ATTR_NONE || !PyCallable_Check(fallback)
-        || (shapes != Py_None && (!PyTuple_CheckExact(shapes) ||
-                                  PyTuple_GET_SIZE(shapes) != arity))) {
-        PyErr_SetString(PyExc_ValueError, "OpCall: arity >= 0, attr_mode 0-2, a callable "
-                        "fallback and shapes None or a tuple of arity shapes");
+    if (arity < 0 || attr_mode < ATTR_ANY || attr_mode > ATTR_COUNT ||
+        (attr_mode == ATTR_COUNT) != (variadic && shapes != Py_None) ||
+        !PyCallable_Check(fallback) || (shapes != Py_None && (!PyTuple_CheckExact(shapes) ||
+                                                              PyTuple_GET_SIZE(shapes) != arity))) {
+        PyErr_SetString(PyExc_ValueError, "OpCall: arity >= 0, attr_mode 0-3 (3 exactly for "
+                        "a variadic cell), a callable fallback and shapes None or a tuple of "
+                        "arity shapes");
         return NULL;
     }
     OpCall *self = (OpCall *)type->tp_alloc(type, 0);
@@ -214,6 +238,8 @@ opcall_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     Py_INCREF(pool); self->pool = pool;
     Py_INCREF(fallback); self->fallback = fallback;
     Py_INCREF(shapes); self->shapes = shapes;
+    Py_INCREF(each); self->each = each;
+    self->variadic = variadic;
     self->arity = arity;
     self->attr_mode = attr_mode;
     return (PyObject *)self;
@@ -229,6 +255,7 @@ opcall_traverse(OpCall *self, visitproc visit, void *arg)
     Py_VISIT(self->pool);
     Py_VISIT(self->fallback);
     Py_VISIT(self->shapes);
+    Py_VISIT(self->each);
     return 0;
 }
 
@@ -242,6 +269,7 @@ opcall_clear(OpCall *self)
     Py_CLEAR(self->pool);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->shapes);
+    Py_CLEAR(self->each);
     return 0;
 }
 
@@ -398,6 +426,145 @@ static PyTypeObject AddLossType = {
     .tp_repr = call_repr,
 };
 
+/* ------------------------------------------------------------------------------- Lookup */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    PyObject *current;   /* the batch's Current */
+    PyObject *pool;      /* batch._pool */
+    PyObject *kinds;     /* batch._lookup_kinds: embedding -> its cell's Kind */
+    PyObject *fallback;  /* the bound DynamicBatch.lookup */
+} Lookup;
+
+static PyObject *
+lookup_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Lookup *self = (Lookup *)op;
+    PyObject *rec, *kind, *index, *rows, *ops, *attrs, *h, *old;
+    Py_ssize_t i, n;
+    if (!ready || PyVectorcall_NARGS(nargsf) != 2 ||
+        (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0))
+        goto fallback;
+    rec = current_recording(self->current);
+    index = args[1];
+    if (rec == NULL || !PyLong_CheckExact(index))
+        goto fallback;
+    kind = PyDict_GetItemWithError(self->kinds, args[0]);  /* borrowed */
+    if (kind == NULL || !Py_IS_TYPE(kind, KindType) || SLOT(kind, off_k_op_id) == NULL) {
+        PyErr_Clear();  /* (an unhashable embedding: the Python method says what it does) */
+        goto fallback;
+    }
+    rows = PyObject_GetAttr(args[0], str_num_embeddings);
+    if (rows == NULL) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    n = PyLong_CheckExact(rows) ? PyLong_AsSsize_t(rows) : -1;
+    Py_DECREF(rows);
+    i = PyLong_AsSsize_t(index);
+    if (n < 0 || i < 0 || i >= n) {
+        PyErr_Clear();  /* (an index past Py_ssize_t: out of range, as the method says) */
+        goto fallback;
+    }
+    ops = SLOT(rec, off_r_ops);
+    attrs = SLOT(rec, off_r_attrs);
+    if (!is_list(ops) || !is_list(attrs) || PyList_GET_SIZE(ops) >= PyList_GET_SIZE(self->pool))
+        goto fallback;
+    h = PyList_GET_ITEM(self->pool, PyList_GET_SIZE(ops));
+    if (!Py_IS_TYPE(h, HandleType))
+        goto fallback;
+    if (PyList_Append(ops, SLOT(kind, off_k_op_id)) < 0 || PyList_Append(attrs, index) < 0)
+        return NULL;
+    Py_INCREF(h);
+    old = SLOT(h, off_h_rec);
+    Py_INCREF(rec);
+    SLOT(h, off_h_rec) = rec;
+    Py_XDECREF(old);
+    old = SLOT(h, off_h_kind);
+    Py_INCREF(kind);
+    SLOT(h, off_h_kind) = kind;
+    Py_XDECREF(old);
+    return h;
+fallback:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+lookup_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"current", "pool", "kinds", "fallback", NULL};
+    PyObject *current, *pool, *kinds, *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!O!O:Lookup", names, &current, &PyList_Type,
+                                     &pool, &PyDict_Type, &kinds, &fallback))
+        return NULL;
+    Lookup *self = (Lookup *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = lookup_vectorcall;
+    Py_INCREF(current); self->current = current;
+    Py_INCREF(pool); self->pool = pool;
+    Py_INCREF(kinds); self->kinds = kinds;
+    Py_INCREF(fallback); self->fallback = fallback;
+    return (PyObject *)self;
+}
+
+static int
+lookup_traverse(Lookup *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->dict);
+    Py_VISIT(self->current);
+    Py_VISIT(self->pool);
+    Py_VISIT(self->kinds);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+lookup_clear(Lookup *self)
+{
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->current);
+    Py_CLEAR(self->pool);
+    Py_CLEAR(self->kinds);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void
+lookup_dealloc(Lookup *self)
+{
+    PyObject_GC_UnTrack(self);
+    lookup_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef lookup_members[] = {
+    {"fallback", T_OBJECT, offsetof(Lookup, fallback), READONLY,
+     "the bound DynamicBatch.lookup this call passes everything but the common case to"},
+    {NULL}
+};
+
+static PyTypeObject LookupType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "edbatch.api._fastrec.Lookup",
+    .tp_doc = "DynamicBatch.lookup with the common case in C (see the module).",
+    .tp_basicsize = sizeof(Lookup),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = lookup_new,
+    .tp_dealloc = (destructor)lookup_dealloc,
+    .tp_traverse = (traverseproc)lookup_traverse,
+    .tp_clear = (inquiry)lookup_clear,
+    .tp_vectorcall_offset = offsetof(Lookup, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dictoffset = offsetof(Lookup, dict),
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_members = lookup_members,
+    .tp_getset = call_getset,
+    .tp_repr = call_repr,
+};
+
 /* ------------------------------------------------------------------------------ handles */
 static PyObject *
 fastrec_handles(PyObject *module, PyObject *args)
@@ -447,19 +614,23 @@ PyMODINIT_FUNC
 PyInit__fastrec(void)
 {
     PyObject *m;
-    if (PyType_Ready(&OpCallType) < 0 || PyType_Ready(&AddLossType) < 0)
+    if (PyType_Ready(&OpCallType) < 0 || PyType_Ready(&AddLossType) < 0 ||
+        PyType_Ready(&LookupType) < 0)
         return NULL;
     str_attr = PyUnicode_InternFromString("attr");
+    str_num_embeddings = PyUnicode_InternFromString("num_embeddings");
     minus_one = PyLong_FromLong(-1);
-    if (str_attr == NULL || minus_one == NULL)
+    if (str_attr == NULL || str_num_embeddings == NULL || minus_one == NULL)
         return NULL;
     m = PyModule_Create(&fastrec_module);
     if (m == NULL)
         return NULL;
     Py_INCREF(&OpCallType);
     Py_INCREF(&AddLossType);
+    Py_INCREF(&LookupType);
     if (PyModule_AddObject(m, "OpCall", (PyObject *)&OpCallType) < 0 ||
-        PyModule_AddObject(m, "AddLoss", (PyObject *)&AddLossType) < 0) {
+        PyModule_AddObject(m, "AddLoss", (PyObject *)&AddLossType) < 0 ||
+        PyModule_AddObject(m, "Lookup", (PyObject *)&LookupType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -38,13 +38,15 @@ def _paths(monkeypatch: pytest.MonkeyPatch, make: Callable[[], Any]) -> list[Any
 
 
 def test_the_c_calls_are_taken_where_built() -> None:
-    batch = DynamicBatch.from_workload(make_workload("tree_lstm", embed_dim=4, hidden_dim=W))
-    cell = batch.cell(nn.Linear(W, W), "lin", [W], W)
-    calls = (batch.op("tree_lstm.leaf"), cell, batch.add_loss)
+    batch = DynamicBatch.from_workload(make_workload("tree_lstm_sick", embed_dim=4,
+                                                     hidden_dim=W))
+    calls = (batch.op("tree_lstm_sick.embed"), batch.op("tree_lstm_sick.node"),
+             batch.cell(nn.Linear(W, W), "lin", [W], W),
+             batch.cell(_Sum(), "sum", [W, W], W, variadic=True), batch.add_loss, batch.lookup)
     if _fast._fastrec is None:
         pytest.skip("edbatch.api._fastrec is not built (no C compiler at install time)")
     assert _fast.ENABLED, "EDBATCH_PURE_RECORDING is set"
-    assert [type(c).__name__ for c in calls] == ["OpCall", "OpCall", "AddLoss"]
+    assert [type(c).__name__ for c in calls] == ["OpCall"] * 4 + ["AddLoss", "Lookup"]
     assert all(callable(c.fallback) and type(c.fallback) is not type(c) for c in calls)
 
 
@@ -67,6 +69,14 @@ def test_c_and_python_calls_record_the_same_lists(model: str,
     assert fast == slow
 
 
+class _Sum(nn.Module):
+    """A variadic cell's module: its fixed operand plus the sum of the repeated ones."""
+
+    def forward(self, x: torch.Tensor, rows: torch.Tensor, segment: torch.Tensor,
+                size: int) -> torch.Tensor:
+        return x + rows.new_zeros((size, W)).index_add(0, segment, rows)
+
+
 class _Label(nn.Module):
     def forward(self, x: torch.Tensor, attrs: torch.Tensor) -> torch.Tensor:
         return x.sum(1) * attrs
@@ -82,14 +92,20 @@ def _odd_calls() -> tuple[dict[str, list[Any]], list[str]]:
     the node ids handed out, and the errors."""
     batch = DynamicBatch.from_workload(make_workload("tree_lstm", embed_dim=4, hidden_dim=W))
     leaf, internal, loss = (batch.op(f"tree_lstm.{n}") for n in ("leaf", "internal", "loss"))
+    sick = DynamicBatch.from_workload(make_workload("tree_lstm_sick", embed_dim=4,
+                                                    hidden_dim=W))
     pair = batch.cell(_Pair(), "pair", [W, W], W)
+    add = batch.cell(_Sum(), "add", [W, W], W, variadic=True)
+    embed, other = nn.Embedding(5, W), nn.Embedding(4, W)
+    batch.lookup(embed, 0)  # (registered, in the stale mini-batch)
     lab = batch.cell(_Label(), "lab", [W], (), takes_attr=True)
-    wide = batch.input(torch.ones(W + 1))
     stale = leaf(attr=0)
     batch.discard()
+    node = sick.op("tree_lstm_sick.node")
+    e = sick.op("tree_lstm_sick.embed")(attr=1)
     errors, ids = [], []
     with batch.instance():
-        x = batch.input(torch.ones(W))
+        x, wide = batch.input(torch.ones(W)), batch.input(torch.ones(W + 1))
         a, b = leaf(attr=1), leaf(attr=np.int64(2))
         calls: list[Callable[[], Any]] = [
             lambda: internal(a, b), lambda: internal(a), lambda: internal(a, b, a),
@@ -104,15 +120,25 @@ def _odd_calls() -> tuple[dict[str, list[Any]], list[str]]:
             lambda: batch.add_loss(stale), lambda: batch.add_loss(7),
             lambda: batch.add_loss(loss(internal(a, b), attr=1)),
             lambda: batch.add_loss(loss(a, attr=2), 3),
+            lambda: add(x), lambda: add(x, x, x), lambda: add(x, x, wide), lambda: add(wide),
+            lambda: add(x, stale), lambda: add(x, 5), lambda: add(x, x, attr=1),
+            lambda: add(x=x), lambda: add(),
+            lambda: batch.lookup(embed, 4), lambda: batch.lookup(embed, 5),
+            lambda: batch.lookup(embed, -1), lambda: batch.lookup(embed, True),
+            lambda: batch.lookup(embed, np.int64(1)), lambda: batch.lookup(embed, 2**70),
+            lambda: batch.lookup(embed, 1, name="x"), lambda: batch.lookup(other, 3),
+            lambda: batch.lookup(other, 1), lambda: batch.lookup([], 1),
+            lambda: batch.lookup(embed), lambda: pair(batch.lookup(embed, 1), x),
+            lambda: node(), lambda: node(e, e, attr=3), lambda: node(e, x), lambda: node(e, 1),
         ]
         for call in calls:
             try:
                 h = call()
-            except (GraphError, TypeError) as e:
-                errors.append(f"{type(e).__name__}: {e}")
+            except Exception as err:  # (an AttributeError from lookup([], 1) too)
+                errors.append(f"{type(err).__name__}: {err}")
             else:
                 ids.append(getattr(h, "node_id", h))
-    return {**_lists(batch), "ids": ids}, errors
+    return {**_lists(batch), "ids": ids, "sick": _lists(sick)}, errors
 
 
 def test_odd_and_bad_calls_record_and_raise_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
