@@ -594,8 +594,37 @@ fastrec_handles(PyObject *module, PyObject *args)
     return out;
 }
 
+static PyObject *
+fastrec_held(PyObject *module, PyObject *args)
+{
+    PyObject *pool, *out, *id;
+    Py_ssize_t used, free, i;
+    if (!PyArg_ParseTuple(args, "O!nn:held", &PyList_Type, &pool, &used, &free))
+        return NULL;
+    out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    if (used > PyList_GET_SIZE(pool))
+        used = PyList_GET_SIZE(pool);
+    for (i = 0; i < used; i++) {
+        if (Py_REFCNT(PyList_GET_ITEM(pool, i)) <= free)
+            continue;
+        id = PyLong_FromSsize_t(i);
+        if (id == NULL || PyList_Append(out, id) < 0) {
+            Py_XDECREF(id);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(id);
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------------------- module */
 static PyMethodDef fastrec_methods[] = {
+    {"held", fastrec_held, METH_VARARGS,
+     "held(pool, used, free): the node ids below used whose handle's reference count is "
+     "above free (someone besides the pool holds it)."},
     {"handles", fastrec_handles, METH_VARARGS,
      "handles(start, stop): new Handles of node ids start..stop-1 (node_id set, nothing "
      "else), as _handles._fresh makes them one by one."},

@@ -19,7 +19,8 @@ from edbatch.errors import GraphError
 from edbatch.graph import OpType
 
 __all__ = ["Cell", "CellImpl", "Current", "Handle", "Instance", "Kind", "Recorder", "Recording",
-           "ShapeLike", "fresh_handle", "grow_pool", "intern_shape", "new_handle", "recycle"]
+           "ShapeLike", "fresh_handle", "grow_pool", "held_handles", "intern_shape", "new_handle",
+           "recycle"]
 
 
 class Recorder(Protocol):
@@ -246,14 +247,22 @@ def recycle(pool: list[Handle], used: int) -> None:
     used = min(used, len(pool))
     if not used:
         return
+    held = held_handles(pool, used) if _fastrec is None else \
+        _fastrec.held(pool, used, _FREE - 1)  # (C counts without the slice's and call's)
+    for node in held:
+        pool[node] = _fresh(node)
+
+
+def held_handles(pool: list[Handle], used: int) -> list[int]:
+    """The nodes below ``used <= len(pool)`` whose handle someone besides the pool holds
+    (the Python twin of ``_fastrec.held``)."""
     used_handles = pool[:used]  # (one more reference to each: _FREE + 1 means free)
     # Every count is at least _FREE + 1, so the sum is (_FREE + 1) * used exactly when
     # nobody holds any (the common case; sum of small ints adds C longs: 0.7x max's time)
     if sum(map(getrefcount, used_handles)) == (_FREE + 1) * used:
-        return
+        return []
     counts = np.fromiter(map(getrefcount, used_handles), np.intp, used)
-    for node in np.flatnonzero(counts > _FREE + 1).tolist():
-        pool[node] = _fresh(node)
+    return np.flatnonzero(counts > _FREE + 1).tolist()  # type: ignore[no-any-return]
 
 
 @runtime_checkable
@@ -262,9 +271,10 @@ class Cell(Protocol):
     returns it: call it on handles (``h = cell(left, right)``, or ``cell(h, attr=label)``
     when it takes an attribute) to add a node of op type ``user.<name>``.
 
-    It is a plain Python function (``isinstance(f, Cell)`` checks for ``op``, ``batch``,
-    ``name`` and ``module``), as built-in ops are (:class:`~edbatch.api.BuiltinOp`): calling
-    a function with ``attr=`` builds no keyword dict. ``module`` is what runs on batches,
+    It is a function-like callable (``isinstance(f, Cell)`` checks for ``op``, ``batch``,
+    ``name`` and ``module``), as built-in ops are (:class:`~edbatch.api.BuiltinOp`): a C
+    call where :mod:`edbatch.api._fast` is built, else a plain Python function (calling a
+    function with ``attr=`` builds no keyword dict). ``module`` is what runs on batches,
     ``op`` the op type; a fixed-arity cell also has ``in_shapes`` and ``takes_attr``, a
     variadic one ``fixed`` and ``each`` (see :mod:`edbatch.api._variadic`).
     """

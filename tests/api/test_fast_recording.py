@@ -5,6 +5,7 @@ recording, list for list, on the benchmark's user models and on a run of odd and
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ from torch import nn
 
 from benchmarks.recording_speed import make_recorder
 from edbatch import api
-from edbatch.api import DynamicBatch, _fast
+from edbatch.api import DynamicBatch, _fast, _handles
 from edbatch.errors import GraphError
 from edbatch.executor import init_params
 from edbatch.workloads import make_workload
@@ -175,3 +176,27 @@ def test_current_follows_every_new_recording() -> None:
     with batch.instance():
         h = leaf(attr=3)
     assert h._rec is batch._rec and batch._rec.ops == [0]
+
+
+def test_held_handles_in_c_equal_the_python_twin() -> None:
+    """``_fastrec.held`` (what ``recycle`` asks where built) finds the handles held besides
+    the pool exactly as ``held_handles`` does, none held or some."""
+    if _handles._fastrec is None:
+        pytest.skip("edbatch.api._fastrec is not built (no C compiler at install time)")
+    pool: list[Any] = []
+    _handles.grow_pool(pool, 2999)  # (made in C, as _fresh makes them)
+    twin = [_handles._fresh(7)]
+    assert [h.node_id for h in pool] == list(range(len(pool))) and len(pool) >= 3000
+    assert type(pool[7]) is type(twin[0]) and sys.getrefcount(pool[7]) == sys.getrefcount(twin[0])
+    with pytest.raises(AttributeError):
+        pool[7]._rec  # noqa: B018
+    rng = np.random.default_rng(0)
+    for held_count in (0, 1, 7, 300):
+        kept = [pool[int(v)] for v in rng.choice(3000, held_count, replace=False)]
+        kept += kept[:2]  # (held twice)
+        for used in (0, 1, 1500, 3000, 3500):
+            used = min(used, len(pool))
+            want = _handles.held_handles(pool, used) if used else []
+            assert _handles._fastrec.held(pool, used, _handles._FREE - 1) == want
+            assert sorted(want) == sorted({h.node_id for h in kept if h.node_id < used})
+        del kept
