@@ -284,11 +284,14 @@ opcall_dealloc(OpCall *self)
 static PyObject *
 call_repr(PyObject *self)
 {
-    PyObject *dict = *_PyObject_GetDictPtr(self);
-    PyObject *name = dict == NULL ? NULL : PyDict_GetItemString(dict, "__name__");
-    if (name == NULL)
+    PyObject *name = PyObject_GetAttrString(self, "__name__"), *out;
+    if (name == NULL) {
+        PyErr_Clear();
         return PyUnicode_FromFormat("<%s object at %p>", Py_TYPE(self)->tp_name, self);
-    return PyUnicode_FromFormat("<recording function %S>", name);
+    }
+    out = PyUnicode_FromFormat("<recording function %S>", name);
+    Py_DECREF(name);
+    return out;
 }
 
 static PyMemberDef opcall_members[] = {
@@ -446,18 +449,14 @@ lookup_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     if (!ready || PyVectorcall_NARGS(nargsf) != 2 ||
         (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0))
         goto fallback;
-    rec = current_recording(self->current);
     index = args[1];
-    if (rec == NULL || !PyLong_CheckExact(index))
+    if (!PyLong_CheckExact(index))
         goto fallback;
-    kind = PyDict_GetItemWithError(self->kinds, args[0]);  /* borrowed */
-    if (kind == NULL || !Py_IS_TYPE(kind, KindType) || SLOT(kind, off_k_op_id) == NULL) {
-        PyErr_Clear();  /* (an unhashable embedding: the Python method says what it does) */
-        goto fallback;
-    }
+    /* (read num_embeddings first: reading it may run Python code, which could change the
+     * kinds dict or start a new recording; rec and kind are read after it) */
     rows = PyObject_GetAttr(args[0], str_num_embeddings);
     if (rows == NULL) {
-        PyErr_Clear();
+        PyErr_Clear();  /* (the Python method says what is wrong) */
         goto fallback;
     }
     n = PyLong_CheckExact(rows) ? PyLong_AsSsize_t(rows) : -1;
@@ -465,6 +464,13 @@ lookup_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     i = PyLong_AsSsize_t(index);
     if (n < 0 || i < 0 || i >= n) {
         PyErr_Clear();  /* (an index past Py_ssize_t: out of range, as the method says) */
+        goto fallback;
+    }
+    kind = PyDict_GetItemWithError(self->kinds, args[0]);  /* borrowed; no code runs below */
+    rec = current_recording(self->current);
+    if (kind == NULL || rec == NULL || !Py_IS_TYPE(kind, KindType) ||
+        SLOT(kind, off_k_op_id) == NULL) {
+        PyErr_Clear();  /* (an unhashable embedding: the Python method says what it does) */
         goto fallback;
     }
     ops = SLOT(rec, off_r_ops);
