@@ -15,6 +15,8 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #ifndef Py_T_OBJECT_EX
 #define Py_T_OBJECT_EX T_OBJECT_EX
@@ -600,6 +602,58 @@ fastrec_handles(PyObject *module, PyObject *args)
     return out;
 }
 
+/* Append the exact ints of list `items` to buf as int32 (size 4) or int64 (size 8); 0 when
+ * an item is something else or out of range. */
+static int
+pack_into(PyObject *items, int size, char *buf)
+{
+    Py_ssize_t i, n = PyList_GET_SIZE(items);
+    for (i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        int overflow;
+        long long v;
+        if (!PyLong_CheckExact(item))
+            return 0;
+        v = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (size == 4) {
+            int32_t x = (int32_t)v;
+            if (v < INT32_MIN || v > INT32_MAX)
+                return 0;
+            memcpy(buf + 4 * i, &x, 4);
+        } else {
+            int64_t x = (int64_t)v;
+            memcpy(buf + 8 * i, &x, 8);
+        }
+    }
+    return 1;
+}
+
+static PyObject *
+fastrec_pack(PyObject *module, PyObject *args)
+{
+    PyObject *items, *more, *out;
+    int size;
+    if (!PyArg_ParseTuple(args, "O!iO!:pack", &PyList_Type, &items, &size, &PyList_Type, &more))
+        return NULL;
+    if (size != 4 && size != 8) {
+        PyErr_SetString(PyExc_ValueError, "pack: size 4 (int32) or 8 (int64)");
+        return NULL;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (PyList_GET_SIZE(items) + PyList_GET_SIZE(more)) * size);
+    if (out == NULL)
+        return NULL;
+    if (!pack_into(items, size, PyBytes_AS_STRING(out)) ||
+        !pack_into(more, size, PyBytes_AS_STRING(out) + PyList_GET_SIZE(items) * size)) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 static PyObject *
 fastrec_held(PyObject *module, PyObject *args)
 {
@@ -628,6 +682,10 @@ fastrec_held(PyObject *module, PyObject *args)
 
 /* ------------------------------------------------------------------------------- module */
 static PyMethodDef fastrec_methods[] = {
+    {"pack", fastrec_pack, METH_VARARGS,
+     "pack(items, size, more): the ints of the lists items then more as native int32 (size "
+     "4) or int64 (size 8) bytes, as struct.pack packs them; None if one is no exact int "
+     "or out of range (then struct decides)."},
     {"held", fastrec_held, METH_VARARGS,
      "held(pool, used, free): the node ids below used whose handle's reference count is "
      "above free (someone besides the pool holds it)."},

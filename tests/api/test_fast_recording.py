@@ -5,6 +5,7 @@ recording, list for list, on the benchmark's user models and on a run of odd and
 
 from __future__ import annotations
 
+import struct
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -200,3 +201,21 @@ def test_held_handles_in_c_equal_the_python_twin() -> None:
             assert _handles._fastrec.held(pool, used, _handles._FREE - 1) == want
             assert sorted(want) == sorted({h.node_id for h in kept if h.node_id < used})
         del kept
+
+
+def test_pack_in_c_gives_structs_bytes_or_leaves_it_to_struct() -> None:
+    """``_fastrec.pack`` (graph assembly's packer where built) gives ``struct.pack``'s bytes
+    for exact ints in range and ``None`` (struct decides) for anything else."""
+    if _handles._fastrec is None:
+        pytest.skip("edbatch.api._fastrec is not built (no C compiler at install time)")
+    pack = _handles._fastrec.pack
+    edge = [0, -1, 1, 2**31 - 1, -(2**31), 255, 256, 10**6]
+    for code, size, extra in (("i", 4, []), ("q", 8, [2**63 - 1, -(2**63), 2**40])):
+        values = edge + extra
+        for more in ([], [7], values[::-1]):
+            want = struct.pack(f"{len(values) + len(more)}{code}", *values, *more)
+            assert pack(values, size, more) == want
+        assert pack([], size, []) == b""
+        for odd in (True, np.int64(3), 2.0, "1", None, 2**64, -(2**64)):
+            assert pack([1, odd, 2], size, []) is None and pack([1], size, [odd]) is None
+    assert pack([2**31], 4, []) is None and pack([-(2**31) - 1], 4, []) is None
