@@ -1,15 +1,15 @@
 """The recorder's per-node hot path in C, where it is built (``edbatch/api/_fastrec.c``).
 
-:func:`op_call` wraps the Python function that records one node of an op type or a
-fixed-arity cell (:mod:`edbatch.api._builtins`, :mod:`edbatch.api._cellcall`) in a C callable
+:func:`op_call` wraps the Python function that records one node of an op type or a cell
+(variadic ones included; :mod:`edbatch.api._builtins`, :mod:`edbatch.api._cellcall`) in a C callable
 that takes the common case itself (operands handles of the current recording, of the
 registered row shapes where the cell has them, the attr as the function takes it inline) and
 appends exactly what the Python function appends; anything else goes to the Python function,
 which records it or raises its usual error. :func:`bind_methods` does the same for
 :meth:`DynamicBatch.add_loss <edbatch.api.DynamicBatch.add_loss>` and
-:meth:`~edbatch.api.DynamicBatch.lookup`. A Python call frame is
-most of what a recorded node costs: a Tree-LSTM node through the API 0.53 -> 0.29 us (see
-``docs/throughput.md``).
+:meth:`~edbatch.api.DynamicBatch.lookup`. A Python call frame was
+most of what a recorded node cost: through the C calls a Tree-LSTM node records in about
+half the time (``benchmarks/recording_speed.py``; figures in ``docs/throughput.md``).
 
 The extension is optional (``setup.py`` builds it with ``optional=True``): without it, or
 with ``EDBATCH_PURE_RECORDING=1`` in the environment, or :data:`ENABLED` set false before a
