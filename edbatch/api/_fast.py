@@ -47,9 +47,10 @@ def op_call(batch: Any, kind: Kind, fallback: Callable[..., Handle],
         return fallback
     variadic = kind.arity < 0
     arity = (0 if shapes is None else len(shapes)) if variadic else kind.arity
-    return _fastrec.OpCall(batch._current, kind, kind.op_id, batch._pool,  # type: ignore[no-any-return]
-                           fallback, None if shapes is None else tuple(shapes), arity,
-                           attr_mode, variadic, each)
+    call: Callable[..., Handle] = _fastrec.OpCall(
+        batch._current, kind, kind.op_id, batch._pool, fallback,
+        None if shapes is None else tuple(shapes), arity, attr_mode, variadic, each)
+    return call
 
 
 def bind_methods(batch: Any, base: type) -> None:

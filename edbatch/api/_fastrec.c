@@ -28,7 +28,8 @@
 static PyTypeObject *HandleType, *KindType, *RecordingType, *CurrentType;
 static Py_ssize_t off_h_rec, off_h_kind, off_h_node;  /* Handle */
 static Py_ssize_t off_k_shape, off_k_scalar, off_k_op_id;  /* Kind */
-static Py_ssize_t off_r_ops, off_r_operands, off_r_attrs, off_r_losses, off_r_counts;  /* Recording */
+/* Recording */
+static Py_ssize_t off_r_ops, off_r_operands, off_r_attrs, off_r_losses, off_r_counts;
 static Py_ssize_t off_c_rec;  /* Current */
 static PyObject *str_attr, *str_num_embeddings, *minus_one;
 static int ready;
