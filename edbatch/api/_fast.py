@@ -53,7 +53,7 @@ def op_call(batch: Any, kind: Kind, fallback: Callable[..., Handle],
     return call
 
 
-def bind_methods(batch: Any, base: type) -> None:
+def bind_methods(batch: Any, base: Any) -> None:
     """Give ``batch`` its ``add_loss`` and ``lookup`` with the common case in C (the bound
     methods of ``base`` for the rest) where the C path is on and its class keeps ``base``'s
     (a subclass's own method is left alone)."""

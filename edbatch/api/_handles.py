@@ -114,6 +114,8 @@ class Current:
 
     __slots__ = ("rec",)
 
+    rec: Recording
+
 
 class Instance:
     """``with batch.instance():`` (a plain class: a generator context manager costs about
