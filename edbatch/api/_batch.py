@@ -16,9 +16,11 @@ from edbatch.api._assemble import assemble_graph
 from edbatch.api._builtins import BuiltinOp, builtin_op, register_workload
 from edbatch.api._bulk import Handles, add_losses
 from edbatch.api._cellcall import probe, user_function
+from edbatch.api._fast import bind_methods
 from edbatch.api._handles import (
     Cell,
     CellImpl,
+    Current,
     Handle,
     Instance,
     Kind,
@@ -77,7 +79,9 @@ class DynamicBatch:
         self._kept: dict[Any, Any] = {}  # run("auto") and policies: made once, kept across runs
         self._switches: dict[tuple[Any, ...], Any] = {}  # switch(): cells checked for bulk
         self._pool: list[Handle] = []  # node id -> its handle object (see _handles.recycle)
+        self._current = Current()  # ``_rec`` again, in a slot for the C calls (see _fast)
         self._clear()
+        bind_methods(self, DynamicBatch)  # add_loss and lookup: the common case in C
 
     @classmethod
     def from_workload(cls, workload: object, params: Mapping[str, Tensor] | None = None,
@@ -95,7 +99,7 @@ class DynamicBatch:
             recycle(self._pool, len(old.ops))
             old.release()
         self._generation += 1
-        self._rec = Recording(self, self._generation)
+        self._rec = self._current.rec = Recording(self, self._generation)
         self._instance, self._num_instances = -1, 0  # -1: outside any instance
 
     @property

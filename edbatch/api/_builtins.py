@@ -31,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
+from edbatch.api._fast import ATTR_ANY, name_call, op_call
 from edbatch.api._handles import Handle, Recording, grow_pool
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.executor import KERNELS
@@ -55,10 +56,10 @@ class BuiltinOp(Protocol):
     the cheap ones (operand count, handle of the current mini-batch); shapes are checked
     for the whole graph at once when it is assembled.
 
-    It is a plain Python function (``isinstance(f, BuiltinOp)`` checks for ``op`` and
-    ``batch``): on CPython 3.11 calling a function with ``attr=`` passes the keyword without
-    building a dict, where an object's ``__call__`` builds one. That is about 0.2 us of the
-    recorder's 0.5 to 0.7 us per call.
+    It is a function-like callable (``isinstance(f, BuiltinOp)`` checks for ``op`` and
+    ``batch``): a C call (:mod:`edbatch.api._fast`) where the extension is built, else the
+    plain Python function made here (on CPython 3.11 calling a function with ``attr=``
+    passes the keyword without building a dict, where an object's ``__call__`` builds one).
     """
 
     op: OpType
@@ -269,10 +270,9 @@ def builtin_op(batch: Batch, name: str) -> BuiltinOp:
                                f"workload with DynamicBatch.from_workload. Known: "
                                f"{names[:8]}" + did_you_mean(name, names))
     op = batch._ops[batch._op_ids[name]]
-    call: Any = _fixed(batch, op)
+    call: Any = op_call(batch, batch._kinds[name], _fixed(batch, op), None, ATTR_ANY)
     call.op, call.batch = op, batch
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"Add one node of op type {name!r} (a :class:`BuiltinOp`)."
+    name_call(call, name, f"Add one node of op type {name!r} (a :class:`BuiltinOp`).")
     return call  # type: ignore[no-any-return]
 
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from edbatch.api._bulk import Handles, cell_map
+from edbatch.api._fast import ATTR_COUNT, ATTR_INT, ATTR_NONE, name_call, op_call
 from edbatch.api._handles import Handle, grow_pool, intern_shape
 from edbatch.api._result import dtype_hint
 from edbatch.api._variadic import VariadicCell
@@ -292,16 +293,17 @@ def user_function(cell: Any, batch: Any) -> Callable[..., Handle]:
     the registered ``cell`` (a :class:`~edbatch.api.Cell`: its attributes say what it is)."""
     call: Any
     if isinstance(cell, VariadicCell):
-        call = variadic_function(cell, batch)
+        call = op_call(batch, cell.kind, variadic_function(cell, batch),
+                       [intern_shape(s) for s in cell.fixed], ATTR_COUNT, intern_shape(cell.each))
         call.fixed, call.each = cell.fixed, cell.each
     else:
-        call = cell_function(cell, batch)
+        call = op_call(batch, cell.kind, cell_function(cell, batch), cell.in_shapes,
+                       ATTR_INT if cell.takes_attr else ATTR_NONE)
         call.in_shapes, call.takes_attr = cell.in_shapes, cell.takes_attr
         call.kind, call.map = cell.kind, map_function(cell)  # bulk (Cell.map, api.switch)
     call.cell, call.op, call.batch, call.name, call.module = (cell, cell.op, batch, cell.name,
                                                               cell.module)
-    call.__name__ = call.__qualname__ = cell.name
-    call.__doc__ = f"Add one node of cell {cell.name!r} (a :class:`Cell`)."
+    name_call(call, cell.name, f"Add one node of cell {cell.name!r} (a :class:`Cell`).")
     return call  # type: ignore[no-any-return]
 
 

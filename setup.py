@@ -1,0 +1,11 @@
+"""Builds the one optional C extension, ``edbatch.api._fastrec`` (the recorder's per-node hot
+path; everything else is in pyproject.toml). ``optional=True``: without a C compiler the
+install goes on and the API records through its Python functions (``edbatch.api._fast``).
+After editing its C files: ``python setup.py build_ext --inplace`` (or reinstall)."""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("edbatch.api._fastrec", ["edbatch/api/_fastrec.c"],
+                             depends=["edbatch/api/_fastrec_opcall.h",
+                                      "edbatch/api/_fastrec_methods.h"],
+                             optional=True)])
