@@ -239,7 +239,7 @@ static PyMethodDef fastrec_methods[] = {
      "handles(start, stop): new Handles of node ids start..stop-1 (node_id set, nothing "
      "else), as _handles._fresh makes them one by one."},
     {"setup", fastrec_setup, METH_VARARGS,
-     "setup(Handle, Kind, Recording): read the slots' offsets (once, before any call)."},
+     "setup(Handle, Kind, Recording, Current): read the slots' offsets (once, before any call)."},
     {NULL}
 };
 
