@@ -252,6 +252,13 @@ class DynamicBatch:
             pass
         cell = self._embeddings.get(id(embedding))
         if cell is None:
+            if not (isinstance(getattr(embedding, "num_embeddings", None), int)
+                    and isinstance(getattr(embedding, "embedding_dim", None), int)
+                    and callable(embedding)):
+                raise GraphError(f"batch.lookup takes an nn.Embedding (a module with int "
+                                 f"num_embeddings and embedding_dim); got "
+                                 f"{type(embedding).__name__}. Fix: pass the model's "
+                                 f"nn.Embedding, e.g. batch.lookup(self.embed, index)")
             name = name or f"embedding{len(self._embeddings)}"
             cell = self.cell(embedding, name, [], embedding.embedding_dim, takes_attr=True)
             self._embeddings[id(embedding)] = cell

@@ -111,6 +111,15 @@ def test_indexing_a_handle_is_a_clear_type_error() -> None:
     batch.discard()
 
 
+@pytest.mark.parametrize("embedding", [[], nn.Linear(3, 3), "embed"])
+def test_lookup_of_something_not_an_embedding_names_it(embedding: object) -> None:
+    batch = DynamicBatch()
+    with batch.instance(), pytest.raises(GraphError, match=(
+            f"batch.lookup takes an nn.Embedding.*got {type(embedding).__name__}")):
+        batch.lookup(embedding, 1)  # type: ignore[arg-type]
+    batch.discard()
+
+
 def test_recording_outside_an_instance_warns_once() -> None:
     batch = DynamicBatch()
     step = batch.cell(nn.Linear(3, 3), "step", [3], 3)
