@@ -42,7 +42,7 @@ from torch import Tensor
 
 from edbatch.api import _typed
 from edbatch.api._bulk import int_array
-from edbatch.api._rounds import Instances, _arange, extend
+from edbatch.api._rounds import Instances, arange, extend
 from edbatch.api._segments import segment_state
 from edbatch.executor.kernels import kernel_for
 from edbatch.executor.torch_executor import RunResult
@@ -194,7 +194,7 @@ class DirectRounds:
         values = runner.values
         values.grow(n)
         values.batch[start:n] = len(values.outputs)
-        values.row[start:n] = _arange(m)
+        values.row[start:n] = arange(m)
         values.outputs.append(out)
         runner.new = (start, n, out)
         runner.segments.append(DirectSegment(plan, attrs, runner.inst, flat, start, n, seconds))

@@ -36,8 +36,8 @@ from edbatch._lru import COLD_AFTER, PROBE_EVERY, Lru
 from edbatch.api._assemble import warn_outside
 
 __all__ = ["COLD_AFTER", "PROBE_EVERY", "Follow", "Instances", "Lru", "RoundPlan", "Rounds",
-           "extend", "instances", "last_rows", "localise", "op_array", "shape_ops", "slot_major",
-           "value_groups", "whole_batch"]
+           "arange", "extend", "instances", "last_rows", "localise", "op_array", "shape_ops",
+           "slot_major", "value_groups", "whole_batch"]
 
 
 @dataclass
@@ -114,7 +114,7 @@ class Follow:
 _ALL: dict[int, NDArray[np.int64]] = {}
 
 
-def _arange(k: int) -> NDArray[np.int64]:
+def arange(k: int) -> NDArray[np.int64]:
     """``np.arange(k)`` (read-only, made once per length)."""
     got = _ALL.get(k)
     if got is None:
@@ -140,7 +140,7 @@ def localise(flat: NDArray[np.int64], losses: NDArray[np.int64], start: int, sha
         old_loss = losses < start
         old = np.concatenate([old, losses[old_loss]])
     c = len(old)
-    where = _arange(c)  # each read's value node
+    where = arange(c)  # each read's value node
     if c >= share_at * 2:  # the distinct nodes read; the mapping only if shared
         lo = int(old.min())
         span = start - lo
@@ -150,7 +150,7 @@ def localise(flat: NDArray[np.int64], losses: NDArray[np.int64], start: int, sha
             distinct = np.flatnonzero(mark)
             if len(distinct) * share_at <= c:
                 lut = np.empty(span, np.int64)
-                lut[distinct] = _arange(len(distinct))
+                lut[distinct] = arange(len(distinct))
                 old, where = distinct + lo, lut[old - lo]
                 c = len(old)
         else:
@@ -293,7 +293,7 @@ def whole_batch(batch_of: NDArray[np.int64], row_of: NDArray[np.int64], c: int, 
         return -1
     b = int(batch_of[c])
     if not (batch_of[c:c + m] == b).all() or int(np.count_nonzero(batch_of == b)) != m or \
-            not np.array_equal(row_of[c:c + m], _arange(m)):
+            not np.array_equal(row_of[c:c + m], arange(m)):
         return -1
     return b
 
