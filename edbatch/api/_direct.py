@@ -84,7 +84,8 @@ class DirectSegment:
                  old: NDArray[np.int64], start: int, n: int, seconds: float) -> None:
         self._graph: Graph | None = None
         self._make = (attrs, inst, old, start, n)
-        self._plan, self._run = plan, seconds
+        self._plan = plan
+        self._run: RunResult | float = seconds  # (the kernel's seconds until ``run`` is read)
         self.schedule = plan.schedule
 
     @property
