@@ -12,13 +12,13 @@ most of what a recorded node cost: through the C calls a Tree-LSTM node records 
 half the time (``benchmarks/recording_speed.py``; figures in ``docs/throughput.md``).
 
 The extension is optional (``setup.py`` builds it with ``optional=True``): without it, or
-with ``EDBATCH_PURE_RECORDING=1`` in the environment, or :data:`ENABLED` set false before a
-batch registers its ops, the Python functions record (the twin the tests compare with).
+with ``EDBATCH_PURE_RECORDING=1`` in the environment (then :mod:`edbatch.api._handles` does
+not load it), or :data:`ENABLED` set false before a batch registers its ops, the Python
+functions record (the twin the tests compare with).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,7 +28,7 @@ __all__ = ["ATTR_ANY", "ATTR_COUNT", "ATTR_INT", "ATTR_NONE", "ENABLED", "bind_m
            "name_call", "op_call"]
 
 #: Whether new op and cell functions take the C path (read when they are made).
-ENABLED: bool = _fastrec is not None and os.environ.get("EDBATCH_PURE_RECORDING", "") in ("", "0")
+ENABLED: bool = _fastrec is not None
 
 #: How a call's ``attr`` is taken inline: any value (default -1; built-in ops), an ``int``
 #: exactly (cells with ``takes_attr``), none or ``None`` recorded as -1 (other cells), none

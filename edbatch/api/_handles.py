@@ -8,6 +8,7 @@ this module imports nothing of :mod:`edbatch.api._batch` (the import graph stays
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 from sys import getrefcount
@@ -364,11 +365,17 @@ class CellImpl:
 fresh_handle = _fresh
 
 
-try:  # the recorder's C calls (see edbatch.api._fast), told where the slots above lie. (By
-    # name: the C module imports nothing of the project, but an import statement of a module
-    # without a .py file reads as one of edbatch.api to tests/test_import_graph.py.)
-    _fastrec: Any = import_module("edbatch.api._fastrec")
-except ImportError:  # (not built: no C compiler at install time)
-    _fastrec = None
-else:
-    _fastrec.setup(Handle, Kind, Recording, Current)
+#: The recorder's C calls (see edbatch.api._fast), told where the slots above lie; ``None``
+#: where the extension is not built (no C compiler at install time) or
+#: ``EDBATCH_PURE_RECORDING=1`` asks for every recorder call in Python (op and cell calls,
+#: pool growth, held handles, assembly's packing). (Imported by name: the C module imports
+#: nothing of the project, but an import statement of a module without a .py file reads as
+#: one of edbatch.api to tests/test_import_graph.py.)
+_fastrec: Any = None
+if os.environ.get("EDBATCH_PURE_RECORDING", "") in ("", "0"):
+    try:
+        _fastrec = import_module("edbatch.api._fastrec")
+    except ImportError:
+        pass
+    else:
+        _fastrec.setup(Handle, Kind, Recording, Current)

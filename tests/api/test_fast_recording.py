@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -47,9 +48,7 @@ def test_the_c_calls_are_taken_where_built() -> None:
              batch.cell(nn.Linear(W, W), "lin", [W], W),
              batch.cell(_Sum(), "sum", [W, W], W, variadic=True), batch.add_loss, batch.lookup)
     if _fast._fastrec is None:
-        pytest.skip("edbatch.api._fastrec is not built (no C compiler at install time)")
-    if os.environ.get("EDBATCH_PURE_RECORDING", "") not in ("", "0"):
-        pytest.skip("EDBATCH_PURE_RECORDING is set: the Python calls are asked for")
+        pytest.skip("edbatch.api._fastrec not loaded (not built, or EDBATCH_PURE_RECORDING=1)")
     assert _fast.ENABLED
     assert [type(c).__name__ for c in calls] == ["OpCall"] * 4 + ["AddLoss", "Lookup"]
     assert all(callable(c.fallback) and type(c.fallback) is not type(c) for c in calls)
@@ -222,3 +221,14 @@ def test_pack_in_c_gives_structs_bytes_or_leaves_it_to_struct() -> None:
         for odd in (True, np.int64(3), 2.0, "1", None, 2**64, -(2**64)):
             assert pack([1, odd, 2], size, []) is None and pack([1], size, [odd]) is None
     assert pack([2**31], 4, []) is None and pack([-(2**31) - 1], 4, []) is None
+
+
+def test_pure_recording_switch_leaves_the_c_module_unloaded() -> None:
+    """``EDBATCH_PURE_RECORDING=1``: no C call anywhere (op and cell calls, pool growth, held
+    handles, packing all read ``_handles._fastrec``), not only in the op and cell calls."""
+    code = ("from edbatch.api import _fast, _handles, _assemble; "
+            "print(_handles._fastrec is None, _assemble._fastrec is None, _fast.ENABLED)")
+    env = {**os.environ, "EDBATCH_PURE_RECORDING": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["True", "True", "False"]
