@@ -219,8 +219,8 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
             batch_op[nb] = a
             nb, done = nb + 1, done + c
             batch_ptr[nb] = done
-            if track_tw:
-                freed = 0
+            if track_tw:  # (_compiled._typewise_freed written out: calling it here measured
+                freed = 0  # 1.41x critical path's loop against 1.36x, priority_cost, load 1)
                 for v in batch:
                     for i in range(tw_ptr[v], tw_ptr[v + 1]):
                         u = tw_ids[i]
