@@ -44,7 +44,8 @@ def _at_least(cfg: Any, key: str, low: float, *, nullable: bool = False,
 
 def is_seed(value: Any) -> bool:
     """Whether ``value`` is a seed numpy's legacy ``RandomState`` takes: an int in [0, 2**32)
-    (the one rule of the configs, the training CLIs and the benchmarks' ``--seed``)."""
+    (the rule of the configs and the training CLIs; ``benchmarks/_args.seed`` states the same
+    bound without importing experiments, which would add Hydra to every benchmark's start)."""
     return type(value) is int and 0 <= value < 2**32
 
 
