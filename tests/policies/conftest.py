@@ -1,5 +1,6 @@
 """Fixtures shared by the learner tests: small lattice mini-batches, a compiled state key
-evaluated on per-type arrays, and a priority twin forced along a prefix."""
+evaluated on per-type arrays, a priority twin forced along a prefix, and the check that the
+priority policy's run-time loop schedules as its full rows do."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from edbatch.graph import Graph
 from edbatch.schedule import FrontierView
+from edbatch.schedule._compiled_priority import run_priority
 from edbatch.workloads import make_workload
-from policies.priority import PriorityTwin
+from policies.priority import PriorityTwin, graph_inputs
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +57,14 @@ def compiled_key() -> Callable[..., tuple[int, ...]]:
     (``edbatch.schedule._compiled_keys``) writes for these per-type arrays (unready types:
     no height; no remaining counts; every type batchable)."""
     return _compiled_key
+
+
+def assert_lean_equals_full(graph: Graph, w: np.ndarray) -> None:
+    """``run_priority`` with ``lean`` (for a linear ``w`` without context weights the fused
+    loop) gives the schedule, overrides and decisions of the full feature rows."""
+    inputs = graph_inputs(graph)
+    lean = run_priority(*inputs, w, 0, True)  # type: ignore[call-arg]
+    full = run_priority(*inputs, w, 0, False)  # type: ignore[call-arg]
+    for x, y in zip(lean[:4], full[:4], strict=True):
+        assert np.array_equal(x, y)
+    assert lean[4:] == full[4:]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edbatch.graph import Graph
 from edbatch.schedule import run_policy
 from edbatch.schedule._compiled_priority import run_priority
 from edbatch.schedule._compiled_priority_ctx import FIRST_CONTEXT
@@ -17,6 +16,7 @@ from edbatch.schedule._compiled_priority_fused import fused_schedule
 from edbatch.workloads import make_workload
 from edbatch.workloads.synthetic import random_dag
 from policies.priority import PriorityTwin, critical_path_weights, graph_inputs, num_params
+from tests.policies.conftest import assert_lean_equals_full
 
 WORKLOADS = ["tree_lstm", "tree_gru", "mvrnn", "lattice_lstm", "lattice_gru", "bilstm_tagger",
              "seq2seq", "ggnn_molecules", "tree_lstm_sick", "module_net", "moe",
@@ -36,22 +36,13 @@ def _weights(rng: np.random.Generator, kind: str) -> np.ndarray:
     return w
 
 
-def _same(graph: Graph, w: np.ndarray) -> None:
-    inputs = graph_inputs(graph)
-    fused = run_priority(*inputs, w, 0, True)  # type: ignore[call-arg]
-    full = run_priority(*inputs, w, 0, False)  # type: ignore[call-arg]
-    for x, y in zip(fused[:4], full[:4], strict=True):
-        assert np.array_equal(x, y)
-    assert fused[4:] == full[4:]
-
-
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_fused_loop_equals_the_full_rows_on_every_workload(name: str) -> None:
     graph = next(iter(make_workload(name).batches("train", 8, limit=1)))
     rng = np.random.default_rng(len(name))
     for kind in ("dense", "sparse", "release", "far"):
-        _same(graph, _weights(rng, kind))
-    _same(graph, critical_path_weights())
+        assert_lean_equals_full(graph, _weights(rng, kind))
+    assert_lean_equals_full(graph, critical_path_weights())
 
 
 def test_fused_loop_equals_the_twin_on_module_net_cells() -> None:
@@ -81,4 +72,4 @@ def test_fused_loop_equals_the_full_rows_on_random_dags(seed: int) -> None:
     rng = np.random.default_rng(100 + seed)
     g = random_dag(rng, int(rng.integers(5, 80)), int(rng.integers(1, 7)),
                    int(rng.integers(1, 5)), unbatchable_prob=float(rng.uniform(0, 0.3)))
-    _same(g, _weights(rng, ("dense", "sparse", "release")[seed % 3]))
+    assert_lean_equals_full(g, _weights(rng, ("dense", "sparse", "release")[seed % 3]))

@@ -18,6 +18,7 @@ from edbatch.schedule._compiled_priority_lean import lean_ok
 from edbatch.workloads import make_workload
 from edbatch.workloads.synthetic import random_dag, random_lattices
 from policies.priority import PriorityTwin, critical_path_weights, graph_inputs, num_params
+from tests.policies.conftest import assert_lean_equals_full
 
 
 def _sparse(rng: np.random.Generator, p_zero: float) -> np.ndarray:
@@ -28,15 +29,6 @@ def _sparse(rng: np.random.Generator, p_zero: float) -> np.ndarray:
     w[:FIRST_CONTEXT][rng.random(FIRST_CONTEXT) < p_zero] = 0.0
     w[0] += 1.0
     return w
-
-
-def _same(graph: Graph, w: np.ndarray) -> None:
-    inputs = graph_inputs(graph)
-    lean = run_priority(*inputs, w, 0, True)  # type: ignore[call-arg]
-    full = run_priority(*inputs, w, 0, False)  # type: ignore[call-arg]
-    for x, y in zip(lean[:4], full[:4], strict=True):
-        assert np.array_equal(x, y)
-    assert lean[4:] == full[4:]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +44,8 @@ def test_lean_pick_equals_the_full_rows_on_real_graphs(real_graphs: list[Graph],
     rng = np.random.default_rng(int(10 * p_zero))
     for g in real_graphs:
         for _ in range(3):
-            _same(g, _sparse(rng, p_zero))
-        _same(g, critical_path_weights())
+            assert_lean_equals_full(g, _sparse(rng, p_zero))
+        assert_lean_equals_full(g, critical_path_weights())
 
 
 def test_lean_pick_equals_the_twin(real_graphs: list[Graph]) -> None:
@@ -87,4 +79,4 @@ def test_lean_pick_equals_the_full_rows_on_random_graphs(seed: int, kind: str,
     else:
         g = random_dag(rng, int(rng.integers(5, 60)), int(rng.integers(1, 6)),
                        int(rng.integers(1, 5)), unbatchable_prob=float(rng.uniform(0, 0.3)))
-    _same(g, _sparse(rng, p_zero))
+    assert_lean_equals_full(g, _sparse(rng, p_zero))
