@@ -276,13 +276,14 @@ class DynamicBatch:
         """Add ``handle`` (one number per row) to the mini-batch loss that ``run`` returns;
         a :class:`Handles` (``cell.map``'s result) adds each of its nodes."""
         rec = self._rec
+        if type(handle) is Handles:  # (first: a block has no ``_rec``, and raising costs)
+            return add_losses(self, handle)
         try:  # (only a handle of this recording has it as ``_rec``)
             if handle._rec is rec and handle._kind.scalar:
                 rec.losses.append(handle.node_id)
                 return
         except AttributeError:
-            if type(handle) is Handles:
-                return add_losses(self, handle)
+            pass
         self._check_handle(handle, "add_loss")
         if math.prod(handle.shape) != 1:
             raise GraphError(f"add_loss: {handle!r} has shape {handle.shape}, not one number; "

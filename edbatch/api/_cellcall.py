@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from edbatch.api._bulk import Handles, cell_map
-from edbatch.api._fast import ATTR_COUNT, ATTR_INT, ATTR_NONE, name_call, op_call
+from edbatch.api._fast import ATTR_COUNT, ATTR_INT, ATTR_NONE, map_call, name_call, op_call
 from edbatch.api._handles import Handle, grow_pool, intern_shape
 from edbatch.api._result import dtype_hint
 from edbatch.api._variadic import VariadicCell
@@ -300,7 +300,8 @@ def user_function(cell: Any, batch: Any) -> Callable[..., Handle]:
         call = op_call(batch, cell.kind, cell_function(cell, batch), cell.in_shapes,
                        ATTR_INT if cell.takes_attr else ATTR_NONE)
         call.in_shapes, call.takes_attr = cell.in_shapes, cell.takes_attr
-        call.kind, call.map = cell.kind, map_function(cell)  # bulk (Cell.map, api.switch)
+        # bulk (Cell.map, api.switch): the common case in C where built
+        call.kind, call.map = cell.kind, map_call(batch, cell, map_function(cell))
     call.cell, call.op, call.batch, call.name, call.module = (cell, cell.op, batch, cell.name,
                                                               cell.module)
     name_call(call, cell.name, f"Add one node of cell {cell.name!r} (a :class:`Cell`).")

@@ -22,13 +22,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from edbatch.api._bulk import Handles
 from edbatch.api._handles import Handle, Kind, _fastrec  # (set up there)
 
 __all__ = ["ATTR_ANY", "ATTR_COUNT", "ATTR_INT", "ATTR_NONE", "ENABLED", "bind_methods",
-           "name_call", "op_call"]
+           "map_call", "name_call", "op_call"]
 
 #: Whether new op and cell functions take the C path (read when they are made).
 ENABLED: bool = _fastrec is not None
+
+#: Whether the C module knows the Handles' slots (``setup_bulk``; a module built before
+#: ``MapCall`` has neither: then ``cell.map`` records in Python).
+_BULK_READY = False
+if _fastrec is not None and hasattr(_fastrec, "setup_bulk"):
+    _fastrec.setup_bulk(Handles)
+    _BULK_READY = True
 
 #: How a call's ``attr`` is taken inline: any value (default -1; built-in ops), an ``int``
 #: exactly (cells with ``takes_attr``), none or ``None`` recorded as -1 (other cells), none
@@ -51,6 +59,21 @@ def op_call(batch: Any, kind: Kind, fallback: Callable[..., Handle],
         batch._current, kind, kind.op_id, batch._pool, fallback,
         None if shapes is None else tuple(shapes), arity, attr_mode, variadic, each)
     return call
+
+
+def map_call(batch: Any, cell: Any, fallback: Callable[..., Any]) -> Callable[..., Any]:
+    """``cell.map`` with its common case in C (``_fastrec_map.h``: every operand a
+    ``Handles`` block of the current recording of the cell's row shape and the call's length,
+    attrs a list or tuple of ints in int64 exactly when the cell takes them), recording what
+    ``fallback`` (the Python function, :func:`~edbatch.api._cellcall.map_function`'s
+    closure) records; ``fallback`` itself where the C path is off or the built module
+    predates ``MapCall``."""
+    make = getattr(_fastrec, "MapCall", None) if ENABLED else None
+    if make is None or not _BULK_READY:
+        return fallback
+    kind = cell.kind
+    return make(batch._current, kind, kind.op_id, kind.shape, tuple(cell.in_shapes),  # type: ignore[no-any-return]
+                bool(cell.takes_attr), fallback)
 
 
 def bind_methods(batch: Any, base: Any) -> None:

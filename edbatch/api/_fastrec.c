@@ -10,8 +10,8 @@
  *
  * Handles, kinds and recordings are Python classes with __slots__: setup() reads each slot's
  * offset from its member descriptor once, and the calls read and write the slots there.
- * The call types are in _fastrec_opcall.h and _fastrec_methods.h (included below); here the
- * shared state, the pool's new handles, the held-handle scan and the assembly's packer.
+ * The call types are in _fastrec_opcall.h, _fastrec_methods.h and _fastrec_map.h (included
+ * below); here the shared state, the pool's new handles, the held-handle scan and the assembly's packer.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -118,6 +118,7 @@ static PyGetSetDef call_getset[] = {
 
 #include "_fastrec_opcall.h"
 #include "_fastrec_methods.h"
+#include "_fastrec_map.h"
 
 /* ------------------------------------------------------------------------------ handles */
 static PyObject *
@@ -238,6 +239,9 @@ static PyMethodDef fastrec_methods[] = {
     {"handles", fastrec_handles, METH_VARARGS,
      "handles(start, stop): new Handles of node ids start..stop-1 (node_id set, nothing "
      "else), as _handles._fresh makes them one by one."},
+    {"setup_bulk", fastrec_setup_bulk, METH_VARARGS,
+     "setup_bulk(Handles): read the Handles' and the recording's block slots' offsets (once, "
+     "after setup(), before any MapCall)."},
     {"setup", fastrec_setup, METH_VARARGS,
      "setup(Handle, Kind, Recording, Current): read the slots' offsets (once, before any call)."},
     {NULL}
@@ -254,12 +258,13 @@ PyInit__fastrec(void)
 {
     PyObject *m;
     if (PyType_Ready(&OpCallType) < 0 || PyType_Ready(&AddLossType) < 0 ||
-        PyType_Ready(&LookupType) < 0)
+        PyType_Ready(&LookupType) < 0 || PyType_Ready(&MapCallType) < 0)
         return NULL;
     str_attr = PyUnicode_InternFromString("attr");
     str_num_embeddings = PyUnicode_InternFromString("num_embeddings");
+    str_attrs = PyUnicode_InternFromString("attrs");
     minus_one = PyLong_FromLong(-1);
-    if (str_attr == NULL || str_num_embeddings == NULL || minus_one == NULL)
+    if (str_attr == NULL || str_attrs == NULL || str_num_embeddings == NULL || minus_one == NULL)
         return NULL;
     m = PyModule_Create(&fastrec_module);
     if (m == NULL)
@@ -267,9 +272,11 @@ PyInit__fastrec(void)
     Py_INCREF(&OpCallType);
     Py_INCREF(&AddLossType);
     Py_INCREF(&LookupType);
+    Py_INCREF(&MapCallType);
     if (PyModule_AddObject(m, "OpCall", (PyObject *)&OpCallType) < 0 ||
         PyModule_AddObject(m, "AddLoss", (PyObject *)&AddLossType) < 0 ||
-        PyModule_AddObject(m, "Lookup", (PyObject *)&LookupType) < 0) {
+        PyModule_AddObject(m, "Lookup", (PyObject *)&LookupType) < 0 ||
+        PyModule_AddObject(m, "MapCall", (PyObject *)&MapCallType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
