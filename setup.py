@@ -8,5 +8,6 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension("edbatch.api._fastrec", ["edbatch/api/_fastrec.c"],
                              depends=["edbatch/api/_fastrec_opcall.h",
                                       "edbatch/api/_fastrec_methods.h",
-                                      "edbatch/api/_fastrec_map.h"],
+                                      "edbatch/api/_fastrec_map.h",
+                                      "edbatch/api/_fastrec_route.h"],
                              optional=True)])

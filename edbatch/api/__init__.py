@@ -35,11 +35,12 @@ Example:
 from edbatch.api._assemble import RecordingWarning, take_graph
 from edbatch.api._batch import DynamicBatch
 from edbatch.api._builtins import BuiltinOp
-from edbatch.api._bulk import Handles, route, switch
+from edbatch.api._bulk import Handles, switch
 from edbatch.api._handles import Cell, Handle, ShapeLike
 from edbatch.api._programs import ProgramsResult
 from edbatch.api._requests import ArgMax, TopK, argmax, topk
 from edbatch.api._result import BatchResult
+from edbatch.api._route import route
 from edbatch.api._schedulers import AutoScheduler, SchedulerLike, memory_strategy
 from edbatch.api._variadic import VariadicCell, segment_sum
 from edbatch.api._warmup import warmup

@@ -1,6 +1,7 @@
 """Bulk recording: :class:`Handles` (consecutive nodes of one row shape), ``cell.map`` and
-:func:`switch` (routed bulk calls), recorded with one list extension per column instead
-of one call per node, and operands that are :class:`Handles` blocks as one block record
+:func:`switch` (routed bulk calls; every slot of a top-``k`` at once:
+:mod:`edbatch.api._route`), recorded with one list extension per column instead of one call
+per node, and operands that are :class:`Handles` blocks as one block record
 (no int per operand; :func:`operand_array` makes them an array per segment). See
 docs/api.md and ``examples/moe_routing.py``."""
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 import array
 import bisect
 from collections.abc import Sequence
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -18,8 +18,8 @@ from edbatch.api._bulk_scan import block_operands
 from edbatch.api._handles import Cell, Handle, Kind, Recording, fresh_handle
 from edbatch.errors import GraphError
 
-__all__ = ["Handles", "add_losses", "cell_map", "int_array", "int_list", "interleave", "node_ids",
-           "operand_array", "route", "switch", "with_blocks"]
+__all__ = ["Handles", "Routed", "add_losses", "cell_map", "int_array", "int_list", "interleave",
+           "node_ids", "operand_array", "switch", "switch_cells", "with_blocks"]
 
 
 class Handles(Sequence[Handle]):
@@ -222,11 +222,12 @@ class Routed(Sequence[Kind]):
         return map(self.table.__getitem__, self.choices)
 
 
-def _switch_cells(cells: Sequence[Cell]) -> tuple[Any, list[Kind], dict[int, int]] | None:
-    """``(cells copy, kinds, op id by cell index)`` of ``cells`` if they can be recorded in
-    bulk (same operand and output shapes and batch, no attr), else ``None``; remembered per
-    cell list on their batch (by ``id``, checked against a copy: a cell function's kind,
-    shapes and batch never change), so the memo lives and goes with the batch."""
+def switch_cells(cells: Sequence[Cell]) -> tuple[Any, list[Kind], dict[int, int]] | None:
+    """``(cells copy, kinds, op id by cell index, op ids as a tuple)`` of ``cells`` if they
+    can be recorded in bulk (same operand and output shapes and batch, no attr), else
+    ``None``; remembered per cell list on their batch (by ``id``, checked against a copy: a
+    cell function's kind, shapes and batch never change), so the memo lives and goes with
+    the batch."""
     first = cells[0]
     memo = first.batch._switches
     hit = memo.get(id(cells))
@@ -240,7 +241,8 @@ def _switch_cells(cells: Sequence[Cell]) -> tuple[Any, list[Kind], dict[int, int
     if len(memo) >= 256:
         memo.clear()
     hit = memo[id(cells)] = (type(cells)(cells) if isinstance(cells, (list, tuple))
-                             else tuple(cells), kinds, {i: k.op_id for i, k in enumerate(kinds)})
+                             else tuple(cells), kinds, {i: k.op_id for i, k in enumerate(kinds)},
+                             tuple(k.op_id for k in kinds))
     return hit
 
 
@@ -291,7 +293,7 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
     batch, shapes = first.batch, first.in_shapes
     rec, known = batch._rec, batch._switches.get(id(cells))  # (the memo's hit inline)
     if known is None or known[0] != cells:
-        known = _switch_cells(cells)
+        known = switch_cells(cells)
     if len(operands) != len(shapes):
         known = None
     ids: list[Any] = []
@@ -313,7 +315,7 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
         hs = [cells[c](*(o[i] for o in operands)) for i, c in enumerate(choices)]
         return Handles(rec, hs[0].node_id if hs else len(rec.ops), n,
                        [h._kind for h in hs], first.op.out_shape)
-    _, kinds, op_ids = known
+    kinds, op_ids = known[1], known[2]
     start = len(rec.ops)
     rec.ops.extend(map(op_ids.__getitem__, choices))
     if not ids or not n:
@@ -325,62 +327,6 @@ def switch(cells: Sequence[Cell], choices: Sequence[int], *operands: Sequence[Ha
         _operands(rec, start, n, ids)
     rec.attrs.extend([-1] * n)
     return Handles(rec, start, n, Routed(kinds, choices), first.op.out_shape)
-
-
-def route(cells: Sequence[Cell], top: Sequence[Sequence[int]], *operands: Sequence[Handle]
-          ) -> list[Handles]:
-    """Every slot of a top-``k`` routing in one call: ``top[i]`` holds node row ``i``'s
-    ``k`` cell indices (what ``yield topk(...)`` hands back); returns ``k`` blocks, node ``i``
-    of block ``j`` running ``cells[top[i][j]]`` on ``operands[0][i], ...``. Records exactly
-    what ``[switch(cells, slot, *operands) for slot in zip(*top)]`` records (the same nodes
-    in the same order), with one list extension per column for all slots and no tuple per
-    slot made by the caller; operands other than :class:`Handles` blocks take that path.
-
-    Raises:
-        GraphError: rows of different lengths, or a choice outside ``0..len(cells)-1``.
-    """
-    n = len(top)
-    if not n or not cells:
-        return [switch(cells, slot, *operands) for slot in zip(*top, strict=True)]
-    try:
-        slots = list(zip(*top, strict=True))
-    except ValueError:
-        raise GraphError(f"route: rows of top have different lengths (the first "
-                         f"{len(top[0])}); give every node the same number of choices") from None
-    first = cells[0]
-    batch = first.batch
-    rec, known = batch._rec, batch._switches.get(id(cells))
-    if known is None or known[0] != cells:
-        known = _switch_cells(cells)
-    shapes = first.in_shapes
-    if known is None or len(operands) != len(shapes):
-        return [switch(cells, slot, *operands) for slot in slots]  # (its errors too)
-    ids: list[int] = []
-    for slot, want in zip(operands, shapes):
-        if type(slot) is not Handles or slot.rec is not rec or slot.n != n or slot.shape != want:
-            return [switch(cells, slot, *operands) for slot in slots]
-        ids.append(slot.first)
-    _, kinds, op_ids = known
-    try:  # (the op id table is a dict: a choice outside it raises; one C call per slot)
-        new = [itemgetter(*slot)(op_ids) for slot in slots] if n > 1 else \
-            [(op_ids[slot[0]],) for slot in slots]
-    except (KeyError, TypeError):
-        bad = next(c for slot in slots for c in slot if c not in op_ids)
-        raise GraphError(f"route: choice {bad!r} is not a cell index 0..{len(cells) - 1}; "
-                         f"pass one cell per choice value") from None
-    start, ops, shape = len(rec.ops), rec.ops, first.op.out_shape
-    blocks, firsts = rec.blocks, rec.block_firsts
-    out = []
-    at = start
-    for ops_j, slot in zip(new, slots, strict=True):  # what switch() records, slot by slot
-        ops.extend(ops_j)
-        if ids:
-            blocks.extend((len(rec.operands), at, n, len(firsts)))
-            firsts.extend(ids)
-        out.append(Handles(rec, at, n, Routed(kinds, slot), shape))
-        at += n
-    rec.attrs.extend([-1] * (n * len(slots)))
-    return out
 
 
 def add_losses(batch: Any, handles: Handles) -> None:

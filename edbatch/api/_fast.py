@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from edbatch.api._bulk import Handles
+from edbatch.api._bulk import Handles, Routed
 from edbatch.api._handles import Handle, Kind, _fastrec  # (set up there)
 
 __all__ = ["ATTR_ANY", "ATTR_COUNT", "ATTR_INT", "ATTR_NONE", "ENABLED", "bind_methods",
@@ -35,7 +35,7 @@ ENABLED: bool = _fastrec is not None
 #: ``MapCall`` has neither: then ``cell.map`` records in Python).
 _BULK_READY = False
 if _fastrec is not None and hasattr(_fastrec, "setup_bulk"):
-    _fastrec.setup_bulk(Handles)
+    _fastrec.setup_bulk(Handles, Routed)
     _BULK_READY = True
 
 #: How a call's ``attr`` is taken inline: any value (default -1; built-in ops), an ``int``

@@ -10,8 +10,9 @@
  *
  * Handles, kinds and recordings are Python classes with __slots__: setup() reads each slot's
  * offset from its member descriptor once, and the calls read and write the slots there.
- * The call types are in _fastrec_opcall.h, _fastrec_methods.h and _fastrec_map.h (included
- * below); here the shared state, the pool's new handles, the held-handle scan and the assembly's packer.
+ * The call types are in _fastrec_opcall.h, _fastrec_methods.h, _fastrec_map.h and
+ * _fastrec_route.h (included below); here the shared state, the pool's new handles, the
+ * held-handle scan and the assembly's packer.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -119,6 +120,7 @@ static PyGetSetDef call_getset[] = {
 #include "_fastrec_opcall.h"
 #include "_fastrec_methods.h"
 #include "_fastrec_map.h"
+#include "_fastrec_route.h"
 
 /* ------------------------------------------------------------------------------ handles */
 static PyObject *
@@ -240,8 +242,11 @@ static PyMethodDef fastrec_methods[] = {
      "handles(start, stop): new Handles of node ids start..stop-1 (node_id set, nothing "
      "else), as _handles._fresh makes them one by one."},
     {"setup_bulk", fastrec_setup_bulk, METH_VARARGS,
-     "setup_bulk(Handles): read the Handles' and the recording's block slots' offsets (once, "
-     "after setup(), before any MapCall)."},
+     "setup_bulk(Handles, Routed): read their slots' offsets and the recording's block slots' "
+     "(once, after setup(), before any MapCall or route)."},
+    {"route", fastrec_route, METH_VARARGS,
+     "route(rec, top, operands, shapes, op_ids, kinds, shape): _bulk.route's common case "
+     "recorded, its Handles per slot; None (nothing recorded) for anything else."},
     {"setup", fastrec_setup, METH_VARARGS,
      "setup(Handle, Kind, Recording, Current): read the slots' offsets (once, before any call)."},
     {NULL}

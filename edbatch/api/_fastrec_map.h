@@ -5,10 +5,12 @@
  * operand a Handles block of the current recording, of the cell's row shape and the call's
  * length, and attrs a list or tuple of exact ints in int64 exactly when the cell takes them.
  * It appends what the closure appends (the op id n times, one block record, the attrs) and
- * returns the same Handles; anything else goes to the closure unchanged. */
+ * returns the same Handles; anything else goes to the closure unchanged. route()
+ * (_fastrec_route.h) does the same for _route.route's common case. */
 
-static PyTypeObject *HandlesType;
+static PyTypeObject *HandlesType, *RoutedType;
 static Py_ssize_t off_hs_rec, off_hs_first, off_hs_n, off_hs_kinds, off_hs_shape;  /* Handles */
+static Py_ssize_t off_rt_table, off_rt_choices;  /* Routed */
 static Py_ssize_t off_r_blocks, off_r_block_firsts;  /* Recording */
 static PyObject *str_attrs;
 static int bulk_ready;
@@ -16,8 +18,8 @@ static int bulk_ready;
 static PyObject *
 fastrec_setup_bulk(PyObject *module, PyObject *args)
 {
-    PyTypeObject *hs;
-    if (!PyArg_ParseTuple(args, "O!:setup_bulk", &PyType_Type, &hs))
+    PyTypeObject *hs, *rt;
+    if (!PyArg_ParseTuple(args, "O!O!:setup_bulk", &PyType_Type, &hs, &PyType_Type, &rt))
         return NULL;
     if (!ready) {
         PyErr_SetString(PyExc_RuntimeError, "_fastrec.setup_bulk: call setup() first");
@@ -25,12 +27,15 @@ fastrec_setup_bulk(PyObject *module, PyObject *args)
     }
     if (slot_offset(hs, "rec", &off_hs_rec) || slot_offset(hs, "first", &off_hs_first) ||
         slot_offset(hs, "n", &off_hs_n) || slot_offset(hs, "kinds", &off_hs_kinds) ||
-        slot_offset(hs, "shape", &off_hs_shape) ||
+        slot_offset(hs, "shape", &off_hs_shape) || slot_offset(rt, "table", &off_rt_table) ||
+        slot_offset(rt, "choices", &off_rt_choices) ||
         slot_offset(RecordingType, "blocks", &off_r_blocks) ||
         slot_offset(RecordingType, "block_firsts", &off_r_block_firsts))
         return NULL;
     Py_INCREF(hs);
     Py_XSETREF(HandlesType, hs);
+    Py_INCREF(rt);
+    Py_XSETREF(RoutedType, rt);
     bulk_ready = 1;
     Py_RETURN_NONE;
 }
