@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from edbatch.api import DynamicBatch, _fast, _handles, _route, route
+from edbatch.api import DynamicBatch, _bulk, _fast, _handles, _route, route
 from edbatch.api._bulk import Handles, Routed
 
 FIELDS = ("ops", "operands", "attrs", "counts", "losses", "blocks", "block_firsts")
@@ -100,3 +100,34 @@ def test_the_c_map_and_route_are_taken_where_built() -> None:
     lin = b.cell(nn.Linear(D, D), "lin", [D], D)
     assert type(lin.map).__name__ == "MapCall" and lin.map.fallback is not lin.map
     assert _route._fast_route is _handles._fastrec.route
+
+
+@pytest.mark.parametrize("code", ["q", "i"])
+def test_int_array_packs_in_c_what_fromiter_makes(code: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``int_array`` (segment attrs and loss terms) through ``_fastrec.pack`` equals its
+    ``np.fromiter`` twin: values, dtype, a writable copy, and the same errors; entries that
+    are not exact ints (numpy ints, bools) take the twin."""
+    big = 2 ** 63 - 1 if code == "q" else 2 ** 31 - 1
+    cases: list[list[Any]] = [[5, -1, 0, big, -big - 1, 7] * 50, [], [np.int64(3), 1, 2],
+                              [True, 4], [1, big + 1], [1, "x"]]
+
+    def made() -> list[Any]:
+        out: list[Any] = []
+        for values in cases:
+            try:
+                a = _bulk.int_array([*values, 9, 9], 0, len(values), code)
+                out.append((a.dtype, a.flags.writeable, a.tolist()))
+                a[:] = 0  # (a copy: the recording's list is untouched)
+            except (OverflowError, ValueError, TypeError) as e:
+                out.append(type(e).__name__)
+        out.append(_bulk.int_array(cases[0], 3, 9, code).tolist())
+        return out
+
+    if _bulk._pack is None:
+        pytest.skip("edbatch.api._fastrec not loaded")
+    fast = made()
+    monkeypatch.setattr(_bulk, "_pack", None)
+    assert fast == made()
+    assert fast[0][2][:6] == [5, -1, 0, big, -big - 1, 7]
+    assert fast[-1] == [big, -big - 1, 7, 5, -1, 0]
