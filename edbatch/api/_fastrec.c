@@ -245,7 +245,7 @@ static PyMethodDef fastrec_methods[] = {
      "setup_bulk(Handles, Routed): read their slots' offsets and the recording's block slots' "
      "(once, after setup(), before any MapCall or route)."},
     {"route", fastrec_route, METH_VARARGS,
-     "route(rec, top, operands, shapes, op_ids, kinds, shape): _bulk.route's common case "
+     "route(rec, top, operands, shapes, op_ids, kinds, shape): _route.route's common case "
      "recorded, its Handles per slot; None (nothing recorded) for anything else."},
     {"setup", fastrec_setup, METH_VARARGS,
      "setup(Handle, Kind, Recording, Current): read the slots' offsets (once, before any call)."},

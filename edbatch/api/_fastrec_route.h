@@ -24,7 +24,7 @@ new_handles(PyObject *rec, Py_ssize_t first, Py_ssize_t n, PyObject *kinds, PyOb
     return out;
 }
 
-/* route(rec, top, operands, shapes, op_ids, kinds, shape): _bulk.route's common case (top a
+/* route(rec, top, operands, shapes, op_ids, kinds, shape): _route.route's common case (top a
  * non-empty list of equally long lists or tuples of exact ints in 0..len(op_ids)-1, every
  * operand a Handles block of rec, of len(top) nodes and its row shape in shapes): per slot
  * j, the op ids op_ids[top[i][j]] appended, one block record, and Handles(rec, at, n,
