@@ -205,8 +205,10 @@ def hand_back_argmax(values: Tensor, allowed: list[Any] | Callable[[], list[Any]
 
 def _topk_rows(values: Tensor, k: int, counts: list[int]) -> list[list[list[int]]]:
     """Per program (``counts[i]`` rows each) the top-``k`` indices of its rows: one batched
-    ``topk`` and one transfer, then list slices."""
-    rows = values.detach().reshape(len(values), -1).topk(k, dim=1).indices.tolist()
+    ``topk`` and one transfer, then list slices (the lists made by numpy: about 0.75x the
+    time of ``Tensor.tolist``)."""
+    top = values.detach().reshape(len(values), -1).topk(k, dim=1).indices
+    rows = top.cpu().numpy().tolist()
     out, at = [], 0
     for n in counts:
         out.append(rows[at:at + n])
