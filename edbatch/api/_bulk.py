@@ -235,7 +235,8 @@ class Routed(Sequence[Kind]):
         return map(self.table.__getitem__, self.choices)
 
 
-def switch_cells(cells: Sequence[Cell]) -> tuple[Any, list[Kind], dict[int, int]] | None:
+def switch_cells(cells: Sequence[Cell]
+                 ) -> tuple[Any, list[Kind], dict[int, int], tuple[int, ...]] | None:
     """``(cells copy, kinds, op id by cell index, op ids as a tuple)`` of ``cells`` if they
     can be recorded in bulk (same operand and output shapes and batch, no attr), else
     ``None``; remembered per cell list on their batch (by ``id``, checked against a copy: a

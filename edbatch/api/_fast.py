@@ -7,9 +7,11 @@ registered row shapes where the cell has them, the attr as the function takes it
 appends exactly what the Python function appends; anything else goes to the Python function,
 which records it or raises its usual error. :func:`bind_methods` does the same for
 :meth:`DynamicBatch.add_loss <edbatch.api.DynamicBatch.add_loss>` and
-:meth:`~edbatch.api.DynamicBatch.lookup`. A Python call frame was
-most of what a recorded node cost: through the C calls a Tree-LSTM node records in about
-half the time (``benchmarks/recording_speed.py``; figures in ``docs/throughput.md``).
+:meth:`~edbatch.api.DynamicBatch.lookup`, :func:`map_call` for ``cell.map`` (whole
+:class:`~edbatch.api._bulk.Handles` blocks; ``route`` too, in :mod:`edbatch.api._route`).
+A Python call frame was most of what a recorded node cost: through the C calls a Tree-LSTM
+node records in about half the time (``benchmarks/recording_speed.py``; figures in
+``docs/throughput.md``).
 
 The extension is optional (``setup.py`` builds it with ``optional=True``): without it, or
 with ``EDBATCH_PURE_RECORDING=1`` in the environment (then :mod:`edbatch.api._handles` does
