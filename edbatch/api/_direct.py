@@ -70,14 +70,16 @@ MAX_CHAIN = 8
 
 @dataclasses.dataclass
 class Step:
-    """One chain position of a direct plan: its op type and kernel, the columns of a
-    repetition's operands it reads from earlier segments (``old``) and per operand slot
-    where its value comes from: ``(-1, b)`` column block ``b`` of those rows, ``(j, 0)``
-    the output of chain position ``j``."""
+    """One chain position of a direct plan: its op type and kernel, how many of a
+    repetition's reads of earlier segments' nodes are its operands (``reads``) and which
+    (``old``; ``None``: all of them), and per operand slot where its value comes from:
+    ``(-1, b)`` column block ``b`` of those rows, ``(j, 0)`` the output of chain position
+    ``j``."""
 
     op: Any
     kernel: Any
-    old: NDArray[np.int64]
+    reads: int
+    old: NDArray[np.int64] | None
     slots: tuple[tuple[int, int], ...]
 
 
@@ -175,22 +177,19 @@ class DirectRounds:
         if chain is None:
             return False
         seq, width = chain
-        k = len(seq)
         part = rec.operands[runner.op_start:]
         wiring = _wiring(part[:width], seq, runner.batch._ops, start)
         if wiring is None:
             return False
-        return self._round(runner, runner.batch, rec, start, n, m, seq, wiring,
-                           np.fromiter(part, np.int64, len(part)).reshape(m // k, width))
+        return self._round(runner, runner.batch, rec, start, n, m, seq, wiring, part)
 
     def _round(self, runner: Any, batch: Any, rec: Any, start: int, n: int, m: int,
-               seq: list[int], wiring: tuple[int, ...], arr: NDArray[np.int64]) -> bool:
-        k, reps = len(seq), len(arr)
-        old_cols = _cols(wiring)[0]
-        old = arr if len(old_cols) == arr.shape[1] else arr[:, old_cols]
-        if reps > 1 and (int(old.max()) >= start or not _same_wiring(arr, wiring, start, k)):
+               seq: list[int], wiring: tuple[int, ...], part: list[int]) -> bool:
+        k = len(seq)
+        reps = m // k
+        old = _old_reads(part, wiring, start, n, k, reps)
+        if old is None:
             return False  # (the repetitions are not wired alike)
-        old = old.reshape(-1)  # the reads of earlier nodes, in operand order
         c = len(old)
         if c >= 2 * self.share_at and len(set(old.tolist())) * self.share_at <= c:
             return False  # shared reads (localise's rule): not direct
@@ -207,7 +206,7 @@ class DirectRounds:
             self.state = (-1, None)
             if len(plans) >= PLANS_KEPT:
                 plans.clear()
-            plans[key] = _learn(runner, batch, seq, wiring, arr, old, start, n)
+            plans[key] = _learn(runner, batch, seq, wiring, old, start, n)
             return True
         t0 = time.perf_counter()
         if len(runner.op_all) < n:  # (no room: grown)
@@ -217,7 +216,7 @@ class DirectRounds:
         runner.inst.read(rec.marks, start, n)
         attrs = int_array(rec.attrs, start, n, "q")
         t1 = time.perf_counter()
-        outs, seconds = _compute(runner, plan, arr, attrs)
+        outs, seconds = _compute(runner, plan, old, reps, attrs)
         values = runner.values
         values.grow(n)
         base = len(values.outputs)
@@ -226,7 +225,7 @@ class DirectRounds:
             values.batch[start + j:n:k] = base + j
             values.row[start + j:n:k] = rows
         values.outputs.extend(outs)
-        runner.new = (start, n, outs[0]) if k == 1 else None  # (as the long path's)
+        runner.new = (start + k - 1, n, k, outs[-1])  # (the last position's nodes)
         runner.segments.append(DirectSegment(plan, attrs, runner.inst, old, start, n, seconds))
         runner.start, runner.op_start = n, len(rec.operands)
         sec = runner.seconds
@@ -288,58 +287,68 @@ def _wiring(row: list[int], seq: list[int], vocab: Any, start: int) -> tuple[int
     return tuple(out)
 
 
-#: Per wiring its columns read from earlier segments and those read in the chain (with the
-#: chain positions they read).
-_COLS: dict[tuple[int, ...], tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]] \
-    = {}
+#: Per wiring the columns of a repetition's operands that read earlier segments' nodes and
+#: those that read its chain.
+_COLS: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
 
 
-def _cols(wiring: tuple[int, ...]
-          ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
-    """``(old, new, their positions)``: the operand columns of a repetition that read
-    earlier segments' nodes, those that read its chain and the positions these read."""
+def _cols(wiring: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """``(old, new)``: the operand columns of a repetition that read earlier segments'
+    nodes and those that read its chain."""
     got = _COLS.get(wiring)
     if got is None:
         if len(_COLS) > 4096:
             _COLS.clear()
-        new = [i for i, w in enumerate(wiring) if w >= 0]
-        got = _COLS[wiring] = (np.array([i for i, w in enumerate(wiring) if w < 0], np.int64),
-                               np.array(new, np.int64),
-                               np.array([[wiring[i] for i in new]], np.int64))
+        got = _COLS[wiring] = ([i for i, w in enumerate(wiring) if w < 0],
+                               [i for i, w in enumerate(wiring) if w >= 0])
     return got
 
 
-def _same_wiring(arr: NDArray[np.int64], wiring: tuple[int, ...], start: int, k: int) -> bool:
-    """Whether every repetition (row of ``arr``) reads its own chain's positions as the
-    first does (its earlier-segment reads are checked apart)."""
-    _, new, at = _cols(wiring)
-    if not len(new):
-        return True
-    return bool((arr[:, new] - at == start + k * arange(len(arr))[:, None]).all())
+def _old_reads(part: list[int], wiring: tuple[int, ...], start: int, n: int, k: int,
+               reps: int) -> NDArray[np.int64] | None:
+    """The round's reads of earlier segments' nodes in operand order (``part``: its
+    operands, ``reps`` repetitions of ``wiring``), if every repetition is wired as the first
+    (else ``None``)."""
+    width = len(wiring)
+    old_cols, new_cols = _cols(wiring)
+    if len(old_cols) == width:  # (one cell, or reads of earlier segments only)
+        if reps > 1 and max(part) >= start:
+            return None
+        return np.fromiter(part, np.int64, len(part))
+    for c in new_cols:  # (each the node of its own repetition's position)
+        if reps > 1 and part[c::width] != list(range(start + wiring[c], n, k)):
+            return None
+    if len(old_cols) == 1:
+        olds = part[old_cols[0]::width]
+        return None if reps > 1 and max(olds) >= start else np.fromiter(olds, np.int64, reps)
+    old = np.fromiter(part, np.int64, len(part)).reshape(reps, width)[:, old_cols]
+    return None if reps > 1 and int(old.max()) >= start else old.reshape(-1)
 
 
-def _compute(runner: Any, plan: DirectPlan, arr: NDArray[np.int64], attrs: NDArray[np.int64]
-             ) -> tuple[list[Tensor], float]:
-    """The round's outputs per chain position and the kernels' seconds: per position the
+def _compute(runner: Any, plan: DirectPlan, old: NDArray[np.int64], reps: int,
+             attrs: NDArray[np.int64]) -> tuple[list[Tensor], float]:
+    """The round's outputs per chain position and the kernels' seconds (``old``: the reads
+    of earlier segments' nodes in operand order, ``reps`` repetitions): per position its
     operand rows of earlier segments instance after instance, the kernel on their column
     blocks and on earlier positions' outputs; under ``no_grad``, as the long path runs an
     inference segment (a kernel may take another path for a tensor that records autograd)."""
     with torch.no_grad():
-        return _outputs(runner, plan, arr, attrs)
+        return _outputs(runner, plan, old, reps, attrs)
 
 
-def _outputs(runner: Any, plan: DirectPlan, arr: NDArray[np.int64], attrs: NDArray[np.int64]
-             ) -> tuple[list[Tensor], float]:
-    reps, k = len(arr), len(plan.steps)
+def _outputs(runner: Any, plan: DirectPlan, old: NDArray[np.int64], reps: int,
+             attrs: NDArray[np.int64]) -> tuple[list[Tensor], float]:
+    k = len(plan.steps)
     params = runner.batch.params
     gather = runner.values.gather
     outs: list[Tensor] = []
     seconds = 0.0
     for j, step in enumerate(plan.steps):
         blocks: Any = ()
-        a = len(step.old)
+        a = step.reads
         if a:
-            rows = gather(arr.reshape(-1) if a == arr.shape[1] else arr[:, step.old].reshape(-1))
+            rows = gather(old if step.old is None else
+                          old.reshape(reps, -1)[:, step.old].reshape(-1))
             # (instance after instance: no cat for a concatenating kernel, side_by_side)
             blocks = (rows,) if a == 1 else rows.reshape(reps, -1).split(rows.shape[1], dim=1)
         inputs = [blocks[b] if src < 0 else outs[src] for src, b in step.slots]
@@ -351,15 +360,15 @@ def _outputs(runner: Any, plan: DirectPlan, arr: NDArray[np.int64], attrs: NDArr
 
 
 def _learn(runner: Any, batch: Any, seq: list[int], wiring: tuple[int, ...],
-           arr: NDArray[np.int64], old: NDArray[np.int64], start: int, n: int
-           ) -> DirectPlan | None:
+           old: NDArray[np.int64], start: int, n: int) -> DirectPlan | None:
     """The plan of a round just run the long way, if each chain position's values are one
     batch of it in instance order and computing them directly gives the same (``None``:
     never direct)."""
     seg = runner.segments[-1]
     if runner.start != n or not isinstance(seg.graph, Graph):
         return None
-    base, c, m, k, reps = seg.graph, len(old), n - start, len(seq), len(arr)
+    base, c, m, k = seg.graph, len(old), n - start, len(seq)
+    reps = m // k
     if len(base.attrs) != c + m or len(base.outputs):  # (a tail: not a plain round)
         return None
     values = runner.values
@@ -371,19 +380,21 @@ def _learn(runner: Any, batch: Any, seq: list[int], wiring: tuple[int, ...],
             return None  # (the long path batches the position otherwise)
         want.append(values.outputs[int(b[0])])
     originals = segment_state(batch).capture.originals
-    steps, at = [], 0
+    steps, at, seen = [], 0, 0
+    olds = c // reps  # (a repetition's reads of earlier segments' nodes)
     for x in seq:
         op = batch._ops[x]
         mine = wiring[at:at + op.arity]
-        cols = np.array([at + s for s, w in enumerate(mine) if w < 0], np.int64)
-        blocks = iter(range(len(cols)))
+        reads = sum(w < 0 for w in mine)
+        cols = None if reads == olds else np.arange(seen, seen + reads)
+        blocks = iter(range(reads))
         slots = tuple((-1, next(blocks)) if w < 0 else (w, 0) for w in mine)
-        steps.append(Step(op, kernel_for(op, originals), cols, slots))
-        at += op.arity
+        steps.append(Step(op, kernel_for(op, originals), reads, cols, slots))
+        at, seen = at + op.arity, seen + reads
     plan = DirectPlan(steps, base, seg.schedule, dict(seg.run.stats),
                       int(seg.run.num_kernel_calls), np.asarray(runner.shape_op)[seq])
     try:  # (a kernel that refuses column-block views: never direct)
-        outs, _ = _compute(runner, plan, arr, base.attrs[c:].copy())
+        outs, _ = _compute(runner, plan, old, reps, base.attrs[c:].copy())
     except Exception:  # (any failure only means the long path stays)
         return None
     for out, w in zip(outs, want, strict=True):

@@ -196,7 +196,7 @@ class _Runner:
         self.arity = np.zeros(0, np.int64)  # operand count per op type (-1: variadic)
         self.shape_op = np.zeros(0, np.int32)  # per op type the first of its output shape
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
-        self.new: tuple[int, int, Tensor] | None = None  # the last segment's new nodes' batch
+        self.new: tuple[int, int, int, Tensor] | None = None  # (rounds.last_rows)
         self.direct = DirectRounds(self, SHARE_AT)  # repeated one-cell rounds run directly
 
     def run(self) -> None:
@@ -261,7 +261,8 @@ class _Runner:
             state, plan, self.make, self.memory, attrs,
             lambda: inst.of(old, start, n, has_loss), params, self.grad)
         add_values(self.values, entry, state.capture.outputs, c, m, start)
-        self.new = None if entry.whole < 0 else (start, n, state.capture.outputs[entry.whole])
+        self.new = None if entry.whole < 0 else (start, n, 1,
+                                                 state.capture.outputs[entry.whole])
         sec = self.seconds
         sec["graph"] += t1 - t0
         sec["segment"] += time.perf_counter() - t1
