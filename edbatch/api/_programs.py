@@ -355,25 +355,29 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
     runner = _Runner(batch, make, strategy, grad, len(programs))
     returns: list[Any] = [None] * len(programs)
     ids = [batch.next_instance() for _ in programs]
+    sends = [p.send for p in programs]
     live = list(range(len(programs)))
-    sent: list[Any] = [None] * len(programs)
+    sent: Sequence[Any] = [None] * len(programs)  # (what each live program is sent next)
     syncs = 0
     clock = time.perf_counter
     marks = rec.marks
+    mark = marks.append
     while live:
         t0 = clock()
         ops = rec.ops
         asking: list[int] = []
         asked: list[Any] = []
-        for i in live:
-            batch._instance = ids[i]
-            marks.append((len(ops), ids[i]))
+        ask, keep = asked.append, asking.append
+        for i, value in zip(live, sent, strict=True):
+            ident = ids[i]
+            batch._instance = ident
+            mark((len(ops), ident))
             try:
-                asked.append(programs[i].send(sent[i]))
+                ask(sends[i](value))
             except StopIteration as stop:
                 returns[i] = stop.value
                 continue
-            asking.append(i)
+            keep(i)
         batch._instance = -1
         marks.append((len(ops), -1))
         runner.inst.marks += len(live) + 1  # (the marks of this loop: Instances.read)
@@ -390,11 +394,9 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
         t0 = clock()
         if lists is None:
             got = last_rows(runner.new, nodes)
-            values = answer(runner.values.gather(nodes) if got is None else got)
+            sent = answer(runner.values.gather(nodes) if got is None else got)
         else:
-            values = values_of(runner.values, asked, lists)
-        for i, v in zip(asking, values, strict=True):
-            sent[i] = v
+            sent = values_of(runner.values, asked, lists)
         runner.seconds["read"] += clock() - t0
     runner.run()
     loss = None
