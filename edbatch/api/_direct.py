@@ -2,33 +2,30 @@
 short chain of cells) run as one gather and one kernel call per chain position, with no
 per-round planning.
 
-A parser's decision round records, per live sentence, one ``scores`` node over four earlier
-feature nodes, and asks for its argmax; a greedy decoder's round records per live sentence a
-chain of two, ``dec(state, attr=prev)`` then ``logits(dec)``. Through :meth:`_Runner.run
+A parser's decision round records per live sentence one ``scores`` node over four earlier
+feature nodes; a greedy decoder's round a chain of two, ``dec(state, attr=prev)`` then
+``logits(dec)``; each asks for an argmax. Through :meth:`_Runner.run
 <edbatch.api._programs._Runner.run>` every such round localises its reads, hashes its
 structure, finds its :class:`~edbatch.api._rounds.RoundPlan` and segment-cache entry, binds
-the cached typed program's attrs and runs it (a value batch, then the cells over its slot
-views): about 0.2 ms of host work per round around kernels of about the same cost.
+the cached typed program's attrs and runs it: about 0.2 ms of host work per round.
 
 A round is *direct* when (CPU inference, typed segments) its ``m`` new nodes are ``L``
-repetitions, one instance after another, of one chain of ``k`` op types of fixed arity
-``a_1..a_k``; each operand of chain position ``j`` reads an earlier segment's node or (the
-same slot in every repetition) the node of an earlier position of its own repetition; the
-operands read from earlier segments by one position are all of one shape; too few of those
-reads share a node for the segment to give several reads one value node
-(:func:`~edbatch.api._rounds.localise`'s rule); there is no loss term nor new input row;
-and a round of that chain, wiring and ``m`` ran the long way before in this segment state,
-each position's values in one batch of the long path's, equal to the direct computation's
-(checked once, when it is learnt, bitwise). Then its values are computed as the long path
-computes them, less the planning: per position, its earlier-segment operand rows gathered
-instance after instance (:meth:`Values.gather <edbatch.api._values.Values.gather>`, one
-``index_select``) and viewed as ``[L, a * w]``, the cell's kernel on its ``a`` column blocks
-(the values of the long path's slot views; a kernel that concatenates them takes the block
-itself, :func:`~edbatch.executor.cells_parser.side_by_side`) and on the earlier positions'
-outputs for its in-chain operands. Each position's output is registered as the long path
-registers its batch (node ``start + i * k + j`` is row ``i``). The segment's graph (the long
-path's, with this round's attrs and instances) and schedule (the cached one) are made only
-when read (:class:`DirectSegment`). A one-cell round is the chain of ``k = 1``.
+repetitions, instance after instance, of one chain of ``k`` fixed-arity op types; each
+operand of chain position ``j`` reads an earlier segment's node or (the same slot in every
+repetition) its own repetition's node of an earlier position; one position's reads of
+earlier segments are of one shape and too few share a node for the segment to give several
+reads one value node (:func:`~edbatch.api._rounds.localise`'s rule); there is no loss term
+nor new input row; and a round of that chain, wiring and ``m`` ran the long way before in
+this segment state, each position's values one batch of it, equal to the direct
+computation's (checked once, when it is learnt, bitwise). Then per position its operand
+rows of earlier segments are gathered instance after instance (:meth:`Values.gather
+<edbatch.api._values.Values.gather>`, one ``index_select``) and viewed as ``[L, a * w]``,
+and the cell's kernel runs on their ``a`` column blocks (the values of the long path's slot
+views; a kernel that concatenates them takes the block itself,
+:func:`~edbatch.executor.cells_parser.side_by_side`) and on earlier positions' outputs; its
+output is registered as the long path registers its batch (node ``start + i * k + j``: row
+``i``). The segment's graph (the long path's, with this round's attrs and instances) and
+schedule (the cached one) are made only when read (:class:`DirectSegment`).
 
 ``EDBATCH_DIRECT_ROUNDS=0`` (or :data:`DIRECT` set to ``False``) turns the path off; the
 tests compare the two.
@@ -287,36 +284,19 @@ def _wiring(row: list[int], seq: list[int], vocab: Any, start: int) -> tuple[int
     return tuple(out)
 
 
-#: Per wiring the columns of a repetition's operands that read earlier segments' nodes and
-#: those that read its chain.
-_COLS: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
-
-
-def _cols(wiring: tuple[int, ...]) -> tuple[list[int], list[int]]:
-    """``(old, new)``: the operand columns of a repetition that read earlier segments'
-    nodes and those that read its chain."""
-    got = _COLS.get(wiring)
-    if got is None:
-        if len(_COLS) > 4096:
-            _COLS.clear()
-        got = _COLS[wiring] = ([i for i, w in enumerate(wiring) if w < 0],
-                               [i for i, w in enumerate(wiring) if w >= 0])
-    return got
-
-
 def _old_reads(part: list[int], wiring: tuple[int, ...], start: int, n: int, k: int,
                reps: int) -> NDArray[np.int64] | None:
     """The round's reads of earlier segments' nodes in operand order (``part``: its
     operands, ``reps`` repetitions of ``wiring``), if every repetition is wired as the first
     (else ``None``)."""
     width = len(wiring)
-    old_cols, new_cols = _cols(wiring)
+    old_cols = [i for i, w in enumerate(wiring) if w < 0]
     if len(old_cols) == width:  # (one cell, or reads of earlier segments only)
         if reps > 1 and max(part) >= start:
             return None
         return np.fromiter(part, np.int64, len(part))
-    for c in new_cols:  # (each the node of its own repetition's position)
-        if reps > 1 and part[c::width] != list(range(start + wiring[c], n, k)):
+    for c, w in enumerate(wiring):  # (each the node of its own repetition's position)
+        if w >= 0 and reps > 1 and part[c::width] != list(range(start + w, n, k)):
             return None
     if len(old_cols) == 1:
         olds = part[old_cols[0]::width]
@@ -343,6 +323,8 @@ def _outputs(runner: Any, plan: DirectPlan, old: NDArray[np.int64], reps: int,
     gather = runner.values.gather
     outs: list[Tensor] = []
     seconds = 0.0
+    # (each position's attrs a contiguous row: one copy and one tensor for all positions)
+    by_step = torch.from_numpy(attrs if k == 1 else attrs.reshape(reps, k).T.copy())
     for j, step in enumerate(plan.steps):
         blocks: Any = ()
         a = step.reads
@@ -352,7 +334,7 @@ def _outputs(runner: Any, plan: DirectPlan, old: NDArray[np.int64], reps: int,
             # (instance after instance: no cat for a concatenating kernel, side_by_side)
             blocks = (rows,) if a == 1 else rows.reshape(reps, -1).split(rows.shape[1], dim=1)
         inputs = [blocks[b] if src < 0 else outs[src] for src, b in step.slots]
-        at = torch.from_numpy(attrs if k == 1 else np.ascontiguousarray(attrs[j::k]))
+        at = by_step if k == 1 else by_step[j]
         t = time.perf_counter()
         outs.append(step.kernel(step.op, inputs, params, at))
         seconds += time.perf_counter() - t

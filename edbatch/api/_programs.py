@@ -197,7 +197,7 @@ class _Runner:
         self.shape_op = np.zeros(0, np.int32)  # per op type the first of its output shape
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
         self.new: tuple[int, int, int, Tensor] | None = None  # (rounds.last_rows)
-        self.direct = DirectRounds(self, SHARE_AT)  # repeated one-cell rounds run directly
+        self.direct = DirectRounds(self, SHARE_AT)  # repeated cell or chain rounds run directly
 
     def run(self) -> None:
         """Run every node recorded and not run yet as one segment. Every operand (and loss
@@ -261,8 +261,8 @@ class _Runner:
             state, plan, self.make, self.memory, attrs,
             lambda: inst.of(old, start, n, has_loss), params, self.grad)
         add_values(self.values, entry, state.capture.outputs, c, m, start)
-        self.new = None if entry.whole < 0 else (start, n, 1,
-                                                 state.capture.outputs[entry.whole])
+        whole = entry.whole  # (the new nodes' batch: rounds.last_rows)
+        self.new = None if whole < 0 else (start, n, 1, state.capture.outputs[whole])
         sec = self.seconds
         sec["graph"] += t1 - t0
         sec["segment"] += time.perf_counter() - t1
@@ -355,19 +355,16 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
     runner = _Runner(batch, make, strategy, grad, len(programs))
     returns: list[Any] = [None] * len(programs)
     ids = [batch.next_instance() for _ in programs]
-    sends = [p.send for p in programs]
-    live = list(range(len(programs)))
+    sends, live = [p.send for p in programs], list(range(len(programs)))
     sent: Sequence[Any] = [None] * len(programs)  # (what each live program is sent next)
-    syncs = 0
-    clock = time.perf_counter
-    marks = rec.marks
+    syncs, clock, marks = 0, time.perf_counter, rec.marks
     mark = marks.append
     while live:
         t0 = clock()
         ops = rec.ops
         asking: list[int] = []
         asked: list[Any] = []
-        ask, keep = asked.append, asking.append
+        ask, keep = asked.append, asking.append  # (bound once per round)
         for i, value in zip(live, sent, strict=True):
             ident = ids[i]
             batch._instance = ident
@@ -379,12 +376,12 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                 continue
             keep(i)
         batch._instance = -1
-        marks.append((len(ops), -1))
+        mark((len(ops), -1))
         runner.inst.marks += len(live) + 1  # (the marks of this loop: Instances.read)
         runner.seconds["record"] += clock() - t0
-        live = asking
         if not asked:
             break
+        live = asking
         nodes, lists, answer = round_yields(batch, asking, asked)
         runner.values.grow(len(rec.ops))
         if runner.values.batch[nodes].min() < 0:  # some value not computed yet
@@ -392,7 +389,7 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                 runner.run()
             syncs += 1
         t0 = clock()
-        if lists is None:
+        if lists is None:  # (``sent``: one value per program of ``live`` now)
             got = last_rows(runner.new, nodes)
             sent = answer(runner.values.gather(nodes) if got is None else got)
         else:
