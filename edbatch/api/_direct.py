@@ -67,11 +67,9 @@ MAX_CHAIN = 8
 
 @dataclasses.dataclass
 class Step:
-    """One chain position of a direct plan: its op type and kernel, how many of a
-    repetition's reads of earlier segments' nodes are its operands (``reads``) and which
-    (``old``; ``None``: all of them), and per operand slot where its value comes from:
-    ``(-1, b)`` column block ``b`` of those rows, ``(j, 0)`` the output of chain position
-    ``j``."""
+    """A chain position: op type, kernel, its operands among a repetition's reads of earlier
+    segments (``reads`` of them; ``old``, ``None``: all) and per slot its value: ``(-1, b)``
+    column block ``b`` of those rows, ``(j, 0)`` the output of chain position ``j``."""
 
     op: Any
     kernel: Any
@@ -84,9 +82,7 @@ class Step:
 class DirectPlan:
     """What a direct round of one chain, wiring and size reuses: its steps, the long path's
     first graph of it (``base``: value nodes' attrs ``base.attrs[:c]``, a loss-free tail),
-    its schedule and run stats, and each new node's output-shape op (``shape_ops``, one
-    repetition's). (Its operands' shapes are the op types', which the cell calls check: so
-    are the shape ops the long path's plan keys on.)"""
+    its schedule and run stats, and one repetition's output-shape ops (``shape_ops``)."""
 
     steps: list[Step]
     base: Graph
@@ -106,8 +102,7 @@ class DirectSegment:
     def __init__(self, plan: DirectPlan, attrs: NDArray[np.int64], inst: Instances,
                  old: NDArray[np.int64], start: int, n: int, seconds: float) -> None:
         self._graph: Graph | None = None
-        self._make = (attrs, inst, old, start, n)
-        self._plan = plan
+        self._make, self._plan = (attrs, inst, old, start, n), plan
         self._run: RunResult | float = seconds  # (the kernels' seconds until ``run`` is read)
         self.schedule = plan.schedule
 
@@ -157,6 +152,7 @@ class DirectRounds:
         self.tag = (runner.maker, runner.strategy)
         self.share_at = share_at  # (the long path's rule: localise's)
         self.state: tuple[int, Any] = (-1, None)  # (op types then, their segment state)
+        self.last: tuple[list[int], tuple[int, ...]] | None = None  # (chain, wiring)
 
     def run(self, runner: Any) -> bool:
         """Run the pending round directly if it is a direct round (module docstring),
@@ -170,20 +166,20 @@ class DirectRounds:
         if m < 1 or len(rec.losses) != runner.loss_start or \
                 len(rec.counts) != runner.count_start or (rec.blocks and rec.blocks[-3] >= start):
             return False  # (an operand block: bulk operands, not a repeated chain)
-        chain = _chain(runner.batch, rec, start, n, m, len(rec.operands) - runner.op_start)
-        if chain is None:
-            return False
-        seq, width = chain
         part = rec.operands[runner.op_start:]
-        wiring = _wiring(part[:width], seq, runner.batch._ops, start)
-        if wiring is None:
-            return False
-        return self._round(runner, runner.batch, rec, start, n, m, seq, wiring, part)
+        if not _again(self.last, rec.ops, part, start, n, m):  # (most repeat the last)
+            chain = _chain(runner.batch, rec, start, n, m, len(part))
+            if chain is None:
+                return False
+            wiring = _wiring(part[:chain[1]], chain[0], runner.batch._ops, start)
+            if wiring is None:
+                return False
+            self.last = (chain[0], wiring)
+        return self._round(runner, runner.batch, rec, start, n, m, *self.last, part)
 
     def _round(self, runner: Any, batch: Any, rec: Any, start: int, n: int, m: int,
                seq: list[int], wiring: tuple[int, ...], part: list[int]) -> bool:
-        k = len(seq)
-        reps = m // k
+        k, reps = len(seq), m // len(seq)
         old = _old_reads(part, wiring, start, n, k, reps)
         if old is None:
             return False  # (the repetitions are not wired alike)
@@ -229,6 +225,19 @@ class DirectRounds:
         sec["graph"] += t1 - t0
         sec["segment"] += time.perf_counter() - t1
         return True
+
+
+def _again(last: tuple[list[int], tuple[int, ...]] | None, ops: list[int], part: list[int],
+           start: int, n: int, m: int) -> bool:
+    """Whether the new nodes ``start..n-1`` (operands ``part``) repeat the ``last`` chain,
+    the first repetition wired as there (what :func:`_chain` and :func:`_wiring` find)."""
+    if last is None:
+        return False
+    seq, wiring = last
+    k, width = len(seq), len(wiring)
+    reps = m // k
+    return not m % k and len(part) == width * reps and ops[start:n] == seq * reps and \
+        tuple([v - start if v >= start else -1 for v in part[:width]]) == wiring
 
 
 def _chain(batch: Any, rec: Any, start: int, n: int, m: int, operands: int
@@ -289,8 +298,7 @@ def _old_reads(part: list[int], wiring: tuple[int, ...], start: int, n: int, k: 
     """The round's reads of earlier segments' nodes in operand order (``part``: its
     operands, ``reps`` repetitions of ``wiring``), if every repetition is wired as the first
     (else ``None``)."""
-    width = len(wiring)
-    old_cols = [i for i, w in enumerate(wiring) if w < 0]
+    width, old_cols = len(wiring), [i for i, w in enumerate(wiring) if w < 0]
     if len(old_cols) == width:  # (one cell, or reads of earlier segments only)
         if reps > 1 and max(part) >= start:
             return None
@@ -312,6 +320,8 @@ def _compute(runner: Any, plan: DirectPlan, old: NDArray[np.int64], reps: int,
     operand rows of earlier segments instance after instance, the kernel on their column
     blocks and on earlier positions' outputs; under ``no_grad``, as the long path runs an
     inference segment (a kernel may take another path for a tensor that records autograd)."""
+    if not torch.is_grad_enabled():  # (an inference loop's no_grad: no second one)
+        return _outputs(runner, plan, old, reps, attrs)
     with torch.no_grad():
         return _outputs(runner, plan, old, reps, attrs)
 
@@ -349,8 +359,7 @@ def _learn(runner: Any, batch: Any, seq: list[int], wiring: tuple[int, ...],
     seg = runner.segments[-1]
     if runner.start != n or not isinstance(seg.graph, Graph):
         return None
-    base, c, m, k = seg.graph, len(old), n - start, len(seq)
-    reps = m // k
+    base, c, m, k, reps = seg.graph, len(old), n - start, len(seq), (n - start) // len(seq)
     if len(base.attrs) != c + m or len(base.outputs):  # (a tail: not a plain round)
         return None
     values = runner.values
