@@ -147,8 +147,8 @@ class DirectRounds:
     """A mini-batch's direct rounds (module docstring), over one ``_Runner``'s state."""
 
     def __init__(self, runner: Any, share_at: int) -> None:
-        batch = runner.batch
-        self.on = DIRECT and not runner.grad and _typed.TYPED and batch.device.type == "cpu"
+        self.on = DIRECT and not runner.grad and _typed.TYPED and \
+            runner.batch.device.type == "cpu"
         self.tag = (runner.maker, runner.strategy)
         self.share_at = share_at  # (the long path's rule: localise's)
         self.state: tuple[int, Any] = (-1, None)  # (op types then, their segment state)
@@ -184,7 +184,8 @@ class DirectRounds:
         if old is None:
             return False  # (the repetitions are not wired alike)
         c = len(old)
-        if c >= 2 * self.share_at and len(set(old.tolist())) * self.share_at <= c:
+        if c >= 2 * self.share_at and \
+                len(set(part if c == len(part) else old.tolist())) * self.share_at <= c:
             return False  # shared reads (localise's rule): not direct
         kinds = len(batch._ops)
         if self.state[0] != kinds:  # (a kernel registered: the state may have changed)
@@ -354,8 +355,7 @@ def _outputs(runner: Any, plan: DirectPlan, old: NDArray[np.int64], reps: int,
 def _learn(runner: Any, batch: Any, seq: list[int], wiring: tuple[int, ...],
            old: NDArray[np.int64], start: int, n: int) -> DirectPlan | None:
     """The plan of a round just run the long way, if each chain position's values are one
-    batch of it in instance order and computing them directly gives the same (``None``:
-    never direct)."""
+    batch of it in instance order, equal to the direct computation's (``None``: never)."""
     seg = runner.segments[-1]
     if runner.start != n or not isinstance(seg.graph, Graph):
         return None
