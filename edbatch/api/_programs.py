@@ -196,8 +196,8 @@ class _Runner:
         self.arity = np.zeros(0, np.int64)  # operand count per op type (-1: variadic)
         self.shape_op = np.zeros(0, np.int32)  # per op type the first of its output shape
         self.seconds = dict.fromkeys(("record", "graph", "segment", "read"), 0.0)
-        self.new: tuple[int, int, Tensor] | None = None  # the last segment's new nodes' batch
-        self.direct = DirectRounds(self, SHARE_AT)  # repeated one-cell rounds run directly
+        self.new: tuple[int, int, int, Tensor] | None = None  # (rounds.last_rows)
+        self.direct = DirectRounds(self, SHARE_AT)  # repeated cell or chain rounds run directly
 
     def run(self) -> None:
         """Run every node recorded and not run yet as one segment. Every operand (and loss
@@ -261,7 +261,8 @@ class _Runner:
             state, plan, self.make, self.memory, attrs,
             lambda: inst.of(old, start, n, has_loss), params, self.grad)
         add_values(self.values, entry, state.capture.outputs, c, m, start)
-        self.new = None if entry.whole < 0 else (start, n, state.capture.outputs[entry.whole])
+        whole = entry.whole  # (the new nodes' batch: rounds.last_rows)
+        self.new = None if whole < 0 else (start, n, 1, state.capture.outputs[whole])
         sec = self.seconds
         sec["graph"] += t1 - t0
         sec["segment"] += time.perf_counter() - t1
@@ -354,32 +355,33 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
     runner = _Runner(batch, make, strategy, grad, len(programs))
     returns: list[Any] = [None] * len(programs)
     ids = [batch.next_instance() for _ in programs]
-    live = list(range(len(programs)))
-    sent: list[Any] = [None] * len(programs)
-    syncs = 0
-    clock = time.perf_counter
-    marks = rec.marks
+    sends, live = [p.send for p in programs], list(range(len(programs)))
+    sent: Sequence[Any] = [None] * len(programs)  # (what each live program is sent next)
+    syncs, clock, marks = 0, time.perf_counter, rec.marks
+    mark = marks.append
     while live:
         t0 = clock()
         ops = rec.ops
         asking: list[int] = []
         asked: list[Any] = []
-        for i in live:
-            batch._instance = ids[i]
-            marks.append((len(ops), ids[i]))
+        ask, keep = asked.append, asking.append  # (bound once per round)
+        for i, value in zip(live, sent, strict=True):
+            ident = ids[i]
+            batch._instance = ident
+            mark((len(ops), ident))
             try:
-                asked.append(programs[i].send(sent[i]))
+                ask(sends[i](value))
             except StopIteration as stop:
                 returns[i] = stop.value
                 continue
-            asking.append(i)
+            keep(i)
         batch._instance = -1
-        marks.append((len(ops), -1))
+        mark((len(ops), -1))
         runner.inst.marks += len(live) + 1  # (the marks of this loop: Instances.read)
         runner.seconds["record"] += clock() - t0
-        live = asking
         if not asked:
             break
+        live = asking
         nodes, lists, answer = round_yields(batch, asking, asked)
         runner.values.grow(len(rec.ops))
         if runner.values.batch[nodes].min() < 0:  # some value not computed yet
@@ -387,13 +389,11 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
                 runner.run()
             syncs += 1
         t0 = clock()
-        if lists is None:
+        if lists is None:  # (``sent``: one value per program of ``live`` now)
             got = last_rows(runner.new, nodes)
-            values = answer(runner.values.gather(nodes) if got is None else got)
+            sent = answer(runner.values.gather(nodes) if got is None else got)
         else:
-            values = values_of(runner.values, asked, lists)
-        for i, v in zip(asking, values, strict=True):
-            sent[i] = v
+            sent = values_of(runner.values, asked, lists)
         runner.seconds["read"] += clock() - t0
     runner.run()
     loss = None

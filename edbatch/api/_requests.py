@@ -178,7 +178,8 @@ def hand_back_argmax(values: Tensor, allowed: list[Any] | Callable[[], list[Any]
     Raises:
         GraphError: a mask allows no entry.
     """
-    flat = values.detach().reshape(len(values), -1)
+    flat = values if values.dim() == 2 and not values.requires_grad else \
+        values.detach().reshape(len(values), -1)  # (an inference batch as it is)
     if codes is not None:
         keep = _mask_rows(codes) if flat.device.type == "cpu" else None
         if keep is not None:  # (numpy: cheaper than torch at these sizes)

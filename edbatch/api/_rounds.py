@@ -271,15 +271,17 @@ def extend(buf: NDArray[Any], at: int, new: NDArray[Any]) -> NDArray[Any]:
     return buf
 
 
-def last_rows(new: tuple[int, int, Any] | None, nodes: NDArray[np.int64]) -> Any:
-    """The values of ``nodes`` if they are the last segment's new nodes ``start..n-1`` in
-    order and make one batch of it, ``new = (start, n, that batch's output)`` (a parser's
-    scores: what ``Values.gather`` finds with more numpy calls), else ``None``."""
+def last_rows(new: tuple[int, int, int, Any] | None, nodes: NDArray[np.int64]) -> Any:
+    """The values of ``nodes`` if they are the last segment's new nodes ``first, first +
+    step, .. < stop`` in order, the rows of one batch output, ``new = (first, stop, step,
+    that output)`` (a parser's scores, a decoder's logits: what ``Values.gather`` finds with
+    more numpy calls), else ``None``."""
     if new is None:
         return None
-    start, n, out = new
-    if len(nodes) != n - start or nodes[0] != start or nodes[-1] != n - 1 or \
-            (n - start > 2 and not bool((nodes[1:] > nodes[:-1]).all())):
+    first, stop, step, out = new
+    k = len(nodes)
+    if k != len(out) or nodes[0] != first or nodes[-1] != stop - 1 or \
+            (k > 2 and not bool((nodes[1:] - nodes[:-1] == step).all())):
         return None
     return out
 

@@ -182,4 +182,5 @@ def _common_rows(parts: Sequence[Tensor]) -> tuple[Tensor | None, list[int]]:
 
 
 def _index(rows: np.ndarray, device: torch.device) -> Tensor:  # type: ignore[type-arg]
-    return torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(device)
+    index = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
+    return index if device.type == "cpu" else index.to(device)

@@ -64,12 +64,17 @@ def test_shape_ops_maps_each_op_type_to_the_first_of_its_shape() -> None:
 
 def test_last_rows_only_for_the_last_segments_new_nodes_in_order() -> None:
     out = torch.arange(6.0).reshape(3, 2)
-    new = (5, 8, out)
+    new = (5, 8, 1, out)
     assert last_rows(new, np.array([5, 6, 7])) is out
     assert last_rows(new, np.array([5, 7, 6, 7][:3])) is None
     assert last_rows(new, np.array([5, 6])) is None
     assert last_rows(new, np.array([4, 5, 6])) is None
     assert last_rows(None, np.array([5, 6, 7])) is None
+    chain = (6, 12, 3, out)  # (a direct chain round's last position: nodes 6, 9, 11)
+    assert last_rows(chain, np.array([6, 9, 11])) is None
+    assert last_rows((6, 13, 3, out), np.array([6, 9, 12])) is out
+    assert last_rows((6, 13, 3, out), np.array([6, 10, 12])) is None
+    assert last_rows((6, 13, 3, out), np.array([6, 7, 12])) is None
 
 
 def test_whole_batch_needs_exactly_the_new_nodes_in_row_order() -> None:
