@@ -56,7 +56,7 @@ AFTER_FEATURES = ("tight", "lag", "n_tight", "no_tight", "n_types", "lag_sum")
 NUM_AFTER = len(AFTER_FEATURES)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _tight(t, present, d, k):  # type: ignore[no-untyped-def]
     """``(tight, LB_t - D[t, t])`` of ready type ``t`` given the rows ``d`` of the ready
     types (``present``)."""
@@ -69,45 +69,79 @@ def _tight(t, present, d, k):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def afterstate_rows(r, ids, k, d, down, rlen, ready, start, op, batchable, uptr, uids,
-                    pending, undo, stack, dn, present, out):  # type: ignore[no-untyped-def]
+def _preds(n, uptr, uids):  # type: ignore[no-untyped-def]
+    """Operands in CSR form ``(pptr, pids)``, from the users' CSR."""
+    pptr = np.zeros(n + 1, np.int64)
+    for e in range(len(uids)):
+        pptr[uids[e] + 1] += 1
+    for u in range(n):
+        pptr[u + 1] += pptr[u]
+    pos = pptr[:n].copy()
+    pids = np.empty(len(uids), np.int64)
+    for v in range(n):
+        for e in range(uptr[v], uptr[v + 1]):
+            u = uids[e]
+            pids[pos[u]] = v
+            pos[u] += 1
+    return pptr, pids
+
+
+@njit(cache=True)
+def _check_users(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op, batchable, inr,
+                 rdn, rpres, down):  # type: ignore[no-untyped-def]
+    """For every user ``u`` of the nodes ``todo[:ntodo]`` (which ran or became ready): put
+    an unexecuted batchable ``u`` in ``R_b`` if every operand it waits for is a ready node
+    of one batchable type ``b`` (running ``b`` releases it): ``inr[u] = b`` and its
+    ``down`` row into ``rdn[b, op[u]]``. ``R_b`` only grows until ``b`` runs (then its
+    members are released), so a node is put in once. One call per decision: a call per
+    edge (arrays passed) cost more than the check."""
+    for i in range(ntodo):
+        v = todo[i]
+        for e in range(uptr[v], uptr[v + 1]):
+            u = uids[e]
+            if inr[u] >= 0 or pending[u] == 0 or not batchable[op[u]]:
+                continue  # unbatchable nodes are no feature's (a loss: thousands of operands)
+            b = -1
+            for f in range(pptr[u], pptr[u + 1]):
+                p = pids[f]
+                if executed[p]:
+                    continue
+                t = op[p]
+                if pending[p] != 0 or not batchable[t] or (b >= 0 and t != b):
+                    b = -2
+                    break
+                b = t
+            if b < 0:
+                continue
+            inr[u] = b
+            t = op[u]
+            rpres[b, t] = True
+            for m in range(down.shape[1]):
+                if down[u, m] > rdn[b, t, m]:
+                    rdn[b, t, m] = down[u, m]
+
+
+@njit(cache=True)
+def afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, out):  # type: ignore[no-untyped-def]
     """Write the afterstate columns (:data:`AFTER_FEATURES`) of the ``r`` ready types
     ``ids`` into ``out``. ``d[b]``: the most ``down`` over ``b``'s ready nodes (0 rows for
-    the others); ``pending`` is decremented and restored (``undo``, ``stack``: scratch of
-    ``len(uids)`` and ``len(op)``; ``dn``, ``present``: ``k x k`` / ``k`` scratch)."""
+    the others); ``rdn[a, t]``: the most ``down`` over the type-``t`` nodes running ``a``
+    releases (``rpres[a, t]``: any); ``dn``, ``present``: ``k x k`` / ``k`` scratch."""
+    for b in range(k):
+        present[b] = rlen[b] > 0 and batchable[b]
     for i in range(r):
         a = ids[i]
-        for b in range(k):
-            present[b] = rlen[b] > 0 and batchable[b] and b != a
-            for t in range(k):
-                dn[b, t] = d[b, t] if present[b] else 0
-        tight, lag = _tight(a, rlen > 0, d, k)
+        tight, lag = _tight(a, present, d, k)
         out[i, 0] = 1.0 if tight else 0.0
         out[i, 1] = (lag if lag < 16 else 16) / 16.0
-        nu, ns = 0, 0
-        for j in range(start[a], start[a] + rlen[a]):
-            stack[ns] = ready[j]
-            ns += 1
-        while ns > 0:  # run the batch, then the unbatchable nodes it releases
-            ns -= 1
-            v = stack[ns]
-            for e in range(uptr[v], uptr[v + 1]):
-                u = uids[e]
-                pending[u] -= 1
-                undo[nu] = u
-                nu += 1
-                if pending[u] == 0:
-                    b = op[u]
-                    if batchable[b]:
-                        present[b] = True
-                        for t in range(k):
-                            if down[u, t] > dn[b, t]:
-                                dn[b, t] = down[u, t]
-                    else:
-                        stack[ns] = u
-                        ns += 1
-        for j in range(nu):
-            pending[undo[j]] += 1
+    for i in range(r):
+        a = ids[i]
+        for t in range(k):
+            keep = rlen[t] > 0 and batchable[t] and t != a
+            present[t] = keep or rpres[a, t]
+            for m in range(k):
+                x = d[t, m] if keep else 0
+                dn[t, m] = x if x > rdn[a, t, m] else rdn[a, t, m]
         nt, ntypes, lsum = 0, 0, 0
         for t in range(k):
             if present[t]:
@@ -166,8 +200,13 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     dseen = np.zeros(k, np.int64)
     dn = np.zeros((k, k), np.int64)
     present = np.zeros(k, np.bool_)
-    undo = np.empty(len(uids) + 1, np.int64)
-    stack = np.empty(n + 1, np.int64)
+    rdn = np.zeros((k, k, k), np.int64)
+    rpres = np.zeros((k, k), np.bool_)
+    inr = np.full(n, -1, np.int64)
+    todo = np.empty(2 * n + 1, np.int64)  # nodes run or made ready since the last decision
+    ntodo = 0
+    executed = np.zeros(n, np.bool_)
+    pptr, pids = _preds(n if after else 0, uptr, uids[:0] if not after else uids)
     ids = np.empty(k, np.int64)
     batch_op = np.empty(n, np.int64)
     batch_forced = np.zeros(n, np.bool_)
@@ -190,6 +229,10 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
             nf = retire_step(batch, np.bool_(False), release, uptr, uids, pending, op,
                              batchable, ready, start, rlen, maxh, height, forced, nf, slot,
                              scnt, nst, tst, rel, fresh)
+            if after:
+                executed[v] = True
+                todo[ntodo] = v
+                ntodo += 1
         if done == n:
             break
         cp = _critical(k, rlen, tw, maxh, batchable)
@@ -206,9 +249,13 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
                     for t in range(k):
                         if down[v, t] > d[b, t]:
                             d[b, t] = down[v, t]
+                    todo[ntodo] = v
+                    ntodo += 1
                 dseen[b] = rlen[b]
-            afterstate_rows(r, ids, k, d, down, rlen, ready, start, op, batchable, uptr,
-                            uids, pending, undo, stack, dn, present, y)
+            _check_users(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
+                         batchable, inr, rdn, rpres, down)
+            ntodo = 0
+            afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, y)
         for i in range(r):
             if nt < len(trace):
                 trace[nt, :f] = x[i]
@@ -224,6 +271,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
         rlen[a], maxh[a] = 0, -1
         seen[a], sumh[a], cmax[a], ctop[a], dseen[a] = 0, 0, -1, 0, 0
         d[a, :] = 0
+        rdn[a], rpres[a] = 0, False
         batch_op[nb] = a
         nb, done = nb + 1, done + c
         batch_ptr[nb] = done
@@ -235,6 +283,11 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
         nf = retire_step(batch, np.bool_(True), release, uptr, uids, pending, op, batchable,
                          ready, start, rlen, maxh, height, forced, nf, slot, scnt, nst, tst,
                          rel, fresh)
+        if after:
+            for v in batch:
+                executed[v] = True
+                todo[ntodo] = v
+                ntodo += 1
     return batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, nt
 
 
