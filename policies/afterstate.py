@@ -80,17 +80,55 @@ def _check_weights(w: Any, where: str) -> NDArray[np.float64]:
 
 
 class AfterstatePolicy:
-    """Weights as a batching policy, compiled (a ``graph -> Schedule`` callable)."""
+    """Weights as a batching policy, compiled (a ``graph -> Schedule`` callable).
+
+    ``learned``: the trainer's weights (``False``: critical path's, the guard kept the
+    fallback; ``num_states`` is then 0). ``hits`` counts decisions whose choice differs
+    from critical path's, ``misses`` the others (``hit_rate``: the overriding share).
+    """
+
+    fallback_name = "critical_path"
+    encoding = "afterstate"
 
     def __init__(self, weights: Any, *, learned: bool = True,
                  metadata: dict[str, Any] | None = None, name: str = "afterstate") -> None:
         self.weights = _check_weights(weights, "AfterstatePolicy weights")
         self.learned, self.name = bool(learned), name
         self.metadata = dict(metadata or {})
+        self.hits = self.misses = 0
+
+    @property
+    def num_states(self) -> int:
+        """The number of learned weights (0: critical path alone)."""
+        return len(self.weights) if self.learned else 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    def reset_stats(self) -> None:
+        self.hits = self.misses = 0
+
+    def fallback_alone(self) -> AfterstatePolicy:
+        """Critical path as an afterstate policy (the weights the trainer starts from)."""
+        return AfterstatePolicy(afterstate_start(), learned=False)
+
+    def count_hits(self, graphs: Sequence[Graph]) -> None:
+        """Add each graph's overriding / other decisions to ``hits`` / ``misses``."""
+        for g in graphs:
+            res = run_afterstate(*afterstate_inputs(g), self.weights)
+            self.hits += int(res[4])
+            self.misses += int(res[5] - res[4])
+
+    def scheduler(self, name: str = "afterstate") -> AfterstatePolicy:
+        """This policy under another record name (``experiments`` name its rows)."""
+        return AfterstatePolicy(self.weights, learned=self.learned, metadata=self.metadata,
+                                name=name)
 
     def __call__(self, graph: Graph) -> Schedule:
         t0 = time.perf_counter()
-        bop, bforced, bptr, nodes = run_afterstate(*afterstate_inputs(graph), self.weights)
+        bop, bforced, bptr, nodes = run_afterstate(*afterstate_inputs(graph), self.weights)[:4]
         return Schedule(_batches(bop, bforced, bptr, nodes), self.name,
                         time.perf_counter() - t0)
 

@@ -49,7 +49,7 @@ from edbatch.schedule._compiled_priority_ctx import context_rows
 from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
-__all__ = ["AFTER_FEATURES", "afterstate_rows", "afterstate_trace", "run_afterstate",
+__all__ = ["AFTER_FEATURES", "NUM_AFTER", "afterstate_rows", "afterstate_trace", "run_afterstate",
            "run_afterstate_counts"]
 
 AFTER_FEATURES = ("tight", "lag", "n_tight", "no_tight", "n_types", "lag_sum")
@@ -84,6 +84,24 @@ def _preds(n, uptr, uids):  # type: ignore[no-untyped-def]
             pids[pos[u]] = v
             pos[u] += 1
     return pptr, pids
+
+
+@njit(cache=True)
+def _scan_ready(r, ids, start, rlen, ready, down, dseen, d, todo, ntodo):  # type: ignore[no-untyped-def]
+    """Read the ready nodes of the ``r`` types ``ids`` not read yet (a ready list only grows
+    until its type runs, ``dseen[b]`` of it read): their ``down`` rows into ``d[b]``, the
+    nodes onto ``todo``; returns the new length of ``todo``."""
+    for i in range(r):
+        b = ids[i]
+        for j in range(start[b] + dseen[b], start[b] + rlen[b]):
+            v = ready[j]
+            for t in range(d.shape[1]):
+                if down[v, t] > d[b, t]:
+                    d[b, t] = down[v, t]
+            todo[ntodo] = v
+            ntodo += 1
+        dseen[b] = rlen[b]
+    return ntodo
 
 
 @njit(cache=True)
@@ -191,9 +209,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     y = np.zeros((k, NUM_AFTER), np.float64)
     release = full or _uses_release(wp, 0)
     context = full or _uses_context(wp, 0)
-    after = full
-    for m in range(NUM_AFTER):
-        after = after or wa[m] != 0.0
+    after = full or np.any(wa != 0.0)  # else the afterstate has no say
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     d = np.zeros((k, k), np.int64)
@@ -203,7 +219,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     rdn = np.zeros((k, k, k), np.int64)
     rpres = np.zeros((k, k), np.bool_)
     inr = np.full(n, -1, np.int64)
-    todo = np.empty(2 * n + 1, np.int64)  # nodes run or made ready since the last decision
+    todo = np.empty(2 * n + 1, np.int64)  # nodes run or made ready since the last check
     ntodo = 0
     executed = np.zeros(n, np.bool_)
     pptr, pids = _preds(n if after else 0, uptr, uids[:0] if not after else uids)
@@ -214,6 +230,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     nodes = np.empty(n, np.int64)
     mark = np.zeros(n, np.bool_)
     nb, done, last, last2, nt = 0, 0, np.int64(-1), np.int64(-1), 0
+    overrides, decisions = 0, 0
     while True:
         while nf > 0:
             nf -= 1
@@ -229,10 +246,9 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
             nf = retire_step(batch, np.bool_(False), release, uptr, uids, pending, op,
                              batchable, ready, start, rlen, maxh, height, forced, nf, slot,
                              scnt, nst, tst, rel, fresh)
-            if after:
-                executed[v] = True
-                todo[ntodo] = v
-                ntodo += 1
+            executed[v] = True  # its users are checked at the next decision
+            todo[ntodo] = v
+            ntodo += 1
         if done == n:
             break
         cp = _critical(k, rlen, tw, maxh, batchable)
@@ -242,20 +258,11 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
         if context:
             context_rows(r, ids, x, cp, last2)
         if after:
-            for i in range(r):  # the ready lists only grow until their type runs
-                b = ids[i]
-                for j in range(start[b] + dseen[b], start[b] + rlen[b]):
-                    v = ready[j]
-                    for t in range(k):
-                        if down[v, t] > d[b, t]:
-                            d[b, t] = down[v, t]
-                    todo[ntodo] = v
-                    ntodo += 1
-                dseen[b] = rlen[b]
+            ntodo = _scan_ready(r, ids, start, rlen, ready, down, dseen, d, todo, ntodo)
             _check_users(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
                          batchable, inr, rdn, rpres, down)
-            ntodo = 0
             afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, y)
+        ntodo = 0
         for i in range(r):
             if nt < len(trace):
                 trace[nt, :f] = x[i]
@@ -263,6 +270,8 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
                 trace_ids[nt] = ids[i]
                 nt += 1
         a = ids[_pick(r, x, y, wp, wa)] if r > 1 else ids[0]
+        decisions += 1
+        overrides += a != cp
         last, last2 = a, last
         c = rlen[a]
         batch = nodes[done:done + c]
@@ -283,24 +292,25 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
         nf = retire_step(batch, np.bool_(True), release, uptr, uids, pending, op, batchable,
                          ready, start, rlen, maxh, height, forced, nf, slot, scnt, nst, tst,
                          rel, fresh)
-        if after:
-            for v in batch:
-                executed[v] = True
-                todo[ntodo] = v
-                ntodo += 1
-    return batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, nt
+        for v in batch:
+            executed[v] = True
+            todo[ntodo] = v
+            ntodo += 1
+    return (batch_op[:nb], batch_forced[:nb], batch_ptr[:nb + 1], nodes, nt, overrides,
+            decisions)
 
 
 @njit(cache=True)
 def run_afterstate(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                    total, down, w):  # type: ignore[no-untyped-def]
     """Schedule one graph with the weights ``w`` (``[w (F priority features), u (afterstate
-    features)]``): ``(batch_op, batch_forced, batch_ptr, nodes)`` as
-    :func:`~edbatch.schedule._compiled.run_schedule` returns them."""
+    features)]``): ``(batch_op, batch_forced, batch_ptr, nodes, overrides, decisions)``, the
+    batches as :func:`~edbatch.schedule._compiled.run_schedule` returns them, the decisions
+    where the choice differs from critical path's, all decisions."""
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                     total, down, w, np.empty((0, NUM_PRIORITY_FEATURES + NUM_AFTER)),
                     np.empty(0, np.int64))
-    return res[0], res[1], res[2], res[3]
+    return res[0], res[1], res[2], res[3], res[5], res[6]
 
 
 @njit(cache=True)
