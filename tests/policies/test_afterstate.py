@@ -17,6 +17,7 @@ from edbatch.workloads.synthetic import random_binary_trees, random_lattices
 from policies.afterstate import (
     AFTER_FEATURES,
     AfterstatePolicy,
+    AfterstateTwin,
     afterstate_inputs,
     afterstate_start,
 )
@@ -65,21 +66,27 @@ def test_compiled_equals_python_twin(graphs: list, seed: int) -> None:
     assert p.hits > 0 and differs > 0  # the afterstate weights really change choices
 
 
+class _Recorder:
+    """The twin, keeping every decision's (op id, row)."""
+
+    needs_typewise = True
+
+    def __init__(self, twin: AfterstateTwin) -> None:
+        self.twin, self.seen = twin, []  # type: ignore[var-annotated]
+
+    def choose(self, view):  # type: ignore[no-untyped-def]
+        ready, rows = self.twin.rows(view)
+        self.seen.extend(zip(ready, rows, strict=True))
+        return self.twin.choose(view)
+
+
 def test_compiled_rows_equal_the_twins(graphs: list) -> None:
     w = _weights(3)
     for g in graphs:
         rows, ids = afterstate_trace(*afterstate_inputs(g), w, 100_000)
-        twin, seen = AfterstatePolicy(w).twin(), []
-
-        class Recorder:
-            needs_typewise = True
-
-            def choose(self, view):  # type: ignore[no-untyped-def]
-                ready, rr = twin.rows(view)
-                seen.extend(zip(ready, rr, strict=True))
-                return twin.choose(view)
-
-        run_policy(g, Recorder())
+        rec = _Recorder(AfterstatePolicy(w).twin())
+        run_policy(g, rec)
+        seen = rec.seen
         assert len(seen) == len(rows) > 0
         assert [a for a, _ in seen] == ids.tolist()
         np.testing.assert_array_equal(np.array([r for _, r in seen]), rows)
