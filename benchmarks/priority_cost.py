@@ -103,7 +103,8 @@ def _afterstate(args: argparse.Namespace, graphs: list[Graph]) -> dict[str, floa
         policy.twin()
     runs = _interleave({
         "afterstate": lambda: [run_afterstate(*x, policy.weights) for x in ai],  # type: ignore[call-arg]
-        "priority": lambda: [run_priority(*x, prio.weights, 0) for x in pi],  # type: ignore[call-arg]
+        "priority": lambda: [run_priority(*x, prio.weights, 0)  # type: ignore[call-arg]
+                             for x in pi],
         "critical_path": lambda: [compiled_arrays(g, "critical_path") for g in graphs],
         "python_twin": lambda: [run_policy(g, twin) for g in graphs],
     }, args.reps)

@@ -64,7 +64,8 @@ def population_afterstate(inputs: Sequence[tuple], ws: NDArray[np.float64]  # ty
                           ) -> NDArray[np.int64]:
     """``int64[len(ws), len(inputs)]``: batches of each graph under each weight vector."""
     ws = np.ascontiguousarray(ws, dtype=np.float64)
-    return np.stack([run_afterstate_counts(*g, ws) for g in inputs], axis=1)
+    return np.stack([run_afterstate_counts(*g, ws)  # type: ignore[call-arg]
+                     for g in inputs], axis=1)
 
 
 def _check_weights(w: Any, where: str) -> NDArray[np.float64]:
@@ -117,7 +118,7 @@ class AfterstatePolicy:
     def count_hits(self, graphs: Sequence[Graph]) -> None:
         """Add each graph's overriding / other decisions to ``hits`` / ``misses``."""
         for g in graphs:
-            res = run_afterstate(*afterstate_inputs(g), self.weights)
+            res = run_afterstate(*afterstate_inputs(g), self.weights)  # type: ignore[call-arg]
             self.hits += int(res[4])
             self.misses += int(res[5] - res[4])
 
@@ -128,7 +129,8 @@ class AfterstatePolicy:
 
     def __call__(self, graph: Graph) -> Schedule:
         t0 = time.perf_counter()
-        bop, bforced, bptr, nodes = run_afterstate(*afterstate_inputs(graph), self.weights)[:4]
+        res = run_afterstate(*afterstate_inputs(graph), self.weights)  # type: ignore[call-arg]
+        bop, bforced, bptr, nodes = res[:4]
         return Schedule(_batches(bop, bforced, bptr, nodes), self.name,
                         time.perf_counter() - t0)
 

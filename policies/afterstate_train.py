@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,9 +28,21 @@ from policies.afterstate import (
     population_afterstate,
 )
 from policies.priority import FEATURES
-from policies.priority_train import PriorityResult, searched
+from policies.priority_train import searched
 
-__all__ = ["AfterstateTrainer"]
+__all__ = ["AfterstateResult", "AfterstateTrainer"]
+
+
+@dataclass
+class AfterstateResult:
+    """What :meth:`AfterstateTrainer.fit` returns (the fields of
+    :class:`~policies.priority_train.PriorityResult`)."""
+
+    policy: AfterstatePolicy
+    best_ratio: float          # validation batches / LB of the deployed policy
+    episodes: int              # schedules run (candidates x training graphs)
+    seconds: float
+    history: list[dict[str, float]] = field(default_factory=list)
 
 
 class AfterstateTrainer:
@@ -58,7 +71,7 @@ class AfterstateTrainer:
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
             checkpoint: Any = None, progress: bool = False,
             callback: Callable[[dict[str, float]], None] | None = None,
-            metadata: dict[str, Any] | None = None) -> PriorityResult:
+            metadata: dict[str, Any] | None = None) -> AfterstateResult:
         """Search the weights on ``train_graphs``; guard on both sets (see module doc)."""
         t0 = time.perf_counter()
         train = [afterstate_inputs(g) for g in train_graphs]
@@ -115,5 +128,5 @@ class AfterstateTrainer:
                 f"({val_new} vs {val_base}); kept critical path")
         policy = AfterstatePolicy(best_w if learned else w0, learned=learned, metadata=meta)
         ratio = (val_new if learned else val_base) / lb_val
-        return PriorityResult(policy, float(ratio), episodes, time.perf_counter() - t0,
+        return AfterstateResult(policy, float(ratio), episodes, time.perf_counter() - t0,
                               history)

@@ -83,7 +83,7 @@ class _Recorder:
 def test_compiled_rows_equal_the_twins(graphs: list) -> None:
     w = _weights(3)
     for g in graphs:
-        rows, ids = afterstate_trace(*afterstate_inputs(g), w, 100_000)
+        rows, ids = afterstate_trace(*afterstate_inputs(g), w, 100_000)  # type: ignore[call-arg]
         rec = _Recorder(AfterstatePolicy(w).twin())
         run_policy(g, rec)
         seen = rec.seen
@@ -98,7 +98,8 @@ def test_batches_are_the_bound_plus_the_decisions_that_were_not_tight(graphs: li
     is tight, so batches = LB + non-tight decisions (critical path's choice: ``is_cp``)."""
     tight, is_cp = len(FEATURES), FEATURES.index("is_cp")
     for g in graphs:
-        rows, _ = afterstate_trace(*afterstate_inputs(g), afterstate_start(), 100_000)
+        rows, _ = afterstate_trace(*afterstate_inputs(g), afterstate_start(),  # type: ignore[call-arg]
+                                   100_000)
         chosen = rows[rows[:, is_cp] == 1.0]
         slack = int((chosen[:, tight] == 0.0).sum())
         assert make_scheduler("critical_path")(g).num_batches == lower_bound(g) + slack
