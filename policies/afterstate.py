@@ -223,13 +223,11 @@ class AfterstateTwin(PriorityTwin):
     def rows(self, view: FrontierView) -> tuple[list[int], list[list[float]]]:
         """(ready batchable op ids ascending, their rows ``f_a + g_a``)."""
         ready, rows = super().rows(view)
-        return ready, [r + g for r, g in zip(rows, self._after_rows(view, ready))]
+        return ready, [r + g for r, g in zip(rows, self._after_rows(view, ready), strict=True)]
 
     def score(self, row: list[float]) -> float:
-        w = self.weights + self.after
+        """The compiled ``_pick``'s sum, in its order (priority columns, then afterstate)."""
         s = 0.0
-        for m in range(len(FEATURES)):
-            s += row[m] * w[m]
-        for m in range(len(FEATURES), len(w)):
-            s += row[m] * w[m]
+        for x, w in zip(row, self.weights + self.after, strict=True):
+            s += x * w
         return s
