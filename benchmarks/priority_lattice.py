@@ -17,6 +17,13 @@ training graphs, tested on the unseen dumps G1-G17) without the FSM rows::
     python -m benchmarks.priority_lattice --dumps --seeds 0 1 2 --iterations 70 \
         --population 56 --num-train-graphs 24 --far
 
+``--afterstate`` trains the afterstate priority policy (:mod:`policies.afterstate_train`:
+the priority features plus a one-step afterstate value on the remaining lower bound, a
+lookahead) with the same CEM budget::
+
+    python -m benchmarks.priority_lattice --dumps --seeds 0 1 2 --iterations 70 \
+        --population 56 --num-train-graphs 24 --context --afterstate
+
 ``--dagger-rounds N`` adds DAgger imitation of a rollout teacher after the CEM
 (:mod:`policies.priority_dagger`; ``--teacher``, ``--weighting``, ``--dagger-first``; with
 ``--hidden-units H`` the CEM searches the linear weights and DAgger fits the MLP)::
@@ -41,6 +48,7 @@ from benchmarks import _args
 from edbatch.schedule import lower_bound, make_scheduler
 from edbatch.workloads import make_workload
 from experiments._common import graph_set
+from policies.afterstate_train import AfterstateTrainer
 from policies.priority_train import PriorityTrainer
 
 
@@ -66,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
                     help="also search / fit the context features' weights (trainer.context)")
     ap.add_argument("--dagger-first", action="store_true",
                     help="DAgger from critical path before the CEM (default: after it)")
+    ap.add_argument("--afterstate", action="store_true",
+                    help="train the afterstate priority policy instead (policies.afterstate_"
+                    "train; one-step lookahead on the remaining bound; with --context, --far)")
     ap.add_argument("--dumps", action="store_true",
                     help="the held-out dump protocol (train G0 + extra, test G1-G17)")
     ap.add_argument("--train-shuffles", type=int, default=3, help="with --dumps")
@@ -113,21 +124,23 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
     for seed in args.seeds:
         train = train_of(seed)
         t0, c0 = time.perf_counter(), time.process_time()
-        p = PriorityTrainer(args.iterations, args.population, args.elite, seed=seed,
-                            hidden_units=args.hidden_units,
-                            api_rounds=args.api_rounds, far=args.far,
-                            dagger_rounds=args.dagger_rounds, dagger_teacher=args.teacher,
-                            weighting=args.weighting,
-                            dagger_first=args.dagger_first,
-                            context=args.context).fit(train, val).policy
+        trainer = AfterstateTrainer(args.iterations, args.population, args.elite, seed=seed,
+                                    far=args.far, context=args.context) if args.afterstate \
+            else PriorityTrainer(args.iterations, args.population, args.elite, seed=seed,
+                                 hidden_units=args.hidden_units,
+                                 api_rounds=args.api_rounds, far=args.far,
+                                 dagger_rounds=args.dagger_rounds, dagger_teacher=args.teacher,
+                                 weighting=args.weighting, dagger_first=args.dagger_first,
+                                 context=args.context)
+        p = trainer.fit(train, val).policy
         out[seed] = sum(p(g).num_batches for g in test) / lb
         if args.save is not None:
             p.save(args.save / f"priority_seed{seed}.json")
         m = p.metadata
+        dag = [r["best_candidate"] for r in m["dagger"]["rounds"]] if "dagger" in m else []
         print(f"seed {seed}: {out[seed]:.4f} x LB (learned {p.learned}; train "
               f"{m['train_batches']} vs {m['train_fallback_batches']}, validation "
-              f"{m['val_batches']} vs {m['val_fallback_batches']}; DAgger "
-              f"{[r['best_candidate'] for r in m['dagger']['rounds']]}; "
+              f"{m['val_batches']} vs {m['val_fallback_batches']}; DAgger {dag}; "
               f"{time.process_time() - c0:.0f} s CPU, {time.perf_counter() - t0:.0f} s wall)",
               flush=True)
     print(f"mean {statistics.fmean(out.values()):.4f} x LB over seeds {args.seeds}")

@@ -45,6 +45,7 @@ COMPILED_MODULES = (
     "memory/_aligned_compiled.py",
     "memory/_classify_compiled.py",
     "schedule/_compiled.py",
+    "schedule/_compiled_afterstate.py",
     "schedule/_compiled_analysis.py",
     "schedule/_compiled_hash.py",
     "schedule/_compiled_keys.py",

@@ -1,0 +1,233 @@
+"""The afterstate priority policy: the priority score plus a learned one-step afterstate value.
+
+Each ready op type ``a`` is scored ``w . f_a + u . g_a``: ``f_a`` the priority policy's row
+(:mod:`policies.priority`), ``g_a`` features of the state running ``a`` leads to, read off
+the remaining lower bound (:mod:`edbatch.schedule._compiled_afterstate`: is ``a`` *tight*,
+does the next decision still have a tight type, ...). It is a **one-step lookahead** on the
+bound: each ready type's batch is applied to the frontier (the nodes it releases), no
+rollout, no second decision. ``u = 0`` is the priority policy; critical path's weights
+with ``u = 0`` are critical path (the trainer's start, :mod:`policies.afterstate_train`).
+
+Run time: one numba call per schedule (:func:`run_afterstate`). :class:`AfterstateTwin` is
+the Python oracle over :class:`~edbatch.schedule.FrontierView`.
+
+Artifact: JSON ``{"format": "edbatch.afterstate", "version": 1, "features": [...],
+"after_features": [...], "weights": [...], "fallback": "critical_path", "learned": bool,
+"metadata": {...}}`` (``weights``: the priority features' then the afterstate features').
+A bad file raises :class:`~edbatch.errors.PolicyFileError` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from edbatch.errors import PolicyFileError
+from edbatch.graph import Graph
+from edbatch.schedule import FrontierView, Schedule
+from edbatch.schedule._compiled_afterstate import (
+    AFTER_FEATURES,
+    run_afterstate,
+    run_afterstate_counts,
+)
+from edbatch.schedule.bounds import type_chain_lengths
+from edbatch.schedule.compiled import _batches
+from policies._header import check_header
+from policies.priority import FEATURES, PriorityTwin, critical_path_weights, graph_inputs
+
+__all__ = ["AFTER_FEATURES", "FORMAT", "VERSION", "AfterstatePolicy", "AfterstateTwin",
+           "afterstate_inputs", "afterstate_start", "population_afterstate"]
+
+FORMAT = "edbatch.afterstate"
+VERSION = 1
+NUM_WEIGHTS = len(FEATURES) + len(AFTER_FEATURES)
+
+
+def afterstate_start() -> NDArray[np.float64]:
+    """Critical path's weights, afterstate weights 0: the policy that is critical path."""
+    return np.concatenate([critical_path_weights(0), np.zeros(len(AFTER_FEATURES))])
+
+
+def afterstate_inputs(graph: Graph) -> tuple:  # type: ignore[type-arg]
+    """:func:`~policies.priority.graph_inputs` plus the type chain lengths ``down``."""
+    down = np.ascontiguousarray(type_chain_lengths(graph), dtype=np.int64)
+    return (*graph_inputs(graph), down)
+
+
+def population_afterstate(inputs: Sequence[tuple], ws: NDArray[np.float64]  # type: ignore[type-arg]
+                          ) -> NDArray[np.int64]:
+    """``int64[len(ws), len(inputs)]``: batches of each graph under each weight vector."""
+    ws = np.ascontiguousarray(ws, dtype=np.float64)
+    return np.stack([run_afterstate_counts(*g, ws)  # type: ignore[call-arg]
+                     for g in inputs], axis=1)
+
+
+def _check_weights(w: Any, where: str) -> NDArray[np.float64]:
+    try:
+        arr = np.asarray(w, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.full(np.shape(w), np.nan)
+    if arr.shape != (NUM_WEIGHTS,) or not np.all(np.isfinite(arr)):
+        raise ValueError(f"{where}: need {NUM_WEIGHTS} finite weights ({len(FEATURES)} "
+                         f"priority features, then {list(AFTER_FEATURES)}), got shape "
+                         f"{arr.shape}")
+    return np.ascontiguousarray(arr)
+
+
+class AfterstatePolicy:
+    """Weights as a batching policy, compiled (a ``graph -> Schedule`` callable).
+
+    ``learned``: the trainer's weights (``False``: critical path's, the guard kept the
+    fallback; ``num_states`` is then 0). ``hits`` counts decisions whose choice differs
+    from critical path's, ``misses`` the others (``hit_rate``: the overriding share).
+    """
+
+    fallback_name = "critical_path"
+    encoding = "afterstate"
+
+    def __init__(self, weights: Any, *, learned: bool = True,
+                 metadata: dict[str, Any] | None = None, name: str = "afterstate") -> None:
+        self.weights = _check_weights(weights, "AfterstatePolicy weights")
+        self.learned, self.name = bool(learned), name
+        self.metadata = dict(metadata or {})
+        self.hits = self.misses = 0
+
+    @property
+    def num_states(self) -> int:
+        """The number of learned weights (0: critical path alone)."""
+        return len(self.weights) if self.learned else 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    def reset_stats(self) -> None:
+        self.hits = self.misses = 0
+
+    def fallback_alone(self) -> AfterstatePolicy:
+        """Critical path as an afterstate policy (the weights the trainer starts from)."""
+        return AfterstatePolicy(afterstate_start(), learned=False)
+
+    def count_hits(self, graphs: Sequence[Graph]) -> None:
+        """Add each graph's overriding / other decisions to ``hits`` / ``misses``."""
+        for g in graphs:
+            res = run_afterstate(*afterstate_inputs(g), self.weights)  # type: ignore[call-arg]
+            self.hits += int(res[4])
+            self.misses += int(res[5] - res[4])
+
+    def scheduler(self, name: str = "afterstate") -> AfterstatePolicy:
+        """This policy under another record name (``experiments`` name its rows)."""
+        return AfterstatePolicy(self.weights, learned=self.learned, metadata=self.metadata,
+                                name=name)
+
+    def __call__(self, graph: Graph) -> Schedule:
+        t0 = time.perf_counter()
+        res = run_afterstate(*afterstate_inputs(graph), self.weights)  # type: ignore[call-arg]
+        bop, bforced, bptr, nodes = res[:4]
+        return Schedule(_batches(bop, bforced, bptr, nodes), self.name,
+                        time.perf_counter() - t0)
+
+    def twin(self) -> AfterstateTwin:
+        """The Python oracle with these weights."""
+        return AfterstateTwin(self.weights)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "features": list(FEATURES),
+                "after_features": list(AFTER_FEATURES), "weights": self.weights.tolist(),
+                "fallback": "critical_path", "learned": self.learned,
+                "metadata": self.metadata}
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> AfterstatePolicy:
+        """Read an artifact; a bad file raises :class:`PolicyFileError` naming it."""
+        path = Path(path)
+        fix = "write one with AfterstatePolicy.save (trainer=afterstate)"
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise PolicyFileError(path, f"not a readable JSON file ({e})", fix) from e
+        if not isinstance(doc, dict):
+            raise PolicyFileError(path, f"a JSON {type(doc).__name__}, not an object", fix)
+        check_header(path, doc, FORMAT, VERSION, FEATURES, fix)
+        if doc.get("after_features") != list(AFTER_FEATURES):
+            raise PolicyFileError(path, f"made for the afterstate features "
+                                  f"{doc.get('after_features')}, this edbatch computes "
+                                  f"{list(AFTER_FEATURES)}", fix)
+        try:
+            w = _check_weights(doc.get("weights"), "weights")
+        except ValueError as e:
+            raise PolicyFileError(path, str(e), fix) from e
+        return cls(w, learned=bool(doc.get("learned", True)),
+                   metadata=doc.get("metadata") or {})
+
+
+class AfterstateTwin(PriorityTwin):
+    """The Python oracle: the priority twin's rows, the afterstate columns recomputed by
+    rescanning the ready nodes' users (module doc of
+    :mod:`edbatch.schedule._compiled_afterstate`), the same scores and argmax."""
+
+    def __init__(self, weights: Any) -> None:
+        w = _check_weights(weights, "AfterstateTwin weights")
+        super().__init__(w[:len(FEATURES)])
+        self.after = [float(x) for x in w[len(FEATURES):]]
+
+    def _prepare(self, graph: Graph) -> None:
+        super()._prepare(graph)
+        self._down = type_chain_lengths(graph).tolist()
+
+    def _after_rows(self, view: FrontierView, ready: list[int]) -> list[list[float]]:
+        pending = view._frontier._pending
+        uptr, uids, op, down = self._uptr, self._uids, self._op, self._down
+        k = len(self._batchable)
+        d = {b: [max(down[v][t] for v in view.ready_nodes(b).tolist()) for t in range(k)]
+             for b in ready}
+
+        def tight(t: int, rows: dict[int, list[int]]) -> tuple[bool, int]:
+            other = max([0] + [r[t] for b, r in rows.items() if b != t])
+            return rows[t][t] > other, max(other - rows[t][t], 0)
+
+        out = []
+        for a in ready:
+            dec: dict[int, int] = {}
+            for v in view.ready_nodes(a).tolist():
+                for u in uids[uptr[v]:uptr[v + 1]]:
+                    dec[u] = dec.get(u, 0) + 1
+            dn = {b: list(r) for b, r in d.items() if b != a}
+            for u, c in dec.items():
+                t = op[u]
+                if pending[u] == c and self._batchable[t]:
+                    row = dn.setdefault(t, [0] * k)
+                    dn[t] = [max(x, y) for x, y in zip(row, down[u])]
+            ta, la = tight(a, d)
+            res = [tight(t, dn) for t in dn]
+            nt = sum(1 for x, _ in res if x)
+            lsum = sum(lt for _, lt in res)
+            out.append([1.0 if ta else 0.0, min(la, 16) / 16.0, nt / 4.0,
+                        1.0 if (dn and nt == 0) else 0.0, len(dn) / 4.0,
+                        min(lsum, 64) / 64.0])
+        return out
+
+    def rows(self, view: FrontierView) -> tuple[list[int], list[list[float]]]:
+        """(ready batchable op ids ascending, their rows ``f_a + g_a``)."""
+        ready, rows = super().rows(view)
+        return ready, [r + g for r, g in zip(rows, self._after_rows(view, ready), strict=True)]
+
+    def score(self, row: list[float]) -> float:
+        """The compiled ``_pick``'s sum, in its order (priority columns, then afterstate)."""
+        s = 0.0
+        for x, w in zip(row, self.weights + self.after, strict=True):
+            s += x * w
+        return s

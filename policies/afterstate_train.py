@@ -1,0 +1,132 @@
+"""Training the afterstate priority policy by the cross-entropy method on the batch count.
+
+The same search as :mod:`policies.priority_train` (a Gaussian over the weights, its mean
+starting at critical path's, the ``elite`` best of each ``population`` refit it, a noise
+floor), over the priority features' weights *and* the afterstate features' of
+:mod:`policies.afterstate`; each candidate is scored by the batches the compiled scheduler
+needs on the training graphs. Guarded like the priority trainer: the best weights are kept
+only if they beat critical path on the training graphs and do not lose on the validation
+graphs, else the artifact is critical path (``learned: false``) and says why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edbatch.graph import Graph
+from edbatch.schedule import lower_bound
+from policies.afterstate import (
+    AFTER_FEATURES,
+    AfterstatePolicy,
+    afterstate_inputs,
+    afterstate_start,
+    population_afterstate,
+)
+from policies.priority import FEATURES
+from policies.priority_train import searched
+
+__all__ = ["AfterstateResult", "AfterstateTrainer"]
+
+
+@dataclass
+class AfterstateResult:
+    """What :meth:`AfterstateTrainer.fit` returns (the fields of
+    :class:`~policies.priority_train.PriorityResult`)."""
+
+    policy: AfterstatePolicy
+    best_ratio: float          # validation batches / LB of the deployed policy
+    episodes: int              # schedules run (candidates x training graphs)
+    seconds: float
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+class AfterstateTrainer:
+    """CEM over the afterstate policy's weights (module doc).
+
+    Args:
+        iterations, population, elite, sigma, sigma_floor, seed: the CEM's, as
+            :class:`~policies.priority_train.PriorityTrainer`'s.
+        far: also search feature ``far``'s weight (else held at 0).
+        context: also search the context features' weights (else held at 0).
+    """
+
+    name = "afterstate"
+
+    def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
+                 sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
+                 far: bool = False, context: bool = True) -> None:
+        if population < 2 or not 1 <= elite <= population or iterations < 0:
+            raise ValueError(f"need population >= 2, 1 <= elite <= population and "
+                             f"iterations >= 0; got population={population}, elite={elite}, "
+                             f"iterations={iterations}")
+        self.iterations, self.population, self.elite = iterations, population, elite
+        self.sigma, self.sigma_floor, self.seed = sigma, sigma_floor, seed
+        self.far, self.context = bool(far), bool(context)
+
+    def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
+            checkpoint: Any = None, progress: bool = False,
+            callback: Callable[[dict[str, float]], None] | None = None,
+            metadata: dict[str, Any] | None = None) -> AfterstateResult:
+        """Search the weights on ``train_graphs``; guard on both sets (see module doc)."""
+        t0 = time.perf_counter()
+        train = [afterstate_inputs(g) for g in train_graphs]
+        val = [afterstate_inputs(g) for g in val_graphs] or train
+        lb_train = max(sum(lower_bound(g) for g in train_graphs), 1)
+        lb_val = max(sum(lower_bound(g) for g in val_graphs), 1) if val_graphs else lb_train
+        rng = np.random.default_rng(self.seed)
+        w0 = afterstate_start()
+        active = np.concatenate([searched(0, self.far, self.context),
+                                 np.ones(len(AFTER_FEATURES), np.bool_)])
+        base = int(population_afterstate(train, w0[None]).sum())
+        mean, std = w0.copy(), np.where(active, self.sigma, 0.0)
+        best_w, best = w0.copy(), base
+        history: list[dict[str, float]] = []
+        episodes = len(train)
+        for it in range(self.iterations):
+            noise = np.zeros((self.population, len(w0)))
+            noise[:, active] = rng.standard_normal((self.population, int(active.sum())))
+            ws = np.vstack([mean, mean + std * noise])
+            scores = population_afterstate(train, ws).sum(axis=1)
+            episodes += len(ws) * len(train)
+            order = np.argsort(scores, kind="stable")
+            if scores[order[0]] < best:
+                best, best_w = int(scores[order[0]]), ws[order[0]].copy()
+            elite = ws[order[:self.elite]]
+            mean = elite.mean(axis=0)
+            std = np.where(active, np.maximum(elite.std(axis=0), self.sigma_floor), 0.0)
+            row = {"episode": float(it + 1), "train/best_ratio_to_lb": best / lb_train,
+                   "train/mean_ratio_to_lb": float(scores[0]) / lb_train,
+                   "train/fallback_ratio_to_lb": base / lb_train}
+            history.append(row)
+            if callback is not None:
+                callback(row)
+            if progress:
+                print(f"afterstate CEM {it + 1}/{self.iterations}: best {best} batches "
+                      f"({best / lb_train:.4f} x LB), critical path {base}")
+        val_new, val_base = population_afterstate(val, np.vstack([best_w, w0])).sum(
+            axis=1).tolist()
+        learned = best < base and val_new <= val_base
+        meta = dict(metadata or {})
+        meta.update({"learner": "cross-entropy method", "lookahead": "one step (afterstate)",
+                     "iterations": self.iterations, "population": self.population,
+                     "elite": self.elite, "seed": self.seed, "far": self.far,
+                     "context": self.context, "train_batches": best,
+                     "train_fallback_batches": base, "val_batches": val_new,
+                     "val_fallback_batches": val_base, "num_train_graphs": len(train),
+                     "num_val_graphs": len(val_graphs), "features": list(FEATURES),
+                     "after_features": list(AFTER_FEATURES),
+                     "train_seconds": round(time.perf_counter() - t0, 3)})
+        if not learned:
+            meta["learned_nothing"] = (
+                "no weights beat critical path on the training graphs" if best >= base else
+                f"the best weights ({best} vs {base} training batches) lost on validation "
+                f"({val_new} vs {val_base}); kept critical path")
+        policy = AfterstatePolicy(best_w if learned else w0, learned=learned, metadata=meta)
+        ratio = (val_new if learned else val_base) / lb_val
+        return AfterstateResult(policy, float(ratio), episodes, time.perf_counter() - t0,
+                              history)
