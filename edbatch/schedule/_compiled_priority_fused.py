@@ -45,6 +45,16 @@ _OWN = (1, 2, 3, 4, 5, 6, 8, 9, 10, 13, 15, 17, 20)  # the columns cached per ty
 
 
 @njit(cache=True)
+def _log1p(table, i):  # type: ignore[no-untyped-def]
+    """``log1p(i)`` from ``table`` (``-1.0``: not yet computed, then stored)."""
+    x = table[i]
+    if x < 0.0:
+        x = math.log1p(i)
+        table[i] = x
+    return x
+
+
+@njit(cache=True)
 def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,  # noqa: C901
                    total, w, release):  # type: ignore[no-untyped-def]
     """:func:`~edbatch.schedule._compiled_priority.run_priority`'s result for linear ``w``
@@ -58,21 +68,10 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
     for v in range(n):
         if height[v] + 1.0 > hmax:
             hmax = height[v] + 1.0
-    tmax = 0
-    for a in range(k):
-        tmax = total[a] if total[a] > tmax else tmax
-    logt = np.empty(tmax + 1, np.float64)
-    for i in range(tmax + 1):
-        logt[i] = math.log1p(i)
+    logt = np.full(n + 1, -1.0)  # log1p(i), filled when first read (few i are)
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     rdy, nd, rsum = nst[0], nst[1], nst[2]
-    nzc = np.empty(FIRST_CONTEXT, np.int64)  # the non-zero columns, ascending
-    nz = 0
-    for j in range(FIRST_CONTEXT):
-        if w[j] != 0.0:
-            nzc[nz] = j
-            nz += 1
     need_join = release and w[16] != 0.0
     need_wait = release and w[18] != 0.0
     term = np.zeros((k, FIRST_CONTEXT), np.float64)
@@ -135,17 +134,17 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                         fill[a] = f
                         term[a, 1] = f * w[1]
                         term[a, 2] = (1.0 if c >= t else 0.0) * w[2]
-                        term[a, 3] = (logt[c] / 4.0) * w[3]
+                        term[a, 3] = (_log1p(logt, c) / 4.0) * w[3]
                         term[a, 4] = (c / rem[a]) * w[4]
-                        term[a, 5] = (logt[t - c if t > c else 0] / 4.0) * w[5]
-                        term[a, 6] = (logt[rem[a] - c] / 8.0) * w[6]
+                        term[a, 5] = (_log1p(logt, t - c if t > c else 0) / 4.0) * w[5]
+                        term[a, 6] = (_log1p(logt, rem[a] - c) / 8.0) * w[6]
                         mg = maxh[a] - sumh[a] / c
                         term[a, 8] = ((mg if mg < 16.0 else 16.0) / 16.0) * w[8]
                         term[a, 9] = (ctop[a] / c) * w[9]
                         term[a, 10] = (maxh[a] / hmax) * w[10]
                         term[a, 13] = (rem[a] / total[a]) * w[13]
                         if release:
-                            term[a, 15] = (math.log1p(tst[2, a]) / 4.0) * w[15]
+                            term[a, 15] = (_log1p(logt, tst[2, a]) / 4.0) * w[15]
                             term[a, 17] = (rel[a, a] / c) * w[17]
                             pc = (tst[0, a] - tst[1, a]) / c
                             term[a, 20] = ((pc if pc < 4.0 else 4.0) / 4.0) * w[20]
@@ -170,13 +169,9 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                     x = ids[i]
                     c = rlen[x]
                     gap = maxh[x] - top
-                    term[x, 0] = gap * w[0]
-                    term[x, 7] = (1.0 if x == last else 0.0) * w[7]
-                    term[x, 11] = (1.0 if gap == -1 else 0.0) * w[11]
-                    term[x, 12] = (1.0 if gap == 0 else 0.0) * w[12]
-                    term[x, 14] = (c / n_ready) * w[14]
+                    t16 = t18 = t19 = t21 = t22 = 0.0
                     if need_join:
-                        term[x, 16] = (join[x] / c) * w[16]
+                        t16 = (join[x] / c) * w[16]
                     if need_wait:
                         if wdirty[x]:
                             m = 0
@@ -186,18 +181,42 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                                 m = q if q > m else m
                             wait[x] = m
                             wdirty[x] = False
-                        term[x, 18] = (wait[x] / c) * w[18]
+                        t18 = (wait[x] / c) * w[18]
                     if release:
-                        term[x, 19] = (rel[cp, x] / c if cp != x else 0.0) * w[19]
+                        t19 = (rel[cp, x] / c if cp != x else 0.0) * w[19]
                     if w[21] != 0.0:
                         other = top2 if (maxh[x] == top and ntop1 == 1) else top
                         ld = maxh[x] - other
-                        term[x, 21] = ((ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0) * w[21]
+                        t21 = ((ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0) * w[21]
                     if w[22] != 0.0:
-                        term[x, 22] = (math.log1p(-gap) / 4.0) * w[22]
+                        t22 = (math.log1p(-gap) / 4.0) * w[22]
+                    # every column in order, as the twin sums (a zero weight's term is
+                    # +-0.0 and leaves the sum and the argmax as they are)
+                    tx = term[x]
                     s = 0.0
-                    for jj in range(nz):
-                        s += term[x, nzc[jj]]
+                    s += gap * w[0]
+                    s += tx[1]
+                    s += tx[2]
+                    s += tx[3]
+                    s += tx[4]
+                    s += tx[5]
+                    s += tx[6]
+                    s += (1.0 if x == last else 0.0) * w[7]
+                    s += tx[8]
+                    s += tx[9]
+                    s += tx[10]
+                    s += (1.0 if gap == -1 else 0.0) * w[11]
+                    s += (1.0 if gap == 0 else 0.0) * w[12]
+                    s += tx[13]
+                    s += (c / n_ready) * w[14]
+                    s += tx[15]
+                    s += t16
+                    s += tx[17]
+                    s += t18
+                    s += t19
+                    s += tx[20]
+                    s += t21
+                    s += t22
                     if s > best_s:
                         best, best_s = i, s
                 a = ids[best]
