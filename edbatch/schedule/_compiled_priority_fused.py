@@ -45,16 +45,6 @@ _OWN = (1, 2, 3, 4, 5, 6, 8, 9, 10, 13, 15, 17, 20)  # the columns cached per ty
 
 
 @njit(cache=True)
-def _log1p(table, i):  # type: ignore[no-untyped-def]
-    """``log1p(i)`` from ``table`` (``-1.0``: not yet computed, then stored)."""
-    x = table[i]
-    if x < 0.0:
-        x = math.log1p(i)
-        table[i] = x
-    return x
-
-
-@njit(cache=True)
 def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,  # noqa: C901
                    total, w, release):  # type: ignore[no-untyped-def]
     """:func:`~edbatch.schedule._compiled_priority.run_priority`'s result for linear ``w``
@@ -134,17 +124,31 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                         fill[a] = f
                         term[a, 1] = f * w[1]
                         term[a, 2] = (1.0 if c >= t else 0.0) * w[2]
-                        term[a, 3] = (_log1p(logt, c) / 4.0) * w[3]
+                        # log1p(i) from logt (-1.0: not yet computed); written out: a
+                        # helper taking the array costs an atomic reference count each way
+                        i3, i5, i6 = c, t - c if t > c else 0, rem[a] - c
+                        x3, x5, x6 = logt[i3], logt[i5], logt[i6]
+                        if x3 < 0.0:
+                            x3 = logt[i3] = math.log1p(i3)
+                        if x5 < 0.0:
+                            x5 = logt[i5] = math.log1p(i5)
+                        if x6 < 0.0:
+                            x6 = logt[i6] = math.log1p(i6)
+                        term[a, 3] = (x3 / 4.0) * w[3]
                         term[a, 4] = (c / rem[a]) * w[4]
-                        term[a, 5] = (_log1p(logt, t - c if t > c else 0) / 4.0) * w[5]
-                        term[a, 6] = (_log1p(logt, rem[a] - c) / 8.0) * w[6]
+                        term[a, 5] = (x5 / 4.0) * w[5]
+                        term[a, 6] = (x6 / 8.0) * w[6]
                         mg = maxh[a] - sumh[a] / c
                         term[a, 8] = ((mg if mg < 16.0 else 16.0) / 16.0) * w[8]
                         term[a, 9] = (ctop[a] / c) * w[9]
                         term[a, 10] = (maxh[a] / hmax) * w[10]
                         term[a, 13] = (rem[a] / total[a]) * w[13]
                         if release:
-                            term[a, 15] = (_log1p(logt, tst[2, a]) / 4.0) * w[15]
+                            i15 = tst[2, a]
+                            x15 = logt[i15]
+                            if x15 < 0.0:
+                                x15 = logt[i15] = math.log1p(i15)
+                            term[a, 15] = (x15 / 4.0) * w[15]
                             term[a, 17] = (rel[a, a] / c) * w[17]
                             pc = (tst[0, a] - tst[1, a]) / c
                             term[a, 20] = ((pc if pc < 4.0 else 4.0) / 4.0) * w[20]
@@ -192,29 +196,28 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                         t22 = (math.log1p(-gap) / 4.0) * w[22]
                     # every column in order, as the twin sums (a zero weight's term is
                     # +-0.0 and leaves the sum and the argmax as they are)
-                    tx = term[x]
                     s = 0.0
                     s += gap * w[0]
-                    s += tx[1]
-                    s += tx[2]
-                    s += tx[3]
-                    s += tx[4]
-                    s += tx[5]
-                    s += tx[6]
+                    s += term[x, 1]
+                    s += term[x, 2]
+                    s += term[x, 3]
+                    s += term[x, 4]
+                    s += term[x, 5]
+                    s += term[x, 6]
                     s += (1.0 if x == last else 0.0) * w[7]
-                    s += tx[8]
-                    s += tx[9]
-                    s += tx[10]
+                    s += term[x, 8]
+                    s += term[x, 9]
+                    s += term[x, 10]
                     s += (1.0 if gap == -1 else 0.0) * w[11]
                     s += (1.0 if gap == 0 else 0.0) * w[12]
-                    s += tx[13]
+                    s += term[x, 13]
                     s += (c / n_ready) * w[14]
-                    s += tx[15]
+                    s += term[x, 15]
                     s += t16
-                    s += tx[17]
+                    s += term[x, 17]
                     s += t18
                     s += t19
-                    s += tx[20]
+                    s += term[x, 20]
                     s += t21
                     s += t22
                     if s > best_s:
@@ -225,9 +228,9 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                 overrides += 1
             last = a
             c = rlen[a]
-            batch = nodes[done:done + c]
-            batch[:] = ready[start[a]:start[a] + c]
-            sort_nodes(batch, mark)
+            for j in range(c):  # (index loops, no views: a view costs an atomic
+                nodes[done + j] = ready[start[a] + j]  # reference count each way)
+            sort_nodes(nodes[done:done + c], mark)
             if need_join:  # a leaves the ready set
                 for y in range(k):
                     if y != a:
@@ -240,7 +243,8 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
             batch_ptr[nb] = done
             if track_tw:  # (_compiled._typewise_freed written out: calling it here measured
                 freed = 0  # 1.41x critical path's loop against 1.36x, priority_cost, load 1)
-                for v in batch:
+                for jv in range(done - c, done):
+                    v = nodes[jv]
                     for i in range(tw_ptr[v], tw_ptr[v + 1]):
                         u = tw_ids[i]
                         tw_pending[u] -= 1
@@ -248,8 +252,8 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                             freed += 1
                 tw[a] += freed - c
             rem[a] -= c
-            for v in batch:
-                remd[a] -= depth[v]
+            for jv in range(done - c, done):
+                remd[a] -= depth[nodes[jv]]
             was_ready = True
         # ---- retire nodes[lo:done]: Kahn's step, the release sums kept (retire_tracked's
         # result; a credited user (all pending operands ready, one type) keeps its credit
