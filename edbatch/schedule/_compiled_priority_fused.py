@@ -58,7 +58,10 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
     for v in range(n):
         if height[v] + 1.0 > hmax:
             hmax = height[v] + 1.0
-    logt = np.full(n + 1, -1.0)  # log1p(i), filled when first read (few i are)
+    tmax = 0
+    for a in range(k):
+        tmax = total[a] if total[a] > tmax else tmax
+    logt = np.full(tmax + 1, -1.0)  # log1p(i), filled when first read (few i are)
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     rdy, nd, rsum = nst[0], nst[1], nst[2]
@@ -144,10 +147,12 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                         term[a, 10] = (maxh[a] / hmax) * w[10]
                         term[a, 13] = (rem[a] / total[a]) * w[13]
                         if release:
-                            i15 = tst[2, a]
-                            x15 = logt[i15]
+                            i15 = tst[2, a]  # (may exceed every type's count)
+                            x15 = logt[i15] if i15 <= tmax else -1.0
                             if x15 < 0.0:
-                                x15 = logt[i15] = math.log1p(i15)
+                                x15 = math.log1p(i15)
+                                if i15 <= tmax:
+                                    logt[i15] = x15
                             term[a, 15] = (x15 / 4.0) * w[15]
                             term[a, 17] = (rel[a, a] / c) * w[17]
                             pc = (tst[0, a] - tst[1, a]) / c
@@ -169,13 +174,15 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                         elif h > top2:
                             top2 = h
                 best, best_s = 0, -np.inf
+                w0, w7, w11, w12, w14 = w[0], w[7], w[11], w[12], w[14]
+                w16, w18, w19, w21, w22 = w[16], w[18], w[19], w[21], w[22]
                 for i in range(r):
                     x = ids[i]
                     c = rlen[x]
                     gap = maxh[x] - top
                     t16 = t18 = t19 = t21 = t22 = 0.0
                     if need_join:
-                        t16 = (join[x] / c) * w[16]
+                        t16 = (join[x] / c) * w16
                     if need_wait:
                         if wdirty[x]:
                             m = 0
@@ -185,33 +192,33 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                                 m = q if q > m else m
                             wait[x] = m
                             wdirty[x] = False
-                        t18 = (wait[x] / c) * w[18]
+                        t18 = (wait[x] / c) * w18
                     if release:
-                        t19 = (rel[cp, x] / c if cp != x else 0.0) * w[19]
-                    if w[21] != 0.0:
+                        t19 = (rel[cp, x] / c if cp != x else 0.0) * w19
+                    if w21 != 0.0:
                         other = top2 if (maxh[x] == top and ntop1 == 1) else top
                         ld = maxh[x] - other
-                        t21 = ((ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0) * w[21]
-                    if w[22] != 0.0:
-                        t22 = (math.log1p(-gap) / 4.0) * w[22]
+                        t21 = ((ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0) * w21
+                    if w22 != 0.0:
+                        t22 = (math.log1p(-gap) / 4.0) * w22
                     # every column in order, as the twin sums (a zero weight's term is
                     # +-0.0 and leaves the sum and the argmax as they are)
                     s = 0.0
-                    s += gap * w[0]
+                    s += gap * w0
                     s += term[x, 1]
                     s += term[x, 2]
                     s += term[x, 3]
                     s += term[x, 4]
                     s += term[x, 5]
                     s += term[x, 6]
-                    s += (1.0 if x == last else 0.0) * w[7]
+                    s += (1.0 if x == last else 0.0) * w7
                     s += term[x, 8]
                     s += term[x, 9]
                     s += term[x, 10]
-                    s += (1.0 if gap == -1 else 0.0) * w[11]
-                    s += (1.0 if gap == 0 else 0.0) * w[12]
+                    s += (1.0 if gap == -1 else 0.0) * w11
+                    s += (1.0 if gap == 0 else 0.0) * w12
                     s += term[x, 13]
-                    s += (c / n_ready) * w[14]
+                    s += (c / n_ready) * w14
                     s += term[x, 15]
                     s += t16
                     s += term[x, 17]
