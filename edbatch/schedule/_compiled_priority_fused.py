@@ -19,12 +19,14 @@ one loop body:
 * critical path's choice read off the same pass that lists the ready types (its ``fill``
   is the cached one), the release upkeep and the type-wise count written out in the loop.
 
-The score is the same sum as the lean pick's, term by term in column order over the
-non-zero weights (each term ``f_j * w_j`` computed by the same expression), so the same
-argmax, the first on ties: the same schedules (``tests/policies/test_priority_fused.py``
-against the full rows and the Python twin). Used for linear weights without context
-features (:func:`~edbatch.schedule._compiled_priority_lean.lean_ok`), no prefix, nothing
-traced.
+The score is the twin's sum, term by term in column order over the 23 columns (each term
+``f_j * w_j`` computed by the same expression; a zero weight's term is +-0.0 and changes no
+sum's comparison), so the same argmax, the first on ties: the same schedules
+(``tests/policies/test_priority_fused.py`` against the full rows and the Python twin). No
+array view and no call taking an array inside the loop but ``sort_nodes`` once a batch:
+numba counts references to them with an atomic each way (18-24% of this loop's perf
+samples before). Used for linear weights without context features
+(:func:`~edbatch.schedule._compiled_priority_lean.lean_ok`), no prefix, nothing traced.
 """
 
 from __future__ import annotations
@@ -61,18 +63,10 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
     tmax = 0
     for a in range(k):
         tmax = total[a] if total[a] > tmax else tmax
-    logt = np.empty(tmax + 1, np.float64)
-    for i in range(tmax + 1):
-        logt[i] = math.log1p(i)
+    logt = np.full(tmax + 1, -1.0)  # log1p(i), filled when first read (few i are)
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     rdy, nd, rsum = nst[0], nst[1], nst[2]
-    nzc = np.empty(FIRST_CONTEXT, np.int64)  # the non-zero columns, ascending
-    nz = 0
-    for j in range(FIRST_CONTEXT):
-        if w[j] != 0.0:
-            nzc[nz] = j
-            nz += 1
     need_join = release and w[16] != 0.0
     need_wait = release and w[18] != 0.0
     term = np.zeros((k, FIRST_CONTEXT), np.float64)
@@ -135,17 +129,33 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                         fill[a] = f
                         term[a, 1] = f * w[1]
                         term[a, 2] = (1.0 if c >= t else 0.0) * w[2]
-                        term[a, 3] = (logt[c] / 4.0) * w[3]
+                        # log1p(i) from logt (-1.0: not yet computed); written out: a
+                        # helper taking the array costs an atomic reference count each way
+                        i3, i5, i6 = c, t - c if t > c else 0, rem[a] - c
+                        x3, x5, x6 = logt[i3], logt[i5], logt[i6]
+                        if x3 < 0.0:
+                            x3 = logt[i3] = math.log1p(i3)
+                        if x5 < 0.0:
+                            x5 = logt[i5] = math.log1p(i5)
+                        if x6 < 0.0:
+                            x6 = logt[i6] = math.log1p(i6)
+                        term[a, 3] = (x3 / 4.0) * w[3]
                         term[a, 4] = (c / rem[a]) * w[4]
-                        term[a, 5] = (logt[t - c if t > c else 0] / 4.0) * w[5]
-                        term[a, 6] = (logt[rem[a] - c] / 8.0) * w[6]
+                        term[a, 5] = (x5 / 4.0) * w[5]
+                        term[a, 6] = (x6 / 8.0) * w[6]
                         mg = maxh[a] - sumh[a] / c
                         term[a, 8] = ((mg if mg < 16.0 else 16.0) / 16.0) * w[8]
                         term[a, 9] = (ctop[a] / c) * w[9]
                         term[a, 10] = (maxh[a] / hmax) * w[10]
                         term[a, 13] = (rem[a] / total[a]) * w[13]
                         if release:
-                            term[a, 15] = (math.log1p(tst[2, a]) / 4.0) * w[15]
+                            i15 = tst[2, a]  # (may exceed every type's count)
+                            x15 = logt[i15] if i15 <= tmax else -1.0
+                            if x15 < 0.0:
+                                x15 = math.log1p(i15)
+                                if i15 <= tmax:
+                                    logt[i15] = x15
+                            term[a, 15] = (x15 / 4.0) * w[15]
                             term[a, 17] = (rel[a, a] / c) * w[17]
                             pc = (tst[0, a] - tst[1, a]) / c
                             term[a, 20] = ((pc if pc < 4.0 else 4.0) / 4.0) * w[20]
@@ -166,17 +176,15 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                         elif h > top2:
                             top2 = h
                 best, best_s = 0, -np.inf
+                w0, w7, w11, w12, w14 = w[0], w[7], w[11], w[12], w[14]
+                w16, w18, w19, w21, w22 = w[16], w[18], w[19], w[21], w[22]
                 for i in range(r):
                     x = ids[i]
                     c = rlen[x]
                     gap = maxh[x] - top
-                    term[x, 0] = gap * w[0]
-                    term[x, 7] = (1.0 if x == last else 0.0) * w[7]
-                    term[x, 11] = (1.0 if gap == -1 else 0.0) * w[11]
-                    term[x, 12] = (1.0 if gap == 0 else 0.0) * w[12]
-                    term[x, 14] = (c / n_ready) * w[14]
+                    t16 = t18 = t19 = t21 = t22 = 0.0
                     if need_join:
-                        term[x, 16] = (join[x] / c) * w[16]
+                        t16 = (join[x] / c) * w16
                     if need_wait:
                         if wdirty[x]:
                             m = 0
@@ -186,18 +194,41 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                                 m = q if q > m else m
                             wait[x] = m
                             wdirty[x] = False
-                        term[x, 18] = (wait[x] / c) * w[18]
+                        t18 = (wait[x] / c) * w18
                     if release:
-                        term[x, 19] = (rel[cp, x] / c if cp != x else 0.0) * w[19]
-                    if w[21] != 0.0:
+                        t19 = (rel[cp, x] / c if cp != x else 0.0) * w19
+                    if w21 != 0.0:
                         other = top2 if (maxh[x] == top and ntop1 == 1) else top
                         ld = maxh[x] - other
-                        term[x, 21] = ((ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0) * w[21]
-                    if w[22] != 0.0:
-                        term[x, 22] = (math.log1p(-gap) / 4.0) * w[22]
+                        t21 = ((ld if ld < 16 else 16) / 16.0 if ld > -16 else -1.0) * w21
+                    if w22 != 0.0:
+                        t22 = (math.log1p(-gap) / 4.0) * w22
+                    # every column in order, as the twin sums (a zero weight's term is
+                    # +-0.0 and leaves the sum and the argmax as they are)
                     s = 0.0
-                    for jj in range(nz):
-                        s += term[x, nzc[jj]]
+                    s += gap * w0
+                    s += term[x, 1]
+                    s += term[x, 2]
+                    s += term[x, 3]
+                    s += term[x, 4]
+                    s += term[x, 5]
+                    s += term[x, 6]
+                    s += (1.0 if x == last else 0.0) * w7
+                    s += term[x, 8]
+                    s += term[x, 9]
+                    s += term[x, 10]
+                    s += (1.0 if gap == -1 else 0.0) * w11
+                    s += (1.0 if gap == 0 else 0.0) * w12
+                    s += term[x, 13]
+                    s += (c / n_ready) * w14
+                    s += term[x, 15]
+                    s += t16
+                    s += term[x, 17]
+                    s += t18
+                    s += t19
+                    s += term[x, 20]
+                    s += t21
+                    s += t22
                     if s > best_s:
                         best, best_s = i, s
                 a = ids[best]
@@ -206,9 +237,9 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                 overrides += 1
             last = a
             c = rlen[a]
-            batch = nodes[done:done + c]
-            batch[:] = ready[start[a]:start[a] + c]
-            sort_nodes(batch, mark)
+            for j in range(c):  # (index loops, no views: a view costs an atomic
+                nodes[done + j] = ready[start[a] + j]  # reference count each way)
+            sort_nodes(nodes[done:done + c], mark)
             if need_join:  # a leaves the ready set
                 for y in range(k):
                     if y != a:
@@ -221,7 +252,8 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
             batch_ptr[nb] = done
             if track_tw:  # (_compiled._typewise_freed written out: calling it here measured
                 freed = 0  # 1.41x critical path's loop against 1.36x, priority_cost, load 1)
-                for v in batch:
+                for jv in range(done - c, done):
+                    v = nodes[jv]
                     for i in range(tw_ptr[v], tw_ptr[v + 1]):
                         u = tw_ids[i]
                         tw_pending[u] -= 1
@@ -229,8 +261,8 @@ def fused_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
                             freed += 1
                 tw[a] += freed - c
             rem[a] -= c
-            for v in batch:
-                remd[a] -= depth[v]
+            for jv in range(done - c, done):
+                remd[a] -= depth[nodes[jv]]
             was_ready = True
         # ---- retire nodes[lo:done]: Kahn's step, the release sums kept (retire_tracked's
         # result; a credited user (all pending operands ready, one type) keeps its credit

@@ -32,32 +32,29 @@ __all__ = ["release_state", "retire_step"]
 @njit(cache=True)
 def _user_slots(k, op, uptr, uids):  # type: ignore[no-untyped-def]
     """``slot[e]``: the group of edge ``e`` (its user ``uids[e]`` and its operand's type),
-    numbered ``0 .. ns - 1``; returns ``(slot, ns)``. O(nodes + edges)."""
+    numbered ``0 .. ns - 1``; returns ``(slot, ns)``. One pass over the edges: each user
+    keeps a list of its groups (newest first; a list is as long as the distinct operand
+    types met so far, at most ``min(arity, k)``). The four passes that built the operand
+    lists first measured 17.5 us of a module_net mini-batch's priority loop (~265 us)."""
     n, m = len(op), len(uids)
-    ptr = np.zeros(n + 1, np.int64)
-    for e in range(m):
-        ptr[uids[e] + 1] += 1
-    for u in range(n):
-        ptr[u + 1] += ptr[u]
-    pos = ptr[:n].copy()
-    edge = np.empty(m, np.int64)
-    etype = np.empty(m, np.int64)
+    head = np.full(n, -1, np.int64)  # a user's newest group
+    gtype = np.empty(m, np.int64)  # a group's operand type
+    gnext = np.empty(m, np.int64)  # the user's group before it
+    slot = np.empty(m, np.int64)
+    ns = 0
     for v in range(n):
+        t = op[v]
         for e in range(uptr[v], uptr[v + 1]):
             u = uids[e]
-            edge[pos[u]], etype[pos[u]] = e, op[v]
-            pos[u] += 1
-    slot = np.empty(m, np.int64)
-    mark = np.full(k, -1, np.int64)
-    tslot = np.empty(k, np.int64)
-    ns = 0
-    for u in range(n):
-        for j in range(ptr[u], ptr[u + 1]):
-            t = etype[j]
-            if mark[t] != u:
-                mark[t], tslot[t] = u, ns
+            g = head[u]
+            while g >= 0 and gtype[g] != t:
+                g = gnext[g]
+            if g < 0:
+                g = ns
+                gtype[g], gnext[g] = t, head[u]
+                head[u] = g
                 ns += 1
-            slot[edge[j]] = tslot[t]
+            slot[e] = g
     return slot, ns
 
 

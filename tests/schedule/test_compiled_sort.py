@@ -1,5 +1,6 @@
-"""The compiled core's batch sort (bitmap for dense batches, ``ndarray.sort`` for sparse
-ones, nothing for ascending ones) equals ``np.sort`` and leaves its bitmap clear."""
+"""The compiled core's batch sort (bitmap for dense batches, insertion for small sparse
+ones, ``ndarray.sort`` for larger sparse ones, nothing for ascending ones) equals
+``np.sort`` and leaves its bitmap clear."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edbatch.schedule._compiled_sort import DENSE_RANGE, sort_nodes
+from edbatch.schedule._compiled_sort import DENSE_RANGE, SMALL, sort_nodes
 
 
 def _check(ids: list[int], n: int) -> None:
@@ -39,3 +40,14 @@ def test_sort_nodes_every_path(n: int) -> None:
         picked = [0, n - 1, n // 2] if n > 3 * DENSE_RANGE else [n - 1, 0]
         assert max(picked) - min(picked) >= DENSE_RANGE * len(picked)
         _check(picked, n)
+
+
+@pytest.mark.parametrize("c", [2, 3, SMALL - 1, SMALL, SMALL + 1, 3 * SMALL])
+def test_sparse_batches_small_and_large(c: int) -> None:
+    n = 100 * DENSE_RANGE * c  # ids spread far apart: never the bitmap
+    rng = np.random.default_rng(c)
+    for _ in range(20):
+        ids = rng.choice(n, size=c, replace=False)
+        assert ids.max() - ids.min() >= DENSE_RANGE * c or np.all(np.diff(ids) > 0)
+        _check(ids.tolist(), n)
+    _check(list(range(0, n, n // c))[:c][::-1], n)  # descending: every id moves
