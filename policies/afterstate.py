@@ -39,7 +39,13 @@ from edbatch.schedule._compiled_afterstate import (
 from edbatch.schedule.bounds import type_chain_lengths
 from edbatch.schedule.compiled import _batches
 from policies._header import check_header
-from policies.priority import FEATURES, PriorityTwin, critical_path_weights, graph_inputs
+from policies.priority import (
+    FEATURES,
+    PriorityTwin,
+    WeightStats,
+    critical_path_weights,
+    graph_inputs,
+)
 
 __all__ = ["AFTER_FEATURES", "FORMAT", "VERSION", "AfterstatePolicy", "AfterstateTwin",
            "afterstate_inputs", "afterstate_start", "population_afterstate"]
@@ -80,7 +86,7 @@ def _check_weights(w: Any, where: str) -> NDArray[np.float64]:
     return np.ascontiguousarray(arr)
 
 
-class AfterstatePolicy:
+class AfterstatePolicy(WeightStats):
     """Weights as a batching policy, compiled (a ``graph -> Schedule`` callable).
 
     ``learned``: the trainer's weights (``False``: critical path's, the guard kept the
@@ -96,19 +102,6 @@ class AfterstatePolicy:
         self.weights = _check_weights(weights, "AfterstatePolicy weights")
         self.learned, self.name = bool(learned), name
         self.metadata = dict(metadata or {})
-        self.hits = self.misses = 0
-
-    @property
-    def num_states(self) -> int:
-        """The number of learned weights (0: critical path alone)."""
-        return len(self.weights) if self.learned else 0
-
-    @property
-    def hit_rate(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
-
-    def reset_stats(self) -> None:
         self.hits = self.misses = 0
 
     def fallback_alone(self) -> AfterstatePolicy:

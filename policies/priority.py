@@ -56,8 +56,8 @@ from edbatch.schedule.compiled import _batches, core_graph
 from policies._header import check_header
 
 __all__ = ["FEATURES", "FORMAT", "VERSION", "PriorityPolicy", "PriorityScheduler", "widen",
-           "PriorityTwin", "critical_path_weights", "graph_inputs", "is_priority_file",
-           "num_params", "population_batches"]
+           "PriorityTwin", "WeightStats", "critical_path_weights", "graph_inputs",
+           "is_priority_file", "num_params", "population_batches"]
 
 FORMAT = "edbatch.priority"
 VERSION = 4
@@ -103,7 +103,30 @@ def _check_weights(w: Any, where: str, hidden: int = 0) -> NDArray[np.float64]:
     return np.ascontiguousarray(arr)
 
 
-class PriorityPolicy:
+class WeightStats:
+    """What a weight-vector policy reports: ``num_states`` (the artifact's size: its learned
+    weights, 0 for the fallback's), ``hit_rate`` (``hits`` / decisions counted)."""
+
+    weights: NDArray[np.float64]
+    learned: bool
+    hits: int
+    misses: int
+
+    @property
+    def num_states(self) -> int:
+        """The artifact's size: the number of learned weights (0: critical path alone)."""
+        return len(self.weights) if self.learned else 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    def reset_stats(self) -> None:
+        self.hits = self.misses = 0
+
+
+class PriorityPolicy(WeightStats):
     """A weight vector as a batching policy, compiled (a ``graph -> Schedule`` callable).
 
     Args:
@@ -132,19 +155,6 @@ class PriorityPolicy:
         self.name = "priority"
 
     # ------------------------------------------------------------------ reporting
-    @property
-    def num_states(self) -> int:
-        """The artifact's size: the number of learned weights (0: critical path alone)."""
-        return len(self.weights) if self.learned else 0
-
-    @property
-    def hit_rate(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
-
-    def reset_stats(self) -> None:
-        self.hits = self.misses = 0
-
     def fallback_alone(self) -> PriorityPolicy:
         """Critical path as a priority policy (the weights the trainer starts from)."""
         return PriorityPolicy(critical_path_weights(), learned=False)
