@@ -28,7 +28,7 @@ from policies.afterstate import (
     population_afterstate,
 )
 from policies.priority import FEATURES
-from policies.priority_train import searched
+from policies.priority_train import cem_generation, searched
 
 __all__ = ["AfterstateResult", "AfterstateTrainer"]
 
@@ -88,17 +88,12 @@ class AfterstateTrainer:
         history: list[dict[str, float]] = []
         episodes = len(train)
         for it in range(self.iterations):
-            noise = np.zeros((self.population, len(w0)))
-            noise[:, active] = rng.standard_normal((self.population, int(active.sum())))
-            ws = np.vstack([mean, mean + std * noise])
-            scores = population_afterstate(train, ws).sum(axis=1)
+            ws, scores, order, mean, std = cem_generation(
+                rng, mean, std, active, self.population, self.elite, self.sigma_floor,
+                lambda ws: population_afterstate(train, ws).sum(axis=1))
             episodes += len(ws) * len(train)
-            order = np.argsort(scores, kind="stable")
             if scores[order[0]] < best:
                 best, best_w = int(scores[order[0]]), ws[order[0]].copy()
-            elite = ws[order[:self.elite]]
-            mean = elite.mean(axis=0)
-            std = np.where(active, np.maximum(elite.std(axis=0), self.sigma_floor), 0.0)
             row = {"episode": float(it + 1), "train/best_ratio_to_lb": best / lb_train,
                    "train/mean_ratio_to_lb": float(scores[0]) / lb_train,
                    "train/fallback_ratio_to_lb": base / lb_train}

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from edbatch.executor.cells_module_net_segment import CODES
 from edbatch.graph import Graph
@@ -40,7 +41,8 @@ from policies.priority import (
 from policies.priority_api import improve
 from policies.priority_dagger import TEACHERS, WEIGHTINGS, dagger
 
-__all__ = ["PriorityResult", "PriorityTrainer", "prune_hidden", "searched", "segment_types"]
+__all__ = ["PriorityResult", "PriorityTrainer", "cem_generation", "prune_hidden", "searched",
+           "segment_types"]
 
 
 def segment_types(graph: Graph) -> np.ndarray:  # type: ignore[type-arg]
@@ -73,6 +75,23 @@ def searched(nh: int, far: bool, context: bool = False) -> np.ndarray:  # type: 
         active[j] = False
         active[[f + u * (f + 1) + j for u in range(nh)]] = False
     return active
+
+
+def cem_generation(rng: np.random.Generator, mean: NDArray[Any], std: NDArray[Any],
+                   active: NDArray[np.bool_], population: int, elite: int, sigma_floor: float,
+                   score: Callable[[NDArray[Any]], NDArray[Any]]) -> tuple[NDArray[Any], ...]:
+    """One generation of the cross-entropy method: ``mean`` and ``population`` Gaussian
+    samples around it (only the ``active`` coordinates vary), scored by ``score`` (lower is
+    better); ``(ws, scores, order, mean, std)``, the last two refitted to the ``elite`` best
+    (``std`` at least ``sigma_floor`` where active, 0 elsewhere)."""
+    noise = np.zeros((population, len(mean)))
+    noise[:, active] = rng.standard_normal((population, int(active.sum())))
+    ws = np.vstack([mean, mean + std * noise])
+    scores = score(ws)
+    order = np.argsort(scores, kind="stable")
+    best = ws[order[:elite]]
+    return (ws, scores, order, best.mean(axis=0),
+            np.where(active, np.maximum(best.std(axis=0), sigma_floor), 0.0))
 
 
 def prune_hidden(w: np.ndarray, nh: int) -> tuple[np.ndarray, int]:  # type: ignore[type-arg]
@@ -194,17 +213,12 @@ class PriorityTrainer:
         history: list[dict[str, float]] = []
         episodes = len(train)
         for it in range(self.iterations):
-            noise = np.zeros((self.population, len(w0)))
-            noise[:, active] = rng.standard_normal((self.population, int(active.sum())))
-            ws = np.vstack([mean, mean + std * noise])
-            scores = _costs(train, tsegs, ws, nh, lam)
+            ws, scores, order, mean, std = cem_generation(
+                rng, mean, std, active, self.population, self.elite, self.sigma_floor,
+                lambda ws: _costs(train, tsegs, ws, nh, lam))
             episodes += len(ws) * len(train)
-            order = np.argsort(scores, kind="stable")
             if scores[order[0]] < best:
                 best, best_w = scores[order[0]].item(), ws[order[0]].copy()
-            elite = ws[order[:self.elite]]
-            mean = elite.mean(axis=0)
-            std = np.where(active, np.maximum(elite.std(axis=0), self.sigma_floor), 0.0)
             row = {"episode": float(it + 1), "train/best_ratio_to_lb": best / lb_train,
                    "train/mean_ratio_to_lb": float(scores[0]) / lb_train,
                    "train/mean_batches": float(scores.mean()) / len(train),
