@@ -44,6 +44,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from edbatch.graph._csr import users_csr
 from edbatch.schedule._compiled import _typewise_freed, start_state
 from edbatch.schedule._compiled_keys import _critical
 from edbatch.schedule._compiled_priority import (
@@ -74,24 +75,6 @@ def _tight(t, present, d, k):  # type: ignore[no-untyped-def]
             other = d[b, t]
     own = d[t, t]
     return (own > other), (other - own if other > own else 0)
-
-
-@njit(cache=True)
-def _preds(n, uptr, uids):  # type: ignore[no-untyped-def]
-    """Operands in CSR form ``(pptr, pids)``, from the users' CSR."""
-    pptr = np.zeros(n + 1, np.int64)
-    for e in range(len(uids)):
-        pptr[uids[e] + 1] += 1
-    for u in range(n):
-        pptr[u + 1] += pptr[u]
-    pos = pptr[:n].copy()
-    pids = np.empty(len(uids), np.int64)
-    for v in range(n):
-        for e in range(uptr[v], uptr[v + 1]):
-            u = uids[e]
-            pids[pos[u]] = v
-            pos[u] += 1
-    return pptr, pids
 
 
 @njit(cache=True)
@@ -230,7 +213,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     todo = np.empty(2 * n + 1, np.int64)  # nodes run or made ready since the last check
     ntodo = 0
     executed = np.zeros(n, np.bool_)
-    pptr, pids = _preds(n if after else 0, uptr, uids[:0] if not after else uids)
+    pptr, pids = users_csr(uptr, uids if after else uids[:0], n if after else 0)  # operands
     ids = np.empty(k, np.int64)
     batch_op = np.empty(n, np.int64)
     batch_forced = np.zeros(n, np.bool_)
