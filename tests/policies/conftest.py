@@ -1,6 +1,7 @@
 """Fixtures shared by the learner tests: small lattice mini-batches, a compiled state key
-evaluated on per-type arrays, a priority twin forced along a prefix, and the check that the
-priority policy's run-time loop schedules as its full rows do."""
+evaluated on per-type arrays, a priority twin forced along a prefix, whether two schedules
+are the same, and the check that the priority policy's run-time loop schedules as its full
+rows do."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ from edbatch.schedule import FrontierView
 from edbatch.schedule._compiled_priority import run_priority
 from edbatch.workloads import make_workload
 from policies.priority import PriorityTwin, graph_inputs
+
+
+def same_schedule(a, b) -> bool:  # type: ignore[no-untyped-def]
+    """Whether schedules ``a`` and ``b`` run the same batches (op, forced, nodes) in order."""
+    return a.num_batches == b.num_batches and all(
+        x.op_id == y.op_id and x.forced == y.forced and np.array_equal(x.node_ids, y.node_ids)
+        for x, y in zip(a.batches, b.batches, strict=True))
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from policies.afterstate import (
 )
 from policies.afterstate_train import AfterstateTrainer
 from policies.priority import FEATURES
+from tests.policies.conftest import same_schedule
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +36,6 @@ def graphs() -> list:
     return out
 
 
-def _same(a, b) -> bool:  # type: ignore[no-untyped-def]
-    return a.num_batches == b.num_batches and all(
-        x.op_id == y.op_id and x.forced == y.forced and np.array_equal(x.node_ids, y.node_ids)
-        for x, y in zip(a.batches, b.batches, strict=True))
-
-
 def _weights(seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return afterstate_start() + rng.normal(0.0, 0.7, len(afterstate_start()))
@@ -49,7 +44,7 @@ def _weights(seed: int) -> np.ndarray:
 def test_critical_path_weights_are_critical_path(graphs: list) -> None:
     p, cp = AfterstatePolicy(afterstate_start(), learned=False), make_scheduler("critical_path")
     for g in graphs:
-        assert _same(p(g), cp(g))
+        assert same_schedule(p(g), cp(g))
     p.count_hits(graphs)
     assert p.hits == 0 and p.misses > 0 and p.num_states == 0
 
@@ -60,7 +55,7 @@ def test_compiled_equals_python_twin(graphs: list, seed: int) -> None:
     differs = 0
     for g in graphs:
         s = p(g)
-        assert _same(s, run_policy(g, p.twin()))
+        assert same_schedule(s, run_policy(g, p.twin()))
         differs += s.num_batches != cp(g).num_batches
     p.count_hits(graphs)
     assert p.hits > 0 and differs > 0  # the afterstate weights really change choices
@@ -133,7 +128,7 @@ def test_artifact_round_trip(tmp_path: Path, graphs: list) -> None:
     p = AfterstatePolicy(_weights(4), metadata={"seed": 4})
     q = AfterstatePolicy.load(p.save(tmp_path / "a.json"))
     assert np.array_equal(q.weights, p.weights) and q.metadata == {"seed": 4} and q.learned
-    assert _same(q(graphs[0]), p(graphs[0]))
+    assert same_schedule(q(graphs[0]), p(graphs[0]))
 
 
 @pytest.mark.parametrize(("edit", "match"), [

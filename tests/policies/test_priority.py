@@ -26,6 +26,7 @@ from policies.priority import (
 )
 from policies.priority_train import PriorityTrainer, prune_hidden
 from policies.user import load_policy
+from tests.policies.conftest import same_schedule
 
 
 @pytest.fixture(scope="module")
@@ -37,20 +38,14 @@ def graphs() -> list:
     return out
 
 
-def _same(a, b) -> bool:  # type: ignore[no-untyped-def]
-    return a.num_batches == b.num_batches and all(
-        x.op_id == y.op_id and x.forced == y.forced and np.array_equal(x.node_ids, y.node_ids)
-        for x, y in zip(a.batches, b.batches))
-
-
 @pytest.mark.parametrize("hidden", [0, 3])
 def test_critical_path_weights_reproduce_critical_path(graphs: list, hidden: int) -> None:
     p = PriorityPolicy(critical_path_weights(hidden), hidden=hidden, learned=False)
     cp = make_scheduler("critical_path")
     for g in graphs:
         s = p(g)
-        assert _same(s, cp(g))
-        assert _same(s, run_policy(g, CriticalPathPolicy()))
+        assert same_schedule(s, cp(g))
+        assert same_schedule(s, run_policy(g, CriticalPathPolicy()))
     assert p.hits == 0 and p.misses > 0  # never overrides critical path
 
 
@@ -63,7 +58,7 @@ def test_compiled_scorer_equals_python_twin(graphs: list, seed: int, hidden: int
     differs = 0
     for g in graphs:
         s = p(g)
-        assert _same(s, run_policy(g, p.twin()))
+        assert same_schedule(s, run_policy(g, p.twin()))
         differs += s.num_batches != cp(g).num_batches
     assert p.hits > 0 and differs > 0  # the weights really override critical path
 
@@ -124,7 +119,7 @@ def test_prune_hidden_drops_the_units_with_zero_output_weight(graphs: list, zero
     assert np.array_equal(wp[:f], w[:f])
     full, small = PriorityPolicy(w, hidden=nh), PriorityPolicy(wp, hidden=kept)
     for g in graphs:
-        assert _same(full(g), small(g))
+        assert same_schedule(full(g), small(g))
     assert full.hits == small.hits > 0
 
 
@@ -145,7 +140,7 @@ def test_trainer_deploys_linear_weights_when_dagger_keeps_the_cems(graphs: list,
     assert p.learned and p.hidden == meta["hidden"] == 0 and meta["hidden_searched"] == 4
     assert np.array_equal(p.weights, kept[0][:len(FEATURES)])
     mlp = PriorityPolicy(kept[0], hidden=4)
-    assert all(_same(p(g), mlp(g)) for g in graphs)
+    assert all(same_schedule(p(g), mlp(g)) for g in graphs)
 
 
 def test_no_search_keeps_critical_path_and_says_why(graphs: list) -> None:
@@ -162,7 +157,7 @@ def test_artifact_round_trip(tmp_path: Path, graphs: list, hidden: int) -> None:
     q = load_policy(path)
     assert isinstance(q, PriorityPolicy) and q.hidden == hidden
     assert np.array_equal(q.weights, p.weights) and q.metadata == {"seed": 4} and q.learned
-    assert _same(q(graphs[0]), p(graphs[0]))
+    assert same_schedule(q(graphs[0]), p(graphs[0]))
 
 
 def test_version_1_artifact_still_loads(tmp_path: Path, graphs: list) -> None:
@@ -178,7 +173,7 @@ def test_version_1_artifact_still_loads(tmp_path: Path, graphs: list) -> None:
     assert q.hidden == 0 and np.array_equal(q.weights[:15], w15)
     assert not q.weights[15:].any() and len(q.weights) == len(FEATURES)
     ref = PriorityPolicy(np.concatenate([w15, np.zeros(len(FEATURES) - 15)]))
-    assert _same(q(graphs[0]), ref(graphs[0]))
+    assert same_schedule(q(graphs[0]), ref(graphs[0]))
     data = json.loads(path.read_text())
     data["weights"] = data["weights"][:14]
     path.write_text(json.dumps(data))
@@ -336,7 +331,7 @@ def test_version_2_artifact_still_loads(tmp_path: Path, graphs: list, hidden: in
             ref += w[f + hidden * (f + 1) + j] * max(0.0, float(row[:f] @ w[o:o + f] + w[o + f]))
         assert twin.score(row.tolist()) == pytest.approx(ref)
         assert twin.score(row.tolist()) == old.score(row.tolist())
-    assert _same(q(graphs[0]), run_policy(graphs[0], q.twin()))
+    assert same_schedule(q(graphs[0]), run_policy(graphs[0], q.twin()))
     data = json.loads(path.read_text())
     data["weights"] = data["weights"][:-1]
     path.write_text(json.dumps(data))

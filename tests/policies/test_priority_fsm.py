@@ -17,6 +17,7 @@ from experiments._learned import score_unseen
 from policies.priority import PriorityPolicy, critical_path_weights, num_params
 from policies.priority_distill import PriorityDistiller, vote
 from policies.priority_fsm import FORMAT, PriorityFSM, RankKey
+from tests.policies.conftest import same_schedule
 
 RANK = RankKey(3, ("wait_gain", "rel_join"), ((0.25,), (0.1, 0.5)))
 BUCKET = RankKey(features=("gap", "wait_gain", "rel_height"),
@@ -41,12 +42,6 @@ def teacher() -> PriorityPolicy:
     return PriorityPolicy(w)
 
 
-def _same(a, b) -> bool:  # type: ignore[no-untyped-def]
-    return a.num_batches == b.num_batches and all(
-        x.op_id == y.op_id and x.forced == y.forced and np.array_equal(x.node_ids, y.node_ids)
-        for x, y in zip(a.batches, b.batches))
-
-
 def _table(key: RankKey, graphs: list, teacher: PriorityPolicy) -> dict:
     """A table of the keys the teacher visits, each with a non-zero action where it can."""
     empty = PriorityFSM(key, {})
@@ -62,8 +57,8 @@ def test_compiled_fsm_equals_python_twin(graphs: list, teacher: PriorityPolicy,
     differs = 0
     for g in graphs:
         s = fsm(g)
-        assert _same(s, run_policy(g, fsm.twin()))
-        differs += not _same(s, cp(g))
+        assert same_schedule(s, run_policy(g, fsm.twin()))
+        differs += not same_schedule(s, cp(g))
     assert fsm.hits > 0 and differs > 0  # the table answers and changes schedules
 
 
@@ -78,7 +73,7 @@ def test_lean_rows_choose_as_the_full_rows(graphs: list, teacher: PriorityPolicy
     assert lean.lean and lean._release == (key is not PLAIN)
     for g in graphs:
         a, b = lean.run(g), full.run(g)
-        assert _same(lean(g), full(g)) and a[4:6] == b[4:6]
+        assert same_schedule(lean(g), full(g)) and a[4:6] == b[4:6]
     assert not PriorityFSM(RankKey(features=("gap", "log_ready"), edges=((-0.5,), (0.3,)),
                                    kind="bucket"), {}).lean  # a column the lean rows lack
 
@@ -100,7 +95,7 @@ def test_empty_table_is_critical_path(graphs: list) -> None:
     for key in (RANK, BUCKET):
         fsm = PriorityFSM(key, {})
         for g in graphs:
-            assert _same(fsm(g), cp(g))
+            assert same_schedule(fsm(g), cp(g))
         assert fsm.hits == 0 and fsm.misses > 0
 
 
@@ -136,7 +131,7 @@ def test_artifact_round_trips(tmp_path: Path, graphs: list, teacher: PriorityPol
         back = PriorityFSM.load(fsm.save(tmp_path / f"{key.kind}.json"))
         assert back.key == key and back.table == fsm.table and back.metadata == {"seed": 3}
         for g in graphs:
-            assert _same(back(g), fsm(g))
+            assert same_schedule(back(g), fsm(g))
 
 
 @pytest.mark.parametrize(("edit", "match"), [
