@@ -73,3 +73,19 @@ def test_fused_loop_equals_the_full_rows_on_random_dags(seed: int) -> None:
     g = random_dag(rng, int(rng.integers(5, 80)), int(rng.integers(1, 7)),
                    int(rng.integers(1, 5)), unbatchable_prob=float(rng.uniform(0, 0.3)))
     assert_lean_equals_full(g, _weights(rng, ("dense", "sparse", "release")[seed % 3]))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fused_loop_equals_the_full_rows_and_the_twin_with_over_64_op_types(seed: int) -> None:
+    """Over 64 op types a node's ready-operand types take several 64-bit words (type 63,
+    the sign bit, and types in the second and third words included)."""
+    rng = np.random.default_rng(200 + seed)
+    g = random_dag(rng, 300, 150, 4, unbatchable_prob=0.1)
+    assert len(graph_inputs(g)[5]) > 128
+    w = _weights(rng, ("dense", "release")[seed % 2])
+    assert_lean_equals_full(g, w)
+    ref = run_policy(g, PriorityTwin(w))
+    bop, _, bptr, nodes, _, _ = run_priority(*graph_inputs(g), w, 0)  # type: ignore[call-arg]
+    assert bop.tolist() == [b.op_id for b in ref.batches]
+    assert all(np.array_equal(nodes[lo:hi], b.node_ids)
+               for lo, hi, b in zip(bptr, bptr[1:], ref.batches))
