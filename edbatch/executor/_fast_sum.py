@@ -25,7 +25,7 @@ from edbatch.errors import ExecutionError
 from edbatch.executor._fast_lstm import install_short
 from edbatch.executor._reads import whole_rows
 
-__all__ = ["KIND", "SLOTS", "FastSumStep", "sum_rows", "sum_short"]
+__all__ = ["KIND", "SLOTS", "FastSumStep", "SumRow", "sum_row", "sum_rows", "sum_short"]
 
 #: The op kind this short path serves.
 KIND = "sum"
@@ -46,6 +46,22 @@ def _sum_rows(arenas, which, idx, oa, os):  # type: ignore[no-untyped-def]  # nu
             o[j] = a[j] + b[j]
         for q in range(2, k):
             a = arenas[which[q]][idx[q, r]]
+            for j in range(o.shape[0]):
+                o[j] += a[j]
+
+
+# a chain's sum batch (:mod:`~edbatch.executor._fast_chain`): operand ``q``'s arena slot is
+# ``idx[at + q]``, its rows ``idx[at + k + q * n:][:n]``; the same additions as ``_sum_rows``
+@njit(error_model="numpy", cache=True, nogil=True)
+def sum_chained(arenas, idx, at, k, n, oa, os):  # type: ignore[no-untyped-def]  # numba
+    out = arenas[oa]
+    for r in range(n):
+        o = out[os + r]
+        a, b = arenas[idx[at]][idx[at + k + r]], arenas[idx[at + 1]][idx[at + k + n + r]]
+        for j in range(o.shape[0]):
+            o[j] = a[j] + b[j]
+        for q in range(2, k):
+            a = arenas[idx[at + q]][idx[at + k + q * n + r]]
             for j in range(o.shape[0]):
                 o[j] += a[j]
 
@@ -83,6 +99,16 @@ class FastSumStep:
         except Exception as e:  # as the kernel path reports a failing batch
             raise ExecutionError(f"batch of op type {self.name!r} ({self.n} nodes, sum "
                                  f"short path) failed: {type(e).__name__}: {e}") from e
+
+
+#: A sum batch as a chain reads it: ``(2, operand arenas, rows [k, n] int64, n, output
+#: arena, its start, op type name)``.
+SumRow = tuple[int, tuple[int, ...], np.ndarray, int, int, int, str]  # type: ignore[type-arg]
+
+
+def sum_row(f: FastSumStep) -> SumRow:
+    """``f``'s :data:`SumRow`."""
+    return (2, tuple(f.arenas[w] for w in f.which), f.idx, f.n, f.arenas[f.oa], f.os, f.name)
 
 
 def sum_short(program: Any, device: torch.device) -> Any:

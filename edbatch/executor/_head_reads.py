@@ -4,8 +4,9 @@ The BiLSTM's layer-2 cells and loss read layer-1 / layer-2 states of which they 
 ``h`` half: :func:`head_reads` gives those operands of the registered kernels reads of the
 leading columns (a gather of half the bytes, no re-packing of strided halves), and the
 layer-2 projection step of :mod:`~edbatch.executor._hoist` reads its ``(f1, b1)`` pair as
-one :class:`HeadPairRead`, and so does the loss its ``(f2, b2)`` pair (:data:`PAIRED`). The
-kernels take either form; the training reads are unchanged.
+one :class:`HeadPairRead`. The kernels take either form; the training reads are unchanged.
+An inference run (a short path, :mod:`~edbatch.executor._fast_pair`) reads the loss's
+``(f2, b2)`` pair as one too.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from edbatch.executor.cells_hoist import HEAD_READS, HoistSpec, l2_project
 from edbatch.executor.kernels import KERNELS
 from edbatch.memory.plan import Operand
 
-__all__ = ["PAIRED", "HeadPairRead", "HeadRowsRead", "HeadSliceRead", "head_read", "head_reads",
-           "pair_read"]
+__all__ = ["HeadPairRead", "HeadRowsRead", "HeadSliceRead", "head_read", "head_reads", "pair_read"]
 
 
 def pair_read(operands: tuple[Operand, ...], shapes: tuple[tuple[int, ...], ...],
@@ -104,30 +104,10 @@ def _head_step(step: Step) -> Step | None:
             step.kernel is KERNELS.get(step.op.kind)):
         return None
     shapes = step.op.in_shapes
-    reads = tuple([head_read(r, shapes[k][0] // 2) if k in slots else r
-                   for k, r in enumerate(step.reads)])
-    if step.op.kind in PAIRED:
-        reads = _paired(reads)
     return new_step(step.op, step.kernel, step.attrs, step.size, step.width, step.out_arena,
-                    step.out_start, reads, step.split, step.stacked, step.writes_out)
-
-
-#: Kinds whose kernel takes its two ``h`` operands as one ``[h; h']`` pair read (it
-#: concatenates two otherwise): the BiLSTM loss's ``[h(f2); h(b2)]``.
-PAIRED = frozenset({"bilstm.loss"})
-
-
-def _paired(reads: tuple[Read, ...]) -> tuple[Read, ...]:
-    """Two ``h``-column gathers of one arena, as wide and as long, as one
-    :class:`HeadPairRead` (one ``index_select`` of their rows interleaved: the rows of
-    ``[h; h']`` side by side, no ``cat``); anything else unchanged."""
-    if len(reads) != 2 or any(type(r) is not HeadRowsRead for r in reads):
-        return reads
-    a, b = reads
-    if a.b != b.b or a.cols != b.cols or a.idx.shape != b.idx.shape:  # type: ignore[attr-defined]
-        return reads
-    idx = torch.stack([a.idx, b.idx], 1).reshape(-1)  # type: ignore[attr-defined]
-    return (HeadPairRead(a.b, idx, a.cols),)  # type: ignore[attr-defined]
+                    step.out_start, tuple([head_read(r, shapes[k][0] // 2) if k in slots else r
+                                           for k, r in enumerate(step.reads)]),
+                    step.split, step.stacked, step.writes_out)
 
 
 def head_reads(program: Program) -> Program:

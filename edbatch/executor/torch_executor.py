@@ -28,7 +28,8 @@ Three modes:
 
 Both modes count zero-copy reads and gathers in :attr:`RunResult.stats` (``exec/num_views``,
 ``exec/num_gathers``, ``exec/gathered_rows``). Inference runs hoisted LSTM batches (a run as
-one compiled call), Tree-LSTM batches and k-ary sums through short paths (``_fast_*``).
+one compiled call), Tree-LSTM batches, k-ary sums and the BiLSTM loss's input through short
+paths (``_fast_*``).
 
 On CUDA, the index tensors (the attrs of all batches as one flat tensor, gather rows) are
 compiled once per (graph, plan) and copied from pinned host memory without blocking, and the
@@ -65,6 +66,7 @@ from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
 from edbatch.executor._fast_chain import chain_short
 from edbatch.executor._fast_lstm import fast_steps
+from edbatch.executor._fast_pair import pair_short
 from edbatch.executor._fast_sum import sum_short
 from edbatch.executor._fast_tree import tree_short
 from edbatch.executor._head_reads import head_reads
@@ -370,6 +372,7 @@ class TorchExecutor:
         program = head_reads(program)  # h-only gathers for the BiLSTM's state consumers
         program = tree_short(program, self.device)  # Tree-LSTM batches' inference short path
         program = sum_short(program, self.device)  # k-ary sums (lattice states): no gathers
+        program = pair_short(program, self.device)  # the BiLSTM loss's [h; h'] in one gather
         program = chain_short(program, self.device)  # runs of hoisted LSTM batches: one call
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:

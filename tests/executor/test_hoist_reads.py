@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from edbatch.api import DynamicBatch, take_graph
-from edbatch.executor import _head_reads, init_params
+from edbatch.executor import _fast_pair, init_params
 from edbatch.executor._hoist import HeadPairRead, HeadRowsRead, HeadSliceRead, _ready
 from edbatch.executor._reads import RowLocator, RowsRead, SliceRead
 from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, l2_project
@@ -93,9 +93,9 @@ def test_state_consumers_gather_only_h_columns(strategy: Strategy, api: bool, ho
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_loss_pair_read_is_one_gather_and_bit_identical(dtype: torch.dtype,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """The BiLSTM loss reads ``[h(f2); h(b2)]`` as one :class:`HeadPairRead` under the
-    naive plan (its two gathers of one arena), and every output equals the run that
-    gathers the two and concatenates them, bit for bit."""
+    """In inference the BiLSTM loss reads ``[h(f2); h(b2)]`` as one :class:`HeadPairRead`
+    under the naive plan (its two gathers of one arena), and every output equals the run
+    that gathers the two and concatenates them, bit for bit."""
     graph = _bilstm_graph(False)
     schedule = make_scheduler("critical_path")(graph)
     plan = plan_memory(graph, schedule, "naive")
@@ -105,14 +105,14 @@ def test_loss_pair_read_is_one_gather_and_bit_identical(dtype: torch.dtype,
     def run() -> tuple[list[str], dict[int, torch.Tensor]]:
         ex = TorchExecutor(dtype=dtype)
         program, _ = ex._program(graph, schedule, plan)
-        loss = [type(r).__name__ for s in program.steps if s.op.kind == "bilstm.loss"
-                for r in s.reads]
+        loss = [type(e.read).__name__ for e in program.short
+                if type(e) is _fast_pair.PairStep]
         return loss, ex.run(graph, schedule, plan, params).outputs
 
     paired, got = run()
-    monkeypatch.setattr(_head_reads, "PAIRED", frozenset())
+    monkeypatch.setattr(_fast_pair, "PAIRED", frozenset())
     apart, want = run()
-    assert paired == ["HeadPairRead"] and apart == ["HeadRowsRead", "HeadRowsRead"]
+    assert paired == ["HeadPairRead"] and apart == []
     assert got.keys() == want.keys()
     for k in got:
         assert torch.equal(got[k], want[k]), k
