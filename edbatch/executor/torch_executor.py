@@ -83,7 +83,7 @@ from edbatch.memory.plan import MemoryPlan
 from edbatch.memory.planner import Strategy, plan_memory
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["RunResult", "TorchExecutor", "execute"]
+__all__ = ["RunResult", "TorchExecutor", "execute", "short_paths"]
 
 
 class TorchExecutor:
@@ -369,15 +369,22 @@ class TorchExecutor:
             return hit[2], False
         program = compile_hoisted(graph, schedule, plan, self.device, self.kernels, self.hoist,
                                   self.kernels)
-        program = head_reads(program)  # h-only gathers for the BiLSTM's state consumers
-        program = tree_short(program, self.device)  # Tree-LSTM batches' inference short path
-        program = sum_short(program, self.device)  # k-ary sums (lattice states): no gathers
-        program = pair_short(program, self.device)  # the BiLSTM loss's [h; h'] in one gather
-        program = chain_short(program, self.device)  # runs of hoisted LSTM batches: one call
+        program = short_paths(head_reads(program), self.device)  # h-only gathers; short paths
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return program, True
+
+
+def short_paths(program: Program, device: torch.device) -> Program:
+    """``program`` with its inference short paths (CPU; ``program.short`` and
+    ``program.chained``): Tree-LSTM batches, k-ary sums (lattice states, no gathers), the
+    BiLSTM loss's ``[h; h']`` in one gather, then runs of hoisted LSTM batches (sums between
+    them included) as one compiled call each."""
+    program = tree_short(program, device)
+    program = sum_short(program, device)
+    program = pair_short(program, device)
+    return chain_short(program, device)
 
 
 def execute(graph: Graph, schedule: Schedule | None = None, *, params: Mapping[str, Tensor],
