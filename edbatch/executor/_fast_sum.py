@@ -23,7 +23,7 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor._fast_lstm import install_short
-from edbatch.executor._reads import whole_rows
+from edbatch.executor._reads import RowsRead, SliceRead
 
 __all__ = ["KIND", "SLOTS", "FastSumStep", "SumRow", "sum_row", "sum_rows", "sum_short"]
 
@@ -119,17 +119,28 @@ def sum_short(program: Any, device: torch.device) -> Any:
 
 
 def _sum_step(step: Any, arenas: Sequence[tuple[int, int]]) -> FastSumStep | None:
-    if step.op.arity is None or len(step.reads) < 2:
+    reads, n, width = step.reads, step.size, step.width
+    if step.op.arity is None or len(reads) < 2 or arenas[step.out_arena][1] != width:
         return None
-    reads = [whole_rows(r) for r in step.reads]
-    if any(r is None or len(r[1]) != step.size or arenas[r[0]][1] != step.width
-           for r in reads) or arenas[step.out_arena][1] != step.width:
-        return None
-    used = sorted({r[0] for r in reads} | {step.out_arena})  # type: ignore[index]
+    idx = np.empty((len(reads), n), np.int64)
+    srcs = []
+    for q, read in enumerate(reads):  # (21.6 -> 8.3 us a batch against whole_rows + np.stack)
+        kind = type(read)
+        if kind is RowsRead:
+            rows = read.idx.numpy()
+            if len(rows) != n:
+                return None
+            idx[q] = rows
+        elif kind is SliceRead and read.hi - read.lo == n:
+            idx[q] = np.arange(read.lo, read.hi)
+        else:
+            return None
+        if arenas[read.b][1] != width:
+            return None
+        srcs.append(read.b)
+    used = sorted({*srcs, step.out_arena})
     if len(used) > SLOTS:
         return None
     slot = {a: k for k, a in enumerate(used)}
-    which = np.array([slot[r[0]] for r in reads], np.int64)  # type: ignore[index]
-    idx = np.stack([r[1] for r in reads]).astype(np.int64, copy=False)  # type: ignore[index]
-    return FastSumStep(tuple(used), which, np.ascontiguousarray(idx), slot[step.out_arena],
-                       step.out_start, step.op.name)
+    return FastSumStep(tuple(used), np.array([slot[a] for a in srcs], np.int64), idx,
+                       slot[step.out_arena], step.out_start, step.op.name)
