@@ -17,8 +17,8 @@ A lattice's ``k``-ary state sums between its arc batches
 (:func:`~edbatch.executor._fast_sum.sum_chained`: their additions read in place), so a
 lattice mini-batch's ~190 short calls become about two. Same operations on the same
 operands as the per-batch short paths: bit-identical outputs
-(``tests/executor/test_fast_chain.py``, ``test_fast_sum.py``, fp32 and fp64). Where that BLAS symbol is not in
-the process (a torch build without it: :data:`AVAILABLE` is false) or its product differs
+(``tests/executor/test_fast_chain.py``, ``test_fast_sum.py``, fp32 and fp64). Where that
+BLAS symbol is not in the process (a torch build without it: :data:`AVAILABLE` is false) or its product differs
 from ``addmm_``'s (:func:`agrees`, checked once), the steps run one by one as before.
 """
 
