@@ -18,8 +18,9 @@ A lattice's ``k``-ary state sums between its arc batches
 lattice mini-batch's ~190 short calls become about two. Same operations on the same
 operands as the per-batch short paths: bit-identical outputs
 (``tests/executor/test_fast_chain.py``, ``test_fast_sum.py``, fp32 and fp64). Where that
-BLAS symbol is not in the process (a torch build without it: :data:`AVAILABLE` is false) or its product differs
-from ``addmm_``'s (:func:`agrees`, checked once), the steps run one by one as before.
+BLAS symbol is not in the process (a torch build without it: :data:`AVAILABLE` is false)
+or its product differs from ``addmm_``'s (:func:`agrees`, checked once), the steps run one
+by one as before.
 """
 
 from __future__ import annotations
