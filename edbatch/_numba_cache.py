@@ -34,6 +34,7 @@ COMPILED_MODULES = (
     "api/_bulk_scan.py",
     "api/_read_plan.py",
     "executor/_fast_chain.py",
+    "executor/_fast_sum.py",
     "executor/_fused.py",
     "executor/_fused_ggnn.py",
     "executor/_fused_sick.py",

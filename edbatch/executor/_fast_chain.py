@@ -12,10 +12,15 @@ place), calls the BLAS ``?gemm`` that ``torch.addmm_`` calls on the CPU (``sgemm
 ``dgemm_`` exported by ``libtorch_cpu``, the same arguments: same floats) into the
 projection rows, and runs the element-wise body of :func:`_fused._lstm_fwd
 <edbatch.executor._fused.lstm_forward>` on them, reading the old cell state in place by row.
-Same operations on the same operands as the per-batch short path: bit-identical outputs
-(``tests/executor/test_fast_chain.py``, fp32 and fp64). Where that BLAS symbol is not in
-the process (a torch build without it: :data:`AVAILABLE` is false) or its product differs
-from ``addmm_``'s (:func:`agrees`, checked once), the steps run one by one as before.
+A lattice's ``k``-ary state sums between its arc batches
+(:class:`~edbatch.executor._fast_sum.FastSumStep`) join the run as rows of their own
+(:func:`~edbatch.executor._fast_sum.sum_chained`: their additions read in place), so a
+lattice mini-batch's ~190 short calls become about two. Same operations on the same
+operands as the per-batch short paths: bit-identical outputs
+(``tests/executor/test_fast_chain.py``, ``test_fast_sum.py``, fp32 and fp64). Where that
+BLAS symbol is not in the process (a torch build without it: :data:`AVAILABLE` is false)
+or its product differs from ``addmm_``'s (:func:`agrees`, checked once), the steps run one
+by one as before.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor._fast_lstm import FastStep, bind_weight
+from edbatch.executor._fast_sum import FastSumStep, sum_chained, sum_row
 from edbatch.executor._fused import _jit, _lstm_row, _sig_, _tanh_
 from edbatch.executor._program import LazySteps
 from edbatch.executor._reads import RowsRead, SliceRead, to_device
@@ -47,7 +53,8 @@ ENABLED = [True]
 SLOTS = 8
 _WHOLE_ROWS = (SliceRead, RowsRead)
 _META = 10  # per batch: kind, state arena, state start, n, projection arena, its start,
-#             output arena, its start, weight slot, H
+#             output arena, its start, weight slot, H (a sum, kind 2: k, its idx start, n;
+#             output arena and start in the same columns)
 
 
 def _blas_loaded() -> bool:
@@ -121,6 +128,9 @@ def _chain(meta, idx, arenas, weights, scratch, t, ints, one):  # type: ignore[n
     for j in range(meta.shape[0]):
         kind, sb, s0, n, pa, lo = meta[j, 0], meta[j, 1], meta[j, 2], meta[j, 3], \
             meta[j, 4], meta[j, 5]
+        if kind == 2:  # a k-ary sum batch between the LSTM ones (lattice states)
+            sum_chained(arenas, idx, s0, sb, n, meta[j, 6], meta[j, 7])
+            continue
         oa, o0, wi, h = meta[j, 6], meta[j, 7], meta[j, 8], meta[j, 9]
         state, proj, out, w = arenas[sb], arenas[pa], arenas[oa], weights[wi]
         ints[1] = n
@@ -175,8 +185,11 @@ def agrees() -> bool:
 Row = tuple[int, int, int, Any, int, int, int, int, int, str, int, str]
 
 
-def step_row(f: FastStep) -> Row:
-    """``f``'s :data:`Row` (its state a :class:`SliceRead` or :class:`RowsRead`)."""
+def step_row(f: FastStep | FastSumStep) -> Any:
+    """``f``'s :data:`Row` (its state a :class:`SliceRead` or :class:`RowsRead`), or a sum
+    batch's :data:`~edbatch.executor._fast_sum.SumRow`."""
+    if type(f) is FastSumStep:
+        return sum_row(f)
     state: Any = f.state
     if type(state) is SliceRead:
         return (0, state.b, state.lo, None, f.n, f.pa, f.lo, f.oa, f.os, f.weight, f.hidden,
@@ -201,7 +214,7 @@ class ChainStep:
     __slots__ = ("arenas", "binders", "count", "idx", "meta", "name", "rows", "weights",
                  "width")
 
-    def __init__(self, steps: Sequence[FastStep], arenas: Sequence[int],
+    def __init__(self, steps: Sequence[FastStep | FastSumStep], arenas: Sequence[int],
                  weights: Sequence[str]) -> None:
         self._setup([step_row(f) for f in steps], arenas, weights)
 
@@ -221,7 +234,14 @@ class ChainStep:
         meta: list[tuple[int, ...]] = []
         gathered: list[np.ndarray] = []  # type: ignore[type-arg]
         at = 0
-        for kind, sb, s0, idx, n, pa, lo, oa, os_, weight, hidden, _ in rows:
+        for row in rows:
+            if row[0] == 2:  # a sum: its operands' arena slots, then their rows
+                _, srcs, rows_, n, oa, os_, _ = row
+                meta.append((2, len(srcs), at, n, 0, 0, slot[oa], os_, 0, 0))
+                gathered += [np.array([slot[a] for a in srcs], np.int64), rows_.reshape(-1)]
+                at += len(srcs) * (n + 1)
+                continue
+            kind, sb, s0, idx, n, pa, lo, oa, os_, weight, hidden, _ = row
             if kind:
                 meta.append((1, slot[sb], at, n, slot[pa], lo, slot[oa], os_, wslot[weight],
                              hidden))
@@ -234,10 +254,11 @@ class ChainStep:
         # one concatenation of the index arrays
         self.idx = np.concatenate(gathered).astype(np.int64, copy=False) if gathered \
             else np.zeros(1, np.int64)
-        self.rows = max(r[4] for r in rows)
-        self.width = max(r[10] for r in rows)
-        self.name = ", ".join(sorted({r[11] for r in rows}))
-        self.binders = tuple({r[9]: r[10] for r in reversed(rows)}.items())  # weight -> H
+        lstm = [r for r in rows if r[0] != 2]
+        self.rows = max(r[4] for r in lstm)
+        self.width = max(r[10] for r in lstm)
+        self.name = ", ".join(sorted({r[-1] for r in rows}))
+        self.binders = tuple({r[9]: r[10] for r in reversed(lstm)}.items())  # weight -> H
 
     def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
         """As :meth:`FastStep.bind <edbatch.executor._fast_lstm.FastStep.bind>`, for
@@ -284,17 +305,25 @@ class _Done:
 DONE = _Done()
 
 
+def _key(f: Any) -> tuple[tuple[int, ...], str | None] | None:
+    """A short entry's chain key (:func:`_key_runs`): a :class:`FastStep` with a whole-row
+    state, or a :class:`~edbatch.executor._fast_sum.FastSumStep`; else ``None``."""
+    if type(f) is FastSumStep:
+        return f.arenas, None
+    if type(f) is FastStep and type(f.state) in _WHOLE_ROWS:
+        return (f.state.b, f.pa, f.oa), f.weight  # type: ignore[attr-defined]
+    return None
+
+
 def _runs(short: Sequence[Any]) -> list[list[int]]:
-    """Maximal runs of consecutive :class:`FastStep` entries with whole-row states, each
-    within :data:`SLOTS` arenas and weights."""
-    return _key_runs([(f.state.b, f.pa, f.oa, f.weight)  # type: ignore[attr-defined]
-                      if type(f) is FastStep and type(f.state) in _WHOLE_ROWS else None
-                      for f in short])
+    """Maximal runs of consecutive chainable entries (:func:`_key`), each within
+    :data:`SLOTS` arenas and weights and with at least one LSTM batch."""
+    return _key_runs([_key(f) for f in short])
 
 
-def _key_runs(keys: Sequence[tuple[int, int, int, str] | None]) -> list[list[int]]:
-    """:func:`_runs` of the entries' ``(state arena, projection arena, output arena,
-    weight)`` (``None``: not a chainable batch)."""
+def _key_runs(keys: Sequence[tuple[tuple[int, ...], str | None] | None]) -> list[list[int]]:
+    """:func:`_runs` of the entries' ``(arenas, weight)`` (the arenas a batch reads and
+    writes; weight ``None``: a sum batch; key ``None``: not a chainable batch)."""
     out: list[list[int]] = []
     run: list[int] = []
     arenas: set[int] = set()
@@ -307,16 +336,24 @@ def _key_runs(keys: Sequence[tuple[int, int, int, str] | None]) -> list[list[int
             continue
         if not run:
             arenas, weights = set(), set()
-        sb, pa, oa, weight = key
-        arenas.update((sb, pa, oa))
-        if len(arenas) > SLOTS or (weight not in weights and len(weights) == SLOTS):
+        used, weight = key
+        arenas.update(used)
+        if len(arenas) > SLOTS or (weight is not None and weight not in weights and
+                                   len(weights) == SLOTS):
             out.append(run)
-            run, arenas, weights = [], {sb, pa, oa}, set()
+            run, arenas, weights = [], set(used), set()
         run.append(i)
-        weights.add(weight)
+        if weight is not None:
+            weights.add(weight)
     if run:
         out.append(run)
-    return [r for r in out if len(r) > 1]
+    return [r for r in out if len(r) > 1 and any(keys[i][1] is not None  # type: ignore[index]
+                                                 for i in r)]
+
+
+def _row_arenas(row: Any) -> tuple[int, ...]:
+    """The arenas a :data:`Row` or :data:`~edbatch.executor._fast_sum.SumRow` touches."""
+    return (*row[1], row[4]) if row[0] == 2 else (row[1], row[5], row[7])
 
 
 def chain_short(program: Any, device: torch.device) -> Any:
@@ -339,10 +376,9 @@ def chain_short(program: Any, device: torch.device) -> Any:
         return program
     new = list(short)
     for run in runs:
-        steps = [short[i] for i in run]
-        arenas = sorted({a for f in steps for a in (f.state.b, f.pa, f.oa)})  # type: ignore[attr-defined]
-        weights = sorted({f.weight for f in steps})
-        new[run[0]] = ChainStep(steps, arenas, weights)
+        picked = [step_row(short[i]) for i in run]
+        new[run[0]] = ChainStep.of_rows(picked, sorted({a for r in picked for a in _row_arenas(r)}),
+                                        sorted({r[9] for r in picked if r[0] != 2}))
         for i in run[1:]:
             new[i] = DONE
     program.chained = tuple(new)
@@ -351,17 +387,20 @@ def chain_short(program: Any, device: torch.device) -> Any:
 
 def _chain_rows(program: Any, short: LazySteps, rows: Mapping[int, Row]) -> Any:
     """:func:`chain_short` of a program whose hoisted batches are deferred ``rows``."""
-    keys: list[tuple[int, int, int, str] | None] = [None] * len(short)
+    keys: list[tuple[tuple[int, ...], str | None] | None] = [None] * len(short)
     for i, row in rows.items():
-        keys[i] = (row[1], row[5], row[7], row[9])
+        keys[i] = (row[1], row[5], row[7]), row[9]
     new: list[Any] = [None] * len(short)
     for i, entry in short.given():  # (a given FastStep is no deferred batch's: not chained)
         new[i] = entry
+        if type(entry) is FastSumStep:  # sums between them are
+            keys[i] = _key(entry)
     chained: set[int] = set()
     for run in _key_runs(keys):
-        picked = [rows[i] for i in run]
-        arenas = sorted({a for r in picked for a in (r[1], r[5], r[7])})
-        new[run[0]] = ChainStep.of_rows(picked, arenas, sorted({r[9] for r in picked}))
+        picked = [rows[i] if i in rows else step_row(new[i]) for i in run]
+        arenas = sorted({a for r in picked for a in _row_arenas(r)})
+        new[run[0]] = ChainStep.of_rows(picked, arenas, sorted({r[9] for r in picked
+                                                                if r[0] != 2}))
         for i in run[1:]:
             new[i] = DONE
         chained.update(run)

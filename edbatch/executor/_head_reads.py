@@ -5,6 +5,8 @@ The BiLSTM's layer-2 cells and loss read layer-1 / layer-2 states of which they 
 leading columns (a gather of half the bytes, no re-packing of strided halves), and the
 layer-2 projection step of :mod:`~edbatch.executor._hoist` reads its ``(f1, b1)`` pair as
 one :class:`HeadPairRead`. The kernels take either form; the training reads are unchanged.
+An inference run (a short path, :mod:`~edbatch.executor._fast_pair`) reads the loss's
+``(f2, b2)`` pair as one too.
 """
 
 from __future__ import annotations

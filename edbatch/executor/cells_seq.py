@@ -148,7 +148,8 @@ class BiLSTML2(CellKind):
 class BiLSTMLoss(CellKind):
     """``pick_nll(W_o tanh(W_h [h(f2); h(b2)] + b_h) + b_o, tag)`` for operands ``(f2, b2)``:
     their states ``[h; c]`` or only their ``h`` columns (the executor's
-    :func:`~edbatch.executor._hoist.head_reads`)."""
+    :func:`~edbatch.executor._hoist.head_reads`), or one operand ``[h(f2); h(b2)]`` already
+    side by side (an inference pair read, :class:`~edbatch.executor._head_reads.HeadPairRead`)."""
 
     kind = "bilstm.loss"
     inputs = ("f2", "b2")
@@ -162,7 +163,8 @@ class BiLSTMLoss(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: dict[str, Tensor] | None = None) -> Tensor:
-        x = torch.cat(heads(inputs[:2], p.W_h.shape[1] // 2), dim=1)
+        x = inputs[0] if len(inputs) == 1 else \
+            torch.cat(heads(inputs[:2], p.W_h.shape[1] // 2), dim=1)  # one: the pair read
         return mlp_nll(x, p, attrs, save)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,

@@ -28,7 +28,8 @@ Three modes:
 
 Both modes count zero-copy reads and gathers in :attr:`RunResult.stats` (``exec/num_views``,
 ``exec/num_gathers``, ``exec/gathered_rows``). Inference runs hoisted LSTM batches (a run as
-one compiled call) and Tree-LSTM batches through short paths (``_fast_*``).
+one compiled call), Tree-LSTM batches, k-ary sums and the BiLSTM loss's input through short
+paths (``_fast_*``).
 
 On CUDA, the index tensors (the attrs of all batches as one flat tensor, gather rows) are
 compiled once per (graph, plan) and copied from pinned host memory without blocking, and the
@@ -65,6 +66,8 @@ from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
 from edbatch.executor._fast_chain import chain_short
 from edbatch.executor._fast_lstm import fast_steps
+from edbatch.executor._fast_pair import pair_short
+from edbatch.executor._fast_sum import sum_short
 from edbatch.executor._fast_tree import tree_short
 from edbatch.executor._head_reads import head_reads
 from edbatch.executor._hoist import compile_hoisted, hoist_kinds, unhoisted
@@ -80,7 +83,7 @@ from edbatch.memory.plan import MemoryPlan
 from edbatch.memory.planner import Strategy, plan_memory
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["RunResult", "TorchExecutor", "execute"]
+__all__ = ["RunResult", "TorchExecutor", "execute", "short_paths"]
 
 
 class TorchExecutor:
@@ -366,13 +369,22 @@ class TorchExecutor:
             return hit[2], False
         program = compile_hoisted(graph, schedule, plan, self.device, self.kernels, self.hoist,
                                   self.kernels)
-        program = head_reads(program)  # h-only gathers for the BiLSTM's state consumers
-        program = tree_short(program, self.device)  # Tree-LSTM batches' inference short path
-        program = chain_short(program, self.device)  # runs of hoisted LSTM batches: one call
+        program = short_paths(head_reads(program), self.device)  # h-only gathers; short paths
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return program, True
+
+
+def short_paths(program: Program, device: torch.device) -> Program:
+    """``program`` with its inference short paths (CPU; ``program.short`` and
+    ``program.chained``): Tree-LSTM batches, k-ary sums (lattice states, no gathers), the
+    BiLSTM loss's ``[h; h']`` in one gather, then runs of hoisted LSTM batches (sums between
+    them included) as one compiled call each."""
+    program = tree_short(program, device)
+    program = sum_short(program, device)
+    program = pair_short(program, device)
+    return chain_short(program, device)
 
 
 def execute(graph: Graph, schedule: Schedule | None = None, *, params: Mapping[str, Tensor],

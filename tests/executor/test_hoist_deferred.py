@@ -12,13 +12,12 @@ import pytest
 import torch
 
 from edbatch.executor import _fast_chain, init_params
-from edbatch.executor._fast_chain import ChainStep, chain_short
+from edbatch.executor._fast_chain import ChainStep
 from edbatch.executor._fast_lstm import FastStep
-from edbatch.executor._fast_tree import tree_short
 from edbatch.executor._head_reads import head_reads
 from edbatch.executor._hoist import HoistedProgram, compile_hoisted
 from edbatch.executor._program import LazySteps, Program
-from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.executor.torch_executor import TorchExecutor, short_paths
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import make_workload
@@ -42,7 +41,7 @@ def _eager(ex: TorchExecutor, graph: Any, schedule: Any, plan: Any) -> Program:
     program = compile_hoisted(graph, schedule, plan, CPU, None, ex.hoist, None)
     assert isinstance(program, HoistedProgram)
     list(program.steps), list(program.short)  # built: chain_short chains the FastSteps
-    return chain_short(tree_short(head_reads(program), CPU), CPU)
+    return short_paths(head_reads(program), CPU)
 
 
 def _run(ex: TorchExecutor, program: Program, graph: Any, schedule: Any, plan: Any,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from edbatch.api import DynamicBatch, take_graph
-from edbatch.executor import init_params
+from edbatch.executor import _fast_pair, init_params
 from edbatch.executor._hoist import HeadPairRead, HeadRowsRead, HeadSliceRead, _ready
 from edbatch.executor._reads import RowLocator, RowsRead, SliceRead
 from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, l2_project
@@ -90,6 +90,34 @@ def test_state_consumers_gather_only_h_columns(strategy: Strategy, api: bool, ho
     assert heads == (2 * 2 + 2 if hoist else 2 * l2_batches + 2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_loss_pair_read_is_one_gather_and_bit_identical(dtype: torch.dtype,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """In inference the BiLSTM loss reads ``[h(f2); h(b2)]`` as one :class:`HeadPairRead`
+    under the naive plan (its two gathers of one arena), and every output equals the run
+    that gathers the two and concatenates them, bit for bit."""
+    graph = _bilstm_graph(False)
+    schedule = make_scheduler("critical_path")(graph)
+    plan = plan_memory(graph, schedule, "naive")
+    wl = make_workload("bilstm_tagger", embed_dim=6, hidden_dim=HIDDEN)
+    params = init_params(wl, torch.Generator().manual_seed(4), dtype=dtype)
+
+    def run() -> tuple[list[str], dict[int, torch.Tensor]]:
+        ex = TorchExecutor(dtype=dtype)
+        program, _ = ex._program(graph, schedule, plan)
+        loss = [type(e.read).__name__ for e in program.short
+                if type(e) is _fast_pair.PairStep]
+        return loss, ex.run(graph, schedule, plan, params).outputs
+
+    paired, got = run()
+    monkeypatch.setattr(_fast_pair, "PAIRED", frozenset())
+    apart, want = run()
+    assert paired == ["HeadPairRead"] and apart == []
+    assert got.keys() == want.keys()
+    for k in got:
+        assert torch.equal(got[k], want[k]), k
+
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_head_kernels_accept_full_states_or_h_columns(grad: bool) -> None:
     wl = make_workload("bilstm_tagger", embed_dim=6, hidden_dim=HIDDEN)
@@ -104,6 +132,8 @@ def test_head_kernels_accept_full_states_or_h_columns(grad: bool) -> None:
         torch.testing.assert_close(l2_project(op, h_only, params, tags),
                                    l2_project(op, states, params, tags), rtol=0, atol=0)
         torch.testing.assert_close(bilstm_loss(loss_op, h_only, params, tags),
+                                   bilstm_loss(loss_op, states, params, tags), rtol=0, atol=0)
+        torch.testing.assert_close(bilstm_loss(loss_op, [torch.cat(h_only, 1)], params, tags),
                                    bilstm_loss(loss_op, states, params, tags), rtol=0, atol=0)
         prev = torch.randn(7, 2 * HIDDEN, generator=gen, dtype=torch.float64)
         torch.testing.assert_close(bilstm_l2(op, [*h_only, prev], params, tags),

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from edbatch.executor._fast_chain import ChainStep, chain_short
+from edbatch.executor._fast_chain import ChainStep
 from edbatch.executor._fast_lstm import FastStep
-from edbatch.executor._fast_tree import tree_short
 from edbatch.executor._hoist import (
     HoistedProgram,
     _count,
@@ -23,7 +22,7 @@ from edbatch.executor._hoist import (
     unhoisted,
 )
 from edbatch.executor._program import Program, compile_program
-from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.executor.torch_executor import TorchExecutor, short_paths
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import make_workload
@@ -41,7 +40,7 @@ def _old_path(graph: Any, schedule: Any, plan: Any, kinds: frozenset[str]) -> Pr
     """The program as built before the skip: every read compiled, then rewritten."""
     program = compile_program(graph, schedule, plan, CPU, None)
     program = hoist_program(program, graph, schedule, plan, CPU, kinds)
-    return chain_short(tree_short(head_reads(program), CPU), CPU)
+    return short_paths(head_reads(program), CPU)
 
 
 def _short(f: Any) -> tuple[Any, ...]:
