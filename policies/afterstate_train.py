@@ -29,6 +29,7 @@ from policies.afterstate import (
     afterstate_start,
     population_afterstate,
 )
+from policies.afterstate_imitate import IMITATE_STEPS
 from policies.afterstate_imitate import imitate as imitate_teacher
 from policies.priority import FEATURES
 from policies.priority_train import cem_generation, searched
@@ -57,14 +58,16 @@ class AfterstateTrainer:
         far: also search feature ``far``'s weight (else held at 0).
         context: also search the context features' weights (else held at 0).
         imitate: start from the imitation of the critical-path rollout teacher (module doc;
-            it fits every weight, ``far`` and the context ones included).
+            it fits every weight, ``far`` and the context ones included); ``imitate_steps``:
+            its candidates' Adam step counts.
     """
 
     name = "afterstate"
 
     def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
                  sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
-                 far: bool = False, context: bool = True, imitate: bool = False) -> None:
+                 far: bool = False, context: bool = True, imitate: bool = False,
+                 imitate_steps: Sequence[int] = IMITATE_STEPS) -> None:
         if population < 2 or not 1 <= elite <= population or iterations < 0:
             raise ValueError(f"need population >= 2, 1 <= elite <= population and "
                              f"iterations >= 0; got population={population}, elite={elite}, "
@@ -72,6 +75,7 @@ class AfterstateTrainer:
         self.iterations, self.population, self.elite = iterations, population, elite
         self.sigma, self.sigma_floor, self.seed = sigma, sigma_floor, seed
         self.far, self.context, self.imitate = bool(far), bool(context), bool(imitate)
+        self.imitate_steps = tuple(imitate_steps)
 
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
             checkpoint: Any = None, progress: bool = False,
@@ -90,7 +94,7 @@ class AfterstateTrainer:
         base = int(population_afterstate(train, w0[None]).sum())
         best_w, best, imitation = w0.copy(), base, None
         if self.imitate:
-            wi, bi, imitation = imitate_teacher(train_graphs)
+            wi, bi, imitation = imitate_teacher(train_graphs, self.imitate_steps)
             if bi < best:
                 best_w, best = wi, bi
                 active = np.ones(len(w0), np.bool_)  # the fit set every weight

@@ -71,8 +71,9 @@ def test_bad_steps_name_the_value(graphs: list) -> None:
 
 
 def test_trainer_starts_from_the_imitation(graphs: list) -> None:
-    w, batches, _ = imitate(graphs[:3])
-    p = AfterstateTrainer(iterations=0, population=2, elite=1, imitate=True).fit(
+    w, batches, _ = imitate(graphs[:3], steps=(30, 200))
+    p = AfterstateTrainer(iterations=0, population=2, elite=1, imitate=True,
+                          imitate_steps=(30, 200)).fit(
         graphs[:3], graphs[3:]).policy
     m = p.metadata
     assert m["learner"] == "imitation, then cross-entropy method"
