@@ -19,10 +19,12 @@ training graphs, tested on the unseen dumps G1-G17) without the FSM rows::
 
 ``--afterstate`` trains the afterstate priority policy (:mod:`policies.afterstate_train`:
 the priority features plus a one-step afterstate value on the remaining lower bound, a
-lookahead) with the same CEM budget::
+lookahead) with the same CEM budget; ``--imitate`` starts it from the imitation of the
+critical-path rollout teacher (:mod:`policies.afterstate_imitate`; ``--iterations 0``: the
+imitation alone, the same for every seed)::
 
     python -m benchmarks.priority_lattice --dumps --seeds 0 1 2 --iterations 70 \
-        --population 56 --num-train-graphs 24 --context --afterstate
+        --population 56 --num-train-graphs 24 --context --afterstate [--imitate]
 
 ``--dagger-rounds N`` adds DAgger imitation of a rollout teacher after the CEM
 (:mod:`policies.priority_dagger`; ``--teacher``, ``--weighting``, ``--dagger-first``; with
@@ -77,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     ap.add_argument("--afterstate", action="store_true",
                     help="train the afterstate priority policy instead (policies.afterstate_"
                     "train; one-step lookahead on the remaining bound; with --context, --far)")
+    ap.add_argument("--imitate", action="store_true",
+                    help="with --afterstate: start from the imitation of the critical-path "
+                    "rollout teacher (policies.afterstate_imitate; --iterations 0: it alone)")
     ap.add_argument("--dumps", action="store_true",
                     help="the held-out dump protocol (train G0 + extra, test G1-G17)")
     ap.add_argument("--train-shuffles", type=int, default=3, help="with --dumps")
@@ -125,7 +130,8 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
         train = train_of(seed)
         t0, c0 = time.perf_counter(), time.process_time()
         trainer = AfterstateTrainer(args.iterations, args.population, args.elite, seed=seed,
-                                    far=args.far, context=args.context) if args.afterstate \
+                                    far=args.far, context=args.context,
+                                    imitate=args.imitate) if args.afterstate \
             else PriorityTrainer(args.iterations, args.population, args.elite, seed=seed,
                                  hidden_units=args.hidden_units,
                                  api_rounds=args.api_rounds, far=args.far,

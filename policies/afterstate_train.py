@@ -4,9 +4,11 @@ The same search as :mod:`policies.priority_train` (a Gaussian over the weights, 
 starting at critical path's, the ``elite`` best of each ``population`` refit it, a noise
 floor), over the priority features' weights *and* the afterstate features' of
 :mod:`policies.afterstate`; each candidate is scored by the batches the compiled scheduler
-needs on the training graphs. Guarded like the priority trainer: the best weights are kept
-only if they beat critical path on the training graphs and do not lose on the validation
-graphs, else the artifact is critical path (``learned: false``) and says why.
+needs on the training graphs. With ``imitate`` the search starts from the weights fitted to
+the critical-path rollout teacher (:mod:`policies.afterstate_imitate`) instead of critical
+path's (``iterations=0``: the imitation alone). Guarded like the priority trainer: the best weights
+are kept only if they beat critical path on the training graphs and do not lose on the
+validation graphs, else the artifact is critical path (``learned: false``) and says why.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from policies.afterstate import (
     afterstate_start,
     population_afterstate,
 )
+from policies.afterstate_imitate import IMITATE_STEPS
+from policies.afterstate_imitate import imitate as imitate_teacher
 from policies.priority import FEATURES
 from policies.priority_train import cem_generation, searched
 
@@ -53,20 +57,25 @@ class AfterstateTrainer:
             :class:`~policies.priority_train.PriorityTrainer`'s.
         far: also search feature ``far``'s weight (else held at 0).
         context: also search the context features' weights (else held at 0).
+        imitate: start from the imitation of the critical-path rollout teacher (module doc;
+            it fits every weight, ``far`` and the context ones included); ``imitate_steps``:
+            its candidates' Adam step counts.
     """
 
     name = "afterstate"
 
     def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
                  sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
-                 far: bool = False, context: bool = True) -> None:
+                 far: bool = False, context: bool = True, imitate: bool = False,
+                 imitate_steps: Sequence[int] = IMITATE_STEPS) -> None:
         if population < 2 or not 1 <= elite <= population or iterations < 0:
             raise ValueError(f"need population >= 2, 1 <= elite <= population and "
                              f"iterations >= 0; got population={population}, elite={elite}, "
                              f"iterations={iterations}")
         self.iterations, self.population, self.elite = iterations, population, elite
         self.sigma, self.sigma_floor, self.seed = sigma, sigma_floor, seed
-        self.far, self.context = bool(far), bool(context)
+        self.far, self.context, self.imitate = bool(far), bool(context), bool(imitate)
+        self.imitate_steps = tuple(imitate_steps)
 
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
             checkpoint: Any = None, progress: bool = False,
@@ -83,8 +92,13 @@ class AfterstateTrainer:
         active = np.concatenate([searched(0, self.far, self.context),
                                  np.ones(len(AFTER_FEATURES), np.bool_)])
         base = int(population_afterstate(train, w0[None]).sum())
-        mean, std = w0.copy(), np.where(active, self.sigma, 0.0)
-        best_w, best = w0.copy(), base
+        best_w, best, imitation = w0.copy(), base, None
+        if self.imitate:
+            wi, bi, imitation = imitate_teacher(train_graphs, self.imitate_steps)
+            if bi < best:
+                best_w, best = wi, bi
+                active = np.ones(len(w0), np.bool_)  # the fit set every weight
+        mean, std = best_w.copy(), np.where(active, self.sigma, 0.0)
         history: list[dict[str, float]] = []
         episodes = len(train)
         for it in range(self.iterations):
@@ -107,7 +121,8 @@ class AfterstateTrainer:
             axis=1).tolist()
         learned = best < base and val_new <= val_base
         meta = dict(metadata or {})
-        meta.update({"learner": "cross-entropy method", "lookahead": "one step (afterstate)",
+        meta.update({"learner": ("imitation, then " if self.imitate else "")
+                     + "cross-entropy method", "lookahead": "one step (afterstate)",
                      "iterations": self.iterations, "population": self.population,
                      "elite": self.elite, "seed": self.seed, "far": self.far,
                      "context": self.context, "train_batches": best,
@@ -116,6 +131,8 @@ class AfterstateTrainer:
                      "num_val_graphs": len(val_graphs), "features": list(FEATURES),
                      "after_features": list(AFTER_FEATURES),
                      "train_seconds": round(time.perf_counter() - t0, 3)})
+        if imitation is not None:
+            meta["imitation"] = imitation
         if not learned:
             meta["learned_nothing"] = (
                 "no weights beat critical path on the training graphs" if best >= base else

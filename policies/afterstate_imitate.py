@@ -1,0 +1,108 @@
+"""Imitating the critical-path rollout teacher with the afterstate features.
+
+The afterstate policy (:mod:`policies.afterstate`) scores each ready type by
+``w . [f_a, g_a]``: the priority row and features of the state running ``a`` leads to. This
+module fits ``w`` to a lookahead teacher instead of searching it on the batch count:
+
+1. **Label** the states critical path visits on the training graphs: at every decision with
+   two or more ready types each type is tried and the schedule completed by critical path
+   (:func:`~edbatch.schedule._compiled_priority_q.priority_q_base`, the rollout lookahead's
+   first level); the types of fewest batches are the teacher's choices, decisions where all
+   tie carry no label. The rows are the afterstate policy's own (its compiled trace with
+   critical path's weights, which visits the same states, checked row for row).
+2. **Fit** a linear score by cross-entropy (per decision, minus the log of the softmax mass
+   on the teacher's choices; :func:`policies.priority_dagger.choice_loss`), Adam from 0 on
+   features scaled to O(1); the weights after each of ``steps`` optimiser steps are the
+   candidates, the one with the fewest training batches wins (never more than critical
+   path's: else critical path's weights).
+
+With the priority rows alone the same imitation does not beat critical path (the teacher's
+choices are not separable by them, docs/learning_alternatives.md); the afterstate columns
+are what a one-step lookahead sees, and the fit beats the CEM on unseen graphs
+(docs/learning.md). Deterministic (torch on one thread, no random start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from edbatch.graph import Graph
+from edbatch.schedule._compiled_afterstate import afterstate_trace
+from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES, critical_path_weights
+from edbatch.schedule._compiled_priority_q import priority_q_base
+from policies.afterstate import (
+    NUM_WEIGHTS,
+    afterstate_inputs,
+    afterstate_start,
+    population_afterstate,
+)
+from policies.priority import graph_inputs
+from policies.priority_dagger import _fit
+
+__all__ = ["IMITATE_STEPS", "imitate", "label_critical_path"]
+
+#: Adam steps after which the fit's weights are candidates.
+IMITATE_STEPS = (300, 1000, 3000, 10000)
+
+
+def label_critical_path(graphs: Sequence[Graph]) -> tuple[NDArray[np.float64], NDArray[np.int64],
+                                                          NDArray[np.bool_], int]:
+    """The teacher's labels on critical path's states: ``(rows, seg, target, decisions)``,
+    the afterstate rows of the ready types of every contested decision (decision index
+    ``seg``, numbered across graphs), which rows are the teacher's choices (fewest batches
+    of the rollout over critical path), the number of contested decisions."""
+    cp = critical_path_weights(0)
+    xs, segs, tgs, nseg = [], [], [], 0
+    for g in graphs:
+        gi = graph_inputs(g)
+        cap = len(gi[0]) * 8 + 64
+        rows, ids, ptr, q, _ = priority_q_base(*gi, cp, 0, cp, 0, cap)  # type: ignore[call-arg]
+        arows, aids = afterstate_trace(*afterstate_inputs(g), afterstate_start(), cap)  # type: ignore[call-arg]
+        if not (np.array_equal(aids, ids) and np.array_equal(arows[:, :NUM_PRIORITY_FEATURES],
+                                                             rows)):
+            raise RuntimeError("the afterstate trace left critical path's states: "
+                               "afterstate_start() must be critical path")
+        for t in range(len(ptr) - 1):
+            lo, hi = int(ptr[t]), int(ptr[t + 1])
+            qt = q[lo:hi]
+            if hi - lo < 2 or qt.min() == qt.max():
+                continue
+            xs.append(arows[lo:hi])
+            segs.append(np.full(hi - lo, nseg, np.int64))
+            tgs.append(qt == qt.min())
+            nseg += 1
+    if not xs:
+        return np.zeros((0, NUM_WEIGHTS)), np.zeros(0, np.int64), np.zeros(0, np.bool_), 0
+    return np.concatenate(xs), np.concatenate(segs), np.concatenate(tgs), nseg
+
+
+def imitate(graphs: Sequence[Graph], steps: Sequence[int] = IMITATE_STEPS, lr: float = 0.01
+            ) -> tuple[NDArray[np.float64], int, dict[str, object]]:
+    """Fit the afterstate weights to the teacher on ``graphs`` (module doc): ``(weights,
+    their training batches, a record)``; critical path's weights if no candidate beats it."""
+    if not steps or min(steps) < 1:
+        raise ValueError(f"steps must be positive Adam step counts, got {list(steps)}")
+    torch.manual_seed(0)
+    x, seg, target, n = label_critical_path(graphs)
+    inputs = [afterstate_inputs(g) for g in graphs]
+    w0 = afterstate_start()
+    base = int(population_afterstate(inputs, w0[None]).sum())
+    record: dict[str, object] = {"teacher": "critical-path rollout (level 1)",
+                                 "contested_decisions": n, "steps": list(steps), "lr": lr,
+                                 "critical_path_batches": base}
+    if n == 0:
+        record["candidates"] = []
+        return w0, base, record
+    ws = np.vstack(_fit(x, seg, target, None, np.zeros(NUM_WEIGHTS), 0, steps, 0.0, lr,
+                        np.ones(NUM_WEIGHTS, np.bool_)))
+    scores = population_afterstate(inputs, ws).sum(axis=1)
+    i = int(np.argmin(scores))
+    record["candidates"] = scores.tolist()
+    if scores[i] >= base:
+        return w0, base, record
+    record["steps_kept"] = int(steps[i])
+    return np.ascontiguousarray(ws[i]), int(scores[i]), record
