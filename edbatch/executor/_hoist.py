@@ -190,8 +190,7 @@ def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
     by_type: dict[int, list[int]] = {}
     hoisted: dict[int, int] = {}  # op type -> 0 not hoisted, 1 hoisted, 2 hoisted, variadic
     vocab = graph.vocab
-    for b, batch in enumerate(schedule.batches):
-        op_id = batch.op_id
+    for b, op_id in enumerate(schedule.flat()[0].tolist()):
         wanted = hoisted.get(op_id)
         if wanted is None:
             op: OpType = vocab[op_id]
@@ -277,7 +276,8 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     out: list[Any] = list(psteps)
     for b in sorted(before, reverse=True):  # the projection steps before their batches
         out[b:b] = before[b]
-    deferred = {int(at[b]): row for b, row in rows.items()}
+    at_list = at.tolist()
+    deferred = {at_list[b]: row for b, row in rows.items()}
     built = _Built(program, list(rows), states, rows, at, device)
     counts = {**program.counts, False: counted}
     return HoistedProgram(LazySteps(out, deferred, built.steps),  # type: ignore[arg-type]

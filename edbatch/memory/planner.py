@@ -231,15 +231,11 @@ class _Frame:
         batches = schedule.batches
         self.width, self.variadic = _op_tables(graph.vocab)  # per op type
         width = self.width
-        batch_width = width[np.fromiter((b.op_id for b in batches), np.int64, len(batches))]
-        self.widths = sorted(set(batch_width.tolist()))
+        op_ids, self.bptr, self.nodes, self.forced = schedule.flat()  # (shared: not modified)
+        batch_width = width[op_ids]
+        self.widths = np.unique(batch_width).tolist()  # ascending
         arena = np.searchsorted(self.widths, batch_width)
-        sizes = np.fromiter((len(b.node_ids) for b in batches), np.int64, len(batches))
-        self.bptr = np.zeros(len(batches) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=self.bptr[1:])
-        self.nodes = (np.concatenate([b.node_ids for b in batches]).astype(np.int64)
-                      if batches else np.zeros(0, np.int64))
-        self.forced = np.fromiter((b.forced for b in batches), np.bool_, len(batches))
+        sizes = np.diff(self.bptr)
         # Rows: batches in placement order, each arena filled from row 0.
         place = np.fromiter(placement, dtype=np.int64, count=len(batches))
         placed_sizes = sizes[place]

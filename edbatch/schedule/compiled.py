@@ -212,7 +212,8 @@ def compiled_schedule(graph: Graph, rule: str, name: str, *, encoding: str | Non
     bop, bforced, bptr, nodes, hits, misses = compiled_arrays(graph, rule, encoding=encoding,
                                                               table=table)
     return Schedule(_batches(bop, bforced, bptr, nodes), name,
-                    seconds=time.perf_counter() - t0), int(hits), int(misses)
+                    seconds=time.perf_counter() - t0).with_flat(bop, bptr, nodes, bforced), \
+        int(hits), int(misses)
 
 
 # Batch's slots set directly: the frozen dataclass's __init__ goes through
