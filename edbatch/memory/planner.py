@@ -256,7 +256,7 @@ class _Frame:
         place = np.arange(len(op_ids), dtype=np.int64) if isinstance(placement, range) and \
             placement == range(len(op_ids)) \
             else np.fromiter(placement, dtype=np.int64, count=len(op_ids))
-        frame = _frame_numpy if resolve_backend() != "compiled" else frame_compiled
+        frame: Any = _frame_numpy if resolve_backend() != "compiled" else frame_compiled
         widths, self.arena, self.start, self.stop, rows, self.pos_row, self.pos_arena = frame(
             op_ids, self.bptr, place, self.width)
         self.widths, self.rows = widths.tolist(), rows.tolist()
