@@ -180,6 +180,25 @@ def _ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # 
     return dict(zip(batches, late.tolist(), strict=True))
 
 
+def _ready_nodes(graph: Graph, schedule: Schedule, step: np.ndarray,  # type: ignore[type-arg]
+                 batches: list[int], slots: tuple[int, ...]) -> dict[int, int]:
+    """:func:`_ready` of a fixed-arity op type's ``batches`` from the graph: the producer of
+    slot ``k`` of a node is the batch that runs its ``k``-th operand (``step``: each node's
+    batch), the rows the plan reads being those nodes' rows; a few numpy passes over every
+    batch at once, no plan operand or row locator visited."""
+    _, bptr, nodes, _ = schedule.flat()
+    b = np.asarray(batches, np.int64)
+    sizes = bptr[b + 1] - bptr[b]
+    starts = np.cumsum(sizes) - sizes  # each batch's first position among the picked nodes
+    mine = nodes[np.repeat(bptr[b] - starts, sizes) + np.arange(int(sizes.sum()))]
+    first = graph.operand_ptr[mine]
+    late = np.full(len(b), -1, np.int64)
+    for k in slots:
+        late = np.maximum(late, np.maximum.reduceat(step[graph.operand_ids[first + k]],
+                                                    starts))
+    return dict(zip(batches, late.tolist(), strict=True))
+
+
 def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
                     kinds: frozenset[str], overrides: Mapping[str, Kernel] | None = None
                     ) -> dict[int, list[int]]:
@@ -190,8 +209,7 @@ def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
     by_type: dict[int, list[int]] = {}
     hoisted: dict[int, int] = {}  # op type -> 0 not hoisted, 1 hoisted, 2 hoisted, variadic
     vocab = graph.vocab
-    for b, batch in enumerate(schedule.batches):
-        op_id = batch.op_id
+    for b, op_id in enumerate(schedule.flat()[0].tolist()):
         wanted = hoisted.get(op_id)
         if wanted is None:
             op: OpType = vocab[op_id]
@@ -228,7 +246,10 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     if not by_type:
         return program
     psteps = program.steps
-    batch_of = RowLocator(plan).batch_of
+    batch_of: list[np.ndarray] = []  # type: ignore[type-arg]  # (made if a variadic type needs it)
+    step = np.empty(graph.num_nodes, np.int64)  # each node's batch
+    _, bptr, nodes, _ = schedule.flat()
+    step[nodes] = np.repeat(np.arange(len(bptr) - 1, dtype=np.int64), np.diff(bptr))
     base = np.arange(max(rows for rows, _ in plan.arenas), dtype=np.int64)
     before: dict[int, list[Step]] = {}
     arenas = list(program.arenas)
@@ -244,7 +265,11 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     for op_id, batches in by_type.items():
         op = graph.vocab[op_id]
         spec = HOISTS[op.kind]
-        ready = _ready(plan, batch_of, batches, spec.hoisted, base)
+        if op.arity is not None:  # every node has each hoisted slot: read the graph
+            ready = _ready_nodes(graph, schedule, step, batches, spec.hoisted)
+        else:
+            batch_of = batch_of or RowLocator(plan).batch_of
+            ready = _ready(plan, batch_of, batches, spec.hoisted, base)
         arena = len(arenas)
         groups = _groups(batches, ready)
         order = [b for group in groups for b in group]
@@ -277,7 +302,8 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     out: list[Any] = list(psteps)
     for b in sorted(before, reverse=True):  # the projection steps before their batches
         out[b:b] = before[b]
-    deferred = {int(at[b]): row for b, row in rows.items()}
+    at_list = at.tolist()
+    deferred = {at_list[b]: row for b, row in rows.items()}
     built = _Built(program, list(rows), states, rows, at, device)
     counts = {**program.counts, False: counted}
     return HoistedProgram(LazySteps(out, deferred, built.steps),  # type: ignore[arg-type]

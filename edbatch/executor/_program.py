@@ -179,7 +179,7 @@ def _op_table(graph: Graph, schedule: Schedule, kernels: Mapping[str, Kernel] | 
     (looked up once per op type, not once per batch)."""
     sum_kernel = KERNELS.get("sum")
     table = {}
-    for op_id in {batch.op_id for batch in schedule.batches}:
+    for op_id in set(schedule.flat()[0].tolist()):
         op: OpType = graph.vocab[op_id]
         kernel = kernel_for(op, kernels)
         table[op_id] = (op, kernel, math.prod(op.out_shape), op.arity is None,
@@ -221,8 +221,8 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
                   else np.zeros(0, np.int64))
     flat = to_device(graph.attrs[attr_nodes], device)
     table = _op_table(graph, schedule, kernels)
-    entries = [table[batch.op_id] for batch in schedule.batches]
-    sizes = [len(rows) for rows in plan.row_order]
+    entries = list(map(table.__getitem__, schedule.flat()[0].tolist()))
+    sizes = np.diff(schedule.flat()[1]).tolist()  # (each batch's rows: its nodes)
     operand_lists: list[tuple[Operand, ...]] = list(plan.operands)
     splits = [False] * len(entries)
     for b, entry in enumerate(entries):  # a variadic node alone in its batch: one merged read

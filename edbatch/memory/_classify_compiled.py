@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["classify_compiled"]
+__all__ = ["classify_compiled", "frame_compiled"]
 
 
 @njit(cache=True, nogil=True)
@@ -110,3 +110,34 @@ def _views(start, rbatch, rows, forced, g):  # type: ignore[no-untyped-def]
         if view[k] and not forced[rbatch[k]]:
             views += 1
     return view, views
+
+
+@njit(cache=True, nogil=True)
+def frame_compiled(op_ids, bptr, place, width):  # type: ignore[no-untyped-def]
+    """The planner frame's arrays (``planner._frame_numpy``, the oracle): ``(widths, arena,
+    start, stop, rows, pos_row, pos_arena)`` of batches of op types ``op_ids`` and nodes
+    ``bptr`` (offsets), one arena per distinct ``width[op]`` (ascending), each arena filled
+    from row 0 by the batches in ``place`` order; ``pos_row``/``pos_arena``: the row and
+    arena of each position of the batches' concatenated row orders."""
+    nb = len(op_ids)
+    bw = np.empty(nb, np.int64)
+    for b in range(nb):
+        bw[b] = width[op_ids[b]]
+    widths = np.unique(bw)
+    arena = np.searchsorted(widths, bw)
+    fill = np.zeros(len(widths), np.int64)
+    start = np.empty(nb, np.int64)
+    stop = np.empty(nb, np.int64)
+    for j in range(nb):
+        b = place[j]
+        a = arena[b]
+        start[b] = fill[a]
+        fill[a] += bptr[b + 1] - bptr[b]
+        stop[b] = fill[a]
+    pos_row = np.empty(bptr[nb], np.int64)
+    pos_arena = np.empty(bptr[nb], np.int32)
+    for b in range(nb):
+        for i in range(bptr[b], bptr[b + 1]):
+            pos_row[i] = start[b] + i - bptr[b]
+            pos_arena[i] = arena[b]
+    return widths, arena, start, stop, fill, pos_row, pos_arena

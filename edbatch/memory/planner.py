@@ -221,6 +221,24 @@ def _op_tables(vocab: Vocab) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
     return hit[1], hit[2]
 
 
+def _frame_numpy(op_ids: NDArray[np.int64], bptr: NDArray[np.int64], place: NDArray[np.int64],
+                 width: NDArray[np.int64]) -> tuple[NDArray[Any], ...]:
+    """:func:`~edbatch.memory._classify_compiled.frame_compiled` in numpy (the oracle)."""
+    batch_width = width[op_ids]
+    widths = np.unique(batch_width)
+    arena = np.searchsorted(widths, batch_width)
+    sizes = np.diff(bptr)
+    placed_sizes = sizes[place]
+    ends = np.zeros(len(op_ids), dtype=np.int64)
+    for a in range(len(widths)):
+        mine = arena[place] == a
+        ends[place[mine]] = np.cumsum(placed_sizes[mine])
+    rows = np.array([ends[arena == a].max(initial=0) for a in range(len(widths))], np.int64)
+    pos_row = np.repeat(ends - sizes - bptr[:-1], sizes) + np.arange(bptr[-1], dtype=np.int64)
+    return (widths, arena, ends - sizes, ends, rows, pos_row,
+            np.repeat(arena, sizes).astype(np.int32))
+
+
 class _Frame:
     """What every layout of one schedule and one batch placement shares, whatever the row
     order inside each batch: the arenas, each batch's region, and the row and arena of each
@@ -228,30 +246,20 @@ class _Frame:
 
     def __init__(self, graph: Graph, schedule: Schedule, placement: Iterable[int]) -> None:
         self.graph, self.schedule = graph, schedule
-        batches = schedule.batches
         self.width, self.variadic = _op_tables(graph.vocab)  # per op type
-        width = self.width
-        batch_width = width[np.fromiter((b.op_id for b in batches), np.int64, len(batches))]
-        self.widths = sorted(set(batch_width.tolist()))
-        arena = np.searchsorted(self.widths, batch_width)
-        sizes = np.fromiter((len(b.node_ids) for b in batches), np.int64, len(batches))
-        self.bptr = np.zeros(len(batches) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=self.bptr[1:])
-        self.nodes = (np.concatenate([b.node_ids for b in batches]).astype(np.int64)
-                      if batches else np.zeros(0, np.int64))
-        self.forced = np.fromiter((b.forced for b in batches), np.bool_, len(batches))
+        op_ids, self.bptr, self.nodes, self.forced = schedule.flat()  # (shared: not modified)
+        self.sizes = np.diff(self.bptr)
         # Rows: batches in placement order, each arena filled from row 0.
-        place = np.fromiter(placement, dtype=np.int64, count=len(batches))
-        placed_sizes = sizes[place]
-        ends = np.zeros(len(batches), dtype=np.int64)
-        for a in range(len(self.widths)):
-            mine = arena[place] == a
-            ends[place[mine]] = np.cumsum(placed_sizes[mine])
-        self.sizes, self.start, self.stop, self.arena = sizes, ends - sizes, ends, arena
-        self.rows = [int(ends[arena == a].max(initial=0)) for a in range(len(self.widths))]
-        self.pos_row = np.repeat(self.start - self.bptr[:-1], sizes) + \
-            np.arange(len(self.nodes), dtype=np.int64)
-        self.pos_arena = np.repeat(arena, sizes).astype(np.int32)
+        from edbatch.memory._classify_compiled import frame_compiled
+        from edbatch.schedule.compiled import resolve_backend
+
+        place = np.arange(len(op_ids), dtype=np.int64) if isinstance(placement, range) and \
+            placement == range(len(op_ids)) \
+            else np.fromiter(placement, dtype=np.int64, count=len(op_ids))
+        frame: Any = _frame_numpy if resolve_backend() != "compiled" else frame_compiled
+        widths, self.arena, self.start, self.stop, rows, self.pos_row, self.pos_arena = frame(
+            op_ids, self.bptr, place, self.width)
+        self.widths, self.rows = widths.tolist(), rows.tolist()
 
     def node_rows(self, cons: NDArray[np.int64]
                   ) -> tuple[NDArray[np.int64], NDArray[np.int32]]:

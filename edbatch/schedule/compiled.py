@@ -211,8 +211,11 @@ def compiled_schedule(graph: Graph, rule: str, name: str, *, encoding: str | Non
     t0 = time.perf_counter()
     bop, bforced, bptr, nodes, hits, misses = compiled_arrays(graph, rule, encoding=encoding,
                                                               table=table)
-    return Schedule(_batches(bop, bforced, bptr, nodes), name,
-                    seconds=time.perf_counter() - t0), int(hits), int(misses)
+    schedule = Schedule(_batches(bop, bforced, bptr, nodes), name,
+                        seconds=time.perf_counter() - t0)
+    # (copies of the short slices: the core's N-long buffers behind them are freed)
+    return schedule.with_flat(bop.copy(), bptr.copy(), nodes, bforced.copy()), int(hits), \
+        int(misses)
 
 
 # Batch's slots set directly: the frozen dataclass's __init__ goes through

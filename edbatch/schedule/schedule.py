@@ -59,6 +59,28 @@ class Schedule:
         """Number of batches chosen by the policy (not forced)."""
         return sum(1 for b in self.batches if not b.forced)
 
+    def flat(self) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64],
+                            NDArray[np.bool_]]:
+        """``(op ids, batch pointers, nodes, forced)``: every batch's op id, ``int64[B + 1]``
+        offsets of each batch's nodes in ``nodes`` (the batches' ``node_ids`` concatenated,
+        ``int64``) and forced flags, computed once per schedule (the compiled core hands over
+        the arrays it made the batches from: :meth:`with_flat`); shared: do not modify them
+        (as the batches' ``node_ids``; writeable, so compiled callees see one array type)."""
+        out: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64],
+                   NDArray[np.bool_]] | None = self.__dict__.get("_flat")
+        if out is None:
+            out = _flat_of(self.batches)
+            object.__setattr__(self, "_flat", out)
+        return out
+
+    def with_flat(self, op_ids: NDArray[np.int64], ptr: NDArray[np.int64],
+                  nodes: NDArray[np.int64], forced: NDArray[np.bool_]) -> Schedule:
+        """This schedule, its :meth:`flat` arrays set to these (which must be what
+        :meth:`flat` computes from :attr:`batches`: the arrays its batches were made from);
+        returns ``self``."""
+        object.__setattr__(self, "_flat", (op_ids, ptr, nodes, forced))
+        return self
+
     def step_of(self, num_nodes: int) -> NDArray[np.int64]:
         """``int64[N]`` index of the batch that runs each node (``-1`` if none does)."""
         step = np.full(num_nodes, -1, dtype=np.int64)
@@ -117,3 +139,15 @@ class Schedule:
             op = int(graph.op_ids[arr[0]]) if len(arr) else -1
             out.append(Batch(op, arr, forced=not graph.vocab[op].batchable))
         return cls(tuple(out), scheduler)
+
+
+def _flat_of(batches: Sequence[Batch]) -> tuple[NDArray[np.int64], NDArray[np.int64],
+                                                NDArray[np.int64], NDArray[np.bool_]]:
+    """:meth:`Schedule.flat` of ``batches``."""
+    n = len(batches)
+    ops = np.fromiter((b.op_id for b in batches), np.int64, n)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter((len(b.node_ids) for b in batches), np.int64, n), out=ptr[1:])
+    nodes = (np.concatenate([b.node_ids for b in batches]).astype(np.int64) if n
+             else np.zeros(0, np.int64))
+    return ops, ptr, nodes, np.fromiter((b.forced for b in batches), np.bool_, n)
