@@ -67,14 +67,6 @@ CHEAP: dict[str, str] = {
         "--minibatches 1 --repeats 1 --warmup 1 --no-dynet --fsm-episodes 2 --seed 0 "
         "--contenders fsm pytorch_hand floor --out results/throughput.json "
         "--plot results/throughput.png",
-    # the inference host cuts on LSTM sequences, hand-batched peer and floor (docs/throughput.md)
-    "python benchmarks/throughput.py --workloads bilstm_tagger bilstm_char_tagger "
-    "transition_parser --modes infer --sizes 300x150 --minibatches 2 --repeats 3 --no-dynet "
-    "--contenders fsm pytorch_hand floor":
-        f"{PY} benchmarks/throughput.py --workloads bilstm_tagger bilstm_char_tagger "
-        "transition_parser --modes infer --sizes 8x6 --minibatches 1 --repeats 1 --warmup 1 "
-        "--fsm-episodes 2 --no-dynet --contenders fsm pytorch_hand floor "
-        "--out results/throughput.json --plot results/throughput.png",
     # input-projection hoisting (docs/benchmarks.md)
     "python benchmarks/throughput.py --workloads bilstm_tagger --sizes 300x150 --minibatches 2 "
     "--repeats 1 --contenders dynet_agenda fsm fsm+unhoisted pytorch_hand floor":
