@@ -74,8 +74,7 @@ def _at_cp_cost(made: dict[str, Any], name: str) -> Callable[..., Any]:
     weights (critical path's choice computed at every decision, as the core does, and
     dropped): ``name``'s batches at critical path's cost."""
     from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES, _schedule
-    from edbatch.schedule.compiled import _batches
-    from edbatch.schedule.schedule import Schedule
+    from edbatch.schedule.compiled import core_schedule
     from policies.priority import critical_path_weights, graph_inputs
     w, none = critical_path_weights(), np.empty(0, np.int64)
     rows = np.empty((0, NUM_PRIORITY_FEATURES), np.float64)
@@ -84,7 +83,7 @@ def _at_cp_cost(made: dict[str, Any], name: str) -> Callable[..., Any]:
         # defaults cost ~0.2 ms a call here (measured)
         bop, bforced, bptr, nodes = _schedule(*graph_inputs(graph), w, 0, rows, none, none,
                                               made[name], np.bool_(False), True)[:4]
-        return Schedule(_batches(bop, bforced, bptr, nodes), f"{name}@cp")
+        return core_schedule(bop, bforced, bptr, nodes, f"{name}@cp")
     return schedule
 
 

@@ -37,7 +37,7 @@ from edbatch.schedule._compiled_afterstate import (
     run_afterstate_counts,
 )
 from edbatch.schedule.bounds import type_chain_lengths
-from edbatch.schedule.compiled import _batches
+from edbatch.schedule.compiled import core_schedule
 from policies._header import check_header
 from policies.priority import (
     FEATURES,
@@ -124,8 +124,7 @@ class AfterstatePolicy(WeightStats):
         t0 = time.perf_counter()
         res = run_afterstate(*afterstate_inputs(graph), self.weights)  # type: ignore[call-arg]
         bop, bforced, bptr, nodes = res[:4]
-        return Schedule(_batches(bop, bforced, bptr, nodes), self.name,
-                        time.perf_counter() - t0)
+        return core_schedule(bop, bforced, bptr, nodes, self.name, t0)
 
     def twin(self) -> AfterstateTwin:
         """The Python oracle with these weights."""

@@ -52,7 +52,7 @@ from edbatch.schedule._compiled_priority import (
 )
 from edbatch.schedule._compiled_priority_ctx import CONTEXT_SOURCES
 from edbatch.schedule.bounds import height_list
-from edbatch.schedule.compiled import _batches, core_graph
+from edbatch.schedule.compiled import core_graph, core_schedule
 from policies._header import check_header
 
 __all__ = ["FEATURES", "FORMAT", "VERSION", "PriorityPolicy", "PriorityScheduler", "widen",
@@ -172,8 +172,7 @@ class PriorityPolicy(WeightStats):
         # dispatch of an omitted default cost ~2 us a call (measured)
         self.hits += int(over)
         self.misses += int(dec - over)
-        return Schedule(_batches(bop, bforced, bptr, nodes), self.name,
-                        seconds=time.perf_counter() - t0)
+        return core_schedule(bop, bforced, bptr, nodes, self.name, t0)
 
     def scheduler(self, name: str = "priority") -> PriorityPolicy:
         """This policy under ``name`` (a scheduler sharing the weights and counters)."""

@@ -40,7 +40,7 @@ from edbatch.graph import Graph
 from edbatch.schedule import FrontierView, Schedule
 from edbatch.schedule._compiled_priority import V2_FEATURES
 from edbatch.schedule._compiled_priority_fsm import LEAN_FEATURES, LEAN_RELEASE, run_rank_fsm
-from edbatch.schedule.compiled import _batches
+from edbatch.schedule.compiled import core_schedule
 from policies._header import check_header
 from policies.priority import FEATURES, PriorityTwin, critical_path_weights, graph_inputs
 
@@ -291,8 +291,7 @@ class PriorityFSM:
         bop, bforced, bptr, nodes, hits, choices = self.run(graph)[:6]
         self.hits += int(hits)
         self.misses += int(choices - hits)
-        return Schedule(_batches(bop, bforced, bptr, nodes), self.name,
-                        seconds=time.perf_counter() - t0)
+        return core_schedule(bop, bforced, bptr, nodes, self.name, t0)
 
     def scheduler(self, name: str = "priority_fsm") -> PriorityFSM:
         """This table under ``name`` (sharing table and counters)."""

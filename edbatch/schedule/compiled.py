@@ -29,7 +29,7 @@ from edbatch.schedule.reverse import reversed_operands
 from edbatch.schedule.schedule import Batch, Schedule
 
 __all__ = ["BACKENDS", "COMPILED_ENCODINGS", "COMPILED_RULES", "CompiledFsmScheduler",
-           "CompiledScheduler", "FsmTable", "compiled_arrays", "compiled_schedule",
+           "CompiledScheduler", "FsmTable", "compiled_arrays", "compiled_schedule", "core_schedule",
            "compiled_typewise_greedy_backward", "fsm_supported", "heights", "resolve_backend",
            "typewise"]
 
@@ -211,11 +211,19 @@ def compiled_schedule(graph: Graph, rule: str, name: str, *, encoding: str | Non
     t0 = time.perf_counter()
     bop, bforced, bptr, nodes, hits, misses = compiled_arrays(graph, rule, encoding=encoding,
                                                               table=table)
+    return core_schedule(bop, bforced, bptr, nodes, name, t0), int(hits), int(misses)
+
+
+def core_schedule(bop: NDArray[np.int64], bforced: NDArray[np.bool_], bptr: NDArray[np.int64],
+                  nodes: NDArray[np.int64], name: str, t0: float | None = None) -> Schedule:
+    """The :class:`Schedule` of a compiled loop's batch arrays (op ids, forced flags, batch
+    pointers into ``nodes``), its :meth:`~Schedule.flat` arrays set to them, so the planner and
+    the program read them instead of passing over every batch; ``t0``: the
+    ``time.perf_counter()`` the scheduling started at (its ``seconds``)."""
     schedule = Schedule(_batches(bop, bforced, bptr, nodes), name,
-                        seconds=time.perf_counter() - t0)
+                        seconds=0.0 if t0 is None else time.perf_counter() - t0)
     # (copies of the short slices: the core's N-long buffers behind them are freed)
-    return schedule.with_flat(bop.copy(), bptr.copy(), nodes, bforced.copy()), int(hits), \
-        int(misses)
+    return schedule.with_flat(bop.copy(), bptr.copy(), nodes, bforced.copy())
 
 
 # Batch's slots set directly: the frozen dataclass's __init__ goes through

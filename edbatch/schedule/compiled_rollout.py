@@ -19,10 +19,10 @@ from edbatch.schedule.bounds import lower_bound
 from edbatch.schedule.compiled import (
     _EMPTY_I,
     FsmTable,
-    _batches,
     _read_only,
     core_graph,
     core_ids,
+    core_schedule,
     fsm_encoding,
     fsm_supported,
 )
@@ -105,5 +105,4 @@ def compiled_rollout(graph: Graph, bases: Sequence[CompiledBase], *, budget: int
         np.array(ptr, np.int64), _cat(hashes), _cat(acts), int(budget),
         float(lower_bound(graph)), bool(retry_planned), int(level), int(inner_budget),
         int(plan_budget))
-    return (Schedule(_batches(bop, bforced, bptr, nodes), name,
-                     seconds=time.perf_counter() - t0), int(spent))
+    return core_schedule(bop, bforced, bptr, nodes, name, t0), int(spent)
