@@ -49,19 +49,23 @@ __all__ = ["IMITATE_STEPS", "imitate", "label_critical_path"]
 IMITATE_STEPS = (300, 1000, 3000, 10000)
 
 
-def label_critical_path(graphs: Sequence[Graph]) -> tuple[NDArray[np.float64], NDArray[np.int64],
-                                                          NDArray[np.bool_], int]:
+def label_critical_path(graphs: Sequence[Graph], inputs: Sequence[tuple] | None = None  # type: ignore[type-arg]
+                        ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.bool_],
+                                   int]:
     """The teacher's labels on critical path's states: ``(rows, seg, target, decisions)``,
     the afterstate rows of the ready types of every contested decision (decision index
     ``seg``, numbered across graphs), which rows are the teacher's choices (fewest batches
-    of the rollout over critical path), the number of contested decisions."""
+    of the rollout over critical path), the number of contested decisions. ``inputs``: the
+    graphs' :func:`~policies.afterstate.afterstate_inputs`, if the caller has them."""
     cp = critical_path_weights(0)
+    if inputs is None:
+        inputs = [afterstate_inputs(g) for g in graphs]
     xs, segs, tgs, nseg = [], [], [], 0
-    for g in graphs:
+    for g, ai in zip(graphs, inputs, strict=True):
         gi = graph_inputs(g)
         cap = len(gi[0]) * 8 + 64
         rows, ids, ptr, q, _ = priority_q_base(*gi, cp, 0, cp, 0, cap)  # type: ignore[call-arg]
-        arows, aids = afterstate_trace(*afterstate_inputs(g), afterstate_start(), cap)  # type: ignore[call-arg]
+        arows, aids = afterstate_trace(*ai, afterstate_start(), cap)  # type: ignore[call-arg]
         if not (np.array_equal(aids, ids) and np.array_equal(arows[:, :NUM_PRIORITY_FEATURES],
                                                              rows)):
             raise RuntimeError("the afterstate trace left critical path's states: "
@@ -87,8 +91,8 @@ def imitate(graphs: Sequence[Graph], steps: Sequence[int] = IMITATE_STEPS, lr: f
     if not steps or min(steps) < 1:
         raise ValueError(f"steps must be positive Adam step counts, got {list(steps)}")
     torch.manual_seed(0)
-    x, seg, target, n = label_critical_path(graphs)
     inputs = [afterstate_inputs(g) for g in graphs]
+    x, seg, target, n = label_critical_path(graphs, inputs)
     w0 = afterstate_start()
     base = int(population_afterstate(inputs, w0[None]).sum())
     record: dict[str, object] = {"teacher": "critical-path rollout (level 1)",
