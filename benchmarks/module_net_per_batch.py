@@ -12,7 +12,10 @@ medians of each phase and what a batch costs beside critical path: the median ov
 mini-batches of ``(step - critical path's step) / (batches - critical path's batches)``,
 also without the scheduling phase (what the batches themselves cost, not the scheduler that
 chose them). With each ``learned*``: its items/s over critical path's, the median of the
-per-mini-batch ratios (both ran on the same mini-batch, one after the other). ``--clock
+per-mini-batch ratios (both ran on the same mini-batch, one after the other), and that
+median apart on the mini-batches where its program has fewer steps (kernel calls: on
+module_net, critical path sometimes splits the attention run in two) and on the others.
+``--clock
 cpu`` (the default) times this thread's CPU time (``time.thread_time``), which a loaded
 machine's other processes do not inflate. ``--at-cp-cost`` adds, per ``learned*``, a row
 ``<name>@cp`` that replays the policy's decisions (its op types, taken beforehand, untimed,
@@ -161,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     names = list(scheds)
     times: dict[str, dict[str, list[float]]] = {n: {p: [] for p in PHASES} for n in names}
     batches: dict[str, list[int]] = {n: [] for n in names}
+    steps: dict[str, list[float]] = {n: [] for n in names}  # program steps (kernel calls)
     for m in range(args.minibatches + 1):  # the first one warms up (numba, allocator)
         idx = rng.permutation(len(data))[:args.batch_size]
         made.clear()
@@ -168,18 +172,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             copy = scheds[n](wl.minibatch(args.split, idx))  # untimed, on a copy
             made[n] = np.array([b.op_id for b in copy.batches if not b.forced], np.int64)
         for name in _order(names, m):
-            laps, schedule, _ = training_step(wl, args.split, idx, scheds[name], ex, params,
-                                              clock, not args.at_cp_cost)
+            laps, schedule, res = training_step(wl, args.split, idx, scheds[name], ex,
+                                                params, clock, not args.at_cp_cost)
             if m:
                 batches[name].append(schedule.num_batches)
+                steps[name].append(res.stats["exec/num_kernel_calls"])
                 for ph, v in zip(PHASES, (*laps, sum(laps)), strict=True):
                     times[name][ph].append(1e3 * v)
-    return _report(args, names, times, batches)
+    return _report(args, names, times, batches, steps)
 
 
 def _report(args: argparse.Namespace, names: Sequence[str],
-            times: dict[str, dict[str, list[float]]], batches: dict[str, list[int]]
-            ) -> dict[str, float]:
+            times: dict[str, dict[str, list[float]]], batches: dict[str, list[int]],
+            steps: dict[str, list[float]]) -> dict[str, float]:
     cp_b = np.array(batches["critical_path"], np.float64)
     cp_t = np.array(times["critical_path"]["total"])
     cp_s = np.array(times["critical_path"]["schedule"])
@@ -213,6 +218,14 @@ def _report(args: argparse.Namespace, names: Sequence[str],
         print(f"{n} ({path}) vs critical_path items/s: {100 * (np.median(ratio) - 1):+.1f}% "
               f"(median of {len(ratio)} paired mini-batches; range "
               f"{100 * (ratio.min() - 1):+.1f} to {100 * (ratio.max() - 1):+.1f}%)")
+        fewer = np.array(steps[n]) < np.array(steps["critical_path"])
+        out[f"{n}/steps"] = float(np.mean(steps[n]))
+        out[f"{n}/fewer_steps_share"] = float(fewer.mean())
+        parts = [f"{100 * (np.median(ratio[sel]) - 1):+.1f}% on the {int(sel.sum())} with "
+                 f"{what} program steps" for sel, what in ((fewer, "fewer"), (~fewer, "no fewer"))
+                 if sel.any()]
+        print(f"  program steps {np.mean(steps[n]):.2f} (critical path "
+              f"{np.mean(steps['critical_path']):.2f}); items/s " + ", ".join(parts))
     return out
 
 

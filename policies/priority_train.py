@@ -63,14 +63,18 @@ def _costs(inputs: Sequence[tuple], segs: Sequence[np.ndarray],  # type: ignore[
                    for g, seg in zip(inputs, segs, strict=True)], axis=0)
 
 
-def searched(nh: int, far: bool, context: bool = False) -> np.ndarray:  # type: ignore[type-arg]
+def searched(nh: int, far: bool, context: bool = False, release: bool = True
+             ) -> np.ndarray:  # type: ignore[type-arg]
     """Which of the :func:`~policies.priority.num_params` parameters the trainer searches:
     all, or all but the weights (in the linear part and in each hidden unit) of feature
-    ``far`` (``far=False``) and of the context features (``context=False``)."""
+    ``far`` (``far=False``), of the context features (``context=False``) and of the release
+    features ``rel_log`` .. ``lead`` (``release=False``: held at 0, so the compiled loop
+    skips the release sums' upkeep, :func:`~edbatch.schedule._compiled_priority._uses_release`)."""
     active = np.ones(num_params(nh), np.bool_)
     f = len(FEATURES)
     off = ([FEATURES.index("far")] if not far else []) + (
-        [] if context else list(range(FEATURES.index("is_cp"), f)))
+        [] if context else list(range(FEATURES.index("is_cp"), f))) + (
+        [] if release else list(range(FEATURES.index("rel_log"), FEATURES.index("lead") + 1)))
     for j in off:
         active[j] = False
         active[[f + u * (f + 1) + j for u in range(nh)]] = False
@@ -149,6 +153,9 @@ class PriorityTrainer:
             guard minimise (a run of consecutive segment-type batches is one step,
             :func:`segment_types`; 0: the batch count alone). Not with DAgger or API rounds
             (their teachers count batches).
+        release: also search the release features' weights (``rel_log`` .. ``lead``;
+            ``False``: held at 0, a cheaper run-time loop: no release sums kept). Not with
+            hidden units (an MLP reads every feature) or ``context`` (it reads them).
     """
 
     name = "priority"
@@ -158,8 +165,14 @@ class PriorityTrainer:
                  hidden_units: int = 0, api_rounds: int = 0, far: bool = False,
                  dagger_rounds: int = 0, dagger_teacher: str = "critical_path",
                  weighting: str = "uniform", dagger_first: bool = False,
-                 context: bool = False, step_weight: float = 0.0) -> None:
+                 context: bool = False, step_weight: float = 0.0,
+                 release: bool = True) -> None:
         hidden = hidden_units
+        if not release and (hidden_units or context):
+            raise ValueError(f"release=False needs a linear scorer without context features "
+                             f"(they read the release sums); got hidden_units={hidden_units}, "
+                             f"context={context}")
+        self.release = bool(release)
         if not step_weight >= 0.0 or (step_weight and (dagger_rounds or api_rounds)):
             raise ValueError(f"need step_weight >= 0, and 0 with dagger_rounds or api_rounds "
                              f"(they count batches); got step_weight={step_weight!r}, "
@@ -200,7 +213,7 @@ class PriorityTrainer:
         w0 = critical_path_weights(nh)
         base = _costs(train, tsegs, w0[None], nh, lam)[0].item()
         val_base0 = _costs(val, vsegs, w0[None], nh, lam)[0].item()
-        active = searched(nh, self.far, self.context)
+        active = searched(nh, self.far, self.context, self.release)
         unit = f"batches + {lam:g} x steps" if lam else "batches"
         if self.dagger_rounds and not self.dagger_first:  # DAgger learns the hidden layer
             active[len(FEATURES):] = False
@@ -250,7 +263,7 @@ class PriorityTrainer:
         meta.update({"learner": "cross-entropy method", "iterations": self.iterations,
                      "population": self.population, "elite": self.elite, "seed": self.seed,
                      "hidden": nh, "api_rounds": api, "far": self.far,
-                     "context": self.context, "step_weight": lam, "objective": unit,
+                     "context": self.context, "release": self.release, "step_weight": lam, "objective": unit,
                      "dagger": {"rounds": dag, "teacher": self.teacher,
                                 "weighting": self.weighting, "first": self.dagger_first},
                      "train_batches": best, "train_fallback_batches": base,
@@ -279,6 +292,7 @@ class PriorityTrainer:
         w, best, rounds = dagger(train, w, self.hidden, self.dagger_rounds,
                                  teacher=self.teacher, weighting=self.weighting,
                                  seed=self.seed,
-                                 active=searched(self.hidden, self.far, self.context),
+                                 active=searched(self.hidden, self.far, self.context,
+                                                 self.release),
                                  progress=progress)
         return w, best, [vars(r) for r in rounds]

@@ -24,6 +24,8 @@ def test_per_batch_costs_and_a_learned_priority_policy(tmp_path) -> None:  # typ
     assert math.isfinite(out["depth/per_batch_us"]) and "learned/per_batch_us" not in out
     assert all(out[f"{n}/{p}"] > 0 for n in ("depth", "learned") for p in PHASES)
     assert out["learned_items_ratio"] > 0
+    # the same schedules: as many program steps as critical path's on every mini-batch
+    assert out["learned/steps"] > 0 and out["learned/fewer_steps_share"] == 0.0
 
 
 @pytest.mark.slow
