@@ -9,6 +9,8 @@
 #                       also compiles the bodies into the fresh Inductor cache)
 #   profile.{txt,json}  one fsm Tree-LSTM inference mini-batch under torch.profiler, fused
 #                       bodies on and off: aten ops per batch, launches, syncs, memcpys
+#   profile_no_cublaslt the same with DISABLE_ADDMM_CUDA_LT=1 (addmm with a bias through plain
+#                       cuBLAS: is cuBLASLt's per-shape heuristic a host cost on fresh shapes?)
 #   throughput_ab.*     interleaved A/B on reshuffled mini-batches: dynet_agenda, fsm
 #                       (compiled bodies), fsm+unfused (TorchExecutor(fused=False)), floor
 #   pytest_gpu.txt      every gpu test (-n 12)
@@ -53,6 +55,9 @@ step tests_fused 80 python3 -m pytest -q -p no:cacheprovider -m gpu -n 0 \
 
 step profile 60 python3 benchmarks/gpu_fused_profile.py --device cuda --minibatches 3 \
     --out "$OUT/profile.json"
+
+DISABLE_ADDMM_CUDA_LT=1 step profile_no_cublaslt 40 python3 benchmarks/gpu_fused_profile.py \
+    --device cuda --minibatches 2 --out "$OUT/profile_no_cublaslt.json"
 
 step throughput_ab 110 python3 benchmarks/throughput.py --device cuda \
     --workloads tree_lstm bilstm_tagger --sizes 300x150 --minibatches 4 --no-dynet \

@@ -8,7 +8,10 @@ the unfused torch kernels), interleaved; one run of each is traced with ``torch.
 Printed and written to ``--out`` (JSON): batches per mini-batch, top-level aten ops and
 compiled regions per batch, kernel launches, ``cudaStreamSynchronize`` /
 ``cudaDeviceSynchronize`` / ``cudaEventSynchronize`` / ``cudaMemcpy*`` calls per mini-batch,
-and the median wall ms of ``run()`` (which waits for the device at its end) per mode.
+the host microseconds (under the profiler) of the costliest top-level ops, and the median wall
+ms of ``run()`` (which waits for the device at its end) per mode. ``DISABLE_ADDMM_CUDA_LT=1``
+in the environment (torch reads it at start) runs ``addmm`` with a bias through plain cuBLAS
+instead of cuBLASLt (whose per-call heuristic query costs host time at new shapes).
 
     python3 benchmarks/gpu_fused_profile.py --device cuda --out $OUT/profile.json
 """
@@ -27,12 +30,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks.peers import sized_workload  # noqa: E402
-from edbatch.executor import init_params  # noqa: E402
-from edbatch.executor.torch_executor import TorchExecutor  # noqa: E402
-from edbatch.memory import plan_memory  # noqa: E402
+from benchmarks.peers import sized_workload
+from edbatch.executor import init_params
+from edbatch.executor.torch_executor import TorchExecutor
+from edbatch.memory import plan_memory
 
 #: Runtime-API calls counted per mini-batch (the names torch.profiler gives them).
 CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
@@ -42,6 +45,7 @@ CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchK
 
 def _counts(prof: Any, batches: int) -> dict[str, Any]:
     top: collections.Counter[str] = collections.Counter()
+    host_us: collections.Counter[str] = collections.Counter()  # host us, top-level ops
     calls: collections.Counter[str] = collections.Counter()
     regions = 0
     for e in prof.events():
@@ -50,15 +54,18 @@ def _counts(prof: Any, batches: int) -> dict[str, Any]:
             calls[name] += 1
         elif name.startswith("Torch-Compiled Region"):
             regions += 1
+            host_us["Torch-Compiled Region"] += e.cpu_time_total
         elif name.startswith("aten::") and (e.cpu_parent is None
                                             or not e.cpu_parent.name.startswith(("aten::",
                                                                                  "Torch-"))):
             top[name] += 1
+            host_us[name] += e.cpu_time_total
     ops = sum(top.values())
     return {"batches": batches, "aten_ops": ops, "aten_ops_per_batch": ops / batches,
             "compiled_regions": regions, "calls": dict(calls),
             "launches": sum(v for k, v in calls.items() if "Launch" in k),
-            "top_ops": top.most_common(25)}
+            "top_ops": top.most_common(25),
+            "host_us_by_op": [(k, round(v, 1)) for k, v in host_us.most_common(15)]}
 
 
 def main() -> None:
@@ -110,6 +117,7 @@ def main() -> None:
               f"  compiled regions {c['compiled_regions']:>4}  launches {c['launches']:>5}"
               f"  run() {c['run_ms_median']:7.2f} ms  calls {c['calls']}")
         print(f"         top ops: {c['top_ops'][:12]}")
+        print(f"         host us (profiled) by op: {c['host_us_by_op'][:10]}")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))

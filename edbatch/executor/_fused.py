@@ -18,8 +18,11 @@ gradients included).
 
 Scope: CPU tensors of float32 / float64 whose columns are contiguous (``stride(1) == 1``;
 rows may be strided, e.g. the ``c`` half of a state ``[h; c]``), outside autograd (the
-in-place inference path and the hand-backward training path). Anything else (CUDA,
-autograd recording, other dtypes) runs the unfused torch code, which stays the reference.
+in-place inference path and the hand-backward training path). On CUDA the Tree-LSTM and
+LSTM cells (:func:`cell_usable`) take the same bodies compiled by TorchInductor
+(:mod:`~edbatch.executor._fused_compiled`; these four entry points dispatch there by
+device). Anything else (autograd recording, other dtypes, a failed compile) runs the
+unfused torch code, which stays the reference.
 The switch: :func:`use` (a context manager; ``TorchExecutor(fused=...)`` wraps its runs in
 it) and :data:`DEFAULT` (on: faster in every throughput row's median of three runs, 1.06-
 1.13x end to end; docs/throughput.md).
@@ -83,7 +86,7 @@ def cell_usable(*tensors: Tensor) -> bool:
     """Whether a fused body serves the Tree-LSTM and LSTM cells' ``tensors``: the numba
     kernels (:func:`usable`) or, on CUDA, the compiled ones
     (:mod:`~edbatch.executor._fused_compiled`)."""
-    return _STATE[0] and _fused_compiled.usable(*tensors) or usable(*tensors)
+    return (_STATE[0] and _fused_compiled.usable(*tensors)) or usable(*tensors)
 
 
 def _compiled(t: Tensor) -> bool:
