@@ -121,34 +121,39 @@ def usable(*tensors: Tensor) -> bool:
 
 
 # ---------------------------------------------------------------------- the bodies
-# (plain torch: each is compiled as one graph; the eager call is the fallback)
+# (plain torch: each is compiled as one graph; the eager call is the fallback). Every value
+# is computed and stored per ``[B, H]`` block, so all stores of a body share one iteration
+# space and Inductor can fuse them into one kernel.
+def _store(dest: Tensor, blocks: tuple[Tensor, ...]) -> None:
+    """``dest[:, k H:(k + 1) H] = blocks[k]`` (each ``[B, H]``)."""
+    h = blocks[0].shape[1]
+    for k, block in enumerate(blocks):
+        dest[:, k * h:(k + 1) * h].copy_(block)
+
+
 def _tree_leaf(g: Tensor, out: Tensor, t: Tensor) -> None:
     h = t.shape[1]
-    io = torch.sigmoid(g[:, :2 * h])
+    i, o = torch.sigmoid(g[:, :h]), torch.sigmoid(g[:, h:2 * h])
     u = torch.tanh(g[:, 2 * h:3 * h])
-    c = io[:, :h] * u
+    c = i * u
     th = torch.tanh(c)
-    g[:, :2 * h].copy_(io)
-    g[:, 2 * h:3 * h].copy_(u)
-    out[:, :h].copy_(io[:, h:] * th)
-    out[:, h:2 * h].copy_(c)
+    _store(g, (i, o, u))
+    _store(out, (o * th, c))
     t.copy_(th)
 
 
 def _tree_internal(g: Tensor, f1: Tensor, s1: Tensor, f2: Tensor, s2: Tensor, out: Tensor,
                    t: Tensor) -> None:
     h = t.shape[1]
-    io = torch.sigmoid(g[:, :2 * h])
+    i, o = torch.sigmoid(g[:, :h]), torch.sigmoid(g[:, h:2 * h])
     u = torch.tanh(g[:, 2 * h:3 * h])
     a, b = torch.sigmoid(f1), torch.sigmoid(f2)
-    c = io[:, :h] * u + a * s1[:, h:2 * h] + b * s2[:, h:2 * h]
+    c = i * u + a * s1[:, h:2 * h] + b * s2[:, h:2 * h]
     th = torch.tanh(c)
-    g[:, :2 * h].copy_(io)
-    g[:, 2 * h:3 * h].copy_(u)
+    _store(g, (i, o, u))
     f1.copy_(a)
     f2.copy_(b)
-    out[:, :h].copy_(io[:, h:] * th)
-    out[:, h:2 * h].copy_(c)
+    _store(out, (o * th, c))
     t.copy_(th)
 
 
@@ -158,9 +163,7 @@ def _tree_gates_grad(grad: Tensor, g: Tensor, t: Tensor, d: Tensor) -> Tensor:
     dh, dcn = grad[:, :h], grad[:, h:2 * h]
     i, o, u = g[:, :h], g[:, h:2 * h], g[:, 2 * h:3 * h]
     dc = dh * o * (1 - t * t) + dcn
-    d[:, :h].copy_(dc * u * i * (1 - i))
-    d[:, h:2 * h].copy_(dh * t * o * (1 - o))
-    d[:, 2 * h:3 * h].copy_(dc * i * (1 - u * u))
+    _store(d, (dc * u * i * (1 - i), dh * t * o * (1 - o), dc * i * (1 - u * u)))
     return dc
 
 
@@ -181,15 +184,12 @@ def _tree_internal_backward(grad: Tensor, g: Tensor, t: Tensor, d: Tensor, f1: T
 
 def _lstm(g: Tensor, c: Tensor, out: Tensor, t: Tensor) -> None:
     h = t.shape[1]
-    gates = torch.sigmoid(g[:, :3 * h])
-    u = torch.tanh(g[:, 3 * h:4 * h])
-    i, f, o = gates[:, :h], gates[:, h:2 * h], gates[:, 2 * h:3 * h]
+    i, f = torch.sigmoid(g[:, :h]), torch.sigmoid(g[:, h:2 * h])
+    o, u = torch.sigmoid(g[:, 2 * h:3 * h]), torch.tanh(g[:, 3 * h:4 * h])
     c2 = f * c + i * u
     th = torch.tanh(c2)
-    g[:, :3 * h].copy_(gates)
-    g[:, 3 * h:4 * h].copy_(u)
-    out[:, :h].copy_(o * th)
-    out[:, h:2 * h].copy_(c2)
+    _store(g, (i, f, o, u))
+    _store(out, (o * th, c2))
     t.copy_(th)
 
 
@@ -199,10 +199,8 @@ def _lstm_backward(grad: Tensor, g: Tensor, c: Tensor, t: Tensor, d_gates: Tenso
     dh, dcn = grad[:, :h], grad[:, h:2 * h]
     i, f, o, u = g[:, :h], g[:, h:2 * h], g[:, 2 * h:3 * h], g[:, 3 * h:4 * h]
     dc = dh * o * (1 - t * t) + dcn
-    d_gates[:, :h].copy_(dc * u * i * (1 - i))
-    d_gates[:, h:2 * h].copy_(dc * c * f * (1 - f))
-    d_gates[:, 2 * h:3 * h].copy_(dh * t * o * (1 - o))
-    d_gates[:, 3 * h:4 * h].copy_(dc * i * (1 - u * u))
+    _store(d_gates, (dc * u * i * (1 - i), dc * c * f * (1 - f), dh * t * o * (1 - o),
+                     dc * i * (1 - u * u)))
     d_c.copy_(dc * f)
 
 
