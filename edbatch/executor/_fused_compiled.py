@@ -71,20 +71,27 @@ _SHAPES = {"use_duck_shape": False}
 
 @contextlib.contextmanager
 def _applied() -> Iterator[None]:
-    fx_config, dynamo_config = torch.fx.experimental._config, torch._dynamo.config
-    names = [n for n in _SHAPES if hasattr(fx_config, n)]  # (an older torch may lack one)
-    old = [getattr(fx_config, n) for n in names], dynamo_config.recompile_limit
-    for n in names:
-        setattr(fx_config, n, _SHAPES[n])
-    dynamo_config.recompile_limit = max(old[1], RECOMPILE_LIMIT)
+    """:data:`_SHAPES` and :data:`RECOMPILE_LIMIT` set for the block (names this torch lacks
+    are left out)."""
+    import torch._dynamo.config as dynamo_config  # (loaded already: cheap)
+    import torch.fx.experimental._config as fx_config
+
+    limit = next((n for n in ("recompile_limit", "cache_size_limit")
+                  if hasattr(dynamo_config, n)), None)
+    values = [(fx_config, n, v) for n, v in _SHAPES.items() if hasattr(fx_config, n)]
+    if limit is not None:
+        values.append((dynamo_config, limit, max(getattr(dynamo_config, limit),
+                                                 RECOMPILE_LIMIT)))
+    old = [(config, n, getattr(config, n)) for config, n, _ in values]
+    for config, n, v in values:
+        setattr(config, n, v)
     _ACTIVE[0] += 1
     try:
         yield
     finally:
         _ACTIVE[0] -= 1
-        for n, v in zip(names, old[0], strict=True):
-            setattr(fx_config, n, v)
-        dynamo_config.recompile_limit = old[1]
+        for config, n, v in old:
+            setattr(config, n, v)
 
 
 def available() -> bool:
