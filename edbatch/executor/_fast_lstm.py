@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor import _fused
+from edbatch.executor import _fused, _fused_compiled
 from edbatch.executor._program import given_steps, replace_steps
 from edbatch.executor._reads import Read
 from edbatch.executor._weights import TRANSPOSED
@@ -105,9 +105,11 @@ _NONE: tuple[None] = (None,)
 
 def qualifies(arenas: Sequence[Tensor]) -> bool:
     """Whether a run over ``arenas`` takes the short path: fused kernels on (inside the
-    executor's ``_fused.use``), CPU, float32/float64, autograd not recording."""
+    executor's ``_fused.use``), CPU (unless the CPU is served by the compiled bodies, in
+    tests), float32/float64, autograd not recording."""
     return ENABLED[0] and bool(arenas) and _fused.enabled() and arenas[0].device.type == "cpu" and \
-        arenas[0].dtype in (torch.float32, torch.float64) and not torch.is_grad_enabled()
+        arenas[0].dtype in (torch.float32, torch.float64) and not torch.is_grad_enabled() and \
+        "cpu" not in _fused_compiled.DEVICES
 
 
 def install_short(program: Any, device: torch.device, kind: str,

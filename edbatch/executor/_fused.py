@@ -18,8 +18,11 @@ gradients included).
 
 Scope: CPU tensors of float32 / float64 whose columns are contiguous (``stride(1) == 1``;
 rows may be strided, e.g. the ``c`` half of a state ``[h; c]``), outside autograd (the
-in-place inference path and the hand-backward training path). Anything else (CUDA,
-autograd recording, other dtypes) runs the unfused torch code, which stays the reference.
+in-place inference path and the hand-backward training path). On CUDA the Tree-LSTM and
+LSTM cells (:func:`cell_usable`) take the same bodies compiled by TorchInductor
+(:mod:`~edbatch.executor._fused_compiled`; these four entry points dispatch there by
+device). Anything else (autograd recording, other dtypes, a failed compile) runs the
+unfused torch code, which stays the reference.
 The switch: :func:`use` (a context manager; ``TorchExecutor(fused=...)`` wraps its runs in
 it) and :data:`DEFAULT` (on: faster in every throughput row's median of three runs, 1.06-
 1.13x end to end; docs/throughput.md).
@@ -36,8 +39,10 @@ from numba import njit, types
 from numba.extending import overload
 from torch import Tensor
 
-__all__ = ["DEFAULT", "enabled", "lstm_backward", "lstm_forward", "tree_backward",
-           "tree_forward", "tree_forward_rows", "use", "usable"]
+from edbatch.executor import _fused_compiled
+
+__all__ = ["DEFAULT", "cell_usable", "enabled", "lstm_backward", "lstm_forward",
+           "tree_backward", "tree_forward", "tree_forward_rows", "use", "usable"]
 
 #: Whether the fused kernels run where they apply, unless :func:`use` says otherwise.
 DEFAULT = True
@@ -53,14 +58,15 @@ def enabled() -> bool:
 @contextlib.contextmanager
 def use(flag: bool | None) -> Iterator[None]:
     """Turn the fused kernels on or off inside the block (``None``: leave as is)."""
-    if flag is None:
-        yield
-        return
-    old, _STATE[0] = _STATE[0], bool(flag)
-    try:
-        yield
-    finally:
-        _STATE[0] = old
+    with _fused_compiled.settings():
+        if flag is None:
+            yield
+            return
+        old, _STATE[0] = _STATE[0], bool(flag)
+        try:
+            yield
+        finally:
+            _STATE[0] = old
 
 
 def usable(*tensors: Tensor) -> bool:
@@ -74,6 +80,18 @@ def usable(*tensors: Tensor) -> bool:
                 (t.stride(1) != 1 and t.shape[1] > 1) or t.requires_grad:
             return False
     return dtype in _DTYPES
+
+
+def cell_usable(*tensors: Tensor) -> bool:
+    """Whether a fused body serves the Tree-LSTM and LSTM cells' ``tensors``: the numba
+    kernels (:func:`usable`) or, on CUDA, the compiled ones
+    (:mod:`~edbatch.executor._fused_compiled`)."""
+    return (_STATE[0] and _fused_compiled.usable(*tensors)) or usable(*tensors)
+
+
+def _compiled(t: Tensor) -> bool:
+    """Whether ``t``'s device takes the compiled bodies (CUDA; tests add the CPU)."""
+    return t.device.type in _fused_compiled.DEVICES
 
 
 # ---------------------------------------------------------------------- activations
@@ -169,7 +187,9 @@ def lstm_forward(g: Tensor, c: Tensor, out: Tensor, t: Tensor,
     """In place: ``g`` (``[B, 4H]`` pre-activations ``i f o u``) becomes
     ``[sigmoid(i f o); tanh(u)]``; ``out = [h'; c']``, ``t = tanh(c')``. ``c`` is the old
     cell state; pass its state ``[h; c]`` as ``state`` where there is one (faster)."""
-    if state is not None:
+    if _compiled(g):
+        _fused_compiled.lstm_forward(g, c, out, t)
+    elif state is not None:
         _lstm_fwd(g.numpy(), state.numpy(), t.shape[1], out.numpy(), t.numpy())
     else:
         _lstm_fwd(g.numpy(), c.numpy(), 0, out.numpy(), t.numpy())
@@ -203,6 +223,9 @@ def lstm_backward(grad: Tensor, g: Tensor, c: Tensor, t: Tensor, d_gates: Tensor
     ``d0:d0+H`` of ``d_in``, ``dc' f``, from ``grad = d[h'; c']`` and the forward's
     ``g = [sigmoid(i f o); tanh(u)]`` (``[B, 4H]``, as :func:`lstm_forward` leaves it), old
     ``c`` and ``t = tanh(c')``."""
+    if _compiled(g):
+        _fused_compiled.lstm_backward(grad, g, c, t, d_gates, d_in, d0)
+        return
     _lstm_bwd(grad.numpy(), g.numpy(), c.numpy(), t.numpy(), d_gates.numpy(), d_in.numpy(), d0)
 
 
@@ -255,6 +278,9 @@ def tree_forward(g: Tensor, kids: tuple[Tensor, Tensor, Tensor, Tensor] | None, 
     pre-activations become ``sigmoid`` in place and ``c = i u + f1 c1 + f2 c2`` (``c_k``:
     the second half of the child state ``[h; c]``), else ``c = i u``;
     ``out = [o tanh(c); c]``, ``t = tanh(c)``."""
+    if _compiled(g):
+        _fused_compiled.tree_forward(g, kids, out, t)
+        return
     gv, ov, tv = g.numpy(), out.numpy(), t.numpy()
     if kids is None:
         _tree_leaf(gv, ov, tv)
@@ -333,6 +359,9 @@ def tree_backward(grad: Tensor, g: Tensor, t: Tensor, d: Tensor,
     ``t``; with ``kids = (f1, c1, f2, c2, d_f, d_states)`` also the forget pre-activation
     gradients ``d_f[k]`` (``[2, B, H]``) and the child states' ``c`` gradients
     ``dc f_k`` into ``d_states[k, :, H:]`` (``[2, B, 2H]``)."""
+    if _compiled(g):
+        _fused_compiled.tree_backward(grad, g, t, d, kids)
+        return
     gv, tv, dv = grad.numpy(), t.numpy(), d.numpy()
     if kids is None:
         _tree_bwd_leaf(gv, g.numpy(), tv, dv)

@@ -75,7 +75,7 @@ def lstm_step_xh(xh: Tensor, c: Tensor, weight: Tensor, bias: Tensor,
     if untracked(xh, c, weight, bias):  # the same arithmetic in place, into ``out``
         if out is None:
             out = torch.empty(g.shape[0], 2 * hidden, dtype=g.dtype, device=g.device)
-        if _fused.usable(g, c, out, state if state is not None else c):
+        if _fused.cell_usable(g, c, out, state if state is not None else c):
             t = g.new_empty((g.shape[0], hidden))  # one compiled kernel, gates: all of g
             _fused.lstm_forward(g, c, out, t, state)
             if save is not None:
@@ -121,7 +121,7 @@ def lstm_step_backward(saved: Any, grad: Tensor, weight: Tensor) -> tuple[Tensor
     batch, hidden = u.shape
     width = xh.shape[1]
     if gates.shape[1] == 4 * hidden:  # a fused forward's: all of g (its last H are u)
-        if _fused.usable(grad, gates, c, t):  # one compiled kernel, then the matmul
+        if _fused.cell_usable(grad, gates, c, t):  # one compiled kernel, then the matmul
             d_gates = torch.empty(batch, 4 * hidden, dtype=u.dtype, device=u.device)
             d_in = torch.empty(batch, width + hidden, dtype=u.dtype, device=u.device)
             _fused.lstm_backward(grad, gates, c, t, d_gates, d_in, width)

@@ -82,7 +82,7 @@ def lstm_from_gates(g: Tensor, c: Tensor, out: Tensor | None = None,
     hidden = c.shape[1]
     if out is None:
         out = g.new_empty((g.shape[0], 2 * hidden))
-    if _fused.usable(g, c, out, state if state is not None else c):
+    if _fused.cell_usable(g, c, out, state if state is not None else c):
         t = g.new_empty((g.shape[0], hidden))
         _fused.lstm_forward(g, c, out, t, state)
         if save is not None:

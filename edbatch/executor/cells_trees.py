@@ -77,7 +77,7 @@ class TreeLSTMLeaf(CellKind):
         if untracked(x, p.W, p.b):  # the same arithmetic in place, into ``out``
             if out is None:
                 out = g.new_empty(g.shape[0], 2 * hidden)
-            if _fused.usable(g, out):  # one compiled kernel for the element-wise part
+            if _fused.cell_usable(g, out):  # one compiled kernel for the element-wise part
                 t = g.new_empty(g.shape[0], hidden)
                 _fused.tree_forward(g, None, out, t)
                 if save is not None:  # io: all of g (the fused backward reads it)
@@ -104,7 +104,7 @@ class TreeLSTMLeaf(CellKind):
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:
         if saved.io.shape[1] == 3 * saved.u.shape[1] and \
-                _fused.usable(grad, saved.io, saved.t):
+                _fused.cell_usable(grad, saved.io, saved.t):
             d_g = grad.new_empty(grad.shape[0], 3 * saved.u.shape[1])
             _fused.tree_backward(grad, saved.io, saved.t, d_g)
         else:
@@ -152,7 +152,7 @@ class TreeLSTMInternal(CellKind):
         x, u = saved.x, saved.u
         batch, hidden = u.shape
         if saved.io.shape[1] == 3 * hidden and \
-                _fused.usable(grad, saved.io, saved.t, saved.f1, saved.c1, saved.f2, saved.c2):
+                _fused.cell_usable(grad, saved.io, saved.t, saved.f1, saved.c1, saved.f2, saved.c2):
             return _tree_internal_backward_fused(saved, grad, p, grads)
         d_iou, dc = _gates_backward(grad, saved.io, u, saved.t)
         grads.linear(("U_iou", "b_iou"), d_iou, x)
@@ -183,7 +183,7 @@ def _tree_lstm_internal_inplace(x: Tensor, states: Sequence[Tensor], p: Any,
     if out is None:
         out = g.new_empty(g.shape[0], 2 * hidden)
     s1, s2 = states[4], states[5]
-    if _fused.usable(g, s1, s2, out):  # one compiled kernel for the element-wise part
+    if _fused.cell_usable(g, s1, s2, out):  # one compiled kernel for the element-wise part
         f1, f2 = linear_t(h1, p.U_f1, p.b_f), linear_t(h2, p.U_f2, p.b_f)
         t = g.new_empty(g.shape[0], hidden)
         _fused.tree_forward(g, (f1, s1, f2, s2), out, t)
