@@ -19,7 +19,12 @@ Numerics: ``torch.sigmoid`` and ``torch.tanh`` as the unfused CUDA path (where
 rounding (``tests/executor/test_fused_compiled.py``: 1e-10 on real workload graphs,
 gradients included).
 
-Where: tensors on a device in :data:`DEVICES` (CUDA; tests add the CPU with :func:`serve`),
+Opt-in until measured on a GPU: no lent GPU has timed these bodies yet (docs/results.md
+section 6), so :data:`DEVICES` is empty unless the environment variable
+``EDBATCH_COMPILED_CELLS`` names device types (``cuda``; ``cpu,cuda``); without it CUDA runs
+the unfused torch path as before. ``benchmarks/gpu_fused_check.sh`` turns it on.
+
+Where: tensors on a device in :data:`DEVICES` (tests add devices with :func:`serve`),
 fused kernels on (``_fused.use``), float32/float64, outside autograd. A call that fails to
 compile warns once, disables this module for the process and completes on the eager body
 (the same torch operations, uncompiled); later calls take the unfused path.
@@ -28,6 +33,7 @@ compile warns once, disables this module for the process and completes on the ea
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -39,8 +45,27 @@ from torch import Tensor
 __all__ = ["DEVICES", "RECOMPILE_LIMIT", "available", "lstm_backward", "lstm_forward", "serve",
            "settings", "tree_backward", "tree_forward", "usable"]
 
-#: Device types whose tensors take the compiled bodies (the CPU has numba's; tests add it).
-DEVICES = {"cuda"}
+_ENV = "EDBATCH_COMPILED_CELLS"
+_KNOWN = ("cpu", "cuda")
+
+
+def _env_devices() -> set[str]:
+    """The device types ``EDBATCH_COMPILED_CELLS`` names (comma-separated; unset or empty:
+    none). An unknown name warns once, naming the value and the fix, and counts as none."""
+    raw = os.environ.get(_ENV, "")
+    names = {part.strip().lower() for part in raw.split(",") if part.strip()}
+    unknown = sorted(names - set(_KNOWN))
+    if unknown:
+        warnings.warn(f"{_ENV}={raw!r}: unknown device type(s) {unknown}; use 'cuda', 'cpu' "
+                      f"or 'cpu,cuda' (unset: off). The compiled cell bodies stay off.",
+                      stacklevel=2)
+        return set()
+    return names
+
+
+#: Device types whose tensors take the compiled bodies: empty unless ``EDBATCH_COMPILED_CELLS``
+#: names some (opt-in until timed on a GPU; the CPU has numba's; tests add devices).
+DEVICES = _env_devices()
 _FAILED: list[str] = []  # the first compile failure's message (then: the unfused path)
 _COMPILED: dict[str, Callable[..., None]] = {}
 _DTYPES = (torch.float32, torch.float64)

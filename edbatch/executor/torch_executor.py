@@ -122,8 +122,9 @@ class TorchExecutor:
             ``None`` (default): ``True``, except with ``cuda_graphs`` on CUDA; ``False``:
             per-batch cells.
         fused: the LSTM-family cells' element-wise parts as one compiled kernel per batch
-            (:mod:`~edbatch.executor._fused`, outside autograd; CUDA: TorchInductor's); ``None``:
-            the process setting (on by default); ``False``: the unfused torch path.
+            (:mod:`~edbatch.executor._fused`, outside autograd; CUDA: TorchInductor's, opt-in by
+            ``EDBATCH_COMPILED_CELLS=cuda``); ``None``: the process setting (on by default);
+            ``False``: the unfused torch path.
 
     Raises:
         ConfigError: ``hoist`` with ``cuda_graphs`` on CUDA, or a ``hoist`` of another type.

@@ -71,6 +71,17 @@ def test_cpu_tensors_keep_numba_unless_served() -> None:
     assert "cpu" not in _fused_compiled.DEVICES
 
 
+def test_opt_in_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off unless ``EDBATCH_COMPILED_CELLS`` names device types; a bad name warns with the fix."""
+    monkeypatch.delenv("EDBATCH_COMPILED_CELLS", raising=False)
+    assert _fused_compiled._env_devices() == set()
+    monkeypatch.setenv("EDBATCH_COMPILED_CELLS", " cuda, CPU ")
+    assert _fused_compiled._env_devices() == {"cuda", "cpu"}
+    monkeypatch.setenv("EDBATCH_COMPILED_CELLS", "gpu")
+    with pytest.warns(UserWarning, match=r"EDBATCH_COMPILED_CELLS='gpu'.*\['gpu'\].*'cuda'"):
+        assert _fused_compiled._env_devices() == set()
+
+
 @pytest.mark.parametrize(("bad", "alone"), [("grad", False), ("dtype", True),
                                            ("int", False), ("device", False)])
 def test_not_usable(bad: str, alone: bool) -> None:
@@ -113,7 +124,8 @@ def test_compiled_equals_unfused_on_cpu_fp64(name: str) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("name", NAMES)
 def test_compiled_equals_unfused_on_cuda_fp64(name: str) -> None:
-    fused = _run(name, "cuda", True, count=6)
+    with _fused_compiled.serve("cuda"):  # opt-in (EDBATCH_COMPILED_CELLS) until timed
+        fused = _run(name, "cuda", True, count=6)
     assert not _fused_compiled._FAILED, _fused_compiled._FAILED
     used = TREE_BODIES if name == "tree_lstm" else LSTM_BODIES
     assert used <= set(_fused_compiled._COMPILED)
