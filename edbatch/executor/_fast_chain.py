@@ -405,14 +405,15 @@ def _chain_rows(program: Any, short: LazySteps, rows: Mapping[int, Row]) -> Any:
     chained: set[int] = set()
     for run in _key_runs(keys):
         picked = [rows[i] if i in rows else step_row(new[i]) for i in run]
-        used = set().union(*[keys[i][0] for i in run])  # type: ignore[index]  # (_row_arenas)
-        new[run[0]] = ChainStep.of_rows(picked, sorted(used), sorted(
-            {keys[i][1] for i in run} - {None}))  # type: ignore[index]
+        ran = [key for i in run if (key := keys[i]) is not None]  # (every run's keys are)
+        used: set[int] = set().union(*[key[0] for key in ran])  # (_row_arenas of its rows)
+        new[run[0]] = ChainStep.of_rows(picked, sorted(used),
+                                        sorted({w for _, w in ran if w is not None}))
         for i in run[1:]:
             new[i] = DONE
         chained.update(run)
     for i, row in rows.items():
         if i not in chained:
-            new[i] = row_sum_step(row) if row[0] == 2 else row_step(row)
+            new[i] = row_sum_step(row) if row[0] == 2 else row_step(row)  # type: ignore[arg-type]
     program.chained = tuple(new)
     return program
