@@ -61,12 +61,13 @@ Sizes are ``EMBEDxHIDDEN`` strings (any positive pair, e.g. ``8x6`` for a quick 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -213,9 +214,26 @@ def _edbatch_rows(name: str, size: str, wl: Workload, split: str,
         if FLOOR in args.contenders:
             job.floors = _floors(wl, split, plan, floor_scheduler, train)
             use.append(FLOOR)
-        rows += bench_job(job, use, args)
+        with _setup_frozen():
+            rows += bench_job(job, use, args)
     add_ratios(rows)
     return rows
+
+
+@contextmanager
+def _setup_frozen() -> Iterator[None]:
+    """The timed passes with everything made before them (data, policies, floors, earlier
+    rows' objects) moved out of the collector's generations (``gc.freeze``), as a service
+    freezes its start-up heap: a collection in a pass scans what the passes made, not the
+    ~340,000 objects of the benchmark's process (a full collection of those took ~200 ms,
+    one of them once inside a lattice ``fsm`` pass). The same for every contender; the
+    objects are unfrozen after the job."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _rows_dynet_in_blocks(name: str, size: str, wl: Workload, split: str,

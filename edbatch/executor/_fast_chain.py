@@ -38,7 +38,7 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor._fast_lstm import FastStep, bind_weight
-from edbatch.executor._fast_sum import FastSumStep, sum_chained, sum_row
+from edbatch.executor._fast_sum import FastSumStep, row_sum_step, sum_chained, sum_row
 from edbatch.executor._fused import _jit, _lstm_row, _sig_, _tanh_
 from edbatch.executor._program import LazySteps
 from edbatch.executor._reads import RowsRead, SliceRead, to_device
@@ -233,8 +233,11 @@ class ChainStep:
         wslot = {w: k for k, w in enumerate(weights)}
         meta: list[tuple[int, ...]] = []
         gathered: list[np.ndarray] = []  # type: ignore[type-arg]
-        at = 0
+        at = most = width = 0
+        names: set[str] = set()
+        binders: dict[str, int] = {}  # weight -> H of its first batch, keys in last-seen order
         for row in rows:
+            names.add(row[-1])
             if row[0] == 2:  # a sum: its operands' arena slots, then their rows
                 _, srcs, rows_, n, oa, os_, _ = row
                 meta.append((2, len(srcs), at, n, 0, 0, slot[oa], os_, 0, 0))
@@ -242,6 +245,9 @@ class ChainStep:
                 at += len(srcs) * (n + 1)
                 continue
             kind, sb, s0, idx, n, pa, lo, oa, os_, weight, hidden, _ = row
+            most, width = max(most, n), max(width, hidden)
+            h = binders.pop(weight, hidden)
+            binders[weight] = h
             if kind:
                 meta.append((1, slot[sb], at, n, slot[pa], lo, slot[oa], os_, wslot[weight],
                              hidden))
@@ -254,11 +260,11 @@ class ChainStep:
         # one concatenation of the index arrays
         self.idx = np.concatenate(gathered).astype(np.int64, copy=False) if gathered \
             else np.zeros(1, np.int64)
-        lstm = [r for r in rows if r[0] != 2]
-        self.rows = max(r[4] for r in lstm)
-        self.width = max(r[10] for r in lstm)
-        self.name = ", ".join(sorted({r[-1] for r in rows}))
-        self.binders = tuple({r[9]: r[10] for r in reversed(lstm)}.items())  # weight -> H
+        if not binders:
+            raise ValueError("a chain needs at least one hoisted LSTM batch; got only sums")
+        self.rows, self.width = most, width
+        self.name = ", ".join(sorted(names))
+        self.binders = tuple(reversed(binders.items()))  # weight -> H
 
     def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
         """As :meth:`FastStep.bind <edbatch.executor._fast_lstm.FastStep.bind>`, for
@@ -388,8 +394,9 @@ def chain_short(program: Any, device: torch.device) -> Any:
 def _chain_rows(program: Any, short: LazySteps, rows: Mapping[int, Row]) -> Any:
     """:func:`chain_short` of a program whose hoisted batches are deferred ``rows``."""
     keys: list[tuple[tuple[int, ...], str | None] | None] = [None] * len(short)
-    for i, row in rows.items():
-        keys[i] = (row[1], row[5], row[7]), row[9]
+    for i, row in rows.items():  # (a deferred sum's row: its arenas, as _key gives them)
+        keys[i] = ((*row[1], row[4]), None) if row[0] == 2 else \
+            ((row[1], row[5], row[7]), row[9])
     new: list[Any] = [None] * len(short)
     for i, entry in short.given():  # (a given FastStep is no deferred batch's: not chained)
         new[i] = entry
@@ -398,14 +405,15 @@ def _chain_rows(program: Any, short: LazySteps, rows: Mapping[int, Row]) -> Any:
     chained: set[int] = set()
     for run in _key_runs(keys):
         picked = [rows[i] if i in rows else step_row(new[i]) for i in run]
-        arenas = sorted({a for r in picked for a in _row_arenas(r)})
-        new[run[0]] = ChainStep.of_rows(picked, arenas, sorted({r[9] for r in picked
-                                                                if r[0] != 2}))
+        ran = [key for i in run if (key := keys[i]) is not None]  # (every run's keys are)
+        used: set[int] = set().union(*[key[0] for key in ran])  # (_row_arenas of its rows)
+        new[run[0]] = ChainStep.of_rows(picked, sorted(used),
+                                        sorted({w for _, w in ran if w is not None}))
         for i in run[1:]:
             new[i] = DONE
         chained.update(run)
     for i, row in rows.items():
         if i not in chained:
-            new[i] = row_step(row)
+            new[i] = row_sum_step(row) if row[0] == 2 else row_step(row)  # type: ignore[arg-type]
     program.chained = tuple(new)
     return program

@@ -25,7 +25,8 @@ from edbatch.errors import ExecutionError
 from edbatch.executor._fast_lstm import install_short
 from edbatch.executor._reads import RowsRead, SliceRead
 
-__all__ = ["KIND", "SLOTS", "FastSumStep", "SumRow", "sum_row", "sum_rows", "sum_short"]
+__all__ = ["KIND", "SLOTS", "FastSumStep", "SumRow", "plan_sum_rows", "row_sum_step", "sum_row",
+           "sum_rows", "sum_short"]
 
 #: The op kind this short path serves.
 KIND = "sum"
@@ -144,3 +145,53 @@ def _sum_step(step: Any, arenas: Sequence[tuple[int, int]]) -> FastSumStep | Non
     slot = {a: k for k, a in enumerate(used)}
     return FastSumStep(tuple(used), np.array([slot[a] for a in srcs], np.int64), idx,
                        slot[step.out_arena], step.out_start, step.op.name)
+
+
+def plan_sum_rows(plan: Any, batches: Sequence[int], sizes: Sequence[int], width: Sequence[int],
+                  names: Sequence[str]) -> dict[int, SumRow]:
+    """Batch -> :data:`SumRow` of those of ``batches`` (fixed-arity sums; ``sizes``,
+    ``width``, ``names``: each one's nodes, output width and op type name) whose
+    :class:`FastSumStep` :func:`_sum_step` would make from their compiled reads, made from
+    ``plan``'s operands directly: no read, no step (a hoisted program defers the sums' steps:
+    :func:`~edbatch.executor._hoist.hoist_program`). Every row index of every batch is one
+    concatenation, each batch's ``[k, n]`` block a view of it."""
+    arenas, ops, outputs = plan.arenas, plan.operands, plan.outputs
+    base = np.arange(max(rows for rows, _ in arenas), dtype=np.int64)
+    parts: list[np.ndarray] = []  # type: ignore[type-arg]
+    kept: list[tuple[int, tuple[int, ...], int, int, str]] = []  # batch, arenas, n, at, name
+    at = 0
+    for b, n, w, name in zip(batches, sizes, width, names, strict=True):
+        operands = ops[b]
+        region = outputs[b]
+        if len(operands) < 2 or arenas[region.arena][1] != w:
+            continue
+        mine = []
+        srcs = []
+        for o in operands:
+            view = o.view
+            rows = base[view.start:view.stop] if view is not None else o.gather
+            if len(rows) != n or arenas[o.arena][1] != w:
+                break
+            mine.append(rows)
+            srcs.append(o.arena)
+        else:
+            if len({*srcs, region.arena}) > SLOTS:
+                continue
+            parts += mine
+            kept.append((b, tuple(srcs), n, at, name))
+            at += n * len(srcs)
+    if not kept:
+        return {}
+    flat = np.concatenate(parts)
+    return {b: (2, srcs, flat[lo:lo + n * len(srcs)].reshape(len(srcs), n), n,
+                outputs[b].arena, outputs[b].start, name)
+            for b, srcs, n, lo, name in kept}
+
+
+def row_sum_step(row: SumRow) -> FastSumStep:
+    """The :class:`FastSumStep` of a :data:`SumRow` (as :func:`_sum_step` makes it)."""
+    _, srcs, idx, _, oa, os, name = row
+    used = sorted({*srcs, oa})
+    slot = {a: k for k, a in enumerate(used)}
+    return FastSumStep(tuple(used), np.array([slot[a] for a in srcs], np.int64), idx,
+                       slot[oa], os, name)

@@ -45,6 +45,7 @@ import torch
 from edbatch.errors import ConfigError, UnknownNameError, did_you_mean
 from edbatch.executor._fast_chain import Row
 from edbatch.executor._fast_lstm import FastStep
+from edbatch.executor._fast_sum import SumRow
 from edbatch.executor._head_reads import (
     HeadPairRead,
     HeadRowsRead,
@@ -53,6 +54,7 @@ from edbatch.executor._head_reads import (
     head_reads,
     pair_read,
 )
+from edbatch.executor._hoist_sums import count_sums, deferred_sums, sum_entries, sums_kept
 from edbatch.executor._program import (
     LazySteps,
     Program,
@@ -224,23 +226,33 @@ def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
 def compile_hoisted(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
                     kernels: Mapping[str, Kernel] | None, kinds: frozenset[str],
                     overrides: Mapping[str, Kernel] | None) -> Program:
-    """``compile_program`` without the reads of :func:`hoisted_batches`, then hoisted."""
+    """``compile_program`` without the reads of :func:`hoisted_batches` (nor, on the CPU, of
+    the sum batches whose short step :func:`deferred_sums` makes from the plan), then
+    hoisted."""
     by_type = hoisted_batches(graph, schedule, plan, kinds, overrides) if kinds else {}
-    program = compile_program(graph, schedule, plan, device, kernels,
-                              [b for batches in by_type.values() for b in batches])
-    return hoist_program(program, graph, schedule, plan, device, kinds, overrides, by_type) \
-        if by_type else program
+    sums = deferred_sums(graph, schedule, plan, device, kernels) if by_type else {}
+    hoisted = [b for batches in by_type.values() for b in batches]
+    program = compile_program(graph, schedule, plan, device, kernels, hoisted + list(sums))
+    if sums and not sums_kept(program, schedule, sums):  # a program pass took one
+        sums = {}
+        program = compile_program(graph, schedule, plan, device, kernels, hoisted)
+    return hoist_program(program, graph, schedule, plan, device, kinds, overrides, by_type,
+                         sums) if by_type else program
 
 
 def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: MemoryPlan,
                   device: torch.device, kinds: frozenset[str],
                   overrides: Mapping[str, Kernel] | None = None,
-                  by_type: Mapping[int, list[int]] | None = None) -> Program:
+                  by_type: Mapping[int, list[int]] | None = None,
+                  sums: Mapping[int, SumRow] | None = None) -> Program:
     """``program`` with the input projections of ``kinds`` hoisted (see the module doc);
     ``program`` itself when no batch has such a kind (or ``overrides`` replaces its kernel
     by another than the registry's, as a user's own cell does). ``by_type``:
     :func:`hoisted_batches`, if made; the rewritten batches' reads come from ``plan``
-    (``program`` may skip them: :func:`compile_hoisted`)."""
+    (``program`` may skip them: :func:`compile_hoisted`). ``sums``:
+    :func:`~edbatch.executor._hoist_sums.deferred_sums` whose steps ``program`` has without
+    reads (:func:`~edbatch.executor._hoist_sums.sums_kept`): deferred as the recurrent
+    batches' are."""
     if by_type is None:
         by_type = hoisted_batches(graph, schedule, plan, kinds, overrides)
     if not by_type:
@@ -257,8 +269,8 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     # the rewritten program's read counts: the reads compiled so far (none for the skipped
     # batches), these state reads, the projection steps' and one projection view a batch
     counted = list(program.counts[False])
-    if any(psteps[b].reads for v in by_type.values() for b in v):  # compiled without skip
-        rewritten = {b for v in by_type.values() for b in v}
+    if any(psteps[v[0]].reads for v in by_type.values()):  # compiled without skip (then all
+        rewritten = {b for v in by_type.values() for b in v}  # have reads: a batch has operands)
         counted = _count(s for b, s in enumerate(psteps) if b not in rewritten)
     rows: dict[int, Row] = {}  # batch -> its chain row (_fast_chain.Row), in by_type's order
     states: list[Operand] = []  # their state operands, in that order
@@ -303,8 +315,12 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     for b in sorted(before, reverse=True):  # the projection steps before their batches
         out[b:b] = before[b]
     at_list = at.tolist()
-    deferred = {at_list[b]: row for b, row in rows.items()}
-    built = _Built(program, list(rows), states, rows, at, device)
+    deferred: dict[int, Any] = {at_list[b]: row for b, row in rows.items()}
+    sums = sums or {}
+    count_sums(plan, sums, counted)
+    deferred.update((at_list[b], row) for b, row in sums.items())
+    built = _Built(program, list(rows), states, rows, at, device,
+                   {at_list[b]: (b, plan.operands[b], row) for b, row in sums.items()})
     counts = {**program.counts, False: counted}
     return HoistedProgram(LazySteps(out, deferred, built.steps),  # type: ignore[arg-type]
                           program.grad_steps, tuple(arenas), program.outputs,
@@ -322,13 +338,14 @@ class _Built:
 
     def __init__(self, program: Program, batches: list[int], states: list[Operand],
                  rows: Mapping[int, Row], at: np.ndarray,  # type: ignore[type-arg]
-                 device: torch.device) -> None:
-        self.made: list[tuple[dict[int, Step], dict[int, FastStep]]] = []
-        self.args = program, batches, states, rows, at, device
+                 device: torch.device,
+                 sums: Mapping[int, tuple[int, tuple[Operand, ...], SumRow]]) -> None:
+        self.made: list[tuple[dict[int, Step], dict[int, Any]]] = []
+        self.args = program, batches, states, rows, at, device, sums
 
-    def _make(self) -> tuple[dict[int, Step], dict[int, FastStep]]:
+    def _make(self) -> tuple[dict[int, Step], dict[int, Any]]:
         if not self.made:
-            program, batches, states, rows, at, device = self.args
+            program, batches, states, rows, at, device, sums = self.args
             psteps = program.steps
             reads = inplace_reads([(o,) for o in states], device, [0, 0, 0])
             steps, short = {}, {}
@@ -343,6 +360,7 @@ class _Built:
                 steps[i] = new
                 if type(state) in _WHOLE_ROWS:  # whole [h; c] rows: the short path
                     short[i] = FastStep(state, arena, lo, size, oa, os_, weight, hidden, name)
+            sum_entries(psteps, sums, device, steps, short)
             self.made.append((steps, short))
             self.args = ()  # type: ignore[assignment]
         return self.made[0]
@@ -350,8 +368,9 @@ class _Built:
     def steps(self) -> dict[int, Step]:
         return self._make()[0]
 
-    def short(self) -> dict[int, FastStep]:
+    def short(self) -> dict[int, Any]:
         return self._make()[1]
+
 
 
 def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, op: OpType,

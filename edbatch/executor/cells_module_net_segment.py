@@ -23,6 +23,7 @@ segment runs its batches one by one through their own kernels (the reference pat
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -149,6 +150,9 @@ class Segment:
         return [route]
 
 
+_KIND = attrgetter("op.kind")  # a step's op kind (one C call a step)
+
+
 def _codes(steps: Sequence[Step]) -> list[int | None]:
     """Each step's code in a segment's table if a segment can run it, else None (looked up
     once per op type: a program's steps of one op type share its kernel)."""
@@ -216,8 +220,10 @@ class AttentionSegments:
               device: torch.device) -> tuple[list[int], Any]:
         if device.type != "cpu":
             return [], ([], None)
+        if CODES.keys().isdisjoint(map(_KIND, steps)):  # no attention batch (most workloads)
+            return [], ([], None)
         codes = _codes(steps)  # the steps' kernels and ops are final: apply reuses them
-        if codes.count(None) == len(codes):  # no attention batch (most workloads)
+        if codes.count(None) == len(codes):
             return [], ([], codes)
         runs = _runs(steps, operands, codes)
         return [b for i, j, _, _ in runs for b in range(i, j)], (runs, codes)
