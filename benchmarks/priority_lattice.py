@@ -26,6 +26,10 @@ imitation alone, the same for every seed)::
     python -m benchmarks.priority_lattice --dumps --seeds 0 1 2 --iterations 70 \
         --population 56 --num-train-graphs 24 --context --afterstate [--imitate]
 
+``--lean`` (with ``--imitate``): the imitation fits only the first 15 priority features and
+the afterstate ones, so the compiled loop skips the release-dependent context rows (the
+cheaper variant; ``--iterations 0``: it alone).
+
 ``--dagger-rounds N`` adds DAgger imitation of a rollout teacher after the CEM
 (:mod:`policies.priority_dagger`; ``--teacher``, ``--weighting``, ``--dagger-first``; with
 ``--hidden-units H`` the CEM searches the linear weights and DAgger fits the MLP)::
@@ -82,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     ap.add_argument("--imitate", action="store_true",
                     help="with --afterstate: start from the imitation of the critical-path "
                     "rollout teacher (policies.afterstate_imitate; --iterations 0: it alone)")
+    ap.add_argument("--lean", action="store_true",
+                    help="with --imitate: fit only the first 15 priority features and the "
+                    "afterstate ones (no context rows: the cheaper per-decision variant)")
     ap.add_argument("--dumps", action="store_true",
                     help="the held-out dump protocol (train G0 + extra, test G1-G17)")
     ap.add_argument("--train-shuffles", type=int, default=3, help="with --dumps")
@@ -131,7 +138,9 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
         t0, c0 = time.perf_counter(), time.process_time()
         trainer = AfterstateTrainer(args.iterations, args.population, args.elite, seed=seed,
                                     far=args.far, context=args.context,
-                                    imitate=args.imitate) if args.afterstate \
+                                    imitate=args.imitate,
+                                    imitate_priority_features=15 if args.lean else None
+                                    ) if args.afterstate \
             else PriorityTrainer(args.iterations, args.population, args.elite, seed=seed,
                                  hidden_units=args.hidden_units,
                                  api_rounds=args.api_rounds, far=args.far,

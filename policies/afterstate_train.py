@@ -31,6 +31,7 @@ from policies.afterstate import (
 )
 from policies.afterstate_imitate import IMITATE_STEPS
 from policies.afterstate_imitate import imitate as imitate_teacher
+from policies.afterstate_imitate import lean_mask
 from policies.priority import FEATURES
 from policies.priority_train import cem_generation, searched
 
@@ -59,7 +60,9 @@ class AfterstateTrainer:
         context: also search the context features' weights (else held at 0).
         imitate: start from the imitation of the critical-path rollout teacher (module doc;
             it fits every weight, ``far`` and the context ones included); ``imitate_steps``:
-            its candidates' Adam step counts.
+            its candidates' Adam step counts; ``imitate_priority_features``: the
+            imitation fits only the first that many priority features (``15``: the cheap
+            variant, :func:`policies.afterstate_imitate.lean_mask`; ``None``: all).
     """
 
     name = "afterstate"
@@ -67,7 +70,8 @@ class AfterstateTrainer:
     def __init__(self, iterations: int = 30, population: int = 32, elite: int = 6,
                  sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
                  far: bool = False, context: bool = True, imitate: bool = False,
-                 imitate_steps: Sequence[int] = IMITATE_STEPS) -> None:
+                 imitate_steps: Sequence[int] = IMITATE_STEPS,
+                 imitate_priority_features: int | None = None) -> None:
         if population < 2 or not 1 <= elite <= population or iterations < 0:
             raise ValueError(f"need population >= 2, 1 <= elite <= population and "
                              f"iterations >= 0; got population={population}, elite={elite}, "
@@ -76,6 +80,7 @@ class AfterstateTrainer:
         self.sigma, self.sigma_floor, self.seed = sigma, sigma_floor, seed
         self.far, self.context, self.imitate = bool(far), bool(context), bool(imitate)
         self.imitate_steps = tuple(imitate_steps)
+        self.imitate_priority_features = imitate_priority_features
 
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
             checkpoint: Any = None, progress: bool = False,
@@ -94,10 +99,11 @@ class AfterstateTrainer:
         base = int(population_afterstate(train, w0[None]).sum())
         best_w, best, imitation = w0.copy(), base, None
         if self.imitate:
-            wi, bi, imitation = imitate_teacher(train_graphs, self.imitate_steps)
+            wi, bi, imitation = imitate_teacher(train_graphs, self.imitate_steps,
+                                                priority_features=self.imitate_priority_features)
             if bi < best:
                 best_w, best = wi, bi
-                active = np.ones(len(w0), np.bool_)  # the fit set every weight
+                active = lean_mask(self.imitate_priority_features)  # the weights the fit set
         mean, std = best_w.copy(), np.where(active, self.sigma, 0.0)
         history: list[dict[str, float]] = []
         episodes = len(train)

@@ -83,3 +83,37 @@ def test_trainer_starts_from_the_imitation(graphs: list) -> None:
         assert np.array_equal(p.weights, w)
     else:
         assert np.array_equal(p.weights, afterstate_start())
+
+
+def test_lean_imitation_fits_only_its_columns(graphs: list, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from edbatch.schedule import run_policy
+    from edbatch.schedule._compiled_priority import FIRST_CONTEXT
+    from policies.afterstate import AfterstatePolicy
+    from policies.afterstate_imitate import lean_mask
+
+    mask = lean_mask(15)
+    assert mask[:15].all() and not mask[15:NUM_PRIORITY_FEATURES].any()
+    assert mask[NUM_PRIORITY_FEATURES:].all() and lean_mask(None).all()
+    w, batches, rec = imitate(graphs, steps=(30, 200), priority_features=15)
+    assert rec["priority_features"] == 15
+    assert not np.any(w[15:NUM_PRIORITY_FEATURES])  # no release, far or context weight
+    assert not np.any(w[FIRST_CONTEXT:NUM_PRIORITY_FEATURES])
+    inputs = [afterstate_inputs(g) for g in graphs]
+    assert batches == int(population_afterstate(inputs, w[None]).sum())
+    assert batches <= rec["critical_path_batches"]
+    # the artifact round trip, and the compiled run against the Python twin
+    p = AfterstatePolicy(w)
+    q = AfterstatePolicy.load(p.save(tmp_path / "lean.json"))
+    assert np.array_equal(q.weights, w)
+    for g in graphs[:2]:
+        s, t = q(g), run_policy(g, q.twin())
+        assert s.num_batches == t.num_batches
+        assert [b.op_id for b in s.batches] == [b.op_id for b in t.batches]
+
+
+def test_lean_bad_feature_count_names_the_value(graphs: list) -> None:
+    with pytest.raises(ValueError, match=r"priority_features must be .* got 0"):
+        imitate(graphs[:1], steps=(5,), priority_features=0)
+    with pytest.raises(ValueError, match=r"got 99"):
+        AfterstateTrainer(iterations=0, population=2, elite=1, imitate=True,
+                          imitate_priority_features=99).fit(graphs[:1], graphs[1:2])
