@@ -139,12 +139,9 @@ def _sum_step(step: Any, arenas: Sequence[tuple[int, int]]) -> FastSumStep | Non
         if arenas[read.b][1] != width:
             return None
         srcs.append(read.b)
-    used = sorted({*srcs, step.out_arena})
-    if len(used) > SLOTS:
+    if len({*srcs, step.out_arena}) > SLOTS:
         return None
-    slot = {a: k for k, a in enumerate(used)}
-    return FastSumStep(tuple(used), np.array([slot[a] for a in srcs], np.int64), idx,
-                       slot[step.out_arena], step.out_start, step.op.name)
+    return row_sum_step((2, tuple(srcs), idx, n, step.out_arena, step.out_start, step.op.name))
 
 
 def plan_sum_rows(plan: Any, batches: Sequence[int], sizes: Sequence[int], width: Sequence[int],
@@ -189,7 +186,8 @@ def plan_sum_rows(plan: Any, batches: Sequence[int], sizes: Sequence[int], width
 
 
 def row_sum_step(row: SumRow) -> FastSumStep:
-    """The :class:`FastSumStep` of a :data:`SumRow` (as :func:`_sum_step` makes it)."""
+    """The :class:`FastSumStep` of a :data:`SumRow` (at most :data:`SLOTS` arenas; the inverse
+    of :func:`sum_row`)."""
     _, srcs, idx, _, oa, os, name = row
     used = sorted({*srcs, oa})
     slot = {a: k for k, a in enumerate(used)}

@@ -372,7 +372,6 @@ class _Built:
         return self._make()[1]
 
 
-
 def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, op: OpType,
                      spec: HoistSpec, group: list[int], arena: int, start: int,
                      base: np.ndarray, counts: list[int]) -> Step:  # type: ignore[type-arg]
