@@ -173,13 +173,13 @@ class Program:
     attr_nodes: NDArray[np.int64]  # the node of each entry of ``attrs``
 
 
-def _op_table(graph: Graph, schedule: Schedule, kernels: Mapping[str, Kernel] | None
+def _op_table(graph: Graph, op_ids: list[int], kernels: Mapping[str, Kernel] | None
               ) -> dict[int, tuple[OpType, Kernel, int, bool, bool, bool]]:
-    """Per op type of the schedule: ``(op, kernel, width, variadic, sum kernel, writes_out)``
-    (looked up once per op type, not once per batch)."""
+    """Per op type of ``op_ids`` (each batch's): ``(op, kernel, width, variadic, sum kernel,
+    writes_out)`` (looked up once per op type, not once per batch)."""
     sum_kernel = KERNELS.get("sum")
     table = {}
-    for op_id in set(schedule.flat()[0].tolist()):
+    for op_id in set(op_ids):
         op: OpType = graph.vocab[op_id]
         kernel = kernel_for(op, kernels)
         table[op_id] = (op, kernel, math.prod(op.out_shape), op.arity is None,
@@ -220,9 +220,11 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     attr_nodes = (np.concatenate(plan.row_order).astype(np.int64) if plan.row_order
                   else np.zeros(0, np.int64))
     flat = to_device(graph.attrs[attr_nodes], device)
-    table = _op_table(graph, schedule, kernels)
-    entries = list(map(table.__getitem__, schedule.flat()[0].tolist()))
-    sizes = np.diff(schedule.flat()[1]).tolist()  # (each batch's rows: its nodes)
+    op_ids, bptr = schedule.flat()[:2]
+    op_list = op_ids.tolist()
+    table = _op_table(graph, op_list, kernels)
+    entries = list(map(table.__getitem__, op_list))
+    sizes = np.diff(bptr).tolist()  # (each batch's rows: its nodes)
     operand_lists: list[tuple[Operand, ...]] = list(plan.operands)
     splits = [False] * len(entries)
     for b, entry in enumerate(entries):  # a variadic node alone in its batch: one merged read
