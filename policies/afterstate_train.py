@@ -29,9 +29,8 @@ from policies.afterstate import (
     afterstate_start,
     population_afterstate,
 )
-from policies.afterstate_imitate import IMITATE_STEPS
+from policies.afterstate_imitate import IMITATE_STEPS, lean_mask
 from policies.afterstate_imitate import imitate as imitate_teacher
-from policies.afterstate_imitate import lean_mask
 from policies.priority import FEATURES
 from policies.priority_train import cem_generation, searched
 
