@@ -35,6 +35,7 @@ COMPILED_MODULES = (
     "api/_read_plan.py",
     "executor/_fast_chain.py",
     "executor/_fast_sum.py",
+    "executor/_fast_tree.py",
     "executor/_fused.py",
     "executor/_fused_ggnn.py",
     "executor/_fused_sick.py",

@@ -71,15 +71,20 @@ def test_failing_batch_names_the_short_path() -> None:
         _outputs("tree_lstm", torch.float64, True, params=params)
 
 
-def test_interleave_matches_stack_reshape():
-    """``interleave`` gives the values and dtype of the ``np.stack`` form it replaced."""
-    import numpy as np
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gather_pairs_equals_index_select_of_interleaved_rows(dtype: type) -> None:
+    """``gather_pairs`` gives what the ``index_select`` of the children's rows interleaved
+    (``left[0], right[0], left[1], ...``) from the arena's ``h`` columns, viewed as
+    ``[n, 2H]``, gave before it (the oracle), bit for bit."""
+    from edbatch.executor._fast_tree import gather_pairs
 
-    from edbatch.executor._fast_tree import interleave
     rng = np.random.default_rng(0)
+    hidden = 5
+    states = rng.standard_normal((40, 2 * hidden)).astype(dtype)
     for n in (0, 1, 7, 64):
-        left, right = rng.integers(0, 500, n), rng.integers(0, 500, n)
-        got, want = interleave(left, right), np.stack([left, right], 1).reshape(-1)
-        assert got.dtype == np.int64 and got.flags.c_contiguous
-        np.testing.assert_array_equal(got, want)
-
+        left, right = rng.integers(0, 40, n), rng.integers(0, 40, n)
+        pair = torch.from_numpy(np.stack([left, right], 1).reshape(-1))
+        want = torch.from_numpy(states).narrow(1, 0, hidden).index_select(0, pair)
+        out = np.full((n, 2 * hidden), np.nan, dtype)
+        gather_pairs(states, left, right, hidden, out)
+        np.testing.assert_array_equal(out, want.view(n, 2 * hidden).numpy())
