@@ -33,6 +33,7 @@ __all__ = ["COMPILED_MODULES", "STAMP", "cache_dirs", "refresh", "sources_digest
 COMPILED_MODULES = (
     "api/_bulk_scan.py",
     "api/_read_plan.py",
+    "executor/_chain_train.py",
     "executor/_fast_chain.py",
     "executor/_fast_sum.py",
     "executor/_fast_tree.py",

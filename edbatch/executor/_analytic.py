@@ -30,6 +30,8 @@ import torch
 from torch import Tensor
 
 from edbatch.executor import _fused
+from edbatch.executor._chain_train import ChainSave
+from edbatch.executor._program import given_steps
 from edbatch.executor.param_grads import ParamGrads
 
 if TYPE_CHECKING:
@@ -40,8 +42,11 @@ __all__ = ["AnalyticRun", "analytic"]
 
 
 def analytic(program: Program) -> bool:
-    """Whether every step of ``program`` can run with hand-written backwards."""
-    return all(step.stacked or hasattr(step.kernel, "backward") for step in program.steps)
+    """Whether every step of ``program`` can run with hand-written backwards (a hoisted
+    program's deferred steps, not built here, all can: hoisted LSTM cells and the registry's
+    ``sum``, :func:`~edbatch.executor._hoist.hoist_program`)."""
+    return all(step.stacked or hasattr(step.kernel, "backward")
+               for _, step in given_steps(program.steps))
 
 
 def _merged_grad(got: list[Tensor | None], rows: int, like: Tensor) -> Tensor:
@@ -89,7 +94,14 @@ class AnalyticRun(torch.autograd.Function):
 def _backward_steps(steps: Any, saves: list[list[Tensor]], params: dict[str, Tensor],
                     bufs: list[Tensor], acc: ParamGrads) -> None:
     """Visit the batches in reverse schedule order (see the module doc)."""
-    for i in range(len(steps) - 1, -1, -1):
+    i = len(steps)
+    while i:
+        i -= 1
+        save = saves[i]
+        if type(save) is ChainSave:  # a chain's batches (at the last of them): all at once
+            save.backward(bufs, params, acc)
+            i = save.first
+            continue
         step = steps[i]
         out = bufs[step.out_arena].narrow(0, step.out_start, step.size)
         if step.stacked:
@@ -97,7 +109,7 @@ def _backward_steps(steps: Any, saves: list[list[Tensor]], params: dict[str, Ten
             read.route(out.clone().expand(len(read), out.shape[1]),  # type: ignore[arg-type]
                        bufs)  # type: ignore[attr-defined]
             continue
-        got = step.kernel.backward(step.op, saves[i], out,  # type: ignore[attr-defined]
+        got = step.kernel.backward(step.op, save, out,  # type: ignore[attr-defined]
                                    params, step.attrs, acc)
         if step.split:  # a variadic node alone: its operands are rows of one merged read
             got = [_merged_grad(got, len(step.reads[0]), out)]

@@ -64,6 +64,7 @@ from edbatch.errors import ConfigError, ExecutionError
 from edbatch.executor import _fast_chain, _fused
 from edbatch.executor._analytic import AnalyticRun, analytic
 from edbatch.executor._capture import Captured, CapturedTraining, GraphCache
+from edbatch.executor._chain_train import train_chains
 from edbatch.executor._fast_chain import chain_short
 from edbatch.executor._fast_lstm import fast_steps
 from edbatch.executor._fast_pair import pair_short
@@ -328,7 +329,8 @@ class TorchExecutor:
         with TRANSPOSED.run(), _fused.use(self.fused):  # W^T made once for the whole run
             # hoisted LSTM and Tree-LSTM batches of a qualifying inference run: short paths
             short, bound, views = fast_steps(program, params, arenas, fast and saves is None,
-                                             _fast_chain.ENABLED[0])
+                                             _fast_chain.ENABLED[0]) if saves is None or \
+                not fast else train_chains(program, params, arenas, saves)  # training: chains
             steps = program.steps  # (a hoisted program's deferred steps: built if read)
             for i, entry in enumerate(short):
                 if entry is not None:
