@@ -28,7 +28,9 @@ imitation alone, the same for every seed)::
 
 ``--lean`` (with ``--imitate``): the imitation fits only the first 15 priority features and
 the afterstate ones, so the compiled loop skips the release-dependent context rows (the
-cheaper variant; ``--iterations 0``: it alone).
+cheaper variant; ``--iterations 0``: it alone). ``--extra miss2 ...`` (or ``all``) also
+fits / searches the extra afterstate columns (:data:`policies.afterstate.EXTRA_FEATURES`:
+two-step lookahead, margins; else their weights stay 0).
 
 ``--dagger-rounds N`` adds DAgger imitation of a rollout teacher after the CEM
 (:mod:`policies.priority_dagger`; ``--teacher``, ``--weighting``, ``--dagger-first``; with

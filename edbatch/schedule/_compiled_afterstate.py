@@ -35,8 +35,10 @@ ready nodes (``LB_t = max_b D[b, t]``: every unexecuted node has a ready ancesto
 ``lag_sum``           ``min(sum over the ready types t after a of LB_t - D'[t, t], 64) / 64``
 ====================  ==========================================================
 
-The Python twin (``policies.afterstate.AfterstateTwin``) recomputes ``D`` and ``R_a`` by
-rescanning: the tests assert identical rows and schedules.
+Five more columns follow (:mod:`edbatch.schedule._compiled_afterstate_x`: a two-step
+lookahead with the pair releases ``R_ab``, per-type margins), kept up to date and computed only
+where their weights are not 0. The Python twin (``policies.afterstate.AfterstateTwin``)
+recomputes ``D`` and ``R_a`` by rescanning: the tests assert identical rows and schedules.
 """
 
 from __future__ import annotations
