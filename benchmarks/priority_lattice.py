@@ -28,7 +28,9 @@ imitation alone, the same for every seed)::
 
 ``--lean`` (with ``--imitate``): the imitation fits only the first 15 priority features and
 the afterstate ones, so the compiled loop skips the release-dependent context rows (the
-cheaper variant; ``--iterations 0``: it alone).
+cheaper variant; ``--iterations 0``: it alone). ``--extra miss2 ...`` (or ``all``) also
+fits / searches the extra afterstate columns (:data:`policies.afterstate.EXTRA_FEATURES`:
+two-step lookahead, margins; else their weights stay 0).
 
 ``--dagger-rounds N`` adds DAgger imitation of a rollout teacher after the CEM
 (:mod:`policies.priority_dagger`; ``--teacher``, ``--weighting``, ``--dagger-first``; with
@@ -89,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     ap.add_argument("--lean", action="store_true",
                     help="with --imitate: fit only the first 15 priority features and the "
                     "afterstate ones (no context rows: the cheaper per-decision variant)")
+    ap.add_argument("--extra", nargs="+", default=[],
+                    help="with --afterstate: also fit / search these extra afterstate columns "
+                    "(policies.afterstate.EXTRA_FEATURES: owns miss2 n_tight2 margin "
+                    "tight_wait, or all)")
     ap.add_argument("--dumps", action="store_true",
                     help="the held-out dump protocol (train G0 + extra, test G1-G17)")
     ap.add_argument("--train-shuffles", type=int, default=3, help="with --dumps")
@@ -139,8 +145,8 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
         trainer = AfterstateTrainer(args.iterations, args.population, args.elite, seed=seed,
                                     far=args.far, context=args.context,
                                     imitate=args.imitate,
-                                    imitate_priority_features=15 if args.lean else None
-                                    ) if args.afterstate \
+                                    imitate_priority_features=15 if args.lean else None,
+                                    extra_features=args.extra) if args.afterstate \
             else PriorityTrainer(args.iterations, args.population, args.elite, seed=seed,
                                  hidden_units=args.hidden_units,
                                  api_rounds=args.api_rounds, far=args.far,

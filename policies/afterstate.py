@@ -33,6 +33,7 @@ from edbatch.graph import Graph
 from edbatch.schedule import FrontierView, Schedule
 from edbatch.schedule._compiled_afterstate import (
     AFTER_FEATURES,
+    BASE_AFTER,
     run_afterstate,
     run_afterstate_counts,
 )
@@ -47,12 +48,26 @@ from policies.priority import (
     graph_inputs,
 )
 
-__all__ = ["AFTER_FEATURES", "FORMAT", "VERSION", "AfterstatePolicy", "AfterstateTwin",
-           "afterstate_inputs", "afterstate_start", "population_afterstate"]
+__all__ = ["AFTER_FEATURES", "EXTRA_FEATURES", "FORMAT", "VERSION", "AfterstatePolicy",
+           "AfterstateTwin", "after_mask", "afterstate_inputs", "afterstate_start",
+           "population_afterstate"]
 
 FORMAT = "edbatch.afterstate"
 VERSION = 1
 NUM_WEIGHTS = len(FEATURES) + len(AFTER_FEATURES)
+#: The afterstate columns after the first six (two-step, margins): 0 weights unless chosen.
+EXTRA_FEATURES = AFTER_FEATURES[BASE_AFTER:]
+
+
+def after_mask(extra: Sequence[str] = ()) -> NDArray[np.bool_]:
+    """Which afterstate columns a trainer sets: the first six and the ``extra`` ones
+    (names of :data:`EXTRA_FEATURES`, or ``["all"]``); a bad name raises ``ValueError``."""
+    names = list(EXTRA_FEATURES) if list(extra) == ["all"] else list(extra)
+    bad = [x for x in names if x not in EXTRA_FEATURES]
+    if bad:
+        raise ValueError(f"unknown extra afterstate features {bad}; choose from "
+                         f"{list(EXTRA_FEATURES)} or 'all'")
+    return np.array([i < BASE_AFTER or f in names for i, f in enumerate(AFTER_FEATURES)])
 
 
 def afterstate_start() -> NDArray[np.float64]:
@@ -154,12 +169,17 @@ class AfterstatePolicy(WeightStats):
         if not isinstance(doc, dict):
             raise PolicyFileError(path, f"a JSON {type(doc).__name__}, not an object", fix)
         check_header(path, doc, FORMAT, VERSION, FEATURES, fix)
+        weights = doc.get("weights")
+        if (doc.get("after_features") == list(AFTER_FEATURES[:BASE_AFTER])
+                and isinstance(weights, list)):  # written before the extra columns: 0 there
+            doc["after_features"] = list(AFTER_FEATURES)
+            weights = weights + [0.0] * len(EXTRA_FEATURES)
         if doc.get("after_features") != list(AFTER_FEATURES):
             raise PolicyFileError(path, f"made for the afterstate features "
                                   f"{doc.get('after_features')}, this edbatch computes "
                                   f"{list(AFTER_FEATURES)}", fix)
         try:
-            w = _check_weights(doc.get("weights"), "weights")
+            w = _check_weights(weights, "weights")
         except ValueError as e:
             raise PolicyFileError(path, str(e), fix) from e
         return cls(w, learned=bool(doc.get("learned", True)),
@@ -186,6 +206,21 @@ class AfterstateTwin(PriorityTwin):
         k = len(self._batchable)
         d = {b: [max(down[v][t] for v in view.ready_nodes(b).tolist()) for t in range(k)]
              for b in ready}
+        # rel[b][t] / rel[(a, b)][t]: the most down over the type-t nodes running b (a and
+        # b, a < b, both needed) releases
+        rel: dict = {}  # type: ignore[type-arg]
+        dec: dict[int, dict[int, int]] = {}
+        for b in ready:
+            rel[b] = {}
+            for v in view.ready_nodes(b).tolist():
+                for u in uids[uptr[v]:uptr[v + 1]]:
+                    du = dec.setdefault(u, {})
+                    du[b] = du.get(b, 0) + 1
+        for u, du in dec.items():
+            t = op[u]
+            if pending[u] == sum(du.values()) and self._batchable[t] and len(du) <= 2:
+                rb = rel.setdefault(tuple(sorted(du)) if len(du) == 2 else next(iter(du)), {})
+                rb[t] = [max(x, y) for x, y in zip(rb.get(t, [0] * k), down[u])]
 
         def tight(t: int, rows: dict[int, list[int]]) -> tuple[bool, int]:
             other = max([0] + [r[t] for b, r in rows.items() if b != t])
@@ -193,23 +228,16 @@ class AfterstateTwin(PriorityTwin):
 
         out = []
         for a in ready:
-            dec: dict[int, int] = {}
-            for v in view.ready_nodes(a).tolist():
-                for u in uids[uptr[v]:uptr[v + 1]]:
-                    dec[u] = dec.get(u, 0) + 1
             dn = {b: list(r) for b, r in d.items() if b != a}
-            for u, c in dec.items():
-                t = op[u]
-                if pending[u] == c and self._batchable[t]:
-                    row = dn.setdefault(t, [0] * k)
-                    dn[t] = [max(x, y) for x, y in zip(row, down[u])]
+            for t, row in rel[a].items():
+                dn[t] = [max(x, y) for x, y in zip(dn.get(t, [0] * k), row)]
             ta, la = tight(a, d)
             res = [tight(t, dn) for t in dn]
             nt = sum(1 for x, _ in res if x)
             lsum = sum(lt for _, lt in res)
             out.append([1.0 if ta else 0.0, min(la, 16) / 16.0, nt / 4.0,
                         1.0 if (dn and nt == 0) else 0.0, len(dn) / 4.0,
-                        min(lsum, 64) / 64.0])
+                        min(lsum, 64) / 64.0, *_extra_cols(a, d, rel, dn, k)])
         return out
 
     def rows(self, view: FrontierView) -> tuple[list[int], list[list[float]]]:
@@ -223,3 +251,37 @@ class AfterstateTwin(PriorityTwin):
         for x, w in zip(row, self.weights + self.after, strict=True):
             s += x * w
         return s
+
+
+def _other(t: int, skip: int, rows: dict[int, list[int]]) -> int:
+    return max([0] + [r[t] for b, r in rows.items() if b != skip])
+
+
+def _extra_cols(a: int, d: dict[int, list[int]], rel: dict, dn: dict[int, list[int]],  # type: ignore[type-arg]
+                k: int) -> list[float]:
+    """The twin's :data:`~edbatch.schedule._compiled_afterstate_x.EXTRA_FEATURES` of ``a``
+    (``d``: ready types' rows, ``rel``: their releases' rows, ``dn``: the rows after ``a``)."""
+    owns = sum(1 for t in range(k) if t != a and d[a][t] > 0 and d[a][t] > _other(t, a, d))
+    margin = d[a][a] - _other(a, a, d)
+    wait = 0.0
+    for b in d if margin <= 0 else ():
+        if b == a:
+            continue
+        own = max(d[a][a], rel[b].get(a, [0] * k)[a])
+        best = max([0] + [max(d[c][a] if (c in d and c != b) else 0,
+                              rel[b].get(c, [0] * k)[a]) for c in range(k) if c != a])
+        if own > best:
+            wait = 1.0
+            break
+    miss, best_nt = 2, 0
+    for b in dn:
+        tb = dn[b][b] > _other(b, b, dn)
+        d2 = {t: list(r) for t, r in dn.items() if t != b}
+        if b in d and b != a:  # ready before a ran: its release (alone, with a) is known
+            for t, row in [*rel[b].items(), *rel.get((min(a, b), max(a, b)), {}).items()]:
+                d2[t] = [max(x, y) for x, y in zip(d2.get(t, [0] * k), row)]
+        nt2 = sum(1 for t in d2 if d2[t][t] > _other(t, t, d2))
+        miss = min(miss, (0 if tb else 1) + (1 if (d2 and nt2 == 0) else 0))
+        best_nt = max(best_nt, nt2)
+    return [owns / 4.0, (miss if dn else 0) / 2.0, best_nt / 4.0,
+            min(margin, 8) / 8.0 if margin > 0 else 0.0, wait]

@@ -36,6 +36,7 @@ from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES, critical_
 from edbatch.schedule._compiled_priority_q import priority_q_base
 from policies.afterstate import (
     NUM_WEIGHTS,
+    after_mask,
     afterstate_inputs,
     afterstate_start,
     population_afterstate,
@@ -84,32 +85,35 @@ def label_critical_path(graphs: Sequence[Graph], inputs: Sequence[tuple] | None 
     return np.concatenate(xs), np.concatenate(segs), np.concatenate(tgs), nseg
 
 
-def lean_mask(priority_features: int | None) -> NDArray[np.bool_]:
+def lean_mask(priority_features: int | None, extra: Sequence[str] = ()) -> NDArray[np.bool_]:
     """The weights a fit may set: the first ``priority_features`` priority features (all
-    with ``None``) and every afterstate one. ``15``: the version-1 features, no release,
+    with ``None``) and the afterstate ones of :func:`~policies.afterstate.after_mask`
+    (``extra``: which of the extra columns). ``15``: the version-1 features, no release,
     ``far`` or context columns, so the compiled loop skips the context rows (the cheap
     variant: 4.1 against 6.0-6.1 us per decision over critical path, docs/learning.md)."""
+    after = after_mask(extra)
     if priority_features is None:
-        return np.ones(NUM_WEIGHTS, np.bool_)
+        return np.concatenate([np.ones(NUM_PRIORITY_FEATURES, np.bool_), after])
     if not 1 <= priority_features <= NUM_PRIORITY_FEATURES:
         raise ValueError(f"priority_features must be 1..{NUM_PRIORITY_FEATURES} or None, got "
                          f"{priority_features!r}")
     act = np.zeros(NUM_WEIGHTS, np.bool_)
     act[:priority_features] = True
-    act[NUM_PRIORITY_FEATURES:] = True
+    act[NUM_PRIORITY_FEATURES:] = after
     return act
 
 
 def imitate(graphs: Sequence[Graph], steps: Sequence[int] = IMITATE_STEPS, lr: float = 0.01,
-            priority_features: int | None = None
+            priority_features: int | None = None, extra: Sequence[str] = ()
             ) -> tuple[NDArray[np.float64], int, dict[str, object]]:
     """Fit the afterstate weights to the teacher on ``graphs`` (module doc): ``(weights,
     their training batches, a record)``; critical path's weights if no candidate beats it.
     ``priority_features``: fit only the first that many priority features' weights (the
-    others stay 0; :func:`lean_mask`)."""
+    others stay 0; :func:`lean_mask`); ``extra``: also fit these extra afterstate columns
+    (:data:`~policies.afterstate.EXTRA_FEATURES`; else their weights stay 0)."""
     if not steps or min(steps) < 1:
         raise ValueError(f"steps must be positive Adam step counts, got {list(steps)}")
-    active = lean_mask(priority_features)
+    active = lean_mask(priority_features, extra)
     torch.manual_seed(0)
     inputs = [afterstate_inputs(g) for g in graphs]
     x, seg, target, n = label_critical_path(graphs, inputs)
@@ -118,7 +122,8 @@ def imitate(graphs: Sequence[Graph], steps: Sequence[int] = IMITATE_STEPS, lr: f
     record: dict[str, object] = {"teacher": "critical-path rollout (level 1)",
                                  "contested_decisions": n, "steps": list(steps), "lr": lr,
                                  "critical_path_batches": base,
-                                 "priority_features": priority_features}
+                                 "priority_features": priority_features,
+                                 "extra_features": list(extra)}
     if n == 0:
         record["candidates"] = []
         return w0, base, record

@@ -25,6 +25,7 @@ from edbatch.schedule import lower_bound
 from policies.afterstate import (
     AFTER_FEATURES,
     AfterstatePolicy,
+    after_mask,
     afterstate_inputs,
     afterstate_start,
     population_afterstate,
@@ -70,7 +71,8 @@ class AfterstateTrainer:
                  sigma: float = 0.5, sigma_floor: float = 0.05, seed: int = 0,
                  far: bool = False, context: bool = True, imitate: bool = False,
                  imitate_steps: Sequence[int] = IMITATE_STEPS,
-                 imitate_priority_features: int | None = None) -> None:
+                 imitate_priority_features: int | None = None,
+                 extra_features: Sequence[str] = ()) -> None:
         if population < 2 or not 1 <= elite <= population or iterations < 0:
             raise ValueError(f"need population >= 2, 1 <= elite <= population and "
                              f"iterations >= 0; got population={population}, elite={elite}, "
@@ -80,6 +82,8 @@ class AfterstateTrainer:
         self.far, self.context, self.imitate = bool(far), bool(context), bool(imitate)
         self.imitate_steps = tuple(imitate_steps)
         self.imitate_priority_features = imitate_priority_features
+        after_mask(extra_features)  # a bad name fails here
+        self.extra_features = tuple(extra_features)
 
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
             checkpoint: Any = None, progress: bool = False,
@@ -94,15 +98,17 @@ class AfterstateTrainer:
         rng = np.random.default_rng(self.seed)
         w0 = afterstate_start()
         active = np.concatenate([searched(0, self.far, self.context),
-                                 np.ones(len(AFTER_FEATURES), np.bool_)])
+                                 after_mask(self.extra_features)])
         base = int(population_afterstate(train, w0[None]).sum())
         best_w, best, imitation = w0.copy(), base, None
         if self.imitate:
             wi, bi, imitation = imitate_teacher(train_graphs, self.imitate_steps,
-                                                priority_features=self.imitate_priority_features)
+                                                priority_features=self.imitate_priority_features,
+                                                extra=self.extra_features)
             if bi < best:
                 best_w, best = wi, bi
-                active = lean_mask(self.imitate_priority_features)  # the weights the fit set
+                active = lean_mask(self.imitate_priority_features,  # the weights the fit set
+                                   self.extra_features)
         mean, std = best_w.copy(), np.where(active, self.sigma, 0.0)
         history: list[dict[str, float]] = []
         episodes = len(train)
@@ -135,6 +141,7 @@ class AfterstateTrainer:
                      "val_fallback_batches": val_base, "num_train_graphs": len(train),
                      "num_val_graphs": len(val_graphs), "features": list(FEATURES),
                      "after_features": list(AFTER_FEATURES),
+                     "extra_features": list(self.extra_features),
                      "train_seconds": round(time.perf_counter() - t0, 3)})
         if imitation is not None:
             meta["imitation"] = imitation

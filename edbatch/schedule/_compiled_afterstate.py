@@ -35,8 +35,10 @@ ready nodes (``LB_t = max_b D[b, t]``: every unexecuted node has a ready ancesto
 ``lag_sum``           ``min(sum over the ready types t after a of LB_t - D'[t, t], 64) / 64``
 ====================  ==========================================================
 
-The Python twin (``policies.afterstate.AfterstateTwin``) recomputes ``D`` and ``R_a`` by
-rescanning: the tests assert identical rows and schedules.
+Five more columns follow (:mod:`edbatch.schedule._compiled_afterstate_x`: a two-step
+lookahead with the pair releases ``R_ab``, per-type margins), kept up to date and computed only
+where their weights are not 0. The Python twin (``policies.afterstate.AfterstateTwin``)
+recomputes ``D`` and ``R_a`` by rescanning: the tests assert identical rows and schedules.
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ from numba import njit
 
 from edbatch.graph._csr import users_csr
 from edbatch.schedule._compiled import _typewise_freed, start_state
+from edbatch.schedule._compiled_afterstate_x import (
+    EXTRA_FEATURES,
+    extra_step,
+    reset_pairs,
+)
 from edbatch.schedule._compiled_keys import _critical
 from edbatch.schedule._compiled_priority import (
     NUM_PRIORITY_FEATURES,
@@ -58,10 +65,13 @@ from edbatch.schedule._compiled_priority_ctx import context_rows
 from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
-__all__ = ["AFTER_FEATURES", "NUM_AFTER", "afterstate_rows", "afterstate_trace", "run_afterstate",
-           "run_afterstate_counts"]
+__all__ = ["AFTER_FEATURES", "BASE_AFTER", "NUM_AFTER", "afterstate_rows", "afterstate_trace",
+           "run_afterstate", "run_afterstate_counts"]
 
-AFTER_FEATURES = ("tight", "lag", "n_tight", "no_tight", "n_types", "lag_sum")
+#: The one-step columns; :data:`~edbatch.schedule._compiled_afterstate_x.EXTRA_FEATURES`
+#: (two-step, margins) follow, computed only where their weights are not 0.
+BASE_AFTER = 6
+AFTER_FEATURES = ("tight", "lag", "n_tight", "no_tight", "n_types", "lag_sum", *EXTRA_FEATURES)
 NUM_AFTER = len(AFTER_FEATURES)
 
 
@@ -201,12 +211,20 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     release = full or _uses_release(wp, 0)
     context = full or _uses_context(wp, 0)
     after = full or np.any(wa != 0.0)  # else the afterstate has no say
+    extra = full or np.any(wa[BASE_AFTER:] != 0.0)
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     d = np.zeros((k, k), np.int64)
     dseen = np.zeros(k, np.int64)
     dn = np.zeros((k, k), np.int64)
     present = np.zeros(k, np.bool_)
+    lst = np.zeros(k, np.int64)
+    l2 = np.zeros(k, np.int64)
+    dn2 = np.zeros((k, k), np.int64)
+    kx = k if extra else 0  # the pair releases R_ab: only for the extra columns
+    rdn2 = np.zeros((kx * kx, kx, kx), np.int64)
+    rp2 = np.zeros((kx * kx, kx), np.bool_)
+    inr2 = np.zeros(n if extra else 0, np.bool_)
     rdn = np.zeros((k, k, k), np.int64)
     rpres = np.zeros((k, k), np.bool_)
     inr = np.full(n, -1, np.int64)
@@ -253,6 +271,9 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
             _check_users(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
                          batchable, inr, rdn, rpres, down)
             afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, y)
+            extra_step(extra, todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
+                       batchable, inr2, rdn2, rp2, down, r, ids, k, d, rlen, rdn, rpres, dn,
+                       lst, l2, dn2, y, BASE_AFTER)
         ntodo = 0
         for i in range(r):
             if nt < len(trace):
@@ -272,6 +293,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
         seen[a], sumh[a], cmax[a], ctop[a], dseen[a] = 0, 0, -1, 0, 0
         d[a, :] = 0
         rdn[a], rpres[a] = 0, False
+        reset_pairs(a, k, rdn2, rp2)
         batch_op[nb] = a
         nb, done = nb + 1, done + c
         batch_ptr[nb] = done

@@ -136,8 +136,8 @@ def test_artifact_round_trip(tmp_path: Path, graphs: list) -> None:
     (lambda d: {**d, "format": "edbatch.priority"}, "format 'edbatch.priority'"),
     (lambda d: {**d, "version": 9}, "version 9"),
     (lambda d: {**d, "after_features": ["tight"]}, "afterstate features"),
-    (lambda d: {**d, "weights": d["weights"][:-1]}, "need 38 finite weights"),
-    (lambda d: {**d, "weights": [None] * 38}, "need 38 finite weights"),
+    (lambda d: {**d, "weights": d["weights"][:-1]}, "need 43 finite weights"),
+    (lambda d: {**d, "weights": [None] * 43}, "need 43 finite weights"),
 ])
 def test_bad_file_names_the_problem(tmp_path: Path, edit, match: str) -> None:  # type: ignore[no-untyped-def]
     doc = edit(AfterstatePolicy(afterstate_start()).to_json())
@@ -149,5 +149,5 @@ def test_bad_file_names_the_problem(tmp_path: Path, edit, match: str) -> None:  
 
 
 def test_bad_weights_are_refused() -> None:
-    with pytest.raises(ValueError, match="need 38 finite weights"):
+    with pytest.raises(ValueError, match="need 43 finite weights"):
         AfterstatePolicy(np.zeros(3))

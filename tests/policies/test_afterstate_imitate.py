@@ -87,13 +87,17 @@ def test_trainer_starts_from_the_imitation(graphs: list) -> None:
 
 def test_lean_imitation_fits_only_its_columns(graphs: list, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from edbatch.schedule import run_policy
+    from edbatch.schedule._compiled_afterstate import BASE_AFTER
     from edbatch.schedule._compiled_priority import FIRST_CONTEXT
     from policies.afterstate import AfterstatePolicy
     from policies.afterstate_imitate import lean_mask
 
     mask = lean_mask(15)
     assert mask[:15].all() and not mask[15:NUM_PRIORITY_FEATURES].any()
-    assert mask[NUM_PRIORITY_FEATURES:].all() and lean_mask(None).all()
+    base = NUM_PRIORITY_FEATURES + BASE_AFTER  # the extra afterstate columns only if asked
+    assert mask[NUM_PRIORITY_FEATURES:base].all() and not mask[base:].any()
+    assert lean_mask(None)[:base].all() and not lean_mask(None)[base:].any()
+    assert lean_mask(None, ["all"]).all() and lean_mask(15, ["all"])[base:].all()
     w, batches, rec = imitate(graphs, steps=(30, 200), priority_features=15)
     assert rec["priority_features"] == 15
     assert not np.any(w[15:NUM_PRIORITY_FEATURES])  # no release, far or context weight
