@@ -12,6 +12,12 @@ from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import WORKLOADS, make_workload
 
+#: Workloads with hoisted LSTM cell kinds that chain (the char tagger's two LSTMs have two widths).
+CHAINED = ("bilstm_tagger", "bilstm_char_tagger", "lattice_lstm", "seq2seq", "transition_parser")
+#: Marks a module whose chains call torch's BLAS from numba.
+needs_blas = pytest.mark.skipif(not _fast_chain.AVAILABLE,
+                                reason="torch's sgemm_/dgemm_ not reachable from numba")
+
 
 def count_calls(monkeypatch: pytest.MonkeyPatch, cls: type) -> list[int]:
     """Patch ``cls.__call__`` to count its calls (a short path's batches); ``[count]``."""

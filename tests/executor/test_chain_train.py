@@ -16,13 +16,10 @@ from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
 from edbatch.workloads import WORKLOADS, make_workload
-from tests.executor.conftest import count_calls
+from tests.executor.conftest import CHAINED, count_calls, needs_blas
 
-HOISTED = ("bilstm_tagger", "bilstm_char_tagger", "lattice_lstm", "seq2seq",
-           "transition_parser")
-
-pytestmark = pytest.mark.skipif(not _fast_chain.AVAILABLE,
-                                reason="torch's sgemm_/dgemm_ not reachable from numba")
+HOISTED = CHAINED
+pytestmark = needs_blas
 
 
 @pytest.fixture

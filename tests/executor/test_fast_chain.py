@@ -13,14 +13,10 @@ from torch import Tensor
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fast_chain, _fast_lstm
 from edbatch.executor._reads import RowsRead, SliceRead
-from tests.executor.conftest import count_calls, short_outputs
+from tests.executor.conftest import CHAINED, count_calls, needs_blas, short_outputs
 
-#: Workloads with hoisted LSTM cell kinds (the char tagger's two LSTMs have two widths).
-HOISTED = ("bilstm_tagger", "bilstm_char_tagger", "lattice_lstm", "seq2seq",
-           "transition_parser")
-
-pytestmark = pytest.mark.skipif(not _fast_chain.AVAILABLE,
-                                reason="torch's sgemm_/dgemm_ not reachable from numba")
+HOISTED = CHAINED
+pytestmark = needs_blas
 
 
 @pytest.fixture
