@@ -56,6 +56,7 @@ from benchmarks import _args
 from edbatch.schedule import lower_bound, make_scheduler
 from edbatch.workloads import make_workload
 from experiments._common import graph_set
+from policies.afterstate import EXTRA_FEATURES
 from policies.afterstate_train import AfterstateTrainer
 from policies.priority_train import PriorityTrainer
 
@@ -91,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     ap.add_argument("--lean", action="store_true",
                     help="with --imitate: fit only the first 15 priority features and the "
                     "afterstate ones (no context rows: the cheaper per-decision variant)")
-    ap.add_argument("--extra", nargs="+", default=[],
+    ap.add_argument("--extra", nargs="+", default=[], choices=[*EXTRA_FEATURES, "all"],
                     help="with --afterstate: also fit / search these extra afterstate columns "
                     "(policies.afterstate.EXTRA_FEATURES: owns miss2 n_tight2 margin "
                     "tight_wait, or all)")
