@@ -223,7 +223,7 @@ class AfterstateTwin(PriorityTwin):
                 rb[t] = [max(x, y) for x, y in zip(rb.get(t, [0] * k), down[u])]
 
         def tight(t: int, rows: dict[int, list[int]]) -> tuple[bool, int]:
-            other = max([0] + [r[t] for b, r in rows.items() if b != t])
+            other = _other(t, t, rows)
             return rows[t][t] > other, max(other - rows[t][t], 0)
 
         out = []
@@ -254,6 +254,7 @@ class AfterstateTwin(PriorityTwin):
 
 
 def _other(t: int, skip: int, rows: dict[int, list[int]]) -> int:
+    """The most ``rows[b][t]`` over the rows ``b`` other than ``skip`` (0 if none)."""
     return max([0] + [r[t] for b, r in rows.items() if b != skip])
 
 

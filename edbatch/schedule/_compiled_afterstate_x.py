@@ -38,28 +38,6 @@ EXTRA_FEATURES = ("owns", "miss2", "n_tight2", "margin", "tight_wait")
 NUM_EXTRA = len(EXTRA_FEATURES)
 
 
-@njit(cache=True, inline="always")
-def _other(t, skip, present, rows, k):  # type: ignore[no-untyped-def]
-    """The most ``rows[b, t]`` over present ``b`` other than ``skip``."""
-    m = 0
-    for b in range(k):
-        if present[b] and b != skip and rows[b, t] > m:
-            m = rows[b, t]
-    return m
-
-
-@njit(cache=True)
-def _n_tight(present, rows, k):  # type: ignore[no-untyped-def]
-    """``(tight types, present types)`` of the state ``present``/``rows``."""
-    nt, n = 0, 0
-    for t in range(k):
-        if present[t]:
-            n += 1
-            if rows[t, t] > _other(t, t, present, rows, k):
-                nt += 1
-    return nt, n
-
-
 @njit(cache=True)
 def check_pairs(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op, batchable, inr2,
                 rdn2, rp2, down):  # type: ignore[no-untyped-def]
