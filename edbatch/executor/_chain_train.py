@@ -44,7 +44,7 @@ from edbatch.errors import ExecutionError
 from edbatch.executor import _fast_chain
 from edbatch.executor._fast_chain import _DGEMM, _SGEMM, ChainStep, _addr, _gemm, _ints
 from edbatch.executor._fast_lstm import qualifies
-from edbatch.executor._fast_sum import sum_chained
+from edbatch.executor._fast_sum import padded, sum_chained
 from edbatch.executor._fused import _jit, _lstm_bwd_row, _lstm_row, _sig_, _tanh_
 
 __all__ = ["ENABLED", "ChainSave", "agrees", "train_chains"]
@@ -193,12 +193,10 @@ class ChainSave:
         din = torch.empty((max(chain.rows, 1), 2 * h), dtype=self.tb.dtype)
         dtype = dg.numpy().dtype
         try:
-            av = tuple(arenas[a].numpy() for a in chain.arenas)
-            gv = tuple(bufs[a].numpy() for a in chain.arenas)
-            wv = tuple(w.numpy() for w in ws)
             pad = _fast_chain.SLOTS
-            _backward(chain.meta, chain.idx, av + av[:1] * (pad - len(av)),
-                      gv + gv[:1] * (pad - len(gv)), wv + wv[:1] * (pad - len(wv)),
+            _backward(chain.meta, chain.idx, padded([arenas[a].numpy() for a in chain.arenas], pad),
+                      padded([bufs[a].numpy() for a in chain.arenas], pad),
+                      padded([w.numpy() for w in ws], pad),
                       np.array([w.shape[1] - h for w in ws] + [0] * (pad - len(ws)),
                                np.int64),
                       self.xs.numpy(), self.tb.numpy(), dg.numpy(), din.numpy(), self.base,
@@ -243,12 +241,10 @@ class _Chain:
         tb = torch.empty((rows, h), dtype=dtype)
         xh = torch.empty((rows, h), dtype=dtype)
         try:
-            av = tuple(views[a] for a in chain.arenas)
-            wv = tuple(w_ht[w].numpy() for w in chain.weights)
             pad = _fast_chain.SLOTS
-            _forward(meta, chain.idx, av + av[:1] * (pad - len(av)),
-                     wv + wv[:1] * (pad - len(wv)), xs.numpy(), tb.numpy(), xh.numpy(), base,
-                     rw, _ints(), np.ones(1, views[0].dtype))
+            _forward(meta, chain.idx, padded([views[a] for a in chain.arenas], pad),
+                     padded([w_ht[w].numpy() for w in chain.weights], pad), xs.numpy(),
+                     tb.numpy(), xh.numpy(), base, rw, _ints(), np.ones(1, views[0].dtype))
         except Exception as e:
             raise ExecutionError(
                 f"{chain.count} batches of op types {chain.name!r} (hoisted LSTM chain, "

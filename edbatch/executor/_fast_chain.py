@@ -38,7 +38,7 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor._fast_lstm import FastStep, bind_weight
-from edbatch.executor._fast_sum import FastSumStep, row_sum_step, sum_chained, sum_row
+from edbatch.executor._fast_sum import FastSumStep, padded, row_sum_step, sum_chained, sum_row
 from edbatch.executor._fused import _jit, _lstm_row, _sig_, _tanh_
 from edbatch.executor._program import LazySteps
 from edbatch.executor._reads import RowsRead, SliceRead, to_device
@@ -276,12 +276,10 @@ class ChainStep:
                  w_ht: Mapping[Any, Tensor]) -> None:
         dtype = views[0].dtype
         try:
-            av = tuple(views[a] for a in self.arenas)
-            wv = tuple(w_ht[w].numpy() for w in self.weights)
             scratch = torch.empty(self.rows * 2 * self.width, dtype=arenas[0].dtype).numpy()
-            _chain(self.meta, self.idx, av + av[:1] * (SLOTS - len(av)),
-                   wv + wv[:1] * (SLOTS - len(wv)), scratch, np.empty(self.width, dtype),
-                   _ints(), np.ones(1, dtype))
+            _chain(self.meta, self.idx, padded([views[a] for a in self.arenas], SLOTS),
+                   padded([w_ht[w].numpy() for w in self.weights], SLOTS), scratch,
+                   np.empty(self.width, dtype), _ints(), np.ones(1, dtype))
         except Exception as e:  # as the kernel path reports a failing batch
             raise ExecutionError(
                 f"{self.count} batches of op types {self.name!r} (hoisted LSTM chain "

@@ -25,14 +25,21 @@ from edbatch.errors import ExecutionError
 from edbatch.executor._fast_lstm import install_short
 from edbatch.executor._reads import RowsRead, SliceRead
 
-__all__ = ["KIND", "SLOTS", "FastSumStep", "SumRow", "plan_sum_rows", "row_sum_step", "sum_row",
-           "sum_rows", "sum_short"]
+__all__ = ["KIND", "SLOTS", "FastSumStep", "SumRow", "padded", "plan_sum_rows", "row_sum_step",
+           "sum_row", "sum_rows", "sum_short"]
 
 #: The op kind this short path serves.
 KIND = "sum"
 #: Distinct arenas one batch's operands and output may span (the kernel's fixed tuple
 #: size: one compiled signature per dtype).
 SLOTS = 4
+
+
+def padded(items: Sequence[Any], slots: int) -> tuple[Any, ...]:
+    """``items`` as a tuple of ``slots`` entries, the first repeated to fill it (a compiled
+    kernel's fixed tuple size: one signature per dtype, whatever the count used)."""
+    t = tuple(items)
+    return t + t[:1] * (slots - len(t))
 
 
 # no ``fastmath``: the additions must stay the left-to-right ones torch makes
@@ -72,8 +79,7 @@ def sum_rows(arenas: Sequence[np.ndarray], which: np.ndarray,  # type: ignore[ty
     """Rows ``os:os+n`` of ``arenas[oa]`` = the sum over ``q`` (left to right) of rows
     ``idx[q]`` of ``arenas[which[q]]`` (``idx``: ``[k, n]`` ``int64``, ``k >= 2``; at most
     :data:`SLOTS` arenas, all 2-D, one dtype)."""
-    av = tuple(arenas)
-    _sum_rows(av + av[:1] * (SLOTS - len(av)), which, idx, oa, os)
+    _sum_rows(padded(arenas, SLOTS), which, idx, oa, os)
 
 
 class FastSumStep:
@@ -94,9 +100,8 @@ class FastSumStep:
     def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
                  w: Mapping[Any, Tensor]) -> None:
         try:
-            av = tuple(views[a] for a in self.arenas)
-            _sum_rows(av + av[:1] * (SLOTS - len(av)), self.which, self.idx, self.oa,
-                      self.os)
+            _sum_rows(padded([views[a] for a in self.arenas], SLOTS), self.which, self.idx,
+                      self.oa, self.os)
         except Exception as e:  # as the kernel path reports a failing batch
             raise ExecutionError(f"batch of op type {self.name!r} ({self.n} nodes, sum "
                                  f"short path) failed: {type(e).__name__}: {e}") from e
