@@ -327,10 +327,11 @@ class TorchExecutor:
                   for rows, width in program.arenas]
         fast = self._timer is None
         with TRANSPOSED.run(), _fused.use(self.fused):  # W^T made once for the whole run
-            # hoisted LSTM and Tree-LSTM batches of a qualifying inference run: short paths
-            short, bound, views = fast_steps(program, params, arenas, fast and saves is None,
-                                             _fast_chain.ENABLED[0]) if saves is None or \
-                not fast else train_chains(program, params, arenas, saves)  # training: chains
+            # short paths: in inference the hoisted LSTM and Tree-LSTM batches of a qualifying
+            # run, in training (``saves``) its hoisted LSTM chains
+            short, bound, views = train_chains(program, params, arenas, saves) \
+                if fast and saves is not None else \
+                fast_steps(program, params, arenas, fast, _fast_chain.ENABLED[0])
             steps = program.steps  # (a hoisted program's deferred steps: built if read)
             for i, entry in enumerate(short):
                 if entry is not None:
