@@ -56,7 +56,11 @@ class FastTreeStep:
     def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
         """Put what :meth:`__call__` reads into ``into``: each weight's contiguous
         transpose under ``(name, 0)`` (made once per run, inside ``TRANSPOSED.run()``), each
-        bias under its name."""
+        bias under its name; and the names under themselves, so a later batch of the run
+        reading the same parameters (every internal batch of a Tree-LSTM) binds nothing."""
+        if self.names in into:
+            return
+        into[self.names] = self.names  # type: ignore[index]
         for k, name in enumerate(self.names):
             if k in (1, 4):
                 into[name] = params[name].detach()
