@@ -19,6 +19,7 @@ copies of ``B x 2H``, and no cell adapter.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,10 +32,15 @@ from edbatch.errors import ExecutionError
 from edbatch.executor import _fused
 from edbatch.executor._fast_lstm import install_short
 from edbatch.executor._fast_sick import sick_short
-from edbatch.executor._reads import whole_rows
+from edbatch.executor._program import LazySteps, Step, compile_program, new_step
+from edbatch.executor._reads import indexed_reads, inplace_reads, whole_rows
 from edbatch.executor._weights import TRANSPOSED
+from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
+from edbatch.graph import Graph
+from edbatch.memory.plan import MemoryPlan
+from edbatch.schedule.schedule import Schedule
 
-__all__ = ["KIND", "FastTreeStep", "gather_pairs", "tree_short"]
+__all__ = ["KIND", "FastTreeStep", "gather_pairs", "tree_program", "tree_short"]
 
 #: The op kind this short path serves.
 KIND = "tree_lstm.internal"
@@ -124,3 +130,80 @@ def _tree_step(step: Any, arenas: Sequence[tuple[int, int]]) -> FastTreeStep | N
     return FastTreeStep(left[0], np.ascontiguousarray(left[1], np.int64),
                         np.ascontiguousarray(right[1], np.int64), step.out_arena,
                         step.out_start, tuple(step.op.params), hidden, step.op.name)
+
+
+def tree_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
+                 kernels: Mapping[str, Kernel] | None, kinds: frozenset[str]) -> Any:
+    """``compile_program``'s program with the :class:`FastTreeStep` of every qualifying
+    internal batch (as :func:`tree_short` makes them) made from the plan's operands, their
+    steps' reads compiled only if asked for (a :class:`~edbatch.executor._program.LazySteps`
+    entry: a run that is not all short paths, e.g. unfused, profiled or training): no
+    ``index_select`` read, index tensor and numpy view of them for the short path to undo.
+    ``None`` where it does not apply (off the CPU, another kernel for the kind, a kind to
+    hoist in the graph, no such batch, a program pass that merged steps): then compile the
+    usual way. The same steps, reads (when built), counts and short steps as that way."""
+    kernel = KERNELS.get(KIND)
+    if device.type != "cpu" or kernel is None or not getattr(kernel, "writes_out", False):
+        return None
+    vocab = graph.vocab
+    ops = {i: op for i, op in enumerate(vocab) if op.kind == KIND
+           and kernel_for(op, kernels) is kernel and op.arity == 2 and len(op.params) == 5}
+    if not ops or not kinds.isdisjoint(op.kind for op in vocab):
+        return None
+    op_ids, bptr = schedule.flat()[:2]
+    found: dict[int, FastTreeStep] = {}
+    arenas, ptr, operands, outputs = plan.arenas, bptr.tolist(), plan.operands, plan.outputs
+    for b, op_id in enumerate(op_ids.tolist()):
+        op = ops.get(op_id)
+        if op is None:
+            continue
+        fast = _plan_step(op, ptr[b + 1] - ptr[b], operands[b], outputs[b], arenas)
+        if fast is not None:
+            found[b] = fast
+    if not found:
+        return None
+    program = compile_program(graph, schedule, plan, device, kernels, list(found))
+    if len(program.steps) != len(op_ids):  # a program pass merged steps: not this way
+        return None
+    counts = program.counts[False]
+    for b in found:  # the reads the general path would compile (and count) for them
+        for o in plan.operands[b]:
+            if o.view is None:
+                counts[1] += 1
+                counts[2] += len(o.gather)  # type: ignore[arg-type]
+            else:
+                counts[0] += 1
+    steps = list(program.steps)
+
+    def build() -> dict[int, Step]:
+        batches = list(found)
+        reads = indexed_reads([steps[b].kernel for b in batches], inplace_reads(
+            [plan.operands[b] for b in batches], device, [0, 0, 0]), device)
+        out = {}
+        for b, step_reads in zip(batches, reads, strict=True):
+            fields = steps[b].__dict__.copy()
+            fields["reads"] = step_reads
+            out[b] = new_step(**fields)
+        return out
+
+    program.steps = LazySteps(list(steps), list(found), build)  # type: ignore[assignment]
+    program.short = tuple(found.get(b) for b in range(len(steps)))  # type: ignore[attr-defined]
+    return program
+
+
+def _plan_step(op: Any, size: int, operands: Sequence[Any], region: Any,
+               arenas: Sequence[tuple[int, int]]) -> FastTreeStep | None:
+    """:func:`_tree_step` of a batch from its plan entries: both children whole rows of one
+    state arena (``2 H`` wide), one row per node each."""
+    if len(operands) != 2:
+        return None
+    left, right = operands
+    hidden = math.prod(op.out_shape) // 2
+    if left.arena != right.arena or arenas[left.arena][1] != 2 * hidden:
+        return None
+    rows = [np.arange(o.view.start, o.view.stop, dtype=np.int64) if o.view is not None
+            else np.array(o.gather, np.int64) for o in operands]  # (writable: one signature)
+    if len(rows[0]) != size or len(rows[1]) != size:
+        return None
+    return FastTreeStep(left.arena, rows[0], rows[1], region.arena, region.start,
+                        tuple(op.params), hidden, op.name)

@@ -69,7 +69,7 @@ from edbatch.executor._fast_chain import chain_short
 from edbatch.executor._fast_lstm import fast_steps
 from edbatch.executor._fast_pair import pair_short
 from edbatch.executor._fast_sum import sum_short
-from edbatch.executor._fast_tree import tree_short
+from edbatch.executor._fast_tree import tree_program, tree_short
 from edbatch.executor._head_reads import head_reads
 from edbatch.executor._hoist import compile_hoisted, hoist_kinds, unhoisted
 from edbatch.executor._program import Program, Step, compile_program
@@ -371,8 +371,9 @@ class TorchExecutor:
         if hit is not None and hit[0] is graph and hit[1] is plan:
             self._cache.move_to_end(key)
             return hit[2], False
-        program = compile_hoisted(graph, schedule, plan, self.device, self.kernels, self.hoist,
-                                  self.kernels)
+        program = tree_program(graph, schedule, plan, self.device, self.kernels, self.hoist) \
+            or compile_hoisted(graph, schedule, plan, self.device, self.kernels, self.hoist,
+                               self.kernels)
         program = short_paths(head_reads(program), self.device)  # h-only gathers; short paths
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
