@@ -119,17 +119,17 @@ def make_parser(description: str) -> argparse.ArgumentParser:
                    help=f"the full set: every contender, sizes {' '.join(SIZES)}, all of the "
                         f"training split per pass (--minibatches 0); hours on 2 cores. "
                         f"Explicit --sizes/--contenders/--minibatches still apply")
-    p.add_argument("--policy-dir", default="results/throughput_policies",
+    p.add_argument("--policy-dir", default="results/throughput_policies", type=_args.folder,
                    help="FSM policies <workload>_expert.json (--trainer expert) or "
                         "<workload>.json (q_learning), trained here when missing")
     p.add_argument("--trainer", choices=("expert", "q_learning"), default="expert",
                    help="FSM learner of a policy not in --policy-dir (docs/learning.md)")
-    p.add_argument("--fsm-episodes", type=int, default=None,
+    p.add_argument("--fsm-episodes", type=_args.positive, default=None,
                    help="override max_episodes when training a missing FSM (testing)")
     p.add_argument("--dynet-peer", type=Path, default=DYNET_PEER,
                    help=argparse.SUPPRESS)
     p.add_argument("--device", type=_args.device, default="cpu",
                    help="cpu or cuda[:N]: where edbatch runs (cuda adds fsm+memo+cugraph)")
-    p.add_argument("--out", type=Path, default=Path("results/throughput.json"))
-    p.add_argument("--plot", type=Path, default=Path("results/throughput.png"))
+    p.add_argument("--out", type=_args.out_file, default=Path("results/throughput.json"))
+    p.add_argument("--plot", type=_args.plot_file, default=Path("results/throughput.png"))
     return p
