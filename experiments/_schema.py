@@ -345,6 +345,17 @@ def _check_choices(prefix: str, node: Any) -> None:
                               f"pass e.g. {prefix}.{key}={choices[0]}")
 
 
+def _check_one_graph_trainers(cfg: DictConfig) -> None:
+    """``experiments.compare``'s ``one_graph_trainers`` name compared trainers (an unknown
+    name was silently ignored: that learner then trained on every graph)."""
+    if "trainers" in cfg and cfg.trainers is not None and "one_graph_trainers" in cfg:
+        names, one = list(cfg.trainers), list(cfg.one_graph_trainers)
+        if any(t not in names for t in one):
+            raise ConfigError("one_graph_trainers", one, f"names of the compared trainers "
+                              f"{names}", f"pass e.g. one_graph_trainers=[{names[0]}] or "
+                              f"one_graph_trainers=[]")
+
+
 def _check_groups(cfg: DictConfig) -> None:
     """The trainer hyper-parameters and env options the typed schemas leave to the groups."""
     trainers = {}
@@ -357,6 +368,7 @@ def _check_groups(cfg: DictConfig) -> None:
     for prefix, node in trainers.items():
         _check_group(prefix, node, TRAINER_RULES)
         _check_choices(prefix, node)
+    _check_one_graph_trainers(cfg)
     from policies.fsm import LOOKAHEADS  # the FSM's lookahead names, checked before training
 
     looks = {f"{p}.lookahead": n.get("lookahead") for p, n in trainers.items()

@@ -62,6 +62,7 @@ def test_wrong_type_or_unknown_key_fails_at_compose(entry: str, override: str,
     ("train_model", "seed=-1", "seed"),
     ("compare", "eval_limit=0", "eval_limit"),
     ("compare", "n_jobs=0", "n_jobs"),
+    ("compare", "one_graph_trainers=[ed_batc]", "one_graph_trainers"),  # was ignored
     ("train_model", "lr=-1", "lr"),
     ("train_model", "time_budget_s=0", "time_budget_s"),
     ("train_model", "strategy=fast", "strategy"),
