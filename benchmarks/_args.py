@@ -7,12 +7,17 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from edbatch.errors import DeviceError, EdbatchError
 from edbatch.executor.device import check_device
 
-__all__ = ["device", "positive", "run", "seed"]
+__all__ = ["device", "folder", "out_file", "plot_file", "positive", "run", "seed"]
+
+#: File types matplotlib's ``savefig`` writes (a plot path's suffix).
+PLOT_SUFFIXES = ("png", "pdf", "svg", "svgz", "jpg", "jpeg", "eps", "ps", "tif", "tiff",
+                 "webp", "gif", "avif", "pgf", "raw", "rgba")
 
 
 def seed(text: str) -> int:
@@ -37,6 +42,35 @@ def positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected an int >= 1, "
                                          f"e.g. 5")
     return value
+
+
+def out_file(text: str) -> Path:
+    """A file to write at the end of a run: refused up front if it is a folder (the run's
+    results would be lost when the write fails)."""
+    path = Path(text)
+    if not text or path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file to write; pass a "
+                                         f"file path, e.g. {Path(text) / 'results.json'}")
+    return path
+
+
+def plot_file(text: str) -> Path:
+    """:func:`out_file` whose suffix is an image type matplotlib writes (``.png``...)."""
+    path = out_file(text)
+    suffix = path.suffix.lstrip(".").lower()
+    if suffix and suffix not in PLOT_SUFFIXES:
+        raise argparse.ArgumentTypeError(f"{text!r}: matplotlib cannot write a .{suffix} "
+                                         f"plot; use one of .{', .'.join(PLOT_SUFFIXES[:4])} "
+                                         f"(e.g. {path.with_suffix('.png')})")
+    return path
+
+
+def folder(text: str) -> str:
+    """A folder to read and write in (made when missing): refused if it is a file."""
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder; pass a folder "
+                                         f"path (made when missing)")
+    return text
 
 
 def device(text: str) -> str:

@@ -38,15 +38,17 @@ MODES = ("infer", "train")
 #: What a run without arguments measures (about 3 minutes on 2 idle cores, FSM policies
 #: trained on first use included): ED-Batch's three workloads, every mode at the paper's
 #: size, 2 mini-batches a pass, the contenders that state the result (the learned FSM
-#: against edbatch's own agenda baselines, the hand-batched PyTorch peer, the GEMM floor and
-#: DyNet's agenda autobatching). ``--full`` is every workload and contender at both sizes
-#: (hours: see --help).
+#: against edbatch's own agenda baselines, the hand-batched PyTorch peer, unbatched
+#: per-instance PyTorch on the first ``--unbatched-minibatches``, the GEMM floor and DyNet's
+#: agenda autobatching). ``--full`` is every workload and contender at both sizes (hours:
+#: see --help).
 DEFAULT_SIZES = ("300x150",)
 #: ED-Batch's three rows; the seeds' workloads (SICK, GGNN, parser, char tagger) with
 #: ``--workloads`` or ``--full``
 DEFAULT_WORKLOADS = ("tree_lstm", "lattice_lstm", "bilstm_tagger")
 DEFAULT_MINIBATCHES = 2
-DEFAULT_CONTENDERS = ("depth", "dynet_agenda", "fsm", HAND, FLOOR, "dynet_autobatch1")
+DEFAULT_CONTENDERS = ("depth", "dynet_agenda", "fsm", HAND, PT_UNBATCHED, FLOOR,
+                      "dynet_autobatch1")
 
 def parse_size(text: str) -> str:
     """Check an ``EMBEDxHIDDEN`` size string (argparse ``type``); return it unchanged.
@@ -68,9 +70,11 @@ def make_parser(description: str) -> argparse.ArgumentParser:
         f"The default run (no arguments): the workloads {' '.join(DEFAULT_WORKLOADS)}, "
         f"every mode at "
         f"{' '.join(DEFAULT_SIZES)}, {DEFAULT_MINIBATCHES} mini-batches a pass, contenders "
-        f"{' '.join(DEFAULT_CONTENDERS)}: a few minutes on 2 cores, FSM policies trained on "
-        f"first use included. --full: every workload and contender at {' '.join(SIZES)} "
-        f"over the whole training split (hours)."))
+        f"{' '.join(DEFAULT_CONTENDERS)} ({PT_UNBATCHED}, per-instance PyTorch node by "
+        f"node, on the first --unbatched-minibatches only; the table's xunb column divides "
+        f"by it): a few minutes on 2 cores, FSM policies trained on first use included. "
+        f"--full: every workload and contender at {' '.join(SIZES)} over the whole training "
+        f"split (hours)."))
     p.add_argument("--workloads", nargs="+", default=list(DEFAULT_WORKLOADS), choices=WORKLOADS,
                    help=f"default {' '.join(DEFAULT_WORKLOADS)}; all: {' '.join(WORKLOADS)}")
     p.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), type=parse_size,
@@ -87,7 +91,8 @@ def make_parser(description: str) -> argparse.ArgumentParser:
                         f"of the eval split when repeated, the training split spread over "
                         f"the passes when reshuffled)")
     p.add_argument("--unbatched-minibatches", type=int, default=1,
-                   help="mini-batches the slow node-by-node contender runs (0: all)")
+                   help="mini-batches the slow node-by-node contenders (unbatched, "
+                        f"{PT_UNBATCHED}) run (default 1; 0: all)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--no-dynet", action="store_true", help="skip the DyNet rows")
@@ -114,17 +119,17 @@ def make_parser(description: str) -> argparse.ArgumentParser:
                    help=f"the full set: every contender, sizes {' '.join(SIZES)}, all of the "
                         f"training split per pass (--minibatches 0); hours on 2 cores. "
                         f"Explicit --sizes/--contenders/--minibatches still apply")
-    p.add_argument("--policy-dir", default="results/throughput_policies",
+    p.add_argument("--policy-dir", default="results/throughput_policies", type=_args.folder,
                    help="FSM policies <workload>_expert.json (--trainer expert) or "
                         "<workload>.json (q_learning), trained here when missing")
     p.add_argument("--trainer", choices=("expert", "q_learning"), default="expert",
                    help="FSM learner of a policy not in --policy-dir (docs/learning.md)")
-    p.add_argument("--fsm-episodes", type=int, default=None,
+    p.add_argument("--fsm-episodes", type=_args.positive, default=None,
                    help="override max_episodes when training a missing FSM (testing)")
     p.add_argument("--dynet-peer", type=Path, default=DYNET_PEER,
                    help=argparse.SUPPRESS)
     p.add_argument("--device", type=_args.device, default="cpu",
                    help="cpu or cuda[:N]: where edbatch runs (cuda adds fsm+memo+cugraph)")
-    p.add_argument("--out", type=Path, default=Path("results/throughput.json"))
-    p.add_argument("--plot", type=Path, default=Path("results/throughput.png"))
+    p.add_argument("--out", type=_args.out_file, default=Path("results/throughput.json"))
+    p.add_argument("--plot", type=_args.plot_file, default=Path("results/throughput.png"))
     return p

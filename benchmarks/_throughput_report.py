@@ -14,32 +14,38 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RATIO_REFERENCES", "add_ratios", "check_losses", "dynet_rows", "plot_rows",
+__all__ = ["RATIO_REFERENCES", "UNBATCHED", "add_ratios", "check_losses", "dynet_rows", "plot_rows",
            "print_table", "ratio_reference"]
 
 #: Contenders the speed ratio is taken against, first one present wins.
 RATIO_REFERENCES = ("dynet_autobatch1", "dynet_agenda")
 
-_COLUMNS = (("contender", 16), ("b/mb", 6), ("constr", 7), ("sch+pln", 7), ("exec", 7),
+_COLUMNS = (("contender", 18), ("b/mb", 6), ("constr", 7), ("sch+pln", 7), ("exec", 7),
             ("bwd+upd", 7), ("total", 7), ("ovh%", 4), ("items/s", 7), ("xDyN", 5),
-            ("xflr", 5), ("MB", 5), ("loss", 4))
+            ("xunb", 5), ("xflr", 5), ("MB", 5), ("loss", 4))
 #: The contender ``ratio_to_dynet_agenda`` divides by.
 DYNET_AGENDA = "dynet_autobatch1"
+#: The contender ``ratio_to_unbatched`` divides by: per-instance PyTorch, node by node.
+UNBATCHED = "pytorch_unbatched"
 
 
 def add_ratios(rows: Sequence[dict[str, Any]]) -> None:
-    """Set ``ratio_to_dynet_agenda`` (items/s over DyNet agenda's, ``None`` without it) and
-    ``floor_multiple`` (total ms over the ``floor`` row's) on every row, per workload x size
-    x mode."""
+    """Set ``ratio_to_dynet_agenda`` (items/s over DyNet agenda's, ``None`` without it),
+    ``ratio_to_unbatched`` (items/s over per-instance PyTorch's, ``pytorch_unbatched``, the
+    seeds' baseline; ``None`` without it) and ``floor_multiple`` (total ms over the ``floor``
+    row's) on every row, per workload x size x mode."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["workload"], row["size"], row["mode"]), []).append(row)
     for group in groups.values():
         ref = next((r for r in group if r["contender"] == DYNET_AGENDA), None)
         floor = next((r for r in group if r["contender"] == "floor"), None)
+        unb = next((r for r in group if r["contender"] == UNBATCHED), None)
         for row in group:
             row["ratio_to_dynet_agenda"] = (row["items_per_s"] / ref["items_per_s"]
                                             if ref else None)
+            row["ratio_to_unbatched"] = (row["items_per_s"] / unb["items_per_s"]
+                                         if unb else None)
             row["floor_multiple"] = (row["total_ms"] * row.get("scale", 1.0)
                                      / floor["total_ms"] if floor else None)
 
@@ -100,6 +106,9 @@ def _cells(row: dict[str, Any], ref: dict[str, Any] | None) -> list[str]:
 
     train = row["mode"] == "train"
     ratio = f"{row['items_per_s'] / ref['items_per_s']:.2f}" if ref else "-"
+    unb = row.get("ratio_to_unbatched")
+    xunb = "-" if not unb else f"{unb:.2f}" if unb < 10 else f"{unb:.1f}" if unb < 100 else \
+        f"{unb:.0f}"
     fm = row.get("floor_multiple")
     floor = "-" if not fm else f"{fm:.2f}" if fm < 10 else f"{fm:.1f}" if fm < 100 else \
         f"{fm:.0f}"
@@ -109,7 +118,7 @@ def _cells(row: dict[str, Any], ref: dict[str, Any] | None) -> list[str]:
     return [row["contender"] + ("*" if scale != 1.0 else ""), batches, ms("construction_ms"),
             ms("scheduling_ms", "planning_ms", na=not edbatch), ms("execution_ms"),
             ms("backward_ms", "update_ms", na=not train), ms("total_ms"),
-            f"{100 * row['overhead_share']:.0f}", f"{row['items_per_s']:.0f}", ratio, floor,
+            f"{100 * row['overhead_share']:.0f}", f"{row['items_per_s']:.0f}", ratio, xunb, floor,
             "-" if rss is None or math.isnan(rss) else f"{rss:.0f}", loss]
 
 
@@ -122,7 +131,8 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
     print(f"\n{first['workload']} {first['size']} {first['mode']}, "
           f"{first.get('data', 'repeated')} mini-batches: {items} instances per pass "
           f"({max(r['minibatches'] for r in rows)} of 64); xDyN = items/s / "
-          f"{ref['contender'] if ref else '-'}; xflr = total / floor")
+          f"{ref['contender'] if ref else '-'}; xunb = items/s / {UNBATCHED}; "
+          f"xflr = total / floor")
     header = " ".join(f"{name:>{w}}" if i else f"{name:<{w}}"
                       for i, (name, w) in enumerate(_COLUMNS))
     print(header + "\n" + "-" * len(header))
@@ -135,7 +145,11 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
     for r in scaled:
         notes.append(f"* {r['contender']}: timed on the first {r['minibatches']} mini-batch(es) "
                      f"({r['items']} instances); ms scaled x{r['scale']:.2f} to the full set, "
-                     f"items/s as measured")
+                     f"items/s (and xunb) as measured")
+    fsm = next((r for r in rows if r["contender"] == "fsm"), None)
+    if fsm is not None and fsm.get("ratio_to_unbatched"):
+        notes.append(f"fsm: {fsm['ratio_to_unbatched']:.1f}x the items/s of {UNBATCHED} "
+                     f"(per-instance PyTorch, node by node, the seeds' baseline)")
     if any(r["framework"] == "dynet" for r in rows):
         notes.append("DyNet: exec = forward (its autobatch scheduling, gathers and kernels); "
                      "loss = per-mini-batch losses vs edbatch (rel tol 1e-3)")

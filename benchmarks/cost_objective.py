@@ -139,7 +139,7 @@ def main() -> None:
                         help="trained FSM artifacts to add, e.g. tree_lstm=runs/x/policy.json")
     parser.add_argument("--cost-model", nargs="*", default=[], metavar="WORKLOAD=PATH",
                         help="use these cost-model files instead of calibrating")
-    parser.add_argument("--out", default="results/cost_objective.json")
+    parser.add_argument("--out", type=_args.out_file, default="results/cost_objective.json")
     args = parser.parse_args()
     args.fsm = [tuple(x.split("=", 1)) for x in args.fsm]
     args.cost_model = dict(x.split("=", 1) for x in args.cost_model)

@@ -128,7 +128,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--lookahead", choices=("none", "rollout", "rollout2", "search"),
                     default=None,
                     help="how the FSM schedules graphs (default: the policy option's)")
-    ap.add_argument("--out", type=Path, default=None,
+    ap.add_argument("--out", type=_args.out_file, default=None,
                     help="summary JSON (default: <tmp>/edbatch-dump-protocol/<label>.json)")
     ap.add_argument("--path-bound", action=argparse.BooleanOptionalAction, default=True,
                     help="also report every scheduler against the path lower bound "

@@ -300,7 +300,7 @@ def main() -> None:
                         help="count the aten ops per mini-batch instead of timing")
     parser.add_argument("--device", type=_args.device, default="cpu",
                         help="cpu or cuda[:N] (cuda adds the CUDA-graph replay row)")
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", type=_args.out_file, default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.zero_copy_table:

@@ -161,7 +161,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--contenders", nargs="+", default=list(DEFAULT_CONTENDERS),
                    choices=(*DEFAULT_CONTENDERS, "edbatch_long"),
                    help="which to run (edbatch_long: edbatch with direct rounds off)")
-    p.add_argument("--out", default=None, help="write the JSON report here too")
+    p.add_argument("--out", type=_args.out_file, default=None,
+                   help="write the JSON report here too")
     return p
 
 

@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--strategy", default="naive",
                         choices=["naive", "aligned", "planned"])
     parser.add_argument("--torch-profile", action="store_true")
-    parser.add_argument("--out", type=Path, default=Path("results/runtime_phases.json"))
+    parser.add_argument("--out", type=_args.out_file, default=Path("results/runtime_phases.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)
     info = machine_info()

@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--no-compile-probe", action="store_true",
                         help="skip the two subprocesses that time compilation and cache load")
-    parser.add_argument("--out", default="results/schedule_speed.json")
+    parser.add_argument("--out", type=_args.out_file, default="results/schedule_speed.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
     results: dict[str, Any] = {"machine": machine_info(), "rows": []}

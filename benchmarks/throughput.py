@@ -50,10 +50,11 @@ per-phase ms (see docs/benchmarks.md). It asserts nothing about speed.
 
 Without arguments it runs the default set (a few minutes on 2 cores, FSM policies trained
 on first use included): ED-Batch's workloads (Tree-LSTM, lattice, BiLSTM tagger), every mode
-at 300x150, 2 mini-batches a pass, the contenders ``depth dynet_agenda fsm pytorch_hand floor
-dynet_autobatch1``. ``--full`` is the full set: every workload and contender, sizes
-``300x150 128x128``, the whole training split per pass (``--minibatches 0``; hours); flags
-given explicitly still apply.
+at 300x150, 2 mini-batches a pass, the contenders ``depth dynet_agenda fsm pytorch_hand
+pytorch_unbatched floor dynet_autobatch1`` (per-instance PyTorch on the first
+``--unbatched-minibatches``, default 1; the ``xunb`` column divides by it). ``--full`` is
+the full set: every workload and contender, sizes ``300x150 128x128``, the whole training
+split per pass (``--minibatches 0``; hours); flags given explicitly still apply.
 
 Sizes are ``EMBEDxHIDDEN`` strings (any positive pair, e.g. ``8x6`` for a quick check).
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, SupportsFloat
 
@@ -11,7 +11,13 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from edbatch.errors import GraphError, InvalidActionError, UnknownNameError, did_you_mean
+from edbatch.errors import (
+    ConfigError,
+    GraphError,
+    InvalidActionError,
+    UnknownNameError,
+    did_you_mean,
+)
 from edbatch.graph import Graph, OpType, Vocab
 from edbatch.schedule import Frontier, lower_bound
 from edbatch.workloads import GraphSampler, make_workload
@@ -142,6 +148,10 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         self.encoding, self.reward_kind, self.cost_model = encoding, reward, cost_model
         if on_invalid not in ("raise", "noop"):
             raise UnknownNameError(f"on_invalid must be 'raise' or 'noop', got {on_invalid!r}")
+        if max_steps is not None and (isinstance(max_steps, (bool, np.bool_)) or not isinstance(
+                max_steps, (int, np.integer)) or max_steps < 1):
+            raise ConfigError("max_steps", max_steps, f"an integer >= 1 or None (got type "
+                              f"{type(max_steps).__name__})", "pass e.g. max_steps=500")
         self.max_steps, self.render_mode, self.on_invalid = max_steps, render_mode, on_invalid
         k = len(self.vocab)
         self.action_space = MaskedDiscrete(k, self._current_mask)
@@ -158,9 +168,16 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
               ) -> tuple[NDArray[np.float32], dict[str, Any]]:
         """Sample a graph (or take ``options["graph"]``) and run the initial forced steps."""
         super().reset(seed=seed)
+        if options is not None and (not isinstance(options, Mapping) or set(options) - {"graph"}):
+            raise GraphError(f"reset(options=...) takes a dict with the one key 'graph' (a "
+                             f"Graph of this env's workload), got {options!r:.80}")
         graph = (options or {}).get("graph")
         if graph is None:
             graph = self._sample()
+        if not isinstance(graph, Graph):
+            raise GraphError(f"options['graph'] must be an edbatch Graph, got "
+                             f"{type(graph).__name__}; pass e.g. workload.minibatch(split, "
+                             f"indices)")
         if graph.vocab != self.vocab:
             raise GraphError("options['graph'] uses another vocabulary than this env; make "
                              "the env from the same workload as the graph")
@@ -205,7 +222,8 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
 
     def action_masks(self) -> NDArray[np.bool_]:
         """Boolean mask of allowed actions (the name sb3-contrib's MaskablePPO looks for)."""
-        assert self.frontier is not None, "call reset() first"
+        if self.frontier is None:
+            raise InvalidActionError("action_masks() called before reset(); call reset() first")
         return self.frontier.mask().astype(bool)
 
     def render(self) -> str | None:

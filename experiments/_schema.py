@@ -34,7 +34,7 @@ def _at_least(cfg: Any, key: str, low: float, *, nullable: bool = False,
     value = getattr(cfg, key)
     if value is None and nullable:
         return
-    if value is None or value < low:
+    if value is None or not value >= low:  # (NaN too: every comparison with it is False)
         fix = f"pass {key}=N with N >= {low:g}"
         if nullable:
             fix += f", or {key}=null ({null_means})"
@@ -249,11 +249,11 @@ class TrainModelConfig:
             _at_least(self, key, 1)
         _at_least(self, "epochs", 0)
         _at_least(self, "weight_decay", 0)
-        if self.lr <= 0:
+        if not self.lr > 0:  # (NaN too)
             raise ConfigError("lr", self.lr, "a number > 0", "pass e.g. lr=0.002")
         for key in ("max_steps", "train_limit", "eval_limit", "eval_every"):
             _at_least(self, key, 1, nullable=True, null_means="no limit")
-        if self.time_budget_s is not None and self.time_budget_s <= 0:
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise ConfigError("time_budget_s", self.time_budget_s, "a number > 0 or null",
                               "pass e.g. time_budget_s=150, or time_budget_s=null (no limit)")
         _one_of(self, "strategy", ("planned", "aligned", "naive"))
@@ -345,6 +345,17 @@ def _check_choices(prefix: str, node: Any) -> None:
                               f"pass e.g. {prefix}.{key}={choices[0]}")
 
 
+def _check_one_graph_trainers(cfg: DictConfig) -> None:
+    """``experiments.compare``'s ``one_graph_trainers`` name compared trainers (an unknown
+    name was silently ignored: that learner then trained on every graph)."""
+    if "trainers" in cfg and cfg.trainers is not None and "one_graph_trainers" in cfg:
+        names, one = list(cfg.trainers), list(cfg.one_graph_trainers)
+        if any(t not in names for t in one):
+            raise ConfigError("one_graph_trainers", one, f"names of the compared trainers "
+                              f"{names}", f"pass e.g. one_graph_trainers=[{names[0]}] or "
+                              f"one_graph_trainers=[]")
+
+
 def _check_groups(cfg: DictConfig) -> None:
     """The trainer hyper-parameters and env options the typed schemas leave to the groups."""
     trainers = {}
@@ -357,6 +368,7 @@ def _check_groups(cfg: DictConfig) -> None:
     for prefix, node in trainers.items():
         _check_group(prefix, node, TRAINER_RULES)
         _check_choices(prefix, node)
+    _check_one_graph_trainers(cfg)
     from policies.fsm import LOOKAHEADS  # the FSM's lookahead names, checked before training
 
     looks = {f"{p}.lookahead": n.get("lookahead") for p, n in trainers.items()

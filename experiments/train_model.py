@@ -36,9 +36,11 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from edbatch.errors import PolicyFileError
+from edbatch.errors import ConfigError, PolicyFileError
 from edbatch.executor.distributed import DataParallel
 from edbatch.tracking import NullTracker
+from edbatch.workloads import WORKLOADS
+from edbatch.workloads._trees import TreeWorkload
 from experiments._cli import guarded
 from experiments._common import make_tracker, one_workload, seed_everything
 from experiments._rundir import bind_run_dir
@@ -100,6 +102,11 @@ def _train_model(cfg: DictConfig, dp: DataParallel) -> dict[str, Any]:
     if not dp.is_main:
         logging.getLogger().setLevel(logging.WARNING)
     name, workload, _ = one_workload(cfg.workload, granularity="cell")
+    if not isinstance(workload, TreeWorkload):  # (it failed deep in the first mini-batch)
+        trees = [n for n, c in WORKLOADS.items() if issubclass(c, TreeWorkload)]
+        raise ConfigError("workload", name, f"an SST tree workload, one of {trees}",
+                          "pass e.g. workload=tree_lstm (the seeds' workloads train with "
+                          "python -m experiments.train_<workload>)")
     sched_name = "fsm" if cfg.fsm and cfg.batching != "auto" else cfg.batching
     run_name = f"{name}__{sched_name}__{cfg.seed}__{int(time.time())}"
     tracker = make_tracker(cfg.logger, cfg, run_name) if dp.is_main else NullTracker()

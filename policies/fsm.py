@@ -282,13 +282,14 @@ class FSMPolicy:
             raise PolicyFileError(path, f"schema version {data.get('schema_version')!r}, this "
                                   f"edbatch reads version {SCHEMA_VERSION}", "re-train the policy")
         try:
-            names = tuple(str(n) for n in data["op_types"])
-            table = {tuple(int(x) for x in k): int(a) for k, a in data["table"]}
-            encoding, fallback = str(data["encoding"]), str(data["fallback"])
-            lookahead = str(data.get("lookahead", "none"))  # absent in older artifacts
+            names, table, encoding, fallback, lookahead = _fields(data)
         except (KeyError, TypeError, ValueError) as e:
             raise PolicyFileError(path, f"malformed field ({type(e).__name__}: {e})",
                                   "the file is corrupt; re-train or restore it") from None
+        if encoding not in ENCODINGS:
+            raise PolicyFileError(path, f"encoding {encoding!r} is not one of "
+                                  f"{list(ENCODINGS)}", "the file is corrupt or from a newer "
+                                  "edbatch; re-train it")
         if vocab is not None:
             check_op_types(names, vocab.names, path,
                            "load the policy with the workload (and granularity) it was "
@@ -308,6 +309,34 @@ class FSMPolicy:
                                   "the file is corrupt or from a newer edbatch; re-train it"
                                   ) from None
         return cls(table, encoding, names, fallback, data.get("metadata", {}), lookahead)
+
+
+def _fields(data: dict[str, Any]) -> tuple[tuple[str, ...], dict[StateKey, int], str, str,
+                                            str]:
+    """``(op names, table, encoding, fallback, lookahead)`` of an artifact's JSON; a missing,
+    mistyped or repeated field raises ``KeyError`` / ``TypeError`` / ``ValueError``."""
+    if not isinstance(data["op_types"], list):
+        raise TypeError(f"op_types is {data['op_types']!r}, not a list of names")
+    names = tuple(str(n) for n in data["op_types"])
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"op_types lists {twice} more than once")
+    rows = [(tuple(_int(x) for x in k), _int(a)) for k, a in data["table"]]
+    table = dict(rows)
+    if len(table) < len(rows):
+        raise ValueError(f"{len(rows) - len(table)} table state(s) listed twice")
+    if not isinstance(data.get("metadata", {}), dict):
+        raise TypeError(f"metadata is {data['metadata']!r}, not an object")
+    lookahead = str(data.get("lookahead", "none"))  # absent in older artifacts
+    return names, table, str(data["encoding"]), str(data["fallback"]), lookahead
+
+
+def _int(value: Any) -> int:
+    """A policy file's integer (an op id or a state-key entry); a float (also ``1.0``, NaN), a
+    bool or a string raises ``ValueError`` naming it (``int()`` would truncate ``1.5``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{value!r} is not an integer")
+    return value
 
 
 def greedy_action(q: Mapping[int, float], key: StateKey, encoding: str) -> int:

@@ -1,7 +1,9 @@
 """The benchmark peers of ``bilstm_tagger``: the 2-layer BiLSTM tagger.
 
 ``record``: the per-instance model on ``edbatch.api`` (:mod:`benchmarks.models_api`);
-``HandBatched``: the hand-batched PyTorch model (:mod:`benchmarks.hand_batched`). Found by
+``HandBatched``: the hand-batched PyTorch model (:mod:`benchmarks.hand_batched`);
+``Unbatched``: per-instance PyTorch, one sentence and one LSTM step at a time (the
+``pytorch_unbatched`` contender, the seeds' baseline). Found by
 the workload's name (:func:`benchmarks.peers.find_peers`); the DyNet peer is
 ``benchmarks/peers/dynet/bilstm_tagger.py``.
 """
@@ -19,7 +21,7 @@ from torch import Tensor, nn
 from benchmarks import hand_batched
 from edbatch.api import DynamicBatch
 
-__all__ = ["BiLSTMPacked", "HandBatched", "record"]
+__all__ = ["BiLSTMPacked", "BiLSTMUnbatched", "HandBatched", "Unbatched", "record"]
 
 
 def record(batch: DynamicBatch, wl: Any, instances: Sequence[Any]) -> None:
@@ -101,5 +103,47 @@ class BiLSTMPacked(hand_batched.HandBatched):
         return F.cross_entropy(logits, prep["tags"], reduction="sum")
 
 
+class BiLSTMUnbatched(hand_batched.HandBatched):
+    """The BiLSTM tagger in plain per-instance PyTorch: per sentence, four recurrences of
+    single-token LSTM steps (edbatch's ``[i f o u] = W [x; h] + b``), then a per-token MLP
+    loss (``prepare`` has nothing to do)."""
+
+    def prepare(self, instances: Sequence[Any]) -> Sequence[Any]:
+        return instances
+
+    def forward(self, instances: Sequence[Any]) -> Tensor:
+        p = self.params
+        hidden = self.wl.hidden_dim
+        zero = p["bilstm.out"].new_zeros(hidden)
+
+        def run(name: str, xs: list[Tensor], steps: range) -> list[Tensor]:
+            w, b = p[f"bilstm.{name}"], p[f"bilstm.{name}.b"]
+            h, c, out = zero, zero, [zero] * len(xs)
+            for t in steps:
+                g = F.linear(torch.cat([xs[t], h]), w, b)
+                gates = torch.sigmoid(g[:3 * hidden])
+                c = gates[hidden:2 * hidden] * c + gates[:hidden] * torch.tanh(g[3 * hidden:])
+                h = out[t] = gates[2 * hidden:] * torch.tanh(c)
+            return out
+
+        losses: list[Tensor] = []
+        for inst in instances:
+            n = len(inst)
+            xs = [F.embedding(torch.tensor(int(w)), p["bilstm.emb"], sparse=True)
+                  for w in inst.word_ids]
+            f1, b1 = run("l1_fwd", xs, range(n)), run("l1_bwd", xs, range(n - 1, -1, -1))
+            x2 = [torch.cat([f, b]) for f, b in zip(f1, b1, strict=True)]
+            f2, b2 = run("l2_fwd", x2, range(n)), run("l2_bwd", x2, range(n - 1, -1, -1))
+            for t, tag in enumerate(inst.tag_ids):
+                a = torch.tanh(F.linear(torch.cat([f2[t], b2[t]]), p["bilstm.hidden"],
+                                        p["bilstm.hidden.b"]))
+                logits = F.linear(a, p["bilstm.out"], p["bilstm.out.b"])
+                losses.append(F.cross_entropy(logits[None], torch.tensor([int(tag)]),
+                                              reduction="sum"))
+        return torch.stack(losses).sum()
+
+
 #: The hand-batched model of this workload.
 HandBatched = BiLSTMPacked
+#: The per-instance PyTorch model of this workload (the ``pytorch_unbatched`` contender).
+Unbatched = BiLSTMUnbatched

@@ -1,7 +1,9 @@
 """The benchmark peers of ``lattice_lstm``: Lattice-LSTM over character lattices.
 
 ``record``: the per-instance model on ``edbatch.api`` (:mod:`benchmarks.models_api`);
-``HandBatched``: the hand-batched PyTorch model (:mod:`benchmarks.hand_batched`). Found by
+``HandBatched``: the hand-batched PyTorch model (:mod:`benchmarks.hand_batched`);
+``Unbatched``: per-instance PyTorch, one lattice and one arc at a time (the
+``pytorch_unbatched`` contender, the seeds' baseline). Found by
 the workload's name (:func:`benchmarks.peers.find_peers`); the DyNet peer is
 ``benchmarks/peers/dynet/lattice_lstm.py``.
 """
@@ -21,7 +23,7 @@ from benchmarks import hand_batched
 from edbatch.api import DynamicBatch
 from edbatch.executor.kernels import fast_tanh
 
-__all__ = ["HandBatched", "LatticeLSTMLevels", "record"]
+__all__ = ["HandBatched", "LatticeLSTMLevels", "LatticeLSTMUnbatched", "Unbatched", "record"]
 
 
 def record(batch: DynamicBatch, wl: Any, instances: Sequence[Any]) -> None:
@@ -115,5 +117,46 @@ class LatticeLSTMLevels(hand_batched.HandBatched):
         return F.cross_entropy(logits, prep["labels"], reduction="sum")
 
 
+class LatticeLSTMUnbatched(hand_batched.HandBatched):
+    """Lattice-LSTM in plain per-instance PyTorch: states in topological order, every arc's
+    LSTM step on its source state's vectors alone, a state the sum of its arcs' outputs, a
+    loss per state (``prepare`` has nothing to do)."""
+
+    def prepare(self, instances: Sequence[Any]) -> Sequence[Any]:
+        return instances
+
+    def forward(self, instances: Sequence[Any]) -> Tensor:
+        p = self.params
+        out, out_b = p["lattice_lstm.out"], p["lattice_lstm.out.b"]
+        hidden = out.shape[1]
+        cells = [(p[f"lattice_lstm.{k}_emb"], p[f"lattice_lstm.{k}_cell"],
+                  p[f"lattice_lstm.{k}_cell.b"]) for k in ("char", "word")]
+        losses: list[Tensor] = []
+        for inst in instances:
+            zero = out.new_zeros(hidden)
+            states = [(zero, zero)]
+            for i in range(1, inst.num_states):
+                hs, cs = [], []
+                for a in range(inst.arc_ptr[i], inst.arc_ptr[i + 1]):
+                    emb, weight, bias = cells[inst.arc_kind[a]]
+                    h_in, c_in = states[inst.arc_src[a]]
+                    x = F.embedding(torch.tensor(int(inst.arc_token[a])), emb, sparse=True)
+                    g = F.linear(torch.cat([x, h_in]), weight, bias)
+                    gates = torch.sigmoid(g[:3 * hidden])
+                    c = gates[hidden:2 * hidden] * c_in + gates[:hidden] * fast_tanh(
+                        g[3 * hidden:])
+                    hs.append(gates[2 * hidden:] * fast_tanh(c))
+                    cs.append(c)
+                h, c = (hs[0], cs[0]) if len(hs) == 1 else (sum(hs[1:], hs[0]),
+                                                             sum(cs[1:], cs[0]))
+                states.append((h, c))
+                losses.append(F.cross_entropy(F.linear(h, out, out_b)[None],
+                                              torch.tensor([int(inst.tags[i])]),
+                                              reduction="sum"))
+        return torch.stack(losses).sum()
+
+
 #: The hand-batched model of this workload.
 HandBatched = LatticeLSTMLevels
+#: The per-instance PyTorch model of this workload (the ``pytorch_unbatched`` contender).
+Unbatched = LatticeLSTMUnbatched

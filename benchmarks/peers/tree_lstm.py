@@ -1,7 +1,10 @@
 """The benchmark peers of ``tree_lstm``: Tree-LSTM over SST trees.
 
 ``record``: the per-instance model on ``edbatch.api`` (:mod:`benchmarks.models_api`);
-``HandBatched``: the hand-batched PyTorch model (:mod:`benchmarks.hand_batched`). Found by
+``HandBatched``: the hand-batched PyTorch model (:mod:`benchmarks.hand_batched`);
+``Unbatched``: per-instance PyTorch, one tree and one node at a time (the same recursion as
+``record``, each node's cell and loss its own small kernels: the ``pytorch_unbatched``
+contender, the seeds' baseline). Found by
 the workload's name (:func:`benchmarks.peers.find_peers`); the DyNet peer is
 ``benchmarks/peers/dynet/tree_lstm.py``.
 """
@@ -22,7 +25,7 @@ from edbatch.api import DynamicBatch, Handle
 from edbatch.errors import GraphError
 from edbatch.executor.kernels import fast_tanh
 
-__all__ = ["HandBatched", "TreeLSTMLevels", "record"]
+__all__ = ["HandBatched", "TreeLSTMLevels", "TreeLSTMUnbatched", "Unbatched", "record"]
 
 
 def record(batch: DynamicBatch, wl: Any, instances: Sequence[Any]) -> None:
@@ -100,5 +103,45 @@ class TreeLSTMLevels(hand_batched.HandBatched):
         return F.cross_entropy(logits, prep["labels"], reduction="sum")
 
 
+class TreeLSTMUnbatched(hand_batched.HandBatched):
+    """Tree-LSTM in plain per-instance PyTorch: a recursion over each tree, every node's cell
+    and its loss on that node's vectors alone (``prepare`` has nothing to do)."""
+
+    def prepare(self, instances: Sequence[Any]) -> Sequence[Any]:
+        return instances
+
+    def forward(self, instances: Sequence[Any]) -> Tensor:
+        p = {k.split(".", 1)[1]: v for k, v in self.params.items()}
+        hidden, word_id = p["U_f1"].shape[0], self.wl.word_vocab.id
+        losses: list[Tensor] = []
+
+        def encode(node: Any) -> tuple[Tensor, Tensor]:
+            kids = node.children
+            if not kids:
+                x = F.embedding(torch.tensor(word_id(node.word)), p["E"], sparse=True)
+                g = F.linear(x, p["W_iou"], p["W_iou.b"])
+                c = torch.sigmoid(g[:hidden]) * fast_tanh(g[2 * hidden:])
+                h = torch.sigmoid(g[hidden:2 * hidden]) * fast_tanh(c)
+            elif len(kids) == 1:  # unary: the child's state (none in SST), as ``record``
+                h, c = encode(kids[0])
+            else:
+                (h1, c1), (h2, c2) = encode(kids[0]), encode(kids[1])
+                g = F.linear(torch.cat([h1, h2]), p["U_iou"], p["U_iou.b"])
+                f1 = torch.sigmoid(F.linear(h1, p["U_f1"], p["b_f"]))
+                f2 = torch.sigmoid(F.linear(h2, p["U_f2"], p["b_f"]))
+                c = torch.sigmoid(g[:hidden]) * fast_tanh(g[2 * hidden:]) + f1 * c1 + f2 * c2
+                h = torch.sigmoid(g[hidden:2 * hidden]) * fast_tanh(c)
+            logits = F.linear(h, p["W_out"], p["W_out.b"])
+            losses.append(F.cross_entropy(logits[None], torch.tensor([node.label]),
+                                          reduction="sum"))
+            return h, c
+
+        for inst in instances:
+            encode(inst.tree)
+        return torch.stack(losses).sum()
+
+
 #: The hand-batched model of this workload.
 HandBatched = TreeLSTMLevels
+#: The per-instance PyTorch model of this workload (the ``pytorch_unbatched`` contender).
+Unbatched = TreeLSTMUnbatched

@@ -27,11 +27,12 @@ from edbatch.api._handles import (
     Recording,
     ShapeLike,
     _shape,
+    cell_shapes,
     grow_pool,
     new_handle,
     recycle,
 )
-from edbatch.api._inputs import add_input, add_inputs, input_op
+from edbatch.api._inputs import add_input, add_inputs, check_params, input_op, lookup_index
 from edbatch.api._programs import Program, ProgramsResult, run_programs
 from edbatch.api._result import BatchResult, dtype_hint
 from edbatch.api._schedulers import SchedulerLike, as_scheduler, memory_strategy
@@ -134,9 +135,7 @@ class DynamicBatch:
             GraphError: the name is taken, a shape is invalid, or the probe raised or
                 returned the wrong shape (the message names the cell, got and expected).
         """
-        if not name or not name.replace("_", "").isalnum():
-            raise GraphError(f"cell name {name!r} must be non-empty letters, digits and _")
-        ins = [_shape(s, f"cell {name!r} in_shapes[{k}]") for k, s in enumerate(in_shapes)]
+        ins = cell_shapes(name, in_shapes)
         out = () if out_shape == () else _shape(out_shape, f"cell {name!r} out_shape")
         if variadic and takes_attr:
             raise GraphError(f"cell {name!r}: a variadic cell takes no attr (its nodes' "
@@ -266,6 +265,7 @@ class DynamicBatch:
                 self._lookup_kinds[embedding] = cell.cell.kind
             except TypeError:
                 pass
+        index = lookup_index(cell.name, index)
         if not 0 <= index < embedding.num_embeddings:
             raise GraphError(f"cell {cell.name!r}: index {index} is out of range for an "
                              f"embedding of {embedding.num_embeddings} rows; map unknown "
@@ -384,7 +384,7 @@ class DynamicBatch:
         graph, loss_node = self.graph(outputs)
         schedule = make(graph)
         plan = plan_memory(graph, schedule, memory_strategy(make, strategy))
-        params = {**self.params, **(params or {}), **{  # built-ins' params, then input rows
+        params = {**self.params, **check_params(params), **{  # built-ins' params, then input rows
             f"api.{n}": (r[0] if len(r) == 1 else torch.cat(r)).to(self.device, self.dtype)
             for n, r in self._rec.rows.items()}}
         executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels, hoist=hoist)

@@ -39,10 +39,23 @@ class Recorder(Protocol):
 ShapeLike = int | Sequence[int]
 
 def _shape(value: ShapeLike, what: str) -> tuple[int, ...]:
-    shape = (value,) if isinstance(value, int) else tuple(value)
-    if not all(isinstance(d, int) and d >= 1 for d in shape):
+    shape = (value,) if isinstance(value, int) else tuple(value) if isinstance(
+        value, (tuple, list)) else (0,)
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape):
         raise GraphError(f"{what} must be an int or a tuple of positive ints, got {value!r}")
     return shape
+
+
+def cell_shapes(name: object, in_shapes: object) -> list[tuple[int, ...]]:
+    """Check a cell's ``name`` and ``in_shapes`` (:meth:`DynamicBatch.cell`); return the
+    operand shapes."""
+    if not isinstance(name, str) or not name or not name.replace("_", "").isalnum():
+        raise GraphError(f"cell name {name!r} must be a non-empty str of letters, digits "
+                         f"and _")
+    if not isinstance(in_shapes, (tuple, list)):
+        raise GraphError(f"cell {name!r}: in_shapes must be a list with one shape (or int "
+                         f"width) per operand, got {in_shapes!r}")
+    return [_shape(s, f"cell {name!r} in_shapes[{k}]") for k, s in enumerate(in_shapes)]
 
 
 _SHAPES: dict[tuple[int, ...], tuple[int, ...]] = {}

@@ -6,22 +6,59 @@ lookup into the stacked rows, registered on first use; ``run_programs`` adds ``v
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+import torch
 from torch import Tensor
 
 from edbatch.api._handles import Handle, new_handle
 from edbatch.errors import GraphError
 from edbatch.graph import OpType
 
-__all__ = ["add_input", "add_inputs", "input_op"]
+__all__ = ["add_input", "add_inputs", "check_params", "input_op", "lookup_index"]
 
 #: A :class:`~edbatch.api.DynamicBatch` (typed loosely: it imports this module).
 Batch = Any
 
 
+def _tensor(value: object, where: str) -> None:
+    if not isinstance(value, Tensor):
+        raise GraphError(f"{where} takes a torch.Tensor, got {type(value).__name__}; "
+                         f"convert it first, e.g. torch.as_tensor(x, dtype=torch.float32)")
+
+
+def lookup_index(cell: str, index: Any) -> int:
+    """``batch.lookup``'s row ``index`` as an int: a Python or NumPy integer or a
+    one-element integer tensor; a bool, float or string raises (``1.5`` would be cut)."""
+    if isinstance(index, Tensor) and index.numel() == 1 and not index.is_floating_point() \
+            and index.dtype != torch.bool:
+        return int(index.item())
+    if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
+        return int(index)
+    raise GraphError(f"cell {cell!r}: lookup index {index!r} ({type(index).__name__}) is not "
+                     f"an integer row number; pass an int, e.g. vocab.get(word, 0)")
+
+
+def check_params(params: Any) -> dict[str, Tensor]:
+    """``run(params=...)``: a mapping of parameter names to tensors (``None``: none)."""
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping):
+        raise GraphError(f"run(params=...) takes a dict of name -> torch.Tensor, got "
+                         f"{type(params).__name__}")
+    for name, value in params.items():
+        if not isinstance(name, str) or not isinstance(value, Tensor):
+            raise GraphError(f"run(params=...): entry {name!r} -> {type(value).__name__}; "
+                             f"expected a str name -> torch.Tensor (e.g. a module's "
+                             f"parameter)")
+    return dict(params)
+
+
 def add_input(batch: Batch, row: Tensor) -> Handle:
     """:meth:`DynamicBatch.input <edbatch.api.DynamicBatch.input>`: a node holding ``row``."""
+    _tensor(row, "batch.input(row)")
     shape = tuple(row.shape)
     if not shape or not all(shape):
         raise GraphError(f"input rows need a non-empty shape, got {shape}; reshape "
@@ -36,6 +73,7 @@ def add_input(batch: Batch, row: Tensor) -> Handle:
 
 def add_inputs(batch: Batch, rows: Tensor) -> list[Handle]:
     """:meth:`DynamicBatch.inputs <edbatch.api.DynamicBatch.inputs>`: one node per row."""
+    _tensor(rows, "batch.inputs(rows)")
     if rows.dim() < 2 or not all(rows.shape):
         raise GraphError(f"inputs() needs a tensor [k, *shape] with k >= 1 and a "
                          f"non-empty row shape, got {tuple(rows.shape)}; use input(row) "

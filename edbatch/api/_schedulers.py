@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edbatch.api._vocab import VocabMap, used_names
-from edbatch.errors import GraphError
+from edbatch.errors import GraphError, UnknownNameError
 from edbatch.executor.auto import (
     AUTO_SCHEDULERS,
     AUTO_STRATEGIES,
@@ -148,6 +148,10 @@ def as_scheduler(scheduler: SchedulerLike,
             kept["auto"] = AutoScheduler()
         return kept["auto"]
     if isinstance(scheduler, str):
+        if scheduler.endswith(".json") or "/" in scheduler:  # a policy file's path
+            raise UnknownNameError(f"scheduler {scheduler!r} is no scheduler name but looks "
+                                   f"like a file; to run a saved policy pass "
+                                   f"policies.load_policy({scheduler!r})")
         return make_scheduler(scheduler)
     if hasattr(scheduler, "op_names") and hasattr(scheduler, "scheduler"):
         if kept is None:

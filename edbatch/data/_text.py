@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import gc
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from edbatch.errors import DataFormatError
 
-__all__ = ["gc_paused", "read_lines", "read_text", "shorten"]
+__all__ = ["gc_paused", "read_json", "read_lines", "read_text", "shorten"]
 
 
 def read_text(path: str | Path) -> str:
@@ -19,13 +21,16 @@ def read_text(path: str | Path) -> str:
         path: File to read.
 
     Returns:
-        The decoded text (``\r\n`` line ends are left as they are).
+        The decoded text (``\r\n`` line ends are left as they are; a leading UTF-8
+        byte-order mark is dropped).
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
         DataFormatError: If the bytes are not valid UTF-8 (names the line of the first bad byte).
     """
     raw = Path(path).read_bytes()
+    if raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark (Windows editors): not text
+        raw = raw[3:]
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -39,6 +44,28 @@ def read_text(path: str | Path) -> str:
             "UTF-8 encoded text",
             "re-encode the file as UTF-8 (e.g. with iconv)",
         ) from None
+
+
+def read_json(path: str | Path, expected: str) -> Any:
+    """Read a whole UTF-8 file as one JSON document.
+
+    Args:
+        path: File to read.
+        expected: What the file should hold, for the error message (e.g. "CLEVR's
+            metadata.json").
+
+    Raises:
+        DataFormatError: If the bytes are not UTF-8 or not valid JSON (names the line).
+    """
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        found = "an empty file" if not text.strip() else \
+            f"invalid JSON ({exc.msg}; column {exc.colno})"
+        raise DataFormatError(path, exc.lineno if text.strip() else 1, found, expected,
+                              "check the path; restore the file if it was cut or edited"
+                              ) from None
 
 
 def read_lines(path: str | Path) -> list[str]:

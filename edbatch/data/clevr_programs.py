@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from edbatch.data._text import read_lines, read_text, shorten
+from edbatch.data._text import read_json, read_lines, shorten
 from edbatch.data.clevr_scenes import Scene
 from edbatch.errors import DataFormatError, EdbatchError, did_you_mean
 
@@ -92,9 +92,12 @@ def load_metadata(path: str | Path) -> Metadata:
     Raises:
         DataFormatError: If ``types`` or ``functions`` is missing or a function lacks a field.
     """
-    data = json.loads(read_text(path))
-    if not isinstance(data.get("types"), dict) or not isinstance(data.get("functions"), list):
-        raise DataFormatError(path, 1, f"keys {sorted(data)}", "'types' and 'functions'",
+    data = read_json(path, "CLEVR's metadata.json (an object with 'types' and 'functions')")
+    if not isinstance(data, dict) or not isinstance(data.get("types"), dict) or \
+            not isinstance(data.get("functions"), list):
+        found = f"keys {sorted(data)}" if isinstance(data, dict) else \
+            f"a JSON {type(data).__name__}"
+        raise DataFormatError(path, 1, found, "'types' and 'functions'",
                               "use question_generation/metadata.json of CLEVR")
     types = {k: tuple(v) if v else () for k, v in data["types"].items()}
     functions = {}
@@ -294,7 +297,11 @@ def load_questions(path: str | Path, meta: Metadata, n_scenes: int | None = None
             out of range, or an invalid program (see :func:`parse_program`).
     """
     out = []
-    for i, text in enumerate(read_lines(path)):
+    lines = read_lines(path)
+    if not any(t.strip() for t in lines):
+        raise DataFormatError(path, 1, "an empty file (no questions)", "one JSON question "
+                              "object per line", "check the path and the file")
+    for i, text in enumerate(lines):
         line = i + 1
         try:
             data = json.loads(text)
@@ -311,6 +318,9 @@ def load_questions(path: str | Path, meta: Metadata, n_scenes: int | None = None
                                                         and scene >= n_scenes):
             raise DataFormatError(path, line, f"scene index {scene!r}",
                                   f"an index 0..{(n_scenes or 1) - 1} of the scene file")
+        if isinstance(data["template"], bool) or not isinstance(data["template"], int):
+            raise DataFormatError(path, line, f"template {data['template']!r}",
+                                  "a template index (an integer)")
         program = parse_program(data["program"], meta, path, line)
         out.append(Question(scene, str(data["family"]), int(data["template"]),
                             str(data["question"]), program, str(data["answer"])))

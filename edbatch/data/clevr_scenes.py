@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edbatch.data._text import read_lines, read_text, shorten
+from edbatch.data._text import read_json, read_lines, shorten
 from edbatch.errors import DataFormatError
 
 __all__ = [
@@ -72,12 +72,15 @@ def load_properties(path: str | Path) -> Properties:
     Raises:
         DataFormatError: If a key is missing.
     """
-    data = json.loads(read_text(path))
+    data = read_json(path, "CLEVR's properties.json (an object with 'shapes', 'colors', "
+                           "'materials' and 'sizes')")
     values = {}
     for attr in ATTRIBUTES:
         key = attr + "s" if attr != "material" else "materials"
-        if not isinstance(data.get(key), dict) or not data[key]:
-            raise DataFormatError(path, 1, f"keys {sorted(data)}", f"a non-empty object {key!r}",
+        if not isinstance(data, dict) or not isinstance(data.get(key), dict) or not data[key]:
+            found = f"keys {sorted(data)}" if isinstance(data, dict) else \
+                f"a JSON {type(data).__name__}"
+            raise DataFormatError(path, 1, found, f"a non-empty object {key!r}",
                                   "use image_generation/data/properties.json of CLEVR")
         values[attr] = tuple(data[key])
     radius = {k: float(v) for k, v in data["sizes"].items()}
@@ -225,8 +228,16 @@ def parse_scene(text: str, props: Properties, path: str | Path = "<scene>",
 
 
 def load_scenes(path: str | Path, props: Properties) -> list[Scene]:
-    """Load a scene file (one scene per line; see :func:`parse_scene`)."""
-    return [parse_scene(text, props, path, i + 1) for i, text in enumerate(read_lines(path))]
+    """Load a scene file (one scene per line; see :func:`parse_scene`).
+
+    Raises:
+        DataFormatError: An empty file, or a bad line (:func:`parse_scene`).
+    """
+    lines = read_lines(path)
+    if not any(t.strip() for t in lines):
+        raise DataFormatError(path, 1, "an empty file (no scenes)", "one JSON scene object "
+                              "per line", "check the path and the file")
+    return [parse_scene(text, props, path, i + 1) for i, text in enumerate(lines)]
 
 
 def dump_scenes(scenes: list[Scene], path: str | Path) -> None:

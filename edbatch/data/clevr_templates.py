@@ -29,14 +29,13 @@ program. Regenerate the stored split bit for bit with::
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from edbatch.data._text import read_text
+from edbatch.data._text import read_json, shorten
 from edbatch.data.clevr_programs import (
     Metadata,
     ProgramNode,
@@ -89,7 +88,15 @@ def load_templates(folder: str | Path, meta: Metadata) -> list[Template]:
     """
     out = []
     for path in sorted(Path(folder).glob("*.json")):
-        for k, t in enumerate(json.loads(read_text(path))):
+        templates = read_json(path, "a JSON list of CLEVR question templates")
+        if not isinstance(templates, list):
+            raise DataFormatError(path, 1, f"a JSON {type(templates).__name__}",
+                                  "a JSON list of CLEVR question templates")
+        for k, t in enumerate(templates):
+            keys = ("text", "nodes", "params", "constraints")
+            if not isinstance(t, dict) or any(key not in t for key in keys):
+                raise DataFormatError(path, 1, f"template {k} = {shorten(str(t))}",
+                                      f"an object with the keys {', '.join(keys)}")
             types = {p["name"]: p["type"] for p in t["params"]}
             for node in t["nodes"]:
                 if node["type"] not in meta.functions:
@@ -307,7 +314,7 @@ def write_splits(folder: str | Path, out: str | Path, seed: int,
     props = load_properties(folder / "properties.json")
     meta = load_metadata(folder / "metadata.json")
     templates = load_templates(folder / "templates", meta)
-    synonyms = json.loads(read_text(folder / "synonyms.json"))
+    synonyms = read_json(folder / "synonyms.json", "CLEVR's synonyms.json (an object)")
     out.mkdir(parents=True, exist_ok=True)
     for split, n in (sizes or SPLITS).items():
         rng = random.Random(f"clevr-{split}-{seed}")

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from edbatch.data._text import read_text, shorten
+from edbatch.data._text import read_json, read_text, shorten
 from edbatch.errors import DataFormatError
 
 __all__ = [
@@ -219,11 +218,19 @@ def load_esol_split(path: str | Path, n: int | None = None) -> dict[str, list[in
         DataFormatError: If a part is missing or (with ``n``) the parts do not partition
             ``range(n)``.
     """
-    data = json.loads(read_text(path))
+    data = read_json(path, "an ESOL split object {\"train\": [...], \"valid\": [...], "
+                           "\"test\": [...]}")
     for part in ("train", "valid", "test"):
-        if not isinstance(data.get(part), list):
-            raise DataFormatError(path, 1, f"keys {sorted(data)}", f"a list {part!r}",
+        if not isinstance(data, dict) or not isinstance(data.get(part), list):
+            found = f"keys {sorted(data)}" if isinstance(data, dict) else \
+                f"a JSON {type(data).__name__}"
+            raise DataFormatError(path, 1, found, f"a list {part!r}",
                                   "regenerate with `python -m edbatch.data.generate esol-split`")
+        bad = [i for i in data[part] if isinstance(i, bool) or not isinstance(i, int)]
+        if bad:
+            raise DataFormatError(path, 1, f"the entry {bad[0]!r} in {part!r}", "row indices "
+                                  "(integers)", "regenerate with `python -m "
+                                  "edbatch.data.generate esol-split`")
     split = {p: [int(i) for i in data[p]] for p in ("train", "valid", "test")}
     if n is not None:
         every = sorted(i for p in split.values() for i in p)

@@ -118,9 +118,20 @@ class GraphBuilder:
             np.asarray(self._ops, dtype=np.int32),
             np.asarray(self._ptr, dtype=np.int64),
             np.asarray(self._operands, dtype=np.int32),
-            attrs=np.asarray(self._attrs, dtype=np.int64),
+            attrs=_int_attrs(self._attrs),
             instance=np.asarray(self._inst, dtype=np.int32),
             outputs=np.asarray(outputs, dtype=np.int32),
             depth=np.asarray(self._depth, dtype=np.int32),
             validate=validate,
         )
+
+
+def _int_attrs(attrs: list[int]) -> np.ndarray:  # type: ignore[type-arg]
+    """The nodes' ``attr`` payloads as int64; a float (``1.5`` was cut to 1), string or
+    ``None`` raises :class:`GraphError` naming the node."""
+    raw = np.asarray(attrs)
+    if raw.dtype.kind in "iub" or not attrs:
+        return raw.astype(np.int64, copy=False)
+    node = next(i for i, a in enumerate(attrs) if not isinstance(a, (int, np.integer)))
+    raise GraphError(f"node %{node}: attr {attrs[node]!r} ({type(attrs[node]).__name__}) is "
+                     f"not an integer; pass an int payload (token id, label) or -1 for none")

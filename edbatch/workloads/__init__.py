@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from edbatch.errors import UnknownNameError, did_you_mean
@@ -59,4 +60,11 @@ def make_workload(name: str, **kwargs: Any) -> Workload:
     if cls is None:
         raise UnknownNameError(f"unknown workload {name!r}; registered: {sorted(WORKLOADS)}."
                                + did_you_mean(name, WORKLOADS))
+    params = inspect.signature(cls.__init__).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        options = [k for k in params if k != "self"]
+        for key in kwargs:
+            if key not in options:
+                raise UnknownNameError(f"workload {name!r} has no option {key!r}; its options "
+                                       f"are {options}." + did_you_mean(key, options))
     return cls(**kwargs)

@@ -204,8 +204,7 @@ class Workload(abc.ABC):
     def batches(self, split: str, batch_size: int, *, limit: int | None = None
                 ) -> Iterator[Graph]:
         """Consecutive mini-batch graphs over ``split`` (the last one may be smaller)."""
-        if batch_size < 1:
-            raise GraphError(f"batch_size must be >= 1, got {batch_size}")
+        check_batch_size(batch_size)
         n = len(self.load(split))
         for k, start in enumerate(range(0, n, batch_size)):
             if limit is not None and k >= limit:
@@ -214,6 +213,18 @@ class Workload(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(granularity={self.granularity!r}, ops={len(self.vocab)})"
+
+
+def check_batch_size(batch_size: Any) -> None:
+    """Refuse a ``batch_size`` that is not an integer >= 1 (a bool, float or string too).
+
+    Raises:
+        GraphError: naming the value, its type and the fix.
+    """
+    if isinstance(batch_size, (bool, np.bool_)) or not isinstance(
+            batch_size, (int, np.integer)) or batch_size < 1:
+        raise GraphError(f"batch_size must be an integer >= 1, got {batch_size!r} "
+                         f"({type(batch_size).__name__}); pass e.g. batch_size=64")
 
 
 class GraphSampler:
@@ -229,9 +240,8 @@ class GraphSampler:
     """
 
     def __init__(self, workload: Workload, split: str, batch_size: int) -> None:
-        if batch_size < 1:
-            raise GraphError(f"batch_size must be >= 1, got {batch_size}")
-        self.workload, self.split, self.batch_size = workload, split, batch_size
+        check_batch_size(batch_size)
+        self.workload, self.split, self.batch_size = workload, split, int(batch_size)
         self.num_instances = len(workload.load(split))
 
     @property

@@ -96,3 +96,30 @@ def test_corrupt_policy_file_in_throughput_is_one_line_and_kept(tmp_path: Path) 
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert f"error: {bad}: not valid JSON" in proc.stderr
     assert bad.read_text() == '{"kind": "fsm", "tab'  # the file is not lost
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--out", "{tmp}"], "is a folder, not a file to write"),
+    (["--plot", "{tmp}"], "is a folder, not a file to write"),
+    (["--plot", "{tmp}/plot.txt"], "matplotlib cannot write a .txt plot"),
+    (["--policy-dir", "{tmp}/a_file"], "is a file, not a folder"),
+    (["--fsm-episodes", "-1"], "invalid count '-1'"),
+])
+def test_throughput_output_paths_are_checked_before_the_run(
+        tmp_path: Path, flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """A folder as --out (or a plot type matplotlib lacks) failed after the whole run, the
+    results lost in a traceback; a file as --policy-dir and a negative --fsm-episodes were a
+    traceback / silently accepted."""
+    (tmp_path / "a_file").write_text("keep")
+    with pytest.raises(SystemExit) as e:
+        make_parser("t").parse_args([f.format(tmp=tmp_path) for f in flags])
+    assert e.value.code == 2 and named in capsys.readouterr().err
+    assert (tmp_path / "a_file").read_text() == "keep"
+
+
+def test_good_output_paths_pass() -> None:
+    args = make_parser("t").parse_args(["--out", "r/x.json", "--plot", "r/x.pdf",
+                                        "--policy-dir", "r/pol", "--fsm-episodes", "3"])
+    assert (args.out, args.plot, args.policy_dir, args.fsm_episodes) == (
+        Path("r/x.json"), Path("r/x.pdf"), "r/pol", 3)

@@ -116,6 +116,40 @@ def test_the_default_run_is_the_small_set_and_full_is_everything() -> None:
     assert default.workloads == list(tp.DEFAULT_WORKLOADS) and default.modes == list(tp.MODES)
     assert set(tp.DEFAULT_WORKLOADS) < set(tp.WORKLOADS)
     assert "--full" in tp.build_parser().format_help()
+    # unbatched per-instance PyTorch (the seeds' baseline) is in the default run, on every
+    # default workload, on the first --unbatched-minibatches only, and the help says so
+    assert tp.PT_UNBATCHED in tp.DEFAULT_CONTENDERS and default.unbatched_minibatches == 1
+    assert set(tp.DEFAULT_WORKLOADS) <= set(tp.unbatched_models())
+    epilog = " ".join((tp.build_parser().epilog or "").split())
+    assert f"contenders {' '.join(tp.DEFAULT_CONTENDERS)} (pytorch_unbatched" in epilog
+    assert "first --unbatched-minibatches only" in epilog and "xunb" in epilog
+
+
+def test_rows_divide_by_unbatched_pytorch_and_the_table_shows_fsm_x_unbatched(
+        run: tuple[dict[str, Any], Path], capsys: pytest.CaptureFixture[str]) -> None:
+    results = run[0]
+    for mode in tp.MODES:
+        rows = [r for r in results["rows"] if r["mode"] == mode]
+        unb = next(r for r in rows if r["contender"] == tp.PT_UNBATCHED)
+        assert unb["framework"] == "pytorch" and unb["loss_match"] is True
+        for row in rows:
+            assert row["ratio_to_unbatched"] == pytest.approx(
+                row["items_per_s"] / unb["items_per_s"]), row["contender"]
+        report.print_table(rows)
+        out = capsys.readouterr().out
+        assert "xunb = items/s / pytorch_unbatched" in out.splitlines()[1]
+        fsm = next(r for r in rows if r["contender"] == "fsm")
+        table = {line.split()[0]: line.split() for line in out.splitlines()[4:]
+                 if line.split() and line.split()[0] in ("fsm", "pytorch_unbatched")}
+        col = [name for name, _ in report._COLUMNS].index("xunb")
+        assert float(table["fsm"][col]) == pytest.approx(fsm["ratio_to_unbatched"], rel=0.01,
+                                                         abs=0.006)
+        assert float(table["pytorch_unbatched"][col]) == 1.0
+        assert f"fsm: {fsm['ratio_to_unbatched']:.1f}x the items/s of pytorch_unbatched" in out
+    bare = [{**r, "ratio_to_unbatched": None} for r in results["rows"]
+            if r["contender"] != tp.PT_UNBATCHED]
+    report.add_ratios(bare)  # without the unbatched row: no ratio, "-" in the table
+    assert all(r["ratio_to_unbatched"] is None for r in bare)
 
 
 @pytest.mark.parametrize("argv, named", [

@@ -62,3 +62,14 @@ def test_train_model_trains_on_cuda_with_graph_replayed_evaluation(tmp_path: Pat
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["device"] == "cuda" and summary["steps"] == 3
     assert 0.0 <= summary["eval/binary_accuracy"] <= 1.0
+
+
+def test_a_workload_that_is_no_sst_tree_workload_is_refused_by_name(tmp_path: Path) -> None:
+    """It ran the data loading and failed in the first mini-batch with a raw RuntimeError
+    ('mini-batch 10 has 3103 loss terms but its trees 64 nodes')."""
+    r = _run("workload=lattice_lstm", "workload.lattice_lstm.hidden_dim=8", "max_steps=1",
+             f"run_dir={tmp_path}")
+    assert r.returncode == 2, r.stderr
+    assert "config key workload='lattice_lstm': expected an SST tree workload, one of " \
+           "['tree_lstm', 'tree_gru', 'mvrnn']" in r.stderr
+    assert "Traceback" not in r.stderr

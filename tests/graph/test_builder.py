@@ -70,3 +70,20 @@ def test_variadic_op_accepts_any_arity(vocab: Vocab) -> None:
     g = b.build([s])
     assert g.arity[s] == 5
     assert np.array_equal(g.operands(s), leaves)
+
+
+@pytest.mark.parametrize("attr", [1.5, 2.0, "3", None])
+def test_builder_rejects_an_attr_that_is_no_integer(vocab: Vocab, attr: object) -> None:
+    """np.asarray(attrs, dtype=int64) cut 1.5 to 1 and read '3' as 3, silently."""
+    b = GraphBuilder(vocab)
+    b.add("leaf", attr=4)
+    b.add("leaf", attr=attr)  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match=rf"node %1: attr {attr!r} .* is not an integer"):
+        b.build()
+
+
+def test_builder_keeps_integer_attrs_of_every_kind(vocab: Vocab) -> None:
+    b = GraphBuilder(vocab)
+    for attr in (3, np.int64(4), np.int32(-1)):
+        b.add("leaf", attr=attr)  # type: ignore[arg-type]
+    assert b.build().attrs.tolist() == [3, 4, -1]

@@ -56,6 +56,13 @@ def test_round_trip_preserves_everything(tmp_path: Path, mvrnn) -> None:
            [b.node_ids.tolist() for b in run_policy(g, q).batches]
 
 
+def _artifact(**fields: object) -> str:
+    """A valid two-op artifact's JSON with ``fields`` replaced."""
+    return json.dumps({"format": "edbatch.fsm", "schema_version": 1, "op_types": ["a", "b"],
+                       "encoding": "base", "fallback": "ed_batch", "table": [[[0], 1]],
+                       "metadata": {}, **fields})
+
+
 @pytest.mark.parametrize("content,match", [
     ("{not json", "not valid JSON"),
     ('{"format": "something"}', "not an edbatch FSM policy"),
@@ -63,6 +70,18 @@ def test_round_trip_preserves_everything(tmp_path: Path, mvrnn) -> None:
     ('{"format": "edbatch.fsm", "schema_version": 1, "op_types": ["a"]}', "malformed field"),
     ('{"format": "edbatch.fsm", "schema_version": 1, "op_types": ["a"], "encoding": "base",'
      ' "fallback": "ed_batch", "table": [[[0], 5]]}', "outside 0..0"),
+    # ids that int() would truncate or accept, names that are no list or repeat, a state
+    # listed twice, metadata that is no object, an unknown encoding (was: loaded silently, or
+    # a raw TypeError / UnknownNameError without the path)
+    *((_artifact(**{k: v}), m) for k, v, m in (
+        ("table", [[[0], 1.5]], r"1\.5 is not an integer"),
+        ("table", [[[0], True]], "True is not an integer"),
+        ("table", [[[0.0], 0]], r"0\.0 is not an integer"),
+        ("table", [[[0], 0], [[0], 1]], r"1 table state\(s\) listed twice"),
+        ("op_types", "ab", "op_types is 'ab', not a list of names"),
+        ("op_types", ["a", "a"], r"op_types lists \['a'\] more than once"),
+        ("metadata", 5, "metadata is 5, not an object"),
+        ("encoding", "nope", "encoding 'nope' is not one of"))),
 ])
 def test_corrupt_files_fail_clearly(tmp_path: Path, content: str, match: str) -> None:
     path = tmp_path / "bad.json"

@@ -1,0 +1,104 @@
+"""``edbatch.api`` arguments of the wrong kind are ``GraphError`` / ``UnknownNameError``
+naming the value and the fix, where they are passed: a cell name or ``in_shapes`` of the
+wrong type, a lookup index that is no integer (``1.5`` was cut to row 1, ``True`` read as
+row 1), a row that is no tensor (a NumPy row was recorded, then broke ``run`` with a raw
+``TypeError``), ``run(params=...)`` entries that are no tensors, a policy file's path
+passed to ``run`` as if it were a scheduler name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor, nn
+
+from edbatch.api import DynamicBatch
+from edbatch.errors import GraphError, UnknownNameError
+
+__all__: list[str] = []
+
+
+class Add(nn.Module):
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        return a + b
+
+
+class Total(nn.Module):
+    def forward(self, h: Tensor) -> Tensor:
+        return h.sum(1)
+
+
+@pytest.mark.parametrize("name, in_shapes, match", [
+    (5, [4, 4], "cell name 5 must be a non-empty str"),
+    ("add", None, "in_shapes must be a list with one shape .* got None"),
+    ("add", 4, "in_shapes must be a list with one shape .* got 4"),
+    ("add", [4.5, 4], r"in_shapes\[0\] must be an int or a tuple of positive ints, got 4.5"),
+    ("add", [True, 4], r"in_shapes\[0\] must be an int .* got True"),
+])
+def test_bad_cell_arguments(name: Any, in_shapes: Any, match: str) -> None:
+    with pytest.raises(GraphError, match=match):
+        DynamicBatch().cell(Add(), name, in_shapes, 4)
+
+
+@pytest.mark.parametrize("index", [1.5, 1.0, True, "1", None, torch.tensor(1.0),
+                                   torch.tensor([1, 2])])
+def test_a_lookup_index_must_be_an_integer(index: Any) -> None:
+    batch, emb = DynamicBatch(), nn.Embedding(5, 3)
+    batch.lookup(emb, 0)  # registered: the same checks on the fast path's fallback
+    with pytest.raises(GraphError, match=r"cell 'embedding0': lookup index .* is not an "
+                                         r"integer row number"):
+        batch.lookup(emb, index)
+
+
+def test_integer_lookup_indices_of_every_kind_read_the_same_row() -> None:
+    batch, emb = DynamicBatch(), nn.Embedding(5, 3)
+    total = batch.cell(Total(), "total", [3], ())
+    for index in (2, np.int64(2), torch.tensor(2)):
+        with batch.instance():
+            batch.add_loss(total(batch.lookup(emb, index)))
+    loss = batch.run().loss
+    assert loss is not None
+    torch.testing.assert_close(loss, 3 * emb.weight[2].sum())
+
+
+@pytest.mark.parametrize("row", [np.zeros(4), [0.0] * 4, 1.0])
+def test_a_row_that_is_no_tensor_is_refused_and_the_batch_still_runs(row: Any) -> None:
+    batch = DynamicBatch()
+    total = batch.cell(Total(), "total", [4], ())
+    with batch.instance():
+        with pytest.raises(GraphError, match=r"batch.input\(row\) takes a torch.Tensor, got "):
+            batch.input(row)
+        with pytest.raises(GraphError, match=r"batch.inputs\(rows\) takes a torch.Tensor"):
+            batch.inputs(row)
+        batch.add_loss(total(batch.input(torch.ones(4))))
+    loss = batch.run().loss
+    assert loss is not None and float(loss) == 4.0
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"x": 1}, r"entry 'x' -> int; expected a str name -> torch.Tensor"),
+    ({1: torch.ones(1)}, r"entry 1 -> Tensor"),
+    ([torch.ones(1)], r"takes a dict of name -> torch.Tensor, got list"),
+])
+def test_run_params_must_map_names_to_tensors(params: Any, match: str) -> None:
+    batch = DynamicBatch()
+    total = batch.cell(Total(), "total", [4], ())
+    with batch.instance():
+        batch.add_loss(total(batch.input(torch.ones(4))))
+    with pytest.raises(GraphError, match=match):
+        batch.run(params=params)
+    loss = batch.run().loss  # the recording is kept: fixed, it runs
+    assert loss is not None and float(loss) == 4.0
+
+
+@pytest.mark.parametrize("path", ["runs/own_model/policy.json", "policy.json"])
+def test_a_policy_path_passed_as_a_scheduler_name_says_load_policy(path: str) -> None:
+    batch = DynamicBatch()
+    total = batch.cell(Total(), "total", [4], ())
+    with batch.instance():
+        batch.add_loss(total(batch.input(torch.ones(4))))
+    with pytest.raises(UnknownNameError, match=r"looks like a file; to run a saved policy "
+                                               r"pass policies.load_policy"):
+        batch.run(path)
