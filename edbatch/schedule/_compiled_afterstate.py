@@ -191,10 +191,12 @@ def _pick(r, x, y, w, u):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-              total, down, w, trace, trace_ids):  # type: ignore[no-untyped-def]
-    """:func:`run_afterstate`, also writing the rows ``[f_a, g_a]`` of every decision and
-    their types' ids into ``trace``/``trace_ids`` while they have room; returns
-    ``(batch_op, batch_forced, batch_ptr, nodes, rows traced)``."""
+              total, down, w, trace, trace_ids, trace_dec, prefix):  # type: ignore[no-untyped-def]
+    """:func:`run_afterstate`, also writing the rows ``[f_a, g_a]`` of every decision, their
+    types' ids and decision indices into ``trace``/``trace_ids``/``trace_dec`` while they
+    have room; the first ``len(prefix)`` decisions take ``prefix``'s op types (a rollout,
+    :mod:`edbatch.schedule._compiled_afterstate_q`; each must be ready then); returns
+    ``(batch_op, batch_forced, batch_ptr, nodes, rows traced, overrides, decisions)``."""
     n, k = len(op), len(batchable)
     f = NUM_PRIORITY_FEATURES
     wp, wa = w[:f], w[f:]
@@ -280,8 +282,12 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
                 trace[nt, :f] = x[i]
                 trace[nt, f:] = y[i]
                 trace_ids[nt] = ids[i]
+                trace_dec[nt] = decisions
                 nt += 1
-        a = ids[_pick(r, x, y, wp, wa)] if r > 1 else ids[0]
+        if decisions < len(prefix):
+            a = prefix[decisions]
+        else:
+            a = ids[_pick(r, x, y, wp, wa)] if r > 1 else ids[0]
         decisions += 1
         overrides += a != cp
         last, last2 = a, last
@@ -322,7 +328,7 @@ def run_afterstate(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
     where the choice differs from critical path's, all decisions."""
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                     total, down, w, np.empty((0, NUM_PRIORITY_FEATURES + NUM_AFTER)),
-                    np.empty(0, np.int64))
+                    np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
     return res[0], res[1], res[2], res[3], res[5], res[6]
 
 
@@ -334,7 +340,8 @@ def afterstate_trace(op, depth, arity, uptr, uids, batchable, height, tw_pred, t
     trace = np.zeros((cap, NUM_PRIORITY_FEATURES + NUM_AFTER), np.float64)
     trace_ids = np.empty(cap, np.int64)
     nt = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                   total, down, w, trace, trace_ids)[4]
+                   total, down, w, trace, trace_ids, np.empty(cap, np.int64),
+                   np.empty(0, np.int64))[4]
     return trace[:nt], trace_ids[:nt]
 
 
