@@ -50,7 +50,8 @@ from edbatch.graph._csr import users_csr
 from edbatch.schedule._compiled import _typewise_freed, start_state
 from edbatch.schedule._compiled_afterstate_x import (
     EXTRA_FEATURES,
-    extra_step,
+    check_both,
+    extra_rows,
     reset_pairs,
 )
 from edbatch.schedule._compiled_keys import _critical
@@ -213,7 +214,12 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     release = full or _uses_release(wp, 0)
     context = full or _uses_context(wp, 0)
     after = full or np.any(wa != 0.0)  # else the afterstate has no say
-    extra = full or np.any(wa[BASE_AFTER:] != 0.0)
+    # the extra columns in two groups, each computed only where a weight of it is not 0:
+    # the two-step ones (miss2, n_tight2: the pair releases' upkeep) and the others
+    nt2 = full or wa[BASE_AFTER + 2] != 0.0
+    two = nt2 or wa[BASE_AFTER + 1] != 0.0
+    now = full or wa[BASE_AFTER] != 0.0 or wa[BASE_AFTER + 3] != 0.0 or \
+        wa[BASE_AFTER + 4] != 0.0
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     d = np.zeros((k, k), np.int64)
@@ -223,10 +229,10 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     lst = np.zeros(k, np.int64)
     l2 = np.zeros(k, np.int64)
     dn2 = np.zeros((k, k), np.int64)
-    kx = k if extra else 0  # the pair releases R_ab: only for the extra columns
+    kx = k if two else 0  # the pair releases R_ab: only for the two-step columns
     rdn2 = np.zeros((kx * kx, kx, kx), np.int64)
     rp2 = np.zeros((kx * kx, kx), np.bool_)
-    inr2 = np.zeros(n if extra else 0, np.bool_)
+    inr2 = np.zeros(n if two else 0, np.bool_)
     rdn = np.zeros((k, k, k), np.int64)
     rpres = np.zeros((k, k), np.bool_)
     inr = np.full(n, -1, np.int64)
@@ -270,12 +276,16 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
             context_rows(r, ids, x, cp, last2)
         if after:
             ntodo = _scan_ready(r, ids, start, rlen, ready, down, dseen, d, todo, ntodo)
-            _check_users(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
-                         batchable, inr, rdn, rpres, down)
+            if two:  # the pair releases too, in the same scan
+                check_both(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
+                           batchable, inr, rdn, rpres, inr2, rdn2, rp2, down)
+            else:
+                _check_users(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
+                             batchable, inr, rdn, rpres, down)
             afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, y)
-            extra_step(extra, todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
-                       batchable, inr2, rdn2, rp2, down, r, ids, k, d, rlen, rdn, rpres, dn,
-                       lst, l2, dn2, y, BASE_AFTER)
+            if now or two:
+                extra_rows(now, two, nt2, r, ids, k, d, rlen, batchable, rdn, rpres, rdn2, rp2,
+                           dn, lst, l2, dn2, y, BASE_AFTER)
         ntodo = 0
         for i in range(r):
             if nt < len(trace):
