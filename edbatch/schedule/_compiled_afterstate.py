@@ -51,7 +51,8 @@ from edbatch.schedule._compiled import _typewise_freed, start_state
 from edbatch.schedule._compiled_afterstate_x import (
     EXTRA_FEATURES,
     check_both,
-    extra_rows,
+    now_cols,
+    two_step,
     reset_pairs,
 )
 from edbatch.schedule._compiled_keys import _critical
@@ -142,11 +143,15 @@ def _check_users(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op, bat
 
 
 @njit(cache=True)
-def afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, out):  # type: ignore[no-untyped-def]
+def afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, out, two, nt2,
+                    rdn2, rp2, lst, l2, dn2):  # type: ignore[no-untyped-def]
     """Write the afterstate columns (:data:`AFTER_FEATURES`) of the ``r`` ready types
-    ``ids`` into ``out``. ``d[b]``: the most ``down`` over ``b``'s ready nodes (0 rows for
-    the others); ``rdn[a, t]``: the most ``down`` over the type-``t`` nodes running ``a``
-    releases (``rpres[a, t]``: any); ``dn``, ``present``: ``k x k`` / ``k`` scratch."""
+    ``ids`` into ``out``: the first six, and the two-step ``miss2`` (``n_tight2`` if
+    ``nt2``) if ``two`` (:func:`~edbatch.schedule._compiled_afterstate_x.two_step`, on the
+    rows after ``a`` built here). ``d[b]``: the most ``down`` over ``b``'s ready nodes (0
+    rows for the others); ``rdn[a, t]``: the most ``down`` over the type-``t`` nodes running
+    ``a`` releases (``rpres[a, t]``: any), ``rdn2``/``rp2`` the pairs'; ``dn``, ``present``,
+    ``lst``, ``l2``, ``dn2``: ``k x k`` / ``k`` scratch."""
     for b in range(k):
         present[b] = rlen[b] > 0 and batchable[b]
     for i in range(r):
@@ -165,6 +170,7 @@ def afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, out)
         nt, ntypes, lsum = 0, 0, 0
         for t in range(k):
             if present[t]:
+                lst[ntypes] = t
                 ntypes += 1
                 tt, lt = _tight(t, present, dn, k)
                 nt += 1 if tt else 0
@@ -173,6 +179,11 @@ def afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, out)
         out[i, 3] = 1.0 if (ntypes > 0 and nt == 0) else 0.0
         out[i, 4] = ntypes / 4.0
         out[i, 5] = (lsum if lsum < 64 else 64) / 64.0
+        if two:
+            miss, ntb = two_step(a, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, lst,
+                                  ntypes, l2, dn2, nt2)
+            out[i, BASE_AFTER + 1] = miss / 2.0
+            out[i, BASE_AFTER + 2] = ntb / 4.0
 
 
 @njit(cache=True)
@@ -282,10 +293,10 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
             else:
                 _check_users(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
                              batchable, inr, rdn, rpres, down)
-            afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, y)
-            if now or two:
-                extra_rows(now, two, nt2, r, ids, k, d, rlen, batchable, rdn, rpres, rdn2, rp2,
-                           dn, lst, l2, dn2, y, BASE_AFTER)
+            afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, y, two,
+                            nt2, rdn2, rp2, lst, l2, dn2)
+            if now:
+                now_cols(r, ids, k, d, rdn, rpres, y, BASE_AFTER)
         ntodo = 0
         for i in range(r):
             if nt < len(trace):

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from numba import njit
 
-__all__ = ["EXTRA_FEATURES", "NUM_EXTRA", "check_both", "extra_rows", "reset_pairs"]
+__all__ = ["EXTRA_FEATURES", "NUM_EXTRA", "check_both", "now_cols", "reset_pairs",
+           "two_step"]
 
 EXTRA_FEATURES = ("owns", "miss2", "n_tight2", "margin", "tight_wait")
 NUM_EXTRA = len(EXTRA_FEATURES)
@@ -165,7 +166,7 @@ def _n_tight_list(n, lst, rows):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _two_step(a, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, la, nla, l2, dn2, nt2):  # type: ignore[no-untyped-def]
+def two_step(a, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, la, nla, l2, dn2, nt2):  # type: ignore[no-untyped-def]
     """``(miss2, n_tight2)`` of ready type ``a``: ``dn`` holds the rows after ``a`` of the
     ``nla`` types ``la``; ``l2``, ``dn2``: scratch. Without ``nt2`` (its weight 0) a
     follow-up ``b`` that cannot lower ``miss2`` is skipped (``n_tight2`` is then not
@@ -215,27 +216,8 @@ def _in(t, lst, n):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def extra_rows(now, two, nt2, r, ids, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, lst,
-               l2, dn2, out, col):  # type: ignore[no-untyped-def]
-    """Write :data:`EXTRA_FEATURES` of the ``r`` ready types ``ids`` into ``out[:, col:]``
-    (arrays as :func:`~edbatch.schedule._compiled_afterstate.afterstate_rows`'; ``lst``,
-    ``l2``: ``k`` ints, ``dn2``: ``k x k`` scratch): ``owns``, ``margin``, ``tight_wait`` if
-    ``now``, ``miss2`` if ``two``, ``n_tight2`` if ``two`` and ``nt2`` (the others are left
-    as they are). Loops run over the present types only."""
-    if now:
-        _now_cols(r, ids, k, d, r, ids, rdn, rpres, out, col)
-    for i in range(r if two else 0):
-        a = ids[i]
-        nla = 0
-        for t in range(k):  # the state after a: D', as afterstate_rows builds it
-            keep = rlen[t] > 0 and batchable[t] and t != a
-            if keep or rpres[a, t]:
-                lst[nla] = t
-                nla += 1
-                for m in range(k):
-                    x = d[t, m] if keep else 0
-                    dn[t, m] = x if x > rdn[a, t, m] else rdn[a, t, m]
-        miss, ntb = _two_step(a, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, lst, nla,
-                              l2, dn2, nt2)
-        out[i, col + 1] = miss / 2.0
-        out[i, col + 2] = ntb / 4.0
+def now_cols(r, ids, k, d, rdn, rpres, out, col):  # type: ignore[no-untyped-def]
+    """Write ``owns``, ``margin``, ``tight_wait`` of the ``r`` ready types ``ids`` into
+    ``out[:, col:]`` (arrays as :func:`~edbatch.schedule._compiled_afterstate.afterstate_rows`';
+    ``miss2``, ``n_tight2`` are its, :func:`two_step`)."""
+    _now_cols(r, ids, k, d, r, ids, rdn, rpres, out, col)
