@@ -30,7 +30,10 @@ imitation alone, the same for every seed)::
 the afterstate ones, so the compiled loop skips the release-dependent context rows (the
 cheaper variant; ``--iterations 0``: it alone). ``--extra miss2 ...`` (or ``all``) also
 fits / searches the extra afterstate columns (:data:`policies.afterstate.EXTRA_FEATURES`:
-two-step lookahead, margins; else their weights stay 0).
+two-step lookahead, margins; else their weights stay 0). ``--teacher-rounds N`` (with
+``--imitate``) adds approximate policy iteration (:mod:`policies.afterstate_api`: the
+student's states labelled by rollouts over it, ``--rollout-base both``: over the better of
+it and critical path; ``--aggregate``, ``--warm``).
 
 ``--dagger-rounds N`` adds DAgger imitation of a rollout teacher after the CEM
 (:mod:`policies.priority_dagger`; ``--teacher``, ``--weighting``, ``--dagger-first``; with
@@ -96,6 +99,16 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
                     help="with --afterstate: also fit / search these extra afterstate columns "
                     "(policies.afterstate.EXTRA_FEATURES: owns miss2 n_tight2 margin "
                     "tight_wait, or all)")
+    ap.add_argument("--teacher-rounds", type=int, default=0,
+                    help="with --imitate: approximate policy-iteration rounds after it "
+                    "(policies.afterstate_api: rollouts over the student label its states)")
+    ap.add_argument("--rollout-base", default="student", choices=["student", "both"],
+                    help="with --teacher-rounds: the rollouts' base (both: the better of "
+                    "the student's and critical path's)")
+    ap.add_argument("--aggregate", action="store_true",
+                    help="with --teacher-rounds: fit every round's labels so far")
+    ap.add_argument("--warm", action="store_true",
+                    help="with --teacher-rounds: each fit starts from the current student")
     ap.add_argument("--dumps", action="store_true",
                     help="the held-out dump protocol (train G0 + extra, test G1-G17)")
     ap.add_argument("--train-shuffles", type=int, default=3, help="with --dumps")
@@ -147,7 +160,11 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
                                     far=args.far, context=args.context,
                                     imitate=args.imitate,
                                     imitate_priority_features=15 if args.lean else None,
-                                    extra_features=args.extra) if args.afterstate \
+                                    extra_features=args.extra,
+                                    imitate_rounds=args.teacher_rounds,
+                                    imitate_base=args.rollout_base,
+                                    imitate_aggregate=args.aggregate,
+                                    imitate_warm=args.warm) if args.afterstate \
             else PriorityTrainer(args.iterations, args.population, args.elite, seed=seed,
                                  hidden_units=args.hidden_units,
                                  api_rounds=args.api_rounds, far=args.far,

@@ -49,6 +49,7 @@ COMPILED_MODULES = (
     "memory/_classify_compiled.py",
     "schedule/_compiled.py",
     "schedule/_compiled_afterstate.py",
+    "schedule/_compiled_afterstate_q.py",
     "schedule/_compiled_afterstate_x.py",
     "schedule/_compiled_analysis.py",
     "schedule/_compiled_hash.py",

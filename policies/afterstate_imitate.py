@@ -104,19 +104,23 @@ def lean_mask(priority_features: int | None, extra: Sequence[str] = ()) -> NDArr
 
 
 def imitate(graphs: Sequence[Graph], steps: Sequence[int] = IMITATE_STEPS, lr: float = 0.01,
-            priority_features: int | None = None, extra: Sequence[str] = ()
+            priority_features: int | None = None, extra: Sequence[str] = (),
+            labels: list[tuple] | None = None,  # type: ignore[type-arg]
             ) -> tuple[NDArray[np.float64], int, dict[str, object]]:
     """Fit the afterstate weights to the teacher on ``graphs`` (module doc): ``(weights,
     their training batches, a record)``; critical path's weights if no candidate beats it.
     ``priority_features``: fit only the first that many priority features' weights (the
     others stay 0; :func:`lean_mask`); ``extra``: also fit these extra afterstate columns
-    (:data:`~policies.afterstate.EXTRA_FEATURES`; else their weights stay 0)."""
+    (:data:`~policies.afterstate.EXTRA_FEATURES`; else their weights stay 0); ``labels``:
+    a list the teacher's labels (:func:`label_critical_path`'s tuple) are appended to."""
     if not steps or min(steps) < 1:
         raise ValueError(f"steps must be positive Adam step counts, got {list(steps)}")
     active = lean_mask(priority_features, extra)
     torch.manual_seed(0)
     inputs = [afterstate_inputs(g) for g in graphs]
     x, seg, target, n = label_critical_path(graphs, inputs)
+    if labels is not None:
+        labels.append((x, seg, target, n))
     w0 = afterstate_start()
     base = int(population_afterstate(inputs, w0[None]).sum())
     record: dict[str, object] = {"teacher": "critical-path rollout (level 1)",

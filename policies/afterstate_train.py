@@ -30,6 +30,7 @@ from policies.afterstate import (
     afterstate_start,
     population_afterstate,
 )
+from policies.afterstate_api import BASES, api_rounds
 from policies.afterstate_imitate import IMITATE_STEPS, lean_mask
 from policies.afterstate_imitate import imitate as imitate_teacher
 from policies.priority import FEATURES
@@ -63,6 +64,11 @@ class AfterstateTrainer:
             its candidates' Adam step counts; ``imitate_priority_features``: the
             imitation fits only the first that many priority features (``15``: the cheap
             variant, :func:`policies.afterstate_imitate.lean_mask`; ``None``: all).
+        imitate_rounds: approximate policy-iteration rounds after the imitation
+            (:mod:`policies.afterstate_api`: the student's states labelled by the rollout
+            over ``imitate_base``, ``student`` or ``both``; ``imitate_aggregate``: fit every
+            round's labels so far, the critical-path teacher's included; ``imitate_warm``:
+            fit from the current student). 0: none.
     """
 
     name = "afterstate"
@@ -72,7 +78,9 @@ class AfterstateTrainer:
                  far: bool = False, context: bool = True, imitate: bool = False,
                  imitate_steps: Sequence[int] = IMITATE_STEPS,
                  imitate_priority_features: int | None = None,
-                 extra_features: Sequence[str] = ()) -> None:
+                 extra_features: Sequence[str] = (), imitate_rounds: int = 0,
+                 imitate_base: str = "student", imitate_aggregate: bool = False,
+                 imitate_warm: bool = False) -> None:
         if population < 2 or not 1 <= elite <= population or iterations < 0:
             raise ValueError(f"need population >= 2, 1 <= elite <= population and "
                              f"iterations >= 0; got population={population}, elite={elite}, "
@@ -84,6 +92,11 @@ class AfterstateTrainer:
         self.imitate_priority_features = imitate_priority_features
         after_mask(extra_features)  # a bad name fails here
         self.extra_features = tuple(extra_features)
+        if imitate_rounds < 0 or imitate_base not in BASES:
+            raise ValueError(f"need imitate_rounds >= 0 and imitate_base in {list(BASES)}; "
+                             f"got {imitate_rounds!r}, {imitate_base!r}")
+        self.imitate_rounds, self.imitate_base = int(imitate_rounds), imitate_base
+        self.imitate_aggregate, self.imitate_warm = bool(imitate_aggregate), bool(imitate_warm)
 
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
             checkpoint: Any = None, progress: bool = False,
@@ -102,9 +115,17 @@ class AfterstateTrainer:
         base = int(population_afterstate(train, w0[None]).sum())
         best_w, best, imitation = w0.copy(), base, None
         if self.imitate:
+            first: list[tuple] = []  # type: ignore[type-arg]
             wi, bi, imitation = imitate_teacher(train_graphs, self.imitate_steps,
                                                 priority_features=self.imitate_priority_features,
-                                                extra=self.extra_features)
+                                                extra=self.extra_features, labels=first)
+            if self.imitate_rounds:
+                wi, bi, imitation["api_rounds"] = api_rounds(
+                    train, wi, bi, self.imitate_rounds,
+                    lean_mask(self.imitate_priority_features, self.extra_features),
+                    self.imitate_steps, base=self.imitate_base,
+                    aggregate=self.imitate_aggregate, first=first[0], warm=self.imitate_warm,
+                    progress=progress)
             if bi < best:
                 best_w, best = wi, bi
                 active = lean_mask(self.imitate_priority_features,  # the weights the fit set

@@ -50,7 +50,9 @@ from edbatch.graph._csr import users_csr
 from edbatch.schedule._compiled import _typewise_freed, start_state
 from edbatch.schedule._compiled_afterstate_x import (
     EXTRA_FEATURES,
-    extra_step,
+    check_both,
+    now_cols,
+    two_step,
     reset_pairs,
 )
 from edbatch.schedule._compiled_keys import _critical
@@ -141,11 +143,15 @@ def _check_users(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op, bat
 
 
 @njit(cache=True)
-def afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, out):  # type: ignore[no-untyped-def]
+def afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, out, two, nt2,
+                    rdn2, rp2, lst, l2, dn2):  # type: ignore[no-untyped-def]
     """Write the afterstate columns (:data:`AFTER_FEATURES`) of the ``r`` ready types
-    ``ids`` into ``out``. ``d[b]``: the most ``down`` over ``b``'s ready nodes (0 rows for
-    the others); ``rdn[a, t]``: the most ``down`` over the type-``t`` nodes running ``a``
-    releases (``rpres[a, t]``: any); ``dn``, ``present``: ``k x k`` / ``k`` scratch."""
+    ``ids`` into ``out``: the first six, and the two-step ``miss2`` (``n_tight2`` if
+    ``nt2``) if ``two`` (:func:`~edbatch.schedule._compiled_afterstate_x.two_step`, on the
+    rows after ``a`` built here). ``d[b]``: the most ``down`` over ``b``'s ready nodes (0
+    rows for the others); ``rdn[a, t]``: the most ``down`` over the type-``t`` nodes running
+    ``a`` releases (``rpres[a, t]``: any), ``rdn2``/``rp2`` the pairs'; ``dn``, ``present``,
+    ``lst``, ``l2``, ``dn2``: ``k x k`` / ``k`` scratch."""
     for b in range(k):
         present[b] = rlen[b] > 0 and batchable[b]
     for i in range(r):
@@ -164,6 +170,7 @@ def afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, out)
         nt, ntypes, lsum = 0, 0, 0
         for t in range(k):
             if present[t]:
+                lst[ntypes] = t
                 ntypes += 1
                 tt, lt = _tight(t, present, dn, k)
                 nt += 1 if tt else 0
@@ -172,6 +179,11 @@ def afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, out)
         out[i, 3] = 1.0 if (ntypes > 0 and nt == 0) else 0.0
         out[i, 4] = ntypes / 4.0
         out[i, 5] = (lsum if lsum < 64 else 64) / 64.0
+        if two:
+            miss, ntb = two_step(a, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, lst,
+                                  ntypes, l2, dn2, nt2)
+            out[i, BASE_AFTER + 1] = miss / 2.0
+            out[i, BASE_AFTER + 2] = ntb / 4.0
 
 
 @njit(cache=True)
@@ -191,10 +203,12 @@ def _pick(r, x, y, w, u):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-              total, down, w, trace, trace_ids):  # type: ignore[no-untyped-def]
-    """:func:`run_afterstate`, also writing the rows ``[f_a, g_a]`` of every decision and
-    their types' ids into ``trace``/``trace_ids`` while they have room; returns
-    ``(batch_op, batch_forced, batch_ptr, nodes, rows traced)``."""
+              total, down, w, trace, trace_ids, trace_dec, prefix):  # type: ignore[no-untyped-def]
+    """:func:`run_afterstate`, also writing the rows ``[f_a, g_a]`` of every decision, their
+    types' ids and decision indices into ``trace``/``trace_ids``/``trace_dec`` while they
+    have room; the first ``len(prefix)`` decisions take ``prefix``'s op types (a rollout,
+    :mod:`edbatch.schedule._compiled_afterstate_q`; each must be ready then); returns
+    ``(batch_op, batch_forced, batch_ptr, nodes, rows traced, overrides, decisions)``."""
     n, k = len(op), len(batchable)
     f = NUM_PRIORITY_FEATURES
     wp, wa = w[:f], w[f:]
@@ -211,7 +225,12 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     release = full or _uses_release(wp, 0)
     context = full or _uses_context(wp, 0)
     after = full or np.any(wa != 0.0)  # else the afterstate has no say
-    extra = full or np.any(wa[BASE_AFTER:] != 0.0)
+    # the extra columns in two groups, each computed only where a weight of it is not 0:
+    # the two-step ones (miss2, n_tight2: the pair releases' upkeep) and the others
+    nt2 = full or wa[BASE_AFTER + 2] != 0.0
+    two = nt2 or wa[BASE_AFTER + 1] != 0.0
+    now = full or wa[BASE_AFTER] != 0.0 or wa[BASE_AFTER + 3] != 0.0 or \
+        wa[BASE_AFTER + 4] != 0.0
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     d = np.zeros((k, k), np.int64)
@@ -221,10 +240,10 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     lst = np.zeros(k, np.int64)
     l2 = np.zeros(k, np.int64)
     dn2 = np.zeros((k, k), np.int64)
-    kx = k if extra else 0  # the pair releases R_ab: only for the extra columns
+    kx = k if two else 0  # the pair releases R_ab: only for the two-step columns
     rdn2 = np.zeros((kx * kx, kx, kx), np.int64)
     rp2 = np.zeros((kx * kx, kx), np.bool_)
-    inr2 = np.zeros(n if extra else 0, np.bool_)
+    inr2 = np.zeros(n if two else 0, np.bool_)
     rdn = np.zeros((k, k, k), np.int64)
     rpres = np.zeros((k, k), np.bool_)
     inr = np.full(n, -1, np.int64)
@@ -268,20 +287,28 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
             context_rows(r, ids, x, cp, last2)
         if after:
             ntodo = _scan_ready(r, ids, start, rlen, ready, down, dseen, d, todo, ntodo)
-            _check_users(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
-                         batchable, inr, rdn, rpres, down)
-            afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, y)
-            extra_step(extra, todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
-                       batchable, inr2, rdn2, rp2, down, r, ids, k, d, rlen, rdn, rpres, dn,
-                       lst, l2, dn2, y, BASE_AFTER)
+            if two:  # the pair releases too, in the same scan
+                check_both(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
+                           batchable, inr, rdn, rpres, inr2, rdn2, rp2, down)
+            else:
+                _check_users(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op,
+                             batchable, inr, rdn, rpres, down)
+            afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, y, two,
+                            nt2, rdn2, rp2, lst, l2, dn2)
+            if now:
+                now_cols(r, ids, k, d, rdn, rpres, y, BASE_AFTER)
         ntodo = 0
         for i in range(r):
             if nt < len(trace):
                 trace[nt, :f] = x[i]
                 trace[nt, f:] = y[i]
                 trace_ids[nt] = ids[i]
+                trace_dec[nt] = decisions
                 nt += 1
-        a = ids[_pick(r, x, y, wp, wa)] if r > 1 else ids[0]
+        if decisions < len(prefix):
+            a = prefix[decisions]
+        else:
+            a = ids[_pick(r, x, y, wp, wa)] if r > 1 else ids[0]
         decisions += 1
         overrides += a != cp
         last, last2 = a, last
@@ -322,7 +349,7 @@ def run_afterstate(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_
     where the choice differs from critical path's, all decisions."""
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                     total, down, w, np.empty((0, NUM_PRIORITY_FEATURES + NUM_AFTER)),
-                    np.empty(0, np.int64))
+                    np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
     return res[0], res[1], res[2], res[3], res[5], res[6]
 
 
@@ -334,7 +361,8 @@ def afterstate_trace(op, depth, arity, uptr, uids, batchable, height, tw_pred, t
     trace = np.zeros((cap, NUM_PRIORITY_FEATURES + NUM_AFTER), np.float64)
     trace_ids = np.empty(cap, np.int64)
     nt = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                   total, down, w, trace, trace_ids)[4]
+                   total, down, w, trace, trace_ids, np.empty(cap, np.int64),
+                   np.empty(0, np.int64))[4]
     return trace[:nt], trace_ids[:nt]
 
 

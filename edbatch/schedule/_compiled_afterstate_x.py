@@ -31,27 +31,29 @@ from __future__ import annotations
 
 from numba import njit
 
-__all__ = ["EXTRA_FEATURES", "NUM_EXTRA", "check_pairs", "extra_rows", "extra_step",
-           "reset_pairs"]
+__all__ = ["EXTRA_FEATURES", "NUM_EXTRA", "check_both", "now_cols", "reset_pairs",
+           "two_step"]
 
 EXTRA_FEATURES = ("owns", "miss2", "n_tight2", "margin", "tight_wait")
 NUM_EXTRA = len(EXTRA_FEATURES)
 
 
 @njit(cache=True)
-def check_pairs(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op, batchable, inr2,
-                rdn2, rp2, down):  # type: ignore[no-untyped-def]
-    """Like ``_check_users`` for two types: put an unexecuted batchable user ``u`` of the
-    nodes ``todo[:ntodo]`` whose pending operands are all ready nodes of exactly two
-    batchable types ``a < b`` in ``R_ab`` (running both releases it): its ``down`` row
-    into ``rdn2[a * k + b, op[u]]``. A node is put in once; when ``a`` or ``b`` runs the
+def check_both(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op, batchable, inr,
+               rdn, rpres, inr2, rdn2, rp2, down):  # type: ignore[no-untyped-def]
+    """``_check_users`` of :mod:`edbatch.schedule._compiled_afterstate` and the pair
+    releases in one scan of the operands: an unexecuted batchable user ``u`` of the nodes
+    ``todo[:ntodo]`` whose pending operands are all ready nodes of one batchable type ``b``
+    joins ``R_b`` (``inr[u] = b``, its ``down`` row into ``rdn[b, op[u]]``), of exactly two
+    ``a < b`` joins ``R_ab`` (running both releases it: ``inr2[u]``, its row into
+    ``rdn2[a * k + b, op[u]]``). A node is put in each once; when ``a`` or ``b`` runs the
     pair's rows are cleared (:func:`reset_pairs`) and its members join ``R_b`` / ``R_a``."""
     k = len(batchable)
     for i in range(ntodo):
         v = todo[i]
         for e in range(uptr[v], uptr[v + 1]):
             u = uids[e]
-            if inr2[u] or pending[u] == 0 or not batchable[op[u]]:
+            if inr[u] >= 0 or pending[u] == 0 or not batchable[op[u]]:
                 continue
             a, b = -1, -1
             for f in range(pptr[u], pptr[u + 1]):
@@ -69,15 +71,22 @@ def check_pairs(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op, batc
                 else:
                     a = -2
                     break
-            if a < 0 or b < 0:
+            if a < 0:
                 continue
-            inr2[u] = True
-            q = (a * k + b) if a < b else (b * k + a)
             t = op[u]
-            rp2[q, t] = True
-            for m in range(k):
-                if down[u, m] > rdn2[q, t, m]:
-                    rdn2[q, t, m] = down[u, m]
+            if b < 0:
+                inr[u] = a
+                rpres[a, t] = True
+                for m in range(k):
+                    if down[u, m] > rdn[a, t, m]:
+                        rdn[a, t, m] = down[u, m]
+            elif not inr2[u]:
+                inr2[u] = True
+                q = (a * k + b) if a < b else (b * k + a)
+                rp2[q, t] = True
+                for m in range(k):
+                    if down[u, m] > rdn2[q, t, m]:
+                        rdn2[q, t, m] = down[u, m]
 
 
 @njit(cache=True)
@@ -157,9 +166,11 @@ def _n_tight_list(n, lst, rows):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _two_step(a, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, la, nla, l2, dn2):  # type: ignore[no-untyped-def]
+def two_step(a, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, la, nla, l2, dn2, nt2):  # type: ignore[no-untyped-def]
     """``(miss2, n_tight2)`` of ready type ``a``: ``dn`` holds the rows after ``a`` of the
-    ``nla`` types ``la``; ``l2``, ``dn2``: scratch."""
+    ``nla`` types ``la``; ``l2``, ``dn2``: scratch. Without ``nt2`` (its weight 0) a
+    follow-up ``b`` that cannot lower ``miss2`` is skipped (``n_tight2`` is then not
+    computed: the same ``miss2``)."""
     miss, best_nt = 2, 0
     for i in range(nla):
         b = la[i]
@@ -167,6 +178,8 @@ def _two_step(a, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, la, nla, l2, 
         for j in range(nla):
             if j != i and dn[la[j], b] >= dn[b, b]:
                 tb = False
+        if not nt2 and (0 if tb else 1) >= miss:
+            continue
         old = rlen[b] > 0 and batchable[b] and b != a  # ready before a: R_b known
         q = (a * k + b) if a < b else (b * k + a)
         n2 = 0
@@ -187,10 +200,10 @@ def _two_step(a, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, la, nla, l2, 
                 if old and rp2.shape[0] > 0 and rp2[q, t] and rdn2[q, t, m] > x:
                     x = rdn2[q, t, m]
                 dn2[t, m] = x
-        nt2 = _n_tight_list(n2, l2, dn2)
-        mb = (0 if tb else 1) + (1 if (n2 > 0 and nt2 == 0) else 0)
+        ntb = _n_tight_list(n2, l2, dn2)
+        mb = (0 if tb else 1) + (1 if (n2 > 0 and ntb == 0) else 0)
         miss = mb if mb < miss else miss
-        best_nt = nt2 if nt2 > best_nt else best_nt
+        best_nt = ntb if ntb > best_nt else best_nt
     return (miss if nla > 0 else 0), best_nt
 
 
@@ -203,36 +216,8 @@ def _in(t, lst, n):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def extra_rows(r, ids, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, lst, l2, dn2, out,
-               col):  # type: ignore[no-untyped-def]
-    """Write :data:`EXTRA_FEATURES` of the ``r`` ready types ``ids`` into ``out[:, col:]``
-    (arrays as :func:`~edbatch.schedule._compiled_afterstate.afterstate_rows`'; ``lst``,
-    ``l2``: ``k`` ints, ``dn2``: ``k x k`` scratch). Loops run over the present types only."""
+def now_cols(r, ids, k, d, rdn, rpres, out, col):  # type: ignore[no-untyped-def]
+    """Write ``owns``, ``margin``, ``tight_wait`` of the ``r`` ready types ``ids`` into
+    ``out[:, col:]`` (arrays as :func:`~edbatch.schedule._compiled_afterstate.afterstate_rows`';
+    ``miss2``, ``n_tight2`` are its, :func:`two_step`)."""
     _now_cols(r, ids, k, d, r, ids, rdn, rpres, out, col)
-    for i in range(r):
-        a = ids[i]
-        nla = 0
-        for t in range(k):  # the state after a: D', as afterstate_rows builds it
-            keep = rlen[t] > 0 and batchable[t] and t != a
-            if keep or rpres[a, t]:
-                lst[nla] = t
-                nla += 1
-                for m in range(k):
-                    x = d[t, m] if keep else 0
-                    dn[t, m] = x if x > rdn[a, t, m] else rdn[a, t, m]
-        miss, nt2 = _two_step(a, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, lst, nla,
-                              l2, dn2)
-        out[i, col + 1] = miss / 2.0
-        out[i, col + 2] = nt2 / 4.0
-
-
-@njit(cache=True)
-def extra_step(extra, todo, ntodo, uptr, uids, pptr, pids, pending, executed, op, batchable,
-               inr2, rdn2, rp2, down, r, ids, k, d, rlen, rdn, rpres, dn, lst, l2, dn2, out,
-               col):  # type: ignore[no-untyped-def]
-    """One decision's upkeep of the pair releases and the extra columns (if ``extra``)."""
-    if extra:
-        check_pairs(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op, batchable,
-                    inr2, rdn2, rp2, down)
-        extra_rows(r, ids, k, d, rlen, batchable, rdn, rpres, rdn2, rp2, dn, lst, l2, dn2,
-                   out, col)

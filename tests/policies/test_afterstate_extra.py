@@ -129,3 +129,20 @@ def test_artifact_written_before_the_extra_columns_loads(tmp_path: Path) -> None
     path.write_text(json.dumps(doc))
     q = AfterstatePolicy.load(path)
     assert np.array_equal(q.weights, afterstate_start())
+
+
+@pytest.mark.parametrize("cols", [("miss2",), ("miss2", "margin"), ("n_tight2",), ("owns",)])
+def test_partial_extra_weights_schedule_as_the_twin(lattices: list, cols: tuple) -> None:
+    """Only some extra weights set: the compiled loop computes only their group (the
+    two-step columns with the pair releases, ``miss2`` pruned without ``n_tight2``; or the
+    others) and still schedules as the twin, which computes every column."""
+    rng = np.random.default_rng(len(cols))
+    w = afterstate_start() + rng.normal(0.0, 0.5, len(afterstate_start()))
+    w[F + BASE_AFTER:] = 0.0
+    for c in cols:
+        w[F + AFTER_FEATURES.index(c)] = -2.0
+    q = AfterstatePolicy(w)
+    q.count_hits(lattices)
+    assert q.hits > 0
+    for g in lattices:
+        assert same_schedule(q(g), run_policy(g, q.twin()))
