@@ -42,7 +42,8 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fast_chain
-from edbatch.executor._fast_chain import _DGEMM, _SGEMM, ChainStep, _addr, _gemm, _ints
+from edbatch.executor._fast_blas import _DGEMM, _SGEMM, _addr, _gemm, _ints
+from edbatch.executor._fast_chain import ChainStep
 from edbatch.executor._fast_lstm import qualifies
 from edbatch.executor._fast_sum import padded, sum_chained
 from edbatch.executor._fused import _jit, _lstm_bwd_row, _lstm_row, _sig_, _tanh_
