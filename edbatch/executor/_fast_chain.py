@@ -10,9 +10,10 @@ compiled call (:func:`_chain`): per batch it gathers the ``h`` rows of a gathere
 a scratch buffer laid out as the gather was (row stride ``2H``; a sliced state is read in
 place), calls the BLAS ``?gemm`` that ``torch.addmm_`` calls on the CPU (``sgemm_`` /
 ``dgemm_`` exported by ``libtorch_cpu``, the same arguments: same floats;
-:mod:`~edbatch.executor._fast_blas`) into the projection rows, and runs the element-wise body of :func:`_fused._lstm_fwd
-<edbatch.executor._fused.lstm_forward>` on them, reading the old cell state in place by row; an ``h'`` row that a later projection gathers
-is written again into that projection's mirror (:mod:`~edbatch.executor._fast_mirror`).
+:mod:`~edbatch.executor._fast_blas`) into the projection rows, and runs the element-wise
+body of :func:`_fused._lstm_fwd <edbatch.executor._fused.lstm_forward>` on them, reading the
+old cell state in place by row; an ``h'`` row that a later projection gathers is written
+again into that projection's mirror (:mod:`~edbatch.executor._fast_mirror`).
 A lattice's ``k``-ary state sums between its arc batches
 (:class:`~edbatch.executor._fast_sum.FastSumStep`) join the run as rows of their own
 (:func:`~edbatch.executor._fast_sum.sum_chained`: their additions read in place), so a

@@ -66,14 +66,20 @@ class MirroredProjection:
         into[_PARAMS] = params
 
     def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
-                 bound: Mapping[Any, Any]) -> None:
+                 bound: Mapping[Any, Any], save: list[Tensor] | None = None) -> None:
+        """Fill the mirror's rows no chain wrote and run the step's kernel on it (``save``:
+        what its backward reads, in training)."""
         step = self.step
         try:
             buf = mirror_buffer(bound, self.key, self.rows, self.cols, arenas[0].dtype)
             if len(self.src):
                 buf.numpy()[self.dst] = views[self.arena][self.src, :self.cols]
-            step.kernel(step.op, [buf.view(-1, self.width)], bound[_PARAMS], step.attrs,
-                        out=arenas[step.out_arena].narrow(0, step.out_start, step.size))
+            out = arenas[step.out_arena].narrow(0, step.out_start, step.size)
+            x = [buf.view(-1, self.width)]
+            if save is None:
+                step.kernel(step.op, x, bound[_PARAMS], step.attrs, out=out)
+            else:
+                step.kernel(step.op, x, bound[_PARAMS], step.attrs, out=out, save=save)
         except Exception as e:  # as the kernel path reports a failing batch
             raise ExecutionError(
                 f"batch of op type {step.op.name!r} ({step.size} nodes, projection of "

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor import _fast_chain, _fast_lstm, _fast_mirror, init_params
+from edbatch.executor import _chain_train, _fast_chain, _fast_lstm, _fast_mirror, init_params
 from edbatch.executor._fast_mirror import MirroredProjection
 from edbatch.executor._head_reads import HeadPairRead
 from edbatch.executor.torch_executor import TorchExecutor
@@ -137,15 +137,53 @@ def test_no_mirrors_without_chains(mirrored: list[int]) -> None:
     assert mirrored[0] == 0
 
 
-def test_training_reads_the_gathers(mirrored: list[int]) -> None:
-    wl = make_workload("bilstm_tagger", granularity="cell",
-                       **WORKLOADS["bilstm_tagger"].test_kwargs(dim=6, hidden=5, short=True))
-    graph = wl.minibatch(wl.default_eval_split, range(6))
-    schedule = make_scheduler("critical_path")(graph)
-    plan = plan_memory(graph, schedule, "naive")
-    params = init_params(wl, torch.Generator().manual_seed(3), dtype=torch.float64)
-    result = TorchExecutor(dtype=torch.float64).run(graph, schedule, plan, params, grad=True)
-    assert result.outputs and mirrored[0] == 0
+def _train(dtype: torch.dtype, mirrors: bool, strategy: str = "naive", hidden: int = 5
+           ) -> tuple[Tensor, dict[str, Tensor]]:
+    """The loss and parameter gradients of a training run (its program built with the
+    mirrors on or off)."""
+    old, _fast_mirror.ENABLED[0] = _fast_mirror.ENABLED[0], mirrors
+    try:
+        wl = make_workload("bilstm_tagger", granularity="cell", **WORKLOADS[
+            "bilstm_tagger"].test_kwargs(dim=6, hidden=hidden, short=True))
+        graph = wl.minibatch(wl.default_eval_split, range(6))
+        schedule = make_scheduler("critical_path")(graph)
+        plan = plan_memory(graph, schedule, strategy)  # type: ignore[arg-type]
+        params = {k: v.requires_grad_() for k, v in
+                  init_params(wl, torch.Generator().manual_seed(3), dtype=dtype).items()}
+        res = TorchExecutor(dtype=dtype).run(graph, schedule, plan, params, grad=True)
+        assert res.loss is not None
+        res.loss.backward()
+    finally:
+        _fast_mirror.ENABLED[0] = old
+    return res.loss.detach(), {k: v.grad.to_dense() for k, v in params.items()
+                               if v.grad is not None}
+
+
+@pytest.mark.parametrize("strategy", ["naive", "planned"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_training_with_mirrors_is_bit_identical(dtype: torch.dtype, strategy: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    taken = count_calls(monkeypatch, _chain_train._Projection)
+    loss, grads = _train(dtype, True, strategy)
+    assert taken[0] == 2  # both layer-2 projections, saving the mirror as their input
+    ref_loss, ref_grads = _train(dtype, False, strategy)
+    assert taken[0] == 2
+    assert torch.equal(loss, ref_loss) and grads.keys() == ref_grads.keys()
+    for k in grads:
+        assert torch.equal(grads[k], ref_grads[k]), f"gradient of {k} differs"
+
+
+def test_training_gathers_where_a_feeding_chain_runs_batch_by_batch(
+        monkeypatch: pytest.MonkeyPatch, mirrored: list[int]) -> None:
+    """A chain that training leaves to its kernels writes no mirror: its projections
+    gather (here every chain: their weights are not contiguous)."""
+    monkeypatch.setattr(_chain_train, "_hidden", lambda *args: None)
+    loss, grads = _train(torch.float64, True)
+    assert mirrored[0] == 0
+    ref_loss, ref_grads = _train(torch.float64, False)
+    assert torch.equal(loss, ref_loss)
+    for k in grads:
+        assert torch.equal(grads[k], ref_grads[k])
 
 
 def test_a_failing_mirrored_projection_raises_execution_error(
