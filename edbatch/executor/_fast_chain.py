@@ -12,8 +12,8 @@ place), calls the BLAS ``?gemm`` that ``torch.addmm_`` calls on the CPU (``sgemm
 ``dgemm_`` exported by ``libtorch_cpu``, the same arguments: same floats;
 :mod:`~edbatch.executor._fast_blas`) into the projection rows, and runs the element-wise
 body of :func:`_fused._lstm_fwd <edbatch.executor._fused.lstm_forward>` on them, reading the
-old cell state in place by row; an ``h'`` row that a later projection gathers is written
-again into that projection's mirror (:mod:`~edbatch.executor._fast_mirror`).
+old cell state in place by row; with mirrors on, an ``h'`` row that a later projection
+gathers is written again into that projection's mirror (:mod:`~edbatch.executor._fast_mirror`).
 A lattice's ``k``-ary state sums between its arc batches
 (:class:`~edbatch.executor._fast_sum.FastSumStep`) join the run as rows of their own
 (:func:`~edbatch.executor._fast_sum.sum_chained`: their additions read in place), so a

@@ -95,7 +95,7 @@ def test_every_chained_workload_is_unchanged(name: str) -> None:
 def test_mirrors_stand_for_the_pair_gathers_rows() -> None:
     """Mirror row ``k`` is gathered row ``k``: the chain's copies plus the rows it does not
     make (the first forward batch runs alone, before the backward projection step)."""
-    executor, program, params = _setup("bilstm_tagger", torch.float64)
+    executor, program, params = _program("bilstm_tagger", torch.float64, True)
     entries = [(q, e) for q, e in enumerate(program.chained)  # type: ignore[attr-defined]
                if type(e) is MirroredProjection]
     assert len(entries) == 2
@@ -117,7 +117,7 @@ def test_mirrors_stand_for_the_pair_gathers_rows() -> None:
 def test_a_chain_past_its_mirror_slots_leaves_the_projection_gathering(
         monkeypatch: pytest.MonkeyPatch, mirrored: list[int]) -> None:
     monkeypatch.setattr(_fast_mirror, "MIRRORS", 1)
-    executor, program, params = _setup("bilstm_tagger", torch.float32)
+    executor, program, params = _program("bilstm_tagger", torch.float32, True)
     kinds = [type(e).__name__ for e in program.chained  # type: ignore[attr-defined]
              if type(e) is MirroredProjection]
     assert kinds == ["MirroredProjection"]  # the first; the second gathers
@@ -130,7 +130,7 @@ def test_a_chain_past_its_mirror_slots_leaves_the_projection_gathering(
 def test_no_mirrors_without_chains(mirrored: list[int]) -> None:
     old, _fast_lstm.ENABLED[0] = _fast_lstm.ENABLED[0], False
     try:
-        executor, program, params = _setup("bilstm_tagger", torch.float32)
+        executor, program, params = _program("bilstm_tagger", torch.float32, True)
         _arenas(executor, program, params, True)
     finally:
         _fast_lstm.ENABLED[0] = old
@@ -188,7 +188,7 @@ def test_training_gathers_where_a_feeding_chain_runs_batch_by_batch(
 
 def test_a_failing_mirrored_projection_raises_execution_error(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    executor, program, params = _setup("bilstm_tagger", torch.float32)
+    executor, program, params = _program("bilstm_tagger", torch.float32, True)
     q = next(q for q, e in enumerate(program.chained)  # type: ignore[attr-defined]
              if type(e) is MirroredProjection)
     entry = program.chained[q]  # type: ignore[attr-defined]
@@ -196,3 +196,10 @@ def test_a_failing_mirrored_projection_raises_execution_error(
     monkeypatch.setattr(entry, "dst", np.array([0]))
     with pytest.raises(ExecutionError, match="projection of mirrored rows.*IndexError"):
         _arenas(executor, program, params, True)
+
+
+def test_off_by_default_the_projections_gather() -> None:
+    _, program, _ = _setup("bilstm_tagger", torch.float32)
+    assert not any(type(e) is MirroredProjection for e in program.chained)  # type: ignore[attr-defined]
+    assert all(not c.mirrors for c in program.chained  # type: ignore[attr-defined]
+               if type(c) is _fast_chain.ChainStep)
