@@ -34,6 +34,7 @@ COMPILED_MODULES = (
     "api/_bulk_scan.py",
     "api/_read_plan.py",
     "executor/_chain_train.py",
+    "executor/_fast_blas.py",
     "executor/_fast_chain.py",
     "executor/_fast_sum.py",
     "executor/_fast_tree.py",

@@ -9,9 +9,11 @@ more consecutive such steps becomes one :class:`ChainStep`, and the whole run is
 compiled call (:func:`_chain`): per batch it gathers the ``h`` rows of a gathered state into
 a scratch buffer laid out as the gather was (row stride ``2H``; a sliced state is read in
 place), calls the BLAS ``?gemm`` that ``torch.addmm_`` calls on the CPU (``sgemm_`` /
-``dgemm_`` exported by ``libtorch_cpu``, the same arguments: same floats) into the
-projection rows, and runs the element-wise body of :func:`_fused._lstm_fwd
-<edbatch.executor._fused.lstm_forward>` on them, reading the old cell state in place by row.
+``dgemm_`` exported by ``libtorch_cpu``, the same arguments: same floats;
+:mod:`~edbatch.executor._fast_blas`) into the projection rows, and runs the element-wise
+body of :func:`_fused._lstm_fwd <edbatch.executor._fused.lstm_forward>` on them, reading the
+old cell state in place by row; with mirrors on, an ``h'`` row that a later projection
+gathers is written again into that projection's mirror (:mod:`~edbatch.executor._fast_mirror`).
 A lattice's ``k``-ary state sums between its arc batches
 (:class:`~edbatch.executor._fast_sum.FastSumStep`) join the run as rows of their own
 (:func:`~edbatch.executor._fast_sum.sum_chained`: their additions read in place), so a
@@ -25,19 +27,17 @@ by one as before.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from numba import types
-from numba.extending import intrinsic, overload
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
+from edbatch.executor._fast_blas import AVAILABLE, _gemm, _ints, agrees
 from edbatch.executor._fast_lstm import FastStep, bind_weight
+from edbatch.executor._fast_mirror import MIRRORS, mirror_buffer, mirror_projections
 from edbatch.executor._fast_sum import FastSumStep, padded, row_sum_step, sum_chained, sum_row
 from edbatch.executor._fused import _jit, _lstm_row, _sig_, _tanh_
 from edbatch.executor._program import LazySteps
@@ -57,74 +57,8 @@ _META = 10  # per batch: kind, state arena, state start, n, projection arena, it
 #             output arena and start in the same columns)
 
 
-def _blas_loaded() -> bool:
-    """Make torch's ``sgemm_``/``dgemm_`` resolvable by compiled code; whether they are."""
-    try:
-        import ctypes
-
-        import llvmlite.binding as llb
-
-        if sys.byteorder != "little":  # (the integer slots below)
-            return False
-        lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
-        handle = ctypes.CDLL(lib)
-        if not (hasattr(handle, "sgemm_") and hasattr(handle, "dgemm_")):
-            return False
-        llb.load_library_permanently(lib)
-    except (OSError, RuntimeError, ImportError):
-        return False
-    return True
-
-
-#: Whether the BLAS the CPU ``addmm`` calls is reachable from compiled code.
-AVAILABLE = _blas_loaded()
-
-# the integer arguments live in int64 slots (little-endian: an LP64 BLAS reads the low half,
-# an ILP64 one the whole slot; both see the same value)
-_U8, _I32 = types.CPointer(types.uint8), types.CPointer(types.int64)
-
-
-def _sig(t: types.Type) -> Any:
-    p = types.CPointer(t)
-    return types.void(_U8, _U8, _I32, _I32, _I32, p, p, _I32, p, _I32, p, p, _I32)
-
-
-_SGEMM = types.ExternalFunction("sgemm_", _sig(types.float32))
-_DGEMM = types.ExternalFunction("dgemm_", _sig(types.float64))
-
-
-@intrinsic
-def _addr(typingctx, arr, off):  # type: ignore[no-untyped-def]  # numba: no annotations
-    """The address of ``arr``'s element ``off`` (flat, from its data pointer)."""
-    sig = types.CPointer(arr.dtype)(arr, types.intp)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        return builder.gep(ary.data, [args[1]])
-    return sig, codegen
-
-
-def _gemm(c, c0, ldc, b, b0, ldb, w, ints, one):  # type: ignore[no-untyped-def]
-    """``c[c0:] += b[b0:] @ w`` (row-major, leading dimensions ``ldc``, ``ldb``; ``w``
-    contiguous ``[K, N]``): the column-major ``?gemm`` call ``addmm_`` makes."""
-
-
-@overload(_gemm, inline="always")
-def _gemm_impl(c, c0, ldc, b, b0, ldb, w, ints, one):  # type: ignore[no-untyped-def]
-    fn = _SGEMM if c.dtype == types.float32 else _DGEMM
-
-    def impl(c, c0, ldc, b, b0, ldb, w, ints, one):  # type: ignore[no-untyped-def]
-        # ints: [N, M rows, K, ldw, ldb, ldc, b'N' * 8]
-        ints[0], ints[2], ints[3] = w.shape[1], w.shape[0], w.shape[1]
-        ints[4], ints[5] = ldb, ldc
-        fn(_addr(ints.view(np.uint8), 48), _addr(ints.view(np.uint8), 48), _addr(ints, 0),
-           _addr(ints, 1), _addr(ints, 2), _addr(one, 0), _addr(w, 0), _addr(ints, 3),
-           _addr(b, b0), _addr(ints, 4), _addr(one, 0), _addr(c, c0), _addr(ints, 5))
-    return impl
-
-
 @_jit
-def _chain(meta, idx, arenas, weights, scratch, t, ints, one):  # type: ignore[no-untyped-def]
+def _chain(meta, idx, arenas, weights, scratch, t, ints, one, mirrors, cp, copies):  # type: ignore[no-untyped-def]
     for j in range(meta.shape[0]):
         kind, sb, s0, n, pa, lo = meta[j, 0], meta[j, 1], meta[j, 2], meta[j, 3], \
             meta[j, 4], meta[j, 5]
@@ -151,32 +85,10 @@ def _chain(meta, idx, arenas, weights, scratch, t, ints, one):  # type: ignore[n
             _tanh_(gr[3 * h:4 * h])
             _lstm_row(gr[:h], gr[h:2 * h], gr[2 * h:3 * h], gr[3 * h:4 * h], src[h:2 * h],
                       orow[:h], orow[h:2 * h], t[:h])
-
-
-@_jit
-def _gemm_once(c, b, w, ints, one):  # type: ignore[no-untyped-def]
-    ints[1] = b.shape[0]
-    _gemm(c, 0, c.shape[1], b, 0, b.shape[1], w, ints, one)
-
-
-_AGREES: list[bool] = []
-
-
-def agrees() -> bool:
-    """Whether the bound ``?gemm`` gives what ``torch.addmm_`` gives, bit for bit, on a
-    small float32 and float64 product read with a row stride (checked once per process;
-    else no chains are made)."""
-    if not _AGREES:
-        gen, ok = torch.Generator().manual_seed(0), True
-        for dtype in (torch.float32, torch.float64):
-            b, w, c = (torch.randn(*shape, generator=gen, dtype=dtype)
-                       for shape in ((5, 6), (3, 8), (5, 8)))
-            ref, mine = c.clone().addmm_(b.narrow(1, 0, 3), w), c.clone()
-            _gemm_once(mine.numpy(), b.numpy(), w.numpy(), _ints(),
-                       np.ones(1, mine.numpy().dtype))
-            ok = ok and torch.equal(ref, mine)
-        _AGREES.append(ok)
-    return _AGREES[0]
+        for c in range(cp[j], cp[j + 1]):  # h' again, in a later projection's read order
+            orow, dst = out[o0 + copies[c, 0]], mirrors[copies[c, 1]][copies[c, 2]]
+            for k in range(h):
+                dst[k] = orow[k]
 
 
 #: One hoisted batch as a chain reads it: ``(gathered, state arena, state start (a slice),
@@ -211,8 +123,8 @@ class ChainStep:
     one compiled call; ``arenas``/``weights``: the arena indices and weight names its
     slots stand for (:meth:`of_rows`: the same from the batches' :data:`Row`\\ s)."""
 
-    __slots__ = ("arenas", "binders", "count", "idx", "meta", "name", "rows", "weights",
-                 "width")
+    __slots__ = ("arenas", "binders", "copies", "count", "cp", "idx", "meta", "mirrors", "name",
+                 "rows", "weights", "width")
 
     def __init__(self, steps: Sequence[FastStep | FastSumStep], arenas: Sequence[int],
                  weights: Sequence[str]) -> None:
@@ -265,6 +177,10 @@ class ChainStep:
         self.rows, self.width = most, width
         self.name = ", ".join(sorted(names))
         self.binders = tuple(reversed(binders.items()))  # weight -> H
+        # h' rows written again for later projections (_fast_mirror): none unless set there
+        self.mirrors: tuple[tuple[Any, int, int], ...] = ()  # (buffer key, rows, columns)
+        self.cp = np.zeros(len(rows) + 1, np.int64)  # per batch its copies' range
+        self.copies = np.zeros((1, 3), np.int64)  # (row in batch, mirror slot, mirror row)
 
     def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
         """As :meth:`FastStep.bind <edbatch.executor._fast_lstm.FastStep.bind>`, for
@@ -277,20 +193,16 @@ class ChainStep:
         dtype = views[0].dtype
         try:
             scratch = torch.empty(self.rows * 2 * self.width, dtype=arenas[0].dtype).numpy()
+            mirrors = [mirror_buffer(w_ht, key, rows, cols, arenas[0].dtype).numpy()
+                       for key, rows, cols in self.mirrors] or [np.empty((1, 1), dtype)]
             _chain(self.meta, self.idx, padded([views[a] for a in self.arenas], SLOTS),
                    padded([w_ht[w].numpy() for w in self.weights], SLOTS), scratch,
-                   np.empty(self.width, dtype), _ints(), np.ones(1, dtype))
+                   np.empty(self.width, dtype), _ints(), np.ones(1, dtype),
+                   padded(mirrors, MIRRORS), self.cp, self.copies)
         except Exception as e:  # as the kernel path reports a failing batch
             raise ExecutionError(
                 f"{self.count} batches of op types {self.name!r} (hoisted LSTM chain "
                 f"short path) failed: {type(e).__name__}: {e}") from e
-
-
-def _ints() -> np.ndarray:  # type: ignore[type-arg]
-    """The ``?gemm`` integer arguments' buffer (int64 slots), ``b'N' * 8`` in its last."""
-    ints = np.zeros(7, np.int64)
-    ints.view(np.uint8)[48:56] = ord("N")
-    return ints
 
 
 class _Done:
@@ -385,6 +297,7 @@ def chain_short(program: Any, device: torch.device) -> Any:
                                         sorted({r[9] for r in picked if r[0] != 2}))
         for i in run[1:]:
             new[i] = DONE
+    mirror_projections(program, new, runs)
     program.chained = tuple(new)
     return program
 
@@ -401,7 +314,8 @@ def _chain_rows(program: Any, short: LazySteps, rows: Mapping[int, Row]) -> Any:
         if type(entry) is FastSumStep:  # sums between them are
             keys[i] = _key(entry)
     chained: set[int] = set()
-    for run in _key_runs(keys):
+    runs = _key_runs(keys)
+    for run in runs:
         picked = [rows[i] if i in rows else step_row(new[i]) for i in run]
         ran = [key for i in run if (key := keys[i]) is not None]  # (every run's keys are)
         used: set[int] = set().union(*[key[0] for key in ran])  # (_row_arenas of its rows)
@@ -413,5 +327,6 @@ def _chain_rows(program: Any, short: LazySteps, rows: Mapping[int, Row]) -> Any:
     for i, row in rows.items():
         if i not in chained:
             new[i] = row_sum_step(row) if row[0] == 2 else row_step(row)  # type: ignore[arg-type]
+    mirror_projections(program, new, runs)
     program.chained = tuple(new)
     return program

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor import _chain_train, _fast_chain, init_params
+from edbatch.executor import _chain_train, _fast_blas, _fast_chain, init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
@@ -92,7 +92,7 @@ def test_the_backward_blas_call_agrees_with_mm() -> None:
             mine = ref.clone()
             torch.mm(b, w[:, 30:], out=ref[:, :40])
             _chain_train._mm_once(mine.numpy(), b.numpy(), w.numpy(), 30, 70, 40, 160,
-                                  _fast_chain._ints(), np.ones(1, mine.numpy().dtype),
+                                  _fast_blas._ints(), np.ones(1, mine.numpy().dtype),
                                   np.zeros(1, mine.numpy().dtype))
             assert torch.equal(ref, mine)
             assert torch.equal(mine[:, 40:], torch.full((rows, 40), 3.0, dtype=dtype))

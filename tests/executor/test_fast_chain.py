@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from edbatch.errors import ExecutionError
-from edbatch.executor import _fast_chain, _fast_lstm
+from edbatch.executor import _fast_blas, _fast_chain, _fast_lstm
 from edbatch.executor._reads import RowsRead, SliceRead
 from tests.executor.conftest import CHAINED, count_calls, needs_blas, short_outputs
 
@@ -111,13 +111,13 @@ def test_the_blas_call_agrees_with_addmm() -> None:
         state, w, proj = (torch.randn(*s, generator=gen, dtype=dtype)
                           for s in ((7, 18), (9, 36), (7, 36)))
         ref, mine = proj.clone().addmm_(state.narrow(1, 0, 9), w), proj.clone()
-        _fast_chain._gemm_once(mine.numpy(), state.numpy(), w.numpy(), _fast_chain._ints(),
-                               np.ones(1, mine.numpy().dtype))
+        _fast_blas._gemm_once(mine.numpy(), state.numpy(), w.numpy(), _fast_blas._ints(),
+                              np.ones(1, mine.numpy().dtype))
         assert torch.equal(ref, mine)
 
 
 def test_no_chains_where_the_blas_call_disagrees(monkeypatch: pytest.MonkeyPatch,
                                                  chains: list[int]) -> None:
-    monkeypatch.setattr(_fast_chain, "_AGREES", [False])
+    monkeypatch.setattr(_fast_blas, "_AGREES", [False])
     _outputs("bilstm_tagger", torch.float32, True)
     assert chains[0] == 0
