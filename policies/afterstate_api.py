@@ -8,19 +8,21 @@ states by the rollout over ``w_k`` itself (``base="student"``: ``Q^{w_k}(s, b)``
 critical path and ``w_k`` (``base="both"``: per type the fewer batches of the two
 rollouts), fits a new linear score by the same cross-entropy (from 0, on this round's
 labels, or on every round's so far with ``aggregate``) and takes the candidate with the
-fewest training batches as ``w_{k+1}`` (``warm``: the fit starts from ``w_k``). The result is the best weights of every round on
-the training graphs (never worse than the start). Deterministic.
+fewest training batches as ``w_{k+1}`` (``warm``: the fit starts from ``w_k``). The result
+is the best weights of every round on the training graphs (never worse than the start).
+Deterministic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
 from edbatch.schedule._compiled_afterstate_q import afterstate_q
 from policies.afterstate import NUM_WEIGHTS, afterstate_start, population_afterstate
+from policies.afterstate_imitate import contested
 from policies.priority_dagger import _fit
 
 __all__ = ["BASES", "api_rounds", "label_rollout"]
@@ -44,24 +46,16 @@ def label_rollout(inputs: Sequence[tuple], w: NDArray[np.float64],  # type: igno
     if w.shape != (NUM_WEIGHTS,):
         raise ValueError(f"w must hold {NUM_WEIGHTS} weights, got shape {w.shape}")
     cp = afterstate_start()
-    xs, segs, tgs, nseg = [], [], [], 0
-    for gi in inputs:
-        cap = len(gi[0]) * 8 + 64
-        rows, _, ptr, q, _ = afterstate_q(*gi, w, w, cap)  # type: ignore[call-arg]
-        if base == "both":
-            q = np.minimum(q, afterstate_q(*gi, w, cp, cap)[3])  # type: ignore[call-arg]
-        for t in range(len(ptr) - 1):
-            lo, hi = int(ptr[t]), int(ptr[t + 1])
-            qt = q[lo:hi]
-            if hi - lo < 2 or qt.min() == qt.max():
-                continue
-            xs.append(rows[lo:hi])
-            segs.append(np.full(hi - lo, nseg, np.int64))
-            tgs.append(qt == qt.min())
-            nseg += 1
-    if not xs:
-        return np.zeros((0, NUM_WEIGHTS)), np.zeros(0, np.int64), np.zeros(0, np.bool_), 0
-    return np.concatenate(xs), np.concatenate(segs), np.concatenate(tgs), nseg
+
+    def traced() -> Iterator[tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]]:
+        for gi in inputs:
+            cap = len(gi[0]) * 8 + 64
+            rows, _, ptr, q, _ = afterstate_q(*gi, w, w, cap)  # type: ignore[call-arg]
+            if base == "both":
+                q = np.minimum(q, afterstate_q(*gi, w, cp, cap)[3])  # type: ignore[call-arg]
+            yield rows, ptr, q
+
+    return contested(traced())
 
 
 def _merge(a: Labels, b: Labels) -> Labels:

@@ -24,7 +24,7 @@ are what a one-step lookahead sees, and the fit beats the CEM on unseen graphs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -44,7 +44,7 @@ from policies.afterstate import (
 from policies.priority import graph_inputs
 from policies.priority_dagger import _fit
 
-__all__ = ["IMITATE_STEPS", "imitate", "label_critical_path", "lean_mask"]
+__all__ = ["IMITATE_STEPS", "contested", "imitate", "label_critical_path", "lean_mask"]
 
 #: Adam steps after which the fit's weights are candidates.
 IMITATE_STEPS = (300, 1000, 3000, 10000)
@@ -61,22 +61,37 @@ def label_critical_path(graphs: Sequence[Graph], inputs: Sequence[tuple] | None 
     cp = critical_path_weights(0)
     if inputs is None:
         inputs = [afterstate_inputs(g) for g in graphs]
+
+    def traced() -> Iterator[tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]]:
+        for g, ai in zip(graphs, inputs, strict=True):
+            gi = graph_inputs(g)
+            cap = len(gi[0]) * 8 + 64
+            rows, ids, ptr, q, _ = priority_q_base(*gi, cp, 0, cp, 0, cap)  # type: ignore[call-arg]
+            arows, aids = afterstate_trace(*ai, afterstate_start(), cap)  # type: ignore[call-arg]
+            if not (np.array_equal(aids, ids)
+                    and np.array_equal(arows[:, :NUM_PRIORITY_FEATURES], rows)):
+                raise RuntimeError("the afterstate trace left critical path's states: "
+                                   "afterstate_start() must be critical path")
+            yield arows, ptr, q
+
+    return contested(traced())
+
+
+def contested(traces: Iterable[tuple[NDArray[np.float64], NDArray[np.int64],
+                                     NDArray[np.int64]]]
+              ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.bool_], int]:
+    """``(rows, segment, target, segments)`` of the *contested* decisions of traces
+    ``(rows, ptr, q)`` (decision ``t`` owns ``rows[ptr[t]:ptr[t + 1]]``, ``q`` each row's
+    batches): those with two or more ready types whose values differ; a row is a target
+    where its value is the decision's fewest."""
     xs, segs, tgs, nseg = [], [], [], 0
-    for g, ai in zip(graphs, inputs, strict=True):
-        gi = graph_inputs(g)
-        cap = len(gi[0]) * 8 + 64
-        rows, ids, ptr, q, _ = priority_q_base(*gi, cp, 0, cp, 0, cap)  # type: ignore[call-arg]
-        arows, aids = afterstate_trace(*ai, afterstate_start(), cap)  # type: ignore[call-arg]
-        if not (np.array_equal(aids, ids) and np.array_equal(arows[:, :NUM_PRIORITY_FEATURES],
-                                                             rows)):
-            raise RuntimeError("the afterstate trace left critical path's states: "
-                               "afterstate_start() must be critical path")
+    for rows, ptr, q in traces:
         for t in range(len(ptr) - 1):
             lo, hi = int(ptr[t]), int(ptr[t + 1])
             qt = q[lo:hi]
             if hi - lo < 2 or qt.min() == qt.max():
                 continue
-            xs.append(arows[lo:hi])
+            xs.append(rows[lo:hi])
             segs.append(np.full(hi - lo, nseg, np.int64))
             tgs.append(qt == qt.min())
             nseg += 1

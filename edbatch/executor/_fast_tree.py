@@ -132,7 +132,7 @@ def _tree_step(step: Any, arenas: Sequence[tuple[int, int]]) -> FastTreeStep | N
                         step.out_start, tuple(step.op.params), hidden, step.op.name)
 
 
-def tree_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
+def tree_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,  # noqa: C901
                  kernels: Mapping[str, Kernel] | None, kinds: frozenset[str]) -> Any:
     """``compile_program``'s program with the :class:`FastTreeStep` of every qualifying
     internal batch (as :func:`tree_short` makes them) made from the plan's operands, their

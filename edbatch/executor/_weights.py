@@ -15,8 +15,8 @@ captured CUDA graph would not follow later in-place weight updates).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import weakref
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 

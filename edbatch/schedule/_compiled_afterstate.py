@@ -52,8 +52,8 @@ from edbatch.schedule._compiled_afterstate_x import (
     EXTRA_FEATURES,
     check_both,
     now_cols,
-    two_step,
     reset_pairs,
+    two_step,
 )
 from edbatch.schedule._compiled_keys import _critical
 from edbatch.schedule._compiled_priority import (
@@ -202,7 +202,7 @@ def _pick(r, x, y, w, u):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
+def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,  # noqa: C901
               total, down, w, trace, trace_ids, trace_dec, prefix):  # type: ignore[no-untyped-def]
     """:func:`run_afterstate`, also writing the rows ``[f_a, g_a]`` of every decision, their
     types' ids and decision indices into ``trace``/``trace_ids``/``trace_dec`` while they

@@ -17,6 +17,7 @@ from numba import njit
 
 from edbatch.schedule._compiled_afterstate import NUM_AFTER, _schedule
 from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES
+from edbatch.schedule._compiled_priority_q import decisions, trace_ptr
 
 __all__ = ["afterstate_forced_trace", "afterstate_q"]
 
@@ -43,18 +44,9 @@ def afterstate_q(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
                     total, down, w, trace, trace_ids, trace_dec, none)
     batch_op, forced, nt = res[0], res[1], res[4]
     base = len(batch_op)
-    seq = np.empty(base, np.int64)
-    nd = 0
-    for i in range(base):
-        if not forced[i]:
-            seq[nd] = batch_op[i]
-            nd += 1
-    ptr = np.zeros(nd + 1, np.int64)
-    for i in range(nt):
-        ptr[trace_dec[i] + 1] = i + 1
-    for t in range(nd):  # decisions past the trace's room own no rows
-        if ptr[t + 1] < ptr[t]:
-            ptr[t + 1] = ptr[t]
+    seq = decisions(batch_op, forced)
+    nd = len(seq)
+    ptr = trace_ptr(trace_dec, nt, nd)
     q = np.full(nt, base, np.int64)
     prefix = np.empty(nd, np.int64)
     empty = np.zeros((0, width), np.float64)
@@ -86,10 +78,5 @@ def afterstate_forced_trace(op, depth, arity, uptr, uids, batchable, height, tw_
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                     total, down, w, trace, trace_ids, trace_dec, prefix)
     nt, nd = res[4], res[6]
-    ptr = np.zeros(nd + 1, np.int64)
-    for i in range(nt):
-        ptr[trace_dec[i] + 1] = i + 1
-    for t in range(nd):
-        if ptr[t + 1] < ptr[t]:
-            ptr[t + 1] = ptr[t]
+    ptr = trace_ptr(trace_dec, nt, nd)
     return trace[:nt], trace_ids[:nt], ptr, len(res[0])

@@ -39,7 +39,7 @@ NUM_EXTRA = len(EXTRA_FEATURES)
 
 
 @njit(cache=True)
-def check_both(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op, batchable, inr,
+def check_both(todo, ntodo, uptr, uids, pptr, pids, pending, executed, op, batchable, inr,  # noqa: C901
                rdn, rpres, inr2, rdn2, rp2, down):  # type: ignore[no-untyped-def]
     """``_check_users`` of :mod:`edbatch.schedule._compiled_afterstate` and the pair
     releases in one scan of the operands: an unexecuted batchable user ``u`` of the nodes

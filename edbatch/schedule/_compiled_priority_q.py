@@ -15,7 +15,33 @@ from numba import njit
 
 from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES, _schedule
 
-__all__ = ["priority_q", "priority_q_base"]
+__all__ = ["decisions", "priority_q", "priority_q_base", "trace_ptr"]
+
+
+@njit(cache=True)
+def decisions(batch_op, forced):  # type: ignore[no-untyped-def]
+    """The op types a schedule's *decisions* took: its batches that were not forced (a
+    single ready type), in order."""
+    seq = np.empty(len(batch_op), np.int64)
+    nd = 0
+    for i in range(len(batch_op)):
+        if not forced[i]:
+            seq[nd] = batch_op[i]
+            nd += 1
+    return seq[:nd]
+
+
+@njit(cache=True)
+def trace_ptr(trace_dec, nt, nd):  # type: ignore[no-untyped-def]
+    """``ptr``: decision ``t`` owns trace rows ``ptr[t]:ptr[t + 1]`` (``trace_dec``: each of
+    the ``nt`` rows' decision; decisions past the trace's room own no rows)."""
+    ptr = np.zeros(nd + 1, np.int64)
+    for i in range(nt):
+        ptr[trace_dec[i] + 1] = i + 1
+    for t in range(nd):
+        if ptr[t + 1] < ptr[t]:
+            ptr[t + 1] = ptr[t]
+    return ptr
 
 
 @njit(cache=True)
@@ -57,18 +83,9 @@ def priority_q_base(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw
                     total, w, nh, trace, trace_ids, trace_dec, none, np.bool_(True))
     batch_op, forced, nt = res[0], res[1], res[6]
     base = len(batch_op)
-    seq = np.empty(base, np.int64)
-    nd = 0
-    for i in range(base):
-        if not forced[i]:
-            seq[nd] = batch_op[i]
-            nd += 1
-    ptr = np.zeros(nd + 1, np.int64)
-    for i in range(nt):
-        ptr[trace_dec[i] + 1] = i + 1
-    for t in range(nd):  # decisions past the trace's room own no rows
-        if ptr[t + 1] < ptr[t]:
-            ptr[t + 1] = ptr[t]
+    seq = decisions(batch_op, forced)
+    nd = len(seq)
+    ptr = trace_ptr(trace_dec, nt, nd)
     q = np.full(nt, base, np.int64)
     prefix = np.empty(nd, np.int64)
     for t in range(nd):

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs  # noqa: F401  (registers the env)
+import envs
 from edbatch.errors import ConfigError, GraphError, InvalidActionError, UnknownNameError
 from edbatch.workloads import GraphSampler, make_workload
 

@@ -72,7 +72,7 @@ def test_short_rows_are_the_plans_children() -> None:
     graph, schedule, plan = _case("naive", "depth")
     program = tree_program(graph, schedule, plan, CPU, None, hoist_kinds(True))
     assert program is not None
-    _, bptr, nodes, _ = schedule.flat()
+    _, bptr, _nodes, _ = schedule.flat()
     for b, step in enumerate(program.short):
         if step is None:
             continue

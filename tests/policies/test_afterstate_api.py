@@ -4,6 +4,8 @@ are the fewest-batch types, the rounds are never worse than their start and dete
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -89,15 +91,15 @@ def test_labels_are_the_fewest_batch_types(graphs: list) -> None:
     assert n > 0 and seg.max() + 1 == n and len(x) == len(target)
     counts, hits = np.bincount(seg), np.bincount(seg, weights=target)
     assert (counts >= 2).all() and (hits >= 1).all() and (hits < counts).all()
-    rows, _, ptr, q, _ = afterstate_q(*inputs[0], w, w, 10_000)  # type: ignore[call-arg]
-    want = [q[lo:hi] == q[lo:hi].min() for lo, hi in zip(ptr[:-1], ptr[1:], strict=True)
+    _rows, _, ptr, q, _ = afterstate_q(*inputs[0], w, w, 10_000)  # type: ignore[call-arg]
+    want = [q[lo:hi] == q[lo:hi].min() for lo, hi in itertools.pairwise(ptr)
             if hi - lo >= 2 and q[lo:hi].min() < q[lo:hi].max()]
     first = seg < len(want)
     np.testing.assert_array_equal(target[first], np.concatenate(want))
     # "both": per type the fewer batches of the student's and critical path's rollouts
     qc = afterstate_q(*inputs[0], w, afterstate_start(), 10_000)[3]  # type: ignore[call-arg]
     qb = np.minimum(q, qc)
-    wantb = [qb[lo:hi] == qb[lo:hi].min() for lo, hi in zip(ptr[:-1], ptr[1:], strict=True)
+    wantb = [qb[lo:hi] == qb[lo:hi].min() for lo, hi in itertools.pairwise(ptr)
              if hi - lo >= 2 and qb[lo:hi].min() < qb[lo:hi].max()]
     _, segb, targetb, _ = label_rollout(inputs, w, "both")
     np.testing.assert_array_equal(targetb[segb < len(wantb)], np.concatenate(wantb))
