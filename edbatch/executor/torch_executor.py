@@ -371,9 +371,10 @@ class TorchExecutor:
         if hit is not None and hit[0] is graph and hit[1] is plan:
             self._cache.move_to_end(key)
             return hit[2], False
-        program = tree_program(graph, schedule, plan, self.device, self.kernels, self.hoist) \
-            or compile_hoisted(graph, schedule, plan, self.device, self.kernels, self.hoist,
-                               self.kernels)
+        program = tree_program(graph, schedule, plan, self.device, self.kernels, self.hoist)
+        if program is None:  # not a Tree-LSTM program on the CPU: the general compile
+            program = compile_hoisted(graph, schedule, plan, self.device, self.kernels,
+                                      self.hoist, self.kernels)
         program = short_paths(head_reads(program), self.device)  # h-only gathers; short paths
         self._cache[key] = (graph, plan, program)
         while len(self._cache) > self.cache_size:
