@@ -42,10 +42,11 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["HandBatched", "hand_batched_models", "levels", "make_hand_batched",
-           "make_unbatched", "torchfold_status", "unbatched_models"]
+__all__ = ["HandBatched", "PerInstance", "hand_batched_models", "levels", "make_hand_batched",
+           "lstm_step", "make_unbatched", "torchfold_status", "unbatched_models"]
 
 
 class HandBatched:
@@ -69,6 +70,22 @@ class HandBatched:
     def loss(self, instances: Sequence[Any]) -> Tensor:
         """``forward(prepare(instances))``."""
         return self.forward(self.prepare(instances))
+
+
+class PerInstance(HandBatched):
+    """A per-instance model (an ``Unbatched`` peer): nothing to prepare, ``forward`` walks
+    the instances one by one."""
+
+    def prepare(self, instances: Sequence[Any]) -> Sequence[Any]:
+        return instances
+
+
+def lstm_step(x: Tensor, h: Tensor, c: Tensor, w: Tensor, b: Tensor,
+              tanh: Any = torch.tanh) -> tuple[Tensor, Tensor]:
+    """One edbatch LSTM step on single rows, ``[i f o u] = W [x; h] + b``: ``(h', c')``."""
+    i, f, o, u = F.linear(torch.cat([x, h]), w, b).chunk(4)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * tanh(u)
+    return torch.sigmoid(o) * tanh(c), c
 
 
 def levels(order_key: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:  # type: ignore[type-arg]

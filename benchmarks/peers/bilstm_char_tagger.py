@@ -152,13 +152,6 @@ class CharTaggerPacked(hand_batched.HandBatched):
 HandBatched = CharTaggerPacked
 
 
-def _lstm(x: Tensor, h: Tensor, c: Tensor, w: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    """One edbatch LSTM step on single rows: ``[i f o u] = W [x; h] + b``."""
-    i, f, o, u = F.linear(torch.cat([x, h]), w, b).chunk(4)
-    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(u)
-    return torch.sigmoid(o) * torch.tanh(c), c
-
-
 def unbatched_loss(instances: Sequence[Any], params: Mapping[str, Tensor]) -> Tensor:
     """The summed loss computed one sentence, word and character at a time."""
     p = params
@@ -170,7 +163,7 @@ def unbatched_loss(instances: Sequence[Any], params: Mapping[str, Tensor]) -> Te
         h = c = w.new_zeros(w.shape[0] // 4)
         out = []
         for x in xs:
-            h, c = _lstm(x, h, c, w, b)
+            h, c = hand_batched.lstm_step(x, h, c, w, b)
             out.append(h)
         return out
 
@@ -191,11 +184,8 @@ def unbatched_loss(instances: Sequence[Any], params: Mapping[str, Tensor]) -> Te
     return total
 
 
-class CharTaggerUnbatched(hand_batched.HandBatched):
+class CharTaggerUnbatched(hand_batched.PerInstance):
     """:func:`unbatched_loss` as a benchmark contender (``prepare`` has nothing to do)."""
-
-    def prepare(self, instances: Sequence[Any]) -> Sequence[Any]:
-        return instances
 
     def forward(self, prepared: Sequence[Any]) -> Tensor:
         return unbatched_loss(prepared, self.params)

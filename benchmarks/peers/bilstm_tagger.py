@@ -103,13 +103,10 @@ class BiLSTMPacked(hand_batched.HandBatched):
         return F.cross_entropy(logits, prep["tags"], reduction="sum")
 
 
-class BiLSTMUnbatched(hand_batched.HandBatched):
+class BiLSTMUnbatched(hand_batched.PerInstance):
     """The BiLSTM tagger in plain per-instance PyTorch: per sentence, four recurrences of
     single-token LSTM steps (edbatch's ``[i f o u] = W [x; h] + b``), then a per-token MLP
     loss (``prepare`` has nothing to do)."""
-
-    def prepare(self, instances: Sequence[Any]) -> Sequence[Any]:
-        return instances
 
     def forward(self, instances: Sequence[Any]) -> Tensor:
         p = self.params
@@ -120,10 +117,8 @@ class BiLSTMUnbatched(hand_batched.HandBatched):
             w, b = p[f"bilstm.{name}"], p[f"bilstm.{name}.b"]
             h, c, out = zero, zero, [zero] * len(xs)
             for t in steps:
-                g = F.linear(torch.cat([xs[t], h]), w, b)
-                gates = torch.sigmoid(g[:3 * hidden])
-                c = gates[hidden:2 * hidden] * c + gates[:hidden] * torch.tanh(g[3 * hidden:])
-                h = out[t] = gates[2 * hidden:] * torch.tanh(c)
+                h, c = hand_batched.lstm_step(xs[t], h, c, w, b)
+                out[t] = h
             return out
 
         losses: list[Tensor] = []

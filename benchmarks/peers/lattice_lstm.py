@@ -117,13 +117,10 @@ class LatticeLSTMLevels(hand_batched.HandBatched):
         return F.cross_entropy(logits, prep["labels"], reduction="sum")
 
 
-class LatticeLSTMUnbatched(hand_batched.HandBatched):
+class LatticeLSTMUnbatched(hand_batched.PerInstance):
     """Lattice-LSTM in plain per-instance PyTorch: states in topological order, every arc's
     LSTM step on its source state's vectors alone, a state the sum of its arcs' outputs, a
     loss per state (``prepare`` has nothing to do)."""
-
-    def prepare(self, instances: Sequence[Any]) -> Sequence[Any]:
-        return instances
 
     def forward(self, instances: Sequence[Any]) -> Tensor:
         p = self.params
@@ -141,11 +138,8 @@ class LatticeLSTMUnbatched(hand_batched.HandBatched):
                     emb, weight, bias = cells[inst.arc_kind[a]]
                     h_in, c_in = states[inst.arc_src[a]]
                     x = F.embedding(torch.tensor(int(inst.arc_token[a])), emb, sparse=True)
-                    g = F.linear(torch.cat([x, h_in]), weight, bias)
-                    gates = torch.sigmoid(g[:3 * hidden])
-                    c = gates[hidden:2 * hidden] * c_in + gates[:hidden] * fast_tanh(
-                        g[3 * hidden:])
-                    hs.append(gates[2 * hidden:] * fast_tanh(c))
+                    h, c = hand_batched.lstm_step(x, h_in, c_in, weight, bias, fast_tanh)
+                    hs.append(h)
                     cs.append(c)
                 h, c = (hs[0], cs[0]) if len(hs) == 1 else (sum(hs[1:], hs[0]),
                                                              sum(cs[1:], cs[0]))

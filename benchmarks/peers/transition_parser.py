@@ -143,12 +143,9 @@ class ParserPacked(hand_batched.HandBatched):
         return F.cross_entropy(logits, prep["classes"], reduction="sum")
 
 
-class ParserUnbatched(hand_batched.HandBatched):
+class ParserUnbatched(hand_batched.PerInstance):
     """Training, per instance: :func:`experiments.parser_model.reference_loss` (one
     sentence, word and transition at a time)."""
-
-    def prepare(self, instances: Sequence[ParseInstance]) -> Sequence[ParseInstance]:
-        return instances
 
     def forward(self, prepared: Sequence[ParseInstance]) -> Tensor:
         return reference_loss(self.wl, self.params, prepared)

@@ -103,12 +103,9 @@ class TreeLSTMLevels(hand_batched.HandBatched):
         return F.cross_entropy(logits, prep["labels"], reduction="sum")
 
 
-class TreeLSTMUnbatched(hand_batched.HandBatched):
+class TreeLSTMUnbatched(hand_batched.PerInstance):
     """Tree-LSTM in plain per-instance PyTorch: a recursion over each tree, every node's cell
     and its loss on that node's vectors alone (``prepare`` has nothing to do)."""
-
-    def prepare(self, instances: Sequence[Any]) -> Sequence[Any]:
-        return instances
 
     def forward(self, instances: Sequence[Any]) -> Tensor:
         p = {k.split(".", 1)[1]: v for k, v in self.params.items()}

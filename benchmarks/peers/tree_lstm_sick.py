@@ -116,11 +116,8 @@ def unbatched_loss(instances: Sequence[SickInstance], params: Mapping[str, Tenso
     return total
 
 
-class SickUnbatched(hand_batched.HandBatched):
+class SickUnbatched(hand_batched.PerInstance):
     """:func:`unbatched_loss` as a benchmark contender (``prepare`` has nothing to do)."""
-
-    def prepare(self, instances: Sequence[SickInstance]) -> Sequence[SickInstance]:
-        return instances
 
     def forward(self, prepared: Sequence[SickInstance]) -> Tensor:
         return unbatched_loss(prepared, self.params)
