@@ -13,9 +13,7 @@ Here the same chains run in training as two compiled calls:
 * **forward** (:func:`_forward`): as :func:`~edbatch.executor._fast_chain._chain`, except
   that a gathered state's whole ``[h; c]`` rows are kept (laid out as ``index_select`` lays
   them out: the same product) and every batch's ``tanh(c')`` rows are kept, in two tensors
-  per chain (:class:`ChainSave`) instead of per-batch saves; ``h'`` rows a later projection
-  gathers go to its mirror too, the projection running on that (``_fast_mirror``; its
-  saved input the mirror) where every chain that feeds it runs here;
+  per chain (:class:`ChainSave`) instead of per-batch saves;
 * **backward** (:func:`_backward`, batches in reverse): per LSTM batch the element-wise
   backward of :func:`~edbatch.executor._fused.lstm_backward` (the same row code), the
   ``?gemm`` that ``torch.mm(d_gates, W_h)`` calls (``beta = 0``, ``W_h`` read in place as a
@@ -47,7 +45,6 @@ from edbatch.executor import _fast_chain
 from edbatch.executor._fast_blas import _DGEMM, _SGEMM, _addr, _gemm, _ints
 from edbatch.executor._fast_chain import ChainStep
 from edbatch.executor._fast_lstm import qualifies
-from edbatch.executor._fast_mirror import MIRRORS, MirroredProjection, mirror_buffer
 from edbatch.executor._fast_sum import padded, sum_chained
 from edbatch.executor._fused import _jit, _lstm_bwd_row, _lstm_row, _sig_, _tanh_
 
@@ -98,7 +95,7 @@ def _offsets(meta, base, rw):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def _forward(meta, idx, arenas, weights, xs, tb, xh, base, rw, ints, one, mirrors, cp, copies):  # type: ignore[no-untyped-def]
+def _forward(meta, idx, arenas, weights, xs, tb, xh, base, rw, ints, one):  # type: ignore[no-untyped-def]
     g_off, t_off, p_off = _offsets(meta, base, rw)
     for j in range(meta.shape[0]):
         kind, sb, s0, n, pa, lo = meta[j, 0], meta[j, 1], meta[j, 2], meta[j, 3], \
@@ -130,10 +127,6 @@ def _forward(meta, idx, arenas, weights, xs, tb, xh, base, rw, ints, one, mirror
             _tanh_(gr[3 * h:4 * h])
             _lstm_row(gr[:h], gr[h:2 * h], gr[2 * h:3 * h], gr[3 * h:4 * h], src[h:2 * h],
                       orow[:h], orow[h:2 * h], tb[t_at + r])
-        for c in range(cp[j], cp[j + 1]):  # as _fast_chain._chain: h' in a mirror too
-            orow, dst = out[o0 + copies[c, 0]], mirrors[copies[c, 1]][copies[c, 2]]
-            for k in range(h):
-                dst[k] = orow[k]
 
 
 @_jit
@@ -249,35 +242,16 @@ class _Chain:
         tb = torch.empty((rows, h), dtype=dtype)
         xh = torch.empty((rows, h), dtype=dtype)
         try:
-            pad, dt = _fast_chain.SLOTS, views[0].dtype
-            mirrors = [mirror_buffer(w_ht, key, n, cols, dtype).numpy()
-                       for key, n, cols in chain.mirrors] or [np.empty((1, 1), dt)]
+            pad = _fast_chain.SLOTS
             _forward(meta, chain.idx, padded([views[a] for a in chain.arenas], pad),
                      padded([w_ht[w].numpy() for w in chain.weights], pad), xs.numpy(),
-                     tb.numpy(), xh.numpy(), base, rw, _ints(), np.ones(1, dt),
-                     padded(mirrors, MIRRORS), chain.cp, chain.copies)
+                     tb.numpy(), xh.numpy(), base, rw, _ints(), np.ones(1, views[0].dtype))
         except Exception as e:
             raise ExecutionError(
                 f"{chain.count} batches of op types {chain.name!r} (hoisted LSTM chain, "
                 f"training) failed: {type(e).__name__}: {e}") from e
         self.saves += [ChainSave(chain, self.first, h, arenas, (base, rw),
                                  (xs, tb, xh))] * chain.count
-
-
-class _Projection:
-    """A mirrored projection's training entry: its kernel on the mirror, saving as the
-    kernel path saves (:class:`~edbatch.executor._fast_mirror.MirroredProjection`)."""
-
-    __slots__ = ("entry", "saves")
-
-    def __init__(self, entry: MirroredProjection, saves: list[Any]) -> None:
-        self.entry, self.saves = entry, saves
-
-    def __call__(self, arenas: Sequence[Tensor], views: Sequence[np.ndarray],  # type: ignore[type-arg]
-                 w_ht: Mapping[Any, Tensor]) -> None:
-        save: list[Tensor] = []
-        self.saves.append(save)
-        self.entry(arenas, views, w_ht, save)
 
 
 class _Skip:
@@ -327,12 +301,6 @@ def train_chains(program: Any, params: Mapping[str, Tensor], arenas: Sequence[Te
         entries[i] = _Chain(f, i, hidden, saves)
         for k in range(i + 1, i + f.count):
             entries[k] = _SKIP
-    fed = {key for i, f in enumerate(chained)  # mirrors that a chain left to its kernels
-           if type(f) is ChainStep and entries[i] is None for key, _, _ in f.mirrors}
-    for i, f in enumerate(chained):
-        if type(f) is MirroredProjection and f.key not in fed:
-            f.bind(params, weights)
-            entries[i] = _Projection(f, saves)
     if not any(entries):
         return (None,) * len(program.steps), {}, []
     return entries, weights, [a.numpy() for a in arenas]

@@ -12,8 +12,7 @@ place), calls the BLAS ``?gemm`` that ``torch.addmm_`` calls on the CPU (``sgemm
 ``dgemm_`` exported by ``libtorch_cpu``, the same arguments: same floats;
 :mod:`~edbatch.executor._fast_blas`) into the projection rows, and runs the element-wise
 body of :func:`_fused._lstm_fwd <edbatch.executor._fused.lstm_forward>` on them, reading the
-old cell state in place by row; with mirrors on, an ``h'`` row that a later projection
-gathers is written again into that projection's mirror (:mod:`~edbatch.executor._fast_mirror`).
+old cell state in place by row.
 A lattice's ``k``-ary state sums between its arc batches
 (:class:`~edbatch.executor._fast_sum.FastSumStep`) join the run as rows of their own
 (:func:`~edbatch.executor._fast_sum.sum_chained`: their additions read in place), so a
@@ -37,7 +36,6 @@ from torch import Tensor
 from edbatch.errors import ExecutionError
 from edbatch.executor._fast_blas import AVAILABLE, _gemm, _ints, agrees
 from edbatch.executor._fast_lstm import FastStep, bind_weight
-from edbatch.executor._fast_mirror import MIRRORS, mirror_buffer, mirror_projections
 from edbatch.executor._fast_sum import FastSumStep, padded, row_sum_step, sum_chained, sum_row
 from edbatch.executor._fused import _jit, _lstm_row, _sig_, _tanh_
 from edbatch.executor._program import LazySteps
@@ -58,7 +56,7 @@ _META = 10  # per batch: kind, state arena, state start, n, projection arena, it
 
 
 @_jit
-def _chain(meta, idx, arenas, weights, scratch, t, ints, one, mirrors, cp, copies):  # type: ignore[no-untyped-def]
+def _chain(meta, idx, arenas, weights, scratch, t, ints, one):  # type: ignore[no-untyped-def]
     for j in range(meta.shape[0]):
         kind, sb, s0, n, pa, lo = meta[j, 0], meta[j, 1], meta[j, 2], meta[j, 3], \
             meta[j, 4], meta[j, 5]
@@ -85,10 +83,6 @@ def _chain(meta, idx, arenas, weights, scratch, t, ints, one, mirrors, cp, copie
             _tanh_(gr[3 * h:4 * h])
             _lstm_row(gr[:h], gr[h:2 * h], gr[2 * h:3 * h], gr[3 * h:4 * h], src[h:2 * h],
                       orow[:h], orow[h:2 * h], t[:h])
-        for c in range(cp[j], cp[j + 1]):  # h' again, in a later projection's read order
-            orow, dst = out[o0 + copies[c, 0]], mirrors[copies[c, 1]][copies[c, 2]]
-            for k in range(h):
-                dst[k] = orow[k]
 
 
 #: One hoisted batch as a chain reads it: ``(gathered, state arena, state start (a slice),
@@ -123,8 +117,8 @@ class ChainStep:
     one compiled call; ``arenas``/``weights``: the arena indices and weight names its
     slots stand for (:meth:`of_rows`: the same from the batches' :data:`Row`\\ s)."""
 
-    __slots__ = ("arenas", "binders", "copies", "count", "cp", "idx", "meta", "mirrors", "name",
-                 "rows", "weights", "width")
+    __slots__ = ("arenas", "binders", "count", "idx", "meta", "name", "rows", "weights",
+                 "width")
 
     def __init__(self, steps: Sequence[FastStep | FastSumStep], arenas: Sequence[int],
                  weights: Sequence[str]) -> None:
@@ -177,10 +171,6 @@ class ChainStep:
         self.rows, self.width = most, width
         self.name = ", ".join(sorted(names))
         self.binders = tuple(reversed(binders.items()))  # weight -> H
-        # h' rows written again for later projections (_fast_mirror): none unless set there
-        self.mirrors: tuple[tuple[Any, int, int], ...] = ()  # (buffer key, rows, columns)
-        self.cp = np.zeros(len(rows) + 1, np.int64)  # per batch its copies' range
-        self.copies = np.zeros((1, 3), np.int64)  # (row in batch, mirror slot, mirror row)
 
     def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
         """As :meth:`FastStep.bind <edbatch.executor._fast_lstm.FastStep.bind>`, for
@@ -193,12 +183,9 @@ class ChainStep:
         dtype = views[0].dtype
         try:
             scratch = torch.empty(self.rows * 2 * self.width, dtype=arenas[0].dtype).numpy()
-            mirrors = [mirror_buffer(w_ht, key, rows, cols, arenas[0].dtype).numpy()
-                       for key, rows, cols in self.mirrors] or [np.empty((1, 1), dtype)]
             _chain(self.meta, self.idx, padded([views[a] for a in self.arenas], SLOTS),
                    padded([w_ht[w].numpy() for w in self.weights], SLOTS), scratch,
-                   np.empty(self.width, dtype), _ints(), np.ones(1, dtype),
-                   padded(mirrors, MIRRORS), self.cp, self.copies)
+                   np.empty(self.width, dtype), _ints(), np.ones(1, dtype))
         except Exception as e:  # as the kernel path reports a failing batch
             raise ExecutionError(
                 f"{self.count} batches of op types {self.name!r} (hoisted LSTM chain "
@@ -297,7 +284,6 @@ def chain_short(program: Any, device: torch.device) -> Any:
                                         sorted({r[9] for r in picked if r[0] != 2}))
         for i in run[1:]:
             new[i] = DONE
-    mirror_projections(program, new, runs)
     program.chained = tuple(new)
     return program
 
@@ -314,8 +300,7 @@ def _chain_rows(program: Any, short: LazySteps, rows: Mapping[int, Row]) -> Any:
         if type(entry) is FastSumStep:  # sums between them are
             keys[i] = _key(entry)
     chained: set[int] = set()
-    runs = _key_runs(keys)
-    for run in runs:
+    for run in _key_runs(keys):
         picked = [rows[i] if i in rows else step_row(new[i]) for i in run]
         ran = [key for i in run if (key := keys[i]) is not None]  # (every run's keys are)
         used: set[int] = set().union(*[key[0] for key in ran])  # (_row_arenas of its rows)
@@ -327,6 +312,5 @@ def _chain_rows(program: Any, short: LazySteps, rows: Mapping[int, Row]) -> Any:
     for i, row in rows.items():
         if i not in chained:
             new[i] = row_sum_step(row) if row[0] == 2 else row_step(row)  # type: ignore[arg-type]
-    mirror_projections(program, new, runs)
     program.chained = tuple(new)
     return program
