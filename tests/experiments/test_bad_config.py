@@ -87,7 +87,7 @@ def test_out_of_range_value_is_a_config_error_naming_key_and_value(entry: str, o
 
 def test_sb3_trainer_budget_is_checked_and_env_choices_match_the_env() -> None:
     from envs.batching import REWARDS
-    from experiments._schema import ENV_CHOICES
+    from experiments._group_rules import ENV_CHOICES
 
     with pytest.raises(ConfigError, match="trainer.total_timesteps=-5"):
         validate(_compose("train", ["trainer=maskable_ppo", "trainer.total_timesteps=-5"]))
@@ -112,7 +112,7 @@ def test_every_number_a_trainer_config_sets_has_a_rule() -> None:
 
     import yaml
 
-    from experiments._schema import TRAINER_RULES, _check_group
+    from experiments._group_rules import TRAINER_RULES, check_group
 
     for path in sorted((Path(__file__).parents[2] / "conf" / "trainer").glob("*.yaml")):
         node = yaml.safe_load(path.read_text())
@@ -120,13 +120,13 @@ def test_every_number_a_trainer_config_sets_has_a_rule() -> None:
                    if isinstance(v, (int, float)) and not isinstance(v, bool)]
         assert numbers
         assert [k for k in numbers if k not in TRAINER_RULES] == [], path.name
-        _check_group(path.stem, node, TRAINER_RULES)  # the defaults pass their own rules
+        check_group(path.stem, node, TRAINER_RULES)  # the defaults pass their own rules
     with pytest.raises(ConfigError, match="trainer.guard_check='x'"):
         validate(_compose("train", ["trainer=q_learning", "trainer.guard_check=x"]))
 
 
 def test_expert_teacher_is_checked_and_the_choices_match_the_trainer() -> None:
-    from experiments._schema import TRAINER_CHOICES
+    from experiments._group_rules import TRAINER_CHOICES
     from policies.expert import TEACHERS
 
     with pytest.raises(ConfigError, match="trainer.teacher='oracle'"):
