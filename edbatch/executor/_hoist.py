@@ -54,6 +54,8 @@ from edbatch.executor._head_reads import (
     head_reads,
     pair_read,
 )
+from edbatch.executor._hoist_ready import groups as group_by
+from edbatch.executor._hoist_ready import ready, ready_nodes, row_parts
 from edbatch.executor._hoist_sums import count_sums, deferred_sums, sum_entries, sums_kept
 from edbatch.executor._program import (
     LazySteps,
@@ -128,77 +130,6 @@ def unhoisted(program: Program) -> Program:
     """The program ``program`` was rewritten from (itself if it was not)."""
     base = getattr(program, "base", None)
     return base if base is not None else program
-
-
-def _groups(batches: list[int], ready: dict[int, int]) -> list[list[int]]:
-    """Partition ``batches`` (schedule order) into projection groups: at the first batch not
-    grouped yet, every ungrouped batch whose hoisted operands are ready before it."""
-    left = list(batches)
-    groups = []
-    while left:
-        first = left[0]
-        group = [b for b in left if ready[b] < first]
-        groups.append(group)
-        taken = set(group)
-        left = [b for b in left if b not in taken]
-    return groups
-
-
-def _row_parts(operands: Sequence[Operand], base: np.ndarray  # type: ignore[type-arg]
-               ) -> list[np.ndarray]:  # type: ignore[type-arg]
-    """Each operand's arena rows (``Operand.rows()``): a view's as a slice of ``base`` (an
-    ``arange`` covering every arena, shared) instead of a new ``arange`` per operand."""
-    return [base[v.start:v.stop] if (v := o.view) is not None else o.gather
-            for o in operands]
-
-
-def _ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # type: ignore[type-arg]
-           slots: tuple[int, ...], base: np.ndarray | None = None  # type: ignore[type-arg]
-           ) -> dict[int, int]:
-    """Batch -> the last batch producing one of its ``slots`` operands (-1: none), in one
-    numpy pass per arena read rather than one per batch (``base``: see :func:`_row_parts`;
-    ``None``: built here)."""
-    if base is None:
-        base = np.arange(max(rows for rows, _ in plan.arenas), dtype=np.int64)
-    late = np.full(len(batches), -1, dtype=np.int64)
-    for k in slots:
-        operands = [plan.operands[b][k] for b in batches]
-        arenas = [o.arena for o in operands]
-        parts = _row_parts(operands, base)
-        distinct = set(arenas)
-        for arena in distinct:
-            pick = list(range(len(arenas))) if len(distinct) == 1 else \
-                [j for j, a in enumerate(arenas) if a == arena]
-            rows = [parts[j] for j in pick]
-            sizes = np.fromiter(map(len, rows), np.int64, len(rows))
-            some = sizes > 0
-            if not some.any():
-                continue
-            producers = batch_of[arena][np.concatenate(rows)]
-            last = np.full(len(rows), -1, np.int64)  # per read: its latest producer
-            last[some] = np.maximum.reduceat(producers, (np.cumsum(sizes) - sizes)[some])
-            idx = np.asarray(pick)
-            late[idx] = np.maximum(late[idx], last)
-    return dict(zip(batches, late.tolist(), strict=True))
-
-
-def _ready_nodes(graph: Graph, schedule: Schedule, step: np.ndarray,  # type: ignore[type-arg]
-                 batches: list[int], slots: tuple[int, ...]) -> dict[int, int]:
-    """:func:`_ready` of a fixed-arity op type's ``batches`` from the graph: the producer of
-    slot ``k`` of a node is the batch that runs its ``k``-th operand (``step``: each node's
-    batch), the rows the plan reads being those nodes' rows; a few numpy passes over every
-    batch at once, no plan operand or row locator visited."""
-    _, bptr, nodes, _ = schedule.flat()
-    b = np.asarray(batches, np.int64)
-    sizes = bptr[b + 1] - bptr[b]
-    starts = np.cumsum(sizes) - sizes  # each batch's first position among the picked nodes
-    mine = nodes[np.repeat(bptr[b] - starts, sizes) + np.arange(int(sizes.sum()))]
-    first = graph.operand_ptr[mine]
-    late = np.full(len(b), -1, np.int64)
-    for k in slots:
-        late = np.maximum(late, np.maximum.reduceat(step[graph.operand_ids[first + k]],
-                                                    starts))
-    return dict(zip(batches, late.tolist(), strict=True))
 
 
 def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
@@ -278,12 +209,12 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
         op = graph.vocab[op_id]
         spec = HOISTS[op.kind]
         if op.arity is not None:  # every node has each hoisted slot: read the graph
-            ready = _ready_nodes(graph, schedule, step, batches, spec.hoisted)
+            late = ready_nodes(graph, schedule, step, batches, spec.hoisted)
         else:
             batch_of = batch_of or RowLocator(plan).batch_of
-            ready = _ready(plan, batch_of, batches, spec.hoisted, base)
+            late = ready(plan, batch_of, batches, spec.hoisted, base)
         arena = len(arenas)
-        groups = _groups(batches, ready)
+        groups = group_by(batches, late)
         order = [b for group in groups for b in group]
         offset = dict(zip(order, np.cumsum([0] + [psteps[b].size for b in order])
                           .tolist(), strict=False))
@@ -376,11 +307,12 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
                      spec: HoistSpec, group: list[int], arena: int, start: int,
                      base: np.ndarray, counts: list[int]) -> Step:  # type: ignore[type-arg]
     """The step projecting ``group``'s nodes (in batch order) into ``arena`` from ``start``
-    (``base``: see :func:`_row_parts`); its reads are added to ``counts``."""
+    (``base``: see :func:`~edbatch.executor._hoist_ready.row_parts`); its reads are added to
+    ``counts``."""
     ops = plan.operands
     operands = tuple(
         merged(ops[group[0]][k].arena,
-               np.concatenate(_row_parts([ops[b][k] for b in group], base)))
+               np.concatenate(row_parts([ops[b][k] for b in group], base)))
         for k in spec.hoisted)
     shapes = tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else ()
     pair = pair_read(operands, shapes, spec, device)

@@ -10,7 +10,8 @@ import torch
 
 from edbatch.api import DynamicBatch, take_graph
 from edbatch.executor import _fast_pair, init_params
-from edbatch.executor._hoist import HeadPairRead, HeadRowsRead, HeadSliceRead, _ready
+from edbatch.executor._hoist import HeadPairRead, HeadRowsRead, HeadSliceRead
+from edbatch.executor._hoist_ready import ready as _ready
 from edbatch.executor._reads import RowLocator, RowsRead, SliceRead
 from edbatch.executor.cells_hoist import HEAD_READS, HOISTS, l2_project
 from edbatch.executor.cells_seq import bilstm_l2, bilstm_loss

@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edbatch.executor._hoist import _ready, _ready_nodes, hoist_kinds, hoisted_batches
+from edbatch.executor._hoist import hoist_kinds, hoisted_batches
+from edbatch.executor._hoist_ready import ready as _ready
+from edbatch.executor._hoist_ready import ready_nodes as _ready_nodes
 from edbatch.executor._reads import RowLocator
 from edbatch.executor.cells_hoist import HOISTS
 from edbatch.memory import plan_memory

@@ -1,0 +1,87 @@
+"""Readiness of hoisted batches (:mod:`~edbatch.executor._hoist`): per batch the last batch
+producing one of its hoisted operands, from the plan's operands (:func:`ready`) or, for a
+fixed-arity op type, straight from the graph (:func:`ready_nodes`); the projection groups
+those readinesses give (:func:`groups`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from edbatch.graph import Graph
+from edbatch.memory.plan import MemoryPlan, Operand
+from edbatch.schedule.schedule import Schedule
+
+__all__ = ["groups", "ready", "ready_nodes", "row_parts"]
+
+
+def groups(batches: list[int], ready: dict[int, int]) -> list[list[int]]:
+    """Partition ``batches`` (schedule order) into projection groups: at the first batch not
+    grouped yet, every ungrouped batch whose hoisted operands are ready before it."""
+    left = list(batches)
+    groups = []
+    while left:
+        first = left[0]
+        group = [b for b in left if ready[b] < first]
+        groups.append(group)
+        taken = set(group)
+        left = [b for b in left if b not in taken]
+    return groups
+
+
+def row_parts(operands: Sequence[Operand], base: np.ndarray  # type: ignore[type-arg]
+               ) -> list[np.ndarray]:  # type: ignore[type-arg]
+    """Each operand's arena rows (``Operand.rows()``): a view's as a slice of ``base`` (an
+    ``arange`` covering every arena, shared) instead of a new ``arange`` per operand."""
+    return [base[v.start:v.stop] if (v := o.view) is not None else o.gather
+            for o in operands]
+
+
+def ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # type: ignore[type-arg]
+           slots: tuple[int, ...], base: np.ndarray | None = None  # type: ignore[type-arg]
+           ) -> dict[int, int]:
+    """Batch -> the last batch producing one of its ``slots`` operands (-1: none), in one
+    numpy pass per arena read rather than one per batch (``base``: see :func:`row_parts`;
+    ``None``: built here)."""
+    if base is None:
+        base = np.arange(max(rows for rows, _ in plan.arenas), dtype=np.int64)
+    late = np.full(len(batches), -1, dtype=np.int64)
+    for k in slots:
+        operands = [plan.operands[b][k] for b in batches]
+        arenas = [o.arena for o in operands]
+        parts = row_parts(operands, base)
+        distinct = set(arenas)
+        for arena in distinct:
+            pick = list(range(len(arenas))) if len(distinct) == 1 else \
+                [j for j, a in enumerate(arenas) if a == arena]
+            rows = [parts[j] for j in pick]
+            sizes = np.fromiter(map(len, rows), np.int64, len(rows))
+            some = sizes > 0
+            if not some.any():
+                continue
+            producers = batch_of[arena][np.concatenate(rows)]
+            last = np.full(len(rows), -1, np.int64)  # per read: its latest producer
+            last[some] = np.maximum.reduceat(producers, (np.cumsum(sizes) - sizes)[some])
+            idx = np.asarray(pick)
+            late[idx] = np.maximum(late[idx], last)
+    return dict(zip(batches, late.tolist(), strict=True))
+
+
+def ready_nodes(graph: Graph, schedule: Schedule, step: np.ndarray,  # type: ignore[type-arg]
+                 batches: list[int], slots: tuple[int, ...]) -> dict[int, int]:
+    """:func:`ready` of a fixed-arity op type's ``batches`` from the graph: the producer of
+    slot ``k`` of a node is the batch that runs its ``k``-th operand (``step``: each node's
+    batch), the rows the plan reads being those nodes' rows; a few numpy passes over every
+    batch at once, no plan operand or row locator visited."""
+    _, bptr, nodes, _ = schedule.flat()
+    b = np.asarray(batches, np.int64)
+    sizes = bptr[b + 1] - bptr[b]
+    starts = np.cumsum(sizes) - sizes  # each batch's first position among the picked nodes
+    mine = nodes[np.repeat(bptr[b] - starts, sizes) + np.arange(int(sizes.sum()))]
+    first = graph.operand_ptr[mine]
+    late = np.full(len(b), -1, np.int64)
+    for k in slots:
+        late = np.maximum(late, np.maximum.reduceat(step[graph.operand_ids[first + k]],
+                                                    starts))
+    return dict(zip(batches, late.tolist(), strict=True))
