@@ -172,7 +172,7 @@ def segment_forward(table, rows, att, scene, params):  # type: ignore[no-untyped
     n = att.shape[1]
     f = scene.shape[1] // n
     proj, t = np.empty(n, dtype=att.dtype), np.empty(n, dtype=att.dtype)
-    sg, fm = np.empty((n, n), dtype=att.dtype), np.empty((n, f), dtype=att.dtype)
+    fm = np.empty((n, f), dtype=att.dtype)
     for s in range(table.shape[0]):
         code, dst0, size = table[s, 0], table[s, 1], table[s, 2]
         o0, o1, po = table[s, 3], table[s, 4], table[s, 5]
