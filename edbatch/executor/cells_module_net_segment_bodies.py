@@ -9,6 +9,14 @@ in rows, operand 1's offset, parameter offset)``, an operand that is a view of t
 :data:`~edbatch.executor.cells_module_net_segment.CODES` (0 scene, 1 filter, 2 relate,
 3 unique, 4 union, 5 intersect, 6 same). Same equations as the cell kinds of
 :mod:`edbatch.executor.cells_module_net`; the sigmoid is :mod:`edbatch.executor._fused`'s.
+
+**Zero skips** (the padded objects of a scene: its mask column and attention 0): a term whose
+factor is 0 is not computed, its value (0, or ``x + 0``) kept exactly, not approximated: the
+forward's filter projects only objects with attention, relate and same sum only over objects
+``i`` with attention into objects ``j`` with a mask (a masked ``j`` outputs ``0 * mask``);
+the backward routes a projection gradient only where it is not 0 and skips same's ``d M``,
+``d f_i`` of an object with no attention (its ``d A_i`` is 0). Finite inputs give the
+values of the full loops (``tests/executor/test_module_net_segment.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +43,57 @@ def _proj(scene, srow, params, po, n, f, proj):  # type: ignore[no-untyped-def]
         for k in range(f):
             z += scene[srow, j * f + k] * params[po + k]
         proj[j] = z
+
+
+@_jit
+def _proj_where(scene, srow, params, po, n, f, proj, att, arow):  # type: ignore[no-untyped-def]
+    """:func:`_proj` for the objects ``j`` with ``att[arow, j] != 0`` (the others: 0)."""
+    for j in range(n):
+        z = 0.0
+        if att[arow, j] != 0.0:
+            for k in range(f):
+                z += scene[srow, j * f + k] * params[po + k]
+        proj[j] = z
+
+
+@_jit
+def _pair_sums_fwd(att, arow, proj, c, scene, srow, n, f, t):  # type: ignore[no-untyped-def]
+    """The forward's relate sums: ``t_j = sum_i att_i sig(proj_j - proj_i + c)`` over ``i != j``
+    with ``att_i != 0``, for ``j`` with a mask (else ``t_j = 0``; nothing stored)."""
+    for j in range(n):
+        t[j] = 0.0
+    for i in range(n):
+        ai = att[arow, i]
+        if ai == 0.0:
+            continue
+        for j in range(n):
+            if i != j and scene[srow, j * f] != 0.0:
+                t[j] += ai * _sigmoid(proj[j] - proj[i] + c)
+
+
+@_jit
+def _same_sums_fwd(att, arow, scene, srow, params, po, n, f, fm, t):  # type: ignore[no-untyped-def]
+    """The forward's same sums: :func:`_same_sums` over ``i`` with ``att_i != 0`` into ``j``
+    with a mask (else ``t_j = 0``; ``sg`` not stored)."""
+    c = params[po + f * f]
+    for j in range(n):
+        t[j] = 0.0
+    for i in range(n):
+        ai = att[arow, i]
+        if ai == 0.0:
+            continue
+        for b in range(f):
+            fm[i, b] = 0.0
+        for a in range(f):
+            fa = scene[srow, i * f + a]
+            for b in range(f):
+                fm[i, b] += fa * params[po + a * f + b]
+        for j in range(n):
+            if i != j and scene[srow, j * f] != 0.0:
+                z = 0.0
+                for b in range(f):
+                    z += fm[i, b] * scene[srow, j * f + b]
+                t[j] += ai * _sigmoid(z + c)
 
 
 @_jit
@@ -97,6 +156,8 @@ def _same_grad(att, a_row, gatt, dst, scene, srow, params, po, n, f, fm, sg, d_a
                     d_a[b] += ds * scene[srow, j * f + b]
                     gscene[srow, j * f + b] += ds * fm[i, b]
         gatt[a_row, i] += da
+        if ai == 0.0:  # d A_i = 0: nothing into d M, d f_i
+            continue
         for a in range(f):  # d M += f_i A_i^T; d f_i += M A_i
             fa, acc = scene[srow, i * f + a], 0.0
             for b in range(f):
@@ -111,7 +172,7 @@ def segment_forward(table, rows, att, scene, params):  # type: ignore[no-untyped
     n = att.shape[1]
     f = scene.shape[1] // n
     proj, t = np.empty(n, dtype=att.dtype), np.empty(n, dtype=att.dtype)
-    sg, fm = np.empty((n, n), dtype=att.dtype), np.empty((n, f), dtype=att.dtype)
+    fm = np.empty((n, f), dtype=att.dtype)
     for s in range(table.shape[0]):
         code, dst0, size = table[s, 0], table[s, 1], table[s, 2]
         o0, o1, po = table[s, 3], table[s, 4], table[s, 5]
@@ -120,17 +181,18 @@ def segment_forward(table, rows, att, scene, params):  # type: ignore[no-untyped
             if code == 0:  # scene: the mask column (operand 0 is the scene)
                 for j in range(n):
                     att[dst, j] = scene[a_row, j * f]
-            elif code == 1:  # filter: att * sig(f w + b)
-                _proj(scene, b_row, params, po, n, f, proj)
+            elif code == 1:  # filter: att * sig(f w + b) (att 0: 0, not projected)
+                _proj_where(scene, b_row, params, po, n, f, proj, att, a_row)
                 for j in range(n):
-                    att[dst, j] = att[a_row, j] * _sigmoid(proj[j] + params[po + f])
+                    a = att[a_row, j]
+                    att[dst, j] = a * _sigmoid(proj[j] + params[po + f]) if a != 0.0 else a
             elif code == 2:  # relate: mask_j sum_i att_i sg_ij
                 _proj(scene, b_row, params, po, n, f, proj)
-                _pair_sums(att, a_row, proj, params[po + f], n, sg, t)
+                _pair_sums_fwd(att, a_row, proj, params[po + f], scene, b_row, n, f, t)
                 for j in range(n):
                     att[dst, j] = t[j] * scene[b_row, j * f]
             elif code == 6:  # same: mask_j sum_i att_i sig(f_i M f_j + c)
-                _same_sums(att, a_row, scene, b_row, params, po, n, f, fm, sg, t)
+                _same_sums_fwd(att, a_row, scene, b_row, params, po, n, f, fm, t)
                 for j in range(n):
                     att[dst, j] = t[j] * scene[b_row, j * f]
             else:
@@ -222,6 +284,8 @@ def _proj_grad(scene, srow, params, po, n, f, d_proj, pgrad, gscene):  # type: i
     """Through ``proj_j = f_j . v``: ``d v += sum_j d_j f_j``, ``d f_j += d_j v``."""
     for j in range(n):
         dp = d_proj[j]
+        if dp == 0.0:  # (a padded object: no attention, or no mask)
+            continue
         for k in range(f):
             pgrad[po + k] += dp * scene[srow, j * f + k]
             gscene[srow, j * f + k] += dp * params[po + k]

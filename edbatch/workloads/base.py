@@ -16,6 +16,7 @@ import numpy as np
 
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab, merge_graphs
+from edbatch.graph.merge import PackedGraphs
 from edbatch.workloads.primitives import OpSet
 
 __all__ = [
@@ -115,6 +116,8 @@ class Workload(abc.ABC):
         self.granularity = check_granularity(granularity)
         self.data_dir = Path(data_dir) if data_dir is not None else DATA_DIR
         self._cache: dict[tuple[str, int], Graph] = {}
+        self._built: dict[str, int] = {}  # graphs built per split (cleared caches: more)
+        self._packed: dict[str, PackedGraphs] = {}  # a split's cached graphs, packed
         self._splits: dict[str, Sequence[Any]] = {}
 
     # ------------------------------------------------------------------ subclass API
@@ -177,6 +180,7 @@ class Workload(abc.ABC):
             builder = GraphBuilder(self.vocab)
             outputs = self.emit(self.load(split)[index], builder)
             graph = self._cache[key] = builder.build(outputs)
+            self._built[split] = self._built.get(split, 0) + 1
         return graph
 
     def build_graph(self, instances: Sequence[Any], *, loss_sum: bool = True) -> Graph:
@@ -196,10 +200,42 @@ class Workload(abc.ABC):
         return builder.build(outputs)
 
     def minibatch(self, split: str, indices: Sequence[int], *, loss_sum: bool = True) -> Graph:
-        """Merge the cached instance graphs of ``indices`` into one mini-batch graph."""
-        graphs = [self.instance_graph(split, int(i)) for i in indices]
-        has_sum = loss_sum and LOSS_SUM in self.vocab
-        return merge_graphs(graphs, reduce_op=LOSS_SUM if has_sum else None)
+        """Merge the cached instance graphs of ``indices`` into one mini-batch graph.
+
+        Once every instance graph of ``split`` is cached (as the trainers build them), they
+        are packed once (:class:`~edbatch.graph.merge.PackedGraphs`) and a mini-batch is a
+        few gathers from the pack: the graph :func:`~edbatch.graph.merge.merge_graphs`
+        makes, faster (0.16 -> 0.08 ms for 64 CLEVR questions); a pack whose graphs are no
+        longer the cached ones (a cleared cache) is dropped."""
+        idx = [int(i) for i in indices]
+        graphs = [self.instance_graph(split, i) for i in idx]
+        reduce = LOSS_SUM if loss_sum and LOSS_SUM in self.vocab else None
+        packed = self._packed_for(split, graphs, idx)
+        if packed is not None:
+            return packed.merge(idx, reduce_op=reduce)
+        return merge_graphs(graphs, reduce_op=reduce)
+
+    def _packed_for(self, split: str, graphs: list[Graph], idx: list[int]
+                    ) -> PackedGraphs | None:
+        """The pack of ``split`` if it holds ``graphs`` at ``idx`` (made if every graph of
+        the split is cached), else ``None``."""
+        packed = self._packed.get(split)
+        if not graphs or min(idx) < 0:  # (a negative index is cached as its own graph)
+            return None
+        if packed is not None:
+            held = packed.graphs
+            if all(held[i] is g for i, g in zip(idx, graphs)):
+                return packed
+            del self._packed[split]  # the cache was cleared: its graphs are other objects
+        n = len(self.load(split))
+        if self._built.get(split, 0) < n:
+            return None
+        every = [self._cache.get((split, i)) for i in range(n)]
+        if any(g is None for g in every):  # (built before a cache was cleared)
+            self._built[split] = n - every.count(None)
+            return None
+        self._packed[split] = packed = PackedGraphs(every)  # type: ignore[arg-type]
+        return packed if all(packed.graphs[i] is g for i, g in zip(idx, graphs)) else None
 
     def batches(self, split: str, batch_size: int, *, limit: int | None = None
                 ) -> Iterator[Graph]:

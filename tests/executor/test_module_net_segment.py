@@ -20,7 +20,7 @@ from edbatch.workloads.module_net import MAX_OBJECTS, ModuleNet
 WL = ModuleNet(embed_dim=4, hidden_dim=5)
 
 
-def _run(dtype: torch.dtype, strategy: str, **kw: object
+def _run(dtype: torch.dtype, strategy: str, bias: float | None = None, **kw: object
          ) -> tuple[torch.Tensor, dict[str, torch.Tensor], TorchExecutor]:
     graph = WL.minibatch("val", range(24))
     schedule = make_scheduler("critical_path")(graph)
@@ -29,6 +29,11 @@ def _run(dtype: torch.dtype, strategy: str, **kw: object
     gen = torch.Generator().manual_seed(5)
     params = {k: (v + 0.1 * torch.randn(v.shape, generator=gen, dtype=dtype)).requires_grad_()
               for k, v in params.items()}  # non-zero biases: every parameter matters
+    if bias is not None:  # every filter's bias: its sigmoid exactly 0 or 1 (fp64)
+        with torch.no_grad():
+            for k, v in params.items():
+                if ".filter_" in k and k.endswith(".b"):
+                    v.fill_(bias)
     ex = TorchExecutor("cpu", dtype, **kw)  # type: ignore[arg-type]
     res = ex.run(graph, schedule, plan, params, grad=True)
     assert res.loss is not None
@@ -70,6 +75,20 @@ def test_segments_equal_per_batch_kernels_and_autograd(dtype: torch.dtype,
         assert grads.keys() == grads2.keys() and len(grads) > 20
         for k in grads:
             torch.testing.assert_close(grads[k], grads2[k], **tol, msg=k)
+
+
+@pytest.mark.parametrize("bias", [-800.0, 800.0])
+def test_segments_skip_exact_zeros_as_the_torch_path(bias: float) -> None:
+    """The bodies' zero skips (attention exactly 0 on real objects, not only padded ones:
+    every filter's sigmoid 0 at bias -800, or exactly 1 at +800, its derivative 0) give the
+    torch path's and autograd's loss and gradients (fp64)."""
+    loss, grads, _ = _run(torch.float64, "aligned", bias)
+    for other in ({"fused": False}, {"hand_backward": False}):
+        loss2, grads2, _ = _run(torch.float64, "aligned", bias, **other)
+        torch.testing.assert_close(loss, loss2, rtol=1e-11, atol=1e-13)
+        assert grads.keys() == grads2.keys() and len(grads) > 20
+        for k in grads:
+            torch.testing.assert_close(grads[k], grads2[k], rtol=1e-11, atol=1e-13, msg=k)
 
 
 def test_segments_in_inference_equal_the_torch_path() -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from edbatch.errors import GraphError
 from edbatch.graph import GraphBuilder, OpType, Vocab, merge_graphs
+from edbatch.graph.merge import PackedGraphs, merge_provenance
 from tests.conftest import left_chain_tree, small_vocab
 
 
@@ -63,3 +64,39 @@ def test_merge_rejects_mixed_vocabularies() -> None:
 def test_merge_rejects_empty() -> None:
     with pytest.raises(GraphError, match="at least one graph"):
         merge_graphs([])
+
+
+_FIELDS = ("op_ids", "operand_ptr", "operand_ids", "attrs", "instance", "depth", "outputs")
+
+
+@pytest.mark.parametrize("reduce_op", [None, "sum"])
+def test_packed_merge_equals_merge_graphs(reduce_op: str | None) -> None:
+    """``PackedGraphs.merge`` = ``merge_graphs`` of the selection (fields, dtypes,
+    provenance): parts of several instances and outputs, repeats, any order."""
+    rng = np.random.default_rng(0)
+    parts = [_tree(k) for k in (1, 3, 2, 5)] + [merge_graphs([_tree(2), _tree(4)])]
+    packed = PackedGraphs(parts)
+    for idx in ([4], [2, 0, 4], [1, 1, 3], *(rng.integers(0, 5, 7) for _ in range(5))):
+        want = merge_graphs([parts[i] for i in idx], reduce_op=reduce_op)
+        have = packed.merge(idx, reduce_op=reduce_op)
+        for field in _FIELDS:
+            a, b = getattr(want, field), getattr(have, field)
+            assert a.dtype == b.dtype and np.array_equal(a, b), field
+        assert merge_provenance(have) == merge_provenance(want)
+        have.validate()
+
+
+def test_packed_merge_rejects_bad_indices_and_inputs() -> None:
+    packed = PackedGraphs([_tree(1), _tree(2)])
+    with pytest.raises(GraphError, match="graph index 2 out of range"):
+        packed.merge([0, 2])
+    with pytest.raises(GraphError, match="graph index -1 out of range"):
+        packed.merge([-1])
+    with pytest.raises(GraphError, match="at least one graph index"):
+        packed.merge([])
+    with pytest.raises(GraphError, match="at least one graph"):
+        PackedGraphs([])
+    other = GraphBuilder(Vocab([OpType("z", "lookup", (), (1,))]))
+    other.add("z")
+    with pytest.raises(GraphError, match="different vocabulary"):
+        PackedGraphs([_tree(1), other.build()])

@@ -201,3 +201,35 @@ def test_fused_pairwise_bodies_equal_the_torch_bodies(dtype: torch.dtype) -> Non
     assert len(runs[0]) == len(runs[1]) == 7
     for want, have in zip(*runs, strict=True):
         torch.testing.assert_close(have, want, **tol)
+
+
+def test_minibatch_from_the_packed_split_equals_merging_its_graphs() -> None:
+    """Once every graph of a split is cached, ``minibatch`` merges from the split's pack: the
+    graph ``merge_graphs`` makes of the same cached graphs; a cleared cache drops the pack
+    (the graphs rebuilt are other objects) and a negative index merges without it."""
+    import numpy as np
+
+    from edbatch.graph import merge_graphs
+
+    wl = ModuleNet(embed_dim=4, hidden_dim=5)
+    rng = np.random.default_rng(1)
+    idx = rng.permutation(500)[:16].tolist()
+    assert isinstance(wl.minibatch("val", idx), type(wl.minibatch("val", [0])))
+    assert "val" not in wl._packed  # not every graph cached yet
+    for i in range(500):
+        wl.instance_graph("val", i)
+    for _ in range(2):  # packed once, then reused; then after a cleared cache
+        for idx in ([3], [0, 0, 7], rng.permutation(500)[:64].tolist(), [499, -1]):
+            have = wl.minibatch("val", idx)
+            want = merge_graphs([wl.instance_graph("val", i) for i in idx],
+                                reduce_op="loss_sum")
+            for field in ("op_ids", "operand_ptr", "operand_ids", "attrs", "instance",
+                          "depth", "outputs"):
+                assert np.array_equal(getattr(have, field), getattr(want, field)), field
+        assert "val" in wl._packed
+        packed = wl._packed["val"]
+        wl._cache.clear()
+        for i in range(500):
+            wl.instance_graph("val", i)
+        wl.minibatch("val", [5])
+        assert wl._packed["val"] is not packed
