@@ -33,6 +33,8 @@ from edbatch.executor import _fused
 from edbatch.executor._fused_ggnn import (
     bucket_sums,
     compact_buckets,
+    embed_backward,
+    embed_forward,
     gate_backward,
     gate_forward,
     gru_backward_c,
@@ -82,19 +84,31 @@ def _tanh_(x: Tensor) -> Tensor:
 _EMBED_CODES: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
 
 
+def _mixed(device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """``(offset, radix, size)`` (``int64[6]``) of the packed atom features."""
+    if device not in _EMBED_CODES:
+        _EMBED_CODES[device] = tuple(  # type: ignore[assignment]
+            torch.tensor(v, dtype=torch.int64, device=device) for v in (OFFSETS, _RADIX, _SIZES))
+    return _EMBED_CODES[device]
+
+
 def _embed_rows(attrs: Tensor) -> Tensor:
     """``int64[6, B]``: the table row each packed atom reads, one row per feature."""
-    if attrs.device not in _EMBED_CODES:
-        offset, radix, size = (torch.tensor(v, dtype=torch.int64, device=attrs.device)
-                               .unsqueeze(1) for v in (OFFSETS, _RADIX, _SIZES))
-        _EMBED_CODES[attrs.device] = (offset, radix, size)
-    offset, radix, size = _EMBED_CODES[attrs.device]
+    offset, radix, size = (t.unsqueeze(1) for t in _mixed(attrs.device))
     return torch.div(attrs.unsqueeze(0), radix, rounding_mode="floor").remainder_(size) \
         .add_(offset)
 
 
+def _embed_fused(attrs: Tensor, *tensors: Tensor) -> bool:
+    """Whether the embedding runs as one compiled loop (:func:`embed_forward`, CPU attrs)."""
+    return compiled(attrs) and attrs.is_contiguous() and _fused.usable(*tensors)
+
+
 class GGNNEmbed(CellKind):
-    """``h0 = sum_f E[offset_f + x_f]``, the features unpacked from the attr (mixed radix)."""
+    """``h0 = sum_f E[offset_f + x_f]``, the features unpacked from the attr (mixed radix).
+    With the compiled kernels (CPU) the rows are summed in one loop and the backward sums
+    each table row's gradient once (a sparse gradient of the rows read, not ``6 B`` rows);
+    elsewhere a ``[6, B, H]`` lookup and its sum."""
 
     kind = "ggnn.embed"
     inputs = ()
@@ -103,6 +117,10 @@ class GGNNEmbed(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        if _embed_fused(attrs, p.E) and (out is None or _fused.usable(p.E, out)):
+            out = p.E.new_empty(attrs.shape[0], p.E.shape[1]) if out is None else out
+            embed_forward(attrs, _mixed(attrs.device), p.E, out)
+            return out
         rows = F.embedding(_embed_rows(attrs), p.E)  # [6, B, H]
         if out is None:
             return rows.sum(0)
@@ -110,6 +128,9 @@ class GGNNEmbed(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
+        if _embed_fused(attrs, grad, p.E):
+            grads.rows("E", *embed_backward(attrs, _mixed(attrs.device), grad, p.E.shape[0]))
+            return []
         for rows in _embed_rows(attrs):
             grads.rows("E", rows, grad)
         return []
