@@ -17,7 +17,7 @@ from torch import Tensor
 
 from edbatch.executor._fused import _jit, _jit_inline, _sigmoid, _tanh
 
-__all__ = ["bond_buckets", "bucket_sums", "compact_buckets", "embed_backward", "embed_forward",
+__all__ = ["BucketGrad", "bond_buckets", "bucket_sums", "bucket_sums_at", "compact_buckets", "embed_backward", "embed_forward",
            "gate_backward", "gate_forward", "gru_backward_c", "gru_backward_r", "gru_gates",
            "gru_output", "repeated_nodes"]
 
@@ -251,6 +251,45 @@ def bucket_sums(slots: list[Tensor], bucket: Tensor, count: int) -> Tensor:
         _add_rows(rows.numpy(), index, start, view)
         start += rows.shape[0]
     return s
+
+
+@_jit
+def _add_rows_at(arena, idx, bucket, s):  # type: ignore[no-untyped-def]
+    for i in range(idx.shape[0]):
+        src, dst = arena[idx[i]], s[bucket[i]]
+        for j in range(dst.shape[0]):
+            dst[j] += src[j]
+
+
+def bucket_sums_at(arena: Tensor, idx: Tensor, bucket: Tensor, count: int) -> Tensor:
+    """``[count, H]``: arena rows ``idx`` summed into their ``bucket``s (CPU), read in
+    place (no gathered copy of the rows)."""
+    s = arena.new_zeros(count, arena.shape[1])
+    _add_rows_at(arena.numpy(), idx.numpy(), bucket.numpy(), s.numpy())
+    return s
+
+
+@_jit
+def _scatter_buckets(s, bucket, idx, buf):  # type: ignore[no-untyped-def]
+    for i in range(idx.shape[0]):
+        src, dst = s[bucket[i]], buf[idx[i]]
+        for j in range(src.shape[0]):
+            dst[j] += src[j]
+
+
+class BucketGrad:
+    """The gradient of rows read in place and summed into buckets (:func:`bucket_sums_at`):
+    row ``i`` gets bucket ``bucket[i]``'s gradient ``d_s``. An ``IndexedRead`` routes it
+    with :meth:`add_to`, straight into the gradient arena (no ``[rows, H]`` copy)."""
+
+    __slots__ = ("bucket", "d_s")
+
+    def __init__(self, d_s: Tensor, bucket: Tensor) -> None:
+        self.d_s, self.bucket = d_s, bucket
+
+    def add_to(self, buf: Tensor, idx: Tensor) -> None:
+        """``buf[idx[i], :H] += d_s[bucket[i]]`` for every read row ``i`` (one loop)."""
+        _scatter_buckets(self.d_s.numpy(), self.bucket.numpy(), idx.numpy(), buf.numpy())
 
 
 # ---------------------------------------------------------------------- atom embedding

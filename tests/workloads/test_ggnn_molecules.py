@@ -292,8 +292,9 @@ def test_a_batch_of_isolated_atoms_runs_both_paths(monkeypatch: pytest.MonkeyPat
 def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """fp64, compiled kernels on: the compact message form with the repeated slots read as
-    one operand gives the dense form's loss and gradients (every parameter), and the
-    program does read an update's neighbours and the readout's atoms as one operand."""
+    one operand (summed where they lie in the arena, or gathered first) gives the dense
+    form's loss and gradients (every parameter), and the program does read an update's
+    neighbours (as arena rows, an ``IndexedRead``) and the readout's atoms as one operand."""
     from edbatch.executor import cells_ggnn
     from edbatch.executor._program import compile_program
 
@@ -301,8 +302,10 @@ def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
     schedule = make_scheduler("depth")(graph)
     plan = plan_memory(graph, schedule, "naive")
     out = {}
-    for form in ("compact", "dense"):
-        on = form == "compact"
+    for form in ("compact", "gathered", "dense"):
+        on = form != "dense"
+        monkeypatch.setattr(cells_ggnn.GGNNUpdate, "indexed_reads", (1,) if form == "compact"
+                            else ())
         monkeypatch.setattr(cells_ggnn, "COMPACT", on)
         monkeypatch.setattr(cells_ggnn.GGNNUpdate, "merge_repeated", 1 if on else None)
         monkeypatch.setattr(cells_ggnn.GGNNReadout, "merge_repeated", 0 if on else None)
@@ -310,6 +313,9 @@ def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
         reads = {s.op.kind: len(s.reads) for s in steps if s.size > 1}
         if on:  # (the dense form: one read per slot, here 5 and 32)
             assert (reads["ggnn.update"], reads["ggnn.readout"]) == (2, 1)
+            kinds = {type(s.reads[1]).__name__ for s in steps
+                     if s.op.kind == "ggnn.update" and s.size > 1}
+            assert kinds == {"IndexedRead" if form == "compact" else "RowsRead"}
         else:
             assert reads["ggnn.update"] > 2 and reads["ggnn.readout"] > 1
         trainable = {k: v.clone().requires_grad_() for k, v in params64().items()}
@@ -318,8 +324,9 @@ def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
         assert trained is not None
         out[form] = [trained.detach(), *grads(trained, trainable)]
     torch.testing.assert_close(out["compact"][0], loss, **TOL)
-    for k, (a, b) in enumerate(zip(out["compact"], out["dense"], strict=True)):
-        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10, msg=f"output {k}")
+    for other in ("gathered", "dense"):
+        for k, (a, b) in enumerate(zip(out["compact"], out[other], strict=True)):
+            torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10, msg=f"{other} {k}")
     for k, (a, b) in enumerate(zip(out["compact"][1:], ref, strict=True)):
         torch.testing.assert_close(a, b, **TOL, msg=f"gradient {k}")
 
