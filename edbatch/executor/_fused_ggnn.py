@@ -18,8 +18,8 @@ from torch import Tensor
 from edbatch.executor._fused import _jit, _jit_inline, _sigmoid, _tanh
 
 __all__ = ["BucketGrad", "bond_buckets", "bucket_sums", "bucket_sums_at", "compact_buckets",
-           "embed_backward", "embed_forward", "gate_backward", "gate_forward", "gru_backward_c", "gru_backward_r", "gru_gates",
-           "gru_output", "repeated_nodes"]
+           "embed_backward", "embed_forward", "gate_backward", "gate_forward", "gru_backward_c",
+           "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes"]
 
 
 # the per-row helpers are inlined into their loops (numba IR, no call per row), as in
