@@ -17,8 +17,9 @@ from torch import Tensor
 
 from edbatch.executor._fused import _jit, _jit_inline, _sigmoid, _tanh
 
-__all__ = ["bond_buckets", "bucket_sums", "compact_buckets", "gate_backward", "gate_forward",
-           "gru_backward_c", "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes"]
+__all__ = ["BucketGrad", "bond_buckets", "bucket_sums", "bucket_sums_at", "compact_buckets",
+           "embed_backward", "embed_forward", "gate_backward", "gate_forward", "gru_backward_c",
+           "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes"]
 
 
 # the per-row helpers are inlined into their loops (numba IR, no call per row), as in
@@ -250,3 +251,91 @@ def bucket_sums(slots: list[Tensor], bucket: Tensor, count: int) -> Tensor:
         _add_rows(rows.numpy(), index, start, view)
         start += rows.shape[0]
     return s
+
+
+@_jit
+def _add_rows_at(arena, idx, bucket, s):  # type: ignore[no-untyped-def]
+    for i in range(idx.shape[0]):
+        src, dst = arena[idx[i]], s[bucket[i]]
+        for j in range(dst.shape[0]):
+            dst[j] += src[j]
+
+
+def bucket_sums_at(arena: Tensor, idx: Tensor, bucket: Tensor, count: int) -> Tensor:
+    """``[count, H]``: arena rows ``idx`` summed into their ``bucket``s (CPU), read in
+    place (no gathered copy of the rows)."""
+    s = arena.new_zeros(count, arena.shape[1])
+    _add_rows_at(arena.numpy(), idx.numpy(), bucket.numpy(), s.numpy())
+    return s
+
+
+@_jit
+def _scatter_buckets(s, bucket, idx, buf):  # type: ignore[no-untyped-def]
+    for i in range(idx.shape[0]):
+        src, dst = s[bucket[i]], buf[idx[i]]
+        for j in range(src.shape[0]):
+            dst[j] += src[j]
+
+
+class BucketGrad:
+    """The gradient of rows read in place and summed into buckets (:func:`bucket_sums_at`):
+    row ``i`` gets bucket ``bucket[i]``'s gradient ``d_s``. An ``IndexedRead`` routes it
+    with :meth:`add_to`, straight into the gradient arena (no ``[rows, H]`` copy)."""
+
+    __slots__ = ("bucket", "d_s")
+
+    def __init__(self, d_s: Tensor, bucket: Tensor) -> None:
+        self.d_s, self.bucket = d_s, bucket
+
+    def add_to(self, buf: Tensor, idx: Tensor) -> None:
+        """``buf[idx[i], :H] += d_s[bucket[i]]`` for every read row ``i`` (one loop)."""
+        _scatter_buckets(self.d_s.numpy(), self.bucket.numpy(), idx.numpy(), buf.numpy())
+
+
+# ---------------------------------------------------------------------- atom embedding
+@_jit
+def _embed_sum(codes, offset, radix, size, table, out):  # type: ignore[no-untyped-def]
+    for b in range(codes.shape[0]):
+        code, row = codes[b], out[b]
+        src = table[offset[0] + (code // radix[0]) % size[0]]
+        for j in range(row.shape[0]):
+            row[j] = src[j]
+        for f in range(1, offset.shape[0]):
+            src = table[offset[f] + (code // radix[f]) % size[f]]
+            for j in range(row.shape[0]):
+                row[j] += src[j]
+
+
+def embed_forward(codes: Tensor, mixed: tuple[Tensor, Tensor, Tensor], table: Tensor,
+                  out: Tensor) -> None:
+    """``out[b] = sum_f table[offset_f + (codes[b] // radix_f) % size_f]`` (features in
+    order, ``mixed = (offset, radix, size)``, ``int64[F]``): the packed atoms' rows summed in
+    one loop, no ``[F, B, H]`` block."""
+    offset, radix, size = (t.numpy() for t in mixed)
+    _embed_sum(codes.numpy(), offset, radix, size, table.numpy(), out.numpy())
+
+
+@_jit
+def _embed_grad(codes, offset, radix, size, grad, d_table, touched):  # type: ignore[no-untyped-def]
+    for b in range(codes.shape[0]):
+        code, g = codes[b], grad[b]
+        for f in range(offset.shape[0]):
+            r = offset[f] + (code // radix[f]) % size[f]
+            touched[r] = 1
+            dst = d_table[r]
+            for j in range(g.shape[0]):
+                dst[j] += g[j]
+
+
+def embed_backward(codes: Tensor, mixed: tuple[Tensor, Tensor, Tensor], grad: Tensor,
+                   rows: int) -> tuple[Tensor, Tensor]:
+    """``(index int64[R], d_rows [R, H])``: the gradient of the rows of a ``rows``-row table
+    that :func:`embed_forward` read (ascending, each once), every read's ``grad`` row summed
+    into its table row in one loop (``R <= rows``, not ``F * B`` rows)."""
+    offset, radix, size = (t.numpy() for t in mixed)
+    d_table = grad.new_zeros(rows, grad.shape[1])
+    touched = torch.zeros(rows, dtype=torch.int8)
+    _embed_grad(codes.numpy(), offset, radix, size, grad.numpy(), d_table.numpy(),
+                touched.numpy())
+    index = torch.nonzero(touched).view(-1)
+    return index, d_table.index_select(0, index)

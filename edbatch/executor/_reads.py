@@ -163,9 +163,10 @@ def indexed_reads(kernels: Sequence[object], reads: list[tuple[Read, ...]],
         slots = found.get(id(kernel), ())
         if slots == ():
             cell = getattr(kernel, "cell", None)
-            names = getattr(cell, "indexed_reads", ())
-            slots = found[id(kernel)] = {cell.inputs.index(n)  # type: ignore[union-attr]
-                                         for n in names} if names else None
+            names = getattr(cell, "indexed_reads", ())  # operand names, or slot numbers
+            slots = found[id(kernel)] = {  # (of a variadic kind: no names)
+                n if isinstance(n, int) else cell.inputs.index(n)  # type: ignore[union-attr]
+                for n in names} if names else None
         if not slots:
             continue
         new: list[Read] = []

@@ -31,8 +31,12 @@ from torch import Tensor
 from edbatch.data.molecules import BOND_TYPES
 from edbatch.executor import _fused
 from edbatch.executor._fused_ggnn import (
+    BucketGrad,
     bucket_sums,
+    bucket_sums_at,
     compact_buckets,
+    embed_backward,
+    embed_forward,
     gate_backward,
     gate_forward,
     gru_backward_c,
@@ -47,6 +51,7 @@ from edbatch.executor._ggnn_rows import (
     slot_rows,
     stacked,
 )
+from edbatch.executor._reads import ArenaRows
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD, TANH_GRAD_INTO
 from edbatch.executor.kernels import FAST_TANH_MIN, fast_tanh, untracked
@@ -82,19 +87,31 @@ def _tanh_(x: Tensor) -> Tensor:
 _EMBED_CODES: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
 
 
+def _mixed(device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """``(offset, radix, size)`` (``int64[6]``) of the packed atom features."""
+    if device not in _EMBED_CODES:
+        _EMBED_CODES[device] = tuple(  # type: ignore[assignment]
+            torch.tensor(v, dtype=torch.int64, device=device) for v in (OFFSETS, _RADIX, _SIZES))
+    return _EMBED_CODES[device]
+
+
 def _embed_rows(attrs: Tensor) -> Tensor:
     """``int64[6, B]``: the table row each packed atom reads, one row per feature."""
-    if attrs.device not in _EMBED_CODES:
-        offset, radix, size = (torch.tensor(v, dtype=torch.int64, device=attrs.device)
-                               .unsqueeze(1) for v in (OFFSETS, _RADIX, _SIZES))
-        _EMBED_CODES[attrs.device] = (offset, radix, size)
-    offset, radix, size = _EMBED_CODES[attrs.device]
+    offset, radix, size = (t.unsqueeze(1) for t in _mixed(attrs.device))
     return torch.div(attrs.unsqueeze(0), radix, rounding_mode="floor").remainder_(size) \
         .add_(offset)
 
 
+def _embed_fused(attrs: Tensor, *tensors: Tensor) -> bool:
+    """Whether the embedding runs as one compiled loop (:func:`embed_forward`, CPU attrs)."""
+    return compiled(attrs) and attrs.is_contiguous() and _fused.usable(*tensors)
+
+
 class GGNNEmbed(CellKind):
-    """``h0 = sum_f E[offset_f + x_f]``, the features unpacked from the attr (mixed radix)."""
+    """``h0 = sum_f E[offset_f + x_f]``, the features unpacked from the attr (mixed radix).
+    With the compiled kernels (CPU) the rows are summed in one loop and the backward sums
+    each table row's gradient once (a sparse gradient of the rows read, not ``6 B`` rows);
+    elsewhere a ``[6, B, H]`` lookup and its sum."""
 
     kind = "ggnn.embed"
     inputs = ()
@@ -103,6 +120,10 @@ class GGNNEmbed(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
+        if _embed_fused(attrs, p.E) and (out is None or _fused.usable(p.E, out)):
+            out = p.E.new_empty(attrs.shape[0], p.E.shape[1]) if out is None else out
+            embed_forward(attrs, _mixed(attrs.device), p.E, out)
+            return out
         rows = F.embedding(_embed_rows(attrs), p.E)  # [6, B, H]
         if out is None:
             return rows.sum(0)
@@ -110,6 +131,9 @@ class GGNNEmbed(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
+        if _embed_fused(attrs, grad, p.E):
+            grads.rows("E", *embed_backward(attrs, _mixed(attrs.device), grad, p.E.shape[0]))
+            return []
         for rows in _embed_rows(attrs):
             grads.rows("E", rows, grad)
         return []
@@ -143,8 +167,10 @@ class GGNNUpdate(CellKind):
                 for w, shape in (("A", "H, H"), ("c", "H"))),
               Param("W_rz", "2H, 2H"), Param("b_rz", "2H"), Param("W_c", "H, 2H"),
               Param("b_c", "H"))
-    saves = ("a", "h", "gates", "rh", "s", "deg", "index", "nodes", "bounds", "sizes")
+    saves = ("a", "h", "gates", "rh", "s", "deg", "index", "nodes", "bounds", "sizes",
+             "in_place")
     merge_repeated = 1  # (CPU) the neighbour states as one read after h: see _program
+    indexed_reads = (1,)  # (CPU) that read as arena rows, summed in place: no gather
     dims = staticmethod(_hidden)
 
     @staticmethod
@@ -163,17 +189,21 @@ class GGNNUpdate(CellKind):
                             torch.cat([b_rz, b_c])))
 
     @staticmethod
-    def _compact_messages(slots: Sequence[Tensor], attrs: Tensor, p: Any
+    def _compact_messages(slots: Sequence[Tensor], attrs: Tensor, p: Any,
+                          at: ArenaRows | None = None
                           ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, list[int]]:
         """``(a, s, deg [B, 4], bucket, nodes, bounds)``: the messages over the non-empty
         ``(node, bond type)`` buckets only (CPU, fused kernels on; about a third of the
         ``B x 4`` blocks of the dense form): ``s`` sums each bucket's rows (buckets of bond
         type ``t`` at ``bounds[t]:bounds[t + 1]``, their nodes ``nodes``), one GEMM by
-        ``A_t`` per bond type, scattered onto ``deg C``."""
-        rows = sum(t.shape[0] for t in slots)
-        bucket, deg, nodes, bounds = compact_buckets(attrs, rows, len(slots), _BONDS,
-                                                     COUNT_BITS, slots[0].dtype)
-        s = bucket_sums(list(slots), bucket, bounds[-1])
+        ``A_t`` per bond type, scattered onto ``deg C``; ``at``: the repeated rows as arena
+        rows (one merged read), summed where they lie."""
+        like = slots[0] if at is None else at.arena
+        rows = sum(t.shape[0] for t in slots) if at is None else at.idx.shape[0]
+        bucket, deg, nodes, bounds = compact_buckets(attrs, rows, max(len(slots), 1), _BONDS,
+                                                     COUNT_BITS, like.dtype)
+        s = bucket_sums(list(slots), bucket, bounds[-1]) if at is None else \
+            bucket_sums_at(at.arena, at.idx, bucket, bounds[-1])
         m = torch.empty_like(s)
         for b in range(_BONDS):
             if bounds[b + 1] > bounds[b]:
@@ -187,15 +217,22 @@ class GGNNUpdate(CellKind):
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         h = inputs[0]
         hidden = h.shape[1]
-        nodes, bounds = None, None
-        if len(inputs) > 1 and COMPACT and compiled(attrs) and \
-                untracked(*inputs[1:], *(getattr(p, f"A{b}") for b in range(_BONDS))):
+        nodes, bounds, at = None, None, None
+        compact = COMPACT and compiled(attrs) and \
+            untracked(*(getattr(p, f"A{b}") for b in range(_BONDS)))
+        if len(inputs) == 2 and type(inputs[1]) is ArenaRows and compact and \
+                untracked(inputs[1].arena) and _fused.usable(inputs[1].arena, h):
+            at = inputs[1]  # the neighbour rows summed where they lie
+            a, s, deg, index, nodes, bounds = self._compact_messages((), attrs, p, at)
+        elif any(type(x) is ArenaRows for x in inputs):  # anything else: gathered
+            inputs = [x.rows() if type(x) is ArenaRows else x for x in inputs]  # type: ignore[union-attr]
+        if at is None and len(inputs) > 1 and compact and untracked(*inputs[1:]):
             a, s, deg, index, nodes, bounds = self._compact_messages(inputs[1:], attrs, p)
-        elif len(inputs) > 1:
+        elif at is None and len(inputs) > 1:
             s, deg, index = neighbour_sums(inputs[1:], attrs, _BONDS)
             weight, bias = self._message_weights(p)
             a = torch.addmm(deg @ bias, s, weight.t())
-        else:
+        elif at is None:
             s, deg, index = neighbour_sums(inputs[1:], attrs, _BONDS)
             a = h.new_zeros(h.shape)
         w_a, b_a = self._input_weights(p, hidden)
@@ -227,7 +264,9 @@ class GGNNUpdate(CellKind):
             out = y if out is None else out.copy_(y)
         if save is not None:
             save.update(a=a, h=h, gates=g, rh=rh, s=s, deg=deg, index=index, nodes=nodes,
-                        bounds=bounds, sizes=[t.shape[0] for t in inputs[1:]])
+                        bounds=bounds, sizes=[t.shape[0] for t in inputs[1:]] if at is None
+                        else [at.idx.shape[0]],
+                        in_place=at is not None)
         return out
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
@@ -272,6 +311,8 @@ class GGNNUpdate(CellKind):
                 grads.add(f"A{b}", d_m[lo:hi].t() @ s[lo:hi])
                 if hi > lo:
                     torch.mm(d_m[lo:hi], getattr(p, f"A{b}"), out=d_s[lo:hi])
+            if saved.in_place:  # routed by bucket straight into the gradient arena
+                return [d_h, BucketGrad(d_s, saved.index)]  # type: ignore[list-item]
             return [d_h, *d_s.index_select(0, saved.index).split(saved.sizes)]
         g_weight = d_a.t() @ saved.s
         for b in range(_BONDS):

@@ -229,7 +229,7 @@ def test_peers_compute_the_same_loss_and_gradients(peer: str) -> None:
 
 
 FUSED = ("gru_gates", "gru_output", "gru_backward_c", "gru_backward_r", "gate_forward",
-         "gate_backward")
+         "gate_backward", "embed_forward", "embed_backward")
 
 
 def fused_and_unfused(graph: Graph, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
@@ -241,9 +241,9 @@ def fused_and_unfused(graph: Graph, dtype: torch.dtype, monkeypatch: pytest.Monk
     calls: Counter[str] = Counter()
 
     def counting(name: str, real: Any) -> Any:
-        def counted(*args: Tensor) -> None:
+        def counted(*args: Any) -> Any:
             calls[name] += 1
-            real(*args)
+            return real(*args)
         return counted
 
     for name in FUSED:
@@ -292,8 +292,9 @@ def test_a_batch_of_isolated_atoms_runs_both_paths(monkeypatch: pytest.MonkeyPat
 def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """fp64, compiled kernels on: the compact message form with the repeated slots read as
-    one operand gives the dense form's loss and gradients (every parameter), and the
-    program does read an update's neighbours and the readout's atoms as one operand."""
+    one operand (summed where they lie in the arena, or gathered first) gives the dense
+    form's loss and gradients (every parameter), and the program does read an update's
+    neighbours (as arena rows, an ``IndexedRead``) and the readout's atoms as one operand."""
     from edbatch.executor import cells_ggnn
     from edbatch.executor._program import compile_program
 
@@ -301,8 +302,10 @@ def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
     schedule = make_scheduler("depth")(graph)
     plan = plan_memory(graph, schedule, "naive")
     out = {}
-    for form in ("compact", "dense"):
-        on = form == "compact"
+    for form in ("compact", "gathered", "dense"):
+        on = form != "dense"
+        monkeypatch.setattr(cells_ggnn.GGNNUpdate, "indexed_reads", (1,) if form == "compact"
+                            else ())
         monkeypatch.setattr(cells_ggnn, "COMPACT", on)
         monkeypatch.setattr(cells_ggnn.GGNNUpdate, "merge_repeated", 1 if on else None)
         monkeypatch.setattr(cells_ggnn.GGNNReadout, "merge_repeated", 0 if on else None)
@@ -310,6 +313,9 @@ def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
         reads = {s.op.kind: len(s.reads) for s in steps if s.size > 1}
         if on:  # (the dense form: one read per slot, here 5 and 32)
             assert (reads["ggnn.update"], reads["ggnn.readout"]) == (2, 1)
+            kinds = {type(s.reads[1]).__name__ for s in steps
+                     if s.op.kind == "ggnn.update" and s.size > 1}
+            assert kinds == {"IndexedRead" if form == "compact" else "RowsRead"}
         else:
             assert reads["ggnn.update"] > 2 and reads["ggnn.readout"] > 1
         trainable = {k: v.clone().requires_grad_() for k, v in params64().items()}
@@ -318,8 +324,9 @@ def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
         assert trained is not None
         out[form] = [trained.detach(), *grads(trained, trainable)]
     torch.testing.assert_close(out["compact"][0], loss, **TOL)
-    for k, (a, b) in enumerate(zip(out["compact"], out["dense"], strict=True)):
-        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10, msg=f"output {k}")
+    for other in ("gathered", "dense"):
+        for k, (a, b) in enumerate(zip(out["compact"], out[other], strict=True)):
+            torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10, msg=f"{other} {k}")
     for k, (a, b) in enumerate(zip(out["compact"][1:], ref, strict=True)):
         torch.testing.assert_close(a, b, **TOL, msg=f"gradient {k}")
 
@@ -395,3 +402,27 @@ def test_one_epoch_through_the_batched_executor_beats_the_mean_predictor() -> No
     summary = train(epochs=1, hidden_dim=16, rounds=2, log=False)
     # predicting the train mean scores about the target's std (2.07 log units) on test
     assert 0.0 < summary["test_rmse"] < 0.9 * workload().target_stats()[1]
+
+
+def test_compiled_embedding_gradient_is_one_sparse_row_per_table_row_read() -> None:
+    """fp64, sparse gradients (as the throughput benchmark trains): the compiled embedding
+    backward hands over each table row read once (not six rows per atom) and equals the
+    torch path's ``6 B`` rows summed, and the dense gradient of a run without sparse rows."""
+    graph = reference("cell")[0]
+    schedule = make_scheduler("depth")(graph)
+    plan = plan_memory(graph, schedule, "naive")
+    out = {}
+    for fused, sparse in ((True, True), (False, True), (True, False)):
+        trainable = {k: v.detach().clone().requires_grad_() for k, v in params64().items()}
+        loss = TorchExecutor(dtype=torch.float64, fused=fused, sparse_grads=sparse).run(
+            graph, schedule, plan, trainable, grad=True).loss
+        assert loss is not None
+        loss.backward()
+        out[fused, sparse] = trainable["ggnn.atom_emb"].grad
+    fused, unfused, dense = out[True, True], out[False, True], out[True, False]
+    assert fused.is_sparse and unfused.is_sparse and not dense.is_sparse
+    rows = fused.coalesce().indices()[0]
+    assert fused._nnz() == len(rows) < unfused._nnz()  # one row each, not six per atom
+    assert bool(dense[rows].abs().sum(1).gt(0).all())  # every row handed over was read
+    torch.testing.assert_close(fused.to_dense(), unfused.to_dense(), atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(fused.to_dense(), dense, atol=1e-10, rtol=1e-10)
