@@ -3,8 +3,8 @@
 Shared by ``experiments.train`` and ``experiments.compare``: per learner the table size, the
 hit rate (share of the FSM's own decisions its table answers) and the gain over its fallback
 alone (same lookahead, empty table) on graphs it never saw; a learner that learned nothing
-(empty table, a table never visited, a table that changes no schedule) says so in one line
-with the reason.
+(empty table, a table never visited, a table that changes no schedule or only adds batches)
+says so in one line with the reason.
 """
 
 from __future__ import annotations
@@ -93,6 +93,11 @@ def learned_nothing(name: str, policy: Any, u: Unseen) -> str | None:
         return (f"{name} learned nothing that shows here: its {u.states} states (hit rate "
                 f"{u.hit_rate:.3f}) change no batch count against {u.fallback} alone on the "
                 f"{u.graphs} unseen mini-batches")
+    if u.fsm_batches > u.fallback_batches:
+        return (f"{name} learned nothing that helps here: its {u.states} states (hit rate "
+                f"{u.hit_rate:.3f}) add {u.fsm_batches - u.fallback_batches} batches "
+                f"({-100 * u.gain:+.2f}%) against {u.fallback} alone on the {u.graphs} "
+                f"unseen mini-batches")
     return None
 
 
