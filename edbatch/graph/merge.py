@@ -36,6 +36,28 @@ def merge_provenance(graph: Graph) -> MergeProvenance | None:
     return _PROVENANCE.get(graph)
 
 
+def _one_vocab(graphs: Sequence[Graph], who: str, verb: str) -> Any:
+    """The vocabulary every graph of ``graphs`` shares (``who`` / ``verb`` name the caller
+    in the errors). Raises GraphError: no graphs, or graphs over different vocabularies."""
+    if not graphs:
+        raise GraphError(f"{who} needs at least one graph; got an empty sequence")
+    vocab = graphs[0].vocab
+    for i, g in enumerate(graphs):
+        if g.vocab is not vocab and g.vocab != vocab:
+            raise GraphError(f"graph {i} has a different vocabulary than graph 0; {verb} only "
+                             f"graphs emitted by the same workload")
+    return vocab
+
+
+def _part_sizes(graphs: Sequence[Graph]) -> tuple[np.ndarray, ...]:
+    """Per graph: its nodes, edges, instances and outputs (``int64`` each)."""
+    count = len(graphs)
+    return (np.fromiter((len(g.op_ids) for g in graphs), np.int64, count),
+            np.fromiter((len(g.operand_ids) for g in graphs), np.int64, count),
+            np.fromiter((g.num_instances for g in graphs), np.int64, count),
+            np.fromiter((len(g.outputs) for g in graphs), np.int64, count))
+
+
 def merge_graphs(graphs: Sequence[Graph], *, reduce_op: int | str | None = None) -> Graph:
     """Return the disjoint union of ``graphs``; optionally add one node reducing all outputs.
 
@@ -51,20 +73,10 @@ def merge_graphs(graphs: Sequence[Graph], *, reduce_op: int | str | None = None)
     Raises:
         GraphError: empty input or graphs over different vocabularies.
     """
-    if not graphs:
-        raise GraphError("merge_graphs needs at least one graph; got an empty sequence")
-    vocab = graphs[0].vocab
-    for i, g in enumerate(graphs):
-        if g.vocab is not vocab and g.vocab != vocab:
-            raise GraphError(f"graph {i} has a different vocabulary than graph 0; merge only "
-                             f"graphs emitted by the same workload")
+    vocab = _one_vocab(graphs, "merge_graphs", "merge")
     # Concatenate each field once and shift the ids by one repeated offset array (not one
     # small numpy add per graph: merging 64 cached graphs costs a few numpy calls, not 300).
-    count = len(graphs)
-    sizes = np.fromiter((len(g.op_ids) for g in graphs), np.int64, count)
-    edge_sizes = np.fromiter((len(g.operand_ids) for g in graphs), np.int64, count)
-    inst_sizes = np.fromiter((g.num_instances for g in graphs), np.int64, count)
-    out_sizes = np.fromiter((len(g.outputs) for g in graphs), np.int64, count)
+    sizes, edge_sizes, inst_sizes, out_sizes = _part_sizes(graphs)
     node_off = np.cumsum(sizes) - sizes
     edge_off = np.cumsum(edge_sizes) - edge_sizes
     inst_off = np.cumsum(inst_sizes) - inst_sizes
@@ -132,18 +144,9 @@ class PackedGraphs:
     """
 
     def __init__(self, graphs: Sequence[Graph]) -> None:
-        if not graphs:
-            raise GraphError("PackedGraphs needs at least one graph; got an empty sequence")
-        vocab = graphs[0].vocab
-        for i, g in enumerate(graphs):
-            if g.vocab is not vocab and g.vocab != vocab:
-                raise GraphError(f"graph {i} has a different vocabulary than graph 0; pack "
-                                 f"only graphs emitted by the same workload")
-        self.graphs, self.vocab, count = tuple(graphs), vocab, len(graphs)
-        self.sizes = np.fromiter((len(g.op_ids) for g in graphs), np.int64, count)
-        self.edge_sizes = np.fromiter((len(g.operand_ids) for g in graphs), np.int64, count)
-        self.inst_sizes = np.fromiter((g.num_instances for g in graphs), np.int64, count)
-        self.out_sizes = np.fromiter((len(g.outputs) for g in graphs), np.int64, count)
+        self.vocab = _one_vocab(graphs, "PackedGraphs", "pack")
+        self.graphs = tuple(graphs)
+        self.sizes, self.edge_sizes, self.inst_sizes, self.out_sizes = _part_sizes(graphs)
         self.node_start = np.cumsum(self.sizes) - self.sizes
         self.edge_start = np.cumsum(self.edge_sizes) - self.edge_sizes
         self.out_start = np.cumsum(self.out_sizes) - self.out_sizes
