@@ -254,27 +254,20 @@ def bucket_sums(slots: list[Tensor], bucket: Tensor, count: int) -> Tensor:
 
 
 @_jit
-def _add_rows_at(arena, idx, bucket, s):  # type: ignore[no-untyped-def]
-    for i in range(idx.shape[0]):
-        src, dst = arena[idx[i]], s[bucket[i]]
-        for j in range(dst.shape[0]):
-            dst[j] += src[j]
+def _add_indexed(src, src_rows, dst, dst_rows, width):  # type: ignore[no-untyped-def]
+    """``dst[dst_rows[i], :width] += src[src_rows[i], :width]`` for every ``i``, in order."""
+    for i in range(src_rows.shape[0]):
+        a, b = src[src_rows[i]], dst[dst_rows[i]]
+        for j in range(width):
+            b[j] += a[j]
 
 
 def bucket_sums_at(arena: Tensor, idx: Tensor, bucket: Tensor, count: int) -> Tensor:
     """``[count, H]``: arena rows ``idx`` summed into their ``bucket``s (CPU), read in
     place (no gathered copy of the rows)."""
     s = arena.new_zeros(count, arena.shape[1])
-    _add_rows_at(arena.numpy(), idx.numpy(), bucket.numpy(), s.numpy())
+    _add_indexed(arena.numpy(), idx.numpy(), s.numpy(), bucket.numpy(), s.shape[1])
     return s
-
-
-@_jit
-def _scatter_buckets(s, bucket, idx, buf):  # type: ignore[no-untyped-def]
-    for i in range(idx.shape[0]):
-        src, dst = s[bucket[i]], buf[idx[i]]
-        for j in range(src.shape[0]):
-            dst[j] += src[j]
 
 
 class BucketGrad:
@@ -289,7 +282,8 @@ class BucketGrad:
 
     def add_to(self, buf: Tensor, idx: Tensor) -> None:
         """``buf[idx[i], :H] += d_s[bucket[i]]`` for every read row ``i`` (one loop)."""
-        _scatter_buckets(self.d_s.numpy(), self.bucket.numpy(), idx.numpy(), buf.numpy())
+        _add_indexed(self.d_s.numpy(), self.bucket.numpy(), buf.numpy(), idx.numpy(),
+                     self.d_s.shape[1])
 
 
 # ---------------------------------------------------------------------- atom embedding
