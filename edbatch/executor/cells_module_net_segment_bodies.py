@@ -57,6 +57,26 @@ def _proj_where(scene, srow, params, po, n, f, proj, att, arow):  # type: ignore
 
 
 @_jit
+def _fm_row(scene, srow, params, po, f, fm, i):  # type: ignore[no-untyped-def]
+    """same: ``fm_i = f_i^T M`` (``M``: ``params[po:po + f * f]`` row-major)."""
+    for b in range(f):
+        fm[i, b] = 0.0
+    for a in range(f):
+        fa = scene[srow, i * f + a]
+        for b in range(f):
+            fm[i, b] += fa * params[po + a * f + b]
+
+
+@_jit
+def _same_sig(fm, i, scene, srow, j, f, c):  # type: ignore[no-untyped-def]
+    """same: ``sig(fm_i . f_j + c)``."""
+    z = 0.0
+    for b in range(f):
+        z += fm[i, b] * scene[srow, j * f + b]
+    return _sigmoid(z + c)
+
+
+@_jit
 def _pair_sums_fwd(att, arow, proj, c, scene, srow, n, f, t):  # type: ignore[no-untyped-def]
     """The forward's relate sums: ``t_j = sum_i att_i sig(proj_j - proj_i + c)`` over ``i != j``
     with ``att_i != 0``, for ``j`` with a mask (else ``t_j = 0``; nothing stored)."""
@@ -82,18 +102,10 @@ def _same_sums_fwd(att, arow, scene, srow, params, po, n, f, fm, t):  # type: ig
         ai = att[arow, i]
         if ai == 0.0:
             continue
-        for b in range(f):
-            fm[i, b] = 0.0
-        for a in range(f):
-            fa = scene[srow, i * f + a]
-            for b in range(f):
-                fm[i, b] += fa * params[po + a * f + b]
+        _fm_row(scene, srow, params, po, f, fm, i)
         for j in range(n):
             if i != j and scene[srow, j * f] != 0.0:
-                z = 0.0
-                for b in range(f):
-                    z += fm[i, b] * scene[srow, j * f + b]
-                t[j] += ai * _sigmoid(z + c)
+                t[j] += ai * _same_sig(fm, i, scene, srow, j, f, c)
 
 
 @_jit
@@ -115,23 +127,13 @@ def _same_sums(att, arow, scene, srow, params, po, n, f, fm, sg, t):  # type: ig
     ``t = att sg`` (``M``: ``params[po:po + f * f]`` row-major, then ``c``)."""
     c = params[po + f * f]
     for i in range(n):
-        for b in range(f):
-            fm[i, b] = 0.0
-        for a in range(f):
-            fa = scene[srow, i * f + a]
-            for b in range(f):
-                fm[i, b] += fa * params[po + a * f + b]
+        _fm_row(scene, srow, params, po, f, fm, i)
     for j in range(n):
         t[j] = 0.0
     for i in range(n):
         ai = att[arow, i]
         for j in range(n):
-            v = 0.0
-            if i != j:
-                z = 0.0
-                for b in range(f):
-                    z += fm[i, b] * scene[srow, j * f + b]
-                v = _sigmoid(z + c)
+            v = 0.0 if i == j else _same_sig(fm, i, scene, srow, j, f, c)
             sg[i, j] = v
             t[j] += ai * v
 
