@@ -10,6 +10,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 __all__ = [
     "ConfigError",
@@ -24,6 +27,7 @@ __all__ = [
     "ScheduleError",
     "UnknownNameError",
     "did_you_mean",
+    "is_integer",
 ]
 
 
@@ -101,3 +105,9 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     if not close:
         return ""
     return " Did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+def is_integer(value: Any) -> bool:
+    """Whether ``value`` is a Python or NumPy integer and not a bool (the checks that refuse
+    ``True``, ``1.5`` or ``"3"`` where an index, count or action is expected)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

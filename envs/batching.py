@@ -17,6 +17,7 @@ from edbatch.errors import (
     InvalidActionError,
     UnknownNameError,
     did_you_mean,
+    is_integer,
 )
 from edbatch.graph import Graph, OpType, Vocab
 from edbatch.schedule import Frontier, lower_bound
@@ -148,8 +149,7 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         self.encoding, self.reward_kind, self.cost_model = encoding, reward, cost_model
         if on_invalid not in ("raise", "noop"):
             raise UnknownNameError(f"on_invalid must be 'raise' or 'noop', got {on_invalid!r}")
-        if max_steps is not None and (isinstance(max_steps, (bool, np.bool_)) or not isinstance(
-                max_steps, (int, np.integer)) or max_steps < 1):
+        if max_steps is not None and (not is_integer(max_steps) or max_steps < 1):
             raise ConfigError("max_steps", max_steps, f"an integer >= 1 or None (got type "
                               f"{type(max_steps).__name__})", "pass e.g. max_steps=500")
         self.max_steps, self.render_mode, self.on_invalid = max_steps, render_mode, on_invalid
@@ -283,7 +283,7 @@ def _integral_action(action: Any) -> int:
     if isinstance(action, np.ndarray) and action.size == 1 and \
             np.issubdtype(action.dtype, np.integer):
         return int(action.reshape(()))
-    if isinstance(action, (int, np.integer)) and not isinstance(action, (bool, np.bool_)):
+    if is_integer(action):
         return int(action)
     raise InvalidActionError(
         f"action must be an integer op type id (Python int or NumPy integer), got "

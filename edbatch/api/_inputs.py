@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from edbatch.api._handles import Handle, new_handle
-from edbatch.errors import GraphError
+from edbatch.errors import GraphError, is_integer
 from edbatch.graph import OpType
 
 __all__ = ["add_input", "add_inputs", "check_params", "input_op", "lookup_index"]
@@ -35,7 +34,7 @@ def lookup_index(cell: str, index: Any) -> int:
     if isinstance(index, Tensor) and index.numel() == 1 and not index.is_floating_point() \
             and index.dtype != torch.bool:
         return int(index.item())
-    if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
+    if is_integer(index):
         return int(index)
     raise GraphError(f"cell {cell!r}: lookup index {index!r} ({type(index).__name__}) is not "
                      f"an integer row number; pass an int, e.g. vocab.get(word, 0)")

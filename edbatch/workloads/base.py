@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from edbatch.errors import GraphError, UnknownNameError, did_you_mean
+from edbatch.errors import GraphError, UnknownNameError, did_you_mean, is_integer
 from edbatch.graph import Graph, GraphBuilder, OpType, Vocab, merge_graphs
 from edbatch.graph.merge import PackedGraphs
 from edbatch.workloads.primitives import OpSet
@@ -257,8 +257,7 @@ def check_batch_size(batch_size: Any) -> None:
     Raises:
         GraphError: naming the value, its type and the fix.
     """
-    if isinstance(batch_size, (bool, np.bool_)) or not isinstance(
-            batch_size, (int, np.integer)) or batch_size < 1:
+    if not is_integer(batch_size) or batch_size < 1:
         raise GraphError(f"batch_size must be an integer >= 1, got {batch_size!r} "
                          f"({type(batch_size).__name__}); pass e.g. batch_size=64")
 
