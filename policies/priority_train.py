@@ -14,6 +14,13 @@ Guard (as :mod:`policies.guard` does for tables): the best weights found are kep
 they need fewer batches than critical path on the training graphs and no more on the
 validation graphs; otherwise the artifact is critical path (``learned: false``) and says why.
 Deterministic: the same seed and graphs give the same weights.
+
+**Never worse than the best single heuristic** (``best_heuristic=True``, the default of
+``conf/trainer/priority.yaml``, so of ``experiments.train``): critical path is where the search
+starts, but on some workloads another heuristic (e.g. type-wise greedy on the character
+tagger) needs fewer batches than anything the weights found. Then the trainer deploys that
+heuristic alone (an empty FSM table with it as fallback) and says why in ``learned_nothing``.
+Off by default in Python, where the benchmarks and the distillation study the weights.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from edbatch.executor.cells_module_net_segment import CODES
 from edbatch.graph import Graph
 from edbatch.schedule import lower_bound
 from edbatch.schedule._compiled_priority_steps import run_priority_costs
+from policies.fsm import FSMPolicy
+from policies.guard import pick_fallback
 from policies.priority import (
     FEATURES,
     PriorityPolicy,
@@ -40,6 +49,8 @@ from policies.priority import (
 )
 from policies.priority_api import improve
 from policies.priority_dagger import TEACHERS, WEIGHTINGS, dagger
+from policies.q_learning import AUTO_FALLBACKS
+from policies.table_search import table_batches
 
 __all__ = ["PriorityResult", "PriorityTrainer", "cem_generation", "prune_hidden", "searched",
            "segment_types"]
@@ -166,8 +177,9 @@ class PriorityTrainer:
                  dagger_rounds: int = 0, dagger_teacher: str = "critical_path",
                  weighting: str = "uniform", dagger_first: bool = False,
                  context: bool = False, step_weight: float = 0.0,
-                 release: bool = True) -> None:
+                 release: bool = True, best_heuristic: bool = False) -> None:
         hidden = hidden_units
+        self.best_heuristic = bool(best_heuristic)
         if not release and (hidden_units or context):
             raise ValueError(f"release=False needs a linear scorer without context features "
                              f"(they read the release sums); got hidden_units={hidden_units}, "
@@ -279,11 +291,13 @@ class PriorityTrainer:
                 f"({val_new} vs {val_base}); kept critical path")
         w, meta["hidden"] = prune_hidden(best_w if learned else w0, nh)
         meta["hidden_searched"] = nh
-        policy = PriorityPolicy(w, hidden=meta["hidden"], learned=learned, metadata=meta)
-        ratio = (val_new if learned else val_base) / lb_val
-        if lam:  # the deployed policy's batches, not its cost
-            ratio = float(population_batches(val, w[None], meta["hidden"])[0].sum()) / lb_val
-        return PriorityResult(policy, float(ratio), episodes, time.perf_counter() - t0,
+        policy: Any = PriorityPolicy(w, hidden=meta["hidden"], learned=learned, metadata=meta)
+        v_dep = float(population_batches(val, w[None], meta["hidden"])[0].sum())
+        if self.best_heuristic:
+            t_dep = int(population_batches(train, w[None], meta["hidden"])[0].sum())
+            policy, v_dep = _beside_best_heuristic(policy, train_graphs, val_graphs,
+                                                   t_dep + int(v_dep), v_dep)
+        return PriorityResult(policy, v_dep / lb_val, episodes, time.perf_counter() - t0,
                               history)
 
     def _dagger(self, train: list, w: np.ndarray, progress: bool  # type: ignore[type-arg]
@@ -297,3 +311,27 @@ class PriorityTrainer:
                                                  self.release),
                                  progress=progress)
         return w, best, [vars(r) for r in rounds]
+
+
+def _beside_best_heuristic(policy: PriorityPolicy, train_graphs: Sequence[Graph],
+                           val_graphs: Sequence[Graph], mine: int, mine_val: float
+                           ) -> tuple[Any, float]:
+    """``policy`` (``mine`` batches on the training and validation graphs together), or the
+    best single heuristic of :data:`~policies.q_learning.AUTO_FALLBACKS` alone (an empty FSM
+    table) when it needs fewer batches there; with the validation batches of what is kept."""
+    graphs = [*train_graphs, *val_graphs]
+    name = pick_fallback(graphs, "hints", AUTO_FALLBACKS)
+    if name == "critical_path":  # the search started from it: the guard already compared
+        return policy, mine_val
+    theirs = table_batches({}, graphs, "hints", name)
+    meta = policy.metadata
+    meta["best_heuristic"] = {"name": name, "batches": theirs, "priority_batches": mine}
+    if theirs >= mine:
+        return policy, mine_val
+    meta["learned_nothing"] = (
+        f"{name}, the best single heuristic here, needs fewer batches than the searched "
+        f"weights on the training and validation graphs ({theirs} vs {mine}): kept {name} "
+        f"alone")
+    meta["learned"] = False
+    fsm = FSMPolicy({}, "hints", graphs[0].vocab.names, name, meta)
+    return fsm, float(table_batches({}, list(val_graphs) or list(train_graphs), "hints", name))

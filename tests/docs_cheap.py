@@ -138,9 +138,9 @@ CHEAP: dict[str, str] = {
         "'scheduler=[depth,critical_path]' progress=false",
     "python -m experiments.evaluate 'workload=[lattice_lstm]' 'scheduler=[fsm,critical_path]' "
     "scheduler.fsm.path=runs/lattice_lstm/q_learning/seed1/policy.json":
-        f"{PY} -m experiments.train workload=lattice_lstm seed=1 num_train_graphs=1 "
-        "num_val_graphs=1 trainer.max_episodes=2 progress=false policy.lookahead=none "
-        "resume=restart && "
+        f"{PY} -m experiments.train workload=lattice_lstm trainer=q_learning seed=1 "
+        "num_train_graphs=1 num_val_graphs=1 trainer.max_episodes=2 progress=false "
+        "policy.lookahead=none resume=restart && "
         f"{PY} -m experiments.evaluate 'workload=[lattice_lstm]' 'scheduler=[fsm,critical_path]' "
         "scheduler.fsm.path=runs/lattice_lstm/q_learning/seed1/policy.json limit=1 "
         "granularities=[cell] progress=false",
@@ -148,18 +148,18 @@ CHEAP: dict[str, str] = {
         f"{PY} -m experiments.compare seeds=[0,1] 'workload=[tree_lstm]' eval_limit=1 "
         "num_train_graphs=1 val_from_train=1 trainers.fsm.max_episodes=2 "
         "trainers.ed_batch.max_episodes=2 policy.lookahead=none",
-    # this one and the fsm= entry below both write runs/tree_lstm/q_learning/seed0 with other
-    # configs (one shared repo copy, order by doc): each starts the folder over
+    # runs/tree_lstm/priority/seed0 (the default trainer); the fsm= entry below writes
+    # runs/tree_lstm/q_learning/seed0: each starts its folder over
     "python -m experiments.train -m seed=0,1,2,3,4 hydra/launcher=joblib":
         f"{PY} -m experiments.train -m seed=0,1 hydra/launcher=joblib workload=tree_lstm "
-        "num_train_graphs=1 num_val_graphs=1 trainer.max_episodes=2 progress=false resume=restart",
+        "num_train_graphs=1 num_val_graphs=1 trainer.iterations=2 progress=false resume=restart",
     "python -m experiments.train -m seed=0,1,2,3,4 hydra/launcher=slurm":
         f"{PY} -c 'import hydra_plugins.hydra_submitit_launcher.submitit_launcher' && "
         f"{PY} -m experiments.train seed=0 hydra/launcher=slurm --cfg hydra",  # no SLURM here
     "python -m experiments.train workload=dumps workload.dumps.folder=bilstm_B1 batch_size=1 "
     "train_split=first:1 val_split=first:1":
         f"{PY} -m experiments.train workload=dumps workload.dumps.folder=bilstm_B1 "
-        "batch_size=1 train_split=first:1 val_split=first:1 trainer.max_episodes=2 "
+        "batch_size=1 train_split=first:1 val_split=first:1 trainer.iterations=2 "
         "progress=false",
     # the measured-cost objective (docs/learning.md, last section)
     "python -m experiments.calibrate workload=tree_lstm granularity=primitive":
@@ -193,9 +193,9 @@ CHEAP: dict[str, str] = {
         "eval_every=null batch_size=32 run_dir=runs/docs_model_6",
     "python -m experiments.train_model batching=fsm "
     "fsm=runs/tree_lstm/q_learning/seed0/policy.json":
-        f"{PY} -m experiments.train workload=tree_lstm seed=0 num_train_graphs=1 "
-        "num_val_graphs=1 trainer.max_episodes=2 progress=false policy.lookahead=none "
-        "resume=restart && "
+        f"{PY} -m experiments.train workload=tree_lstm trainer=q_learning seed=0 "
+        "num_train_graphs=1 num_val_graphs=1 trainer.max_episodes=2 progress=false "
+        "policy.lookahead=none resume=restart && "
         f"{PY} -m experiments.train_model batching=fsm "
         "fsm=runs/tree_lstm/q_learning/seed0/policy.json epochs=1 max_steps=2 train_limit=64 "
         "eval_limit=64 eval_every=null batch_size=32 run_dir=runs/docs_model_7",

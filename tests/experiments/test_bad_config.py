@@ -71,15 +71,15 @@ def test_wrong_type_or_unknown_key_fails_at_compose(entry: str, override: str,
     ("train_model", "lr=nan", "lr"),
     ("train_model", "weight_decay=nan", "weight_decay"),
     ("train_model", "time_budget_s=nan", "time_budget_s"),
-    ("train", "trainer.alpha=abc", "trainer.alpha"),
-    ("train", "trainer.max_episodes=-5", "trainer.max_episodes"),
-    ("train", "trainer.eps_decay=1.5", "trainer.eps_decay"),
+    ("train", "trainer=q_learning trainer.alpha=abc", "trainer.alpha"),
+    ("train", "trainer=q_learning trainer.max_episodes=-5", "trainer.max_episodes"),
+    ("train", "trainer=q_learning trainer.eps_decay=1.5", "trainer.eps_decay"),
     ("train", "env.reward=bogus", "env.reward"),
     ("compare", "trainers.fsm.max_episodes=0", "trainers.fsm.max_episodes"),
 ])
 def test_out_of_range_value_is_a_config_error_naming_key_and_value(entry: str, override: str,
                                                                    key: str) -> None:
-    cfg = _compose(entry, [override])
+    cfg = _compose(entry, override.split())  # q_learning's keys: trainer=q_learning first
     with pytest.raises(ConfigError, match=f"config key {key}=") as err:
         validate(cfg)
     assert err.value.key == key and "Fix:" in str(err.value)

@@ -20,9 +20,9 @@ from experiments._cli import hydra_output_subdir
 from experiments._rundir import BINDING_FILE, bind_run_dir, differences
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["workload=lattice_lstm", "num_train_graphs=1", "num_val_graphs=1", "batch_size=16",
-        "trainer.max_episodes=20", "trainer.eval_every=10", "trainer.early_stop_ratio=0",
-        "progress=false"]
+TINY = ["trainer=q_learning", "workload=lattice_lstm", "num_train_graphs=1", "num_val_graphs=1",
+        "batch_size=16", "trainer.max_episodes=20", "trainer.eval_every=10",
+        "trainer.early_stop_ratio=0",        "progress=false"]
 
 
 def _cfg(overrides: list[str]):
