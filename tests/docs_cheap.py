@@ -21,6 +21,7 @@ CHEAP: dict[str, str] = {
     "WANDB_MODE=offline .venv/bin/python -m experiments.compare":
         f"WANDB_MODE=offline {PY} -m experiments.compare 'workload=[tree_lstm]' eval_limit=1 "
         "num_train_graphs=1 val_from_train=1 trainers.fsm.max_episodes=2 "
+        "trainers.priority.iterations=2 "
         "trainers.ed_batch.max_episodes=2 policy.lookahead=none",
     "python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e \".[dev,peers]\" "
     "&& WANDB_MODE=disabled .venv/bin/python -m pytest -q -m \"not slow\"":
@@ -147,6 +148,7 @@ CHEAP: dict[str, str] = {
     "python -m experiments.compare seeds=[0,1,2,3,4]":
         f"{PY} -m experiments.compare seeds=[0,1] 'workload=[tree_lstm]' eval_limit=1 "
         "num_train_graphs=1 val_from_train=1 trainers.fsm.max_episodes=2 "
+        "trainers.priority.iterations=2 "
         "trainers.ed_batch.max_episodes=2 policy.lookahead=none",
     # runs/tree_lstm/priority/seed0 (the default trainer); the fsm= entry below writes
     # runs/tree_lstm/q_learning/seed0: each starts its folder over

@@ -19,7 +19,7 @@ def _tasks() -> list[FitTask]:
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose(config_name="compare", overrides=[
             "trainers.ed_batch.max_episodes=20", "trainers.fsm.max_episodes=20",
-            "trainers.fsm.guard_check=0", "~trainers.expert"])
+            "trainers.fsm.guard_check=0", "~trainers.expert", "~trainers.priority"])
     wl = make_workload("lattice_lstm")
     graphs = graph_set(wl, "train", 8, 2, shuffle_seed=3)
     val = graph_set(wl, "train", 8, 1)

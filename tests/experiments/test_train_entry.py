@@ -74,12 +74,14 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
     r = _run("experiments.compare", "eval_limit=1", "num_train_graphs=1", "batch_size=16",
              "trainers.ed_batch.max_episodes=20", "trainers.fsm.max_episodes=20",
              "trainers.expert.budget=5000",
-             "trainers.expert.augment=0", "scheduler=[depth,typewise_greedy]",
-             f"hydra.run.dir={tmp_path}")
+             "trainers.expert.augment=0", "trainers.priority.iterations=2",
+             "trainers.priority.population=4", "trainers.priority.elite=2",
+             "scheduler=[depth,typewise_greedy]", f"hydra.run.dir={tmp_path}")
     assert r.returncode == 0, r.stderr
     lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
     names = {x["scheduler"] for x in lines}
-    assert names == {"depth", "typewise_greedy", "fsm_ed_batch", "fsm_fsm", "fsm_expert"}
+    assert names == {"depth", "typewise_greedy", "fsm_ed_batch", "fsm_fsm", "fsm_expert",
+                     "fsm_priority"}
     assert {x["workload"] for x in lines} == {"tree_lstm", "lattice_lstm"}
     out = [x for x in r.stdout.splitlines() if not x.startswith("[20")]  # not log records
     nothing = [x for x in out if " learned nothing" in x]  # one unwrapped line each
@@ -91,14 +93,15 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
                             "alone; ") for x in nothing), nothing
     text = " ".join(out)
     for said in ("evaluated on: tree_lstm", "batch size 16", "seeds [0]", "LB: lower bound",
-                 "batches / LB", "hit rate:", "fsm_fsm", "learners ['ed_batch', 'fsm', 'expert']"):
+                 "batches / LB", "hit rate:", "fsm_fsm",
+                 "learners ['ed_batch', 'fsm', 'expert', 'priority']"):
         assert said in text, said
     assert all(x["num_batches"] >= x["lower_bound"] for x in lines)
     assert "FSM training (per seed)" in r.stdout
     assert "fallback alone" in r.stdout and "gain" in r.stdout and "best/LB" in r.stdout
     # every learner run is checked against the best single heuristic of its workload
     verdict = [x for x in out if x.startswith("never worse than the best single heuristic")]
-    assert len(verdict) == 1 and verdict[0].endswith(f"{6 - len(worse)} of 6 learner runs")
+    assert len(verdict) == 1 and verdict[0].endswith(f"{8 - len(worse)} of 8 learner runs")
     assert all(x.startswith(("tree_lstm ", "lattice_lstm ")) for x in worse)
     assert (tmp_path / "batches.png").read_bytes()[:4] == b"\x89PNG"
 
