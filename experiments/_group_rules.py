@@ -11,7 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from edbatch.errors import ConfigError
 
-__all__ = ["ENV_CHOICES", "TRAINER_CHOICES", "TRAINER_RULES", "check_group", "check_groups"]
+__all__ = ["ENV_CHOICES", "TRAINER_CHOICES", "TRAINER_FLAGS", "TRAINER_RULES", "check_group",
+           "check_groups"]
 
 _INF = float("inf")
 #: Trainer hyper-parameters (any trainer of conf/trainer): (type, low, high), inclusive;
@@ -42,6 +43,9 @@ TRAINER_RULES: dict[str, tuple[type, float, float]] = {
 }
 #: Trainer keys with a fixed set of values.
 TRAINER_CHOICES = {"teacher": ("rollout", "search")}
+#: Trainer switches: true or false (``far=abc`` was read as true).
+TRAINER_FLAGS = ("best_heuristic", "clip_bootstrap", "context", "dagger_first",
+                 "fallback_snapshot", "far", "guard", "prune", "release", "warm_start")
 #: Keys of the ``env`` group and their allowed values.
 ENV_CHOICES = {"reward": ("ed_batch", "unit", "cost_model"), "on_invalid": ("raise", "noop")}
 
@@ -60,6 +64,12 @@ def check_group(prefix: str, node: Any, rules: dict[str, tuple[type, float, floa
 
 
 def _check_choices(prefix: str, node: Any) -> None:
+    for key in TRAINER_FLAGS:
+        value = node.get(key) if isinstance(node, dict) else None
+        if value is not None and not isinstance(value, bool) and \
+                not str(value).startswith("${"):
+            raise ConfigError(f"{prefix}.{key}", value, "true or false",
+                              f"pass {prefix}.{key}=true or {prefix}.{key}=false")
     for key, choices in TRAINER_CHOICES.items():
         value = node.get(key) if isinstance(node, dict) else None
         if value is not None and not str(value).startswith("${") and value not in choices:

@@ -125,6 +125,26 @@ def test_every_number_a_trainer_config_sets_has_a_rule() -> None:
         validate(_compose("train", ["trainer=q_learning", "trainer.guard_check=x"]))
 
 
+def test_every_switch_a_trainer_config_sets_must_be_true_or_false() -> None:
+    """A switch given a non-bool (``trainer.far=abc``) was read as true by the trainer."""
+    from pathlib import Path
+
+    import yaml
+
+    from experiments._group_rules import TRAINER_FLAGS
+
+    for path in sorted((Path(__file__).parents[2] / "conf" / "trainer").glob("*.yaml")):
+        node = yaml.safe_load(path.read_text())
+        flags = [k for k, v in node.items() if isinstance(v, bool)]
+        assert [k for k in flags if k not in TRAINER_FLAGS] == [], path.name
+        for key in flags:
+            with pytest.raises(ConfigError, match=f"trainer.{key}='abc'"):
+                validate(_compose("train", [f"trainer={path.stem}", f"trainer.{key}=abc"]))
+            with pytest.raises(ConfigError, match=f"trainer.{key}=2"):
+                validate(_compose("train", [f"trainer={path.stem}", f"trainer.{key}=2"]))
+            validate(_compose("train", [f"trainer={path.stem}", f"trainer.{key}=false"]))
+
+
 def test_expert_teacher_is_checked_and_the_choices_match_the_trainer() -> None:
     from experiments._group_rules import TRAINER_CHOICES
     from policies.expert import TEACHERS
