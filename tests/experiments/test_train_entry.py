@@ -88,6 +88,7 @@ def test_compare_trains_both_learners_and_prints_table(tmp_path: Path) -> None:
     worse = [x for x in out if " is WORSE than the best single heuristic " in x]
     out = [x for x in out if x not in nothing and x not in worse]
     assert max(len(x) for x in out) <= 100, max(out, key=len)  # fits a 100-column terminal
+    assert not [x for x in out if "\u2026" in x]  # and no cell is cut short with an ellipsis
     # trees: critical path meets LB, so the guarded Q-learner keeps nothing and says why
     assert any(x.startswith("tree_lstm fsm seed 0 learned nothing: 0 states, critical_path "
                             "alone; ") for x in nothing), nothing
