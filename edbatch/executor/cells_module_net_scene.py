@@ -18,6 +18,7 @@ from edbatch.executor import _fused
 from edbatch.executor._reads import ArenaRows
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.kernels import slot_nodes
+from edbatch.errors import ExecutionError
 from edbatch.graph import OpType
 from edbatch.workloads.module_net import (
     ATTRIBUTE_ROWS,
@@ -155,15 +156,27 @@ def _slots(attrs: Tensor, sizes: Sequence[int]) -> Tensor:
 
 class Objects(CellKind):
     """A scene: its objects' rows stacked into ``(N * F,)``, zero rows after the last (one
-    ``index_copy_`` of all slots; the backward one ``index_select``)."""
+    ``index_copy_`` of all slots; the backward one ``index_select``). ``merge_repeated = 0``:
+    on the CPU every slot comes as one read of the rows, slot after slot (the object batch
+    lays them out so: one view, one gradient route), which one compiled pass places
+    (:func:`_objects_place`; the torch body stays the reference)."""
 
     kind = f"{_P}.objects"
     saves = ("sizes", "rows")
+    merge_repeated = 0  # (CPU) the slots as one read: see _program
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:
         sizes = [x.shape[0] for x in inputs]
-        rows = _slots(attrs, sizes)
+        if len(inputs) == 1 and attrs.is_cpu and _fused.usable(inputs[0]):
+            block = inputs[0]
+            out = block.new_empty(attrs.shape[0], MAX_OBJECTS * block.shape[1])
+            _placed(_objects_place(block.numpy(), attrs.numpy(), out.numpy(), True),
+                    block, attrs)
+            if save is not None:
+                save.update(sizes=sizes, rows=None)  # (rows: made if the torch path asks)
+            return out
+        rows = _slots(attrs, sizes if len(inputs) > 1 else _slot_sizes(attrs, sizes[0]))
         if save is not None:
             save.update(sizes=sizes, rows=rows)
         out = inputs[0].new_zeros(attrs.shape[0] * MAX_OBJECTS, inputs[0].shape[1])
@@ -172,8 +185,54 @@ class Objects(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        g = grad.reshape(grad.shape[0] * MAX_OBJECTS, -1).index_select(0, saved.rows)
+        rows = saved.rows
+        if rows is None:
+            if _fused.usable(grad):
+                g = grad.new_empty(saved.sizes[0], grad.shape[1] // MAX_OBJECTS)
+                _objects_place(g.numpy(), attrs.numpy(), grad.numpy(), False)
+                return [g]
+            rows = _slots(attrs, _slot_sizes(attrs, saved.sizes[0]))
+        g = grad.reshape(grad.shape[0] * MAX_OBJECTS, -1).index_select(0, rows)
         return list(g.split(saved.sizes))
+
+
+def _slot_sizes(attrs: Tensor, total: int) -> list[int]:
+    """Rows of each operand slot (``counts > slot``) of nodes with object counts ``attrs``
+    (``total`` rows in all)."""
+    sizes = [int((attrs > k).sum()) for k in range(MAX_OBJECTS)]
+    return [n for n in sizes if n] or [total]
+
+
+def _placed(rows: int, block: Tensor, attrs: Tensor) -> None:
+    """Refuse a merged read whose rows are not the nodes' objects (their counts' sum)."""
+    if rows != block.shape[0]:
+        raise ExecutionError(
+            f"module_net.objects: {block.shape[0]} object rows read for object counts summing "
+            f"to {int(attrs.sum())} (each count 0..{MAX_OBJECTS}): the read does not match "
+            f"the attrs")
+
+
+@_fused._jit
+def _objects_place(block, counts, scene, forward):  # type: ignore[no-untyped-def]
+    """Forward: ``scene`` (``(B, N * F)``) the rows of ``block`` placed slot after slot
+    (slot ``j``: the ``j``-th object of each node with more than ``j``, nodes ascending),
+    zeros elsewhere. Backward: ``block`` the rows of ``scene`` those places hold. Returns
+    the rows placed (``block``'s if the counts match it)."""
+    f, n = block.shape[1], scene.shape[1] // block.shape[1]
+    if forward:
+        scene[:] = 0.0
+    t = 0
+    for j in range(n):
+        for i in range(counts.shape[0]):
+            if counts[i] > j:
+                if t >= block.shape[0]:
+                    return t + 1
+                if forward:
+                    scene[i, j * f:(j + 1) * f] = block[t]
+                else:
+                    block[t] = scene[i, j * f:(j + 1) * f]
+                t += 1
+    return t
 
 
 class Start(CellKind):

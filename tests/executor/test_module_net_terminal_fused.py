@@ -1,7 +1,8 @@
 """The module network's compiled terminal bodies (:mod:`edbatch.executor.
 cells_module_net_terminal_fused`: ``count`` / ``exist``, ``compare``, ``query`` and the
 answer's loss) equal the torch bodies they replace (fp64), their backwards equal autograd,
-their numba loops equal their own Python twins, and the cell kinds do take them."""
+their numba loops equal their own Python twins, and the cell kinds do take them; and
+``objects``' compiled placement of its slots read as one block."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from edbatch.executor import KERNELS, _fused, init_params
 from edbatch.executor import cells_module_net_terminal_fused as tf
 from edbatch.executor._reads import ArenaRows
 from edbatch.executor.param_grads import ParamGrads
+from edbatch.errors import ExecutionError
 from edbatch.graph import OpType
 from edbatch.workloads.module_net import MAX_OBJECTS, ModuleNet
 
@@ -170,3 +172,56 @@ def test_numba_loops_equal_their_python_twins() -> None:
             assert not np.isnan(g).any(), (fn.__name__, k)
             np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-13,
                                        err_msg=f"{fn.__name__} output {k}")
+
+
+def _objects_case(gen: torch.Generator) -> tuple[OpType, torch.Tensor, list[torch.Tensor]]:
+    op = next(o for o in WL.vocab if o.kind == "module_net.objects")
+    counts = torch.tensor([3, 0, 10, 1, 4, 2])
+    width = op.out_shape[0] // MAX_OBJECTS
+    slots = [torch.randn(int((counts > k).sum()), width, generator=gen, dtype=torch.float64)
+             for k in range(MAX_OBJECTS)]
+    return op, counts, slots
+
+
+def test_objects_merged_read_compiled_equals_the_slot_by_slot_torch_body() -> None:
+    """``objects`` given its slots as one merged block (``merge_repeated``): the compiled
+    placement (fused on; saves no rows) and the torch body on the block (fused off) equal
+    the torch body on the ten slots, forward and backward (fp64)."""
+    op, counts, slots = _objects_case(torch.Generator().manual_seed(9))
+    kernel, block = KERNELS[op.kind], torch.cat(slots)
+    grad = torch.randn(len(counts), op.out_shape[0], dtype=torch.float64)
+    want_y, want_g, _ = _run(op, slots, counts, {}, grad, False)
+    for fused in (True, False):
+        with _fused.use(fused), torch.no_grad():
+            saves: list = []
+            y = kernel(op, [block], {}, counts, save=saves)
+            assert (saves[0].rows is None) == fused  # the compiled path taken where on
+            (g,) = kernel.backward(op, saves, grad, {}, counts, ParamGrads())
+        assert torch.equal(y, want_y) and torch.equal(g, torch.cat(want_g))
+        with _fused.use(not fused), torch.no_grad():  # a forward's saves, the other backward
+            (g2,) = kernel.backward(op, saves, grad, {}, counts, ParamGrads())
+        assert torch.equal(g2, g)
+
+
+def test_objects_merged_read_of_the_wrong_rows_is_refused() -> None:
+    op, counts, slots = _objects_case(torch.Generator().manual_seed(9))
+    block = torch.cat(slots)
+    for bad in (block[:-1], torch.cat([block, block[:1]])):
+        with torch.no_grad(), pytest.raises(ExecutionError, match=f"{len(bad)} object rows read "
+                                            f"for object counts summing to {len(block)}"):
+            KERNELS[op.kind](op, [bad], {}, counts)
+
+
+def test_objects_placement_equals_its_python_twin() -> None:
+    from edbatch.executor.cells_module_net_scene import _objects_place
+    rng = np.random.default_rng(1)
+    counts, f = np.array([2, 0, 3, 1]), 3
+    block = rng.standard_normal((6, f))
+    for forward in (True, False):
+        args = [block.copy(), counts, rng.standard_normal((4, MAX_OBJECTS * f))]
+        twin = [a.copy() for a in args[::2]]
+        t = _objects_place(*args, forward)
+        t2 = _objects_place.py_func(twin[0], counts, twin[1], forward)
+        assert t == t2 == 6
+        np.testing.assert_array_equal(args[0], twin[0])
+        np.testing.assert_array_equal(args[2], twin[1])
