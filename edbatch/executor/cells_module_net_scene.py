@@ -204,12 +204,14 @@ def _slot_sizes(attrs: Tensor, total: int) -> list[int]:
 
 
 def _placed(rows: int, block: Tensor, attrs: Tensor) -> None:
-    """Refuse a merged read whose rows are not the nodes' objects (their counts' sum)."""
+    """Refuse a merged read whose rows are not the nodes' objects (``rows``: what
+    :func:`_objects_place` returned)."""
     if rows != block.shape[0]:
         raise ExecutionError(
-            f"module_net.objects: {block.shape[0]} object rows read for object counts summing "
-            f"to {int(attrs.sum())} (each count 0..{MAX_OBJECTS}): the read does not match "
-            f"the attrs")
+            f"module_net.objects: the merged read has {block.shape[0]} object rows, but the "
+            f"object counts (attrs {attrs.tolist()[:8]}{'...' if len(attrs) > 8 else ''}) "
+            f"sum to {int(attrs.sum())}; each count must be 0..{MAX_OBJECTS} and the read "
+            f"hold one row per object")
 
 
 @_fused._jit
@@ -217,22 +219,37 @@ def _objects_place(block, counts, scene, forward):  # type: ignore[no-untyped-de
     """Forward: ``scene`` (``(B, N * F)``) the rows of ``block`` placed slot after slot
     (slot ``j``: the ``j``-th object of each node with more than ``j``, nodes ascending),
     zeros elsewhere. Backward: ``block`` the rows of ``scene`` those places hold. Returns
-    the rows placed (``block``'s if the counts match it)."""
+    the rows the counts place (``block``'s when they match; -1 for a count outside
+    ``0..N``; nothing is written unless they match)."""
     f, n = block.shape[1], scene.shape[1] // block.shape[1]
-    if forward:
-        scene[:] = 0.0
-    t = 0
+    start = np.zeros(n + 1, np.int64)  # slot j's first row in block: rows of slots < j
+    for i in range(counts.shape[0]):
+        for j in range(min(counts[i], n)):
+            start[j + 1] += 1
     for j in range(n):
-        for i in range(counts.shape[0]):
-            if counts[i] > j:
-                if t >= block.shape[0]:
-                    return t + 1
+        start[j + 1] += start[j]
+    for i in range(counts.shape[0]):
+        if counts[i] < 0 or counts[i] > n:
+            return -1
+    if start[n] != block.shape[0]:
+        return start[n]
+    for i in range(counts.shape[0]):
+        c = counts[i]
+        for j in range(n):
+            at = j * f
+            if j < c:
+                t = start[j]
+                start[j] = t + 1
                 if forward:
-                    scene[i, j * f:(j + 1) * f] = block[t]
+                    for k in range(f):
+                        scene[i, at + k] = block[t, k]
                 else:
-                    block[t] = scene[i, j * f:(j + 1) * f]
-                t += 1
-    return t
+                    for k in range(f):
+                        block[t, k] = scene[i, at + k]
+            elif forward:
+                for k in range(f):
+                    scene[i, at + k] = 0.0
+    return block.shape[0]
 
 
 class Start(CellKind):

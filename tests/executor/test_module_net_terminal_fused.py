@@ -207,9 +207,14 @@ def test_objects_merged_read_of_the_wrong_rows_is_refused() -> None:
     op, counts, slots = _objects_case(torch.Generator().manual_seed(9))
     block = torch.cat(slots)
     for bad in (block[:-1], torch.cat([block, block[:1]])):
-        with torch.no_grad(), pytest.raises(ExecutionError, match=f"{len(bad)} object rows read "
-                                            f"for object counts summing to {len(block)}"):
+        with torch.no_grad(), pytest.raises(ExecutionError, match=f"has {len(bad)} object "
+                                            f"rows, but .* sum to {len(block)}"):
             KERNELS[op.kind](op, [bad], {}, counts)
+    over = counts.clone()
+    over[0], over[2] = 11, 2  # the same sum, one count over MAX_OBJECTS
+    with torch.no_grad(), pytest.raises(ExecutionError, match=r"attrs \[11, 0, 2, .* must "
+                                        r"be 0\.\.10"):
+        KERNELS[op.kind](op, [block], {}, over)
 
 
 def test_objects_placement_equals_its_python_twin() -> None:
