@@ -44,6 +44,7 @@ COMPILED_MODULES = (
     "executor/cells_module_net_fused.py",
     "executor/cells_module_net_scene.py",
     "executor/cells_module_net_segment_bodies.py",
+    "executor/cells_module_net_terminal_fused.py",
     "graph/_csr.py",
     "graph/_scan.py",
     "memory/_aligned_compiled.py",

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor import cells_module_net_fused as fused
+from edbatch.executor import cells_module_net_terminal_fused as terminal
 from edbatch.executor._reads import ArenaRows
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD
@@ -304,8 +305,14 @@ class Query(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
         att, scene = inputs
-        if fused.usable(att, scene):
+        if fused.usable(att, scene) and terminal.usable(att, p.W, p.b):
             f: Any = fused.arena_rows(scene)
+            y, r = terminal.query_forward(att, f.arena, f.idx, p.W, p.b, out)
+            if save is not None:
+                save.update(att=att, f=f, r=r, y=y)
+            return y
+        if fused.usable(att, scene):
+            f = fused.arena_rows(scene)
             r = fused.query_rows(att, f)
         else:
             f = _scene(fused.rows(scene))
@@ -317,6 +324,12 @@ class Query(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
+        f = saved.f
+        if isinstance(f, ArenaRows) and terminal.usable(grad, saved.y, saved.att, p.W):
+            dz, d_att, d_scene = terminal.query_backward(grad, saved.y, saved.att, f.arena,
+                                                         f.idx, p.W)
+            grads.linear(("W", "b"), dz, saved.r)
+            return [d_att, fused.scene_grad(d_scene, f)]
         dz = TANH_GRAD(grad, saved.y)
         grads.linear(("W", "b"), dz, saved.r)
         if isinstance(saved.f, ArenaRows):  # the fused forward's saves

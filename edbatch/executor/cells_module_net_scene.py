@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.errors import ExecutionError
 from edbatch.executor import _fused
 from edbatch.executor._reads import ArenaRows
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
@@ -155,15 +156,27 @@ def _slots(attrs: Tensor, sizes: Sequence[int]) -> Tensor:
 
 class Objects(CellKind):
     """A scene: its objects' rows stacked into ``(N * F,)``, zero rows after the last (one
-    ``index_copy_`` of all slots; the backward one ``index_select``)."""
+    ``index_copy_`` of all slots; the backward one ``index_select``). ``merge_repeated = 0``:
+    on the CPU every slot comes as one read of the rows, slot after slot (the object batch
+    lays them out so: one view, one gradient route), which one compiled pass places
+    (:func:`_objects_place`; the torch body stays the reference)."""
 
     kind = f"{_P}.objects"
     saves = ("sizes", "rows")
+    merge_repeated = 0  # (CPU) the slots as one read: see _program
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:
         sizes = [x.shape[0] for x in inputs]
-        rows = _slots(attrs, sizes)
+        if len(inputs) == 1 and attrs.is_cpu and _fused.usable(inputs[0]):
+            block = inputs[0]
+            out = block.new_empty(attrs.shape[0], MAX_OBJECTS * block.shape[1])
+            _placed(_objects_place(block.numpy(), attrs.numpy(), out.numpy(), True),
+                    block, attrs)
+            if save is not None:
+                save.update(sizes=sizes, rows=None)  # (rows: made if the torch path asks)
+            return out
+        rows = _slots(attrs, sizes if len(inputs) > 1 else _slot_sizes(attrs, sizes[0]))
         if save is not None:
             save.update(sizes=sizes, rows=rows)
         out = inputs[0].new_zeros(attrs.shape[0] * MAX_OBJECTS, inputs[0].shape[1])
@@ -172,8 +185,86 @@ class Objects(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
-        g = grad.reshape(grad.shape[0] * MAX_OBJECTS, -1).index_select(0, saved.rows)
+        rows = saved.rows
+        if rows is None:
+            if _fused.usable(grad):
+                g = grad.new_empty(saved.sizes[0], grad.shape[1] // MAX_OBJECTS)
+                _objects_place(g.numpy(), attrs.numpy(), grad.numpy(), False)
+                return [g]
+            rows = _slots(attrs, _slot_sizes(attrs, saved.sizes[0]))
+        g = grad.reshape(grad.shape[0] * MAX_OBJECTS, -1).index_select(0, rows)
         return list(g.split(saved.sizes))
+
+
+def _slot_sizes(attrs: Tensor, total: int) -> list[int]:
+    """Rows of each operand slot (``counts > slot``) of nodes with object counts ``attrs``
+    (``total`` rows in all)."""
+    sizes = [int((attrs > k).sum()) for k in range(MAX_OBJECTS)]
+    return [n for n in sizes if n] or [total]
+
+
+def _placed(rows: int, block: Tensor, attrs: Tensor) -> None:
+    """Refuse a merged read whose rows are not the nodes' objects (``rows``: what
+    :func:`_objects_place` returned)."""
+    if rows != block.shape[0]:
+        raise ExecutionError(
+            f"module_net.objects: the merged read has {block.shape[0]} object rows, but the "
+            f"object counts (attrs {attrs.tolist()[:8]}{'...' if len(attrs) > 8 else ''}) "
+            f"sum to {int(attrs.sum())}; each count must be 0..{MAX_OBJECTS} and the read "
+            f"hold one row per object")
+
+
+@_fused._jit
+def _slot_starts(counts, n):  # type: ignore[no-untyped-def]
+    """Each slot's first row in the slots' block (``n + 1`` entries, the last the total),
+    or ``None``-like ``[-1]`` for a count outside ``0..n``."""
+    start = np.zeros(n + 1, np.int64)
+    for i in range(counts.shape[0]):
+        c = counts[i]
+        if c < 0 or c > n:
+            start[n] = -1
+            return start
+        for j in range(c):
+            start[j + 1] += 1
+    for j in range(n):
+        start[j + 1] += start[j]
+    return start
+
+
+@_fused._jit
+def _objects_place(block, counts, scene, forward):  # type: ignore[no-untyped-def]
+    """Forward: ``scene`` (``(B, N * F)``) the rows of ``block`` placed slot after slot
+    (slot ``j``: the ``j``-th object of each node with more than ``j``, nodes ascending),
+    zeros elsewhere. Backward: ``block`` the rows of ``scene`` those places hold. Returns
+    the rows the counts place (``block``'s when they match; -1 for a count outside
+    ``0..N``; nothing is written unless they match)."""
+    f, n = block.shape[1], scene.shape[1] // block.shape[1]
+    start = _slot_starts(counts, n)
+    if start[n] != block.shape[0]:
+        return start[n]
+    for i in range(counts.shape[0]):
+        for j in range(n):
+            at = j * f
+            if j < counts[i]:
+                t = start[j]
+                start[j] = t + 1
+                _move(block, t, scene, i, at, forward)
+            elif forward:
+                for k in range(f):
+                    scene[i, at + k] = 0.0
+    return block.shape[0]
+
+
+@_fused._jit_inline
+def _move(block, t, scene, i, at, forward):  # type: ignore[no-untyped-def]
+    """``scene[i, at:at + F] = block[t]`` (forward) or back, element by element (a slice
+    assignment per object row cost 3x more)."""
+    if forward:
+        for k in range(block.shape[1]):
+            scene[i, at + k] = block[t, k]
+    else:
+        for k in range(block.shape[1]):
+            block[t, k] = scene[i, at + k]
 
 
 class Start(CellKind):

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor import cells_module_net_terminal_fused as fused
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import TANH_GRAD
 from edbatch.graph import OpType
@@ -42,6 +43,11 @@ class Count(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
+        if fused.usable(inputs[0], p.W, p.b):
+            y, diff, k = fused.count_forward(inputs[0], p.W, p.b, out)
+            if save is not None:
+                save.update(diff=diff, k=k, y=y)
+            return y
         s = inputs[0].sum(dim=1, keepdim=True)
         bins = torch.arange(COUNT_BINS, dtype=s.dtype, device=s.device)
         diff = s - bins
@@ -53,6 +59,11 @@ class Count(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
+        if fused.usable(grad, saved.y, saved.k, saved.diff, p.W):
+            dz, d_att = fused.count_backward(grad, saved.y, saved.k, saved.diff, p.W,
+                                             MAX_OBJECTS)
+            grads.linear(("W", "b"), dz, saved.k)
+            return [d_att]
         dz = TANH_GRAD(grad, saved.y)
         grads.linear(("W", "b"), dz, saved.k)
         d_s = ((dz @ p.W) * saved.k * saved.diff).sum(dim=1, keepdim=True) * -4.0
@@ -72,6 +83,11 @@ class Compare(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
         x, y = inputs
+        if fused.usable(x, y, p.W, p.b):
+            h, xy = fused.compare_forward(x, y, p.W, p.b, out)
+            if save is not None:
+                save.update(x=x, y=y, xy=xy, out=h)
+            return h
         xy = torch.cat([x, y, x * y], dim=1)
         h = _tanh(F.linear(xy, p.W, p.b), out)
         if save is not None:
@@ -80,6 +96,10 @@ class Compare(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
+        if fused.usable(grad, saved.out, saved.x, saved.y, p.W):
+            dz, d_x, d_y = fused.compare_backward(grad, saved.out, saved.x, saved.y, p.W)
+            grads.linear(("W", "b"), dz, saved.xy)
+            return [d_x, d_y]
         dz = TANH_GRAD(grad, saved.out)
         grads.linear(("W", "b"), dz, saved.xy)
         d_x, d_y, d_xy = (dz @ p.W).chunk(3, dim=1)
@@ -127,6 +147,11 @@ class Answer(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
+        if fused.usable(inputs[0], p.W, p.b):
+            loss, logits, lse = fused.answer_forward(inputs[0], p.W, p.b, attrs, out)
+            if save is not None:
+                save.update(h=inputs[0], logits=logits, lse=lse)
+            return loss
         logits = answer_logits(inputs[0], p.W, p.b)
         gold = logits.gather(1, attrs.reshape(-1, 1))
         lse = torch.logsumexp(logits, dim=1, keepdim=True)
@@ -136,6 +161,10 @@ class Answer(CellKind):
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
+        if fused.usable(grad, saved.logits, saved.lse, saved.h, p.W):
+            d, d_h = fused.answer_backward(grad, saved.logits, saved.lse, attrs, p.W)
+            grads.linear(("W", "b"), d, saved.h)
+            return [d_h]
         d = torch.exp(saved.logits - saved.lse)
         d.scatter_add_(1, attrs.reshape(-1, 1), torch.full_like(saved.lse, -1.0))
         d.mul_(grad)
