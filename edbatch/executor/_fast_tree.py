@@ -173,7 +173,8 @@ def tree_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: tor
                 counts[2] += len(o.gather)  # type: ignore[arg-type]
             else:
                 counts[0] += 1
-    steps = list(program.steps)
+    steps = program.steps  # (compile_program's LazySteps: found's steps made on first use)
+    given = steps.entries() if isinstance(steps, LazySteps) else list(steps)
 
     def build() -> dict[int, Step]:
         batches = list(found)
@@ -186,7 +187,7 @@ def tree_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: tor
             out[b] = new_step(**fields)
         return out
 
-    program.steps = LazySteps(list(steps), list(found), build)  # type: ignore[assignment]
+    program.steps = LazySteps(given, list(found), build)  # type: ignore[assignment]
     program.short = tuple(found.get(b) for b in range(len(steps)))  # type: ignore[attr-defined]
     return program
 

@@ -71,6 +71,7 @@ from edbatch.executor._reads import (
     SliceRead,
     inplace_reads,
     merged,
+    to_device,
 )
 from edbatch.executor.cells_hoist import HOISTS, HoistSpec
 from edbatch.executor.kernels import KERNELS, Kernel
@@ -200,7 +201,10 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     # the rewritten program's read counts: the reads compiled so far (none for the skipped
     # batches), these state reads, the projection steps' and one projection view a batch
     counted = list(program.counts[False])
-    if any(psteps[v[0]].reads for v in by_type.values()):  # compiled without skip (then all
+    lazy = psteps if isinstance(psteps, LazySteps) else None  # (deferred: compiled skipped)
+    sizes = np.diff(bptr).tolist()  # each batch's rows (its step's size)
+    if any(not (lazy is not None and lazy.deferred(v[0])) and psteps[v[0]].reads
+           for v in by_type.values()):  # compiled without skip (then all
         rewritten = {b for v in by_type.values() for b in v}  # have reads: a batch has operands)
         counted = _count(s for b, s in enumerate(psteps) if b not in rewritten)
     rows: dict[int, Row] = {}  # batch -> its chain row (_fast_chain.Row), in by_type's order
@@ -216,13 +220,13 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
         arena = len(arenas)
         groups = group_by(batches, late)
         order = [b for group in groups for b in group]
-        offset = dict(zip(order, np.cumsum([0] + [psteps[b].size for b in order])
+        offset = dict(zip(order, np.cumsum([0] + [sizes[b] for b in order])
                           .tolist(), strict=False))
-        arenas.append((offset[order[-1]] + psteps[order[-1]].size, HoistSpec.gate_width(op)))
+        arenas.append((offset[order[-1]] + sizes[order[-1]], HoistSpec.gate_width(op)))
         for group in groups:
             before.setdefault(group[0], []).append(
                 _projection_step(program, plan, device, op, spec, group, arena,
-                                 offset[group[0]], base, counted))
+                                 offset[group[0]], base, counted, bptr))
         counted[0] += len(batches)  # each batch's projection rows: a view
         weight, hidden, slot = op.params[spec.weight], HoistSpec.gate_width(op) // 4, spec.state
         for b in batches:
@@ -242,7 +246,10 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     at = np.arange(len(psteps))  # each batch's position once the projection steps are in
     for b, projections in before.items():
         at[b:] += len(projections)
-    out: list[Any] = list(psteps)
+    # the given steps as they are; a deferred one is a rewritten batch's (deferred again)
+    # unless the program deferred others: then built
+    out: list[Any] = lazy.entries() if lazy is not None and all(
+        b in rows or b in (sums or {}) for b in lazy.later()) else list(psteps)
     for b in sorted(before, reverse=True):  # the projection steps before their batches
         out[b:b] = before[b]
     at_list = at.tolist()
@@ -305,10 +312,11 @@ class _Built:
 
 def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, op: OpType,
                      spec: HoistSpec, group: list[int], arena: int, start: int,
-                     base: np.ndarray, counts: list[int]) -> Step:  # type: ignore[type-arg]
+                     base: np.ndarray, counts: list[int],  # type: ignore[type-arg]
+                     bptr: np.ndarray) -> Step:  # type: ignore[type-arg]
     """The step projecting ``group``'s nodes (in batch order) into ``arena`` from ``start``
     (``base``: see :func:`~edbatch.executor._hoist_ready.row_parts`); its reads are added to
-    ``counts``."""
+    ``counts``; ``bptr``: the schedule's batch pointers."""
     ops = plan.operands
     operands = tuple(
         merged(ops[group[0]][k].arena,
@@ -325,7 +333,11 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
     if spec.heads and pair is None:  # only the h columns of the [h; c] state rows
         reads = tuple(head_read(read, op.in_shapes[k][0] // 2 if op.in_shapes else 0)
                       for read, k in zip(reads, spec.hoisted, strict=True))
-    attrs = torch.cat([program.steps[b].attrs for b in group])
+    # the group's steps' attrs concatenated: their rows of the program's flat attrs
+    first, sizes = bptr[group], bptr[np.asarray(group) + 1] - bptr[group]
+    at = np.cumsum(sizes) - sizes
+    pick = np.repeat(first - at, sizes) + np.arange(int(at[-1] + sizes[-1]))
+    attrs = program.attrs[to_device(pick, program.attrs.device)]
     proj_op = OpType(f"{op.name}/projection", f"{op.kind}.projection", shapes,
                      (HoistSpec.gate_width(op),), op.params)
     return new_step(proj_op, spec.project, attrs, len(attrs), HoistSpec.gate_width(op),

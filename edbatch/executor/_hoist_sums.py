@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from edbatch.executor._fast_sum import KIND, SumRow, plan_sum_rows, row_sum_step
-from edbatch.executor._program import Program, Step
+from edbatch.executor._program import LazySteps, Program, Step
 from edbatch.executor._reads import inplace_reads
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
 from edbatch.graph import Graph, OpType
@@ -62,8 +62,10 @@ def sums_kept(program: Program, schedule: Schedule, sums: Mapping[int, SumRow]) 
     """Whether ``program`` (compiled with ``sums``' batches skipped) has one step per batch,
     each of ``sums``' a sum without reads (no program pass rewrote them)."""
     steps = program.steps
+    lazy = steps if isinstance(steps, LazySteps) else None  # (a deferred step: as compiled)
     return len(steps) == schedule.num_batches and all(
-        not steps[b].reads and steps[b].op.kind == KIND for b in sums)
+        (lazy is not None and lazy.deferred(b)) or
+        (not steps[b].reads and steps[b].op.kind == KIND) for b in sums)
 
 
 def count_sums(plan: MemoryPlan, sums: Mapping[int, SumRow], counts: list[int]) -> None:

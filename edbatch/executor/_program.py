@@ -99,13 +99,13 @@ class LazySteps(Sequence[Any]):
                  build: Callable[[], Mapping[int, Any]]) -> None:
         for i in later:
             items[i] = _LATER
-        self._items, self._later, self._build = items, bool(later), build
+        self._items, self._later, self._build = items, tuple(later), build
 
     def _all(self) -> list[Any]:
         if self._later:
             for i, entry in self._build().items():
                 self._items[i] = entry
-            self._later = False
+            self._later = ()
         return self._items
 
     @property
@@ -124,6 +124,19 @@ class LazySteps(Sequence[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._all())
+
+    def deferred(self, i: int) -> bool:
+        """Whether entry ``i`` is deferred (not built yet)."""
+        return self._items[i] is _LATER
+
+    def later(self) -> tuple[int, ...]:
+        """The positions of the deferred entries (none once built)."""
+        return self._later
+
+    def entries(self) -> list[Any]:
+        """A copy of the entries, the deferred ones as placeholders (none is built): for a
+        new :class:`LazySteps` that defers at least the same positions."""
+        return list(self._items)
 
     def given(self) -> Iterator[tuple[int, Any]]:
         """``(position, entry)`` of the entries that exist (none deferred is built)."""
@@ -237,10 +250,20 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
         elif entry[3] and device.type == "cpu":
             operand_lists[b] = _merge_repeated(entry[1], operands)
     attrs = flat.split_with_sizes(sizes) if sizes else ()  # every batch's view in one call
-    steps = [new_step(op, kernel, attrs[b], sizes[b], width, region.arena, region.start,
-                      (), splits[b], splits[b] and is_sum, writes_out)
-             for b, ((op, kernel, width, _, is_sum, writes_out), region)
-             in enumerate(zip(entries, plan.outputs, strict=True))]
+    regions = plan.outputs
+
+    def make(b: int) -> Step:
+        op, kernel, width, _, is_sum, writes_out = entries[b]
+        return new_step(op, kernel, attrs[b], sizes[b], width, regions[b].arena,
+                        regions[b].start, (), splits[b], splits[b] and is_sum, writes_out)
+
+    # the skipped batches' steps (read by a rewrite only in training, profiling, chains off)
+    # are deferred: made on first access (LazySteps), as made here before
+    skipped = set(skip)
+    later = sorted(skipped)
+    items = list(map(make, range(len(entries)))) if not later else \
+        [None if b in skipped else make(b) for b in range(len(entries))]  # type: ignore[misc]
+    steps = LazySteps(items, later, lambda: {b: make(b) for b in later}) if later else items
     claims = [rewrite.claim(steps, operand_lists, device) for rewrite in PROGRAM_PASSES]
     claimed = {b for batches, _ in claims for b in batches}
     claimed.update(skip)
@@ -248,9 +271,9 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
         if claimed else operand_lists
     reads = _indexed([e[1] for e in entries],  # scene-like operands read by index (CPU)
                      inplace_reads(read_lists, device, counts[False]), device)
-    for step, step_reads in zip(steps, reads, strict=True):
+    for b, step_reads in enumerate(reads):
         if step_reads:
-            step.__dict__["reads"] = step_reads  # (set as new_step sets the fields)
+            items[b].__dict__["reads"] = step_reads  # (set as new_step sets the fields)
     outputs = tuple((int(v), int(plan.node_arena[v]), int(plan.node_row[v]), -1)
                     for v in graph.outputs)
     grad: list[tuple[Step, ...]] = []
@@ -271,8 +294,8 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
                                         for v, a, r, _ in outputs)
         return grad[0]
 
-    program = Program(tuple(steps), grad_steps, plan.arenas, outputs, output_batch, counts,
-                      flat, attr_nodes)
+    program = Program(steps if later else tuple(steps), grad_steps,  # type: ignore[arg-type]
+                      plan.arenas, outputs, output_batch, counts, flat, attr_nodes)
     for rewrite, (_, found) in zip(PROGRAM_PASSES, claims, strict=True):
         program = rewrite.apply(program, operand_lists, device, found)  # e.g. attention segments
     owner.append(weakref.ref(program))

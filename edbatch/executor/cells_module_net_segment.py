@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from edbatch.executor import _fused
-from edbatch.executor._program import PROGRAM_PASSES, Program, Step, new_step
+from edbatch.executor._program import PROGRAM_PASSES, Program, Step, given_steps, new_step
 from edbatch.executor._reads import indexed_reads, inplace_reads
 from edbatch.executor.cells_module_net_fused import _param
 from edbatch.executor.cells_module_net_segment_bodies import segment_backward, segment_forward
@@ -220,7 +220,9 @@ class AttentionSegments:
               device: torch.device) -> tuple[list[int], Any]:
         if device.type != "cpu":
             return [], ([], None)
-        if CODES.keys().isdisjoint(map(_KIND, steps)):  # no attention batch (most workloads)
+        # no attention batch (most workloads); a deferred step (LazySteps: a batch another
+        # rewrite takes, a hoisted cell or a sum) is never one
+        if CODES.keys().isdisjoint(map(_KIND, (s for _, s in given_steps(steps)))):
             return [], ([], None)
         codes = _codes(steps)  # the steps' kernels and ops are final: apply reuses them
         if codes.count(None) == len(codes):

@@ -21,7 +21,8 @@ from edbatch.executor._hoist import (
     hoisted_batches,
     unhoisted,
 )
-from edbatch.executor._program import Program, compile_program
+from edbatch.executor import init_params
+from edbatch.executor._program import LazySteps, Program, compile_program
 from edbatch.executor.torch_executor import TorchExecutor, short_paths
 from edbatch.memory import plan_memory
 from edbatch.schedule import make_scheduler
@@ -83,3 +84,36 @@ def test_skipped_reads_program_equals_the_old_path(name: str, strategy: str) -> 
     # the training reads (from the plan, not the inference reads) are the old ones too
     assert [[read_key(r) for r in s.reads] for s in new.grad_steps()] == \
         [[read_key(r) for r in s.reads] for s in old.grad_steps()]
+
+
+_FIELDS = ("op", "kernel", "size", "width", "out_arena", "out_start", "split", "stacked",
+           "writes_out")
+
+
+@pytest.mark.parametrize("name", ["bilstm_tagger", "lattice_lstm", "tree_lstm"])
+def test_inference_run_makes_no_skipped_step(name: str) -> None:
+    """The steps of the batches a rewrite takes (hoisted cells, deferred sums, Tree-LSTM
+    internal batches) are deferred: an inference run on the short paths makes none; made
+    later they are the steps ``compile_program`` makes without ``skip``, less their reads."""
+    wl = make_workload(name, embed_dim=6, hidden_dim=5)
+    graph = wl.minibatch(wl.default_eval_split, range(6))
+    schedule = make_scheduler("depth")(graph)
+    plan = plan_memory(graph, schedule, "naive")
+    params = init_params(wl, torch.Generator().manual_seed(2), dtype=torch.float64)
+    executor = TorchExecutor(dtype=torch.float64)
+    program, _ = executor._program(graph, schedule, plan)
+    # a hoisted program's base, or the Tree-LSTM program's own steps
+    steps = unhoisted(program).steps if name != "tree_lstm" else program.steps
+    assert isinstance(steps, LazySteps) and steps.later()
+    later = steps.later()
+    assert executor.run(graph, schedule, plan, params).outputs
+    assert not steps.built
+    eager = compile_program(graph, schedule, plan, CPU, None).steps
+    made = list(steps)  # (made now)
+    assert steps.built and len(made) == len(eager)
+    for b in later:
+        for f in _FIELDS:
+            assert getattr(made[b], f) == getattr(eager[b], f), (b, f)
+        assert torch.equal(made[b].attrs, eager[b].attrs)
+        if name != "tree_lstm":  # (the Tree-LSTM program's own steps carry their reads)
+            assert made[b].reads == ()
