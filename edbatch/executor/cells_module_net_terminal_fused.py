@@ -26,7 +26,7 @@ from torch import Tensor
 
 from edbatch.executor import _fused
 from edbatch.executor._fused import _jit, _tanh
-from edbatch.executor.cells_module_net_fused import _EMPTY, SceneGrad, _param
+from edbatch.executor.cells_module_net_fused import _EMPTY, SceneGrad, _param, _weighted
 
 __all__ = ["answer_backward", "answer_forward", "compare_backward", "compare_forward",
            "count_backward", "count_forward", "query_backward", "query_forward", "usable"]
@@ -67,10 +67,22 @@ def _out(out: Tensor | None, rows: int, width: int, like: Tensor) -> Tensor:
     return like.new_empty(rows, width) if out is None else out
 
 
+@_jit
+def _dense_tanh(x, w, b, out):  # type: ignore[no-untyped-def]
+    """``out = tanh(x W^T + b)`` row by row (count's bins, query's weighted rows)."""
+    h, m = w.shape[0], w.shape[1]
+    for r in range(x.shape[0]):
+        for o in range(h):
+            z = b[o]
+            for j in range(m):
+                z += w[o, j] * x[r, j]
+            out[r, o] = _tanh(z)
+
+
 # ---------------------------------------------------------------------- count / exist
 @_jit
 def _count_fwd(att, w, b, bins, out, diff, k):  # type: ignore[no-untyped-def]
-    n, h, nk = att.shape[1], w.shape[0], w.shape[1]
+    n, nk = att.shape[1], w.shape[1]
     for r in range(att.shape[0]):
         s = att[r, 0]
         for j in range(1, n):
@@ -79,11 +91,7 @@ def _count_fwd(att, w, b, bins, out, diff, k):  # type: ignore[no-untyped-def]
             d = s - bins[m]
             diff[r, m] = d
             k[r, m] = np.exp(d * d * -2.0)
-        for o in range(h):
-            z = b[o]
-            for m in range(nk):
-                z += w[o, m] * k[r, m]
-            out[r, o] = _tanh(z)
+    _dense_tanh(k, w, b, out)
 
 
 @_jit
@@ -233,20 +241,8 @@ def answer_backward(grad: Tensor, logits: Tensor, lse: Tensor, gold: Tensor, w: 
 # ---------------------------------------------------------------------- query
 @_jit
 def _query_fwd(att, arena, idx, w, b, r_out, out):  # type: ignore[no-untyped-def]
-    n, f, h = att.shape[1], r_out.shape[1], w.shape[0]
-    for r in range(att.shape[0]):
-        row = idx[r]
-        for k in range(f):
-            r_out[r, k] = 0.0
-        for j in range(n):
-            a = att[r, j]
-            for k in range(f):
-                r_out[r, k] += a * arena[row, j * f + k]
-        for o in range(h):
-            z = b[o]
-            for k in range(f):
-                z += w[o, k] * r_out[r, k]
-            out[r, o] = _tanh(z)
+    _weighted(att, arena, idx, r_out)  # the attention-weighted object rows
+    _dense_tanh(r_out, w, b, out)
 
 
 @_jit

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from edbatch.executor import init_params
 from edbatch.executor._fast_chain import ChainStep
 from edbatch.executor._fast_lstm import FastStep
 from edbatch.executor._hoist import (
@@ -21,7 +22,6 @@ from edbatch.executor._hoist import (
     hoisted_batches,
     unhoisted,
 )
-from edbatch.executor import init_params
 from edbatch.executor._program import LazySteps, Program, compile_program
 from edbatch.executor.torch_executor import TorchExecutor, short_paths
 from edbatch.memory import plan_memory
