@@ -79,6 +79,19 @@ def _dense_tanh(x, w, b, out):  # type: ignore[no-untyped-def]
             out[r, o] = _tanh(z)
 
 
+@_jit
+def _tanh_back_row(grad, y, w, r, dz, acc):  # type: ignore[no-untyped-def]
+    """Row ``r`` of a ``tanh`` layer's backward: ``dz[r] = grad[r] (1 - y[r]^2)`` and
+    ``acc = dz[r] W`` (the gradient of its input row; ``acc`` is overwritten)."""
+    acc[:] = 0.0
+    for o in range(w.shape[0]):
+        v = y[r, o]
+        d = grad[r, o] * (1.0 - v * v)
+        dz[r, o] = d
+        for c in range(w.shape[1]):
+            acc[c] += d * w[o, c]
+
+
 # ---------------------------------------------------------------------- count / exist
 @_jit
 def _count_fwd(att, w, b, bins, out, diff, k):  # type: ignore[no-untyped-def]
@@ -96,16 +109,10 @@ def _count_fwd(att, w, b, bins, out, diff, k):  # type: ignore[no-untyped-def]
 
 @_jit
 def _count_bwd(grad, y, k, diff, w, dz, d_att):  # type: ignore[no-untyped-def]
-    h, nk, n = w.shape[0], w.shape[1], d_att.shape[1]
+    nk, n = w.shape[1], d_att.shape[1]
     dk = np.empty(nk, dz.dtype)
     for r in range(grad.shape[0]):
-        dk[:] = 0.0
-        for o in range(h):
-            yo = y[r, o]
-            d = grad[r, o] * (1.0 - yo * yo)
-            dz[r, o] = d
-            for m in range(nk):
-                dk[m] += d * w[o, m]
+        _tanh_back_row(grad, y, w, r, dz, dk)
         ds = dk[0] * k[r, 0] * diff[r, 0]
         for m in range(1, nk):
             ds += dk[m] * k[r, m] * diff[r, m]
@@ -157,16 +164,10 @@ def _compare_fwd(x, y, w, b, xy, out):  # type: ignore[no-untyped-def]
 
 @_jit
 def _compare_bwd(grad, out, x, y, w, dz, dx, dy):  # type: ignore[no-untyped-def]
-    h, o_n = x.shape[1], w.shape[0]
+    h = x.shape[1]
     dxy = np.empty(3 * h, dz.dtype)
     for r in range(grad.shape[0]):
-        dxy[:] = 0.0
-        for o in range(o_n):
-            v = out[r, o]
-            d = grad[r, o] * (1.0 - v * v)
-            dz[r, o] = d
-            for c in range(3 * h):
-                dxy[c] += d * w[o, c]
+        _tanh_back_row(grad, out, w, r, dz, dxy)
         for c in range(h):
             dx[r, c] = dxy[c] + dxy[2 * h + c] * y[r, c]
             dy[r, c] = dxy[h + c] + dxy[2 * h + c] * x[r, c]
@@ -247,17 +248,10 @@ def _query_fwd(att, arena, idx, w, b, r_out, out):  # type: ignore[no-untyped-de
 
 @_jit
 def _query_bwd(grad, y, arena, idx, w, dz, d_r, d_att):  # type: ignore[no-untyped-def]
-    n, f, h = d_att.shape[1], w.shape[1], w.shape[0]
+    n, f = d_att.shape[1], w.shape[1]
     for r in range(grad.shape[0]):
         row = idx[r]
-        for k in range(f):
-            d_r[r, k] = 0.0
-        for o in range(h):
-            v = y[r, o]
-            d = grad[r, o] * (1.0 - v * v)
-            dz[r, o] = d
-            for k in range(f):
-                d_r[r, k] += d * w[o, k]
+        _tanh_back_row(grad, y, w, r, dz, d_r[r])
         for j in range(n):
             z = 0.0
             for k in range(f):
