@@ -305,19 +305,18 @@ class Query(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
         att, scene = inputs
-        if fused.usable(att, scene) and terminal.usable(att, p.W, p.b):
-            f: Any = fused.arena_rows(scene)
-            y, r = terminal.query_forward(att, f.arena, f.idx, p.W, p.b, out)
-            if save is not None:
-                save.update(att=att, f=f, r=r, y=y)
-            return y
+        y: Tensor | None = None
         if fused.usable(att, scene):
-            f = fused.arena_rows(scene)
-            r = fused.query_rows(att, f)
+            f: Any = fused.arena_rows(scene)
+            if terminal.usable(att, p.W, p.b):  # weighted rows and head: one compiled call
+                y, r = terminal.query_forward(att, f.arena, f.idx, p.W, p.b, out)
+            else:
+                r = fused.query_rows(att, f)
         else:
             f = _scene(fused.rows(scene))
             r = torch.bmm(att.unsqueeze(1), f).squeeze(1)
-        y = _tanh(F.linear(r, p.W, p.b), out)
+        if y is None:
+            y = _tanh(F.linear(r, p.W, p.b), out)
         if save is not None:
             save.update(att=att, f=f, r=r, y=y)
         return y
