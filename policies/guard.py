@@ -26,8 +26,8 @@ from envs.encoding import StateKey
 from policies.fsm import FSMPolicy
 from policies.table_search import GraphPool, decisions, improves, table_batches
 
-__all__ = ["GuardReport", "fallback_choices", "guard_table", "pick_fallback", "q_proposals",
-           "vote_proposals"]
+__all__ = ["GuardReport", "fallback_choices", "fewest_batches", "guard_table", "pick_fallback",
+           "q_proposals", "vote_proposals"]
 
 
 @dataclass(frozen=True)
@@ -149,8 +149,15 @@ def _pays_under_lookahead(table: dict[StateKey, int], train: Sequence[Graph],
 def pick_fallback(graphs: Sequence[Graph], encoding: str, names: Sequence[str]) -> str:
     """The heuristic of ``names`` whose schedules need the fewest batches on ``graphs``
     (ties: the earlier name): the best single heuristic the learner starts from."""
+    return fewest_batches(graphs, encoding, names)[0]
+
+
+def fewest_batches(graphs: Sequence[Graph], encoding: str, names: Sequence[str]
+                   ) -> tuple[str, int]:
+    """:func:`pick_fallback`'s heuristic and its batches summed over ``graphs``."""
     scores = {n: table_batches({}, graphs, encoding, n) for n in names}
-    return min(names, key=lambda n: scores[n])
+    name = min(names, key=lambda n: scores[n])
+    return name, scores[name]
 
 
 def q_proposals(q: dict[StateKey, dict[int, float]], fallback: dict[StateKey, Counter[int]],

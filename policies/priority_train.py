@@ -38,7 +38,7 @@ from edbatch.graph import Graph
 from edbatch.schedule import lower_bound
 from edbatch.schedule._compiled_priority_steps import run_priority_costs
 from policies.fsm import FSMPolicy
-from policies.guard import pick_fallback
+from policies.guard import fewest_batches
 from policies.priority import (
     FEATURES,
     PriorityPolicy,
@@ -292,11 +292,11 @@ class PriorityTrainer:
         w, meta["hidden"] = prune_hidden(best_w if learned else w0, nh)
         meta["hidden_searched"] = nh
         policy: Any = PriorityPolicy(w, hidden=meta["hidden"], learned=learned, metadata=meta)
-        v_dep = float(population_batches(val, w[None], meta["hidden"])[0].sum())
-        if self.best_heuristic:
-            t_dep = int(population_batches(train, w[None], meta["hidden"])[0].sum())
-            policy, v_dep = _beside_best_heuristic(policy, train_graphs, val_graphs,
-                                                   t_dep + int(v_dep), v_dep)
+        t_dep, v_dep = _deployed_batches(w, meta["hidden"], lam, train, val,
+                                         (best, val_new) if learned else (base, val_base))
+        if self.best_heuristic:  # train + val batches (val is train when no val graphs)
+            policy, v_dep = _beside_best_heuristic(
+                policy, train_graphs, val_graphs, t_dep + v_dep * bool(val_graphs), v_dep)
         return PriorityResult(policy, v_dep / lb_val, episodes, time.perf_counter() - t0,
                               history)
 
@@ -313,17 +313,26 @@ class PriorityTrainer:
         return w, best, [vars(r) for r in rounds]
 
 
+def _deployed_batches(w: np.ndarray, hidden: int, lam: float, train: list,  # type: ignore[type-arg]
+                      val: list, counted: tuple[int, int]) -> tuple[int, int]:  # type: ignore[type-arg]
+    """The deployed weights' batches on the training and validation graphs: ``counted`` (the
+    guard's own counts), or counted again where the guard weighed costs (``lam``)."""
+    if not lam:
+        return counted
+    t, v = (int(population_batches(g, w[None], hidden)[0].sum()) for g in (train, val))
+    return t, v
+
+
 def _beside_best_heuristic(policy: PriorityPolicy, train_graphs: Sequence[Graph],
-                           val_graphs: Sequence[Graph], mine: int, mine_val: float
-                           ) -> tuple[Any, float]:
+                           val_graphs: Sequence[Graph], mine: int, mine_val: int
+                           ) -> tuple[Any, int]:
     """``policy`` (``mine`` batches on the training and validation graphs together), or the
     best single heuristic of :data:`~policies.q_learning.AUTO_FALLBACKS` alone (an empty FSM
     table) when it needs fewer batches there; with the validation batches of what is kept."""
     graphs = [*train_graphs, *val_graphs]
-    name = pick_fallback(graphs, "hints", AUTO_FALLBACKS)
+    name, theirs = fewest_batches(graphs, "hints", AUTO_FALLBACKS)
     if name == "critical_path":  # the search started from it: the guard already compared
         return policy, mine_val
-    theirs = table_batches({}, graphs, "hints", name)
     meta = policy.metadata
     meta["best_heuristic"] = {"name": name, "batches": theirs, "priority_batches": mine}
     if theirs >= mine:
@@ -334,4 +343,4 @@ def _beside_best_heuristic(policy: PriorityPolicy, train_graphs: Sequence[Graph]
         f"alone")
     meta["learned"] = False
     fsm = FSMPolicy({}, "hints", graphs[0].vocab.names, name, meta)
-    return fsm, float(table_batches({}, list(val_graphs) or list(train_graphs), "hints", name))
+    return fsm, table_batches({}, list(val_graphs) or list(train_graphs), "hints", name)
