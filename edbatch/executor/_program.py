@@ -261,8 +261,7 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     # are deferred: made on first access (LazySteps), as made here before
     skipped = set(skip)
     later = sorted(skipped)
-    items = list(map(make, range(len(entries)))) if not later else \
-        [None if b in skipped else make(b) for b in range(len(entries))]  # type: ignore[misc]
+    items: list[Any] = [None if b in skipped else make(b) for b in range(len(entries))]
     steps = LazySteps(items, later, lambda: {b: make(b) for b in later}) if later else items
     claims = [rewrite.claim(steps, operand_lists, device) for rewrite in PROGRAM_PASSES]
     claimed = {b for batches, _ in claims for b in batches}
