@@ -54,6 +54,9 @@ def guarded(task: Callable[[DictConfig], T]) -> Callable[[DictConfig], T]:
             if full:
                 raise
             msg = str(e).strip() or type(e).__name__
+            if type(e) is FileNotFoundError and e.filename:  # the OS's own "[Errno 2] ..."
+                msg = (f"{e.filename}: no such file or directory. Fix: check the path on the "
+                       "command line or in the config (a workload's data_dir, a folder option)")
             cause = e.__cause__
             if isinstance(e, HydraException) and cause is not None and str(cause) not in msg:
                 msg += f" ({type(cause).__name__}: {cause})"

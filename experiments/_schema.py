@@ -23,7 +23,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from edbatch.errors import ConfigError
+from edbatch.errors import ConfigError, did_you_mean
 from experiments._group_rules import check_groups
 
 __all__ = ["SCHEMAS", "AutoConfig", "CalibrateConfig", "CompareConfig", "EvaluateConfig",
@@ -302,6 +302,13 @@ def validate(cfg: DictConfig) -> Any:
     if schema not in SCHEMAS.values():
         raise ConfigError("<config>", schema, f"one of {[s.__name__ for s in SCHEMAS.values()]}",
                           "list the entry's schema first in its defaults")
+    known = {f.name for f in fields(schema)}
+    for key in cfg:  # a key added with "+" bypasses the schema's struct check
+        if key not in known and key != "hydra":
+            value = "{...}" if OmegaConf.is_config(cfg[key]) else cfg[key]
+            raise ConfigError(str(key), value, f"a key of {schema.__name__}",
+                              f"drop '+{key}=...' (it would be ignored)."
+                              + did_you_mean(str(key), known))
     names = [f.name for f in fields(schema) if f.type != "Any"]  # groups check themselves
     values = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k])
               else cfg[k] for k in names

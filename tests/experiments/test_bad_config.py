@@ -85,6 +85,14 @@ def test_out_of_range_value_is_a_config_error_naming_key_and_value(entry: str, o
     assert err.value.key == key and "Fix:" in str(err.value)
 
 
+@pytest.mark.parametrize("entry", ["train", "evaluate", "compare", "calibrate", "train_model"])
+def test_a_key_added_with_plus_is_refused_not_ignored(entry: str) -> None:
+    validate(_compose(entry, []))  # every entry's own keys pass
+    with pytest.raises(ConfigError, match="config key bacth_size=3") as err:
+        validate(_compose(entry, ["+bacth_size=3"]))  # Hydra appends it past the schema
+    assert "Did you mean 'batch_size'" in str(err.value) or entry == "calibrate"
+
+
 def test_sb3_trainer_budget_is_checked_and_env_choices_match_the_env() -> None:
     from envs.batching import REWARDS
     from experiments._group_rules import ENV_CHOICES
@@ -215,6 +223,9 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["experiments.train_model", "device=tpu"], ["'tpu'"]),
     (["experiments.train_model", "fsm=/no/such/policy.json", "train_limit=4",
       "eval_limit=4"], ["/no/such/policy.json"]),
+    (["experiments.evaluate", "workload=[ggnn_molecules]", "scheduler=[depth]", "limit=1",
+      "granularities=[cell]", "workload.ggnn_molecules.data_dir=/no/such/dir"],
+     ["/no/such/dir/esol/", "no such file or directory", "Fix: check the path"]),
 ])
 def test_cli_user_error_is_short_and_without_traceback(tmp_path: Path, args: list[str],
                                                        words: list[str]) -> None:
