@@ -186,14 +186,30 @@ class Program:
     attr_nodes: NDArray[np.int64]  # the node of each entry of ``attrs``
 
 
+#: Vocabulary id -> (the vocabulary, its op types' :func:`_op_table` entries made so far):
+#: the registry's kernels only (``kernels=None``; a caller's own mapping may change).
+_OP_TABLES: dict[int, tuple[Any, dict[int, tuple[OpType, Kernel, int, bool, bool, bool]]]] = {}
+
+
 def _op_table(graph: Graph, op_ids: list[int], kernels: Mapping[str, Kernel] | None
               ) -> dict[int, tuple[OpType, Kernel, int, bool, bool, bool]]:
     """Per op type of ``op_ids`` (each batch's): ``(op, kernel, width, variadic, sum kernel,
-    writes_out)`` (looked up once per op type, not once per batch)."""
+    writes_out)`` (looked up once per op type, not once per batch; with the registry's
+    kernels, once per vocabulary: a registered kind's kernel never changes). The mapping
+    returned may hold further op types of the vocabulary."""
+    vocab = graph.vocab
+    if kernels is None:
+        hit = _OP_TABLES.get(id(vocab))
+        if hit is None or hit[0] is not vocab:
+            if len(_OP_TABLES) >= 16:
+                _OP_TABLES.clear()
+            hit = _OP_TABLES[id(vocab)] = (vocab, {})
+        table = hit[1]
+    else:
+        table = {}
     sum_kernel = KERNELS.get("sum")
-    table = {}
-    for op_id in set(op_ids):
-        op: OpType = graph.vocab[op_id]
+    for op_id in set(op_ids).difference(table):
+        op: OpType = vocab[op_id]
         kernel = kernel_for(op, kernels)
         table[op_id] = (op, kernel, math.prod(op.out_shape), op.arity is None,
                         kernel is sum_kernel, bool(getattr(kernel, "writes_out", False)))
