@@ -157,7 +157,7 @@ def plan_memory(graph: Graph, schedule: Schedule, strategy: Strategy = "planned"
 
 def _plan(graph: Graph, schedule: Schedule, strategy: Strategy) -> MemoryPlan:
     start = time.perf_counter()
-    n = len(schedule.batches)
+    n = schedule.num_batches
     frame = _Frame(graph, schedule, range(n))
     naive = frame.nodes  # every batch's node ids, batch after batch: the naive row orders
     if strategy == "naive":
