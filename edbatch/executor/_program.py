@@ -246,8 +246,7 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     hoisted operands are read once by the projection step, not per batch).
     """
     counts = {False: [0, 0, 0], True: [0, 0, 0]}
-    attr_nodes = (np.concatenate(plan.row_order).astype(np.int64) if plan.row_order
-                  else np.zeros(0, np.int64))
+    attr_nodes = plan.flat_order().astype(np.int64)
     flat = to_device(graph.attrs[attr_nodes], device)
     op_ids, bptr = schedule.flat()[:2]
     op_list = op_ids.tolist()
@@ -266,12 +265,12 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
         elif entry[3] and device.type == "cpu":
             operand_lists[b] = _merge_repeated(entry[1], operands)
     attrs = flat.split_with_sizes(sizes) if sizes else ()  # every batch's view in one call
-    regions = plan.outputs
+    out_arena, out_start = plan.output_rows()
 
     def make(b: int) -> Step:
         op, kernel, width, _, is_sum, writes_out = entries[b]
-        return new_step(op, kernel, attrs[b], sizes[b], width, regions[b].arena,
-                        regions[b].start, (), splits[b], splits[b] and is_sum, writes_out)
+        return new_step(op, kernel, attrs[b], sizes[b], width, out_arena[b], out_start[b], (),
+                        splits[b], splits[b] and is_sum, writes_out)
 
     # the skipped batches' steps (read by a rewrite only in training, profiling, chains off)
     # are deferred: made on first access (LazySteps), as made here before
