@@ -67,7 +67,7 @@ class AnalyticRun(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, executor: ExecutorHooks, program: Program,  # type: ignore[override]
                 names: tuple[str, ...], *values: Tensor) -> tuple[Tensor, ...]:
-        params = dict(zip(names, (v.detach() for v in values), strict=True))
+        params = dict(zip(names, map(Tensor.detach, values), strict=True))  # (no generator)
         saves: list[list[Tensor]] = []
         arenas = executor._run_inplace(program, params, saves)
         ctx.program, ctx.saves, ctx.params, ctx.names = program, saves, params, names

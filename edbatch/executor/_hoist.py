@@ -143,7 +143,10 @@ def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
     by_type: dict[int, list[int]] = {}
     hoisted: dict[int, int] = {}  # op type -> 0 not hoisted, 1 hoisted, 2 hoisted, variadic
     vocab = graph.vocab
-    for b, op_id in enumerate(schedule.flat()[0].tolist()):
+    op_list = schedule.flat()[0].tolist()
+    if all(vocab[o].kind not in kinds for o in set(op_list)):  # (most programs: no batch)
+        return by_type
+    for b, op_id in enumerate(op_list):
         wanted = hoisted.get(op_id)
         if wanted is None:
             op: OpType = vocab[op_id]

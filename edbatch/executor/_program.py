@@ -186,14 +186,30 @@ class Program:
     attr_nodes: NDArray[np.int64]  # the node of each entry of ``attrs``
 
 
+#: Vocabulary id -> (the vocabulary, its op types' :func:`_op_table` entries made so far):
+#: the registry's kernels only (``kernels=None``; a caller's own mapping may change).
+_OP_TABLES: dict[int, tuple[Any, dict[int, tuple[OpType, Kernel, int, bool, bool, bool]]]] = {}
+
+
 def _op_table(graph: Graph, op_ids: list[int], kernels: Mapping[str, Kernel] | None
               ) -> dict[int, tuple[OpType, Kernel, int, bool, bool, bool]]:
     """Per op type of ``op_ids`` (each batch's): ``(op, kernel, width, variadic, sum kernel,
-    writes_out)`` (looked up once per op type, not once per batch)."""
+    writes_out)`` (looked up once per op type, not once per batch; with the registry's
+    kernels, once per vocabulary: a registered kind's kernel never changes). The mapping
+    returned may hold further op types of the vocabulary."""
+    vocab = graph.vocab
+    if kernels is None:
+        hit = _OP_TABLES.get(id(vocab))
+        if hit is None or hit[0] is not vocab:
+            if len(_OP_TABLES) >= 16:
+                _OP_TABLES.clear()
+            hit = _OP_TABLES[id(vocab)] = (vocab, {})
+        table = hit[1]
+    else:
+        table = {}
     sum_kernel = KERNELS.get("sum")
-    table = {}
-    for op_id in set(op_ids):
-        op: OpType = graph.vocab[op_id]
+    for op_id in set(op_ids).difference(table):
+        op: OpType = vocab[op_id]
         kernel = kernel_for(op, kernels)
         table[op_id] = (op, kernel, math.prod(op.out_shape), op.arity is None,
                         kernel is sum_kernel, bool(getattr(kernel, "writes_out", False)))
@@ -230,8 +246,7 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     hoisted operands are read once by the projection step, not per batch).
     """
     counts = {False: [0, 0, 0], True: [0, 0, 0]}
-    attr_nodes = (np.concatenate(plan.row_order).astype(np.int64) if plan.row_order
-                  else np.zeros(0, np.int64))
+    attr_nodes = plan.flat_order().astype(np.int64)
     flat = to_device(graph.attrs[attr_nodes], device)
     op_ids, bptr = schedule.flat()[:2]
     op_list = op_ids.tolist()
@@ -250,12 +265,12 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
         elif entry[3] and device.type == "cpu":
             operand_lists[b] = _merge_repeated(entry[1], operands)
     attrs = flat.split_with_sizes(sizes) if sizes else ()  # every batch's view in one call
-    regions = plan.outputs
+    out_arena, out_start = plan.output_rows()
 
     def make(b: int) -> Step:
         op, kernel, width, _, is_sum, writes_out = entries[b]
-        return new_step(op, kernel, attrs[b], sizes[b], width, regions[b].arena,
-                        regions[b].start, (), splits[b], splits[b] and is_sum, writes_out)
+        return new_step(op, kernel, attrs[b], sizes[b], width, out_arena[b], out_start[b], (),
+                        splits[b], splits[b] and is_sum, writes_out)
 
     # the skipped batches' steps (read by a rewrite only in training, profiling, chains off)
     # are deferred: made on first access (LazySteps), as made here before

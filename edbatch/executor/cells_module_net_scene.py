@@ -59,7 +59,7 @@ class Object(CellKind):
             code = attrs.reshape(-1).numpy()
             out = table.new_zeros(len(code), 3 + ATTRIBUTE_ROWS + table.shape[1])
             index = np.empty((len(code), len(VOCAB_SIZES)), dtype=np.int64)
-            _object_rows(code, _SIZES, table.numpy(), out.numpy(), index)
+            _object_rows(code, table.numpy(), out.numpy(), index)
             if save is not None:
                 save.update(index=torch.from_numpy(index))
             return out
@@ -109,36 +109,64 @@ class Object(CellKind):
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> Grads:
         index, d = saved.index, p.E.shape[1]
+        if not grads.acc.sparse_rows and index.is_cpu and _fused.usable(grad, p.E):
+            # compiled: the table's gradient as index_add_ would sum it (same order), not
+            # the repeated rows built, concatenated and added by ParamGrads.result
+            d_table = torch.zeros_like(p.E)
+            _object_grad(index.numpy(), grad.numpy(), d_table.numpy())
+            grads.add("E", d_table)
+            return []
         g = grad[:, 1 + ATTRIBUTE_ROWS:1 + ATTRIBUTE_ROWS + d]
         grads.rows("E", index.reshape(-1),
                    g.unsqueeze(1).expand(len(g), index.shape[1], d).reshape(-1, d))
         return []
 
 
-_SIZES = np.asarray(VOCAB_SIZES, dtype=np.int64)
+# The attribute sizes as module constants: numba freezes them into the compiled code, so the
+# decoding divides by constants (a multiply and shift), not by an array's values (an integer
+# division each: 12 per object, most of a 400-object batch's time).
+_S0, _S1, _S2, _S3 = VOCAB_SIZES
+_O1, _O2, _O3 = _S0, _S0 + _S1, _S0 + _S1 + _S2
 
 
 @_fused._jit
-def _object_rows(code, sizes, table, out, index):  # type: ignore[no-untyped-def]
+def _object_rows(code, table, out, index):  # type: ignore[no-untyped-def]
     """:meth:`Object._forward_cpu`'s rows (``out`` zeros, ``index`` each object's table
     rows), compiled: per object its attributes, one-hot, embedding sum and coordinates."""
     d = table.shape[1]
     for i in range(code.shape[0]):
-        c, offset = code[i], 0
+        c = code[i]
+        index[i, 0] = c % _S0
+        c = c // _S0
+        index[i, 1] = _O1 + c % _S1
+        c = c // _S1
+        index[i, 2] = _O2 + c % _S2
+        c = c // _S2
+        index[i, 3] = _O3 + c % _S3
+        c = c // _S3
         out[i, 0] = 1.0
-        for j in range(sizes.shape[0]):
-            r = offset + c % sizes[j]
-            c, offset = c // sizes[j], offset + sizes[j]
-            index[i, j] = r
-            out[i, 1 + r] = 1.0
+        for j in range(4):
+            out[i, 1 + index[i, j]] = 1.0
         for k in range(d):
             e = 0.0
-            for j in range(sizes.shape[0]):
+            for j in range(4):
                 e += table[index[i, j], k]
-            out[i, 1 + offset + k] = e
+            out[i, 1 + ATTRIBUTE_ROWS + k] = e
         for k in range(2):
-            out[i, 1 + offset + d + k] = (c % XY_RADIX - XY_OFFSET) / 100
+            out[i, 1 + ATTRIBUTE_ROWS + d + k] = (c % XY_RADIX - XY_OFFSET) / 100
             c = c // XY_RADIX
+
+
+@_fused._jit
+def _object_grad(index, grad, d_table):  # type: ignore[no-untyped-def]
+    """The table's gradient of :meth:`Object.backward`: ``d_table[index[i, j]] += grad[i,
+    embedding columns]``, objects ``i`` then attributes ``j`` in order (``index_add_``'s)."""
+    d = d_table.shape[1]
+    for i in range(index.shape[0]):
+        for j in range(index.shape[1]):
+            r = index[i, j]
+            for k in range(d):
+                d_table[r, k] += grad[i, 1 + ATTRIBUTE_ROWS + k]
 
 
 def _slots(attrs: Tensor, sizes: Sequence[int]) -> Tensor:

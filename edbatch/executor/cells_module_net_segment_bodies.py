@@ -63,6 +63,8 @@ def _fm_row(scene, srow, params, po, f, fm, i):  # type: ignore[no-untyped-def]
         fm[i, b] = 0.0
     for a in range(f):
         fa = scene[srow, i * f + a]
+        if fa == 0.0:  # (a one-hot's zeros, a padded object's row: terms exactly 0)
+            continue
         for b in range(f):
             fm[i, b] += fa * params[po + a * f + b]
 
@@ -160,10 +162,12 @@ def _same_grad(att, a_row, gatt, dst, scene, srow, params, po, n, f, fm, sg, d_a
         gatt[a_row, i] += da
         if ai == 0.0:  # d A_i = 0: nothing into d M, d f_i
             continue
-        for a in range(f):  # d M += f_i A_i^T; d f_i += M A_i
+        for a in range(f):  # d M += f_i A_i^T (f_ia = 0: nothing); d f_i += M A_i
             fa, acc = scene[srow, i * f + a], 0.0
+            if fa != 0.0:
+                for b in range(f):
+                    pgrad[po + a * f + b] += fa * d_a[b]
             for b in range(f):
-                pgrad[po + a * f + b] += fa * d_a[b]
                 acc += params[po + a * f + b] * d_a[b]
             gscene[srow, i * f + a] += acc
     pgrad[po + f * f] += dc

@@ -193,9 +193,14 @@ def compare_backward(grad: Tensor, out: Tensor, x: Tensor, y: Tensor, w: Tensor
 
 # ---------------------------------------------------------------------- answer
 @_jit
-def _answer_fwd(logits, gold, lse, out):  # type: ignore[no-untyped-def]
-    a_n = logits.shape[1]
-    for r in range(logits.shape[0]):
+def _answer_fwd(h, w, b, gold, logits, lse, out):  # type: ignore[no-untyped-def]
+    a_n, m = w.shape[0], w.shape[1]
+    for r in range(h.shape[0]):
+        for a in range(a_n):  # logits = h W^T + b (a batch's one torch GEMM ran cold)
+            z = 0.0
+            for k in range(m):
+                z += h[r, k] * w[a, k]
+            logits[r, a] = z + b[a]
         top = logits[r, 0]
         for a in range(1, a_n):
             top = max(top, logits[r, a])
@@ -208,35 +213,42 @@ def _answer_fwd(logits, gold, lse, out):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def _answer_bwd(grad, logits, lse, gold, d):  # type: ignore[no-untyped-def]
+def _answer_bwd(grad, logits, lse, gold, w, d, d_h):  # type: ignore[no-untyped-def]
     for r in range(grad.shape[0]):
         g, top = grad[r, 0], lse[r, 0]
+        for k in range(w.shape[1]):
+            d_h[r, k] = 0.0
         for a in range(logits.shape[1]):
             p = np.exp(logits[r, a] - top)
             if a == gold[r]:
                 p -= 1.0
             d[r, a] = p * g
+            for k in range(w.shape[1]):  # d h = d W
+                d_h[r, k] += d[r, a] * w[a, k]
 
 
 def answer_forward(h: Tensor, w: Tensor, b: Tensor, gold: Tensor, out: Tensor | None
                    ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(loss, logits, lse)``: ``logits = W h + b`` (one GEMM: 64 rows of 28 x H are
-    arithmetic, not calls), ``loss = logsumexp(logits) - logits[gold]`` (compiled)."""
+    """``(loss, logits, lse)``: ``logits = W h + b``, ``loss = logsumexp(logits) -
+    logits[gold]``, one compiled call (a torch GEMM of 64 rows of 28 x H, the step's only
+    one of its shape, cost more run cold than the loop)."""
     out = _out(out, h.shape[0], 1, h)
-    logits = torch.addmm(b, h, w.t())
+    logits = h.new_empty(h.shape[0], w.shape[0])
     lse = h.new_empty(h.shape[0], 1)
-    _answer_fwd(logits.numpy(), gold.reshape(-1).numpy(), lse.numpy(), out.numpy())
+    _answer_fwd(h.numpy(), _mat(w), _param(b), gold.reshape(-1).numpy(), logits.numpy(),
+                lse.numpy(), out.numpy())
     return out, logits, lse
 
 
 def answer_backward(grad: Tensor, logits: Tensor, lse: Tensor, gold: Tensor, w: Tensor
                     ) -> tuple[Tensor, Tensor]:
-    """``(d logits, d h)``: ``d logits = grad (softmax - onehot(gold))`` (compiled),
-    ``d h = d W`` (one GEMM)."""
+    """``(d logits, d h)``: ``d logits = grad (softmax - onehot(gold))``, ``d h = d W``
+    (one compiled call)."""
     d = torch.empty_like(logits)
-    _answer_bwd(grad.numpy(), logits.numpy(), lse.numpy(), gold.reshape(-1).numpy(),
-                d.numpy())
-    return d, d @ w
+    d_h = logits.new_empty(logits.shape[0], w.shape[1])
+    _answer_bwd(grad.numpy(), logits.numpy(), lse.numpy(), gold.reshape(-1).numpy(), _mat(w),
+                d.numpy(), d_h.numpy())
+    return d, d_h
 
 
 # ---------------------------------------------------------------------- query

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -175,10 +176,58 @@ class MemoryPlan:
     forced: tuple[bool, ...] = ()
     seconds: float = field(default=0.0, compare=False)
 
+    @classmethod
+    def of_flat(cls, strategy: str, arenas: tuple[tuple[int, int], ...],
+                node_row: NDArray[np.int64], node_arena: NDArray[np.int32],
+                order: NDArray[np.int32], bptr: list[int],
+                regions: tuple[list[int], list[int], list[int]],
+                operands: tuple[tuple[Operand, ...], ...], forced: tuple[bool, ...],
+                seconds: float) -> MemoryPlan:
+        """The plan with ``row_order`` given as ``order`` (every batch's row order,
+        concatenated, read-only) cut at ``bptr``, and ``outputs`` as ``regions`` (each
+        batch's arena, first and stop row): both made on first access (the executor reads
+        :meth:`flat_order` and :meth:`output_rows`, not one object per batch)."""
+        out = object.__new__(cls)
+        for name, value in (("strategy", strategy), ("arenas", arenas), ("node_row", node_row),
+                            ("node_arena", node_arena), ("operands", operands),
+                            ("forced", forced), ("seconds", seconds),
+                            ("_order", (order, bptr)), ("_regions", regions)):
+            object.__setattr__(out, name, value)
+        return out
+
+    def __getattr__(self, name: str) -> object:
+        # only for a field not set: of_flat's row orders and regions, made now
+        got = self.__dict__
+        if name == "row_order" and "_order" in got:
+            order, bptr = got["_order"]
+            value: object = tuple(order[lo:hi] for lo, hi in itertools.pairwise(bptr))
+        elif name == "outputs" and "_regions" in got:
+            value = tuple(map(_region, *got["_regions"]))
+        else:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        object.__setattr__(self, name, value)
+        return value
+
+    def flat_order(self) -> NDArray[np.int32]:
+        """Every batch's row order, concatenated (``int32``, read-only; do not modify)."""
+        got = self.__dict__.get("_order")
+        if got is not None:
+            return got[0]  # type: ignore[no-any-return]
+        return np.concatenate(self.row_order) if self.row_order else np.zeros(0, np.int32)
+
+    def output_rows(self) -> tuple[list[int], list[int]]:
+        """``(arena, first row)`` of each batch's output region, as lists."""
+        got = self.__dict__.get("_regions")
+        if got is not None:
+            return got[0], got[1]
+        return [r.arena for r in self.outputs], [r.start for r in self.outputs]
+
     @property
     def num_batches(self) -> int:
         """Number of batches planned."""
-        return len(self.outputs)
+        got = self.__dict__.get("_order")
+        return len(got[1]) - 1 if got is not None and "outputs" not in self.__dict__ \
+            else len(self.outputs)
 
     def arena_width(self, arena: int) -> int:
         """Row width (elements) of ``arena``."""

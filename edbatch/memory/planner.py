@@ -68,7 +68,6 @@ cell-level mini-batch and 2-4 s for a 100k-node primitive one, in pure Python.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -84,7 +83,7 @@ from edbatch.memory import plan as _fast
 from edbatch.memory._aligned import aligned_orders
 from edbatch.memory._chains import ChainPlanner
 from edbatch.memory._classify_numpy import classify_numpy
-from edbatch.memory.plan import MemoryPlan, Operand, Region, _region
+from edbatch.memory.plan import MemoryPlan, Operand, Region
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["STRATEGIES", "Strategy", "plan_key", "plan_memory", "zero_copy_upper_bound"]
@@ -157,7 +156,7 @@ def plan_memory(graph: Graph, schedule: Schedule, strategy: Strategy = "planned"
 
 def _plan(graph: Graph, schedule: Schedule, strategy: Strategy) -> MemoryPlan:
     start = time.perf_counter()
-    n = len(schedule.batches)
+    n = schedule.num_batches
     frame = _Frame(graph, schedule, range(n))
     naive = frame.nodes  # every batch's node ids, batch after batch: the naive row orders
     if strategy == "naive":
@@ -357,16 +356,13 @@ class _Layout:
             operands[b].append(o)
         flat = self.cons.astype(np.int32)
         flat.setflags(write=False)
-        bptr = self._frame.bptr.tolist()
-        orders = tuple(flat[lo:hi] for lo, hi in itertools.pairwise(bptr))
         for a in (self.node_row, self.node_arena):
             a.setflags(write=False)
-        outputs = tuple(map(_region, self.arena.tolist(), self.start.tolist(),
-                            self.stop.tolist()))
-        return MemoryPlan(strategy, tuple(zip(self.rows, self.widths, strict=True)),
-                          self.node_row, self.node_arena, orders, outputs,
-                          tuple(map(tuple, operands)), tuple(self._frame.forced.tolist()),
-                          seconds)
+        return MemoryPlan.of_flat(  # (row orders and output regions made if read)
+            strategy, tuple(zip(self.rows, self.widths, strict=True)), self.node_row,
+            self.node_arena, flat, self._frame.bptr.tolist(),
+            (self.arena.tolist(), self.start.tolist(), self.stop.tolist()),
+            tuple(map(tuple, operands)), tuple(self._frame.forced.tolist()), seconds)
 
 
 def _aligned_cons(frame: _Frame) -> NDArray[np.int64]:

@@ -26,7 +26,7 @@ from edbatch.schedule import _compiled as core
 from edbatch.schedule import bounds
 from edbatch.schedule._compiled_analysis import flat_arrays, heights_numba, typewise_graph_numba
 from edbatch.schedule.reverse import reversed_operands
-from edbatch.schedule.schedule import Batch, Schedule
+from edbatch.schedule.schedule import Batch, Schedule, _batches_of
 
 __all__ = ["BACKENDS", "COMPILED_ENCODINGS", "COMPILED_RULES", "CompiledFsmScheduler",
            "CompiledScheduler", "FsmTable", "compiled_arrays", "compiled_schedule", "core_schedule",
@@ -220,30 +220,15 @@ def core_schedule(bop: NDArray[np.int64], bforced: NDArray[np.bool_], bptr: NDAr
     pointers into ``nodes``), its :meth:`~Schedule.flat` arrays set to them, so the planner and
     the program read them instead of passing over every batch; ``t0``: the
     ``time.perf_counter()`` the scheduling started at (its ``seconds``)."""
-    schedule = Schedule(_batches(bop, bforced, bptr, nodes), name,
-                        seconds=0.0 if t0 is None else time.perf_counter() - t0)
-    # (copies of the short slices: the core's N-long buffers behind them are freed)
-    return schedule.with_flat(bop.copy(), bptr.copy(), nodes, bforced.copy())
-
-
-# Batch's slots set directly: the frozen dataclass's __init__ goes through
-# object.__setattr__ three times (about 40% of building a lattice schedule's ~300 batches).
-_new, _set_op, _set_ids, _set_forced = (object.__new__, Batch.op_id.__set__,  # type: ignore[attr-defined]
-                                        Batch.node_ids.__set__, Batch.forced.__set__)  # type: ignore[attr-defined]
+    # (copies of the short slices: the core's N-long buffers behind them are freed; the
+    # Batch objects made on first access to ``batches``)
+    return Schedule.of_flat(bop.copy(), bptr.copy(), nodes, bforced.copy(), name,
+                            0.0 if t0 is None else time.perf_counter() - t0)
 
 
 def _batches(bop: NDArray[np.int64], bforced: NDArray[np.bool_], bptr: NDArray[np.int64],
              nodes: NDArray[np.int64]) -> tuple[Batch, ...]:
-    ids = nodes.astype(np.int32)
-    ptr = bptr.tolist()
-    out = []
-    for a, lo, hi, f in zip(bop.tolist(), ptr, ptr[1:], bforced.tolist()):
-        b = _new(Batch)
-        _set_op(b, a)
-        _set_ids(b, ids[lo:hi])
-        _set_forced(b, f)
-        out.append(b)
-    return tuple(out)
+    return _batches_of(bop, bptr, nodes, bforced)
 
 
 def _reversed_arrays(graph: Graph) -> tuple[NDArray[np.int64], ...]:

@@ -210,3 +210,36 @@ def test_compiled_object_rows_equal_the_numpy_rows(dtype: torch.dtype) -> None:
     torch.testing.assert_close(runs[0][0], runs[1][0], rtol=1e-6 if dtype == torch.float32
                                else 1e-13, atol=0)
     assert torch.equal(runs[0][1], runs[1][1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_compiled_object_table_gradient_equals_the_torch_rows(dtype: torch.dtype) -> None:
+    """``module_net.object``'s compiled backward (fused on) gives the table the gradient the
+    torch body's repeated rows give through ``ParamGrads`` (``index_add_``), bit for bit (the
+    same additions in the same order), and routes nothing to operands (it has none); the
+    sparse-rows accumulator keeps the torch body (its gradient stays sparse)."""
+    graph = WL.minibatch("val", range(6))
+    op = next(o for o in WL.vocab if o.kind == "module_net.object")
+    nodes = [v for v in range(graph.num_nodes) if graph.vocab[graph.op_ids[v]] is op]
+    attrs = torch.as_tensor(graph.attrs[nodes])
+    name = op.params[0]
+    table = init_params(WL, torch.Generator().manual_seed(7), dtype=dtype)[name].detach()
+    grad = torch.randn(len(nodes), op.out_shape[0], generator=torch.Generator().manual_seed(8),
+                       dtype=dtype)
+    kernel, got = KERNELS[op.kind], []
+    for on in (True, False):
+        saves: list = []
+        acc = ParamGrads()
+        with torch.no_grad(), _fused.use(on):
+            kernel(op, [], {name: table}, attrs, save=saves)
+            assert kernel.backward(op, saves, grad, {name: table}, attrs, acc) == []
+        assert (name in acc._dense) == on  # the compiled body ran (on) or the rows path
+        got.append(acc.result({name: table})[name])
+    assert len(nodes) > 20 and torch.equal(got[0], got[1]) and got[0].abs().sum() > 0
+    sparse = ParamGrads(sparse_rows=True)
+    saves = []
+    with torch.no_grad():
+        kernel(op, [], {name: table}, attrs, save=saves)
+        kernel.backward(op, saves, grad, {name: table}, attrs, sparse)
+    dense = sparse.result({name: table})[name]
+    assert dense.is_sparse and torch.allclose(dense.to_dense(), got[1])

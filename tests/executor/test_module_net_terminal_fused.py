@@ -158,9 +158,10 @@ def test_numba_loops_equal_their_python_twins() -> None:
         (tf._compare_bwd, (grad, y_c, x, y, w3), [(b_, h), (b_, h), (b_, h)]),
         (tf._query_fwd, (att, arena, idx, wq, bias), [(b_, f), (b_, h)]),
         (tf._query_bwd, (grad, y_c, arena, idx, wq), [(b_, h), (b_, f), (b_, n)]),
-        (tf._answer_fwd, (_np(b_, a_n, rng=rng), gold), [(b_, 1), (b_, 1)]),
-        (tf._answer_bwd, (g1, _np(b_, a_n, rng=rng), np.abs(_np(b_, 1, rng=rng)) + 2.0, gold),
-         [(b_, a_n)]),
+        (tf._answer_fwd, (_np(b_, h, rng=rng), _np(a_n, h, rng=rng), _np(a_n, rng=rng), gold),
+         [(b_, a_n), (b_, 1), (b_, 1)]),
+        (tf._answer_bwd, (g1, _np(b_, a_n, rng=rng), np.abs(_np(b_, 1, rng=rng)) + 2.0, gold,
+                          _np(a_n, h, rng=rng)), [(b_, a_n), (b_, h)]),
     ]
     for fn, args, shapes in cases:
         got = [np.full(s, np.nan) for s in shapes]

@@ -70,3 +70,34 @@ def test_program_from_flat_schedule_runs_like_bare() -> None:
         plan = plan_memory(graph, x, "naive", cache=False)
         losses.append(TorchExecutor().run(graph, x, plan, params).loss)
     assert torch.equal(losses[0], losses[1])
+
+
+def test_core_schedule_makes_its_batches_on_first_access() -> None:
+    """A compiled scheduler's schedule (``Schedule.of_flat``) has no ``Batch`` objects until
+    ``batches`` is read: planning and a training run read the arrays alone; then they are the
+    batches of those arrays, made once, and survive pickling and copying."""
+    import copy
+    import pickle
+
+    import torch
+
+    from edbatch.executor import init_params
+    from edbatch.workloads import make_workload
+
+    wl = make_workload("tree_lstm")
+    graph = minibatch("tree_lstm", "cell")
+    s = make_scheduler("critical_path")(graph)
+    params = init_params(wl, torch.Generator().manual_seed(0))
+    plan = plan_memory(graph, s, "aligned", cache=False)
+    TorchExecutor().run(graph, s, plan, params, grad=True)
+    assert "batches" not in s.__dict__ and s.num_batches == plan.num_batches > 1
+    twin = pickle.loads(pickle.dumps(s))
+    batches = s.batches
+    assert s.batches is batches and len(batches) == s.num_batches
+    _same_flat(_flat_of(batches), s.flat())
+    s.validate(graph)
+    for other in (twin, copy.deepcopy(twin)):
+        assert [(b.op_id, b.node_ids.tolist(), b.forced) for b in other.batches] == \
+            [(b.op_id, b.node_ids.tolist(), b.forced) for b in batches]
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = s.nope
