@@ -31,6 +31,7 @@ __all__ = ["COMPILED_MODULES", "STAMP", "cache_dirs", "refresh", "sources_digest
 #: shared decorator such as ``executor._fused._jit`` (relative to the package folder);
 #: ``tests/test_numba_cache.py`` keeps the list complete
 COMPILED_MODULES = (
+    "api/_assemble.py",
     "api/_bulk_scan.py",
     "api/_read_plan.py",
     "executor/_chain_train.py",

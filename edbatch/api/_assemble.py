@@ -13,12 +13,14 @@ from itertools import chain
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from edbatch.api._bulk import with_blocks
 from edbatch.api._handles import Handle, Recording, _fastrec
 from edbatch.graph import Graph, Vocab
 
-__all__ = ["RecordingWarning", "assemble_graph", "take_graph", "warn_outside"]
+__all__ = ["RecordingWarning", "assemble_graph", "layout_numpy", "node_layout", "take_graph",
+           "warn_outside"]
 
 #: A :class:`~edbatch.api.DynamicBatch` (typed loosely: it imports this module).
 Batch = Any
@@ -38,26 +40,97 @@ def assemble_graph(vocab: Vocab, rec: Recording, outputs: Sequence[int]
         op_ids, flat, attr = _packed(rec, len(vocab) - 1)
     except struct.error:  # e.g. an attr that is no integer, or out of int64's range
         op_ids, flat, attr = _converted(rec, len(vocab) - 1)
-    counts = vocab.shape_tables[0][op_ids]  # each op type's arity, -1: variadic
-    if rec.counts:
-        mine = counts[:n]  # (a view)
-        mine[mine < 0] = rec.counts
-    inst = _instances(rec.marks, n)
-    if n and inst.min() < 0:
-        outside = inst < 0
-        warn_outside(rec.batch, int(outside.sum()))
-        inst[outside] = 0
-    head = None
-    if losses:
-        head = n
-        counts[n] = len(losses)
-        inst = np.append(inst, np.int32(0))
-    ptr = np.zeros(len(op_ids) + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
+    marks = _marks(rec.marks)
+    counts = np.asarray(rec.counts, dtype=np.int64) if rec.counts else _NO_COUNTS
+    ptr, inst, outside = node_layout(op_ids, vocab.shape_tables[0], counts, marks, n,
+                                     len(losses))
+    if outside < 0:  # counts that do not fit (or marks out of order): numpy says why
+        ptr, inst, outside = layout_numpy(op_ids, vocab.shape_tables[0], rec.counts,
+                                          rec.marks, n, len(losses))
+    if outside:
+        warn_outside(rec.batch, outside)
+    head = n if losses else None
     heads = [head] if head is not None else []
     graph = Graph.from_arrays(vocab, op_ids, ptr, flat, attrs=attr, instance=inst,
                               outputs=np.asarray(heads + list(outputs), dtype=np.int32))
     return graph, head
+
+
+_NO_COUNTS = np.zeros(0, np.int64)
+
+
+def _marks(marks: Sequence[tuple[int, int]]) -> np.ndarray:  # type: ignore[type-arg]
+    """The ``(first node, instance)`` marks as an ``int64[M, 2]`` array."""
+    # (a flat ``fromiter`` over the pairs: a third of ``np.array``'s time on a list of tuples)
+    return np.fromiter(chain.from_iterable(marks), np.int64, 2 * len(marks)).reshape(-1, 2)
+
+
+@njit(cache=True, nogil=True)
+def node_layout(op_ids, arity_of, counts, marks, n, losses):  # type: ignore[no-untyped-def]
+    """``(operand_ptr int64[N+1], instance int32[N], outside)`` of a recording in one
+    compiled pass (:func:`layout_numpy`, the numpy calls it replaces, is its oracle):
+    ``op_ids`` (``N`` = ``n`` nodes, and the ``loss_sum`` node if ``losses`` > 0), each op
+    type's arity (``-1``: variadic; those nodes take ``counts`` in order, when given), the
+    ``marks`` (``int64[M, 2]``). Nodes outside every instance count as instance 0;
+    ``outside`` says how many; ``-1`` where ``counts`` do not match the variadic nodes or
+    the marks do not ascend (then the numpy path raises its error)."""
+    m = len(op_ids)
+    ptr = np.empty(m + 1, np.int64)
+    ptr[0] = 0
+    given = len(counts) > 0
+    j = 0
+    for v in range(m):
+        c = arity_of[op_ids[v]]
+        if v == n and losses:
+            c = losses
+        elif c < 0 and given and v < n:
+            if j == len(counts):
+                return ptr, np.empty(0, np.int32), -1
+            c = counts[j]
+            j += 1
+        ptr[v + 1] = ptr[v] + c
+    if (given and j != len(counts)) or m != n + (1 if losses else 0):
+        return ptr, np.empty(0, np.int32), -1
+    inst = np.zeros(m, np.int32)  # (the loss_sum node: instance 0)
+    first = marks[0, 0] if len(marks) else n
+    if first < 0 or first > n:
+        return ptr, inst, -1
+    outside = first  # before the first mark: outside every instance (counted as 0)
+    for i in range(len(marks)):
+        lo = marks[i, 0]
+        hi = marks[i + 1, 0] if i + 1 < len(marks) else n
+        if hi < lo or hi > n:
+            return ptr, inst, -1
+        value = marks[i, 1]
+        if value < 0:
+            outside += hi - lo
+            value = 0
+        for v in range(lo, hi):
+            inst[v] = value
+    return ptr, inst, outside
+
+
+def layout_numpy(op_ids: np.ndarray, arity_of: np.ndarray, counts: list[int],  # type: ignore[type-arg]
+                 marks: Sequence[tuple[int, int]], n: int, losses: int
+                 ) -> tuple[np.ndarray, np.ndarray, int]:  # type: ignore[type-arg]
+    """:func:`node_layout` in numpy (the oracle; it raises numpy's errors where the
+    compiled pass returns ``-1``)."""
+    counts_all = arity_of[op_ids]  # each op type's arity, -1: variadic
+    if counts:
+        mine = counts_all[:n]  # (a view)
+        mine[mine < 0] = counts
+    inst = _instances(marks, n)
+    outside = 0
+    if n and inst.min() < 0:
+        negative = inst < 0
+        outside = int(negative.sum())
+        inst[negative] = 0
+    if losses:
+        counts_all[n] = losses
+        inst = np.append(inst, np.int32(0))
+    ptr = np.zeros(len(op_ids) + 1, dtype=np.int64)
+    np.cumsum(counts_all, out=ptr[1:])
+    return ptr, inst, outside
 
 
 def _packed(rec: Recording, loss_op: int) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]

@@ -151,28 +151,52 @@ def tree_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: tor
     if not ops or not kinds.isdisjoint(op.kind for op in vocab):
         return None
     op_ids, bptr = schedule.flat()[:2]
+    # per op type: (H, parameter names, name); per batch one pass over its two operands
+    # (their rows and their read counts), no call per batch but FastTreeStep's
+    spec = {i: (math.prod(op.out_shape) // 2, tuple(op.params), op.name)
+            for i, op in ops.items()}
     found: dict[int, FastTreeStep] = {}
     arenas, ptr, operands, outputs = plan.arenas, bptr.tolist(), plan.operands, plan.outputs
+    views = gathers = gathered = 0
+    arange, array, int64 = np.arange, np.array, np.int64
     for b, op_id in enumerate(op_ids.tolist()):
-        op = ops.get(op_id)
-        if op is None:
+        entry = spec.get(op_id)
+        if entry is None:
             continue
-        fast = _plan_step(op, ptr[b + 1] - ptr[b], operands[b], outputs[b], arenas)
-        if fast is not None:
-            found[b] = fast
+        pair = operands[b]
+        if len(pair) != 2:
+            continue
+        left, right = pair
+        hidden, arena = entry[0], left.arena
+        if right.arena != arena or arenas[arena][1] != 2 * hidden:
+            continue
+        lv, rv = left.view, right.view  # (row arrays writable: one compiled signature)
+        lrows = array(left.gather, int64) if lv is None else arange(lv.start, lv.stop,
+                                                                     dtype=int64)
+        rrows = array(right.gather, int64) if rv is None else arange(rv.start, rv.stop,
+                                                                      dtype=int64)
+        size = ptr[b + 1] - ptr[b]
+        if len(lrows) != size or len(rrows) != size:
+            continue
+        region = outputs[b]
+        found[b] = FastTreeStep(arena, lrows, rrows, region.arena, region.start, entry[1],
+                                hidden, entry[2])
+        # the reads the general path would compile (and count) for it
+        for o, rows in ((left, lrows), (right, rrows)):
+            if o.view is None:
+                gathers += 1
+                gathered += len(rows)
+            else:
+                views += 1
     if not found:
         return None
     program = compile_program(graph, schedule, plan, device, kernels, list(found))
     if len(program.steps) != len(op_ids):  # a program pass merged steps: not this way
         return None
     counts = program.counts[False]
-    for b in found:  # the reads the general path would compile (and count) for them
-        for o in plan.operands[b]:
-            if o.view is None:
-                counts[1] += 1
-                counts[2] += len(o.gather)  # type: ignore[arg-type]
-            else:
-                counts[0] += 1
+    counts[0] += views
+    counts[1] += gathers
+    counts[2] += gathered
     steps = program.steps  # (compile_program's LazySteps: found's steps made on first use)
     given = steps.entries() if isinstance(steps, LazySteps) else list(steps)
 
@@ -188,23 +212,8 @@ def tree_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: tor
         return out
 
     program.steps = LazySteps(given, list(found), build)  # type: ignore[assignment]
-    program.short = tuple(found.get(b) for b in range(len(steps)))  # type: ignore[attr-defined]
+    short: list[FastTreeStep | None] = [None] * len(steps)
+    for b, fast in found.items():
+        short[b] = fast
+    program.short = tuple(short)  # type: ignore[attr-defined]
     return program
-
-
-def _plan_step(op: Any, size: int, operands: Sequence[Any], region: Any,
-               arenas: Sequence[tuple[int, int]]) -> FastTreeStep | None:
-    """:func:`_tree_step` of a batch from its plan entries: both children whole rows of one
-    state arena (``2 H`` wide), one row per node each."""
-    if len(operands) != 2:
-        return None
-    left, right = operands
-    hidden = math.prod(op.out_shape) // 2
-    if left.arena != right.arena or arenas[left.arena][1] != 2 * hidden:
-        return None
-    rows = [np.arange(o.view.start, o.view.stop, dtype=np.int64) if o.view is not None
-            else np.array(o.gather, np.int64) for o in operands]  # (writable: one signature)
-    if len(rows[0]) != size or len(rows[1]) != size:
-        return None
-    return FastTreeStep(left.arena, rows[0], rows[1], region.arena, region.start,
-                        tuple(op.params), hidden, op.name)

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-__all__ = ["flat_arrays", "flat_arrays_numpy", "heights_numba", "typewise_graph_numba"]
+__all__ = ["core_inputs", "flat_arrays", "flat_arrays_numpy", "heights_numba",
+           "typewise_graph_numba"]
 
 
 @njit(cache=True)
@@ -177,3 +178,18 @@ def flat_arrays_numpy(graph: Any) -> tuple[np.ndarray, ...]:  # type: ignore[typ
     return (graph.op_ids.astype(np.int64), graph.depth.astype(np.int64),
             graph.arity.astype(np.int64), uptr.astype(np.int64), uids.astype(np.int64),
             mean.astype(np.float64))
+
+
+@njit(cache=True)
+def core_inputs(op_ids, optr, oids, depth, k, need_h, need_tw):  # type: ignore[no-untyped-def]
+    """:func:`flat_arrays`, then (``need_h``) :func:`heights_numba` and (``need_tw``)
+    :func:`typewise_graph_numba` (on ``oids`` as given: no ``int64`` copy) in one compiled
+    call: ``(op, depth, arity, user_ptr, user_ids, mean, heights, tw_pred, tw_ptr,
+    tw_ids)``, the ones not asked for empty. The same arrays as the three calls (tested)."""
+    op, dep, arity, uptr, uids, mean = flat_arrays(op_ids, optr, oids, depth, k)
+    height = heights_numba(uptr, uids) if need_h else np.empty(0, np.int64)
+    if need_tw:
+        pred, sptr, sids = typewise_graph_numba(op, optr, oids)
+    else:
+        pred, sptr, sids = np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.int32)
+    return op, dep, arity, uptr, uids, mean, height, pred, sptr, sids

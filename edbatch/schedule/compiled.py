@@ -24,7 +24,12 @@ from edbatch.errors import ScheduleError, UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph
 from edbatch.schedule import _compiled as core
 from edbatch.schedule import bounds
-from edbatch.schedule._compiled_analysis import flat_arrays, heights_numba, typewise_graph_numba
+from edbatch.schedule._compiled_analysis import (
+    core_inputs,
+    flat_arrays,
+    heights_numba,
+    typewise_graph_numba,
+)
 from edbatch.schedule.reverse import reversed_operands
 from edbatch.schedule.schedule import Batch, Schedule, _batches_of
 
@@ -122,11 +127,30 @@ def _arrays(graph: Graph) -> _Arrays:
     if out is None:
         op, depth, arity, uptr, uids, mean = flat_arrays(
             graph.op_ids, graph.operand_ptr, graph.operand_ids, graph.depth, len(graph.vocab))
-        out = _ARRAYS[graph] = _Arrays(
-            op, depth, arity, uptr, uids, np.ascontiguousarray(graph.vocab.batchable,
-                                                               dtype=np.bool_),
-            mean, np.array([o.is_complex for o in graph.vocab], np.bool_))
+        batchable, cplx = _vocab_flags(graph)
+        out = _ARRAYS[graph] = _Arrays(op, depth, arity, uptr, uids, batchable, mean, cplx)
     return out
+
+
+def _vocab_flags(graph: Graph) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """``(batchable, is_complex)`` per op type of the graph's vocabulary."""
+    vocab = graph.vocab
+    return (np.ascontiguousarray(vocab.batchable, dtype=np.bool_),
+            np.array([o.is_complex for o in vocab], np.bool_))
+
+
+def _fresh(graph: Graph) -> None:
+    """The flat arrays, heights and type-wise graph of ``graph`` (nothing cached for it) in
+    one compiled call (:func:`~edbatch.schedule._compiled_analysis.core_inputs`), cached as
+    :func:`_arrays`, :func:`heights` and :func:`typewise` cache them; those already computed
+    by the Python analyses (``bounds``' caches) are kept."""
+    (op, depth, arity, uptr, uids, mean, height, *tw) = core_inputs(
+        graph.op_ids, graph.operand_ptr, graph.operand_ids, graph.depth, len(graph.vocab),
+        True, True)
+    batchable, cplx = _vocab_flags(graph)
+    _ARRAYS[graph] = _Arrays(op, depth, arity, uptr, uids, batchable, mean, cplx)
+    _HEIGHTS.setdefault(graph, height)
+    _TYPEWISE.setdefault(graph, tuple(tw))  # type: ignore[arg-type]
 
 
 class FsmTable:
@@ -165,7 +189,10 @@ def core_ids(rule: str, encoding: str | None = None) -> tuple[int, int, bool, bo
 
 def core_graph(graph: Graph, need_tw: bool, need_h: bool) -> tuple:  # type: ignore[type-arg]
     """The core's inputs for ``graph``: ``(flat arrays, heights, tw_pred, tw_ptr, tw_ids)``,
-    the optional ones empty unless needed."""
+    the optional ones empty unless needed. On a fresh graph (none of them cached) that
+    needs both analyses: all in one compiled call (:func:`_fresh`)."""
+    if need_tw and need_h and graph not in _ARRAYS:
+        _fresh(graph)
     height = heights(graph) if need_h else _EMPTY_I
     tw = typewise(graph) if need_tw else (_EMPTY_32, _EMPTY_I, _EMPTY_32)
     return (_arrays(graph), _read_only(height), *map(_read_only, tw))

@@ -11,7 +11,12 @@ from edbatch.errors import UnknownNameError
 from edbatch.graph import Graph
 from edbatch.schedule import COMPILED, Schedule, heights, make_scheduler, typewise_graph
 from edbatch.schedule._compiled import key_hash, key_hash_numba
-from edbatch.schedule._compiled_analysis import flat_arrays, flat_arrays_numpy, typewise_graph_numba
+from edbatch.schedule._compiled_analysis import (
+    core_inputs,
+    flat_arrays,
+    flat_arrays_numpy,
+    typewise_graph_numba,
+)
 from edbatch.schedule.compiled import CompiledScheduler
 from edbatch.schedule.compiled import heights as compiled_heights
 from edbatch.workloads import REAL_CASES, make_workload
@@ -119,6 +124,16 @@ def assert_same_analyses(graph: Graph) -> None:
                           flat_arrays_numpy(fresh), strict=True):
         assert g.dtype == w.dtype, name
         np.testing.assert_array_equal(g, w, err_msg=name)  # (mean: bit for bit)
+    # the fused call (a fresh graph's inputs in one call) against the separate ones
+    fused = core_inputs(fresh.op_ids, fresh.operand_ptr, fresh.operand_ids, fresh.depth,
+                        len(fresh.vocab), True, True)
+    separate = (*got_flat, compiled_heights(fresh), *got)
+    for k, (f, w) in enumerate(zip(fused, separate, strict=True)):
+        assert f.dtype == w.dtype, k
+        np.testing.assert_array_equal(f, w, err_msg=str(k))
+    none = core_inputs(fresh.op_ids, fresh.operand_ptr, fresh.operand_ids, fresh.depth,
+                       len(fresh.vocab), False, False)
+    assert [len(a) for a in none[6:]] == [0, 0, 0, 0]  # heights and type-wise graph
 
 
 @pytest.mark.parametrize(("workload", "granularity"), REAL_CASES)
