@@ -27,7 +27,7 @@ Test ratios of every candidate are printed, for the record only::
 
 2026-11-28 (load 3-9), G1-G17 x LB of the selected candidate (linear base 1.0991): lean
 trees depth 1/2/3/4 1.0986/1.0991/1.1000/1.0991; full-mask depth 1/2/3 1.0978/1.0978/1.0986;
-gap-weighted 1.1008-1.1067; DAgger, linear 1.0988, with trees 1.0993-1.1018. Best candidate
+gap-weighted 1.1008-1.1067; DAgger, linear 1.0988, with trees 1.0993-1.1040. Best candidate
 of any run, by test (not a legal selection): 1.0958.
 """
 
