@@ -6,7 +6,10 @@ state reached by running ``a``'s ready nodes, whose frontier then holds the othe
 types' nodes and ``R_a``, the batchable nodes every pending operand of which is a ready node
 of type ``a`` (a one-step lookahead: no rollout, no second decision; unbatchable nodes ``a``
 releases are left out, with their users). The type with the highest ``w . f_a + u . g_a``
-runs; ``u = 0`` is the priority policy (critical path's weights: critical path).
+runs; ``u = 0`` is the priority policy (critical path's weights: critical path). Boosted
+regression trees may be added to that score (:func:`run_afterstate_tree`, an experiment of
+:mod:`policies.afterstate_trees`); the columns they split on are computed like those of
+non-zero weights.
 
 ``R_b`` is kept up to date, not rescanned: it only grows until ``b`` runs (its members wait
 for ``b`` alone), so each node is put in once, checked when one of its operands runs or
@@ -68,7 +71,8 @@ from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
 __all__ = ["AFTER_FEATURES", "BASE_AFTER", "NUM_AFTER", "afterstate_rows", "afterstate_trace",
-           "run_afterstate", "run_afterstate_counts"]
+           "run_afterstate", "run_afterstate_counts", "run_afterstate_tree",
+           "tree_score"]
 
 #: The one-step columns; :data:`~edbatch.schedule._compiled_afterstate_x.EXTRA_FEATURES`
 #: (two-step, margins) follow, computed only where their weights are not 0.
@@ -187,8 +191,26 @@ def afterstate_rows(r, ids, k, d, rlen, batchable, rdn, rpres, dn, present, out,
 
 
 @njit(cache=True)
-def _pick(r, x, y, w, u):  # type: ignore[no-untyped-def]
-    """Row of the highest ``x[i] . w + y[i] . u`` (the first on ties)."""
+def tree_score(x, y, tree, roots):  # type: ignore[no-untyped-def]
+    """The sum over the trees (roots ``roots``) of the leaf each reaches on the row
+    ``[x, y]``: node ``tree[j] = (column, threshold, left, right, value)``, a leaf where
+    the column is negative; ``x[c] <= threshold`` goes left."""
+    f = len(x)
+    s = 0.0
+    for j in range(len(roots)):
+        nd = roots[j]
+        while tree[nd, 0] >= 0.0:
+            c = int(tree[nd, 0])
+            v = x[c] if c < f else y[c - f]
+            nd = int(tree[nd, 2]) if v <= tree[nd, 1] else int(tree[nd, 3])
+        s += tree[nd, 4]
+    return s
+
+
+@njit(cache=True)
+def _pick(r, x, y, w, u, tree, roots):  # type: ignore[no-untyped-def]
+    """Row of the highest ``x[i] . w + y[i] . u`` plus its trees' sum (:func:`tree_score`;
+    none: linear) (the first on ties)."""
     best, best_s = 0, -np.inf
     for i in range(r):
         s = 0.0
@@ -196,6 +218,8 @@ def _pick(r, x, y, w, u):  # type: ignore[no-untyped-def]
             s += x[i, m] * w[m]
         for m in range(y.shape[1]):
             s += y[i, m] * u[m]
+        if len(roots) > 0:
+            s += tree_score(x[i], y[i], tree, roots)
         if s > best_s:
             best, best_s = i, s
     return best
@@ -203,7 +227,7 @@ def _pick(r, x, y, w, u):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,  # noqa: C901
-              total, down, w, trace, trace_ids, trace_dec, prefix):  # type: ignore[no-untyped-def]
+              total, down, w, tree, roots, trace, trace_ids, trace_dec, prefix):  # type: ignore[no-untyped-def]
     """:func:`run_afterstate`, also writing the rows ``[f_a, g_a]`` of every decision, their
     types' ids and decision indices into ``trace``/``trace_ids``/``trace_dec`` while they
     have room; the first ``len(prefix)`` decisions take ``prefix``'s op types (a rollout,
@@ -212,6 +236,11 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     n, k = len(op), len(batchable)
     f = NUM_PRIORITY_FEATURES
     wp, wa = w[:f], w[f:]
+    use = w.copy()  # the columns the score reads: non-zero weights and the trees' splits
+    for j in range(len(tree)):
+        if tree[j, 0] >= 0.0 and use[int(tree[j, 0])] == 0.0:
+            use[int(tree[j, 0])] = 1.0
+    up, ua = use[:f], use[f:]
     (start, rem, remd, ready, rlen, maxh, forced, pending, track_tw, tw, tw_pending,
      nf) = start_state(op, depth, arity, batchable, height, tw_pred, tw_ptr)
     hmax, logt = _scales(height, total)
@@ -222,15 +251,15 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     full = len(trace) > 0
     x = np.zeros((k, f), np.float64)
     y = np.zeros((k, NUM_AFTER), np.float64)
-    release = full or _uses_release(wp, 0)
-    context = full or _uses_context(wp, 0)
-    after = full or np.any(wa != 0.0)  # else the afterstate has no say
+    release = full or _uses_release(up, 0)
+    context = full or _uses_context(up, 0)
+    after = full or np.any(ua != 0.0)  # else the afterstate has no say
     # the extra columns in two groups, each computed only where a weight of it is not 0:
     # the two-step ones (miss2, n_tight2: the pair releases' upkeep) and the others
-    nt2 = full or wa[BASE_AFTER + 2] != 0.0
-    two = nt2 or wa[BASE_AFTER + 1] != 0.0
-    now = full or wa[BASE_AFTER] != 0.0 or wa[BASE_AFTER + 3] != 0.0 or \
-        wa[BASE_AFTER + 4] != 0.0
+    nt2 = full or ua[BASE_AFTER + 2] != 0.0
+    two = nt2 or ua[BASE_AFTER + 1] != 0.0
+    now = full or ua[BASE_AFTER] != 0.0 or ua[BASE_AFTER + 3] != 0.0 or \
+        ua[BASE_AFTER + 4] != 0.0
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,
                                                      pending, batchable, release)
     d = np.zeros((k, k), np.int64)
@@ -308,7 +337,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
         if decisions < len(prefix):
             a = prefix[decisions]
         else:
-            a = ids[_pick(r, x, y, wp, wa)] if r > 1 else ids[0]
+            a = ids[_pick(r, x, y, wp, wa, tree, roots)] if r > 1 else ids[0]
         decisions += 1
         overrides += a != cp
         last, last2 = a, last
@@ -341,16 +370,26 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
 
 
 @njit(cache=True)
+def run_afterstate_tree(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
+                        tw_ids, total, down, w, tree, roots):  # type: ignore[no-untyped-def]
+    """:func:`run_afterstate` with trees added to the linear score (:func:`tree_score`)."""
+    res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
+                    total, down, w, tree, roots,
+                    np.empty((0, NUM_PRIORITY_FEATURES + NUM_AFTER)),
+                    np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
+    return res[0], res[1], res[2], res[3], res[5], res[6]
+
+
+@njit(cache=True)
 def run_afterstate(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                    total, down, w):  # type: ignore[no-untyped-def]
     """Schedule one graph with the weights ``w`` (``[w (F priority features), u (afterstate
     features)]``): ``(batch_op, batch_forced, batch_ptr, nodes, overrides, decisions)``, the
     batches as :func:`~edbatch.schedule._compiled.run_schedule` returns them, the decisions
     where the choice differs from critical path's, all decisions."""
-    res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                    total, down, w, np.empty((0, NUM_PRIORITY_FEATURES + NUM_AFTER)),
-                    np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
-    return res[0], res[1], res[2], res[3], res[5], res[6]
+    return run_afterstate_tree(op, depth, arity, uptr, uids, batchable, height, tw_pred,
+                               tw_ptr, tw_ids, total, down, w, np.zeros((0, 5), np.float64),
+                               np.zeros(0, np.int64))
 
 
 @njit(cache=True)
@@ -361,8 +400,8 @@ def afterstate_trace(op, depth, arity, uptr, uids, batchable, height, tw_pred, t
     trace = np.zeros((cap, NUM_PRIORITY_FEATURES + NUM_AFTER), np.float64)
     trace_ids = np.empty(cap, np.int64)
     nt = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                   total, down, w, trace, trace_ids, np.empty(cap, np.int64),
-                   np.empty(0, np.int64))[4]
+                   total, down, w, np.zeros((0, 5), np.float64), np.zeros(0, np.int64),
+                   trace, trace_ids, np.empty(cap, np.int64), np.empty(0, np.int64))[4]
     return trace[:nt], trace_ids[:nt]
 
 

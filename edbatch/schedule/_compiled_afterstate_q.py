@@ -19,19 +19,29 @@ from edbatch.schedule._compiled_afterstate import NUM_AFTER, _schedule
 from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES
 from edbatch.schedule._compiled_priority_q import decisions, trace_ptr
 
-__all__ = ["afterstate_forced_trace", "afterstate_q"]
+__all__ = ["afterstate_forced_trace", "afterstate_q", "afterstate_q_tree"]
 
 
 @njit(cache=True)
 def afterstate_q(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                  total, down, w, wb, cap):  # type: ignore[no-untyped-def]
+    """:func:`afterstate_q_tree` of linear scores (no trees)."""
+    none = np.zeros((0, 5), np.float64)
+    return afterstate_q_tree(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
+                             tw_ids, total, down, w, none, np.zeros(0, np.int64), wb, cap)
+
+
+@njit(cache=True)
+def afterstate_q_tree(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
+                      tw_ids, total, down, w, tree, roots, wb, cap):  # type: ignore[no-untyped-def]
     """``(rows, ids, ptr, q, batches)``: the rows ``[f_a, g_a]`` and op ids of the ready
     types of every decision of ``w`` (at most ``cap`` rows; decision ``t`` owns
     ``rows[ptr[t]:ptr[t + 1]]``), each type's rollout value (batches of the whole schedule
     when decision ``t`` takes the type and ``wb`` makes every later one) and ``w``'s own
     batches. Decisions with a single ready type, and the type ``w`` chose when ``wb`` is
     ``w``, get ``w``'s count (no rollout run)."""
-    same = len(w) == len(wb)
+    same = len(w) == len(wb) and len(roots) == 0
+    notree = np.zeros((0, 5), np.float64)
     for m in range(len(w)):
         if same and w[m] != wb[m]:
             same = False
@@ -41,7 +51,7 @@ def afterstate_q(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
     trace_dec = np.empty(cap, np.int64)
     none = np.empty(0, np.int64)
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                    total, down, w, trace, trace_ids, trace_dec, none)
+                    total, down, w, tree, roots, trace, trace_ids, trace_dec, none)
     batch_op, forced, nt = res[0], res[1], res[4]
     base = len(batch_op)
     seq = decisions(batch_op, forced)
@@ -60,7 +70,8 @@ def afterstate_q(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_pt
             if b != seq[t] or not same:
                 prefix[t] = b
                 q[i] = len(_schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred,
-                                     tw_ptr, tw_ids, total, down, wb, empty, none, none,
+                                     tw_ptr, tw_ids, total, down, wb, notree, none, empty,
+                                     none, none,
                                      prefix[:t + 1])[0])
     return trace[:nt], trace_ids[:nt], ptr, q, base
 
@@ -76,7 +87,8 @@ def afterstate_forced_trace(op, depth, arity, uptr, uids, batchable, height, tw_
     trace_ids = np.empty(cap, np.int64)
     trace_dec = np.empty(cap, np.int64)
     res = _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
-                    total, down, w, trace, trace_ids, trace_dec, prefix)
+                    total, down, w, np.zeros((0, 5), np.float64), np.zeros(0, np.int64),
+                    trace, trace_ids, trace_dec, prefix)
     nt, nd = res[4], res[6]
     ptr = trace_ptr(trace_dec, nt, nd)
     return trace[:nt], trace_ids[:nt], ptr, len(res[0])
