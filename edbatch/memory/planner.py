@@ -101,10 +101,10 @@ def plan_key(graph: Graph, schedule: Schedule, strategy: str) -> bytes:
     strategy (not ``attrs``); the key of the plan memo and of captured CUDA graphs."""
     h = hashlib.blake2b(graph.structure_key(), digest_size=16)
     h.update(strategy.encode())
-    nodes = [b.node_ids for b in schedule.batches]
-    h.update(np.fromiter(map(len, nodes), np.int64, len(nodes)))  # (hashed as its bytes)
-    if nodes:
-        h.update(np.concatenate(nodes).astype(np.int32, copy=False))
+    _, ptr, nodes, _ = schedule.flat()  # (a compiled scheduler's batches are never made)
+    h.update(np.diff(ptr).astype(np.int64, copy=False))  # batch sizes, hashed as their bytes
+    if len(ptr) > 1:
+        h.update(nodes.astype(np.int32, copy=False))
     return h.digest()
 
 

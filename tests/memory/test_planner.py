@@ -349,6 +349,28 @@ def test_plans_are_memoised_by_structure_and_schedule(monkeypatch: pytest.Monkey
     assert plan_memory(g, sched, cache=False) is not plan
 
 
+@pytest.mark.parametrize("scheduler", ["typewise_greedy", "critical_path", "depth"])
+def test_plan_key_reads_the_flat_arrays_and_hashes_what_the_batches_hold(scheduler: str) -> None:
+    """The key is the hash of the batches' sizes and node ids; a compiled scheduler's
+    schedule gets it without making its ``Batch`` objects."""
+    import hashlib
+
+    from edbatch.memory.planner import plan_key
+
+    g = make_workload("lattice_lstm", embed_dim=8, hidden_dim=8).minibatch("dev", range(6))
+    sched = make_scheduler(scheduler)(g)
+    lazy = "batches" not in sched.__dict__
+    key = plan_key(g, sched, "aligned")
+    assert lazy == ("batches" not in sched.__dict__)  # not made by the key
+    h = hashlib.blake2b(g.structure_key(), digest_size=16)  # the key from the batches
+    h.update(b"aligned")
+    h.update(np.array([len(b.node_ids) for b in sched.batches], np.int64))
+    h.update(np.concatenate([b.node_ids for b in sched.batches]).astype(np.int32))
+    assert key == h.digest() != plan_key(g, sched, "naive")
+    assert plan_key(g, make_scheduler("depth" if scheduler != "depth" else "critical_path")(g),
+                    "aligned") != key
+
+
 def test_the_memo_stops_hashing_after_misses_in_a_row_and_a_probe_hit_warms_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Reshuffled mini-batches never repeat: after COLD_AFTER misses in a row the plan key
