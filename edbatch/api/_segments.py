@@ -369,9 +369,8 @@ def add_values(values: Values, entry: Entry, outputs: list[Tensor], first: int, 
     batches = len(entry.schedule.batches)
     if entry.nodes is None:
         assert plan is not None
-        sizes = np.asarray([len(r) for r in plan.row_order], dtype=np.int64)
-        nodes = np.concatenate(plan.row_order).astype(np.int64) if len(sizes) else \
-            np.zeros(0, np.int64)
+        sizes = plan.row_counts()
+        nodes = plan.flat_order().astype(np.int64)
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         row = np.arange(len(nodes), dtype=np.int64) - np.repeat(starts, sizes)
         keep = (nodes >= first) & (nodes < first + count)

@@ -79,7 +79,8 @@ class Values:
         Raises:
             ExecutionError: the executor did not make one kernel call per batch.
         """
-        sizes = [len(r) for r in plan.row_order]
+        counts = plan.row_counts()
+        sizes = counts.tolist()
         if len(outputs) != len(sizes) or any(o.shape[0] != s for o, s in zip(outputs, sizes)):
             raise ExecutionError(
                 f"run_programs: the executor made {len(outputs)} kernel calls of sizes "
@@ -89,11 +90,10 @@ class Values:
         self.outputs.extend(outputs)
         if not sizes:
             return
-        nodes = np.concatenate(plan.row_order).astype(np.int64)
-        sizes_a = np.asarray(sizes, dtype=np.int64)
-        batch = np.repeat(np.arange(len(sizes), dtype=np.int64) + base, sizes_a)
-        starts = np.concatenate([[0], np.cumsum(sizes_a)[:-1]])
-        row = np.arange(len(nodes), dtype=np.int64) - np.repeat(starts, sizes_a)
+        nodes = plan.flat_order().astype(np.int64)
+        batch = np.repeat(np.arange(len(sizes), dtype=np.int64) + base, counts)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        row = np.arange(len(nodes), dtype=np.int64) - np.repeat(starts, counts)
         keep = (nodes >= first) & (nodes < first + count)
         ids = nodes[keep] - first + offset
         self.grow(int(ids.max()) + 1 if len(ids) else 0)

@@ -156,7 +156,8 @@ def tree_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: tor
     spec = {i: (math.prod(op.out_shape) // 2, tuple(op.params), op.name)
             for i, op in ops.items()}
     found: dict[int, FastTreeStep] = {}
-    arenas, ptr, operands, outputs = plan.arenas, bptr.tolist(), plan.operands, plan.outputs
+    arenas, ptr, operands = plan.arenas, bptr.tolist(), plan.operands
+    out_arena, out_start = plan.output_rows()  # (no Region object per batch)
     views = gathers = gathered = 0
     arange, array, int64 = np.arange, np.array, np.int64
     for b, op_id in enumerate(op_ids.tolist()):
@@ -178,8 +179,7 @@ def tree_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: tor
         size = ptr[b + 1] - ptr[b]
         if len(lrows) != size or len(rrows) != size:
             continue
-        region = outputs[b]
-        found[b] = FastTreeStep(arena, lrows, rrows, region.arena, region.start, entry[1],
+        found[b] = FastTreeStep(arena, lrows, rrows, out_arena[b], out_start[b], entry[1],
                                 hidden, entry[2])
         # the reads the general path would compile (and count) for it
         for o, rows in ((left, lrows), (right, rrows)):

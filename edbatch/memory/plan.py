@@ -215,6 +215,13 @@ class MemoryPlan:
             return got[0]  # type: ignore[no-any-return]
         return np.concatenate(self.row_order) if self.row_order else np.zeros(0, np.int32)
 
+    def row_counts(self) -> NDArray[np.int64]:
+        """Each batch's number of rows (the lengths of :attr:`row_order`)."""
+        got = self.__dict__.get("_order")
+        if got is not None:
+            return np.diff(np.asarray(got[1], np.int64))
+        return np.fromiter(map(len, self.row_order), np.int64, len(self.row_order))
+
     def output_rows(self) -> tuple[list[int], list[int]]:
         """``(arena, first row)`` of each batch's output region, as lists."""
         got = self.__dict__.get("_regions")
@@ -226,8 +233,7 @@ class MemoryPlan:
     def num_batches(self) -> int:
         """Number of batches planned."""
         got = self.__dict__.get("_order")
-        return len(got[1]) - 1 if got is not None and "outputs" not in self.__dict__ \
-            else len(self.outputs)
+        return len(got[1]) - 1 if got is not None else len(self.outputs)
 
     def arena_width(self, arena: int) -> int:
         """Row width (elements) of ``arena``."""

@@ -27,11 +27,13 @@ def test_row_orders_and_regions_made_on_first_access(strategy: str) -> None:
     assert "row_order" not in plan.__dict__ and "outputs" not in plan.__dict__
     assert plan.num_batches == schedule.num_batches > 10
     order, (arena, start) = plan.flat_order(), plan.output_rows()
+    counts = plan.row_counts()
+    assert "row_order" not in plan.__dict__ and counts.dtype == np.int64
     rows = plan.row_order
     assert plan.row_order is rows and len(rows) == plan.num_batches
     assert all(r.dtype == np.int32 and not r.flags.writeable for r in rows)
     np.testing.assert_array_equal(np.concatenate(rows), order)
-    assert [len(r) for r in rows] == [len(b) for b in schedule.batches]
+    assert [len(r) for r in rows] == [len(b) for b in schedule.batches] == counts.tolist()
     assert all(isinstance(r, Region) for r in plan.outputs)
     assert [(r.arena, r.start) for r in plan.outputs] == list(zip(arena, start, strict=True))
     assert all(len(r) == len(o) for r, o in zip(plan.outputs, rows, strict=True))
@@ -47,3 +49,4 @@ def test_a_plan_built_whole_answers_the_flat_accessors() -> None:
                       (Region(0, 0, 2), Region(0, 2, 3)), ((), ()))
     assert plan.flat_order().tolist() == [1, 0, 2] and plan.num_batches == 2
     assert plan.output_rows() == ([0, 0], [0, 2])
+    assert plan.row_counts().tolist() == [2, 1]
