@@ -187,7 +187,8 @@ class Program:
 
 
 #: Vocabulary id -> (the vocabulary, its op types' :func:`_op_table` entries made so far):
-#: the registry's kernels only (``kernels=None``; a caller's own mapping may change).
+#: the registry's kernels only (``kernels=None``; a caller's own mapping may change). The
+#: vocabulary is held so its id stays its own while the entry lives.
 _OP_TABLES: dict[int, tuple[Any, dict[int, tuple[OpType, Kernel, int, bool, bool, bool]]]] = {}
 
 
@@ -200,7 +201,7 @@ def _op_table(graph: Graph, op_ids: list[int], kernels: Mapping[str, Kernel] | N
     vocab = graph.vocab
     if kernels is None:
         hit = _OP_TABLES.get(id(vocab))
-        if hit is None or hit[0] is not vocab:
+        if hit is None:
             if len(_OP_TABLES) >= 16:
                 _OP_TABLES.clear()
             hit = _OP_TABLES[id(vocab)] = (vocab, {})
