@@ -253,11 +253,6 @@ def core_schedule(bop: NDArray[np.int64], bforced: NDArray[np.bool_], bptr: NDAr
                             0.0 if t0 is None else time.perf_counter() - t0)
 
 
-def _batches(bop: NDArray[np.int64], bforced: NDArray[np.bool_], bptr: NDArray[np.int64],
-             nodes: NDArray[np.int64]) -> tuple[Batch, ...]:
-    return _batches_of(bop, bptr, nodes, bforced)
-
-
 def _reversed_arrays(graph: Graph) -> tuple[NDArray[np.int64], ...]:
     """:func:`~edbatch.schedule.reverse.reverse_graph`'s arrays without building a Graph:
     ``(op, operand_ptr, operand_ids, user_ptr, user_ids)`` of the reversed graph, users in
@@ -283,7 +278,7 @@ def compiled_typewise_greedy_backward(graph: Graph) -> Schedule:
         op, zeros, np.diff(optr), uptr, uids, arr.batchable, _EMPTY_I, tw_pred, tw_ptr,
         tw_ids, arr.mean, arr.cplx, core.RULE_TYPEWISE_GREEDY, core.ENC_NONE, _NO_TABLE.hashes,
         _NO_TABLE.actions)
-    back = _batches(bop, bforced, bptr, nodes)
+    back = _batches_of(bop, bptr, nodes, bforced)
     batches = tuple(Batch(b.op_id, np.sort((n - 1 - b.node_ids).astype(np.int32)), b.forced)
                     for b in reversed(back))
     return Schedule(batches, "typewise_greedy_backward", seconds=time.perf_counter() - t0)

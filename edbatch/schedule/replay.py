@@ -40,7 +40,7 @@ from edbatch.schedule._compiled_replay import level_agenda_ranks, run_replay
 from edbatch.schedule.frontier import FrontierView
 from edbatch.schedule.named import HEURISTICS, make_heuristic
 from edbatch.schedule.policy import run_policy
-from edbatch.schedule.schedule import Schedule
+from edbatch.schedule.schedule import Schedule, _batches_of
 
 __all__ = ["PREFIX", "REPLAYABLE", "ReplayFsmScheduler", "ReplayPolicy", "ReplayScheduler",
            "rank_of", "replay_arrays", "replay_heuristic", "replay_names", "replay_ranks",
@@ -176,7 +176,7 @@ class ReplayFsmScheduler(cc.CompiledFsmScheduler):
         t0 = time.perf_counter()
         bop, bforced, bptr, nodes, hits, misses = replay_arrays(
             graph, p.fallback_name, encoding=encoding, table=table)  # type: ignore[attr-defined]
-        s = Schedule(cc._batches(bop, bforced, bptr, nodes), self.name,
+        s = Schedule(_batches_of(bop, bptr, nodes, bforced), self.name,
                      seconds=time.perf_counter() - t0)
         p.hits += int(hits)  # type: ignore[attr-defined]
         p.misses += int(misses) if encoding is not None else s.num_decisions  # type: ignore[attr-defined]
@@ -200,7 +200,7 @@ class ReplayScheduler:
             s = run_policy(graph, ReplayPolicy(self.heuristic, backend="python"))  # type: ignore[arg-type]
             return Schedule(s.batches, self.name, seconds=time.perf_counter() - t0)
         bop, bforced, bptr, nodes, _, _ = replay_arrays(graph, self.name)
-        return Schedule(cc._batches(bop, bforced, bptr, nodes), self.name,
+        return Schedule(_batches_of(bop, bptr, nodes, bforced), self.name,
                         seconds=time.perf_counter() - t0)
 
     def __repr__(self) -> str:
