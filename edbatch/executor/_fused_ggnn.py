@@ -19,7 +19,7 @@ from edbatch.executor._fused import _jit, _jit_inline, _sigmoid, _tanh
 
 __all__ = ["BucketGrad", "bond_buckets", "bucket_sums", "bucket_sums_at", "compact_buckets",
            "embed_backward", "embed_forward", "gate_backward", "gate_forward", "gru_backward_c",
-           "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes"]
+           "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes", "scatter_messages"]
 
 
 # the per-row helpers are inlined into their loops (numba IR, no call per row), as in
@@ -263,6 +263,30 @@ def bucket_sums_at(arena: Tensor, idx: Tensor, bucket: Tensor, count: int) -> Te
     s = arena.new_zeros(count, arena.shape[1])
     _add_indexed(arena.numpy(), idx.numpy(), s.numpy(), bucket.numpy(), s.shape[1])
     return s
+
+
+@_jit
+def _scatter_messages(m, nodes, deg, c, a):  # type: ignore[no-untyped-def]
+    bonds, width = c.shape[0], a.shape[1]
+    for v in range(a.shape[0]):
+        for j in range(width):
+            a[v, j] = deg[v * bonds] * c[0, j]
+        for b in range(1, bonds):
+            k = deg[v * bonds + b]
+            for j in range(width):
+                a[v, j] += k * c[b, j]
+    for i in range(m.shape[0]):
+        v = nodes[i]
+        for j in range(width):
+            a[v, j] += m[i, j]
+
+
+def scatter_messages(m: Tensor, nodes: Tensor, deg: Tensor, c: Tensor, out: Tensor) -> Tensor:
+    """``out = deg C + sum of the bucket messages m[i] into their nodes[i]`` (``deg``
+    ``[B * bonds]``, ``C`` ``[bonds, H]``; the torch form's ``mm(deg, C).index_add_(0,
+    nodes, m)`` in one loop, no ``[B, H]`` GEMM output and second pass); returns ``out``."""
+    _scatter_messages(m.numpy(), nodes.numpy(), deg.numpy(), c.numpy(), out.numpy())
+    return out
 
 
 class BucketGrad:

@@ -41,6 +41,7 @@ from edbatch.executor._fused_ggnn import (
     gru_backward_r,
     gru_gates,
     gru_output,
+    scatter_messages,
 )
 from edbatch.executor._ggnn_rows import (
     compiled,
@@ -213,9 +214,12 @@ class GGNNUpdate(CellKind):
             if bounds[b + 1] > bounds[b]:
                 torch.mm(s[bounds[b]:bounds[b + 1]], getattr(p, f"A{b}").t(),
                          out=m[bounds[b]:bounds[b + 1]])
-        deg = deg.view(-1, _BONDS)
-        a = torch.mm(deg, GGNNUpdate._message_weights(p)[1]).index_add_(0, nodes, m)
-        return a, s, deg, bucket, nodes, bounds
+        c = GGNNUpdate._message_weights(p)[1]
+        if REUSE and _fused.usable(m, c):  # deg C and the scatter in one compiled loop
+            a = scatter_messages(m, nodes, deg, c, m.new_empty(attrs.shape[0], m.shape[1]))
+        else:
+            a = torch.mm(deg.view(-1, _BONDS), c).index_add_(0, nodes, m)
+        return a, s, deg.view(-1, _BONDS), bucket, nodes, bounds
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
