@@ -19,7 +19,7 @@ from edbatch.executor._fused import _jit, _jit_inline, _sigmoid, _tanh
 
 __all__ = ["BucketGrad", "bond_buckets", "bucket_sums", "bucket_sums_at", "compact_buckets",
            "embed_backward", "embed_forward", "gate_backward", "gate_forward", "gru_backward_c",
-           "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes"]
+           "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes", "scatter_messages"]
 
 
 # the per-row helpers are inlined into their loops (numba IR, no call per row), as in
@@ -67,22 +67,17 @@ def gru_output(p: Tensor, h: Tensor, out: Tensor) -> None:
     _output(p.numpy(), h.numpy(), out.numpy())
 
 
-@_jit_inline
-def _back_c_row(g, z, c, h, dz, dc, dh):  # type: ignore[no-untyped-def]
-    for j in range(h.shape[0]):
-        zj, cj, gj = z[j], c[j], g[j]
-        dc[j] = gj * (1 - zj) * (1 - cj * cj)
-        dz[j] = gj * (h[j] - cj) * zj * (1 - zj)
-        dh[j] = gj * zj
-
-
 @_jit
 def _back_c(g, p, h, d, dh):  # type: ignore[no-untyped-def]
+    # 2-D indexing, no row-slice views (a row helper over slices of ``p`` and ``d``: 34 ->
+    # 26 us on 854 rows of H=64, fp32, warm; bit-identical)
     n = h.shape[1]
     for b in range(p.shape[0]):
-        row, drow = p[b], d[b]
-        _back_c_row(g[b], row[n:2 * n], row[2 * n:3 * n], h[b], drow[n:2 * n],
-                    drow[2 * n:3 * n], dh[b])
+        for j in range(n):
+            zj, cj, gj = p[b, n + j], p[b, 2 * n + j], g[b, j]
+            d[b, 2 * n + j] = gj * (1 - zj) * (1 - cj * cj)
+            d[b, n + j] = gj * (h[b, j] - cj) * zj * (1 - zj)
+            dh[b, j] = gj * zj
 
 def gru_backward_c(grad: Tensor, p: Tensor, h: Tensor, d: Tensor, dh: Tensor) -> None:
     """From ``grad = d h'`` and the forward's ``P = [r z c]``: ``D[:, H:3H]`` = the
@@ -268,6 +263,30 @@ def bucket_sums_at(arena: Tensor, idx: Tensor, bucket: Tensor, count: int) -> Te
     s = arena.new_zeros(count, arena.shape[1])
     _add_indexed(arena.numpy(), idx.numpy(), s.numpy(), bucket.numpy(), s.shape[1])
     return s
+
+
+@_jit
+def _scatter_messages(m, nodes, deg, c, a):  # type: ignore[no-untyped-def]
+    bonds, width = c.shape[0], a.shape[1]
+    for v in range(a.shape[0]):
+        for j in range(width):
+            a[v, j] = deg[v * bonds] * c[0, j]
+        for b in range(1, bonds):
+            k = deg[v * bonds + b]
+            for j in range(width):
+                a[v, j] += k * c[b, j]
+    for i in range(m.shape[0]):
+        v = nodes[i]
+        for j in range(width):
+            a[v, j] += m[i, j]
+
+
+def scatter_messages(m: Tensor, nodes: Tensor, deg: Tensor, c: Tensor, out: Tensor) -> Tensor:
+    """``out = deg C + sum of the bucket messages m[i] into their nodes[i]`` (``deg``
+    ``[B * bonds]``, ``C`` ``[bonds, H]``; the torch form's ``mm(deg, C).index_add_(0,
+    nodes, m)`` in one loop, no ``[B, H]`` GEMM output and second pass); returns ``out``."""
+    _scatter_messages(m.numpy(), nodes.numpy(), deg.numpy(), c.numpy(), out.numpy())
+    return out
 
 
 class BucketGrad:

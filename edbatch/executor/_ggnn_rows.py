@@ -19,7 +19,7 @@ from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.kernels import untracked
 from edbatch.workloads.ggnn_molecules import COUNT_BITS
 
-__all__ = ["compiled", "neighbour_sums", "repeated_rows", "slot_rows", "stacked"]
+__all__ = ["compiled", "neighbour_sums", "per_attrs", "repeated_rows", "slot_rows", "stacked"]
 
 _COUNT_MASK = (1 << COUNT_BITS) - 1
 
@@ -46,6 +46,23 @@ def stacked(key: str, parts: Sequence[Tensor], make: Any) -> Any:
         return got[1]
     value = make(*parts)
     scope[slot] = (tuple(parts), value)  # held for the run: the parts' ids stay theirs
+    return value
+
+
+def per_attrs(key: Any, attrs: Tensor, make: Any) -> Any:
+    """``make()``, a pure function of ``attrs`` (and of ``key``), made once per executor run
+    for equal attrs (the rounds of a message-passing net repeat a batch's attrs) and kept in
+    the run's scope as :func:`stacked` keeps weights; outside a run, made afresh. A hit
+    needs the same attrs tensor or an equal one (``torch.equal``, a few microseconds)."""
+    scope = TRANSPOSED.entries
+    if scope is None:
+        return make()
+    slot: Any = ("attrs", key, attrs.shape[0], attrs.device)
+    got: Any = scope.get(slot)
+    if got is not None and (got[0] is attrs or torch.equal(got[0], attrs)):
+        return got[1]
+    value = make()
+    scope[slot] = (attrs, value)
     return value
 
 

@@ -178,6 +178,10 @@ class RoleGrads:
         """``acc.add``: a whole gradient of parameter ``role`` (its shape)."""
         self.acc.add(getattr(self.names, role), grad)
 
+    def addmm(self, role: str, a: Tensor, b: Tensor, like: Tensor, start: int = 0) -> None:
+        """``acc.addmm``: ``d role[:, start:] += a @ b`` in place (see ParamGrads)."""
+        self.acc.addmm(getattr(self.names, role), a, b, like, start)
+
 
 class CellKind:
     """Base of a cell kind (see the module doc for what a subclass declares).

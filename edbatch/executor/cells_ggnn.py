@@ -41,10 +41,12 @@ from edbatch.executor._fused_ggnn import (
     gru_backward_r,
     gru_gates,
     gru_output,
+    scatter_messages,
 )
 from edbatch.executor._ggnn_rows import (
     compiled,
     neighbour_sums,
+    per_attrs,
     repeated_rows,
     slot_rows,
     stacked,
@@ -77,6 +79,11 @@ _BONDS = len(BOND_TYPES)
 #: fused kernels on, nothing recording autograd); ``False``: the dense form everywhere (an
 #: ablation switch; both are checked equal in ``tests/workloads/test_ggnn_molecules.py``).
 COMPACT = True
+#: Whether ``ggnn.update`` adds its weight gradients in place (:meth:`RoleGrads.addmm`: no
+#: per-batch result, ``cat`` or final stack-and-sum) and makes its message buckets once per
+#: run for equal attrs (the rounds); ``False``: per batch, the form before 2026-11-28 (an
+#: ablation switch for ``benchmarks/ggnn_ab.py``; both are checked equal in the tests).
+REUSE = True
 Grads = list[Tensor | None]
 
 
@@ -196,8 +203,10 @@ class GGNNUpdate(CellKind):
         rows (one merged read), summed where they lie."""
         like = slots[0] if at is None else at.arena
         rows = sum(t.shape[0] for t in slots) if at is None else at.idx.shape[0]
-        bucket, deg, nodes, bounds = compact_buckets(attrs, rows, max(len(slots), 1), _BONDS,
-                                                     COUNT_BITS, like.dtype)
+        slots_ = max(len(slots), 1)  # the buckets: once per run for equal attrs (rounds)
+        make = lambda: compact_buckets(attrs, rows, slots_, _BONDS, COUNT_BITS, like.dtype)  # noqa: E731
+        bucket, deg, nodes, bounds = per_attrs(
+            ("ggnn.update/buckets", rows, slots_, like.dtype), attrs, make) if REUSE else make()
         s = bucket_sums(list(slots), bucket, bounds[-1]) if at is None else \
             bucket_sums_at(at.arena, at.idx, bucket, bounds[-1])
         m = torch.empty_like(s)
@@ -205,9 +214,12 @@ class GGNNUpdate(CellKind):
             if bounds[b + 1] > bounds[b]:
                 torch.mm(s[bounds[b]:bounds[b + 1]], getattr(p, f"A{b}").t(),
                          out=m[bounds[b]:bounds[b + 1]])
-        deg = deg.view(-1, _BONDS)
-        a = torch.mm(deg, GGNNUpdate._message_weights(p)[1]).index_add_(0, nodes, m)
-        return a, s, deg, bucket, nodes, bounds
+        c = GGNNUpdate._message_weights(p)[1]
+        if REUSE and _fused.usable(m, c):  # deg C and the scatter in one compiled loop
+            a = scatter_messages(m, nodes, deg, c, m.new_empty(attrs.shape[0], m.shape[1]))
+        else:
+            a = torch.mm(deg.view(-1, _BONDS), c).index_add_(0, nodes, m)
+        return a, s, deg.view(-1, _BONDS), bucket, nodes, bounds
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
@@ -287,11 +299,20 @@ class GGNNUpdate(CellKind):
             d_r = d[:, :hidden]
             SIGMOID_GRAD(torch.mul(d_rh, h, out=d_r), r, grad_input=d_r)
             d_h.addcmul_(d_rh, r)
-        d_h.addmm_(d[:, :2 * hidden], p.W_rz[:, hidden:])
+        d_rz = d[:, :2 * hidden]
+        d_h.addmm_(d_rz, p.W_rz[:, hidden:])
         d_a = d @ w_a
-        g_a, bias = d.t() @ a, d.sum(0)  # weight gradients per batch: no cat over batches
-        grads.add("W_rz", torch.cat([g_a[:2 * hidden], d[:, :2 * hidden].t() @ h], dim=1))
-        grads.add("W_c", torch.cat([g_a[2 * hidden:], d_c.t() @ rh], dim=1))
+        if REUSE:  # weight gradients added in place by column block (no result or cat)
+            d_rz_t, d_c_t = d_rz.t(), d_c.t()
+            grads.addmm("W_rz", d_rz_t, a, p.W_rz)
+            grads.addmm("W_rz", d_rz_t, h, p.W_rz, hidden)
+            grads.addmm("W_c", d_c_t, a, p.W_c)
+            grads.addmm("W_c", d_c_t, rh, p.W_c, hidden)
+        else:
+            g_a = d.t() @ a
+            grads.add("W_rz", torch.cat([g_a[:2 * hidden], d_rz.t() @ h], dim=1))
+            grads.add("W_c", torch.cat([g_a[2 * hidden:], d_c.t() @ rh], dim=1))
+        bias = d.sum(0)
         grads.add("b_rz", bias[:2 * hidden])
         grads.add("b_c", bias[2 * hidden:])
         if not saved.index.numel():
@@ -304,7 +325,10 @@ class GGNNUpdate(CellKind):
             d_m, d_s = d_a.index_select(0, saved.nodes), torch.empty_like(s)
             for b in range(_BONDS):
                 lo, hi = bounds[b], bounds[b + 1]
-                grads.add(f"A{b}", d_m[lo:hi].t() @ s[lo:hi])
+                if REUSE:
+                    grads.addmm(f"A{b}", d_m[lo:hi].t(), s[lo:hi], getattr(p, f"A{b}"))
+                else:
+                    grads.add(f"A{b}", d_m[lo:hi].t() @ s[lo:hi])
                 if hi > lo:
                     torch.mm(d_m[lo:hi], getattr(p, f"A{b}"), out=d_s[lo:hi])
             if saved.in_place:  # routed by bucket straight into the gradient arena

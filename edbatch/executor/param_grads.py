@@ -33,6 +33,7 @@ class ParamGrads:
         self._linear: dict[tuple[str, int], tuple[str | None, list[Tensor], list[Tensor]]] = {}
         self._rows: dict[str, tuple[list[Tensor], list[Tensor]]] = {}
         self._dense: dict[str, list[Tensor]] = {}
+        self._sums: dict[str, Tensor] = {}
 
     def linear(self, names: Sequence[str], d_out: Tensor, x: Tensor, start: int = 0) -> None:
         """Record ``y = x W^T + b`` for ``names = (W, b)``: ``dW += d_out^T x``,
@@ -54,6 +55,21 @@ class ParamGrads:
     def add(self, name: str, grad: Tensor) -> None:
         """Record a whole gradient of parameter ``name`` (its shape), summed at the end."""
         self._dense.setdefault(name, []).append(grad)
+
+    def addmm(self, name: str, a: Tensor, b: Tensor, like: Tensor, start: int = 0) -> None:
+        """``d name[:, start:start + N] += a @ b`` (``b`` ``[K, N]``), accumulated in place in
+        one buffer per parameter (zeros of ``like``, the parameter, at the first call): a
+        weight used by several batches, or read as column blocks, gets its gradient with
+        no per-batch result, ``cat`` or final stack-and-sum."""
+        buf = self._sums.get(name)
+        if buf is None:
+            buf = self._sums[name] = torch.zeros_like(like)
+        if buf.dim() != 2 or a.dim() != 2 or b.dim() != 2 or a.shape[0] != buf.shape[0] \
+                or start < 0 or start + b.shape[1] > buf.shape[1]:
+            raise ValueError(f"addmm into the gradient of {name!r} {tuple(buf.shape)}: "
+                             f"{tuple(a.shape)} @ {tuple(b.shape)} at column {start} "
+                             "does not fit")
+        buf[:, start:start + b.shape[1]].addmm_(a, b)
 
     def result(self, params: Mapping[str, Tensor]) -> dict[str, Tensor]:
         """The summed gradient of every parameter recorded (others are absent)."""
@@ -82,4 +98,6 @@ class ParamGrads:
                 add(name, torch.zeros_like(table).index_add_(0, idx, rows))
         for name, grads in self._dense.items():
             add(name, grads[0] if len(grads) == 1 else torch.stack(grads).sum(0))
+        for name, buf in self._sums.items():
+            add(name, buf)
         return out

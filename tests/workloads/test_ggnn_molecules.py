@@ -295,7 +295,9 @@ def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
     """fp64, compiled kernels on: the compact message form with the repeated slots read as
     one operand (summed where they lie in the arena, or gathered first) gives the dense
     form's loss and gradients (every parameter), and the program does read an update's
-    neighbours (as arena rows, an ``IndexedRead``) and the readout's atoms as one operand."""
+    neighbours (as arena rows, an ``IndexedRead``) and the readout's atoms as one operand.
+    ``per-batch`` (``REUSE`` off: per-batch weight gradients and buckets) gives the same,
+    and with ``REUSE`` on the rounds' equal attrs make their buckets once."""
     from edbatch.executor import cells_ggnn
     from edbatch.executor._program import compile_program
 
@@ -303,11 +305,20 @@ def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
     schedule = make_scheduler("depth")(graph)
     plan = plan_memory(graph, schedule, "naive")
     out = {}
-    for form in ("compact", "gathered", "dense"):
+    made: Counter[str] = Counter()
+    make = cells_ggnn.compact_buckets
+
+    def counted(*args: Any) -> Any:
+        made[form] += 1
+        return make(*args)
+
+    monkeypatch.setattr(cells_ggnn, "compact_buckets", counted)
+    for form in ("compact", "per-batch", "gathered", "dense"):
         on = form != "dense"
-        monkeypatch.setattr(cells_ggnn.GGNNUpdate, "indexed_reads", (1,) if form == "compact"
-                            else ())
+        monkeypatch.setattr(cells_ggnn.GGNNUpdate, "indexed_reads",
+                            (1,) if form in ("compact", "per-batch") else ())
         monkeypatch.setattr(cells_ggnn, "COMPACT", on)
+        monkeypatch.setattr(cells_ggnn, "REUSE", form != "per-batch")
         monkeypatch.setattr(cells_ggnn.GGNNUpdate, "merge_repeated", 1 if on else None)
         monkeypatch.setattr(cells_ggnn.GGNNReadout, "merge_repeated", 0 if on else None)
         steps = compile_program(graph, schedule, plan, torch.device("cpu"), None).steps
@@ -316,7 +327,7 @@ def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
             assert (reads["ggnn.update"], reads["ggnn.readout"]) == (2, 1)
             kinds = {type(s.reads[1]).__name__ for s in steps
                      if s.op.kind == "ggnn.update" and s.size > 1}
-            assert kinds == {"IndexedRead" if form == "compact" else "RowsRead"}
+            assert kinds == {"IndexedRead" if form != "gathered" else "RowsRead"}
         else:
             assert reads["ggnn.update"] > 2 and reads["ggnn.readout"] > 1
         trainable = {k: v.clone().requires_grad_() for k, v in params64().items()}
@@ -325,7 +336,10 @@ def test_compact_messages_and_merged_reads_equal_the_dense_per_slot_form(
         assert trained is not None
         out[form] = [trained.detach(), *grads(trained, trainable)]
     torch.testing.assert_close(out["compact"][0], loss, **TOL)
-    for other in ("gathered", "dense"):
+    updates = sum(s.op.kind == "ggnn.update" and s.size > 1 for s in steps)
+    assert made["per-batch"] == updates and made["dense"] == 0
+    assert made["compact"] == made["gathered"] == updates // T  # T rounds, the same attrs
+    for other in ("per-batch", "gathered", "dense"):
         for k, (a, b) in enumerate(zip(out["compact"], out[other], strict=True)):
             torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10, msg=f"{other} {k}")
     for k, (a, b) in enumerate(zip(out["compact"][1:], ref, strict=True)):
