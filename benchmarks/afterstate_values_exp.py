@@ -14,7 +14,38 @@ mini-batches, test the unseen G1-G17); the inputs are the cache of
 :mod:`benchmarks.afterstate_trees_exp` (``--cache``). Selection by training batches only;
 test ratios of every candidate are printed for the record.
 
-    python -m benchmarks.afterstate_values_exp --mask full --trees 50
+    python -m benchmarks.afterstate_values_exp --mask full            # 1.0968
+    python -m benchmarks.afterstate_values_exp --mask full --rounds 3
+
+2026-11-28 13:34-14:05 UTC (load 1-7), G1-G17 x LB of the candidate selected by training
+batches (train batches in brackets; critical path 7445, the imitation ``--lean --extra
+miss2`` 7364 / 1.0991, its trees 7353 / 1.0978):
+
+* linear value fit, ``--mask full`` (every column): **1.0968 (7352)**; ``lean`` 1.1013
+  (7378); ``prio`` (all priority features + ``miss2``) 1.0998 (7377); ``prio`` without
+  extras 1.1070; ``lean --extra all`` 1.1015; ``prio --extra owns miss2 margin
+  tight_wait`` 1.0968 (7352, the same schedules), ``miss2 n_tight2`` 1.0993, ``owns margin
+  tight_wait`` 1.1010;
+* targets: ``--cap 3`` 1.1015 (full) / 1.1035 (lean), ``--cap 6`` 1.0983, ``--power 0.5``
+  1.1015, ``--power 1.5`` 1.1040; weights: ``--per-decision`` 1.0983, ``--gap-weight 0.5``
+  1.1035, ``-0.5`` 1.1033;
+* least-squares trees on the linear value fit (``--trees``): depth 2 / 3, 10-200 trees,
+  1.0981-1.1042, never selected (train 7353-7390);
+* fitted-Q rounds (``--rounds 3``): the student's states, cp rollouts, aggregated: train
+  7351 / 7348 / 7341, test 1.0981 / 1.0978 / 1.1003; ``--rollout student`` (policy
+  iteration): 1.1010 / 1.1023 / 1.0996 (train 7364 / 7352 / 7351);
+* critical path's states with rollouts over a better base (one-off, not a flag): the
+  imitation 1.0996 (7357), with the cp labels aggregated 1.0993; the value fit itself
+  1.0998, aggregated 1.0993;
+* regressing on the difference to the decision's best row (not per decision centred):
+  1.1144 full, 1.1094 lean (worse);
+* blend of the value fit and the imitation's score (both scaled to unit centred deviation),
+  alpha 0-1: 1.0981-1.1020 between the two ends.
+
+Nothing reached 1.095. Per decision (``priority_cost --workload lattice_lstm --graphs 3
+--afterstate --policy``, CPU, load 5.6-6.8): the full value fit 13.1 us over critical path
+(it reads the context rows and every extra column) against 6.5 us for ``--lean --extra
+miss2`` in the same session.
 """
 
 from __future__ import annotations
@@ -110,10 +141,9 @@ def fit(d, lab, args, active):  # type: ignore[no-untyped-def]
     if args.per_decision:
         wt = 1.0 / np.bincount(seg, minlength=n)[seg]
         wt *= len(wt) / wt.sum()
-    if args.gap_weight:
-        gap = np.bincount(seg, y, n)  # not the max: the sum of a decision's values
-        wt = (np.maximum.reduceat(y, np.flatnonzero(np.r_[1, np.diff(seg)])) ** args.gap_weight
-              )[seg] if gap is not None else None
+    if args.gap_weight:  # each decision weighted by its largest value ** gap_weight
+        top = np.maximum.reduceat(y, np.flatnonzero(np.r_[1, np.diff(seg)]))
+        wt = (top ** args.gap_weight)[seg]
         wt *= len(wt) / wt.sum()
     betas = ridge(x, seg, y, n, active, args.lams, wt)
     ws = np.vstack([-b for b in betas])
