@@ -36,7 +36,8 @@ miss2`` 7364 / 1.0991, its trees 7353 / 1.0978):
   iteration): 1.1010 / 1.1023 / 1.0996 (train 7364 / 7352 / 7351);
 * critical path's states with rollouts over a better base (one-off, not a flag): the
   imitation 1.0996 (7357), with the cp labels aggregated 1.0993; the value fit itself
-  1.0998, aggregated 1.0993;
+  1.0998, aggregated 1.0993; the imitation's states (cp rollouts) alone 1.1028 (7367), with
+  cp's 1.0998 (7352); the value student's states alone (not aggregated) 1.0993 (7362);
 * regressing on the difference to the decision's best row (not per decision centred):
   1.1144 full, 1.1094 lean (worse);
 * blend of the value fit and the imitation's score (both scaled to unit centred deviation),
