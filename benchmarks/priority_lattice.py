@@ -33,7 +33,9 @@ fits / searches the extra afterstate columns (:data:`policies.afterstate.EXTRA_F
 two-step lookahead, margins; else their weights stay 0). ``--teacher-rounds N`` (with
 ``--imitate``) adds approximate policy iteration (:mod:`policies.afterstate_api`: the
 student's states labelled by rollouts over it, ``--rollout-base both``: over the better of
-it and critical path; ``--aggregate``, ``--warm``).
+it and critical path; ``--aggregate``, ``--warm``). ``--values`` (with ``--imitate``): fit
+the teacher's rollout *values* by ridge regression instead of its choices
+(:mod:`policies.afterstate_values`; the best held-out variant: ``--extra all``, no ``--lean``).
 
 ``--dagger-rounds N`` adds DAgger imitation of a rollout teacher after the CEM
 (:mod:`policies.priority_dagger`; ``--teacher``, ``--weighting``, ``--dagger-first``; with
@@ -109,6 +111,9 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
                     help="with --teacher-rounds: fit every round's labels so far")
     ap.add_argument("--warm", action="store_true",
                     help="with --teacher-rounds: each fit starts from the current student")
+    ap.add_argument("--values", action="store_true",
+                    help="with --imitate: regress the rollout values instead of imitating "
+                    "the choices (policies.afterstate_values)")
     ap.add_argument("--dumps", action="store_true",
                     help="the held-out dump protocol (train G0 + extra, test G1-G17)")
     ap.add_argument("--train-shuffles", type=int, default=3, help="with --dumps")
@@ -164,7 +169,9 @@ def _run(args: argparse.Namespace, test: list, val: list, train_of) -> dict[int,
                                     imitate_rounds=args.teacher_rounds,
                                     imitate_base=args.rollout_base,
                                     imitate_aggregate=args.aggregate,
-                                    imitate_warm=args.warm) if args.afterstate \
+                                    imitate_warm=args.warm,
+                                    imitate_target="values" if args.values else "choices"
+                                    ) if args.afterstate \
             else PriorityTrainer(args.iterations, args.population, args.elite, seed=seed,
                                  hidden_units=args.hidden_units,
                                  api_rounds=args.api_rounds, far=args.far,

@@ -33,6 +33,7 @@ from policies.afterstate import (
 from policies.afterstate_api import BASES, api_rounds
 from policies.afterstate_imitate import IMITATE_STEPS, lean_mask
 from policies.afterstate_imitate import imitate as imitate_teacher
+from policies.afterstate_values import fit_values
 from policies.priority import FEATURES
 from policies.priority_train import cem_generation, searched
 
@@ -69,6 +70,9 @@ class AfterstateTrainer:
             over ``imitate_base``, ``student`` or ``both``; ``imitate_aggregate``: fit every
             round's labels so far, the critical-path teacher's included; ``imitate_warm``:
             fit from the current student). 0: none.
+        imitate_target: what the imitation fits: ``"choices"`` (the teacher's choices,
+            cross-entropy) or ``"values"`` (the rollout values regressed,
+            :mod:`policies.afterstate_values`; no policy-iteration rounds).
     """
 
     name = "afterstate"
@@ -80,7 +84,7 @@ class AfterstateTrainer:
                  imitate_priority_features: int | None = None,
                  extra_features: Sequence[str] = (), imitate_rounds: int = 0,
                  imitate_base: str = "student", imitate_aggregate: bool = False,
-                 imitate_warm: bool = False) -> None:
+                 imitate_warm: bool = False, imitate_target: str = "choices") -> None:
         if population < 2 or not 1 <= elite <= population or iterations < 0:
             raise ValueError(f"need population >= 2, 1 <= elite <= population and "
                              f"iterations >= 0; got population={population}, elite={elite}, "
@@ -97,6 +101,12 @@ class AfterstateTrainer:
                              f"got {imitate_rounds!r}, {imitate_base!r}")
         self.imitate_rounds, self.imitate_base = int(imitate_rounds), imitate_base
         self.imitate_aggregate, self.imitate_warm = bool(imitate_aggregate), bool(imitate_warm)
+        if imitate_target not in ("choices", "values") or (
+                imitate_target == "values" and imitate_rounds):
+            raise ValueError(f"need imitate_target 'choices' or 'values' (the latter without "
+                             f"imitate_rounds); got {imitate_target!r}, imitate_rounds="
+                             f"{imitate_rounds!r}")
+        self.imitate_target = imitate_target
 
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,
             checkpoint: Any = None, progress: bool = False,
@@ -114,7 +124,10 @@ class AfterstateTrainer:
                                  after_mask(self.extra_features)])
         base = int(population_afterstate(train, w0[None]).sum())
         best_w, best, imitation = w0.copy(), base, None
-        if self.imitate:
+        if self.imitate and self.imitate_target == "values":
+            wi, bi, imitation = fit_values(
+                train, lean_mask(self.imitate_priority_features, self.extra_features))
+        elif self.imitate:
             first: list[tuple] = []  # type: ignore[type-arg]
             wi, bi, imitation = imitate_teacher(train_graphs, self.imitate_steps,
                                                 priority_features=self.imitate_priority_features,
@@ -126,10 +139,10 @@ class AfterstateTrainer:
                     self.imitate_steps, base=self.imitate_base,
                     aggregate=self.imitate_aggregate, first=first[0], warm=self.imitate_warm,
                     progress=progress)
-            if bi < best:
-                best_w, best = wi, bi
-                active = lean_mask(self.imitate_priority_features,  # the weights the fit set
-                                   self.extra_features)
+        if imitation is not None and bi < best:
+            best_w, best = wi, bi
+            active = lean_mask(self.imitate_priority_features,  # the weights the fit set
+                               self.extra_features)
         mean, std = best_w.copy(), np.where(active, self.sigma, 0.0)
         history: list[dict[str, float]] = []
         episodes = len(train)
@@ -153,7 +166,8 @@ class AfterstateTrainer:
             axis=1).tolist()
         learned = best < base and val_new <= val_base
         meta = dict(metadata or {})
-        meta.update({"learner": ("imitation, then " if self.imitate else "")
+        fitted = "value fit" if self.imitate_target == "values" else "imitation"
+        meta.update({"learner": (f"{fitted}, then " if self.imitate else "")
                      + "cross-entropy method", "lookahead": "one step (afterstate)",
                      "iterations": self.iterations, "population": self.population,
                      "elite": self.elite, "seed": self.seed, "far": self.far,
