@@ -10,9 +10,12 @@ same multiply-adds in fewer, larger products; ``hoist=False`` lists the per-batc
 cost (issue 32: the floor it replaces gave every product its own random weight, 171 distinct
 360 KB ``W_h`` copies in a lattice mini-batch, 61 MB, so each small-row product streamed its
 weight from memory where the model multiplies by one cached ``W_h``; ``fsm`` ran at 0.93x
-that floor; measured alone, one shared weight made the same products 0.78-0.80x as long,
-the layout ``x @ W^T`` vs a contiguous ``W^T`` 1-2%, ``mm`` vs ``addmm``, a fresh output vs
-``out=`` and a 64 MB cache flush before the run nothing measurable):
+that floor; measured alone on one lattice, BiLSTM and Tree-LSTM mini-batch, one shared
+weight made the same products 0.76-0.80x as long, this floor 0.72-0.82x; the layout
+``x @ W^T`` vs a contiguous ``W^T`` 1-2%, ``mm`` vs ``addmm``, a fresh output vs ``out=``, a
+64 MB cache flush before the run, and ``?gemm`` called from compiled code instead of
+``torch.mm`` nothing that lowers it; in a throughput run, where the old floor's operands were
+cold, this floor is 0.61-0.82x the old one):
 
 * **weights**: the model's own parameter tensors (one per parameter, shared by all its
   products and all mini-batches, as every contender shares them), each block ``W[:, s:s+k]``

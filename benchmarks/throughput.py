@@ -33,7 +33,7 @@ compiled call per run of them, the default);
 node, where ``benchmarks/peers/<name>.py`` has an ``Unbatched``; first
 ``--unbatched-minibatches`` only); ``floor`` (the GEMMs of the ``fsm`` schedule's hoisted
 program alone, as a lower bound: on the model's own weights, shared and cache-warm operands,
-per product the faster of ``x @ W^T`` as a strided view and as a contiguous copy, in training
+the faster of two sweeps, ``x @ W^T`` as a strided view and as a contiguous copy, in training
 ``dY W`` per product and one ``dY^T X`` per weight block; :mod:`benchmarks._gemm_floor`); DyNet
 ``dynet_autobatch{0,1,2}`` (one ``benchmarks/dynet_peer.py --serve`` worker each, if
 ``dynet`` is installed; ``--no-dynet-interleave`` times each worker as one block instead,
