@@ -15,7 +15,7 @@ weight made the same products 0.76-0.80x as long, this floor 0.72-0.82x; the lay
 ``x @ W^T`` vs a contiguous ``W^T`` 1-2%, ``mm`` vs ``addmm``, a fresh output vs ``out=``, a
 64 MB cache flush before the run, and ``?gemm`` called from compiled code instead of
 ``torch.mm`` nothing that lowers it; in a throughput run, where the old floor's operands were
-cold, this floor is 0.61-0.82x the old one):
+cold, this floor is 0.71-0.86x the old one at load 0.2-0.6, 0.61-0.82x at load 6):
 
 * **weights**: the model's own parameter tensors (one per parameter, shared by all its
   products and all mini-batches, as every contender shares them), each block ``W[:, s:s+k]``
