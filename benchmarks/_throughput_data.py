@@ -6,13 +6,9 @@ the GEMM floor and the peak-memory probe.
   a seeded permutation of the *training* split (a new permutation when one is used up), so
   no mini-batch repeats within a run; ``repeated``: every pass runs the same first mini-batches
   of the evaluation split (what memoisation by structure profits from).
-* :class:`GemmFloor`: the matrix products a schedule issues (one per weight per batch, with
-  the batch's real row count; in training also the two backward products ``dY W`` and
-  ``dY^T X``), pre-allocated and timed alone: the floor no batching scheme can go under.
-  :func:`gemm_shapes` lists them for the executor's default program: with input-projection
-  hoisting (:mod:`edbatch.executor._hoist`) an LSTM cell's weight ``[W_x W_h]`` is one
-  projection GEMM ``W_x`` over many batches' rows plus one ``W_h`` GEMM per batch, the same
-  multiply-adds in fewer, larger products; ``hoist=False`` lists the per-batch cells'.
+* :class:`GemmFloor`, :func:`gemm_shapes`, :func:`make_floors` (from
+  :mod:`benchmarks._gemm_floor`): the matrix products a schedule issues, timed alone as a
+  lower bound on their cost (what exactly: that module's docstring).
 * :func:`peak_rss_mb`: the resident-set growth while a function runs (sampled every 0.5 ms
   from ``/proc/self/statm`` after returning freed heap to the system with ``malloc_trim``).
 """
@@ -24,25 +20,18 @@ import ctypes.util
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from edbatch.executor.cell_kind import CELL_KINDS
-from edbatch.executor.cells_hoist import HOISTS
-from edbatch.executor.torch_executor import TorchExecutor
-from edbatch.graph import Graph, OpType
-from edbatch.memory import plan_memory
-from edbatch.schedule import Schedule
+from benchmarks._gemm_floor import Gemm, GemmFloor, gemm_shapes, make_floors
+from edbatch.graph import Graph
 
-__all__ = ["DATA_MODES", "GemmFloor", "gemm_shapes", "minibatch_plan", "peak_rss_mb",
-           "structure_hash"]
+__all__ = ["DATA_MODES", "Gemm", "GemmFloor", "gemm_shapes", "make_floors", "minibatch_plan",
+           "peak_rss_mb", "structure_hash"]
 
 DATA_MODES = ("reshuffled", "repeated")
-_EMBEDDING_SUFFIXES = (".E", "emb")  # tables read by lookups, not multiplied
 
 
 def minibatch_plan(data: str, num_train: int, num_eval: int, batch_size: int,
@@ -70,77 +59,6 @@ def minibatch_plan(data: str, num_train: int, num_eval: int, batch_size: int,
 def structure_hash(graph: Graph) -> bytes:
     """The graph's structure key (op ids, operands, attrs: what memoisation keys on)."""
     return graph.structure_key()
-
-
-def gemm_shapes(graph: Graph, schedule: Schedule, param_shapes: Mapping[str, tuple[int, ...]],
-                hoist: bool = True) -> list[tuple[int, int, int]]:
-    """``(rows, in, out)`` of every matrix product the executor's program for ``schedule``
-    issues: one per 2-D weight of a batch's op type (embedding tables excluded), rows =
-    batch size; with ``hoist`` (the executor's default), a hoisted LSTM cell's weight
-    ``(4H, in + H)`` as its projection steps' ``W_x`` products and its batches' ``W_h``."""
-    if not hoist:
-        return [shape for batch in schedule.batches
-                for shape in _weights(graph.vocab[batch.op_id], len(batch.node_ids),
-                                      param_shapes)]
-    program, _ = TorchExecutor("cpu", hoist=True)._program(
-        graph, schedule, plan_memory(graph, schedule, "naive"))
-    shapes: list[tuple[int, int, int]] = []
-    for step in program.steps:
-        op = step.op
-        kind = op.kind.removesuffix(".projection")
-        spec = HOISTS.get(kind)
-        if spec is None or (op.kind == kind and step.kernel is not spec.cell):
-            shapes += _weights(op, step.size, param_shapes)  # not hoisted
-            continue
-        gates, inputs = param_shapes[op.params[spec.weight]]
-        hidden = gates // 4
-        if op.kind != kind:  # the projection: W_x over the group's rows
-            shapes.append((step.size, inputs - hidden, gates))
-        else:  # the hoisted cell: W_h, and any other weight of the op
-            shapes.append((step.size, hidden, gates))
-            shapes += _weights(op, step.size, param_shapes, skip=op.params[spec.weight])
-    return shapes
-
-
-def _weights(op: OpType, rows: int, param_shapes: Mapping[str, tuple[int, ...]],
-             skip: str = "") -> list[tuple[int, int, int]]:
-    out = []
-    cell = CELL_KINDS.get(op.kind)  # tables a cell kind declares (e.g. parser.E_w) are read
-    tables = {name for name, q in zip(op.params, cell.params, strict=False)
-              if q.init == "embedding"} if cell is not None else set()
-    for name in op.params:
-        shape = param_shapes.get(name)
-        if name != skip and shape is not None and len(shape) == 2 and \
-                not name.endswith(_EMBEDDING_SUFFIXES) and name not in tables:
-            out.append((rows, shape[1], shape[0]))
-    return out
-
-
-class GemmFloor:
-    """Pre-allocated operands of the GEMMs of one mini-batch; :meth:`run` times them alone."""
-
-    def __init__(self, shapes: Sequence[tuple[int, int, int]], train: bool,
-                 generator: torch.Generator) -> None:
-        def rand(*size: int) -> Tensor:
-            return torch.rand(size, generator=generator)
-
-        self.train = train
-        self.forward = [(rand(b, i), rand(o, i)) for b, i, o in shapes]
-        self.backward = [(rand(b, o), rand(o, i), rand(b, i)) for b, i, o in shapes] \
-            if train else []
-        self.num_gemms = len(shapes) * (3 if train else 1)
-
-    def run(self) -> dict[str, float]:
-        """Seconds of the forward products (``execution``) and backward ones (``backward``)."""
-        clock = time.perf_counter
-        t0 = clock()
-        for x, w in self.forward:
-            torch.mm(x, w.t())
-        t1 = clock()
-        for dy, w, x in self.backward:
-            torch.mm(dy, w)
-            torch.mm(dy.t(), x)
-        return {"execution": t1 - t0, **({"backward": clock() - t1} if self.train else {})}
 
 
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 4096 / 2**20

@@ -22,8 +22,9 @@ Same equations (:mod:`edbatch.workloads.module_net`), parameters (the dict of
   between the others (the worker's own construction, forward, backward and update, learning
   rate 0), loaded with the same parameters (an ``.npz``); ``--dynet`` with nothing skips them.
 * ``floor``: the same mini-batch's GEMMs alone (forward ``X W^T``, backward ``dY W`` and
-  ``dY^T X``; shapes of the ``critical_path`` schedule's batches, rows = batch size, as
-  ``benchmarks/throughput.py``'s floor: :func:`benchmarks._throughput_data.gemm_shapes`);
+  one ``dY^T X`` per weight; shapes of the ``critical_path`` schedule's batches, rows =
+  batch size, on the model's weights, as ``benchmarks/throughput.py``'s floor:
+  :mod:`benchmarks._gemm_floor`);
   every row's ``xfloor`` is its time over the floor's.
 * ``--policy PATH`` adds a learned artifact (``experiments.train``'s ``policy.json``: FSM,
   priority or distilled priority FSM) as ``edbatch/learned``: its run-time scheduler (no
@@ -231,7 +232,7 @@ def _interleave(args: argparse.Namespace, train: Sequence[QuestionInstance],
             insts = [train[i] for i in perm[m * args.batch_size:(m + 1) * args.batch_size]]
             graph = ctx.workload.minibatch(args.split, [i.index for i in insts])
             floor = GemmFloor(gemm_shapes(graph, ctx.schedulers["critical_path"](graph),
-                                          shapes, hoist=False), True, gen)
+                                          shapes, hoist=False), True, params, gen)
             names = ["unbatched", "suarez", *(f"edbatch/{h}" for h in heuristics), "auto",
                      *ctx.dynet, "floor"]
             if args.unfused:

@@ -32,7 +32,9 @@ compiled call per run of them, the default);
 (:mod:`benchmarks.hand_batched`); ``pytorch_unbatched`` (per-instance PyTorch, node by
 node, where ``benchmarks/peers/<name>.py`` has an ``Unbatched``; first
 ``--unbatched-minibatches`` only); ``floor`` (the GEMMs of the ``fsm`` schedule's hoisted
-program alone); DyNet
+program alone, as a lower bound: on the model's own weights, shared and cache-warm operands,
+the faster of two sweeps, ``x @ W^T`` as a strided view and as a contiguous copy, in training
+``dY W`` per product and one ``dY^T X`` per weight block; :mod:`benchmarks._gemm_floor`); DyNet
 ``dynet_autobatch{0,1,2}`` (one ``benchmarks/dynet_peer.py --serve`` worker each, if
 ``dynet`` is installed; ``--no-dynet-interleave`` times each worker as one block instead,
 ``--data repeated`` only). TorchFold cannot run on this torch (the reason is in the JSON's
@@ -92,7 +94,7 @@ from benchmarks._throughput_cli import (
     make_parser,
     parse_size,
 )
-from benchmarks._throughput_data import GemmFloor, gemm_shapes, minibatch_plan
+from benchmarks._throughput_data import GemmFloor, gemm_shapes, make_floors, minibatch_plan
 from benchmarks._throughput_dynet import (
     BATCH_SIZE,
     DYNET_CONTENDERS,
@@ -157,20 +159,17 @@ def _schedulers(policy: Any, contenders: Sequence[str]) -> dict[str, Callable[[G
     return schedulers
 
 
-def _floors(wl: Workload, split: str, plan: Plan,
-            scheduler: Callable[[Graph], Schedule], train: bool) -> list[list[GemmFloor]]:
-    """The GEMM floor of every planned mini-batch (built before any timing)."""
-    gen = torch.Generator().manual_seed(0)
+def _floors(wl: Workload, split: str, plan: Plan, scheduler: Callable[[Graph], Schedule],
+            train: bool, params: dict[str, torch.Tensor]) -> list[list[GemmFloor]]:
+    """The GEMM floor of every planned mini-batch on the model's own ``params`` (built before
+    any timing; :mod:`benchmarks._gemm_floor`)."""
     data = wl.load(split)
     shapes = wl.param_shapes()
-    out = []
-    for passes in plan:
-        row = []
-        for idx in passes:
-            graph = wl.build_graph([data[i] for i in idx])
-            row.append(GemmFloor(gemm_shapes(graph, scheduler(graph), shapes), train, gen))
-        out.append(row)
-    return out
+    lists = [gemm_shapes(graph, scheduler(graph), shapes)
+             for passes in plan for graph in (wl.build_graph([data[i] for i in idx])
+                                              for idx in passes)]
+    floors = iter(make_floors(lists, train, params, torch.Generator().manual_seed(0)))
+    return [[next(floors) for _ in passes] for passes in plan]
 
 
 def _edbatch_rows(name: str, size: str, wl: Workload, split: str,
@@ -213,7 +212,7 @@ def _edbatch_rows(name: str, size: str, wl: Workload, split: str,
         if PT_UNBATCHED in use:
             job.unbatched = make_unbatched(wl, params)
         if FLOOR in args.contenders:
-            job.floors = _floors(wl, split, plan, floor_scheduler, train)
+            job.floors = _floors(wl, split, plan, floor_scheduler, train, params)
             use.append(FLOOR)
         with _setup_frozen():
             rows += bench_job(job, use, args)

@@ -72,7 +72,7 @@ def test_the_floor_lists_the_hoisted_programs_gemms_with_the_same_multiply_adds(
     """Hoisting regroups an LSTM cell's products (one ``W_x`` projection over many batches,
     one ``W_h`` per batch), it adds none: the floor's multiply-adds stay those of the
     per-batch cells; Tree-LSTM has no hoisted cell, so its list is unchanged."""
-    from benchmarks._throughput_data import gemm_shapes
+    from benchmarks._throughput_data import Gemm, gemm_shapes
     from edbatch.schedule import make_scheduler
 
     wl = make_workload(name, embed_dim=6, hidden_dim=5)
@@ -84,10 +84,80 @@ def test_the_floor_lists_the_hoisted_programs_gemms_with_the_same_multiply_adds(
                              for p in graph.vocab[b.op_id].params
                              if len(wl.param_shapes()[p]) == 2 and not p.endswith((".E", "emb")))
 
-    def macs(shapes: list[tuple[int, int, int]]) -> int:
-        return sum(r * i * o for r, i, o in shapes)
+    def macs(shapes: list[Gemm]) -> int:
+        return sum(g.rows * g.inputs * g.outputs for g in shapes)
 
     assert macs(default) == macs(cells)
     assert (default != cells) == hoisted
     if hoisted:  # the projections come on top of one (narrower) product per batch
         assert len(default) > len(cells)
+
+
+def _cell_macs(graph: object, schedule: object, shapes: dict) -> int:
+    """The multiply-adds of the schedule's per-batch cells, counted from its batches."""
+    return sum(len(b.node_ids) * shapes[p][0] * shapes[p][1]
+               for b in schedule.batches for p in graph.vocab[b.op_id].params  # type: ignore
+               if len(shapes[p]) == 2 and not p.endswith((".E", "emb")))
+
+
+@pytest.mark.parametrize("name", ["tree_lstm", "lattice_lstm", "bilstm_tagger"])
+def test_the_floor_times_every_product_of_the_schedule_on_the_models_weights(
+        name: str) -> None:
+    """The floor's forward products are the listed GEMMs (shape for shape), their
+    multiply-adds those of the schedule's batches; in training ``dY W`` per product and one
+    ``dY^T X`` per weight block, the same multiply-adds again; both layouts of a pair give one
+    product; the weights are the model's tensors. A floor missing one GEMM fails the count."""
+    import torch
+
+    from benchmarks._throughput_data import gemm_shapes, make_floors
+    from edbatch.executor import init_params
+    from edbatch.schedule import make_scheduler
+
+    wl = make_workload(name, embed_dim=6, hidden_dim=5)
+    shapes = wl.param_shapes()
+    data = wl.load(wl.default_eval_split)
+    graphs = [wl.build_graph(data[:6]), wl.build_graph(data[6:9])]
+    schedules = [make_scheduler("critical_path")(g) for g in graphs]
+    lists = [gemm_shapes(g, s, shapes) for g, s in zip(graphs, schedules, strict=True)]
+    params = init_params(wl, torch.Generator().manual_seed(0))
+    floors = make_floors(lists, True, params, torch.Generator().manual_seed(1))
+    for graph, schedule, gemms, floor in zip(graphs, schedules, lists, floors, strict=True):
+        macs = _cell_macs(graph, schedule, shapes)
+        products = floor.products()
+        by_phase = {p: [(m, k, n) for q, m, k, n in products if q == p]
+                    for p in ("forward", "input_grad", "weight_grad")}
+        assert by_phase["forward"] == [(g.rows, g.inputs, g.outputs) for g in gemms]
+        assert sum(m * k * n for m, k, n in by_phase["forward"]) == macs > 0
+        assert sum(m * k * n for m, k, n in by_phase["input_grad"]) == macs
+        assert sum(m * k * n for m, k, n in by_phase["weight_grad"]) == macs
+        assert len(by_phase["weight_grad"]) == len({(g.param, g.start) for g in gemms})
+        assert floor.num_gemms == len(products)
+        for pairs, transposed in ((floor.forward, False), (floor.input_grads, False),
+                                  (floor.weight_grads, True)):
+            for (a, b, _), (c, d, _) in pairs:  # the two layouts: one product
+                other = c @ d
+                assert torch.allclose(a @ b, other.t() if transposed else other, atol=1e-5)
+        for ((_, wt, _), _), g in zip(floor.forward, gemms, strict=True):
+            assert wt.untyped_storage().data_ptr() == params[g.param].untyped_storage().data_ptr()
+        seconds = floor.run()
+        assert set(seconds) == {"execution", "backward"} and min(seconds.values()) > 0
+        short = make_floors([gemms[:-1]], False, params, torch.Generator().manual_seed(1))[0]
+        assert sum(m * k * n for _, m, k, n in short.products()) < macs  # a dropped GEMM shows
+    assert floors[0].forward[0][0][0].data_ptr() == floors[1].forward[0][0][0].data_ptr() \
+        or lists[0][0].inputs != lists[1][0].inputs  # operands shared across mini-batches
+
+
+def test_the_floor_names_a_product_that_does_not_fit_its_weight() -> None:
+    import torch
+
+    from benchmarks._throughput_data import Gemm, GemmFloor
+
+    params = {"W": torch.zeros(8, 4)}
+    gen = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="'V'"):
+        GemmFloor([Gemm(3, 4, 8, "V")], False, params, gen)
+    with pytest.raises(ValueError, match=r"\(8, 4\)"):
+        GemmFloor([Gemm(3, 4, 8, "W", 2)], False, params, gen)
+    floor = GemmFloor([Gemm(3, 4, 8, "W"), Gemm(2, 2, 8, "W", 2)], False, params, gen)
+    assert [p[1:] for p in floor.products()] == [(3, 4, 8), (2, 2, 8)]
+    assert set(floor.run()) == {"execution"}
