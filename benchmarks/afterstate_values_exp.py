@@ -61,8 +61,9 @@ import torch
 from benchmarks.afterstate_trees_exp import build
 from edbatch.schedule._compiled_afterstate_q import afterstate_q_tree
 from policies.afterstate import afterstate_start, population_afterstate
-from policies.afterstate_imitate import lean_mask
+from policies.afterstate_imitate import contested_values, lean_mask
 from policies.afterstate_trees import _grow, tree_batches, tree_predict
+from policies.afterstate_values import centre
 
 NONE_TREE = (np.zeros((0, 5)), np.zeros(0, np.int64))
 
@@ -70,28 +71,11 @@ NONE_TREE = (np.zeros((0, 5)), np.zeros(0, np.int64))
 def q_data(inputs, w, tree, roots, wb):  # type: ignore[no-untyped-def]
     """``(x, seg, v, nseg)``: rows of the contested decisions of the student ``(w, trees)``,
     ``v`` each row's rollout batches minus its decision's fewest (``wb`` rolls out)."""
-    xs, segs, vs, n = [], [], [], 0
-    for gi in inputs:
-        cap = len(gi[0]) * 8 + 64
-        rows, _, ptr, q, _ = afterstate_q_tree(*gi, w, tree, roots, wb, cap)
-        for t in range(len(ptr) - 1):
-            lo, hi = int(ptr[t]), int(ptr[t + 1])
-            qt = q[lo:hi]
-            if hi - lo < 2 or qt.min() == qt.max():
-                continue
-            xs.append(rows[lo:hi])
-            segs.append(np.full(hi - lo, n, np.int64))
-            vs.append((qt - qt.min()).astype(np.float64))
-            n += 1
-    return np.concatenate(xs), np.concatenate(segs), np.concatenate(vs), n
-
-
-def centre(a, seg, n):  # type: ignore[no-untyped-def]
-    cnt = np.bincount(seg, minlength=n).astype(np.float64)
-    if a.ndim == 1:
-        return a - (np.bincount(seg, a, n) / cnt)[seg]
-    m = np.stack([np.bincount(seg, a[:, j], n) for j in range(a.shape[1])], 1) / cnt[:, None]
-    return a - m[seg]
+    def traces():  # type: ignore[no-untyped-def]
+        for gi in inputs:
+            rows, _, ptr, q, _ = afterstate_q_tree(*gi, w, tree, roots, wb, len(gi[0]) * 8 + 64)
+            yield rows, ptr, q
+    return contested_values(traces())
 
 
 def ridge(x, seg, y, n, active, lams, weight=None):  # type: ignore[no-untyped-def]

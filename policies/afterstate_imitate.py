@@ -44,7 +44,8 @@ from policies.afterstate import (
 from policies.priority import graph_inputs
 from policies.priority_dagger import _fit
 
-__all__ = ["IMITATE_STEPS", "contested", "imitate", "label_critical_path", "lean_mask"]
+__all__ = ["IMITATE_STEPS", "contested", "contested_values", "imitate", "label_critical_path",
+           "lean_mask"]
 
 #: Adam steps after which the fit's weights are candidates.
 IMITATE_STEPS = (300, 1000, 3000, 10000)
@@ -77,14 +78,14 @@ def label_critical_path(graphs: Sequence[Graph], inputs: Sequence[tuple] | None 
     return contested(traced())
 
 
-def contested(traces: Iterable[tuple[NDArray[np.float64], NDArray[np.int64],
-                                     NDArray[np.int64]]]
-              ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.bool_], int]:
-    """``(rows, segment, target, segments)`` of the *contested* decisions of traces
+def contested_values(traces: Iterable[tuple[NDArray[np.float64], NDArray[np.int64],
+                                            NDArray[np.int64]]]
+                     ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64], int]:
+    """``(rows, segment, value, segments)`` of the *contested* decisions of traces
     ``(rows, ptr, q)`` (decision ``t`` owns ``rows[ptr[t]:ptr[t + 1]]``, ``q`` each row's
-    batches): those with two or more ready types whose values differ; a row is a target
-    where its value is the decision's fewest."""
-    xs, segs, tgs, nseg = [], [], [], 0
+    batches): those with two or more ready types whose values differ; a row's value is its
+    batches minus its decision's fewest (the teacher's choices are 0)."""
+    xs, segs, vs, nseg = [], [], [], 0
     for rows, ptr, q in traces:
         for t in range(len(ptr) - 1):
             lo, hi = int(ptr[t]), int(ptr[t + 1])
@@ -93,11 +94,20 @@ def contested(traces: Iterable[tuple[NDArray[np.float64], NDArray[np.int64],
                 continue
             xs.append(rows[lo:hi])
             segs.append(np.full(hi - lo, nseg, np.int64))
-            tgs.append(qt == qt.min())
+            vs.append((qt - qt.min()).astype(np.float64))
             nseg += 1
     if not xs:
-        return np.zeros((0, NUM_WEIGHTS)), np.zeros(0, np.int64), np.zeros(0, np.bool_), 0
-    return np.concatenate(xs), np.concatenate(segs), np.concatenate(tgs), nseg
+        return np.zeros((0, NUM_WEIGHTS)), np.zeros(0, np.int64), np.zeros(0), 0
+    return np.concatenate(xs), np.concatenate(segs), np.concatenate(vs), nseg
+
+
+def contested(traces: Iterable[tuple[NDArray[np.float64], NDArray[np.int64],
+                                     NDArray[np.int64]]]
+              ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.bool_], int]:
+    """``(rows, segment, target, segments)`` of :func:`contested_values`; a row is a target
+    where its value is the decision's fewest."""
+    rows, seg, value, nseg = contested_values(traces)
+    return rows, seg, value == 0, nseg
 
 
 def lean_mask(priority_features: int | None, extra: Sequence[str] = ()) -> NDArray[np.bool_]:

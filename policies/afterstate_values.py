@@ -29,9 +29,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edbatch.schedule._compiled_afterstate_q import afterstate_q
-from policies.afterstate import NUM_WEIGHTS, afterstate_start, population_afterstate
+from policies.afterstate import afterstate_start, population_afterstate
+from policies.afterstate_imitate import contested_values
 
-__all__ = ["VALUE_LAMS", "fit_values", "label_values", "value_ridge"]
+__all__ = ["VALUE_LAMS", "centre", "fit_values", "label_values", "value_ridge"]
 
 #: Ridge strengths (per row, on standardised columns) whose fits are the candidates.
 VALUE_LAMS = (1e-4, 1e-3, 1e-2, 1e-1)
@@ -44,25 +45,15 @@ def label_values(inputs: Sequence[tuple]  # type: ignore[type-arg]
     their decision index (numbered across graphs), each row's rollout value minus its
     decision's fewest (module doc), the number of contested decisions."""
     cp = afterstate_start()
-    xs, segs, vs, n = [], [], [], 0
-    for gi in inputs:
-        cap = len(gi[0]) * 8 + 64
-        rows, _, ptr, q, _ = afterstate_q(*gi, cp, cp, cap)  # type: ignore[call-arg]
-        for t in range(len(ptr) - 1):
-            lo, hi = int(ptr[t]), int(ptr[t + 1])
-            qt = q[lo:hi]
-            if hi - lo < 2 or qt.min() == qt.max():
-                continue
-            xs.append(rows[lo:hi])
-            segs.append(np.full(hi - lo, n, np.int64))
-            vs.append((qt - qt.min()).astype(np.float64))
-            n += 1
-    if not xs:
-        return np.zeros((0, NUM_WEIGHTS)), np.zeros(0, np.int64), np.zeros(0), 0
-    return np.concatenate(xs), np.concatenate(segs), np.concatenate(vs), n
+
+    def traces():  # type: ignore[no-untyped-def]
+        for gi in inputs:
+            rows, _, ptr, q, _ = afterstate_q(*gi, cp, cp, len(gi[0]) * 8 + 64)  # type: ignore[call-arg]
+            yield rows, ptr, q
+    return contested_values(traces())
 
 
-def _centre(a: NDArray[np.float64], seg: NDArray[np.int64], n: int) -> NDArray[np.float64]:
+def centre(a: NDArray[np.float64], seg: NDArray[np.int64], n: int) -> NDArray[np.float64]:
     """``a`` minus its decision's mean (rows of ``a`` per row of ``seg``)."""
     cnt = np.bincount(seg, minlength=n).astype(np.float64)
     if a.ndim == 1:
@@ -87,8 +78,8 @@ def value_ridge(x: NDArray[np.float64], seg: NDArray[np.int64], v: NDArray[np.fl
     out = []
     if len(x) == 0 or len(cols) == 0:
         return [np.zeros(x.shape[1]) for _ in lams]
-    xc = _centre(x[:, cols], seg, n)
-    vc = _centre(v, seg, n)
+    xc = centre(x[:, cols], seg, n)
+    vc = centre(v, seg, n)
     sd = xc.std(axis=0)
     sd[sd == 0] = 1.0
     z = xc / sd
