@@ -44,8 +44,8 @@ from policies.afterstate import (
 from policies.priority import graph_inputs
 from policies.priority_dagger import _fit
 
-__all__ = ["IMITATE_STEPS", "contested", "contested_values", "imitate", "label_critical_path",
-           "lean_mask"]
+__all__ = ["IMITATE_STEPS", "contested", "contested_values", "imitate", "keep_fewest",
+           "label_critical_path", "lean_mask"]
 
 #: Adam steps after which the fit's weights are candidates.
 IMITATE_STEPS = (300, 1000, 3000, 10000)
@@ -158,10 +158,21 @@ def imitate(graphs: Sequence[Graph], steps: Sequence[int] = IMITATE_STEPS, lr: f
         return w0, base, record
     ws = np.vstack(_fit(x * active, seg, target, None, np.zeros(NUM_WEIGHTS), 0, steps, 0.0,
                         lr, active))
+    w, batches, i = keep_fewest(inputs, ws, w0, base, record)
+    if i is not None:
+        record["steps_kept"] = int(steps[i])
+    return w, batches, record
+
+
+def keep_fewest(inputs: Sequence[tuple], ws: NDArray[np.float64],  # type: ignore[type-arg]
+                w0: NDArray[np.float64], base: int, record: dict[str, object]
+                ) -> tuple[NDArray[np.float64], int, int | None]:
+    """``(weights, batches, index)``: the candidate of ``ws`` with the fewest batches on the
+    training graphs ``inputs`` if fewer than ``base`` (critical path's), else ``(w0, base,
+    None)``; every candidate's batches go to ``record["candidates"]``."""
     scores = population_afterstate(inputs, ws).sum(axis=1)
     i = int(np.argmin(scores))
     record["candidates"] = scores.tolist()
     if scores[i] >= base:
-        return w0, base, record
-    record["steps_kept"] = int(steps[i])
-    return np.ascontiguousarray(ws[i]), int(scores[i]), record
+        return w0, base, None
+    return np.ascontiguousarray(ws[i]), int(scores[i]), i

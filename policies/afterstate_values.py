@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from edbatch.schedule._compiled_afterstate_q import afterstate_q
 from policies.afterstate import afterstate_start, population_afterstate
-from policies.afterstate_imitate import contested_values
+from policies.afterstate_imitate import contested_values, keep_fewest
 
 __all__ = ["VALUE_LAMS", "centre", "fit_values", "label_values", "value_ridge"]
 
@@ -110,10 +110,7 @@ def fit_values(inputs: Sequence[tuple], active: NDArray[np.bool_],  # type: igno
         record["candidates"] = []
         return w0, base, record
     ws = -np.vstack(value_ridge(x, seg, v, n, active, lams))
-    scores = population_afterstate(inputs, ws).sum(axis=1)
-    i = int(np.argmin(scores))
-    record["candidates"] = scores.tolist()
-    if scores[i] >= base:
-        return w0, base, record
-    record["lam_kept"] = float(lams[i])
-    return np.ascontiguousarray(ws[i]), int(scores[i]), record
+    w, batches, i = keep_fewest(inputs, ws, w0, base, record)
+    if i is not None:
+        record["lam_kept"] = float(lams[i])
+    return w, batches, record
