@@ -42,10 +42,11 @@ TRAINER_RULES: dict[str, tuple[type, float, float]] = {
     "guard_margin": (float, -_INF, _INF),
 }
 #: Trainer keys with a fixed set of values.
-TRAINER_CHOICES = {"teacher": ("rollout", "search")}
+TRAINER_CHOICES = {"teacher": ("rollout", "search"), "imitate_target": ("values", "choices")}
 #: Trainer switches: true or false (``far=abc`` was read as true).
 TRAINER_FLAGS = ("best_heuristic", "clip_bootstrap", "context", "dagger_first",
-                 "fallback_snapshot", "far", "guard", "prune", "release", "warm_start")
+                 "fallback_snapshot", "far", "guard", "imitate", "prune", "release",
+                 "warm_start")
 #: Keys of the ``env`` group and their allowed values.
 ENV_CHOICES = {"reward": ("ed_batch", "unit", "cost_model"), "on_invalid": ("raise", "noop")}
 

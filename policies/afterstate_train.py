@@ -37,7 +37,11 @@ from policies.afterstate_values import fit_values
 from policies.priority import FEATURES
 from policies.priority_train import cem_generation, searched
 
-__all__ = ["AfterstateResult", "AfterstateTrainer"]
+__all__ = ["IMITATE_TARGETS", "AfterstateResult", "AfterstateTrainer"]
+
+#: What the fit to the rollout teacher fits (``imitate_target``): its rollout values or its
+#: choices.
+IMITATE_TARGETS = ("values", "choices")
 
 
 @dataclass
@@ -101,7 +105,7 @@ class AfterstateTrainer:
                              f"got {imitate_rounds!r}, {imitate_base!r}")
         self.imitate_rounds, self.imitate_base = int(imitate_rounds), imitate_base
         self.imitate_aggregate, self.imitate_warm = bool(imitate_aggregate), bool(imitate_warm)
-        if imitate_target not in ("choices", "values") or (
+        if imitate_target not in IMITATE_TARGETS or (
                 imitate_target == "values" and imitate_rounds):
             raise ValueError(f"need imitate_target 'choices' or 'values' (the latter without "
                              f"imitate_rounds); got {imitate_target!r}, imitate_rounds="

@@ -263,10 +263,11 @@ def widen(w: NDArray[np.float64], f: int, hidden: int = 0) -> NDArray[np.float64
     return out
 
 
-def is_priority_file(path: str | Path) -> bool:
-    """Whether ``path`` is a JSON file of :data:`FORMAT` (anything else: ``False``)."""
+def is_priority_file(path: str | Path, fmt: str = FORMAT) -> bool:
+    """Whether ``path`` is a JSON file of format ``fmt`` (default :data:`FORMAT`; anything
+    else: ``False``)."""
     try:
-        return json.loads(Path(path).read_text()).get("format") == FORMAT  # type: ignore[no-any-return]
+        return json.loads(Path(path).read_text()).get("format") == fmt  # type: ignore[no-any-return]
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         return False
 

@@ -169,16 +169,21 @@ def load_policy(path: str | Path) -> Any:
     """Read a saved FSM policy (:meth:`policies.FSMPolicy.load`; ``batch.run(policy)``
     checks each graph's op types against it) or priority policy
     (:meth:`policies.priority.PriorityPolicy.load`, any op types) or the priority policy
-    distilled into a table (:meth:`policies.priority_fsm.PriorityFSM.load`).
+    distilled into a table (:meth:`policies.priority_fsm.PriorityFSM.load`) or afterstate
+    policy (:meth:`policies.afterstate.AfterstatePolicy.load`, ``trainer=afterstate``).
 
     Raises:
         PolicyFileError: a missing, corrupt or foreign file.
     """
+    from policies.afterstate import FORMAT as AFTERSTATE_FORMAT
+    from policies.afterstate import AfterstatePolicy
     from policies.priority import PriorityPolicy, is_priority_file
     from policies.priority_fsm import PriorityFSM, is_priority_fsm_file
 
     if is_priority_file(path):
         return PriorityPolicy.load(path)
+    if is_priority_file(path, AFTERSTATE_FORMAT):
+        return AfterstatePolicy.load(path)
     if is_priority_fsm_file(path):
         return PriorityFSM.load(path)
     return FSMPolicy.load(path)

@@ -102,7 +102,7 @@ def test_sb3_trainer_budget_is_checked_and_env_choices_match_the_env() -> None:
     assert ENV_CHOICES["reward"] == REWARDS
 
 
-@pytest.mark.parametrize("trainer", ["priority", "priority_dagger", "priority_fsm"])
+@pytest.mark.parametrize("trainer", ["afterstate", "priority", "priority_dagger", "priority_fsm"])
 @pytest.mark.parametrize("override", ["step_weight=abc", "iterations=abc", "population=1",
                                       "sigma=-1", "hidden_units=2.5"])
 def test_priority_trainers_numbers_are_checked_before_the_trainer_is_built(
@@ -161,6 +161,16 @@ def test_expert_teacher_is_checked_and_the_choices_match_the_trainer() -> None:
         validate(_compose("train", ["trainer=expert", "trainer.teacher=oracle"]))
     validate(_compose("train", ["trainer=expert", "trainer.teacher=search"]))
     assert TRAINER_CHOICES["teacher"] == TEACHERS
+
+
+def test_afterstate_target_is_checked_and_the_choices_match_the_trainer() -> None:
+    from experiments._group_rules import TRAINER_CHOICES
+    from policies.afterstate_train import IMITATE_TARGETS
+
+    with pytest.raises(ConfigError, match="trainer.imitate_target='oracle'"):
+        validate(_compose("train", ["trainer=afterstate", "trainer.imitate_target=oracle"]))
+    validate(_compose("train", ["trainer=afterstate", "trainer.imitate_target=choices"]))
+    assert TRAINER_CHOICES["imitate_target"] == IMITATE_TARGETS
 
 
 @pytest.mark.parametrize("entry", ["train", "evaluate", "compare", "train_model"])

@@ -92,3 +92,39 @@ def test_bad_target_names_the_value() -> None:
         AfterstateTrainer(imitate=True, imitate_target="value")
     with pytest.raises(ValueError, match=r"got 'values', imitate_rounds=2"):
         AfterstateTrainer(imitate=True, imitate_target="values", imitate_rounds=2)
+
+
+@pytest.mark.slow
+def test_experiments_train_with_trainer_afterstate(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``experiments.train trainer=afterstate`` (the value fit by default) saves its JSON
+    artifact and prints the unseen report line; ``load_policy`` reads it back as the
+    afterstate policy, which schedules validly; a truncated file is a ``PolicyFileError``."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from edbatch.errors import PolicyFileError
+    from policies import load_policy
+
+    root = Path(__file__).resolve().parents[2]
+    run_dir = tmp_path / "run"
+    r = subprocess.run(
+        [sys.executable, "-m", "experiments.train", "workload=lattice_lstm",
+         "trainer=afterstate", "num_train_graphs=2", "num_val_graphs=1", "batch_size=6",
+         "num_eval_graphs=1", "progress=false", f"run_dir={run_dir}"],
+        cwd=root, env={**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(root)},
+        text=True, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if "unseen test mini-batches" in x)
+    assert line.startswith("afterstate on 1 unseen test mini-batches: ")
+    p = load_policy(run_dir / "policy.json")
+    assert isinstance(p, AfterstatePolicy)
+    assert p.metadata["imitation"]["target"] == "values (ridge regression)"
+    assert p.metadata["workload"] == "lattice_lstm"
+    g = next(iter(make_workload("lattice_lstm").batches("test", 6, limit=1)))
+    p(g).validate(g)
+    bad = tmp_path / "bad.json"
+    bad.write_text((run_dir / "policy.json").read_text()[:-20])
+    with pytest.raises(PolicyFileError, match="bad.json"):
+        load_policy(bad)
