@@ -60,14 +60,6 @@ CHEAP: dict[str, str] = {
         "--repeats 1 --warmup 1 --no-dynet --fsm-episodes 2 --seed 0 --contenders "
         "dynet_agenda fsm pytorch_hand floor --out results/throughput.json "
         "--plot results/throughput.png",
-    # execution besides the GEMMs: fsm, hand-batched peer and floor (docs/throughput.md)
-    "python benchmarks/throughput.py --workloads tree_lstm lattice_lstm bilstm_tagger --sizes "
-    "300x150 --minibatches 2 --repeats 3 --seed 0 --no-dynet --contenders fsm pytorch_hand "
-    "floor":
-        f"{PY} benchmarks/throughput.py --workloads tree_lstm lattice_lstm --sizes 8x6 "
-        "--minibatches 1 --repeats 1 --warmup 1 --no-dynet --fsm-episodes 2 --seed 0 "
-        "--contenders fsm pytorch_hand floor --out results/throughput.json "
-        "--plot results/throughput.png",
     # input-projection hoisting (docs/benchmarks.md)
     "python benchmarks/throughput.py --workloads bilstm_tagger --sizes 300x150 --minibatches 2 "
     "--repeats 1 --contenders dynet_agenda fsm fsm+unhoisted pytorch_hand floor":
