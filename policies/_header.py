@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from edbatch.errors import PolicyFileError
 
-__all__ = ["check_header"]
+__all__ = ["artifact_format", "check_header"]
 
 
 def check_header(path: Path, header: Any, fmt: str, version: int,
@@ -24,3 +25,14 @@ def check_header(path: Path, header: Any, fmt: str, version: int,
     if header.get("features") != list(features):
         raise PolicyFileError(path, f"made for the features {header.get('features')}, this "
                               f"edbatch computes {list(features)}", fix)
+
+
+def artifact_format(path: str | Path) -> str | None:
+    """The ``"format"`` field of the JSON artifact at ``path`` (the file read once), or
+    ``None`` for anything else (missing, unreadable, not JSON, no such field): the loaders
+    dispatch on it and report a bad file themselves."""
+    try:
+        found = json.loads(Path(path).read_text()).get("format")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None

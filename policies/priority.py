@@ -53,7 +53,7 @@ from edbatch.schedule._compiled_priority import (
 from edbatch.schedule._compiled_priority_ctx import CONTEXT_SOURCES
 from edbatch.schedule.bounds import height_list
 from edbatch.schedule.compiled import core_graph, core_schedule
-from policies._header import check_header
+from policies._header import artifact_format, check_header
 
 __all__ = ["FEATURES", "FORMAT", "VERSION", "PriorityPolicy", "PriorityScheduler", "widen",
            "PriorityTwin", "WeightStats", "critical_path_weights", "graph_inputs",
@@ -263,13 +263,9 @@ def widen(w: NDArray[np.float64], f: int, hidden: int = 0) -> NDArray[np.float64
     return out
 
 
-def is_priority_file(path: str | Path, fmt: str = FORMAT) -> bool:
-    """Whether ``path`` is a JSON file of format ``fmt`` (default :data:`FORMAT`; anything
-    else: ``False``)."""
-    try:
-        return json.loads(Path(path).read_text()).get("format") == fmt  # type: ignore[no-any-return]
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        return False
+def is_priority_file(path: str | Path) -> bool:
+    """Whether ``path`` is a JSON file of :data:`FORMAT` (anything else: ``False``)."""
+    return artifact_format(path) == FORMAT
 
 
 class PriorityScheduler(PriorityPolicy):

@@ -41,7 +41,7 @@ from edbatch.schedule import FrontierView, Schedule
 from edbatch.schedule._compiled_priority import V2_FEATURES
 from edbatch.schedule._compiled_priority_fsm import LEAN_FEATURES, LEAN_RELEASE, run_rank_fsm
 from edbatch.schedule.compiled import core_schedule
-from policies._header import check_header
+from policies._header import artifact_format, check_header
 from policies.priority import FEATURES, PriorityTwin, critical_path_weights, graph_inputs
 
 __all__ = ["FORMAT", "KINDS", "VERSION", "PriorityFSM", "PriorityFsmTwin", "RankKey", "act_row",
@@ -361,10 +361,7 @@ class PriorityFSM:
 
 def is_priority_fsm_file(path: str | Path) -> bool:
     """Whether ``path`` is a JSON file of :data:`FORMAT` (anything else: ``False``)."""
-    try:
-        return json.loads(Path(path).read_text()).get("format") == FORMAT  # type: ignore[no-any-return]
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        return False
+    return artifact_format(path) == FORMAT
 
 
 class PriorityFsmTwin:

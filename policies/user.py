@@ -175,15 +175,11 @@ def load_policy(path: str | Path) -> Any:
     Raises:
         PolicyFileError: a missing, corrupt or foreign file.
     """
-    from policies.afterstate import FORMAT as AFTERSTATE_FORMAT
-    from policies.afterstate import AfterstatePolicy
-    from policies.priority import PriorityPolicy, is_priority_file
-    from policies.priority_fsm import PriorityFSM, is_priority_fsm_file
+    from policies import afterstate, priority, priority_fsm
+    from policies._header import artifact_format
 
-    if is_priority_file(path):
-        return PriorityPolicy.load(path)
-    if is_priority_file(path, AFTERSTATE_FORMAT):
-        return AfterstatePolicy.load(path)
-    if is_priority_fsm_file(path):
-        return PriorityFSM.load(path)
-    return FSMPolicy.load(path)
+    loaders = {priority.FORMAT: priority.PriorityPolicy.load,
+               afterstate.FORMAT: afterstate.AfterstatePolicy.load,
+               priority_fsm.FORMAT: priority_fsm.PriorityFSM.load}
+    load = loaders.get(artifact_format(path))  # type: ignore[arg-type]
+    return load(path) if load is not None else FSMPolicy.load(path)
