@@ -63,7 +63,7 @@ from edbatch.schedule._compiled_afterstate_q import afterstate_q_tree
 from policies.afterstate import afterstate_start, population_afterstate
 from policies.afterstate_imitate import contested_values, lean_mask
 from policies.afterstate_trees import _grow, tree_batches, tree_predict
-from policies.afterstate_values import centre
+from policies.afterstate_values import centre, value_ridge
 
 NONE_TREE = (np.zeros((0, 5)), np.zeros(0, np.int64))
 
@@ -76,27 +76,6 @@ def q_data(inputs, w, tree, roots, wb):  # type: ignore[no-untyped-def]
             rows, _, ptr, q, _ = afterstate_q_tree(*gi, w, tree, roots, wb, len(gi[0]) * 8 + 64)
             yield rows, ptr, q
     return contested_values(traces())
-
-
-def ridge(x, seg, y, n, active, lams, weight=None):  # type: ignore[no-untyped-def]
-    """Per-decision-centred ridge regression of ``y``: one coefficient vector per lambda
-    (standardised columns; inactive columns 0)."""
-    cols = np.flatnonzero(active)
-    xc = centre(x[:, cols], seg, n)
-    yc = centre(y, seg, n)
-    sd = xc.std(0)
-    sd[sd == 0] = 1.0
-    z = xc / sd
-    wt = np.ones(len(y)) if weight is None else weight
-    a = z.T @ (z * wt[:, None])
-    b = z.T @ (yc * wt)
-    out = []
-    for lam in lams:
-        beta = np.linalg.solve(a + lam * len(y) * np.eye(len(cols)), b)
-        full = np.zeros(x.shape[1])
-        full[cols] = beta / sd
-        out.append(full)
-    return out
 
 
 def value_trees(x, seg, y, n, base, active, rounds, depth, lr, lam):  # type: ignore[no-untyped-def]
@@ -130,7 +109,7 @@ def fit(d, lab, args, active):  # type: ignore[no-untyped-def]
         top = np.maximum.reduceat(y, np.flatnonzero(np.r_[1, np.diff(seg)]))
         wt = (top ** args.gap_weight)[seg]
         wt *= len(wt) / wt.sum()
-    betas = ridge(x, seg, y, n, active, args.lams, wt)
+    betas = value_ridge(x, seg, y, n, active, args.lams, wt)
     ws = np.vstack([-b for b in betas])
     tr = population_afterstate(d["train"], ws).sum(axis=1)
     te = population_afterstate(d["test"], ws).sum(axis=1)

@@ -107,9 +107,9 @@ class AfterstateTrainer:
         self.imitate_aggregate, self.imitate_warm = bool(imitate_aggregate), bool(imitate_warm)
         if imitate_target not in IMITATE_TARGETS or (
                 imitate_target == "values" and imitate_rounds):
-            raise ValueError(f"need imitate_target 'choices' or 'values' (the latter without "
-                             f"imitate_rounds); got {imitate_target!r}, imitate_rounds="
-                             f"{imitate_rounds!r}")
+            raise ValueError(f"need imitate_target in {list(IMITATE_TARGETS)} ('values' "
+                             f"without imitate_rounds); got {imitate_target!r}, "
+                             f"imitate_rounds={imitate_rounds!r}")
         self.imitate_target = imitate_target
 
     def fit(self, train_graphs: Sequence[Graph], val_graphs: Sequence[Graph], *,

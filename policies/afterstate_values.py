@@ -63,12 +63,12 @@ def centre(a: NDArray[np.float64], seg: NDArray[np.int64], n: int) -> NDArray[np
 
 
 def value_ridge(x: NDArray[np.float64], seg: NDArray[np.int64], v: NDArray[np.float64],
-                n: int, active: NDArray[np.bool_], lams: Sequence[float] = VALUE_LAMS
-                ) -> list[NDArray[np.float64]]:
+                n: int, active: NDArray[np.bool_], lams: Sequence[float] = VALUE_LAMS,
+                weight: NDArray[np.float64] | None = None) -> list[NDArray[np.float64]]:
     """Per decision centred ridge fits of ``v`` on the ``active`` columns of ``x``: one
     coefficient vector per strength in ``lams`` (inactive columns 0). The loss per row is
-    ``(beta . xc - vc)^2 + lam |beta * sd|^2`` (``xc``, ``vc`` centred, ``sd`` the centred
-    columns' deviations)."""
+    ``weight * (beta . xc - vc)^2 + lam |beta * sd|^2`` (``xc``, ``vc`` centred, ``sd`` the
+    centred columns' deviations; ``weight`` 1 unless given, a row weight per row)."""
     if len(x) != len(seg) or len(x) != len(v) or x.ndim != 2:
         raise ValueError(f"need rows, seg and v of one length; got {x.shape}, {seg.shape}, "
                          f"{v.shape}")
@@ -83,7 +83,10 @@ def value_ridge(x: NDArray[np.float64], seg: NDArray[np.int64], v: NDArray[np.fl
     sd = xc.std(axis=0)
     sd[sd == 0] = 1.0
     z = xc / sd
-    a, b = z.T @ z, z.T @ vc
+    if weight is None:
+        a, b = z.T @ z, z.T @ vc
+    else:
+        a, b = z.T @ (z * weight[:, None]), z.T @ (vc * weight)
     for lam in lams:
         beta = np.linalg.lstsq(a + lam * len(v) * np.eye(len(cols)), b, rcond=None)[0]
         full = np.zeros(x.shape[1])

@@ -48,6 +48,15 @@ def test_ridge_recovers_a_linear_value_whatever_the_decisions_constant() -> None
     got = value_ridge(x, seg, v, n, active, [0.0, 1.0])
     np.testing.assert_allclose(got[0], beta, atol=1e-9)
     assert not got[1][~active].any() and np.abs(got[1]).sum() < np.abs(beta).sum()
+    # row weights: all ones is the unweighted fit; noise in down-weighted decisions hardly
+    # moves it (they are centred on their own, so the other decisions' rows are unchanged)
+    ones = value_ridge(x, seg, v, n, active, [1.0], np.ones(len(seg)))[0]
+    np.testing.assert_allclose(ones, got[1], rtol=1e-9, atol=1e-12)
+    hit = seg % 7 == 0
+    noisy, wt = v + np.where(hit, rng.normal(scale=1e3, size=len(seg)), 0.0), np.where(
+        hit, 1e-12, 1.0)
+    np.testing.assert_allclose(value_ridge(x, seg, noisy, n, active, [0.0], wt)[0], beta,
+                               atol=1e-6)
     with pytest.raises(ValueError, match=r"lams must be .*\[-1\.0\]"):
         value_ridge(x, seg, v, n, active, [-1.0])
     with pytest.raises(ValueError, match=r"one length.*\(10,\)"):
