@@ -52,6 +52,8 @@ miss2`` in the same session.
 from __future__ import annotations
 
 import argparse
+import pickle
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,8 +61,9 @@ import numpy as np
 import torch
 
 from benchmarks.afterstate_trees_exp import build
+from edbatch.schedule import lower_bound
 from edbatch.schedule._compiled_afterstate_q import afterstate_q_tree
-from policies.afterstate import afterstate_start, population_afterstate
+from policies.afterstate import afterstate_inputs, afterstate_start, population_afterstate
 from policies.afterstate_imitate import contested_values, lean_mask
 from policies.afterstate_trees import _grow, tree_batches, tree_predict
 from policies.afterstate_values import centre, value_ridge
@@ -136,6 +139,26 @@ def fit(d, lab, args, active):  # type: ignore[no-untyped-def]
     return w, tree, roots, best
 
 
+def build_values(cache: Path, n: int) -> dict:  # type: ignore[type-arg]
+    """The cache for ``--train-graphs n``: the protocol's graphs with ``n`` training
+    mini-batches (G0 + the first ``n`` of the ``test``/``dev`` reshuffles, a superset of
+    the 24) and critical path's value labels (about 1 min for 96)."""
+    if cache.exists():
+        return pickle.loads(cache.read_bytes())
+    from benchmarks.priority_lattice import _dump_graphs
+    ns = argparse.Namespace(workload="lattice_lstm", train_shuffles=-(-n // 7),
+                            num_train_graphs=n)
+    with tempfile.TemporaryDirectory() as tmp:
+        test, train, _ = _dump_graphs(ns, Path(tmp))
+        d = {"test": [afterstate_inputs(g) for g in test],
+             "train": [afterstate_inputs(g) for g in train],
+             "lb": sum(lower_bound(g) for g in test)}
+    cp = afterstate_start()
+    d["qlab"] = q_data(d["train"], cp, *NONE_TREE, cp)
+    cache.write_bytes(pickle.dumps(d))
+    return d
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache", type=Path, default=Path("/tmp/held10.pkl"))
@@ -155,16 +178,20 @@ def main() -> None:
     ap.add_argument("--checkpoints", type=int, nargs="+", default=[10, 30, 100, 200])
     ap.add_argument("--rounds", type=int, default=0)
     ap.add_argument("--rollout", default="cp", choices=["cp", "student"])
+    ap.add_argument("--train-graphs", type=int, default=24,
+                    help="training mini-batches; not 24: its own cache, /tmp/values_N.pkl")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    d = build(args.cache, ["miss2"])
+    if args.train_graphs < 1:
+        raise SystemExit(f"--train-graphs must be >= 1, got {args.train_graphs}")
+    d = (build(args.cache, ["miss2"]) if args.train_graphs == 24 else
+         build_values(Path(f"/tmp/values_{args.train_graphs}.pkl"), args.train_graphs))
     active = (lean_mask(15, args.extra) if args.mask == "lean" else
               lean_mask(None, args.extra) if args.mask == "prio" else lean_mask(None, ["all"]))
     cp = afterstate_start()
     t0 = time.time()
     if "qlab" not in d:
         d["qlab"] = q_data(d["train"], cp, *NONE_TREE, cp)
-        import pickle
         args.cache.write_bytes(pickle.dumps(d))
     lab = d["qlab"]
     print(f"labels: {lab[3]} decisions, {len(lab[0])} rows, mean gap "
