@@ -16,6 +16,7 @@ test ratios of every candidate are printed for the record.
 
     python -m benchmarks.afterstate_values_exp --mask full            # 1.0968
     python -m benchmarks.afterstate_values_exp --mask full --rounds 3
+    python -m benchmarks.afterstate_values_exp --mask full --train-graphs 96 --rounds 4 --trees
 
 2026-11-28 13:34-14:05 UTC (load 1-7), G1-G17 x LB of the candidate selected by training
 batches (train batches in brackets; critical path 7445, the imitation ``--lean --extra
@@ -42,6 +43,18 @@ miss2`` 7364 / 1.0991, its trees 7353 / 1.0978):
   1.1144 full, 1.1094 lean (worse);
 * blend of the value fit and the imitation's score (both scaled to unit centred deviation),
   alpha 0-1: 1.0981-1.1020 between the two ends.
+
+2026-11-28 16:20-17:10 UTC (helper ``held11``, load 0-7; critical path's training batches
+14531 on 48 graphs, 28740 on 96):
+
+* more training graphs (``--train-graphs 48`` / ``96``, a superset of the 24): linear
+  1.1018 (14403) / 1.1005 (28417); ``--trees`` 1.0993 (14399, 10 trees) / 1.0988 (28403);
+  ``--rounds 2``: 1.1005 (14350) / 1.0978 (28381); 96 with ``--rounds 4 --trees``
+  (``--checkpoints 10 30``): rounds 1-4 1.0978 / 1.0998 / 1.0968 / 1.0973 (train 28355 /
+  28354 / 28344 / 28337: round 4 selected, 1.0973); ``--rollout student`` on 96, round 1:
+  1.1000 (28375; stopped there);
+* new columns, pairwise products, an MLP: ``benchmarks/afterstate_probe_exp.py`` (its
+  cross-validated regret saw no gain, so none went into the compiled loop).
 
 Nothing reached 1.095. Per decision (``priority_cost --workload lattice_lstm --graphs 3
 --afterstate --policy``, CPU, load 5.6-6.8): the full value fit 13.1 us over critical path
