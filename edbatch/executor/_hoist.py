@@ -233,31 +233,32 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
                                  offset[group[0]], base, counted, bptr, graph))
         counted[0] += len(batches)  # each batch's projection rows: a view
         weight, hidden, slot = op.params[spec.weight], HoistSpec.gate_width(op) // 4, spec.state
-        for b in batches:
-            state = ops[b][slot]
-            states.append(state)
-            view = state.view
-            if view is not None:
-                counted[0] += 1
-                rows[b] = (0, state.arena, view.start, None, len(view), arena, offset[b],
-                           out_arena[b], out_start[b], weight, hidden, op.name)
-            else:
-                idx = state.gather
-                counted[1] += 1
-                counted[2] += len(idx)  # type: ignore[arg-type]
-                rows[b] = (1, state.arena, 0, idx, len(idx), arena,  # type: ignore[arg-type]
-                           offset[b], out_arena[b], out_start[b], weight, hidden, op.name)
+        mine = [ops[b][slot] for b in batches]  # the state operands
+        states += mine
+        views = [o.view for o in mine]
+        gathers = [o.gather for o, v in zip(mine, views, strict=True) if v is None]
+        counted[0] += len(views) - len(gathers)
+        counted[1] += len(gathers)
+        counted[2] += sum(map(len, gathers))
+        name = op.name
+        rows.update(zip(batches, [  # (one comprehension: no statement a batch)
+            (0, o.arena, v.start, None, v.stop - v.start, arena, offset[b], out_arena[b],
+             out_start[b], weight, hidden, name) if v is not None else
+            (1, o.arena, 0, o.gather, len(o.gather), arena, offset[b], out_arena[b],
+             out_start[b], weight, hidden, name)
+            for b, o, v in zip(batches, mine, views, strict=True)], strict=True))
     at = np.arange(len(psteps))  # each batch's position once the projection steps are in
     for b, projections in before.items():
         at[b:] += len(projections)
     # the given steps as they are; a deferred one is a rewritten batch's (deferred again)
     # unless the program deferred others: then built
-    out: list[Any] = lazy.entries() if lazy is not None and all(
-        b in rows or b in (sums or {}) for b in lazy.later()) else list(psteps)
+    out: list[Any] = lazy.entries() if lazy is not None and \
+        rows.keys() | (sums or {}).keys() >= set(lazy.later()) else list(psteps)
     for b in sorted(before, reverse=True):  # the projection steps before their batches
         out[b:b] = before[b]
     at_list = at.tolist()
-    deferred: dict[int, Any] = {at_list[b]: row for b, row in rows.items()}
+    deferred: dict[int, Any] = dict(zip(map(at_list.__getitem__, rows), rows.values(),
+                                        strict=True))
     sums = sums or {}
     count_sums(plan, sums, counted)
     deferred.update((at_list[b], row) for b, row in sums.items())
