@@ -248,12 +248,17 @@ def _key_runs(keys: Sequence[tuple[tuple[int, ...], str | None] | None]) -> list
     run: list[int] = []
     arenas: set[int] = set()
     weights: set[str] = set()
+    last = None  # the key of the run's last entry
     for i, key in enumerate(keys):
         if key is None:
             if run:
                 out.append(run)
-            run = []
+            run, last = [], None
             continue
+        if key == last and len(arenas) <= SLOTS:  # (the same arenas and weight: no cut)
+            run.append(i)
+            continue
+        last = key
         if not run:
             arenas, weights = set(), set()
         used, weight = key

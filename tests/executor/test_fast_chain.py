@@ -180,3 +180,45 @@ def test_column_wise_setup_equals_the_loop(name: str, strategy: str,
             (want["rows"], want["width"], want["name"], want["binders"])
     if name == "lattice_lstm":
         assert 2 in kinds  # sums between the arc batches
+
+
+def _key_runs_loop(keys: list) -> list[list[int]]:  # type: ignore[type-arg]
+    """:func:`_fast_chain._key_runs` without its repeated-key shortcut (the oracle)."""
+    out: list[list[int]] = []
+    run: list[int] = []
+    arenas: set[int] = set()
+    weights: set[str] = set()
+    for i, key in enumerate(keys):
+        if key is None:
+            if run:
+                out.append(run)
+            run = []
+            continue
+        if not run:
+            arenas, weights = set(), set()
+        used, weight = key
+        arenas.update(used)
+        if len(arenas) > _fast_chain.SLOTS or (weight is not None and weight not in weights
+                                               and len(weights) == _fast_chain.SLOTS):
+            out.append(run)
+            run, arenas, weights = [], set(used), set()
+        run.append(i)
+        if weight is not None:
+            weights.add(weight)
+    if run:
+        out.append(run)
+    return [r for r in out if len(r) > 1 and any(keys[i][1] is not None for i in r)]
+
+
+def test_key_runs_equal_the_plain_loop() -> None:
+    """Random keys with long repeats, sums (weight None), gaps and too many arenas."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        keys: list = []  # type: ignore[type-arg]
+        while len(keys) < 60:
+            pick = rng.integers(5)
+            key = None if pick == 0 else (
+                tuple(int(a) for a in rng.integers(0, 12, rng.integers(1, 11))),
+                None if pick == 1 else f"w{rng.integers(10)}")
+            keys += [key] * int(rng.integers(1, 6))
+        assert _fast_chain._key_runs(keys) == _key_runs_loop(keys)
