@@ -134,43 +134,60 @@ class ChainStep:
 
     def _setup(self, rows: Sequence[Row], arenas: Sequence[int], weights: Sequence[str]
                ) -> None:
+        # column-wise (numpy over the rows' fields), as one loop over the rows would set
+        # them (the loop: tests/executor/test_fast_chain.py's oracle)
         self.arenas, self.weights, self.count = tuple(arenas), tuple(weights), len(rows)
-        slot = {a: k for k, a in enumerate(arenas)}
-        wslot = {w: k for k, w in enumerate(weights)}
-        meta: list[tuple[int, ...]] = []
-        gathered: list[np.ndarray] = []  # type: ignore[type-arg]
-        at = most = width = 0
-        names: set[str] = set()
-        binders: dict[str, int] = {}  # weight -> H of its first batch, keys in last-seen order
-        for row in rows:
-            names.add(row[-1])
-            if row[0] == 2:  # a sum: its operands' arena slots, then their rows
-                _, srcs, rows_, n, oa, os_, _ = row
-                meta.append((2, len(srcs), at, n, 0, 0, slot[oa], os_, 0, 0))
-                gathered += [np.array([slot[a] for a in srcs], np.int64), rows_.reshape(-1)]
-                at += len(srcs) * (n + 1)
-                continue
-            kind, sb, s0, idx, n, pa, lo, oa, os_, weight, hidden, _ = row
-            most, width = max(most, n), max(width, hidden)
-            h = binders.pop(weight, hidden)
-            binders[weight] = h
-            if kind:
-                meta.append((1, slot[sb], at, n, slot[pa], lo, slot[oa], os_, wslot[weight],
-                             hidden))
-                gathered.append(idx)
-                at += n
-            else:
-                meta.append((0, slot[sb], s0, n, slot[pa], lo, slot[oa], os_, wslot[weight],
-                             hidden))
-        self.meta = np.array(meta, np.int64).reshape(len(rows), _META)
-        # one concatenation of the index arrays
-        self.idx = np.concatenate(gathered).astype(np.int64, copy=False) if gathered \
-            else np.zeros(1, np.int64)
-        if not binders:
+        slot = np.zeros(max(arenas) + 1, np.int64)
+        slot[list(arenas)] = np.arange(len(arenas))
+        kinds = np.fromiter([r[0] for r in rows], np.int64, len(rows))
+        lstm = np.flatnonzero(kinds != 2)
+        if not len(lstm):
             raise ValueError("a chain needs at least one hoisted LSTM batch; got only sums")
-        self.rows, self.width = most, width
-        self.name = ", ".join(sorted(names))
-        self.binders = tuple(reversed(binders.items()))  # weight -> H
+        meta = np.zeros((len(rows), _META), np.int64)
+        used = np.zeros(len(rows), np.int64)  # each row's entries of ``idx``
+        picked = [rows[j] for j in lstm.tolist()]
+        _, sb, s0, _, n, pa, lo, oa, os_, weight, hidden, names = zip(*picked, strict=True)
+        n_, hidden_ = np.array(n, np.int64), np.array(hidden, np.int64)
+        wslot = {w: k for k, w in enumerate(weights)}
+        meta[lstm] = np.stack([kinds[lstm], slot[np.array(sb, np.int64)],
+                               np.array(s0, np.int64), n_, slot[np.array(pa, np.int64)],
+                               np.array(lo, np.int64), slot[np.array(oa, np.int64)],
+                               np.array(os_, np.int64),
+                               np.array([wslot[w] for w in weight], np.int64), hidden_], 1)
+        used[lstm] = np.where(kinds[lstm] == 1, n_, 0)
+        all_names = set(names)
+        sums = np.flatnonzero(kinds == 2)
+        if len(sums):  # a sum: its operands' arena slots, then their rows [k, n]
+            _, srcs, _, k_n, s_oa, s_os, s_names = zip(*[rows[j] for j in sums.tolist()])
+            all_names.update(s_names)
+            k = np.fromiter(map(len, srcs), np.int64, len(srcs))
+            n_k = np.array(k_n, np.int64)
+            meta[sums, 0], meta[sums, 1], meta[sums, 3] = 2, k, n_k
+            meta[sums, 6], meta[sums, 7] = slot[np.array(s_oa, np.int64)], s_os
+            used[sums] = k * (n_k + 1)
+        at = np.cumsum(used) - used
+        meta[kinds != 0, 2] = at[kinds != 0]
+        # idx: per gathered batch its state rows, per sum its slots then its rows
+        data = [r[3] if r[0] == 1 else r[2] for r in rows if r[0]]
+        if len(sums):
+            total = int(used.sum())
+            heads = np.repeat(at[sums] - (np.cumsum(k) - k), k) + np.arange(int(k.sum()))
+            self.idx = np.empty(total, np.int64)
+            body = np.ones(total, bool)
+            body[heads] = False
+            self.idx[heads] = slot[np.fromiter(
+                (a for src in srcs for a in src), np.int64, len(heads))]
+            self.idx[body] = np.concatenate(data, axis=None)
+        else:
+            self.idx = np.concatenate(data).astype(np.int64, copy=False) if data \
+                else np.zeros(1, np.int64)
+        self.meta = meta
+        self.rows, self.width = int(n_.max()), int(hidden_.max())
+        self.name = ", ".join(sorted(all_names))
+        last = dict(zip(weight, range(len(weight)), strict=True))  # weight -> its last batch
+        first = dict(zip(reversed(weight), reversed(hidden), strict=True))  # -> first's H
+        self.binders = tuple((w, first[w]) for w in sorted(last, key=last.__getitem__,
+                                                             reverse=True))  # weight -> H
 
     def bind(self, params: Mapping[str, Tensor], into: dict[Any, Tensor]) -> None:
         """As :meth:`FastStep.bind <edbatch.executor._fast_lstm.FastStep.bind>`, for
@@ -231,12 +248,17 @@ def _key_runs(keys: Sequence[tuple[tuple[int, ...], str | None] | None]) -> list
     run: list[int] = []
     arenas: set[int] = set()
     weights: set[str] = set()
+    last = None  # the key of the run's last entry
     for i, key in enumerate(keys):
         if key is None:
             if run:
                 out.append(run)
-            run = []
+            run, last = [], None
             continue
+        if key == last and len(arenas) <= SLOTS:  # (the same arenas and weight: no cut)
+            run.append(i)
+            continue
+        last = key
         if not run:
             arenas, weights = set(), set()
         used, weight = key
@@ -300,17 +322,17 @@ def _chain_rows(program: Any, short: LazySteps, rows: Mapping[int, Row]) -> Any:
         if type(entry) is FastSumStep:  # sums between them are
             keys[i] = _key(entry)
     chained: set[int] = set()
-    for run in _key_runs(keys):
+    for run in _key_runs(keys):  # (a run: consecutive positions, every one with a key)
+        lo, hi = run[0], run[-1] + 1
         picked = [rows[i] if i in rows else step_row(new[i]) for i in run]
-        ran = [key for i in run if (key := keys[i]) is not None]  # (every run's keys are)
+        ran: list[Any] = keys[lo:hi]
         used: set[int] = set().union(*[key[0] for key in ran])  # (_row_arenas of its rows)
-        new[run[0]] = ChainStep.of_rows(picked, sorted(used),
-                                        sorted({w for _, w in ran if w is not None}))
-        for i in run[1:]:
-            new[i] = DONE
+        new[lo] = ChainStep.of_rows(picked, sorted(used),
+                                    sorted({w for _, w in ran if w is not None}))
+        new[lo + 1:hi] = [DONE] * (hi - lo - 1)
         chained.update(run)
-    for i, row in rows.items():
-        if i not in chained:
-            new[i] = row_sum_step(row) if row[0] == 2 else row_step(row)  # type: ignore[arg-type]
+    for i in rows.keys() - chained:
+        row = rows[i]
+        new[i] = row_sum_step(row) if row[0] == 2 else row_step(row)  # type: ignore[arg-type]
     program.chained = tuple(new)
     return program

@@ -157,15 +157,16 @@ def plan_sum_rows(plan: Any, batches: Sequence[int], sizes: Sequence[int], width
     ``plan``'s operands directly: no read, no step (a hoisted program defers the sums' steps:
     :func:`~edbatch.executor._hoist.hoist_program`). Every row index of every batch is one
     concatenation, each batch's ``[k, n]`` block a view of it."""
-    arenas, ops, outputs = plan.arenas, plan.operands, plan.outputs
+    arenas, ops = plan.arenas, plan.operands
+    out_arena, out_start = plan.output_rows()  # (lists: no Region object a batch)
     base = np.arange(max(rows for rows, _ in arenas), dtype=np.int64)
     parts: list[np.ndarray] = []  # type: ignore[type-arg]
     kept: list[tuple[int, tuple[int, ...], int, int, str]] = []  # batch, arenas, n, at, name
     at = 0
     for b, n, w, name in zip(batches, sizes, width, names, strict=True):
         operands = ops[b]
-        region = outputs[b]
-        if len(operands) < 2 or arenas[region.arena][1] != w:
+        oa = out_arena[b]
+        if len(operands) < 2 or arenas[oa][1] != w:
             continue
         mine = []
         srcs = []
@@ -177,7 +178,7 @@ def plan_sum_rows(plan: Any, batches: Sequence[int], sizes: Sequence[int], width
             mine.append(rows)
             srcs.append(o.arena)
         else:
-            if len({*srcs, region.arena}) > SLOTS:
+            if len({*srcs, oa}) > SLOTS:
                 continue
             parts += mine
             kept.append((b, tuple(srcs), n, at, name))
@@ -186,7 +187,7 @@ def plan_sum_rows(plan: Any, batches: Sequence[int], sizes: Sequence[int], width
         return {}
     flat = np.concatenate(parts)
     return {b: (2, srcs, flat[lo:lo + n * len(srcs)].reshape(len(srcs), n), n,
-                outputs[b].arena, outputs[b].start, name)
+                out_arena[b], out_start[b], name)
             for b, srcs, n, lo, name in kept}
 
 

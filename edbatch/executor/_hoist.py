@@ -55,7 +55,7 @@ from edbatch.executor._head_reads import (
     pair_read,
 )
 from edbatch.executor._hoist_ready import groups as group_by
-from edbatch.executor._hoist_ready import ready, ready_nodes, row_parts
+from edbatch.executor._hoist_ready import projection_operands, ready, ready_nodes
 from edbatch.executor._hoist_sums import count_sums, deferred_sums, sum_entries, sums_kept
 from edbatch.executor._program import (
     LazySteps,
@@ -70,7 +70,6 @@ from edbatch.executor._reads import (
     RowsRead,
     SliceRead,
     inplace_reads,
-    merged,
     to_device,
 )
 from edbatch.executor.cells_hoist import HOISTS, HoistSpec
@@ -143,7 +142,8 @@ def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
     by_type: dict[int, list[int]] = {}
     hoisted: dict[int, int] = {}  # op type -> 0 not hoisted, 1 hoisted, 2 hoisted, variadic
     vocab = graph.vocab
-    op_list = schedule.flat()[0].tolist()
+    op_ids, bptr = schedule.flat()[:2]
+    op_list = op_ids.tolist()
     if all(vocab[o].kind not in kinds for o in set(op_list)):  # (most programs: no batch)
         return by_type
     for b, op_id in enumerate(op_list):
@@ -153,7 +153,7 @@ def hoisted_batches(graph: Graph, schedule: Schedule, plan: MemoryPlan,
             wanted = hoisted[op_id] = (1 + (op.arity is None)) * (op.kind in kinds and (
                 overrides is None or overrides.get(op.kind) in (None, KERNELS.get(op.kind))))
         if wanted == 1 or (wanted == 2 and not split_alone(  # (a variadic batch may be split)
-                len(plan.row_order[b]), plan.operands[b])):
+                int(bptr[b + 1] - bptr[b]), plan.operands[b])):
             by_type.setdefault(op_id, []).append(b)
     return by_type
 
@@ -201,6 +201,7 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
     before: dict[int, list[Step]] = {}
     arenas = list(program.arenas)
     ops = plan.operands
+    out_arena, out_start = plan.output_rows()  # (lists: no Region object a batch)
     # the rewritten program's read counts: the reads compiled so far (none for the skipped
     # batches), these state reads, the projection steps' and one projection view a batch
     counted = list(program.counts[False])
@@ -229,34 +230,35 @@ def hoist_program(program: Program, graph: Graph, schedule: Schedule, plan: Memo
         for group in groups:
             before.setdefault(group[0], []).append(
                 _projection_step(program, plan, device, op, spec, group, arena,
-                                 offset[group[0]], base, counted, bptr))
+                                 offset[group[0]], base, counted, bptr, graph))
         counted[0] += len(batches)  # each batch's projection rows: a view
         weight, hidden, slot = op.params[spec.weight], HoistSpec.gate_width(op) // 4, spec.state
-        for b in batches:
-            state, region = ops[b][slot], plan.outputs[b]
-            states.append(state)
-            view = state.view
-            if view is not None:
-                counted[0] += 1
-                rows[b] = (0, state.arena, view.start, None, len(view), arena, offset[b],
-                           region.arena, region.start, weight, hidden, op.name)
-            else:
-                idx = state.gather
-                counted[1] += 1
-                counted[2] += len(idx)  # type: ignore[arg-type]
-                rows[b] = (1, state.arena, 0, idx, len(idx), arena,  # type: ignore[arg-type]
-                           offset[b], region.arena, region.start, weight, hidden, op.name)
+        mine = [ops[b][slot] for b in batches]  # the state operands
+        states += mine
+        views = [o.view for o in mine]
+        gathers = [o.gather for o, v in zip(mine, views, strict=True) if v is None]
+        counted[0] += len(views) - len(gathers)
+        counted[1] += len(gathers)
+        counted[2] += sum(map(len, gathers))
+        name = op.name
+        rows.update(zip(batches, [  # (one comprehension: no statement a batch)
+            (0, o.arena, v.start, None, v.stop - v.start, arena, offset[b], out_arena[b],
+             out_start[b], weight, hidden, name) if v is not None else
+            (1, o.arena, 0, o.gather, len(o.gather), arena, offset[b], out_arena[b],
+             out_start[b], weight, hidden, name)
+            for b, o, v in zip(batches, mine, views, strict=True)], strict=True))
     at = np.arange(len(psteps))  # each batch's position once the projection steps are in
     for b, projections in before.items():
         at[b:] += len(projections)
     # the given steps as they are; a deferred one is a rewritten batch's (deferred again)
     # unless the program deferred others: then built
-    out: list[Any] = lazy.entries() if lazy is not None and all(
-        b in rows or b in (sums or {}) for b in lazy.later()) else list(psteps)
+    out: list[Any] = lazy.entries() if lazy is not None and \
+        rows.keys() | (sums or {}).keys() >= set(lazy.later()) else list(psteps)
     for b in sorted(before, reverse=True):  # the projection steps before their batches
         out[b:b] = before[b]
     at_list = at.tolist()
-    deferred: dict[int, Any] = {at_list[b]: row for b, row in rows.items()}
+    deferred: dict[int, Any] = dict(zip(map(at_list.__getitem__, rows), rows.values(),
+                                        strict=True))
     sums = sums or {}
     count_sums(plan, sums, counted)
     deferred.update((at_list[b], row) for b, row in sums.items())
@@ -316,15 +318,17 @@ class _Built:
 def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, op: OpType,
                      spec: HoistSpec, group: list[int], arena: int, start: int,
                      base: np.ndarray, counts: list[int],  # type: ignore[type-arg]
-                     bptr: np.ndarray) -> Step:  # type: ignore[type-arg]
+                     bptr: np.ndarray, graph: Graph | None = None) -> Step:  # type: ignore[type-arg]
     """The step projecting ``group``'s nodes (in batch order) into ``arena`` from ``start``
     (``base``: see :func:`~edbatch.executor._hoist_ready.row_parts`); its reads are added to
-    ``counts``; ``bptr``: the schedule's batch pointers."""
-    ops = plan.operands
-    operands = tuple(
-        merged(ops[group[0]][k].arena,
-               np.concatenate(row_parts([ops[b][k] for b in group], base)))
-        for k in spec.hoisted)
+    ``counts``; ``bptr``: the schedule's batch pointers; ``graph``: read a fixed-arity op
+    type's operand rows from it (:func:`~edbatch.executor._hoist_ready.projection_operands`)."""
+    # the group's steps' attrs concatenated: their rows of the program's flat attrs
+    first, sizes = bptr[group], bptr[np.asarray(group) + 1] - bptr[group]
+    at = np.cumsum(sizes) - sizes
+    pick = np.repeat(first - at, sizes) + np.arange(int(at[-1] + sizes[-1]))
+    operands = projection_operands(plan, group, spec.hoisted, base, graph if
+                                   op.arity is not None else None, program.attr_nodes[pick])
     shapes = tuple(op.in_shapes[k] for k in spec.hoisted) if op.in_shapes else ()
     pair = pair_read(operands, shapes, spec, device)
     if pair is not None:  # the two h operands side by side from one gather
@@ -336,10 +340,6 @@ def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, o
     if spec.heads and pair is None:  # only the h columns of the [h; c] state rows
         reads = tuple(head_read(read, op.in_shapes[k][0] // 2 if op.in_shapes else 0)
                       for read, k in zip(reads, spec.hoisted, strict=True))
-    # the group's steps' attrs concatenated: their rows of the program's flat attrs
-    first, sizes = bptr[group], bptr[np.asarray(group) + 1] - bptr[group]
-    at = np.cumsum(sizes) - sizes
-    pick = np.repeat(first - at, sizes) + np.arange(int(at[-1] + sizes[-1]))
     attrs = program.attrs[to_device(pick, program.attrs.device)]
     proj_op = OpType(f"{op.name}/projection", f"{op.kind}.projection", shapes,
                      (HoistSpec.gate_width(op),), op.params)

@@ -9,11 +9,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from edbatch.executor._reads import merged
 from edbatch.graph import Graph
 from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["groups", "ready", "ready_nodes", "row_parts"]
+__all__ = ["groups", "projection_operands", "ready", "ready_nodes", "row_parts"]
 
 
 def groups(batches: list[int], ready: dict[int, int]) -> list[list[int]]:
@@ -36,6 +37,28 @@ def row_parts(operands: Sequence[Operand], base: np.ndarray  # type: ignore[type
     ``arange`` covering every arena, shared) instead of a new ``arange`` per operand."""
     return [base[v.start:v.stop] if (v := o.view) is not None else o.gather
             for o in operands]
+
+
+def projection_operands(plan: MemoryPlan, group: list[int], slots: tuple[int, ...],
+                        base: np.ndarray, graph: Graph | None = None,  # type: ignore[type-arg]
+                        nodes: np.ndarray | None = None  # type: ignore[type-arg]
+                        ) -> tuple[Operand, ...]:
+    """Per slot of ``slots`` one read of every ``group`` batch's operand rows, batch after
+    batch (:func:`~edbatch.executor._reads.merged`): from the plan's operands (``base``: see
+    :func:`row_parts`) or, given a fixed-arity op type's ``graph`` and the group's ``nodes``
+    in row order, straight from the graph: the rows of each node's ``k``-th operand (one
+    numpy pass; the plan's way where a slot's rows lie in more than one arena)."""
+    ops = plan.operands
+    out = []
+    for k in slots:
+        arena = ops[group[0]][k].arena
+        if graph is not None and nodes is not None:
+            src = graph.operand_ids[graph.operand_ptr[nodes] + k]
+            if bool((plan.node_arena[src] == arena).all()):
+                out.append(merged(arena, plan.node_row[src].astype(np.int64, copy=False)))
+                continue
+        out.append(merged(arena, np.concatenate(row_parts([ops[b][k] for b in group], base))))
+    return tuple(out)
 
 
 def ready(plan: MemoryPlan, batch_of: list[np.ndarray], batches: list[int],  # type: ignore[type-arg]

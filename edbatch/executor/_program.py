@@ -235,6 +235,24 @@ def split_alone(size: int, operands: tuple[Operand, ...]) -> bool:
     return size == 1 and bool(operands) and len({o.arena for o in operands}) == 1
 
 
+def _variadic(entries: list[tuple[OpType, Kernel, int, bool, bool, bool]], sizes: list[int],
+              operand_lists: list[tuple[Operand, ...]], device: torch.device) -> list[bool]:
+    """Each batch's ``split`` (:class:`Step`); a split batch's operands as one merged read
+    and, on the CPU, a ``merge_repeated`` kind's repeated slots as one, in
+    ``operand_lists``. Only variadic batches are visited."""
+    splits = [False] * len(entries)
+    for b in [b for b, entry in enumerate(entries) if entry[3]]:
+        operands = operand_lists[b]
+        if split_alone(sizes[b], operands):  # its node alone in the batch: one merged read
+            splits[b] = True
+            if len(operands) > 1:
+                rows = np.concatenate([o.rows() for o in operands])
+                operand_lists[b] = (merged(operands[0].arena, rows),)
+        elif device.type == "cpu":
+            operand_lists[b] = _merge_repeated(entries[b][1], operands)
+    return splits
+
+
 def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: torch.device,
                     kernels: Mapping[str, Kernel] | None, skip: Collection[int] = ()
                     ) -> Program:
@@ -255,38 +273,41 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     entries = list(map(table.__getitem__, op_list))
     sizes = np.diff(bptr).tolist()  # (each batch's rows: its nodes)
     operand_lists: list[tuple[Operand, ...]] = list(plan.operands)
-    splits = [False] * len(entries)
-    for b, entry in enumerate(entries):  # a variadic node alone in its batch: one merged read
-        operands = operand_lists[b]
-        if entry[3] and split_alone(sizes[b], operands):
-            splits[b] = True
-            if len(operands) > 1:
-                rows = np.concatenate([o.rows() for o in operands])
-                operand_lists[b] = (merged(operands[0].arena, rows),)
-        elif entry[3] and device.type == "cpu":
-            operand_lists[b] = _merge_repeated(entry[1], operands)
-    attrs = flat.split_with_sizes(sizes) if sizes else ()  # every batch's view in one call
+    splits = _variadic(entries, sizes, operand_lists, device)
     out_arena, out_start = plan.output_rows()
+    skipped = set(skip)
+    starts = bptr.tolist()
+    # each batch's attrs: a view of ``flat`` (every batch's in one split_with_sizes call,
+    # unless most steps are deferred: then one narrow a given step, the split when built)
+    attrs: list[Tensor] = list(flat.split_with_sizes(sizes)) \
+        if sizes and 2 * len(skipped) < len(sizes) else []
 
     def make(b: int) -> Step:
         op, kernel, width, _, is_sum, writes_out = entries[b]
-        return new_step(op, kernel, attrs[b], sizes[b], width, out_arena[b], out_start[b], (),
+        view = attrs[b] if attrs else flat.narrow(0, starts[b], sizes[b])
+        return new_step(op, kernel, view, sizes[b], width, out_arena[b], out_start[b], (),
                         splits[b], splits[b] and is_sum, writes_out)
+
+    def build() -> dict[int, Step]:
+        if not attrs:
+            attrs.extend(flat.split_with_sizes(sizes))
+        return {b: make(b) for b in later}
 
     # the skipped batches' steps (read by a rewrite only in training, profiling, chains off)
     # are deferred: made on first access (LazySteps), as made here before
-    skipped = set(skip)
     later = sorted(skipped)
     items: list[Any] = [None if b in skipped else make(b) for b in range(len(entries))]
-    steps = LazySteps(items, later, lambda: {b: make(b) for b in later}) if later else items
+    steps = LazySteps(items, later, build) if later else items
     claims = [rewrite.claim(steps, operand_lists, device) for rewrite in PROGRAM_PASSES]
     claimed = {b for batches, _ in claims for b in batches}
     claimed.update(skip)
-    read_lists = [() if b in claimed else ops for b, ops in enumerate(operand_lists)] \
-        if claimed else operand_lists
-    reads = _indexed([e[1] for e in entries],  # scene-like operands read by index (CPU)
-                     inplace_reads(read_lists, device, counts[False]), device)
-    for b, step_reads in enumerate(reads):
+    # reads of the batches no rewrite takes only (a hoisted program: most are taken)
+    live = [b for b in range(len(entries)) if b not in claimed] if claimed \
+        else range(len(entries))
+    reads = _indexed([entries[b][1] for b in live],  # scene-like operands read by index (CPU)
+                     inplace_reads([operand_lists[b] for b in live], device, counts[False]),
+                     device)
+    for b, step_reads in zip(live, reads):
         if step_reads:
             items[b].__dict__["reads"] = step_reads  # (set as new_step sets the fields)
     outputs = tuple((int(v), int(plan.node_arena[v]), int(plan.node_row[v]), -1)

@@ -121,3 +121,104 @@ def test_no_chains_where_the_blas_call_disagrees(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(_fast_blas, "_AGREES", [False])
     _outputs("bilstm_tagger", torch.float32, True)
     assert chains[0] == 0
+
+
+def _setup_loop(rows: list, arenas: list[int], weights: list[str]) -> dict:  # type: ignore[type-arg]
+    """The loop over the rows that :meth:`ChainStep._setup` replaced (its column-wise form's
+    oracle): meta, idx, rows, width, name, binders."""
+    slot = {a: k for k, a in enumerate(arenas)}
+    wslot = {w: k for k, w in enumerate(weights)}
+    meta, gathered = [], []
+    at = most = width = 0
+    names: set[str] = set()
+    binders: dict[str, int] = {}
+    for row in rows:
+        names.add(row[-1])
+        if row[0] == 2:
+            _, srcs, rows_, n, oa, os_, _ = row
+            meta.append((2, len(srcs), at, n, 0, 0, slot[oa], os_, 0, 0))
+            gathered += [np.array([slot[a] for a in srcs], np.int64), rows_.reshape(-1)]
+            at += len(srcs) * (n + 1)
+            continue
+        kind, sb, s0, idx, n, pa, lo, oa, os_, weight, hidden, _ = row
+        most, width = max(most, n), max(width, hidden)
+        binders[weight] = binders.pop(weight, hidden)
+        meta.append((kind, slot[sb], at if kind else s0, n, slot[pa], lo, slot[oa], os_,
+                     wslot[weight], hidden))
+        if kind:
+            gathered.append(idx)
+            at += n
+    return {"meta": np.array(meta, np.int64).reshape(len(rows), _fast_chain._META),
+            "idx": np.concatenate(gathered) if gathered else np.zeros(1, np.int64),
+            "rows": most, "width": width, "name": ", ".join(sorted(names)),
+            "binders": tuple(reversed(binders.items()))}
+
+
+@pytest.mark.parametrize("strategy", ["naive", "planned"])
+@pytest.mark.parametrize("name", ["bilstm_tagger", "lattice_lstm", "transition_parser"])
+def test_column_wise_setup_equals_the_loop(name: str, strategy: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every chain of real programs (sliced and gathered states, lattice sums between
+    them) laid out column-wise as the per-row loop lays it out."""
+    made: list[tuple[_fast_chain.ChainStep, tuple]] = []  # type: ignore[type-arg]
+    real = _fast_chain.ChainStep.of_rows.__func__  # type: ignore[attr-defined]
+
+    def recorded(cls: type, rows: list, arenas: list[int], weights: list[str]) -> object:  # type: ignore[type-arg]
+        chain = real(cls, rows, arenas, weights)
+        made.append((chain, (list(rows), list(arenas), list(weights))))
+        return chain
+    monkeypatch.setattr(_fast_chain.ChainStep, "of_rows", classmethod(recorded))
+    _outputs(name, torch.float64, True, strategy=strategy)
+    assert made
+    kinds = set()
+    for chain, args in made:
+        want = _setup_loop(*args)
+        kinds.update(int(k) for k in want["meta"][:, 0])
+        assert np.array_equal(chain.meta, want["meta"])
+        assert np.array_equal(chain.idx, want["idx"])
+        assert (chain.rows, chain.width, chain.name, chain.binders) == \
+            (want["rows"], want["width"], want["name"], want["binders"])
+    if name == "lattice_lstm":
+        assert 2 in kinds  # sums between the arc batches
+
+
+def _key_runs_loop(keys: list) -> list[list[int]]:  # type: ignore[type-arg]
+    """:func:`_fast_chain._key_runs` without its repeated-key shortcut (the oracle)."""
+    out: list[list[int]] = []
+    run: list[int] = []
+    arenas: set[int] = set()
+    weights: set[str] = set()
+    for i, key in enumerate(keys):
+        if key is None:
+            if run:
+                out.append(run)
+            run = []
+            continue
+        if not run:
+            arenas, weights = set(), set()
+        used, weight = key
+        arenas.update(used)
+        if len(arenas) > _fast_chain.SLOTS or (weight is not None and weight not in weights
+                                               and len(weights) == _fast_chain.SLOTS):
+            out.append(run)
+            run, arenas, weights = [], set(used), set()
+        run.append(i)
+        if weight is not None:
+            weights.add(weight)
+    if run:
+        out.append(run)
+    return [r for r in out if len(r) > 1 and any(keys[i][1] is not None for i in r)]
+
+
+def test_key_runs_equal_the_plain_loop() -> None:
+    """Random keys with long repeats, sums (weight None), gaps and too many arenas."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        keys: list = []  # type: ignore[type-arg]
+        while len(keys) < 60:
+            pick = rng.integers(5)
+            key = None if pick == 0 else (
+                tuple(int(a) for a in rng.integers(0, 12, rng.integers(1, 11))),
+                None if pick == 1 else f"w{rng.integers(10)}")
+            keys += [key] * int(rng.integers(1, 6))
+        assert _fast_chain._key_runs(keys) == _key_runs_loop(keys)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from edbatch.executor._hoist import hoist_kinds, hoisted_batches
+from edbatch.executor._hoist_ready import projection_operands
 from edbatch.executor._hoist_ready import ready as _ready
 from edbatch.executor._hoist_ready import ready_nodes as _ready_nodes
 from edbatch.executor._reads import RowLocator
@@ -43,3 +44,49 @@ def test_ready_from_graph_equals_plan_oracle(name: str, scheduler: str) -> None:
                         _ready(plan, batch_of, batches, slots)
                     compared += 1
     assert compared
+
+
+def _same(a: object, b: object) -> bool:
+    va, vb = a.view, b.view  # type: ignore[attr-defined]
+    if (va is None) != (vb is None) or a.arena != b.arena:  # type: ignore[attr-defined]
+        return False
+    if va is not None:
+        return (va.arena, va.start, va.stop) == (vb.arena, vb.start, vb.stop)
+    return bool(np.array_equal(a.gather, b.gather))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("scheduler", ["depth", "critical_path"])
+@pytest.mark.parametrize("name", ["bilstm_tagger", "lattice_lstm", "seq2seq",
+                                  "bilstm_char_tagger", "transition_parser"])
+def test_projection_operands_from_graph_equal_the_plans(name: str, scheduler: str) -> None:
+    """A projection group's hoisted operand reads from the graph's operand rows (one numpy
+    pass) equal the plan operands' concatenation, every group size, both plans."""
+    wl = make_workload(name, embed_dim=6, hidden_dim=5)
+    graph = wl.minibatch(wl.default_eval_split, range(8))
+    schedule = make_scheduler(scheduler)(graph)
+    _, bptr, _, _ = schedule.flat()
+    compared = views = graphed = 0
+    for strategy in ("naive", "planned"):
+        plan = plan_memory(graph, schedule, strategy, cache=False)
+        order = plan.flat_order().astype(np.int64)
+        base = np.arange(max(rows for rows, _ in plan.arenas), dtype=np.int64)
+        for op_id, batches in hoisted_batches(graph, schedule, plan,
+                                              hoist_kinds(True)).items():
+            op = graph.vocab[op_id]
+            if op.arity is None:
+                continue
+            slots = HOISTS[op.kind].hoisted
+            for group in (batches, batches[:1], batches[1::2] or batches):
+                nodes = np.concatenate([order[bptr[b]:bptr[b + 1]] for b in group])
+                mine = projection_operands(plan, group, slots, base, graph, nodes)
+                want = projection_operands(plan, group, slots, base)
+                assert len(mine) == len(want) == len(slots)
+                assert all(_same(a, b) for a, b in zip(mine, want, strict=True))
+                views += sum(o.view is not None for o in mine)
+                compared += 1
+                graphed += all(bool((plan.node_arena[graph.operand_ids[
+                    graph.operand_ptr[nodes] + k]] == o.arena).all())
+                    for k, o in zip(slots, want, strict=True))  # (the graph's way taken)
+    assert compared and graphed == compared
+    if name == "bilstm_tagger":
+        assert views  # (the layer-1 inputs: one embedding view)
