@@ -75,27 +75,24 @@ def _typewise_edges(op, optr, oids, reach, src, dst):  # type: ignore[no-untyped
         word = t >> 6
         bit = np.int64(1) << (t & 63)
         sp = 0
-        for i in range(optr[v], optr[v + 1]):
-            u = oids[i]
-            if stamp[u] != v and reach[u, word] & bit:
-                stamp[u] = v
-                stack[sp] = u
-                sp += 1
-        while sp > 0:
-            sp -= 1
-            u = stack[sp]
-            if op[u] == t:
-                if m < cap:
-                    src[m] = u
-                    dst[m] = v
-                m += 1
-                continue
+        u = v
+        while True:  # u: v itself, then each popped ancestor of another type than t
             for i in range(optr[u], optr[u + 1]):
                 w = oids[i]
                 if stamp[w] != v and reach[w, word] & bit:
                     stamp[w] = v
-                    stack[sp] = w
-                    sp += 1
+                    if op[w] == t:  # a type-wise predecessor: the walk stops there
+                        if m < cap:
+                            src[m] = w
+                            dst[m] = v
+                        m += 1
+                    else:
+                        stack[sp] = w
+                        sp += 1
+            if sp == 0:
+                break
+            sp -= 1
+            u = stack[sp]
     return m
 
 
