@@ -318,7 +318,7 @@ class _Built:
 def _projection_step(program: Program, plan: MemoryPlan, device: torch.device, op: OpType,
                      spec: HoistSpec, group: list[int], arena: int, start: int,
                      base: np.ndarray, counts: list[int],  # type: ignore[type-arg]
-                     bptr: np.ndarray, graph: Graph | None = None) -> Step:  # type: ignore[type-arg]
+                     bptr: np.ndarray, graph: Graph) -> Step:  # type: ignore[type-arg]
     """The step projecting ``group``'s nodes (in batch order) into ``arena`` from ``start``
     (``base``: see :func:`~edbatch.executor._hoist_ready.row_parts`); its reads are added to
     ``counts``; ``bptr``: the schedule's batch pointers; ``graph``: read a fixed-arity op

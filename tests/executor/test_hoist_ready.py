@@ -1,8 +1,11 @@
 """The projection groups' readiness from the graph (``_ready_nodes``: each hoisted slot's
 producer batch by node) equals the plan-based oracle (``_ready``: the producer batch of
-every row the plan reads), on the hoisted workloads, schedulers and plans."""
+every row the plan reads), and their operand reads from the graph
+(``projection_operands``) the plan's, on the hoisted workloads, schedulers and plans."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -13,9 +16,19 @@ from edbatch.executor._hoist_ready import ready as _ready
 from edbatch.executor._hoist_ready import ready_nodes as _ready_nodes
 from edbatch.executor._reads import RowLocator
 from edbatch.executor.cells_hoist import HOISTS
-from edbatch.memory import plan_memory
+from edbatch.graph import Graph
+from edbatch.memory import MemoryPlan, plan_memory
 from edbatch.schedule import Schedule, make_scheduler
 from edbatch.workloads import make_workload
+
+
+def _fixed_arity_groups(graph: Graph, schedule: Schedule, plan: MemoryPlan
+                        ) -> Iterator[tuple[list[int], tuple[int, ...]]]:
+    """Each hoisted fixed-arity op type's batches and its hoisted slots."""
+    for op_id, batches in hoisted_batches(graph, schedule, plan, hoist_kinds(True)).items():
+        op = graph.vocab[op_id]
+        if op.arity is not None:
+            yield batches, HOISTS[op.kind].hoisted
 
 
 @pytest.mark.parametrize("scheduler", ["depth", "critical_path", "dynet_agenda"])
@@ -34,12 +47,7 @@ def test_ready_from_graph_equals_plan_oracle(name: str, scheduler: str) -> None:
                 _, bptr, nodes, _ = s.flat()
                 step = np.empty(graph.num_nodes, np.int64)
                 step[nodes] = np.repeat(np.arange(len(bptr) - 1), np.diff(bptr))
-                for op_id, batches in hoisted_batches(graph, s, plan,
-                                                      hoist_kinds(True)).items():
-                    op = graph.vocab[op_id]
-                    if op.arity is None:
-                        continue
-                    slots = HOISTS[op.kind].hoisted
+                for batches, slots in _fixed_arity_groups(graph, s, plan):
                     assert _ready_nodes(graph, s, step, batches, slots) == \
                         _ready(plan, batch_of, batches, slots)
                     compared += 1
@@ -70,12 +78,7 @@ def test_projection_operands_from_graph_equal_the_plans(name: str, scheduler: st
         plan = plan_memory(graph, schedule, strategy, cache=False)
         order = plan.flat_order().astype(np.int64)
         base = np.arange(max(rows for rows, _ in plan.arenas), dtype=np.int64)
-        for op_id, batches in hoisted_batches(graph, schedule, plan,
-                                              hoist_kinds(True)).items():
-            op = graph.vocab[op_id]
-            if op.arity is None:
-                continue
-            slots = HOISTS[op.kind].hoisted
+        for batches, slots in _fixed_arity_groups(graph, schedule, plan):
             for group in (batches, batches[:1], batches[1::2] or batches):
                 nodes = np.concatenate([order[bptr[b]:bptr[b + 1]] for b in group])
                 mine = projection_operands(plan, group, slots, base, graph, nodes)
