@@ -38,11 +38,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edbatch.schedule._compiled_afterstate import run_afterstate
+from edbatch.schedule._compiled_afterstate import AFTER_FEATURES, run_afterstate
 from edbatch.schedule._compiled_afterstate_q import afterstate_q
 from policies.afterstate import afterstate_start
 from policies.afterstate_imitate import lean_mask
 from policies.afterstate_values import value_ridge
+from policies.priority import FEATURES
+
+#: The columns of a label row (every column), and the one saying "critical path's choice".
+NAMES = (*FEATURES, *AFTER_FEATURES)
+IS_CP = NAMES.index("is_cp")
 
 CANDIDATES = ("rel_n", "rel_batchable", "new_types", "crit_share", "crit_n", "h2", "h12_gap",
               "h_vs_other", "next_max_ready", "next_sum_ready", "n_big_next", "log_ready",
@@ -137,15 +142,20 @@ def candidate_columns(inputs) -> np.ndarray:  # type: ignore[no-untyped-def]
     return np.array(cols, dtype=np.float64)
 
 
+def _decisions(seg: np.ndarray) -> zip:  # type: ignore[type-arg]
+    """``(first, end)`` rows of each decision (``seg``: a row's decision, in runs)."""
+    starts = np.flatnonzero(np.r_[1, np.diff(seg)])
+    return zip(starts, np.r_[starts[1:], len(seg)], strict=True)
+
+
 def cv_regret(x, seg, v, n, fit, folds: int = 5) -> float:  # type: ignore[no-untyped-def]
     """Summed rollout value of the held-out decisions' picks (argmin of ``fit(train)``'s
     prediction over all rows), folds of consecutive decisions."""
     fold = seg * folds // n
-    starts = np.flatnonzero(np.r_[1, np.diff(seg)])
     tot = 0.0
     for f in range(folds):
         pred = fit(fold != f)
-        for s0, s1 in zip(starts, np.r_[starts[1:], len(seg)], strict=True):
+        for s0, s1 in _decisions(seg):
             if fold[s0] == f:
                 tot += v[s0 + int(np.argmin(pred[s0:s1]))]
     return tot
@@ -187,15 +197,12 @@ def error_analysis(d) -> None:  # type: ignore[no-untyped-def]
     """The value fit's (lam 1e-2, every column) own states, labelled by rollouts over cp:
     where its choice costs batches, and the mean row difference teacher - student there."""
     from benchmarks.afterstate_values_exp import NONE_TREE, q_data
-    from edbatch.schedule._compiled_afterstate import AFTER_FEATURES
-    from policies.priority import FEATURES
 
     x, seg, v, n = d["qlab"]
     w = -value_ridge(x, seg, v, n, lean_mask(None, ["all"]), [1e-2])[0]
     xs, ss, vs, ns = q_data(d["train"], w, *NONE_TREE, afterstate_start())
-    starts = np.flatnonzero(np.r_[1, np.diff(ss)])
     picked, margin, diffs = [], [], []
-    for s0, s1 in zip(starts, np.r_[starts[1:], len(ss)], strict=True):
+    for s0, s1 in _decisions(ss):
         sc = xs[s0:s1] @ w
         i, j = s0 + int(np.argmax(sc)), s0 + int(np.argmin(vs[s0:s1]))
         picked.append(vs[i])
@@ -204,15 +211,14 @@ def error_analysis(d) -> None:  # type: ignore[no-untyped-def]
             diffs.append(xs[j] - xs[i])
     pv, mg = np.array(picked), np.array(margin)
     print(f"student: {ns} contested decisions, {(pv > 0).sum()} cost batches, regret "
-          f"{pv.sum():.0f} (cp's rows {vs[xs[:, 23] > 0.5].sum():.0f})", flush=True)
+          f"{pv.sum():.0f} (cp's rows {vs[xs[:, IS_CP] > 0.5].sum():.0f})", flush=True)
     for lo, hi in ((0, .05), (.05, .2), (.2, .5), (.5, 1), (1, np.inf)):
         m = (mg >= lo) & (mg < hi)
         print(f"  score margin {lo}-{hi}: {m.sum()} decisions, {(pv[m] > 0).sum()} costly, "
               f"regret {pv[m].sum():.0f}", flush=True)
     md = np.mean(diffs, axis=0) / (xs.std(0) + 1e-9)
-    names = [*FEATURES, *AFTER_FEATURES]
     print("  teacher - student row at the costly ones (sd): " + ", ".join(
-        f"{names[i]} {md[i]:+.2f}" for i in np.argsort(-np.abs(md))[:8]), flush=True)
+        f"{NAMES[i]} {md[i]:+.2f}" for i in np.argsort(-np.abs(md))[:8]), flush=True)
 
 
 def main() -> None:
@@ -230,7 +236,7 @@ def main() -> None:
         error_analysis(d)
         return
     x, seg, v, n = d["qlab"]
-    cp_row = x[:, 23] > 0.5
+    cp_row = x[:, IS_CP] > 0.5
     print(f"{n} decisions; critical path's regret {v[cp_row].sum():.0f}", flush=True)
     base = {lam: cv_regret(x, seg, v, n, ridge_fit(x, seg, v, n, lam)) for lam in (1e-2, 0.1)}
     print(f"linear CV regret: {base}", flush=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.afterstate_probe_exp import CANDIDATES, candidate_columns, cv_regret
+from benchmarks.afterstate_probe_exp import CANDIDATES, IS_CP, candidate_columns, cv_regret
 from edbatch.workloads import make_workload
 from policies.afterstate import afterstate_inputs
 from policies.afterstate_values import label_values
@@ -20,8 +20,10 @@ def inputs() -> list:
 
 
 def test_replayed_columns_line_up_with_the_labels(inputs: list) -> None:
-    x, _, _, n = label_values(inputs)
+    x, seg, _, n = label_values(inputs)
     assert n > 10
+    # IS_CP names the label rows' "critical path's choice" column: one row a decision
+    assert np.array_equal(np.bincount(seg[x[:, IS_CP] > 0.5], minlength=n), np.ones(n))
     c = candidate_columns(inputs)
     assert c.shape == (len(x), len(CANDIDATES))
     # the replay's ready count of each row's type is the compiled row's (log1p / 4 there)
