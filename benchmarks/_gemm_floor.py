@@ -139,7 +139,9 @@ class _Operands:
                 for rows, inputs, outputs in _grouped(gemms).values():
                     want("X", inputs, rows)
                     want("dY", outputs, rows)
-        self.buffers = {key: torch.rand(rows, key[1], generator=generator)
+        #: the weights' device (the generator draws on the CPU; the buffers move once)
+        self.device = next(iter(weights.values())).device if weights else torch.device("cpu")
+        self.buffers = {key: torch.rand(rows, key[1], generator=generator).to(self.device)
                         for key, rows in need.items()}
         self.weights = {name: w.detach() for name, w in weights.items()}
         self.blocks: dict[tuple[str, int, int], tuple[Tensor, Tensor]] = {}
@@ -150,7 +152,8 @@ class _Operands:
 
     def grad(self, outputs: int, inputs: int) -> Tensor:
         """The weight-gradient output of a block of this shape (one per shape)."""
-        return self.grads.setdefault((outputs, inputs), torch.empty(outputs, inputs))
+        return self.grads.setdefault((outputs, inputs), torch.empty(outputs, inputs,
+                                                                     device=self.device))
 
     def block(self, g: Gemm) -> tuple[Tensor, Tensor]:
         """``(W_blk, W_blk^T contiguous)`` of ``g``'s weight block (made once per job)."""
@@ -229,11 +232,17 @@ class GemmFloor:
 
 
 def _sweep(pairs: Sequence[Pair], layout: int) -> float:
-    """Seconds of every product of ``pairs`` once, in ``layout`` (0 or 1)."""
+    """Seconds of every product of ``pairs`` once, in ``layout`` (0 or 1); on CUDA from a
+    synchronised start to the last product's end."""
+    cuda = bool(pairs) and pairs[0][layout][0].is_cuda
+    if cuda:
+        torch.cuda.synchronize()
     mm, t0 = torch.mm, time.perf_counter()
     for pair in pairs:
         a, b, out = pair[layout]
         mm(a, b, out=out)
+    if cuda:
+        torch.cuda.synchronize()
     return time.perf_counter() - t0
 
 

@@ -19,7 +19,7 @@ gradients included).
 Scope: CPU tensors of float32 / float64 whose columns are contiguous (``stride(1) == 1``;
 rows may be strided, e.g. the ``c`` half of a state ``[h; c]``), outside autograd (the
 in-place inference path and the hand-backward training path). On CUDA, with
-``EDBATCH_COMPILED_CELLS=cuda`` (opt-in until timed on a GPU), the Tree-LSTM and LSTM cells
+``EDBATCH_COMPILED_CELLS=cuda`` (opt-in: slower on an H200), the Tree-LSTM and LSTM cells
 (:func:`cell_usable`) take the same bodies compiled by TorchInductor
 (:mod:`~edbatch.executor._fused_compiled`; these four entry points dispatch there by
 device). Anything else (autograd recording, other dtypes, a failed compile) runs the

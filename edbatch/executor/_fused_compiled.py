@@ -19,8 +19,9 @@ Numerics: ``torch.sigmoid`` and ``torch.tanh`` as the unfused CUDA path (where
 rounding (``tests/executor/test_fused_compiled.py``: 1e-10 on real workload graphs,
 gradients included).
 
-Opt-in until measured on a GPU: no lent GPU has timed these bodies yet (docs/results.md
-section 6), so :data:`DEVICES` is empty unless the environment variable
+Opt-in, because slower: on an H200 (2026-11-28, docs/results.md section 6) ``fsm`` with these
+bodies ran at 0.54-0.76x the unfused path on fresh mini-batches (fewer launches, more host
+time per compiled call), so :data:`DEVICES` is empty unless the environment variable
 ``EDBATCH_COMPILED_CELLS`` names device types (``cuda``; ``cpu,cuda``); without it CUDA runs
 the unfused torch path as before. ``benchmarks/gpu_fused_check.sh`` turns it on.
 
@@ -64,7 +65,8 @@ def _env_devices() -> set[str]:
 
 
 #: Device types whose tensors take the compiled bodies: empty unless ``EDBATCH_COMPILED_CELLS``
-#: names some (opt-in until timed on a GPU; the CPU has numba's; tests add devices).
+#: names some (opt-in: slower than the unfused path on an H200; the CPU has numba's; tests add
+#: devices).
 DEVICES = _env_devices()
 _FAILED: list[str] = []  # the first compile failure's message (then: the unfused path)
 _COMPILED: dict[str, Callable[..., None]] = {}

@@ -161,3 +161,36 @@ def test_the_floor_names_a_product_that_does_not_fit_its_weight() -> None:
     floor = GemmFloor([Gemm(3, 4, 8, "W"), Gemm(2, 2, 8, "W", 2)], False, params, gen)
     assert [p[1:] for p in floor.products()] == [(3, 4, 8), (2, 2, 8)]
     assert set(floor.run()) == {"execution"}
+
+
+def test_the_floors_operands_live_on_the_weights_device() -> None:
+    """On CUDA the floor multiplied CPU buffers by CUDA weights (a device-mismatch error at its
+    first product, 2026-11-28 on an H200): every operand and output follows the weights.
+    ``meta`` tensors stand in for a second device here; a ``gpu`` test runs it on CUDA."""
+    import torch
+
+    from benchmarks._throughput_data import Gemm, make_floors
+
+    params = {"W": torch.zeros(8, 6, device="meta"), "U": torch.zeros(4, 8, device="meta")}
+    gemms = [Gemm(3, 6, 8, "W"), Gemm(5, 2, 8, "W", 4), Gemm(3, 8, 4, "U")]
+    floor = make_floors([gemms], True, params, torch.Generator().manual_seed(0))[0]
+    tensors = [t for pairs in (floor.forward, floor.input_grads, floor.weight_grads)
+               for pair in pairs for layout in pair for t in layout]
+    assert len(tensors) == 2 * 3 * (3 + 3 + 3) and {t.device.type for t in tensors} == {"meta"}
+    assert set(floor.run()) == {"execution", "backward"}
+
+
+@pytest.mark.gpu
+def test_the_floor_runs_on_cuda() -> None:
+    import torch
+
+    from benchmarks._throughput_data import Gemm, make_floors
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    params = {"W": torch.randn(8, 6, device="cuda")}
+    floor = make_floors([[Gemm(3, 6, 8, "W")]], True, params,
+                        torch.Generator().manual_seed(0))[0]
+    (x, wt, y), _ = floor.forward[0]
+    assert y.is_cuda and min(floor.run().values()) > 0
+    torch.testing.assert_close(x @ wt, y)

@@ -124,7 +124,7 @@ def test_compiled_equals_unfused_on_cpu_fp64(name: str) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("name", NAMES)
 def test_compiled_equals_unfused_on_cuda_fp64(name: str) -> None:
-    with _fused_compiled.serve("cuda"):  # opt-in (EDBATCH_COMPILED_CELLS) until timed
+    with _fused_compiled.serve("cuda"):  # opt-in (EDBATCH_COMPILED_CELLS): slower on a GPU
         fused = _run(name, "cuda", True, count=6)
     assert not _fused_compiled._FAILED, _fused_compiled._FAILED
     used = TREE_BODIES if name == "tree_lstm" else LSTM_BODIES
