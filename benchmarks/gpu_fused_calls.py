@@ -23,18 +23,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from benchmarks import _args
 from edbatch.executor import _fused_compiled
 
 ROWS = (8, 64, 512)
 
 
-def _args(n: int, hidden: int, device: str) -> tuple[torch.Tensor, ...]:
+def _operands(n: int, hidden: int, device: str) -> tuple[torch.Tensor, ...]:
     """Operands of one internal-node batch of ``n`` rows: ``g, f1, s1, f2, s2, out, t``."""
     def r(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=device)
@@ -42,54 +48,45 @@ def _args(n: int, hidden: int, device: str) -> tuple[torch.Tensor, ...]:
             r(n, 2 * hidden), r(n, 2 * hidden), r(n, hidden))
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def time_calls(fn: Callable[..., Any], args: tuple[torch.Tensor, ...], calls: int,
                device: str) -> dict[str, float]:
     """Host us per call (``calls`` back to back) and, on CUDA, device us per call."""
+    cuda = torch.device(device).type == "cuda"
     for _ in range(10):
         fn(*args)
-    _sync(device)
-    start = end = None
-    if device == "cuda":
+    if cuda:
+        torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
     t0 = time.perf_counter()
     for _ in range(calls):
         fn(*args)
-    host = time.perf_counter() - t0
-    out = {"host_us": 1e6 * host / calls}
-    if start is not None and end is not None:
+    out = {"host_us": 1e6 * (time.perf_counter() - t0) / calls}
+    if cuda:
         end.record()
         torch.cuda.synchronize()
         out["device_us"] = 1e3 * start.elapsed_time(end) / calls
-    _sync(device)
     out["host_synced_us"] = 1e6 * (time.perf_counter() - t0) / calls
     return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                   choices=["cpu", "cuda"])
-    p.add_argument("--hidden", type=int, default=150)
-    p.add_argument("--calls", type=int, default=200)
-    p.add_argument("--out", default="results/gpu_fused_calls.json")
+    p.add_argument("--device", type=_args.device,
+                   default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--hidden", type=_args.positive, default=150)
+    p.add_argument("--calls", type=_args.positive, default=200)
+    p.add_argument("--out", type=_args.out_file, default=Path("results/gpu_fused_calls.json"))
     a = p.parse_args()
-    if a.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: this machine has no CUDA device; use --device cpu")
     torch.set_num_threads(1)
     body = _fused_compiled._tree_internal
     compiled = torch.compile(body, dynamic=True, fullgraph=True)
     rows: list[dict[str, Any]] = []
     with _fused_compiled._applied():  # the executor's compile settings (no duck sizing)
         for n in (5, 40, 130):  # the dynamic graph, compiled once before timing
-            compiled(*_args(n, a.hidden, a.device))
+            compiled(*_operands(n, a.hidden, a.device))
         for n in ROWS:
-            args = _args(n, a.hidden, a.device)
+            args = _operands(n, a.hidden, a.device)
             row: dict[str, Any] = {"rows": n}
             row["eager"] = time_calls(body, args, a.calls, a.device)
             row["compiled"] = time_calls(compiled, args, a.calls, a.device)
@@ -100,11 +97,12 @@ def main() -> None:
                 f"{k} host {v['host_us']:.1f} us" +
                 (f", device {v['device_us']:.1f} us" if "device_us" in v else "")
                 for k, v in row.items() if k != "rows"), flush=True)
+    cuda = torch.device(a.device).type == "cuda"
     info = {"device": a.device, "torch": torch.__version__, "hidden": a.hidden,
-            "calls": a.calls, "gpu": torch.cuda.get_device_name() if a.device == "cuda"
-            else None, "rows": rows}
-    with open(a.out, "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=1)
+            "calls": a.calls, "gpu": torch.cuda.get_device_name(a.device) if cuda else None,
+            "rows": rows}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(info, indent=1), encoding="utf-8")
     print(f"wrote {a.out}")
 
 
