@@ -1,7 +1,9 @@
-"""Builds the one optional C extension, ``edbatch.api._fastrec`` (the recorder's per-node hot
-path; everything else is in pyproject.toml). ``optional=True``: without a C compiler the
-install goes on and the API records through its Python functions (``edbatch.api._fast``).
-After editing its C files: ``python setup.py build_ext --inplace`` (or reinstall)."""
+"""Builds the two optional C extensions: ``edbatch.api._fastrec`` (the recorder's per-node hot
+path) and ``edbatch.memory._fastplan`` (the planner's per-read Operand builder); everything
+else is in pyproject.toml. ``optional=True``: without a C compiler the install goes on and the
+API records through its Python functions (``edbatch.api._fast``), the planner builds its
+Operands in Python (``edbatch.memory._operands``). After editing a C file:
+``python setup.py build_ext --inplace`` (or reinstall)."""
 
 from setuptools import Extension, setup
 
@@ -10,4 +12,6 @@ setup(ext_modules=[Extension("edbatch.api._fastrec", ["edbatch/api/_fastrec.c"],
                                       "edbatch/api/_fastrec_methods.h",
                                       "edbatch/api/_fastrec_map.h",
                                       "edbatch/api/_fastrec_route.h"],
+                             optional=True),
+                   Extension("edbatch.memory._fastplan", ["edbatch/memory/_fastplan.c"],
                              optional=True)])

@@ -79,11 +79,11 @@ from numpy.typing import NDArray
 from edbatch._lru import Lru
 from edbatch.errors import UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph, Vocab
-from edbatch.memory import plan as _fast
+from edbatch.memory import _operands
 from edbatch.memory._aligned import aligned_orders
 from edbatch.memory._chains import ChainPlanner
 from edbatch.memory._classify_numpy import classify_numpy
-from edbatch.memory.plan import MemoryPlan, Operand, Region
+from edbatch.memory.plan import MemoryPlan
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["STRATEGIES", "Strategy", "plan_key", "plan_memory", "zero_copy_upper_bound"]
@@ -324,36 +324,18 @@ class _Layout:
 
     def plan(self, strategy: str, seconds: float) -> MemoryPlan:
         """Freeze into a :class:`MemoryPlan`."""
-        # Plain Python ints and one read-only copy sliced per read / per batch: the loops
-        # below build ~2 objects per batch, so they avoid numpy scalars and per-item copies.
+        # Plain Python ints and one read-only copy sliced per read (the builder makes ~2
+        # objects a read: no numpy scalars, no per-item copies)
         starts = self.read_start
         stops = np.append(starts[1:], len(self.read_rows)) if len(starts) else starts
         rows = np.ascontiguousarray(self.read_rows, dtype=np.int64)
         rows.setflags(write=False)
-        operands: list[list[Operand]] = [[] for _ in range(len(self._frame.sizes))]
-        new, set_view, set_gather, set_op_arena, set_arena, set_start, set_stop = (
-            _fast._new, _fast._set_view, _fast._set_gather, _fast._set_op_arena,
-            _fast._set_arena, _fast._set_start, _fast._set_stop)
-        for b, view, arena, lo, hi, first, last in zip(
-                self.read_batch.tolist(), self.read_view.tolist(),
-                self.read_arena[starts].tolist(), starts.tolist(), stops.tolist(),
-                rows[starts].tolist(), rows[stops - 1].tolist(), strict=True):
-            # a view's rows ascend by one (first <= last); a gather's rows are a read-only
-            # slice: what Region's and Operand's checks would test. (_operand and _region,
-            # inlined: two calls less per read)
-            o = new(Operand)
-            if view:
-                r = new(Region)
-                set_arena(r, arena)
-                set_start(r, first)
-                set_stop(r, last + 1)
-                set_view(o, r)
-                set_gather(o, None)
-            else:
-                set_view(o, None)
-                set_gather(o, rows[lo:hi])
-            set_op_arena(o, arena)
-            operands[b].append(o)
+        # a view's rows ascend by one (first <= last); a gather's rows are a read-only slice:
+        # what Region's and Operand's checks would test, so the builder skips them
+        operands = _operands.build(
+            len(self._frame.sizes), self.read_batch.tolist(), self.read_view.tolist(),
+            self.read_arena[starts].tolist(), starts.tolist(), stops.tolist(),
+            rows[starts].tolist(), rows[stops - 1].tolist(), rows)
         flat = self.cons.astype(np.int32)
         flat.setflags(write=False)
         for a in (self.node_row, self.node_arena):
@@ -362,7 +344,7 @@ class _Layout:
             strategy, tuple(zip(self.rows, self.widths, strict=True)), self.node_row,
             self.node_arena, flat, self._frame.bptr.tolist(),
             (self.arena.tolist(), self.start.tolist(), self.stop.tolist()),
-            tuple(map(tuple, operands)), tuple(self._frame.forced.tolist()), seconds)
+            operands, tuple(self._frame.forced.tolist()), seconds)
 
 
 def _aligned_cons(frame: _Frame) -> NDArray[np.int64]:
