@@ -11,7 +11,8 @@ import numpy as np
 
 from edbatch.executor._reads import merged
 from edbatch.graph import Graph
-from edbatch.memory.plan import MemoryPlan, Operand
+from edbatch.memory.plan import MemoryPlan, Operand, Region
+from edbatch.schedule.compiled import resolve_backend
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["groups", "projection_operands", "ready", "ready_nodes", "row_parts"]
@@ -50,9 +51,20 @@ def projection_operands(plan: MemoryPlan, group: list[int], slots: tuple[int, ..
     numpy pass; the plan's way where a slot's rows lie in more than one arena)."""
     ops = plan.operands
     out = []
+    compiled = graph is not None and nodes is not None and resolve_backend() == "compiled"
     for k in slots:
         arena = ops[group[0]][k].arena
-        if graph is not None and nodes is not None:
+        if compiled:  # (the numpy form below is its twin)
+            from edbatch.executor._hoist_ready_compiled import slot_rows
+
+            rows, consecutive = slot_rows(graph.operand_ptr, graph.operand_ids,  # type: ignore[union-attr]
+                                          np.asarray(nodes, np.int64), k, plan.node_arena,
+                                          plan.node_row, arena)
+            if len(rows):  # (merged's view or gather)
+                out.append(Operand.of_view(Region(arena, int(rows[0]), int(rows[-1]) + 1))
+                           if consecutive else Operand.of_gather(arena, rows))
+                continue
+        elif graph is not None and nodes is not None:
             src = graph.operand_ids[graph.operand_ptr[nodes] + k]
             if bool((plan.node_arena[src] == arena).all()):
                 out.append(merged(arena, plan.node_row[src].astype(np.int64, copy=False)))
@@ -95,9 +107,17 @@ def ready_nodes(graph: Graph, schedule: Schedule, step: np.ndarray,  # type: ign
                  batches: list[int], slots: tuple[int, ...]) -> dict[int, int]:
     """:func:`ready` of a fixed-arity op type's ``batches`` from the graph: the producer of
     slot ``k`` of a node is the batch that runs its ``k``-th operand (``step``: each node's
-    batch), the rows the plan reads being those nodes' rows; a few numpy passes over every
-    batch at once, no plan operand or row locator visited."""
+    batch), the rows the plan reads being those nodes' rows; one compiled loop
+    (:func:`~edbatch.executor._hoist_ready_compiled.late_batches`) or, under
+    ``EDBATCH_BACKEND=python``, a few numpy passes over every batch at once (its twin); no
+    plan operand or row locator visited."""
     _, bptr, nodes, _ = schedule.flat()
+    if resolve_backend() == "compiled":
+        from edbatch.executor._hoist_ready_compiled import late_batches
+
+        late = late_batches(bptr, nodes, graph.operand_ptr, graph.operand_ids, step,
+                            np.asarray(batches, np.int64), np.asarray(slots, np.int64))
+        return dict(zip(batches, late.tolist(), strict=True))
     b = np.asarray(batches, np.int64)
     sizes = bptr[b + 1] - bptr[b]
     starts = np.cumsum(sizes) - sizes  # each batch's first position among the picked nodes

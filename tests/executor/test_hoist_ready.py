@@ -1,7 +1,8 @@
 """The projection groups' readiness from the graph (``_ready_nodes``: each hoisted slot's
 producer batch by node) equals the plan-based oracle (``_ready``: the producer batch of
 every row the plan reads), and their operand reads from the graph
-(``projection_operands``) the plan's, on the hoisted workloads, schedulers and plans."""
+(``projection_operands``) the plan's, on the hoisted workloads, schedulers and plans; in
+both forms (``_hoist_ready_compiled``'s numba loops and their numpy twins)."""
 
 from __future__ import annotations
 
@@ -31,10 +32,14 @@ def _fixed_arity_groups(graph: Graph, schedule: Schedule, plan: MemoryPlan
             yield batches, HOISTS[op.kind].hoisted
 
 
+@pytest.mark.parametrize("backend", ["compiled", "python"])
 @pytest.mark.parametrize("scheduler", ["depth", "critical_path", "dynet_agenda"])
 @pytest.mark.parametrize("name", ["bilstm_tagger", "lattice_lstm", "seq2seq",
                                   "bilstm_char_tagger"])
-def test_ready_from_graph_equals_plan_oracle(name: str, scheduler: str) -> None:
+def test_ready_from_graph_equals_plan_oracle(name: str, scheduler: str, backend: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both forms (numba; numpy, its twin) equal the plan's oracle."""
+    monkeypatch.setenv("EDBATCH_BACKEND", backend)
     wl = make_workload(name, embed_dim=6, hidden_dim=5)
     graph = wl.minibatch(wl.default_eval_split, range(8))
     compared = 0
@@ -63,12 +68,18 @@ def _same(a: object, b: object) -> bool:
     return bool(np.array_equal(a.gather, b.gather))  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("backend", ["compiled", "python"])
 @pytest.mark.parametrize("scheduler", ["depth", "critical_path"])
 @pytest.mark.parametrize("name", ["bilstm_tagger", "lattice_lstm", "seq2seq",
                                   "bilstm_char_tagger", "transition_parser"])
-def test_projection_operands_from_graph_equal_the_plans(name: str, scheduler: str) -> None:
-    """A projection group's hoisted operand reads from the graph's operand rows (one numpy
-    pass) equal the plan operands' concatenation, every group size, both plans."""
+def test_projection_operands_from_graph_equal_the_plans(name: str, scheduler: str,
+                                                        backend: str,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """A projection group's hoisted operand reads from the graph's operand rows (one
+    compiled loop, or one numpy pass: its twin) equal the plan operands' concatenation,
+    every group size, both plans."""
+    monkeypatch.setenv("EDBATCH_BACKEND", backend)
     wl = make_workload(name, embed_dim=6, hidden_dim=5)
     graph = wl.minibatch(wl.default_eval_split, range(8))
     schedule = make_scheduler(scheduler)(graph)
