@@ -4,7 +4,7 @@
  * a Region (a zero-copy view of consecutive arena rows) or a gather (a read-only slice of
  * the plan's row array). planner._Layout.plan classifies every read in one compiled pass and
  * then builds these objects, two per view, one per gather and a slice, in a Python loop:
- * about 0.6 us a read, 0.7 ms for a BiLSTM mini-batch's 1,140 reads. operands() builds the
+ * about 0.5 us a read, 0.36 ms for a BiLSTM mini-batch's ~730 reads. operands() builds the
  * same objects from the same lists here; the Python loop (planner._operands_py) is its twin,
  * the fallback where this module is not built and the oracle of
  * tests/memory/test_fastplan.py.

@@ -2,8 +2,9 @@
 reads (``planner._Layout.plan``): in C where the optional extension
 ``edbatch.memory._fastplan`` is built (``edbatch/memory/_fastplan.c``, by the install's
 ``setup.py``), else :func:`operands_py`, its twin and the tests' oracle
-(``tests/memory/test_fastplan.py``). The C loop builds the same objects about 4x as fast
-(0.6 us a read in Python: 0.7 ms for a BiLSTM mini-batch's 1,140 reads)."""
+(``tests/memory/test_fastplan.py``). The C loop builds the same objects 2.4-3.4x as fast
+(a BiLSTM mini-batch's ~730 reads: 364 -> 108 us; a lattice one's ~450, mostly gathers
+whose numpy slices both pay: 213 -> 90 us)."""
 
 from __future__ import annotations
 
