@@ -11,7 +11,7 @@ setup(ext_modules=[Extension("edbatch.api._fastrec", ["edbatch/api/_fastrec.c"],
                              depends=["edbatch/api/_fastrec_opcall.h",
                                       "edbatch/api/_fastrec_methods.h",
                                       "edbatch/api/_fastrec_map.h",
-                                      "edbatch/api/_fastrec_route.h"],
+                                      "edbatch/api/_fastrec_route.h", "edbatch/_cslots.h"],
                              optional=True),
                    Extension("edbatch.memory._fastplan", ["edbatch/memory/_fastplan.c"],
-                             optional=True)])
+                             depends=["edbatch/_cslots.h"], optional=True)])

@@ -16,17 +16,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#ifndef Py_T_OBJECT_EX
-#define Py_T_OBJECT_EX T_OBJECT_EX
-#endif
-#ifndef Py_READONLY
-#define Py_READONLY READONLY
-#endif
+#define SLOTS_OWNER "_fastrec"
+#include "../_cslots.h"  /* slot_offset, SLOT */
 
 static PyTypeObject *HandleType, *KindType, *RecordingType, *CurrentType;
 static Py_ssize_t off_h_rec, off_h_kind, off_h_node;  /* Handle */
@@ -36,27 +31,6 @@ static Py_ssize_t off_r_ops, off_r_operands, off_r_attrs, off_r_losses, off_r_co
 static Py_ssize_t off_c_rec;  /* Current */
 static PyObject *str_attr, *str_num_embeddings, *minus_one;
 static int ready;
-
-#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
-
-static int
-slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
-{
-    PyObject *d = PyDict_GetItemString(type->tp_dict, name);  /* borrowed */
-    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "_fastrec.setup: %s.%s is not a __slots__ member",
-                     type->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-    if (m->type != Py_T_OBJECT_EX || (m->flags & Py_READONLY)) {
-        PyErr_Format(PyExc_TypeError, "_fastrec.setup: %s.%s is not a writable object slot",
-                     type->tp_name, name);
-        return -1;
-    }
-    *out = m->offset;
-    return 0;
-}
 
 static PyObject *
 fastrec_setup(PyObject *module, PyObject *args)

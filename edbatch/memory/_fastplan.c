@@ -10,49 +10,20 @@
  * tests/memory/test_fastplan.py.
  *
  * Operand and Region are frozen slots dataclasses: setup() reads each slot's offset from its
- * member descriptor once; operands() allocates the objects with their type's tp_alloc and
+ * member descriptor once (slot_offset, edbatch/_cslots.h, shared with _fastrec); operands() allocates the objects with their type's tp_alloc and
  * writes the slots there (what object.__new__ and the descriptors' __set__ do, which the
  * Python loop calls), reusing the lists' int objects.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 
-#ifndef Py_T_OBJECT_EX
-#define Py_T_OBJECT_EX T_OBJECT_EX
-#endif
-#ifndef Py_T_OBJECT
-#define Py_T_OBJECT T_OBJECT
-#endif
-#ifndef Py_READONLY
-#define Py_READONLY READONLY
-#endif
+#define SLOTS_OWNER "_fastplan"
+#include "../_cslots.h"  /* slot_offset, SLOT */
 
 static PyTypeObject *OperandType, *RegionType;
 static Py_ssize_t off_o_view, off_o_gather, off_o_arena;  /* Operand */
 static Py_ssize_t off_r_arena, off_r_start, off_r_stop;   /* Region */
 static PyObject *one;  /* the int 1 */
-
-#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
-
-static int
-slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
-{
-    PyObject *d = PyDict_GetItemString(type->tp_dict, name);  /* borrowed */
-    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "_fastplan.setup: %s.%s is not a __slots__ member",
-                     type->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-    if ((m->type != Py_T_OBJECT_EX && m->type != Py_T_OBJECT) || (m->flags & Py_READONLY)) {
-        PyErr_Format(PyExc_TypeError, "_fastplan.setup: %s.%s is not a writable object slot",
-                     type->tp_name, name);
-        return -1;
-    }
-    *out = m->offset;
-    return 0;
-}
 
 static PyObject *
 setup(PyObject *self, PyObject *args)
