@@ -60,7 +60,7 @@ def projection_operands(plan: MemoryPlan, group: list[int], slots: tuple[int, ..
             rows, consecutive = slot_rows(graph.operand_ptr, graph.operand_ids,  # type: ignore[union-attr]
                                           np.asarray(nodes, np.int64), k, plan.node_arena,
                                           plan.node_row, arena)
-            if len(rows):  # (merged's view or gather)
+            if len(rows):  # merged's rule; the loop knows `consecutive` (np.diff: +60 us)
                 out.append(Operand.of_view(Region(arena, int(rows[0]), int(rows[-1]) + 1))
                            if consecutive else Operand.of_gather(arena, rows))
                 continue

@@ -5,14 +5,15 @@
  * the plan's row array). planner._Layout.plan classifies every read in one compiled pass and
  * then builds these objects, two per view, one per gather and a slice, in a Python loop:
  * about 0.5 us a read, 0.36 ms for a BiLSTM mini-batch's ~730 reads. operands() builds the
- * same objects from the same lists here; the Python loop (planner._operands_py) is its twin,
- * the fallback where this module is not built and the oracle of
+ * same objects from the same lists here; the Python loop (_operands.operands_py) is its
+ * twin, the fallback where this module is not built and the oracle of
  * tests/memory/test_fastplan.py.
  *
  * Operand and Region are frozen slots dataclasses: setup() reads each slot's offset from its
- * member descriptor once (slot_offset, edbatch/_cslots.h, shared with _fastrec); operands() allocates the objects with their type's tp_alloc and
- * writes the slots there (what object.__new__ and the descriptors' __set__ do, which the
- * Python loop calls), reusing the lists' int objects.
+ * member descriptor once (slot_offset, edbatch/_cslots.h, shared with _fastrec);
+ * operands() allocates the objects with their type's tp_alloc and writes the slots there
+ * (what object.__new__ and the descriptors' __set__ do, which the Python loop calls),
+ * reusing the lists' int objects.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -166,7 +167,7 @@ static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(Operand, Region): read their slots' offsets"},
     {"operands", operands, METH_VARARGS,
      "operands(batches, batch, view, arena, lo, hi, first, last, rows): per batch its "
-     "Operands (planner._operands_py's twin)"},
+     "Operands (_operands.operands_py's twin)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastplan",
