@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from edbatch.errors import DataFormatError
 
-__all__ = ["gc_paused", "read_json", "read_lines", "read_text", "shorten"]
+__all__ = ["file_key", "gc_paused", "parsed", "read_json", "read_lines", "read_text", "shorten"]
 
 
 def read_text(path: str | Path) -> str:
@@ -111,3 +112,24 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def file_key(path: str | Path) -> tuple[str, int, int]:
+    """A file's cache key: its resolved path, modification time and size, so a file edited
+    since it was parsed is parsed again."""
+    p = Path(path).resolve()
+    st = p.stat()
+    return str(p), st.st_mtime_ns, st.st_size
+
+
+def parsed(parse: Callable[..., Any], path: str | Path, **options: Any) -> Any:
+    """``parse(path, **options)``, cached per process by the parser, :func:`file_key` and
+    options (a large treebank is read once however many workloads and splits use it; an
+    edited file is read again). Errors are not cached: a bad file raises every time."""
+    return _parsed(parse, file_key(path), tuple(sorted(options.items())))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(parse: Callable[..., Any], key: tuple[str, int, int],
+            options: tuple[tuple[str, Any], ...]) -> Any:
+    return parse(key[0], **dict(options))

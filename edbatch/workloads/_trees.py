@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from edbatch.data._text import gc_paused, read_lines
+from edbatch.data._text import file_key, gc_paused, read_lines
 from edbatch.data.trees import Tree, load_trees
 from edbatch.errors import DataFormatError, GraphError
 from edbatch.graph import Graph, GraphBuilder, OpType
@@ -51,13 +51,6 @@ _ASCII_WS = " \t\n\r\f\v"  # what load_trees treats as a blank line
 S = TypeVar("S")
 
 
-def _file_key(path: str | Path) -> tuple[str, int, int]:
-    """Cache key of a file: a changed file (mtime or size) is parsed again."""
-    p = Path(path).resolve()
-    st = p.stat()
-    return str(p), st.st_mtime_ns, st.st_size
-
-
 @functools.lru_cache(maxsize=8)
 def _load_cached(key: tuple[str, int, int]) -> tuple[Tree, ...]:
     return tuple(load_trees(key[0]))
@@ -73,7 +66,7 @@ def load_split_trees(path: str | Path) -> tuple[Tree, ...]:
 
     Trees are immutable, so every workload object shares the parsed train split.
     """
-    return _load_cached(_file_key(path))
+    return _load_cached(file_key(path))
 
 
 def _rank_words(trees: Sequence[Tree]) -> tuple[str, ...]:
@@ -114,7 +107,7 @@ class WordVocab:
     @classmethod
     def from_file(cls, path: str | Path, size: int | None = None) -> WordVocab:
         """Rank the words of a tree file (the ranking is cached per file)."""
-        return cls(_ranked_cached(_file_key(path)), size)
+        return cls(_ranked_cached(file_key(path)), size)
 
     def __len__(self) -> int:
         return len(self.words)

@@ -45,12 +45,12 @@ At primitive granularity: the two lookups, ``zero/*`` initial ``h`` and ``c``,
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from edbatch.data._text import parsed
 from edbatch.data.ud import DEFAULT_MAX_WORDS, UPOS_TAGS, DepSentence, Treebank, load_conllu
 from edbatch.data.vocab import DEFAULT_MIN_COUNT, CharVocab, FrequentWords, word_counts
 from edbatch.errors import GraphError
@@ -72,10 +72,10 @@ _P = "char_tagger"
 _SPLITS = ("train", "dev", "test")
 
 
-@functools.lru_cache(maxsize=8)
 def read_ewt(path: str, max_words: int) -> Treebank:
-    """:func:`load_conllu` of one EWT file (cached per process: train takes ~2 s)."""
-    return load_conllu(path, max_words=max_words)
+    """:func:`load_conllu` of one EWT file (cached per process while the file is unchanged:
+    train takes ~2 s)."""
+    return parsed(load_conllu, path, max_words=max_words)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -35,13 +35,13 @@ Op types (cell granularity only): ``lookup.moe.emb``, ``moe.gate<l>``, ``moe.exp
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edbatch.data._text import parsed
 from edbatch.data.ud import UPOS_TAGS, Treebank, load_conllu
 from edbatch.errors import GraphError
 from edbatch.graph import GraphBuilder, OpType
@@ -74,9 +74,8 @@ def __getattr__(name: str) -> Any:
 
 
 # ---------------------------------------------------------------------- data
-@functools.lru_cache(maxsize=8)
 def _treebank(path: str) -> Treebank:
-    return load_conllu(path)
+    return parsed(load_conllu, path)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from edbatch.data._text import parsed
 from edbatch.data.transitions import (
     LEFT_ARC,
     RIGHT_ARC,
@@ -68,14 +69,10 @@ _SPLITS = ("train", "dev", "test")
 #: Items of :func:`config_items`: the root 0 on the stack, and an empty slot.
 ROOT, PAD = 0, -1
 _TAGS = {t: i for i, t in enumerate(UPOS_TAGS)}
-_TREEBANKS: dict[str, Treebank] = {}  # path -> parsed file (the splits are read once)
 
 
 def _treebank(path: Path) -> Treebank:
-    key = str(path.resolve())
-    if key not in _TREEBANKS:
-        _TREEBANKS[key] = load_conllu(path)
-    return _TREEBANKS[key]
+    return parsed(load_conllu, path)  # type: ignore[no-any-return]  # (read once a process)
 
 
 def config_items(stack: Sequence[int], next_word: int, n: int) -> tuple[int, int, int, int]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from edbatch.data import UPOS_TAGS, DepSentence, Treebank, find_cycle, load_conllu
+from edbatch.data._text import parsed
 from edbatch.errors import DataFormatError
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "ud_ewt"
@@ -181,6 +182,21 @@ def test_not_utf8_and_missing(tmp_path: Path) -> None:
         load_conllu(path)
     with pytest.raises(FileNotFoundError):
         load_conllu(tmp_path / "nope.conllu")
+
+
+def test_parsed_reads_an_edited_file_again(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD)
+    first = parsed(load_conllu, path)
+    assert parsed(load_conllu, path) is first  # unchanged: parsed once
+    assert parsed(load_conllu, path, max_words=9) is not first  # other options: parsed again
+    path.write_text(GOOD + GOOD, encoding="utf-8")  # edited in the same process
+    assert len(parsed(load_conllu, path)) == 2
+    path.write_text(GOOD + "1\tcut\n", encoding="utf-8")  # a line cut short
+    for _ in range(2):  # an error is not cached: the bad file raises every time
+        with pytest.raises(DataFormatError, match=r"t.conllu:10: found 2 tab-separated"):
+            parsed(load_conllu, path)
+    path.write_text(GOOD, encoding="utf-8")
+    assert len(parsed(load_conllu, path)) == 1
 
 
 def test_find_cycle() -> None:
