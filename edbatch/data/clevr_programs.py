@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from edbatch.data._text import read_json, read_lines, shorten
+from edbatch.data._text import read_json, read_lines, read_text, shorten
 from edbatch.data.clevr_scenes import Scene
 from edbatch.errors import DataFormatError, EdbatchError, did_you_mean
 
@@ -90,7 +90,9 @@ def load_metadata(path: str | Path) -> Metadata:
     """Read CLEVR's ``question_generation/metadata.json``.
 
     Raises:
-        DataFormatError: If ``types`` or ``functions`` is missing or a function lacks a field.
+        DataFormatError: If ``types`` or ``functions`` is missing, a type's values are not a
+            list of names, or a function lacks a field or names a type ``types`` lacks
+            (the message names the line of the type or function).
     """
     data = read_json(path, "CLEVR's metadata.json (an object with 'types' and 'functions')")
     if not isinstance(data, dict) or not isinstance(data.get("types"), dict) or \
@@ -99,16 +101,47 @@ def load_metadata(path: str | Path) -> Metadata:
             f"a JSON {type(data).__name__}"
         raise DataFormatError(path, 1, found, "'types' and 'functions'",
                               "use question_generation/metadata.json of CLEVR")
-    types = {k: tuple(v) if v else () for k, v in data["types"].items()}
+    text = read_text(path)
+
+    def bad(name: object, found: str, expected: str) -> DataFormatError:
+        at = text.find(f'"{name}"') if isinstance(name, str) else -1
+        return DataFormatError(path, text.count("\n", 0, at) + 1 if at >= 0 else 1, found,
+                               expected, "restore question_generation/metadata.json of CLEVR")
+
+    types = {}
+    for k, v in data["types"].items():
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise bad(k, f"type {k!r} with values {_brief(v)}",
+                      "null or a list of value names")
+        types[k] = tuple(v) if v else ()
     functions = {}
     for k, f in enumerate(data["functions"]):
-        if not all(key in f for key in ("name", "inputs", "output")):
-            raise DataFormatError(path, 1, f"function {k} with keys {sorted(f)}",
+        if not isinstance(f, dict) or not all(key in f for key in ("name", "inputs", "output")):
+            found = f"keys {sorted(f)}" if isinstance(f, dict) else f"a JSON {type(f).__name__}"
+            raise DataFormatError(path, 1, f"function {k} with {found}",
                                   "'name', 'inputs' and 'output'")
-        functions[f["name"]] = FunctionSpec(
-            f["name"], tuple(f["inputs"]), tuple(f.get("side_inputs", ())), f["output"],
+        name, side = f["name"], f.get("side_inputs", [])
+        if not isinstance(name, str) or not name:
+            raise bad(name, f"function {k} named {_brief(name)}", "a non-empty name")
+        for field, value in (("inputs", f["inputs"]), ("side_inputs", side),
+                             ("output", [f["output"]])):
+            if not isinstance(value, list) or not all(
+                    isinstance(t, str) and t in types for t in value):
+                raise bad(name, f"function {name!r} with {field} {_brief(value)}",
+                          f"type names of 'types' ({', '.join(types)})")
+        if side and not types[side[0]]:
+            raise bad(name, f"function {name!r} with side input type {side[0]!r} of no values",
+                      "a side input type that lists its values")
+        functions[name] = FunctionSpec(
+            name, tuple(f["inputs"]), tuple(side), f["output"],
             bool(f.get("terminal", False)), bool(f.get("template_only", False)))
     return Metadata(types, functions)
+
+
+def _brief(value: object) -> str:
+    """``repr(value)`` cut to about 60 characters, for a message."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,34 @@ def test_whole_file_json_errors_name_the_file_and_line(tmp_path: Path, name: str
     assert str(e.value).startswith(f"{path}:{e.value.line}: ")
 
 
+def _metadata_edited(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    data = json.loads((CLEVR / "metadata.json").read_text(encoding="utf-8"))
+    edit(data)
+    path = tmp_path / "metadata.json"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("edit, found", [
+    (lambda d: d["types"].pop("Color"), r"function 'filter_color' with side_inputs \['Color'\]"),
+    (lambda d: d["types"].update(Integer=1.5), "type 'Integer' with values 1.5"),
+    (lambda d: d["types"].update(Shape=["cube", 3]), r"type 'Shape' with values \['cube', 3\]"),
+    (lambda d: d["types"].update(Relation=[]), "side input type 'Relation' of no values"),
+    (lambda d: d["functions"][1].update(inputs=-1), "function 'filter_color' with inputs -1"),
+    (lambda d: d["functions"][5].update(output="Thing"), "function 'unique' with output"),
+    (lambda d: d["functions"][3].update(name=7), "function 3 named 7"),
+    (lambda d: d["functions"].__setitem__(0, 1.5), "function 0 with a JSON float"),
+])
+def test_metadata_types_and_functions_are_checked(tmp_path: Path, edit: Any, found: str) -> None:
+    """What the module types are made of is checked when read (a KeyError or TypeError
+    at the first use before), naming the line of the type or function where it has one."""
+    path = _metadata_edited(tmp_path, edit)
+    with pytest.raises(DataFormatError, match=found) as e:
+        load_metadata(path)
+    if "function 0" not in found and "named" not in found:  # (those have no name to find)
+        assert e.value.line > 1  # (the pretty-printed file: the entry's line)
+
+
 @pytest.mark.parametrize("entry", ['"7"', "1.5", "true", "null"])
 def test_esol_split_entries_must_be_integers(tmp_path: Path, entry: str) -> None:
     data = json.loads((DATA / "esol" / "split.json").read_text(encoding="utf-8"))
