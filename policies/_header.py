@@ -7,9 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from edbatch.errors import PolicyFileError
 
-__all__ = ["artifact_format", "check_header"]
+__all__ = ["artifact_format", "check_header", "metadata_of", "numbers", "op_names", "strict_int"]
 
 
 def check_header(path: Path, header: Any, fmt: str, version: int,
@@ -19,7 +22,7 @@ def check_header(path: Path, header: Any, fmt: str, version: int,
     found = header.get("format") if isinstance(header, dict) else header
     if found != fmt:
         raise PolicyFileError(path, f"format {found!r} is not {fmt!r}", fix)
-    if header.get("version") != version:
+    if type(header.get("version")) is not int or header.get("version") != version:
         raise PolicyFileError(path, f"version {header.get('version')!r}, this edbatch reads "
                               f"{version}", fix)
     if header.get("features") != list(features):
@@ -36,3 +39,49 @@ def artifact_format(path: str | Path) -> str | None:
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         return None
     return found if isinstance(found, str) else None
+
+
+def strict_int(value: Any) -> int:
+    """A policy file's integer (an op id, a state-key entry); a float (also ``1.0``, NaN), a
+    bool or a string raises ``ValueError`` naming it (``int()`` would truncate ``1.5``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{value!r} is not an integer")
+    return value
+
+
+def op_names(value: Any) -> tuple[str, ...]:
+    """A policy file's ``op_types``: a list of distinct non-empty names, else ``TypeError`` /
+    ``ValueError`` naming the entry (``str()`` would make ``1.5`` or ``NaN`` a name)."""
+    if not isinstance(value, list):
+        raise TypeError(f"op_types is {value!r}, not a list of names")
+    for name in value:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"op_types lists {name!r}, not an op type name")
+    twice = sorted({n for n in value if value.count(n) > 1})
+    if twice:
+        raise ValueError(f"op_types lists {twice} more than once")
+    return tuple(value)
+
+
+def metadata_of(header: dict[str, Any]) -> dict[str, Any]:
+    """A policy file's free-form ``metadata``: an object (``{}`` when absent or null), else
+    ``TypeError`` naming it."""
+    found = header.get("metadata")
+    if found is None:
+        return {}
+    if not isinstance(found, dict):
+        raise TypeError(f"metadata is {found!r}, not an object")
+    return found
+
+
+def numbers(value: Any) -> NDArray[np.float64]:
+    """A policy file's weight list as float64; where an entry is no JSON number (a bool, a
+    string such as ``"1.5"``, a list, ...) the whole array is NaN, for the caller's finite
+    check to refuse (``np.asarray`` alone reads ``true`` as 1 and ``"1.5"`` as 1.5)."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "fiu":  # (made in Python)
+        return np.asarray(value, dtype=np.float64)
+    if isinstance(value, (list, tuple)) and all(
+            isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+            for v in value):
+        return np.asarray(value, dtype=np.float64)
+    return np.full(len(value) if isinstance(value, (list, tuple)) else 0, np.nan)

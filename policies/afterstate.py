@@ -39,7 +39,7 @@ from edbatch.schedule._compiled_afterstate import (
 )
 from edbatch.schedule.bounds import type_chain_lengths
 from edbatch.schedule.compiled import core_schedule
-from policies._header import check_header
+from policies._header import check_header, metadata_of, numbers
 from policies.priority import (
     FEATURES,
     PriorityTwin,
@@ -90,10 +90,7 @@ def population_afterstate(inputs: Sequence[tuple], ws: NDArray[np.float64]  # ty
 
 
 def _check_weights(w: Any, where: str) -> NDArray[np.float64]:
-    try:
-        arr = np.asarray(w, dtype=np.float64)
-    except (TypeError, ValueError):
-        arr = np.full(np.shape(w), np.nan)
+    arr = numbers(w)
     if arr.shape != (NUM_WEIGHTS,) or not np.all(np.isfinite(arr)):
         raise ValueError(f"{where}: need {NUM_WEIGHTS} finite weights ({len(FEATURES)} "
                          f"priority features, then {list(AFTER_FEATURES)}), got shape "
@@ -180,10 +177,12 @@ class AfterstatePolicy(WeightStats):
                                   f"{list(AFTER_FEATURES)}", fix)
         try:
             w = _check_weights(weights, "weights")
-        except ValueError as e:
-            raise PolicyFileError(path, str(e), fix) from e
-        return cls(w, learned=bool(doc.get("learned", True)),
-                   metadata=doc.get("metadata") or {})
+            metadata, learned = metadata_of(doc), doc.get("learned", True)
+            if not isinstance(learned, bool):
+                raise TypeError(f"learned is {learned!r}, not true or false")
+        except (TypeError, ValueError) as e:
+            raise PolicyFileError(path, str(e), fix) from None
+        return cls(w, learned=learned, metadata=metadata)
 
 
 class AfterstateTwin(PriorityTwin):

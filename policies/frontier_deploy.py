@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 from edbatch.errors import PolicyFileError, UnknownNameError
 from edbatch.schedule import FrontierView, PolicyScheduler, Scheduler
 from policies._frontier_features import FEATURES, NUM_FEATURES, FeatureTracker
-from policies._header import check_header
+from policies._header import check_header, metadata_of
 
 __all__ = ["BACKENDS", "FORMAT", "WEIGHT_NAMES", "FrontierNetPolicy", "load_weights",
            "numpy_scores", "save_weights"]
@@ -216,6 +216,7 @@ def load_weights(path: str | Path) -> tuple[Weights, dict[str, Any]]:
     check_header(path, header, FORMAT, VERSION, FEATURES, fix)
     try:
         _check_shapes(arrays, "the weights")
-    except ValueError as e:
+        metadata = metadata_of(header)
+    except (TypeError, ValueError) as e:
         raise PolicyFileError(path, str(e), fix) from None
-    return {k: arrays[k] for k in WEIGHT_NAMES}, dict(header.get("metadata") or {})
+    return {k: arrays[k] for k in WEIGHT_NAMES}, metadata

@@ -53,6 +53,7 @@ from envs.encoding import (
     fallback_action,
     key_actions,
 )
+from policies._header import op_names, strict_int
 
 __all__ = ["FALLBACKS", "FORMAT", "LOOKAHEADS", "SCHEMA_VERSION", "FSMPolicy", "FSMScheduler",
            "check_fallback", "check_fallback_config", "fallback_names", "make_fallback"]
@@ -315,13 +316,8 @@ def _fields(data: dict[str, Any]) -> tuple[tuple[str, ...], dict[StateKey, int],
                                             str]:
     """``(op names, table, encoding, fallback, lookahead)`` of an artifact's JSON; a missing,
     mistyped or repeated field raises ``KeyError`` / ``TypeError`` / ``ValueError``."""
-    if not isinstance(data["op_types"], list):
-        raise TypeError(f"op_types is {data['op_types']!r}, not a list of names")
-    names = tuple(str(n) for n in data["op_types"])
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ValueError(f"op_types lists {twice} more than once")
-    rows = [(tuple(_int(x) for x in k), _int(a)) for k, a in data["table"]]
+    names = op_names(data["op_types"])
+    rows = [(tuple(strict_int(x) for x in k), strict_int(a)) for k, a in data["table"]]
     table = dict(rows)
     if len(table) < len(rows):
         raise ValueError(f"{len(rows) - len(table)} table state(s) listed twice")
@@ -329,14 +325,6 @@ def _fields(data: dict[str, Any]) -> tuple[tuple[str, ...], dict[StateKey, int],
         raise TypeError(f"metadata is {data['metadata']!r}, not an object")
     lookahead = str(data.get("lookahead", "none"))  # absent in older artifacts
     return names, table, str(data["encoding"]), str(data["fallback"]), lookahead
-
-
-def _int(value: Any) -> int:
-    """A policy file's integer (an op id or a state-key entry); a float (also ``1.0``, NaN), a
-    bool or a string raises ``ValueError`` naming it (``int()`` would truncate ``1.5``)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{value!r} is not an integer")
-    return value
 
 
 def greedy_action(q: Mapping[int, float], key: StateKey, encoding: str) -> int:

@@ -53,7 +53,7 @@ from edbatch.schedule._compiled_priority import (
 from edbatch.schedule._compiled_priority_ctx import CONTEXT_SOURCES
 from edbatch.schedule.bounds import height_list
 from edbatch.schedule.compiled import core_graph, core_schedule
-from policies._header import artifact_format, check_header
+from policies._header import artifact_format, check_header, metadata_of, numbers
 
 __all__ = ["FEATURES", "FORMAT", "VERSION", "PriorityPolicy", "PriorityScheduler", "widen",
            "PriorityTwin", "WeightStats", "critical_path_weights", "graph_inputs",
@@ -92,10 +92,7 @@ def _check_hidden(hidden: Any, where: str) -> int:
 
 
 def _check_weights(w: Any, where: str, hidden: int = 0) -> NDArray[np.float64]:
-    try:
-        arr = np.asarray(w, dtype=np.float64)
-    except (TypeError, ValueError):
-        arr = np.full(np.shape(w), np.nan)
+    arr = numbers(w)
     n = num_params(hidden)
     if arr.shape != (n,) or not np.all(np.isfinite(arr)):
         raise ValueError(f"{where}: need {n} finite weights ({len(FEATURES)} features "
@@ -227,7 +224,8 @@ class PriorityPolicy(WeightStats):
             raise PolicyFileError(path, f"not a JSON priority-policy file ({e})", fix) from None
         header = data if isinstance(data, dict) else None
         version = header.get("version") if header is not None else None
-        old = {1: V1_FEATURES, 2: V2_FEATURES, 3: V3_FEATURES}.get(version)  # type: ignore[arg-type]
+        old = {1: V1_FEATURES, 2: V2_FEATURES, 3: V3_FEATURES}.get(  # type: ignore[call-overload]
+            version) if type(version) is int else None
         check_header(path, header, FORMAT, version if old else VERSION,  # type: ignore[arg-type]
                      old or FEATURES, fix)
         assert header is not None
@@ -243,10 +241,12 @@ class PriorityPolicy(WeightStats):
                                      f"{np.shape(w1)}")
                 raw = widen(w1, f, hidden)
             w = _check_weights(raw, "weights", hidden)
+            metadata, learned = metadata_of(header), header.get("learned", True)
+            if not isinstance(learned, bool):
+                raise TypeError(f"learned is {learned!r}, not true or false")
         except (TypeError, ValueError) as e:
             raise PolicyFileError(path, str(e), fix) from None
-        return cls(w, hidden=hidden, learned=bool(header.get("learned", True)),
-                   metadata=dict(header.get("metadata") or {}))
+        return cls(w, hidden=hidden, learned=learned, metadata=metadata)
 
 
 def widen(w: NDArray[np.float64], f: int, hidden: int = 0) -> NDArray[np.float64]:

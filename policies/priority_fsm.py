@@ -41,7 +41,7 @@ from edbatch.schedule import FrontierView, Schedule
 from edbatch.schedule._compiled_priority import V2_FEATURES
 from edbatch.schedule._compiled_priority_fsm import LEAN_FEATURES, LEAN_RELEASE, run_rank_fsm
 from edbatch.schedule.compiled import core_schedule
-from policies._header import artifact_format, check_header
+from policies._header import artifact_format, check_header, metadata_of, op_names, strict_int
 from policies.priority import FEATURES, PriorityTwin, critical_path_weights, graph_inputs
 
 __all__ = ["FORMAT", "KINDS", "VERSION", "PriorityFSM", "PriorityFsmTwin", "RankKey", "act_row",
@@ -125,6 +125,20 @@ class RankKey:
         """Table actions: slots (*rank*) or codes (*bucket*)."""
         return self.radix if self.kind == "bucket" else self.slots
 
+    def check(self, key: Sequence[int]) -> None:
+        """Raise ``ValueError`` naming ``key`` unless it is a key tuple of this key (what
+        :func:`rank_key` makes): *rank* ``(m, codes of min(m, slots) slots)`` with ``m`` in
+        ``1..slots + 1``, *bucket* distinct ascending codes; codes in ``0..radix - 1``."""
+        r = self.radix
+        if self.kind == "bucket":
+            ok = len(key) > 0 and list(key) == sorted(set(key)) and 0 <= key[0] and key[-1] < r
+        else:
+            ok = len(key) > 0 and 1 <= key[0] <= self.slots + 1 and \
+                len(key) == 1 + min(key[0], self.slots) and all(0 <= c < r for c in key[1:])
+        if not ok:
+            raise ValueError(f"table key {tuple(key)} is no {self.kind} key of {self.slots} "
+                             f"slots and {r} codes")
+
     def pack(self, key: Sequence[int]) -> int:
         """The int64 the compiled table stores for a key tuple: *rank* ``(m, c0, c1,
         ...)``, *bucket* the codes present (ascending)."""
@@ -159,9 +173,9 @@ class RankKey:
     def from_json(cls, data: Any) -> RankKey:
         if not isinstance(data, dict):
             raise ValueError(f"key: need an object with slots, features, edges, got {data!r}")
-        return cls(int(data["slots"]), tuple(str(f) for f in data["features"]),
+        return cls(strict_int(data["slots"]), tuple(str(f) for f in data["features"]),
                    tuple(tuple(float(v) for v in e) for e in data["edges"]),
-                   int(data.get("type_radix", 0)), str(data.get("kind", "rank")))
+                   strict_int(data.get("type_radix", 0)), str(data.get("kind", "rank")))
 
 
 def rank_key(spec: RankKey, ids: Sequence[int], rows: Sequence[Sequence[float]]
@@ -221,6 +235,8 @@ class PriorityFSM:
         if bad:
             raise ValueError(f"PriorityFSM: entry {bad[0]} names action {bad[0][1]}, need "
                              f"0..{key.actions - 1}")
+        for k in self.table:
+            key.check(k)
         self.op_types = tuple(op_types) if op_types is not None else None
         if key.type_radix and (self.op_types is None or len(self.op_types) != key.type_radix):
             raise ValueError(f"PriorityFSM: a key with type_radix {key.type_radix} needs that "
@@ -345,10 +361,9 @@ class PriorityFSM:
                      KEY_FEATURES, _FIX)
         try:
             key = RankKey.from_json(data.get("key"))
-            table = {tuple(int(c) for c in k): int(a) for k, a in data["table"]}
+            table = {tuple(strict_int(c) for c in k): strict_int(a) for k, a in data["table"]}
             names = data.get("op_types")
-            fsm = cls(key, table, None if names is None else [str(n) for n in names],
-                      dict(data.get("metadata") or {}))
+            fsm = cls(key, table, None if names is None else op_names(names), metadata_of(data))
         except (KeyError, TypeError, ValueError) as e:
             raise PolicyFileError(path, f"malformed key or table ({type(e).__name__}: {e})",
                                   _FIX) from None

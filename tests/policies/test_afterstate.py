@@ -138,6 +138,9 @@ def test_artifact_round_trip(tmp_path: Path, graphs: list) -> None:
     (lambda d: {**d, "after_features": ["tight"]}, "afterstate features"),
     (lambda d: {**d, "weights": d["weights"][:-1]}, "need 43 finite weights"),
     (lambda d: {**d, "weights": [None] * 43}, "need 43 finite weights"),
+    (lambda d: {**d, "weights": [True] * 43}, "need 43 finite weights"),
+    (lambda d: {**d, "metadata": True}, "metadata is True, not an object"),
+    (lambda d: {**d, "learned": "yes"}, "learned is 'yes', not true or false"),
 ])
 def test_bad_file_names_the_problem(tmp_path: Path, edit, match: str) -> None:  # type: ignore[no-untyped-def]
     doc = edit(AfterstatePolicy(afterstate_start()).to_json())

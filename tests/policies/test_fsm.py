@@ -80,6 +80,9 @@ def _artifact(**fields: object) -> str:
         ("table", [[[0], 0], [[0], 1]], r"1 table state\(s\) listed twice"),
         ("op_types", "ab", "op_types is 'ab', not a list of names"),
         ("op_types", ["a", "a"], r"op_types lists \['a'\] more than once"),
+        ("op_types", ["a", 1.5], r"op_types lists 1\.5, not an op type name"),
+        ("op_types", ["a", float("nan")], "op_types lists nan, not an op type name"),
+        ("op_types", ["a", ""], "op_types lists '', not an op type name"),
         ("metadata", 5, "metadata is 5, not an object"),
         ("encoding", "nope", "encoding 'nope' is not one of"))),
 ])

@@ -192,6 +192,13 @@ def test_version_1_artifact_still_loads(tmp_path: Path, graphs: list) -> None:
     (lambda d: d.update(hidden=2), f"need {num_params(2)} finite weights"),
     (lambda d: d.update(hidden=-1), "hidden units must be an integer >= 0, got -1"),
     (lambda d: d.update(hidden="two"), "hidden units must be an integer"),
+    # (were a raw TypeError, or read as numbers / as true)
+    (lambda d: d.update(version=[4]), r"version \[4\]"),
+    (lambda d: d.update(version=4.0), r"version 4\.0"),
+    (lambda d: d.update(metadata=True), "metadata is True, not an object"),
+    (lambda d: d.update(learned=10 ** 9), "learned is 1000000000, not true or false"),
+    (lambda d: d["weights"].__setitem__(0, True), "finite weights"),
+    (lambda d: d["weights"].__setitem__(0, "1.5"), "finite weights"),
 ])
 def test_bad_artifact_is_a_clear_error(tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
     data = PriorityPolicy(critical_path_weights()).to_json()

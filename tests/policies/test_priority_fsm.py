@@ -142,6 +142,14 @@ def test_artifact_round_trips(tmp_path: Path, graphs: list, teacher: PriorityPol
     (lambda d: d["key"].update(edges=[[0.5, 0.1]]), "ascending"),
     (lambda d: d.update(table=[[[2, 0, 0], 7]]), "names action 7"),
     (lambda d: d.update(table="x"), "malformed"),
+    # (were an OverflowError, or truncated / read as numbers)
+    (lambda d: d.update(table=[[[2, 10 ** 12, 1], 1]]), r"table key \(2, 1000000000000, 1\)"),
+    (lambda d: d.update(table=[[[2, 0], 1]]), r"table key \(2, 0\) is no rank key"),
+    (lambda d: d.update(table=[[[0], 1]]), r"table key \(0,\) is no rank key"),
+    (lambda d: d.update(table=[[[2, 0, 1.5], 1]]), r"1\.5 is not an integer"),
+    (lambda d: d.update(table=[[[2, 0, True], 1]]), "True is not an integer"),
+    (lambda d: d["key"].update(slots=2.5), r"2\.5 is not an integer"),
+    (lambda d: d.update(metadata=[1]), r"metadata is \[1\], not an object"),
 ])
 def test_bad_artifacts_raise_policy_file_error(tmp_path: Path, edit, match: str) -> None:  # type: ignore[no-untyped-def]
     key = RankKey(2, ("wait_gain",), ((0.25,),))
