@@ -11,8 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from edbatch.errors import ConfigError
 
-__all__ = ["ENV_CHOICES", "TRAINER_CHOICES", "TRAINER_FLAGS", "TRAINER_RULES", "check_group",
-           "check_groups"]
+__all__ = ["ENV_CHOICES", "TRAINER_CHOICES", "TRAINER_FLAGS", "TRAINER_RULES", "WANDB_MODES",
+           "check_group", "check_groups"]
 
 _INF = float("inf")
 #: Trainer hyper-parameters (any trainer of conf/trainer): (type, low, high), inclusive;
@@ -49,6 +49,8 @@ TRAINER_FLAGS = ("best_heuristic", "clip_bootstrap", "context", "dagger_first",
                  "warm_start")
 #: Keys of the ``env`` group and their allowed values.
 ENV_CHOICES = {"reward": ("ed_batch", "unit", "cost_model"), "on_invalid": ("raise", "noop")}
+#: ``logger.mode`` of the wandb logger (``wandb.init``'s modes).
+WANDB_MODES = ("offline", "online", "disabled", "shared")
 
 
 def check_group(prefix: str, node: Any, rules: dict[str, tuple[type, float, float]]) -> None:
@@ -89,6 +91,33 @@ def _check_one_graph_trainers(cfg: DictConfig) -> None:
                               f"one_graph_trainers=[]")
 
 
+def _check_policy_names(cfg: DictConfig, trainers: dict[str, Any]) -> None:
+    """``encoding`` and ``fallback`` of the ``policy`` group and of each trainer: known names
+    (a misspelt one was ignored by the trainers that do not read it, e.g. the default); the
+    wandb logger's ``mode``."""
+    from envs.encoding import ENCODINGS
+    from policies.fsm import check_fallback_config
+
+    nodes = dict(trainers)
+    if isinstance(cfg.get("policy"), DictConfig):
+        nodes["policy"] = OmegaConf.to_container(cfg.policy, resolve=False)
+    logger = cfg.get("logger")
+    if isinstance(logger, DictConfig) and "mode" in logger and \
+            not OmegaConf.is_interpolation(logger, "mode") and logger.mode not in WANDB_MODES:
+        raise ConfigError("logger.mode", logger.mode, f"one of {list(WANDB_MODES)}",
+                          "pass logger.mode=offline (the default; `wandb sync` later)")
+    for prefix, node in nodes.items():
+        if not isinstance(node, dict):
+            continue
+        encoding, fallback = node.get("encoding"), node.get("fallback")
+        if isinstance(encoding, str) and not encoding.startswith("${") and \
+                encoding not in ENCODINGS:
+            raise ConfigError(f"{prefix}.encoding", encoding, f"one of {list(ENCODINGS)}",
+                              f"pass e.g. {prefix}.encoding=hints")
+        if isinstance(fallback, str) and not fallback.startswith("${"):
+            check_fallback_config(f"{prefix}.fallback", fallback)
+
+
 def check_groups(cfg: DictConfig) -> None:
     """The trainer hyper-parameters and env options the typed schemas leave to the groups."""
     trainers = {}
@@ -113,6 +142,7 @@ def check_groups(cfg: DictConfig) -> None:
             raise ConfigError(key, value, f"one of {list(LOOKAHEADS)}",
                               f"pass e.g. {key}=rollout (rollout2: level 2, ~100x slower; "
                               "search: rollout then sequence search, ~30x)")
+    _check_policy_names(cfg, trainers)
     env = cfg.get("env")
     if env is not None:
         for key, choices in ENV_CHOICES.items():

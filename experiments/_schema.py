@@ -66,6 +66,20 @@ def _one_of(cfg: Any, key: str, choices: tuple[str, ...]) -> None:
                               f"pass e.g. {key}={choices[0]}")
 
 
+def _device(cfg: Any) -> None:
+    """``device``: one this machine has (``cuda:7`` on a CPU machine failed deep in the
+    run with torch's ``AssertionError``); torch is imported only for a non-CPU value."""
+    if cfg.device != "cpu":
+        from edbatch.errors import DeviceError
+        from edbatch.executor.device import check_device
+
+        try:
+            check_device(cfg.device)
+        except DeviceError as e:
+            raise ConfigError("device", cfg.device, "cpu, cuda or cuda:N of a GPU here",
+                              f"pass device=cpu ({e})") from None
+
+
 @dataclass
 class TrainConfig:
     """``experiments.train``: train one batching policy (see conf/train.yaml)."""
@@ -124,6 +138,7 @@ class EvaluateConfig:
         _at_least(self, "limit", 1, nullable=True, null_means="the whole split")
         _at_least(self, "measure_reps", 0)
         _one_of(self, "granularities", ("cell", "primitive"))
+        _device(self)
 
 
 @dataclass
@@ -152,6 +167,7 @@ class CalibrateConfig:
             _at_least(self, key, 1)
         _one_of(self, "granularity", ("cell", "primitive"))
         _one_of(self, "stat", ("median", "min"))
+        _device(self)
         sizes = list(self.batch_sizes)
         if not sizes or any(not isinstance(n, int) or n < 1 for n in sizes) or \
                 sizes != sorted(set(sizes)):

@@ -56,8 +56,21 @@ def synthetic_vocab(num_types: int) -> Vocab:
 
 def _check_positive(**values: int) -> None:
     for name, value in values.items():
-        if value < 1:
-            raise GraphError(f"{name} must be >= 1, got {value}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise GraphError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    """A synthetic workload's generator options (``num_nodes=-4`` failed in numpy at the
+    first graph): counts integers >= 1, ``max_fan_in`` >= 0, ``unbatchable_prob`` in
+    [0, 1], ``max_span`` >= 1 or None."""
+    _check_positive(**{k: v for k, v in options.items() if k not in (
+        "max_fan_in", "unbatchable_prob", "max_span") or (k == "max_span" and v is not None)})
+    fan_in, prob = options.get("max_fan_in", 0), options.get("unbatchable_prob", 0.0)
+    if isinstance(fan_in, bool) or not isinstance(fan_in, int) or fan_in < 0:
+        raise GraphError(f"max_fan_in must be an integer >= 0, got {fan_in!r}")
+    if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0 <= prob <= 1:
+        raise GraphError(f"unbatchable_prob must be a number in [0, 1], got {prob!r}")
 
 
 # ---------------------------------------------------------------------------- emitters
@@ -228,6 +241,7 @@ class SyntheticWorkload(Workload):
         _check_positive(num_instances=num_instances)
         self.kind, self.seed, self.num_instances = kind, seed, num_instances
         self.options = {**defaults, **kwargs}
+        _check_options(self.options)
         self.vocab = synthetic_vocab(count(**self.options))
 
     @property

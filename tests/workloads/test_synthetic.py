@@ -107,7 +107,7 @@ def test_generators_are_deterministic_given_the_generator() -> None:
 
 
 def test_generator_arguments_are_checked() -> None:
-    with pytest.raises(GraphError, match="num_nodes must be >= 1"):
+    with pytest.raises(GraphError, match="num_nodes must be an integer >= 1"):
         random_dag(_rng(), 0, 3, 2)
     with pytest.raises(GraphError, match="unbatchable_prob"):
         random_dag(_rng(), 5, 3, 2, unbatchable_prob=1.5)
@@ -147,3 +147,23 @@ def test_workload_options_registry_and_errors() -> None:
         SyntheticWorkload("trees", num_nodes=3)
     with pytest.raises(UnknownNameError, match="granularity"):
         SyntheticWorkload(granularity="cel")
+
+
+@pytest.mark.parametrize(("kind", "options", "match"), [
+    ("dag", {"num_nodes": -4}, "num_nodes must be an integer >= 1, got -4"),
+    ("dag", {"num_nodes": "abc"}, "num_nodes must be an integer >= 1, got 'abc'"),
+    ("dag", {"num_types": 1.5}, r"num_types must be an integer >= 1, got 1\.5"),
+    ("dag", {"max_fan_in": -1}, "max_fan_in must be an integer >= 0, got -1"),
+    ("dag", {"unbatchable_prob": 2}, r"unbatchable_prob must be a number in \[0, 1\], got 2"),
+    ("dag", {"max_span": 0}, "max_span must be an integer >= 1, got 0"),
+    ("trees", {"max_leaves": 0}, "max_leaves must be an integer >= 1, got 0"),
+    ("chains", {"max_len": True}, "max_len must be an integer >= 1, got True"),
+    ("lattices", {"max_span": -2}, "max_span must be an integer >= 1, got -2"),
+])
+def test_workload_generator_options_are_checked_when_made(kind: str, options: dict,
+                                                          match: str) -> None:
+    """(``num_nodes=-4`` failed in numpy at the first graph, ``max_leaves=0`` made empty
+    instances.)"""
+    with pytest.raises(GraphError, match=match):
+        SyntheticWorkload(kind, **options)
+    assert SyntheticWorkload("dag", max_span=None).options["max_span"] is None
