@@ -45,6 +45,8 @@ def train(cfg: DictConfig) -> TrainResult:
                              shuffle_seed=cfg.seed if cfg.shuffle else None)
     val_split = cfg.val_split or workload.default_val_split
     val_graphs = graph_set(workload, val_split, cfg.batch_size, cfg.num_val_graphs)
+    if cfg.eval_split not in (None, "test", *workload.splits):  # (a typo: not after training)
+        workload.load(cfg.eval_split)  # raises UnknownNameError naming the splits
     trainer = instantiate(cfg.trainer)
     attach_cost_model(cfg, trainer, workload, train_graphs)  # env.reward=cost_model only
     run_name = f"{name}__{trainer.name}__{cfg.seed}__{int(time.time())}"

@@ -237,6 +237,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["experiments.train", "batch_size=0", "workload=lattice_lstm"], ["batch_size=0"]),
     (["experiments.train", "workload=lattice_lstm", "train_split=nope", "batch_size=16"],
      ["nope"]),
+    (["experiments.train", "workload=tree_lstm", "eval_split=tset", "trainer.iterations=0"],
+     ["'tset'"]),  # (was: trained, then reported on the default split)
     (["experiments.evaluate", "limit=-3"], ["limit=-3"]),
     (["experiments.evaluate", "workload=[tree_lstm]", "scheduler=[depth]", "split=nope"],
      ["nope"]),
