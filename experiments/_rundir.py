@@ -83,10 +83,11 @@ def bind_run_dir(cfg: DictConfig, run_dir: str | Path, files: list[str | Path],
         if bound.exists():
             try:
                 theirs = json.loads(bound.read_text())
-            except json.JSONDecodeError as e:
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 theirs, diff = None, [f"{bound} is not JSON ({e})"]
             else:
-                diff = differences(theirs, mine)
+                diff = differences(theirs, mine) if isinstance(theirs, dict) else \
+                    [f"{bound} holds a JSON {type(theirs).__name__}, not a config object"]
         else:
             diff = [f"{run_dir} holds {', '.join(f.name for f in existing)} without "
                     f"{BINDING_FILE} (made before run folders were bound to their config)"]

@@ -74,6 +74,21 @@ def test_folder_without_binding_but_with_outputs_is_refused(tmp_path: Path) -> N
         bind_run_dir(_cfg(TINY), tmp_path, _outputs(tmp_path))
 
 
+@pytest.mark.parametrize(("binding", "found"), [
+    ('{"batch_', "is not JSON"), ("[]", "holds a JSON list, not a config object"),
+    ("7", "holds a JSON int"), (b"\xff\xfe", "is not JSON")])
+def test_corrupt_binding_file_is_refused_naming_it(tmp_path: Path, binding: str | bytes,
+                                                   found: str) -> None:
+    """(A binding that parsed to a list was a raw AttributeError.)"""
+    bind_run_dir(_cfg(TINY), tmp_path, _outputs(tmp_path))
+    (tmp_path / "policy.json").write_text("{}")
+    bound = tmp_path / BINDING_FILE
+    bound.write_bytes(binding) if isinstance(binding, bytes) else bound.write_text(binding)
+    with pytest.raises(RunDirError, match=found):
+        bind_run_dir(_cfg(TINY), tmp_path, _outputs(tmp_path))
+    assert (tmp_path / "policy.json").read_text() == "{}"
+
+
 def test_differences_flatten_nested_keys() -> None:
     assert differences({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3}, "d": 0}) == [
         "a.c: 2 -> 3", "d: '(absent)' -> 0"]
