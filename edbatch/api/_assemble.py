@@ -17,6 +17,7 @@ from numba import njit
 
 from edbatch.api._bulk import with_blocks
 from edbatch.api._handles import Handle, Recording, _fastrec
+from edbatch.errors import GraphError, is_integer
 from edbatch.graph import Graph, Vocab
 
 __all__ = ["RecordingWarning", "assemble_graph", "layout_numpy", "node_layout", "take_graph",
@@ -39,6 +40,7 @@ def assemble_graph(vocab: Vocab, rec: Recording, outputs: Sequence[int]
     try:
         op_ids, flat, attr = _packed(rec, len(vocab) - 1)
     except struct.error:  # e.g. an attr that is no integer, or out of int64's range
+        _check_attrs(vocab, rec)
         op_ids, flat, attr = _converted(rec, len(vocab) - 1)
     marks = _marks(rec.marks)
     counts = np.asarray(rec.counts, dtype=np.int64) if rec.counts else _NO_COUNTS
@@ -160,6 +162,17 @@ def _pack(values: list[Any], code: str, more: list[Any] = _EMPTY
     if out is None:
         out = struct.pack(f"{len(values) + len(more)}{code}", *values, *more)
     return np.frombuffer(out, dtype)
+
+
+def _check_attrs(vocab: Vocab, rec: Recording) -> None:
+    """Raise :class:`GraphError` at the first attr that is no int64 integer (``struct``
+    refused the packing: ``np.fromiter`` would truncate ``1.5`` or overflow on ``2**70``)."""
+    for node, value in enumerate(rec.attrs):
+        if not (is_integer(value) or isinstance(value, bool)) or \
+                not -2 ** 63 <= int(value) < 2 ** 63:
+            name = vocab[int(rec.ops[node])].name if node < len(rec.ops) else "a node"
+            raise GraphError(f"node %{node} ({name}) has attr={value!r}; attrs are integers "
+                             f"in int64's range: pass e.g. attr=int(x) or an index")
 
 
 def _converted(rec: Recording, loss_op: int) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]

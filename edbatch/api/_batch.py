@@ -32,7 +32,14 @@ from edbatch.api._handles import (
     new_handle,
     recycle,
 )
-from edbatch.api._inputs import add_input, add_inputs, check_params, input_op, lookup_index
+from edbatch.api._inputs import (
+    add_input,
+    add_inputs,
+    check_params,
+    input_op,
+    lookup_index,
+    output_handles,
+)
 from edbatch.api._programs import Program, ProgramsResult, run_programs
 from edbatch.api._result import BatchResult, dtype_hint
 from edbatch.api._schedulers import SchedulerLike, as_scheduler, memory_strategy
@@ -332,10 +339,8 @@ class DynamicBatch:
         The graph's outputs are the loss sum (an unbatchable ``loss_sum`` over every
         :meth:`add_loss` term, if any), then ``outputs``.
         """
-        for h in outputs:
-            self._check_handle(h, "run(outputs=...)")
         return assemble_graph(self._vocab_for(bool(self._rec.losses)), self._rec,
-                              [h.node_id for h in outputs])
+                              output_handles(outputs, self._check_handle))
 
     def _vocab_for(self, losses: bool) -> Vocab:
         """The registered op types (and ``loss_sum`` if ``losses``) as a vocabulary."""
@@ -384,7 +389,7 @@ class DynamicBatch:
         graph, loss_node = self.graph(outputs)
         schedule = make(graph)
         plan = plan_memory(graph, schedule, memory_strategy(make, strategy))
-        params = {**self.params, **check_params(params), **{  # built-ins' params, then input rows
+        params = {**self.params, **check_params(params, graph.vocab), **{  # then input rows
             f"api.{n}": (r[0] if len(r) == 1 else torch.cat(r)).to(self.device, self.dtype)
             for n, r in self._rec.rows.items()}}
         executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels, hoist=hoist)

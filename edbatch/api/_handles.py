@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from torch import Tensor
 
-from edbatch.errors import GraphError
+from edbatch.errors import GraphError, is_integer
 from edbatch.graph import OpType
 
 __all__ = ["Cell", "CellImpl", "Current", "Handle", "Instance", "Kind", "Recorder", "Recording",
@@ -209,6 +209,11 @@ class Handle:
         raise GraphError(f"{self!r} is one node, not a sequence of values; pass it to a "
                          f"cell, or read its value with result[handle] after run()")
 
+    def __bool__(self) -> bool:  # (was always true: `if h:` silently took one branch)
+        raise GraphError(f"{self!r} has no value while recording, so it cannot decide an if "
+                         f"or while; branch on values in batch.run_programs (`v = yield h`), "
+                         f"or test `h is not None`")
+
     def __repr__(self) -> str:
         return f"Handle(%{self.node_id} = {self._kind.name}, shape={self._kind.shape})"
 
@@ -336,6 +341,9 @@ class CellImpl:
             need = "needs attr=<int>" if self.takes_attr else "takes no attr"
             raise GraphError(f"cell {self.name!r} {need} (registered with "
                              f"takes_attr={self.takes_attr}); fix the call or the registration")
+        if attr is not None and not is_integer(attr):  # (int() truncated 1.5, raised on "x")
+            raise GraphError(f"cell {self.name!r}: attr={attr!r} ({type(attr).__name__}) is no "
+                             f"integer; pass an int, e.g. attr=int(x) or an index")
         in_shapes = self.op.in_shapes or ()
         if len(operands) != len(in_shapes):
             raise GraphError(f"cell {self.name!r} takes {len(in_shapes)} operands (in_shapes="

@@ -6,17 +6,18 @@ lookup into the stacked rows, registered on first use; ``run_programs`` adds ``v
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from edbatch.api._handles import Handle, new_handle
-from edbatch.errors import GraphError, is_integer
+from edbatch.errors import GraphError, did_you_mean, is_integer
 from edbatch.graph import OpType
 
-__all__ = ["add_input", "add_inputs", "check_params", "input_op", "lookup_index"]
+__all__ = ["add_input", "add_inputs", "check_params", "input_op", "lookup_index",
+           "output_handles"]
 
 #: A :class:`~edbatch.api.DynamicBatch` (typed loosely: it imports this module).
 Batch = Any
@@ -40,8 +41,26 @@ def lookup_index(cell: str, index: Any) -> int:
                      f"an integer row number; pass an int, e.g. vocab.get(word, 0)")
 
 
-def check_params(params: Any) -> dict[str, Tensor]:
-    """``run(params=...)``: a mapping of parameter names to tensors (``None``: none)."""
+def output_handles(outputs: Any, check: Callable[[Handle, str], None]) -> list[int]:
+    """``run(outputs=...)`` / ``graph(outputs=...)``'s node ids, each handle ``check``-ed
+    (the batch's handle check); something that is no sequence (``outputs=5``) is a
+    :class:`GraphError` (was a raw ``TypeError``); a lone handle raises the handle's own
+    iteration error."""
+    if isinstance(outputs, Handle) or not isinstance(outputs, Iterable) or \
+            isinstance(outputs, (str, bytes, Tensor)):
+        if isinstance(outputs, Handle):
+            iter(outputs)  # (raises GraphError: pass [handle])
+        raise GraphError(f"run(outputs=...) takes a list of handles, got "
+                         f"{type(outputs).__name__}; pass e.g. outputs=[h]")
+    for h in (outputs := tuple(outputs)):
+        check(h, "run(outputs=...)")
+    return [h.node_id for h in outputs]
+
+
+def check_params(params: Any, ops: Iterable[OpType] = ()) -> dict[str, Tensor]:
+    """``run(params=...)``: a mapping of parameter names to tensors (``None``: none), each a
+    parameter of one of ``ops`` (the batch's op types): an unknown name was ignored, so a
+    misspelt override ran with the built-in tensor."""
     if params is None:
         return {}
     if not isinstance(params, Mapping):
@@ -52,6 +71,13 @@ def check_params(params: Any) -> dict[str, Tensor]:
             raise GraphError(f"run(params=...): entry {name!r} -> {type(value).__name__}; "
                              f"expected a str name -> torch.Tensor (e.g. a module's "
                              f"parameter)")
+    known = sorted({name for op in ops for name in op.params if not name.startswith("api.")})
+    for name in params:
+        if name not in known:
+            raise GraphError(f"run(params=...): {name!r} is no parameter of this batch's op "
+                             f"types.{did_you_mean(name, known)} A user cell's parameters live "
+                             f"in its module; params= replaces built-in op types' ones ("
+                             + (f"{len(known)}, e.g. {known[:4]})" if known else "none here)"))
     return dict(params)
 
 

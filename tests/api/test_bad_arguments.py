@@ -7,6 +7,7 @@ passed to ``run`` as if it were a scheduler name."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -102,3 +103,60 @@ def test_a_policy_path_passed_as_a_scheduler_name_says_load_policy(path: str) ->
     with pytest.raises(UnknownNameError, match=r"looks like a file; to run a saved policy "
                                                r"pass policies.load_policy"):
         batch.run(path)
+
+
+@pytest.mark.parametrize("attr", [1.5, True, "3", np.float64(2.0), [1]])
+def test_a_user_cell_attr_must_be_an_integer(attr: Any) -> None:
+    """(``int()`` cut 1.5 to 1 and read ``True`` as 1; ``"x"`` was a raw ``ValueError``.)"""
+    batch = DynamicBatch()
+    scale = batch.cell(lambda x, a: x * a[:, None], "scale", [3], 3, takes_attr=True)
+    h = batch.input(torch.ones(3))
+    scale(h, attr=np.int64(2))  # numpy integers are integers
+    with pytest.raises(GraphError, match=rf"cell 'scale': attr={re.escape(repr(attr))} .* is "
+                                         rf"no integer"):
+        scale(h, attr=attr)
+
+
+def test_run_outputs_and_params_of_the_wrong_kind_name_it() -> None:
+    """``outputs=5`` was a raw ``TypeError``; a misspelt ``params=`` name was ignored (the
+    built-in tensor ran); ``if handle:`` was always true."""
+    batch = DynamicBatch()
+    total = batch.cell(Total(), "total", [3], ())
+    for outputs, found in ((5, "got int"), ("h", "got str"), (None, "got NoneType")):
+        with batch.instance():
+            batch.add_loss(total(batch.input(torch.ones(3))))
+        with pytest.raises(GraphError, match=rf"run\(outputs=...\) takes a list of handles, "
+                                             rf"{found}"):
+            batch.run("depth", outputs=outputs)
+        batch.discard()
+    with batch.instance():
+        h = batch.input(torch.ones(3))
+        batch.add_loss(total(h))
+    with pytest.raises(GraphError, match="has no value while recording"):
+        bool(h)
+    with pytest.raises(GraphError, match="one node, not a sequence"):
+        batch.run("depth", outputs=h)
+    with pytest.raises(GraphError, match=r"'total.w' is no parameter .* \(none here\)"):
+        batch.run("depth", params={"total.w": torch.ones(1)})
+    batch.discard()
+
+
+def test_run_params_names_a_misspelt_builtin_parameter() -> None:
+    from edbatch.executor import init_params
+    from edbatch.workloads import make_workload
+
+    wl = make_workload("tree_lstm", embed_dim=4, hidden_dim=4)
+    params = init_params(wl, torch.Generator().manual_seed(0))
+    batch = DynamicBatch.from_workload(wl)
+    leaf, loss = batch.op("tree_lstm.leaf"), batch.op("tree_lstm.loss")
+    name = next(iter(params))
+    for given, ok in ((params, True), ({name + "x": params[name]}, False)):
+        with batch.instance():
+            batch.add_loss(loss(leaf(attr=1), attr=0))
+        if ok:
+            assert batch.run("depth", params=given).loss is not None
+        else:
+            with pytest.raises(GraphError, match=rf"{name}x' is no parameter .* Did you mean "
+                                                 rf"'{name}'"):
+                batch.run("depth", params=given)
+            batch.discard()

@@ -124,24 +124,27 @@ def test_packed_assembly_equals_fromiter(name: str) -> None:
     batch.discard()
 
 
-def test_attrs_struct_refuses_take_the_old_conversion() -> None:
-    """Attrs that are not plain integers in int64's range (a numpy integer, a float, an
-    integer too large) are converted by ``np.fromiter`` as before, or raise as before."""
+def test_attrs_struct_refuses_are_converted_or_refused_by_name() -> None:
+    """Attrs ``struct`` refuses: a numpy integer is converted by ``np.fromiter`` as before;
+    a float (was truncated) or an integer past int64 (was a raw ``OverflowError``) is a
+    ``GraphError`` naming the node and the value."""
     wl = make_workload("tree_lstm", embed_dim=4, hidden_dim=W)
     batch = DynamicBatch.from_workload(wl)
     leaf, loss = batch.op("tree_lstm.leaf"), batch.op("tree_lstm.loss")
     with batch.instance():
         a = leaf(attr=np.int64(3))
-        batch.add_loss(loss(a, attr=2.0))
+        batch.add_loss(loss(a, attr=np.int32(2)))
         leaf(attr=-1)
     graph, head = batch.graph()
     assert graph.attrs.tolist() == [3, 2, -1, -1] and head == 3
     assert graph.operand_ids.tolist() == [0, 1] and graph.op_ids[-1] == len(graph.vocab) - 1
     batch.discard()
-    with batch.instance():
-        leaf(attr=2**70)
-    with pytest.raises(OverflowError):
-        batch.graph()
+    for bad, shown in ((2.0, "2.0"), (2 ** 70, str(2 ** 70)), (np.float32(1.5), "1.5")):
+        with batch.instance():
+            batch.add_loss(loss(leaf(attr=3), attr=bad))
+        with pytest.raises(GraphError, match=rf"node %1 \(tree_lstm.loss\) has attr=.*{shown}"):
+            batch.graph()
+        batch.discard()
 
 
 def test_generic_builtin_op_takes_back_operands_whatever_an_operand_raises() -> None:
