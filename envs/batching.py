@@ -152,6 +152,10 @@ class BatchingEnv(gym.Env[NDArray[np.float32], np.int64]):
         if max_steps is not None and (not is_integer(max_steps) or max_steps < 1):
             raise ConfigError("max_steps", max_steps, f"an integer >= 1 or None (got type "
                               f"{type(max_steps).__name__})", "pass e.g. max_steps=500")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise UnknownNameError(f"render_mode {render_mode!r} is not one of this env's "
+                                   f"{self.metadata['render_modes']}; pass render_mode='ansi' "
+                                   f"(a text frame) or None")
         self.max_steps, self.render_mode, self.on_invalid = max_steps, render_mode, on_invalid
         k = len(self.vocab)
         self.action_space = MaskedDiscrete(k, self._current_mask)
@@ -307,9 +311,17 @@ def _resolve_source(graphs: GraphSource | None, workload: str | None, split: str
         if vocab is None:
             raise GraphError("a graph sampler passed to BatchingEnv needs a .vocab attribute")
         return graphs, vocab
-    graphs = list(graphs)
+    try:
+        graphs = list(graphs)
+    except TypeError:
+        raise GraphError(f"BatchingEnv(graphs=...) takes a list of Graphs or a sampler, got "
+                         f"{type(graphs).__name__}") from None
     if not graphs:
         raise GraphError("BatchingEnv got an empty list of graphs")
+    for i, g in enumerate(graphs):
+        if not isinstance(g, Graph):
+            raise GraphError(f"BatchingEnv(graphs=...): item {i} is a {type(g).__name__}, not "
+                             f"a Graph (e.g. workload.minibatch(split, indices))")
     vocab = graphs[0].vocab
     for i, g in enumerate(graphs):
         if g.vocab != vocab:

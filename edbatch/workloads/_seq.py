@@ -81,7 +81,8 @@ def declare_cell(ops: OpSet, name: str, in_shapes: Iterable[Shape], out_shape: S
 def check_positive(**values: int | None) -> None:
     """Raise :class:`GraphError` for any constructor size that is given but not positive."""
     for key, value in values.items():
-        if value is not None and (not isinstance(value, int) or value < 1):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 1):
             raise GraphError(f"{key} must be a positive int, got {value!r}")
 
 

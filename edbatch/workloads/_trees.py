@@ -91,7 +91,7 @@ class WordVocab:
 
     def __init__(self, ranked: Sequence[str], size: int | None = None) -> None:
         if size is not None and (not isinstance(size, int) or size < 1):
-            raise ValueError(f"vocab_size must be a positive int (it includes the unknown "
+            raise GraphError(f"vocab_size must be a positive int (it includes the unknown "
                              f"word id 0), got {size!r}; pass None to keep every train word")
         kept = ranked if size is None else ranked[:size - 1]
         #: Id -> word; ``words[0]`` is ``"<unk>"``.
@@ -245,8 +245,8 @@ class TreeWorkload(Workload):
                  vocab_size: int | None = None, data_dir: str | Path | None = None) -> None:
         super().__init__(granularity, data_dir)
         for arg, value in (("embed_dim", embed_dim), ("hidden_dim", hidden_dim)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{arg} must be a positive int, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise GraphError(f"{arg} must be a positive int, got {value!r}")
         self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
         self.word_vocab = WordVocab.from_file(self._path("train"), vocab_size)
         self.num_words = len(self.word_vocab)

@@ -42,6 +42,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edbatch.errors import GraphError
 from edbatch.graph import GraphBuilder, OpType
 from edbatch.workloads._trees import NUM_CLASSES, TreeWorkload
 from edbatch.workloads.primitives import OpSet
@@ -80,7 +81,7 @@ class MVRNN(TreeWorkload):
                  hidden_dim: int = 32, vocab_size: int | None = None,
                  data_dir: str | Path | None = None) -> None:
         if embed_dim is not None and embed_dim != hidden_dim:
-            raise ValueError(f"MV-RNN word vectors are states, so embed_dim must equal "
+            raise GraphError(f"MV-RNN word vectors are states, so embed_dim must equal "
                              f"hidden_dim ({hidden_dim}); got embed_dim={embed_dim}. Pass "
                              f"embed_dim=None or set hidden_dim={embed_dim}")
         super().__init__(granularity, hidden_dim, hidden_dim, vocab_size, data_dir)

@@ -132,9 +132,9 @@ class TreeLSTMSick(Workload):
         for arg, value in (("embed_dim", embed_dim), ("hidden_dim", hidden_dim),
                            ("sim_dim", sim_dim)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{arg} must be a positive int, got {value!r}")
+                raise GraphError(f"{arg} must be a positive int, got {value!r}")
         if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size < 1):
-            raise ValueError(f"vocab_size must be a positive int (it includes the unknown "
+            raise GraphError(f"vocab_size must be a positive int (it includes the unknown "
                              f"word id 0), got {vocab_size!r}; pass None to keep every word")
         self.embed_dim, self.hidden_dim, self.sim_dim = embed_dim, hidden_dim, sim_dim
         self._pairs: dict[str, list[SickPair]] = {}

@@ -67,3 +67,32 @@ def test_action_masks_before_reset_is_an_invalid_action_error() -> None:
     env = envs.BatchingEnv(workload="tree_lstm", batch_size=4)
     with pytest.raises(InvalidActionError, match=r"before reset\(\); call reset\(\) first"):
         env.action_masks()
+
+
+@pytest.mark.parametrize("mode", ["human", "rgb_array", "nope"])
+def test_an_unsupported_render_mode_is_refused_when_made(mode: str) -> None:
+    """(``human`` was accepted with a warning, then Gymnasium's checker asserted at
+    ``render()``.)"""
+    with pytest.warns(UserWarning), pytest.raises(UnknownNameError, match=f"render_mode {mode!r}"):
+        gym.make(ID, workload="tree_lstm", render_mode=mode)
+    with pytest.raises(UnknownNameError, match="pass render_mode='ansi'"):
+        envs.BatchingEnv(workload="tree_lstm", render_mode=mode)
+    env = envs.BatchingEnv(workload="tree_lstm", batch_size=2, render_mode="ansi")
+    env.reset(seed=0)
+    assert isinstance(env.render(), str)
+
+
+@pytest.mark.parametrize(("graphs", "found"), [
+    ([1, 2], "item 0 is a int, not a Graph"), (5, "takes a list of Graphs or a sampler, got int"),
+    (["g"], "item 0 is a str")])
+def test_graphs_that_are_no_graphs_are_named(graphs: Any, found: str) -> None:
+    """(A list of ints was a raw ``AttributeError``.)"""
+    with pytest.raises(GraphError, match=found):
+        envs.BatchingEnv(graphs)
+
+
+@pytest.mark.parametrize("kwargs", [{"hidden_dim": -1}, {"embed_dim": True}, {"vocab_size": 0}])
+def test_workload_kwargs_out_of_range_are_edbatch_errors(kwargs: dict[str, Any]) -> None:
+    """(The tree workloads raised a plain ``ValueError``.)"""
+    with pytest.raises(GraphError, match="must be a positive int"):
+        gym.make(ID, workload="tree_lstm", workload_kwargs=kwargs)
