@@ -166,4 +166,20 @@ def as_scheduler(scheduler: SchedulerLike,
     if not callable(scheduler):
         raise GraphError(f"scheduler must be a name, a Policy or a callable graph -> Schedule, "
                          f"got {type(scheduler).__name__}")
-    return scheduler
+    return _checked(scheduler)
+
+
+def _checked(scheduler: Callable[[Graph], Any]) -> Scheduler:
+    """A user's ``graph -> Schedule`` callable whose result is checked: a Schedule
+    (``None`` or a list was a raw ``AttributeError`` in planning) that runs every node once,
+    by op type, after its operands (:meth:`~edbatch.schedule.Schedule.validate`; a
+    ``ScheduleError`` naming the batch and node)."""
+    def run(graph: Graph) -> Schedule:
+        schedule = scheduler(graph)
+        if not isinstance(schedule, Schedule):
+            raise GraphError(f"scheduler {getattr(scheduler, '__name__', scheduler)!r} "
+                             f"returned {type(schedule).__name__}; a scheduler returns a "
+                             f"Schedule (e.g. edbatch.schedule.run_policy(graph, policy))")
+        schedule.validate(graph)
+        return schedule
+    return run

@@ -160,3 +160,38 @@ def test_run_params_names_a_misspelt_builtin_parameter() -> None:
                                                  rf"'{name}'"):
                 batch.run("depth", params=given)
             batch.discard()
+
+
+def test_a_user_scheduler_must_return_a_valid_schedule() -> None:
+    """A ``graph -> Schedule`` callable's result is checked (``None`` was a raw
+    ``AttributeError``, a schedule in the wrong order a raw ``IndexError``)."""
+    from edbatch.errors import ScheduleError
+    from edbatch.schedule import Schedule, make_scheduler
+
+    depth = make_scheduler("depth")
+    batch = DynamicBatch()
+    step = batch.cell(nn.Linear(3, 3), "step", [3], 3)
+    total = batch.cell(Total(), "total", [3], ())
+
+    def record() -> None:
+        for n in (1, 2):
+            with batch.instance():
+                h = batch.input(torch.ones(3))
+                for _ in range(n):
+                    h = step(h)
+                batch.add_loss(total(h))
+
+    for scheduler, error, found in (
+            (lambda g: None, GraphError, "returned NoneType; a scheduler returns a Schedule"),
+            (lambda g: [[0]], GraphError, "returned list"),
+            (lambda g: Schedule(list(depth(g).batches)[::-1], "rev"), ScheduleError,
+             "operands must run earlier"),
+            (lambda g: Schedule(list(depth(g).batches)[:-1], "cut"), ScheduleError,
+             "runs 0 times")):
+        record()
+        with pytest.raises(error, match=found):
+            batch.run(scheduler)
+        batch.discard()
+    record()
+    graph = batch.graph()[0]
+    assert batch.run(depth).num_batches == depth(graph).num_batches  # a valid one runs
