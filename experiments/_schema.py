@@ -17,6 +17,7 @@ the configs with Hydra's compose API must ``import experiments`` first).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -277,6 +278,10 @@ class TrainModelConfig:
         _one_of(self, "resume", ("auto", "restart"))
         _one_of(self, "fsm_lookahead", ("none", "artifact"))
         _one_of(self, "adam", ("fused", "foreach", "for_loop"))
+        if self.model_path and not self.model_path.startswith("${") and \
+                os.path.isdir(self.model_path):  # (was: the run folder refused)
+            raise ConfigError("model_path", self.model_path, "a file to write, not a folder",
+                              f"pass e.g. model_path={self.model_path.rstrip('/')}/model.pt")
         if self.batching == "fsm" and not self.fsm:
             raise ConfigError("fsm", self.fsm, "the path of a trained FSM artifact with "
                               "batching=fsm", "pass fsm=runs/<workload>/<trainer>/seed<N>/"

@@ -86,6 +86,7 @@ def test_wrong_type_or_unknown_key_fails_at_compose(entry: str, override: str,
     ("train", "trainer=dqn trainer.fallback=zzz", "trainer.fallback"),
     ("compare", "policy.encoding=hint", "policy.encoding"),
     ("train", "logger=wandb logger.mode=ofline", "logger.mode"),
+    ("train_model", f"model_path={ROOT / 'conf'}", "model_path"),  # a folder
 ])
 def test_out_of_range_value_is_a_config_error_naming_key_and_value(entry: str, override: str,
                                                                    key: str) -> None:
