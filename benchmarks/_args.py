@@ -1,16 +1,14 @@
 """argparse ``type=`` checks shared by the benchmarks' command lines: a bad value ends in
-one usage line naming it (``argument --seed: ...``), not in a numpy or torch traceback."""
+one usage line naming it (``argument --seed: ...``), not in a numpy or torch traceback
+(``positive`` and ``run`` are :mod:`edbatch.cli`'s, which the examples use too)."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from edbatch.errors import DeviceError, EdbatchError
+from edbatch.cli import positive, run
+from edbatch.errors import DeviceError
 from edbatch.executor.device import check_device
 
 __all__ = ["device", "folder", "out_file", "plot_file", "positive", "run", "seed"]
@@ -29,18 +27,6 @@ def seed(text: str) -> int:
     if not 0 <= value < 2**32 or str(value) != text.strip().lstrip("+"):
         raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected an int in "
                                          f"[0, 2**32), e.g. 0")
-    return value
-
-
-def positive(text: str) -> int:
-    """An int >= 1 (a count: repeats, graphs, mini-batches)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected an int >= 1, "
-                                         f"e.g. 5")
     return value
 
 
@@ -80,17 +66,3 @@ def device(text: str) -> str:
     except DeviceError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
-
-
-def run(main: Callable[..., Any], *args: Any) -> Any:
-    """Call a benchmark's ``main``; an edbatch error (a corrupt policy file, a cyclic graph, a
-    bad value found while running) ends in one ``error:`` line and exit status 2, not a
-    traceback (``EDBATCH_FULL_ERROR=1`` re-raises for developers)."""
-    try:
-        return main(*args)
-    except EdbatchError as e:
-        if os.environ.get("EDBATCH_FULL_ERROR") == "1":
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        print("(set EDBATCH_FULL_ERROR=1 for the full traceback)", file=sys.stderr)
-        raise SystemExit(2) from None

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edbatch.api import DynamicBatch, Handle
+from edbatch.cli import positive, run
 from edbatch.data.ud import UPOS_TAGS, DepSentence, load_conllu
 from edbatch.data.vocab import CharVocab, FrequentWords
 from edbatch.workloads.base import DATA_DIR
@@ -164,11 +165,11 @@ def accuracy(model: CharTagger, sentences: Sequence[DepSentence], chunk: int = 2
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     """Run the example; return the training loss per epoch and the dev accuracy."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sentences", type=int, default=2000, help="EWT train sentences to use")
-    p.add_argument("--dev", type=int, default=500, help="EWT dev sentences to score")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--dim", type=int, default=64, help="word embedding and LSTM size")
+    p.add_argument("--sentences", type=positive, default=2000, help="EWT train sentences to use")
+    p.add_argument("--dev", type=positive, default=500, help="EWT dev sentences to score")
+    p.add_argument("--batch-size", type=positive, default=32)
+    p.add_argument("--epochs", type=positive, default=1)
+    p.add_argument("--dim", type=positive, default=64, help="word embedding and LSTM size")
     args = p.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -200,4 +201,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

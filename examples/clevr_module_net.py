@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edbatch.api import DynamicBatch, Handle
+from edbatch.cli import positive, run
 from edbatch.data.clevr_programs import module_type
 from edbatch.workloads.module_net import (
     COUNT_BINS,
@@ -253,9 +254,9 @@ class ModuleNetModel(nn.Module):
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     """Train on the first ``--questions`` training questions; report validation accuracy."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--questions", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--questions", type=positive, default=1000)
+    p.add_argument("--batch-size", type=positive, default=64)
+    p.add_argument("--epochs", type=positive, default=3)
     args = p.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -286,4 +287,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edbatch.api import DynamicBatch
+from edbatch.cli import positive, run
 
 __all__ = ["EarlyExit", "main"]
 
@@ -101,9 +102,9 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
     from pathlib import Path
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sentences", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--sentences", type=positive, default=128)
+    p.add_argument("--batch-size", type=positive, default=32)
+    p.add_argument("--epochs", type=positive, default=3)
     args = p.parse_args(argv)
     spec = importlib.util.spec_from_file_location(
         "moe_routing", Path(__file__).resolve().parent / "moe_routing.py")
@@ -133,4 +134,4 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edbatch.api import DynamicBatch, argmax
+from edbatch.cli import positive, run
 from edbatch.executor import init_params
 from edbatch.workloads import make_workload
 
@@ -84,8 +85,8 @@ class Decoder:
 def main(argv: Sequence[str] | None = None) -> list[list[int]]:
     """Decode the first test sentences; print the outputs' lengths and the syncs."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sentences", type=int, default=16)
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--sentences", type=positive, default=16)
+    p.add_argument("--steps", type=positive, default=10)
     args = p.parse_args(argv)
     model = Decoder()
     sources = [inst.source_ids for inst in model.wl.load("test")[:args.sentences]]
@@ -96,4 +97,4 @@ def main(argv: Sequence[str] | None = None) -> list[list[int]]:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edbatch.api import DynamicBatch, route, topk
+from edbatch.cli import positive, run
 from edbatch.data.trees import load_trees
 from edbatch.workloads.base import DATA_DIR
 from edbatch.workloads.moe import (
@@ -191,10 +192,10 @@ class MoE(nn.Module):
 def main(argv: Sequence[str] | None = None) -> list[float]:
     """Train on EWT sentences with gate noise; return the mean per-token loss per epoch."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sentences", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--dim", type=int, default=32)
+    p.add_argument("--sentences", type=positive, default=256)
+    p.add_argument("--batch-size", type=positive, default=32)
+    p.add_argument("--epochs", type=positive, default=3)
+    p.add_argument("--dim", type=positive, default=32)
     p.add_argument("--scheduler", default="typewise_greedy")
     args = p.parse_args(argv)
     workload = MoETagger(dim=args.dim, expert_dim=args.dim, max_sentences=args.sentences)
@@ -219,4 +220,4 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

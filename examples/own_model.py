@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edbatch.api import DynamicBatch, Handle, segment_sum
+from edbatch.cli import positive, run
 from edbatch.data.trees import Tree, load_trees
 from edbatch.schedule import lower_bound
 from edbatch.workloads.base import DATA_DIR
@@ -81,10 +82,10 @@ class TreeGRU(nn.Module):
 def main(argv: Sequence[str] | None = None) -> dict[str, list[float]]:
     """Run the example; return the loss per epoch and the batches per mini-batch."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trees", type=int, default=512, help="SST train trees to use")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--episodes", type=int, default=100, help="policy training episodes")
+    p.add_argument("--trees", type=positive, default=512, help="SST train trees to use")
+    p.add_argument("--batch-size", type=positive, default=64)
+    p.add_argument("--epochs", type=positive, default=3)
+    p.add_argument("--episodes", type=positive, default=100, help="policy training episodes")
     p.add_argument("--policy", default="runs/own_model/policy.json", help="policy file")
     args = p.parse_args(argv)
     torch.manual_seed(0)
@@ -129,4 +130,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[float]]:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

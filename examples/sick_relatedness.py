@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edbatch.api import DynamicBatch, Handle, segment_sum
+from edbatch.cli import positive, run
 from edbatch.data.sick import DepTree, SickPair, load_sick
 from edbatch.workloads.base import DATA_DIR
 from edbatch.workloads.tree_lstm_sick import relatedness_metrics
@@ -134,10 +135,10 @@ def word_ids(pairs: Sequence[SickPair]) -> dict[str, int]:
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     """Run the example; return the training KL per epoch and the dev metrics."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pairs", type=int, default=1000, help="SICK train pairs to use")
-    p.add_argument("--batch-size", type=int, default=25)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--dim", type=int, default=100, help="embedding and memory size")
+    p.add_argument("--pairs", type=positive, default=1000, help="SICK train pairs to use")
+    p.add_argument("--batch-size", type=positive, default=25)
+    p.add_argument("--epochs", type=positive, default=2)
+    p.add_argument("--dim", type=positive, default=100, help="embedding and memory size")
     args = p.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -168,4 +169,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

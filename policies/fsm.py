@@ -239,8 +239,15 @@ class FSMPolicy:
                 "metadata": self.metadata}
 
     def save(self, path: str | Path) -> Path:
-        """Write the artifact atomically: a crash never leaves a half-written file."""
+        """Write the artifact atomically: a crash never leaves a half-written file.
+
+        Raises:
+            PolicyFileError: ``path`` is a folder (was a raw ``IsADirectoryError``).
+        """
         path = Path(path)
+        if path.is_dir():
+            raise PolicyFileError(path, "is a folder, not a policy file to write",
+                                  f"pass a file path, e.g. {path / 'policy.json'}")
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:

@@ -107,6 +107,13 @@ def test_missing_file_and_vocab_mismatch(tmp_path: Path) -> None:
         FSMPolicy.load(path, synthetic_vocab(3))
 
 
+def test_saving_onto_a_folder_names_it(tmp_path: Path) -> None:
+    """(A raw ``IsADirectoryError`` from ``os.replace`` before.)"""
+    with pytest.raises(PolicyFileError, match="is a folder, not a policy file to write"):
+        FSMPolicy({(0,): 0}, "base", synthetic_vocab(2).names).save(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # no temporary file left
+
+
 def test_interrupted_save_keeps_the_old_file(tmp_path: Path, monkeypatch) -> None:
     vocab = synthetic_vocab(2)
     path = FSMPolicy({(0,): 0}, "base", vocab.names).save(tmp_path / "p.json")
