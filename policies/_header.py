@@ -12,7 +12,8 @@ from numpy.typing import NDArray
 
 from edbatch.errors import PolicyFileError
 
-__all__ = ["artifact_format", "check_header", "metadata_of", "numbers", "op_names", "strict_int"]
+__all__ = ["artifact_format", "check_header", "metadata_of", "numbers", "op_names", "save_path",
+           "strict_int", "write_json"]
 
 
 def check_header(path: Path, header: Any, fmt: str, version: int,
@@ -85,3 +86,24 @@ def numbers(value: Any) -> NDArray[np.float64]:
             for v in value):
         return np.asarray(value, dtype=np.float64)
     return np.full(len(value) if isinstance(value, (list, tuple)) else 0, np.nan)
+
+
+def save_path(path: str | Path) -> Path:
+    """Where an artifact is written: ``path``, its folder made; a folder itself is a
+    :class:`PolicyFileError` (was a raw ``IsADirectoryError`` at the rename)."""
+    path = Path(path)
+    if path.is_dir():
+        raise PolicyFileError(path, "is a folder, not a policy file to write",
+                              f"pass a file path, e.g. {path / 'policy.json'}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_json(path: str | Path, doc: Any) -> Path:
+    """Write ``doc`` as JSON to :func:`save_path` ``(path)`` atomically (a temporary file,
+    then renamed: an interrupted save leaves the old file)."""
+    path = save_path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    tmp.replace(path)
+    return path

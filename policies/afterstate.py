@@ -39,7 +39,7 @@ from edbatch.schedule._compiled_afterstate import (
 )
 from edbatch.schedule.bounds import type_chain_lengths
 from edbatch.schedule.compiled import core_schedule
-from policies._header import check_header, metadata_of, numbers
+from policies._header import check_header, metadata_of, numbers, write_json
 from policies.priority import (
     FEATURES,
     PriorityTwin,
@@ -149,10 +149,8 @@ class AfterstatePolicy(WeightStats):
                 "metadata": self.metadata}
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=1))
-        return path
+        """Write the JSON artifact atomically (was written in place: a crash could cut it)."""
+        return write_json(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> AfterstatePolicy:

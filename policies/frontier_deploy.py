@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 from edbatch.errors import PolicyFileError, UnknownNameError
 from edbatch.schedule import FrontierView, PolicyScheduler, Scheduler
 from policies._frontier_features import FEATURES, NUM_FEATURES, FeatureTracker
-from policies._header import check_header, metadata_of
+from policies._header import check_header, metadata_of, save_path
 
 __all__ = ["BACKENDS", "FORMAT", "WEIGHT_NAMES", "FrontierNetPolicy", "load_weights",
            "numpy_scores", "save_weights"]
@@ -176,8 +176,7 @@ def _check_shapes(w: Mapping[str, Any], where: str) -> None:
 def save_weights(path: str | Path, weights: Mapping[str, NDArray[np.floating]],
                  metadata: Mapping[str, Any] | None = None) -> Path:
     """Write ``weights`` and a JSON header to ``path`` (``.npz``, atomically)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = save_path(path)
     header = {"format": FORMAT, "version": VERSION, "features": list(FEATURES),
               "metadata": dict(metadata or {})}
     arrays = {k: np.asarray(weights[k], dtype=np.float64) for k in WEIGHT_NAMES}

@@ -53,7 +53,7 @@ from envs.encoding import (
     fallback_action,
     key_actions,
 )
-from policies._header import op_names, strict_int
+from policies._header import op_names, save_path, strict_int
 
 __all__ = ["FALLBACKS", "FORMAT", "LOOKAHEADS", "SCHEMA_VERSION", "FSMPolicy", "FSMScheduler",
            "check_fallback", "check_fallback_config", "fallback_names", "make_fallback"]
@@ -244,11 +244,7 @@ class FSMPolicy:
         Raises:
             PolicyFileError: ``path`` is a folder (was a raw ``IsADirectoryError``).
         """
-        path = Path(path)
-        if path.is_dir():
-            raise PolicyFileError(path, "is a folder, not a policy file to write",
-                                  f"pass a file path, e.g. {path / 'policy.json'}")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = save_path(path)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -46,6 +46,7 @@ from edbatch.schedule.exact import exact_schedule
 from edbatch.schedule.policy import Policy, drive
 from edbatch.schedule.rollout import rollout_schedule
 from envs.encoding import encode_observation
+from policies._header import save_path
 from policies.expert import fit_table
 from policies.fsm import FSMPolicy, make_fallback
 from policies.q_learning import TrainResult, evaluate_policy, select_fallback
@@ -313,8 +314,7 @@ def train_imitation(train_graphs: Sequence[Graph], cfg: ImitationConfig = Imitat
 
 def save_network(policy: NetPolicy, cfg: ImitationConfig, k: int, path: str | Path) -> Path:
     """Save the network's weights and shape (``torch.save``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = save_path(path)
     torch.save({"format": "edbatch.imitation_net", "num_ops": k, "hidden": cfg.hidden,
                 "layers": cfg.layers, "state_dict": policy.net.state_dict()}, path)
     return path

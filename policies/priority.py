@@ -53,7 +53,7 @@ from edbatch.schedule._compiled_priority import (
 from edbatch.schedule._compiled_priority_ctx import CONTEXT_SOURCES
 from edbatch.schedule.bounds import height_list
 from edbatch.schedule.compiled import core_graph, core_schedule
-from policies._header import artifact_format, check_header, metadata_of, numbers
+from policies._header import artifact_format, check_header, metadata_of, numbers, write_json
 
 __all__ = ["FEATURES", "FORMAT", "VERSION", "PriorityPolicy", "PriorityScheduler", "widen",
            "PriorityTwin", "WeightStats", "critical_path_weights", "graph_inputs",
@@ -198,12 +198,7 @@ class PriorityPolicy(WeightStats):
 
     def save(self, path: str | Path) -> Path:
         """Write the JSON artifact (atomically: a temporary file, then renamed)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1, default=str))
-        tmp.replace(path)
-        return path
+        return write_json(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> PriorityPolicy:

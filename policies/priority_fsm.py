@@ -41,7 +41,14 @@ from edbatch.schedule import FrontierView, Schedule
 from edbatch.schedule._compiled_priority import V2_FEATURES
 from edbatch.schedule._compiled_priority_fsm import LEAN_FEATURES, LEAN_RELEASE, run_rank_fsm
 from edbatch.schedule.compiled import core_schedule
-from policies._header import artifact_format, check_header, metadata_of, op_names, strict_int
+from policies._header import (
+    artifact_format,
+    check_header,
+    metadata_of,
+    op_names,
+    strict_int,
+    write_json,
+)
 from policies.priority import FEATURES, PriorityTwin, critical_path_weights, graph_inputs
 
 __all__ = ["FORMAT", "KINDS", "VERSION", "PriorityFSM", "PriorityFsmTwin", "RankKey", "act_row",
@@ -334,12 +341,7 @@ class PriorityFSM:
 
     def save(self, path: str | Path) -> Path:
         """Write the JSON artifact atomically (temporary file, then renamed)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1, default=str))
-        tmp.replace(path)
-        return path
+        return write_json(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path, vocab_names: Sequence[str] | None = None) -> PriorityFSM:

@@ -108,9 +108,17 @@ def test_missing_file_and_vocab_mismatch(tmp_path: Path) -> None:
 
 
 def test_saving_onto_a_folder_names_it(tmp_path: Path) -> None:
-    """(A raw ``IsADirectoryError`` from ``os.replace`` before.)"""
-    with pytest.raises(PolicyFileError, match="is a folder, not a policy file to write"):
-        FSMPolicy({(0,): 0}, "base", synthetic_vocab(2).names).save(tmp_path)
+    """Every artifact kind (a raw ``IsADirectoryError`` at the rename before)."""
+    from policies.afterstate import AfterstatePolicy, afterstate_start
+    from policies.priority import PriorityPolicy, critical_path_weights
+    from policies.priority_fsm import PriorityFSM, RankKey
+
+    for artifact in (FSMPolicy({(0,): 0}, "base", synthetic_vocab(2).names),
+                     PriorityPolicy(critical_path_weights()),
+                     AfterstatePolicy(afterstate_start()),
+                     PriorityFSM(RankKey(2, ("wait_gain",), ((0.25,),)), {(2, 0, 1): 1})):
+        with pytest.raises(PolicyFileError, match="is a folder, not a policy file to write"):
+            artifact.save(tmp_path)
     assert list(tmp_path.iterdir()) == []  # no temporary file left
 
 
