@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from edbatch.cli import run
+from edbatch.errors import UnknownNameError
 from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
 from edbatch.memory import plan_memory
-from edbatch.schedule import Scheduler
+from edbatch.schedule import Scheduler, make_scheduler
 from edbatch.workloads import Workload
 from experiments._schema import is_seed
 
@@ -59,7 +62,7 @@ def run_main(ap: argparse.ArgumentParser, argv: Sequence[str] | None, names: Seq
     check_min(ap, args, names)
     check_common(ap, args)
     torch.set_num_threads(args.threads)
-    summary = train(args)
+    summary = run(train, args)
     finish(summary, args.out)
     return summary
 
@@ -91,10 +94,16 @@ def check_min(ap: argparse.ArgumentParser, args: argparse.Namespace,
         ap.error(f"{listed} must be >= 1, got " + ", ".join(str(v) for v in values))
 
 
+#: Rates checked by :func:`check_common`: option -> True when it must be > 0 (else >= 0).
+RATES = {"lr": True, "lr_decay": True, "weight_decay": False, "alpha": False}
+
+
 def check_common(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Exit with a usage error when ``--seed`` is outside numpy's [0, 2**32), ``--threads``
     is below 1 or any ``--*-dim`` size is below 1 (each reached numpy or torch as a
-    traceback)."""
+    traceback), a rate of :data:`RATES` is negative or not finite (torch's raw
+    ``ValueError``, or a run that diverged), ``--scheduler`` is no registered name, or
+    ``--out`` is a folder."""
     seed = getattr(args, "seed", 0)
     if not is_seed(seed):
         p.error(f"--seed must be in [0, 2**32), got {seed}")
@@ -102,6 +111,19 @@ def check_common(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
              if (k in ("threads", "dim") or k.endswith("_dim")) and isinstance(v, int) and v < 1}
     for name, value in sizes.items():
         p.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    for name, strict in RATES.items():
+        value = getattr(args, name, None)
+        if value is not None and not (math.isfinite(value) and (value > 0 or
+                                                                 (value == 0 and not strict))):
+            p.error(f"--{name.replace('_', '-')} must be a finite number "
+                    f"{'>' if strict else '>='} 0, got {value}")
+    if isinstance(getattr(args, "scheduler", None), str):
+        try:
+            make_scheduler(args.scheduler)
+        except UnknownNameError as e:
+            p.error(f"--scheduler: {e.args[0]}")
+    if getattr(args, "out", None) is not None and Path(args.out).is_dir():
+        p.error(f"--out {args.out} is a folder; pass a file, e.g. {Path(args.out) / 'run.json'}")
 
 
 def log_main(p: argparse.ArgumentParser, argv: Sequence[str] | None, names: Iterable[str],
@@ -112,7 +134,7 @@ def log_main(p: argparse.ArgumentParser, argv: Sequence[str] | None, names: Iter
     args = p.parse_args(argv)
     check_at_least(p, args, names, bounds)
     check_common(p, args)
-    return train(args)
+    return run(train, args)  # type: ignore[no-any-return]  # (an edbatch error: one line)
 
 
 def write_json(path: str | Path, summary: Mapping[str, Any], indent: int) -> None:
