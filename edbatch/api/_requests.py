@@ -142,13 +142,19 @@ def topk(handles: Handles | Sequence[Handle], k: int) -> TopK:
     """What a program yields to get, per handle, the indices of its value's ``k`` largest
     entries (a list of ``k`` ints, largest first, as ``value.topk(k).indices.tolist()``),
     computed for the whole round at once: one ``topk`` and one transfer (module docstring)."""
-    if type(handles) is Handles and handles.n and type(k) is int and k >= 1:
+    if type(handles) is Handles and handles.n and type(k) is int and \
+            1 <= k <= math.prod(handles.shape):
         return TopK(handles, k)  # (a block: nothing per handle to check)
     if not isinstance(handles, (Handles, list, tuple)) or not len(handles) or \
             any(type(h) is not Handle for h in ([] if type(handles) is Handles else handles)):
         raise GraphError(f"topk() takes a non-empty list of Handles, got {handles!r}")
     if type(k) is not int or k < 1:
         raise GraphError(f"topk(): k={k!r} must be an int >= 1")
+    width = math.prod(handles.shape) if type(handles) is Handles else \
+        min(math.prod(h.shape) for h in handles)
+    if k > width:  # (was torch's raw "selected index k out of range" at the sync)
+        raise GraphError(f"topk(): k={k} is more than the {width} entries of a handle's "
+                         f"value; pass k <= {width}")
     return TopK(handles, k)
 
 

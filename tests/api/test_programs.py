@@ -168,6 +168,8 @@ def test_program_errors() -> None:
 
     with pytest.raises(GraphError, match="program 0 yielded int; yield a Handle"):
         b.run_programs([bad()])
+    with pytest.raises(GraphError, match="takes generators .* got function"):
+        b.run_programs([bad])  # (the function, not its generator: was a raw AttributeError)
     b.lookup(model.embed, 1)
     with pytest.raises(GraphError, match="already has recorded nodes"):
         b.run_programs([bad()])

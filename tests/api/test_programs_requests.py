@@ -6,6 +6,8 @@ unchanged (fp64)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -186,6 +188,11 @@ def test_topk_request_errors() -> None:
     with pytest.raises(GraphError, match="topk\\(\\) takes"):
         topk(none, 2)
     assert topk(hs, 2).handles is hs
+    width = math.prod(h.shape)  # more than a value's entries (was torch's raw error at the sync)
+    for many in ([h], hs):
+        with pytest.raises(GraphError, match=f"k={width + 1} is more than the {width} entries"):
+            topk(many, width + 1)
+        assert topk(many, width).k == width
     model.batch.discard()
 
 
