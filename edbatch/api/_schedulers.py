@@ -166,6 +166,9 @@ def as_scheduler(scheduler: SchedulerLike,
     if not callable(scheduler):
         raise GraphError(f"scheduler must be a name, a Policy or a callable graph -> Schedule, "
                          f"got {type(scheduler).__name__}")
+    module = getattr(scheduler, "__module__", None) or type(scheduler).__module__
+    if isinstance(scheduler, AutoScheduler) or module.startswith(("edbatch.", "policies.")):
+        return scheduler  # (edbatch's own schedulers: valid by construction, tested)
     return _checked(scheduler)
 
 
@@ -173,7 +176,8 @@ def _checked(scheduler: Callable[[Graph], Any]) -> Scheduler:
     """A user's ``graph -> Schedule`` callable whose result is checked: a Schedule
     (``None`` or a list was a raw ``AttributeError`` in planning) that runs every node once,
     by op type, after its operands (:meth:`~edbatch.schedule.Schedule.validate`; a
-    ``ScheduleError`` naming the batch and node)."""
+    ``ScheduleError`` naming the batch and node). edbatch's own schedulers (made by
+    ``make_scheduler``, a policy's) and an :class:`AutoScheduler` are passed as they are."""
     def run(graph: Graph) -> Schedule:
         schedule = scheduler(graph)
         if not isinstance(schedule, Schedule):

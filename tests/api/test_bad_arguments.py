@@ -195,3 +195,7 @@ def test_a_user_scheduler_must_return_a_valid_schedule() -> None:
     record()
     graph = batch.graph()[0]
     assert batch.run(depth).num_batches == depth(graph).num_batches  # a valid one runs
+    from edbatch.api._schedulers import AutoScheduler, as_scheduler
+
+    auto = AutoScheduler()  # edbatch's own are not wrapped (an AutoScheduler keeps its role)
+    assert as_scheduler(depth) is depth and as_scheduler(auto) is auto
