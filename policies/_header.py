@@ -79,8 +79,10 @@ def numbers(value: Any) -> NDArray[np.float64]:
     """A policy file's weight list as float64; where an entry is no JSON number (a bool, a
     string such as ``"1.5"``, a list, ...) the whole array is NaN, for the caller's finite
     check to refuse (``np.asarray`` alone reads ``true`` as 1 and ``"1.5"`` as 1.5)."""
-    if isinstance(value, np.ndarray) and value.dtype.kind in "fiu":  # (made in Python)
-        return np.asarray(value, dtype=np.float64)
+    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and
+                                         not isinstance(value, (list, tuple, str, bytes))):
+        arr = np.asarray(value)  # (made in Python: a numpy array, a tensor)
+        return arr.astype(np.float64) if arr.dtype.kind in "fiu" else np.full(arr.size, np.nan)
     if isinstance(value, (list, tuple)) and all(
             isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
             for v in value):
