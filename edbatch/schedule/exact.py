@@ -34,6 +34,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from edbatch.errors import ScheduleError
 from edbatch.graph.ir import Graph
 from edbatch.schedule.bounds import remaining_lower_bound, type_chain_lengths
 from edbatch.schedule.frontier import Frontier
@@ -298,7 +299,10 @@ class ExactScheduler:
     name = "exact"
 
     def __init__(self, node_budget: int = 200_000) -> None:
-        self.node_budget = node_budget
+        if isinstance(node_budget, bool) or not isinstance(node_budget, int) or node_budget < 0:
+            raise ScheduleError(f"ExactScheduler: node_budget must be an int >= 0 (search "
+                                f"nodes per graph), got {node_budget!r}")  # (was a raw
+        self.node_budget = node_budget  # TypeError at the first graph, or ran on at -1)
         self.last_result: ExactResult | None = None
 
     def __call__(self, graph: Graph) -> Schedule:

@@ -141,3 +141,28 @@ def test_exact_scheduler_and_registry() -> None:
     assert sched.name == "exact" and s.num_batches == 6
     assert sched.last_result is not None and sched.last_result.optimal
     assert make_scheduler("exact")(g).num_batches == 6
+
+
+@pytest.mark.parametrize("budget", [-1, "abc", 2.5, True])
+def test_exact_scheduler_node_budget_is_checked_when_made(budget: object) -> None:
+    """(``"abc"`` was a raw ``TypeError`` at the first graph's search.)"""
+    from edbatch.errors import ScheduleError
+    from edbatch.schedule.exact import ExactScheduler
+
+    with pytest.raises(ScheduleError, match="node_budget must be an int >= 0"):
+        ExactScheduler(budget)  # type: ignore[arg-type]
+    assert ExactScheduler(0).node_budget == 0
+
+
+@pytest.mark.parametrize("seed", [-1, "x", 1.5])
+def test_random_policy_seed_is_checked(seed: object) -> None:
+    """(numpy's bare 'expected non-negative integer'.)"""
+    import numpy as np
+
+    from edbatch.errors import ScheduleError
+    from edbatch.schedule import RandomPolicy
+
+    with pytest.raises(ScheduleError, match="RandomPolicy: seed must be an int >= 0"):
+        RandomPolicy(seed)  # type: ignore[arg-type]
+    RandomPolicy(np.int64(3))
+    RandomPolicy(np.random.default_rng(0))
