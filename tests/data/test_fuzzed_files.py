@@ -78,14 +78,18 @@ def test_mutated_data_files_read_or_name_the_file(tmp_path: Path, name: str) -> 
         kind = KINDS[seed % len(KINDS)]
         path = tmp_path / f"{seed}{src.suffix}"
         path.write_bytes(_mutate(list(head), kind, rng))
-        try:
-            load(path)
-        except EdbatchError as e:
-            assert str(path) in str(e), (kind, e)
-        except FileNotFoundError:
-            raise
-        except Exception as e:
-            pytest.fail(f"{name} {kind} seed {seed}: raw {type(e).__name__}: {e}")
+        _read_or_named(load, path, f"{name} {kind} seed {seed}")
+
+
+def _read_or_named(load: Callable[[Path], Any], path: Path, what: str) -> None:
+    """``load(path)`` succeeds or raises an edbatch error naming ``path``; anything else
+    fails the test naming ``what`` (the mutation)."""
+    try:
+        load(path)
+    except EdbatchError as e:
+        assert str(path) in str(e), (what, e)
+    except Exception as e:
+        pytest.fail(f"{what}: raw {type(e).__name__}: {e}")
 
 
 def _json_paths(doc: Any, at: list[Any], out: list[list[Any]]) -> list[list[Any]]:
@@ -144,12 +148,7 @@ def test_mutated_json_data_files_read_or_name_the_file(tmp_path: Path, name: str
         at, mutated = _mutated_json(doc, seed, name)
         path = tmp_path / f"{seed}.json"
         path.write_text(json.dumps(mutated, indent=1))
-        try:
-            load(path)
-        except EdbatchError as e:
-            assert str(path) in str(e), (at, e)
-        except Exception as e:
-            pytest.fail(f"{name} {at} seed {seed}: raw {type(e).__name__}: {e}")
+        _read_or_named(load, path, f"{name} {at} seed {seed}")
 
 
 def test_mutated_policy_files_load_or_name_the_file(tmp_path: Path) -> None:
@@ -161,9 +160,4 @@ def test_mutated_policy_files_load_or_name_the_file(tmp_path: Path) -> None:
             at, mutated = _mutated_json(doc, seed, name)
             path = tmp_path / f"{name}{seed}.json"
             path.write_text(json.dumps(mutated))
-            try:
-                load_policy(path)
-            except EdbatchError as e:
-                assert str(path) in str(e), (at, e)
-            except Exception as e:
-                pytest.fail(f"{name} {at} seed {seed}: raw {type(e).__name__}: {e}")
+            _read_or_named(load_policy, path, f"{name} {at} seed {seed}")
