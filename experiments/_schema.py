@@ -81,6 +81,15 @@ def _device(cfg: Any) -> None:
                               f"pass device=cpu ({e})") from None
 
 
+def _not_a_folder(cfg: Any, key: str, example: str) -> None:
+    """A path ``key`` the run writes at its end: refused up front if it is a folder (the
+    results would be lost when the write fails)."""
+    value = getattr(cfg, key)
+    if value and not str(value).startswith("${") and os.path.isdir(value):
+        raise ConfigError(key, value, "a file to write, not a folder",
+                          f"pass e.g. {key}={str(value).rstrip('/')}/{example}")
+
+
 @dataclass
 class TrainConfig:
     """``experiments.train``: train one batching policy (see conf/train.yaml)."""
@@ -112,6 +121,9 @@ class TrainConfig:
         _at_least(self, "num_train_graphs", 1, nullable=True, null_means="the whole split")
         _at_least(self, "num_val_graphs", 1, nullable=True, null_means="the whole split")
         _one_of(self, "resume", ("auto", "restart"))
+        for key, example in (("artifact", "policy.json"), ("checkpoint", "checkpoint.json"),
+                             ("learning_curve", "learning_curve.png")):
+            _not_a_folder(self, key, example)
 
 
 @dataclass
@@ -140,6 +152,8 @@ class EvaluateConfig:
         _at_least(self, "measure_reps", 0)
         _one_of(self, "granularities", ("cell", "primitive"))
         _device(self)
+        _not_a_folder(self, "results_file", "results.jsonl")
+        _not_a_folder(self, "summary_file", "summary.csv")
 
 
 @dataclass
@@ -169,6 +183,7 @@ class CalibrateConfig:
         _one_of(self, "granularity", ("cell", "primitive"))
         _one_of(self, "stat", ("median", "min"))
         _device(self)
+        _not_a_folder(self, "output", "cost_model.json")  # (was IsADirectoryError at the end)
         sizes = list(self.batch_sizes)
         if not sizes or any(not isinstance(n, int) or n < 1 for n in sizes) or \
                 sizes != sorted(set(sizes)):
@@ -212,6 +227,10 @@ class CompareConfig:
         if self.n_jobs == 0 or self.n_jobs < -1:
             raise ConfigError("n_jobs", self.n_jobs, "a number >= 1, or -1 (every core)",
                               "pass n_jobs=2 (both cores), n_jobs=1 (one process) or -1")
+        for key, example in (("results_file", "results.jsonl"), ("summary_file",
+                                                                 "summary.csv"),
+                             ("plot_file", "batches.png")):
+            _not_a_folder(self, key, example)
 
 
 @dataclass
@@ -278,10 +297,9 @@ class TrainModelConfig:
         _one_of(self, "resume", ("auto", "restart"))
         _one_of(self, "fsm_lookahead", ("none", "artifact"))
         _one_of(self, "adam", ("fused", "foreach", "for_loop"))
-        if self.model_path and not self.model_path.startswith("${") and \
-                os.path.isdir(self.model_path):  # (was: the run folder refused)
-            raise ConfigError("model_path", self.model_path, "a file to write, not a folder",
-                              f"pass e.g. model_path={self.model_path.rstrip('/')}/model.pt")
+        for key, example in (("model_path", "model.pt"), ("summary", "summary.json"),
+                             ("plot", "curves.png")):  # (was: the run folder refused)
+            _not_a_folder(self, key, example)
         if self.batching == "fsm" and not self.fsm:
             raise ConfigError("fsm", self.fsm, "the path of a trained FSM artifact with "
                               "batching=fsm", "pass fsm=runs/<workload>/<trainer>/seed<N>/"

@@ -87,6 +87,10 @@ def test_wrong_type_or_unknown_key_fails_at_compose(entry: str, override: str,
     ("compare", "policy.encoding=hint", "policy.encoding"),
     ("train", "logger=wandb logger.mode=ofline", "logger.mode"),
     ("train_model", f"model_path={ROOT / 'conf'}", "model_path"),  # a folder
+    ("calibrate", f"output={ROOT / 'conf'}", "output"),  # (IsADirectoryError after the run)
+    ("evaluate", f"results_file={ROOT / 'conf'}", "results_file"),
+    ("train", f"artifact={ROOT / 'conf'}", "artifact"),
+    ("train_model", f"plot={ROOT / 'conf'}", "plot"),
 ])
 def test_out_of_range_value_is_a_config_error_naming_key_and_value(entry: str, override: str,
                                                                    key: str) -> None:
