@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -101,11 +103,20 @@ def save_path(path: str | Path) -> Path:
     return path
 
 
-def write_json(path: str | Path, doc: Any) -> Path:
-    """Write ``doc`` as JSON to :func:`save_path` ``(path)`` atomically (a temporary file,
-    then renamed: an interrupted save leaves the old file)."""
+def write_json(path: str | Path, doc: Any, default: Any = str) -> Path:
+    """Write ``doc`` as JSON to :func:`save_path` ``(path)`` atomically: a temporary file in
+    the same folder, flushed to disk, then renamed; an interrupted save (Ctrl-C included)
+    leaves the old file and no temporary one. ``default``: ``json.dump``'s, for values JSON
+    has no form for (``str``; ``None`` refuses them)."""
     path = save_path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, default=default)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path

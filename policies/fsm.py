@@ -9,8 +9,6 @@ the fallback and training metadata. Writes are atomic (temp file + rename).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -53,7 +51,7 @@ from envs.encoding import (
     fallback_action,
     key_actions,
 )
-from policies._header import op_names, save_path, strict_int
+from policies._header import op_names, strict_int, write_json
 
 __all__ = ["FALLBACKS", "FORMAT", "LOOKAHEADS", "SCHEMA_VERSION", "FSMPolicy", "FSMScheduler",
            "check_fallback", "check_fallback_config", "fallback_names", "make_fallback"]
@@ -244,18 +242,7 @@ class FSMPolicy:
         Raises:
             PolicyFileError: ``path`` is a folder (was a raw ``IsADirectoryError``).
         """
-        path = save_path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_json(), f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return write_json(path, self.to_json(), default=None)
 
     @classmethod
     def load(cls, path: str | Path, vocab: Vocab | None = None) -> FSMPolicy:
