@@ -322,12 +322,10 @@ def _resolve_source(graphs: GraphSource | None, workload: str | None, split: str
         if not isinstance(g, Graph):
             raise GraphError(f"BatchingEnv(graphs=...): item {i} is a {type(g).__name__}, not "
                              f"a Graph (e.g. workload.minibatch(split, indices))")
-    vocab = graphs[0].vocab
-    for i, g in enumerate(graphs):
-        if g.vocab != vocab:
+        if g.vocab != graphs[0].vocab:
             raise GraphError(f"graph {i} has another vocabulary than graph 0; all graphs of "
                              f"one env must come from the same workload")
-    return graphs, vocab
+    return graphs, graphs[0].vocab
 
 
 def _resolve_cost_model(cost_model: CostModel | str | Path | None, vocab: Vocab

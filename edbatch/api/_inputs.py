@@ -45,11 +45,8 @@ def output_handles(outputs: Any, check: Callable[[Handle, str], None]) -> list[i
     """``run(outputs=...)`` / ``graph(outputs=...)``'s node ids, each handle ``check``-ed
     (the batch's handle check); something that is no sequence (``outputs=5``) is a
     :class:`GraphError` (was a raw ``TypeError``); a lone handle raises the handle's own
-    iteration error."""
-    if isinstance(outputs, Handle) or not isinstance(outputs, Iterable) or \
-            isinstance(outputs, (str, bytes, Tensor)):
-        if isinstance(outputs, Handle):
-            iter(outputs)  # (raises GraphError: pass [handle])
+    iteration error in ``tuple()``."""
+    if not isinstance(outputs, Iterable) or isinstance(outputs, (str, bytes, Tensor)):
         raise GraphError(f"run(outputs=...) takes a list of handles, got "
                          f"{type(outputs).__name__}; pass e.g. outputs=[h]")
     for h in (outputs := tuple(outputs)):
