@@ -1,13 +1,14 @@
 """argparse ``type=`` checks shared by the benchmarks' command lines: a bad value ends in
 one usage line naming it (``argument --seed: ...``), not in a numpy or torch traceback
-(``positive`` and ``run`` are :mod:`edbatch.cli`'s, which the examples use too)."""
+(``positive``, ``out_file`` and ``run`` are :mod:`edbatch.cli`'s, shared with the examples
+and the training CLIs)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from edbatch.cli import positive, run
+from edbatch.cli import out_file, positive, run
 from edbatch.errors import DeviceError
 from edbatch.executor.device import check_device
 
@@ -28,16 +29,6 @@ def seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected an int in "
                                          f"[0, 2**32), e.g. 0")
     return value
-
-
-def out_file(text: str) -> Path:
-    """A file to write at the end of a run: refused up front if it is a folder (the run's
-    results would be lost when the write fails)."""
-    path = Path(text)
-    if not text or path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file to write; pass a "
-                                         f"file path, e.g. {Path(text) / 'results.json'}")
-    return path
 
 
 def plot_file(text: str) -> Path:

@@ -1,7 +1,7 @@
-"""Command-line helpers for scripts built on edbatch (the examples and benchmarks use them):
-an ``argparse`` type that refuses a bad count in one usage line, and a ``main`` wrapper that
-ends an edbatch error (a corrupt policy file, a bad option found while running) in one
-``error:`` line and exit status 2 instead of a traceback.
+"""Command-line helpers for scripts built on edbatch (the examples, benchmarks and training
+CLIs use them): ``argparse`` types that refuse a bad count or a folder to write in one usage
+line, and a ``main`` wrapper that ends an edbatch error (a corrupt policy file, a bad option
+found while running) in one ``error:`` line and exit status 2 instead of a traceback.
 
     p.add_argument("--batch-size", type=positive, default=32)
     ...
@@ -15,11 +15,12 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from edbatch.errors import EdbatchError
 
-__all__ = ["positive", "run"]
+__all__ = ["out_file", "positive", "run"]
 
 
 def positive(text: str) -> int:
@@ -33,6 +34,16 @@ def positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: expected an int >= 1, "
                                          f"e.g. 5")
     return value
+
+
+def out_file(text: str) -> Path:
+    """A file to write at the end of a run: refused up front if it is a folder (the run's
+    results would be lost when the write fails)."""
+    path = Path(text)
+    if not text or path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file to write; pass a "
+                                         f"file path, e.g. {Path(text) / 'results.json'}")
+    return path
 
 
 def run(main: Callable[..., Any], *args: Any) -> Any:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from edbatch.cli import run
+from edbatch.cli import out_file, run
 from edbatch.errors import UnknownNameError
 from edbatch.executor import init_params
 from edbatch.executor.torch_executor import TorchExecutor
@@ -122,8 +122,11 @@ def check_common(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             make_scheduler(args.scheduler)
         except UnknownNameError as e:
             p.error(f"--scheduler: {e.args[0]}")
-    if getattr(args, "out", None) is not None and Path(args.out).is_dir():
-        p.error(f"--out {args.out} is a folder; pass a file, e.g. {Path(args.out) / 'run.json'}")
+    if getattr(args, "out", None) is not None:  # (None: no summary file)
+        try:
+            out_file(str(args.out))
+        except argparse.ArgumentTypeError as e:
+            p.error(f"argument --out: {e}")
 
 
 def log_main(p: argparse.ArgumentParser, argv: Sequence[str] | None, names: Iterable[str],

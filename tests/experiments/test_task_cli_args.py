@@ -40,7 +40,7 @@ def test_bad_run_option_is_one_usage_line(entry: str, args: list[str], words: li
     (["--lr", "-1"], ["--lr must be a finite number > 0", "-1.0"]),
     (["--lr", "nan"], ["--lr must be a finite number > 0", "nan"]),
     (["--scheduler", "nosuch"], ["--scheduler: unknown scheduler 'nosuch'"]),
-    (["--out", "."], ["--out . is a folder"]),
+    (["--out", "."], ["argument --out: '.' is a folder, not a file to write"]),
 ])
 def test_bad_rate_scheduler_or_out_is_one_usage_line(entry: str, args: list[str],
                                                      words: list[str],
