@@ -12,14 +12,17 @@ The GRU's blocks: ``P`` is ``[B, 3H]``, ``[r z | c]`` pre-activations in, activa
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from edbatch.executor._fused import _jit, _jit_inline, _sigmoid, _tanh
 
-__all__ = ["BucketGrad", "bond_buckets", "bucket_sums", "bucket_sums_at", "compact_buckets",
-           "embed_backward", "embed_forward", "gate_backward", "gate_forward", "gru_backward_c",
-           "gru_backward_r", "gru_gates", "gru_output", "repeated_nodes", "scatter_messages"]
+__all__ = ["BucketGrad", "bond_buckets", "bucket_sums", "bucket_sums_at", "check_codes",
+           "check_counts", "compact_buckets", "embed_backward", "embed_forward",
+           "gate_backward", "gate_forward", "gru_backward_c", "gru_backward_r", "gru_gates",
+           "gru_output", "repeated_nodes", "scatter_messages"]
 
 
 # the per-row helpers are inlined into their loops (numba IR, no call per row), as in
@@ -169,12 +172,61 @@ def _rows(counts, codes, slots, bonds, node, index, deg):  # type: ignore[no-unt
     return r
 
 
+@_jit
+def _count_check(counts, rows):  # type: ignore[no-untyped-def]
+    total = 0  # (first node whose count is negative or above rows, or -1; the counts' sum)
+    for v in range(counts.shape[0]):
+        c = counts[v]
+        if c < 0 or c > rows:
+            return v, total
+        total += c
+    return -1, total
+
+
+@_jit
+def _code_check(attrs, count_bits):  # type: ignore[no-untyped-def]
+    mask = (1 << count_bits) - 1  # (first node with bits above its bond types, or -1)
+    for v in range(attrs.shape[0]):
+        a = attrs[v]
+        if a < 0 or (a >> (count_bits + 2 * (a & mask))) != 0:
+            return v
+    return -1
+
+
+def check_counts(attrs: Any, rows: int, count_bits: int = 0) -> None:
+    """Raise ``ValueError`` unless the nodes' attrs (``int64[B]``, CPU) count ``rows``
+    repeated operand rows in all: ``ggnn.readout``'s attr is its atom count (``count_bits``
+    0), ``ggnn.update``'s the count in its low ``count_bits`` bits, then 2 bits per bond type
+    and nothing above (:func:`~edbatch.workloads.ggnn_molecules.update_attr`). A wrong count
+    would misassign rows, or leave some unassigned, read as garbage by the loops here."""
+    if count_bits:
+        v = int(_code_check(attrs, count_bits))
+        if v >= 0:
+            raise ValueError(
+                f"row {v} of the batch has attr {int(attrs[v])}, which is not a neighbour "
+                f"count in the low {count_bits} bits followed by 2 bits per bond type; make "
+                "it with edbatch.workloads.ggnn_molecules.update_attr(bond_types)")
+        counts = attrs & ((1 << count_bits) - 1)
+    else:
+        counts = attrs
+    v, total = (int(x) for x in _count_check(counts, rows))
+    if v >= 0 or total != rows:
+        what = f"row {v}'s attr {int(attrs[v])} counts {int(counts[v])}, outside 0..{rows}" \
+            if v >= 0 else f"the nodes' attrs count {total} in all, the batch has {rows}"
+        raise ValueError(
+            f"the attrs do not count the nodes' repeated operands ({what}); give each node "
+            "the count of its own operands after the fixed ones (ggnn.readout: its number "
+            "of atom states; ggnn.update: update_attr(its neighbours' bond types))")
+
+
 def repeated_nodes(counts: Tensor, rows: int, slots: int) -> Tensor:
     """``int64[rows]``: the node of every repeated operand row, slot after slot, each slot's
-    nodes ascending (``cat(slot_nodes(counts, sizes))``), in one compiled loop (CPU)."""
+    nodes ascending (``cat(slot_nodes(counts, sizes))``), in one compiled loop (CPU;
+    ``ValueError`` unless the counts add up to ``rows``, :func:`check_counts`)."""
     node = torch.empty(rows, dtype=torch.int64)
-    view = node.numpy()
-    _rows(counts.numpy(), view, slots, 0, view, view, view)
+    view, c = node.numpy(), counts.numpy()
+    check_counts(c, rows)
+    _rows(c, view, slots, 0, view, view, view)
     return node
 
 
@@ -186,6 +238,7 @@ def bond_buckets(attrs: Tensor, rows: int, slots: int, bonds: int, count_bits: i
     index = torch.empty(rows, dtype=torch.int64)
     deg = torch.zeros(attrs.shape[0] * bonds, dtype=dtype)
     a = attrs.numpy()
+    check_counts(a, rows, count_bits)
     _rows(a & ((1 << count_bits) - 1), a >> count_bits, slots, bonds, index.numpy(),
           index.numpy(), deg.numpy())
     return index, deg
@@ -223,6 +276,7 @@ def compact_buckets(attrs: Tensor, rows: int, slots: int, bonds: int, count_bits
     nodes = torch.empty(size * bonds, dtype=torch.int64)
     offsets = torch.empty(bonds + 1, dtype=torch.int64)
     a = attrs.numpy()
+    check_counts(a, rows, count_bits)
     _compact(a & ((1 << count_bits) - 1), a >> count_bits, slots, bonds, deg.numpy(),
              pos.numpy(), nodes.numpy(), offsets.numpy(), bucket.numpy())
     bounds = offsets.tolist()
@@ -308,8 +362,11 @@ class BucketGrad:
 # ---------------------------------------------------------------------- atom embedding
 @_jit
 def _embed_sum(codes, offset, radix, size, table, out):  # type: ignore[no-untyped-def]
+    limit = radix[radix.shape[0] - 1] * size[size.shape[0] - 1]  # (codes: 0..limit - 1)
     for b in range(codes.shape[0]):
         code, row = codes[b], out[b]
+        if code < 0 or code >= limit:
+            return b
         src = table[offset[0] + (code // radix[0]) % size[0]]
         for j in range(row.shape[0]):
             row[j] = src[j]
@@ -317,15 +374,31 @@ def _embed_sum(codes, offset, radix, size, table, out):  # type: ignore[no-untyp
             src = table[offset[f] + (code // radix[f]) % size[f]]
             for j in range(row.shape[0]):
                 row[j] += src[j]
+    return -1
 
 
 def embed_forward(codes: Tensor, mixed: tuple[Tensor, Tensor, Tensor], table: Tensor,
                   out: Tensor) -> None:
     """``out[b] = sum_f table[offset_f + (codes[b] // radix_f) % size_f]`` (features in
     order, ``mixed = (offset, radix, size)``, ``int64[F]``): the packed atoms' rows summed in
-    one loop, no ``[F, B, H]`` block."""
+    one loop, no ``[F, B, H]`` block; ``ValueError`` on a code outside the packing
+    (:func:`check_codes`)."""
     offset, radix, size = (t.numpy() for t in mixed)
-    _embed_sum(codes.numpy(), offset, radix, size, table.numpy(), out.numpy())
+    b = _embed_sum(codes.numpy(), offset, radix, size, table.numpy(), out.numpy())
+    if b >= 0:
+        check_codes(codes, mixed)
+
+
+def check_codes(codes: Tensor, mixed: tuple[Tensor, Tensor, Tensor]) -> None:
+    """``ValueError`` naming the first of ``codes`` (CPU) outside ``0 .. prod(size) - 1``, the
+    atoms :func:`~edbatch.workloads.ggnn_molecules.pack_atom` can pack (larger codes would
+    wrap around into other atoms' rows)."""
+    limit = int(mixed[1][-1] * mixed[2][-1])
+    bad = torch.nonzero((codes < 0) | (codes >= limit)).view(-1)
+    if len(bad):
+        raise ValueError(
+            f"row {int(bad[0])} of the batch has atom code {int(codes[bad[0]])}, outside "
+            f"0..{limit - 1}; make it with edbatch.workloads.ggnn_molecules.pack_atom(features)")
 
 
 @_jit

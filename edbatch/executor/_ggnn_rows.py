@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from edbatch.executor import _fused
-from edbatch.executor._fused_ggnn import bond_buckets, repeated_nodes
+from edbatch.executor._fused_ggnn import bond_buckets, check_counts, repeated_nodes
 from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.kernels import untracked
 from edbatch.workloads.ggnn_molecules import COUNT_BITS
@@ -97,8 +97,12 @@ def repeated_rows(slots: Sequence[Tensor], counts: Tensor) -> tuple[Tensor, Tens
     """``(rows [N, d], segment int64[N])``: the repeated operand slots stacked, and the node
     (``0..B-1``) each row belongs to, from the nodes' repeated-operand ``counts``."""
     sizes = [t.shape[0] for t in slots]
-    segment = repeated_nodes(counts, sum(sizes), len(sizes)) if compiled(counts) else \
-        slot_rows(counts, _slot_sizes(counts, slots))[0]
+    if compiled(counts):
+        segment = repeated_nodes(counts, sum(sizes), len(sizes))
+    else:
+        if counts.device.type == "cpu":  # (elsewhere unchecked: no host sync)
+            check_counts(counts.numpy(), sum(sizes))
+        segment = slot_rows(counts, _slot_sizes(counts, slots))[0]
     return (slots[0] if len(slots) == 1 else torch.cat(list(slots))), segment
 
 
@@ -116,6 +120,8 @@ def neighbour_sums(slots: Sequence[Tensor], attrs: Tensor, bonds: int
     if compiled(attrs):
         index, deg = bond_buckets(attrs, len(rows), len(sizes), bonds, COUNT_BITS, rows.dtype)
     else:
+        if attrs.device.type == "cpu":  # (elsewhere unchecked: no host sync)
+            check_counts(attrs.numpy(), len(rows), COUNT_BITS)
         counts = torch.bitwise_and(attrs, _COUNT_MASK)
         node, slot = slot_rows(counts, _slot_sizes(counts, slots))
         codes = torch.bitwise_right_shift(attrs, COUNT_BITS).index_select(0, node)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor import _fused
+from edbatch.executor._attr_checks import embedding
 from edbatch.executor._weights import linear_t
 from edbatch.executor.cell_kind import HEAD_READS, CellKind, Param, RoleGrads
 from edbatch.executor.kernels import (
@@ -206,7 +207,7 @@ class ZeroState(CellKind):
 
 
 class Lookup(CellKind):
-    """Row ``attr`` of the embedding table (raises on a negative id)."""
+    """Row ``attr`` of the embedding table (``ValueError`` naming an id outside it)."""
 
     kind = ("lookup", "bilstm.lookup")
     inputs = ()
@@ -219,10 +220,13 @@ class Lookup(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         if out is None:
-            return F.embedding(attrs, p.table)
+            return embedding(attrs, p.table)
         if untracked(p.table) and out.is_contiguous() and out.dtype == p.table.dtype:
-            return torch.index_select(p.table, 0, attrs, out=out)
-        return out.copy_(F.embedding(attrs, p.table))
+            try:
+                return torch.index_select(p.table, 0, attrs, out=out)
+            except IndexError:
+                return out.copy_(embedding(attrs, p.table))  # (its error names the id)
+        return out.copy_(embedding(attrs, p.table))
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:

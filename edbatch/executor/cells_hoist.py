@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor import _fused
+from edbatch.executor._attr_checks import embedding
 from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.cell_kind import HEAD_READS, HOISTS, CellKind, HoistSpec, Param, RoleGrads
 from edbatch.executor.cells import lstm_step_backward, split_state
@@ -214,7 +215,7 @@ class ArcProject(CellKind, registry=None):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
-        x = F.embedding(attrs, p.emb)
+        x = embedding(attrs, p.emb)
         if save is not None:
             save["x"] = x
         return _projection(x, p.W, p.b, out)
@@ -239,7 +240,7 @@ class Seq2SeqProject(CellKind, registry=None):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
-        e = F.embedding(attrs, p.emb)
+        e = embedding(attrs, p.emb)
         x = fast_tanh(F.linear(e, p.W_e, p.b_e))
         if save is not None:
             save.update(e=e, x=x)

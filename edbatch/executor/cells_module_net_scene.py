@@ -6,6 +6,7 @@ attr), ``module_net.objects`` (the variadic stack of a scene's rows) and ``modul
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from torch import Tensor
 
 from edbatch.errors import ExecutionError
 from edbatch.executor import _fused
+from edbatch.executor._attr_checks import check_range
 from edbatch.executor._reads import ArenaRows
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.kernels import slot_nodes
@@ -31,6 +33,8 @@ from edbatch.workloads.module_net import (
 __all__ = ["Object", "Objects", "Start"]
 
 _P = "module_net"
+#: Codes :func:`~edbatch.workloads.module_net.pack_object` makes: ``0 .. _OBJECT_CODES - 1``.
+_OBJECT_CODES = math.prod(VOCAB_SIZES) * XY_RADIX ** 2
 Saves = dict[str, Any] | None
 Grads = list[Tensor | None]
 
@@ -54,6 +58,8 @@ class Object(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:
+        check_range(attrs, _OBJECT_CODES, "object code", "the codes pack_object makes",
+                    "make it with edbatch.workloads.module_net.pack_object")
         if attrs.is_cpu and _fused.usable(p.E):  # compiled: one pass over the codes
             table = p.E.detach()
             code = attrs.reshape(-1).numpy()

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor import cells_module_net_terminal_fused as fused
+from edbatch.executor._attr_checks import check_range
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import TANH_GRAD
 from edbatch.graph import OpType
@@ -147,6 +148,8 @@ class Answer(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: Saves = None) -> Tensor:
+        check_range(attrs, p.W.shape[0], "answer", f"{p.W.shape[0]} answers",
+                    "its attr must be an answer index")  # (the compiled loop reads logits[a])
         if fused.usable(inputs[0], p.W, p.b):
             loss, logits, lse = fused.answer_forward(inputs[0], p.W, p.b, attrs, out)
             if save is not None:

@@ -14,7 +14,9 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor._attr_checks import check_range
 from edbatch.executor.cell_kind import CellKind, Param
+from edbatch.executor.kernels import pick_nll
 from edbatch.graph import OpType
 from edbatch.workloads._moe_math import combine, expert_ffn, gate_logits, unpack_choice
 
@@ -52,6 +54,8 @@ class MoECombine(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
         logits, x, outs = inputs[0], inputs[1], inputs[2:]
+        check_range(attrs, logits.shape[1] ** len(outs), "packed choice", f"{len(outs)} of "
+                    f"{logits.shape[1]} experts", "make it with edbatch.workloads.moe.pack_choice")
         chosen = unpack_choice(attrs, logits.shape[1], len(outs))
         return combine(logits, x, outs, chosen)
 
@@ -64,5 +68,4 @@ class MoELoss(CellKind):
     params = (Param("W", "C, D"), Param("b", "C"))
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
-        logits = F.linear(inputs[0], p.W, p.b)
-        return F.cross_entropy(logits, attrs, reduction="none").reshape(-1, 1)
+        return pick_nll(F.linear(inputs[0], p.W, p.b), attrs)

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from edbatch.executor._attr_checks import embedding
 from edbatch.executor.cell_kind import CellKind, Hoist, Param, RoleGrads
 from edbatch.executor.cells import (
     LSTM_SAVES,
@@ -60,7 +61,7 @@ class LatticeLSTMArc(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         h, c = split_state(inputs[0])
-        return lstm_step(F.embedding(attrs, p.emb), h, c, p.W, p.b, out, save, inputs[0])
+        return lstm_step(embedding(attrs, p.emb), h, c, p.W, p.b, out, save, inputs[0])
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:
@@ -84,7 +85,7 @@ class LatticeGRUArc(CellKind):
         return {"H": math.prod(op.out_shape)}
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
-        return gru_step(F.embedding(attrs, p.emb), inputs[0], p.W_rz, p.b_rz, p.W_c, p.b_c)
+        return gru_step(embedding(attrs, p.emb), inputs[0], p.W_rz, p.b_rz, p.W_c, p.b_c)
 
 
 # ---------------------------------------------------------------------- BiLSTM tagger
@@ -189,7 +190,7 @@ class Seq2SeqStep(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
         h, c = split_state(inputs[0])
-        e = F.embedding(attrs, p.emb)
+        e = embedding(attrs, p.emb)
         x = fast_tanh(F.linear(e, p.W_e, p.b_e))
         if save is not None:
             save.update(e=e, x=x)

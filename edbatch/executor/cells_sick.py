@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor import _fused, _fused_sick
+from edbatch.executor._attr_checks import check_range, check_slot_counts
 from edbatch.executor._weights import TRANSPOSED, linear_t
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD
@@ -51,7 +52,10 @@ def child_rows(inputs: Sequence[Tensor], counts: Tensor, width: int) -> tuple[Te
     if not inputs:
         return counts.new_zeros((0, width), dtype=torch.get_default_dtype()), counts.new_zeros(0)
     rows = torch.cat(list(inputs)) if len(inputs) > 1 else inputs[0]
-    segment = torch.cat(slot_nodes(counts, [t.shape[0] for t in inputs]))
+    sizes = [t.shape[0] for t in inputs]
+    if counts.device.type == "cpu":  # (elsewhere unchecked: no host sync)
+        check_slot_counts(counts, sizes)
+    segment = torch.cat(slot_nodes(counts, sizes))
     return rows, segment
 
 
@@ -227,7 +231,11 @@ def similarity_probs(h_a: Tensor, h_b: Tensor, w_x: Tensor, w_abs: Tensor, b_s: 
 def score_target(attrs: Tensor, classes: int, dtype: torch.dtype) -> Tensor:
     """The sparse target of :func:`edbatch.data.sick.similarity_target` from the attrs
     ``round(score * SCORE_SCALE)``: ``[B, classes]``, mass split between the two integer
-    scores around the gold one."""
+    scores around the gold one (``ValueError`` on the CPU for a score outside
+    ``1 .. classes``)."""
+    check_range(attrs, classes * SCORE_SCALE + 1, "score attr", f"scores 1..{classes} x "
+                f"{SCORE_SCALE}", f"its attr must be round(score * {SCORE_SCALE}), the score "
+                f"in 1..{classes}", low=SCORE_SCALE)
     low = torch.div(attrs, SCORE_SCALE, rounding_mode="floor")
     frac = (attrs - low * SCORE_SCALE).to(dtype) / SCORE_SCALE
     target = torch.zeros(attrs.shape[0], classes + 1, dtype=dtype, device=attrs.device)

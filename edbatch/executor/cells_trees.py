@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.executor import _fused
+from edbatch.executor._attr_checks import embedding
 from edbatch.executor._weights import linear_t
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import SIGMOID_GRAD, TANH_GRAD, TANH_GRAD_INTO, split_state
@@ -71,7 +72,7 @@ class TreeLSTMLeaf(CellKind):
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Tensor] | None = None) -> Tensor:
-        x = F.embedding(attrs, p.E)
+        x = embedding(attrs, p.E)
         g = linear_t(x, p.W, p.b)
         hidden = g.shape[1] // 3
         if untracked(x, p.W, p.b):  # the same arithmetic in place, into ``out``
@@ -233,7 +234,7 @@ class TreeGRULeaf(CellKind):
     dims = staticmethod(_hidden_dims)
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
-        zc = F.linear(F.embedding(attrs, p.E), p.W, p.b)
+        zc = F.linear(embedding(attrs, p.E), p.W, p.b)
         hidden = zc.shape[1] // 2
         return (1.0 - torch.sigmoid(zc[:, :hidden])) * fast_tanh(zc[:, hidden:])
 
@@ -276,7 +277,7 @@ class MVRNNLeaf(CellKind):
     dims = staticmethod(_mvrnn_dims)
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor) -> Tensor:
-        return torch.cat([F.embedding(attrs, p.E_v), F.embedding(attrs, p.E_M)], dim=1)
+        return torch.cat([embedding(attrs, p.E_v), embedding(attrs, p.E_M)], dim=1)
 
 
 class MVRNNInternal(CellKind):

@@ -43,13 +43,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from edbatch.errors import GraphError, UnknownNameError, did_you_mean
+from edbatch.executor._attr_checks import out_of_range
 from edbatch.executor.param_grads import ParamGrads
 from edbatch.graph import OpType
 from edbatch.registry import Registry
 
-__all__ = ["FAST_TANH_MIN", "KERNELS", "Backward", "Kernel", "ParamGrads", "fast_tanh",
-           "kernel_for", "new_zeros", "op_params", "parse_slice", "pick_nll", "pick_nll_backward",
-           "slot_nodes", "stacked_sum", "untracked", "with_backward", "writes_out"]
+__all__ = ["FAST_TANH_MIN", "KERNELS", "Backward", "Kernel", "ParamGrads",
+           "fast_tanh", "kernel_for", "new_zeros",
+           "op_params", "parse_slice", "pick_nll", "pick_nll_backward", "slot_nodes",
+           "stacked_sum", "untracked", "with_backward", "writes_out"]
 
 #: ``kernel(op, inputs, params, attrs) -> [B, prod(op.out_shape)]``.
 Kernel = Callable[[OpType, Sequence[Tensor], Mapping[str, Tensor], Tensor], Tensor]
@@ -218,8 +220,14 @@ def parse_slice(op: OpType) -> tuple[int, int]:
 
 
 def pick_nll(logits: Tensor, labels: Tensor) -> Tensor:
-    """``-log_softmax(logits)[label]`` per row, as ``[B, 1]`` (raises on a bad label)."""
-    return F.cross_entropy(logits, labels, reduction="none").unsqueeze(1)
+    """``-log_softmax(logits)[label]`` per row, as ``[B, 1]`` (``ValueError`` naming a label
+    outside ``0 .. C-1``)."""
+    try:
+        return F.cross_entropy(logits, labels, reduction="none").unsqueeze(1)
+    except IndexError:
+        out_of_range(labels, logits.shape[1], "label", f"{logits.shape[1]} classes",
+                     "its attr must be a class index")
+        raise
 
 
 def pick_nll_backward(logits: Tensor, labels: Tensor, grad: Tensor) -> Tensor:

@@ -55,7 +55,7 @@ from edbatch.data.transitions import (
 )
 from edbatch.data.ud import UPOS_TAGS, DepSentence, Treebank, load_conllu
 from edbatch.data.vocab import FrequentWords, word_counts
-from edbatch.errors import DataFormatError, GraphError
+from edbatch.errors import DataFormatError, GraphError, InvalidActionError
 from edbatch.graph import GraphBuilder, OpType
 from edbatch.workloads._seq import check_positive, declare_cell, lstm_params, unroll
 from edbatch.workloads.base import Workload
@@ -210,7 +210,16 @@ class TransitionParser(Workload):
         return 1 + lab + (len(self.labels) if action == RIGHT_ARC else 0)
 
     def action_of(self, cls: int) -> tuple[int, int]:
-        """``(action, label id)`` of a class id (label -1 for ``SHIFT``)."""
+        """``(action, label id)`` of a class id (label -1 for ``SHIFT``).
+
+        Raises:
+            InvalidActionError: ``cls`` is not a class id (``0 .. num_classes - 1``).
+        """
+        if not 0 <= cls < self.num_classes:
+            raise InvalidActionError(
+                f"class id {cls!r} is outside 0..{self.num_classes - 1} (0: SHIFT, then "
+                f"LEFT_ARC and RIGHT_ARC for each of the {len(self.labels)} labels); use a "
+                "class of TransitionParser.class_of or of the instance's classes")
         if cls == 0:
             return SHIFT, -1
         lab = cls - 1

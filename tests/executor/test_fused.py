@@ -185,7 +185,7 @@ def test_kernel_switch_between_forward_and_backward(kind: str) -> None:
     all-unfused gradients (fp64): the saves of either forward serve either backward."""
     from edbatch.executor import KERNELS
     from edbatch.executor.param_grads import ParamGrads
-    from tests.executor.test_kernels import ATTR_BOUND, catalogue
+    from tests.executor.test_kernels import catalogue, random_attrs
 
     op, params = catalogue()[kind][0]
     params = {k: v.double() for k, v in params.items()}
@@ -193,7 +193,7 @@ def test_kernel_switch_between_forward_and_backward(kind: str) -> None:
     batch = 5
     inputs = [torch.randn(batch, w, generator=gen, dtype=torch.float64)
               for w in [int(torch.tensor(s).prod()) for s in op.in_shapes or ()]]
-    attrs = torch.randint(0, ATTR_BOUND, (batch,), generator=gen)
+    attrs = random_attrs(kind, op, params, batch, gen)
     kernel = KERNELS.get(kind)
     results = {}
     for forward in (True, False):

@@ -13,7 +13,7 @@ import torch
 from edbatch.executor import KERNELS, _fused
 from edbatch.executor._reads import PAD_MIN_ROWS, RowsRead
 from edbatch.executor.kernels import FAST_TANH_MIN, untracked
-from tests.executor.test_kernels import ATTR_BOUND, catalogue, random_inputs
+from tests.executor.test_kernels import catalogue, random_attrs, random_inputs
 
 torch.set_num_threads(1)
 
@@ -41,8 +41,7 @@ def test_inplace_path_is_bit_identical_to_autograd_path(kind: str, batch: int) -
         if op.in_shapes is None:
             continue
         inputs = random_inputs(op, batch, gen)
-        bound = ATTR_BOUND if kind != "lookup" else min(ATTR_BOUND, len(params[op.params[0]]))
-        attrs = torch.randint(0, bound, (batch,), generator=gen)  # lookup: rows of its table
+        attrs = random_attrs(kind, op, params, batch, gen)
         width = math.prod(op.out_shape)
         tracked = {k: p.detach().clone().requires_grad_() for k, p in params.items()}
         with torch.enable_grad():

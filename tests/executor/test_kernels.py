@@ -19,8 +19,21 @@ from edbatch.workloads import REAL_WORKLOADS, WORKLOADS, make_workload
 
 torch.set_num_threads(1)
 
-#: Attr values in [0, ATTR_BOUND) are valid token ids and labels for every op type below.
+#: Attr values in [0, ATTR_BOUND) are valid token ids and labels for every op type below,
+#: except those of :data:`ATTR_RANGES` and ``lookup`` (its table's rows): see ``random_attrs``.
 ATTR_BOUND = 5
+#: Kinds whose attrs are not small ids: their valid ``[low, high)``.
+ATTR_RANGES = {"tree_lstm_sick.sim": (1000, 5001)}  # round(score * 1000), score in 1..5
+
+
+def random_attrs(kind: str, op: OpType, params: dict[str, torch.Tensor], n: int,
+                 gen: torch.Generator) -> torch.Tensor:
+    """``n`` valid attrs of ``op`` (kind ``kind``): ids and labels below ``ATTR_BOUND`` (a
+    lookup's table may have 2 rows), the ranges of :data:`ATTR_RANGES`."""
+    low, high = ATTR_RANGES.get(kind, (0, ATTR_BOUND))
+    if kind == "lookup":
+        high = min(high, len(params[op.params[0]]))
+    return torch.randint(low, high, (n,), generator=gen)
 
 
 @functools.lru_cache(maxsize=1)
@@ -64,8 +77,7 @@ def test_batch_equals_singles(kind: str) -> None:
         if op.in_shapes is None:  # the variadic loss_sum runs alone; tested below
             continue
         inputs = random_inputs(op, 4, gen)
-        bound = ATTR_BOUND if kind != "lookup" else min(ATTR_BOUND, len(params[op.params[0]]))
-        attrs = torch.randint(0, bound, (4,), generator=gen)  # (a table may have 2 rows)
+        attrs = random_attrs(kind, op, params, 4, gen)
         before = [x.clone() for x in inputs]
         param_before = {k: params[k].clone() for k in op.params}
         batched = kernel(op, inputs, params, attrs)
@@ -147,8 +159,11 @@ def test_pick_nll_picks_the_label() -> None:
     want = -F.log_softmax(logits, dim=1)[[0, 1], [0, 2]].unsqueeze(1)
     assert got.shape == (2, 1)
     torch.testing.assert_close(got, want)
-    with pytest.raises((IndexError, RuntimeError)):  # an unused (-1) label is not a class
-        call("pick_nll", op, [logits], attrs=[-1, 0])
+    with pytest.raises(ValueError, match=r"row 0 of the batch has label -1, outside 0\.\.2 "
+                       r"\(3 classes\); its attr must be a class index"):
+        call("pick_nll", op, [logits], attrs=[-1, 0])  # an unused (-1) label is not a class
+    with pytest.raises(ValueError, match="row 1 of the batch has label 3, outside 0..2"):
+        call("pick_nll", op, [logits], attrs=[0, 3])
 
 
 def test_sum_variadic_and_k_ary() -> None:

@@ -1,0 +1,68 @@
+"""Checks of attrs that index or count, run where a kernel reads them (CPU; on other
+devices the kernels leave them unchecked rather than wait on the device): an id or label
+outside its table or classes, or repeated-operand counts that do not match the operands, is
+a ``ValueError`` naming the batch row and the value (the executor names the batch and op
+type around it), not torch's ``IndexError`` or rows paired with the wrong nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["check_range", "check_slot_counts", "embedding", "out_of_range"]
+
+
+def check_slot_counts(counts: Tensor, sizes: Sequence[int]) -> None:
+    """``ValueError`` unless the nodes' repeated-operand ``counts`` (CPU) match the slots'
+    row counts ``sizes``: ``sizes[k]`` nodes count more than ``k``, none more than
+    ``len(sizes)`` (else :func:`~edbatch.executor.kernels.slot_nodes` would pair rows with
+    the wrong nodes)."""
+    c = counts.numpy()
+    k = len(sizes)
+    bad = np.flatnonzero((c < 0) | (c > k))
+    if len(bad):
+        raise ValueError(
+            f"row {int(bad[0])} of the batch has attr {int(c[bad[0]])}, but its nodes "
+            f"have 0..{k} repeated operands; the attr must count the node's own operands "
+            "after the fixed ones (e.g. its children)")
+    have = np.bincount(c, minlength=k + 1)[::-1].cumsum()[::-1][1:].tolist()
+    if have != list(sizes):
+        raise ValueError(
+            f"the nodes' attrs give {have} nodes with more than 0, 1, ... repeated operands, "
+            f"the operands {list(sizes)}; the attr must count the node's own operands after "
+            "the fixed ones (e.g. its children)")
+
+
+def embedding(ids: Tensor, table: Tensor,
+              fix: str = "its attr must be a row of the table (a vocabulary index)") -> Tensor:
+    """``F.embedding(ids, table)`` (``ValueError`` naming an id outside the table's rows,
+    then ``fix``)."""
+    try:
+        return F.embedding(ids, table)
+    except IndexError:
+        out_of_range(ids, table.shape[0], "id", f"{table.shape[0]} rows of the embedding table",
+                     fix)
+        raise
+
+
+def out_of_range(values: Tensor, n: int, what: str, of: str, fix: str, low: int = 0) -> None:
+    """Raise ``ValueError`` naming the first of ``values`` outside ``low .. n-1`` (if any)."""
+    bad = torch.nonzero((values < low) | (values >= n)).view(-1)
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"row {i} of the batch has {what} {int(values.view(-1)[i])}, outside "
+                         f"{low}..{n - 1} ({of}); {fix}")
+
+
+def check_range(values: Tensor, n: int, what: str, of: str, fix: str, low: int = 0) -> None:
+    """:func:`out_of_range` where ``values`` are on the CPU (one numpy min and max when they
+    are in range; elsewhere unchecked: no host sync)."""
+    if values.device.type == "cpu" and values.numel():
+        a = values.numpy()
+        if a.min() < low or a.max() >= n:
+            out_of_range(values, n, what, of, fix, low)

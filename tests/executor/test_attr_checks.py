@@ -1,0 +1,159 @@
+"""Attrs outside their domain (a label past the classes, an id past its table, a count that
+does not match the operands, a packed code no packer makes) are a ``ValueError`` naming the
+batch row and the value, wrapped by the executor in an ``ExecutionError`` naming the batch:
+never torch's bare ``IndexError``, a silent wrap-around, or rows the compiled loops read
+past their ends (``edbatch/executor/_attr_checks.py``, ``_fused_ggnn.check_counts``)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from edbatch.api import DynamicBatch
+from edbatch.errors import ExecutionError, InvalidActionError
+from edbatch.executor import KERNELS, init_params
+from edbatch.executor._attr_checks import check_range, check_slot_counts
+from edbatch.executor._fused_ggnn import _code_check, _count_check, check_counts
+from edbatch.workloads import make_workload
+from edbatch.workloads.ggnn_molecules import EMBED_ROWS, update_attr
+from tests.executor.test_kernels import catalogue, random_inputs
+
+
+def _first(kind: str) -> tuple[object, dict[str, torch.Tensor]]:
+    return catalogue()[kind][0]
+
+
+@pytest.mark.parametrize(("kind", "bad", "message"), [
+    ("tree_lstm.loss", 5, "label 5, outside 0..4 (5 classes); its attr must be a class index"),
+    ("lattice_lstm.loss", -1, "label -1, outside 0..17"),
+    ("bilstm.loss", 99, "label 99, outside"),
+    ("moe.loss", -3, "label -3, outside"),
+    ("module_net.answer", 28, "answer 28, outside 0..27 (28 answers)"),
+    ("module_net.answer", -1, "answer -1, outside"),
+    ("tree_lstm_sick.sim", 999, "score attr 999, outside 1000..5000"),
+    ("tree_lstm_sick.sim", 5001, "score attr 5001, outside 1000..5000"),
+    ("module_net.object", -1, "object code -1, outside"),
+    ("module_net.object", 2 ** 40, "make it with edbatch.workloads.module_net.pack_object"),
+    ("tree_lstm.leaf", 10 ** 9, "id 1000000000, outside"),
+    ("lattice_lstm.char_arc", -2, "id -2, outside"),
+    ("parser.embed", -1, "its attr must be word * "),
+])
+def test_an_attr_outside_its_domain_is_named(kind: str, bad: int, message: str) -> None:
+    op, params = _first(kind)
+    inputs = random_inputs(op, 3, torch.Generator().manual_seed(0))  # type: ignore[arg-type]
+    good = 1000 if kind == "tree_lstm_sick.sim" else 0
+    attrs = torch.tensor([good, bad, good])
+    with pytest.raises(ValueError, match="row 1 of the batch has .*" + re.escape(message)):
+        KERNELS[kind](op, inputs, params, attrs)
+
+
+def test_a_packed_moe_choice_outside_the_experts_is_named() -> None:
+    op, params = _first("moe.combine")
+    gen = torch.Generator().manual_seed(0)
+    experts, k, width = 4, 2, 8
+    inputs = [torch.randn(2, experts, generator=gen)] + \
+        [torch.randn(2, width, generator=gen) for _ in range(1 + k)]
+    fine = KERNELS["moe.combine"](op, inputs, params, torch.tensor([0, experts ** k - 1]))
+    assert fine.shape == (2, width)
+    with pytest.raises(ValueError, match=r"row 0 of the batch has packed choice 16, outside "
+                       r"0\.\.15 \(2 of 4 experts\); make it with .*pack_choice"):
+        KERNELS["moe.combine"](op, inputs, params, torch.tensor([experts ** k, 0]))
+
+
+# ---------------------------------------------------------------------- counting attrs
+def test_check_counts_names_the_row_or_the_total() -> None:
+    check_counts(np.array([2, 0, 1]), 3)
+    with pytest.raises(ValueError, match=r"row 1's attr -1 counts -1, outside 0\.\.3"):
+        check_counts(np.array([2, -1, 2]), 3)
+    with pytest.raises(ValueError, match=r"the nodes' attrs count 4 in all, the batch has 3"):
+        check_counts(np.array([2, 0, 2]), 3)
+    with pytest.raises(ValueError, match="outside 0..3"):  # a huge count: no 2**40 loop
+        check_counts(np.array([2 ** 40]), 3)
+    ok = np.array([update_attr([0, 3]), update_attr([]), update_attr([1])])
+    check_counts(ok, 3, 3)
+    for bad in (-1, update_attr([2]) | (1 << 20)):
+        with pytest.raises(ValueError, match=f"row 1 of the batch has attr {bad}, which is not"):
+            check_counts(np.array([ok[0], bad, ok[2]]), 3, 3)
+
+
+def test_the_compiled_checks_equal_their_python_twins() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        attrs = rng.integers(-3, 300, size=int(rng.integers(0, 7)))
+        rows = int(rng.integers(0, 12))
+        assert tuple(_count_check(attrs, rows)) == tuple(_count_check.py_func(attrs, rows))
+        assert _code_check(attrs, 3) == _code_check.py_func(attrs, 3)
+
+
+def test_check_slot_counts_matches_the_slots() -> None:
+    check_slot_counts(torch.tensor([2, 0, 1]), [2, 1])
+    with pytest.raises(ValueError, match=r"give \[2, 2\] nodes .* the operands \[2, 1\]"):
+        check_slot_counts(torch.tensor([2, 0, 2]), [2, 1])
+    with pytest.raises(ValueError, match="row 0 of the batch has attr 3, but its nodes have"):
+        check_slot_counts(torch.tensor([3, 0]), [1, 1])
+
+
+def test_check_range_is_quiet_inside() -> None:
+    check_range(torch.tensor([0, 4]), 5, "label", "5 classes", "fix")
+    check_range(torch.tensor([], dtype=torch.int64), 5, "label", "5 classes", "fix")
+    with pytest.raises(ValueError, match="row 1 of the batch has label 5"):
+        check_range(torch.tensor([0, 5]), 5, "label", "5 classes", "fix")
+
+
+# ---------------------------------------------------------------------- through the API
+def _ggnn_batch(update_attr_of: object = None, readout_attr: object = None,
+                code: object = None) -> float:
+    """Two ESOL molecules recorded as a user would, one attr replaced; the loss."""
+    wl = make_workload("ggnn_molecules", **make_workload("ggnn_molecules").test_kwargs())
+    insts = list(wl.load("train"))[:2]
+    batch = DynamicBatch.from_workload(wl, init_params(wl, torch.Generator().manual_seed(0)))
+    embed, update, readout, loss = (batch.op(f"ggnn.{n}")
+                                    for n in ("embed", "update", "readout", "loss"))
+    for i, inst in enumerate(insts):
+        with batch.instance():
+            h = [embed(attr=code if code is not None and i == 0 and v == 0 else c)
+                 for v, c in enumerate(inst.atom_codes)]
+            for _ in range(wl.rounds):
+                h = [update(*[h[u] for u in ops],
+                            attr=update_attr_of if update_attr_of is not None and i == 0
+                            and v == 0 else a)
+                     for v, (ops, a) in enumerate(zip(inst.update_operands, inst.update_attrs))]
+            n = readout_attr if readout_attr is not None and i == 0 else len(h)
+            batch.add_loss(loss(readout(*h, attr=n), attr=inst.target_code))
+    return float(batch.run().loss)
+
+
+def test_ggnn_attrs_that_miscount_their_operands_are_refused() -> None:
+    assert np.isfinite(_ggnn_batch())
+    for attr, message in ((0, "count 0 in all|attrs count"), (-1, "attr -1, which is not"),
+                          (7, "attrs count"), (2 ** 40, "which is not a neighbour count")):
+        with pytest.raises(ExecutionError, match=r"op type 'ggnn\.update'.*" + message):
+            _ggnn_batch(update_attr_of=attr)
+    for attr in (-1, 10 ** 12, 1):
+        with pytest.raises(ExecutionError, match=r"op type 'ggnn\.readout'.*do not count"):
+            _ggnn_batch(readout_attr=attr)
+
+
+def test_a_ggnn_atom_code_no_packer_makes_is_refused() -> None:
+    limit = 1
+    from edbatch.workloads.ggnn_molecules import FEATURE_RANGES
+    for lo, hi in FEATURE_RANGES:
+        limit *= hi - lo + 1
+    assert EMBED_ROWS < limit
+    _ggnn_batch(code=limit - 1)
+    for code in (-1, limit, 2 ** 40):
+        with pytest.raises(ExecutionError, match=f"atom code {code}, outside 0..{limit - 1}"):
+            _ggnn_batch(code=code)
+
+
+def test_a_parser_class_outside_its_classes_is_an_invalid_action() -> None:
+    wl = make_workload("transition_parser", **make_workload("transition_parser").test_kwargs())
+    assert wl.action_of(0)[1] == -1
+    wl.action_of(wl.num_classes - 1)
+    for cls in (-1, wl.num_classes, 10 ** 12):
+        with pytest.raises(InvalidActionError, match=f"class id {cls} is outside "
+                           f"0..{wl.num_classes - 1}"):
+            wl.action_of(cls)
