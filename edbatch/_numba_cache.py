@@ -42,6 +42,7 @@ COMPILED_MODULES = (
     "executor/_fused.py",
     "executor/_fused_ggnn.py",
     "executor/_fused_sick.py",
+    "executor/_ggnn_checks.py",
     "executor/_hoist_ready_compiled.py",
     "executor/cells_module_net_fused.py",
     "executor/cells_module_net_scene.py",

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 from edbatch.executor import _fused
-from edbatch.executor._fused_ggnn import bond_buckets, check_counts, repeated_nodes
+from edbatch.executor._fused_ggnn import bond_buckets, repeated_nodes
+from edbatch.executor._ggnn_checks import check_counts
 from edbatch.executor._weights import TRANSPOSED
 from edbatch.executor.kernels import untracked
 from edbatch.workloads.ggnn_molecules import COUNT_BITS

@@ -34,7 +34,6 @@ from edbatch.executor._fused_ggnn import (
     BucketGrad,
     bucket_sums,
     bucket_sums_at,
-    check_codes,
     compact_buckets,
     embed_backward,
     embed_forward,
@@ -44,6 +43,7 @@ from edbatch.executor._fused_ggnn import (
     gru_output,
     scatter_messages,
 )
+from edbatch.executor._ggnn_checks import check_codes
 from edbatch.executor._ggnn_rows import (
     compiled,
     neighbour_sums,

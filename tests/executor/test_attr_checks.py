@@ -2,7 +2,7 @@
 does not match the operands, a packed code no packer makes) are a ``ValueError`` naming the
 batch row and the value, wrapped by the executor in an ``ExecutionError`` naming the batch:
 never torch's bare ``IndexError``, a silent wrap-around, or rows the compiled loops read
-past their ends (``edbatch/executor/_attr_checks.py``, ``_fused_ggnn.check_counts``)."""
+past their ends (``edbatch/executor/_attr_checks.py``, ``_ggnn_checks.py``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from edbatch.api import DynamicBatch
 from edbatch.errors import ExecutionError, InvalidActionError
 from edbatch.executor import KERNELS, init_params
 from edbatch.executor._attr_checks import check_range, check_slot_counts
-from edbatch.executor._fused_ggnn import _code_check, _count_check, check_counts
+from edbatch.executor._ggnn_checks import _code_check, _count_check, check_counts
 from edbatch.workloads import make_workload
 from edbatch.workloads.ggnn_molecules import EMBED_ROWS, update_attr
 from tests.executor.test_kernels import catalogue, random_inputs
