@@ -34,6 +34,7 @@ COMPILED_MODULES = (
     "api/_assemble.py",
     "api/_bulk_scan.py",
     "api/_read_plan.py",
+    "executor/_attr_checks.py",
     "executor/_chain_train.py",
     "executor/_fast_blas.py",
     "executor/_fast_chain.py",

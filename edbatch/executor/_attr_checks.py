@@ -14,7 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["check_range", "check_slot_counts", "embedding", "out_of_range"]
+from edbatch.errors import GraphError
+from edbatch.executor._fused import _jit
+from edbatch.graph import Graph
+
+__all__ = ["check_operand_counts", "check_range", "check_slot_counts", "embedding",
+           "out_of_range"]
 
 
 def check_slot_counts(counts: Tensor, sizes: Sequence[int]) -> None:
@@ -66,3 +71,53 @@ def check_range(values: Tensor, n: int, what: str, of: str, fix: str, low: int =
         a = values.numpy()
         if a.min() < low or a.max() >= n:
             out_of_range(values, n, what, of, fix, low)
+
+
+@_jit
+def _first_miscount(op_ids, ptr, attrs, fixed, mask):  # type: ignore[no-untyped-def]
+    """The first node whose op has a rule (``fixed[op] >= 0``) and whose attr (``&
+    mask[op]``; ``mask`` -1: all of it) is negative or not its operand count after the first
+    ``fixed[op]``; -1 if none (one pass; its twin: :func:`_first_miscount_numpy`)."""
+    for v in range(op_ids.shape[0]):
+        k = op_ids[v]
+        f = fixed[k]
+        if f >= 0:
+            a = attrs[v]
+            if a < 0 or (a & mask[k]) != ptr[v + 1] - ptr[v] - f:
+                return v
+    return -1
+
+
+def _first_miscount_numpy(op_ids, ptr, attrs, fixed, mask):  # type: ignore[no-untyped-def]
+    """:func:`_first_miscount` in numpy (the oracle of the compiled loop in the tests)."""
+    f = fixed[op_ids]
+    bad = (f >= 0) & ((attrs < 0) | ((attrs & mask[op_ids]) != np.diff(ptr) - f))
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if len(hits) else -1
+
+
+def check_operand_counts(graph: Graph, rules: dict[str, tuple[int, int]]) -> None:
+    """``GraphError`` naming the first node of an op type in ``rules`` whose attr does not
+    count its repeated operands: ``rules[name] = (fixed, bits)``, the cell kind's
+    ``counts_attr``: the node's operands after the first ``fixed`` are counted by its attr
+    (its low ``bits`` bits; ``0``: the whole attr). Run once per compiled program, on every
+    device (a host pass over the graph's arrays): a node whose attr miscounts would have its
+    rows paired with another node's."""
+    vocab, ptr = graph.vocab, graph.operand_ptr
+    fixed = np.full(len(vocab), -1, dtype=np.int64)
+    mask = np.full(len(vocab), -1, dtype=np.int64)
+    for name, (f, bits) in rules.items():
+        fixed[vocab.id(name)] = f
+        mask[vocab.id(name)] = (1 << bits) - 1 if bits else -1
+    v = int(_first_miscount(graph.op_ids, ptr, graph.attrs, fixed, mask))
+    if v < 0:
+        return
+    name = vocab[int(graph.op_ids[v])].name
+    f, bits = rules[name]
+    attr, have = int(graph.attrs[v]), int(ptr[v + 1] - ptr[v]) - f
+    got = attr & ((1 << bits) - 1) if bits else attr
+    raise GraphError(
+        f"node {v} (instance {int(graph.instance[v])}, op type {name!r}) has attr {attr}, "
+        f"which counts {got} operands" + (f" after the first {f}" if f else "")
+        + f", but the node has {have}; give it the count of those operands"
+        + (f" in the attr's low {bits} bits" if bits else ""))

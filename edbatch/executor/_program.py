@@ -21,6 +21,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from edbatch.executor._attr_checks import check_operand_counts
 from edbatch.executor._reads import Read, RowLocator, inplace_reads, merged, to_device
 from edbatch.executor._reads import indexed_reads as _indexed
 from edbatch.executor.kernels import KERNELS, Kernel, kernel_for
@@ -236,12 +237,18 @@ def split_alone(size: int, operands: tuple[Operand, ...]) -> bool:
 
 
 def _variadic(entries: list[tuple[OpType, Kernel, int, bool, bool, bool]], sizes: list[int],
-              operand_lists: list[tuple[Operand, ...]], device: torch.device) -> list[bool]:
+              operand_lists: list[tuple[Operand, ...]], device: torch.device,
+              rules: dict[str, tuple[int, int]]) -> list[bool]:
     """Each batch's ``split`` (:class:`Step`); a split batch's operands as one merged read
     and, on the CPU, a ``merge_repeated`` kind's repeated slots as one, in
-    ``operand_lists``. Only variadic batches are visited."""
+    ``operand_lists``; into ``rules``, the ``counts_attr`` of each cell kind declaring one
+    (:func:`~edbatch.executor._attr_checks.check_operand_counts`). Only variadic batches
+    are visited."""
     splits = [False] * len(entries)
     for b in [b for b, entry in enumerate(entries) if entry[3]]:
+        counted = getattr(getattr(entries[b][1], "cell", None), "counts_attr", None)
+        if counted is not None:
+            rules[entries[b][0].name] = counted
         operands = operand_lists[b]
         if split_alone(sizes[b], operands):  # its node alone in the batch: one merged read
             splits[b] = True
@@ -273,7 +280,10 @@ def compile_program(graph: Graph, schedule: Schedule, plan: MemoryPlan, device: 
     entries = list(map(table.__getitem__, op_list))
     sizes = np.diff(bptr).tolist()  # (each batch's rows: its nodes)
     operand_lists: list[tuple[Operand, ...]] = list(plan.operands)
-    splits = _variadic(entries, sizes, operand_lists, device)
+    rules: dict[str, tuple[int, int]] = {}
+    splits = _variadic(entries, sizes, operand_lists, device, rules)
+    if rules:
+        check_operand_counts(graph, rules)
     out_arena, out_start = plan.output_rows()
     skipped = set(skip)
     starts = bptr.tolist()

@@ -17,7 +17,11 @@ spirit of PyTorch Geometric's ``MessagePassing`` (one small class a user fills i
   ``grads`` records parameter gradients by name (:class:`RoleGrads`);
 * optional ``hoist`` (:class:`Hoist`): the input projection split out of the batch loop
   (:mod:`~edbatch.executor._hoist`), and ``head_reads``: the LSTM-state operands of which
-  only ``h`` is read; both name operands from ``inputs``.
+  only ``h`` is read; both name operands from ``inputs``;
+* optional ``counts_attr = (fixed, bits)`` (a variadic kind whose attr counts its operands
+  after the first ``fixed``, in its low ``bits`` bits, ``0``: the whole attr): every
+  compiled program checks each node's attr against its operands (``GraphError`` naming
+  the node, :func:`~edbatch.executor._attr_checks.check_operand_counts`).
 
 The registered object is a :class:`CellKernel` with the plain kernel calling convention
 (``kernel(op, inputs, params, attrs, out=..., save=...)``, ``kernel.backward``,
@@ -196,6 +200,7 @@ class CellKind:
     saves: ClassVar[tuple[str, ...]] = ()
     hoist: ClassVar[Hoist | None] = None
     head_reads: ClassVar[tuple[str, ...]] = ()
+    counts_attr: ClassVar[tuple[int, int] | None] = None
     #: The registered kernel (set when the class is defined).
     kernel: ClassVar[CellKernel]
 

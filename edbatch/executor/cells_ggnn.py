@@ -176,6 +176,7 @@ class GGNNUpdate(CellKind):
     saves = ("a", "h", "gates", "rh", "s", "deg", "index", "nodes", "bounds", "sizes",
              "in_place")
     merge_repeated = 1  # (CPU) the neighbour states as one read after h: see _program
+    counts_attr = (1, COUNT_BITS)  # the neighbours, counted in the attr's low bits
     indexed_reads = (1,)  # (CPU) that read as arena rows, summed in place: no gather
     dims = staticmethod(_hidden)
 

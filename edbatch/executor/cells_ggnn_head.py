@@ -50,6 +50,7 @@ class GGNNReadout(CellKind):
     params = (Param("W_i", "H, H"), Param("b_i", "H"), Param("W_j", "H, H"), Param("b_j", "H"))
     saves = ("rows", "segment", "gates", "sizes")
     merge_repeated = 0  # (CPU) every atom state as one read: see _program
+    counts_attr = (0, 0)  # the attr: the molecule's atom count
     dims = staticmethod(_hidden)
 
     @staticmethod

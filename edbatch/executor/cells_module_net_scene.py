@@ -198,6 +198,7 @@ class Objects(CellKind):
     kind = f"{_P}.objects"
     saves = ("sizes", "rows")
     merge_repeated = 0  # (CPU) the slots as one read: see _program
+    counts_attr = (0, 0)  # the attr: the scene's object count
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: Saves = None) -> Tensor:

@@ -75,6 +75,7 @@ class SickNode(CellKind):
               Param("W_f", "H, D"), Param("b_f", "H"), Param("U_f", "H, H"))
     saves = ("x", "io", "u", "t", "h_sum", "rows", "segment", "f", "sizes", "w_t")
     dims = staticmethod(lambda op: {"H": op.out_shape[0] // 2})
+    counts_attr = (1, 0)  # the attr: the node's child count
 
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 out: Tensor | None = None, save: dict[str, Any] | None = None) -> Tensor:

@@ -13,9 +13,14 @@ import pytest
 import torch
 
 from edbatch.api import DynamicBatch
-from edbatch.errors import ExecutionError, InvalidActionError
+from edbatch.errors import ExecutionError, GraphError, InvalidActionError
 from edbatch.executor import KERNELS, init_params
-from edbatch.executor._attr_checks import check_range, check_slot_counts
+from edbatch.executor._attr_checks import (
+    _first_miscount,
+    _first_miscount_numpy,
+    check_range,
+    check_slot_counts,
+)
 from edbatch.executor._ggnn_checks import _code_check, _count_check, check_counts
 from edbatch.workloads import make_workload
 from edbatch.workloads.ggnn_molecules import EMBED_ROWS, update_attr
@@ -86,6 +91,15 @@ def test_the_compiled_checks_equal_their_python_twins() -> None:
         rows = int(rng.integers(0, 12))
         assert tuple(_count_check(attrs, rows)) == tuple(_count_check.py_func(attrs, rows))
         assert _code_check(attrs, 3) == _code_check.py_func(attrs, 3)
+    for _ in range(300):  # the graph check: random CSR graphs, op types with and without rules
+        n = int(rng.integers(0, 9))
+        ptr = np.concatenate([[0], np.cumsum(rng.integers(0, 4, size=n))]).astype(np.int64)
+        op_ids = rng.integers(0, 3, size=n).astype(np.int32)
+        attrs = (np.diff(ptr) - rng.integers(0, 2, size=n) + rng.integers(-1, 2, size=n)
+                 ).astype(np.int64)
+        fixed, mask = np.array([-1, 1, 0]), np.array([-1, 7, -1])
+        assert _first_miscount(op_ids, ptr, attrs, fixed, mask) == \
+            _first_miscount_numpy(op_ids, ptr, attrs, fixed, mask)
 
 
 def test_check_slot_counts_matches_the_slots() -> None:
@@ -123,18 +137,45 @@ def _ggnn_batch(update_attr_of: object = None, readout_attr: object = None,
                      for v, (ops, a) in enumerate(zip(inst.update_operands, inst.update_attrs))]
             n = readout_attr if readout_attr is not None and i == 0 else len(h)
             batch.add_loss(loss(readout(*h, attr=n), attr=inst.target_code))
-    return float(batch.run().loss)
+    return float(batch.run().loss.detach())
 
 
 def test_ggnn_attrs_that_miscount_their_operands_are_refused() -> None:
     assert np.isfinite(_ggnn_batch())
-    for attr, message in ((0, "count 0 in all|attrs count"), (-1, "attr -1, which is not"),
-                          (7, "attrs count"), (2 ** 40, "which is not a neighbour count")):
-        with pytest.raises(ExecutionError, match=r"op type 'ggnn\.update'.*" + message):
+    for attr, counts in ((0, 0), (-1, 7), (7, 7), (2 ** 40, 0)):
+        with pytest.raises(GraphError, match=rf"op type 'ggnn\.update'\) has attr {attr}, "
+                           rf"which counts {counts} operands after the first 1, but the node "
+                           r"has \d; give it the count of those operands in the attr's low 3"):
             _ggnn_batch(update_attr_of=attr)
     for attr in (-1, 10 ** 12, 1):
-        with pytest.raises(ExecutionError, match=r"op type 'ggnn\.readout'.*do not count"):
+        with pytest.raises(GraphError, match=rf"op type 'ggnn\.readout'\) has attr {attr}, "
+                           rf"which counts {attr} operands, but the node has"):
             _ggnn_batch(readout_attr=attr)
+    # the right count with bits above the bond types: the kernel's check
+    first = make_workload("ggnn_molecules").load("train")[0].update_attrs[0]
+    with pytest.raises(ExecutionError, match=r"'ggnn\.update'.* which is not a neighbour count"):
+        _ggnn_batch(update_attr_of=first | (1 << 30))
+
+
+def test_a_swap_of_two_nodes_counts_is_refused() -> None:
+    """Totals and per-slot sizes equal, only which node has which count differs: only the
+    graph check (``counts_attr``) can tell."""
+    wl = make_workload("tree_lstm_sick", **make_workload("tree_lstm_sick").test_kwargs())
+    params = init_params(wl, torch.Generator().manual_seed(0))
+    for swap in (False, True):
+        batch = DynamicBatch.from_workload(wl, params)
+        embed, node, sim = (batch.op(f"tree_lstm_sick.{n}") for n in ("embed", "node", "sim"))
+        with batch.instance():
+            leaves = [node(embed(attr=w), attr=0) for w in (1, 2, 3)]
+            one = node(embed(attr=4), leaves[0], attr=2 if swap else 1)
+            two = node(embed(attr=5), leaves[1], leaves[2], attr=1 if swap else 2)
+            batch.add_loss(sim(one, two, attr=3000))
+        if not swap:
+            assert np.isfinite(float(batch.run().loss.detach()))
+            continue
+        with pytest.raises(GraphError, match=r"op type 'tree_lstm_sick\.node'\) has attr 2, "
+                           r"which counts 2 operands after the first 1, but the node has 1"):
+            batch.run()
 
 
 def test_a_ggnn_atom_code_no_packer_makes_is_refused() -> None:
