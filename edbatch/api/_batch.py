@@ -389,7 +389,7 @@ class DynamicBatch:
         graph, loss_node = self.graph(outputs)
         schedule = make(graph)
         plan = plan_memory(graph, schedule, memory_strategy(make, strategy))
-        params = {**self.params, **check_params(params, graph.vocab), **{  # then input rows
+        params = {**self.params, **check_params(params, graph.vocab, self.params, self.dtype), **{
             f"api.{n}": (r[0] if len(r) == 1 else torch.cat(r)).to(self.device, self.dtype)
             for n, r in self._rec.rows.items()}}
         executor = TorchExecutor(self.device, self.dtype, kernels=self.kernels, hoist=hoist)

@@ -54,10 +54,14 @@ def output_handles(outputs: Any, check: Callable[[Handle, str], None]) -> list[i
     return [h.node_id for h in outputs]
 
 
-def check_params(params: Any, ops: Iterable[OpType] = ()) -> dict[str, Tensor]:
+def check_params(params: Any, ops: Iterable[OpType] = (),
+                 own: Mapping[str, Tensor] | None = None,
+                 dtype: torch.dtype | None = None) -> dict[str, Tensor]:
     """``run(params=...)``: a mapping of parameter names to tensors (``None``: none), each a
     parameter of one of ``ops`` (the batch's op types): an unknown name was ignored, so a
-    misspelt override ran with the built-in tensor."""
+    misspelt override ran with the built-in tensor. Each has the shape of the batch's own
+    tensor of that name (``own``, where it holds one) and the batch's ``dtype``: a
+    transposed table was read as rows of the wrong length."""
     if params is None:
         return {}
     if not isinstance(params, Mapping):
@@ -75,6 +79,14 @@ def check_params(params: Any, ops: Iterable[OpType] = ()) -> dict[str, Tensor]:
                              f"types.{did_you_mean(name, known)} A user cell's parameters live "
                              f"in its module; params= replaces built-in op types' ones ("
                              + (f"{len(known)}, e.g. {known[:4]})" if known else "none here)"))
+        value, like = params[name], (own or {}).get(name)
+        if like is not None and value.shape != like.shape:
+            raise GraphError(f"run(params=...): {name!r} has shape {tuple(value.shape)}, the "
+                             f"batch's own {tuple(like.shape)}; pass a tensor of that shape")
+        if dtype is not None and value.dtype != dtype:
+            raise GraphError(f"run(params=...): {name!r} is {value.dtype}, the batch runs in "
+                             f"{dtype} (DynamicBatch(dtype=...)); pass it as "
+                             f"tensor.to({dtype})")
     return dict(params)
 
 

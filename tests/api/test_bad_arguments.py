@@ -162,6 +162,36 @@ def test_run_params_names_a_misspelt_builtin_parameter() -> None:
             batch.discard()
 
 
+def test_run_params_of_another_shape_or_dtype_are_refused() -> None:
+    """A transposed table was read as rows of the wrong length (a wrong id error, or a
+    kernel "returning" the wrong shape), a float64 one torch's dtype clash mid-run."""
+    from edbatch.executor import init_params
+    from edbatch.workloads import make_workload
+
+    wl = make_workload("tree_lstm", embed_dim=4, hidden_dim=6)
+    params = init_params(wl, torch.Generator().manual_seed(0))
+    batch = DynamicBatch.from_workload(wl, params)
+    leaf, loss = batch.op("tree_lstm.leaf"), batch.op("tree_lstm.loss")
+    table = params["tree_lstm.E"]
+    rows, width = tuple(table.shape)
+    for given, match in (
+            (table.t().contiguous(), rf"'tree_lstm.E' has shape \({width}, {rows}\), the "
+                                     rf"batch's own \({rows}, {width}\); pass a tensor of that"),
+            (table.reshape(-1), r"'tree_lstm.E' has shape \(\d+,\)"),
+            (table.double(), r"'tree_lstm.E' is torch.float64, the batch runs in "
+                             r"torch.float32 \(DynamicBatch\(dtype=...\)\); pass it as "
+                             r"tensor.to\(torch.float32\)"),
+            (table.long(), r"is torch.int64, the batch runs in torch.float32")):
+        with batch.instance():
+            batch.add_loss(loss(leaf(attr=1), attr=0))
+        with pytest.raises(GraphError, match=match):
+            batch.run("depth", params={"tree_lstm.E": given})
+        batch.discard()
+    with batch.instance():
+        batch.add_loss(loss(leaf(attr=1), attr=0))
+    assert batch.run("depth", params={"tree_lstm.E": table * 2}).loss is not None
+
+
 def test_a_user_scheduler_must_return_a_valid_schedule() -> None:
     """A ``graph -> Schedule`` callable's result is checked (``None`` was a raw
     ``AttributeError``, a schedule in the wrong order a raw ``IndexError``)."""
