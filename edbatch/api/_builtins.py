@@ -306,5 +306,19 @@ def register_workload(batch: Batch, workload: Any,
             raise GraphError(f"params lacks {missing[:4]} (of {len(missing)} missing) that "
                              f"{getattr(workload, 'name', 'the workload')}'s op types read; "
                              f"pass init_params(workload, ...)")
+        shapes = workload.param_shapes() if hasattr(workload, "param_shapes") else {}
+        for name in sorted(needed):
+            value, want = params[name], shapes.get(name)
+            if not isinstance(value, Tensor):
+                raise GraphError(f"params[{name!r}] is {type(value).__name__}; pass torch "
+                                 f"tensors (init_params(workload, ...))")
+            if want is not None and tuple(value.shape) != tuple(want):
+                raise GraphError(f"params[{name!r}] has shape {tuple(value.shape)}, the "
+                                 f"workload's is {tuple(want)}; pass init_params(workload, ...)"
+                                 f" or tensors of its shapes")
+            if value.dtype != batch.dtype:
+                raise GraphError(f"params[{name!r}] is {value.dtype}, the batch runs in "
+                                 f"{batch.dtype}; pass DynamicBatch.from_workload(..., dtype="
+                                 f"{value.dtype}) or the tensors as .to({batch.dtype})")
         batch.params.update(params)
     return batch

@@ -192,6 +192,28 @@ def test_run_params_of_another_shape_or_dtype_are_refused() -> None:
     assert batch.run("depth", params={"tree_lstm.E": table * 2}).loss is not None
 
 
+def test_from_workload_params_of_another_shape_or_dtype_are_refused() -> None:
+    """Checked when the batch is made (were a cell kind's shape error or torch's dtype clash
+    at the first run)."""
+    from edbatch.executor import init_params
+    from edbatch.workloads import make_workload
+
+    wl = make_workload("tree_lstm", embed_dim=4, hidden_dim=6)
+    params = init_params(wl, torch.Generator().manual_seed(0))
+    rows = len(params["tree_lstm.E"])
+    for swap, match in (
+            (params["tree_lstm.E"].t(), rf"params\['tree_lstm.E'\] has shape \(4, {rows}\), "
+                                        rf"the workload's is \({rows}, 4\)"),
+            (params["tree_lstm.E"].double(), r"params\['tree_lstm.E'\] is torch.float64, the "
+                                             r"batch runs in torch.float32; pass DynamicBatch"
+                                             r".from_workload\(..., dtype=torch.float64\)"),
+            (params["tree_lstm.E"].tolist(), r"params\['tree_lstm.E'\] is list; pass torch")):
+        with pytest.raises(GraphError, match=match):
+            DynamicBatch.from_workload(wl, {**params, "tree_lstm.E": swap})
+    doubled = {k: v.double() for k, v in params.items()}
+    DynamicBatch.from_workload(wl, doubled, dtype=torch.float64)  # its own dtype: fine
+
+
 def test_a_user_scheduler_must_return_a_valid_schedule() -> None:
     """A ``graph -> Schedule`` callable's result is checked (``None`` was a raw
     ``AttributeError``, a schedule in the wrong order a raw ``IndexError``)."""
