@@ -21,6 +21,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from edbatch.errors import ScheduleError
 from edbatch.executor._attr_checks import check_operand_counts
 from edbatch.executor._reads import Read, RowLocator, inplace_reads, merged, to_device
 from edbatch.executor._reads import indexed_reads as _indexed
@@ -29,8 +30,8 @@ from edbatch.graph import Graph, OpType
 from edbatch.memory.plan import MemoryPlan, Operand
 from edbatch.schedule.schedule import Schedule
 
-__all__ = ["PROGRAM_PASSES", "LazySteps", "Program", "ProgramPass", "Step", "compile_program",
-           "given_steps", "new_step", "replace_steps", "split_alone"]
+__all__ = ["PROGRAM_PASSES", "LazySteps", "Program", "ProgramPass", "Step", "check_matching",
+           "compile_program", "given_steps", "new_step", "replace_steps", "split_alone"]
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,18 @@ def _merge_repeated(kernel: Kernel, operands: tuple[Operand, ...]) -> tuple[Oper
         return operands
     rows = np.concatenate([o.rows() for o in operands[fixed:]])
     return (*operands[:fixed], merged(operands[fixed].arena, rows))
+
+
+def check_matching(graph: Graph, schedule: Schedule, plan: MemoryPlan) -> None:
+    """``ScheduleError`` unless ``plan`` is of ``schedule`` (as many batches) and of a graph
+    of ``graph``'s size (a schedule and plan of another graph were an ``IndexError``)."""
+    if plan.num_batches != schedule.num_batches:
+        raise ScheduleError(f"the plan has {plan.num_batches} batches but the schedule has "
+                            f"{schedule.num_batches}; plan the memory of this schedule")
+    if len(plan.node_row) != graph.num_nodes:
+        raise ScheduleError(f"the plan places {len(plan.node_row)} nodes but the graph has "
+                            f"{graph.num_nodes}: the schedule and plan of another graph; make "
+                            "both for this graph (scheduler(graph), plan_memory(graph, ...))")
 
 
 def split_alone(size: int, operands: tuple[Operand, ...]) -> bool:

@@ -72,7 +72,7 @@ from edbatch.executor._fast_sum import sum_short
 from edbatch.executor._fast_tree import tree_program, tree_short
 from edbatch.executor._head_reads import head_reads
 from edbatch.executor._hoist import compile_hoisted, hoist_kinds, unhoisted
-from edbatch.executor._program import Program, Step, compile_program
+from edbatch.executor._program import Program, Step, check_matching, compile_program
 from edbatch.executor._result import RunResult
 from edbatch.executor._timer import Timer, timed
 from edbatch.executor._train import BatchedRun, run_training
@@ -179,11 +179,10 @@ class TorchExecutor:
         Raises:
             ExecutionError: a kernel raised or returned a wrongly shaped value; the message
                 names the batch index, op type and batch size.
-            ValueError: the plan does not match the schedule.
+            ScheduleError: the plan does not match the schedule, or is of a graph with
+                another number of nodes.
         """
-        if plan.num_batches != schedule.num_batches:
-            raise ValueError(f"the plan has {plan.num_batches} batches but the schedule has "
-                             f"{schedule.num_batches}; plan the memory of this schedule")
+        check_matching(graph, schedule, plan)
         start = time.perf_counter()
         on_device = self._on_device(params)
         key = captured = None

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from edbatch.errors import ExecutionError
+from edbatch.errors import ExecutionError, ScheduleError
 from edbatch.executor import init_params, reference_loss, run_reference
 from edbatch.executor.cells_hoist import HOISTS
 from edbatch.executor.torch_executor import RunResult, TorchExecutor, execute
@@ -206,8 +206,21 @@ def test_program_cache_reuses_compilation() -> None:
 def test_plan_of_another_schedule_is_rejected() -> None:
     graph, params, _, _ = case("tree_lstm", "cell")
     plan = plan_memory(graph, make_scheduler("depth")(graph), "naive")
-    with pytest.raises(ValueError, match="batches"):
+    with pytest.raises(ScheduleError, match="batches"):
         TorchExecutor().run(graph, make_scheduler("typewise_greedy")(graph), plan, params)
+
+
+def test_schedule_and_plan_of_another_graph_are_rejected() -> None:
+    """(Were a raw ``IndexError`` from the program's node arrays.)"""
+    wl = make_workload("tree_lstm", **WORKLOADS["tree_lstm"].test_kwargs())
+    trees = wl.load("dev")
+    small, big = wl.build_graph(trees[:2]), wl.build_graph(trees[2:6])
+    params = init_params(wl, torch.Generator().manual_seed(0))
+    schedule = make_scheduler("depth")(big)
+    with pytest.raises(ScheduleError, match=rf"the plan places {big.num_nodes} nodes but the "
+                                            rf"graph has {small.num_nodes}: the schedule and "
+                                            r"plan of another graph"):
+        TorchExecutor().run(small, schedule, plan_memory(big, schedule), params)
 
 
 # ------------------------------------------------------------------ a private tiny kernel set
