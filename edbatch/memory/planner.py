@@ -77,7 +77,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from edbatch._lru import Lru
-from edbatch.errors import UnknownNameError, did_you_mean
+from edbatch.errors import ScheduleError, UnknownNameError, did_you_mean
 from edbatch.graph.ir import Graph, Vocab
 from edbatch.memory import _operands
 from edbatch.memory._aligned import aligned_orders
@@ -130,6 +130,7 @@ def plan_memory(graph: Graph, schedule: Schedule, strategy: Strategy = "planned"
 
     Raises:
         UnknownNameError: unknown strategy.
+        ScheduleError: the schedule runs another number of nodes than the graph has.
 
     Example:
         >>> from edbatch.graph import OpType, Vocab, GraphBuilder
@@ -144,6 +145,10 @@ def plan_memory(graph: Graph, schedule: Schedule, strategy: Strategy = "planned"
     if strategy not in STRATEGIES:
         raise UnknownNameError(f"unknown memory strategy {strategy!r}; expected one of "
                                f"{list(STRATEGIES)}." + did_you_mean(strategy, STRATEGIES))
+    scheduled = len(schedule.flat()[2])
+    if scheduled != graph.num_nodes:  # (the rest of schedule.validate is left to its callers)
+        raise ScheduleError(f"the schedule runs {scheduled} nodes but the graph has "
+                            f"{graph.num_nodes}: it is another graph's; schedule this graph")
     if not cache or _MEMO.cold():
         return _plan(graph, schedule, strategy)
     key = plan_key(graph, schedule, strategy)

@@ -221,6 +221,11 @@ def test_schedule_and_plan_of_another_graph_are_rejected() -> None:
                                             rf"graph has {small.num_nodes}: the schedule and "
                                             r"plan of another graph"):
         TorchExecutor().run(small, schedule, plan_memory(big, schedule), params)
+    for strategy in STRATEGIES:
+        with pytest.raises(ScheduleError, match=rf"the schedule runs {big.num_nodes} nodes but "
+                                                rf"the graph has {small.num_nodes}: it is "
+                                                r"another graph's"):
+            plan_memory(small, schedule, strategy)
 
 
 # ------------------------------------------------------------------ a private tiny kernel set
