@@ -1,8 +1,10 @@
-"""Checks of attrs that index or count, run where a kernel reads them (CPU; on other
-devices the kernels leave them unchecked rather than wait on the device): an id or label
-outside its table or classes, or repeated-operand counts that do not match the operands, is
-a ``ValueError`` naming the batch row and the value (the executor names the batch and op
-type around it), not torch's ``IndexError`` or rows paired with the wrong nodes.
+"""Checks of attrs that index or count. In the kernels, where they read them (CPU; on other
+devices unchecked rather than wait on the device): an id or label outside its table or
+classes, or counts that do not match a batch's repeated operands, is a ``ValueError``
+naming the batch row and the value (the executor names the batch and op type around it),
+not torch's ``IndexError`` or rows paired with the wrong nodes. When a program is compiled
+(every device): each node's operand count against the attr of a cell kind declaring
+``counts_attr`` (:func:`check_operand_counts`, a ``GraphError`` naming the node).
 """
 
 from __future__ import annotations

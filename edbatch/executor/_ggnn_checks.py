@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor
 
+from edbatch.executor._attr_checks import out_of_range
 from edbatch.executor._fused import _jit
 
 __all__ = ["check_codes", "check_counts"]
@@ -71,9 +71,5 @@ def check_codes(codes: Tensor, mixed: tuple[Tensor, Tensor, Tensor]) -> None:
     """``ValueError`` naming the first of ``codes`` (CPU) outside ``0 .. prod(size) - 1``, the
     atoms :func:`~edbatch.workloads.ggnn_molecules.pack_atom` can pack (larger codes would
     wrap around into other atoms' rows)."""
-    limit = int(mixed[1][-1] * mixed[2][-1])
-    bad = torch.nonzero((codes < 0) | (codes >= limit)).view(-1)
-    if len(bad):
-        raise ValueError(
-            f"row {int(bad[0])} of the batch has atom code {int(codes[bad[0]])}, outside "
-            f"0..{limit - 1}; make it with edbatch.workloads.ggnn_molecules.pack_atom(features)")
+    out_of_range(codes, int(mixed[1][-1] * mixed[2][-1]), "atom code", "the codes pack_atom "
+                 "makes", "make it with edbatch.workloads.ggnn_molecules.pack_atom(features)")
