@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from edbatch.executor._attr_checks import embedding
+from edbatch.executor._attr_checks import check_range, embedding
 from edbatch.executor._weights import linear_t
 from edbatch.executor.cell_kind import CellKind, Param, RoleGrads
 from edbatch.executor.cells import ZeroState
@@ -63,9 +63,11 @@ class ParserEmbed(CellKind):
     def forward(self, op: OpType, inputs: Sequence[Tensor], p: Any, attrs: Tensor,
                 save: dict[str, Tensor] | None = None) -> Tensor:
         tags = p.E_p.shape[0]
-        fix = f"its attr must be word * {tags} + tag, the word a row of E_w"
-        return torch.cat([embedding(torch.div(attrs, tags, rounding_mode="floor"), p.E_w, fix),
-                          embedding(attrs % tags, p.E_p, fix)], dim=1)
+        words = p.E_w.shape[0]
+        check_range(attrs, words * tags, "attr", f"{words} words x {tags} tags",
+                    f"its attr must be word * {tags} + tag, the word a row of E_w")
+        return torch.cat([embedding(torch.div(attrs, tags, rounding_mode="floor"), p.E_w),
+                          embedding(attrs % tags, p.E_p)], dim=1)
 
     def backward(self, op: OpType, saved: Any, grad: Tensor, p: Any, attrs: Tensor,
                  grads: RoleGrads) -> list[Tensor | None]:

@@ -24,7 +24,7 @@ from edbatch.executor._attr_checks import (
 from edbatch.executor._ggnn_checks import _code_check, _count_check, check_counts
 from edbatch.workloads import make_workload
 from edbatch.workloads.ggnn_molecules import EMBED_ROWS, update_attr
-from tests.executor.test_kernels import catalogue, random_inputs
+from tests.executor.test_kernels import catalogue, random_attrs, random_inputs
 
 
 def _first(kind: str) -> tuple[object, dict[str, torch.Tensor]]:
@@ -53,6 +53,33 @@ def test_an_attr_outside_its_domain_is_named(kind: str, bad: int, message: str) 
     attrs = torch.tensor([good, bad, good])
     with pytest.raises(ValueError, match="row 1 of the batch has .*" + re.escape(message)):
         KERNELS[kind](op, inputs, params, attrs)
+
+
+@pytest.mark.parametrize("attr", [-1, -7, 10 ** 6, 2 ** 40])
+def test_every_kind_names_a_wild_attr_or_ignores_it(attr: int) -> None:
+    """Every fixed-arity kind of the real workloads, one row's attr far outside any domain:
+    the kernel raises a ``ValueError`` (named) or gives finite values (it does not read the
+    attr, or -1 means unused), never torch's ``IndexError`` / ``RuntimeError`` or a read
+    past an array (the variadic kinds: the counting tests below)."""
+    raw = []
+    for kind, entries in catalogue().items():
+        op, params = entries[0]
+        if op.in_shapes is None:
+            continue
+        gen = torch.Generator().manual_seed(0)
+        inputs, attrs = random_inputs(op, 3, gen), random_attrs(kind, op, params, 3, gen)
+        attrs[1] = attr
+        try:
+            y = KERNELS[kind](op, inputs, params, attrs)
+        except ValueError as e:
+            assert f" {attr}," in str(e) or f" {attr} " in str(e), (kind, str(e))
+            continue
+        except Exception as e:  # collected: the assertion names them all
+            raw.append(f"{kind}: {type(e).__name__}: {e}")
+            continue
+        if not bool(torch.isfinite(y).all()):
+            raw.append(f"{kind}: non-finite values")
+    assert not raw, raw
 
 
 def test_a_packed_moe_choice_outside_the_experts_is_named() -> None:
