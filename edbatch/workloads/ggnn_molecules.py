@@ -59,7 +59,7 @@ from edbatch.data.molecules import (
     load_esol,
     load_esol_split,
 )
-from edbatch.errors import GraphError
+from edbatch.errors import GraphError, is_integer
 from edbatch.graph import GraphBuilder, OpType
 from edbatch.workloads._seq import affine_params, check_positive, declare_cell, gru_params
 from edbatch.workloads.base import Workload
@@ -86,16 +86,38 @@ COUNT_BITS = 3
 def update_attr(bond_types: Sequence[int]) -> int:
     """The attr of a ``ggnn.update`` node whose repeated operands are neighbour states over
     bonds of these types (in operand order): their number in the low :data:`COUNT_BITS`
-    bits, then two bits per operand's bond type (operand ``k`` at bits ``2k`` above)."""
+    bits, then two bits per operand's bond type (operand ``k`` at bits ``2k`` above).
+
+    Raises:
+        GraphError: more neighbours than the count bits hold, or a bond type outside
+            ``0 .. len(BOND_TYPES) - 1``.
+    """
+    if len(bond_types) >= 1 << COUNT_BITS:
+        raise GraphError(f"update_attr: {len(bond_types)} neighbours, more than the "
+                         f"{(1 << COUNT_BITS) - 1} its {COUNT_BITS} count bits hold")
     code = 0
     for k, t in enumerate(bond_types):
+        if not is_integer(t) or not 0 <= t < len(BOND_TYPES):
+            raise GraphError(f"update_attr: bond type {t!r} of neighbour {k} is no integer in "
+                             f"0..{len(BOND_TYPES) - 1} ({', '.join(BOND_TYPES)})")
         code |= int(t) << (2 * k)
     return len(bond_types) | (code << COUNT_BITS)
 
 
 def pack_atom(features: Sequence[int]) -> int:
-    """One atom's features as a mixed-radix integer (feature 0 least significant)."""
+    """One atom's features as a mixed-radix integer (feature 0 least significant).
+
+    Raises:
+        GraphError: not one integer per feature, or a value outside :data:`FEATURE_RANGES`.
+    """
+    if len(features) != len(FEATURE_RANGES):
+        raise GraphError(f"pack_atom: {len(features)} features, expected "
+                         f"{len(FEATURE_RANGES)} (ATOM_FEATURES order)")
     code, radix = 0, 1
+    for f, (value, (lo, hi)) in enumerate(zip(features, FEATURE_RANGES, strict=True)):
+        if not is_integer(value) or not lo <= value <= hi:
+            raise GraphError(f"pack_atom: feature {f} is {value!r}, expected an integer in "
+                             f"{lo}..{hi} (FEATURE_RANGES)")
     for value, (lo, _), size in zip(features, FEATURE_RANGES, _SIZES, strict=True):
         code += (int(value) - lo) * radix
         radix *= size

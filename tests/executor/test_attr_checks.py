@@ -225,3 +225,25 @@ def test_a_parser_class_outside_its_classes_is_an_invalid_action() -> None:
         with pytest.raises(InvalidActionError, match=f"class id {cls} is outside "
                            f"0..{wl.num_classes - 1}"):
             wl.action_of(cls)
+
+
+def test_the_ggnn_packers_refuse_what_their_bits_cannot_hold() -> None:
+    """(8 neighbours overflowed the 3 count bits into the bond types, a bond type 4 or a
+    feature past its range wrapped into another one's bits.)"""
+    from edbatch.workloads.ggnn_molecules import FEATURE_RANGES, pack_atom, unpack_atom
+
+    assert update_attr([0, 3, 1]) == 3 | ((0 | 3 << 2 | 1 << 4) << 3)
+    low = [lo for lo, _ in FEATURE_RANGES]
+    assert len(unpack_atom(pack_atom(low))) == len(FEATURE_RANGES)
+    for bonds, match in (([0] * 8, "8 neighbours, more than the 7"),
+                         ([4], "bond type 4 of neighbour 0 is no integer in 0..3"),
+                         ([0, -1], "bond type -1 of neighbour 1"), ([1.5], "bond type 1.5")):
+        with pytest.raises(GraphError, match=re.escape(match)):
+            update_attr(bonds)
+    hi = FEATURE_RANGES[1][1]
+    for features, match in ((low[:-1], "5 features, expected 6"),
+                            ([low[0], hi + 1, *low[2:]], f"feature 1 is {hi + 1}, expected an "
+                                                         f"integer in 0..{hi}"),
+                            ([0.5, *low[1:]], "feature 0 is 0.5")):
+        with pytest.raises(GraphError, match=re.escape(match)):
+            pack_atom(features)
