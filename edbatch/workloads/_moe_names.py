@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from edbatch.errors import GraphError, is_integer
+
 __all__ = ["noise_key", "pack_choice", "param_names"]
 
 
@@ -18,7 +20,15 @@ def noise_key(noise_round: int, sentence: int, token: int, layer: int) -> int:
 
 
 def pack_choice(chosen: Sequence[int], experts: int) -> int:
-    """The attr of a combine node: ``sum_j a_j * experts^j``."""
+    """The attr of a combine node: ``sum_j a_j * experts^j``.
+
+    Raises:
+        GraphError: a chosen expert that is no integer in ``0 .. experts - 1``.
+    """
+    for j, a in enumerate(chosen):
+        if not is_integer(a) or not 0 <= a < experts:
+            raise GraphError(f"pack_choice: choice {j} is {a!r}, expected an expert index in "
+                             f"0..{experts - 1}")
     return sum(int(a) * experts ** j for j, a in enumerate(chosen))
 
 

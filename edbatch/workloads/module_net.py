@@ -42,7 +42,7 @@ from typing import Any
 from edbatch.data.clevr_programs import Metadata, Question, load_metadata, module_type
 from edbatch.data.clevr_scenes import ATTRIBUTES, Properties, Scene, load_properties
 from edbatch.data.clevr_templates import load_clevr
-from edbatch.errors import GraphError
+from edbatch.errors import GraphError, is_integer
 from edbatch.graph import GraphBuilder, OpType
 from edbatch.workloads._seq import check_positive
 from edbatch.workloads.base import Workload
@@ -74,8 +74,8 @@ def pack_object(indices: Sequence[int], x: float, y: float) -> int:
     xq, yq = round(x * 100) + XY_OFFSET, round(y * 100) + XY_OFFSET
     for value, size in zip((*indices, xq, yq), (*VOCAB_SIZES, XY_RADIX, XY_RADIX),
                            strict=True):
-        if not 0 <= value < size:
-            raise GraphError(f"object field value {value} outside 0..{size - 1} (attribute "
+        if not is_integer(value) or not 0 <= value < size:
+            raise GraphError(f"object field value {value!r} outside 0..{size - 1} (attribute "
                              f"indices {list(indices)}, x={x}, y={y}); coordinates must lie "
                              f"in [-3, 3]")
         code += value * radix

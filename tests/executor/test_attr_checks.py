@@ -247,3 +247,17 @@ def test_the_ggnn_packers_refuse_what_their_bits_cannot_hold() -> None:
                             ([0.5, *low[1:]], "feature 0 is 0.5")):
         with pytest.raises(GraphError, match=re.escape(match)):
             pack_atom(features)
+
+
+def test_the_moe_and_clevr_packers_refuse_values_outside_their_digits() -> None:
+    from edbatch.workloads.moe import pack_choice
+    from edbatch.workloads.module_net import pack_object
+
+    assert pack_choice([1, 3], 4) == 13
+    for chosen, bad in (([4, 0], "choice 0 is 4"), ([0, -1], "choice 1 is -1"),
+                        ([1.5], "choice 0 is 1.5")):
+        with pytest.raises(GraphError, match=re.escape(bad) + r", expected an expert index in "
+                                                              r"0\.\.3"):
+            pack_choice(chosen, 4)
+    with pytest.raises(GraphError, match=r"object field value 1\.5 outside 0\.\.1"):
+        pack_object([1.5, 0, 0, 0], 0.0, 0.0)
