@@ -250,8 +250,8 @@ def test_the_ggnn_packers_refuse_what_their_bits_cannot_hold() -> None:
 
 
 def test_the_moe_and_clevr_packers_refuse_values_outside_their_digits() -> None:
-    from edbatch.workloads.moe import pack_choice
     from edbatch.workloads.module_net import pack_object
+    from edbatch.workloads.moe import pack_choice
 
     assert pack_choice([1, 3], 4) == 13
     for chosen, bad in (([4, 0], "choice 0 is 4"), ([0, -1], "choice 1 is -1"),
