@@ -352,13 +352,13 @@ def _run_programs(batch: Any, programs: Sequence[Program], make: Scheduler,
     if rec.ops:
         raise GraphError("run_programs: the mini-batch already has recorded nodes; run() or "
                          "discard() them first (the programs record the whole mini-batch)")
+    bad = next((p for p in programs if not hasattr(p, "send")), None)
+    if bad is not None:  # (was a raw AttributeError, after instance ids were taken)
+        raise GraphError(f"run_programs takes generators (call the program: program(batch, "
+                         f"x)), got {type(bad).__name__}")
     runner = _Runner(batch, make, strategy, grad, len(programs))
     returns: list[Any] = [None] * len(programs)
     ids = [batch.next_instance() for _ in programs]
-    if not all(hasattr(p, "send") for p in programs):  # (was a raw AttributeError)
-        bad = next(p for p in programs if not hasattr(p, "send"))
-        raise GraphError(f"run_programs takes generators (call the program: program(batch, "
-                         f"x)), got {type(bad).__name__}")
     sends, live = [p.send for p in programs], list(range(len(programs)))
     sent: Sequence[Any] = [None] * len(programs)  # (what each live program is sent next)
     syncs, clock, marks = 0, time.perf_counter, rec.marks

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
-from edbatch.executor._attr_checks import out_of_range
+from edbatch.executor._attr_checks import check_range
 from edbatch.executor._fused import _jit
 
 __all__ = ["check_codes", "check_counts"]
@@ -68,8 +68,8 @@ def check_counts(attrs: Any, rows: int, count_bits: int = 0) -> None:
 
 
 def check_codes(codes: Tensor, mixed: tuple[Tensor, Tensor, Tensor]) -> None:
-    """``ValueError`` naming the first of ``codes`` (CPU) outside ``0 .. prod(size) - 1``, the
+    """``ValueError`` naming the first of ``codes`` outside ``0 .. prod(size) - 1``, the
     atoms :func:`~edbatch.workloads.ggnn_molecules.pack_atom` can pack (larger codes would
-    wrap around into other atoms' rows)."""
-    out_of_range(codes, int(mixed[1][-1] * mixed[2][-1]), "atom code", "the codes pack_atom "
-                 "makes", "make it with edbatch.workloads.ggnn_molecules.pack_atom(features)")
+    wrap around into other atoms' rows); CPU only, as :func:`check_range`."""
+    check_range(codes, int(mixed[1][-1] * mixed[2][-1]), "atom code", "the codes pack_atom "
+                "makes", "make it with edbatch.workloads.ggnn_molecules.pack_atom(features)")

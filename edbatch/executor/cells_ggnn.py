@@ -128,8 +128,7 @@ class GGNNEmbed(CellKind):
             out = p.E.new_empty(attrs.shape[0], p.E.shape[1]) if out is None else out
             embed_forward(attrs, _mixed(attrs.device), p.E, out)
             return out
-        if attrs.device.type == "cpu":  # (elsewhere unchecked: no host sync)
-            check_codes(attrs, _mixed(attrs.device))
+        check_codes(attrs, _mixed(attrs.device))  # (CPU only: no host sync elsewhere)
         rows = F.embedding(_embed_rows(attrs), p.E)  # [6, B, H]
         if out is None:
             return rows.sum(0)

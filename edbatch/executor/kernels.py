@@ -48,10 +48,9 @@ from edbatch.executor.param_grads import ParamGrads
 from edbatch.graph import OpType
 from edbatch.registry import Registry
 
-__all__ = ["FAST_TANH_MIN", "KERNELS", "Backward", "Kernel", "ParamGrads",
-           "fast_tanh", "kernel_for", "new_zeros",
-           "op_params", "parse_slice", "pick_nll", "pick_nll_backward", "slot_nodes",
-           "stacked_sum", "untracked", "with_backward", "writes_out"]
+__all__ = ["FAST_TANH_MIN", "KERNELS", "Backward", "Kernel", "ParamGrads", "fast_tanh",
+           "kernel_for", "new_zeros", "op_params", "parse_slice", "pick_nll", "pick_nll_backward",
+           "slot_nodes", "stacked_sum", "untracked", "with_backward", "writes_out"]
 
 #: ``kernel(op, inputs, params, attrs) -> [B, prod(op.out_shape)]``.
 Kernel = Callable[[OpType, Sequence[Tensor], Mapping[str, Tensor], Tensor], Tensor]
