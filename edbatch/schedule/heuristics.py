@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from edbatch.errors import ScheduleError
+from edbatch.errors import ScheduleError, is_integer
 from edbatch.graph.ir import Graph
 from edbatch.schedule.bounds import height_list
 from edbatch.schedule.frontier import FrontierView
@@ -222,8 +222,7 @@ class RandomPolicy:
     """Uniformly random ready type, from a seeded ``numpy`` generator."""
 
     def __init__(self, seed: int | np.random.Generator = 0) -> None:
-        if not isinstance(seed, np.random.Generator) and (
-                isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        if not isinstance(seed, np.random.Generator) and (not is_integer(seed) or seed < 0):
             raise ScheduleError(f"RandomPolicy: seed must be an int >= 0 or a numpy Generator, "
                                 f"got {seed!r}")  # (numpy's bare 'expected non-negative integer')
         self.rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
