@@ -129,9 +129,10 @@ def _mutate(cur, cand, kind, i, j, t):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def search_sequence(seq, op, uptr, uids, arity, batchable, height, k, types, iterations,  # type: ignore[no-untyped-def]
-                    window, temperature, seed):
+                    window, temperature, seed, floor):
     """The best sequence found from ``seq``: ``(batches, sequence, accepted mutants)``;
-    ``types``: the batchable op ids an insertion draws from."""
+    ``types``: the batchable op ids an insertion draws from; the search stops once a
+    sequence needs ``floor`` batches (a lower bound: nothing beats it)."""
     out = np.empty(len(op) + 1, np.int64)
     cand = np.empty(len(op) + 2, np.int64)
     b, length = replay_count(seq, op, uptr, uids, arity, batchable, height, k, out)
@@ -139,7 +140,7 @@ def search_sequence(seq, op, uptr, uids, arity, batchable, height, k, types, ite
     best, cur_b, best_seq, accepted = b, b, cur.copy(), 0
     state = seed % (_MOD - 1) + 1
     for it in range(iterations):
-        if len(cur) == 0:
+        if len(cur) == 0 or best <= floor:
             break
         state = state * 48271 % _MOD
         kind = state % 3

@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from edbatch.errors import ScheduleError
 from edbatch.graph.ir import Graph
-from edbatch.schedule.bounds import height_list, heights
+from edbatch.schedule.bounds import height_list, heights, lower_bound
 from edbatch.schedule.frontier import Frontier
 from edbatch.schedule.policy import drive
 from edbatch.schedule.schedule import Schedule
@@ -92,14 +92,15 @@ def replay_count_python(graph: Graph, seq: Sequence[int]) -> tuple[int, list[int
 
 
 def search_sequence_python(graph: Graph, seq: Sequence[int], iterations: int, window: int,
-                           temperature: float, seed: int) -> tuple[int, list[int], int]:
+                           temperature: float, seed: int, floor: int = -1
+                           ) -> tuple[int, list[int], int]:
     """Python twin of :func:`edbatch.schedule._compiled_search.search_sequence`."""
     types = [t for t in range(len(graph.vocab)) if graph.vocab.batchable[t]]
     b, cur = replay_count_python(graph, seq)
     best, cur_b, best_seq, accepted = b, b, list(cur), 0
     state = seed % (_MOD - 1) + 1
     for it in range(iterations):
-        if not cur:
+        if not cur or best <= floor:
             break
         draws = []
         for _ in range(4):
@@ -169,10 +170,13 @@ def improve_schedule(graph: Graph, schedule: Schedule, *, iterations: int = DEFA
     name = name or schedule.scheduler
     if graph.num_nodes == 0 or not graph.vocab.batchable.any():
         return schedule
+    floor = lower_bound(graph)
+    if schedule.num_batches <= floor:  # (nothing can beat it: no mutant replayed)
+        return schedule
     types = np.flatnonzero(graph.vocab.batchable).astype(np.int64)
     best, seq, _ = search_sequence(  # type: ignore[call-arg]
         decisions(schedule), *_arrays(graph), types, iterations, window, float(temperature),
-        seed)
+        seed, floor)
     if best >= schedule.num_batches:
         return schedule
     result = replay_sequence(graph, seq.tolist(), name)

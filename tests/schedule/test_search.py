@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from edbatch.errors import ScheduleError
 from edbatch.graph import Graph
-from edbatch.schedule import make_scheduler
+from edbatch.schedule import lower_bound, make_scheduler
 from edbatch.schedule._compiled_search import replay_count, search_sequence
 from edbatch.schedule.path_bound import path_lower_bound
 from edbatch.schedule.search import (
@@ -24,7 +24,7 @@ from edbatch.schedule.search import (
     replay_sequence,
     search_sequence_python,
 )
-from edbatch.workloads.synthetic import random_lattices
+from edbatch.workloads.synthetic import chains, random_lattices
 from policies.fsm import FSMPolicy
 from tests.schedule.test_compiled import minibatch
 from tests.schedule.test_properties import graphs
@@ -50,17 +50,36 @@ def test_compiled_replay_equals_python_and_the_frontier(graph: Graph, raw: list[
 
 @settings(max_examples=40, deadline=None)
 @given(graphs(), st.integers(0, 2**31 - 3), st.sampled_from([0.0, 0.5, 2.0]),
-       st.sampled_from([1, 3]))
+       st.sampled_from([1, 3]), st.booleans())
 def test_compiled_search_equals_python_twin(graph: Graph, seed: int, temperature: float,
-                                            window: int) -> None:
+                                            window: int, floored: bool) -> None:
     if not graph.vocab.batchable.any():
         return
     seq = decisions(make_scheduler("critical_path")(graph))
     types = np.flatnonzero(graph.vocab.batchable).astype(np.int64)
+    floor = lower_bound(graph) if floored else -1  # (stops once a sequence meets it)
     b, best, accepted = search_sequence(seq, *_arrays(graph), types, 150, window,
-                                        temperature, seed)
+                                        temperature, seed, floor)
     assert (b, best.tolist(), accepted) == search_sequence_python(
-        graph, seq.tolist(), 150, window, temperature, seed)
+        graph, seq.tolist(), 150, window, temperature, seed, floor)
+    assert b >= lower_bound(graph)
+
+
+def test_a_schedule_at_the_lower_bound_is_returned_without_search(monkeypatch) -> None:
+    """(A 5,000-node chain of 5,000 op types, critical path at LB, ran the 200,000 mutants
+    for minutes: each replay of a mutant that skipped a type scanned every type per
+    decision.)"""
+    from edbatch.schedule import _compiled_search
+
+    g = chains(np.random.default_rng(0), 1, 400, 300)
+    sched = make_scheduler("critical_path")(g)
+    assert sched.num_batches == lower_bound(g)
+
+    def fail(*args: object) -> None:
+        raise AssertionError("searched a schedule that meets the lower bound")
+
+    monkeypatch.setattr(_compiled_search, "search_sequence", fail)
+    assert improve_schedule(g, sched) is sched
 
 
 @pytest.mark.parametrize("name", ["critical_path", "typewise_greedy", "dynet_agenda", "rollout"])
