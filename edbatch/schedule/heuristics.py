@@ -8,6 +8,8 @@ Ties are broken deterministically: by ascending op id unless the source says oth
 from __future__ import annotations
 
 import time
+import weakref
+from collections.abc import Callable
 
 import numpy as np
 
@@ -118,18 +120,27 @@ class CompleteLevelAgendaPolicy:
     def __init__(self) -> None:
         self._agenda = DynetAgendaPolicy()
         self._graph: Graph | None = None
+        self._frontier: Callable[[], object | None] = lambda: None
 
     def choose(self, view: FrontierView) -> int:
         """Pick among types whose ready nodes make up whole (depth, type) groups."""
         graph = view.graph
         if graph is not self._graph:
             self._agenda._prepare(graph)
-            # Unexecuted node count per (op, depth), flattened; the policy's own choices are
-            # executed by the caller, so it keeps this count itself.
             self._width = int(graph.depth.max()) + 1
-            key = graph.op_ids.astype(np.int64) * self._width + graph.depth
-            self._pairs = np.bincount(key, minlength=len(graph.vocab) * self._width)
+            self._key = graph.op_ids.astype(np.int64) * self._width + graph.depth
             self._graph = graph
+        frontier = view._frontier
+        if self._frontier() is not frontier:  # another run (or a copy): count it afresh
+            # Unexecuted node count per (op, depth), flattened, of the frontier it is given;
+            # the policy's own choices are executed by the caller, so it keeps this count
+            # itself. (Made once per policy, a second run on the same graph read the
+            # counts the first had used up: 436 then 698 batches on a lattice mini-batch.)
+            todo = np.asarray(frontier._pending) > 0
+            todo[frontier.all_ready()] = True
+            self._pairs = np.bincount(self._key[todo],
+                                      minlength=len(graph.vocab) * self._width)
+            self._frontier = weakref.ref(frontier)
         ready = view.ready_ops
         qualifying = []
         for a in ready:

@@ -69,8 +69,8 @@ HEURISTIC_ENTRIES: dict[str, tuple[Callable[[], Scheduler], str]] = {
 HEURISTICS = tuple(HEURISTIC_ENTRIES)
 
 #: Registry names that run on the compiled core unless the Python backend is chosen.
-COMPILED = ("dynet_agenda", "ed_batch_agenda", "max_frontier", "typewise_greedy",
-            "typewise_greedy_backward", "critical_path")
+COMPILED = ("dynet_agenda", "ed_batch_agenda", "dynet_level_agenda", "max_frontier",
+            "typewise_greedy", "typewise_greedy_backward", "critical_path")
 
 
 def make_heuristic(name: str, backend: str | None = None) -> Scheduler:

@@ -99,7 +99,7 @@ def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_python_only_schedulers_keep_python(two_trees: Graph) -> None:
-    for name in ("depth", "dynet_level_agenda", "random", "rollout"):
+    for name in ("depth", "random", "rollout"):
         assert not isinstance(make_scheduler(name), CompiledScheduler)
 
 
