@@ -141,12 +141,20 @@ class CompleteLevelAgendaPolicy:
             self._pairs = np.bincount(self._key[todo],
                                       minlength=len(graph.vocab) * self._width)
             self._frontier = weakref.ref(frontier)
+            # per type: whether it qualifies, for the ready count it had when checked (a
+            # type's ready nodes only grow until it runs, and its groups change only then)
+            self._qual = [False] * len(graph.vocab)
+            self._seen = [-1] * len(graph.vocab)
         ready = view.ready_ops
         qualifying = []
+        qual, seen = self._qual, self._seen
         for a in ready:
-            nodes = view.ready_nodes(a)
-            d, c = np.unique(graph.depth[nodes], return_counts=True)
-            if np.array_equal(self._pairs[a * self._width + d], c):
+            c_a = view.count(a)
+            if seen[a] != c_a:  # (checked again only when new nodes of a became ready)
+                nodes = view.ready_nodes(a)
+                d, c = np.unique(graph.depth[nodes], return_counts=True)
+                qual[a], seen[a] = bool(np.array_equal(self._pairs[a * self._width + d], c)), c_a
+            if qual[a]:
                 qualifying.append(a)
         best, best_avg = -1, np.inf
         for a in qualifying or ready:
@@ -155,6 +163,7 @@ class CompleteLevelAgendaPolicy:
                 best, best_avg = a, avg
         nodes = view.ready_nodes(best)
         np.subtract.at(self._pairs, best * self._width + graph.depth[nodes].astype(np.int64), 1)
+        seen[best] = -1  # (it runs now: its groups change)
         return best
 
 
