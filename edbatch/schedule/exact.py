@@ -23,13 +23,15 @@ Search:
 
 The budget counts the states generated (frontier copies: the work), and only the states on
 the current path keep a frontier (their open siblings are ``(f, ratio, action)`` tuples), so
-work and memory stay bounded on graphs of many op types. When the budget runs out the result
+work and memory stay bounded on graphs of many op types; an optional time limit bounds the
+wall time too (a state costs about ``n + ready x k`` steps). When either runs out the result
 is ``"gave_up"`` with the incumbent and the best proven bound: the smallest ``f`` over the
 open states (never below the root bound).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -53,7 +55,7 @@ class ExactResult:
 
     Attributes:
         status: ``"optimal"`` when ``num_batches`` is proven minimal, ``"gave_up"`` when the
-            node budget ran out first.
+            state budget or the time limit ran out first.
         num_batches: batches of the best schedule found (an upper bound on the optimum).
         lower_bound: best proven lower bound; equals ``num_batches`` when optimal.
         schedule: the best schedule found (scheduler name ``"exact"``).
@@ -142,9 +144,9 @@ class _Search:
     open child kept its own frontier copy and executed set before: on a 3,000-node graph of
     300 op types that held 6.5 GB within 150 s.)"""
 
-    def __init__(self, graph: Graph, node_budget: int) -> None:
+    def __init__(self, graph: Graph, node_budget: int, deadline: float = math.inf) -> None:
         self.graph = graph
-        self.budget = node_budget
+        self.budget, self.deadline = node_budget, deadline
         self.down = type_chain_lengths(graph)
         self.batchable = graph.vocab.batchable
         self.solo_types = ~self.batchable
@@ -237,7 +239,7 @@ class _Search:
             if open_[-1][0] >= self.best_cost:
                 open_.pop()
                 continue
-            if self.generated >= self.budget:
+            if self.generated >= self.budget or time.perf_counter() > self.deadline:
                 open_f = min((c[0] for _, level in stack for c in level
                               if c[0] < self.best_cost), default=int(self.best_cost))
                 return max(root_lb, min(int(self.best_cost), open_f))
@@ -272,7 +274,8 @@ def _heuristic_incumbents(graph: Graph) -> list[Schedule]:
 
 
 def exact_schedule(graph: Graph, *, node_budget: int = 200_000,
-                   initial: Schedule | None = None) -> ExactResult:
+                   initial: Schedule | None = None, time_limit: float | None = None
+                   ) -> ExactResult:
     """The minimum number of batches of ``graph`` under the batching MDP.
 
     Args:
@@ -281,6 +284,9 @@ def exact_schedule(graph: Graph, *, node_budget: int = 200_000,
             with ``k`` ready op types generates ``k``) before giving up.
         initial: a valid schedule to start from (e.g. a learned policy's); the best
             heuristic schedule is used as well.
+        time_limit: seconds of search before giving up as on a spent budget (``None``: none;
+            a state costs about ``n + ready x k`` steps, so on graphs of thousands of nodes and
+            op types the budget alone can take many minutes).
 
     Returns:
         An :class:`ExactResult`; with ``status == "gave_up"`` its ``lower_bound`` is the best
@@ -309,7 +315,8 @@ def exact_schedule(graph: Graph, *, node_budget: int = 200_000,
         seconds = time.perf_counter() - t0
         done = Schedule(first.batches, "exact", seconds=seconds)
         return ExactResult("optimal", lb, lb, done, 0, seconds)
-    search = _Search(graph, node_budget)
+    search = _Search(graph, node_budget,
+                     math.inf if time_limit is None else time.perf_counter() + time_limit)
     root, root_lb = search.root()
     for sched in sorted(candidates, key=lambda s: s.num_batches):
         batches = _replay(graph, sched)
@@ -331,6 +338,7 @@ class ExactScheduler:
     Args:
         node_budget: search states generated per graph before settling for the best
             schedule found (see :func:`exact_schedule`).
+        time_limit: seconds of search per graph before settling likewise (``None``: none).
 
     Attributes:
         last_result: the :class:`ExactResult` of the most recent call (``None`` before).
@@ -338,16 +346,23 @@ class ExactScheduler:
 
     name = "exact"
 
-    def __init__(self, node_budget: int = 200_000) -> None:
+    def __init__(self, node_budget: int = 200_000, time_limit: float | None = 60.0) -> None:
         if isinstance(node_budget, bool) or not isinstance(node_budget, int) or node_budget < 0:
             raise ScheduleError(f"ExactScheduler: node_budget must be an int >= 0 (search "
                                 f"states per graph), got {node_budget!r}")  # (was a raw
-        self.node_budget = node_budget  # TypeError at the first graph, or ran on at -1)
+        # TypeError at the first graph, or ran on at -1)
+        if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(
+                time_limit, (int, float)) or not time_limit > 0):
+            raise ScheduleError(f"ExactScheduler: time_limit must be a number of seconds > 0 "
+                                f"or None, got {time_limit!r}")
+        self.node_budget, self.time_limit = node_budget, time_limit
         self.last_result: ExactResult | None = None
 
     def __call__(self, graph: Graph) -> Schedule:
-        self.last_result = exact_schedule(graph, node_budget=self.node_budget)
+        self.last_result = exact_schedule(graph, node_budget=self.node_budget,
+                                          time_limit=self.time_limit)
         return self.last_result.schedule
 
     def __repr__(self) -> str:
-        return f"ExactScheduler(node_budget={self.node_budget})"
+        return f"ExactScheduler(node_budget={self.node_budget}, time_limit={self.time_limit})"
+

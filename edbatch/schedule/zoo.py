@@ -26,10 +26,11 @@ from edbatch.schedule.search import DEFAULT_ITERATIONS, SearchScheduler
 __all__ = ["COMPILED", "SCHEDULERS", "HEURISTICS", "NamedScheduler", "make_scheduler"]
 
 
-def _exact(node_budget: int = 200_000) -> Scheduler:
+def _exact(node_budget: int = 200_000, time_limit: float | None = 60.0) -> Scheduler:
     from edbatch.schedule.exact import ExactScheduler
 
-    return ExactScheduler(node_budget=node_budget)  # type: ignore[no-any-return]
+    return ExactScheduler(node_budget=node_budget,  # type: ignore[no-any-return]
+                          time_limit=time_limit)
 
 
 #: name -> (factory, one-line source note). Factories take keyword options only.

@@ -171,6 +171,23 @@ def test_exact_scheduler_and_registry() -> None:
     assert make_scheduler("exact")(g).num_batches == 6
 
 
+def test_time_limit_gives_up_with_sound_bounds() -> None:
+    """(The budget alone ran past 300 s on a 20,000-node graph of 2,000 op types.)"""
+    g = chains(np.random.default_rng(0), 12, 20, 4)
+    assert not exact_schedule(g, node_budget=50).optimal  # (a graph that needs the search)
+    result = exact_schedule(g, time_limit=1e-9)
+    _check(g, result)
+    assert result.status == "gave_up" and result.generated < 50
+    assert lower_bound(g) <= result.lower_bound < result.num_batches <= best_heuristic(g)
+    assert ExactScheduler().time_limit == 60.0 and ExactScheduler(time_limit=None)
+
+
+@pytest.mark.parametrize("limit", [0, -1.0, "60", True, float("nan")])
+def test_exact_scheduler_time_limit_is_checked_when_made(limit: object) -> None:
+    with pytest.raises(ScheduleError, match="time_limit must be a number of seconds > 0"):
+        ExactScheduler(time_limit=limit)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("budget", [-1, "abc", 2.5, True])
 def test_exact_scheduler_node_budget_is_checked_when_made(budget: object) -> None:
     """(``"abc"`` was a raw ``TypeError`` at the first graph's search.)"""
