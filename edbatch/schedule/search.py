@@ -9,7 +9,8 @@ or, simulated annealing, a worse one with probability ``exp(-(worse by) / T)``. 
 per replay of an 8,000-node lattice graph on the compiled core
 (:mod:`edbatch.schedule._compiled_search`); :func:`search_sequence_python` and
 :func:`replay_count_python` are its Python twins, the oracle in tests. The result never has
-more batches than the schedule it starts from.
+more batches than the schedule it starts from; a schedule at the lower bound is returned
+unsearched, and the search stops once a mutant meets it.
 
     >>> from edbatch.schedule import make_scheduler
     >>> from edbatch.schedule.search import improve_schedule
