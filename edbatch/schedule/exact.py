@@ -215,12 +215,13 @@ class _Search:
         kids.sort(key=lambda c: (-c[0], c[1]))  # popped from the end: best last
         return kids
 
-    def run(self, root: _Node, root_f: int, root_lb: int) -> int:
-        """Search until proven optimal or out of budget; return the proven lower bound."""
-        if root_f >= self.best_cost:
+    def run(self, root: _Node, root_lb: int) -> int:
+        """Search from ``root`` (its ``f`` is ``root_lb``) until proven optimal or out of
+        budget; return the proven lower bound."""
+        if root_lb >= self.best_cost:
             return int(self.best_cost)
         if self.budget <= 0:  # no search: the root's bound
-            return max(root_lb, min(int(self.best_cost), root_f))
+            return root_lb
         stack: list[tuple[_Node, list[_Open]]] = []
         node: _Node | None = root
         while True:
@@ -323,7 +324,7 @@ def exact_schedule(graph: Graph, *, node_budget: int = 200_000,
         search.offer(len(batches), batches)
     if root.frontier.done:
         search.offer(root.g, list(root.step))
-    proven = root_lb if search.best_cost <= root_lb else search.run(root, root_lb, root_lb)
+    proven = root_lb if search.best_cost <= root_lb else search.run(root, root_lb)
     best = int(search.best_cost)
     status: Literal["optimal", "gave_up"] = "optimal" if proven >= best else "gave_up"
     seconds = time.perf_counter() - t0
