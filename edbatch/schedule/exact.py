@@ -217,9 +217,8 @@ class _Search:
 
     def run(self, root: _Node, root_lb: int) -> int:
         """Search from ``root`` (its ``f`` is ``root_lb``) until proven optimal or out of
-        budget; return the proven lower bound."""
-        if root_lb >= self.best_cost:
-            return int(self.best_cost)
+        budget; return the proven lower bound (called only when the incumbent does not
+        meet ``root_lb``)."""
         if self.budget <= 0:  # no search: the root's bound
             return root_lb
         stack: list[tuple[_Node, list[_Open]]] = []
@@ -322,8 +321,7 @@ def exact_schedule(graph: Graph, *, node_budget: int = 200_000,
     for sched in sorted(candidates, key=lambda s: s.num_batches):
         batches = _replay(graph, sched)
         search.offer(len(batches), batches)
-    if root.frontier.done:
-        search.offer(root.g, list(root.step))
+    # (a root with every node run, all unbatchable, has its heuristics at LB: returned above)
     proven = root_lb if search.best_cost <= root_lb else search.run(root, root_lb)
     best = int(search.best_cost)
     status: Literal["optimal", "gave_up"] = "optimal" if proven >= best else "gave_up"

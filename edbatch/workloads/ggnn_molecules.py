@@ -114,11 +114,11 @@ def pack_atom(features: Sequence[int]) -> int:
         raise GraphError(f"pack_atom: {len(features)} features, expected "
                          f"{len(FEATURE_RANGES)} (ATOM_FEATURES order)")
     code, radix = 0, 1
-    for f, (value, (lo, hi)) in enumerate(zip(features, FEATURE_RANGES, strict=True)):
+    for f, (value, (lo, hi), size) in enumerate(zip(features, FEATURE_RANGES, _SIZES,
+                                                     strict=True)):
         if not is_integer(value) or not lo <= value <= hi:
             raise GraphError(f"pack_atom: feature {f} is {value!r}, expected an integer in "
                              f"{lo}..{hi} (FEATURE_RANGES)")
-    for value, (lo, _), size in zip(features, FEATURE_RANGES, _SIZES, strict=True):
         code += (int(value) - lo) * radix
         radix *= size
     return code
