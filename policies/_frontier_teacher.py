@@ -31,7 +31,7 @@ def _q_run(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_
     decisions before it as given) and completes with ``rule``; -1 where ``a`` is not ready."""
     n, k = len(op), len(batchable)
     g, real, track = _start(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
-                            tw_ids, mean, cplx)
+                            tw_ids, mean, cplx, np.zeros((0, n), np.int64))
     work = _new_state(op, arity, batchable, k, tw_pred, track)
     key = np.empty(4 * k + 8, np.int64)
     buf = np.empty(n, np.int64)

@@ -11,8 +11,10 @@ shorter completion replaces the kept plan; the plan's next decision is taken.
 A frontier state is the tuple ``(ready, rlen, maxh, forced, pending, tw, tw_pending, rem,
 remd, sc)`` with ``sc = [forced stack length, executed nodes]``; the graph's static arrays
 travel as ``g = (op, depth, uptr, uids, batchable, height, tw_ptr, tw_ids, start, mean,
-cplx)``. Base policies are rows ``(rule, encoding)`` with their FSM tables concatenated
-(``tab_ptr`` delimits each base's slice of ``tab_hash`` / ``tab_act``).
+cplx, ranks)``. Base policies are rows ``(rule, encoding)`` with their FSM tables concatenated
+(``tab_ptr`` delimits each base's slice of ``tab_hash`` / ``tab_act``). A rule
+``REPLAY_RULE + r`` is the replay rule (:mod:`edbatch.schedule._compiled_replay`) on the
+node ranks ``ranks[r]`` (one row per replayed heuristic; ``(0, N)`` when none).
 
 ``level=2`` nests the search (Bertsekas' rollout of a rollout): each candidate is completed
 by a level-1 rollout over the bases (itself fortified, with ``inner_budget`` batches of
@@ -26,10 +28,22 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from edbatch.schedule._compiled import _decide, _retire, _typewise_freed, _typewise_start
+from edbatch.schedule._compiled import (
+    ENC_NONE,
+    _decide,
+    _encode,
+    _lookup,
+    _retire,
+    _typewise_freed,
+    _typewise_start,
+)
 from edbatch.schedule._compiled import _release as _release_node
+from edbatch.schedule._compiled_replay import replay_choice
 
-__all__ = ["run_rollout"]
+__all__ = ["REPLAY_RULE", "run_rollout"]
+
+#: Rule ids from here on are the replay rule on row ``rule - REPLAY_RULE`` of ``ranks``.
+REPLAY_RULE = 1000
 
 _INF = 1 << 62
 # Constant int arguments of jitted callees are written np.int64(...): a bare 0 or -1 is typed
@@ -108,6 +122,13 @@ def _pop_forced(st, out, g):  # type: ignore[no-untyped-def]
 @njit(cache=True)
 def _base_decide(st, g, rule, enc, th, ta, key):  # type: ignore[no-untyped-def]
     k = len(g[4])
+    if rule >= REPLAY_RULE:  # the FSM table first (as _decide), then the replay rule
+        if enc != ENC_NONE:
+            m = _encode(enc, k, st[1], st[5], st[2], st[7], st[8], g[4], key)
+            a = _lookup(th, ta, key, m, k, st[1], g[4])
+            if a >= 0:
+                return a
+        return replay_choice(k, st[1], g[4], st[0], g[8], g[11][rule - REPLAY_RULE])
     a, _ = _decide(rule, enc, th, ta, key, k, st[1], st[5], st[2], st[7], st[8], g[4], g[9],
                    g[10])
     return a
@@ -224,7 +245,7 @@ def _complete2(start, prefix, first, g, bases, tabs, ws, ws2, ss, best, inner_bu
 
 @njit(cache=True)
 def _start(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids, mean,
-           cplx):  # type: ignore[no-untyped-def]
+           cplx, ranks):  # type: ignore[no-untyped-def]
     """A rollout's start: the graph tuple ``g`` (with the per-type node offsets), the real
     state with every operand-free node released, and whether type-wise counts are tracked."""
     n, k = len(op), len(batchable)
@@ -233,7 +254,7 @@ def _start(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_
         start[op[v] + 1] += 1
     for a in range(k):
         start[a + 1] += start[a]
-    g = (op, depth, uptr, uids, batchable, height, tw_ptr, tw_ids, start, mean, cplx)
+    g = (op, depth, uptr, uids, batchable, height, tw_ptr, tw_ids, start, mean, cplx, ranks)
     track = len(tw_ptr) > 0
     real = _new_state(op, arity, batchable, k, tw_pred, track)
     for v in range(n):
@@ -247,14 +268,15 @@ def _start(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_
 @njit(cache=True)
 def run_rollout(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, tw_ids,
                 mean, cplx, rules, encs, tab_ptr, tab_hash, tab_act, budget, floor, retry,
-                level, inner_budget, plan_budget):  # type: ignore[no-untyped-def]
+                level, inner_budget, plan_budget, ranks):  # type: ignore[no-untyped-def]
     """Fortified rollout over the bases ``(rules[i], encs[i], table slice i)``.
 
     Args: the graph arrays as :func:`~edbatch.schedule._compiled.run_schedule`; ``budget``:
     most batches popped inside rollouts; ``floor``: the lower bound (the search stops once
     the plan meets it); ``retry``: ``retry_planned``; ``level``: 1 (Bertsekas' rollout) or 2
     (each candidate completed by a level-1 rollout with ``inner_budget``; the first plan
-    by one with ``plan_budget``, so level 2 is never worse than that level-1 rollout).
+    by one with ``plan_budget``, so level 2 is never worse than that level-1 rollout);
+    ``ranks``: ``int64[R, N]``, the node ranks of the replay rules ``REPLAY_RULE + r``.
 
     Returns:
         ``(batch_op, batch_forced, batch_ptr, nodes, spent)`` (``spent``: batches popped
@@ -262,7 +284,7 @@ def run_rollout(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr
     """
     n, k = len(op), len(batchable)
     g, real, track = _start(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr,
-                            tw_ids, mean, cplx)
+                            tw_ids, mean, cplx, ranks)
     ws = (_new_state(op, arity, batchable, k, tw_pred, track), np.empty(4 * k + 8, np.int64),
           np.empty(n, np.int64), np.empty(n + 1, np.int64))
     ws2 = (_new_state(op, arity, batchable, k, tw_pred, track),

@@ -19,6 +19,7 @@ from edbatch.schedule import (
 )
 from edbatch.schedule import rollout as rollout_module
 from edbatch.schedule.compiled_rollout import compiled_bases, compiled_rollout
+from edbatch.schedule.replay import ReplayPolicy
 from edbatch.workloads import REAL_CASES
 from policies.fsm import FSMPolicy
 from tests.schedule.test_compiled import assert_same, minibatch
@@ -74,6 +75,35 @@ def test_compiled_rollout_over_an_fsm_equals_python(graph: Graph, encoding: str,
         both(graph, [fsm.fork], budget=500)
     empty = FSMPolicy({}, encoding, graph.vocab.names, fallback)
     both(graph, [empty.fork], budget=500)
+
+
+@settings(max_examples=25, deadline=None)
+@given(graphs(), st.sampled_from(["sorted", "hints", "complete"]),
+       st.sampled_from(["typewise_greedy_backward", "dynet_level_agenda", "depth"]),
+       st.booleans())
+def test_compiled_rollout_over_replay_fallbacks_equals_python(graph: Graph, encoding: str,
+                                                              heuristic: str, retry: bool
+                                                              ) -> None:
+    """FSMs whose fallback is ``replay:<heuristic>`` (what ``fallback: auto`` picks when a
+    whole-graph heuristic is best) and the replay rule alone run on the core too (the Python
+    search took ~90 s per 1,000-node, 100-type graph), with the same schedules."""
+    fallback = "replay:" + heuristic
+    table = table_for(graph, encoding)
+    bases = [FSMPolicy(table, encoding, graph.vocab.names, fallback).fork,
+             lambda: ReplayPolicy("typewise_greedy_backward")]
+    if table:
+        both(graph, bases, budget=300, retry_planned=retry)
+    both(graph, [FSMPolicy({}, encoding, graph.vocab.names, fallback).fork, CriticalPathPolicy],
+         budget=300)
+
+
+def test_replay_fallback_rollout_runs_compiled_on_a_real_minibatch() -> None:
+    graph = minibatch("lattice_lstm", "cell", 4)
+    fallback = "replay:typewise_greedy_backward"
+    fsm = FSMPolicy(table_for(graph, "hints"), "hints", graph.vocab.names, fallback)
+    (core,) = compiled_bases([fsm.fork])  # type: ignore[misc]
+    assert core[:2] == (fallback, "hints") and core[2] is not None and core[2].size
+    both(graph, [fsm.fork], budget=2_000)
 
 
 @settings(max_examples=25, deadline=None)
