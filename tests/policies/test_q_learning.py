@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from edbatch.schedule import lower_bound
 from edbatch.workloads.dumps import DumpWorkload
 from edbatch.workloads.synthetic import random_lattices
 from policies import QLearningConfig, evaluate_policy, train_q_table
+from policies._q_checkpoint import load_checkpoint, pack_table, save_checkpoint, unpack_table
 from policies.q_learning import _update
 
 
@@ -73,6 +75,28 @@ def test_killed_run_resumes_from_checkpoint_and_ends_identical(tmp_path: Path) -
     ckpt.write_text("{broken")
     with pytest.raises(PolicyFileError, match="corrupt checkpoint"):
         train_q_table(graphs, cfg, checkpoint=ckpt)
+
+
+def test_checkpoint_tables_are_packed_flat_and_damage_is_a_policy_file_error(tmp_path: Path
+                                                                           ) -> None:
+    """Tables travel as flat base64 arrays (a nested-list table cost ~25 KB of peak memory
+    per state to write); every key, action and value comes back exactly, the empty table
+    too, and a damaged or old-format table names the file and the fix."""
+    q = {(3, 1, 4): {1: 0.5, 4: -1.25e-7}, (): {0: 2.0}, (2,) * 40: {}, (7, 8): {8: -3.0}}
+    assert unpack_table(json.loads(json.dumps(pack_table(q)))) == q
+    assert unpack_table(pack_table({})) == {}
+    cfg = QLearningConfig(max_episodes=1, seed=1)
+    rng = np.random.default_rng(0)
+    ckpt = tmp_path / "ckpt.json"
+    save_checkpoint(ckpt, cfg, q, {}, 1.5, 3, 0.2, 1.0, rng)
+    got = load_checkpoint(ckpt, cfg, np.random.default_rng(9))
+    assert got[:2] == (q, {}) and got[2:5] == (1.5, 3, 0.2)
+    data = json.loads(ckpt.read_text())
+    for damage in ({**data["q"], "values": data["q"]["values"][:-4]},  # one value short
+                   {**data["q"], "keys": "not base64!"}, [[[1, 2], [[1, 0.5]]]]):
+        ckpt.write_text(json.dumps({**data, "q": damage}))
+        with pytest.raises(PolicyFileError, match="corrupt checkpoint.*delete it"):
+            load_checkpoint(ckpt, cfg, rng)
 
 
 def test_policy_beats_or_matches_heuristic_fallback_on_train() -> None:
