@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from edbatch.errors import PolicyFileError
+from edbatch.errors import GraphError, PolicyFileError
 from edbatch.graph import Graph
 from edbatch.schedule import FrontierView, Schedule
 from edbatch.schedule._compiled_afterstate import (
     AFTER_FEATURES,
     BASE_AFTER,
+    MAX_TWO_STEP_TYPES,
     run_afterstate,
     run_afterstate_counts,
 )
@@ -49,8 +50,12 @@ from policies.priority import (
 )
 
 __all__ = ["AFTER_FEATURES", "EXTRA_FEATURES", "FORMAT", "VERSION", "AfterstatePolicy",
-           "AfterstateTwin", "after_mask", "afterstate_inputs", "afterstate_start",
+           "AfterstateTwin", "MAX_TYPES", "after_mask", "afterstate_inputs", "afterstate_start",
            "population_afterstate"]
+
+#: Most op types (the graph's vocabulary) the afterstate loop takes: its release counts are
+#: ``k^3`` (400 types: 0.5 GB per run; the two-step columns stop at ``MAX_TWO_STEP_TYPES``).
+MAX_TYPES = 400
 
 FORMAT = "edbatch.afterstate"
 VERSION = 1
@@ -76,7 +81,18 @@ def afterstate_start() -> NDArray[np.float64]:
 
 
 def afterstate_inputs(graph: Graph) -> tuple:  # type: ignore[type-arg]
-    """:func:`~policies.priority.graph_inputs` plus the type chain lengths ``down``."""
+    """:func:`~policies.priority.graph_inputs` plus the type chain lengths ``down``.
+
+    Raises:
+        GraphError: the vocabulary has more than :data:`MAX_TYPES` op types.
+    """
+    k = len(graph.vocab)
+    if k > MAX_TYPES:
+        raise GraphError(
+            f"the afterstate policy keeps k^3 release counts per run: {k} op types need "
+            f"{8 * k ** 3 / 2 ** 30:.1f} GiB; it runs on vocabularies of at most {MAX_TYPES} "
+            f"op types. Fix: use the priority policy (trainer=priority), which has no such "
+            f"limit")
     down = np.ascontiguousarray(type_chain_lengths(graph), dtype=np.int64)
     return (*graph_inputs(graph), down)
 
@@ -281,5 +297,7 @@ def _extra_cols(a: int, d: dict[int, list[int]], rel: dict, dn: dict[int, list[i
         nt2 = sum(1 for t in d2 if d2[t][t] > _other(t, t, d2))
         miss = min(miss, (0 if tb else 1) + (1 if (d2 and nt2 == 0) else 0))
         best_nt = max(best_nt, nt2)
+    if k > MAX_TWO_STEP_TYPES:  # (not computed: see MAX_TWO_STEP_TYPES)
+        miss, best_nt = 0, 0
     return [owns / 4.0, (miss if dn else 0) / 2.0, best_nt / 4.0,
             min(margin, 8) / 8.0 if margin > 0 else 0.0, wait]

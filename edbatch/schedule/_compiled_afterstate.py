@@ -70,13 +70,17 @@ from edbatch.schedule._compiled_priority_ctx import context_rows
 from edbatch.schedule._compiled_release import release_state, retire_step
 from edbatch.schedule._compiled_sort import sort_nodes
 
-__all__ = ["AFTER_FEATURES", "BASE_AFTER", "NUM_AFTER", "afterstate_rows", "afterstate_trace",
-           "run_afterstate", "run_afterstate_counts", "run_afterstate_tree",
+__all__ = ["AFTER_FEATURES", "BASE_AFTER", "MAX_TWO_STEP_TYPES", "NUM_AFTER", "afterstate_rows",
+           "afterstate_trace", "run_afterstate", "run_afterstate_counts", "run_afterstate_tree",
            "tree_score"]
 
 #: The one-step columns; :data:`~edbatch.schedule._compiled_afterstate_x.EXTRA_FEATURES`
 #: (two-step, margins) follow, computed only where their weights are not 0.
 BASE_AFTER = 6
+#: Graphs of more op types (the vocabulary's) get 0 in the two-step columns ``miss2`` and
+#: ``n_tight2``: their pair releases take ``k^4`` counts (64 types: 134 MB, 101: 0.8 GB, 251:
+#: 32 GB). The Python twin does the same.
+MAX_TWO_STEP_TYPES = 64
 AFTER_FEATURES = ("tight", "lag", "n_tight", "no_tight", "n_types", "lag_sum", *EXTRA_FEATURES)
 NUM_AFTER = len(AFTER_FEATURES)
 
@@ -257,7 +261,7 @@ def _schedule(op, depth, arity, uptr, uids, batchable, height, tw_pred, tw_ptr, 
     # the extra columns in two groups, each computed only where a weight of it is not 0:
     # the two-step ones (miss2, n_tight2: the pair releases' upkeep) and the others
     nt2 = full or ua[BASE_AFTER + 2] != 0.0
-    two = nt2 or ua[BASE_AFTER + 1] != 0.0
+    two = (nt2 or ua[BASE_AFTER + 1] != 0.0) and k <= MAX_TWO_STEP_TYPES
     now = full or ua[BASE_AFTER] != 0.0 or ua[BASE_AFTER + 3] != 0.0 or \
         ua[BASE_AFTER + 4] != 0.0
     slot, scnt, nst, tst, rel, fresh = release_state(k, op, uptr, uids, ready, start, rlen,

@@ -10,13 +10,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edbatch.errors import GraphError
 from edbatch.graph import GraphBuilder, OpType, Vocab
 from edbatch.schedule import run_policy
-from edbatch.schedule._compiled_afterstate import AFTER_FEATURES, BASE_AFTER, afterstate_trace
+from edbatch.schedule._compiled_afterstate import (
+    AFTER_FEATURES,
+    BASE_AFTER,
+    MAX_TWO_STEP_TYPES,
+    afterstate_trace,
+)
 from edbatch.workloads import make_workload
 from edbatch.workloads.synthetic import random_lattices
 from policies.afterstate import (
     EXTRA_FEATURES,
+    MAX_TYPES,
     AfterstatePolicy,
     after_mask,
     afterstate_inputs,
@@ -146,3 +153,38 @@ def test_partial_extra_weights_schedule_as_the_twin(lattices: list, cols: tuple)
     assert q.hits > 0
     for g in lattices:
         assert same_schedule(q(g), run_policy(g, q.twin()))
+
+
+def _many_types(k: int, n: int, seed: int):  # type: ignore[no-untyped-def]
+    """A random DAG of ``n`` nodes over ``k`` affine op types (plus one input type)."""
+    rng = np.random.default_rng(seed)
+    vocab = Vocab([OpType(f"t{i}", "affine", ((4,),), (4,)) for i in range(k)]
+                  + [OpType("src", "input", (), (4,))])
+    b = GraphBuilder(vocab)
+    nodes = [b.add("src") for _ in range(6)]
+    for _ in range(n):
+        nodes.append(b.add(f"t{int(rng.integers(0, k // 4))}",
+                           nodes[int(rng.integers(0, len(nodes)))]))
+    return b.build()
+
+
+def test_many_types_zero_the_two_step_columns_and_still_schedule_as_the_twin() -> None:
+    """Over MAX_TWO_STEP_TYPES op types the two-step columns (their k^4 pair releases: 32
+    GB at 251 types, a MemoryError before) are 0 in the compiled loop and in the twin; the
+    policy still schedules as the twin."""
+    g = _many_types(MAX_TWO_STEP_TYPES + 6, 300, 0)
+    rng = np.random.default_rng(3)
+    w = afterstate_start() + rng.normal(0.0, 0.5, len(afterstate_start()))
+    for c in ("miss2", "n_tight2"):
+        w[F + AFTER_FEATURES.index(c)] = -2.0
+    q = AfterstatePolicy(w)
+    assert same_schedule(q(g), run_policy(g, q.twin()))
+    rows = afterstate_trace(*afterstate_inputs(g), w, 10_000)[0]  # type: ignore[call-arg]
+    cols = [F + AFTER_FEATURES.index(c) for c in ("miss2", "n_tight2")]
+    assert len(rows) > 50 and not rows[:, cols].any() and rows[:, F:F + BASE_AFTER].any()
+
+
+def test_more_types_than_the_loop_takes_is_one_clear_error() -> None:
+    g = _many_types(MAX_TYPES + 1, 20, 1)
+    with pytest.raises(GraphError, match=r"402 op types need 0\.5 GiB.*trainer=priority"):
+        AfterstatePolicy(afterstate_start())(g)
