@@ -16,6 +16,7 @@ from typing import Any
 
 import hydra
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
@@ -53,8 +54,8 @@ def train(cfg: DictConfig) -> TrainResult:
     tracker = make_tracker(cfg.logger, cfg, run_name)
     try:
         log.info("training %s on %d %s graphs of %s (%s), validating on %d %s graphs",
-                 trainer.name, len(train_graphs), cfg.train_split, name, workload.granularity,
-                 len(val_graphs), val_split)
+                 _shown(trainer.name), len(train_graphs), cfg.train_split, name,
+                 workload.granularity, len(val_graphs), val_split)
         try:
             result = trainer.fit(
                 train_graphs, val_graphs, checkpoint=cfg.checkpoint, progress=cfg.progress,
@@ -80,10 +81,20 @@ def train(cfg: DictConfig) -> TrainResult:
         log.info("best validation batches/LB %.4f after %s (%.1fs); %d states; saved %s",
                  result.best_ratio, _amount(result), result.seconds,
                  result.policy.num_states, path)
-        _report_unseen(cfg, workload, trainer.name, result, tracker, val_split)
+        _report_unseen(cfg, workload, _shown(trainer.name), result, tracker, val_split)
         return result
     finally:
         tracker.finish()
+
+
+def _shown(name: str) -> str:
+    """The learner as the user chose it: ``trainer=ed_batch`` runs the tabular Q-learner
+    with ED-Batch's settings, so it shows as ``ed_batch (q_learning)``."""
+    try:
+        choice = HydraConfig.get().runtime.choices.get("trainer")
+    except ValueError:  # (not run through Hydra)
+        return name
+    return name if choice in (None, name) else f"{choice} ({name})"
 
 
 def _report_unseen(cfg: DictConfig, workload: Any, name: str, result: TrainResult,

@@ -139,3 +139,14 @@ def test_train_reports_unseen_gain_and_why_nothing_was_learned(tmp_path: Path) -
     nothing = [x for x in r.stdout.splitlines() if "learned nothing" in x]
     assert len(nothing) == 1 and "0 states" in nothing[0], r.stdout
     assert "guard_max_evals=0" in nothing[0] or "never disagreed" in nothing[0]
+
+
+def test_a_trainer_config_of_another_learner_is_shown_as_the_user_chose_it(tmp_path: Path
+                                                                          ) -> None:
+    """`trainer=ed_batch` runs the tabular Q-learner with ED-Batch's settings: its lines say
+    `ed_batch (q_learning)`, not a learner the user did not name."""
+    r = _run("experiments.train", "trainer=ed_batch", *TINY[1:], "trainer.max_episodes=5",
+             "num_eval_graphs=1", f"run_dir={tmp_path / 'e'}")
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if "unseen test mini-batches" in x)
+    assert line.startswith("ed_batch (q_learning) on 1 unseen test mini-batches: "), line
