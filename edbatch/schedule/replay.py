@@ -119,16 +119,19 @@ class ReplayPolicy:
             replay_heuristic(PREFIX + heuristic)
         self.heuristic, self.backend = heuristic, backend
         self._graph: Graph | None = None
-        self._rank: NDArray[np.int64] = np.zeros(0, np.int64)
+        self._neg: list[int] = []  # minus each node's rank (a list: the frontier's max memo)
 
     def choose(self, view: FrontierView) -> int:
-        """Pick the ready type whose ready nodes include the earliest-ranked one."""
+        """Pick the ready type whose ready nodes include the earliest-ranked one (the
+        smallest rank is the largest negated one, kept per type by the frontier as its
+        ready list grows: a numpy ``min`` per ready type made each decision O(K) calls)."""
         if view.graph is not self._graph:
             self._graph = view.graph
-            self._rank = replay_ranks(view.graph, self.heuristic, self.backend)
+            self._neg = (-replay_ranks(view.graph, self.heuristic, self.backend)).tolist()
         best, best_r = -1, None
+        neg = self._neg
         for a in view.ready_ops:
-            r = int(self._rank[view.ready_nodes(a)].min())
+            r = -view.max_over_ready(a, neg)
             if best_r is None or r < best_r:
                 best, best_r = a, r
         return best
