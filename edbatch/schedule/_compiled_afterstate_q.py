@@ -7,7 +7,9 @@ weights too) makes every later one, the state being the one ``w``'s own first de
 reach. With ``wb = w`` this is ``Q^w(s_t, b)``: the teacher of approximate policy iteration
 (:mod:`policies.afterstate_imitate`, a rollout over the student itself), the afterstate twin
 of :func:`~edbatch.schedule._compiled_priority_q.priority_q_base`. Each value replays the
-schedule from the start (the upkeep is incremental, so a state cannot be resumed cheaply).
+schedule from the start (the upkeep is incremental, so a state cannot be resumed cheaply);
+past :data:`~edbatch.schedule._compiled_priority_q.LABEL_BUDGET` of that work only every
+``s``-th contested decision is rolled out, as there.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from numba import njit
 
 from edbatch.schedule._compiled_afterstate import NUM_AFTER, _schedule
 from edbatch.schedule._compiled_priority import NUM_PRIORITY_FEATURES
-from edbatch.schedule._compiled_priority_q import decisions, trace_ptr
+from edbatch.schedule._compiled_priority_q import LABEL_BUDGET, decisions, label_stride, trace_ptr
 
 __all__ = ["afterstate_forced_trace", "afterstate_q", "afterstate_q_tree"]
 
@@ -60,9 +62,14 @@ def afterstate_q_tree(op, depth, arity, uptr, uids, batchable, height, tw_pred, 
     q = np.full(nt, base, np.int64)
     prefix = np.empty(nd, np.int64)
     empty = np.zeros((0, width), np.float64)
+    stride = label_stride(ptr, len(op), len(batchable), LABEL_BUDGET)
+    c = -1
     for t in range(nd):
         lo, hi = ptr[t], ptr[t + 1]
         if hi - lo < 2:
+            continue
+        c += 1
+        if c % stride:
             continue
         prefix[:t] = seq[:t]
         for i in range(lo, hi):

@@ -169,3 +169,17 @@ def test_dagger_config_is_the_priority_trainer_with_dagger_on() -> None:
     args = set(PriorityTrainer.__init__.__code__.co_varnames[1:PriorityTrainer.__init__
                                                              .__code__.co_argcount])
     assert set(cfg) - {"_target_"} <= args
+
+
+def test_label_stride_keeps_the_rollouts_within_the_budget() -> None:
+    """The teacher's rollouts (each a whole schedule) are thinned to every s-th contested
+    decision only past the budget: 3 contested decisions of 2, 3 and 4 ready types (one
+    with a single type) on 10 nodes, 4 decisions, 5 types: 9 rollouts x (10 + 4 x 5)."""
+    from edbatch.schedule._compiled_priority_q import LABEL_BUDGET, label_stride
+
+    ptr = np.array([0, 2, 3, 6, 10], np.int64)
+    work = 9 * (10 + 4 * 5)
+    assert [label_stride(ptr, 10, 5, b) for b in (work, work - 1, work // 2, work // 3,
+                                                  10**9)] == [1, 2, 2, 3, 1]
+    assert label_stride(np.zeros(1, np.int64), 10, 5, 1) == 1  # no decision at all
+    assert LABEL_BUDGET >= 10**9  # (real cell-level mini-batches: <= 2e7, labelled in full)
