@@ -66,7 +66,8 @@ def _child(argv: list[str]) -> None:
 def measure(folder: Path, trainer: str, timeout: float, work: Path) -> dict[str, Any]:
     """One ``experiments.train`` run on the dumps in ``folder``: ``rc``, ``seconds``,
     ``rss_mb``, ``line`` (its last line), or ``error`` (``TIMEOUT ...``)."""
-    run_dir, rss = work / f"run_{trainer}", work / f"rss_{trainer}"
+    run_dir = work / f"run_{folder.name}_{trainer}"  # (a folder is bound to its config)
+    rss = work / f"rss_{folder.name}_{trainer}"
     argv = ["workload=dumps", f"workload.dumps.folder={folder}", "train_split=first:1",
             "val_split=first:1", "batch_size=1", f"trainer={trainer}", f"run_dir={run_dir}",
             "progress=false"]

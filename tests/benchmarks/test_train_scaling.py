@@ -23,6 +23,10 @@ def test_rows_report_the_last_line_an_error_and_a_timeout(tmp_path) -> None:
     assert refused["rc"] == 2 and refused["line"].startswith("error: the afterstate policy")
     assert "trainer=priority" in refused["line"]  # (501 op types: over its 400)
     assert len(json.loads(out.read_text())) == 2
+    for shape in ("types", "chain"):  # one trainer on two shapes: a run folder each
+        train_scaling.write_shape(shape, 0.002, tmp_path / shape)
+        again = train_scaling.measure(tmp_path / shape, "priority", 300, tmp_path)
+        assert again["rc"] == 0 and "learned nothing" in again["line"], again
     train_scaling.write_shape("wide", 0.2, tmp_path / "wide")
     slow = train_scaling.measure(tmp_path / "wide", "ed_batch", 1.0, tmp_path)
     assert slow == {"trainer": "ed_batch", "error": "TIMEOUT after 1 s"}
