@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:  # run as a script: this checkout's edbatch, not a
 
 from benchmarks import _args  # noqa: E402
 
-__all__ = ["SHAPES", "build", "main"]
+__all__ = ["SHAPES", "build", "check_scale", "main", "shape_parser", "write_rows"]
 
 #: shape -> (nodes, op types) at scale 1.
 SHAPES = {"chain": (200_000, 2), "star": (200_000, 1), "types": (5_000, 5_000),
@@ -98,17 +98,11 @@ def _measure(shape: str, scale: float, name: str, timeout: float) -> dict[str, A
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
+    p = shape_parser(__doc__.splitlines()[0], 1.0, 180, "scheduler")
     p.add_argument("--schedulers", nargs="+", default=None,
                    help="registry names (default: every registered scheduler)")
-    p.add_argument("--scale", type=float, default=1.0, help="size factor (0 < scale <= 1)")
-    p.add_argument("--timeout", type=_args.positive, default=180,
-                   help="seconds per scheduler and shape")
-    p.add_argument("--out", type=_args.out_file, default=None, help="JSON file for the rows")
     args = p.parse_args(argv)
-    if not 0 < args.scale <= 1:
-        p.error(f"argument --scale: {args.scale} is not in (0, 1]")
+    check_scale(p, args.scale)
     from edbatch.schedule import SCHEDULERS
     names = args.schedulers or sorted(SCHEDULERS)
     unknown = [n for n in names if n not in SCHEDULERS]
@@ -123,10 +117,34 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                                        f"{row['rss_mb']:7.0f} MB  ({row['nodes']} nodes, "
                                        f"{row['types']} types)")
             print(f"{shape:6s} {name:26s} {got}", flush=True)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(rows, indent=1))
+    write_rows(args.out, rows)
     return rows
+
+
+def shape_parser(description: str, scale: float, timeout: int, what: str
+                 ) -> argparse.ArgumentParser:
+    """The options of a run over the shapes: ``--shapes``, ``--scale``, ``--timeout`` (per
+    ``what`` and shape), ``--out``."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
+    p.add_argument("--scale", type=float, default=scale, help="size factor (0 < scale <= 1)")
+    p.add_argument("--timeout", type=_args.positive, default=timeout,
+                   help=f"seconds per {what} and shape")
+    p.add_argument("--out", type=_args.out_file, default=None, help="JSON file for the rows")
+    return p
+
+
+def check_scale(p: argparse.ArgumentParser, scale: float) -> None:
+    """One usage line unless ``0 < scale <= 1``."""
+    if not 0 < scale <= 1:
+        p.error(f"argument --scale: {scale} is not in (0, 1]")
+
+
+def write_rows(out: Path | None, rows: list[dict[str, Any]]) -> None:
+    """The rows as JSON into ``out`` (``None``: nowhere)."""
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

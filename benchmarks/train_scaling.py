@@ -14,8 +14,6 @@ one-line error). ``--out`` writes the rows as JSON. Timings depend on the machin
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
@@ -29,7 +27,7 @@ if str(ROOT) not in sys.path:  # run as a script: this checkout's edbatch, not a
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import _args  # noqa: E402
-from benchmarks.schedule_scaling import SHAPES, build  # noqa: E402
+from benchmarks.schedule_scaling import build, check_scale, shape_parser, write_rows  # noqa: E402
 
 __all__ = ["TRAINERS", "main", "measure", "write_shape"]
 
@@ -91,17 +89,11 @@ def measure(folder: Path, trainer: str, timeout: float, work: Path) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
+    p = shape_parser(__doc__.splitlines()[0], 0.05, 300, "trainer")
     p.add_argument("--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS),
                    metavar="TRAINER", help=f"trainer configs (default: all of {TRAINERS})")
-    p.add_argument("--scale", type=float, default=0.05, help="size factor (0 < scale <= 1)")
-    p.add_argument("--timeout", type=_args.positive, default=300,
-                   help="seconds per trainer and shape")
-    p.add_argument("--out", type=_args.out_file, default=None, help="JSON file for the rows")
     args = p.parse_args(argv)
-    if not 0 < args.scale <= 1:
-        p.error(f"argument --scale: {args.scale} is not in (0, 1]")
+    check_scale(p, args.scale)
     rows = []
     with tempfile.TemporaryDirectory(prefix="train_scaling_") as tmp:
         for shape in args.shapes:
@@ -114,9 +106,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 got = row.get("error") or (f"rc {row['rc']} {row['seconds']:7.1f} s "
                                            f"{row.get('rss_mb', 0):6.0f} MB  {row['line']}")
                 print(f"{shape:6s} {trainer:16s} {got}", flush=True)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(rows, indent=1))
+    write_rows(args.out, rows)
     return rows
 
 
