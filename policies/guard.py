@@ -109,12 +109,15 @@ def guard_table(proposals: Iterable[tuple[StateKey, int]], train: Sequence[Graph
     train_fb, val_fb = tr.total, va.total
     seen: set[tuple[StateKey, int]] = set()
     evals = 0
+    train_lb = sum(lower_bound(g) for g in train)
+    # at the lower bound no entry can lower the training batches: none is scored
+    cap = 0 if train_fb <= train_lb else max_evals
     for key, action in proposals:
         entry = (key, int(action))
         if entry in seen:
             continue
         seen.add(entry)
-        if key in table or evals >= max_evals:
+        if key in table or evals >= cap:
             continue
         evals += 1
         trial = {**table, key: int(action)}
@@ -127,8 +130,7 @@ def guard_table(proposals: Iterable[tuple[StateKey, int]], train: Sequence[Graph
         tr, va = GraphPool(train, table, encoding, fallback), GraphPool(val, table, encoding,
                                                                         fallback)
     report = GuardReport(len(seen), evals, len(table), train_fb, tr.total, val_fb, va.total,
-                         sum(lower_bound(g) for g in train), sum(lower_bound(g) for g in val),
-                         dropped)
+                         train_lb, sum(lower_bound(g) for g in val), dropped)
     return table, report
 
 
@@ -144,6 +146,12 @@ def _pays_under_lookahead(table: dict[StateKey, int], train: Sequence[Graph],
         if sum(fsm(g).num_batches for g in graphs) > sum(alone(g).num_batches for g in graphs):
             return False
     return True
+
+
+def meets_lower_bound(graphs: Sequence[Graph], encoding: str, fallback: str) -> bool:
+    """Whether the fallback alone needs only the lower bound's batches on ``graphs`` (then
+    a guarded learner has nothing to learn there: no entry can lower them)."""
+    return table_batches({}, graphs, encoding, fallback) <= sum(lower_bound(g) for g in graphs)
 
 
 def pick_fallback(graphs: Sequence[Graph], encoding: str, names: Sequence[str]) -> str:

@@ -25,7 +25,13 @@ from envs.batching import BatchingEnv
 from envs.encoding import encode_state
 from envs.observation import check_observation, observe
 from policies.fsm import FSMPolicy, make_fallback
-from policies.guard import fallback_choices, guard_table, pick_fallback, vote_proposals
+from policies.guard import (
+    fallback_choices,
+    guard_table,
+    meets_lower_bound,
+    pick_fallback,
+    vote_proposals,
+)
 from policies.q_learning import AUTO_FALLBACKS, TrainResult, evaluate_policy, select_fallback
 from policies.table_search import policy_votes
 
@@ -126,7 +132,10 @@ class _SB3Trainer:
         train, val = list(train_graphs), list(val_graphs) or list(train_graphs)
         fallback = self._fallback(train, val)
         model = self._make_model(self._env(train_graphs))
-        cloned = self._warm_start(model, train, fallback)
+        # guarded, at the lower bound on the training graphs: nothing the guard could keep
+        idle = self.guard and meets_lower_bound(train, self.encoding, fallback)
+        steps = 0 if idle else self.total_timesteps
+        cloned = None if idle else self._warm_start(model, train, fallback)
         # SB3's default logger makes an empty /tmp/SB3-<time> folder on every learn(); ours
         # writes nothing (episode stats go through ``callback``, i.e. W&B)
         model.set_logger(Logger(folder=None, output_formats=[]))
@@ -134,12 +143,14 @@ class _SB3Trainer:
         alone = FSMPolicy({}, self.encoding, train[0].vocab.names, fallback)
         curve = _Curve(net, val, callback, every=max(1, self.total_timesteps // self.eval_points),
                        fallback_ratio=evaluate_policy(alone, val)[0])
-        model.learn(total_timesteps=self.total_timesteps, progress_bar=False,
-                    callback=_EpisodeCallback(curve))
+        model.learn(total_timesteps=steps, progress_bar=False, callback=_EpisodeCallback(curve))
         if not curve.history or curve.history[-1]["timestep"] < model.num_timesteps:
             curve.evaluate(model.num_timesteps)  # the curve ends at the final network
         meta = {"trainer": self.name, "total_timesteps": self.total_timesteps,
                 "seed": self.seed, **(metadata or {})}
+        if idle:
+            meta["skipped"] = (f"{fallback} alone meets the lower bound on the training "
+                               f"graphs: no env step taken")
         if cloned is not None:
             meta["warm_start_accuracy"] = cloned
         if self.guard:

@@ -56,3 +56,20 @@ def test_fsm_scheduler_checks_vocabulary(tmp_path) -> None:
     other = random_lattices(np.random.default_rng(0), 2, 6, 2)
     with pytest.raises(PolicyFileError, match="evaluate the policy on the workload"):
         FSMScheduler(path)(other)
+
+
+@pytest.mark.parametrize("trainer", [MaskablePPOTrainer, DQNTrainer])
+def test_guarded_sb3_trainer_takes_no_step_where_the_fallback_meets_the_bound(trainer
+                                                                                ) -> None:
+    """On trees every heuristic is at the lower bound: the guard could keep no entry, so the
+    trainer takes no env step (it ran its 20k timesteps before: 91 s on a 10k-node chain)
+    and says why; the guard scores no proposal there."""
+    from edbatch.workloads.synthetic import random_binary_trees
+
+    graphs = [random_binary_trees(np.random.default_rng(i), 4, 6) for i in range(3)]
+    result = trainer(total_timesteps=1500, seed=0, guard=True).fit(graphs[:2], graphs[2:])
+    meta = result.policy.metadata
+    assert result.timesteps == 0 and result.policy.num_states == 0
+    assert "meets the lower bound on the training graphs" in meta["skipped"]
+    assert meta["guard"]["evaluations"] == 0 and meta["guard"]["train_table"] == \
+        meta["guard"]["train_lb"]
