@@ -98,9 +98,9 @@ def pack_table(t: QTable) -> dict[str, Any]:
     acts = np.fromiter(itertools.chain.from_iterable(t.values()), np.int64, total)
     vals = np.fromiter(itertools.chain.from_iterable(qs.values() for qs in t.values()),
                        np.float64, total)
-    if len(keys) and not -2**31 <= min(keys.min(), acts.min() if total else 0) <= \
-            max(keys.max(), acts.max() if total else 0) < 2**31:
-        raise ValueError("a state key or action outside int32")  # (counts, op ids: never)
+    for a in (keys, acts):
+        if len(a) and not -2**31 <= a.min() <= a.max() < 2**31:
+            raise ValueError("a state key or action outside int32")  # (counts, op ids: never)
     return {"key_len": _b64(key_len, "<i4"), "keys": _b64(keys, "<i4"),
             "num_actions": _b64(num, "<i4"), "actions": _b64(acts, "<i4"),
             "values": _b64(vals, "<f8")}

@@ -29,7 +29,6 @@ from edbatch.schedule import (
     TypewiseGreedyPolicy,
 )
 from edbatch.schedule.compiled import (
-    COMPILED_ENCODINGS,
     CompiledFsmScheduler,
     fsm_supported,
     resolve_backend,
@@ -38,6 +37,7 @@ from edbatch.schedule.op_types import check_op_types
 from edbatch.schedule.replay import (
     ReplayFsmScheduler,
     ReplayPolicy,
+    replay_fsm_supported,
     replay_heuristic,
     replay_names,
 )
@@ -222,8 +222,8 @@ class FSMPolicy:
         if resolve_backend(backend) == "compiled" and fsm_supported(self.encoding,
                                                                     self.fallback_name):
             return CompiledFsmScheduler(self, name)
-        if resolve_backend(backend) == "compiled" and self.encoding in COMPILED_ENCODINGS \
-                and replay_heuristic(self.fallback_name) is not None:
+        if resolve_backend(backend) == "compiled" and replay_fsm_supported(self.encoding,
+                                                                           self.fallback_name):
             return ReplayFsmScheduler(self, name)
         return PolicyScheduler(self, name)
 

@@ -36,7 +36,13 @@ from edbatch.schedule.heuristics import (
     TypewiseGreedyPolicy,
 )
 from edbatch.schedule.policy import Policy
-from edbatch.schedule.replay import PREFIX, ReplayPolicy, replay_heuristic, replay_ranks
+from edbatch.schedule.replay import (
+    PREFIX,
+    ReplayPolicy,
+    replay_fsm_supported,
+    replay_heuristic,
+    replay_ranks,
+)
 from edbatch.schedule.schedule import Schedule
 
 __all__ = ["CompiledBase", "compiled_bases", "compiled_rollout"]
@@ -61,8 +67,7 @@ def _one(policy: object) -> CompiledBase | None:
     enc, fallback = getattr(policy, "encoding", None), getattr(policy, "fallback_name", None)
     table = getattr(policy, "table", None)
     if isinstance(enc, str) and isinstance(fallback, str) and isinstance(table, dict) \
-            and (fsm_supported(enc, fallback) or (enc in COMPILED_ENCODINGS and
-                                                  replay_heuristic(fallback) is not None)):
+            and (fsm_supported(enc, fallback) or replay_fsm_supported(enc, fallback)):
         core_table = FsmTable(table)
         return fallback, fsm_encoding(core_table, fallback, enc), core_table
     return None

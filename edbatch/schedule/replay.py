@@ -43,7 +43,8 @@ from edbatch.schedule.policy import run_policy
 from edbatch.schedule.schedule import Schedule, _batches_of
 
 __all__ = ["PREFIX", "REPLAYABLE", "ReplayFsmScheduler", "ReplayPolicy", "ReplayScheduler",
-           "rank_of", "replay_arrays", "replay_heuristic", "replay_names", "replay_ranks",
+           "rank_of", "replay_arrays", "replay_fsm_supported", "replay_heuristic",
+           "replay_names", "replay_ranks",
            "replay_trace"]
 
 PREFIX = "replay:"
@@ -74,6 +75,12 @@ def replay_heuristic(name: str) -> str | None:
         raise UnknownNameError(f"unknown replay fallback {name!r}; choose one of "
                                f"{list(replay_names())}." + did_you_mean(name, replay_names()))
     return h
+
+
+def replay_fsm_supported(encoding: str, fallback: str) -> bool:
+    """Whether an FSM with this encoding and a ``replay:<heuristic>`` fallback runs on the
+    compiled core (:class:`ReplayFsmScheduler`, and as a rollout base)."""
+    return encoding in cc.COMPILED_ENCODINGS and replay_heuristic(fallback) is not None
 
 
 def rank_of(schedule: Schedule, num_nodes: int) -> NDArray[np.int64]:
